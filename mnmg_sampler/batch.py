@@ -1,0 +1,84 @@
+"""The minibatch a sampler returns, in PyG NeighborLoader's conventions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+
+@dataclass
+class MiniBatch:
+    """One sampled subgraph.
+
+    Attributes:
+        n_id: global node ids, seeds first, then each hop's newly reached nodes.
+        edge_index: ``[2, E]`` local ids; row 0 = sampled neighbor, row 1 = the node it was
+            sampled for (message flow source -> target, as in PyG).
+        e_id: edge id of every sampled edge.
+        input_id: position of each seed in the loader's ``input_nodes`` (or ``arange``).
+        batch_size: number of seeds; ``n_id[:batch_size]`` are the seeds.
+        num_sampled_nodes: nodes per hop, ``[batch_size, new in hop 1, ...]``.
+        num_sampled_edges: edges per hop, ``[hop 1, hop 2, ...]``.
+        x, y: feature rows and labels of ``n_id`` when a feature store is attached.
+        key: the request key the RNG used (reproduces this batch).
+    """
+
+    n_id: torch.Tensor
+    edge_index: torch.Tensor
+    e_id: torch.Tensor
+    input_id: torch.Tensor
+    batch_size: int
+    num_sampled_nodes: list[int]
+    num_sampled_edges: list[int]
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
+    key: int = 0
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.n_id.numel())
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> MiniBatch:
+        """A copy with every tensor on ``device``."""
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kw[f.name] = v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v
+        return MiniBatch(**kw)
+
+    def equal(self, other: MiniBatch) -> bool:
+        """Bit-for-bit equality of every field (tensors compared exactly)."""
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if torch.is_tensor(a) or torch.is_tensor(b):
+                if not (torch.is_tensor(a) and torch.is_tensor(b)):
+                    return False
+                if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    def to_pyg(self):
+        """Convert to ``torch_geometric.data.Data`` (needs the ``pyg`` extra)."""
+        try:
+            from torch_geometric.data import Data
+        except ImportError as e:
+            from .errors import MissingDependencyError
+
+            raise MissingDependencyError(
+                "torch_geometric is not installed",
+                "MiniBatch.to_pyg() cannot build a Data object",
+                "pip install 'mnmg-sampler[pyg]'",
+            ) from e
+        data = Data(edge_index=self.edge_index, n_id=self.n_id, e_id=self.e_id,
+                    input_id=self.input_id, batch_size=self.batch_size,
+                    num_sampled_nodes=self.num_sampled_nodes,
+                    num_sampled_edges=self.num_sampled_edges, num_nodes=self.num_nodes)
+        if self.x is not None:
+            data.x = self.x
+        if self.y is not None:
+            data.y = self.y
+        return data

@@ -1,0 +1,62 @@
+"""Typed errors a user can cause.
+
+Every message says three things: what is wrong, what follows from it, and how to fix it.
+Catch :class:`MnmgError` to handle any of them; the CLI turns them into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MnmgError",
+    "ConfigError",
+    "GraphFormatError",
+    "SamplingInputError",
+    "PartitionError",
+    "WorldSizeError",
+    "MissingDependencyError",
+    "ServiceError",
+]
+
+
+class MnmgError(Exception):
+    """Base of every error mnmg-sampler raises on purpose."""
+
+    def __init__(self, what: str, consequence: str = "", fix: str = "") -> None:
+        self.what, self.consequence, self.fix = what, consequence, fix
+        parts = [what.rstrip(".") + "."]
+        if consequence:
+            parts.append(consequence.rstrip(".") + ".")
+        if fix:
+            parts.append("Fix: " + fix.rstrip(".") + ".")
+        super().__init__(" ".join(parts))
+
+    def __reduce__(self):  # keep the three parts across pickling (spawned ranks, futures)
+        return (type(self), (self.what, self.consequence, self.fix))
+
+
+class ConfigError(MnmgError, ValueError):
+    """A YAML job config or override is invalid; the message names the dotted key."""
+
+
+class GraphFormatError(MnmgError, ValueError):
+    """An input graph file is malformed; the message names the file and line or key."""
+
+
+class SamplingInputError(MnmgError, ValueError):
+    """Seeds or fanouts passed to a sampler are invalid (out of range, negative, bad fanout)."""
+
+
+class PartitionError(MnmgError, RuntimeError):
+    """A partition directory is missing, corrupt or does not match the job."""
+
+
+class WorldSizeError(PartitionError):
+    """The number of partitions differs from the torch.distributed world size."""
+
+
+class MissingDependencyError(MnmgError, ImportError):
+    """An optional dependency (GPU extra, pymetis, torch_geometric) is needed but not installed."""
+
+
+class ServiceError(MnmgError, RuntimeError):
+    """The sampling service failed or was shut down; raised in every waiting caller."""

@@ -1,0 +1,133 @@
+"""CPU sampling kernels (numba ``njit``, ``nogil``, parallel over nodes).
+
+One call samples one hop for any number of nodes from any number of requests: the caller passes
+parallel arrays of (CSR row, RNG node id, request key). Results do not depend on the thread count
+because every draw comes from :mod:`mnmg_sampler.ops.rng`.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import rng
+
+_rng = rng.compile_rng(numba.njit(nogil=True, inline="always"))
+stream_base = _rng["stream_base"]
+draw = _rng["draw"]
+bounded = _rng["bounded"]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def sample_count(deg, fanout, replace):
+    """How many neighbors a node of degree ``deg`` yields (shared with the CUDA kernel)."""
+    if deg <= 0:
+        return 0
+    if fanout < 0:
+        return deg
+    if replace:
+        return fanout
+    return min(deg, fanout)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def sample_positions(out, o, deg, k, fanout, replace, base):
+    """Write ``k`` neighbor positions in ``[0, deg)`` into ``out[o:o+k]``.
+
+    All neighbors in CSR order when ``fanout < 0`` or ``deg <= fanout`` (without replacement);
+    ``k`` independent uniform draws with replacement; otherwise Floyd's algorithm, an exact
+    uniform ``k``-subset of distinct positions.
+    """
+    if fanout < 0 or (not replace and deg <= fanout):
+        for j in range(k):
+            out[o + j] = j
+    elif replace:
+        for j in range(k):
+            out[o + j] = bounded(draw(base, j), deg)
+    else:
+        # Floyd: for j = deg-k .. deg-1 take t in [0, j]; if t was taken already, take j.
+        for i in range(k):
+            j = deg - k + i
+            t = bounded(draw(base, i), j + 1)
+            for m in range(i):
+                if out[o + m] == t:
+                    t = j
+                    break
+            out[o + i] = t
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _counts(indptr, rows, fanouts, replace):
+    n = rows.shape[0]
+    counts = np.empty(n, np.int64)
+    for i in numba.prange(n):
+        r = rows[i]
+        counts[i] = sample_count(indptr[r + 1] - indptr[r], fanouts[i], replace[i] != 0)
+    return counts
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _fill(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace, offsets,
+          nbr, eid_out):
+    n = rows.shape[0]
+    has_eid = eids.shape[0] > 0
+    for i in numba.prange(n):
+        r = rows[i]
+        start = indptr[r]
+        deg = indptr[r + 1] - start
+        o = offsets[i]
+        k = offsets[i + 1] - o
+        if k == 0:
+            continue
+        base = stream_base(seed, keys[i], hop, nodes[i])
+        sample_positions(nbr, o, deg, k, fanouts[i], replace[i] != 0, base)
+        for j in range(o, o + k):
+            p = start + nbr[j]
+            nbr[j] = indices[p]
+            eid_out[j] = eids[p] if has_eid else p
+
+
+def sample_neighbors(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    eids: np.ndarray | None,
+    rows: np.ndarray,
+    nodes: np.ndarray,
+    keys: np.ndarray,
+    seed: int,
+    hop: int,
+    fanout: int | np.ndarray,
+    replace: bool | np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sample one hop for every ``rows[i]`` of a CSR.
+
+    Args:
+        indptr, indices: CSR of the sampling graph (row = node, entries = its in-neighbors), int64.
+        eids: edge id of every CSR entry, or ``None`` to report CSR positions as edge ids.
+        rows: CSR row of each node to sample (local position within this CSR).
+        nodes: the node id the RNG is keyed on (the *original* id, so partitioning is invisible).
+        keys: request key of each node.
+        seed, hop: RNG counters shared by the call.
+        fanout, replace: per call or per node (arrays), so requests with different fanouts
+            share one call; ``fanout=-1`` takes every neighbor.
+
+    Returns:
+        ``(counts, neighbors, edge_ids)``: per-node sample counts, and the concatenated neighbor
+        ids and edge ids in node order.
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    n = rows.shape[0]
+    fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
+    repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
+    counts = _counts(indptr, rows, fanouts, repl)
+    offsets = np.zeros(rows.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    total = int(offsets[-1])
+    nbr = np.empty(total, np.int64)
+    eid_out = np.empty(total, np.int64)
+    e = np.empty(0, np.int64) if eids is None else eids
+    _fill(indptr, indices, e, rows, nodes, keys, np.uint64(seed), np.uint64(hop),
+          fanouts, repl, offsets, nbr, eid_out)
+    return counts, nbr, eid_out

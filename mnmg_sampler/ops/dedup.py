@@ -1,0 +1,77 @@
+"""Per-request deduplication and renumbering of one hop's sampled neighbors (CPU, njit).
+
+For every request ``r`` it takes the nodes the request already holds (``n_id`` so far) and the
+neighbors just sampled, appends the neighbors not seen before in first-occurrence order (PyG's
+order) and gives each sampled neighbor its local index. Requests run in parallel, each with its
+own open-addressing hash table, so the cost is linear in the request's size.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _slot(node, shift):
+    return np.int64((np.uint64(node) * _GOLDEN) >> shift)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local):
+    R = nid_off.shape[0] - 1
+    for r in numba.prange(R):
+        a, b = nid_off[r], nid_off[r + 1]
+        c0, c1 = cand_off[r], cand_off[r + 1]
+        need = 2 * (b - a + c1 - c0) + 2
+        bits = 1
+        while (1 << bits) < need:
+            bits += 1
+        mask = (1 << bits) - 1
+        shift = np.uint64(64 - bits)
+        keys = np.empty(1 << bits, np.int64)
+        vals = np.full(1 << bits, -1, np.int64)
+        for i in range(a, b):
+            s = _slot(nid[i], shift)
+            while vals[s] >= 0 and keys[s] != nid[i]:
+                s = (s + 1) & mask
+            if vals[s] < 0:
+                keys[s] = nid[i]
+                vals[s] = i - a
+        n = b - a
+        k = 0
+        for j in range(c0, c1):
+            v = cand[j]
+            s = _slot(v, shift)
+            while vals[s] >= 0 and keys[s] != v:
+                s = (s + 1) & mask
+            if vals[s] < 0:
+                keys[s] = v
+                vals[s] = n + k
+                new_tmp[c0 + k] = v
+                k += 1
+            local[j] = vals[s]
+        new_cnt[r] = k
+
+
+def dedup_hop(
+    nid: np.ndarray, nid_off: np.ndarray, cand: np.ndarray, cand_off: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Deduplicate one hop for ``R`` requests given as flat arrays with ``R + 1`` offsets.
+
+    Returns ``(new, new_off, local)``: each request's newly reached nodes (flat, with offsets)
+    and, for every candidate, its index in that request's ``n_id`` after the new nodes are
+    appended.
+    """
+    R = nid_off.shape[0] - 1
+    new_tmp = np.empty(cand.shape[0], np.int64)
+    new_cnt = np.zeros(R, np.int64)
+    local = np.empty(cand.shape[0], np.int64)
+    _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local)
+    new_off = np.zeros(R + 1, np.int64)
+    np.cumsum(new_cnt, out=new_off[1:])
+    starts = np.repeat(cand_off[:-1] - new_off[:-1], new_cnt)
+    new = new_tmp[np.arange(new_off[-1]) + starts]
+    return new, new_off, local

@@ -1,0 +1,179 @@
+"""Multi-hop neighbor sampling for a list of requests, one kernel call per hop for all of them.
+
+:class:`MultiHopSampler` holds the PyG NeighborLoader semantics (seeds first, each node expanded
+once per minibatch, per-request renumbering) and delegates one hop's draws to a *hop function*:
+``hop_fn(nodes, keys, hop, fanouts, replace) -> (counts, neighbors, edge_ids)``. In one process
+that is the CPU kernel over a :class:`CSRGraph`; in the distributed sampler it is an exchange
+around the kernel on the owning ranks. Because every draw is keyed on (seed, key, hop, node,
+slot), a request's output does not depend on which other requests share the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .batch import MiniBatch
+from .errors import SamplingInputError
+from .graph.csr import CSRGraph
+from .ops import cpu
+from .ops.dedup import dedup_hop
+
+HopFn = Callable[
+    [np.ndarray, np.ndarray, int, np.ndarray, np.ndarray],
+    tuple[np.ndarray, np.ndarray, np.ndarray],
+]
+
+
+@dataclass
+class SampleRequest:
+    """One minibatch to sample: its seeds, fanouts per hop and RNG key."""
+
+    seeds: np.ndarray
+    fanouts: Sequence[int]
+    key: int
+    replace: bool = False
+    input_id: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if torch.is_tensor(self.seeds):
+            self.seeds = self.seeds.detach().cpu().numpy()
+        self.seeds = np.ascontiguousarray(self.seeds, dtype=np.int64).ravel()
+        self.fanouts = check_fanouts(self.fanouts)
+        if self.seeds.size and np.unique(self.seeds).size != self.seeds.size:
+            raise SamplingInputError(
+                "a request has duplicate seed ids",
+                "n_id[:batch_size] could not equal the seeds",
+                "deduplicate the seeds of each minibatch (loaders do this for you)",
+            )
+        if int(self.key) < 0:
+            raise SamplingInputError(f"request key {self.key} is negative", "",
+                                     "use a key in [0, 2**63)")
+
+
+def check_fanouts(fanouts: Sequence[int]) -> list[int]:
+    """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors."""
+    try:
+        out = [int(f) for f in fanouts]
+    except (TypeError, ValueError):
+        out = None
+    if not out or any(f < -1 or f == 0 for f in out) or any(
+        int(f) != f for f in fanouts
+    ):
+        raise SamplingInputError(
+            f"invalid fanouts {list(fanouts) if out is not None else fanouts!r}",
+            "each hop needs a positive number of neighbors or -1 for all",
+            "pass e.g. [15, 10, 5]; hop 1 (nearest the seeds) comes first",
+        )
+    return out
+
+
+def local_hop_fn(graph: CSRGraph, seed: int) -> HopFn:
+    """The hop function of a whole graph in this process (ids are rows and RNG node ids)."""
+
+    def hop_fn(nodes, keys, hop, fanouts, replace):
+        return cpu.sample_neighbors(graph.indptr, graph.indices, graph.edge_ids, nodes, nodes,
+                                    keys, seed, hop, fanouts, replace)
+
+    return hop_fn
+
+
+class MultiHopSampler:
+    """Samples lists of requests hop by hop through one ``hop_fn`` call per hop.
+
+    Args:
+        hop_fn: draws one hop for parallel arrays of (node, key, fanout, replace).
+        num_nodes: number of nodes in the (global) graph, for seed validation.
+    """
+
+    def __init__(self, hop_fn: HopFn, num_nodes: int) -> None:
+        self.hop_fn = hop_fn
+        self.num_nodes = int(num_nodes)
+        self.hop_calls = 0
+
+    def check_seeds(self, seeds: np.ndarray) -> None:
+        if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= self.num_nodes):
+            bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
+            raise SamplingInputError(
+                f"seed id {bad} is out of range for a graph with {self.num_nodes} nodes",
+                "no neighbors can be sampled for it",
+                f"pass seed ids in [0, {self.num_nodes})",
+            )
+
+    def sample(self, requests: Sequence[SampleRequest]) -> list[MiniBatch]:
+        """Sample every request; each result equals sampling that request alone."""
+        for r in requests:
+            self.check_seeds(r.seeds)
+        return self.sample_checked(requests)
+
+    def sample_checked(self, requests: Sequence[SampleRequest]) -> list[MiniBatch]:
+        R = len(requests)
+        n_hops = max((len(r.fanouts) for r in requests), default=0)
+        nid = [r.seeds for r in requests]  # each request's n_id so far, per request
+        nid_parts: list[list[np.ndarray]] = [[r.seeds] for r in requests]
+        frontier = [r.seeds for r in requests]
+        front_start = [0] * R  # local index of each request's first frontier node
+        rows: list[list[np.ndarray]] = [[] for _ in requests]
+        cols: list[list[np.ndarray]] = [[] for _ in requests]
+        eids: list[list[np.ndarray]] = [[] for _ in requests]
+        n_nodes = [[r.seeds.size] for r in requests]
+        n_edges: list[list[int]] = [[] for _ in requests]
+        for hop in range(n_hops):
+            active = [i for i, r in enumerate(requests) if hop < len(r.fanouts)]
+            sizes = np.array([frontier[i].size for i in active], np.int64)
+            nodes = np.concatenate([frontier[i] for i in active]) if active else np.empty(0, np.int64)
+            keys = np.repeat(np.array([requests[i].key for i in active], np.int64), sizes)
+            fan = np.repeat(np.array([requests[i].fanouts[hop] for i in active], np.int64), sizes)
+            rep = np.repeat(np.array([requests[i].replace for i in active], np.uint8), sizes)
+            counts, nbr, eid = self.hop_fn(nodes, keys, hop, fan, rep)
+            self.hop_calls += 1
+            node_off = np.zeros(len(active) + 1, np.int64)
+            np.cumsum(sizes, out=node_off[1:])
+            cnt_cum = np.zeros(counts.size + 1, np.int64)
+            np.cumsum(counts, out=cnt_cum[1:])
+            cand_off = cnt_cum[node_off]
+            nid_off = np.zeros(len(active) + 1, np.int64)
+            np.cumsum([nid[i].size for i in active], out=nid_off[1:])
+            flat = np.concatenate([nid[i] for i in active]) if active else np.empty(0, np.int64)
+            new, new_off, local = dedup_hop(flat, nid_off, nbr, cand_off)
+            for j, i in enumerate(active):
+                c0, c1 = cand_off[j], cand_off[j + 1]
+                cnt = counts[node_off[j]:node_off[j + 1]]
+                rows[i].append(local[c0:c1])
+                cols[i].append(np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt))
+                eids[i].append(eid[c0:c1])
+                fresh = new[new_off[j]:new_off[j + 1]]
+                front_start[i] = nid[i].size
+                nid_parts[i].append(fresh)
+                nid[i] = np.concatenate([nid[i], fresh])
+                frontier[i] = fresh
+                n_nodes[i].append(int(fresh.size))
+                n_edges[i].append(int(c1 - c0))
+        return [self._batch(requests[i], nid[i], rows[i], cols[i], eids[i], n_nodes[i],
+                            n_edges[i]) for i in range(R)]
+
+    @staticmethod
+    def _batch(req, n_id, rows, cols, eids, n_nodes, n_edges) -> MiniBatch:
+        cat = (lambda a: torch.from_numpy(np.concatenate(a)) if a
+               else torch.empty(0, dtype=torch.int64))
+        input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
+        return MiniBatch(
+            n_id=torch.from_numpy(n_id),
+            edge_index=torch.stack([cat(rows), cat(cols)]),
+            e_id=cat(eids),
+            input_id=torch.as_tensor(np.asarray(input_id, np.int64)),
+            batch_size=int(req.seeds.size),
+            num_sampled_nodes=n_nodes,
+            num_sampled_edges=n_edges,
+            key=int(req.key),
+        )
+
+
+def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key: int = 0,
+           replace: bool = False) -> MiniBatch:
+    """Sample one minibatch from ``graph`` in this process (convenience wrapper)."""
+    s = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
+    return s.sample([SampleRequest(seeds, fanouts, key, replace)])[0]
