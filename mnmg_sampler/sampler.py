@@ -109,9 +109,14 @@ class MultiHopSampler:
             self.check_seeds(r.seeds)
         return self.sample_checked(requests)
 
-    def sample_checked(self, requests: Sequence[SampleRequest]) -> list[MiniBatch]:
+    def sample_checked(self, requests: Sequence[SampleRequest],
+                       num_hops: int | None = None) -> list[MiniBatch]:
+        """Sample validated requests; ``num_hops`` forces that many ``hop_fn`` calls (a rank in a
+        distributed round must join every hop even when its own requests are done)."""
         R = len(requests)
         n_hops = max((len(r.fanouts) for r in requests), default=0)
+        if num_hops is not None:
+            n_hops = num_hops
         nid = [r.seeds for r in requests]  # each request's n_id so far, per request
         nid_parts: list[list[np.ndarray]] = [[r.seeds] for r in requests]
         frontier = [r.seeds for r in requests]

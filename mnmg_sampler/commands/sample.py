@@ -1,0 +1,226 @@
+"""``mnmg-sampler sample``: sample every minibatch of one epoch and print the throughput.
+
+In one process (no ``--partitions``) the whole graph is loaded here and sampled with the CPU
+kernel. The epoch's seed order and each batch's request key are the ones a distributed run uses,
+so ``--out`` files from both can be compared bit for bit:
+
+* seeds: every node with at least one neighbor (``--include-isolated``: every node), or the ids
+  in ``--seeds-file`` (in file order), shuffled by :func:`seed_order` with ``--seed``;
+* batch ``i`` = ``seeds[i*B:(i+1)*B]``, request key ``request_key(seed, epoch=0, batch=i)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, MnmgError, SamplingInputError
+
+HELP = "sample one epoch of minibatches and print the throughput"
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return v
+
+
+def parse_fanouts(text: str) -> list[int]:
+    """``"15,10,5"`` -> ``[15, 10, 5]`` (hop 1 first; -1 = all neighbors), validated."""
+    from ..sampler import check_fanouts
+
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = parts  # check_fanouts names the bad value in a SamplingInputError
+    return check_fanouts(values)
+
+
+def add_graph_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``sample`` and ``bench``: how to sample (fanouts, batch, seed, threads)."""
+    p.add_argument("--fanouts", default="15,10,5",
+                   help="neighbors per hop, hop 1 (nearest the seeds) first; -1 = all "
+                        "(default: 15,10,5)")
+    p.add_argument("--batch-size", type=positive_int, default=1024,
+                   help="seeds per minibatch (default: 1024)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="RNG seed: seed order and every draw (default: 0)")
+    p.add_argument("--undirected", action="store_const", const=True, default=None,
+                   help="add reverse edges when loading the graph (default: the dataset's own)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="sampling threads (numba); results do not depend on it "
+                        "(default: numba's default)")
+    p.add_argument("--replace", action="store_true", help="sample with replacement")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "sample", help=HELP, description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("graph", nargs="?", metavar="GRAPH",
+                   help="cora, rmat:SCALE[:EDGE_FACTOR], or a graph file (.npz, edge list); "
+                        "not needed with --partitions")
+    add_graph_arguments(p)
+    p.add_argument("--num-batches", type=positive_int, default=None,
+                   help="stop after this many batches (default: the whole epoch)")
+    p.add_argument("--include-isolated", action="store_true",
+                   help="use nodes without neighbors as seeds too")
+    p.add_argument("--seeds-file", metavar="FILE",
+                   help="seed node ids (.npy, or text with one id per line) instead of all nodes")
+    p.add_argument("--partitions", metavar="DIR",
+                   help="partition directory from `mnmg-sampler partition`: sample distributed "
+                        "(run under torchrun, one rank per partition)")
+    p.add_argument("--out", metavar="DIR",
+                   help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch)")
+    p.set_defaults(func=run)
+    return p
+
+
+def seed_order(nodes: np.ndarray, seed: int, epoch: int = 0) -> np.ndarray:
+    """The epoch's seed order: a permutation of ``nodes`` that depends only on (seed, epoch)."""
+    nodes = np.asarray(nodes, np.int64)
+    return nodes[np.random.default_rng([int(seed), int(epoch)]).permutation(nodes.size)]
+
+
+def read_seeds_file(path: str) -> np.ndarray:
+    """Seed ids from a ``.npy`` file or a text file with one integer per line."""
+    p = Path(path)
+    if not p.is_file():
+        raise SamplingInputError(f"seeds file {path} does not exist", "there are no seeds to sample",
+                                 "pass an existing .npy or text file to --seeds-file")
+    try:
+        arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.loadtxt(
+            p, dtype=np.int64, ndmin=1, comments="#")
+    except ValueError as e:
+        raise SamplingInputError(f"seeds file {path} cannot be read: {e}", "there are no seeds",
+                                 "write one integer node id per line, or a .npy int array") from e
+    arr = np.asarray(arr)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise SamplingInputError(
+            f"seeds file {path} holds a {arr.dtype} array of shape {arr.shape}",
+            "seeds must be a flat list of integer node ids", "save a 1-D int64 array")
+    return arr.astype(np.int64)
+
+
+def save_batch(path: str | Path, batch) -> None:
+    """Write one :class:`MiniBatch` as ``.npz`` (n_id, edge_index, e_id, counts, key)."""
+    np.savez(
+        path, n_id=batch.n_id.numpy(), edge_index=batch.edge_index.numpy(),
+        e_id=batch.e_id.numpy(), input_id=batch.input_id.numpy(),
+        batch_size=np.int64(batch.batch_size),
+        num_sampled_nodes=np.asarray(batch.num_sampled_nodes, np.int64),
+        num_sampled_edges=np.asarray(batch.num_sampled_edges, np.int64),
+        key=np.int64(batch.key),
+    )
+
+
+def set_threads(threads: int | None) -> int:
+    """Set numba's thread count (``None``: keep the default); returns the count in use."""
+    import numba
+
+    if threads is not None:
+        limit = numba.config.NUMBA_NUM_THREADS
+        if threads > limit:
+            raise ConfigError(
+                f"--threads {threads} exceeds numba's limit of {limit} threads",
+                "numba cannot start more threads than NUMBA_NUM_THREADS",
+                f"use --threads {limit} or fewer, or set NUMBA_NUM_THREADS={threads}")
+        numba.set_num_threads(threads)
+    return numba.get_num_threads()
+
+
+def epoch_seeds(graph, args) -> np.ndarray:
+    """The seeds of epoch 0, in sampling order (see the module docstring)."""
+    from ..graph.datasets import nonisolated_nodes
+
+    if args.seeds_file:
+        nodes = read_seeds_file(args.seeds_file)
+        graph.check_ids(nodes, "seed")
+    elif args.include_isolated:
+        nodes = np.arange(graph.num_nodes, dtype=np.int64)
+    else:
+        nodes = nonisolated_nodes(graph)
+    if nodes.size == 0:
+        raise SamplingInputError(f"graph '{graph.name}' has no seed nodes", "nothing to sample",
+                                 "pass --include-isolated or a graph with edges")
+    return seed_order(nodes, args.seed)
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "partitions", None):
+        return run_distributed(args)
+    if not args.graph:
+        raise ConfigError("no GRAPH given", "there is nothing to sample",
+                          "pass a graph (e.g. cora, rmat:16, edges.npz) or --partitions DIR")
+    return run_single(args)
+
+
+def run_distributed(args: argparse.Namespace) -> int:
+    raise MnmgError("distributed sampling (--partitions) is not available yet in this build",
+                    "nothing was sampled",
+                    "run without --partitions to sample in one process")
+
+
+def run_single(args: argparse.Namespace) -> int:
+    """Sample the epoch in this process; prints one summary block."""
+    from ..graph.datasets import load_graph
+    from ..ops.rng import request_key
+    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+    fanouts = parse_fanouts(args.fanouts)
+    threads = set_threads(args.threads)
+    t0 = time.perf_counter()
+    graph = load_graph(args.graph, undirected=args.undirected)
+    load_s = time.perf_counter() - t0
+    seeds = epoch_seeds(graph, args)
+    B = args.batch_size
+    n_batches = -(-seeds.size // B)
+    if args.num_batches is not None:
+        n_batches = min(n_batches, args.num_batches)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    print(f"graph {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
+          f"(loaded in {load_s:.1f}s)")
+    print(f"seeds {seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
+          f"seed {args.seed}, threads {threads}")
+
+    sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
+
+    def request(i: int) -> SampleRequest:
+        return SampleRequest(seeds[i * B:(i + 1) * B], fanouts, request_key(args.seed, 0, i),
+                             replace=args.replace)
+
+    sampler.sample([request(0)])  # warm-up: loads the compiled kernels; not timed
+    edges = nodes = 0
+    busy = 0.0
+    for i in range(n_batches):
+        req = request(i)
+        t = time.perf_counter()
+        (batch,) = sampler.sample([req])
+        busy += time.perf_counter() - t
+        edges += int(batch.e_id.numel())
+        nodes += batch.num_nodes
+        if out is not None:
+            save_batch(out / f"batch_{i:06d}.npz", batch)
+    busy = max(busy, 1e-9)
+    print(f"batches {n_batches:,}")
+    print(f"sampled edges {edges:,}")
+    print(f"sampled nodes {nodes:,}")
+    print(f"time {busy:.3f}s (sampling only, after one warm-up batch)")
+    print(f"edges/s {edges / busy:,.0f}")
+    print(f"nodes/s {nodes / busy:,.0f}")
+    print(f"batches/s {n_batches / busy:,.1f}")
+    if out is not None:
+        print(f"wrote {n_batches} batches to {out}")
+    return 0

@@ -1,0 +1,120 @@
+"""Symmetric collectives: all-to-all-v exchange and error agreement.
+
+Two rules keep ranks from hanging: counts travel before payloads, and a user error found on one
+rank is shared with every rank (:func:`agree`) before anyone enters the next collective.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+from ..errors import MnmgError, ServiceError
+
+T = TypeVar("T")
+
+
+def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """Where exchange buffers must live for ``group``: the current GPU for NCCL, else the CPU."""
+    backend = dist.get_backend(group)
+    if str(backend).lower() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class Exchanger:
+    """All-to-all-v over one process group, with byte accounting.
+
+    ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` to rank
+    ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
+    come back on the caller's device.
+    """
+
+    def __init__(self, group: dist.ProcessGroup | None = None,
+                 device: torch.device | None = None) -> None:
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.device = device if device is not None else backend_device(group)
+        self.bytes_sent = 0
+        self.calls = 0
+        self.t_exchange = 0.0
+
+    def counts(self, send_counts: torch.Tensor) -> torch.Tensor:
+        """Exchange per-rank row counts (int64 ``[world_size]``); returns the received counts."""
+        t0 = time.perf_counter()
+        send = send_counts.to(self.device, torch.int64)
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=self.group)
+        self.t_exchange += time.perf_counter() - t0
+        self.calls += 1
+        self.bytes_sent += send.numel() * 8
+        return recv
+
+    def payload(self, payload: torch.Tensor, send_counts: Sequence[int],
+                recv_counts: Sequence[int]) -> torch.Tensor:
+        """Exchange rows whose per-rank counts both sides already know."""
+        t0 = time.perf_counter()
+        src_dev = payload.device
+        send = payload.to(self.device).contiguous()
+        out = torch.empty((int(sum(recv_counts)), *send.shape[1:]), dtype=send.dtype,
+                          device=self.device)
+        dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
+                               [int(c) for c in send_counts], group=self.group)
+        self.calls += 1
+        self.bytes_sent += send.numel() * send.element_size()
+        out = out.to(src_dev)
+        self.t_exchange += time.perf_counter() - t0
+        return out
+
+    def exchange(self, payload: torch.Tensor, send_counts: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Counts first, then payload; returns ``(received rows, received counts per rank)``."""
+        recv_counts = self.counts(send_counts).cpu()
+        send_counts = send_counts.cpu()
+        return self.payload(payload, send_counts.tolist(), recv_counts.tolist()), recv_counts
+
+
+def agree(fn: Callable[[], T], group: dist.ProcessGroup | None = None) -> T:
+    """Run ``fn`` on every rank; if it raises an :class:`MnmgError` on any rank, raise on all.
+
+    The failing rank raises its own error; the others raise the same type, prefixed with the
+    failing rank, so no rank is left waiting in a collective that will never complete.
+    """
+    err: BaseException | None = None
+    result = None
+    try:
+        result = fn()
+    except MnmgError as e:
+        err = e
+    raise_if_any(err, group)
+    return result  # type: ignore[return-value]
+
+
+def raise_if_any(err: BaseException | None, group: dist.ProcessGroup | None = None) -> None:
+    """Collective: raise on every rank if ``err`` is set on any rank."""
+    flag = torch.tensor([1 if err is not None else 0], dtype=torch.int64,
+                        device=backend_device(group))
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    if int(flag.item()) == 0:
+        return
+    world = dist.get_world_size(group)
+    errs: list = [None] * world
+    dist.all_gather_object(errs, _portable(err), group=group)
+    if err is not None:
+        raise err
+    rank, first = next((r, e) for r, e in enumerate(errs) if e is not None)
+    if isinstance(first, MnmgError):
+        raise type(first)(f"rank {rank}: {first.what}", first.consequence, first.fix)
+    raise ServiceError(f"rank {rank} failed: {first}", "every rank stops",
+                       "see rank {rank}'s log for the traceback")
+
+
+def _portable(err: BaseException | None):
+    if err is None or isinstance(err, MnmgError):
+        return err
+    return repr(err)

@@ -1,0 +1,148 @@
+"""Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
+
+Every rank owns one partition. For each hop, a rank buckets the frontier of all its requests by
+owner, sends (node, key, fanout, replace) rows with one all-to-all, runs **one** kernel call over
+everything it received from all ranks, and sends counts and (neighbor, edge id) rows back. The
+requester deduplicates and renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are
+collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any number
+of requests, including none.
+
+Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
+ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
+canonical order, so results are bit-identical to the single-process sampler for any world size
+and partitioning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..batch import MiniBatch
+from ..errors import SamplingInputError
+from ..ops import cpu
+from ..sampler import MultiHopSampler, SampleRequest
+from .collective import Exchanger, backend_device, raise_if_any
+from .partition_book import PartitionBook
+
+
+def segment_gather_index(counts_perm: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """Index that reorders variable-length segments from permuted to original node order.
+
+    Segment ``p`` (length ``counts_perm[p]``) belongs to original node ``j`` with ``inv[j] == p``.
+    """
+    off = np.zeros(counts_perm.size + 1, np.int64)
+    np.cumsum(counts_perm, out=off[1:])
+    counts = counts_perm[inv]
+    starts = off[:-1][inv]
+    total = int(counts.sum())
+    out_off = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=out_off[1:])
+    return np.repeat(starts - out_off[:-1], counts) + np.arange(total, dtype=np.int64)
+
+
+class DistSampler:
+    """Collective multi-hop sampler over a partitioned graph.
+
+    Args:
+        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
+        seed: the job's sampling seed (the RNG's first counter).
+        group: the process group to exchange over (the sampler's own group in the service).
+    """
+
+    def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None) -> None:
+        self.part = part
+        self.seed = int(seed)
+        self.group = group
+        self.ex = Exchanger(group)
+        self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
+        self.lo = int(part.boundaries[part.rank])
+        self.new_to_orig = part.new_to_orig
+        self.orig_to_new = part.orig_to_new
+        self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
+        self.kernel_calls = 0
+        self.kernel_nodes = 0
+        self.kernel_edges = 0
+        self.t_kernel = 0.0
+
+    # -- one hop ------------------------------------------------------------------------
+    def _hop(self, nodes, keys, hop, fanouts, replace):
+        W = self.ex.world_size
+        t_nodes = torch.from_numpy(nodes)
+        owner = self.book.owner(t_nodes).numpy()
+        perm = np.argsort(owner, kind="stable")
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(perm.size)
+        send_counts = torch.from_numpy(np.bincount(owner, minlength=W).astype(np.int64))
+        payload = np.stack([nodes[perm], keys[perm], fanouts[perm],
+                            replace[perm].astype(np.int64)], 1) if nodes.size else np.empty(
+            (0, 4), np.int64)
+        recv, recv_counts = self.ex.exchange(torch.from_numpy(payload), send_counts)
+        recv = recv.numpy()
+        rows = recv[:, 0] - self.lo
+        t0 = time.perf_counter()
+        c, nb, e = cpu.sample_neighbors(
+            self.part.indptr, self.part.indices, self.part.edge_ids, rows,
+            self.part.orig_ids[rows], recv[:, 1], self.seed, hop, recv[:, 2],
+            recv[:, 3].astype(np.uint8))
+        self.t_kernel += time.perf_counter() - t0
+        self.kernel_calls += 1
+        self.kernel_nodes += int(rows.size)
+        self.kernel_edges += int(nb.size)
+        rc, sc = recv_counts.tolist(), send_counts.tolist()
+        back = self.ex.payload(torch.from_numpy(c), rc, sc).numpy()
+        seg_send, seg_recv = segment_sums(c, rc), segment_sums(back, sc)
+        got = self.ex.payload(torch.from_numpy(np.stack([nb, e], 1)), seg_send.tolist(),
+                              seg_recv.tolist()).numpy()
+        idx = segment_gather_index(back, inv)
+        return back[inv], np.ascontiguousarray(got[idx, 0]), np.ascontiguousarray(got[idx, 1])
+
+    # -- public ---------------------------------------------------------------------------
+    def sample(self, requests: Sequence[SampleRequest], features=None) -> list[MiniBatch]:
+        """Collective: sample this rank's requests (original ids) together with every rank's.
+
+        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
+        every minibatch are fetched in the same call (one more exchange each way).
+        """
+        err = None
+        try:
+            for r in requests:
+                self._check(r.seeds)
+        except SamplingInputError as e:
+            err = e
+        raise_if_any(err, self.group)
+        hops = torch.tensor([max((len(r.fanouts) for r in requests), default=0)],
+                            device=backend_device(self.group))
+        dist.all_reduce(hops, op=dist.ReduceOp.MAX, group=self.group)
+        internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
+                                  r.input_id) for r in requests]
+        out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))
+        if features is not None and features.enabled:
+            for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out])):
+                b.x, b.y = x, y
+        for b in out:
+            b.n_id = torch.from_numpy(np.asarray(self.new_to_orig[b.n_id.numpy()], np.int64))
+        return out
+
+    def _check(self, seeds: np.ndarray) -> None:
+        n = int(self.part.num_nodes)
+        if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
+            bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
+            raise SamplingInputError(
+                f"seed id {bad} is out of range for a graph with {n} nodes",
+                "no neighbors can be sampled for it; every rank stops this round",
+                f"pass original node ids in [0, {n})",
+            )
+
+
+def segment_sums(values: np.ndarray, counts: list[int]) -> np.ndarray:
+    """Sum of ``values`` over consecutive segments of the given lengths (empty segments -> 0)."""
+    cs = np.zeros(values.size + 1, np.int64)
+    np.cumsum(values, out=cs[1:])
+    ends = np.cumsum(np.asarray(counts, np.int64))
+    return cs[ends] - cs[ends - np.asarray(counts, np.int64)]

@@ -1,0 +1,397 @@
+"""Split a graph into contiguous id ranges, one per rank, and write them atomically.
+
+Partitioning is a *relabelling*: nodes get new ids so that part ``r`` owns the contiguous range
+``[boundaries[r], boundaries[r+1])``, which makes the owner of an id one ``searchsorted`` away
+(:class:`mnmg_sampler.distributed.partition_book.PartitionBook`). Within a part nodes keep the
+order of their original ids. Every owned row keeps its neighbor list in the input's canonical
+order (ascending original edge id), and samplers key the RNG on original ids, so a sampled
+minibatch mapped back through ``new_to_orig`` is bit-identical to sampling the unpartitioned graph.
+
+Methods: ``range`` (identity order in equal chunks), ``random`` (seeded, balanced to +-1 node) and
+``metis`` (``pymetis`` on the symmetrised graph; fewest cut edges, optional extra).
+The on-disk layout is described in ``docs/formats.md`` (section "Partition directories").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import MissingDependencyError, PartitionError
+from .csr import CSRGraph
+from .partition_io import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    TMP_PREFIX,
+    file_entry,
+    write_manifest,
+)
+
+__all__ = [
+    "METHODS",
+    "PartitionPlan",
+    "partition_graph",
+    "write_partitions",
+    "partition",
+    "edge_cut",
+]
+
+log = logging.getLogger(__name__)
+
+METHODS = ("random", "range", "metis")
+_MASK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass
+class PartitionPlan:
+    """Where every node goes and its new id.
+
+    Attributes:
+        method, seed: how the plan was made.
+        parts: number of parts.
+        assignment: int64 ``[num_nodes]``, part of each *original* node.
+        boundaries: int64 ``[parts + 1]``; part ``r`` owns new ids ``[boundaries[r], boundaries[r+1])``.
+        new_to_orig: int64 ``[num_nodes]``, original id of each new id.
+        orig_to_new: int64 ``[num_nodes]``, new id of each original id.
+        edge_cut: fraction of CSR entries (sampling edges) whose endpoints lie in different parts.
+        imbalance: max nodes per part / mean nodes per part (1.0 = perfect).
+        edge_imbalance: max CSR entries per part / mean (the sampling work per rank).
+        part_nodes, part_edges: int64 ``[parts]`` owned nodes and CSR entries of each part.
+    """
+
+    method: str
+    seed: int
+    parts: int
+    assignment: np.ndarray
+    boundaries: np.ndarray
+    new_to_orig: np.ndarray
+    orig_to_new: np.ndarray
+    edge_cut: float
+    imbalance: float
+    edge_imbalance: float
+    part_nodes: np.ndarray
+    part_edges: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.new_to_orig.shape[0])
+
+    def summary(self) -> dict:
+        """Plain numbers for logs, the CLI and the manifest."""
+        return {
+            "method": self.method,
+            "seed": self.seed,
+            "parts": self.parts,
+            "edge_cut": self.edge_cut,
+            "imbalance": self.imbalance,
+            "edge_imbalance": self.edge_imbalance,
+            "part_nodes": [int(v) for v in self.part_nodes],
+            "part_edges": [int(v) for v in self.part_edges],
+        }
+
+
+def _dst_of_entries(graph: CSRGraph) -> np.ndarray:
+    """The row (target node) of every CSR entry."""
+    return np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
+
+
+def edge_cut(graph: CSRGraph, assignment: np.ndarray) -> float:
+    """Fraction of CSR entries whose neighbor and row are assigned to different parts.
+
+    Each such entry, when sampled, sends a neighbor id to another rank's next frontier.
+    """
+    if graph.num_edges == 0:
+        return 0.0
+    dst = _dst_of_entries(graph)
+    return float(np.count_nonzero(assignment[graph.indices] != assignment[dst]) / graph.num_edges)
+
+
+def _check_args(graph: CSRGraph, parts: int, method: str) -> None:
+    if method not in METHODS:
+        raise PartitionError(
+            f"unknown partition method {method!r}",
+            "no partition can be made",
+            f"use one of {', '.join(METHODS)}",
+        )
+    if isinstance(parts, bool) or int(parts) != parts or parts < 1:
+        raise PartitionError(
+            f"invalid number of parts {parts!r}",
+            "a graph is split into at least one part",
+            "pass --parts N with N >= 1 (one part per rank: the world size)",
+        )
+    if parts > max(graph.num_nodes, 1):
+        raise PartitionError(
+            f"{parts} parts requested for graph '{graph.name}' with {graph.num_nodes} nodes",
+            "some parts would own no node",
+            f"use at most {graph.num_nodes} parts",
+        )
+
+
+def _even_boundaries(n: int, parts: int) -> np.ndarray:
+    return (np.arange(parts + 1, dtype=np.int64) * n) // parts
+
+
+def _assign_random(n: int, parts: int, seed: int) -> np.ndarray:
+    perm = np.random.default_rng(seed).permutation(n)
+    sizes = np.diff(_even_boundaries(n, parts))
+    assignment = np.empty(n, np.int64)
+    assignment[perm] = np.repeat(np.arange(parts, dtype=np.int64), sizes)
+    return assignment
+
+
+def _symmetric_adjacency(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (xadj, adjncy) of the undirected simple graph underlying ``graph`` (METIS input)."""
+    n = graph.num_nodes
+    src = graph.indices
+    dst = _dst_of_entries(graph)
+    keep = src != dst
+    a = np.concatenate([src[keep], dst[keep]])
+    b = np.concatenate([dst[keep], src[keep]])
+    code = np.unique(a * np.int64(n) + b)  # sorted by a, then b; duplicates gone
+    a, b = code // n, code % n
+    xadj = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(a, minlength=n), out=xadj[1:])
+    return xadj, b
+
+
+def _import_pymetis():
+    try:
+        import pymetis
+    except ImportError as e:
+        raise MissingDependencyError(
+            "the metis partition method needs the optional package pymetis, which is not installed",
+            "the graph cannot be partitioned with METIS",
+            "pip install 'mnmg-sampler[metis]' (or use --method random / range)",
+        ) from e
+    return pymetis
+
+
+def _assign_metis(graph: CSRGraph, parts: int, seed: int) -> np.ndarray:
+    pymetis = _import_pymetis()
+    xadj, adjncy = _symmetric_adjacency(graph)
+    if graph.num_nodes >= 2**31 or adjncy.shape[0] >= 2**31:
+        raise PartitionError(
+            f"graph '{graph.name}' is too large for pymetis's 32-bit ids "
+            f"({graph.num_nodes} nodes, {adjncy.shape[0]} symmetric edges)",
+            "METIS cannot partition it",
+            "use --method random or range",
+        )
+    opts = pymetis.Options(seed=int(seed) % (2**31))
+    xadj, adjncy = xadj.astype(np.int32), adjncy.astype(np.int32)
+    if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2; xadj=/adjncy= is deprecated
+        cuts, membership = pymetis.part_graph(
+            parts, pymetis.CSRAdjacency(xadj, adjncy), options=opts)
+    else:
+        cuts, membership = pymetis.part_graph(parts, xadj=xadj, adjncy=adjncy, options=opts)
+    log.info("METIS: %d of %d undirected edges cut", cuts, adjncy.shape[0] // 2)
+    return np.asarray(membership, dtype=np.int64)
+
+
+def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0) -> PartitionPlan:
+    """Assign every node to one of ``parts`` parts and relabel so parts are contiguous id ranges.
+
+    Args:
+        graph: the graph to split (CSR over in-edges, canonical rows).
+        parts: number of parts; one per rank (the torch.distributed world size).
+        method: ``range``, ``random`` or ``metis``.
+        seed: seeds ``random`` and METIS; ``range`` ignores it.
+
+    Returns:
+        The :class:`PartitionPlan`; nothing is written (see :func:`write_partitions`).
+    """
+    _check_args(graph, parts, method)
+    parts = int(parts)
+    n = graph.num_nodes
+    if method == "range" or parts == 1:
+        assignment = np.repeat(np.arange(parts, dtype=np.int64),
+                               np.diff(_even_boundaries(n, parts)))
+    elif method == "random":
+        assignment = _assign_random(n, parts, seed)
+    else:
+        assignment = _assign_metis(graph, parts, seed)
+    # Stable sort: parts in order, original-id order within a part.
+    new_to_orig = np.argsort(assignment, kind="stable").astype(np.int64)
+    orig_to_new = np.empty(n, np.int64)
+    orig_to_new[new_to_orig] = np.arange(n, dtype=np.int64)
+    part_nodes = np.bincount(assignment, minlength=parts).astype(np.int64)
+    boundaries = np.zeros(parts + 1, np.int64)
+    np.cumsum(part_nodes, out=boundaries[1:])
+    part_edges = np.bincount(assignment, weights=graph.degrees(), minlength=parts).astype(np.int64)
+    mean_nodes = n / parts
+    mean_edges = graph.num_edges / parts
+    plan = PartitionPlan(
+        method=method,
+        seed=int(seed),
+        parts=parts,
+        assignment=assignment,
+        boundaries=boundaries,
+        new_to_orig=new_to_orig,
+        orig_to_new=orig_to_new,
+        edge_cut=edge_cut(graph, assignment),
+        imbalance=float(part_nodes.max() / mean_nodes) if n else 1.0,
+        edge_imbalance=float(part_edges.max() / mean_edges) if graph.num_edges else 1.0,
+        part_nodes=part_nodes,
+        part_edges=part_edges,
+    )
+    log.info("partitioned '%s' into %d parts with %s: edge cut %.4f, imbalance %.3f nodes, "
+             "%.3f edges", graph.name, parts, method, plan.edge_cut, plan.imbalance,
+             plan.edge_imbalance)
+    return plan
+
+
+def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int) -> dict[str, np.ndarray]:
+    """The arrays of part ``rank``: local CSR in new ids, original edge ids, owned node data.
+
+    Row ``i`` is new id ``boundaries[rank] + i`` (original id ``orig_ids[i]``); its neighbor list
+    is the input row's, in the same order, with neighbor ids translated to new ids.
+    """
+    lo, hi = int(plan.boundaries[rank]), int(plan.boundaries[rank + 1])
+    orig = np.ascontiguousarray(plan.new_to_orig[lo:hi])
+    deg = graph.indptr[orig + 1] - graph.indptr[orig]
+    indptr = np.zeros(hi - lo + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    total = int(indptr[-1])
+    # Position in the input CSR of every local entry: row start + offset within the row.
+    pos = np.repeat(graph.indptr[orig] - indptr[:-1], deg) + np.arange(total, dtype=np.int64)
+    out = {
+        "indptr": indptr,
+        "indices": plan.orig_to_new[graph.indices[pos]],
+        "edge_ids": np.asarray(graph.edge_ids[pos], dtype=np.int64),
+        "orig_ids": orig,
+    }
+    if graph.x is not None:
+        out["x"] = np.ascontiguousarray(graph.x[orig])
+    if graph.y is not None:
+        out["y"] = np.ascontiguousarray(graph.y[orig])
+    for name, mask in (graph.masks or {}).items():
+        out[f"mask_{name}"] = np.ascontiguousarray(np.asarray(mask)[orig])
+    return out
+
+
+def _check_node_data(graph: CSRGraph) -> None:
+    n = graph.num_nodes
+    for what, arr in (("x", graph.x), ("y", graph.y), *((f"masks[{k!r}]", v)
+                                                        for k, v in (graph.masks or {}).items())):
+        if arr is None:
+            continue
+        arr = np.asarray(arr)
+        if arr.ndim == 0 or arr.shape[0] != n or arr.dtype.hasobject:
+            raise PartitionError(
+                f"graph '{graph.name}': {what} has shape {arr.shape} and dtype {arr.dtype}",
+                "node data needs one row per node in a plain numeric dtype to be split",
+                f"give {what} with {n} rows (numeric or bool)",
+            )
+    for name in graph.masks or {}:
+        if not _MASK_NAME.match(str(name)):
+            raise PartitionError(
+                f"graph '{graph.name}': mask name {name!r} cannot be used in a file name",
+                "the mask cannot be stored",
+                "use letters, digits, '_', '-' or '.' in mask names",
+            )
+
+
+def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
+    path = directory / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+    files[rel] = file_entry(path, arr)
+
+
+def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
+    files: dict[str, dict] = {}
+    _save(tmp, "new_to_orig.npy", plan.new_to_orig, files)
+    _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
+    parts_meta = []
+    for r in range(plan.parts):
+        arrays = relabelled_part(graph, plan, r)
+        names = {}
+        for key, arr in arrays.items():
+            rel = f"part{r}/{key}.npy"
+            _save(tmp, rel, arr, files)
+            names[key] = rel
+        parts_meta.append({
+            "rank": r,
+            "num_nodes": int(plan.part_nodes[r]),
+            "num_edges": int(plan.part_edges[r]),
+            "files": names,
+        })
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "graph_name": graph.name,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "num_parts": plan.parts,
+        "boundaries": [int(b) for b in plan.boundaries],
+        "has_x": graph.x is not None,
+        "has_y": graph.y is not None,
+        "masks": sorted(str(k) for k in (graph.masks or {})),
+        "stats": plan.summary(),
+        "parts": parts_meta,
+        "files": files,
+    }
+    write_manifest(tmp, manifest)  # last: a directory without it never loads
+
+
+def write_partitions(
+    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False
+) -> Path:
+    """Write every part of ``plan`` to ``out_dir`` atomically and return its path.
+
+    The parts are built in a hidden temporary directory beside ``out_dir`` (``.mnmg-partial-*``,
+    which :func:`load_partition` refuses), the manifest is written last, then the directory is
+    renamed into place. A failed or interrupted run leaves no ``out_dir``; an existing ``out_dir``
+    is replaced only with ``overwrite=True``, and only once the new one is complete.
+    """
+    out = Path(out_dir).absolute()
+    if plan.num_nodes != graph.num_nodes:
+        raise PartitionError(
+            f"the plan covers {plan.num_nodes} nodes but graph '{graph.name}' has "
+            f"{graph.num_nodes}",
+            "it was made for another graph",
+            "call partition_graph on this graph",
+        )
+    _check_node_data(graph)
+    if out.exists() and not overwrite:
+        raise PartitionError(
+            f"output directory {out} already exists",
+            "it is left untouched",
+            "choose another --out, or pass --overwrite (overwrite=True) to replace it",
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{out.name}-", dir=out.parent))
+    old: Path | None = None
+    try:
+        _write_all(graph, plan, tmp)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-{out.name}-", dir=out.parent))
+            os.replace(out, old / "old")  # a directory cannot replace a non-empty one
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / "old").exists() and not out.exists():
+            os.replace(old / "old", out)  # put the previous output back
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    log.info("wrote %d parts to %s (%s)", plan.parts, out, MANIFEST)
+    return out
+
+
+def partition(
+    graph: CSRGraph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
+    *, overwrite: bool = False,
+) -> Path:
+    """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
+    plan = partition_graph(graph, parts, method, seed)
+    return write_partitions(graph, plan, out_dir, overwrite=overwrite)

@@ -1,0 +1,168 @@
+"""DistNeighborLoader: per-rank minibatches of a seed set, sampled by the SamplingService.
+
+Seed splitting (``n`` seeds, batch size ``B``, world size ``W``): each epoch, the seeds are put in
+one global order (a permutation seeded by ``(seed, epoch)`` when ``shuffle``), then cut into a
+number of global batches that is a multiple of ``W``, and global batch ``g`` goes to rank
+``g % W`` as its batch ``g // W``. So ``len(loader)`` is the same on every rank, and DDP steps line
+up:
+
+* ``drop_last=False``: ``W * ceil(n / (B * W))`` batches whose sizes differ by at most one (all
+  ``<= B``); every seed is used exactly once per epoch.
+* ``drop_last=True``: ``W * floor(n / (B * W))`` batches of exactly ``B`` seeds; the last
+  ``n mod (B * W)`` seeds of the epoch's order are skipped (a different set each epoch when
+  shuffling).
+
+Example, 15 seeds ``0..14``, ``B=2``, ``W=4`` (``docs/loader.md`` lists every flag combination):
+``shuffle=False, drop_last=False`` gives 8 global batches ``[0 1] [2 3] [4 5] [6 7] [8 9] [10 11]
+[12 13] [14]``; rank 0 gets ``[0 1], [8 9]``, rank 1 ``[2 3], [10 11]``, rank 2 ``[4 5], [12 13]``,
+rank 3 ``[6 7], [14]``. With ``drop_last=True``: 4 batches, ``[0 1] [2 3] [4 5] [6 7]``, one per
+rank; seeds 8..14 are skipped.
+
+The request key of global batch ``g`` in epoch ``e`` is ``request_key(seed, e, g)``, so a batch is
+reproducible from ``(seed, epoch, g)`` alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .batch import MiniBatch
+from .errors import SamplingInputError
+from .ops.rng import request_key
+from .sampler import SampleRequest, check_fanouts
+
+
+def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, drop_last: bool,
+                   seed: int, epoch: int) -> list[np.ndarray]:
+    """Positions (into ``input_nodes``) of every global batch of an epoch, in global order."""
+    if shuffle:
+        g = np.random.default_rng([seed & 0xFFFFFFFF, epoch, 0x5EED])
+        order = g.permutation(n).astype(np.int64)
+    else:
+        order = np.arange(n, dtype=np.int64)
+    per_round = batch_size * world_size
+    if drop_last:
+        nb = (n // per_round) * world_size
+        return [order[i * batch_size:(i + 1) * batch_size] for i in range(nb)]
+    nb = world_size * -(-n // per_round) if n else world_size
+    return [np.ascontiguousarray(a) for a in np.array_split(order, nb)]
+
+
+class DistNeighborLoader:
+    """Iterates this rank's minibatches of ``input_nodes``, with features, via a service.
+
+    Args:
+        service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
+        input_nodes: seed node ids (original ids), the same array on every rank.
+        num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors.
+        batch_size: seeds per minibatch (at most).
+        shuffle: reshuffle every epoch (deterministic from ``seed`` and the epoch).
+        drop_last: skip the tail so every batch has exactly ``batch_size`` seeds.
+        seed: seed of the shuffle and the request keys.
+        prefetch: requests kept in flight ahead of the consumer, so sampling overlaps training.
+        replace: sample with replacement.
+        rank, world_size: default: those of the service's process group.
+
+    Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
+    ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
+    ``input_nodes``), ``batch_size``, ``num_sampled_nodes``, ``num_sampled_edges``, ``x``, ``y``.
+
+    Example::
+
+        service = SamplingService(load_partition("parts", rank), seed=0)
+        loader = DistNeighborLoader(service, train_idx, [10, 10], batch_size=512, shuffle=True)
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                out = model(batch.x, batch.edge_index)[: batch.batch_size]
+                loss = F.cross_entropy(out, batch.y[: batch.batch_size])
+        service.shutdown()
+    """
+
+    def __init__(self, service, input_nodes, num_neighbors: Sequence[int], batch_size: int,
+                 shuffle: bool = False, drop_last: bool = False, seed: int = 0,
+                 prefetch: int = 2, replace: bool = False, rank: int | None = None,
+                 world_size: int | None = None) -> None:
+        import torch.distributed as dist
+
+        if torch.is_tensor(input_nodes):
+            input_nodes = input_nodes.detach().cpu().numpy()
+        self.input_nodes = np.ascontiguousarray(input_nodes, dtype=np.int64).ravel()
+        if int(batch_size) <= 0:
+            raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
+                                     "no minibatch can be formed", "pass batch_size >= 1")
+        if int(prefetch) < 1:
+            raise SamplingInputError(f"prefetch must be >= 1, got {prefetch}",
+                                     "the loader needs one request in flight",
+                                     "pass prefetch >= 1")
+        self.service = service
+        self.num_neighbors = check_fanouts(num_neighbors)
+        self.batch_size = int(batch_size)
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.seed, self.prefetch, self.replace = int(seed), int(prefetch), bool(replace)
+        self.rank = dist.get_rank(service.group) if rank is None else rank
+        self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
+        self.epoch = 0
+        self._next = 0  # index (on this rank) of the next batch to hand out
+        self._resume = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch's shuffle and request keys (call before iterating, like PyTorch's)."""
+        self.epoch = int(epoch)
+        self._resume = 0
+
+    def _my_batches(self) -> list[tuple[int, np.ndarray]]:
+        allb = global_batches(self.input_nodes.size, self.batch_size, self.world_size,
+                              shuffle=self.shuffle, drop_last=self.drop_last, seed=self.seed,
+                              epoch=self.epoch)
+        return [(g, allb[g]) for g in range(self.rank, len(allb), self.world_size)]
+
+    def __len__(self) -> int:
+        n, per = self.input_nodes.size, self.batch_size * self.world_size
+        return n // per if self.drop_last else max(1, -(-n // per))
+
+    def request(self, g: int, pos: np.ndarray) -> SampleRequest:
+        """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
+        return SampleRequest(self.input_nodes[pos], self.num_neighbors,
+                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos)
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        mine = self._my_batches()[self._resume:]
+        start = self._resume
+        self._resume = 0
+        inflight: deque = deque()
+        it = iter(mine)
+        for j in range(len(mine)):
+            while len(inflight) < self.prefetch:
+                nxt = next(it, None)
+                if nxt is None:
+                    break
+                inflight.append(self.service.submit(self.request(*nxt)))
+            fut = inflight.popleft()
+            self._next = start + j + 1
+            yield self.service.result(fut)
+        self._next = 0
+
+    def state_dict(self) -> dict:
+        """Where the iteration stands: resuming yields exactly the batches not yet handed out."""
+        return {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed,
+                "world_size": self.world_size, "num_seeds": int(self.input_nodes.size)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume mid-epoch: the next ``iter()`` starts at the saved batch of the saved epoch."""
+        if state.get("world_size") != self.world_size or state.get("num_seeds") != \
+                self.input_nodes.size:
+            raise SamplingInputError(
+                f"loader state was saved with world size {state.get('world_size')} and "
+                f"{state.get('num_seeds')} seeds; this loader has {self.world_size} and "
+                f"{self.input_nodes.size}",
+                "the remaining batches would differ from the interrupted run",
+                "resume with the same world size and seed set",
+            )
+        self.epoch = int(state["epoch"])
+        self.seed = int(state["seed"])
+        self._resume = int(state["next_batch"])

@@ -1,0 +1,180 @@
+"""CUDA sampling kernels (numba.cuda): the GPU twin of :mod:`mnmg_sampler.ops.cpu`.
+
+Bit-identical to the CPU kernel by construction, not by re-implementation: the device functions
+are compiled from the **same Python source** as the CPU ones. :func:`rng.compile_rng` compiles
+the RNG with ``cuda.jit(device=True)``, and ``cpu.sample_count`` / ``cpu.sample_positions``
+(Floyd's algorithm, its slot order, the ``fanout=-1`` and ``deg <= fanout`` cases) are re-bound
+to that device RNG and compiled for the device too. Tests run both under Numba's CUDA simulator
+and compare outputs bit for bit (``tests/gpu_sim``).
+
+One call is two launches over every node of the hop (all merged requests at once), one thread
+per node: ``_counts`` sizes each node's output, a device ``torch.cumsum`` gives the offsets, and
+``_fill`` writes neighbors and edge ids. The output size is read back to the host once per call
+(the only synchronisation), to allocate the outputs from PyTorch's caching allocator.
+
+Importing this module needs numba (a core dependency) but no GPU; a GPU is checked for when
+:func:`sample_neighbors_cuda` runs. Under ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the
+simulator on CPU tensors or numpy arrays (slow: tests only).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from numba import cuda
+
+from ..gpu import require_numba_cuda, simulator_enabled
+from . import cpu, rng
+
+__all__ = ["sample_neighbors_cuda", "make_kernels", "THREADS_PER_BLOCK"]
+
+THREADS_PER_BLOCK = 128
+_SIM_THREADS_PER_BLOCK = 32  # the simulator runs one Python thread per CUDA thread
+
+_device = cuda.jit(device=True)
+# The RNG and the CPU helpers' namespace, with every callee replaced by its device version.
+_ns = rng.compile_rng(_device)
+stream_base = _ns["stream_base"]
+
+
+def device_function(py_func: Callable, name: str | None = None) -> Callable:
+    """Compile a pure-Python helper for the device against the device RNG (``draw``, ...)."""
+    f = types.FunctionType(py_func.__code__, _ns, name or py_func.__name__, py_func.__defaults__)
+    compiled = _device(f)
+    _ns[f.__name__] = compiled
+    return compiled
+
+
+sample_count = device_function(cpu.sample_count.py_func)
+sample_positions = device_function(cpu.sample_positions.py_func)
+
+
+def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Callable]:
+    """Build the ``(counts, fill)`` kernels around a device ``positions`` function.
+
+    The default is the production kernel; tests pass a deliberately wrong ``positions`` to show
+    that the CPU/CUDA comparison can fail.
+    """
+
+    def counts_kernel(indptr, rows, fanouts, replace, counts):
+        i = cuda.grid(1)
+        if i < rows.shape[0]:
+            r = rows[i]
+            counts[i] = sample_count(indptr[r + 1] - indptr[r], fanouts[i], replace[i] != 0)
+
+    def fill_kernel(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace,
+                    offsets, nbr, eid_out):
+        i = cuda.grid(1)
+        if i >= rows.shape[0]:
+            return
+        o = offsets[i]
+        k = offsets[i + 1] - o
+        if k == 0:
+            return
+        r = rows[i]
+        start = indptr[r]
+        deg = indptr[r + 1] - start
+        base = stream_base(seed, keys[i], hop, nodes[i])
+        positions(nbr, o, deg, k, fanouts[i], replace[i] != 0, base)
+        has_eid = eids.shape[0] > 0
+        for j in range(o, o + k):
+            p = start + nbr[j]
+            nbr[j] = indices[p]
+            if has_eid:
+                eid_out[j] = eids[p]
+            else:
+                eid_out[j] = p
+
+    return cuda.jit(counts_kernel), cuda.jit(fill_kernel)
+
+
+_counts_kernel, _fill_kernel = make_kernels()
+
+
+def _as_device_tensor(a, device: torch.device) -> torch.Tensor:
+    t = torch.as_tensor(a)
+    return t.to(device=device, dtype=torch.int64).contiguous()
+
+
+def sample_neighbors_cuda(
+    indptr: torch.Tensor | np.ndarray,
+    indices: torch.Tensor | np.ndarray,
+    eids: torch.Tensor | np.ndarray | None,
+    rows: torch.Tensor | np.ndarray,
+    nodes: torch.Tensor | np.ndarray,
+    keys: torch.Tensor | np.ndarray,
+    seed: int,
+    hop: int,
+    fanout: int | torch.Tensor | np.ndarray,
+    replace: bool | torch.Tensor | np.ndarray,
+    *,
+    kernels: tuple[Callable, Callable] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample one hop on the GPU; same arguments and results as :func:`cpu.sample_neighbors`.
+
+    Inputs are torch tensors on one CUDA device (CPU tensors or numpy arrays are moved there;
+    under the simulator everything stays on the CPU). Kernels run on PyTorch's current stream
+    and read the tensors zero-copy through ``__cuda_array_interface__``; the results are int64
+    tensors ``(counts, neighbors, edge_ids)`` on the same device, allocated by PyTorch.
+    ``kernels`` replaces the kernel pair (tests only, see :func:`make_kernels`).
+    """
+    nb_cuda = require_numba_cuda()
+    sim = simulator_enabled()
+    if sim:
+        device = torch.device("cpu")
+    elif torch.is_tensor(indptr) and indptr.is_cuda:
+        device = indptr.device
+    else:
+        device = torch.device("cuda", torch.cuda.current_device())
+    counts_k, fill_k = kernels if kernels is not None else (_counts_kernel, _fill_kernel)
+
+    indptr_t = _as_device_tensor(indptr, device)
+    indices_t = _as_device_tensor(indices, device)
+    eids_t = (torch.empty(0, dtype=torch.int64, device=device) if eids is None
+              else _as_device_tensor(eids, device))
+    rows_t = _as_device_tensor(rows, device).reshape(-1)
+    nodes_t = _as_device_tensor(nodes, device).reshape(-1)
+    keys_t = _as_device_tensor(keys, device).reshape(-1)
+    n = rows_t.shape[0]
+    fan_t = _as_device_tensor(fanout, device).reshape(-1).expand(n).contiguous() if n else \
+        torch.empty(0, dtype=torch.int64, device=device)
+    rep_t = torch.as_tensor(replace).to(device=device, dtype=torch.uint8).reshape(-1)
+    rep_t = rep_t.expand(n).contiguous() if n else rep_t[:0]
+
+    counts = torch.zeros(n, dtype=torch.int64, device=device)
+    if n == 0:
+        empty = torch.empty(0, dtype=torch.int64, device=device)
+        return counts, empty, empty.clone()
+
+    if sim:
+        stream = 0
+        tpb = _SIM_THREADS_PER_BLOCK
+
+        def arg(t: torch.Tensor):
+            return t.numpy()
+    else:
+        stream = nb_cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
+        tpb = THREADS_PER_BLOCK
+
+        def arg(t: torch.Tensor):
+            # sync=False: the kernels run on the producer's stream, so no wait is needed.
+            return nb_cuda.as_cuda_array(t, sync=False)
+
+    blocks = (n + tpb - 1) // tpb
+    counts_k[blocks, tpb, stream](arg(indptr_t), arg(rows_t), arg(fan_t), arg(rep_t),
+                                  arg(counts))
+    offsets = torch.zeros(n + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    total = int(offsets[-1])  # one device -> host read, to size the outputs
+    nbr = torch.empty(total, dtype=torch.int64, device=device)
+    eid_out = torch.empty(total, dtype=torch.int64, device=device)
+    if total:
+        fill_k[blocks, tpb, stream](
+            arg(indptr_t), arg(indices_t), arg(eids_t),
+            arg(rows_t), arg(nodes_t), arg(keys_t), np.uint64(seed), np.uint64(hop),
+            arg(fan_t), arg(rep_t), arg(offsets), arg(nbr), arg(eid_out))
+    return counts, nbr, eid_out
+

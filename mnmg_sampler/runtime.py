@@ -1,0 +1,92 @@
+"""torchrun environment, process groups, device and thread setup.
+
+Everything here runs in the trainer's own process; nothing touches CUDA unless the device or
+backend asks for it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job (from torchrun's environment variables)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+
+    @classmethod
+    def from_env(cls) -> DistEnv:
+        g = os.environ.get
+        return cls(int(g("RANK", "0")), int(g("WORLD_SIZE", "1")), int(g("LOCAL_RANK", "0")),
+                   int(g("LOCAL_WORLD_SIZE", g("WORLD_SIZE", "1"))))
+
+
+def resolve_backend(backend: str = "auto", device: str = "auto") -> tuple[str, torch.device]:
+    """Pick (backend, device): NCCL + the local GPU when CUDA is wanted and present, else gloo + CPU.
+
+    ``auto`` never initialises CUDA when CUDA is absent; with ``device='cpu'`` it never asks.
+    """
+    if device == "cpu" or (device == "auto" and backend == "gloo"):
+        return "gloo" if backend in ("auto", "gloo") else backend, torch.device("cpu")
+    want_cuda = device == "cuda" or backend == "nccl" or (device == "auto" and _cuda_present())
+    if want_cuda:
+        local = DistEnv.from_env().local_rank
+        return ("nccl" if backend == "auto" else backend), torch.device("cuda", local)
+    return ("gloo" if backend == "auto" else backend), torch.device("cpu")
+
+
+def _cuda_present() -> bool:
+    # torch.cuda.is_available() does not create a context (it uses NVML when it can).
+    return torch.cuda.is_available()
+
+
+def init_distributed(backend: str = "auto", device: str = "auto",
+                     timeout_s: float = 600.0) -> tuple[DistEnv, torch.device]:
+    """Initialise the default process group from torchrun's environment (idempotent).
+
+    Without torchrun (no ``MASTER_ADDR``), starts a world of one over a local ``FileStore``-free
+    TCP store on a free port, so single-process use needs no launcher.
+    """
+    env = DistEnv.from_env()
+    backend, dev = resolve_backend(backend, device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
+        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                timeout=_dt.timedelta(seconds=timeout_s))
+    return env, dev
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (bind to port 0)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def set_threads(threads: int | None) -> None:
+    """Set torch and numba thread counts (``None`` or 0: cores / local ranks, at least 1)."""
+    if not threads:
+        n = os.cpu_count() or 1
+        threads = max(1, n // max(1, DistEnv.from_env().local_world_size))
+    torch.set_num_threads(threads)
+    import numba
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
