@@ -34,6 +34,8 @@ from .errors import ConfigError
 
 __all__ = [
     "BUILTIN_DATASETS",
+    "add_config_arguments",
+    "apply_overrides",
     "CROSS_FIELD_RULES",
     "DatasetConfig",
     "DatasetSpec",
@@ -97,14 +99,9 @@ _SPLIT = (lambda v: len(v) == 3 and all(0 <= f <= 1 for f in v) and sum(v) <= 1 
 class DatasetConfig:
     """Which graph to load and how to clean it."""
 
-    name: str = _opt("cora", "Built-in name (`cora`, `rmat:SCALE[:EDGE_FACTOR]`) or path to a "
-                     "graph file (.npz, or an edge list .txt/.tsv/.csv, optionally .gz).",
-                     path=True)
-    format: Literal["auto", "npz", "edgelist"] = _opt(
-        "auto", "File format of a path dataset; auto = from the file suffix.")
-    delimiter: str | None = _opt(
-        None, "Column separator of an edge list; null = any whitespace.")
-    comment: str = _opt("#", "Edge-list lines starting with this prefix are skipped.")
+    name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or path to an "
+                     ".npz file or an edge list (.txt, .tsv, .edges, optionally .gz).", path=True)
+    seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _NONNEG_INT)
     undirected: bool | None = _opt(
         None, "Add the reverse of every edge; null = dataset default (cora: true, files: false).")
     drop_self_loops: bool = _opt(False, "Remove edges from a node to itself.")
@@ -258,7 +255,6 @@ CROSS_FIELD_RULES = (
     "`runtime.backend: nccl` needs `runtime.device` `cuda` or `auto`.",
     "`features.placement` `pinned` or `device` needs `runtime.device` `cuda` or `auto`.",
     "`partition.parts`, when set, must equal the world size (`validate --world-size W`).",
-    "`dataset.format` applies to paths only, not to built-in datasets.",
     "`training.target_value` must lie in (0, 1] for `val_acc` and be > 0 for `val_loss`.",
     "`dataset.name` `rmat:SCALE[:EDGE_FACTOR]` needs 1 <= SCALE <= 40 and EDGE_FACTOR >= 1.",
 )
@@ -387,7 +383,13 @@ def _coerce(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any
     if v is None:
         if optional:
             return None
-        raise _err(key, f"expected {_type_text(tp)}, got null", fix)
+        if typing.get_origin(inner) is Literal:
+            want = "one of " + ", ".join(map(str, typing.get_args(inner)))
+        elif typing.get_origin(inner) is list:
+            want = f"a list of {_PHRASE[typing.get_args(inner)[0]][1]}"
+        else:
+            want = _PHRASE[inner][0]
+        raise _err(key, f"expected {want}, got null", fix)
     origin = typing.get_origin(inner)
     if origin is Literal:
         choices = typing.get_args(inner)
@@ -681,23 +683,34 @@ def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
 
 
 def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
-    """Check that a path dataset exists (a typo'd built-in name gets a "did you mean")."""
+    """Check that a path dataset exists and has a readable type (typos of built-ins get a hint).
+
+    Imports the graph readers' suffix list, so it is called by ``validate`` and the jobs, not
+    by :func:`load_config`.
+    """
+    from .graph.datasets import EDGE_LIST_SUFFIXES
+
     spec = parse_dataset_name(cfg.dataset.name)
     if spec.kind != "path":
         return
     p = Path(spec.path)
+    suffixes = (".npz", *EDGE_LIST_SUFFIXES)
     if p.is_file():
+        if not p.name.lower().endswith(suffixes):
+            raise _err(key, f"the file type of {p.name!r} is not recognised",
+                       f"use a file ending in {', '.join(suffixes)}")
         return
-    bare = os.sep not in spec.path and "." not in spec.path
-    close = difflib.get_close_matches(spec.path.lower(), BUILTIN_DATASETS, n=1, cutoff=0.6)
+    bare = "/" not in spec.path and os.sep not in spec.path and "." not in spec.path
     if bare:
+        close = difflib.get_close_matches(spec.path.lower(), BUILTIN_DATASETS, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise _err(key, f"unknown dataset {spec.path!r}{hint}",
                    f"use a built-in name ({', '.join(BUILTIN_DATASETS)}), rmat:SCALE[:EDGE_FACTOR]"
                    " or the path of a graph file")
-    raise _err(key, f"dataset file {spec.path!r} not found"
-               + (" (it is a directory)" if p.is_dir() else "")
-               + f" (relative to the working directory {os.getcwd()})" * (not p.is_absolute()),
+    where = " (it is a directory)" if p.is_dir() else ""
+    if not p.is_absolute():
+        where += f" (relative to the working directory {os.getcwd()})"
+    raise _err(key, f"dataset file {spec.path!r} not found{where}",
                "fix the path or run from the directory the config expects")
 
 
@@ -706,11 +719,7 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
 
 def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
     """Checks that span several fields (see :data:`CROSS_FIELD_RULES`); ConfigError if broken."""
-    spec = parse_dataset_name(cfg.dataset.name)
-    if cfg.dataset.format != "auto" and spec.kind != "path":
-        raise _err("dataset.format", f"{cfg.dataset.format!r} applies to files, but "
-                   f"dataset.name is {cfg.dataset.name!r}",
-                   "remove dataset.format or set dataset.name to a path")
+    parse_dataset_name(cfg.dataset.name)  # rmat:SCALE[:EDGE_FACTOR] syntax and range
     n_hops = len(cfg.sampler.fanouts)
     if cfg.model.layers is not None and cfg.model.layers != n_hops:
         raise _err("model.layers", f"{cfg.model.layers} layers but sampler.fanouts has {n_hops} "
@@ -762,3 +771,25 @@ def config_to_yaml(cfg: JobConfig) -> str:
         list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
     return yaml.dump(config_to_dict(cfg), Dumper=Dumper, sort_keys=False,
                      default_flow_style=False)
+
+
+# --------------------------------------------------------------------------- CLI glue
+
+
+def add_config_arguments(parser: Any, config_flag: bool = True) -> None:
+    """Add the config arguments every config-taking subcommand shares.
+
+    ``config_flag=True`` gives ``--config PATH`` (train); ``False`` a positional ``CONFIG``
+    (validate). Both take trailing ``KEY=VALUE`` overrides and list every key in ``--help``.
+    """
+    import argparse
+
+    if config_flag:
+        parser.add_argument("--config", metavar="PATH", default=None,
+                            help="YAML job file (default: built-in defaults only)")
+    else:
+        parser.add_argument("config", metavar="CONFIG", help="YAML job file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="dotted overrides, applied after the file (sampler.batch_size=512)")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = fields_epilog()

@@ -96,7 +96,8 @@ def read_seeds_file(path: str) -> np.ndarray:
     """Seed ids from a ``.npy`` file or a text file with one integer per line."""
     p = Path(path)
     if not p.is_file():
-        raise SamplingInputError(f"seeds file {path} does not exist", "there are no seeds to sample",
+        raise SamplingInputError(f"seeds file {path} does not exist",
+                                 "there are no seeds to sample",
                                  "pass an existing .npy or text file to --seeds-file")
     try:
         arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.loadtxt(

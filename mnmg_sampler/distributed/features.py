@@ -40,19 +40,22 @@ class DistFeatureStore:
         self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
         self.lo = int(part.boundaries[part.rank])
         n_local = int(part.indptr.shape[0] - 1)
-        x = part.x if part.x is not None else np.zeros((n_local, 0), np.float32)
         self.has_x, self.has_y = part.x is not None, part.y is not None
-        x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-        y = torch.from_numpy(np.ascontiguousarray(part.y if self.has_y else
-                                                  np.zeros(n_local, np.int64), dtype=np.int64))
-        # One row table: features, then the label's 8 bytes as two float32 columns.
-        table = torch.cat([x, y.view(torch.float32).reshape(n_local, 2)], 1)
+        F = int(part.x.shape[1]) if self.has_x else 0
+        # One row table (one copy of the mapped arrays): features, then the label's 8 bytes as
+        # two float32 columns, so one exchange carries both, bit-exact.
+        table = np.empty((n_local, F + 2), np.float32)
+        if self.has_x:
+            table[:, :F] = part.x
+        y = np.ascontiguousarray(part.y if self.has_y else np.zeros(n_local), dtype=np.int64)
+        table[:, F:] = y.view(np.float32).reshape(n_local, 2)
+        table = torch.from_numpy(table)
         if placement == "pinned":
             table = table.pin_memory()
         elif placement == "device":
             table = table.to(device)
         self.table = table
-        self.num_features = int(x.shape[1])
+        self.num_features = F
         self.placement = placement
 
     @property

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import logging
+from os import PathLike
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def _parse_rmat(spec: str) -> tuple[int, int]:
 
 
 def load_graph(
-    spec: str,
+    spec: str | PathLike,
     *,
     undirected: bool | None = None,
     drop_self_loops: bool = False,

@@ -58,7 +58,8 @@ class PartitionPlan:
         method, seed: how the plan was made.
         parts: number of parts.
         assignment: int64 ``[num_nodes]``, part of each *original* node.
-        boundaries: int64 ``[parts + 1]``; part ``r`` owns new ids ``[boundaries[r], boundaries[r+1])``.
+        boundaries: int64 ``[parts + 1]``; part ``r`` owns new ids
+            ``[boundaries[r], boundaries[r+1])``.
         new_to_orig: int64 ``[num_nodes]``, original id of each new id.
         orig_to_new: int64 ``[num_nodes]``, new id of each original id.
         edge_cut: fraction of CSR entries (sampling edges) whose endpoints lie in different parts.
@@ -301,7 +302,10 @@ def _check_node_data(graph: CSRGraph) -> None:
 def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
     path = directory / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
+    with open(path, "wb") as f:
+        np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())  # data on disk before the manifest that vouches for it
     files[rel] = file_entry(path, arr)
 
 

@@ -1,11 +1,12 @@
 """CUDA sampling kernels (numba.cuda): the GPU twin of :mod:`mnmg_sampler.ops.cpu`.
 
-Bit-identical to the CPU kernel by construction, not by re-implementation: the device functions
-are compiled from the **same Python source** as the CPU ones. :func:`rng.compile_rng` compiles
-the RNG with ``cuda.jit(device=True)``, and ``cpu.sample_count`` / ``cpu.sample_positions``
-(Floyd's algorithm, its slot order, the ``fanout=-1`` and ``deg <= fanout`` cases) are re-bound
-to that device RNG and compiled for the device too. Tests run both under Numba's CUDA simulator
-and compare outputs bit for bit (``tests/gpu_sim``).
+Bit-identical to the CPU kernel by construction where possible: the device functions are
+compiled from the **same Python source** as the CPU ones. :func:`rng.compile_rng` compiles the RNG
+with ``cuda.jit(device=True)``, and ``cpu.sample_positions`` (Floyd's algorithm, its slot order,
+the ``fanout=-1`` and ``deg <= fanout`` cases) is re-bound to that device RNG and compiled for the
+device too. Only ``sample_count`` is mirrored by hand, because numba's CUDA ``min`` does not
+compile. Tests run both under Numba's CUDA simulator and compare outputs bit for bit
+(``tests/gpu_sim``), and compile both kernels to PTX when an NVVM is available.
 
 One call is two launches over every node of the hop (all merged requests at once), one thread
 per node: ``_counts`` sizes each node's output, a device ``torch.cumsum`` gives the offsets, and
@@ -48,7 +49,20 @@ def device_function(py_func: Callable, name: str | None = None) -> Callable:
     return compiled
 
 
-sample_count = device_function(cpu.sample_count.py_func)
+def _sample_count(deg, fanout, replace):
+    """``cpu.sample_count`` without ``min``: numba's CUDA ``min`` overload fails to compile."""
+    if deg <= 0:
+        return 0
+    if fanout < 0:
+        return deg
+    if replace:
+        return fanout
+    if deg < fanout:
+        return deg
+    return fanout
+
+
+sample_count = device_function(_sample_count, "sample_count")
 sample_positions = device_function(cpu.sample_positions.py_func)
 
 

@@ -63,7 +63,7 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
     with tempfile.TemporaryDirectory() as d:
         store = os.path.join(d, "store")
         procs = [ctx.Process(target=_child, args=(fn, r, world_size, store, args, q, env or {}),
-                             daemon=True) for r in range(world_size)]
+                             daemon=False) for r in range(world_size)]
         for p in procs:
             p.start()
         results: dict[int, tuple] = {}

@@ -1,4 +1,4 @@
-"""The one-hop CPU kernel: valid edges, exact counts, uniform draws, determinism, thread invariance."""
+"""The one-hop CPU kernel: valid edges, exact counts, uniform draws, determinism, threads."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_matches_plain_python_specification(replace):
     nodes = np.arange(50)
     keys = np.array([rng.request_key(1, 0, i) for i in range(50)], np.int64)
     counts, nbr, eid = _run(g, nodes, keys, 6, replace, seed=11, hop=2, eids=False)
-    for v, pos in zip(nodes, _split(counts, eid)):
+    for v, pos in zip(nodes, _split(counts, eid), strict=True):
         ref = _reference(g, int(v), int(keys[v]), 6, replace, seed=11, hop=2)
         np.testing.assert_array_equal(pos - g.indptr[v], ref)
 
@@ -145,7 +145,7 @@ def test_same_key_identical_different_keys_differ():
     nodes = np.arange(g.num_nodes)
     a = _run(g, nodes, 123, 3)
     b = _run(g, nodes, 123, 3)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
     c = _run(g, nodes, 124, 3)
     np.testing.assert_array_equal(a[0], c[0])  # counts depend only on degree and fanout
@@ -164,7 +164,7 @@ def test_result_independent_of_call_composition():
     perm = np.random.default_rng(0).permutation(g.num_nodes)[:80]
     c2, n2, _ = _run(g, perm, keys[perm], 4)
     full = _split(counts, nbr)
-    for v, got in zip(perm, _split(c2, n2)):
+    for v, got in zip(perm, _split(c2, n2), strict=True):
         np.testing.assert_array_equal(got, full[v])
 
 
@@ -179,7 +179,7 @@ def test_thread_count_invariance():
         two = _run(g, nodes, 77, 5)
     finally:
         numba.set_num_threads(before)
-    for x, y in zip(one, two):
+    for x, y in zip(one, two, strict=True):
         np.testing.assert_array_equal(x, y)
 
 

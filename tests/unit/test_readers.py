@@ -34,7 +34,7 @@ def csr_edges(g) -> list[tuple[int, int]]:
     """Every CSR entry as (src, dst), in edge-id order."""
     dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
     order = np.argsort(g.edge_ids)
-    return list(zip(g.indices[order].tolist(), dst[order].tolist()))
+    return list(zip(g.indices[order].tolist(), dst[order].tolist(), strict=True))
 
 
 def check_csr(g, edges, num_nodes):
@@ -206,7 +206,7 @@ def test_gnn_benchmark_layout(tmp_path):
     assert is_gnn_benchmark(p)
     g = read_gnn_benchmark(p)
     coo = adj.tocoo()
-    expected = sorted(zip(coo.row.tolist(), coo.col.tolist()))  # row i, col j -> edge i -> j
+    expected = sorted(zip(coo.row.tolist(), coo.col.tolist(), strict=True))  # i -> j
     assert g.num_nodes == n and g.num_edges == adj.nnz
     assert sorted(csr_edges(g)) == expected
     # edge ids follow the row-major order of the adjacency

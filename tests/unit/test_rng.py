@@ -1,4 +1,4 @@
-"""The counter-based RNG: one specification (plain numpy), identical compiled versions, good mixing."""
+"""The counter-based RNG: one plain-numpy specification, identical compiled code, good mixing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Multi-hop sampling in one process: PyG NeighborLoader invariants, determinism, merge invariance."""
+"""Multi-hop sampling in one process: PyG NeighborLoader invariants, determinism, merging."""
 
 from __future__ import annotations
 
@@ -146,14 +146,14 @@ def test_merged_requests_equal_separate_bit_for_bit():
     merged_sampler = MultiHopSampler(local_hop_fn(g, 7), g.num_nodes)
     merged = merged_sampler.sample(reqs)
     assert merged_sampler.hop_calls == 3  # one kernel call per hop for all requests
-    for r, m in zip(reqs, merged):
+    for r, m in zip(reqs, merged, strict=True):
         alone = MultiHopSampler(local_hop_fn(g, 7), g.num_nodes).sample([r])[0]
         assert m.equal(alone)
         check_invariants(g, m, r.seeds, r.fanouts, r.replace)
     assert merged[0].equal(merged[4])
     # order of requests in the merge does not matter either
     rev = MultiHopSampler(local_hop_fn(g, 7), g.num_nodes).sample(reqs[::-1])[::-1]
-    assert all(a.equal(b) for a, b in zip(merged, rev))
+    assert all(a.equal(b) for a, b in zip(merged, rev, strict=True))
 
 
 def test_thread_count_invariance():

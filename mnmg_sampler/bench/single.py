@@ -1,0 +1,299 @@
+"""``mnmg-sampler bench single``: one-process throughput, each number beside its reference.
+
+Measured in one run, on one graph, with the same thread count:
+
+1. **one-hop kernel** (:func:`mnmg_sampler.ops.cpu.sample_neighbors`, with edge ids, as the
+   sampler calls it) over ``--kernel-nodes`` seeds drawn from the non-isolated nodes, with the
+   first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), and a
+   **random gather** (:mod:`mnmg_sampler.bench.gather`) doing as many random reads of an array
+   as large as ``indices`` as the kernel sampled edges: the machine's memory-latency limit.
+   The gather's positions are precomputed outside the timed region.
+2. **multi-hop minibatches** (:class:`mnmg_sampler.sampler.MultiHopSampler`), ``--batches``
+   batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, when a peer
+   venv built by ``../shared/peers/setup.sh`` exists, **DGL 2.1's** ``NeighborSampler`` on the
+   same graph (a subprocess running ``dgl_bench.py``). DGL samples every destination node of each
+   layer again (seeds are re-sampled at each hop) and draws its seeds uniformly from all nodes
+   with ``torch.randint``, so its edges per batch differ; sampled edges per second is the
+   comparable number.
+
+Every figure is the median over ``--repeats`` runs (DGL: over ``--peer-repeats`` subprocesses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..commands.sample import add_graph_arguments, positive_int
+
+log = logging.getLogger(__name__)
+
+HELP = "one process: kernel vs random gather, multi-hop vs DGL (same run)"
+KERNEL_TARGET = 0.5  # kernel edges/s >= 0.5x the random-gather reads/s
+DGL_TARGET = 2.0  # multi-hop edges/s >= 2x DGL's sampled edges/s
+NO_PEER = "DGL peer: not available (run ../shared/peers/setup.sh)"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("single", help=HELP, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graph", default="rmat:20",
+                   help="cora, rmat:SCALE[:EDGE_FACTOR] or a graph file (default: rmat:20)")
+    add_graph_arguments(p)
+    p.set_defaults(threads=1)
+    p.add_argument("--batches", type=positive_int, default=30,
+                   help="timed minibatches per repeat, ours and DGL's (default: 30)")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="repeats of each timed measurement; the median is reported (default: 3)")
+    p.add_argument("--kernel-nodes", type=positive_int, default=1 << 18,
+                   help="seeds of the one-hop kernel call (default: 262144)")
+    p.add_argument("--peers-venv", metavar="DIR",
+                   help="venv made by ../shared/peers/setup.sh (default: .peers-venv if present)")
+    p.add_argument("--dgl-bench", metavar="FILE",
+                   help="path of dgl_bench.py (default: ../shared/peers/dgl_bench.py)")
+    p.add_argument("--peer-repeats", type=positive_int, default=1,
+                   help="DGL subprocess runs; each reloads the graph (default: 1)")
+    p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.set_defaults(bench_run=run)
+    return p
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def find_peer(venv: str | None, script: str | None) -> tuple[Path, Path] | None:
+    """The (python, dgl_bench.py) pair of a peer venv, or ``None`` when either is missing."""
+    venvs = [Path(venv)] if venv else [Path(".peers-venv"), _repo_root() / ".peers-venv"]
+    scripts = [Path(script)] if script else [
+        _repo_root().parent / "shared" / "peers" / "dgl_bench.py",
+        Path.cwd().parent / "shared" / "peers" / "dgl_bench.py",
+    ]
+    py = next((v / "bin" / "python" for v in venvs if (v / "bin" / "python").exists()), None)
+    sc = next((s for s in scripts if s.is_file()), None)
+    return (py, sc) if py and sc else None
+
+
+def _median_rate(work: float, seconds: list[float]) -> dict:
+    med = statistics.median(seconds)
+    return {"work": work, "seconds": seconds, "median_s": med, "per_s": work / med}
+
+
+def _machine(threads: int) -> dict:
+    import numba
+    import numpy as np
+
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cpu_count": os.cpu_count(), "threads": threads,
+            "python": platform.python_version(), "numba": numba.__version__,
+            "numpy": np.__version__,
+            # other processes compete for the cores: a load above the core count skews timings
+            "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
+def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size: int,
+                 repeats: int) -> dict:
+    """One-hop kernel (with and without edge ids) and the random gather, same read count."""
+    import numpy as np
+
+    from ..ops import cpu
+    from ..ops.rng import request_key
+    from .gather import gather_sum, random_positions
+
+    n_blocks = -(-nodes.size // batch_size)
+    keys = np.repeat(np.array([request_key(seed, 0, i) for i in range(n_blocks)], np.int64),
+                     batch_size)[:nodes.size]
+
+    def kernel(eids):
+        return cpu.sample_neighbors(graph.indptr, graph.indices, eids, nodes, nodes, keys,
+                                    seed, 0, fanout, replace)
+
+    kernel(graph.edge_ids)  # warm-up: load compiled code, touch the arrays
+    runs: dict[str, list[float]] = {"kernel": [], "kernel_positions": [], "gather": []}
+    counts = kernel(graph.edge_ids)[0]
+    edges = int(counts.sum())
+    pos = random_positions(graph.num_edges, edges, seed)
+    gather_sum(graph.indices, pos[:1000])
+    for _ in range(repeats):  # interleaved, so drifts in machine state hit all three alike
+        t = time.perf_counter()
+        kernel(graph.edge_ids)
+        runs["kernel"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        kernel(None)
+        runs["kernel_positions"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        gather_sum(graph.indices, pos)
+        runs["gather"].append(time.perf_counter() - t)
+    out = {k: _median_rate(edges, v) for k, v in runs.items()}
+    out["nodes"] = int(nodes.size)
+    out["fanout"] = fanout
+    out["full_rows"] = int((graph.degrees()[nodes] <= fanout).sum()) if fanout >= 0 else int(
+        nodes.size)
+    out["indices_bytes"] = int(graph.indices.nbytes)
+    out["ratio"] = out["kernel"]["per_s"] / out["gather"]["per_s"]
+    out["ratio_positions"] = out["kernel_positions"]["per_s"] / out["gather"]["per_s"]
+    return out
+
+
+def bench_multihop(graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
+                   batches: int, repeats: int) -> dict:
+    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does."""
+    from ..ops.rng import request_key
+    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+    batches = min(batches, -(-seeds.size // batch_size))
+    reqs = [SampleRequest(seeds[i * batch_size:(i + 1) * batch_size], fanouts,
+                          request_key(seed, 0, i), replace=replace) for i in range(batches)]
+    sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
+    sampler.sample(reqs[:1])  # warm-up
+    seconds = []
+    edges = nodes = 0
+    for _ in range(repeats):
+        edges = nodes = 0
+        t = time.perf_counter()
+        for r in reqs:
+            (b,) = sampler.sample([r])
+            edges += int(b.e_id.numel())
+            nodes += b.num_nodes
+        seconds.append(time.perf_counter() - t)
+    out = _median_rate(edges, seconds)
+    out.update(batches=batches, edges=edges, nodes=nodes, edges_per_batch=edges / batches,
+               nodes_per_s=nodes / out["median_s"], batches_per_s=batches / out["median_s"])
+    return out
+
+
+def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts) -> dict:
+    """Run DGL's sampler on the same graph in a subprocess; returns its JSON (median of runs)."""
+    import numpy as np
+
+    python, script = peer
+    with tempfile.TemporaryDirectory(prefix="mnmg-bench-") as tmp:
+        path = Path(tmp) / "graph.npz"
+        # our CSR row v lists the sources of edges into v; DGL samples in-edges the same way
+        dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
+        np.savez(path, src=graph.indices, dst=dst, num_nodes=np.int64(graph.num_nodes))
+        del dst
+        cmd = [str(python), str(script), "--graph", str(path),
+               "--fanouts", ",".join(str(f) for f in fanouts),
+               "--batch-size", str(args.batch_size), "--batches", str(args.batches),
+               "--threads", str(args.threads), "--seed", str(args.seed)]
+        if args.replace:
+            cmd.append("--replace")
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), DGLBACKEND="pytorch")
+        runs = []
+        for _ in range(args.peer_repeats):
+            t = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+            wall = time.perf_counter() - t
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+                return {"available": False, "error": f"exit {proc.returncode}: " + " | ".join(tail),
+                        "command": cmd}
+            res = json.loads(lines[-1])
+            res["wall_s"] = wall
+            runs.append(res)
+    rates = [r["sampled_edges_per_s"] for r in runs]
+    best = sorted(runs, key=lambda r: r["sampled_edges_per_s"])[len(runs) // 2]
+    best.update(available=True, sampled_edges_per_s_runs=rates, python=str(python),
+                script=str(script))
+    return best
+
+
+def _fmt(x: float) -> str:
+    return f"{x / 1e6:,.2f} M/s"
+
+
+def _verdict(ratio: float | None, target: float) -> str:
+    if ratio is None:
+        return "not measured"
+    return f"{ratio:.2f}x (target >= {target:g}x: {'met' if ratio >= target else 'MISSED'})"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..commands.sample import parse_fanouts, seed_order, set_threads
+    from ..graph.datasets import load_graph, nonisolated_nodes
+
+    fanouts = parse_fanouts(args.fanouts)
+    threads = set_threads(args.threads)
+    t0 = time.perf_counter()
+    graph = load_graph(args.graph, undirected=args.undirected)
+    load_s = time.perf_counter() - t0
+    seeds = seed_order(nonisolated_nodes(graph), args.seed)
+    command = "mnmg-sampler bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else None
+    res: dict = {
+        "mode": "single", "command": command, "graph": args.graph, "name": graph.name,
+        "undirected": args.undirected, "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size),
+        "load_s": load_s, "fanouts": fanouts, "batch_size": args.batch_size,
+        "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
+        "machine": _machine(threads),
+    }
+    und = " (undirected)" if graph.num_edges and args.undirected else ""
+    print(f"graph {args.graph}{und}: {graph.num_nodes:,} nodes ({seeds.size:,} non-isolated), "
+          f"{graph.num_edges:,} edges, loaded in {load_s:.1f}s")
+    print(f"threads {threads}, fanouts {fanouts}, batch size {args.batch_size}, "
+          f"replace {args.replace}, median of {args.repeats}")
+
+    k = bench_kernel(graph, seeds[:args.kernel_nodes], fanouts[0], args.replace, args.seed,
+                     args.batch_size, args.repeats)
+    res["kernel"] = k
+    print(f"\none-hop kernel, {k['nodes']:,} seeds, fanout {k['fanout']} "
+          f"({k['full_rows']:,} take all neighbors), {k['kernel']['work']:,} sampled edges")
+    print(f"  kernel (with edge ids)      {_fmt(k['kernel']['per_s'])} edges")
+    print(f"  kernel (CSR positions)      {_fmt(k['kernel_positions']['per_s'])} edges")
+    print(f"  random gather, {k['indices_bytes'] / 2**20:,.0f} MiB array "
+          f"{_fmt(k['gather']['per_s'])} reads")
+    print(f"  kernel / gather             {_verdict(k['ratio'], KERNEL_TARGET)}")
+
+    m = bench_multihop(graph, seeds, fanouts, args.replace, args.seed, args.batch_size,
+                       args.batches, args.repeats)
+    res["multihop"] = m
+    print(f"\nmulti-hop minibatches, {m['batches']} batches, {m['edges_per_batch']:,.0f} "
+          "edges/batch")
+    print(f"  mnmg-sampler                {_fmt(m['per_s'])} edges, "
+          f"{m['batches_per_s']:,.1f} batches/s, {_fmt(m['nodes_per_s'])} nodes")
+
+    peer = None if args.no_peers else find_peer(args.peers_venv, args.dgl_bench)
+    res["dgl"] = {"available": False, "error": "skipped (--no-peers)" if args.no_peers
+                  else "no peer venv or dgl_bench.py found"}
+    if peer is not None:
+        print("  DGL peer: running (loads the graph in a subprocess) ...", flush=True)
+        res["dgl"] = bench_dgl(graph, peer, args, fanouts)
+    d = res["dgl"]
+    if d.get("available"):
+        res["multihop_vs_dgl"] = m["per_s"] / d["sampled_edges_per_s"]
+        print(f"  DGL {d.get('version', '?')} NeighborSampler    "
+              f"{_fmt(d['sampled_edges_per_s'])} edges, {d['batches_per_s']:,.1f} batches/s, "
+              f"{d['edges_per_batch']:,.0f} edges/batch")
+        print(f"  mnmg-sampler / DGL          {_verdict(res['multihop_vs_dgl'], DGL_TARGET)}")
+        print("  note: DGL re-samples every layer's destination nodes (seeds are sampled again at "
+              "each hop) and draws seeds from all nodes, isolated ones included, so its edges "
+              "per batch differ; compare sampled edges per second")
+    else:
+        res["multihop_vs_dgl"] = None
+        print(f"  {NO_PEER}" + (f" [{d['error']}]" if not args.no_peers and peer else ""))
+        if peer is None and not args.no_peers:
+            log.debug("peer search: %s", d["error"])
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0

@@ -1,0 +1,122 @@
+"""Runs under NUMBA_ENABLE_CUDASIM=1 (started by test_cuda_kernels.py): CUDA kernels vs CPU kernels.
+
+Prints one JSON document on stdout: for every case, whether the CUDA kernel's
+``(counts, neighbors, edge_ids)`` equal the CPU kernel's bit for bit, plus the same comparison for
+a deliberately wrong kernel variant (off-by-one RNG slot), which must come out unequal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    sys.exit("sim_worker.py must run with NUMBA_ENABLE_CUDASIM=1")
+
+# uint64 wrap-around in the RNG is intended; the simulator runs it as numpy scalars, which warn.
+warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
+
+from numba import cuda  # noqa: E402
+
+from mnmg_sampler.gpu import simulator_enabled  # noqa: E402
+from mnmg_sampler.graph.csr import CSRGraph  # noqa: E402
+from mnmg_sampler.graph.rmat import rmat_edges  # noqa: E402
+from mnmg_sampler.ops import cpu  # noqa: E402
+from mnmg_sampler.ops import cuda as ocuda  # noqa: E402
+
+
+def wrong_positions(out, o, deg, k, fanout, replace, base):
+    """``cpu.sample_positions`` with one deliberate bug: every draw uses slot + 1."""
+    if fanout < 0 or (not replace and deg <= fanout):
+        for j in range(k):
+            out[o + j] = j
+    elif replace:
+        for j in range(k):
+            out[o + j] = bounded(draw(base, j + 1), deg)  # noqa: F821 (device namespace)
+    else:
+        for i in range(k):
+            j = deg - k + i
+            t = bounded(draw(base, i + 1), j + 1)  # noqa: F821 (device namespace)
+            for m in range(i):
+                if out[o + m] == t:
+                    t = j
+                    break
+            out[o + i] = t
+
+
+def graphs() -> dict[str, CSRGraph]:
+    rng = np.random.default_rng(11)
+    out = {}
+    n = 150
+    out["random"] = CSRGraph.from_edges(rng.integers(0, n, 900), rng.integers(0, n, 900), n)
+    src, dst = rmat_edges(7, edge_factor=6, seed=3)  # 128 nodes, power law, many isolated
+    out["power_law"] = CSRGraph.from_edges(src, dst, 128)
+    # degree-0 nodes on purpose, a hub (degree 60 > every fanout) and low-degree nodes
+    n = 100
+    hub_src = rng.integers(0, n, 60)
+    low_dst = rng.integers(50, 90, 80)  # nodes 1..49 and 90..99 get no in-edge at all
+    src = np.concatenate([hub_src, rng.integers(0, n, 80)])
+    dst = np.concatenate([np.zeros(60, np.int64), low_dst])
+    out["degree0"] = CSRGraph.from_edges(src, dst, n)
+    return out
+
+
+def compare(g: CSRGraph, rows, nodes, keys, seed, hop, fanout, replace, eids=True,
+            kernels=None) -> dict:
+    e = g.edge_ids if eids else None
+    want = cpu.sample_neighbors(g.indptr, g.indices, e, rows, nodes, keys, seed, hop,
+                                fanout, replace)
+    got = ocuda.sample_neighbors_cuda(g.indptr, g.indices, e, rows, nodes, keys, seed, hop,
+                                      fanout, replace, kernels=kernels)
+    equal = all(np.array_equal(w, t.numpy()) and t.numpy().dtype == w.dtype
+                for w, t in zip(want, got, strict=True))
+    return {"equal": bool(equal), "n_out": int(want[1].size),
+            "n_zero_deg": int((np.diff(g.indptr)[rows] == 0).sum())}
+
+
+def main() -> None:
+    results: dict[str, dict] = {"_meta": {
+        "simulator": simulator_enabled(),
+        "kernel_type": type(ocuda._fill_kernel).__name__,
+        "numba_cuda_module": cuda.jit.__module__,
+    }}
+    seed = 20240607
+    for name, g in graphs().items():
+        n = g.num_nodes
+        rows = np.arange(n, dtype=np.int64)
+        keys = np.where(rows % 3 == 0, 987654321, 42).astype(np.int64)  # two merged requests
+        for fanout in (1, 3, 10, -1):
+            for replace in (False, True):
+                results[f"{name}/f{fanout}/r{int(replace)}"] = compare(
+                    g, rows, rows, keys, seed, 1, fanout, replace)
+        # per-node fanouts and replace flags in one launch (requests with different settings)
+        rng = np.random.default_rng(5)
+        fan = rng.choice(np.array([-1, 1, 2, 5, 25]), n)
+        rep = rng.integers(0, 2, n).astype(np.uint8)
+        results[f"{name}/mixed"] = compare(g, rows, rows, keys, seed, 2, fan, rep)
+        # partition-style call: local rows, RNG keyed on original ids; no edge ids (CSR positions)
+        sub = rng.permutation(n)[: n // 2]
+        results[f"{name}/remapped_no_eids"] = compare(
+            g, sub, sub * 7 + 3, keys[sub], seed + 1, 0, 4, False, eids=False)
+        results[f"{name}/repeated_rows"] = compare(
+            g, np.concatenate([sub, sub]), np.concatenate([sub, sub]),
+            np.concatenate([keys[sub], keys[sub] + 1]), seed, 1, 3, False)
+    g = graphs()["random"]
+    rows = np.arange(g.num_nodes, dtype=np.int64)
+    keys = np.full(g.num_nodes, 7, np.int64)
+    empty = ocuda.sample_neighbors_cuda(g.indptr, g.indices, g.edge_ids, rows[:0], rows[:0],
+                                        keys[:0], seed, 0, 3, False)
+    results["empty_call"] = {"equal": all(t.numel() == 0 for t in empty), "n_out": 0}
+    wrong = ocuda.make_kernels(ocuda.device_function(wrong_positions, "wrong_positions"))
+    for replace in (False, True):
+        results[f"WRONG/r{int(replace)}"] = compare(g, rows, rows, keys, seed, 1, 3, replace,
+                                                    kernels=wrong)
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The launch scripts' argument handling, with a stub in place of torchrun (no ranks start).
+
+The captured command line is also parsed by the installed torchrun's own argument parser, so a
+flag torch does not know fails here rather than on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH = REPO / "launch"
+SCRIPTS = ["run.sh", "multinode.sh", "slurm.sbatch"]
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+@pytest.fixture
+def stub(tmp_path):
+    """An executable that records its arguments (one per line) and some environment."""
+    log = tmp_path / "args.txt"
+    script = tmp_path / "fake_launcher"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f'printf "%s\\n" "$@" > {log}\n'
+        f'echo "OMP=${{OMP_NUM_THREADS:-}} NCCL=${{NCCL_DEBUG:-}}" > {log}.env\n')
+    script.chmod(0o755)
+    return script, log
+
+
+def launch(script: str, env: dict, args: list[str], cwd: Path = REPO):
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("NPROC", "CONFIG", "LOG_RANK", "LOG_DIR", "OMP_NUM_THREADS",
+                         "NCCL_DEBUG", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    full.update(env)
+    return subprocess.run(["bash", str(LAUNCH / script), *args], env=full, cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def torchrun_args(argv: list[str]):
+    """Parse with the installed torchrun's parser (raises SystemExit on an unknown flag)."""
+    from torch.distributed.run import get_args_parser
+
+    return get_args_parser().parse_args(argv)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_parse_and_are_executable(script):
+    path = LAUNCH / script
+    assert os.access(path, os.X_OK)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_run_sh_defaults_and_forwarded_overrides(stub):
+    fake, log = stub
+    proc = launch("run.sh", {"TORCHRUN": str(fake)}, ["sampler.batch_size=64", "name=a b"])
+    assert proc.returncode == 0, proc.stderr
+    argv = log.read_text().splitlines()
+    args = torchrun_args(argv)
+    assert args.nproc_per_node == "2"
+    assert (args.rdzv_backend, args.rdzv_endpoint) == ("c10d", "localhost:0")
+    assert (args.local_ranks_filter, args.role, args.tee) == ("0", "rank", "3")
+    assert args.module and args.training_script == "mnmg_sampler"
+    assert args.training_script_args == [
+        "train", "--config", str(REPO / "configs" / "quickstart.yaml"),
+        "sampler.batch_size=64", "name=a b"]
+    cores = os.cpu_count() or 1
+    assert (log.with_suffix(".txt.env").read_text().split()
+            == [f"OMP={max(1, cores // 2)}", "NCCL=WARN"])
+
+
+def test_run_sh_environment_knobs(stub, tmp_path):
+    fake, log = stub
+    env = {"TORCHRUN": str(fake), "NPROC": "3", "CONFIG": "configs/cora.yaml", "LOG_RANK": "0,1",
+           "LOG_DIR": str(tmp_path / "logs dir"), "OMP_NUM_THREADS": "5", "NCCL_DEBUG": "INFO"}
+    proc = launch("run.sh", env, [])
+    assert proc.returncode == 0, proc.stderr
+    args = torchrun_args(log.read_text().splitlines())
+    assert (args.nproc_per_node, args.local_ranks_filter) == ("3", "0,1")
+    assert args.log_dir == str(tmp_path / "logs dir")
+    assert args.training_script_args == ["train", "--config", "configs/cora.yaml"]
+    assert log.with_suffix(".txt.env").read_text().split() == ["OMP=5", "NCCL=INFO"]
+
+
+@pytest.mark.parametrize("node_rank, is_host", [("0", "1"), ("1", "0")])
+def test_multinode_sh(stub, node_rank, is_host):
+    fake, log = stub
+    env = {"TORCHRUN": str(fake), "NNODES": "2", "NODE_RANK": node_rank,
+           "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "4321", "NPROC": "1"}
+    proc = launch("multinode.sh", env, ["training.epochs=1"])
+    assert proc.returncode == 0, proc.stderr
+    args = torchrun_args(log.read_text().splitlines())
+    assert (args.nnodes, args.nproc_per_node) == ("2", "1")
+    assert (args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id) == (
+        "c10d", "10.0.0.1:4321", "mnmg-4321")
+    assert args.rdzv_conf == f"is_host={is_host},join_timeout=900"
+    assert args.training_script_args == [
+        "train", "--config", str(REPO / "configs" / "multinode_gpu.yaml"), "training.epochs=1"]
+
+
+def _slurm_env(tmp_path: Path, fake: Path) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text("#!/usr/bin/env bash\necho nodeA\necho nodeB\n")
+    scontrol.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+            "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "node[A-B]", "SLURM_SUBMIT_DIR": str(REPO),
+            "SLURM_CPUS_PER_TASK": "8", "NPROC": "1", "CONFIG": "configs/quickstart.yaml",
+            "SRUN": str(fake), "PY": sys.executable}
+
+
+def test_slurm_sbatch_validates_then_runs_torchrun_under_srun(stub, tmp_path):
+    fake, log = stub
+    proc = launch("slurm.sbatch", _slurm_env(tmp_path, fake), ["training.epochs=1"],
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"  # the pre-flight validate
+    argv = log.read_text().splitlines()
+    assert argv[0] == "--kill-on-bad-exit=1"
+    assert Path(argv[1]).name == "torchrun"
+    args = torchrun_args(argv[2:])
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_id) == ("2", "1", "4242")
+    assert args.rdzv_endpoint == "nodeA:24242"
+    assert args.training_script_args == [
+        "train", "--config", "configs/quickstart.yaml", "training.epochs=1"]
+    assert log.with_suffix(".txt.env").read_text().split() == ["OMP=8", "NCCL=WARN"]
+
+
+def test_slurm_sbatch_stops_on_a_bad_config_before_srun(stub, tmp_path):
+    fake, log = stub
+    proc = launch("slurm.sbatch", _slurm_env(tmp_path, fake), ["sampler.batch_size=-1"],
+                  cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "sampler.batch_size: expected a positive integer" in proc.stderr
+    assert not log.exists()
+
+
+def test_slurm_sbatch_outside_slurm_says_so():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.run(["bash", str(LAUNCH / "slurm.sbatch")], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "not inside a SLURM allocation" in proc.stderr
