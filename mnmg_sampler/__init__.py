@@ -44,10 +44,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .batch import MiniBatch
-    from .graph.csr import CSRGraph
-    from .graph.datasets import load_graph
-    from .sampler import MultiHopSampler, SampleRequest, sample
+    from .batch import MiniBatch  # noqa: F401
+    from .graph.csr import CSRGraph  # noqa: F401
+    from .graph.datasets import load_graph  # noqa: F401
+    from .sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401
 
 
 def __getattr__(name: str):

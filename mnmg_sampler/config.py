@@ -736,7 +736,7 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
                    "runtime.device is cpu", "use features.placement=host (or auto) on CPU")
     if world_size is not None:
         if world_size < 1:
-            raise _err("world_size", f"expected a positive integer, got {world_size}",
+            raise _err("--world-size", f"expected a positive integer, got {world_size}",
                        "pass --world-size W with W >= 1")
         if cfg.partition.parts is not None and cfg.partition.parts != world_size:
             raise _err("partition.parts", f"{cfg.partition.parts} partitions but the world size "

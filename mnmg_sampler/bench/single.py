@@ -60,8 +60,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="venv made by ../shared/peers/setup.sh (default: .peers-venv if present)")
     p.add_argument("--dgl-bench", metavar="FILE",
                    help="path of dgl_bench.py (default: ../shared/peers/dgl_bench.py)")
-    p.add_argument("--peer-repeats", type=positive_int, default=1,
-                   help="DGL subprocess runs; each reloads the graph (default: 1)")
+    p.add_argument("--peer-repeats", type=positive_int, default=3,
+                   help="DGL subprocess runs, median reported; each reloads the graph "
+                        "(default: 3)")
     p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     p.set_defaults(bench_run=run)
@@ -250,7 +251,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"graph {args.graph}{und}: {graph.num_nodes:,} nodes ({seeds.size:,} non-isolated), "
           f"{graph.num_edges:,} edges, loaded in {load_s:.1f}s")
     print(f"threads {threads}, fanouts {fanouts}, batch size {args.batch_size}, "
-          f"replace {args.replace}, median of {args.repeats}")
+          f"replace {args.replace}, median of {args.repeats}; "
+          f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {os.cpu_count()} cores")
 
     k = bench_kernel(graph, seeds[:args.kernel_nodes], fanouts[0], args.replace, args.seed,
                      args.batch_size, args.repeats)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, MnmgError, SamplingInputError
+from ..errors import ConfigError, SamplingInputError
 
 HELP = "sample one epoch of minibatches and print the throughput"
 
@@ -167,9 +167,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_distributed(args: argparse.Namespace) -> int:
-    raise MnmgError("distributed sampling (--partitions) is not available yet in this build",
-                    "nothing was sampled",
-                    "run without --partitions to sample in one process")
+    """Sample under torchrun over a partition directory (see ``distributed/offline.py``)."""
+    from ..distributed.offline import run_distributed as run_dist
+
+    return run_dist(args)
 
 
 def run_single(args: argparse.Namespace) -> int:

@@ -15,9 +15,8 @@ and partitioning.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -123,7 +122,8 @@ class DistSampler:
                                   r.input_id) for r in requests]
         out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))
         if features is not None and features.enabled:
-            for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out])):
+            for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out]),
+                                 strict=True):
                 b.x, b.y = x, y
         for b in out:
             b.n_id = torch.from_numpy(np.asarray(self.new_to_orig[b.n_id.numpy()], np.int64))

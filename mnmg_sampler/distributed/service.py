@@ -141,7 +141,7 @@ class SamplingService:
                 for _, f in pending:
                     f.set_exception(e)
                 return True
-            for (_, f), b in zip(pending, batches):
+            for (_, f), b in zip(pending, batches, strict=True):
                 f.set_result(b)
             st = self._stats
             st["rounds"] += 1

@@ -164,19 +164,22 @@ def sample_neighbors_cuda(
         return counts, empty, empty.clone()
 
     if sim:
-        stream = 0
-        tpb = _SIM_THREADS_PER_BLOCK
-
-        def arg(t: torch.Tensor):
-            return t.numpy()
-    else:
+        return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
+                       seed, hop, fan_t, rep_t, counts, 0, _SIM_THREADS_PER_BLOCK,
+                       lambda t: t.numpy())
+    # Numba must work in the same (primary) context as PyTorch, on PyTorch's current stream.
+    with nb_cuda.gpus[device.index]:
         stream = nb_cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
-        tpb = THREADS_PER_BLOCK
+        # sync=False: the kernels run on the stream that produced the inputs, no wait needed.
+        return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
+                       seed, hop, fan_t, rep_t, counts, stream, THREADS_PER_BLOCK,
+                       lambda t: nb_cuda.as_cuda_array(t, sync=False))
 
-        def arg(t: torch.Tensor):
-            # sync=False: the kernels run on the producer's stream, so no wait is needed.
-            return nb_cuda.as_cuda_array(t, sync=False)
 
+def _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t, seed, hop,
+            fan_t, rep_t, counts, stream, tpb, arg):
+    n = rows_t.shape[0]
+    device = counts.device
     blocks = (n + tpb - 1) // tpb
     counts_k[blocks, tpb, stream](arg(indptr_t), arg(rows_t), arg(fan_t), arg(rep_t),
                                   arg(counts))

@@ -66,7 +66,9 @@ def test_cli_surface_matches_the_snapshot():
     frozen = json.loads(SNAPSHOT.read_text())
     fix = ("if the change is intended, run: UPDATE_CLI_SURFACE=1 .venv/bin/python -m pytest -q "
            "tests/unit/test_cli_surface.py")
-    assert sorted(current["commands"]) == sorted(frozen["commands"]), f"subcommands changed; {fix}"
+    added = sorted(set(current["commands"]) - set(frozen["commands"]))
+    removed = sorted(set(frozen["commands"]) - set(current["commands"]))
+    assert not (added or removed), f"subcommands added {added}, removed {removed}; {fix}"
     assert current["mnmg-sampler"] == frozen["mnmg-sampler"], f"top-level options changed; {fix}"
     for name, options in frozen["commands"].items():
         assert current["commands"][name] == options, f"options of '{name}' changed; {fix}"

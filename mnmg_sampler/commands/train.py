@@ -1,0 +1,46 @@
+"""``mnmg-sampler train --config FILE [KEY=VALUE ...] [--resume]``: the GraphSAGE job.
+
+Run it under torchrun (``launch/run.sh``); without torchrun it runs as a world of one.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> None:
+    from ..config import add_config_arguments
+
+    p = subparsers.add_parser(
+        "train", help="run a YAML-configured GraphSAGE job (under torchrun)",
+        description="Partition (if needed), sample and train GraphSAGE with DDP, as configured. "
+        "Launch with torchrun, e.g. `bash launch/run.sh`.")
+    add_config_arguments(p, config_flag=True)
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in output.dir "
+                   "(automatic after a torchrun --max-restarts restart)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar on rank 0")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    from ..config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+
+    @record
+    def job() -> None:
+        import torch.distributed as dist
+
+        from ..train.job import run_job
+
+        try:
+            run_job(cfg, resume=args.resume, progress=not args.no_progress)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    job()
+    return 0
