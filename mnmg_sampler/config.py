@@ -54,9 +54,11 @@ __all__ = [
     "config_to_dict",
     "config_to_yaml",
     "fields_epilog",
+    "format_value",
     "iter_fields",
     "load_config",
     "parse_dataset_name",
+    "section_docs",
     "validate_config",
 ]
 

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
@@ -153,35 +154,52 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     return out
 
 
-def bench_multihop(graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
-                   batches: int, repeats: int) -> dict:
-    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does."""
-    from ..ops.rng import request_key
-    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+class MultiHopBench:
+    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does.
 
-    batches = min(batches, -(-seeds.size // batch_size))
-    reqs = [SampleRequest(seeds[i * batch_size:(i + 1) * batch_size], fanouts,
-                          request_key(seed, 0, i), replace=replace) for i in range(batches)]
-    sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
-    sampler.sample(reqs[:1])  # warm-up
-    seconds = []
-    edges = nodes = 0
-    for _ in range(repeats):
+    Each :meth:`run_once` is one timed repeat over the same batches, so repeats can be
+    interleaved with the DGL peer's runs and both see the same machine state.
+    """
+
+    def __init__(self, graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
+                 batches: int) -> None:
+        from ..ops.rng import request_key
+        from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+        self.batches = min(batches, -(-seeds.size // batch_size))
+        self.reqs = [SampleRequest(seeds[i * batch_size:(i + 1) * batch_size], fanouts,
+                                   request_key(seed, 0, i), replace=replace)
+                     for i in range(self.batches)]
+        self.sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
+        self.sampler.sample(self.reqs[:1])  # warm-up
+        self.seconds: list[float] = []
+        self.edges = self.nodes = 0
+
+    def run_once(self) -> None:
         edges = nodes = 0
         t = time.perf_counter()
-        for r in reqs:
-            (b,) = sampler.sample([r])
+        for r in self.reqs:
+            (b,) = self.sampler.sample([r])
             edges += int(b.e_id.numel())
             nodes += b.num_nodes
-        seconds.append(time.perf_counter() - t)
-    out = _median_rate(edges, seconds)
-    out.update(batches=batches, edges=edges, nodes=nodes, edges_per_batch=edges / batches,
-               nodes_per_s=nodes / out["median_s"], batches_per_s=batches / out["median_s"])
-    return out
+        self.seconds.append(time.perf_counter() - t)
+        self.edges, self.nodes = edges, nodes
+
+    def result(self) -> dict:
+        out = _median_rate(self.edges, self.seconds)
+        med = out["median_s"]
+        out.update(batches=self.batches, edges=self.edges, nodes=self.nodes,
+                   edges_per_batch=self.edges / self.batches, nodes_per_s=self.nodes / med,
+                   batches_per_s=self.batches / med)
+        return out
 
 
-def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts) -> dict:
-    """Run DGL's sampler on the same graph in a subprocess; returns its JSON (median of runs)."""
+def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts,
+              before_each: Callable[[], None] | None = None) -> dict:
+    """Run DGL's sampler on the same graph in a subprocess; returns its JSON (median of runs).
+
+    ``before_each`` runs before every DGL run (one of our own repeats, interleaved).
+    """
     import numpy as np
 
     python, script = peer
@@ -200,6 +218,8 @@ def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts) -> dict:
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), DGLBACKEND="pytorch")
         runs = []
         for _ in range(args.peer_repeats):
+            if before_each is not None:
+                before_each()
             t = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
             wall = time.perf_counter() - t
@@ -238,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
     graph = load_graph(args.graph, undirected=args.undirected)
     load_s = time.perf_counter() - t0
     seeds = seed_order(nonisolated_nodes(graph), args.seed)
-    command = "mnmg-sampler bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else None
+    argv = sys.argv[1:]
+    command = "mnmg-sampler " + " ".join(argv) if argv[:2] == ["bench", "single"] else None
     res: dict = {
         "mode": "single", "command": command, "graph": args.graph, "name": graph.name,
         "undirected": args.undirected, "num_nodes": graph.num_nodes,
@@ -265,26 +286,28 @@ def run(args: argparse.Namespace) -> int:
           f"{_fmt(k['gather']['per_s'])} reads")
     print(f"  kernel / gather             {_verdict(k['ratio'], KERNEL_TARGET)}")
 
-    m = bench_multihop(graph, seeds, fanouts, args.replace, args.seed, args.batch_size,
-                       args.batches, args.repeats)
-    res["multihop"] = m
-    print(f"\nmulti-hop minibatches, {m['batches']} batches, {m['edges_per_batch']:,.0f} "
-          "edges/batch")
-    print(f"  mnmg-sampler                {_fmt(m['per_s'])} edges, "
-          f"{m['batches_per_s']:,.1f} batches/s, {_fmt(m['nodes_per_s'])} nodes")
-
+    mh = MultiHopBench(graph, seeds, fanouts, args.replace, args.seed, args.batch_size,
+                       args.batches)
     peer = None if args.no_peers else find_peer(args.peers_venv, args.dgl_bench)
     res["dgl"] = {"available": False, "error": "skipped (--no-peers)" if args.no_peers
                   else "no peer venv or dgl_bench.py found"}
     if peer is not None:
-        print("  DGL peer: running (loads the graph in a subprocess) ...", flush=True)
-        res["dgl"] = bench_dgl(graph, peer, args, fanouts)
+        print("\nmulti-hop: our repeats interleaved with DGL runs (each loads the graph) ...",
+              flush=True)
+        res["dgl"] = bench_dgl(graph, peer, args, fanouts, before_each=mh.run_once)
+    while len(mh.seconds) < args.repeats:
+        mh.run_once()
+    m = res["multihop"] = mh.result()
+    print(f"\nmulti-hop minibatches, {m['batches']} batches, {m['edges_per_batch']:,.0f} "
+          f"edges/batch, median of {len(m['seconds'])}")
+    print(f"  mnmg-sampler                {_fmt(m['per_s'])} edges, "
+          f"{m['batches_per_s']:,.1f} batches/s, {_fmt(m['nodes_per_s'])} nodes")
     d = res["dgl"]
     if d.get("available"):
         res["multihop_vs_dgl"] = m["per_s"] / d["sampled_edges_per_s"]
         print(f"  DGL {d.get('version', '?')} NeighborSampler    "
               f"{_fmt(d['sampled_edges_per_s'])} edges, {d['batches_per_s']:,.1f} batches/s, "
-              f"{d['edges_per_batch']:,.0f} edges/batch")
+              f"{d['edges_per_batch']:,.0f} edges/batch, median of {args.peer_repeats}")
         print(f"  mnmg-sampler / DGL          {_verdict(res['multihop_vs_dgl'], DGL_TARGET)}")
         print("  note: DGL re-samples every layer's destination nodes (seeds are sampled again at "
               "each hop) and draws seeds from all nodes, isolated ones included, so its edges "

@@ -101,7 +101,7 @@ def test_sample_num_batches_include_isolated_and_seeds_file(tiny_npz, tmp_path, 
     [
         (["--fanouts", "5,0"], "invalid fanouts"),
         (["--fanouts", "5,x"], "invalid fanouts"),
-        (["--partitions", "parts"], "not available yet"),
+        (["--partitions", "no-such-parts"], "no-such-parts"),
         (["--seeds-file", "missing.txt"], "does not exist"),
         (["--threads", "100000"], "threads"),
     ],

@@ -1,0 +1,107 @@
+"""``mnmg-sampler sample --partitions`` under torchrun: same files for 1 process, 2 ranks on one
+node, and two loopback "nodes"; user errors stop every rank with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mnmg_sampler.graph.partition import partition
+from mnmg_sampler.graph.partition_io import MANIFEST
+
+from .common import small_graph
+from .harness import RankFailure, run_ranks
+from .torchrun import REPO, torchrun, torchrun_nodes
+
+ARGS = ["--fanouts", "4,3,2", "--batch-size", "24", "--seed", "7"]
+
+
+def _graph_file(tmp_path):
+    g = small_graph(features=False)
+    src = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))  # rebuild the edge list
+    path = tmp_path / "g.npz"
+    order = np.argsort(g.edge_ids)
+    np.savez(path, src=g.indices[order], dst=src[order], num_nodes=g.num_nodes)
+    return path
+
+
+def _files(d) -> dict:
+    return {p.name: dict(np.load(p)) for p in sorted(d.glob("batch_*.npz"))}
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys() and len(a) > 0
+    for name in a:
+        assert a[name].keys() == b[name].keys()
+        for k in a[name]:
+            assert np.array_equal(a[name][k], b[name][k]), (name, k)
+
+
+def test_one_node_two_nodes_and_single_process_give_the_same_files(tmp_path):
+    gpath = _graph_file(tmp_path)
+    single = tmp_path / "single"
+    r = subprocess.run([sys.executable, "-m", "mnmg_sampler", "sample", str(gpath), *ARGS,
+                        "--out", str(single)], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    parts = tmp_path / "parts"
+    r = subprocess.run([sys.executable, "-m", "mnmg_sampler", "partition", str(gpath), "--parts",
+                        "2", "--method", "random", "--out", str(parts)], capture_output=True,
+                       text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    one = tmp_path / "one_node"
+    r = torchrun(["sample", "--partitions", str(parts), *ARGS, "--out", str(one)], nproc=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    two = tmp_path / "two_nodes"
+    rs = torchrun_nodes(["sample", "--partitions", str(parts), *ARGS, "--out", str(two)], 2)
+    for r in rs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    ref = _files(single)
+    _same(_files(one), ref)
+    _same(_files(two), ref)
+    assert (one / "meta.json").read_text() == (two / "meta.json").read_text()
+
+
+def test_world_size_mismatch_exits_2_on_every_rank(tmp_path):
+    parts = partition(small_graph(), 3, "range", tmp_path / "parts")
+    r = torchrun(["sample", "--partitions", str(parts), *ARGS], nproc=2, timeout=180)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if "mnmg-sampler sample: error:" in ln]
+    assert sorted(ln.split()[0] for ln in lines) == ["[rank0]", "[rank1]"], r.stderr[-2000:]
+    for ln in lines:
+        assert "3 parts but the job runs 2 ranks" in ln and "--parts 2" in ln
+    assert "exitcode  : 2" in r.stderr
+    # one line per rank, no Python traceback from our code (torchrun's own summary may follow)
+    assert "mnmg_sampler/" not in r.stderr
+
+
+def _load(rank, world, d):
+    from mnmg_sampler.distributed.collective import agree
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    return agree(lambda: load_partition(d, rank, world)).num_local_nodes
+
+
+def test_corrupt_file_raises_on_every_rank(tmp_path):
+    import json
+
+    from mnmg_sampler.errors import PartitionError
+
+    d = partition(small_graph(), 2, "random", tmp_path / "parts")
+    man = json.loads((d / MANIFEST).read_text())
+    victim = next(f for f in sorted(man["files"]) if f.startswith("part1") and
+                  f.endswith("indices.npy"))
+    p = d / victim
+    raw = bytearray(p.read_bytes())
+    raw[-1] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with pytest.raises(RankFailure) as ei:
+        run_ranks(_load, 2, str(d), timeout=120)
+    errs = ei.value.errors
+    assert sorted(errs) == [0, 1]
+    for exc, tb in errs.values():
+        assert isinstance(exc, PartitionError), tb
+        assert victim.split("/")[-1] in str(exc)
