@@ -95,25 +95,32 @@ class DistNeighborLoader:
         if int(batch_size) <= 0:
             raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
                                      "no minibatch can be formed", "pass batch_size >= 1")
-        if int(prefetch) < 1:
-            raise SamplingInputError(f"prefetch must be >= 1, got {prefetch}",
-                                     "the loader needs one request in flight",
-                                     "pass prefetch >= 1")
+        if int(prefetch) < 0:
+            raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
+                                     "it is the number of requests kept in flight",
+                                     "pass prefetch >= 0 (0 = sample each batch on demand)")
         self.service = service
         self.num_neighbors = check_fanouts(num_neighbors)
         self.batch_size = int(batch_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        self.seed, self.prefetch, self.replace = int(seed), int(prefetch), bool(replace)
+        # prefetch 0 = synchronous: one request in flight, submitted when the batch is wanted
+        self.seed, self.prefetch, self.replace = int(seed), max(1, int(prefetch)), bool(replace)
         self.rank = dist.get_rank(service.group) if rank is None else rank
         self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
         self.epoch = 0
         self._next = 0  # index (on this rank) of the next batch to hand out
         self._resume = 0
+        self._resume_epoch: int | None = None
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch's shuffle and request keys (call before iterating, like PyTorch's)."""
+        """Select the epoch's shuffle and request keys (call before iterating, like PyTorch's).
+
+        A resume point from :meth:`load_state_dict` survives ``set_epoch`` of the same epoch.
+        """
         self.epoch = int(epoch)
-        self._resume = 0
+        if self._resume_epoch != self.epoch:
+            self._resume = 0
+        self._resume_epoch = None
 
     def _my_batches(self) -> list[tuple[int, np.ndarray]]:
         allb = global_batches(self.input_nodes.size, self.batch_size, self.world_size,
@@ -133,7 +140,7 @@ class DistNeighborLoader:
     def __iter__(self) -> Iterator[MiniBatch]:
         mine = self._my_batches()[self._resume:]
         start = self._resume
-        self._resume = 0
+        self._resume, self._resume_epoch = 0, None
         inflight: deque = deque()
         it = iter(mine)
         for j in range(len(mine)):
@@ -166,3 +173,4 @@ class DistNeighborLoader:
         self.epoch = int(state["epoch"])
         self.seed = int(state["seed"])
         self._resume = int(state["next_batch"])
+        self._resume_epoch = self.epoch

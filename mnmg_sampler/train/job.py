@@ -128,7 +128,7 @@ def evaluate(model, loader, device) -> tuple[float, float]:
         acc[1] += b.batch_size
         acc[2] += float(torch.nn.functional.cross_entropy(out, y, reduction="sum"))
     model.train()
-    dist.all_reduce(acc, group=loader.service.group)
+    dist.all_reduce(acc)  # default group: the service thread owns its own group
     return float(acc[0] / max(acc[1], 1)), float(acc[2] / max(acc[1], 1))
 
 
@@ -209,7 +209,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
                                          seed=s.seed + 1, prefetch=s.prefetch)
                    for k in ("val", "test")}
     ymax = torch.tensor([int(np.max(part.y)) if len(part.y) else 0])
-    dist.all_reduce(ymax, op=dist.ReduceOp.MAX, group=service.group)
+    dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
     torch.manual_seed(s.seed)
     model = GraphSAGE(int(part.x.shape[1]), m.hidden, int(ymax) + 1, m.layers,
                       dropout=m.dropout, aggr=m.aggr).to(device)
@@ -256,11 +256,11 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            tot += torch.tensor([float(loss) * b.batch_size, b.batch_size,
+            tot += torch.tensor([loss.item() * b.batch_size, b.batch_size,
                                  float((out.argmax(-1) == y).sum())], dtype=torch.float64)
             if bar is not None:
                 bar.update(1)
-        dist.all_reduce(tot, group=service.group)
+        dist.all_reduce(tot)
         rec = {"event": "epoch", "epoch": epoch, "train_loss": float(tot[0] / max(tot[1], 1)),
                "train_acc": float(tot[2] / max(tot[1], 1)), "seconds": time.perf_counter() - t0}
         if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
@@ -279,7 +279,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
                                                  "next_batch": 0},
                                       "world_size": world, "config": config_to_dict(cfg)},
                                 epoch)
-            dist.barrier(group=service.group)
+            dist.barrier()
         tv = tr.target_value
         if tv is not None and "val_acc" in rec and tr.target_metric == "val_acc" and \
                 rec["val_acc"] >= tv:
