@@ -7,6 +7,8 @@ because every draw comes from :mod:`mnmg_sampler.ops.rng`.
 
 from __future__ import annotations
 
+import types
+
 import numba
 import numpy as np
 
@@ -56,8 +58,7 @@ def sample_positions(out, o, deg, k, fanout, replace, base):
             out[o + i] = t
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def _counts(indptr, rows, fanouts, replace):
+def _counts_py(indptr, rows, fanouts, replace):
     n = rows.shape[0]
     counts = np.empty(n, np.int64)
     for i in numba.prange(n):
@@ -66,11 +67,9 @@ def _counts(indptr, rows, fanouts, replace):
     return counts
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def _fill(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace, offsets,
-          nbr, eid_out):
+def _positions_py(indptr, rows, nodes, keys, seed, hop, fanouts, replace, offsets, pos):
+    # Phase 1: absolute CSR positions of every draw (cheap, cache-friendly).
     n = rows.shape[0]
-    has_eid = eids.shape[0] > 0
     for i in numba.prange(n):
         r = rows[i]
         start = indptr[r]
@@ -80,11 +79,37 @@ def _fill(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace,
         if k == 0:
             continue
         base = stream_base(seed, keys[i], hop, nodes[i])
-        sample_positions(nbr, o, deg, k, fanouts[i], replace[i] != 0, base)
+        sample_positions(pos, o, deg, k, fanouts[i], replace[i] != 0, base)
         for j in range(o, o + k):
-            p = start + nbr[j]
-            nbr[j] = indices[p]
-            eid_out[j] = eids[p] if has_eid else p
+            pos[j] += start
+
+
+def _gather_py(indices, eids, pos, nbr, eid_out):
+    # Phase 2: independent random reads, so the CPU overlaps many cache misses.
+    m = pos.shape[0]
+    has_eid = eids.shape[0] > 0
+    for j in numba.prange(m):
+        p = pos[j]
+        nbr[j] = indices[p]
+        eid_out[j] = eids[p] if has_eid else p
+
+
+def _compile(py, parallel: bool):
+    """``njit`` one body as a parallel or a serial kernel (distinct names keep caches apart)."""
+    f = types.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__,
+                           py.__closure__)
+    f.__qualname__ = f"{py.__name__}_{'par' if parallel else 'ser'}"
+    return numba.njit(cache=True, nogil=True, parallel=parallel)(f)
+
+
+_KERNELS = {par: tuple(_compile(f, par) for f in (_counts_py, _positions_py, _gather_py))
+            for par in (True, False)}
+# Below this many nodes a parallel loop costs more to start than it saves.
+PARALLEL_MIN_NODES = 4096
+
+
+def _kernels(n: int):
+    return _KERNELS[n >= PARALLEL_MIN_NODES and numba.get_num_threads() > 1]
 
 
 def sample_neighbors(
@@ -121,13 +146,15 @@ def sample_neighbors(
     n = rows.shape[0]
     fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
     repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
-    counts = _counts(indptr, rows, fanouts, repl)
+    counts_k, positions_k, gather_k = _kernels(n)
+    counts = counts_k(indptr, rows, fanouts, repl)
     offsets = np.zeros(rows.shape[0] + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     total = int(offsets[-1])
     nbr = np.empty(total, np.int64)
     eid_out = np.empty(total, np.int64)
     e = np.empty(0, np.int64) if eids is None else eids
-    _fill(indptr, indices, e, rows, nodes, keys, np.uint64(seed), np.uint64(hop),
-          fanouts, repl, offsets, nbr, eid_out)
+    positions_k(indptr, rows, nodes, keys, np.uint64(seed), np.uint64(hop), fanouts, repl,
+                offsets, nbr)
+    gather_k(indices, e, nbr, nbr, eid_out)
     return counts, nbr, eid_out
