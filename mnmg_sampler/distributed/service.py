@@ -48,11 +48,19 @@ class SamplingService:
         features: fetch ``x``/``y`` rows with each minibatch (needs them in the partition).
         placement: feature placement, ``host``, ``pinned`` or ``device``.
         device: device for ``placement='device'``.
+        max_requests_per_round: take at most this many pending local requests per round
+            (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  mode: str | None = None, features: bool = True, placement: str = "host",
-                 device: torch.device | None = None, idle_sleep_s: float = 0.002) -> None:
+                 device: torch.device | None = None, idle_sleep_s: float = 0.002,
+                 max_requests_per_round: int | None = None) -> None:
+        if max_requests_per_round is not None and int(max_requests_per_round) < 1:
+            raise ServiceError(f"max_requests_per_round must be >= 1, got "
+                               f"{max_requests_per_round}", "no request could ever be served",
+                               "pass None (merge all pending requests) or a positive count")
+        self.max_requests_per_round = max_requests_per_round
         if group is None:
             group = dist.new_group(backend=dist.get_backend())
         self.group = group
@@ -120,7 +128,8 @@ class SamplingService:
         """Collective: one round. Returns False when every rank is done (shutting down, idle)."""
         with self._lock:
             pending = []
-            while True:
+            while self.max_requests_per_round is None or len(
+                    pending) < self.max_requests_per_round:
                 try:
                     pending.append(self._q.get_nowait())
                 except queue.Empty:

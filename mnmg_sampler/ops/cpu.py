@@ -58,22 +58,24 @@ def sample_positions(out, o, deg, k, fanout, replace, base):
             out[o + i] = t
 
 
-def _counts_py(indptr, rows, fanouts, replace):
+def _counts_py(indptr, rows, fanouts, replace, starts, degs):
+    # Phase 0: the only random reads of indptr; independent, so their misses overlap.
     n = rows.shape[0]
     counts = np.empty(n, np.int64)
     for i in numba.prange(n):
         r = rows[i]
-        counts[i] = sample_count(indptr[r + 1] - indptr[r], fanouts[i], replace[i] != 0)
+        starts[i] = indptr[r]
+        degs[i] = indptr[r + 1] - starts[i]
+        counts[i] = sample_count(degs[i], fanouts[i], replace[i] != 0)
     return counts
 
 
-def _positions_py(indptr, rows, nodes, keys, seed, hop, fanouts, replace, offsets, pos):
-    # Phase 1: absolute CSR positions of every draw (cheap, cache-friendly).
-    n = rows.shape[0]
+def _positions_py(starts, degs, nodes, keys, seed, hop, fanouts, replace, offsets, pos):
+    # Phase 1: absolute CSR positions of every draw (sequential memory, pure arithmetic).
+    n = starts.shape[0]
     for i in numba.prange(n):
-        r = rows[i]
-        start = indptr[r]
-        deg = indptr[r + 1] - start
+        start = starts[i]
+        deg = degs[i]
         o = offsets[i]
         k = offsets[i + 1] - o
         if k == 0:
@@ -147,14 +149,16 @@ def sample_neighbors(
     fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
     repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
     counts_k, positions_k, gather_k = _kernels(n)
-    counts = counts_k(indptr, rows, fanouts, repl)
+    starts = np.empty(n, np.int64)
+    degs = np.empty(n, np.int64)
+    counts = counts_k(indptr, rows, fanouts, repl, starts, degs)
     offsets = np.zeros(rows.shape[0] + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     total = int(offsets[-1])
     nbr = np.empty(total, np.int64)
     eid_out = np.empty(total, np.int64)
     e = np.empty(0, np.int64) if eids is None else eids
-    positions_k(indptr, rows, nodes, keys, np.uint64(seed), np.uint64(hop), fanouts, repl,
+    positions_k(starts, degs, nodes, keys, np.uint64(seed), np.uint64(hop), fanouts, repl,
                 offsets, nbr)
     gather_k(indices, e, nbr, nbr, eid_out)
     return counts, nbr, eid_out

@@ -1,0 +1,192 @@
+"""Shared plumbing of the distributed bench modes (``dist``, ``merge``, ``overlap``).
+
+The user runs a mode as a plain command. The mode (the *parent*) loads the graph, partitions it
+into a temporary directory once per world size, writes the work for the ranks to
+``WORK/task.json`` and starts them with ``python -m torch.distributed.run`` on a free loopback
+port, re-entering the same mode with the hidden option ``--worker WORK``. Each rank writes
+``WORK/rank{r}.json``; the parent reads them after torchrun exits. Every launch has a hard
+timeout, and a failed launch raises with the tail of the ranks' output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..commands.sample import add_graph_arguments, positive_int
+
+log = logging.getLogger(__name__)
+
+TASK = "task.json"
+
+
+class LaunchError(RuntimeError):
+    """A benchmark launch failed or timed out; the message carries the ranks' output tail."""
+
+
+def add_common_arguments(p: argparse.ArgumentParser, graph_default: str, fanouts: str,
+                         batch_size: int) -> None:
+    """Options every distributed mode shares; ``--threads`` defaults to 1 per rank."""
+    p.add_argument("--graph", default=graph_default,
+                   help="cora, rmat:SCALE[:EDGE_FACTOR] or a graph file "
+                        f"(default: {graph_default})")
+    add_graph_arguments(p)
+    for a in p._actions:  # this mode's own defaults, and help that states them
+        new = {"threads": 1, "fanouts": fanouts, "batch_size": batch_size}.get(a.dest)
+        if new is not None:
+            a.default = new
+            a.help = (a.help or "").split(" (default")[0] + f" (default: {new})"
+    p.add_argument("--partition-method", default="random", choices=["random", "range", "metis"],
+                   help="how the graph is split across ranks (default: random)")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="repeats of each timed measurement; the median is reported (default: 3)")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="hard limit in seconds for each torchrun launch (default: 900)")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
+
+
+def command_line(mode: str) -> str | None:
+    """The user's command, when this process was started as ``mnmg-sampler bench MODE``."""
+    argv = sys.argv[1:]
+    return "mnmg-sampler " + " ".join(argv) if argv[:2] == ["bench", mode] else None
+
+
+def partition_for(graph, world: int, method: str, seed: int, root: Path) -> Path:
+    """Partition ``graph`` into ``world`` parts under ``root`` (written once, reused)."""
+    from ..graph.partition import partition
+
+    out = root / f"parts-{world}"
+    if not out.exists():
+        t = time.perf_counter()
+        partition(graph, world, method if world > 1 else "range", out, seed)
+        log.info("partitioned into %d parts in %.1fs", world, time.perf_counter() - t)
+    return out
+
+
+def _env(threads: int) -> dict:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.update(OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    # never more numba threads than asked: a pool of idle threads still costs barriers
+    env["NUMBA_NUM_THREADS"] = str(max(threads, 1))
+    return env
+
+
+def launch(mode: str, world: int, work: Path, task: dict, timeout: float,
+           threads: int) -> list[dict]:
+    """Run ``world`` ranks of ``bench MODE --worker WORK`` under torchrun; results by rank."""
+    from ..runtime import free_port
+
+    work.mkdir(parents=True, exist_ok=True)
+    for old in work.glob("rank*.json"):
+        old.unlink()
+    (work / TASK).write_text(json.dumps(task))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+           "-m", "mnmg_sampler", "bench", mode, "--worker", str(work)]
+    log.debug("launching %d rank(s): %s", world, " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(threads),
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        tail = _tail((e.stderr or b"").decode() if isinstance(e.stderr, bytes) else e.stderr)
+        raise LaunchError(f"bench {mode} with {world} rank(s) did not finish within "
+                          f"{timeout:.0f}s (raise --timeout for large graphs)\n{tail}") from None
+    paths = [work / f"rank{r}.json" for r in range(world)]
+    if proc.returncode != 0 or not all(p.is_file() for p in paths):
+        raise LaunchError(f"bench {mode} with {world} rank(s) failed (exit {proc.returncode})\n"
+                          + _tail(proc.stderr or proc.stdout))
+    return [json.loads(p.read_text()) for p in paths]
+
+
+def _tail(text: str | None, n: int = 25) -> str:
+    return "\n".join((text or "").strip().splitlines()[-n:])
+
+
+# -- inside a rank -------------------------------------------------------------------------------
+def worker_start(work: str) -> tuple[dict, object, int, int]:
+    """Init gloo from torchrun's environment, set threads, load this rank's part (no checksums:
+    the parent has just written it). Returns ``(task, part, rank, world)``."""
+    import numba
+    import torch
+
+    from ..graph.partition_io import load_partition
+    from ..runtime import init_distributed
+
+    task = json.loads((Path(work) / TASK).read_text())
+    env, _ = init_distributed("gloo", "cpu")
+    threads = int(task.get("threads", 1))
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    part = load_partition(task["partitions"], env.rank, env.world_size, verify=False)
+    return task, part, env.rank, env.world_size
+
+
+def worker_finish(work: str, rank: int, result: dict) -> None:
+    """Write this rank's result atomically, then leave the process group."""
+    import torch.distributed as dist
+
+    path = Path(work) / f"rank{rank}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, path)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def count_remote_bytes(ex) -> None:
+    """Wrap an :class:`~mnmg_sampler.distributed.collective.Exchanger` (this instance only) so it
+    also counts ``remote_bytes``: bytes sent to *other* ranks. ``bytes_sent`` counts every row,
+    including the rows a rank sends itself, which never cross a network."""
+    counts, payload = ex.counts, ex.payload
+    ex.remote_bytes = 0
+
+    def counts_remote(send_counts):
+        ex.remote_bytes += (ex.world_size - 1) * 8
+        return counts(send_counts)
+
+    def payload_remote(t, send_counts, recv_counts):
+        row = t[0].numel() * t.element_size() if t.shape[0] else 0
+        ex.remote_bytes += row * sum(int(c) for r, c in enumerate(send_counts) if r != ex.rank)
+        return payload(t, send_counts, recv_counts)
+
+    ex.counts, ex.payload = counts_remote, payload_remote
+
+
+# -- reporting ---------------------------------------------------------------------------------
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def write_json(path: str | None, res: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(res, indent=2) + "\n")
+        print(f"\nwrote {path}")
+
+
+def load_for_bench(args) -> tuple[object, object, float]:
+    """Load ``args.graph``; returns ``(graph, seeds in epoch order, load seconds)``."""
+    from ..commands.sample import seed_order
+    from ..graph.datasets import load_graph, nonisolated_nodes
+
+    t0 = time.perf_counter()
+    graph = load_graph(args.graph, undirected=args.undirected)
+    load_s = time.perf_counter() - t0
+    return graph, seed_order(nonisolated_nodes(graph), args.seed), load_s
+
+
+def graph_line(args, graph, seeds, load_s: float) -> str:
+    und = " (undirected)" if args.undirected else ""
+    return (f"graph {args.graph}{und}: {graph.num_nodes:,} nodes ({seeds.size:,} non-isolated), "
+            f"{graph.num_edges:,} edges, loaded in {load_s:.1f}s")
