@@ -84,6 +84,7 @@ def _section(cls: type, doc: str) -> Any:
 
 _POS_INT = (lambda v: v > 0, "a positive integer")
 _NONNEG_INT = (lambda v: v >= 0, "an integer >= 0")
+_SEED = (lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)")
 _POS_FLOAT = (lambda v: v > 0 and math.isfinite(v), "a positive number")
 _NONNEG_FLOAT = (lambda v: v >= 0 and math.isfinite(v), "a number >= 0")
 _UNIT_OPEN = (lambda v: 0 <= v < 1, "a number in [0, 1)")
@@ -114,7 +115,7 @@ class DatasetConfig:
         "0 = none. Ignored when the dataset has features.", _NONNEG_INT)
     split: list[float] = _opt(
         [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split.", _SPLIT)
-    split_seed: int = _opt(0, "Seed of the random train/val/test split.", _NONNEG_INT)
+    split_seed: int = _opt(0, "Seed of the random train/val/test split.", _SEED)
 
 
 @dataclass
@@ -130,7 +131,7 @@ class PartitionConfig:
     parts: int | None = _opt(
         None, "Number of partitions; null = world size. If set it must equal the world size.",
         _POS_INT)
-    seed: int = _opt(0, "Seed of random partitioning.", _NONNEG_INT)
+    seed: int = _opt(0, "Seed of random partitioning.", _SEED)
 
 
 @dataclass
@@ -148,7 +149,7 @@ class SamplerConfig:
         2, "Minibatches requested ahead of the training step; 0 = synchronous.", _NONNEG_INT)
     seed: int = _opt(
         0, "RNG seed; the same seed gives bit-identical minibatches for any world size.",
-        _NONNEG_INT)
+        _SEED)
     shuffle: bool = _opt(True, "Reshuffle the training seeds every epoch.")
     drop_last: bool = _opt(False, "Drop the last incomplete training minibatch of each rank.")
 
@@ -220,6 +221,10 @@ class RuntimeConfig:
     expandable_segments: bool = _opt(
         True, "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts "
         "(irregular minibatches fragment memory); ignored on CPU.")
+    service_mode: Literal["auto", "thread", "inline"] = _opt(
+        "auto", "Sampling service: thread = rounds on a service thread, overlapping training "
+        "(default with gloo); inline = rounds only between training steps, in the training "
+        "thread (default with nccl, the safe mode); auto = by backend.")
 
 
 @dataclass

@@ -18,6 +18,11 @@ __all__ = [
 ]
 
 
+def _sentence(text: str) -> str:
+    text = text.rstrip(".")
+    return text[:1].upper() + text[1:] + "."
+
+
 class MnmgError(Exception):
     """Base of every error mnmg-sampler raises on purpose."""
 
@@ -25,7 +30,7 @@ class MnmgError(Exception):
         self.what, self.consequence, self.fix = what, consequence, fix
         parts = [what.rstrip(".") + "."]
         if consequence:
-            parts.append(consequence.rstrip(".") + ".")
+            parts.append(_sentence(consequence))
         if fix:
             parts.append("Fix: " + fix.rstrip(".") + ".")
         super().__init__(" ".join(parts))

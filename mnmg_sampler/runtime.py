@@ -67,9 +67,25 @@ def init_distributed(backend: str = "auto", device: str = "auto",
         if "MASTER_ADDR" not in os.environ:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(free_port()))
+        timeout = _dt.timedelta(seconds=timeout_s)
+        store = _restart_store(env, timeout)
         dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                timeout=_dt.timedelta(seconds=timeout_s))
+                                timeout=timeout, store=store)
     return env, dev
+
+
+def _restart_store(env: DistEnv, timeout: _dt.timedelta):
+    """After a torchrun restart, a store namespaced by attempt (else ``None``: env://).
+
+    torchrun's agent keeps one TCPStore across restarts; without a per-attempt prefix a
+    restarted rank can read the previous attempt's gloo addresses and fail to connect.
+    """
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt == 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                         env.world_size, False, timeout=timeout)
+    return dist.PrefixStore(f"/mnmg/attempt_{attempt}", base)
 
 
 def free_port() -> int:

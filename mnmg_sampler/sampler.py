@@ -71,8 +71,22 @@ def check_fanouts(fanouts: Sequence[int]) -> list[int]:
     return out
 
 
+def check_seed(seed: int) -> int:
+    """The RNG seed as an int in ``[0, 2**63)``, or :class:`SamplingInputError`."""
+    try:
+        ok = int(seed) == seed and 0 <= int(seed) < 2**63
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise SamplingInputError(f"seed {seed!r} is not an integer in [0, 2**63)",
+                                 "the counter-based RNG is keyed on a 63-bit seed",
+                                 "pass a non-negative integer seed, e.g. 0")
+    return int(seed)
+
+
 def local_hop_fn(graph: CSRGraph, seed: int) -> HopFn:
     """The hop function of a whole graph in this process (ids are rows and RNG node ids)."""
+    seed = check_seed(seed)
 
     def hop_fn(nodes, keys, hop, fanouts, replace):
         return cpu.sample_neighbors(graph.indptr, graph.indices, graph.edge_ids, nodes, nodes,

@@ -175,6 +175,19 @@ def write_json(path: str | None, res: dict) -> None:
         print(f"\nwrote {path}")
 
 
+def set_bench_threads(threads: int | None) -> int:
+    """Numba *and* torch threads of this process, as each rank sets them, so the
+    single-process figure runs under the same thread settings as a rank."""
+
+    import torch
+
+    from ..commands.sample import set_threads
+
+    n = set_threads(threads)
+    torch.set_num_threads(n)
+    return n
+
+
 def load_for_bench(args) -> tuple[object, object, float]:
     """Load ``args.graph``; returns ``(graph, seeds in epoch order, load seconds)``."""
     from ..commands.sample import seed_order

@@ -38,6 +38,7 @@ from ._launch import (
     load_for_bench,
     median,
     partition_for,
+    set_bench_threads,
     worker_finish,
     worker_start,
     write_json,
@@ -158,12 +159,12 @@ def _fmt(x: float) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
-    from ..commands.sample import parse_fanouts, set_threads
+    from ..commands.sample import parse_fanouts
     from .single import MultiHopBench, _machine
 
     fanouts = parse_fanouts(args.fanouts)
     worlds = parse_world_sizes(args.world_sizes)
-    threads = set_threads(args.threads)
+    threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
     res: dict = {
         "mode": "dist", "command": command_line("dist"), "graph": args.graph,

@@ -39,6 +39,7 @@ from ._launch import (
     load_for_bench,
     median,
     partition_for,
+    set_bench_threads,
     worker_finish,
     worker_start,
     write_json,
@@ -92,8 +93,9 @@ def _worker(work: str) -> int:
                    for k, x in enumerate(inputs)]
         warm = loaders[0]
         svc.result(svc.submit(warm.request(0, np.arange(B))))  # compiled code, buffers
-        dist.barrier()
+        dist.barrier()  # every warm-up served: from here to the next barrier, idle rounds only
         st0 = svc.stats()
+        dist.barrier()
         counts = [[0, 0] for _ in loaders]  # batches, edges per loader
         errors: list[BaseException] = []
 
@@ -112,8 +114,8 @@ def _worker(work: str) -> int:
         for th in threads:
             th.join()
         dt = time.perf_counter() - t
+        svc.shutdown()  # collective: returns once every rank's requests are served
         st1 = svc.stats()
-        svc.shutdown()
         if errors:
             raise errors[0]
         d = {k: st1[k] - st0[k] for k in _STATS}
@@ -139,7 +141,7 @@ def summarize(ranks: list[dict], name: str) -> dict:
     per_rank = [median([r[name][k]["batches"] / r[name][k]["seconds"] for k in range(reps)])
                 for r in ranks]
     first = runs[0]
-    rounds = sum(x["rounds"] for x in first)
+    rounds = first[0]["rounds"]  # collective: every rank counts the same rounds
     requests = sum(x["requests"] for x in first)
     return {
         "requests_per_s": median(total), "requests_per_s_runs": total,
@@ -148,6 +150,7 @@ def summarize(ranks: list[dict], name: str) -> dict:
         "median_s": median([max(x["seconds"] for x in run) for run in runs]),
         "rounds": rounds, "requests": requests,
         "requests_per_round": requests / max(rounds, 1),
+        "local_requests_per_round": [x["requests"] / max(x["rounds"], 1) for x in first],
         "kernel_calls": sum(x["kernel_calls"] for x in first),
         "kernel_calls_per_request": sum(x["kernel_calls"] for x in first) / max(requests, 1),
         "idle_rounds": sum(x["idle_rounds"] for x in first),
@@ -162,11 +165,11 @@ def summarize(ranks: list[dict], name: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
-    from ..commands.sample import parse_fanouts, set_threads
+    from ..commands.sample import parse_fanouts
     from .single import _machine
 
     fanouts = parse_fanouts(args.fanouts)
-    threads = set_threads(args.threads)
+    threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
     res: dict = {
         "mode": "merge", "command": command_line("merge"), "graph": args.graph,
@@ -207,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
     verdict = "met" if res["met"] else "MISSED"
     print(f"\nmerged / one per round   {res['ratio']:.2f}x requests/s "
           f"(target >= {TARGET:g}x: {verdict})")
-    print("(rounds, kernel calls: all ranks, first repeat; a round is collective, so requests "
-          "of different ranks share it in both configurations)")
+    print("(first repeat; req/round: all ranks' requests per collective round; kernel calls: "
+          "summed over ranks. Requests of different ranks share a round in both "
+          "configurations.)")
     write_json(args.json, res)
     return 0

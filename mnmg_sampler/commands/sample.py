@@ -158,6 +158,9 @@ def epoch_seeds(graph, args) -> np.ndarray:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..sampler import check_seed
+
+    check_seed(args.seed)
     if getattr(args, "partitions", None):
         return run_distributed(args)
     if not args.graph:

@@ -26,11 +26,14 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    from ..config import load_config
+    from ..config import check_paths, load_config
+    from ..errors import MnmgError
 
     cfg = load_config(args.config, args.overrides)
+    check_paths(cfg)
+    user_error: list[MnmgError] = []
 
-    @record
+    @record  # unexpected failures: traceback into torchrun's summary
     def job() -> None:
         import torch.distributed as dist
 
@@ -38,9 +41,13 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             run_job(cfg, resume=args.resume, progress=not args.no_progress)
+        except MnmgError as e:  # user errors: one line per rank via cli.main, no traceback
+            user_error.append(e)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
     job()
+    if user_error:
+        raise user_error[0]
     return 0

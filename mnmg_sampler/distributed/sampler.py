@@ -25,7 +25,7 @@ import torch.distributed as dist
 from ..batch import MiniBatch
 from ..errors import SamplingInputError
 from ..ops import cpu
-from ..sampler import MultiHopSampler, SampleRequest
+from ..sampler import MultiHopSampler, SampleRequest, check_seed
 from .collective import Exchanger, backend_device, raise_if_any
 from .partition_book import PartitionBook
 
@@ -56,7 +56,7 @@ class DistSampler:
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None) -> None:
         self.part = part
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.group = group
         self.ex = Exchanger(group)
         self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))

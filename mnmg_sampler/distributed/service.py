@@ -18,6 +18,7 @@ Modes:
 
 from __future__ import annotations
 
+import datetime
 import logging
 import queue
 import threading
@@ -150,6 +151,12 @@ class SamplingService:
                 for _, f in pending:
                     f.set_exception(e)
                 return True
+            except BaseException as e:  # a broken collective: this round's callers must not
+                err = ServiceError("a sampling round failed", f"cause: {e!r}",  # wait forever
+                                   "check the first error in the log on every rank")
+                for _, f in pending:
+                    f.set_exception(err)
+                raise
             for (_, f), b in zip(pending, batches, strict=True):
                 f.set_result(b)
             st = self._stats

@@ -164,7 +164,9 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
         placement = "pinned" if device.type == "cuda" else "host"
     s = cfg.sampler
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
-                              features=mode == "train" or part.x is not None)
+                              features=mode == "train" or part.x is not None,
+                              mode=None if rt.service_mode == "auto" else rt.service_mode,
+                              timeout_s=rt.collective_timeout_s)
     ids = split_ids(int(part.num_nodes), cfg.dataset.split, cfg.dataset.split_seed)
     train_loader = DistNeighborLoader(service, ids["train"], s.fanouts, s.batch_size,
                                       shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
@@ -280,6 +282,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
                                       "world_size": world, "config": config_to_dict(cfg)},
                                 epoch)
             dist.barrier()
+            _maybe_fault(epoch, rank)
         tv = tr.target_value
         if tv is not None and "val_acc" in rec and tr.target_metric == "val_acc" and \
                 rec["val_acc"] >= tv:
@@ -296,6 +299,19 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
         print(f"val accuracy {val_acc:.4f}  test accuracy {test_acc:.4f}  "
               f"({world} rank(s), {wall:.1f}s)", flush=True)
     return final
+
+
+def _maybe_fault(epoch: int, rank: int) -> None:
+    """Fault injection for the resume tests: ``MNMG_FAULT_AFTER_EPOCH=E`` SIGKILLs rank 0 right
+    after the checkpoint of epoch ``E`` (only in a first attempt, not after a torchrun restart)."""
+    at = os.environ.get("MNMG_FAULT_AFTER_EPOCH")
+    if at is None or rank != 0 or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        return
+    if int(at) == epoch:
+        import signal
+
+        log.warning("MNMG_FAULT_AFTER_EPOCH=%s: killing rank 0 now", at)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _bar(enabled: bool, epochs: int, per_epoch: int):

@@ -1,0 +1,73 @@
+"""Smoke tests of ``mnmg-sampler bench dist|merge|overlap`` on a tiny graph (real torchrun ranks).
+
+Each runs the user's command in a subprocess with a hard timeout and checks the ``--json`` output:
+fields present and values sane. No timing assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .torchrun import REPO, env
+
+COMMON = ["--graph", "rmat:8", "--fanouts", "4,3", "--repeats", "1", "--timeout", "60"]
+
+
+def bench(mode: str, tmp_path, *extra: str, timeout: float = 90) -> dict:
+    out = tmp_path / f"{mode}.json"
+    cmd = [sys.executable, "-m", "mnmg_sampler", "bench", mode, *COMMON, *extra,
+           "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(),
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:] or proc.stdout[-3000:]
+    assert out.is_file(), proc.stdout
+    return json.loads(out.read_text())
+
+
+def test_bench_dist_one_and_two_ranks_beside_single(tmp_path):
+    res = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3")
+    assert res["mode"] == "dist" and res["single"]["edges"] > 0
+    assert set(res["dist"]) == {"1", "2"}
+    one, two = res["dist"]["1"], res["dist"]["2"]
+    assert one["world_size"] == 1 and two["world_size"] == 2
+    assert len(two["edges_per_s_per_rank"]) == 2 and all(
+        v > 0 for v in two["edges_per_s_per_rank"])
+    assert all(e > 0 for e in two["edges_per_rank"])
+    assert one["remote_bytes_per_edge"] == 0  # a world of one sends nothing to others
+    assert two["remote_bytes_per_edge"] > 0 and two["bytes_per_edge"] > 0
+    assert two["bytes_per_edge"] >= two["remote_bytes_per_edge"]
+    # weak scaling: each rank samples --batches batches of the same seed order as one process
+    assert [r["batches"] for r in two["ranks"]] == [3, 3]
+    assert two["total_vs_single"] > 0 and two["per_rank_vs_single"] > 0
+
+
+def test_bench_merge_merges_loaders_and_one_per_round_does_not(tmp_path):
+    res = bench("merge", tmp_path, "--batch-size", "8", "--batches", "2", "--loaders", "4")
+    m, o = res["merged"], res["one_per_round"]
+    # 2 ranks x 4 loaders x 2 batches, in both configurations
+    assert m["requests"] == o["requests"] == 16
+    assert m["requests_per_rank"] == o["requests_per_rank"] == [8, 8]
+    assert m["requests_per_s"] > 0 and o["requests_per_s"] > 0 and res["ratio"] > 0
+    assert m["requests_per_round"] >= 1
+    # unmerged: each round takes one request per rank, and each request its own kernel calls
+    assert o["local_requests_per_round"] == [1.0, 1.0]
+    assert o["kernel_calls_per_request"] == pytest.approx(2.0)  # 2 hops
+    assert m["kernel_calls_per_request"] <= o["kernel_calls_per_request"]
+    assert res["met"] in (True, False)
+
+
+def test_bench_overlap_reports_three_epochs_and_ratio(tmp_path):
+    res = bench("overlap", tmp_path, "--batch-size", "16", "--batches", "3", "--prefetch", "2",
+                "--step-ms", "2")
+    assert res["step"] == "time.sleep" and res["step_s"] == pytest.approx(0.002)
+    for p in ("sampling", "training", "both"):
+        assert res[p]["median_s"] > 0
+    assert res["training"]["median_s"] >= 3 * 0.002  # three sleeps of 2 ms, at least
+    assert res["ratio"] > 0 and res["target"] == 1.15
+    assert res["batches_per_rank"] == [3, 3]
+    for st in res["stats_per_rank"]:
+        assert st["requests"] == 2 * 3  # sampling alone + both, per repeat

@@ -1,0 +1,125 @@
+"""The YAML training job end to end under torchrun: config errors on every rank, resume after a
+crash (by hand and by torchrun restart) equals an uninterrupted run, two loopback nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from .torchrun import REPO, env, free_port, torchrun
+
+QUICK = ["training.epochs=3", "training.eval_every=1", "output.checkpoint_every=1",
+         "model.hidden=32", "sampler.batch_size=256", "sampler.fanouts=[5,5]"]
+
+
+def _final(outdir) -> dict:
+    recs = [json.loads(ln) for ln in (outdir / "metrics.jsonl").read_text().splitlines()]
+    finals = [r for r in recs if r["event"] == "final"]
+    assert len(finals) == 1, recs
+    return finals[0]
+
+
+def _epochs(outdir) -> list[dict]:
+    recs = [json.loads(ln) for ln in (outdir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in recs if r["event"] == "epoch"]
+
+
+def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=300):
+    out = tmp / name
+    args = ["train", "--config", "configs/quickstart.yaml", "--no-progress", *QUICK,
+            f"output.dir={out}", f"partition.dir={tmp / 'parts'}", *extra]
+    e = env()
+    if fault is not None:
+        e["MNMG_FAULT_AFTER_EPOCH"] = str(fault)
+    cmd = ["python", "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+           *torchrun_args, "-m", "mnmg_sampler", *args]
+    import sys
+
+    cmd[0] = sys.executable
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, cwd=REPO)
+    return r, out
+
+
+@pytest.mark.parametrize("override, key, text", [
+    ("sampler.batch_sise=3", "sampler.batch_sise", "did you mean sampler.batch_size?"),
+    ("sampler.batch_size=abc", "sampler.batch_size", "integer"),
+    ("sampler.batch_size=-3", "sampler.batch_size", "positive"),
+    ("dataset.name=/nonexistent/graph.txt", "dataset.name", "not found"),
+])
+def test_config_errors_every_rank_exit_2(tmp_path, override, key, text):
+    r = torchrun(["train", "--config", "configs/quickstart.yaml", override,
+                  f"output.dir={tmp_path}"], nproc=2, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if "mnmg-sampler train: error:" in ln]
+    assert sorted(ln.split()[0] for ln in lines) == ["[rank0]", "[rank1]"], r.stderr[-3000:]
+    for ln in lines:
+        assert key in ln and text in ln, ln
+    assert "exitcode  : 2" in r.stderr
+    assert "mnmg_sampler/" not in r.stderr  # no traceback from our code
+
+
+def test_missing_config_file_exit_2(tmp_path):
+    r = torchrun(["train", "--config", str(tmp_path / "nope.yaml")], nproc=2, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if "error:" in ln and "nope.yaml" in ln]
+    assert len(lines) == 2, r.stderr[-3000:]
+
+
+def test_resume_after_crash_equals_uninterrupted(tmp_path):
+    full, full_out = _train(tmp_path, "full")
+    assert full.returncode == 0, full.stderr[-3000:]
+    want = _final(full_out)
+    assert want["test_acc"] > 0.5
+
+    crashed, out = _train(tmp_path, "resumed", fault=0)
+    assert crashed.returncode != 0
+    ckpts = sorted(os.listdir(out / "checkpoints"))
+    assert ckpts == ["checkpoint-epoch00000.pt"], ckpts
+    assert not (out / "metrics.jsonl").read_text().count('"final"')
+
+    resumed, out = _train(tmp_path, "resumed", extra=["--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout + resumed.stderr
+    got = _final(out)
+    for k in ("test_acc", "test_loss", "val_acc"):
+        assert got[k] == want[k], (k, got[k], want[k])
+    # epoch 0 ran once before the crash, epochs 1-2 after: every epoch exactly once, same loss
+    ep = _epochs(out)
+    assert [r["epoch"] for r in ep] == [0, 1, 2]
+    assert [r["train_loss"] for r in ep] == [r["train_loss"] for r in _epochs(full_out)]
+
+
+def test_torchrun_restart_resumes_by_itself(tmp_path):
+    full, full_out = _train(tmp_path, "full")
+    assert full.returncode == 0, full.stderr[-3000:]
+    r, out = _train(tmp_path, "restarted", fault=1, torchrun_args=["--max-restarts", "1"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [e["epoch"] for e in _epochs(out)] == [0, 1, 2]
+    assert _final(out)["test_acc"] == _final(full_out)["test_acc"]
+
+
+def test_multinode_script_two_loopback_nodes(tmp_path):
+    port = free_port()
+    procs = []
+    for node in range(2):
+        e = env()
+        e.update(NNODES="2", NODE_RANK=str(node), MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=str(port), NPROC="1", CONFIG="configs/quickstart.yaml",
+                 RDZV_TIMEOUT="120")
+        procs.append(subprocess.Popen(
+            ["bash", "launch/multinode.sh", "--no-progress", "training.epochs=2",
+             "model.hidden=32", f"output.dir={tmp_path / 'mn'}"],
+            cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=300)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs)
+    assert sum("test accuracy" in o for o in outs) == 1  # printed once, by global rank 0
+    assert _final(tmp_path / "mn")["world_size"] == 2
