@@ -34,7 +34,7 @@ class DistEnv:
 
 
 def resolve_backend(backend: str = "auto", device: str = "auto") -> tuple[str, torch.device]:
-    """Pick (backend, device): NCCL + the local GPU when CUDA is wanted and present, else gloo + CPU.
+    """Pick (backend, device): NCCL + the local GPU when CUDA is wanted and present, else gloo.
 
     ``auto`` never initialises CUDA when CUDA is absent; with ``device='cpu'`` it never asks.
     """

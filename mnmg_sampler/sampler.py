@@ -54,6 +54,10 @@ class SampleRequest:
                                      "use a key in [0, 2**63)")
 
 
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
+
+
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
     """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors."""
     try:
@@ -143,7 +147,7 @@ class MultiHopSampler:
         for hop in range(n_hops):
             active = [i for i, r in enumerate(requests) if hop < len(r.fanouts)]
             sizes = np.array([frontier[i].size for i in active], np.int64)
-            nodes = np.concatenate([frontier[i] for i in active]) if active else np.empty(0, np.int64)
+            nodes = _cat([frontier[i] for i in active])
             keys = np.repeat(np.array([requests[i].key for i in active], np.int64), sizes)
             fan = np.repeat(np.array([requests[i].fanouts[hop] for i in active], np.int64), sizes)
             rep = np.repeat(np.array([requests[i].replace for i in active], np.uint8), sizes)
@@ -156,7 +160,7 @@ class MultiHopSampler:
             cand_off = cnt_cum[node_off]
             nid_off = np.zeros(len(active) + 1, np.int64)
             np.cumsum([nid[i].size for i in active], out=nid_off[1:])
-            flat = np.concatenate([nid[i] for i in active]) if active else np.empty(0, np.int64)
+            flat = _cat([nid[i] for i in active])
             new, new_off, local = dedup_hop(flat, nid_off, nbr, cand_off)
             for j, i in enumerate(active):
                 c0, c1 = cand_off[j], cand_off[j + 1]
@@ -176,8 +180,9 @@ class MultiHopSampler:
 
     @staticmethod
     def _batch(req, n_id, rows, cols, eids, n_nodes, n_edges) -> MiniBatch:
-        cat = (lambda a: torch.from_numpy(np.concatenate(a)) if a
-               else torch.empty(0, dtype=torch.int64))
+        def cat(a):
+            return torch.from_numpy(_cat(a))
+
         input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
         return MiniBatch(
             n_id=torch.from_numpy(n_id),

@@ -77,7 +77,6 @@ def parse_world_sizes(text: str) -> list[int]:
 
 # -- one rank ------------------------------------------------------------------------------------
 def _worker(work: str) -> int:
-    import numpy as np
     import torch.distributed as dist
 
     from ..commands.sample import seed_order
@@ -119,7 +118,7 @@ def _worker(work: str) -> int:
         res["t_exchange"].append(ex.t_exchange - x0)
         res["exchange_calls"].append(ex.calls - c0)
         res["kernel_nodes"].append(sampler.kernel_nodes - kn0)
-    res["edges_sampled_here"] = int(np.int64(sampler.kernel_edges))
+    res["edges_sampled_here"] = int(sampler.kernel_edges)
     worker_finish(work, rank, res)
     return 0
 

@@ -49,6 +49,8 @@ class SamplingService:
         features: fetch ``x``/``y`` rows with each minibatch (needs them in the partition).
         placement: feature placement, ``host``, ``pinned`` or ``device``.
         device: device for ``placement='device'``.
+        timeout_s: collective timeout of the service's own group (default: torch's default);
+            a rank that stops serving makes the others fail after this long instead of hanging.
         max_requests_per_round: take at most this many pending local requests per round
             (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
     """
@@ -56,14 +58,16 @@ class SamplingService:
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  mode: str | None = None, features: bool = True, placement: str = "host",
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
-                 max_requests_per_round: int | None = None) -> None:
+                 max_requests_per_round: int | None = None,
+                 timeout_s: float | None = None) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
                                "pass None (merge all pending requests) or a positive count")
         self.max_requests_per_round = max_requests_per_round
         if group is None:
-            group = dist.new_group(backend=dist.get_backend())
+            kw = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
+            group = dist.new_group(backend=dist.get_backend(), **kw)
         self.group = group
         backend = str(dist.get_backend(group)).lower()
         self.mode = mode or ("inline" if backend == "nccl" else "thread")

@@ -28,7 +28,7 @@ def _sample_ranks(rank, world, dirs, seeds, batch):
         rounds = -(-len(batches_of(seeds, batch)) // world)
         for r in range(rounds):
             reqs = [SampleRequest(b, FANOUTS, request_key(SEED, 0, i)) for i, b in mine[r:r + 1]]
-            for (i, _), mb in zip(mine[r:r + 1], s.sample(reqs)):
+            for (i, _), mb in zip(mine[r:r + 1], s.sample(reqs), strict=True):
                 res[i] = as_arrays(mb)
         out[method] = (res, s.kernel_calls)
     return out
@@ -100,7 +100,7 @@ def test_out_of_range_seed_raises_on_every_rank(tmp_path):
         run_ranks(_bad_seed, 2, d, timeout=120)
     errs = ei.value.errors
     assert sorted(errs) == [0, 1]
-    for r, (exc, tb) in errs.items():
+    for exc, tb in errs.values():
         assert isinstance(exc, SamplingInputError), tb
         assert "10000" in str(exc)
     assert "rank 1" in str(errs[0][0])

@@ -67,10 +67,10 @@ def test_two_concurrent_loaders_one_kernel_call_per_hop_per_round(tmp_path, worl
                                             ("val", val, VAL_FAN, 2, False)):
         gb = global_batches(nodes.size, 8, world, shuffle=shuffle, drop_last=False, seed=seed,
                             epoch=1)
-        for rank, (out, st, *_rest) in enumerate(res):
+        for rank, (out, *_rest) in enumerate(res):
             mine = list(range(rank, len(gb), world))
             assert len(out[name]) == len(mine)
-            for gidx, got in zip(mine, out[name]):
+            for gidx, got in zip(mine, out[name], strict=True):
                 want = ref.sample([SampleRequest(nodes[gb[gidx]], fan,
                                                  request_key(seed, 1, gidx))])[0]
                 assert_same(got, as_arrays(want))
@@ -78,7 +78,7 @@ def test_two_concurrent_loaders_one_kernel_call_per_hop_per_round(tmp_path, worl
                 # features and labels are those of n_id in the original graph
                 assert np.array_equal(got["x"], g.x[got["n_id"]])
                 assert np.array_equal(got["y"], g.y[got["n_id"]])
-    for out, st, n_train, n_val, cuda in res:
+    for _out, st, n_train, n_val, cuda in res:
         assert not cuda
         # both loaders have 2 hops: exactly one kernel call per hop per round, however merged
         assert st["kernel_calls"] == 2 * st["rounds"]
@@ -166,7 +166,7 @@ def test_resume_mid_epoch(tmp_path):
     d = str(partition(small_graph(), 2, "random", tmp_path / "p"))
     for full, rest in run_ranks(_resume, 2, d, 2, timeout=120):
         assert len(rest) == len(full) - 2 > 0
-        for a, b in zip(rest, full[2:]):
+        for a, b in zip(rest, full[2:], strict=True):
             assert_same(a, b, keys=("n_id", "edge_index", "e_id", "x", "y"))
 
 
@@ -202,7 +202,8 @@ def test_ddp_steps_between_batches_no_deadlock(tmp_path):
     d = str(partition(small_graph(), 2, "random", tmp_path / "p"))
     (s0, p0, c0), (s1, p1, c1) = run_ranks(_ddp, 2, d, timeout=150)
     assert s0 == s1 > 0 and not c0 and not c1
-    assert all(np.array_equal(a, b) for a, b in zip(p0, p1))  # DDP kept replicas in sync
+    # DDP kept the replicas in sync
+    assert all(np.array_equal(a, b) for a, b in zip(p0, p1, strict=True))
 
 
 def _post(b):
@@ -229,7 +230,9 @@ def _workers(rank, world, d, ctx):
                                      multiprocessing_context=ctx, collate_fn=_post)
     out = list(dl)
     svc.shutdown()
-    return [(o[0].sum().item(), b.edge_index.shape[1], o[1]) for o, b in zip(out, batches)], \
+    rows = [(o[0].sum().item(), b.edge_index.shape[1], o[1])
+            for o, b in zip(out, batches, strict=True)]
+    return rows, \
         torch.cuda.is_initialized()
 
 
