@@ -44,10 +44,18 @@ class Exchanger:
         self.calls = 0
         self.t_exchange = 0.0
 
+    def _stage(self, t: torch.Tensor) -> torch.Tensor:
+        """Move a send buffer to the backend's device (no copy when it is there already)."""
+        return t.to(self.device, non_blocking=True)
+
+    def _unstage(self, t: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """Bring a received buffer back to the caller's device."""
+        return t.to(device)
+
     def counts(self, send_counts: torch.Tensor) -> torch.Tensor:
         """Exchange per-rank row counts (int64 ``[world_size]``); returns the received counts."""
         t0 = time.perf_counter()
-        send = send_counts.to(self.device, torch.int64)
+        send = self._stage(send_counts.to(torch.int64))
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=self.group)
         self.t_exchange += time.perf_counter() - t0
@@ -60,14 +68,13 @@ class Exchanger:
         """Exchange rows whose per-rank counts both sides already know."""
         t0 = time.perf_counter()
         src_dev = payload.device
-        send = payload.to(self.device).contiguous()
-        out = torch.empty((int(sum(recv_counts)), *send.shape[1:]), dtype=send.dtype,
-                          device=self.device)
+        send = self._stage(payload).contiguous()
+        out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
         dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
                                [int(c) for c in send_counts], group=self.group)
         self.calls += 1
         self.bytes_sent += send.numel() * send.element_size()
-        out = out.to(src_dev)
+        out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
 

@@ -54,8 +54,18 @@ class DistSampler:
         group: the process group to exchange over (the sampler's own group in the service).
     """
 
-    def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
+                 kernel: str = "cpu", device: torch.device | None = None) -> None:
         self.part = part
+        # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
+        self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
+                                                  part.orig_ids))
+        self.kernel = kernel
+        if kernel == "cuda":
+            self._cuda = _CudaHop(self._csr, device)
+        elif kernel != "cpu":
+            raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
+                                     "use kernel='cpu' or kernel='cuda'")
         self.seed = check_seed(seed)
         self.group = group
         self.ex = Exchanger(group)
@@ -85,10 +95,13 @@ class DistSampler:
         recv = recv.numpy()
         rows = recv[:, 0] - self.lo
         t0 = time.perf_counter()
-        c, nb, e = cpu.sample_neighbors(
-            self.part.indptr, self.part.indices, self.part.edge_ids, rows,
-            self.part.orig_ids[rows], recv[:, 1], self.seed, hop, recv[:, 2],
-            recv[:, 3].astype(np.uint8))
+        if self.kernel == "cuda":
+            c, nb, e = self._cuda(rows, recv[:, 1], self.seed, hop, recv[:, 2], recv[:, 3])
+        else:
+            indptr, indices, eids, orig = self._csr
+            c, nb, e = cpu.sample_neighbors(indptr, indices, eids, rows, orig[rows], recv[:, 1],
+                                            self.seed, hop, recv[:, 2],
+                                            recv[:, 3].astype(np.uint8))
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
@@ -138,6 +151,48 @@ class DistSampler:
                 "no neighbors can be sampled for it; every rank stops this round",
                 f"pass original node ids in [0, {n})",
             )
+
+
+class _CudaHop:
+    """The hop kernel on a CUDA device: the partition's CSR lives there, draws run on a
+    dedicated stream, results come back to the host for renumbering.
+
+    Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
+    which is how it is tested here; it has not run on a real GPU.
+    """
+
+    def __init__(self, csr: tuple, device: torch.device | None) -> None:
+        from ..gpu import require_numba_cuda, simulator_enabled
+
+        require_numba_cuda()
+        if device is None:
+            device = torch.device("cpu") if simulator_enabled() else torch.device(
+                "cuda", torch.cuda.current_device())
+        self.device = device
+        # a writable host copy first: the mapped arrays are read-only, and the simulator writes
+        # kernel arguments back to the host
+        self.arrays = tuple(torch.from_numpy(np.array(a)).to(device) for a in csr)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def __call__(self, rows, keys, seed, hop, fanouts, replace):
+        from ..ops.cuda import sample_neighbors_cuda
+
+        indptr, indices, eids, orig = self.arrays
+        dev = self.device
+
+        def run():
+            r = torch.from_numpy(rows).to(dev)
+            out = sample_neighbors_cuda(indptr, indices, eids, r, orig[r],
+                                        torch.from_numpy(keys).to(dev), seed, hop,
+                                        torch.from_numpy(fanouts).to(dev),
+                                        torch.from_numpy(replace.astype(np.uint8)).to(dev))
+            return tuple(t.cpu().numpy() for t in out)  # waits for the stream's work
+
+        if self.stream is None:
+            return run()
+        self.stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(self.stream):
+            return run()
 
 
 def segment_sums(values: np.ndarray, counts: list[int]) -> np.ndarray:

@@ -49,6 +49,8 @@ class SamplingService:
         features: fetch ``x``/``y`` rows with each minibatch (needs them in the partition).
         placement: feature placement, ``host``, ``pinned`` or ``device``.
         device: device for ``placement='device'``.
+        kernel: ``cpu`` (numba njit), ``cuda`` (numba.cuda, the partition's CSR on ``device``;
+            not yet run on a real GPU) or ``auto`` (``cuda`` when ``device`` is a CUDA device).
         timeout_s: collective timeout of the service's own group (default: torch's default);
             a rank that stops serving makes the others fail after this long instead of hanging.
         max_requests_per_round: take at most this many pending local requests per round
@@ -59,7 +61,7 @@ class SamplingService:
                  mode: str | None = None, features: bool = True, placement: str = "host",
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
                  max_requests_per_round: int | None = None,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, kernel: str = "auto") -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
@@ -73,7 +75,10 @@ class SamplingService:
         self.mode = mode or ("inline" if backend == "nccl" else "thread")
         if self.mode not in MODES:
             raise ServiceError(f"unknown service mode {self.mode!r}", "", f"use one of {MODES}")
-        self.sampler = DistSampler(part, seed, group)
+        if kernel == "auto":
+            kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
+        self.sampler = DistSampler(part, seed, group, kernel=kernel,
+                                   device=device if kernel == "cuda" else None)
         self.features = None
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore

@@ -137,14 +137,15 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
     from ..loader import DistNeighborLoader
-    from ..runtime import init_distributed, set_threads
+    from ..runtime import init_distributed, resolve_backend, set_threads
 
     check_paths(cfg)
     rt = cfg.runtime
-    if rt.expandable_segments and rt.device != "cpu":
-        from ..memory import configure_expandable_segments
+    _, want = resolve_backend(rt.backend, rt.device)
+    if want.type == "cuda":  # before CUDA starts: allocator settings, one pool for all
+        from ..memory import setup_memory_pool
 
-        configure_expandable_segments(True)
+        log.info("memory pool: %s", setup_memory_pool(rt.expandable_segments))
     env, device = init_distributed(rt.backend, rt.device, rt.collective_timeout_s)
     set_threads(rt.threads_per_rank)
     rank, world = env.rank, env.world_size

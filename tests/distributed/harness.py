@@ -94,5 +94,9 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
     if errors:
         raise RankFailure(errors)
     if missing:
+        codes = {r: procs[r].exitcode for r in missing}
+        if all(c is not None and c != -9 for c in codes.values()):
+            raise RankFailure({r: (None, f"exited with code {c} without a result")
+                               for r, c in codes.items()})
         raise TimeoutError(f"ranks {missing} did not finish within {timeout:.0f}s (hang?)")
     return [results[r][1] for r in range(world_size)]

@@ -30,7 +30,7 @@ def _no_cuda():
     torch.cuda.init = boom
 
 
-def _two_loaders(rank, world, d, train, val):
+def _two_loaders(rank, world, d, train, val, mode="thread"):
     _no_cuda()
     import torch
 
@@ -38,7 +38,7 @@ def _two_loaders(rank, world, d, train, val):
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.loader import DistNeighborLoader
 
-    svc = SamplingService(load_partition(d, rank, world), seed=SEED)
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode=mode)
     tl = DistNeighborLoader(svc, train, TRAIN_FAN, 8, shuffle=True, seed=1, prefetch=3)
     vl = DistNeighborLoader(svc, val, VAL_FAN, 8, shuffle=False, seed=2, prefetch=3)
     out = {"train": [], "val": []}
@@ -56,12 +56,12 @@ def _two_loaders(rank, world, d, train, val):
     return out, st, len(tl), len(vl), torch.cuda.is_initialized()
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_two_concurrent_loaders_one_kernel_call_per_hop_per_round(tmp_path, world):
+@pytest.mark.parametrize("world, mode", [(2, "thread"), (3, "thread"), (2, "inline")])
+def test_two_concurrent_loaders_one_kernel_call_per_hop_per_round(tmp_path, world, mode):
     g = small_graph()
     d = str(partition(g, world, "random", tmp_path / "p", seed=world))
     train, val = np.arange(0, 101), np.arange(150, 190)
-    res = run_ranks(_two_loaders, world, d, train, val, timeout=180)
+    res = run_ranks(_two_loaders, world, d, train, val, mode, timeout=180)
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
     for name, nodes, fan, seed, shuffle in (("train", train, TRAIN_FAN, 1, True),
                                             ("val", val, VAL_FAN, 2, False)):
@@ -243,3 +243,38 @@ def test_dataloader_workers_cpu_mode(tmp_path, ctx):
         assert not cuda and rows
         for edges_counted, edges, worker_cuda in rows:
             assert edges_counted == edges and worker_cuda is False
+
+
+def _round_fails(rank, world, d):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.errors import ServiceError
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED)
+
+    def broken(*a, **k):
+        raise RuntimeError("simulated broken collective")
+
+    svc.sampler.sample = broken
+    loader = DistNeighborLoader(svc, np.arange(40), [2], 8, prefetch=3)
+    try:
+        next(iter(loader))
+    except ServiceError as e:
+        msg = str(e)
+    else:
+        msg = None
+    late = svc.submit(loader.request(0, np.arange(3)))  # after the failure: fails at once
+    late_err = type(late.exception(timeout=10)).__name__
+    try:
+        svc.shutdown(timeout=30)
+    except ServiceError:
+        pass
+    return msg, late_err
+
+
+def test_failed_round_reaches_waiting_callers(tmp_path):
+    d = str(partition(small_graph(), 1, "range", tmp_path / "p"))
+    ((msg, late_err),) = run_ranks(_round_fails, 1, d, timeout=90)
+    assert msg is not None and "simulated broken collective" in msg
+    assert late_err == "ServiceError"
