@@ -143,15 +143,23 @@ class DistNeighborLoader:
         self._resume, self._resume_epoch = 0, None
         inflight: deque = deque()
         it = iter(mine)
-        for j in range(len(mine)):
-            while len(inflight) < self.prefetch:
+
+        def top_up(n: int) -> None:
+            while len(inflight) < n:
                 nxt = next(it, None)
                 if nxt is None:
-                    break
+                    return
                 inflight.append(self.service.submit(self.request(*nxt)))
-            fut = inflight.popleft()
+
+        # The first batch is requested alone, so it is not delayed by a merged burst; the
+        # rest are requested as soon as a result arrives, before it is handed to the caller,
+        # so sampling runs while the caller trains.
+        top_up(1)
+        for j in range(len(mine)):
+            batch = self.service.result(inflight.popleft())
+            top_up(self.prefetch)
             self._next = start + j + 1
-            yield self.service.result(fut)
+            yield batch
         self._next = 0
 
     def state_dict(self) -> dict:

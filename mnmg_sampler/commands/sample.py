@@ -157,6 +157,17 @@ def epoch_seeds(graph, args) -> np.ndarray:
     return seed_order(nodes, args.seed)
 
 
+def epoch_plan(num_seeds: int, args: argparse.Namespace) -> tuple[int, Path | None]:
+    """How many batches of ``--batch-size`` this run samples, and the ``--out`` dir (created)."""
+    n_batches = -(-num_seeds // args.batch_size)
+    if args.num_batches is not None:
+        n_batches = min(n_batches, args.num_batches)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    return n_batches, out
+
+
 def run(args: argparse.Namespace) -> int:
     from ..sampler import check_seed
 
@@ -189,12 +200,7 @@ def run_single(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - t0
     seeds = epoch_seeds(graph, args)
     B = args.batch_size
-    n_batches = -(-seeds.size // B)
-    if args.num_batches is not None:
-        n_batches = min(n_batches, args.num_batches)
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    n_batches, out = epoch_plan(seeds.size, args)
     print(f"graph {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
           f"(loaded in {load_s:.1f}s)")
     print(f"seeds {seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "

@@ -43,7 +43,7 @@ def global_nonisolated(part, group=None) -> np.ndarray:
 
 def run_distributed(args: argparse.Namespace) -> int:
     """Sample one epoch across all ranks and write every batch; rank 0 prints a summary."""
-    from ..commands.sample import parse_fanouts, read_seeds_file, seed_order
+    from ..commands.sample import epoch_plan, parse_fanouts, read_seeds_file, seed_order
     from ..graph.partition_io import load_partition
     from ..runtime import init_distributed
     from .sampler import DistSampler
@@ -65,12 +65,7 @@ def run_distributed(args: argparse.Namespace) -> int:
             nodes = global_nonisolated(part)
         seeds = seed_order(nodes, args.seed)
         B = args.batch_size
-        n_batches = -(-seeds.size // B)
-        if args.num_batches is not None:
-            n_batches = min(n_batches, args.num_batches)
-        out = Path(args.out) if args.out else None
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
+        n_batches, out = epoch_plan(seeds.size, args)
         sampler = DistSampler(part, seed=args.seed)
         mine = list(range(rank, n_batches, world))
         rounds = -(-n_batches // world)
