@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -37,8 +38,6 @@ def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=3
     cmd = ["python", "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
            *torchrun_args, "-m", "mnmg_sampler", *args]
-    import sys
-
     cmd[0] = sys.executable
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, cwd=REPO)
     return r, out
@@ -51,20 +50,46 @@ def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=3
     ("dataset.name=/nonexistent/graph.txt", "dataset.name", "not found"),
 ])
 def test_config_errors_every_rank_exit_2(tmp_path, override, key, text):
-    r = torchrun(["train", "--config", "configs/quickstart.yaml", override,
+    # Both ranks as plain processes with torchrun's environment: torchrun's agent would stop
+    # the slower rank as soon as the first one exits, hiding whether it failed cleanly too.
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        e = env()
+        e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "mnmg_sampler", "train", "--config", "configs/quickstart.yaml",
+             override, f"output.dir={tmp_path}"], cwd=REPO, env=e, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+    for rank, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=120)
+        finally:
+            p.kill()
+        assert p.returncode == 2, err[-2000:]
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err  # one clear line, no traceback
+        assert lines[0].startswith(f"[rank{rank}] mnmg-sampler train: error: {key}")
+        assert text in lines[0]
+
+
+def test_config_error_under_torchrun_exit_2(tmp_path):
+    r = torchrun(["train", "--config", "configs/quickstart.yaml", "sampler.batch_size=-3",
                   f"output.dir={tmp_path}"], nproc=2, timeout=120)
     lines = [ln for ln in r.stderr.splitlines() if "mnmg-sampler train: error:" in ln]
-    assert sorted(ln.split()[0] for ln in lines) == ["[rank0]", "[rank1]"], r.stderr[-3000:]
-    for ln in lines:
-        assert key in ln and text in ln, ln
+    assert lines and all("sampler.batch_size" in ln for ln in lines), r.stderr[-3000:]
     assert "exitcode  : 2" in r.stderr
     assert "mnmg_sampler/" not in r.stderr  # no traceback from our code
 
 
 def test_missing_config_file_exit_2(tmp_path):
-    r = torchrun(["train", "--config", str(tmp_path / "nope.yaml")], nproc=2, timeout=120)
-    lines = [ln for ln in r.stderr.splitlines() if "error:" in ln and "nope.yaml" in ln]
-    assert len(lines) == 2, r.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-m", "mnmg_sampler", "train", "--config",
+                        str(tmp_path / "nope.yaml")], cwd=REPO, env=env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nope.yaml" in lines[0], r.stderr
 
 
 def test_resume_after_crash_equals_uninterrupted(tmp_path):
