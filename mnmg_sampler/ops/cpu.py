@@ -80,8 +80,13 @@ def _positions_py(starts, degs, nodes, keys, seed, hop, fanouts, replace, offset
         k = offsets[i + 1] - o
         if k == 0:
             continue
+        f = fanouts[i]
+        if f < 0 or (replace[i] == 0 and deg <= f):  # every neighbor: no draws needed
+            for j in range(k):
+                pos[o + j] = start + j
+            continue
         base = stream_base(seed, keys[i], hop, nodes[i])
-        sample_positions(pos, o, deg, k, fanouts[i], replace[i] != 0, base)
+        sample_positions(pos, o, deg, k, f, replace[i] != 0, base)
         for j in range(o, o + k):
             pos[j] += start
 
