@@ -25,34 +25,36 @@ def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local):
     for r in numba.prange(R):
         a, b = nid_off[r], nid_off[r + 1]
         c0, c1 = cand_off[r], cand_off[r + 1]
-        need = 2 * (b - a + c1 - c0) + 2
+        m = b - a + c1 - c0  # an upper bound of the distinct ids: load factor <= 0.8
+        need = m + m // 4 + 2
         bits = 1
         while (1 << bits) < need:
             bits += 1
         mask = (1 << bits) - 1
         shift = np.uint64(64 - bits)
-        keys = np.empty(1 << bits, np.int64)
-        vals = np.full(1 << bits, -1, np.int64)
+        # one (node, local index) pair per slot: a probe touches one cache line; -1 = empty
+        table = np.full((1 << bits, 2), -1, np.int64)
         for i in range(a, b):
-            s = _slot(nid[i], shift)
-            while vals[s] >= 0 and keys[s] != nid[i]:
+            v = nid[i]
+            s = _slot(v, shift)
+            while table[s, 0] >= 0 and table[s, 0] != v:
                 s = (s + 1) & mask
-            if vals[s] < 0:
-                keys[s] = nid[i]
-                vals[s] = i - a
+            if table[s, 0] < 0:
+                table[s, 0] = v
+                table[s, 1] = i - a
         n = b - a
         k = 0
         for j in range(c0, c1):
             v = cand[j]
             s = _slot(v, shift)
-            while vals[s] >= 0 and keys[s] != v:
+            while table[s, 0] >= 0 and table[s, 0] != v:
                 s = (s + 1) & mask
-            if vals[s] < 0:
-                keys[s] = v
-                vals[s] = n + k
+            if table[s, 0] < 0:
+                table[s, 0] = v
+                table[s, 1] = n + k
                 new_tmp[c0 + k] = v
                 k += 1
-            local[j] = vals[s]
+            local[j] = table[s, 1]
         new_cnt[r] = k
 
 
