@@ -56,6 +56,9 @@ class Exchanger:
         """Exchange per-rank row counts (int64 ``[world_size]``); returns the received counts."""
         t0 = time.perf_counter()
         send = self._stage(send_counts.to(torch.int64))
+        if self.world_size == 1:  # a group of one: the exchange is the identity
+            self.t_exchange += time.perf_counter() - t0
+            return send
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=self.group)
         self.t_exchange += time.perf_counter() - t0
@@ -68,6 +71,10 @@ class Exchanger:
         """Exchange rows whose per-rank counts both sides already know."""
         t0 = time.perf_counter()
         src_dev = payload.device
+        if self.world_size == 1:  # a group of one: the exchange is the identity
+            self.bytes_sent += payload.numel() * payload.element_size()
+            self.t_exchange += time.perf_counter() - t0
+            return payload
         send = self._stage(payload).contiguous()
         out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
         dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
@@ -107,8 +114,15 @@ def raise_if_any(err: BaseException | None, group: dist.ProcessGroup | None = No
     flag = torch.tensor([1 if err is not None else 0], dtype=torch.int64,
                         device=backend_device(group))
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    if int(flag.item()) == 0:
-        return
+    if int(flag.item()) != 0:
+        raise_agreed(err, group)
+
+
+def raise_agreed(err: BaseException | None, group: dist.ProcessGroup | None = None) -> None:
+    """Collective, once every rank knows that some rank failed: raise on every rank.
+
+    For callers that already agreed on a failure flag (e.g. inside a larger all-reduce).
+    """
     world = dist.get_world_size(group)
     errs: list = [None] * world
     dist.all_gather_object(errs, _portable(err), group=group)

@@ -68,7 +68,8 @@ class DistFeatureStore:
         sizes = [int(a.size) for a in n_ids]
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
         owner = self.book.owner(torch.from_numpy(ids)).numpy()
-        perm = np.argsort(owner, kind="stable")
+        perm = np.argsort(owner.astype(np.int16 if self.ex.world_size < 2**15 else np.int64),
+                          kind="stable")
         send_counts = torch.from_numpy(np.bincount(owner, minlength=self.ex.world_size)
                                        .astype(np.int64))
         recv, recv_counts = self.ex.exchange(torch.from_numpy(ids[perm]), send_counts)

@@ -26,7 +26,7 @@ from ..batch import MiniBatch
 from ..errors import SamplingInputError
 from ..ops import cpu
 from ..sampler import MultiHopSampler, SampleRequest, check_seed
-from .collective import Exchanger, backend_device, raise_if_any
+from .collective import Exchanger, backend_device, raise_agreed
 from .partition_book import PartitionBook
 
 
@@ -84,7 +84,8 @@ class DistSampler:
         W = self.ex.world_size
         t_nodes = torch.from_numpy(nodes)
         owner = self.book.owner(t_nodes).numpy()
-        perm = np.argsort(owner, kind="stable")
+        # small-int keys make numpy's stable sort a linear-time radix sort
+        perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
         inv = np.empty_like(perm)
         inv[perm] = np.arange(perm.size)
         send_counts = torch.from_numpy(np.bincount(owner, minlength=W).astype(np.int64))
@@ -127,10 +128,14 @@ class DistSampler:
                 self._check(r.seeds)
         except SamplingInputError as e:
             err = e
-        raise_if_any(err, self.group)
-        hops = torch.tensor([max((len(r.fanouts) for r in requests), default=0)],
-                            device=backend_device(self.group))
-        dist.all_reduce(hops, op=dist.ReduceOp.MAX, group=self.group)
+        # one all-reduce agrees on both: did any rank fail, and how many hops this round has
+        flags = torch.tensor([1 if err is not None else 0,
+                              max((len(r.fanouts) for r in requests), default=0)],
+                             device=backend_device(self.group))
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+        if int(flags[0]):
+            raise_agreed(err, self.group)
+        hops = flags[1]
         internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
                                   r.input_id) for r in requests]
         out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))

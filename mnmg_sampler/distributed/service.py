@@ -119,6 +119,8 @@ class SamplingService:
             fut.set_exception(e)
             return fut
         self._q.put((request, fut))
+        if self._failed is not None:  # the thread failed while we queued: never leave it waiting
+            self._fail_pending(self._failed)
         return fut
 
     def result(self, fut: Future, timeout: float | None = None):
