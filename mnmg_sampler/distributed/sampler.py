@@ -147,13 +147,15 @@ class DistSampler:
             b.n_id = torch.from_numpy(np.asarray(self.new_to_orig[b.n_id.numpy()], np.int64))
         return out
 
-    def _check(self, seeds: np.ndarray) -> None:
+    def _check(self, seeds: np.ndarray,
+               consequence: str = "no neighbors can be sampled for it; every rank stops this "
+                                  "round") -> None:
         n = int(self.part.num_nodes)
         if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
             bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
             raise SamplingInputError(
                 f"seed id {bad} is out of range for a graph with {n} nodes",
-                "no neighbors can be sampled for it; every rank stops this round",
+                consequence,
                 f"pass original node ids in [0, {n})",
             )
 
