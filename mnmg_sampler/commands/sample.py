@@ -125,6 +125,15 @@ def save_batch(path: str | Path, batch) -> None:
     )
 
 
+def save_batch_atomic(path: Path, batch) -> None:
+    """:func:`save_batch` to a temporary name, then rename: no half-written batch is left."""
+    import os
+
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
+    save_batch(tmp, batch)
+    os.replace(tmp, path)
+
+
 def set_threads(threads: int | None) -> int:
     """Set numba's thread count (``None``: keep the default); returns the count in use."""
     import numba
@@ -223,7 +232,7 @@ def run_single(args: argparse.Namespace) -> int:
         edges += int(batch.e_id.numel())
         nodes += batch.num_nodes
         if out is not None:
-            save_batch(out / f"batch_{i:06d}.npz", batch)
+            save_batch_atomic(out / f"batch_{i:06d}.npz", batch)
     busy = max(busy, 1e-9)
     print(f"batches {n_batches:,}")
     print(f"sampled edges {edges:,}")

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,15 +20,6 @@ import torch.distributed as dist
 from ..ops.rng import request_key
 from ..sampler import SampleRequest
 from .collective import agree
-
-
-def save_batch_atomic(path: Path, batch) -> None:
-    """``np.savez`` to a temporary name, then rename into place."""
-    from ..commands.sample import save_batch
-
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
-    save_batch(tmp, batch)
-    os.replace(tmp, path)
 
 
 def global_nonisolated(part, group=None) -> np.ndarray:
@@ -43,7 +33,13 @@ def global_nonisolated(part, group=None) -> np.ndarray:
 
 def run_distributed(args: argparse.Namespace) -> int:
     """Sample one epoch across all ranks and write every batch; rank 0 prints a summary."""
-    from ..commands.sample import epoch_plan, parse_fanouts, read_seeds_file, seed_order
+    from ..commands.sample import (
+        epoch_plan,
+        parse_fanouts,
+        read_seeds_file,
+        save_batch_atomic,
+        seed_order,
+    )
     from ..graph.partition_io import load_partition
     from ..runtime import init_distributed
     from .sampler import DistSampler
