@@ -203,3 +203,32 @@ def graph_line(args, graph, seeds, load_s: float) -> str:
     und = " (undirected)" if args.undirected else ""
     return (f"graph {args.graph}{und}: {graph.num_nodes:,} nodes ({seeds.size:,} non-isolated), "
             f"{graph.num_edges:,} edges, loaded in {load_s:.1f}s")
+
+
+def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: int,
+                target: float, **extra) -> dict:
+    """The JSON head every 2-rank mode reports: what ran, on what, on which machine."""
+    from .single import _machine
+
+    return {
+        "mode": mode, "command": command_line(mode), "graph": args.graph, "name": graph.name,
+        "undirected": args.undirected, "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size), "load_s": load_s,
+        "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
+        "prefetch": args.prefetch, "ranks": args.ranks, "replace": args.replace,
+        "seed": args.seed, "repeats": args.repeats, "partition_method": args.partition_method,
+        "target": target, "machine": _machine(threads), **extra,
+    }
+
+
+def launch_on_partitions(mode: str, args, graph, task: dict, threads: int) -> list[dict]:
+    """Partition ``graph`` into ``args.ranks`` parts in a temporary directory and run the mode's
+    workers on them; returns each rank's result."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=f"mnmg-bench-{mode}-") as tmp:
+        root = Path(tmp)
+        parts = partition_for(graph, args.ranks, args.partition_method, args.seed, root)
+        print(f"running {args.ranks} rank(s) ...", flush=True)
+        return launch(mode, args.ranks, root / "work", {**task, "partitions": str(parts)},
+                      args.timeout, threads)

@@ -25,20 +25,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
-    command_line,
+    base_result,
     graph_line,
-    launch,
+    launch_on_partitions,
     load_for_bench,
     median,
-    partition_for,
     set_bench_threads,
     worker_finish,
     worker_start,
@@ -166,21 +163,12 @@ def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
-    from .single import _machine
 
     fanouts = parse_fanouts(args.fanouts)
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
-    res: dict = {
-        "mode": "merge", "command": command_line("merge"), "graph": args.graph,
-        "name": graph.name, "undirected": args.undirected, "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size), "load_s": load_s,
-        "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-        "loaders": args.loaders, "prefetch": args.prefetch, "ranks": args.ranks,
-        "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
-        "partition_method": args.partition_method, "target": TARGET,
-        "machine": _machine(threads),
-    }
+    res = base_result("merge", args, graph, seeds, load_s, fanouts, threads, TARGET,
+                      loaders=args.loaders)
     print(graph_line(args, graph, seeds, load_s))
     print(f"{args.ranks} ranks x {args.loaders} loaders (one thread each, prefetch "
           f"{args.prefetch}), {args.batches} batches of {args.batch_size} per loader, fanouts "
@@ -189,12 +177,7 @@ def run(args: argparse.Namespace) -> int:
     task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
             "loaders": args.loaders, "prefetch": args.prefetch, "seed": args.seed,
             "repeats": args.repeats, "threads": threads}
-    with tempfile.TemporaryDirectory(prefix="mnmg-bench-merge-") as tmp:
-        root = Path(tmp)
-        parts = partition_for(graph, args.ranks, args.partition_method, args.seed, root)
-        print(f"running {args.ranks} rank(s) ...", flush=True)
-        ranks = launch("merge", args.ranks, root / "work", {**task, "partitions": str(parts)},
-                       args.timeout, threads)
+    ranks = launch_on_partitions("merge", args, graph, task, threads)
     for name in CONFIGS:
         res[name] = summarize(ranks, name)
     m, o = res["merged"], res["one_per_round"]
