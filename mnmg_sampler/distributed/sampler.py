@@ -71,8 +71,8 @@ class DistSampler:
         self.ex = Exchanger(group)
         self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
         self.lo = int(part.boundaries[part.rank])
-        self.new_to_orig = part.new_to_orig
-        self.orig_to_new = part.orig_to_new
+        self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing
+        self.orig_to_new = np.asarray(part.orig_to_new)
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self.kernel_calls = 0
         self.kernel_nodes = 0
