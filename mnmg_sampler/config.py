@@ -142,6 +142,9 @@ class SamplerConfig:
         [10, 10], "Neighbors per hop, hop 1 (nearest the seeds) first; -1 = all neighbors.",
         _FANOUTS)
     batch_size: int = _opt(512, "Seed nodes per training minibatch on each rank.", _POS_INT)
+    eval_fanouts: list[int] | None = _opt(
+        None, "Neighbors per hop when evaluating; null = all neighbors (-1 at every hop), exact "
+        "and deterministic.", _FANOUTS)
     eval_batch_size: int | None = _opt(
         None, "Seed nodes per evaluation minibatch; null = sampler.batch_size.", _POS_INT)
     replace: bool = _opt(False, "Sample neighbors with replacement.")
@@ -173,6 +176,9 @@ class ModelConfig:
         _POS_INT)
     dropout: float = _opt(0.5, "Dropout probability after each hidden layer.", _UNIT_OPEN)
     aggr: Literal["mean", "max", "sum"] = _opt("mean", "Neighbor aggregation of SAGEConv.")
+    use_pyg: bool = _opt(
+        False, "Use PyG's SAGEConv (needs the pyg extra); false = the built-in layer (same "
+        "math), so results do not depend on whether PyG is installed.")
 
 
 @dataclass
@@ -259,6 +265,7 @@ class JobConfig:
 #: Cross-field rules checked by :func:`validate_config` (listed in docs/configuration.md).
 CROSS_FIELD_RULES = (
     "`model.layers` must equal `len(sampler.fanouts)` (one GraphSAGE layer per hop).",
+    "`sampler.eval_fanouts`, when set, has as many hops as `sampler.fanouts`.",
     "`runtime.backend: nccl` needs `runtime.device` `cuda` or `auto`.",
     "`features.placement` `pinned` or `device` needs `runtime.device` `cuda` or `auto`.",
     "`partition.parts`, when set, must equal the world size (`validate --world-size W`).",
@@ -650,6 +657,8 @@ def _resolve(cfg: JobConfig) -> None:
         cfg.output.dir = f"runs/{cfg.name}"
     if cfg.partition.dir is None:
         cfg.partition.dir = os.path.join(cfg.output.dir, "partitions")
+    if cfg.sampler.eval_fanouts is None:
+        cfg.sampler.eval_fanouts = [-1] * len(cfg.sampler.fanouts)
     if cfg.sampler.eval_batch_size is None:
         cfg.sampler.eval_batch_size = cfg.sampler.batch_size
     if cfg.model.layers is None:
@@ -734,6 +743,11 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
                    f"set model.layers={n_hops} (or null), or give sampler.fanouts "
                    f"{cfg.model.layers} entries",
                    "Each GraphSAGE layer consumes one sampled hop")
+    ef = cfg.sampler.eval_fanouts
+    if ef is not None and len(ef) != n_hops:
+        raise _err("sampler.eval_fanouts", f"{len(ef)} hops but sampler.fanouts has {n_hops}",
+                   f"give sampler.eval_fanouts {n_hops} entries, or null (all neighbors)",
+                   "The model has one layer per hop in training and evaluation alike")
     rt = cfg.runtime
     if rt.backend == "nccl" and rt.device == "cpu":
         raise _err("runtime.backend", "nccl needs GPUs but runtime.device is cpu",

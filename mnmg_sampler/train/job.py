@@ -208,14 +208,14 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
     from .model import GraphSAGE
 
     s, m, o, tr = cfg.sampler, cfg.model, cfg.optimizer, cfg.training
-    eval_loader = {k: DistNeighborLoader(service, ids[k], s.fanouts, s.eval_batch_size,
+    eval_loader = {k: DistNeighborLoader(service, ids[k], s.eval_fanouts, s.eval_batch_size,
                                          seed=s.seed + 1, prefetch=s.prefetch)
                    for k in ("val", "test")}
     ymax = torch.tensor([int(np.max(part.y)) if len(part.y) else 0])
     dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
     torch.manual_seed(s.seed)
     model = GraphSAGE(int(part.x.shape[1]), m.hidden, int(ymax) + 1, m.layers,
-                      dropout=m.dropout, aggr=m.aggr).to(device)
+                      dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg).to(device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     kw = {"momentum": o.momentum} if o.name == "sgd" else {}

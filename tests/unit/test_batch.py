@@ -1,0 +1,40 @@
+"""MiniBatch: exact equality, device moves, and the PyG conversion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mnmg_sampler.graph.csr import CSRGraph
+from mnmg_sampler.sampler import sample
+
+
+def _batch():
+    rng = np.random.default_rng(1)
+    g = CSRGraph.from_edges(rng.integers(0, 50, 300), rng.integers(0, 50, 300), 50)
+    b = sample(g, np.array([3, 7, 9]), [4, 2], seed=2, key=5)
+    b.x = torch.arange(b.num_nodes * 2, dtype=torch.float32).reshape(-1, 2)
+    b.y = torch.arange(b.num_nodes) % 3
+    return b
+
+
+def test_equal_and_to():
+    a, b = _batch(), _batch()
+    assert a.equal(b)
+    b.edge_index = b.edge_index.clone()
+    b.edge_index[0, 0] += 1
+    assert not a.equal(b)
+    c = a.to("cpu")
+    assert c.equal(a) and c is not a
+
+
+def test_to_pyg_keeps_every_field():
+    pytest.importorskip("torch_geometric")
+    b = _batch()
+    d = b.to_pyg()
+    assert torch.equal(d.edge_index, b.edge_index) and torch.equal(d.n_id, b.n_id)
+    assert torch.equal(d.x, b.x) and torch.equal(d.y, b.y) and torch.equal(d.e_id, b.e_id)
+    assert d.batch_size == b.batch_size == 3 and d.num_nodes == b.num_nodes
+    assert list(d.num_sampled_nodes) == b.num_sampled_nodes
+    assert int(d.edge_index.max()) < d.num_nodes
