@@ -39,12 +39,16 @@ def run(args: argparse.Namespace) -> int:
 
         from ..train.job import run_job
 
+        ok = False
         try:
             run_job(cfg, resume=args.resume, progress=not args.no_progress)
+            ok = True
         except MnmgError as e:  # user errors: one line per rank via cli.main, no traceback
             user_error.append(e)
         finally:
             if dist.is_initialized():
+                if ok:  # nobody tears down sockets a peer still reads from
+                    dist.barrier()
                 dist.destroy_process_group()
 
     job()

@@ -215,6 +215,9 @@ class SamplingService:
         else:
             while self.run_round():
                 pass
+        if self._failed is None:
+            # every rank has left its last round before anyone may tear the group down
+            dist.barrier(group=self.group)
         self._closed = True
         if self._failed is not None:
             raise ServiceError("the sampling service failed", f"cause: {self._failed!r}",
