@@ -114,12 +114,15 @@ def _tail(text: str | None, n: int = 25) -> str:
 
 
 # -- inside a rank -------------------------------------------------------------------------------
-def worker_start(work: str) -> tuple[dict, object, int, int]:
+def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     """Init gloo from torchrun's environment, set threads, load this rank's part (no checksums:
-    the parent has just written it). Returns ``(task, part, rank, world)``."""
+    the parent has just written it). Returns ``(task, part, rank, world, seeds)``, ``seeds``
+    being every non-isolated node in the seed order ``mnmg-sampler sample`` uses."""
     import numba
     import torch
 
+    from ..commands.sample import seed_order
+    from ..distributed.offline import global_nonisolated
     from ..graph.partition_io import load_partition
     from ..runtime import init_distributed
 
@@ -129,7 +132,8 @@ def worker_start(work: str) -> tuple[dict, object, int, int]:
     torch.set_num_threads(threads)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     part = load_partition(task["partitions"], env.rank, env.world_size, verify=False)
-    return task, part, env.rank, env.world_size
+    seeds = seed_order(global_nonisolated(part), task["seed"])
+    return task, part, env.rank, env.world_size, seeds
 
 
 def worker_finish(work: str, rank: int, result: dict) -> None:

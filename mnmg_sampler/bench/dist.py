@@ -79,18 +79,15 @@ def parse_world_sizes(text: str) -> list[int]:
 def _worker(work: str) -> int:
     import torch.distributed as dist
 
-    from ..commands.sample import seed_order
-    from ..distributed.offline import global_nonisolated
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
     from ..sampler import SampleRequest
 
-    task, part, rank, world = worker_start(work)
+    task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     sampler = DistSampler(part, seed=seed)
     ex = sampler.ex
     count_remote_bytes(ex)
-    seeds = seed_order(global_nonisolated(part), seed)
     n = min(task["batches"] * world, -(-seeds.size // B))
     rounds = -(-n // world)
 

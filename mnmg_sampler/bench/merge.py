@@ -71,14 +71,11 @@ def _worker(work: str) -> int:
     import numpy as np
     import torch.distributed as dist
 
-    from ..commands.sample import seed_order
-    from ..distributed.offline import global_nonisolated
     from ..distributed.service import SamplingService
     from ..loader import DistNeighborLoader
 
-    task, part, rank, world = worker_start(work)
+    task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
-    seeds = seed_order(global_nonisolated(part), seed)
     per = task["batches"] * B * world  # seeds per loader: `batches` full batches per rank
     inputs = [seeds.take(np.arange(k * per, (k + 1) * per), mode="wrap")
               for k in range(task["loaders"])]

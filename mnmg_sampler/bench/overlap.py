@@ -67,14 +67,11 @@ def _worker(work: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..commands.sample import seed_order
-    from ..distributed.offline import global_nonisolated
     from ..distributed.service import SamplingService
     from ..loader import DistNeighborLoader
 
-    task, part, rank, world = worker_start(work)
+    task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
-    seeds = seed_order(global_nonisolated(part), seed)
     inputs = seeds.take(np.arange(task["batches"] * B * world), mode="wrap")
     svc = SamplingService(part, seed=seed, mode="thread", features=False)
     loader = DistNeighborLoader(svc, inputs, fanouts, B, seed=seed, prefetch=task["prefetch"])

@@ -28,7 +28,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -252,17 +251,13 @@ def _verdict(ratio: float | None, target: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.sample import parse_fanouts, seed_order, set_threads
-    from ..graph.datasets import load_graph, nonisolated_nodes
+    from ..commands.sample import parse_fanouts, set_threads
+    from ._launch import command_line, load_for_bench
 
     fanouts = parse_fanouts(args.fanouts)
     threads = set_threads(args.threads)
-    t0 = time.perf_counter()
-    graph = load_graph(args.graph, undirected=args.undirected)
-    load_s = time.perf_counter() - t0
-    seeds = seed_order(nonisolated_nodes(graph), args.seed)
-    argv = sys.argv[1:]
-    command = "mnmg-sampler " + " ".join(argv) if argv[:2] == ["bench", "single"] else None
+    graph, seeds, load_s = load_for_bench(args)
+    command = command_line("single")
     res: dict = {
         "mode": "single", "command": command, "graph": args.graph, "name": graph.name,
         "undirected": args.undirected, "num_nodes": graph.num_nodes,

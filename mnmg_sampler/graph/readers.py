@@ -73,13 +73,17 @@ def _bad_line(path: str, raw: bytes, pos: int, what: str, fix: str) -> GraphForm
     )
 
 
-def _read_bytes(path: Path) -> bytes:
-    name = str(path)
+def _require_file(path: Path) -> None:
     if not path.is_file():
         raise GraphFormatError(
-            f"graph file {name} does not exist", "there is no graph to load",
+            f"graph file {path} does not exist", "there is no graph to load",
             "check the path (relative paths start at the current directory)",
         )
+
+
+def _read_bytes(path: Path) -> bytes:
+    name = str(path)
+    _require_file(path)
     try:
         if path.name.endswith(".gz"):
             with gzip.open(path, "rb") as f:
@@ -180,11 +184,7 @@ def _warn_sparse_ids(name: str, src: np.ndarray, dst: np.ndarray) -> None:
 
 def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
     name = str(path)
-    if not path.is_file():
-        raise GraphFormatError(
-            f"graph file {name} does not exist", "there is no graph to load",
-            "check the path (relative paths start at the current directory)",
-        )
+    _require_file(path)
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
