@@ -1,7 +1,8 @@
 """The ``mnmg-sampler`` command line: partition, validate, sample, train, bench, info.
 
 Each subcommand lives in ``mnmg_sampler.commands.<name>``. User errors (:class:`MnmgError`)
-print one line on stderr and exit with code 2, on every rank, without a traceback.
+print one line on stderr and exit with code 2, on every rank, without a traceback; code 3 when the
+error is a :class:`PeerError` (another rank died or stopped answering, the input was fine).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import os
 import sys
 
-from .errors import MnmgError
+from .errors import MnmgError, PeerError
 
 COMMANDS = ["info", "sample", "partition", "validate", "train", "bench"]
 
@@ -50,5 +51,5 @@ def main(argv: list[str] | None = None) -> None:
         rc = args.func(args)
     except MnmgError as e:
         print(f"{_rank_prefix()}mnmg-sampler {args.command}: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(3 if isinstance(e, PeerError) else 2)
     sys.exit(rc or 0)
