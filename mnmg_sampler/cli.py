@@ -51,5 +51,12 @@ def main(argv: list[str] | None = None) -> None:
         rc = args.func(args)
     except MnmgError as e:
         print(f"{_rank_prefix()}mnmg-sampler {args.command}: error: {e}", file=sys.stderr)
-        sys.exit(3 if isinstance(e, PeerError) else 2)
+        if isinstance(e, PeerError):
+            # a job with a dead peer cannot tear its process group down reliably (destructors
+            # wait for collectives that never end): leave now, without interpreter teardown
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(3)
+        sys.exit(2)
     sys.exit(rc or 0)

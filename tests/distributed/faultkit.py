@@ -75,7 +75,10 @@ def api(parts: str, mode: str) -> int:
         svc.shutdown()
     except MnmgError as e:
         print(f"TYPED {type(e).__name__}: {e}", flush=True)
-        return 3 if isinstance(e, PeerError) else 2
+        if isinstance(e, PeerError):  # what docs/reliability.md advises: leave at once
+            sys.stdout.flush()
+            os._exit(3)
+        return 2
     return 0
 
 
