@@ -30,7 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--undirected", action="store_const", const=True, default=None,
                    help="add the reverse of every edge (default: the input's own convention)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace DIR if it exists (only once the new one is complete)")
+                   help="replace DIR if it is an earlier partition directory (or empty), once "
+                   "the new one is complete; any other existing DIR is refused")
     p.set_defaults(func=run)
     return p
 
@@ -40,13 +41,18 @@ def run(args: argparse.Namespace) -> int:
 
     from ..graph.datasets import load_graph
     from ..graph.partition import partition_graph, write_partitions
+    from ..graph.partition_io import check_replaceable, make_source
 
+    if args.overwrite:  # refuse a foreign DIR before the (long) load and partitioning
+        check_replaceable(args.out)
     t0 = time.perf_counter()
     graph = load_graph(args.input, undirected=args.undirected, seed=args.seed)
     t1 = time.perf_counter()
     plan = partition_graph(graph, args.parts, args.method, seed=args.seed)
     t2 = time.perf_counter()
-    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite)
+    source = make_source(args.input, method=plan.method, seed=plan.seed, parts=plan.parts,
+                         undirected=args.undirected, graph_seed=args.seed)
+    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite, source=source)
     t3 = time.perf_counter()
     print(f"graph       {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges")
     print(f"method      {plan.method} (seed {plan.seed}), {plan.parts} parts")

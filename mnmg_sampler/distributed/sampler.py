@@ -27,6 +27,7 @@ from ..errors import SamplingInputError
 from ..ops import cpu
 from ..sampler import MultiHopSampler, SampleRequest, check_seed
 from .collective import Exchanger, backend_device, raise_agreed
+from .consistency import check_same_partitioning
 from .partition_book import PartitionBook
 
 
@@ -69,6 +70,7 @@ class DistSampler:
         self.seed = check_seed(seed)
         self.group = group
         self.ex = Exchanger(group)
+        check_same_partitioning(part, group)  # collective: no rank samples a mixed partitioning
         self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
         self.lo = int(part.boundaries[part.rank])
         self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing

@@ -31,6 +31,7 @@ from .partition_io import (
     FORMAT_VERSION,
     MANIFEST,
     TMP_PREFIX,
+    check_replaceable,
     file_entry,
     write_manifest,
 )
@@ -309,7 +310,7 @@ def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
     files[rel] = file_entry(path, arr)
 
 
-def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
+def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | None) -> None:
     files: dict[str, dict] = {}
     _save(tmp, "new_to_orig.npy", plan.new_to_orig, files)
     _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
@@ -339,6 +340,7 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
         "has_y": graph.y is not None,
         "masks": sorted(str(k) for k in (graph.masks or {})),
         "stats": plan.summary(),
+        **({"source": source} if source is not None else {}),
         "parts": parts_meta,
         "files": files,
     }
@@ -346,14 +348,17 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
 
 
 def write_partitions(
-    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False
+    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False,
+    source: dict | None = None,
 ) -> Path:
     """Write every part of ``plan`` to ``out_dir`` atomically and return its path.
 
     The parts are built in a hidden temporary directory beside ``out_dir`` (``.mnmg-partial-*``,
     which :func:`load_partition` refuses), the manifest is written last, then the directory is
     renamed into place. A failed or interrupted run leaves no ``out_dir``; an existing ``out_dir``
-    is replaced only with ``overwrite=True``, and only once the new one is complete.
+    is replaced only with ``overwrite=True``, only if it is empty or a partition directory of
+    ours (:func:`~.partition_io.check_replaceable`), and only once the new one is complete.
+    ``source`` (:func:`~.partition_io.make_source`) is recorded in the manifest.
     """
     out = Path(out_dir).absolute()
     if plan.num_nodes != graph.num_nodes:
@@ -370,11 +375,12 @@ def write_partitions(
             "it is left untouched",
             "choose another --out, or pass --overwrite (overwrite=True) to replace it",
         )
+    check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{out.name}-", dir=out.parent))
     old: Path | None = None
     try:
-        _write_all(graph, plan, tmp)
+        _write_all(graph, plan, tmp, source)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-{out.name}-", dir=out.parent))
             os.replace(out, old / "old")  # a directory cannot replace a non-empty one
@@ -394,8 +400,8 @@ def write_partitions(
 
 def partition(
     graph: CSRGraph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
-    *, overwrite: bool = False,
+    *, overwrite: bool = False, source: dict | None = None,
 ) -> Path:
     """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
     plan = partition_graph(graph, parts, method, seed)
-    return write_partitions(graph, plan, out_dir, overwrite=overwrite)
+    return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source)
