@@ -23,7 +23,7 @@ from mnmg_sampler.config import (
     load_config,
     parse_dataset_name,
 )
-from mnmg_sampler.config_docs import render_markdown
+from mnmg_sampler.config.docs import render_markdown
 from mnmg_sampler.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,7 +279,7 @@ def test_committed_configuration_reference_is_current():
     committed = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert committed == render_markdown(), (
         "docs/configuration.md is stale: run "
-        ".venv/bin/python -m mnmg_sampler.config_docs > docs/configuration.md")
+        ".venv/bin/python -m mnmg_sampler.config.docs > docs/configuration.md")
     for fi in iter_fields():
         assert f"`{fi.key}`" in committed
 
