@@ -45,8 +45,11 @@ def load_dataset(cfg: JobConfig):
     from ..graph.datasets import load_graph
 
     d = cfg.dataset
+    masks = {k: getattr(d, f"{k}_mask") for k in ("train", "val", "test")}
     g = load_graph(d.name, undirected=d.undirected, drop_self_loops=d.drop_self_loops,
-                   drop_duplicates=d.drop_duplicates, seed=d.seed)
+                   drop_duplicates=d.drop_duplicates, seed=d.seed, x=d.features, y=d.labels,
+                   masks={k: v for k, v in masks.items() if v is not None},
+                   max_node_id=d.max_node_id)
     if g.x is None and d.feature_dim > 0:
         rng = np.random.default_rng([d.seed, 0xFEA7])
         g.x = rng.standard_normal((g.num_nodes, d.feature_dim), dtype=np.float32)
@@ -189,7 +192,11 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                               features=mode == "train" or part.x is not None,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s)
-    ids = split_ids(int(part.num_nodes), cfg.dataset.split, cfg.dataset.split_seed)
+    from ..graph.api import split_from_partitions
+
+    # masks stored with the graph (file or dataset.*_mask) win over the random split
+    ids = split_from_partitions(pdir) or split_ids(int(part.num_nodes), cfg.dataset.split,
+                                                   cfg.dataset.split_seed)
     train_loader = DistNeighborLoader(service, ids["train"], s.fanouts, s.batch_size,
                                       shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
                                       prefetch=s.prefetch, replace=s.replace)
