@@ -56,21 +56,30 @@ def _plain_help(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    try:
+        sys.exit(_main(argv))
+    except BrokenPipeError:  # the reader went away (`| head -1`): stop quietly, like cat does
+        _silence_stdout()
+        sys.exit(EXIT_BROKEN_PIPE)
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help / --version / usage errors: flush while we can catch it
+        sys.stdout.flush()
+        raise e
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format=f"{rank_prefix()}%(levelname)s %(name)s: %(message)s",
     )
     try:
         rc = args.func(args)
-        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
-    except BrokenPipeError:
-        _silence_stdout()
-        sys.exit(EXIT_BROKEN_PIPE)
     except MnmgError as e:
         print(f"{rank_prefix()}mnmg-sampler {args.command}: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(rc or 0)
+        return 2
+    sys.stdout.flush()  # a closed pipe shows here, inside main's handler
+    return rc or 0
 
 
 def _silence_stdout() -> None:

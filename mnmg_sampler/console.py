@@ -94,6 +94,11 @@ def add_json_flag(parser: Any) -> None:
                         help="print the results as JSON (machine-readable) instead of a table")
 
 
+# bench's ``--json [OUT]`` (see commands/bench.py): no OUT = JSON on stdout, table on stderr.
+JSON_OUT_HELP = ("print the results as JSON on stdout (the table goes to stderr); --json OUT "
+                 "writes the JSON to OUT and prints the table")
+
+
 def report(rows: Iterable[tuple[str, Any]], data: Mapping[str, Any], as_json: bool) -> None:
     """The table ``rows`` for a person, or ``data`` as JSON with ``--json``."""
     if as_json:
