@@ -15,7 +15,7 @@ from collections import OrderedDict
 import numpy as np
 import torch
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
-from torch_geometric.typing import EdgeLayout
+from torch_geometric.data.graph_store import EdgeLayout
 
 from ..errors import SamplingInputError
 from ..ops.rng import request_key
