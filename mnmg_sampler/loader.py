@@ -82,7 +82,11 @@ def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
                 f"DistNeighborLoader got an unexpected argument {key!r}", "it has no effect here",
                 "see docs/api.md for the arguments (those of PyG's NeighborLoader that apply)")
         default = _PYG_DEFAULTS[key]
-        if value is not default and value != default:
+        try:
+            same = value is default or (default is not None and bool(value == default))
+        except (TypeError, ValueError):  # e.g. an array compared with a scalar
+            same = False
+        if not same:
             fix = ("sampling already runs in the service thread; use prefetch=N to sample ahead"
                    if key == "num_workers" else f"leave {key} at {default!r}")
             raise SamplingInputError(f"{key}={value!r} is not supported",
