@@ -24,10 +24,10 @@ import torch.distributed as dist
 
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
-from ..errors import ConfigError, PartitionError
+from ..errors import CheckpointError, ConfigError, PartitionError
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
 
 log = logging.getLogger(__name__)
-CKPT_PREFIX = "checkpoint-epoch"
 
 
 def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, np.ndarray]:
@@ -95,32 +95,6 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
 
 def _ckpt_dir(cfg: JobConfig) -> Path:
     return Path(cfg.output.dir) / "checkpoints"
-
-
-def latest_checkpoint(cfg: JobConfig) -> Path | None:
-    d = _ckpt_dir(cfg)
-    if not d.is_dir():
-        return None
-    found = sorted(d.glob(f"{CKPT_PREFIX}*.pt"))
-    return found[-1] if found else None
-
-
-def save_checkpoint(cfg: JobConfig, state: dict, epoch: int) -> Path:
-    """Atomically write a checkpoint (tmp file + fsync + rename); prune old ones."""
-    d = _ckpt_dir(cfg)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{CKPT_PREFIX}{epoch:05d}.pt"
-    tmp = d / f".{path.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    keep = cfg.output.keep_checkpoints
-    if keep:
-        for old in sorted(d.glob(f"{CKPT_PREFIX}*.pt"))[:-keep]:
-            old.unlink(missing_ok=True)
-    return path
 
 
 class Metrics:
@@ -244,13 +218,17 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
     metrics = Metrics(Path(cfg.output.dir) / cfg.output.metrics_file if rank == 0 else None)
     first_epoch = 0
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    ckpt = latest_checkpoint(cfg) if (resume or restarted) else None
-    if resume and ckpt is None and rank == 0:
+    found = agree(lambda: load_latest(_ckpt_dir(cfg), device)) if (resume or restarted) \
+        else None
+    if resume or restarted:
+        agree_on_checkpoint(found)
+    if resume and found is None and rank == 0:
         log.warning("--resume: no checkpoint under %s; starting from scratch", _ckpt_dir(cfg))
-    if ckpt is not None:
-        state = torch.load(ckpt, map_location=device, weights_only=False)
+    if found is not None:
+        ckpt, state = found
+        agree(lambda: check_model_state(state["model"], model.module, ckpt))
         if state.get("world_size") != world:
-            raise PartitionError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
+            raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
                                  f"ranks, this job has {world}",
                                  "the loader order would differ", "resume with the same world "
                                  "size, or start a fresh output.dir")
@@ -297,12 +275,12 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
                                 val_acc=f"{rec.get('val_acc', val_acc):.3f}")
         if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
             if rank == 0:
-                save_checkpoint(cfg, {"model": model.module.state_dict(),
-                                      "optimizer": opt.state_dict(), "epoch": epoch,
-                                      "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
-                                                 "next_batch": 0},
-                                      "world_size": world, "config": config_to_dict(cfg)},
-                                epoch)
+                save_checkpoint(_ckpt_dir(cfg), {
+                    "model": model.module.state_dict(), "optimizer": opt.state_dict(),
+                    "epoch": epoch, "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
+                                               "next_batch": 0},
+                    "world_size": world, "config": config_to_dict(cfg)},
+                    epoch, keep=cfg.output.keep_checkpoints)
             dist.barrier()
             _maybe_fault(epoch, rank)
         tv = tr.target_value
