@@ -1,7 +1,8 @@
 """The ``mnmg-sampler`` command line: partition, validate, sample, train, bench, info.
 
 Each subcommand lives in ``mnmg_sampler.commands.<name>``. User errors (:class:`MnmgError`)
-print one line on stderr and exit with code 2, on every rank, without a traceback.
+print one line on stderr and exit with code 2, on every rank, without a traceback. Output piped
+into a reader that stops early (``| head``) ends the command quietly with code 141.
 """
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ def _rank_prefix() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        try:
+            _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a closed pipe is handled below
+    except BrokenPipeError:
+        # the reader went away (`mnmg-sampler ... | head`): stop quietly like a Unix tool,
+        # and point stdout at /dev/null so the interpreter's final flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + 13)  # 141: killed by SIGPIPE, the shell's convention
+
+
+def _main(argv: list[str] | None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
