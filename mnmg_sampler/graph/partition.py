@@ -7,8 +7,14 @@ order of their original ids. Every owned row keeps its neighbor list in the inpu
 order (ascending original edge id), and samplers key the RNG on original ids, so a sampled
 minibatch mapped back through ``new_to_orig`` is bit-identical to sampling the unpartitioned graph.
 
-Methods: ``range`` (identity order in equal chunks), ``random`` (seeded, balanced to +-1 node) and
-``metis`` (``pymetis`` on the symmetrised graph; fewest cut edges, optional extra).
+Methods: ``range`` (identity order in equal chunks), ``random`` (seeded, balanced to +-1 node),
+``hash`` (a seeded hash of the id picks the part; balanced in expectation) and ``metis``
+(``pymetis`` on the symmetrised graph; fewest cut edges, optional extra). ``range``, ``random``
+and ``hash`` decide a node's part from its id alone (:func:`assign_nodes`), which is what lets
+:mod:`mnmg_sampler.distributed.ingest` partition on many ranks with the same result; ``random``
+places node ``v`` at position ``permute(v)`` of a keyed permutation (:mod:`.permute`) and cuts
+the positions into equal chunks. (Before that, ``random`` drew NumPy's ``default_rng(seed)
+.permutation``; the same seed now gives a different, equally balanced partition.)
 The on-disk layout is described in ``docs/formats.md`` (section "Partition directories").
 """
 
@@ -35,10 +41,14 @@ from .partition_io import (
     file_entry,
     write_manifest,
 )
+from .permute import hash_ids, permute, unpermute
 
 __all__ = [
     "METHODS",
+    "DISTRIBUTED_METHODS",
     "PartitionPlan",
+    "assign_nodes",
+    "part_node_ids",
     "partition_graph",
     "write_partitions",
     "partition",
@@ -47,7 +57,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-METHODS = ("random", "range", "metis")
+METHODS = ("random", "range", "hash", "metis")
+DISTRIBUTED_METHODS = ("random", "range", "hash")
+"""Methods whose part of a node is a function of its id (no whole-graph pass)."""
 _MASK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -141,12 +153,45 @@ def _even_boundaries(n: int, parts: int) -> np.ndarray:
     return (np.arange(parts + 1, dtype=np.int64) * n) // parts
 
 
-def _assign_random(n: int, parts: int, seed: int) -> np.ndarray:
-    perm = np.random.default_rng(seed).permutation(n)
-    sizes = np.diff(_even_boundaries(n, parts))
-    assignment = np.empty(n, np.int64)
-    assignment[perm] = np.repeat(np.arange(parts, dtype=np.int64), sizes)
-    return assignment
+_RANDOM_SALT, _HASH_SALT = 0x9A27, 0x4A54
+
+
+def assign_nodes(ids: np.ndarray, n: int, parts: int, method: str, seed: int = 0) -> np.ndarray:
+    """Part (int64) of every original id in ``ids`` for a graph of ``n`` nodes.
+
+    ``method`` is one of :data:`DISTRIBUTED_METHODS`; the answer depends only on the id, so any
+    rank can compute it for any id.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if parts == 1:
+        return np.zeros(ids.shape, np.int64)
+    if method == "hash":
+        h = hash_ids(ids, seed, _HASH_SALT) >> np.uint64(32)
+        return (h * np.uint64(parts) >> np.uint64(32)).astype(np.int64)
+    pos = ids if method == "range" else permute(ids, n, seed, _RANDOM_SALT)
+    return np.searchsorted(_even_boundaries(n, parts), pos, side="right") - 1
+
+
+def part_node_ids(rank: int, n: int, parts: int, method: str, seed: int = 0,
+                  chunk: int = 1 << 22) -> np.ndarray:
+    """The original ids (ascending int64) that :func:`assign_nodes` puts in part ``rank``.
+
+    ``range`` and ``random`` touch only the part's own ids; ``hash`` scans all ``n`` ids in
+    chunks of ``chunk`` (time O(n), memory O(part + chunk)).
+    """
+    if parts == 1:
+        return np.arange(n, dtype=np.int64)
+    b = _even_boundaries(n, parts)
+    if method == "range":
+        return np.arange(b[rank], b[rank + 1], dtype=np.int64)
+    if method == "random":
+        pos = np.arange(b[rank], b[rank + 1], dtype=np.int64)
+        return np.sort(unpermute(pos, n, seed, _RANDOM_SALT))
+    out = []
+    for lo in range(0, n, chunk):
+        ids = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
+        out.append(ids[assign_nodes(ids, n, parts, method, seed) == rank])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 def _symmetric_adjacency(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -176,7 +221,23 @@ def _import_pymetis():
     return pymetis
 
 
-def _assign_metis(graph: CSRGraph, parts: int, seed: int) -> np.ndarray:
+METIS_MAX_EDGES = 1 << 30
+"""Default budget of :func:`partition_graph`'s ``metis_max_edges`` (CSR entries)."""
+
+
+def _assign_metis(graph: CSRGraph, parts: int, seed: int, max_edges: int | None) -> np.ndarray:
+    budget = METIS_MAX_EDGES if max_edges is None else int(max_edges)
+    if graph.num_edges > budget:
+        raise PartitionError(
+            f"graph '{graph.name}' has {graph.num_edges:,} edges, above the METIS budget of "
+            f"{budget:,}",
+            "METIS runs in one process over the whole graph (it is never distributed here), "
+            "which would need several times the graph's size in memory",
+            "use --method random, hash or range, which partition on all ranks "
+            "(`torchrun --nproc-per-node N -m mnmg_sampler partition ...`), or raise the "
+            "budget with --metis-max-edges (partition.metis_max_edges) on a machine that holds "
+            "the graph",
+        )
     pymetis = _import_pymetis()
     xadj, adjncy = _symmetric_adjacency(graph)
     if graph.num_nodes >= 2**31 or adjncy.shape[0] >= 2**31:
@@ -197,14 +258,17 @@ def _assign_metis(graph: CSRGraph, parts: int, seed: int) -> np.ndarray:
     return np.asarray(membership, dtype=np.int64)
 
 
-def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0) -> PartitionPlan:
+def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
+                    metis_max_edges: int | None = None) -> PartitionPlan:
     """Assign every node to one of ``parts`` parts and relabel so parts are contiguous id ranges.
 
     Args:
         graph: the graph to split (CSR over in-edges, canonical rows).
         parts: number of parts; one per rank (the torch.distributed world size).
-        method: ``range``, ``random`` or ``metis``.
-        seed: seeds ``random`` and METIS; ``range`` ignores it.
+        method: ``range``, ``random``, ``hash`` or ``metis``.
+        seed: seeds ``random``, ``hash`` and METIS; ``range`` ignores it.
+        metis_max_edges: METIS refuses graphs with more CSR entries (:class:`PartitionError`);
+            ``None`` = :data:`METIS_MAX_EDGES`.
 
     Returns:
         The :class:`PartitionPlan`; nothing is written (see :func:`write_partitions`).
@@ -215,10 +279,10 @@ def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0) -> 
     if method == "range" or parts == 1:
         assignment = np.repeat(np.arange(parts, dtype=np.int64),
                                np.diff(_even_boundaries(n, parts)))
-    elif method == "random":
-        assignment = _assign_random(n, parts, seed)
+    elif method in DISTRIBUTED_METHODS:
+        assignment = assign_nodes(np.arange(n, dtype=np.int64), n, parts, method, seed)
     else:
-        assignment = _assign_metis(graph, parts, seed)
+        assignment = _assign_metis(graph, parts, seed, metis_max_edges)
     # Stable sort: parts in order, original-id order within a part.
     new_to_orig = np.argsort(assignment, kind="stable").astype(np.int64)
     orig_to_new = np.empty(n, np.int64)
@@ -401,7 +465,8 @@ def write_partitions(
 def partition(
     graph: CSRGraph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
     *, overwrite: bool = False, source: dict | None = None,
+    metis_max_edges: int | None = None,
 ) -> Path:
     """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
-    plan = partition_graph(graph, parts, method, seed)
+    plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)
     return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source)
