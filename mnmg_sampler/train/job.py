@@ -77,7 +77,10 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
         want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
                            undirected=d.undirected, drop_self_loops=d.drop_self_loops,
                            drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
-                           feature_dim=d.feature_dim)
+                           feature_dim=d.feature_dim,
+                           node_data={k: getattr(d, k) for k in ("features", "labels",
+                                                                 "train_mask", "val_mask",
+                                                                 "test_mask")})
         if (out / MANIFEST).exists():
             try:
                 stale = source_differences(read_manifest(out), want)
