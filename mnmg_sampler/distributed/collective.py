@@ -56,6 +56,7 @@ class Exchanger:
         self.calls = 0
         self.host_transfers = 0
         self.t_exchange = 0.0
+        self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
 
     # -- accounting ---------------------------------------------------------------------------
     def _count(self, tag: str, row_bytes: int, send_counts: Sequence[int]) -> None:
@@ -99,7 +100,9 @@ class Exchanger:
             self.t_exchange += time.perf_counter() - t0
             return send
         recv = torch.empty_like(send)
+        c0 = time.thread_time()
         dist.all_to_all_single(recv, send, group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
         self.t_exchange += time.perf_counter() - t0
         self.calls += 1
         self._count(tag, 8, [1] * self.world_size)
@@ -119,8 +122,10 @@ class Exchanger:
             return payload
         send = self._stage(payload).contiguous()
         out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
+        c0 = time.thread_time()
         dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
                                [int(c) for c in send_counts], group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
         self.calls += 1
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
