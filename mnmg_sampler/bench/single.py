@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
+from ..console import JSON_OUT_HELP
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="DGL subprocess runs, median reported; each reloads the graph "
                         "(default: 3)")
     p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.set_defaults(bench_run=run)
     return p
 
