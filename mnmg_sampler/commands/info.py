@@ -20,13 +20,17 @@ def add_parser(subparsers) -> None:
         "features/labels and the load time.",
     )
     p.add_argument("graph", metavar="GRAPH",
-                   help="cora, rmat:SCALE[:EDGE_FACTOR], or a path (.txt, .txt.gz, .npz)")
+                   help="cora, rmat:SCALE[:EDGE_FACTOR], or a file or OGB directory (formats: "
+                   "docs/formats.md)")
     p.add_argument("--undirected", action=argparse.BooleanOptionalAction, default=None,
                    help="add every reverse edge (default: the dataset's own; cora: yes)")
     p.add_argument("--drop-self-loops", action="store_true", help="remove edges v -> v")
     p.add_argument("--drop-duplicates", action="store_true",
                    help="keep one copy of each repeated (src, dst) edge")
     p.add_argument("--seed", type=int, default=0, help="seed of rmat: graphs (default 0)")
+    from .partition import add_node_data_arguments
+
+    add_node_data_arguments(p)
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -37,10 +41,12 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..graph.datasets import load_graph
+    from .partition import node_data_kwargs
 
     t0 = time.perf_counter()
     g = load_graph(args.graph, undirected=args.undirected, drop_self_loops=args.drop_self_loops,
-                   drop_duplicates=args.drop_duplicates, seed=args.seed)
+                   drop_duplicates=args.drop_duplicates, seed=args.seed,
+                   **node_data_kwargs(args))
     load_s = time.perf_counter() - t0
     deg = g.degrees()
     out_deg = np.bincount(g.indices, minlength=g.num_nodes)
@@ -81,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
             data["labels"]["classes"] = int(np.unique(g.y).size)
             classes = f", {data['labels']['classes']} classes"
         rows.append(("labels y", f"{tuple(g.y.shape)} {g.y.dtype}{classes}"))
+    if g.masks:
+        rows.append(("split masks", ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks.items())))
     data["load_s"] = load_s
     rows.append(("load time", f"{load_s:.2f} s"))
     report(rows, data, args.json)

@@ -1,11 +1,14 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
-Every rank owns one partition. For each hop, a rank buckets the frontier of all its requests by
-owner, sends (node, key, fanout, replace) rows with one all-to-all, runs **one** kernel call over
-everything it received from all ranks, and sends counts and (neighbor, edge id) rows back. The
-requester deduplicates and renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are
-collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any number
-of requests, including none.
+Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
+owner. Nodes it owns never touch the wire; the others go to their owners in one all-to-all, as
+wire ids (int32 whenever the graph's node and edge counts fit, decided once per job) behind one
+small header per request and destination (node count, key, fanout, flags) instead of constants
+repeated per node. **One** kernel call per rank serves its own nodes and every node received from
+all ranks; counts, neighbor ids and (only when some request asked) edge ids go back in one more
+all-to-all, and the requester puts them back in frontier order. The requester deduplicates and
+renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
+:meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
@@ -24,25 +27,19 @@ import torch.distributed as dist
 
 from ..batch import MiniBatch
 from ..errors import SamplingInputError
-from ..ops import cpu
-from ..sampler import MultiHopSampler, SampleRequest, check_seed
+from ..ops.segments import reorder_segments
+from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
 from .collective import Exchanger, backend_device, raise_agreed
-from .partition_book import PartitionBook
+from .consistency import check_same_partitioning
+
+_I64 = np.dtype(np.int64)
+# header flags of a request on the wire
+_REPLACE, _EDGE_IDS = 1, 2
 
 
-def segment_gather_index(counts_perm: np.ndarray, inv: np.ndarray) -> np.ndarray:
-    """Index that reorders variable-length segments from permuted to original node order.
-
-    Segment ``p`` (length ``counts_perm[p]``) belongs to original node ``j`` with ``inv[j] == p``.
-    """
-    off = np.zeros(counts_perm.size + 1, np.int64)
-    np.cumsum(counts_perm, out=off[1:])
-    counts = counts_perm[inv]
-    starts = off[:-1][inv]
-    total = int(counts.sum())
-    out_off = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=out_off[1:])
-    return np.repeat(starts - out_off[:-1], counts) + np.arange(total, dtype=np.int64)
+def wire_dtype(num_nodes: int, num_edges: int) -> np.dtype:
+    """int32 when every node id and every per-node count fits, else int64 (once per job)."""
+    return np.dtype(np.int32 if max(int(num_nodes), int(num_edges)) < 2**31 else np.int64)
 
 
 class DistSampler:
@@ -52,6 +49,7 @@ class DistSampler:
         part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
+        kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -69,8 +67,13 @@ class DistSampler:
         self.seed = check_seed(seed)
         self.group = group
         self.ex = Exchanger(group)
-        self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
-        self.lo = int(part.boundaries[part.rank])
+        check_same_partitioning(part, group)  # collective: no rank samples a mixed partitioning
+        self.rank = self.ex.rank
+        bounds = np.asarray(part.boundaries, np.int64)
+        self._inner = np.ascontiguousarray(bounds[1:-1])  # owner(v) = #inner bounds <= v
+        self.lo = int(bounds[part.rank])
+        self.wire = wire_dtype(part.num_nodes, part.num_edges)
+        self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing
         self.orig_to_new = np.asarray(part.orig_to_new)
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
@@ -80,40 +83,137 @@ class DistSampler:
         self.t_kernel = 0.0
 
     # -- one hop ------------------------------------------------------------------------
-    def _hop(self, nodes, keys, hop, fanouts, replace):
-        W = self.ex.world_size
-        t_nodes = torch.from_numpy(nodes)
-        owner = self.book.owner(t_nodes).numpy()
-        # small-int keys make numpy's stable sort a linear-time radix sort
-        perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
-        inv = np.empty_like(perm)
-        inv[perm] = np.arange(perm.size)
-        send_counts = torch.from_numpy(np.bincount(owner, minlength=W).astype(np.int64))
-        payload = np.stack([nodes[perm], keys[perm], fanouts[perm],
-                            replace[perm].astype(np.int64)], 1) if nodes.size else np.empty(
-            (0, 4), np.int64)
-        recv, recv_counts = self.ex.exchange(torch.from_numpy(payload), send_counts)
-        recv = recv.numpy()
-        rows = recv[:, 0] - self.lo
+    def owner(self, nodes: np.ndarray) -> np.ndarray:
+        """Owner rank of each new id (int64)."""
+        return np.searchsorted(self._inner, nodes, side="right")
+
+    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
-            c, nb, e = self._cuda(rows, recv[:, 1], self.seed, hop, recv[:, 2], recv[:, 3])
+            c, nb, e = self._cuda(rows, keys, self.seed, hop, fanouts, replace)
+            e = e if edge_ids else None
         else:
             indptr, indices, eids, orig = self._csr
-            c, nb, e = cpu.sample_neighbors(indptr, indices, eids, rows, orig[rows], recv[:, 1],
-                                            self.seed, hop, recv[:, 2],
-                                            recv[:, 3].astype(np.uint8))
+            c, nb, e = run_cpu_kernel(indptr, indices, eids, rows, orig[rows], keys, self.seed,
+                                      hop, fanouts, replace, edge_ids)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
         self.kernel_edges += int(nb.size)
-        rc, sc = recv_counts.tolist(), send_counts.tolist()
-        back = self.ex.payload(torch.from_numpy(c), rc, sc).numpy()
-        seg_send, seg_recv = segment_sums(c, rc), segment_sums(back, sc)
-        got = self.ex.payload(torch.from_numpy(np.stack([nb, e], 1)), seg_send.tolist(),
-                              seg_recv.tolist()).numpy()
-        idx = segment_gather_index(back, inv)
-        return back[inv], np.ascontiguousarray(got[idx, 0]), np.ascontiguousarray(got[idx, 1])
+        return c, nb, e
+
+    def _hop(self, h: HopSegments):
+        W, me = self.ex.world_size, self.rank
+        nodes = h.nodes
+        keys_n, fan_n, rep_n = h.per_node()
+        if W == 1:  # everything is local: no exchange at all
+            return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids)
+        wire, k = self.wire, self._k
+        owner = self.owner(nodes)
+        ocount = np.bincount(owner, minlength=W)
+        # small-int keys make numpy's stable sort a linear-time radix sort
+        perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
+        ooff = np.zeros(W + 1, np.int64)
+        np.cumsum(ocount, out=ooff[1:])
+        mine = perm[ooff[me]:ooff[me + 1]]
+
+        # outbound: per destination, one header row per request, then the wire ids
+        S = h.sizes.size
+        seg = np.repeat(np.arange(S, dtype=np.int64), h.sizes)
+        per_dest = np.bincount(owner * S + seg, minlength=W * S).reshape(W, S)
+        flags = h.replace.astype(np.int64) | (_EDGE_IDS if h.edge_ids else 0)
+        hlen = (1 + 4 * S) * k
+        sizes = np.where(ocount > 0, ocount + hlen, 0)
+        sizes[me] = 0
+        buf = np.empty(int(sizes.sum()), wire)
+        p = 0
+        for d in np.flatnonzero(sizes):
+            hdr = np.empty(1 + 4 * S, np.int64)
+            hdr[0] = S
+            hdr[1:].reshape(S, 4)[:] = np.stack([per_dest[d], h.keys, h.fanouts, flags], 1)
+            buf[p:p + hlen] = hdr.view(wire)
+            buf[p + hlen:p + sizes[d]] = nodes[perm[ooff[d]:ooff[d + 1]]]
+            p += int(sizes[d])
+        recv, rsizes = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
+        recv = recv.numpy()
+
+        # one kernel call: own nodes first, then every received block
+        rows = [nodes[mine] - self.lo]
+        keys, fans, reps = [keys_n[mine]], [fan_n[mine]], [rep_n[mine]]
+        srcs = []  # (source rank, nodes, wants edge ids)
+        p = 0
+        for src, size in enumerate(rsizes.tolist()):
+            if size == 0:
+                continue
+            blk = recv[p:p + size]
+            p += size
+            s2 = int(blk[:k].view(np.int64)[0])
+            hl = (1 + 4 * s2) * k
+            hdr = blk[:hl].view(np.int64)[1:].reshape(s2, 4)
+            cnt = hdr[:, 0]
+            rows.append(blk[hl:].astype(np.int64) - self.lo)
+            keys.append(np.repeat(hdr[:, 1], cnt))
+            fans.append(np.repeat(hdr[:, 2], cnt))
+            reps.append(np.repeat((hdr[:, 3] & _REPLACE).astype(np.uint8), cnt))
+            srcs.append((src, size - hl, bool((hdr[:, 3] & _EDGE_IDS).any())))
+        want_e = h.edge_ids or any(w for _, _, w in srcs)
+        c, nb, e = self._kernel(np.concatenate(rows), np.concatenate(keys), h.hop,
+                                np.concatenate(fans), np.concatenate(reps), want_e)
+        coff = np.zeros(c.size + 1, np.int64)
+        np.cumsum(c, out=coff[1:])
+
+        # replies: counts, neighbors and (when asked) edge ids, one block per requester
+        rsz = np.zeros(W, np.int64)
+        a = mine.size
+        spans = []
+        for src, n, w in srcs:
+            e0, e1 = int(coff[a]), int(coff[a + n])
+            rsz[src] = n + (e1 - e0) * (1 + (k if w else 0))
+            spans.append((src, a, n, e0, e1, w))
+            a += n
+        out = np.empty(int(rsz.sum()), wire)
+        p = 0
+        for _src, a, n, e0, e1, w in spans:
+            E = e1 - e0
+            out[p:p + n] = c[a:a + n]
+            out[p + n:p + n + E] = nb[e0:e1]
+            if w:
+                out[p + n + E:p + n + E + E * k] = e[e0:e1].view(wire)
+            p += n + E * (1 + (k if w else 0))
+        back, bsizes = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
+        back = back.numpy()
+
+        # the requester's view, in owner order (own block at its place), then frontier order
+        nl, el = mine.size, int(coff[mine.size])
+        if nl == nodes.size:  # nothing was remote
+            return c[:nl], nb[:el], (e[:el] if h.edge_ids else None)
+        cnt_parts, nb_parts, e_parts = [], [], []
+        p = 0
+        bs = bsizes.tolist()
+        for d in range(W):
+            if d == me:
+                cnt_parts.append(c[:nl])
+                nb_parts.append(nb[:el])
+                if h.edge_ids:
+                    e_parts.append(e[:el])
+                continue
+            if ocount[d] == 0:
+                continue
+            blk = back[p:p + bs[d]]
+            p += bs[d]
+            n = int(ocount[d])
+            cd = blk[:n]
+            E = int(cd.sum())
+            cnt_parts.append(cd)
+            nb_parts.append(blk[n:n + E])
+            if h.edge_ids:
+                e_parts.append(blk[n + E:n + E + E * k].view(np.int64))
+        counts_perm = np.concatenate(cnt_parts).astype(np.int64, copy=False)
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(perm.size)
+        counts, nbr = reorder_segments(counts_perm, _cat64(nb_parts), inv)
+        eid = reorder_segments(counts_perm, _cat64(e_parts), inv)[1] if h.edge_ids else None
+        return counts, nbr, eid
 
     # -- public ---------------------------------------------------------------------------
     def sample(self, requests: Sequence[SampleRequest], features=None) -> list[MiniBatch]:
@@ -137,7 +237,7 @@ class DistSampler:
             raise_agreed(err, self.group)
         hops = flags[1]
         internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
-                                  r.input_id) for r in requests]
+                                  r.input_id, r.edge_ids) for r in requests]
         out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))
         if features is not None and features.enabled:
             for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out]),
@@ -202,9 +302,11 @@ class _CudaHop:
             return run()
 
 
-def segment_sums(values: np.ndarray, counts: list[int]) -> np.ndarray:
-    """Sum of ``values`` over consecutive segments of the given lengths (empty segments -> 0)."""
-    cs = np.zeros(values.size + 1, np.int64)
-    np.cumsum(values, out=cs[1:])
-    ends = np.cumsum(np.asarray(counts, np.int64))
-    return cs[ends] - cs[ends - np.asarray(counts, np.int64)]
+def _cat64(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate into one int64 array (wire int32 blocks are widened on the way)."""
+    out = np.empty(sum(int(a.size) for a in parts), np.int64)
+    p = 0
+    for a in parts:
+        out[p:p + a.size] = a
+        p += a.size
+    return out

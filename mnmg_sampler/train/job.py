@@ -45,8 +45,11 @@ def load_dataset(cfg: JobConfig):
     from ..graph.datasets import load_graph
 
     d = cfg.dataset
+    masks = {k: getattr(d, f"{k}_mask") for k in ("train", "val", "test")}
     g = load_graph(d.name, undirected=d.undirected, drop_self_loops=d.drop_self_loops,
-                   drop_duplicates=d.drop_duplicates, seed=d.seed)
+                   drop_duplicates=d.drop_duplicates, seed=d.seed, x=d.features, y=d.labels,
+                   masks={k: v for k, v in masks.items() if v is not None},
+                   max_node_id=d.max_node_id)
     if g.x is None and d.feature_dim > 0:
         rng = np.random.default_rng([d.seed, 0xFEA7])
         g.x = rng.standard_normal((g.num_nodes, d.feature_dim), dtype=np.float32)
@@ -54,19 +57,40 @@ def load_dataset(cfg: JobConfig):
 
 
 def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
-    """Partition the dataset into ``world`` parts unless a valid directory exists (collective)."""
+    """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
+    partitioning (collective).
+
+    The manifest records what it was made from (:func:`~..graph.partition_io.make_source`); a
+    directory made from another dataset, other load options or other partitioning settings, or
+    by an mnmg-sampler that recorded no source, is partitioned again (rank 0 writes atomically,
+    the others wait). A non-empty directory that is not a partition directory is refused.
+    """
     from ..graph.partition import partition
-    from ..graph.partition_io import MANIFEST
+    from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
 
     out = Path(cfg.partition.dir)
 
     def build() -> None:
-        if rank != 0 or (out / MANIFEST).exists():
+        if rank != 0:
             return
-        log.info("partitioning %s into %d parts (%s) -> %s", cfg.dataset.name, world,
-                 cfg.partition.method, out)
+        d, p = cfg.dataset, cfg.partition
+        want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
+                           undirected=d.undirected, drop_self_loops=d.drop_self_loops,
+                           drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
+                           feature_dim=d.feature_dim)
+        if (out / MANIFEST).exists():
+            try:
+                stale = source_differences(read_manifest(out), want)
+            except PartitionError as e:
+                stale = [f"unreadable manifest ({e.what})"]
+            if not stale:
+                return
+            log.warning("partition directory %s is stale (%s); partitioning again", out,
+                        "; ".join(stale))
+        log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        partition(load_dataset(cfg), world, cfg.partition.method, out, seed=cfg.partition.seed)
+        partition(load_dataset(cfg), world, p.method, out, seed=p.seed, overwrite=True,
+                  source=want)
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
@@ -155,7 +179,11 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                               features=mode == "train" or part.x is not None,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s)
-    ids = split_ids(int(part.num_nodes), cfg.dataset.split, cfg.dataset.split_seed)
+    from ..graph.api import split_from_partitions
+
+    # masks stored with the graph (file or dataset.*_mask) win over the random split
+    ids = split_from_partitions(pdir) or split_ids(int(part.num_nodes), cfg.dataset.split,
+                                                   cfg.dataset.split_seed)
     train_loader = DistNeighborLoader(service, ids["train"], s.fanouts, s.batch_size,
                                       shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
                                       prefetch=s.prefetch, replace=s.replace)

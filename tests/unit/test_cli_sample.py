@@ -100,7 +100,7 @@ def test_sample_num_batches_include_isolated_and_seeds_file(tiny_npz, tmp_path, 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--fanouts", "5,0"], "invalid fanouts"),
+        (["--fanouts", "5,-2"], "invalid fanouts"),
         (["--fanouts", "5,x"], "invalid fanouts"),
         (["--partitions", "no-such-parts"], "no-such-parts"),
         (["--seeds-file", "missing.txt"], "does not exist"),
