@@ -88,9 +88,9 @@ class PartitionConfig:
     dir: str | None = _opt(
         None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
         path=True)
-    method: Literal["random", "range", "metis"] = _opt(
-        "random", "random (balanced), range (contiguous ids) or metis (fewest cut edges; needs "
-        "pymetis).")
+    method: Literal["random", "range", "hash", "metis"] = _opt(
+        "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
+        "the id) or metis (fewest cut edges; needs pymetis).")
     parts: int | None = _opt(
         None, "Number of partitions; null = world size. If set it must equal the world size.",
         _POS_INT)

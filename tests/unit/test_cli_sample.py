@@ -100,7 +100,7 @@ def test_sample_num_batches_include_isolated_and_seeds_file(tiny_npz, tmp_path, 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--fanouts", "5,0"], "invalid fanouts"),
+        (["--fanouts", "5,-2"], "invalid fanouts"),
         (["--fanouts", "5,x"], "invalid fanouts"),
         (["--partitions", "no-such-parts"], "no-such-parts"),
         (["--seeds-file", "missing.txt"], "does not exist"),
@@ -146,7 +146,7 @@ def test_bench_single_json_fields(tmp_path):
     assert res["num_nodes"] == 1024 and res["fanouts"] == [5, 3] and res["batch_size"] == 64
     assert res["machine"]["threads"] == 1
     k = res["kernel"]
-    for name in ("kernel", "kernel_positions", "gather"):
+    for name in ("kernel", "kernel_positions", "kernel_no_eids", "gather"):
         assert len(k[name]["seconds"]) == 2 and k[name]["per_s"] > 0
         assert k[name]["work"] == k["kernel"]["work"] > 0
     assert k["nodes"] == 500 and k["fanout"] == 5 and k["ratio"] > 0

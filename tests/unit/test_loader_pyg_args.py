@@ -11,6 +11,17 @@ import pytest
 from mnmg_sampler import DistNeighborLoader, SamplingInputError
 
 
+@pytest.fixture(autouse=True)
+def _world_of_one(tmp_path):
+    # the loader checks its arguments collectively: a gloo world of one rank
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 def _loader(**kw):
     service = SimpleNamespace(num_nodes=10)  # construction needs only the node count here
     return DistNeighborLoader(service, rank=0, world_size=1, **kw)
