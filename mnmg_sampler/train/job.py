@@ -24,7 +24,7 @@ import torch.distributed as dist
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import ConfigError, PartitionError
-from .report import Metrics, RunReport, epoch_record  # noqa: F401  (Metrics: public name)
+from .report import RunReport, epoch_record
 
 log = logging.getLogger(__name__)
 CKPT_PREFIX = "checkpoint-epoch"
