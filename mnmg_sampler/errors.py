@@ -14,6 +14,8 @@ __all__ = [
     "SamplingInputError",
     "PartitionError",
     "WorldSizeError",
+    "PartitionMismatchError",
+    "CheckpointError",
     "MissingDependencyError",
     "ServiceError",
     "PeerError",
@@ -59,6 +61,14 @@ class PartitionError(MnmgError, RuntimeError):
 
 class WorldSizeError(PartitionError):
     """The number of partitions differs from the torch.distributed world size."""
+
+
+class PartitionMismatchError(PartitionError):
+    """The ranks of one job loaded different partitionings, or not their own part."""
+
+
+class CheckpointError(MnmgError, RuntimeError):
+    """A checkpoint is unreadable, unsafe (holds code or objects) or made for another model."""
 
 
 class MissingDependencyError(MnmgError, ImportError):

@@ -33,11 +33,16 @@ def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
 
 
 class Exchanger:
-    """All-to-all-v over one process group, with byte accounting.
+    """All-to-all-v over one process group; the one place that counts what the data path sends.
 
     ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` to rank
     ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
     come back on the caller's device.
+
+    Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
+    row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
+    (``ids``, ``features``, ...), ``calls`` (collectives), ``host_transfers`` (host <-> device
+    copies made by staging, see :meth:`to_host`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -47,18 +52,47 @@ class Exchanger:
         self.rank = dist.get_rank(group)
         self.device = device if device is not None else backend_device(group)
         self.bytes_sent = 0
+        self.bytes: dict[str, list[int]] = {}
         self.calls = 0
+        self.host_transfers = 0
         self.t_exchange = 0.0
+        self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
+
+    # -- accounting ---------------------------------------------------------------------------
+    def _count(self, tag: str, row_bytes: int, send_counts: Sequence[int]) -> None:
+        mine = int(send_counts[self.rank]) * row_bytes
+        total = sum(int(c) for c in send_counts) * row_bytes
+        b = self.bytes.setdefault(tag, [0, 0])
+        b[0] += mine
+        b[1] += total - mine
+        self.bytes_sent += total
+
+    @property
+    def remote_bytes(self) -> int:
+        """Bytes sent to other ranks, all tags."""
+        return sum(b[1] for b in self.bytes.values())
+
+    def to_host(self, t: torch.Tensor) -> torch.Tensor:
+        """The data path's only way to bring a tensor to the host: counts device -> host copies."""
+        if t.device.type != "cpu":
+            self.host_transfers += 1
+            return t.cpu()
+        return t
 
     def _stage(self, t: torch.Tensor) -> torch.Tensor:
         """Move a send buffer to the backend's device (no copy when it is there already)."""
+        if t.device != self.device:
+            self.host_transfers += 1
         return t.to(self.device, non_blocking=True)
 
     def _unstage(self, t: torch.Tensor, device: torch.device) -> torch.Tensor:
         """Bring a received buffer back to the caller's device."""
+        if t.device != device:
+            self.host_transfers += 1
         return t.to(device)
 
-    def counts(self, send_counts: torch.Tensor) -> torch.Tensor:
+    # -- collectives --------------------------------------------------------------------------
+    def counts(self, send_counts: torch.Tensor, tag: str = "counts") -> torch.Tensor:
         """Exchange per-rank row counts (int64 ``[world_size]``); returns the received counts."""
         t0 = time.perf_counter()
         send = self._stage(send_counts.to(torch.int64))
@@ -66,37 +100,44 @@ class Exchanger:
             self.t_exchange += time.perf_counter() - t0
             return send
         recv = torch.empty_like(send)
+        c0 = time.thread_time()
         dist.all_to_all_single(recv, send, group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
         self.t_exchange += time.perf_counter() - t0
         self.calls += 1
-        self.bytes_sent += send.numel() * 8
+        self._count(tag, 8, [1] * self.world_size)
         return recv
 
     def payload(self, payload: torch.Tensor, send_counts: Sequence[int],
-                recv_counts: Sequence[int]) -> torch.Tensor:
+                recv_counts: Sequence[int], tag: str = "data") -> torch.Tensor:
         """Exchange rows whose per-rank counts both sides already know."""
         t0 = time.perf_counter()
         src_dev = payload.device
+        row = payload.element_size()
+        for d in payload.shape[1:]:
+            row *= int(d)
+        self._count(tag, row, send_counts)
         if self.world_size == 1:  # a group of one: the exchange is the identity
-            self.bytes_sent += payload.numel() * payload.element_size()
             self.t_exchange += time.perf_counter() - t0
             return payload
         send = self._stage(payload).contiguous()
         out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
+        c0 = time.thread_time()
         dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
                                [int(c) for c in send_counts], group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
         self.calls += 1
-        self.bytes_sent += send.numel() * send.element_size()
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
 
-    def exchange(self, payload: torch.Tensor, send_counts: torch.Tensor
+    def exchange(self, payload: torch.Tensor, send_counts: torch.Tensor, tag: str = "data"
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """Counts first, then payload; returns ``(received rows, received counts per rank)``."""
-        recv_counts = self.counts(send_counts).cpu()
-        send_counts = send_counts.cpu()
-        return self.payload(payload, send_counts.tolist(), recv_counts.tolist()), recv_counts
+        recv_counts = self.to_host(self.counts(send_counts, tag))
+        send_counts = self.to_host(send_counts)
+        return self.payload(payload, send_counts.tolist(), recv_counts.tolist(), tag), \
+            recv_counts
 
 
 def agree(fn: Callable[[], T], group: dist.ProcessGroup | None = None,
