@@ -28,7 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--method", choices=METHODS, required=True,
                    help="range: contiguous chunks of the input order; random: seeded, balanced; "
                    "metis: fewest cut edges (needs pip install 'mnmg-sampler[metis]')")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (must not exist, unless --overwrite)")
     p.add_argument("--seed", type=int, default=0, help="seed of random and metis (default 0)")
     p.add_argument("--undirected", action="store_const", const=True, default=None,
                    help="add the reverse of every edge (default: the input's own convention)")
@@ -76,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
     plan = partition_graph(graph, args.parts, args.method, seed=args.seed)
     t2 = time.perf_counter()
     source = make_source(args.input, method=plan.method, seed=plan.seed, parts=plan.parts,
-                         undirected=args.undirected, graph_seed=args.seed)
+                         undirected=args.undirected, graph_seed=args.seed,
+                         node_data={"features": args.features, "labels": args.labels,
+                                    **{f"{s}_mask": getattr(args, f"{s}_mask")
+                                       for s in ("train", "val", "test")}})
     out = write_partitions(graph, plan, args.out, overwrite=args.overwrite, source=source)
     t3 = time.perf_counter()
     rows = [
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         ("imbalance", f"{plan.imbalance:.3f} nodes, {plan.edge_imbalance:.3f} edges (max/mean)"),
         ("part nodes", ", ".join(f"{v:,}" for v in plan.part_nodes)),
         ("time", f"load {t1 - t0:.2f}s, partition {t2 - t1:.2f}s, write {t3 - t2:.2f}s"),
-        ("output", out),
+        ("output", args.out),
     ]
     masks = {k: int(v.sum()) for k, v in graph.masks.items()} if graph.masks else {}
     if masks:

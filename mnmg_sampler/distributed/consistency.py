@@ -21,10 +21,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import PartitionMismatchError
+from ..errors import MnmgError, PartitionMismatchError
 from .collective import backend_device
 
-__all__ = ["manifest_fingerprint", "part_fingerprint", "check_same_partitioning"]
+__all__ = ["manifest_fingerprint", "part_fingerprint", "check_same_partitioning",
+           "fingerprint_array", "check_same_on_every_rank"]
 
 _WORDS = 3  # int64 words per fingerprint (192 bits of sha256)
 _MANIFEST_KEYS = ("format_version", "num_nodes", "num_edges", "num_parts", "boundaries", "files")
@@ -120,3 +121,32 @@ def _problems(table: list[list[int]], part, world: int) -> list[str]:
 
 def _ranks(rs: list[int]) -> str:
     return ", ".join(str(r) for r in rs)
+
+
+def fingerprint_array(a: np.ndarray) -> list[int]:
+    """Two int64 words of sha256 over an array's dtype, shape and bytes."""
+    a = np.ascontiguousarray(a)
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.data)
+    return [int(v) for v in np.frombuffer(h.digest()[:16], dtype="<i8")]
+
+
+def check_same_on_every_rank(values: list[int], what: str, consequence: str, fix: str, *,
+                             error: type[MnmgError] = PartitionMismatchError,
+                             group: dist.ProcessGroup | None = None) -> None:
+    """Collective: raise ``error`` on every rank unless every rank passed the same ``values``
+    (a fixed-length list of ints); the message names which ranks differ."""
+    world = dist.get_world_size(group)
+    if world == 1:
+        return
+    mine = torch.tensor([int(v) for v in values], dtype=torch.int64,
+                        device=backend_device(group))
+    rows = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(rows, mine, group=group)
+    groups: dict[tuple, list[int]] = {}
+    for r, t in enumerate(rows):
+        groups.setdefault(tuple(t.cpu().tolist()), []).append(r)
+    if len(groups) > 1:
+        raise error(f"{what} differs between ranks: "
+                    + " vs ".join(f"ranks {_ranks(rs)}" for rs in groups.values()),
+                    consequence, fix)

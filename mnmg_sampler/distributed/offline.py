@@ -19,16 +19,15 @@ import torch.distributed as dist
 
 from ..ops.rng import request_key
 from ..sampler import SampleRequest
-from .collective import agree
+from .collective import agree, all_gather_1d
 
 
 def global_nonisolated(part, group=None) -> np.ndarray:
     """Sorted original ids of nodes with at least one neighbor, gathered from every rank."""
     deg = np.diff(np.asarray(part.indptr))
     mine = np.asarray(part.orig_ids)[deg > 0]
-    allv: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(allv, mine, group=group)
-    return np.sort(np.concatenate(allv))
+    allv = all_gather_1d(torch.from_numpy(np.ascontiguousarray(mine, np.int64)), group)
+    return np.sort(np.concatenate([t.numpy() for t in allv]))
 
 
 def run_distributed(args: argparse.Namespace) -> int:

@@ -167,12 +167,23 @@ def _manifest_problem(m: dict) -> str:
     return ""
 
 
+def _ends_digest(path: Path, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_EDGE_MB))
+        if size > 2 * _EDGE_MB:
+            f.seek(size - _EDGE_MB)
+        h.update(f.read(_EDGE_MB))
+    return h.hexdigest()
+
+
 def input_identity(spec: str | os.PathLike) -> dict:
-    """What a graph spec names, for the manifest's ``source``.
+    """What a graph spec (or a node data file) names, for the manifest's ``source``.
 
     A built-in dataset by name; a generator by its arguments; a file by its resolved path, size,
     modification time and a sha256 of its first and last MiB (cheap, and it changes when the
-    file's content is replaced, which is what makes partitions stale).
+    file's content is replaced, which is what makes partitions stale); a directory (e.g. an OGB
+    dataset) by the same for every file in it.
     """
     from .datasets import BUILTINS, _parse_rmat
 
@@ -184,27 +195,34 @@ def input_identity(spec: str | os.PathLike) -> dict:
         scale, edge_factor = _parse_rmat(key)
         return {"kind": "generator", "name": "rmat", "scale": scale, "edge_factor": edge_factor}
     path = Path(text).expanduser()
-    if not path.is_file():
-        return {"kind": "unknown", "spec": text}
-    st = path.stat()
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(_EDGE_MB))
-        if st.st_size > 2 * _EDGE_MB:
-            f.seek(st.st_size - _EDGE_MB)
-        h.update(f.read(_EDGE_MB))
-    return {"kind": "file", "path": str(path.resolve()), "bytes": st.st_size,
-            "mtime_ns": st.st_mtime_ns, "sha256_ends": h.hexdigest()}
+    if path.is_file():
+        st = path.stat()
+        return {"kind": "file", "path": str(path.resolve()), "bytes": st.st_size,
+                "mtime_ns": st.st_mtime_ns, "sha256_ends": _ends_digest(path, st.st_size)}
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        h = hashlib.sha256()
+        total = 0
+        for f in files:
+            size = f.stat().st_size
+            total += size
+            h.update(f"{f.relative_to(path).as_posix()}\0{size}\0"
+                     f"{_ends_digest(f, size)}\n".encode())
+        return {"kind": "directory", "path": str(path.resolve()), "bytes": total,
+                "sha256_ends": h.hexdigest()}
+    return {"kind": "unknown", "spec": text}
 
 
 def make_source(spec: str | os.PathLike, *, method: str, seed: int, parts: int,
                 undirected: bool | None = None, drop_self_loops: bool = False,
                 drop_duplicates: bool = False, graph_seed: int = 0,
-                feature_dim: int = 0) -> dict:
+                feature_dim: int = 0, node_data: dict[str, str | None] | None = None) -> dict:
     """The manifest's ``source``: the input's identity, the options it was loaded with (as
-    :func:`~.datasets.load_graph` takes them, ``undirected`` resolved to the dataset default)
-    and the partitioning settings. ``graph_seed`` is kept only where it changes the graph
-    (generators, random features of ``feature_dim`` columns)."""
+    :func:`~.datasets.load_graph` takes them, ``undirected`` resolved to the dataset default),
+    the identities of separate node data files (``node_data``: e.g. ``features``, ``labels``,
+    ``train_mask``; ``None`` entries are left out) and the partitioning settings.
+    ``graph_seed`` is kept only where it changes the graph (generators, random features of
+    ``feature_dim`` columns)."""
     from .datasets import _DEFAULT_UNDIRECTED
 
     ident = input_identity(spec)
@@ -215,23 +233,35 @@ def make_source(spec: str | os.PathLike, *, method: str, seed: int, parts: int,
     if ident["kind"] == "generator" or feature_dim:
         load["seed"] = int(graph_seed)
     return {"input": ident, "load": load,
+            "node_data": {k: input_identity(v) for k, v in sorted((node_data or {}).items())
+                          if v is not None},
             "partition": {"method": str(method), "seed": int(seed), "parts": int(parts)}}
 
 
-_SAME_FILE_KEYS = ("kind", "bytes", "sha256_ends")  # path and mtime: a copy is the same input
+_SAME_CONTENT = ("kind", "bytes", "sha256_ends")  # path and mtime: a copy is the same input
+
+
+def _same_input(have: dict, want: dict) -> bool:
+    if want.get("kind") == "unknown":
+        return False
+    if want.get("kind") in ("file", "directory"):
+        return all(have.get(k) == want.get(k) for k in _SAME_CONTENT)
+    return have == want
 
 
 def source_differences(manifest: dict, want: dict) -> list[str]:
     """How the directory's recorded source differs from ``want`` (a :func:`make_source`);
-    ``["no source recorded"]`` for a manifest written before sources were recorded."""
+    ``["no source recorded ..."]`` for a manifest written before sources were recorded."""
     have = manifest.get("source")
     if not isinstance(have, dict):
         return ["no source recorded (written by an older mnmg-sampler)"]
     out = []
-    hi, wi = have.get("input") or {}, want["input"]
-    keys = _SAME_FILE_KEYS if wi.get("kind") == "file" else sorted(set(hi) | set(wi))
-    if wi.get("kind") == "unknown" or any(hi.get(k) != wi.get(k) for k in keys):
-        out.append(f"input {_brief(hi)} -> {_brief(wi)}")
+    if not _same_input(have.get("input") or {}, want["input"]):
+        out.append(f"input {_brief(have.get('input') or {})} -> {_brief(want['input'])}")
+    hn, wn = have.get("node_data") or {}, want.get("node_data") or {}
+    for k in sorted(set(hn) | set(wn)):
+        if k not in hn or k not in wn or not _same_input(hn[k], wn[k]):
+            out.append(f"node data {k} {_brief(hn.get(k))} -> {_brief(wn.get(k))}")
     for section in ("load", "partition"):
         h, w = have.get(section) or {}, want[section]
         for k in sorted(set(h) | set(w)):
@@ -240,9 +270,11 @@ def source_differences(manifest: dict, want: dict) -> list[str]:
     return out
 
 
-def _brief(identity: dict) -> str:
-    if identity.get("kind") == "file":
-        return f"file {identity.get('path')} ({identity.get('bytes')} bytes)"
+def _brief(identity: dict | None) -> str:
+    if not identity:
+        return "none"
+    if identity.get("kind") in ("file", "directory"):
+        return f"{identity['kind']} {identity.get('path')} ({identity.get('bytes')} bytes)"
     if identity.get("kind") == "generator":
         return f"rmat:{identity.get('scale')}:{identity.get('edge_factor')}"
     return str(identity.get("name") or identity.get("spec") or identity or "?")

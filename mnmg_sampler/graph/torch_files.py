@@ -106,11 +106,14 @@ def read_torch(
     p = Path(path)
     name = str(p)
     _require_file(p)
-    import pickle
-
     try:
         obj = _safe_load(p)
-    except pickle.UnpicklingError as e:
+    except (OSError, RuntimeError, EOFError) as e:
+        raise GraphFormatError(f"{name} is not a readable torch.save file: {e}",
+                               "the graph cannot be loaded", "save it with torch.save") from e
+    except Exception as e:  # the weights-only unpickler's refusal (pickle.UnpicklingError)
+        if type(e).__name__ != "UnpicklingError":
+            raise
         if not pyg_safe_globals() and "torch_geometric" in str(e):
             raise MissingDependencyError(
                 "torch_geometric is not installed", f"{name} holds a PyG Data and cannot be read",
@@ -121,9 +124,6 @@ def read_torch(
             "only tensors, plain containers and PyG Data objects are accepted, for safety",
             "save data.to_dict() or a Data object; install 'mnmg-sampler[pyg]' for Data",
         ) from e
-    except (OSError, RuntimeError, EOFError) as e:
-        raise GraphFormatError(f"{name} is not a readable torch.save file: {e}",
-                               "the graph cannot be loaded", "save it with torch.save") from e
     if hasattr(obj, "to_dict") and not isinstance(obj, dict):
         if type(obj).__name__ != "Data":
             raise GraphFormatError(f"{name} holds a {type(obj).__name__}",

@@ -23,11 +23,11 @@ import torch.distributed as dist
 
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
-from ..errors import ConfigError, PartitionError
+from ..errors import CheckpointError, ConfigError, PartitionError
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
 from .report import Metrics, RunReport, epoch_record  # noqa: F401  (Metrics: public name)
 
 log = logging.getLogger(__name__)
-CKPT_PREFIX = "checkpoint-epoch"
 
 
 def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, np.ndarray]:
@@ -77,7 +77,10 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
         want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
                            undirected=d.undirected, drop_self_loops=d.drop_self_loops,
                            drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
-                           feature_dim=d.feature_dim)
+                           feature_dim=d.feature_dim,
+                           node_data={k: getattr(d, k) for k in ("features", "labels",
+                                                                 "train_mask", "val_mask",
+                                                                 "test_mask")})
         if (out / MANIFEST).exists():
             try:
                 stale = source_differences(read_manifest(out), want)
@@ -98,32 +101,6 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
 
 def _ckpt_dir(cfg: JobConfig) -> Path:
     return Path(cfg.output.dir) / "checkpoints"
-
-
-def latest_checkpoint(cfg: JobConfig) -> Path | None:
-    d = _ckpt_dir(cfg)
-    if not d.is_dir():
-        return None
-    found = sorted(d.glob(f"{CKPT_PREFIX}*.pt"))
-    return found[-1] if found else None
-
-
-def save_checkpoint(cfg: JobConfig, state: dict, epoch: int) -> Path:
-    """Atomically write a checkpoint (tmp file + fsync + rename); prune old ones."""
-    d = _ckpt_dir(cfg)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{CKPT_PREFIX}{epoch:05d}.pt"
-    tmp = d / f".{path.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    keep = cfg.output.keep_checkpoints
-    if keep:
-        for old in sorted(d.glob(f"{CKPT_PREFIX}*.pt"))[:-keep]:
-            old.unlink(missing_ok=True)
-    return path
 
 
 @torch.no_grad()
@@ -260,13 +237,17 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
     opt = opt_cls[o.name](model.parameters(), lr=o.lr, weight_decay=o.weight_decay, **kw)
     first_epoch = 0
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    ckpt = latest_checkpoint(cfg) if (resume or restarted) else None
-    if resume and ckpt is None and rank == 0:
+    found = agree(lambda: load_latest(_ckpt_dir(cfg), device)) if (resume or restarted) \
+        else None
+    if resume or restarted:
+        agree_on_checkpoint(found)
+    if resume and found is None and rank == 0:
         log.warning("--resume: no checkpoint under %s; starting from scratch", _ckpt_dir(cfg))
-    if ckpt is not None:
-        state = torch.load(ckpt, map_location=device, weights_only=False)
+    if found is not None:
+        ckpt, state = found
+        agree(lambda: check_model_state(state["model"], model.module, ckpt))
         if state.get("world_size") != world:
-            raise PartitionError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
+            raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
                                  f"ranks, this job has {world}",
                                  "the loader order would differ", "resume with the same world "
                                  "size, or start a fresh output.dir")
@@ -311,12 +292,12 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
         report.epoch(rec)
         if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
             if rank == 0:
-                save_checkpoint(cfg, {"model": model.module.state_dict(),
-                                      "optimizer": opt.state_dict(), "epoch": epoch,
-                                      "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
-                                                 "next_batch": 0},
-                                      "world_size": world, "config": config_to_dict(cfg)},
-                                epoch)
+                save_checkpoint(_ckpt_dir(cfg), {
+                    "model": model.module.state_dict(), "optimizer": opt.state_dict(),
+                    "epoch": epoch, "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
+                                               "next_batch": 0},
+                    "world_size": world, "config": config_to_dict(cfg)},
+                    epoch, keep=cfg.output.keep_checkpoints)
             dist.barrier()
             _maybe_fault(epoch, rank)
         tv = tr.target_value

@@ -143,3 +143,25 @@ def test_overwrite_of_a_foreign_json_manifest_is_refused(tmp_path):
     (d / MANIFEST).write_text(json.dumps({"format": "something-else"}))
     with pytest.raises(PartitionError, match="no mnmg-sampler partition manifest"):
         check_replaceable(d)
+
+
+def test_node_data_files_and_directories_are_part_of_the_source(tmp_path):
+    feats = tmp_path / "x.npy"
+    np.save(feats, np.zeros((3, 2), np.float32))
+    ogb = tmp_path / "ogb"
+    (ogb / "raw").mkdir(parents=True)
+    (ogb / "raw" / "edge.csv").write_text("0,1\n")
+    base = make_source(ogb, method="range", seed=0, parts=2, node_data={"features": feats,
+                                                                        "labels": None})
+    assert base["input"]["kind"] == "directory" and list(base["node_data"]) == ["features"]
+    have = {"source": base}
+    assert source_differences(have, make_source(ogb, method="range", seed=0, parts=2,
+                                                node_data={"features": feats})) == []
+    np.save(feats, np.ones((3, 2), np.float32))  # same size, new content
+    (ogb / "raw" / "edge.csv").write_text("0,2\n")
+    diffs = source_differences(have, make_source(ogb, method="range", seed=0, parts=2,
+                                                 node_data={"features": feats,
+                                                            "labels": feats}))
+    assert [d.split()[0:3] for d in diffs] == [["input", "directory", str(ogb.resolve())],
+                                               ["node", "data", "features"],
+                                               ["node", "data", "labels"]]
