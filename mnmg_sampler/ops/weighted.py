@@ -23,6 +23,7 @@ at partition time; the kernels do not check).
 
 from __future__ import annotations
 
+import threading
 import types
 from collections.abc import Callable
 
@@ -197,8 +198,7 @@ def _wcounts_py(indptr, w, rows, fanouts, replace, starts, degs, nzs, offsets, s
         d = indptr[r + 1] - s
         nz = 0
         for p in range(s, s + d):
-            if w[p] > 0:
-                nz += 1
+            nz += w[p] > 0  # branch-free, so the loop vectorises
         starts[i] = s
         degs[i] = d
         nzs[i] = nz
@@ -234,6 +234,18 @@ def _compile(py, parallel: bool):
 
 _KERNELS = {par: tuple(_compile(f, par) for f in (_wcounts_py, _wpositions_py))
             for par in (True, False)}
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """float64 scratch of ``size`` entries, reused by the calls of one thread (it only grows):
+    a fresh buffer per call would pay its page faults every time."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.shape[0] < size:
+        buf = _SCRATCH.buf = np.empty(max(size, 1024), np.float64)
+    return buf[:size]
 
 
 def sample_neighbors_weighted(
@@ -282,7 +294,7 @@ def sample_neighbors_weighted(
     total = int(offsets[-1])
     nbr = np.empty(total, np.int64)
     eid_out = np.empty(total if with_eids else 0, np.int64)
-    scratch = np.empty(int(soffs[-1]), np.float64)
+    scratch = _scratch(int(soffs[-1]))
     positions_k(weights, starts, degs, nzs, nodes, keys, np.uint64(seed), np.uint64(hop), fanouts,
                 repl, offsets, soffs, scratch, nbr)
     gather_k(indices, cpu._EMPTY if eids is None else eids, nbr, nbr, eid_out, with_eids)
