@@ -229,6 +229,10 @@ def test_local_weighted_hop_fn_samples_positive_edges_only():
     assert (w[pos] > 0).all()
     (again,) = s.sample([SampleRequest(seeds, [4, 3], key=9)])
     assert np.array_equal(b.e_id.numpy(), again.e_id.numpy())
+    (lean,) = s.sample([SampleRequest(seeds, [4, 3], key=9, edge_ids=False)])
+    assert lean.e_id.numel() == 0
+    assert np.array_equal(lean.n_id.numpy(), b.n_id.numpy())
+    assert np.array_equal(lean.edge_index.numpy(), b.edge_index.numpy())
     # equal weights draw exactly like the uniform kernel would count them
     ones = np.ones(g.num_edges, np.float32)
     (u,) = MultiHopSampler(local_weighted_hop_fn(g, ones, seed=3), g.num_nodes).sample(
