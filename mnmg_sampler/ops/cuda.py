@@ -206,6 +206,7 @@ def _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys
 weighted.compile_helpers(_device, _ns)
 weighted_count = _ns["weighted_count"]
 draws_needed = _ns["draws_needed"]
+usable = _ns["usable"]
 weighted_positions = _ns["weighted_positions"]
 
 
@@ -224,7 +225,7 @@ def make_weighted_kernels(positions: Callable = weighted_positions) -> tuple[Cal
             d = indptr[r + 1] - s
             nz = 0
             for p in range(s, s + d):
-                if w[p] > 0:
+                if usable(np.float64(w[p])):
                     nz += 1
             nzs[i] = nz
             f = fanouts[i]

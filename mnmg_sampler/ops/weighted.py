@@ -18,7 +18,7 @@ bit-identical. ``docs/weighted.md`` states the behaviour, ``docs/rng.md`` the sl
 
 Zero weights are never drawn; a row whose weights are all zero yields no neighbors. Negative, NaN
 or infinite weights are rejected by :func:`check_weights` (call it when weights are loaded, e.g.
-at partition time; the kernels do not check).
+at partition time); the kernels do not raise, they treat such weights as zero.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ __all__ = ["check_weights", "sample_neighbors_weighted", "local_weighted_hop_fn"
            "weighted_count", "REBUILD_AFTER", "DEVICE_FUNCTIONS"]
 
 REBUILD_AFTER = 8  # rejections in a row before the taken neighbors leave the running sums
+W_MAX = np.float64(np.finfo(np.float32).max)  # weights above it (inf) or not above 0 (NaN) count 0
 
 
 def check_weights(weights, num_entries: int, what: str = "edge weights") -> np.ndarray:
@@ -82,11 +83,20 @@ def weighted_count(nz, fanout, replace):
     return fanout
 
 
+def usable(x):
+    """A weight that can be drawn: positive and finite. Anything else (zero, and the negative,
+    NaN or infinite weights :func:`check_weights` rejects) counts as zero, so the kernels stay
+    safe on unvalidated input; for valid weights this changes no sum."""
+    return x > 0 and x <= W_MAX
+
+
 def row_prefix(c, so, w, start, deg):
     """Running sums of the row's weights (float64, CSR order) into ``c[so:so+deg]``; the total."""
     acc = np.float64(0.0)
     for p in range(deg):
-        acc += np.float64(w[start + p])
+        x = np.float64(w[start + p])
+        if usable(x):
+            acc += x
         c[so + p] = acc
     return acc
 
@@ -110,7 +120,8 @@ def search(c, so, deg, target):
 def rebuild(c, so, w, start, deg, out, o, i):
     """Running sums with the ``i`` positions taken (``out[o:o+i]``) weighted 0; the new total."""
     for p in range(deg):
-        c[so + p] = np.float64(w[start + p])
+        x = np.float64(w[start + p])
+        c[so + p] = x if usable(x) else np.float64(0.0)
     for m in range(i):
         c[so + out[o + m]] = np.float64(0.0)
     acc = np.float64(0.0)
@@ -130,7 +141,7 @@ def weighted_positions(out, o, w, start, deg, nz, k, fanout, replace, base, c, s
     if fanout < 0 or (not replace and nz <= fanout):
         j = 0
         for p in range(deg):
-            if w[start + p] > 0:
+            if usable(np.float64(w[start + p])):
                 out[o + j] = p
                 j += 1
         return
@@ -165,13 +176,15 @@ def draws_needed(nz, k, fanout, replace):
 
 
 # callees first: each is compiled against the ones before it
-DEVICE_FUNCTIONS = (weighted_count, draws_needed, row_prefix, search, rebuild, weighted_positions)
+DEVICE_FUNCTIONS = (weighted_count, draws_needed, usable, row_prefix, search, rebuild,
+                    weighted_positions)
 
 
 def compile_helpers(jit: Callable, ns: dict) -> dict:
     """Compile :data:`DEVICE_FUNCTIONS` with ``jit`` into namespace ``ns`` (which holds the RNG)."""
     ns.setdefault("np", np)
     ns.setdefault("REBUILD_AFTER", REBUILD_AFTER)
+    ns.setdefault("W_MAX", W_MAX)
     for f in DEVICE_FUNCTIONS:
         ns[f.__name__] = jit(types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__))
     return ns
@@ -183,6 +196,7 @@ def compile_helpers(jit: Callable, ns: dict) -> dict:
 _CPU_NS = compile_helpers(numba.njit(nogil=True, inline="always"), dict(cpu._rng))
 weighted_count = _CPU_NS["weighted_count"]
 draws_needed = _CPU_NS["draws_needed"]
+usable = _CPU_NS["usable"]
 row_prefix = _CPU_NS["row_prefix"]
 search = _CPU_NS["search"]
 rebuild = _CPU_NS["rebuild"]
@@ -198,7 +212,8 @@ def _wcounts_py(indptr, w, rows, fanouts, replace, starts, degs, nzs, offsets, s
         d = indptr[r + 1] - s
         nz = 0
         for p in range(s, s + d):
-            nz += w[p] > 0  # branch-free, so the loop vectorises
+            x = np.float64(w[p])
+            nz += (x > 0) & (x <= W_MAX)  # usable(x), branch-free so the loop vectorises
         starts[i] = s
         degs[i] = d
         nzs[i] = nz

@@ -174,6 +174,10 @@ def main() -> None:
             g, w, sub, sub * 7 + 3, keys[sub], seed + 1, 0, 4, False, eids=False)
         results[f"W/{name}/no_edge_ids"] = compare_weighted(g, w, rows, rows, keys, seed, 1, fan,
                                                             rep, with_eids=False)
+        bad = weights_for(g, 3)
+        bad[::5] = np.array([-1.0, np.nan, np.inf], np.float32)[np.arange(bad[::5].size) % 3]
+        results[f"W/{name}/unvalidated"] = compare_weighted(g, bad, rows, rows, keys, seed, 1, fan,
+                                                            rep)
         results[f"W/{name}/skewed"] = compare_weighted(g, weights_for(g, 2, skewed=True), rows,
                                                        rows, keys, seed, 1, 5, False)
     g = graphs()["random"]

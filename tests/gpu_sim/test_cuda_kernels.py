@@ -58,7 +58,7 @@ def test_cuda_equals_cpu(sim_results, case):
 
 WEIGHTED_CASES = [f"W/{g}/f{f}/r{r}" for g in GRAPHS for f in (1, 3, 10, -1) for r in (0, 1)] + [
     f"W/{g}/{c}" for g in GRAPHS
-    for c in ("mixed", "remapped_no_eids", "no_edge_ids", "skewed")
+    for c in ("mixed", "remapped_no_eids", "no_edge_ids", "skewed", "unvalidated")
 ] + ["W/empty_call"]
 
 

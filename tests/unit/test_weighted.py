@@ -207,6 +207,21 @@ def test_deterministic_threads_composition_and_no_eids():
     assert not np.array_equal(_run(g, w, nodes, keys + 1, 5)[1], one[1])
 
 
+@pytest.mark.parametrize("replace", [False, True])
+def test_unvalidated_bad_weights_count_as_zero(replace):
+    """The kernels do not raise on weights check_weights rejects, nor hang: they never draw them."""
+    g, w = _random_weighted(seed=6)
+    r = np.random.default_rng(3)
+    bad = r.random(w.size) < 0.2
+    w[bad] = r.choice(np.array([-1.0, np.nan, np.inf, -np.inf], np.float32), bad.sum())
+    nodes = np.arange(g.num_nodes)
+    counts, _, pos = _run(g, w, nodes, 5, 6, replace, eids=False)
+    assert pos.size > 0 and (w[pos] > 0).all() and np.isfinite(w[pos]).all()
+    clean = np.where(bad, np.float32(0), w)
+    np.testing.assert_array_equal(counts, _run(g, clean, nodes, 5, 6, replace)[0])
+    np.testing.assert_array_equal(pos, _run(g, clean, nodes, 5, 6, replace, eids=False)[2])
+
+
 def test_check_weights():
     np.testing.assert_array_equal(check_weights([0, 1.5, 2], 3), np.array([0, 1.5, 2], np.float32))
     assert check_weights(np.arange(3), 3).dtype == np.float32
