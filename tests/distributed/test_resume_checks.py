@@ -5,8 +5,21 @@ are never read or pruned."""
 from __future__ import annotations
 
 import json
+import os
+
+import torch
 
 from .test_train_job import _train
+
+
+class Payload:
+    """Unpickling this would create ``marker``: what a crafted checkpoint would do."""
+
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
 
 
 def test_resume_falls_back_checks_the_model_and_keeps_foreign_files(tmp_path):
@@ -29,6 +42,17 @@ def test_resume_falls_back_checks_the_model_and_keeps_foreign_files(tmp_path):
     assert all("written for another model" in ln and "model.hidden" in ln for ln in errors)
     assert "exitcode  : 2" in bigger.stderr and "exitcode  : 1" not in bigger.stderr
     assert "mnmg_sampler/" not in bigger.stderr  # typed errors, no traceback
+
+    # a crafted newest checkpoint: refused on every rank, no fallback, its payload never runs
+    marker = tmp_path / "payload-ran"
+    evil = ck / "checkpoint-epoch00009.pt"
+    torch.save({"model": Payload(marker), "epoch": 9}, evil)
+    crafted, _ = _train(tmp_path, "run", extra=["training.epochs=3", "--resume"])
+    assert crafted.returncode != 0 and not marker.exists()
+    errors = [ln for ln in crafted.stderr.splitlines() if "mnmg-sampler train: error:" in ln]
+    assert errors and all("other than tensors and plain types" in ln for ln in errors), \
+        crafted.stderr[-3000:]
+    evil.unlink()
 
     resumed, _ = _train(tmp_path, "run", extra=["training.epochs=3", "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
