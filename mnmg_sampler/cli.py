@@ -1,8 +1,9 @@
 """The ``mnmg-sampler`` command line: info, sample, partition, validate, train, bench, plot.
 
 Each subcommand lives in ``mnmg_sampler.commands.<name>``. User errors (:class:`MnmgError`)
-print one line on stderr and exit with code 2, on every rank, without a traceback; so does a
-closed pipe (``mnmg-sampler info cora | head -1``), silently.
+print one line on stderr and exit with code 2, on every rank, without a traceback; code 3 when the
+error is a :class:`PeerError` (another rank died or stopped answering, the input was fine). A
+closed pipe (``mnmg-sampler info cora | head -1``) exits silently.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import sys
 
 from .console import plain, rank_prefix
-from .errors import MnmgError
+from .errors import MnmgError, PeerError
 
 COMMANDS = ["info", "sample", "partition", "validate", "train", "bench", "plot"]
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `cmd | head -1`
@@ -77,7 +78,7 @@ def _main(argv: list[str] | None) -> int:
         rc = args.func(args)
     except MnmgError as e:
         print(f"{rank_prefix()}mnmg-sampler {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return 3 if isinstance(e, PeerError) else 2
     sys.stdout.flush()  # a closed pipe shows here, inside main's handler
     return rc or 0
 

@@ -1,7 +1,8 @@
 """Typed errors a user can cause.
 
 Every message says three things: what is wrong, what follows from it, and how to fix it.
-Catch :class:`MnmgError` to handle any of them; the CLI turns them into one line and exit code 2.
+Catch :class:`MnmgError` to handle any of them; the CLI turns them into one line and exit code 2
+(3 for :class:`PeerError`: another rank died or stopped answering, this rank's input was fine).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "CheckpointError",
     "MissingDependencyError",
     "ServiceError",
+    "PeerError",
 ]
 
 
@@ -75,3 +77,11 @@ class MissingDependencyError(MnmgError, ImportError):
 
 class ServiceError(MnmgError, RuntimeError):
     """The sampling service failed or was shut down; raised in every waiting caller."""
+
+
+class PeerError(ServiceError):
+    """Another rank died or stopped answering: a collective failed, timed out or never started.
+
+    The message names the step that did not complete (e.g. a sampling round's agreement
+    all-reduce, the rendezvous) and the transport's own words for the failure.
+    """

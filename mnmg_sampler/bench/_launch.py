@@ -149,25 +149,6 @@ def worker_finish(work: str, rank: int, result: dict) -> None:
     dist.destroy_process_group()
 
 
-def count_remote_bytes(ex) -> None:
-    """Wrap an :class:`~mnmg_sampler.distributed.collective.Exchanger` (this instance only) so it
-    also counts ``remote_bytes``: bytes sent to *other* ranks. ``bytes_sent`` counts every row,
-    including the rows a rank sends itself, which never cross a network."""
-    counts, payload = ex.counts, ex.payload
-    ex.remote_bytes = 0
-
-    def counts_remote(send_counts):
-        ex.remote_bytes += (ex.world_size - 1) * 8
-        return counts(send_counts)
-
-    def payload_remote(t, send_counts, recv_counts):
-        row = t[0].numel() * t.element_size() if t.shape[0] else 0
-        ex.remote_bytes += row * sum(int(c) for r, c in enumerate(send_counts) if r != ex.rank)
-        return payload(t, send_counts, recv_counts)
-
-    ex.counts, ex.payload = counts_remote, payload_remote
-
-
 # -- reporting ---------------------------------------------------------------------------------
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         ("imbalance", f"{plan.imbalance:.3f} nodes, {plan.edge_imbalance:.3f} edges (max/mean)"),
         ("part nodes", ", ".join(f"{v:,}" for v in plan.part_nodes)),
         ("time", f"load {t1 - t0:.2f}s, partition {t2 - t1:.2f}s, write {t3 - t2:.2f}s"),
-        ("output", out),
+        ("output", args.out),
     ]
     masks = {k: int(v.sum()) for k, v in graph.masks.items()} if graph.masks else {}
     if masks:

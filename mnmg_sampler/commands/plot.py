@@ -71,8 +71,8 @@ def plot(recs: list[dict], out: Path, title: str) -> Path:
     try:
         import matplotlib
     except ImportError as e:
-        raise MissingDependencyError("mnmg-sampler plot needs matplotlib, which is not installed",
-                                     "no image can be drawn",
+        raise MissingDependencyError("matplotlib is not installed",
+                                     "no image of the curves can be drawn",
                                      "pip install 'mnmg-sampler[plot]'") from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

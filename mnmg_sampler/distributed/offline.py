@@ -19,22 +19,15 @@ import torch.distributed as dist
 
 from ..ops.rng import request_key
 from ..sampler import SampleRequest
-from .collective import agree
+from .collective import agree, all_gather_1d
 
 
 def global_nonisolated(part, group=None) -> np.ndarray:
     """Sorted original ids of nodes with at least one neighbor, gathered from every rank."""
     deg = np.diff(np.asarray(part.indptr))
-    mine = torch.from_numpy(np.ascontiguousarray(np.asarray(part.orig_ids)[deg > 0], np.int64))
-    world = dist.get_world_size(group)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([mine.numel()]), group=group)  # tensors, no pickle
-    longest = max(int(s) for s in sizes)
-    allv = [torch.empty(longest, dtype=torch.int64) for _ in range(world)]
-    padded = torch.cat([mine, mine.new_zeros(longest - mine.numel())])
-    dist.all_gather(allv, padded, group=group)
-    return np.sort(np.concatenate([v[: int(s)].numpy() for v, s in zip(allv, sizes,
-                                                                       strict=True)]))
+    mine = np.asarray(part.orig_ids)[deg > 0]
+    allv = all_gather_1d(torch.from_numpy(np.ascontiguousarray(mine, np.int64)), group)
+    return np.sort(np.concatenate([t.numpy() for t in allv]))
 
 
 def run_distributed(args: argparse.Namespace) -> int:

@@ -27,14 +27,13 @@ import torch.distributed as dist
 
 from ..batch import MiniBatch
 from ..errors import SamplingInputError
-from ..ops.segments import reorder_segments
+from ..ops import wire
 from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
 from .collective import Exchanger, backend_device, raise_agreed
 from .consistency import check_same_partitioning
 
 _I64 = np.dtype(np.int64)
-# header flags of a request on the wire
-_REPLACE, _EDGE_IDS = 1, 2
+_EMPTY = np.empty(0, np.int64)
 
 
 def wire_dtype(num_nodes: int, num_edges: int) -> np.dtype:
@@ -74,6 +73,7 @@ class DistSampler:
         self.lo = int(bounds[part.rank])
         self.wire = wire_dtype(part.num_nodes, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
+        self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
         self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing
         self.orig_to_new = np.asarray(part.orig_to_new)
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
@@ -103,117 +103,31 @@ class DistSampler:
         return c, nb, e
 
     def _hop(self, h: HopSegments):
-        W, me = self.ex.world_size, self.rank
+        W, me, k = self.ex.world_size, self.rank, self._k
         nodes = h.nodes
-        keys_n, fan_n, rep_n = h.per_node()
         if W == 1:  # everything is local: no exchange at all
+            keys_n, fan_n, rep_n = h.per_node()
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids)
-        wire, k = self.wire, self._k
-        owner = self.owner(nodes)
-        ocount = np.bincount(owner, minlength=W)
-        # small-int keys make numpy's stable sort a linear-time radix sort
-        perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
-        ooff = np.zeros(W + 1, np.int64)
-        np.cumsum(ocount, out=ooff[1:])
-        mine = perm[ooff[me]:ooff[me + 1]]
-
-        # outbound: per destination, one header row per request, then the wire ids
-        S = h.sizes.size
-        seg = np.repeat(np.arange(S, dtype=np.int64), h.sizes)
-        per_dest = np.bincount(owner * S + seg, minlength=W * S).reshape(W, S)
-        flags = h.replace.astype(np.int64) | (_EDGE_IDS if h.edge_ids else 0)
-        hlen = (1 + 4 * S) * k
-        sizes = np.where(ocount > 0, ocount + hlen, 0)
-        sizes[me] = 0
-        buf = np.empty(int(sizes.sum()), wire)
-        p = 0
-        for d in np.flatnonzero(sizes):
-            hdr = np.empty(1 + 4 * S, np.int64)
-            hdr[0] = S
-            hdr[1:].reshape(S, 4)[:] = np.stack([per_dest[d], h.keys, h.fanouts, flags], 1)
-            buf[p:p + hlen] = hdr.view(wire)
-            buf[p + hlen:p + sizes[d]] = nodes[perm[ooff[d]:ooff[d + 1]]]
-            p += int(sizes[d])
+        flags = h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
+        # outbound: per destination, one header per request, then the wire ids of its nodes
+        buf, sizes, ocount, where, mine = wire.pack_requests(
+            nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k)
         recv, rsizes = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
-        recv = recv.numpy()
-
-        # one kernel call: own nodes first, then every received block
-        rows = [nodes[mine] - self.lo]
-        keys, fans, reps = [keys_n[mine]], [fan_n[mine]], [rep_n[mine]]
-        srcs = []  # (source rank, nodes, wants edge ids)
-        p = 0
-        for src, size in enumerate(rsizes.tolist()):
-            if size == 0:
-                continue
-            blk = recv[p:p + size]
-            p += size
-            s2 = int(blk[:k].view(np.int64)[0])
-            hl = (1 + 4 * s2) * k
-            hdr = blk[:hl].view(np.int64)[1:].reshape(s2, 4)
-            cnt = hdr[:, 0]
-            rows.append(blk[hl:].astype(np.int64) - self.lo)
-            keys.append(np.repeat(hdr[:, 1], cnt))
-            fans.append(np.repeat(hdr[:, 2], cnt))
-            reps.append(np.repeat((hdr[:, 3] & _REPLACE).astype(np.uint8), cnt))
-            srcs.append((src, size - hl, bool((hdr[:, 3] & _EDGE_IDS).any())))
-        want_e = h.edge_ids or any(w for _, _, w in srcs)
-        c, nb, e = self._kernel(np.concatenate(rows), np.concatenate(keys), h.hop,
-                                np.concatenate(fans), np.concatenate(reps), want_e)
-        coff = np.zeros(c.size + 1, np.int64)
-        np.cumsum(c, out=coff[1:])
-
-        # replies: counts, neighbors and (when asked) edge ids, one block per requester
-        rsz = np.zeros(W, np.int64)
-        a = mine.size
-        spans = []
-        for src, n, w in srcs:
-            e0, e1 = int(coff[a]), int(coff[a + n])
-            rsz[src] = n + (e1 - e0) * (1 + (k if w else 0))
-            spans.append((src, a, n, e0, e1, w))
-            a += n
-        out = np.empty(int(rsz.sum()), wire)
-        p = 0
-        for _src, a, n, e0, e1, w in spans:
-            E = e1 - e0
-            out[p:p + n] = c[a:a + n]
-            out[p + n:p + n + E] = nb[e0:e1]
-            if w:
-                out[p + n + E:p + n + E + E * k] = e[e0:e1].view(wire)
-            p += n + E * (1 + (k if w else 0))
+        # one kernel call: own nodes first, then every received block in rank order
+        rows, keys, fans, reps, src_nodes, src_flags = wire.gather_work(
+            nodes, h.sizes, h.keys, h.fanouts, flags, mine, recv.numpy(), rsizes.numpy(),
+            self.lo, k)
+        want_e = h.edge_ids or bool((src_flags & wire.EDGE_IDS).any())
+        c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
+        e = e if e is not None else _EMPTY
+        out, rsz = wire.pack_replies(c, nb, e, mine.size, src_nodes, src_flags, self._wire0, k)
         back, bsizes = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
-        back = back.numpy()
-
-        # the requester's view, in owner order (own block at its place), then frontier order
-        nl, el = mine.size, int(coff[mine.size])
-        if nl == nodes.size:  # nothing was remote
-            return c[:nl], nb[:el], (e[:el] if h.edge_ids else None)
-        cnt_parts, nb_parts, e_parts = [], [], []
-        p = 0
-        bs = bsizes.tolist()
-        for d in range(W):
-            if d == me:
-                cnt_parts.append(c[:nl])
-                nb_parts.append(nb[:el])
-                if h.edge_ids:
-                    e_parts.append(e[:el])
-                continue
-            if ocount[d] == 0:
-                continue
-            blk = back[p:p + bs[d]]
-            p += bs[d]
-            n = int(ocount[d])
-            cd = blk[:n]
-            E = int(cd.sum())
-            cnt_parts.append(cd)
-            nb_parts.append(blk[n:n + E])
-            if h.edge_ids:
-                e_parts.append(blk[n + E:n + E + E * k].view(np.int64))
-        counts_perm = np.concatenate(cnt_parts).astype(np.int64, copy=False)
-        inv = np.empty_like(perm)
-        inv[perm] = np.arange(perm.size)
-        counts, nbr = reorder_segments(counts_perm, _cat64(nb_parts), inv)
-        eid = reorder_segments(counts_perm, _cat64(e_parts), inv)[1] if h.edge_ids else None
-        return counts, nbr, eid
+        if mine.size == nodes.size:  # nothing was remote: own results are in frontier order
+            el = int(nb.size if mine.size == c.size else c[:mine.size].sum())
+            return c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
+        counts, nbr, eid = wire.unpack_replies(back.numpy(), bsizes.numpy(), ocount, me, c, nb,
+                                               e, where, h.edge_ids, k)
+        return counts, nbr, (eid if h.edge_ids else None)
 
     # -- public ---------------------------------------------------------------------------
     def sample(self, requests: Sequence[SampleRequest], features=None) -> list[MiniBatch]:
@@ -300,13 +214,3 @@ class _CudaHop:
         self.stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(self.stream):
             return run()
-
-
-def _cat64(parts: list[np.ndarray]) -> np.ndarray:
-    """Concatenate into one int64 array (wire int32 blocks are widened on the way)."""
-    out = np.empty(sum(int(a.size) for a in parts), np.int64)
-    p = 0
-    for a in parts:
-        out[p:p + a.size] = a
-        p += a.size
-    return out

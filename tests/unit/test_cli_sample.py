@@ -146,7 +146,7 @@ def test_bench_single_json_fields(tmp_path):
     assert res["num_nodes"] == 1024 and res["fanouts"] == [5, 3] and res["batch_size"] == 64
     assert res["machine"]["threads"] == 1
     k = res["kernel"]
-    for name in ("kernel", "kernel_positions", "gather"):
+    for name in ("kernel", "kernel_positions", "kernel_no_eids", "gather"):
         assert len(k[name]["seconds"]) == 2 and k[name]["per_s"] > 0
         assert k[name]["work"] == k["kernel"]["work"] > 0
     assert k["nodes"] == 500 and k["fanout"] == 5 and k["ratio"] > 0
