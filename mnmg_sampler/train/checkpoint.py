@@ -97,7 +97,7 @@ def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [""]
         first = lines[0][:200]
         if "weights only" in str(e).lower() or type(e).__name__ == "UnpicklingError":
-            # torch's own advice (retry with weights_only=False) is what must not be done:
+            # torch's own advice (retry without weights_only) is what must not be done:
             # quote only the line that names what was refused
             why = next((ln for ln in lines if "GLOBAL" in ln or "WeightsUnpickler" in ln),
                        "content the weights-only loader refuses")
