@@ -86,7 +86,8 @@ class PartitionConfig:
     """How the graph is cut into one partition per rank."""
 
     dir: str | None = _opt(
-        None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
+        None, "Directory of the partitions; reused while the dataset and partition settings "
+        "are unchanged, partitioned again when they change; null = <output.dir>/partitions.",
         path=True)
     method: Literal["random", "range", "hash", "metis"] = _opt(
         "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
