@@ -39,6 +39,7 @@ from ._launch import (
     graph_line,
     launch,
     load_for_bench,
+    machine_info,
     median,
     partition_for,
     set_bench_threads,
@@ -275,7 +276,6 @@ def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
-    from .single import _machine
 
     fanouts = parse_fanouts(args.fanouts)
     worlds = parse_world_sizes(args.world_sizes)
@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "machine": _machine(threads),
+        "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))

@@ -80,7 +80,8 @@ class DistFeatureStore:
         self.placement = placement
         self.row_bytes = (F + 2) * 4
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "distinct_remote_rows": 0,
-                      "cache_hits": 0, "rows_fetched": 0, "fetches": 0}
+                      "cache_hits": 0, "rows_fetched": 0, "duplicate_rows_fetched": 0,
+                      "fetches": 0}
         self._cache_ids = np.empty(0, np.int64)
         self._cache_rows = np.empty((0, F + 2), np.float32)
         if int(cache_rows) > 0 and self.enabled:
@@ -153,7 +154,8 @@ class DistFeatureStore:
         else:
             hit = np.zeros(uniq.size, bool)
             miss = np.arange(uniq.size)
-        rows_u[miss] = self._exchange_rows(uniq[miss])
+        fetch = uniq[miss]
+        rows_u[miss] = self._exchange_rows(fetch)
         out[ri] = rows_u[inv]
         st = self.stats
         st["fetches"] += 1
@@ -163,6 +165,8 @@ class DistFeatureStore:
         st["distinct_remote_rows"] += int(uniq.size)
         st["cache_hits"] += int(hit.sum())
         st["rows_fetched"] += int(miss.size)
+        # measured, not assumed: rows that crossed the wire twice in this round
+        st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
         F = self.num_features
         res = []
         for chunk in torch.split(torch.from_numpy(out), sizes):

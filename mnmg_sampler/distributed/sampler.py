@@ -85,6 +85,10 @@ class DistSampler:
         """Owner rank of each new id (int64)."""
         return np.searchsorted(self._inner, nodes, side="right")
 
+    def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
+        """Owner rank of each *original* node id (for seed splits by owner)."""
+        return self.owner(self.orig_to_new[np.asarray(orig_ids, np.int64)])
+
     def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
