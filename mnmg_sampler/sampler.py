@@ -115,17 +115,17 @@ def _cat(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
-    """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors."""
+    """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors, ``0`` = none."""
     try:
         out = [int(f) for f in fanouts]
     except (TypeError, ValueError):
         out = None
-    if not out or any(f < -1 or f == 0 for f in out) or any(
+    if not out or any(f < -1 for f in out) or any(
         int(f) != f for f in fanouts
     ):
         raise SamplingInputError(
             f"invalid fanouts {list(fanouts) if out is not None else fanouts!r}",
-            "each hop needs a positive number of neighbors or -1 for all",
+            "each hop needs a number of neighbors >= 0, or -1 for all",
             "pass e.g. [15, 10, 5]; hop 1 (nearest the seeds) comes first",
         )
     return out

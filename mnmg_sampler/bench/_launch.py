@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
+from ..console import JSON_OUT_HELP
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def add_common_arguments(p: argparse.ArgumentParser, graph_default: str, fanouts
                    help="repeats of each timed measurement; the median is reported (default: 3)")
     p.add_argument("--timeout", type=float, default=900.0,
                    help="hard limit in seconds for each torchrun launch (default: 900)")
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
 
 

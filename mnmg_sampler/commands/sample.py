@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
 
 HELP = "sample one epoch of minibatches and print the throughput"
@@ -82,6 +83,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(run under torchrun, one rank per partition)")
     p.add_argument("--out", metavar="DIR",
                    help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch)")
+    add_json_flag(p)
     p.set_defaults(func=run)
     return p
 
@@ -252,11 +254,8 @@ def run_distributed(args: argparse.Namespace) -> int:
                 tmp = out / ".meta.json.tmp"
                 tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
                 os.replace(tmp, out / "meta.json")
-            print(f"ranks {world}, batches {n_batches:,}, sampled edges {int(tot[0]):,}")
-            print(f"time {dt:.3f}s, edges/s (all ranks) {tot[0] / max(dt, 1e-9):,.0f}, "
-                  f"bytes exchanged per sampled edge {tot[1] / max(tot[0], 1):.1f}")
-            if out is not None:
-                print(f"wrote {n_batches} batches to {out}")
+            _summary(world, n_batches, int(tot[0]), float(tot[1]), dt, out,
+                     getattr(args, "json", False))
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -276,10 +275,6 @@ def run_single(args: argparse.Namespace) -> int:
     seeds = epoch_seeds(graph, args)
     B = args.batch_size
     n_batches, out = epoch_plan(seeds.size, args)
-    print(f"graph {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
-          f"(loaded in {load_s:.1f}s)")
-    print(f"seeds {seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
-          f"seed {args.seed}, threads {threads}")
 
     sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
 
@@ -300,13 +295,39 @@ def run_single(args: argparse.Namespace) -> int:
         if out is not None:
             save_batch_atomic(out / f"batch_{i:06d}.npz", batch)
     busy = max(busy, 1e-9)
-    print(f"batches {n_batches:,}")
-    print(f"sampled edges {edges:,}")
-    print(f"sampled nodes {nodes:,}")
-    print(f"time {busy:.3f}s (sampling only, after one warm-up batch)")
-    print(f"edges/s {edges / busy:,.0f}")
-    print(f"nodes/s {nodes / busy:,.0f}")
-    print(f"batches/s {n_batches / busy:,.1f}")
+    data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
+            "load_s": load_s, "seeds": int(seeds.size), "batch_size": B, "fanouts": fanouts,
+            "replace": bool(args.replace), "seed": args.seed, "threads": threads,
+            "batches": n_batches, "sampled_edges": edges, "sampled_nodes": nodes,
+            "seconds": busy, "edges_per_s": edges / busy, "nodes_per_s": nodes / busy,
+            "batches_per_s": n_batches / busy, "out": None if out is None else str(out)}
+    rows = [
+        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
+                  f"(loaded in {load_s:.1f}s)"),
+        ("seeds", f"{seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
+                  f"seed {args.seed}, threads {threads}"),
+        ("batches", f"{n_batches:,}"),
+        ("sampled edges", f"{edges:,}"),
+        ("sampled nodes", f"{nodes:,}"),
+        ("time", f"{busy:.3f}s (sampling only, after one warm-up batch)"),
+        ("edges/s", f"{edges / busy:,.0f}"),
+        ("nodes/s", f"{nodes / busy:,.0f}"),
+        ("batches/s", f"{n_batches / busy:,.1f}"),
+    ]
     if out is not None:
-        print(f"wrote {n_batches} batches to {out}")
+        rows.append(("wrote", f"{n_batches} batches to {out}"))
+    report(rows, data, args.json)
     return 0
+
+
+def _summary(world: int, batches: int, edges: int, sent: float, dt: float, out, as_json: bool):
+    """Rank 0's summary of a distributed run: a table, or JSON with ``--json``."""
+    eps, per_edge = edges / max(dt, 1e-9), sent / max(edges, 1)
+    rows = [("ranks", world), ("batches", f"{batches:,}"), ("sampled edges", f"{edges:,}"),
+            ("time", f"{dt:.3f}s"), ("edges/s", f"{eps:,.0f} (all ranks)"),
+            ("bytes exchanged", f"{per_edge:.1f} per sampled edge")]
+    if out is not None:
+        rows.append(("wrote", f"{batches} batches to {out}"))
+    report(rows, {"ranks": world, "batches": batches, "sampled_edges": edges, "seconds": dt,
+                  "edges_per_s": eps, "bytes_exchanged_per_edge": per_edge,
+                  "out": None if out is None else str(out)}, as_json)

@@ -30,6 +30,7 @@ from ..errors import SamplingInputError
 from ..ops import wire
 from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
 from .collective import Exchanger, backend_device, raise_agreed
+from .consistency import check_same_partitioning
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
@@ -65,6 +66,7 @@ class DistSampler:
         self.seed = check_seed(seed)
         self.group = group
         self.ex = Exchanger(group)
+        check_same_partitioning(part, group)  # collective: no rank samples a mixed partitioning
         self.rank = self.ex.rank
         bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])  # owner(v) = #inner bounds <= v

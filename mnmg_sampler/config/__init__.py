@@ -1,0 +1,67 @@
+"""The YAML job schema: nested dataclasses, dotted overrides, validation with dotted keys.
+
+A job is ``defaults < YAML file < command-line overrides`` (``sampler.batch_size=512``), checked
+before any rank starts so a typo fails in one second instead of after the rendezvous::
+
+    cfg = load_config("configs/quickstart.yaml", ["sampler.fanouts=15,10", "training.epochs=5"])
+    cfg.sampler.batch_size, cfg.runtime.backend
+
+Every field carries a one-line doc (``metadata["doc"]``); :func:`iter_fields` exposes them to
+``--help`` and to the generated ``docs/configuration.md``. Every problem raises
+:class:`~mnmg_sampler.errors.ConfigError` whose message starts with the dotted key (or the file
+path), e.g. ``sampler.batch_size: expected a positive integer, got -3``. Unknown keys are
+rejected with a "did you mean" hint, because a silently ignored typo is the worst config bug.
+
+Relative paths in a config are relative to the working directory (run jobs from the repository
+root); ``~`` and ``$VARS`` in path fields are expanded.
+"""
+
+from .cli import add_config_arguments
+from .datasets import DatasetSpec, check_paths, parse_dataset_name
+from .fields import FieldInfo, fields_epilog, format_value, iter_fields, section_docs
+from .load import config_from_dict, config_to_dict, config_to_yaml, load_config, validate_config
+from .parse import apply_overrides
+from .schema import (
+    BUILTIN_DATASETS,
+    CROSS_FIELD_RULES,
+    DatasetConfig,
+    FeaturesConfig,
+    JobConfig,
+    ModelConfig,
+    OptimizerConfig,
+    OutputConfig,
+    PartitionConfig,
+    RuntimeConfig,
+    SamplerConfig,
+    TrainingConfig,
+)
+
+__all__ = [
+    "BUILTIN_DATASETS",
+    "add_config_arguments",
+    "apply_overrides",
+    "CROSS_FIELD_RULES",
+    "DatasetConfig",
+    "DatasetSpec",
+    "FeaturesConfig",
+    "FieldInfo",
+    "JobConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "OutputConfig",
+    "PartitionConfig",
+    "RuntimeConfig",
+    "SamplerConfig",
+    "TrainingConfig",
+    "check_paths",
+    "config_from_dict",
+    "config_to_dict",
+    "config_to_yaml",
+    "fields_epilog",
+    "format_value",
+    "iter_fields",
+    "load_config",
+    "parse_dataset_name",
+    "section_docs",
+    "validate_config",
+]

@@ -1,0 +1,86 @@
+"""What ``dataset.name`` denotes (built-in, R-MAT or a file) and whether its file exists."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .parse import _err
+from .schema import BUILTIN_DATASETS, JobConfig
+
+_RMAT = re.compile(r"^rmat:(?P<scale>[^:]*)(?::(?P<ef>[^:]*))?$")
+
+# --------------------------------------------------------------------------- datasets
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What ``dataset.name`` denotes: a built-in graph, an R-MAT graph or a file."""
+
+    kind: Literal["builtin", "rmat", "path"]
+    name: str
+    scale: int | None = None
+    edge_factor: int | None = None
+    path: str | None = None
+
+
+def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
+    """Classify ``dataset.name``; R-MAT defaults to edge factor 16 (Graph500)."""
+    if name.lower() in BUILTIN_DATASETS:
+        return DatasetSpec("builtin", name.lower())
+    m = _RMAT.match(name)
+    if m:
+        try:
+            scale = int(m["scale"])
+            ef = int(m["ef"]) if m["ef"] is not None else 16
+        except ValueError:
+            scale = ef = -1
+        if not (1 <= scale <= 40 and ef >= 1):
+            raise _err(key, f"bad R-MAT spec {name!r}",
+                       f"use rmat:SCALE[:EDGE_FACTOR] with 1 <= SCALE <= 40, e.g. {key}=rmat:16:16",
+                       "The graph has 2**SCALE nodes and EDGE_FACTOR * 2**SCALE edges")
+        return DatasetSpec("rmat", f"rmat:{scale}:{ef}", scale=scale, edge_factor=ef)
+    return DatasetSpec("path", name, path=name)
+
+
+def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
+    """Check that a path dataset exists and has a readable type (typos of built-ins get a hint).
+
+    Also checks that the node data files exist. Imports the graph readers' format registry, so
+    it is called by ``validate`` and the jobs, not by :func:`load_config`.
+    """
+    from ..graph.datasets import GRAPH_SUFFIXES, supported_formats
+    from ..graph.ogb import is_ogb_dir
+
+    spec = parse_dataset_name(cfg.dataset.name)
+    d = cfg.dataset
+    for fkey in ("features", "labels", "train_mask", "val_mask", "test_mask"):
+        f = getattr(d, fkey)
+        if f is not None and not Path(f).is_file():
+            raise _err(f"dataset.{fkey}", f"file {f!r} not found",
+                       "fix the path (relative paths start at the working directory)")
+    if spec.kind != "path":
+        return
+    p = Path(spec.path)
+    if p.exists():  # the suffix (or an OGB layout) here; the content is read by the job
+        if not (is_ogb_dir(p) if p.is_dir() else p.name.lower().endswith(GRAPH_SUFFIXES)):
+            what = "the directory" if p.is_dir() else "the file type of"
+            raise _err(key, f"{what} {p.name!r} is not recognised",
+                       "give a file in one of these formats:\n" + supported_formats())
+        return
+    bare = "/" not in spec.path and os.sep not in spec.path and "." not in spec.path
+    if bare:
+        close = difflib.get_close_matches(spec.path.lower(), BUILTIN_DATASETS, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise _err(key, f"unknown dataset {spec.path!r}{hint}",
+                   f"use a built-in name ({', '.join(BUILTIN_DATASETS)}), rmat:SCALE[:EDGE_FACTOR]"
+                   " or the path of a graph file")
+    where = ""
+    if not p.is_absolute():
+        where += f" (relative to the working directory {os.getcwd()})"
+    raise _err(key, f"dataset file {spec.path!r} not found{where}",
+               "fix the path or run from the directory the config expects")

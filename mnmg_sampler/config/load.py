@@ -1,0 +1,172 @@
+"""Loading a job: YAML file < overrides, resolution of nulls, cross-field checks, output."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import ConfigError
+from .datasets import parse_dataset_name
+from .fields import format_value
+from .parse import _build, _err, apply_overrides
+from .schema import JobConfig
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader:
+    """Factory of a SafeLoader that rejects duplicate keys (PyYAML keeps the last silently)."""
+
+    _cls = None
+
+    @classmethod
+    def get(cls):
+        if cls._cls is None:
+            import yaml
+
+            class Loader(yaml.SafeLoader):
+                pass
+
+            def construct_mapping(loader, node, deep=False):
+                seen = {}
+                for key_node, _ in node.value:
+                    k = loader.construct_object(key_node, deep=deep)
+                    if k in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {k!r}", key_node.start_mark)
+                    seen[k] = True
+                return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+            Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                   construct_mapping)
+            cls._cls = Loader
+        return cls._cls
+
+
+def _read_yaml(path: str | os.PathLike) -> dict:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(
+            f"{path}: config file not found" if not p.exists() else f"{path}: not a file",
+            "", "pass an existing YAML file, e.g. configs/quickstart.yaml")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the config file ({e})", "",
+                          "check the file's permissions and that it is UTF-8 text") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader.get())  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}", "",
+                          "fix the YAML syntax (indent with spaces, `key: value`)") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got "
+                          f"{type(data).__name__}", "",
+                          "start the file with e.g. `sampler:` and indented `batch_size: 512`")
+    return data
+
+
+def config_from_dict(data: Mapping, world_size: int | None = None) -> JobConfig:
+    """Build, resolve and validate a :class:`JobConfig` from a (YAML-shaped) nested mapping."""
+    cfg = _build(JobConfig, data, "")
+    _resolve(cfg)
+    validate_config(cfg, world_size=world_size)
+    return cfg
+
+
+def load_config(path: str | os.PathLike | None, overrides: Sequence[str] = (),
+                world_size: int | None = None) -> JobConfig:
+    """Defaults < the YAML file ``path`` (if any) < ``overrides`` (``"dotted.key=value"``).
+
+    Raises :class:`ConfigError` naming the dotted key (or the path) for any problem. Does not
+    touch the dataset; :func:`check_paths` does.
+    """
+    data = _read_yaml(path) if path is not None else {}
+    return config_from_dict(apply_overrides(data, overrides), world_size=world_size)
+
+
+def _resolve(cfg: JobConfig) -> None:
+    """Replace the nulls that depend only on other fields by concrete values."""
+    if cfg.output.dir is None:
+        cfg.output.dir = f"runs/{cfg.name}"
+    if cfg.partition.dir is None:
+        cfg.partition.dir = os.path.join(cfg.output.dir, "partitions")
+    if cfg.sampler.eval_fanouts is None:
+        cfg.sampler.eval_fanouts = [-1] * len(cfg.sampler.fanouts)
+    if cfg.sampler.eval_batch_size is None:
+        cfg.sampler.eval_batch_size = cfg.sampler.batch_size
+    if cfg.model.layers is None:
+        cfg.model.layers = len(cfg.sampler.fanouts)
+
+
+# --------------------------------------------------------------------------- cross-field checks
+
+
+def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
+    """Checks that span several fields (see :data:`CROSS_FIELD_RULES`); ConfigError if broken."""
+    parse_dataset_name(cfg.dataset.name)  # rmat:SCALE[:EDGE_FACTOR] syntax and range
+    n_hops = len(cfg.sampler.fanouts)
+    if cfg.model.layers is not None and cfg.model.layers != n_hops:
+        raise _err("model.layers", f"{cfg.model.layers} layers but sampler.fanouts has {n_hops} "
+                   f"hops {format_value(cfg.sampler.fanouts)}",
+                   f"set model.layers={n_hops} (or null), or give sampler.fanouts "
+                   f"{cfg.model.layers} entries",
+                   "Each GraphSAGE layer consumes one sampled hop")
+    ef = cfg.sampler.eval_fanouts
+    if ef is not None and len(ef) != n_hops:
+        raise _err("sampler.eval_fanouts", f"{len(ef)} hops but sampler.fanouts has {n_hops}",
+                   f"give sampler.eval_fanouts {n_hops} entries, or null (all neighbors)",
+                   "The model has one layer per hop in training and evaluation alike")
+    rt = cfg.runtime
+    if rt.backend == "nccl" and rt.device == "cpu":
+        raise _err("runtime.backend", "nccl needs GPUs but runtime.device is cpu",
+                   "use runtime.backend=gloo for CPU ranks, or runtime.device=cuda")
+    if cfg.features.placement in ("pinned", "device") and rt.device == "cpu":
+        raise _err("features.placement", f"{cfg.features.placement!r} needs CUDA but "
+                   "runtime.device is cpu", "use features.placement=host (or auto) on CPU")
+    if world_size is not None:
+        if world_size < 1:
+            raise _err("--world-size", f"expected a positive integer, got {world_size}",
+                       "pass --world-size W with W >= 1")
+        if cfg.partition.parts is not None and cfg.partition.parts != world_size:
+            raise _err("partition.parts", f"{cfg.partition.parts} partitions but the world size "
+                       f"is {world_size}", "set partition.parts=null (= world size) or launch "
+                       f"{cfg.partition.parts} ranks", "Each rank serves exactly one partition")
+    tv = cfg.training.target_value
+    if tv is not None:
+        if cfg.training.target_metric == "val_acc" and not 0 < tv <= 1:
+            raise _err("training.target_value", f"expected an accuracy in (0, 1], got {tv}",
+                       "e.g. training.target_value=0.85")
+        if cfg.training.target_metric == "val_loss" and not tv > 0:
+            raise _err("training.target_value", f"expected a loss > 0, got {tv}",
+                       "e.g. training.target_value=0.5")
+
+
+# --------------------------------------------------------------------------- output
+
+
+def config_to_dict(cfg: JobConfig) -> dict:
+    """The config as plain nested dicts (YAML/JSON-ready; reloads to an equal config)."""
+    return dataclasses.asdict(cfg)
+
+
+def config_to_yaml(cfg: JobConfig) -> str:
+    """The config as YAML, sections in schema order, lists inline."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(
+        list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+    return yaml.dump(config_to_dict(cfg), Dumper=Dumper, sort_keys=False,
+                     default_flow_style=False)

@@ -1,0 +1,237 @@
+"""The job schema: nested dataclasses whose fields carry a one-line doc and a range check.
+
+Each field's ``metadata`` holds ``doc`` (shown in ``--help`` and docs/configuration.md),
+``check`` (a predicate and its phrase for error messages) and ``path`` (expand ``~``/``$VARS``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+BUILTIN_DATASETS = ("cora",)
+
+# --------------------------------------------------------------------------- field helpers
+
+
+def _opt(default: Any, doc: str, check: tuple[Callable[[Any], bool], str] | None = None,
+         path: bool = False) -> Any:
+    """A dataclass field with a one-line doc, an optional range check and a path flag."""
+    meta = {"doc": doc, "check": check, "path": path}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _section(cls: type, doc: str) -> Any:
+    return field(default_factory=cls, metadata={"doc": doc})
+
+
+_POS_INT = (lambda v: v > 0, "a positive integer")
+_NONNEG_INT = (lambda v: v >= 0, "an integer >= 0")
+_SEED = (lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)")
+_POS_FLOAT = (lambda v: v > 0 and math.isfinite(v), "a positive number")
+_NONNEG_FLOAT = (lambda v: v >= 0 and math.isfinite(v), "a number >= 0")
+_UNIT_OPEN = (lambda v: 0 <= v < 1, "a number in [0, 1)")
+_FANOUTS = (lambda v: len(v) > 0 and all(f >= -1 for f in v),
+            "a non-empty list of integers >= 0 (0 = no neighbors at that hop) or -1 (all "
+            "neighbors), e.g. [10, 10]")
+_SPLIT = (lambda v: len(v) == 3 and all(0 <= f <= 1 for f in v) and sum(v) <= 1 + 1e-9
+          and v[0] > 0,
+          "three fractions [train, val, test] in [0, 1] with train > 0 and sum <= 1")
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@dataclass
+class DatasetConfig:
+    """Which graph to load and how to clean it."""
+
+    name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or the path of a "
+                     "graph file or OGB directory (formats: docs/formats.md).", path=True)
+    seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _NONNEG_INT)
+    undirected: bool | None = _opt(
+        None, "Add the reverse of every edge; null = dataset default (cora: true, files: false).")
+    drop_self_loops: bool = _opt(False, "Remove edges from a node to itself.")
+    drop_duplicates: bool = _opt(
+        True, "Keep one copy of repeated edges (duplicates bias neighbor sampling).")
+    feature_dim: int = _opt(
+        0, "Width of random float32 features for a graph without features (R-MAT, edge lists); "
+        "0 = none. Ignored when the dataset has features.", _NONNEG_INT)
+    split: list[float] = _opt(
+        [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split; not used when the "
+        "dataset (or dataset.train_mask) gives a train mask.", _SPLIT)
+    split_seed: int = _opt(0, "Seed of the random train/val/test split.", _SEED)
+    features: str | None = _opt(
+        None, "File of node features, one row per node (.npy, .npz, .pt, .csv); replaces those "
+        "in the graph file.", path=True)
+    labels: str | None = _opt(
+        None, "File of node labels, one per node (.npy, .npz, .pt, .csv); replaces those in the "
+        "graph file.", path=True)
+    train_mask: str | None = _opt(
+        None, "File of the train split: bool per node or node ids (.npy, .npz, .pt, .csv); "
+        "with it, the split comes from the masks instead of dataset.split.", path=True)
+    val_mask: str | None = _opt(None, "File of the validation split (as train_mask).", path=True)
+    test_mask: str | None = _opt(None, "File of the test split (as train_mask).", path=True)
+    max_node_id: int = _opt(
+        2**40, "Largest node id accepted in an input file (the CSR needs 8 bytes per id up to "
+        "the largest one).", _POS_INT)
+
+
+@dataclass
+class PartitionConfig:
+    """How the graph is cut into one partition per rank."""
+
+    dir: str | None = _opt(
+        None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
+        path=True)
+    method: Literal["random", "range", "hash", "metis"] = _opt(
+        "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
+        "the id) or metis (fewest cut edges; needs pymetis).")
+    parts: int | None = _opt(
+        None, "Number of partitions; null = world size. If set it must equal the world size.",
+        _POS_INT)
+    seed: int = _opt(0, "Seed of random partitioning.", _SEED)
+
+
+@dataclass
+class SamplerConfig:
+    """Neighbor sampling and minibatching (PyG NeighborLoader conventions)."""
+
+    fanouts: list[int] = _opt(
+        [10, 10], "Neighbors per hop, hop 1 (nearest the seeds) first; -1 = all neighbors.",
+        _FANOUTS)
+    batch_size: int = _opt(512, "Seed nodes per training minibatch on each rank.", _POS_INT)
+    eval_fanouts: list[int] | None = _opt(
+        None, "Neighbors per hop when evaluating; null = all neighbors (-1 at every hop), exact "
+        "and deterministic.", _FANOUTS)
+    eval_batch_size: int | None = _opt(
+        None, "Seed nodes per evaluation minibatch; null = sampler.batch_size.", _POS_INT)
+    replace: bool = _opt(False, "Sample neighbors with replacement.")
+    prefetch: int = _opt(
+        2, "Minibatches requested ahead of the training step; 0 = synchronous.", _NONNEG_INT)
+    seed: int = _opt(
+        0, "RNG seed; the same seed gives bit-identical minibatches for any world size.",
+        _SEED)
+    shuffle: bool = _opt(True, "Reshuffle the training seeds every epoch.")
+    drop_last: bool = _opt(False, "Drop the last incomplete training minibatch of each rank.")
+
+
+@dataclass
+class FeaturesConfig:
+    """Where node features live."""
+
+    placement: Literal["auto", "host", "pinned", "device"] = _opt(
+        "auto", "host memory, pinned host memory, or GPU memory; auto = pinned on CUDA, host on "
+        "CPU.")
+
+
+@dataclass
+class ModelConfig:
+    """The GraphSAGE model of `mnmg-sampler train`."""
+
+    hidden: int = _opt(256, "Hidden channels of every GraphSAGE layer.", _POS_INT)
+    layers: int | None = _opt(
+        None, "Number of GraphSAGE layers; must equal len(sampler.fanouts); null = that.",
+        _POS_INT)
+    dropout: float = _opt(0.5, "Dropout probability after each hidden layer.", _UNIT_OPEN)
+    aggr: Literal["mean", "max", "sum"] = _opt("mean", "Neighbor aggregation of SAGEConv.")
+    use_pyg: bool = _opt(
+        False, "Use PyG's SAGEConv (needs the pyg extra); false = the built-in layer (same "
+        "math), so results do not depend on whether PyG is installed.")
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimizer of the model parameters."""
+
+    name: Literal["adam", "adamw", "sgd"] = _opt("adam", "Optimizer.")
+    lr: float = _opt(0.01, "Learning rate.", _POS_FLOAT)
+    weight_decay: float = _opt(0.0, "L2 penalty (decoupled for adamw).", _NONNEG_FLOAT)
+    momentum: float = _opt(0.9, "Momentum of sgd (ignored otherwise).", _UNIT_OPEN)
+
+
+@dataclass
+class TrainingConfig:
+    """The training loop."""
+
+    mode: Literal["train", "sample"] = _opt(
+        "train", "train = GraphSAGE node classification; sample = iterate the loaders without "
+        "a model (sampling benchmark).")
+    epochs: int = _opt(10, "Passes over the training seeds.", _POS_INT)
+    eval_every: int = _opt(
+        1, "Evaluate on the validation split every N epochs; 0 = after the last epoch only.",
+        _NONNEG_INT)
+    target_metric: Literal["val_acc", "val_loss"] = _opt(
+        "val_acc", "Metric that selects the best epoch (reported with its test accuracy).")
+    target_value: float | None = _opt(
+        None, "Stop early once target_metric reaches this value; null = run every epoch.")
+    max_steps_per_epoch: int | None = _opt(
+        None, "Cap on minibatches per epoch and rank (quick runs); null = no cap.", _POS_INT)
+    log_every: int = _opt(
+        10, "Log the training loss every N steps on rank 0; 0 = once per epoch.", _NONNEG_INT)
+
+
+@dataclass
+class RuntimeConfig:
+    """Process group, device and threads of every rank."""
+
+    backend: Literal["auto", "nccl", "gloo"] = _opt(
+        "auto", "torch.distributed backend; auto = nccl with CUDA, else gloo.")
+    device: Literal["auto", "cpu", "cuda"] = _opt(
+        "auto", "Device of the model and minibatches; auto = cuda:LOCAL_RANK when available.")
+    threads_per_rank: int | None = _opt(
+        None, "CPU threads of each rank (torch, numba); null = cores / local ranks.", _POS_INT)
+    collective_timeout_s: float = _opt(
+        600.0, "Seconds before a stuck collective fails the job instead of hanging.", _POS_FLOAT)
+    expandable_segments: bool = _opt(
+        True, "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts "
+        "(irregular minibatches fragment memory); ignored on CPU.")
+    service_mode: Literal["auto", "thread", "inline"] = _opt(
+        "auto", "Sampling service: thread = rounds on a service thread, overlapping training "
+        "(default with gloo); inline = rounds only between training steps, in the training "
+        "thread (default with nccl, the safe mode); auto = by backend.")
+
+
+@dataclass
+class OutputConfig:
+    """Where results go."""
+
+    dir: str | None = _opt(None, "Directory of checkpoints, metrics and logs; null = runs/<name>.",
+                           path=True)
+    checkpoint_every: int = _opt(1, "Save a checkpoint every N epochs; 0 = never.", _NONNEG_INT)
+    keep_checkpoints: int = _opt(2, "Checkpoints kept, newest first; 0 = keep all.", _NONNEG_INT)
+    metrics_file: str = _opt(
+        "metrics.jsonl", "JSON-lines metrics, relative to output.dir unless absolute.", path=True)
+
+
+@dataclass
+class JobConfig:
+    """One `mnmg-sampler` job."""
+
+    name: str = _opt("job", "Job name, used in the default output.dir (runs/<name>).")
+    dataset: DatasetConfig = _section(DatasetConfig, "Which graph to load and how to clean it.")
+    partition: PartitionConfig = _section(PartitionConfig, "How the graph is cut into one "
+                                          "partition per rank.")
+    sampler: SamplerConfig = _section(SamplerConfig, "Neighbor sampling and minibatching.")
+    features: FeaturesConfig = _section(FeaturesConfig, "Where node features live.")
+    model: ModelConfig = _section(ModelConfig, "The GraphSAGE model.")
+    optimizer: OptimizerConfig = _section(OptimizerConfig, "The optimizer.")
+    training: TrainingConfig = _section(TrainingConfig, "The training loop.")
+    runtime: RuntimeConfig = _section(RuntimeConfig, "Process group, device and threads.")
+    output: OutputConfig = _section(OutputConfig, "Where results go.")
+
+
+#: Cross-field rules checked by :func:`validate_config` (listed in docs/configuration.md).
+CROSS_FIELD_RULES = (
+    "`model.layers` must equal `len(sampler.fanouts)` (one GraphSAGE layer per hop).",
+    "`sampler.eval_fanouts`, when set, has as many hops as `sampler.fanouts`.",
+    "`runtime.backend: nccl` needs `runtime.device` `cuda` or `auto`.",
+    "`features.placement` `pinned` or `device` needs `runtime.device` `cuda` or `auto`.",
+    "`partition.parts`, when set, must equal the world size (`validate --world-size W`).",
+    "`training.target_value` must lie in (0, 1] for `val_acc` and be > 0 for `val_loss`.",
+    "`dataset.name` `rmat:SCALE[:EDGE_FACTOR]` needs 1 <= SCALE <= 40 and EDGE_FACTOR >= 1.",
+)
