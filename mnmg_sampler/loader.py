@@ -126,6 +126,7 @@ class DistNeighborLoader:
         rank, world_size: default: those of the service's process group.
         split: ``global`` (the global order above) or ``owner`` (each rank's own seeds; see the
             module docstring for what it changes).
+        edge_ids: return ``e_id``; off, ``e_id`` is empty and no edge id is fetched.
 
     Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
@@ -146,14 +147,15 @@ class DistNeighborLoader:
     def __init__(self, service, input_nodes, num_neighbors: Sequence[int], batch_size: int,
                  shuffle: bool = False, drop_last: bool = False, seed: int = 0,
                  prefetch: int = 2, replace: bool = False, rank: int | None = None,
-                 world_size: int | None = None, split: str = "global") -> None:
+                 world_size: int | None = None, split: str = "global",
+                 edge_ids: bool = True) -> None:
         import torch.distributed as dist
 
         if split not in SPLITS:
             raise SamplingInputError(f"unknown seed split {split!r}",
                                      "the loader cannot assign seeds to ranks",
                                      f"use one of {SPLITS}")
-        self.split = split
+        self.split, self.edge_ids = split, bool(edge_ids)
         self._owned: np.ndarray | None = None
         def check() -> tuple[np.ndarray, list[int]]:
             nodes = check_input_nodes(input_nodes, int(service.num_nodes))
@@ -238,7 +240,8 @@ class DistNeighborLoader:
     def request(self, g: int, pos: np.ndarray) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         return SampleRequest(self.input_nodes[pos], self.num_neighbors,
-                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos)
+                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos,
+                             edge_ids=self.edge_ids)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         mine = self._my_batches()[self._resume:]

@@ -94,8 +94,8 @@ class DistSampler:
     def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
-            c, nb, e = self._cuda(rows, keys, self.seed, hop, fanouts, replace)
-            e = e if edge_ids else None
+            c, nb, e = self._cuda(self.ex, rows, keys, self.seed, hop, fanouts, replace,
+                                  edge_ids)
         else:
             indptr, indices, eids, orig = self._csr
             c, nb, e = run_cpu_kernel(indptr, indices, eids, rows, orig[rows], keys, self.seed,
@@ -134,29 +134,50 @@ class DistSampler:
         return counts, nbr, (eid if h.edge_ids else None)
 
     # -- public ---------------------------------------------------------------------------
-    def sample(self, requests: Sequence[SampleRequest], features=None) -> list[MiniBatch]:
-        """Collective: sample this rank's requests (original ids) together with every rank's.
+    def check_round(self, requests: Sequence[SampleRequest]
+                    ) -> tuple[SamplingInputError | None, int]:
+        """Local half of a round's agreement: ``(this rank's input error or None, hops)``.
 
-        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way).
+        Callers that agree on a round anyway (the service) put both in their own all-reduce
+        (``MAX``) and pass the result to :meth:`sample` as ``agreed``, so a round costs one
+        agreement collective, not two.
         """
-        err = None
         try:
             for r in requests:
                 self._check(r.seeds)
         except SamplingInputError as e:
-            err = e
-        # one all-reduce agrees on both: did any rank fail, and how many hops this round has
-        flags = torch.tensor([1 if err is not None else 0,
-                              max((len(r.fanouts) for r in requests), default=0)],
-                             device=backend_device(self.group))
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-        if int(flags[0]):
+            return e, 0
+        return None, max((len(r.fanouts) for r in requests), default=0)
+
+    def sample(self, requests: Sequence[SampleRequest], features=None,
+               agreed: tuple[SamplingInputError | None, bool, int] | None = None
+               ) -> list[MiniBatch]:
+        """Collective: sample this rank's requests (original ids) together with every rank's.
+
+        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
+        every minibatch are fetched in the same call (one more exchange each way).
+        ``agreed = (local error, any rank failed, hops on all ranks)`` skips this call's own
+        agreement all-reduce (see :meth:`check_round`).
+        """
+        if agreed is None:
+            err, hops = self.check_round(requests)
+            if self.ex.world_size > 1:
+                # one all-reduce agrees on both: did any rank fail, how many hops the round has
+                flags = torch.tensor([1 if err is not None else 0, hops],
+                                     device=backend_device(self.group))
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+                failed, hops = bool(int(flags[0])), int(flags[1])
+            else:
+                failed = err is not None
+        else:
+            err, failed, hops = agreed
+        if failed:
+            if self.ex.world_size == 1 and err is not None:
+                raise err
             raise_agreed(err, self.group)
-        hops = flags[1]
         internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
                                   r.input_id, r.edge_ids) for r in requests]
-        out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))
+        out = self.sampler.sample_checked(internal, num_hops=int(hops))
         if features is not None and features.enabled:
             for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out]),
                                  strict=True):
@@ -179,8 +200,11 @@ class DistSampler:
 
 
 class _CudaHop:
-    """The hop kernel on a CUDA device: the partition's CSR lives there, draws run on a
-    dedicated stream, results come back to the host for renumbering.
+    """The hop kernel on a CUDA device: the partition's CSR lives there; each hop costs one
+    host -> device copy (rows, keys, fanouts and flags packed in one buffer) and one device ->
+    host copy (counts, neighbors and, when asked, edge ids in one buffer), both through the
+    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`. The kernel itself reads
+    one scalar (the hop's edge total) to size its outputs. Draws run on a dedicated stream.
 
     Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
     which is how it is tested here; it has not run on a real GPU.
@@ -199,22 +223,27 @@ class _CudaHop:
         self.arrays = tuple(torch.from_numpy(np.array(a)).to(device) for a in csr)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def __call__(self, rows, keys, seed, hop, fanouts, replace):
+    def __call__(self, ex: Exchanger, rows, keys, seed, hop, fanouts, replace, edge_ids: bool):
         from ..ops.cuda import sample_neighbors_cuda
 
         indptr, indices, eids, orig = self.arrays
-        dev = self.device
+        n = rows.shape[0]
 
         def run():
-            r = torch.from_numpy(rows).to(dev)
-            out = sample_neighbors_cuda(indptr, indices, eids, r, orig[r],
-                                        torch.from_numpy(keys).to(dev), seed, hop,
-                                        torch.from_numpy(fanouts).to(dev),
-                                        torch.from_numpy(replace.astype(np.uint8)).to(dev))
-            return tuple(t.cpu().numpy() for t in out)  # waits for the stream's work
+            packed = np.empty((4, n), np.int64)
+            packed[0], packed[1], packed[2], packed[3] = rows, keys, fanouts, replace
+            t = ex.h2d(torch.from_numpy(packed), self.device)
+            r = t[0]
+            c, nb, e = sample_neighbors_cuda(indptr, indices, eids, r, orig[r], t[1], seed, hop,
+                                             t[2], t[3].to(torch.uint8), with_eids=edge_ids)
+            out = ex.d2h(torch.cat([c, nb, e]) if edge_ids else torch.cat([c, nb])).numpy()
+            E = nb.shape[0]
+            return out[:n], out[n:n + E], (out[n + E:] if edge_ids else None)
 
         if self.stream is None:
             return run()
-        self.stream.wait_stream(torch.cuda.current_stream(dev))
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             return run()
+
+
