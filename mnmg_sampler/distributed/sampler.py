@@ -74,9 +74,13 @@ class DistSampler:
         self.wire = wire_dtype(part.num_nodes, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
-        self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing
-        self.orig_to_new = np.asarray(part.orig_to_new)
+        # A range partitioning keeps every node's id (new == original): no id map is needed,
+        # so none is read. Otherwise plain views of the maps (faster fancy indexing).
+        self.identity_ids = (part.manifest or {}).get("stats", {}).get("method") == "range"
+        self.new_to_orig = None if self.identity_ids else np.asarray(part.new_to_orig)
+        self.orig_to_new = None if self.identity_ids else np.asarray(part.orig_to_new)
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
+        self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
         self.kernel_calls = 0
         self.kernel_nodes = 0
         self.kernel_edges = 0
@@ -87,9 +91,19 @@ class DistSampler:
         """Owner rank of each new id (int64)."""
         return np.searchsorted(self._inner, nodes, side="right")
 
+    def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
+        """New (relabelled) ids of original ids."""
+        orig_ids = np.asarray(orig_ids, np.int64)
+        return orig_ids if self.identity_ids else self.orig_to_new[orig_ids]
+
+    def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
+        """Original ids of new ids."""
+        new_ids = np.asarray(new_ids, np.int64)
+        return new_ids if self.identity_ids else np.asarray(self.new_to_orig[new_ids], np.int64)
+
     def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
         """Owner rank of each *original* node id (for seed splits by owner)."""
-        return self.owner(self.orig_to_new[np.asarray(orig_ids, np.int64)])
+        return self.owner(self.to_new(orig_ids))
 
     def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids):
         t0 = time.perf_counter()
@@ -109,7 +123,7 @@ class DistSampler:
     def _hop(self, h: HopSegments):
         W, me, k = self.ex.world_size, self.rank, self._k
         nodes = h.nodes
-        if W == 1:  # everything is local: no exchange at all
+        if W == 1 or h.hop in self._local_hops:  # all local (agreed): no exchange at all
             keys_n, fan_n, rep_n = h.per_node()
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids)
         flags = h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
@@ -134,48 +148,50 @@ class DistSampler:
         return counts, nbr, (eid if h.edge_ids else None)
 
     # -- public ---------------------------------------------------------------------------
-    def check_round(self, requests: Sequence[SampleRequest]
-                    ) -> tuple[SamplingInputError | None, int]:
-        """Local half of a round's agreement: ``(this rank's input error or None, hops)``.
+    def round_flags(self, requests: Sequence[SampleRequest]
+                    ) -> tuple[list[int], SamplingInputError | None]:
+        """Local half of a round's agreement: ``(flags, this rank's input error or None)``.
 
-        Callers that agree on a round anyway (the service) put both in their own all-reduce
-        (``MAX``) and pass the result to :meth:`sample` as ``agreed``, so a round costs one
-        agreement collective, not two.
+        ``flags = [error, deepest request, any seed owned by another rank]``, to be reduced with
+        ``MAX`` over ranks. Callers that agree on a round anyway (the service) put them in their
+        own all-reduce and pass ``(error, reduced flags)`` to :meth:`sample` as ``agreed``, so a
+        round costs one agreement collective, not two. When no rank has a remote seed (e.g. with
+        a seed split by owner), hop 1 skips its exchanges.
         """
         try:
             for r in requests:
                 self._check(r.seeds)
         except SamplingInputError as e:
-            return e, 0
-        return None, max((len(r.fanouts) for r in requests), default=0)
+            return [1, 0, 1], e
+        hops = max((len(r.fanouts) for r in requests), default=0)
+        remote = any(bool((self.owner_of(r.seeds) != self.rank).any()) for r in requests)
+        return [0, hops, int(remote)], None
 
     def sample(self, requests: Sequence[SampleRequest], features=None,
-               agreed: tuple[SamplingInputError | None, bool, int] | None = None
+               agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
                ) -> list[MiniBatch]:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
         every minibatch are fetched in the same call (one more exchange each way).
-        ``agreed = (local error, any rank failed, hops on all ranks)`` skips this call's own
-        agreement all-reduce (see :meth:`check_round`).
+        ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
+        all-reduce (see :meth:`round_flags`).
         """
         if agreed is None:
-            err, hops = self.check_round(requests)
+            flags, err = self.round_flags(requests)
             if self.ex.world_size > 1:
-                # one all-reduce agrees on both: did any rank fail, how many hops the round has
-                flags = torch.tensor([1 if err is not None else 0, hops],
-                                     device=backend_device(self.group))
-                dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-                failed, hops = bool(int(flags[0])), int(flags[1])
-            else:
-                failed = err is not None
+                t = torch.tensor(flags, device=backend_device(self.group))
+                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+                flags = [int(v) for v in t.tolist()]
         else:
-            err, failed, hops = agreed
+            err, flags = agreed
+        failed, hops, remote = (int(v) for v in flags)
         if failed:
             if self.ex.world_size == 1 and err is not None:
                 raise err
             raise_agreed(err, self.group)
-        internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
+        self._local_hops = () if remote else (0,)
+        internal = [SampleRequest(self.to_new(r.seeds), r.fanouts, r.key, r.replace,
                                   r.input_id, r.edge_ids) for r in requests]
         out = self.sampler.sample_checked(internal, num_hops=int(hops))
         if features is not None and features.enabled:
@@ -183,7 +199,7 @@ class DistSampler:
                                  strict=True):
                 b.x, b.y = x, y
         for b in out:
-            b.n_id = torch.from_numpy(np.asarray(self.new_to_orig[b.n_id.numpy()], np.int64))
+            b.n_id = torch.from_numpy(self.to_orig(b.n_id.numpy()))
         return out
 
     def _check(self, seeds: np.ndarray,

@@ -197,16 +197,16 @@ class SamplingService:
             self._taken = pending
             n = self._stats["rounds"] + self._stats["idle_rounds"]
             try:
-                # 1. agreement, the round's only one: requests, is any rank still active, did
-                # any rank's input fail, how many hops (one all-reduce, MAX of each)
+                # 1. agreement, the round's only one: requests, is any rank still active, and
+                # the sampler's flags (input error, hops, remote seeds): one all-reduce, MAX
                 self._step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
-                err, hops = self.sampler.check_round([r for r, _ in pending])
-                flags = torch.tensor([len(pending), 0 if done else 1, err is not None, hops],
+                mine, err = self.sampler.round_flags([r for r, _ in pending])
+                flags = torch.tensor([len(pending), 0 if done else 1, *mine],
                                      dtype=torch.int64, device=backend_device(self.group))
                 dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
                 total, active = int(flags[0]), int(flags[1])
-                agreed = (err, bool(int(flags[2])), int(flags[3]))
+                agreed = (err, [int(v) for v in flags[2:].tolist()])
                 if total == 0:
                     self._stats["idle_rounds"] += 1
                     return active > 0

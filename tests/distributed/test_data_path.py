@@ -106,3 +106,29 @@ def test_owner_split_gives_each_rank_its_own_seeds_once(tmp_path):
             seen.append(mb["input_id"])
     allpos = np.concatenate(seen)
     assert np.array_equal(np.sort(allpos), np.arange(nodes.size))  # each seed exactly once
+
+
+def _range_without_maps(rank, world, d, seeds):
+    import dataclasses
+
+    from mnmg_sampler.distributed.sampler import DistSampler
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    # a range partitioning keeps ids: the sampler must not need (or touch) either id map
+    part = dataclasses.replace(load_partition(d, rank, world), new_to_orig=None,
+                               orig_to_new=None)
+    s = DistSampler(part, seed=SEED)
+    (mb,) = s.sample([SampleRequest(seeds[rank], FANOUTS, request_key(SEED, 0, rank))])
+    return as_arrays(mb), s.identity_ids
+
+
+def test_range_partitioning_needs_no_id_map(tmp_path):
+    g = small_graph()
+    d = str(partition(g, 2, "range", tmp_path / "p"))
+    seeds = [np.arange(100, 116), np.arange(3, 20)]
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    for rank, (got, identity) in enumerate(run_ranks(_range_without_maps, 2, d, seeds,
+                                                     timeout=120)):
+        assert identity
+        want = ref.sample([SampleRequest(seeds[rank], FANOUTS, request_key(SEED, 0, rank))])[0]
+        assert_same(got, as_arrays(want))
