@@ -10,7 +10,8 @@ Measured in one run, on one graph, one thread per rank:
    partitioned into ``W`` parts in a temporary directory and ``W`` ranks are started with
    torchrun (gloo, loopback). Each rank samples ``--batches`` minibatches with
    :class:`~mnmg_sampler.distributed.sampler.DistSampler`, one request per rank per collective
-   call, after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
+   call (``--merge K``: K requests per rank per call, as a service merges its loaders'
+   requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
    (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
    (``--split owner``). More ranks than cores oversubscribe them; the output says so.
 
@@ -70,6 +71,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["global", "owner"], default="global",
                    help="seeds of each rank: global batch order, or the seeds it owns "
                         "(default: global)")
+    p.add_argument("--merge", type=positive_int, default=1, metavar="K",
+                   help="requests each rank merges into one round, as a service merges its "
+                        "loaders' requests (default: 1)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -110,28 +114,30 @@ def _worker(work: str) -> int:
     store = None
     if task["features"] and part.x is not None:
         store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
+    K = task.get("merge", 1)  # requests per rank per round
     if task["split"] == "owner":
         mine = seeds[sampler.owner_of(seeds) == rank]
         n_mine = min(task["batches"], -(-mine.size // B))
         t = torch.tensor([n_mine])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        rounds = int(t)
+        slots = int(t)
 
-        def batch(r):
-            return (mine[r * B:(r + 1) * B], r * world + rank) if r < n_mine else None
+        def batch(b):
+            return (mine[b * B:(b + 1) * B], b * world + rank) if b < n_mine else None
     else:
         n = min(task["batches"] * world, -(-seeds.size // B))
-        rounds = -(-n // world)
+        slots = -(-n // world)
         n_mine = len(range(rank, n, world))
 
-        def batch(r):
-            i = r * world + rank
+        def batch(b):
+            i = b * world + rank
             return (seeds[i * B:(i + 1) * B], i) if i < n else None
+    rounds = -(-slots // K)
 
     def one_round(r: int) -> int:
-        b = batch(r)
-        reqs = [SampleRequest(b[0], fanouts, request_key(seed, 0, b[1]), replace=task["replace"],
-                              edge_ids=task["edge_ids"])] if b is not None else []
+        todo = [x for x in (batch(b) for b in range(r * K, (r + 1) * K)) if x is not None]
+        reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
+                              edge_ids=task["edge_ids"]) for sd, i in todo]
         return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
 
     one_round(0)  # warm-up: compiled code, page cache, gloo buffers
@@ -306,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
+        "merge": args.merge,
         "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
@@ -313,7 +320,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"threads {threads} per rank, fanouts {fanouts}, batch size {args.batch_size}, "
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
-          f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}; "
+          f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
+          f"{args.merge} request(s) per rank per round; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -323,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
-            "split": args.split, "edge_ids": bool(args.edge_ids)}
+            "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
@@ -410,8 +418,8 @@ def plot(res: dict, path: str) -> None:
     b.set_ylabel("CPU s per M sampled edges")
     b.set_xticks(ws)
     b.legend()
-    fig.suptitle(f"{res['graph']}, fanouts {res['fanouts']}, {res['partition_method']}, "
-                 f"split {res['split']}", fontsize=9)
+    fig.suptitle(f"{Path(res['graph']).name}, fanouts {res['fanouts']}, "
+                 f"{res['partition_method']}, split {res['split']}", fontsize=9)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
