@@ -105,15 +105,16 @@ class DistSampler:
         """Owner rank of each *original* node id (for seed splits by owner)."""
         return self.owner(self.to_new(orig_ids))
 
-    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids):
+    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
             c, nb, e = self._cuda(self.ex, rows, keys, self.seed, hop, fanouts, replace,
                                   edge_ids)
         else:
             indptr, indices, eids, orig = self._csr
-            c, nb, e = run_cpu_kernel(indptr, indices, eids, rows, orig[rows], keys, self.seed,
-                                      hop, fanouts, replace, edge_ids)
+            c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,
+                                      orig[rows] if rng_nodes is None else rng_nodes, keys,
+                                      self.seed, hop, fanouts, replace, edge_ids)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
@@ -125,7 +126,9 @@ class DistSampler:
         nodes = h.nodes
         if W == 1 or h.hop in self._local_hops:  # all local (agreed): no exchange at all
             keys_n, fan_n, rep_n = h.per_node()
-            return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids)
+            # with a range partitioning a node's id is its original id: no orig_ids gather
+            return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
+                                nodes if self.identity_ids else None)
         flags = h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
         # outbound: per destination, one header per request, then the wire ids of its nodes
         buf, sizes, ocount, where, mine = wire.pack_requests(
