@@ -69,7 +69,8 @@ class DistFeatureStore:
             table[:, :F] = part.x
         y = np.ascontiguousarray(part.y if self.has_y else np.zeros(n_local), dtype=np.int64)
         table[:, F:] = y.view(np.float32).reshape(n_local, 2)
-        self._host = table
+        # host placement reads rows with numpy fancy indexing; the others keep only their copy
+        self._host = table if placement == "host" else None
         table = torch.from_numpy(table)
         if placement == "pinned":
             table = table.pin_memory()
@@ -120,7 +121,7 @@ class DistFeatureStore:
         send = torch.from_numpy(ids[perm].astype(self.wire))
         recv, recv_counts = self.ex.exchange(send, torch.from_numpy(send_counts), "features")
         rows = torch.from_numpy(self._host[recv.numpy().astype(np.int64) - self.lo]) \
-            if self.placement == "host" else self.table[
+            if self._host is not None else self.table[
                 (recv.to(torch.int64) - self.lo).to(self.table.device)]
         back = self.ex.payload(self.ex.to_host(rows), recv_counts.tolist(),
                                send_counts.tolist(), "features").numpy()
@@ -137,7 +138,7 @@ class DistFeatureStore:
         local = self._owner(ids) == self.ex.rank
         out = np.empty((ids.size, self.num_features + 2), np.float32)
         li = np.flatnonzero(local)
-        src = self._host if self.placement == "host" else None
+        src = self._host
         if src is not None:
             out[li] = src[ids[li] - self.lo]
         else:
