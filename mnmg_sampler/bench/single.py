@@ -29,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import tempfile
@@ -39,6 +38,7 @@ from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
 from ..console import JSON_OUT_HELP
+from ._launch import machine_info as _machine
 
 log = logging.getLogger(__name__)
 
@@ -95,25 +95,6 @@ def _median_rate(work: float, seconds: list[float]) -> dict:
     # best = fastest repeat: on a shared machine, interference only ever adds time
     return {"work": work, "seconds": seconds, "median_s": med, "per_s": work / med,
             "best_per_s": work / min(seconds)}
-
-
-def _machine(threads: int) -> dict:
-    import numba
-    import numpy as np
-
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "cpu_count": os.cpu_count(), "threads": threads,
-            "python": platform.python_version(), "numba": numba.__version__,
-            "numpy": np.__version__,
-            # other processes compete for the cores: a load above the core count skews timings
-            "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
 def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size: int,

@@ -467,6 +467,14 @@ def partition(
     *, overwrite: bool = False, source: dict | None = None,
     metis_max_edges: int | None = None,
 ) -> Path:
-    """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
+    """:func:`partition_graph` then :func:`write_partitions`; returns the output directory.
+
+    ``graph`` may also be anything :func:`~mnmg_sampler.graph.datasets.load_graph` reads (a
+    spec, a path, an ``edge_index``, a ``(src, dst)`` pair, a PyG ``Data``).
+    """
+    if not isinstance(graph, CSRGraph):
+        from .datasets import load_graph
+
+        graph = load_graph(graph)
     plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)
     return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source)
