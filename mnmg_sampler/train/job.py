@@ -134,6 +134,10 @@ def evaluate(model, loader, device) -> tuple[float, float]:
 
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """Run the configured job on this rank (inside torchrun); returns the final metrics."""
+    if cfg.task == "link":
+        from .link import run_link_job
+
+        return run_link_job(cfg, resume=resume, progress=progress)
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
     from ..loader import DistNeighborLoader
