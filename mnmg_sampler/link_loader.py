@@ -139,27 +139,30 @@ def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
         if exclude_reverse_edges:
             seeds.append(_pair_codes(plan.dst, plan.src, num_nodes))
         keep = ~np.isin(got, np.concatenate(seeds))
-        hop_of = np.repeat(np.arange(len(n_edges)), n_edges)
-        n_edges = np.bincount(hop_of[keep], minlength=len(n_edges)).tolist()
-        idx = torch.from_numpy(np.flatnonzero(keep))
-        edge_index, e_id = edge_index[:, idx], e_id[idx]
+        if not keep.all():
+            hop_of = np.repeat(np.arange(len(n_edges)), n_edges)
+            n_edges = np.bincount(hop_of[keep], minlength=len(n_edges)).tolist()
+            edge_index = torch.from_numpy(np.ascontiguousarray(ei[:, keep]))
+            e_id = torch.from_numpy(e_id.numpy()[keep])
     out = LinkMiniBatch(n_id=mb.n_id, edge_index=edge_index, e_id=e_id, input_id=mb.input_id,
                         batch_size=mb.batch_size, num_sampled_nodes=list(mb.num_sampled_nodes),
                         num_sampled_edges=n_edges, x=mb.x, y=mb.y, key=mb.key, meta=mb.meta)
-    inv = torch.from_numpy(plan.inverse)
+    inv = plan.inverse
     P = plan.pos.size
     neg = plan.neg
     label = None if plan.label is None else torch.from_numpy(np.ascontiguousarray(plan.label))
     if neg is None or neg.mode == "triplet":
-        out.edge_label_index = torch.stack([inv[:P], inv[P:2 * P]])
+        out.edge_label_index = torch.from_numpy(inv[:2 * P].reshape(2, P))
         out.edge_label = label
         if neg is not None:
-            out.src_index, out.dst_pos_index = inv[:P], inv[P:2 * P]
-            d = inv[2 * P:].view(P, neg.amount)
-            out.dst_neg_index = d.squeeze(-1) if neg.amount == 1 else d
+            out.src_index = torch.from_numpy(inv[:P])
+            out.dst_pos_index = torch.from_numpy(inv[P:2 * P])
+            d = inv[2 * P:].reshape(P, neg.amount)
+            out.dst_neg_index = torch.from_numpy(np.ascontiguousarray(d[:, 0]) if neg.amount == 1
+                                                 else d)
         return out
     L = P * (1 + neg.amount)
-    out.edge_label_index = torch.stack([inv[:L], inv[L:]])
+    out.edge_label_index = torch.from_numpy(inv.reshape(2, L))
     if label is None:
         label = torch.ones(P, dtype=torch.float32)
     out.edge_label = torch.cat([label, label.new_zeros(P * neg.amount)])
