@@ -121,27 +121,28 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
                     dst, inverse.astype(np.int64).ravel(), label, neg)
 
 
-def _pair_codes(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    return a * np.int64(n) + b
-
-
 def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
                       exclude_seed_edges: bool = False,
                       exclude_reverse_edges: bool = False) -> LinkMiniBatch:
     """Turn the sampled node minibatch of ``plan`` into a :class:`LinkMiniBatch` (step 3)."""
     edge_index, e_id = mb.edge_index, mb.e_id
     n_edges = list(mb.num_sampled_edges)
-    if exclude_seed_edges and edge_index.shape[1] and plan.src.size:
-        n_id = mb.n_id.numpy()
+    if exclude_seed_edges and n_edges and n_edges[0] and plan.src.size:
+        # A seed edge s -> d ends at a seed node, and seeds are expanded at hop 1 only, so only
+        # hop-1 edges can be seed edges (or their reverses); compare local-id pairs there.
+        P = plan.pos.size
         ei = edge_index.numpy()
-        got = _pair_codes(n_id[ei[0]], n_id[ei[1]], num_nodes)
-        seeds = [_pair_codes(plan.src, plan.dst, num_nodes)]
+        h1 = n_edges[0]
+        n_loc = np.int64(mb.n_id.numel())
+        s_loc, d_loc = plan.inverse[:P], plan.inverse[P:2 * P]
+        seeds = [d_loc * n_loc + s_loc]
         if exclude_reverse_edges:
-            seeds.append(_pair_codes(plan.dst, plan.src, num_nodes))
-        keep = ~np.isin(got, np.concatenate(seeds))
-        if not keep.all():
-            hop_of = np.repeat(np.arange(len(n_edges)), n_edges)
-            n_edges = np.bincount(hop_of[keep], minlength=len(n_edges)).tolist()
+            seeds.append(s_loc * n_loc + d_loc)
+        bad = np.isin(ei[1, :h1] * n_loc + ei[0, :h1], np.concatenate(seeds))
+        if bad.any():
+            keep = np.ones(ei.shape[1], bool)
+            keep[:h1] = ~bad
+            n_edges[0] = h1 - int(bad.sum())
             edge_index = torch.from_numpy(np.ascontiguousarray(ei[:, keep]))
             e_id = torch.from_numpy(e_id.numpy()[keep])
     out = LinkMiniBatch(n_id=mb.n_id, edge_index=edge_index, e_id=e_id, input_id=mb.input_id,
