@@ -8,6 +8,7 @@
 #   NPROC     ranks on this node (default 2); `gpu` = one per visible GPU
 #   CONFIG    YAML job file (default configs/quickstart.yaml of this checkout)
 #   LOG_RANK  local ranks shown on the console, comma list (default 0); lines get [rankN]: prefixes
+#             (N: global rank)
 #   LOG_DIR   if set, torchrun also writes every rank's stdout/stderr under this directory
 #   TORCHRUN  launcher command (default .venv/bin/torchrun of this checkout, else `$PY -m
 #             torch.distributed.run` when PY is set, else `torchrun` on PATH)
@@ -33,6 +34,9 @@ if [[ $NPROC =~ ^[0-9]+$ ]]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 fi
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# torchrun's --tee/--role prefix every shown line with [rankN]: (global rank N), so
+# mnmg-sampler adds no prefix of its own.
+export MNMG_RANK_PREFIX=0 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'
 extra=()
 [ -z "${LOG_DIR:-}" ] || extra+=(--log-dir "$LOG_DIR")
 exec "${launcher[@]}" --nproc-per-node "$NPROC" \

@@ -1,7 +1,8 @@
 """Typed errors a user can cause.
 
 Every message says three things: what is wrong, what follows from it, and how to fix it.
-Catch :class:`MnmgError` to handle any of them; the CLI turns them into one line and exit code 2.
+Catch :class:`MnmgError` to handle any of them; the CLI turns them into one line and exit code 2
+(3 for :class:`PeerError`: another rank died or stopped answering, this rank's input was fine).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ __all__ = [
     "SamplingInputError",
     "PartitionError",
     "WorldSizeError",
+    "PartitionMismatchError",
+    "CheckpointError",
     "MissingDependencyError",
     "ServiceError",
+    "PeerError",
 ]
 
 
@@ -59,9 +63,25 @@ class WorldSizeError(PartitionError):
     """The number of partitions differs from the torch.distributed world size."""
 
 
+class PartitionMismatchError(PartitionError):
+    """The ranks of one job loaded different partitionings, or not their own part."""
+
+
+class CheckpointError(MnmgError, RuntimeError):
+    """A checkpoint is unreadable, unsafe (holds code or objects) or made for another model."""
+
+
 class MissingDependencyError(MnmgError, ImportError):
     """An optional dependency (GPU extra, pymetis, torch_geometric) is needed but not installed."""
 
 
 class ServiceError(MnmgError, RuntimeError):
     """The sampling service failed or was shut down; raised in every waiting caller."""
+
+
+class PeerError(ServiceError):
+    """Another rank died or stopped answering: a collective failed, timed out or never started.
+
+    The message names the step that did not complete (e.g. a sampling round's agreement
+    all-reduce, the rendezvous) and the transport's own words for the failure.
+    """

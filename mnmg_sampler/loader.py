@@ -31,9 +31,55 @@ import numpy as np
 import torch
 
 from .batch import MiniBatch
+from .distributed.collective import agree
+from .distributed.consistency import check_same_on_every_rank, fingerprint_array
 from .errors import SamplingInputError
 from .ops.rng import request_key
 from .sampler import SampleRequest, check_fanouts
+
+
+def check_input_nodes(input_nodes, num_nodes: int) -> np.ndarray:
+    """``input_nodes`` as a flat int64 array of distinct ids in ``[0, num_nodes)``, or a
+    :class:`SamplingInputError` saying what is wrong (the same on every rank for the same input).
+
+    Accepted, as in PyG's ``NeighborLoader``: integer node ids (any int dtype, tensor, array or
+    sequence) or a bool mask of length ``num_nodes`` (its ``True`` positions are the seeds).
+    Refused: float ids (never cast silently), other shapes, out-of-range or repeated ids.
+    An empty input is valid and gives no batch.
+    """
+    what = "the loader cannot be built; every rank raises this before sampling"
+    if torch.is_tensor(input_nodes):
+        input_nodes = input_nodes.detach().cpu().numpy()
+    arr = np.asarray(input_nodes)
+    if arr.size == 0 and arr.ndim <= 1:
+        return np.empty(0, np.int64)
+    if arr.ndim != 1:
+        raise SamplingInputError(f"input_nodes has shape {arr.shape}", what,
+                                 "pass a 1-D array of node ids or a bool mask")
+    if arr.dtype == np.bool_:
+        if arr.shape[0] != num_nodes:
+            raise SamplingInputError(
+                f"input_nodes is a bool mask of length {arr.shape[0]}, but the graph has "
+                f"{num_nodes} nodes", what,
+                f"pass a mask of length {num_nodes} (True = seed), or integer node ids")
+        return np.flatnonzero(arr).astype(np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise SamplingInputError(
+            f"input_nodes has dtype {arr.dtype}; node ids must be integers", what,
+            "pass integer ids (e.g. ids.long() or ids.astype(np.int64)) or a bool mask")
+    lo, hi = arr.min(), arr.max()
+    if lo < 0 or hi >= num_nodes:
+        bad = lo if lo < 0 else hi
+        raise SamplingInputError(f"input_nodes holds id {bad}, out of range for a graph with "
+                                 f"{num_nodes} nodes", what, f"pass ids in [0, {num_nodes})")
+    ids = arr.astype(np.int64)
+    uniq, counts = np.unique(ids, return_counts=True)
+    if uniq.size != ids.size:
+        dup = uniq[counts > 1]
+        raise SamplingInputError(
+            f"input_nodes holds {ids.size - uniq.size} repeated ids (e.g. {int(dup[0])})", what,
+            "pass each seed once (e.g. np.unique(ids))")
+    return ids
 
 
 def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, drop_last: bool,
@@ -48,7 +94,9 @@ def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, d
     if drop_last:
         nb = (n // per_round) * world_size
         return [order[i * batch_size:(i + 1) * batch_size] for i in range(nb)]
-    nb = world_size * -(-n // per_round) if n else world_size
+    nb = world_size * -(-n // per_round)
+    if nb == 0:  # no seeds: no batch
+        return []
     return [np.ascontiguousarray(a) for a in np.array_split(order, nb)]
 
 
@@ -89,18 +137,29 @@ class DistNeighborLoader:
                  world_size: int | None = None) -> None:
         import torch.distributed as dist
 
-        if torch.is_tensor(input_nodes):
-            input_nodes = input_nodes.detach().cpu().numpy()
-        self.input_nodes = np.ascontiguousarray(input_nodes, dtype=np.int64).ravel()
-        if int(batch_size) <= 0:
-            raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
-                                     "no minibatch can be formed", "pass batch_size >= 1")
-        if int(prefetch) < 0:
-            raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
-                                     "it is the number of requests kept in flight",
-                                     "pass prefetch >= 0 (0 = sample each batch on demand)")
+        def check() -> tuple[np.ndarray, list[int]]:
+            nodes = check_input_nodes(input_nodes, int(service.num_nodes))
+            if int(batch_size) <= 0:
+                raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
+                                         "no minibatch can be formed", "pass batch_size >= 1")
+            if int(prefetch) < 0:
+                raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
+                                         "it is the number of requests kept in flight",
+                                         "pass prefetch >= 0 (0 = sample each batch on demand)")
+            return nodes, check_fanouts(num_neighbors)
+
+        # Collective on the default group (the service thread owns its own): a bad input on
+        # any rank raises on every rank here, before any sampling round, and so does a seed
+        # set or batching that differs between ranks (their batch counts would differ).
+        self.input_nodes, self.num_neighbors = agree(check)
+        check_same_on_every_rank(
+            [self.input_nodes.size, int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
+             int(seed), *fingerprint_array(self.input_nodes)],
+            "DistNeighborLoader(input_nodes, batch_size, shuffle, drop_last, seed)",
+            "each rank would get another share of the seeds, or another number of batches",
+            "build every loader with the same arguments on every rank, in the same order",
+            error=SamplingInputError)
         self.service = service
-        self.num_neighbors = check_fanouts(num_neighbors)
         self.batch_size = int(batch_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         # prefetch 0 = synchronous: one request in flight, submitted when the batch is wanted
@@ -130,7 +189,7 @@ class DistNeighborLoader:
 
     def __len__(self) -> int:
         n, per = self.input_nodes.size, self.batch_size * self.world_size
-        return n // per if self.drop_last else max(1, -(-n // per))
+        return n // per if self.drop_last else -(-n // per)
 
     def request(self, g: int, pos: np.ndarray) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""

@@ -56,21 +56,27 @@ def init_distributed(backend: str = "auto", device: str = "auto",
                      timeout_s: float = 600.0) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group from torchrun's environment (idempotent).
 
-    Without torchrun (no ``MASTER_ADDR``), starts a world of one over a local ``FileStore``-free
-    TCP store on a free port, so single-process use needs no launcher.
+    The store and every collective of the group share ``timeout_s``; a rendezvous that does not
+    complete in time raises :class:`~mnmg_sampler.errors.PeerError`. Without torchrun (no
+    ``MASTER_ADDR``) a world of one starts over an in-process store: no port is opened.
     """
+    from .distributed.collective import peer_errors
+
     env = DistEnv.from_env()
     backend, dev = resolve_backend(backend, device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
-        if "MASTER_ADDR" not in os.environ:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(free_port()))
         timeout = _dt.timedelta(seconds=timeout_s)
         store = _restart_store(env, timeout)
-        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                timeout=timeout, store=store)
+        if store is None and "MASTER_ADDR" not in os.environ and env.world_size == 1:
+            store = dist.HashStore()
+        where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+                 if store is None else "the local store")
+        with peer_errors(f"the rendezvous of {env.world_size} ranks at {where} (rank "
+                         f"{env.rank}, timeout {timeout_s:g} s)"):
+            dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                    timeout=timeout, store=store)
     return env, dev
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
+from ..console import JSON_OUT_HELP
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def add_common_arguments(p: argparse.ArgumentParser, graph_default: str, fanouts
                    help="repeats of each timed measurement; the median is reported (default: 3)")
     p.add_argument("--timeout", type=float, default=900.0,
                    help="hard limit in seconds for each torchrun launch (default: 900)")
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
 
 
@@ -146,25 +147,6 @@ def worker_finish(work: str, rank: int, result: dict) -> None:
     os.replace(tmp, path)
     dist.barrier()
     dist.destroy_process_group()
-
-
-def count_remote_bytes(ex) -> None:
-    """Wrap an :class:`~mnmg_sampler.distributed.collective.Exchanger` (this instance only) so it
-    also counts ``remote_bytes``: bytes sent to *other* ranks. ``bytes_sent`` counts every row,
-    including the rows a rank sends itself, which never cross a network."""
-    counts, payload = ex.counts, ex.payload
-    ex.remote_bytes = 0
-
-    def counts_remote(send_counts):
-        ex.remote_bytes += (ex.world_size - 1) * 8
-        return counts(send_counts)
-
-    def payload_remote(t, send_counts, recv_counts):
-        row = t[0].numel() * t.element_size() if t.shape[0] else 0
-        ex.remote_bytes += row * sum(int(c) for r, c in enumerate(send_counts) if r != ex.rank)
-        return payload(t, send_counts, recv_counts)
-
-    ex.counts, ex.payload = counts_remote, payload_remote
 
 
 # -- reporting ---------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Measured in one run, on one graph, with the same thread count:
 
 1. **one-hop kernel** (:func:`mnmg_sampler.ops.cpu.sample_neighbors`, with edge ids, as the
    sampler calls it) over ``--kernel-nodes`` seeds drawn from the non-isolated nodes, with the
-   first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), and a
+   first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), the
+   kernel without edge ids (``with_eids=False``, as the distributed data path calls it), and a
    **random gather** (:mod:`mnmg_sampler.bench.gather`) doing as many random reads of an array
    as large as ``indices`` as the kernel sampled edges: the machine's memory-latency limit.
    The gather's positions are precomputed outside the timed region.
@@ -34,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
+from ..console import JSON_OUT_HELP
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="DGL subprocess runs, median reported; each reloads the graph "
                         "(default: 3)")
     p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.set_defaults(bench_run=run)
     return p
 
@@ -124,12 +126,14 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     keys = np.repeat(np.array([request_key(seed, 0, i) for i in range(n_blocks)], np.int64),
                      batch_size)[:nodes.size]
 
-    def kernel(eids):
+    def kernel(eids, with_eids=True):
         return cpu.sample_neighbors(graph.indptr, graph.indices, eids, nodes, nodes, keys,
-                                    seed, 0, fanout, replace)
+                                    seed, 0, fanout, replace, with_eids=with_eids)
 
     kernel(graph.edge_ids)  # warm-up: load compiled code, touch the arrays
-    runs: dict[str, list[float]] = {"kernel": [], "kernel_positions": [], "gather": []}
+    kernel(graph.edge_ids, False)
+    runs: dict[str, list[float]] = {"kernel": [], "kernel_positions": [], "kernel_no_eids": [],
+                                    "gather": []}
     counts = kernel(graph.edge_ids)[0]
     edges = int(counts.sum())
     pos = random_positions(graph.num_edges, edges, seed)
@@ -142,6 +146,9 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
         kernel(None)
         runs["kernel_positions"].append(time.perf_counter() - t)
         t = time.perf_counter()
+        kernel(graph.edge_ids, False)
+        runs["kernel_no_eids"].append(time.perf_counter() - t)
+        t = time.perf_counter()
         gather_sum(graph.indices, pos)
         runs["gather"].append(time.perf_counter() - t)
     out = {k: _median_rate(edges, v) for k, v in runs.items()}
@@ -152,6 +159,7 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     out["indices_bytes"] = int(graph.indices.nbytes)
     out["ratio"] = out["kernel"]["per_s"] / out["gather"]["per_s"]
     out["ratio_positions"] = out["kernel_positions"]["per_s"] / out["gather"]["per_s"]
+    out["ratio_no_eids"] = out["kernel_no_eids"]["per_s"] / out["gather"]["per_s"]
     out["ratio_best"] = out["kernel"]["best_per_s"] / out["gather"]["best_per_s"]
     return out
 
@@ -280,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
           f"({k['full_rows']:,} take all neighbors), {k['kernel']['work']:,} sampled edges")
     print(f"  kernel (with edge ids)      {_fmt(k['kernel']['per_s'])} edges")
     print(f"  kernel (CSR positions)      {_fmt(k['kernel_positions']['per_s'])} edges")
+    print(f"  kernel (no edge ids)        {_fmt(k['kernel_no_eids']['per_s'])} edges, "
+          f"{k['ratio_no_eids']:.2f}x gather")
     print(f"  random gather, {k['indices_bytes'] / 2**20:,.0f} MiB array "
           f"{_fmt(k['gather']['per_s'])} reads")
     print(f"  kernel / gather             {_verdict(k['ratio'], KERNEL_TARGET)}; "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
 
 HELP = "sample one epoch of minibatches and print the throughput"
@@ -82,6 +83,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(run under torchrun, one rank per partition)")
     p.add_argument("--out", metavar="DIR",
                    help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch)")
+    add_json_flag(p)
     p.set_defaults(func=run)
     return p
 
@@ -210,10 +212,6 @@ def run_single(args: argparse.Namespace) -> int:
     seeds = epoch_seeds(graph, args)
     B = args.batch_size
     n_batches, out = epoch_plan(seeds.size, args)
-    print(f"graph {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
-          f"(loaded in {load_s:.1f}s)")
-    print(f"seeds {seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
-          f"seed {args.seed}, threads {threads}")
 
     sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
 
@@ -234,13 +232,26 @@ def run_single(args: argparse.Namespace) -> int:
         if out is not None:
             save_batch_atomic(out / f"batch_{i:06d}.npz", batch)
     busy = max(busy, 1e-9)
-    print(f"batches {n_batches:,}")
-    print(f"sampled edges {edges:,}")
-    print(f"sampled nodes {nodes:,}")
-    print(f"time {busy:.3f}s (sampling only, after one warm-up batch)")
-    print(f"edges/s {edges / busy:,.0f}")
-    print(f"nodes/s {nodes / busy:,.0f}")
-    print(f"batches/s {n_batches / busy:,.1f}")
+    data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
+            "load_s": load_s, "seeds": int(seeds.size), "batch_size": B, "fanouts": fanouts,
+            "replace": bool(args.replace), "seed": args.seed, "threads": threads,
+            "batches": n_batches, "sampled_edges": edges, "sampled_nodes": nodes,
+            "seconds": busy, "edges_per_s": edges / busy, "nodes_per_s": nodes / busy,
+            "batches_per_s": n_batches / busy, "out": None if out is None else str(out)}
+    rows = [
+        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
+                  f"(loaded in {load_s:.1f}s)"),
+        ("seeds", f"{seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
+                  f"seed {args.seed}, threads {threads}"),
+        ("batches", f"{n_batches:,}"),
+        ("sampled edges", f"{edges:,}"),
+        ("sampled nodes", f"{nodes:,}"),
+        ("time", f"{busy:.3f}s (sampling only, after one warm-up batch)"),
+        ("edges/s", f"{edges / busy:,.0f}"),
+        ("nodes/s", f"{nodes / busy:,.0f}"),
+        ("batches/s", f"{n_batches / busy:,.1f}"),
+    ]
     if out is not None:
-        print(f"wrote {n_batches} batches to {out}")
+        rows.append(("wrote", f"{n_batches} batches to {out}"))
+    report(rows, data, args.json)
     return 0

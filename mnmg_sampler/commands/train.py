@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     def job() -> None:
         import torch.distributed as dist
 
+        from ..distributed.collective import is_peer_failure, peer_error
         from ..train.job import run_job
 
         ok = False
@@ -45,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
             ok = True
         except MnmgError as e:  # user errors: one line per rank via cli.main, no traceback
             user_error.append(e)
+        except RuntimeError as e:  # a training collective failed: a peer died or hangs
+            if not is_peer_failure(e):
+                raise
+            user_error.append(peer_error(e, "a collective of the training loop"))
         finally:
             if dist.is_initialized():
                 if ok:  # nobody tears down sockets a peer still reads from

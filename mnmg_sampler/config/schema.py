@@ -35,8 +35,9 @@ _SEED = (lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)")
 _POS_FLOAT = (lambda v: v > 0 and math.isfinite(v), "a positive number")
 _NONNEG_FLOAT = (lambda v: v >= 0 and math.isfinite(v), "a number >= 0")
 _UNIT_OPEN = (lambda v: 0 <= v < 1, "a number in [0, 1)")
-_FANOUTS = (lambda v: len(v) > 0 and all(f > 0 or f == -1 for f in v),
-            "a non-empty list of positive integers or -1 (all neighbors), e.g. [10, 10]")
+_FANOUTS = (lambda v: len(v) > 0 and all(f >= -1 for f in v),
+            "a non-empty list of integers >= 0 (0 = no neighbors at that hop) or -1 (all "
+            "neighbors), e.g. [10, 10]")
 _SPLIT = (lambda v: len(v) == 3 and all(0 <= f <= 1 for f in v) and sum(v) <= 1 + 1e-9
           and v[0] > 0,
           "three fractions [train, val, test] in [0, 1] with train > 0 and sum <= 1")
@@ -49,8 +50,8 @@ _SPLIT = (lambda v: len(v) == 3 and all(0 <= f <= 1 for f in v) and sum(v) <= 1 
 class DatasetConfig:
     """Which graph to load and how to clean it."""
 
-    name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or path to an "
-                     ".npz file or an edge list (.txt, .tsv, .edges, optionally .gz).", path=True)
+    name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or the path of a "
+                     "graph file or OGB directory (formats: docs/formats.md).", path=True)
     seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _NONNEG_INT)
     undirected: bool | None = _opt(
         None, "Add the reverse of every edge; null = dataset default (cora: true, files: false).")
@@ -61,8 +62,23 @@ class DatasetConfig:
         0, "Width of random float32 features for a graph without features (R-MAT, edge lists); "
         "0 = none. Ignored when the dataset has features.", _NONNEG_INT)
     split: list[float] = _opt(
-        [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split.", _SPLIT)
+        [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split; not used when the "
+        "dataset (or dataset.train_mask) gives a train mask.", _SPLIT)
     split_seed: int = _opt(0, "Seed of the random train/val/test split.", _SEED)
+    features: str | None = _opt(
+        None, "File of node features, one row per node (.npy, .npz, .pt, .csv); replaces those "
+        "in the graph file.", path=True)
+    labels: str | None = _opt(
+        None, "File of node labels, one per node (.npy, .npz, .pt, .csv); replaces those in the "
+        "graph file.", path=True)
+    train_mask: str | None = _opt(
+        None, "File of the train split: bool per node or node ids (.npy, .npz, .pt, .csv); "
+        "with it, the split comes from the masks instead of dataset.split.", path=True)
+    val_mask: str | None = _opt(None, "File of the validation split (as train_mask).", path=True)
+    test_mask: str | None = _opt(None, "File of the test split (as train_mask).", path=True)
+    max_node_id: int = _opt(
+        2**40, "Largest node id accepted in an input file (the CSR needs 8 bytes per id up to "
+        "the largest one).", _POS_INT)
 
 
 @dataclass
@@ -72,9 +88,9 @@ class PartitionConfig:
     dir: str | None = _opt(
         None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
         path=True)
-    method: Literal["random", "range", "metis"] = _opt(
-        "random", "random (balanced), range (contiguous ids) or metis (fewest cut edges; needs "
-        "pymetis).")
+    method: Literal["random", "range", "hash", "metis"] = _opt(
+        "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
+        "the id) or metis (fewest cut edges; needs pymetis).")
     parts: int | None = _opt(
         None, "Number of partitions; null = world size. If set it must equal the world size.",
         _POS_INT)

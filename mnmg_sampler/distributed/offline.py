@@ -19,16 +19,15 @@ import torch.distributed as dist
 
 from ..ops.rng import request_key
 from ..sampler import SampleRequest
-from .collective import agree
+from .collective import agree, all_gather_1d
 
 
 def global_nonisolated(part, group=None) -> np.ndarray:
     """Sorted original ids of nodes with at least one neighbor, gathered from every rank."""
     deg = np.diff(np.asarray(part.indptr))
     mine = np.asarray(part.orig_ids)[deg > 0]
-    allv: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(allv, mine, group=group)
-    return np.sort(np.concatenate(allv))
+    allv = all_gather_1d(torch.from_numpy(np.ascontiguousarray(mine, np.int64)), group)
+    return np.sort(np.concatenate([t.numpy() for t in allv]))
 
 
 def run_distributed(args: argparse.Namespace) -> int:
@@ -87,12 +86,24 @@ def run_distributed(args: argparse.Namespace) -> int:
                 tmp = out / ".meta.json.tmp"
                 tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
                 os.replace(tmp, out / "meta.json")
-            print(f"ranks {world}, batches {n_batches:,}, sampled edges {int(tot[0]):,}")
-            print(f"time {dt:.3f}s, edges/s (all ranks) {tot[0] / max(dt, 1e-9):,.0f}, "
-                  f"bytes exchanged per sampled edge {tot[1] / max(tot[0], 1):.1f}")
-            if out is not None:
-                print(f"wrote {n_batches} batches to {out}")
+            _summary(world, n_batches, int(tot[0]), float(tot[1]), dt, out,
+                     getattr(args, "json", False))
         dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def _summary(world: int, batches: int, edges: int, sent: float, dt: float, out, as_json: bool):
+    """Rank 0's summary: a table, or JSON with ``--json``."""
+    from ..console import report
+
+    eps, per_edge = edges / max(dt, 1e-9), sent / max(edges, 1)
+    rows = [("ranks", world), ("batches", f"{batches:,}"), ("sampled edges", f"{edges:,}"),
+            ("time", f"{dt:.3f}s"), ("edges/s", f"{eps:,.0f} (all ranks)"),
+            ("bytes exchanged", f"{per_edge:.1f} per sampled edge")]
+    if out is not None:
+        rows.append(("wrote", f"{batches} batches to {out}"))
+    report(rows, {"ranks": world, "batches": batches, "sampled_edges": edges, "seconds": dt,
+                  "edges_per_s": eps, "bytes_exchanged_per_edge": per_edge,
+                  "out": None if out is None else str(out)}, as_json)

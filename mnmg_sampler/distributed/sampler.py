@@ -1,11 +1,14 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
-Every rank owns one partition. For each hop, a rank buckets the frontier of all its requests by
-owner, sends (node, key, fanout, replace) rows with one all-to-all, runs **one** kernel call over
-everything it received from all ranks, and sends counts and (neighbor, edge id) rows back. The
-requester deduplicates and renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are
-collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any number
-of requests, including none.
+Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
+owner. Nodes it owns never touch the wire; the others go to their owners in one all-to-all, as
+wire ids (int32 whenever the graph's node and edge counts fit, decided once per job) behind one
+small header per request and destination (node count, key, fanout, flags) instead of constants
+repeated per node. **One** kernel call per rank serves its own nodes and every node received from
+all ranks; counts, neighbor ids and (only when some request asked) edge ids go back in one more
+all-to-all, and the requester puts them back in frontier order. The requester deduplicates and
+renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
+:meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
@@ -24,25 +27,18 @@ import torch.distributed as dist
 
 from ..batch import MiniBatch
 from ..errors import SamplingInputError
-from ..ops import cpu
-from ..sampler import MultiHopSampler, SampleRequest, check_seed
+from ..ops import wire
+from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
 from .collective import Exchanger, backend_device, raise_agreed
-from .partition_book import PartitionBook
+from .consistency import check_same_partitioning
+
+_I64 = np.dtype(np.int64)
+_EMPTY = np.empty(0, np.int64)
 
 
-def segment_gather_index(counts_perm: np.ndarray, inv: np.ndarray) -> np.ndarray:
-    """Index that reorders variable-length segments from permuted to original node order.
-
-    Segment ``p`` (length ``counts_perm[p]``) belongs to original node ``j`` with ``inv[j] == p``.
-    """
-    off = np.zeros(counts_perm.size + 1, np.int64)
-    np.cumsum(counts_perm, out=off[1:])
-    counts = counts_perm[inv]
-    starts = off[:-1][inv]
-    total = int(counts.sum())
-    out_off = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=out_off[1:])
-    return np.repeat(starts - out_off[:-1], counts) + np.arange(total, dtype=np.int64)
+def wire_dtype(num_nodes: int, num_edges: int) -> np.dtype:
+    """int32 when every node id and every per-node count fits, else int64 (once per job)."""
+    return np.dtype(np.int32 if max(int(num_nodes), int(num_edges)) < 2**31 else np.int64)
 
 
 class DistSampler:
@@ -52,6 +48,7 @@ class DistSampler:
         part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
+        kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -69,8 +66,14 @@ class DistSampler:
         self.seed = check_seed(seed)
         self.group = group
         self.ex = Exchanger(group)
-        self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
-        self.lo = int(part.boundaries[part.rank])
+        check_same_partitioning(part, group)  # collective: no rank samples a mixed partitioning
+        self.rank = self.ex.rank
+        bounds = np.asarray(part.boundaries, np.int64)
+        self._inner = np.ascontiguousarray(bounds[1:-1])  # owner(v) = #inner bounds <= v
+        self.lo = int(bounds[part.rank])
+        self.wire = wire_dtype(part.num_nodes, part.num_edges)
+        self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
+        self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
         self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing
         self.orig_to_new = np.asarray(part.orig_to_new)
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
@@ -80,40 +83,51 @@ class DistSampler:
         self.t_kernel = 0.0
 
     # -- one hop ------------------------------------------------------------------------
-    def _hop(self, nodes, keys, hop, fanouts, replace):
-        W = self.ex.world_size
-        t_nodes = torch.from_numpy(nodes)
-        owner = self.book.owner(t_nodes).numpy()
-        # small-int keys make numpy's stable sort a linear-time radix sort
-        perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
-        inv = np.empty_like(perm)
-        inv[perm] = np.arange(perm.size)
-        send_counts = torch.from_numpy(np.bincount(owner, minlength=W).astype(np.int64))
-        payload = np.stack([nodes[perm], keys[perm], fanouts[perm],
-                            replace[perm].astype(np.int64)], 1) if nodes.size else np.empty(
-            (0, 4), np.int64)
-        recv, recv_counts = self.ex.exchange(torch.from_numpy(payload), send_counts)
-        recv = recv.numpy()
-        rows = recv[:, 0] - self.lo
+    def owner(self, nodes: np.ndarray) -> np.ndarray:
+        """Owner rank of each new id (int64)."""
+        return np.searchsorted(self._inner, nodes, side="right")
+
+    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
-            c, nb, e = self._cuda(rows, recv[:, 1], self.seed, hop, recv[:, 2], recv[:, 3])
+            c, nb, e = self._cuda(rows, keys, self.seed, hop, fanouts, replace)
+            e = e if edge_ids else None
         else:
             indptr, indices, eids, orig = self._csr
-            c, nb, e = cpu.sample_neighbors(indptr, indices, eids, rows, orig[rows], recv[:, 1],
-                                            self.seed, hop, recv[:, 2],
-                                            recv[:, 3].astype(np.uint8))
+            c, nb, e = run_cpu_kernel(indptr, indices, eids, rows, orig[rows], keys, self.seed,
+                                      hop, fanouts, replace, edge_ids)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
         self.kernel_edges += int(nb.size)
-        rc, sc = recv_counts.tolist(), send_counts.tolist()
-        back = self.ex.payload(torch.from_numpy(c), rc, sc).numpy()
-        seg_send, seg_recv = segment_sums(c, rc), segment_sums(back, sc)
-        got = self.ex.payload(torch.from_numpy(np.stack([nb, e], 1)), seg_send.tolist(),
-                              seg_recv.tolist()).numpy()
-        idx = segment_gather_index(back, inv)
-        return back[inv], np.ascontiguousarray(got[idx, 0]), np.ascontiguousarray(got[idx, 1])
+        return c, nb, e
+
+    def _hop(self, h: HopSegments):
+        W, me, k = self.ex.world_size, self.rank, self._k
+        nodes = h.nodes
+        if W == 1:  # everything is local: no exchange at all
+            keys_n, fan_n, rep_n = h.per_node()
+            return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids)
+        flags = h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
+        # outbound: per destination, one header per request, then the wire ids of its nodes
+        buf, sizes, ocount, where, mine = wire.pack_requests(
+            nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k)
+        recv, rsizes = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
+        # one kernel call: own nodes first, then every received block in rank order
+        rows, keys, fans, reps, src_nodes, src_flags = wire.gather_work(
+            nodes, h.sizes, h.keys, h.fanouts, flags, mine, recv.numpy(), rsizes.numpy(),
+            self.lo, k)
+        want_e = h.edge_ids or bool((src_flags & wire.EDGE_IDS).any())
+        c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
+        e = e if e is not None else _EMPTY
+        out, rsz = wire.pack_replies(c, nb, e, mine.size, src_nodes, src_flags, self._wire0, k)
+        back, bsizes = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
+        if mine.size == nodes.size:  # nothing was remote: own results are in frontier order
+            el = int(nb.size if mine.size == c.size else c[:mine.size].sum())
+            return c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
+        counts, nbr, eid = wire.unpack_replies(back.numpy(), bsizes.numpy(), ocount, me, c, nb,
+                                               e, where, h.edge_ids, k)
+        return counts, nbr, (eid if h.edge_ids else None)
 
     # -- public ---------------------------------------------------------------------------
     def sample(self, requests: Sequence[SampleRequest], features=None) -> list[MiniBatch]:
@@ -137,7 +151,7 @@ class DistSampler:
             raise_agreed(err, self.group)
         hops = flags[1]
         internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
-                                  r.input_id) for r in requests]
+                                  r.input_id, r.edge_ids) for r in requests]
         out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))
         if features is not None and features.enabled:
             for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out]),
@@ -200,11 +214,3 @@ class _CudaHop:
         self.stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(self.stream):
             return run()
-
-
-def segment_sums(values: np.ndarray, counts: list[int]) -> np.ndarray:
-    """Sum of ``values`` over consecutive segments of the given lengths (empty segments -> 0)."""
-    cs = np.zeros(values.size + 1, np.int64)
-    np.cumsum(values, out=cs[1:])
-    ends = np.cumsum(np.asarray(counts, np.int64))
-    return cs[ends] - cs[ends - np.asarray(counts, np.int64)]

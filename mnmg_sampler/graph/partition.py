@@ -7,8 +7,14 @@ order of their original ids. Every owned row keeps its neighbor list in the inpu
 order (ascending original edge id), and samplers key the RNG on original ids, so a sampled
 minibatch mapped back through ``new_to_orig`` is bit-identical to sampling the unpartitioned graph.
 
-Methods: ``range`` (identity order in equal chunks), ``random`` (seeded, balanced to +-1 node) and
-``metis`` (``pymetis`` on the symmetrised graph; fewest cut edges, optional extra).
+Methods: ``range`` (identity order in equal chunks), ``random`` (seeded, balanced to +-1 node),
+``hash`` (a seeded hash of the id picks the part; balanced in expectation) and ``metis``
+(``pymetis`` on the symmetrised graph; fewest cut edges, optional extra). ``range``, ``random``
+and ``hash`` decide a node's part from its id alone (:func:`assign_nodes`), which is what lets
+:mod:`mnmg_sampler.distributed.ingest` partition on many ranks with the same result; ``random``
+places node ``v`` at position ``permute(v)`` of a keyed permutation (:mod:`.permute`) and cuts
+the positions into equal chunks. (Before that, ``random`` drew NumPy's ``default_rng(seed)
+.permutation``; the same seed now gives a different, equally balanced partition.)
 The on-disk layout is described in ``docs/formats.md`` (section "Partition directories").
 """
 
@@ -31,13 +37,18 @@ from .partition_io import (
     FORMAT_VERSION,
     MANIFEST,
     TMP_PREFIX,
+    check_replaceable,
     file_entry,
     write_manifest,
 )
+from .permute import hash_ids, permute, unpermute
 
 __all__ = [
     "METHODS",
+    "DISTRIBUTED_METHODS",
     "PartitionPlan",
+    "assign_nodes",
+    "part_node_ids",
     "partition_graph",
     "write_partitions",
     "partition",
@@ -46,7 +57,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-METHODS = ("random", "range", "metis")
+METHODS = ("random", "range", "hash", "metis")
+DISTRIBUTED_METHODS = ("random", "range", "hash")
+"""Methods whose part of a node is a function of its id (no whole-graph pass)."""
 _MASK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -140,12 +153,45 @@ def _even_boundaries(n: int, parts: int) -> np.ndarray:
     return (np.arange(parts + 1, dtype=np.int64) * n) // parts
 
 
-def _assign_random(n: int, parts: int, seed: int) -> np.ndarray:
-    perm = np.random.default_rng(seed).permutation(n)
-    sizes = np.diff(_even_boundaries(n, parts))
-    assignment = np.empty(n, np.int64)
-    assignment[perm] = np.repeat(np.arange(parts, dtype=np.int64), sizes)
-    return assignment
+_RANDOM_SALT, _HASH_SALT = 0x9A27, 0x4A54
+
+
+def assign_nodes(ids: np.ndarray, n: int, parts: int, method: str, seed: int = 0) -> np.ndarray:
+    """Part (int64) of every original id in ``ids`` for a graph of ``n`` nodes.
+
+    ``method`` is one of :data:`DISTRIBUTED_METHODS`; the answer depends only on the id, so any
+    rank can compute it for any id.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if parts == 1:
+        return np.zeros(ids.shape, np.int64)
+    if method == "hash":
+        h = hash_ids(ids, seed, _HASH_SALT) >> np.uint64(32)
+        return (h * np.uint64(parts) >> np.uint64(32)).astype(np.int64)
+    pos = ids if method == "range" else permute(ids, n, seed, _RANDOM_SALT)
+    return np.searchsorted(_even_boundaries(n, parts), pos, side="right") - 1
+
+
+def part_node_ids(rank: int, n: int, parts: int, method: str, seed: int = 0,
+                  chunk: int = 1 << 22) -> np.ndarray:
+    """The original ids (ascending int64) that :func:`assign_nodes` puts in part ``rank``.
+
+    ``range`` and ``random`` touch only the part's own ids; ``hash`` scans all ``n`` ids in
+    chunks of ``chunk`` (time O(n), memory O(part + chunk)).
+    """
+    if parts == 1:
+        return np.arange(n, dtype=np.int64)
+    b = _even_boundaries(n, parts)
+    if method == "range":
+        return np.arange(b[rank], b[rank + 1], dtype=np.int64)
+    if method == "random":
+        pos = np.arange(b[rank], b[rank + 1], dtype=np.int64)
+        return np.sort(unpermute(pos, n, seed, _RANDOM_SALT))
+    out = []
+    for lo in range(0, n, chunk):
+        ids = np.arange(lo, min(n, lo + chunk), dtype=np.int64)
+        out.append(ids[assign_nodes(ids, n, parts, method, seed) == rank])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 def _symmetric_adjacency(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +221,23 @@ def _import_pymetis():
     return pymetis
 
 
-def _assign_metis(graph: CSRGraph, parts: int, seed: int) -> np.ndarray:
+METIS_MAX_EDGES = 1 << 30
+"""Default budget of :func:`partition_graph`'s ``metis_max_edges`` (CSR entries)."""
+
+
+def _assign_metis(graph: CSRGraph, parts: int, seed: int, max_edges: int | None) -> np.ndarray:
+    budget = METIS_MAX_EDGES if max_edges is None else int(max_edges)
+    if graph.num_edges > budget:
+        raise PartitionError(
+            f"graph '{graph.name}' has {graph.num_edges:,} edges, above the METIS budget of "
+            f"{budget:,}",
+            "METIS runs in one process over the whole graph (it is never distributed here), "
+            "which would need several times the graph's size in memory",
+            "use --method random, hash or range, which partition on all ranks "
+            "(`torchrun --nproc-per-node N -m mnmg_sampler partition ...`), or raise the "
+            "budget with --metis-max-edges (partition.metis_max_edges) on a machine that holds "
+            "the graph",
+        )
     pymetis = _import_pymetis()
     xadj, adjncy = _symmetric_adjacency(graph)
     if graph.num_nodes >= 2**31 or adjncy.shape[0] >= 2**31:
@@ -196,14 +258,17 @@ def _assign_metis(graph: CSRGraph, parts: int, seed: int) -> np.ndarray:
     return np.asarray(membership, dtype=np.int64)
 
 
-def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0) -> PartitionPlan:
+def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
+                    metis_max_edges: int | None = None) -> PartitionPlan:
     """Assign every node to one of ``parts`` parts and relabel so parts are contiguous id ranges.
 
     Args:
         graph: the graph to split (CSR over in-edges, canonical rows).
         parts: number of parts; one per rank (the torch.distributed world size).
-        method: ``range``, ``random`` or ``metis``.
-        seed: seeds ``random`` and METIS; ``range`` ignores it.
+        method: ``range``, ``random``, ``hash`` or ``metis``.
+        seed: seeds ``random``, ``hash`` and METIS; ``range`` ignores it.
+        metis_max_edges: METIS refuses graphs with more CSR entries (:class:`PartitionError`);
+            ``None`` = :data:`METIS_MAX_EDGES`.
 
     Returns:
         The :class:`PartitionPlan`; nothing is written (see :func:`write_partitions`).
@@ -214,10 +279,10 @@ def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0) -> 
     if method == "range" or parts == 1:
         assignment = np.repeat(np.arange(parts, dtype=np.int64),
                                np.diff(_even_boundaries(n, parts)))
-    elif method == "random":
-        assignment = _assign_random(n, parts, seed)
+    elif method in DISTRIBUTED_METHODS:
+        assignment = assign_nodes(np.arange(n, dtype=np.int64), n, parts, method, seed)
     else:
-        assignment = _assign_metis(graph, parts, seed)
+        assignment = _assign_metis(graph, parts, seed, metis_max_edges)
     # Stable sort: parts in order, original-id order within a part.
     new_to_orig = np.argsort(assignment, kind="stable").astype(np.int64)
     orig_to_new = np.empty(n, np.int64)
@@ -309,7 +374,7 @@ def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
     files[rel] = file_entry(path, arr)
 
 
-def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
+def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | None) -> None:
     files: dict[str, dict] = {}
     _save(tmp, "new_to_orig.npy", plan.new_to_orig, files)
     _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
@@ -339,6 +404,7 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
         "has_y": graph.y is not None,
         "masks": sorted(str(k) for k in (graph.masks or {})),
         "stats": plan.summary(),
+        **({"source": source} if source is not None else {}),
         "parts": parts_meta,
         "files": files,
     }
@@ -346,14 +412,17 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
 
 
 def write_partitions(
-    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False
+    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False,
+    source: dict | None = None,
 ) -> Path:
     """Write every part of ``plan`` to ``out_dir`` atomically and return its path.
 
     The parts are built in a hidden temporary directory beside ``out_dir`` (``.mnmg-partial-*``,
     which :func:`load_partition` refuses), the manifest is written last, then the directory is
     renamed into place. A failed or interrupted run leaves no ``out_dir``; an existing ``out_dir``
-    is replaced only with ``overwrite=True``, and only once the new one is complete.
+    is replaced only with ``overwrite=True``, only if it is empty or a partition directory of
+    ours (:func:`~.partition_io.check_replaceable`), and only once the new one is complete.
+    ``source`` (:func:`~.partition_io.make_source`) is recorded in the manifest.
     """
     out = Path(out_dir).absolute()
     if plan.num_nodes != graph.num_nodes:
@@ -370,11 +439,12 @@ def write_partitions(
             "it is left untouched",
             "choose another --out, or pass --overwrite (overwrite=True) to replace it",
         )
+    check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{out.name}-", dir=out.parent))
     old: Path | None = None
     try:
-        _write_all(graph, plan, tmp)
+        _write_all(graph, plan, tmp, source)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-{out.name}-", dir=out.parent))
             os.replace(out, old / "old")  # a directory cannot replace a non-empty one
@@ -394,8 +464,9 @@ def write_partitions(
 
 def partition(
     graph: CSRGraph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
-    *, overwrite: bool = False,
+    *, overwrite: bool = False, source: dict | None = None,
+    metis_max_edges: int | None = None,
 ) -> Path:
     """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
-    plan = partition_graph(graph, parts, method, seed)
-    return write_partitions(graph, plan, out_dir, overwrite=overwrite)
+    plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)
+    return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source)

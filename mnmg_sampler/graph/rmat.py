@@ -7,8 +7,13 @@ nodes are isolated, which is why benchmarks draw seeds with
 :func:`mnmg_sampler.graph.datasets.nonisolated_nodes`. Node ids are randomly permuted afterwards
 so high-degree nodes are not clustered at low ids (as Graph500 does).
 
-Generation is vectorised over all edges, looping only over the ``scale`` bits, with one float32
-buffer of random numbers reused per bit: scale 20 (16.7M edges) takes a few seconds.
+Edge ``i`` is a pure function of ``(seed, i)``: its quadrant draws come from the counter-based
+RNG of :mod:`mnmg_sampler.ops.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw
+per two levels) and the relabelling is the keyed bijection :func:`.permute.permute`. So a rank can
+draw any range of edges alone (:func:`rmat_edge_range`) and the graph of ``(scale, edge_factor,
+seed)`` is the same for one process or any number of ranks. (Before this generator, R-MAT used
+NumPy's sequential ``default_rng``; the same seed now gives a different, equally distributed
+graph.) Generation is vectorised in chunks of edges, looping over the ``scale`` levels.
 """
 
 from __future__ import annotations
@@ -18,13 +23,19 @@ import logging
 import numpy as np
 
 from ..errors import GraphFormatError
+from ..ops.rng import _mix64_int
 from .csr import CSRGraph
+from .permute import permute
 
-__all__ = ["rmat_edges", "rmat_graph"]
+__all__ = ["rmat_edges", "rmat_edge_range", "rmat_graph"]
 
 log = logging.getLogger(__name__)
 
 MAX_SCALE = 40
+_U64 = (1 << 64) - 1
+_GOLD = 0x9E3779B97F4A7C15
+_RMAT_KEY = 0x7A47  # the RNG "request key" of R-MAT draws
+_PERM_SALT = 0x7A48  # salt of the node relabelling
 
 
 def _check(scale: int, edge_factor: int, a: float, b: float, c: float) -> None:
@@ -43,6 +54,52 @@ def _check(scale: int, edge_factor: int, a: float, b: float, c: float) -> None:
         )
 
 
+def _thresholds(a: float, b: float, c: float) -> tuple[np.uint64, np.uint64, np.uint64]:
+    """Quadrant boundaries as 32-bit integers: a 32-bit draw ``u`` picks a if ``u < ta``, b if
+    ``u < tab``, c if ``u < tabc``, else d."""
+    def t(p: float) -> np.uint64:
+        return np.uint64(min(1 << 32, int(round(p * (1 << 32)))))
+
+    return t(a), t(a + b), t(a + b + c)
+
+
+def rmat_edge_range(
+    scale: int,
+    edge_factor: int,
+    lo: int,
+    hi: int,
+    a: float = 0.57,
+    b: float = 0.19,
+    c: float = 0.19,
+    seed: int = 0,
+    chunk: int = 1 << 24,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Edges ``lo .. hi-1`` of the R-MAT graph of :func:`rmat_edges` (int64 ``src, dst``).
+
+    Edge ``i`` is a pure function of ``(seed, i)``, so any split of ``[0, edge_factor * 2**scale)``
+    into ranges gives, concatenated, the same edges: each rank of a distributed job draws its own.
+    Compiled (numba, parallel over edges); ``chunk`` edges per call.
+    """
+    _check(scale, edge_factor, a, b, c)
+    scale, edge_factor = int(scale), int(edge_factor)
+    m = edge_factor << scale
+    lo, hi = max(0, int(lo)), min(m, int(hi))
+    n_out = max(0, hi - lo)
+    src = np.empty(n_out, np.int64)
+    dst = np.empty(n_out, np.int64)
+    from ..ops.generate import rmat_levels  # compiled lazily: importing graph stays light
+
+    ta, tab, tabc = _thresholds(a, b, c)
+    h = _mix64_int(_mix64_int((int(seed) & _U64) + _GOLD & _U64) ^ (_RMAT_KEY + _GOLD & _U64))
+    h = np.uint64(_mix64_int(h ^ _GOLD))  # rng.stream_base up to hop 0
+    for c0 in range(lo, hi, chunk):
+        c1 = min(hi, c0 + chunk)
+        rmat_levels(h, c0, c1 - c0, scale, ta, tab, tabc, src[c0 - lo:c1 - lo],
+                    dst[c0 - lo:c1 - lo])
+    n = 1 << scale
+    return permute(src, n, seed, _PERM_SALT), permute(dst, n, seed, _PERM_SALT)
+
+
 def rmat_edges(
     scale: int,
     edge_factor: int = 16,
@@ -53,39 +110,12 @@ def rmat_edges(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``edge_factor * 2**scale`` directed R-MAT edges over ``2**scale`` nodes.
 
-    Returns int64 ``(src, dst)``. The same arguments always give the same edges (one
-    ``np.random.default_rng(seed)`` draws both the quadrants and the node permutation).
+    Returns int64 ``(src, dst)``: :func:`rmat_edge_range` over all edges, so the same arguments
+    always give the same edges, in one process or split over any number of ranks.
     Self-loops and duplicate edges are kept, as in Graph500; drop them when building the CSR.
     """
     _check(scale, edge_factor, a, b, c)
-    scale, edge_factor = int(scale), int(edge_factor)
-    n = 1 << scale
-    m = edge_factor * n
-    rng = np.random.default_rng(seed)
-    ab, abc = np.float32(a + b), np.float32(a + b + c)
-    a32 = np.float32(a)
-    src = np.zeros(m, dtype=np.int64)
-    dst = np.zeros(m, dtype=np.int64)
-    r = np.empty(m, dtype=np.float32)
-    bit = np.empty(m, dtype=bool)
-    tmp = np.empty(m, dtype=bool)
-    for _ in range(scale):
-        rng.random(out=r, dtype=np.float32)
-        # quadrant: a -> (0, 0), b -> (0, 1), c -> (1, 0), d -> (1, 1)
-        np.greater(r, ab, out=bit)  # c or d: the source bit is 1
-        src <<= 1
-        np.add(src, bit, out=src)
-        np.greater(r, a32, out=tmp)  # b, c or d
-        np.logical_xor(tmp, bit, out=tmp)  # b only
-        np.greater(r, abc, out=bit)  # d
-        np.logical_or(tmp, bit, out=tmp)  # b or d: the destination bit is 1
-        dst <<= 1
-        np.add(dst, tmp, out=dst)
-    del r, bit, tmp
-    perm = rng.permutation(n)
-    np.take(perm, src, out=src)
-    np.take(perm, dst, out=dst)
-    return src, dst
+    return rmat_edge_range(scale, edge_factor, 0, int(edge_factor) << int(scale), a, b, c, seed)
 
 
 def rmat_graph(

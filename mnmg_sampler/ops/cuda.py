@@ -80,7 +80,7 @@ def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Call
             counts[i] = sample_count(indptr[r + 1] - indptr[r], fanouts[i], replace[i] != 0)
 
     def fill_kernel(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace,
-                    offsets, nbr, eid_out):
+                    offsets, nbr, eid_out, with_eids):
         i = cuda.grid(1)
         if i >= rows.shape[0]:
             return
@@ -97,10 +97,11 @@ def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Call
         for j in range(o, o + k):
             p = start + nbr[j]
             nbr[j] = indices[p]
-            if has_eid:
-                eid_out[j] = eids[p]
-            else:
-                eid_out[j] = p
+            if with_eids:
+                if has_eid:
+                    eid_out[j] = eids[p]
+                else:
+                    eid_out[j] = p
 
     return cuda.jit(counts_kernel), cuda.jit(fill_kernel)
 
@@ -125,6 +126,7 @@ def sample_neighbors_cuda(
     fanout: int | torch.Tensor | np.ndarray,
     replace: bool | torch.Tensor | np.ndarray,
     *,
+    with_eids: bool = True,
     kernels: tuple[Callable, Callable] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one hop on the GPU; same arguments and results as :func:`cpu.sample_neighbors`.
@@ -132,7 +134,8 @@ def sample_neighbors_cuda(
     Inputs are torch tensors on one CUDA device (CPU tensors or numpy arrays are moved there;
     under the simulator everything stays on the CPU). Kernels run on PyTorch's current stream
     and read the tensors zero-copy through ``__cuda_array_interface__``; the results are int64
-    tensors ``(counts, neighbors, edge_ids)`` on the same device, allocated by PyTorch.
+    tensors ``(counts, neighbors, edge_ids)`` on the same device, allocated by PyTorch
+    (``edge_ids`` empty when ``with_eids=False``).
     ``kernels`` replaces the kernel pair (tests only, see :func:`make_kernels`).
     """
     nb_cuda = require_numba_cuda()
@@ -162,22 +165,23 @@ def sample_neighbors_cuda(
     if n == 0:
         empty = torch.empty(0, dtype=torch.int64, device=device)
         return counts, empty, empty.clone()
+    flag = np.uint8(1 if with_eids else 0)
 
     if sim:
         return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
-                       seed, hop, fan_t, rep_t, counts, 0, _SIM_THREADS_PER_BLOCK,
+                       seed, hop, fan_t, rep_t, flag, counts, 0, _SIM_THREADS_PER_BLOCK,
                        lambda t: t.numpy())
     # Numba must work in the same (primary) context as PyTorch, on PyTorch's current stream.
     with nb_cuda.gpus[device.index]:
         stream = nb_cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
         # sync=False: the kernels run on the stream that produced the inputs, no wait needed.
         return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
-                       seed, hop, fan_t, rep_t, counts, stream, THREADS_PER_BLOCK,
+                       seed, hop, fan_t, rep_t, flag, counts, stream, THREADS_PER_BLOCK,
                        lambda t: nb_cuda.as_cuda_array(t, sync=False))
 
 
 def _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t, seed, hop,
-            fan_t, rep_t, counts, stream, tpb, arg):
+            fan_t, rep_t, with_eids, counts, stream, tpb, arg):
     n = rows_t.shape[0]
     device = counts.device
     blocks = (n + tpb - 1) // tpb
@@ -187,11 +191,11 @@ def _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys
     torch.cumsum(counts, 0, out=offsets[1:])
     total = int(offsets[-1])  # one device -> host read, to size the outputs
     nbr = torch.empty(total, dtype=torch.int64, device=device)
-    eid_out = torch.empty(total, dtype=torch.int64, device=device)
+    eid_out = torch.empty(total if with_eids else 0, dtype=torch.int64, device=device)
     if total:
         fill_k[blocks, tpb, stream](
             arg(indptr_t), arg(indices_t), arg(eids_t),
             arg(rows_t), arg(nodes_t), arg(keys_t), np.uint64(seed), np.uint64(hop),
-            arg(fan_t), arg(rep_t), arg(offsets), arg(nbr), arg(eid_out))
+            arg(fan_t), arg(rep_t), arg(offsets), arg(nbr), arg(eid_out), with_eids)
     return counts, nbr, eid_out
 

@@ -28,17 +28,11 @@ from torch import nn
 
 from ..config import JobConfig, check_paths, config_to_dict
 from ..distributed.collective import agree
-from ..errors import ConfigError, PartitionError
+from ..errors import CheckpointError, ConfigError, PartitionError
 from ..graph.csr import CSRGraph
-from .job import (
-    Metrics,
-    _bar,
-    _ckpt_dir,
-    _maybe_fault,
-    latest_checkpoint,
-    load_dataset,
-    save_checkpoint,
-)
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
+from .job import _ckpt_dir, _maybe_fault, load_dataset
+from .report import RunReport, epoch_record
 
 log = logging.getLogger(__name__)
 
@@ -253,11 +247,19 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
         neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
         part=part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch)
         for k in ("val", "test")}
+    tr = cfg.training
+    steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
+    report = RunReport(rank, tr.epochs, steps, tr.log_every, progress,
+                       Path(cfg.output.dir) / cfg.output.metrics_file)
     try:
-        return _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
-                      progress, t_start)
+        final, line = _train(cfg, train_loader, eval_loaders, part, device, rank, world,
+                             resume, report, t_start)
     finally:
         service.shutdown()
+        report.close()
+    report.service(service.stats())
+    report.final(final, line)
+    return final
 
 
 def _is_undirected(g: CSRGraph) -> bool:
@@ -268,8 +270,8 @@ def _is_undirected(g: CSRGraph) -> bool:
     return fwd.size == rev.size and bool(np.array_equal(fwd, rev))
 
 
-def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume, progress,
-           t_start) -> dict:
+def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
+           report: RunReport, t_start) -> tuple[dict, str]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     s, m, o, tr, lk = cfg.sampler, cfg.model, cfg.optimizer, cfg.training, cfg.link
@@ -280,35 +282,39 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume, p
     opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     kw = {"momentum": o.momentum} if o.name == "sgd" else {}
     opt = opt_cls[o.name](model.parameters(), lr=o.lr, weight_decay=o.weight_decay, **kw)
-    metrics = Metrics(Path(cfg.output.dir) / cfg.output.metrics_file if rank == 0 else None)
     first_epoch = 0
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    ckpt = latest_checkpoint(cfg) if (resume or restarted) else None
-    if resume and ckpt is None and rank == 0:
+    found = agree(lambda: load_latest(_ckpt_dir(cfg), device)) if (resume or restarted) \
+        else None
+    if resume or restarted:
+        agree_on_checkpoint(found)
+    if resume and found is None and rank == 0:
         log.warning("--resume: no checkpoint under %s; starting from scratch", _ckpt_dir(cfg))
-    if ckpt is not None:
-        state = torch.load(ckpt, map_location=device, weights_only=True)
+    if found is not None:
+        ckpt, state = found
+        agree(lambda: check_model_state(state["model"], net, ckpt))
         if state.get("world_size") != world:
-            raise PartitionError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
-                                 f"ranks, this job has {world}",
-                                 "the loader order would differ", "resume with the same world "
-                                 "size, or start a fresh output.dir")
+            raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
+                                  f"ranks, this job has {world}",
+                                  "the loader order would differ", "resume with the same world "
+                                  "size, or start a fresh output.dir")
         net.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         train_loader.load_state_dict(state["loader"])
         first_epoch = int(state["epoch"]) + 1
-        if rank == 0:
-            print(f"resumed from {ckpt} (epoch {first_epoch})", flush=True)
-    if rank == 0:
-        metrics.write(event="start", task="link", world_size=world, first_epoch=first_epoch,
-                      config=config_to_dict(cfg))
-    bar = _bar(progress and rank == 0, tr.epochs - first_epoch, len(train_loader))
+        report.print(f"resumed from {ckpt} (epoch {first_epoch})")
+    report.start(mode="train", task="link", world_size=world, first_epoch=first_epoch,
+                 config=config_to_dict(cfg))
+    report.print(f"link prediction on {world} rank(s): {report.steps} batches per epoch and "
+                 "rank; acc = binary accuracy of the edge scores")
+    report.open_bar(first_epoch)
     triplet = lk.neg_sampling == "triplet"
     for epoch in range(first_epoch, tr.epochs):
         model.train()
         torch.manual_seed(s.seed * 1_000_003 + epoch * 1009 + rank)
         train_loader.set_epoch(epoch)
-        tot = torch.zeros(2, dtype=torch.float64)
+        tot = torch.zeros(5, dtype=torch.float64)  # loss*pairs, pairs, correct, batches, edges
+        report.epoch_start()
         t0 = time.perf_counter()
         for step, b in enumerate(train_loader):
             if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
@@ -329,35 +335,35 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume, p
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            tot += torch.tensor([loss.item() * logits.numel(), logits.numel()],
+            batch_loss, n = loss.item(), logits.numel()
+            correct = float(((logits > 0).float() == target).sum())
+            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(b.edge_index.shape[1])],
                                 dtype=torch.float64)
-            if bar is not None:
-                bar.update(1)
+            report.step(epoch, step + 1, batch_loss, correct, n)
         dist.all_reduce(tot)
-        rec = {"event": "epoch", "epoch": epoch, "train_loss": float(tot[0] / max(tot[1], 1)),
-               "seconds": time.perf_counter() - t0}
+        rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
+                           train_loss=float(tot[0] / max(tot[1], 1)),
+                           train_acc=float(tot[2] / max(tot[1], 1)))
         if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
             v = evaluate(model, eval_loaders["val"], device, lk.hits_k)
             rec.update({f"val_{k}": x for k, x in v.items()})
-        if rank == 0:
-            metrics.write(**rec)
-            if bar is not None:
-                bar.set_postfix(loss=f"{rec['train_loss']:.3f}",
-                                val_auc=f"{rec.get('val_auc', float('nan')):.3f}")
+        report.epoch(rec)
+        if "val_auc" in rec:
+            report.print(f"  val AUC {rec['val_auc']:.4f}  MRR {rec['val_mrr']:.4f}  "
+                         f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
         if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
             if rank == 0:
-                save_checkpoint(cfg, {"model": net.state_dict(), "optimizer": opt.state_dict(),
-                                      "epoch": epoch,
-                                      "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
-                                                 "next_batch": 0},
-                                      "world_size": world}, epoch)
+                save_checkpoint(_ckpt_dir(cfg), {
+                    "model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+                    "loader": {**train_loader.state_dict(), "epoch": epoch + 1, "next_batch": 0},
+                    "world_size": world, "config": config_to_dict(cfg)},
+                    epoch, keep=cfg.output.keep_checkpoints)
             dist.barrier()
             _maybe_fault(epoch, rank)
         tv, tm = tr.target_value, tr.target_metric
         if tv is not None and tm in rec and (rec[tm] <= tv if tm == "val_loss" else rec[tm] >= tv):
             break
-    if bar is not None:
-        bar.close()
+    report.close()
     test = evaluate(model, eval_loaders["test"], device, lk.hits_k)
     val = evaluate(model, eval_loaders["val"], device, lk.hits_k)
     wall = time.perf_counter() - t_start
@@ -365,9 +371,6 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume, p
     final = {"event": "final", "task": "link", **{f"test_{n}": x for n, x in test.items()},
              **{f"val_{n}": x for n, x in val.items()}, "hits_k": k, "wall_s": wall,
              "world_size": world}
-    if rank == 0:
-        metrics.write(**final)
-        print(f"val AUC {val['auc']:.4f}  test AUC {test['auc']:.4f}  test MRR "
-              f"{test['mrr']:.4f}  test Hits@{k} {test['hits']:.4f}  ({world} rank(s), "
-              f"{wall:.1f}s)", flush=True)
-    return final
+    return final, (f"val AUC {val['auc']:.4f}  test AUC {test['auc']:.4f}  test MRR "
+                   f"{test['mrr']:.4f}  test Hits@{k} {test['hits']:.4f}  ({world} rank(s), "
+                   f"{wall:.1f}s)")

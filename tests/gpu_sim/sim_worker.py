@@ -62,16 +62,21 @@ def graphs() -> dict[str, CSRGraph]:
     src = np.concatenate([hub_src, rng.integers(0, n, 80)])
     dst = np.concatenate([np.zeros(60, np.int64), low_dst])
     out["degree0"] = CSRGraph.from_edges(src, dst, n)
+    # rows wider than 64: Floyd's duplicate test takes its hashed-bitmask path there
+    n = 30
+    deg = rng.integers(65, 200, n)
+    out["wide"] = CSRGraph.from_edges(rng.integers(0, n, deg.sum()), np.repeat(np.arange(n), deg),
+                                      n)
     return out
 
 
 def compare(g: CSRGraph, rows, nodes, keys, seed, hop, fanout, replace, eids=True,
-            kernels=None) -> dict:
+            kernels=None, with_eids=True) -> dict:
     e = g.edge_ids if eids else None
     want = cpu.sample_neighbors(g.indptr, g.indices, e, rows, nodes, keys, seed, hop,
-                                fanout, replace)
+                                fanout, replace, with_eids=with_eids)
     got = ocuda.sample_neighbors_cuda(g.indptr, g.indices, e, rows, nodes, keys, seed, hop,
-                                      fanout, replace, kernels=kernels)
+                                      fanout, replace, with_eids=with_eids, kernels=kernels)
     equal = all(np.array_equal(w, t.numpy()) and t.numpy().dtype == w.dtype
                 for w, t in zip(want, got, strict=True))
     return {"equal": bool(equal), "n_out": int(want[1].size),
@@ -102,6 +107,9 @@ def main() -> None:
         sub = rng.permutation(n)[: n // 2]
         results[f"{name}/remapped_no_eids"] = compare(
             g, sub, sub * 7 + 3, keys[sub], seed + 1, 0, 4, False, eids=False)
+        # the data path's call: no edge ids at all (the third output is empty on both)
+        results[f"{name}/no_edge_ids"] = compare(g, rows, rows, keys, seed, 1, fan, rep,
+                                                 with_eids=False)
         results[f"{name}/repeated_rows"] = compare(
             g, np.concatenate([sub, sub]), np.concatenate([sub, sub]),
             np.concatenate([keys[sub], keys[sub] + 1]), seed, 1, 3, False)

@@ -41,9 +41,10 @@ def test_worker_really_used_the_simulator(sim_results):
     assert meta["numba_cuda_module"].startswith("numba.cuda.simulator")
 
 
-GRAPHS = ("random", "power_law", "degree0")
+GRAPHS = ("random", "power_law", "degree0", "wide")
 CASES = [f"{g}/f{f}/r{r}" for g in GRAPHS for f in (1, 3, 10, -1) for r in (0, 1)] + [
-    f"{g}/{c}" for g in GRAPHS for c in ("mixed", "remapped_no_eids", "repeated_rows")
+    f"{g}/{c}" for g in GRAPHS
+    for c in ("mixed", "remapped_no_eids", "no_edge_ids", "repeated_rows")
 ] + ["empty_call"]
 
 

@@ -18,7 +18,7 @@ I64 = "int64[::1]"
 SIGNATURES = {
     "counts": f"void({I64}, {I64}, {I64}, uint8[::1], {I64})",
     "fill": f"void({I64}, {I64}, {I64}, {I64}, {I64}, {I64}, uint64, uint64, {I64}, uint8[::1], "
-            f"{I64}, {I64}, {I64})",
+            f"{I64}, {I64}, {I64}, uint8)",
 }
 
 

@@ -1,0 +1,149 @@
+"""Keyed permutations of ``[0, n)`` evaluated id by id, and counter-based node data.
+
+A global permutation (``np.random.default_rng(seed).permutation(n)``) needs one process to draw
+all ``n`` values in order. :func:`permute` instead computes the image of any id on its own, so
+each rank of a distributed job can place, generate or look up only the ids it handles and still
+agree with a single process: the R-MAT node relabelling (:mod:`.rmat`), the ``random`` partition
+method (:mod:`.partition`) and synthetic features and labels (:func:`node_features`,
+:func:`node_labels`) all use it.
+
+The bijection works on ``bits = ceil(log2 n)`` bits: four rounds of add-key, multiply by an odd
+constant and xor-shift, each invertible modulo ``2**bits``; ids that land at or above ``n`` are
+mapped again (cycle walking), which keeps it a bijection of ``[0, n)``. It is a mixing function,
+not a cryptographic one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.rng import _mix64_int
+
+__all__ = ["permute", "unpermute", "hash_ids", "node_features", "node_labels"]
+
+_ROUNDS = 4
+_U64 = (1 << 64) - 1
+
+
+def _keys(seed: int, salt: int) -> list[tuple[int, int]]:
+    """Per-round (additive key, odd multiplier) derived from ``seed``."""
+    out = []
+    h = _mix64_int((int(seed) & _U64) ^ _mix64_int(salt))
+    for _ in range(_ROUNDS):
+        h = _mix64_int(h + 0x9E3779B97F4A7C15 & _U64)
+        k = h
+        h = _mix64_int(h + 0x9E3779B97F4A7C15 & _U64)
+        out.append((k, h | 1))
+    return out
+
+
+def _bits(n: int) -> int:
+    return max(1, int(n - 1).bit_length())
+
+
+def _forward(x: np.ndarray, bits: int, keys) -> np.ndarray:
+    mask = np.uint64((1 << bits) - 1)
+    s = np.uint64(max(1, (bits + 1) // 2))
+    for k, m in keys:
+        x = (x + np.uint64(k)) & mask
+        x = (x * np.uint64(m)) & mask
+        x ^= x >> s
+    return x
+
+
+def _backward(y: np.ndarray, bits: int, keys) -> np.ndarray:
+    mask = np.uint64((1 << bits) - 1)
+    sh = max(1, (bits + 1) // 2)
+    s = np.uint64(sh)
+    for k, m in reversed(keys):
+        x = y.copy()
+        for _ in range(-(-bits // sh)):  # undo y = x ^ (x >> s): top bits first
+            x = y ^ (x >> s)
+        inv = pow(m, -1, 1 << 64)
+        x = (x * np.uint64(inv)) & mask
+        y = (x - np.uint64(k & ((1 << bits) - 1))) & mask
+    return y
+
+
+_COMPILED_FROM = 1 << 16  # ids per call from which the numba kernel beats NumPy
+
+
+def _walk(ids: np.ndarray, n: int, seed: int, salt: int, step) -> np.ndarray:
+    ids = np.asarray(ids, dtype=np.int64)
+    if n <= 1:
+        return np.zeros_like(ids)
+    bits, keys = _bits(n), _keys(seed, salt)
+    if step is _forward and ids.size >= _COMPILED_FROM:
+        from ..ops.generate import permute_ids
+
+        out = np.empty(ids.shape, np.int64)
+        adds = np.array([k & ((1 << bits) - 1) for k, _ in keys], np.uint64)
+        muls = np.array([m for _, m in keys], np.uint64)
+        permute_ids(ids.ravel(), n, bits, adds, muls, out.ravel())
+        return out
+    y = step(ids.astype(np.uint64), bits, keys)
+    bad = np.flatnonzero(y >= np.uint64(n))
+    while bad.size:  # cycle walking: at most a few steps, the domain is < 2n
+        y[bad] = step(y[bad], bits, keys)
+        bad = bad[y[bad] >= np.uint64(n)]
+    return y.astype(np.int64)
+
+
+def permute(ids: np.ndarray, n: int, seed: int, salt: int = 0x9E37) -> np.ndarray:
+    """Images of ``ids`` (int64 in ``[0, n)``) under the permutation of ``[0, n)`` keyed by
+    ``(seed, salt)``; the same for any subset or order of ``ids``."""
+    return _walk(ids, n, seed, salt, _forward)
+
+
+def unpermute(pos: np.ndarray, n: int, seed: int, salt: int = 0x9E37) -> np.ndarray:
+    """Inverse of :func:`permute`: the ids whose images are ``pos``."""
+    return _walk(pos, n, seed, salt, _backward)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def hash_ids(ids: np.ndarray, seed: int, salt: int) -> np.ndarray:
+    """A 64-bit hash (uint64) of every id, keyed by ``(seed, salt)``."""
+    key = np.uint64(_mix64_int((int(seed) & _U64) ^ _mix64_int(salt)))
+    return _mix(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ key)
+
+
+_FEAT_SALT, _LABEL_SALT, _CENTER_SALT = 0xFEA7, 0x1AB, 0xCE7
+
+
+def node_labels(ids: np.ndarray, num_classes: int, seed: int) -> np.ndarray:
+    """Synthetic int64 labels in ``[0, num_classes)``, a pure function of ``(seed, id)``."""
+    h = hash_ids(ids, seed, _LABEL_SALT)
+    return ((h >> np.uint64(32)) * np.uint64(num_classes) >> np.uint64(32)).astype(np.int64)
+
+
+def _normals(ids: np.ndarray, dim: int, seed: int, salt: int) -> np.ndarray:
+    """Standard normal float32 ``[len(ids), dim]`` by Box-Muller on counter-based draws."""
+    ids = np.asarray(ids, dtype=np.int64)
+    half = -(-dim // 2)
+    cols = np.arange(half, dtype=np.uint64)
+    base = hash_ids(ids, seed, salt)[:, None]
+    r = _mix(base ^ ((cols + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)))
+    u1 = ((r >> np.uint64(40)).astype(np.float64) + 0.5) / float(1 << 24)
+    u2 = (r & np.uint64((1 << 24) - 1)).astype(np.float64) / float(1 << 24)
+    rad = np.sqrt(-2.0 * np.log(u1))
+    out = np.empty((ids.shape[0], 2 * half), np.float32)
+    out[:, 0::2] = rad * np.cos(2 * np.pi * u2)
+    out[:, 1::2] = rad * np.sin(2 * np.pi * u2)
+    return out[:, :dim]
+
+
+def node_features(ids: np.ndarray, dim: int, seed: int, num_classes: int = 0,
+                  signal: float = 1.0) -> np.ndarray:
+    """Synthetic float32 features ``[len(ids), dim]``, row ``i`` a pure function of
+    ``(seed, ids[i])``: standard normal noise, plus ``signal`` times a class centre when
+    ``num_classes > 0`` (so labels from :func:`node_labels` are learnable from the features)."""
+    x = _normals(ids, dim, seed, _FEAT_SALT)
+    if num_classes > 0 and x.size:
+        centres = _normals(np.arange(num_classes), dim, seed, _CENTER_SALT)
+        x += np.float32(signal) * centres[node_labels(ids, num_classes, seed)]
+    return x
