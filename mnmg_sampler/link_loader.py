@@ -95,6 +95,14 @@ class LinkPlan:
     label: np.ndarray | None
     neg: NegativeSampling | None
 
+    def pos_local(self) -> tuple[np.ndarray, np.ndarray]:
+        """Local ids (into ``n_id``) of the positives' sources and destinations."""
+        P = self.pos.size
+        if self.neg is None or self.neg.mode == "triplet":  # [src, dst, (negatives)]
+            return self.inverse[:P], self.inverse[P:2 * P]
+        L = P * (1 + self.neg.amount)  # binary: [src of all L pairs, dst of all L pairs]
+        return self.inverse[:P], self.inverse[L:L + P]
+
 
 def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | None,
                        pos: np.ndarray, *, g: int, epoch: int, seed: int,
@@ -134,7 +142,7 @@ def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
         ei = edge_index.numpy()
         h1 = n_edges[0]
         n_loc = np.int64(mb.n_id.numel())
-        s_loc, d_loc = plan.inverse[:P], plan.inverse[P:2 * P]
+        s_loc, d_loc = plan.pos_local()
         seeds = [d_loc * n_loc + s_loc]
         if exclude_reverse_edges:
             seeds.append(s_loc * n_loc + d_loc)
