@@ -313,8 +313,10 @@ def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
     return plan
 
 
-def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int) -> dict[str, np.ndarray]:
-    """The arrays of part ``rank``: local CSR in new ids, original edge ids, owned node data.
+def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int,
+                    weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The arrays of part ``rank``: local CSR in new ids, original edge ids, owned node data
+    (and the float32 weight of every local entry when ``weights``, one per CSR entry, is given).
 
     Row ``i`` is new id ``boundaries[rank] + i`` (original id ``orig_ids[i]``); its neighbor list
     is the input row's, in the same order, with neighbor ids translated to new ids.
@@ -333,6 +335,8 @@ def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int) -> dict[str
         "edge_ids": np.asarray(graph.edge_ids[pos], dtype=np.int64),
         "orig_ids": orig,
     }
+    if weights is not None:
+        out["weights"] = np.ascontiguousarray(weights[pos], dtype=np.float32)
     if graph.x is not None:
         out["x"] = np.ascontiguousarray(graph.x[orig])
     if graph.y is not None:
@@ -374,13 +378,14 @@ def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
     files[rel] = file_entry(path, arr)
 
 
-def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | None) -> None:
+def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | None,
+               weights: np.ndarray | None = None) -> None:
     files: dict[str, dict] = {}
     _save(tmp, "new_to_orig.npy", plan.new_to_orig, files)
     _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
     parts_meta = []
     for r in range(plan.parts):
-        arrays = relabelled_part(graph, plan, r)
+        arrays = relabelled_part(graph, plan, r, weights)
         names = {}
         for key, arr in arrays.items():
             rel = f"part{r}/{key}.npy"
@@ -402,6 +407,7 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | N
         "boundaries": [int(b) for b in plan.boundaries],
         "has_x": graph.x is not None,
         "has_y": graph.y is not None,
+        "has_weights": weights is not None,
         "masks": sorted(str(k) for k in (graph.masks or {})),
         "stats": plan.summary(),
         **({"source": source} if source is not None else {}),
@@ -413,7 +419,7 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | N
 
 def write_partitions(
     graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False,
-    source: dict | None = None,
+    source: dict | None = None, weights: np.ndarray | None = None,
 ) -> Path:
     """Write every part of ``plan`` to ``out_dir`` atomically and return its path.
 
@@ -422,7 +428,10 @@ def write_partitions(
     renamed into place. A failed or interrupted run leaves no ``out_dir``; an existing ``out_dir``
     is replaced only with ``overwrite=True``, only if it is empty or a partition directory of
     ours (:func:`~.partition_io.check_replaceable`), and only once the new one is complete.
-    ``source`` (:func:`~.partition_io.make_source`) is recorded in the manifest.
+    ``source`` (:func:`~.partition_io.make_source`) is recorded in the manifest. ``weights``
+    (one per CSR entry of ``graph``, in CSR order) are validated first
+    (``ops.weighted.check_weights``: a negative, NaN or infinite weight is an
+    ``EdgeWeightError``) and stored as float32 beside each part's ``indices``.
     """
     out = Path(out_dir).absolute()
     if plan.num_nodes != graph.num_nodes:
@@ -433,6 +442,10 @@ def write_partitions(
             "call partition_graph on this graph",
         )
     _check_node_data(graph)
+    if weights is not None:
+        from ..ops.weighted import check_weights
+
+        weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     if out.exists() and not overwrite:
         raise PartitionError(
             f"output directory {out} already exists",
@@ -444,7 +457,7 @@ def write_partitions(
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{out.name}-", dir=out.parent))
     old: Path | None = None
     try:
-        _write_all(graph, plan, tmp, source)
+        _write_all(graph, plan, tmp, source, weights)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-{out.name}-", dir=out.parent))
             os.replace(out, old / "old")  # a directory cannot replace a non-empty one
@@ -465,8 +478,13 @@ def write_partitions(
 def partition(
     graph: CSRGraph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
     *, overwrite: bool = False, source: dict | None = None,
-    metis_max_edges: int | None = None,
+    metis_max_edges: int | None = None, weights: np.ndarray | None = None,
 ) -> Path:
     """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
+    if weights is not None:  # a bad weight fails before any partitioning work
+        from ..ops.weighted import check_weights
+
+        weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)
-    return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source)
+    return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source,
+                            weights=weights)

@@ -170,19 +170,42 @@ def evaluate(model, loader, device, hits_k: int) -> dict:
 
 
 def ensure_link_partitions(cfg: JobConfig, graph: CSRGraph, rank: int, world: int) -> Path:
-    """Partition the training graph unless the directory exists (collective)."""
+    """Partition the training graph unless ``partition.dir`` holds exactly that (collective).
+
+    The manifest's source records the dataset, its load options, the edge split and the weights,
+    so a directory made for another split or for the node task is partitioned again.
+    """
     from ..graph.partition import partition
-    from ..graph.partition_io import MANIFEST
+    from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
+    from .job import job_edge_weights
 
     out = Path(cfg.partition.dir)
 
     def build() -> None:
-        if rank != 0 or (out / MANIFEST).exists():
+        if rank != 0:
             return
-        log.info("partitioning the training graph of %s into %d parts -> %s", cfg.dataset.name,
-                 world, out)
+        d, p, lk = cfg.dataset, cfg.partition, cfg.link
+        want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
+                           undirected=d.undirected, drop_self_loops=d.drop_self_loops,
+                           drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
+                           feature_dim=d.feature_dim)
+        want["load"].update(task="link", link_split=[float(f) for f in lk.split],
+                            link_split_seed=int(lk.split_seed),
+                            weights=cfg.sampler.weights or None)
+        if (out / MANIFEST).exists():
+            try:
+                stale = source_differences(read_manifest(out), want)
+            except PartitionError as e:
+                stale = [f"unreadable manifest ({e.what})"]
+            if not stale:
+                return
+            log.warning("partition directory %s is stale (%s); partitioning again", out,
+                        "; ".join(stale))
+        log.info("partitioning the training graph of %s into %d parts -> %s", d.name, world,
+                 out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        partition(graph, world, cfg.partition.method, out, seed=cfg.partition.seed)
+        partition(graph, world, p.method, out, seed=p.seed, overwrite=True, source=want,
+                  weights=job_edge_weights(cfg, graph))
 
     agree(build)
     return out
