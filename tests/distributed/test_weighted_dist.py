@@ -10,7 +10,7 @@ from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
 from mnmg_sampler.loader import global_batches
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest
+from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, sample
 
 from .common import as_arrays, assert_same, small_graph
 from .harness import run_ranks
@@ -55,9 +55,15 @@ def test_weighted_partitions_sample_like_one_process(tmp_path, world, method):
         for gi, got in zip(range(rank, len(gb), world), out, strict=True):
             want = ref.sample([SampleRequest(seeds[gb[gi]], FAN, request_key(SEED, 0, gi))])[0]
             assert_same(got, as_arrays(want))
+            one = sample(g, seeds[gb[gi]], FAN, seed=SEED, key=request_key(SEED, 0, gi),
+                         weights=w)  # the single-process convenience path
+            assert_same(got, as_arrays(one))
             assert not zero & set(got["e_id"].tolist())  # zero-weight edges are never drawn
             n += got["e_id"].size
     assert n > 0
+    # weights change the draws: the uniform sampler gives other batches
+    uni = sample(g, seeds[gb[0]], FAN, seed=SEED, key=request_key(SEED, 0, 0))
+    assert not np.array_equal(uni.e_id.numpy(), res[0][0]["e_id"])
 
 
 @pytest.mark.parametrize("bad", [-1.0, np.nan, np.inf])
