@@ -19,7 +19,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in output.dir "
                    "(automatic after a torchrun --max-restarts restart)")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bar on rank 0")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (rank 0 draws one only on a terminal)")
     p.set_defaults(func=run)
 
 

@@ -25,7 +25,7 @@ from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import CheckpointError, ConfigError, PartitionError
 from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
-from .report import Metrics, RunReport, epoch_record  # noqa: F401  (Metrics: public name)
+from .report import RunReport, epoch_record
 
 log = logging.getLogger(__name__)
 

@@ -178,3 +178,24 @@ def test_plot_errors_are_one_line(tmp_path, capsys):
         main(["plot", str(tmp_path)])
     assert e.value.code == 2
     assert "no metrics file" in capsys.readouterr().err
+
+
+def test_bench_json_without_out_prints_only_json(capsys):
+    """``bench MODE --json``: the mode's table goes to stderr, stdout holds one JSON document."""
+    from mnmg_sampler.commands import bench
+
+    def fake_mode(args):
+        print("a table for a person")
+        Path(args.json).write_text(json.dumps({"edges_per_s": 1.5}) + "\n")
+        print(f"\nwrote {args.json}")
+        return 0
+
+    args = argparse.Namespace(json=bench.STDOUT, bench_run=fake_mode)
+    assert bench.run(args) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"edges_per_s": 1.5}
+    assert "a table for a person" in err and "wrote" not in err
+    parser = build_parser()
+    for mode in ("single", "dist", "merge", "overlap"):
+        assert parser.parse_args(["bench", mode, "--json"]).json == bench.STDOUT
+        assert parser.parse_args(["bench", mode, "--json", "r.json"]).json == "r.json"
