@@ -313,10 +313,27 @@ def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
     return plan
 
 
-def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int,
-                    weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The arrays of part ``rank``: local CSR in new ids, original edge ids, owned node data
-    (and the float32 weight of every local entry when ``weights``, one per CSR entry, is given).
+def _entry_positions(graph: CSRGraph, orig: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, pos)`` of the rows ``orig``: local row offsets and the input CSR position of
+    every local entry (row start + offset within the row)."""
+    deg = graph.indptr[orig + 1] - graph.indptr[orig]
+    indptr = np.zeros(orig.size + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    pos = np.repeat(graph.indptr[orig] - indptr[:-1], deg) + np.arange(int(indptr[-1]),
+                                                                       dtype=np.int64)
+    return indptr, pos
+
+
+def part_weights(graph: CSRGraph, plan: PartitionPlan, rank: int,
+                 weights: np.ndarray) -> np.ndarray:
+    """float32 weight of every entry of part ``rank`` (``weights``: one per input CSR entry)."""
+    lo, hi = int(plan.boundaries[rank]), int(plan.boundaries[rank + 1])
+    _, pos = _entry_positions(graph, np.ascontiguousarray(plan.new_to_orig[lo:hi]))
+    return np.ascontiguousarray(weights[pos], dtype=np.float32)
+
+
+def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int) -> dict[str, np.ndarray]:
+    """The arrays of part ``rank``: local CSR in new ids, original edge ids, owned node data.
 
     Row ``i`` is new id ``boundaries[rank] + i`` (original id ``orig_ids[i]``); its neighbor list
     is the input row's, in the same order, with neighbor ids translated to new ids.
@@ -335,8 +352,6 @@ def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int,
         "edge_ids": np.asarray(graph.edge_ids[pos], dtype=np.int64),
         "orig_ids": orig,
     }
-    if weights is not None:
-        out["weights"] = np.ascontiguousarray(weights[pos], dtype=np.float32)
     if graph.x is not None:
         out["x"] = np.ascontiguousarray(graph.x[orig])
     if graph.y is not None:
@@ -385,7 +400,9 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | N
     _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
     parts_meta = []
     for r in range(plan.parts):
-        arrays = relabelled_part(graph, plan, r, weights)
+        arrays = relabelled_part(graph, plan, r)
+        if weights is not None:
+            arrays["weights"] = part_weights(graph, plan, r, weights)
         names = {}
         for key, arr in arrays.items():
             rel = f"part{r}/{key}.npy"
