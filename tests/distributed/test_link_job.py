@@ -56,3 +56,15 @@ def test_link_job_resume_after_kill_equals_uninterrupted(tmp_path):
     assert [r["epoch"] for r in ep] == [0, 1, 2]
     assert [r["train_loss"] for r in ep] == [r["train_loss"] for r in _records(full_out,
                                                                                 "epoch")]
+
+
+def test_link_job_with_edge_weights(tmp_path):
+    """sampler.weights on the link job: the training graph's partitions carry weights mapped
+    from Cora's adjacency values, and the job trains on them."""
+    r, out = _train(tmp_path, "weighted", extra=["sampler.weights=adj_data", "training.epochs=1"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
+    assert manifest["has_weights"] and manifest["source"]["load"]["weights"] == "adj_data"
+    assert manifest["source"]["load"]["task"] == "link"
+    (final,) = _records(out, "final")
+    assert 0.5 < final["test_auc"] <= 1
