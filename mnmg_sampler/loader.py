@@ -100,20 +100,68 @@ def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, d
     return [np.ascontiguousarray(a) for a in np.array_split(order, nb)]
 
 
+# PyG NeighborLoader / DataLoader arguments and the value each must have here (PyG's default);
+# anything else asks for a behaviour this loader does not have.
+_PYG_DEFAULTS = {"input_time": None, "time_attr": None, "temporal_strategy": "uniform",
+                 "weight_attr": None, "transform": None, "transform_sampler_output": None,
+                 "is_sorted": False, "filter_per_worker": None, "neighbor_sampler": None,
+                 "directed": True, "num_workers": 0, "disjoint": False}
+SUBGRAPH_TYPES = ("directional",)
+"""PyG ``subgraph_type`` values supported: sampled edges point neighbor -> target only."""
+
+
+def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
+    """Raise :class:`SamplingInputError` for PyG loader arguments this loader does not support.
+
+    Arguments at PyG's default value are accepted, so code written for ``NeighborLoader``
+    runs unchanged as long as it uses only what the service can do.
+    """
+    if num_neighbors is None:
+        raise SamplingInputError("num_neighbors is required", "the hops to sample are unknown",
+                                 "pass e.g. num_neighbors=[10, 5] (hop 1 first, as in PyG)")
+    if subgraph_type not in SUBGRAPH_TYPES:
+        raise SamplingInputError(
+            f"subgraph_type={subgraph_type!r} is not supported",
+            "the service returns the directional subgraph (sampled neighbor -> target)",
+            "use subgraph_type='directional' (PyG's default)")
+    for key, value in extra.items():
+        if key not in _PYG_DEFAULTS:
+            raise SamplingInputError(
+                f"DistNeighborLoader got an unexpected argument {key!r}", "it has no effect here",
+                "see docs/api.md for the arguments (those of PyG's NeighborLoader that apply)")
+        default = _PYG_DEFAULTS[key]
+        try:
+            same = value is default or (default is not None and bool(value == default))
+        except (TypeError, ValueError):  # e.g. an array compared with a scalar
+            same = False
+        if not same:
+            fix = ("sampling already runs in the service thread; use prefetch=N to sample ahead"
+                   if key == "num_workers" else f"leave {key} at {default!r}")
+            raise SamplingInputError(f"{key}={value!r} is not supported",
+                                     "the sampling service has no such feature", fix)
+
+
 class DistNeighborLoader:
     """Iterates this rank's minibatches of ``input_nodes``, with features, via a service.
 
+    The arguments are those of PyG's ``NeighborLoader`` that apply to a static homogeneous
+    graph; the others are accepted at PyG's default value and rejected otherwise
+    (:class:`~mnmg_sampler.errors.SamplingInputError`).
+
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
-        input_nodes: seed node ids (original ids), the same array on every rank.
-        num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors.
-        batch_size: seeds per minibatch (at most).
+        input_nodes: seed node ids (original ids), the same array on every rank; ``None`` =
+            every node of the graph.
+        num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors,
+            ``0`` = none at that hop.
+        batch_size: seeds per minibatch (at most; PyG's default 1).
         shuffle: reshuffle every epoch (deterministic from ``seed`` and the epoch).
         drop_last: skip the tail so every batch has exactly ``batch_size`` seeds.
         seed: seed of the shuffle and the request keys.
         prefetch: requests kept in flight ahead of the consumer, so sampling overlaps training.
         replace: sample with replacement.
         rank, world_size: default: those of the service's process group.
+        subgraph_type: ``"directional"`` only (PyG's default).
 
     Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
@@ -131,14 +179,19 @@ class DistNeighborLoader:
         service.shutdown()
     """
 
-    def __init__(self, service, input_nodes, num_neighbors: Sequence[int], batch_size: int,
-                 shuffle: bool = False, drop_last: bool = False, seed: int = 0,
-                 prefetch: int = 2, replace: bool = False, rank: int | None = None,
-                 world_size: int | None = None) -> None:
+    def __init__(self, service, input_nodes=None, num_neighbors: Sequence[int] | None = None,
+                 batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
+                 seed: int = 0, prefetch: int = 2, replace: bool = False,
+                 rank: int | None = None, world_size: int | None = None, *,
+                 subgraph_type: str = "directional", **pyg_kwargs) -> None:
         import torch.distributed as dist
 
         def check() -> tuple[np.ndarray, list[int]]:
-            nodes = check_input_nodes(input_nodes, int(service.num_nodes))
+            check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
+            # PyG: input_nodes=None is every node of the graph
+            nodes = check_input_nodes(
+                np.arange(int(service.num_nodes), dtype=np.int64) if input_nodes is None
+                else input_nodes, int(service.num_nodes))
             if int(batch_size) <= 0:
                 raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
                                          "no minibatch can be formed", "pass batch_size >= 1")

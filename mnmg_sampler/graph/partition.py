@@ -497,7 +497,16 @@ def partition(
     *, overwrite: bool = False, source: dict | None = None,
     metis_max_edges: int | None = None, weights: np.ndarray | None = None,
 ) -> Path:
-    """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
+    """:func:`partition_graph` then :func:`write_partitions`; returns the output directory.
+
+    ``graph`` may also be anything :func:`~mnmg_sampler.graph.datasets.load_graph` reads (a
+    spec, a path, an ``edge_index``, a ``(src, dst)`` pair, a PyG ``Data``). ``weights``: one
+    float per CSR entry of the graph, validated before any partitioning work.
+    """
+    if not isinstance(graph, CSRGraph):
+        from .datasets import load_graph
+
+        graph = load_graph(graph)
     if weights is not None:  # a bad weight fails before any partitioning work
         from ..ops.weighted import check_weights
 

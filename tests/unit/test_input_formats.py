@@ -212,10 +212,14 @@ def test_python_in_memory_forms(tmp_path):
     assert np.array_equal(split_from_partitions(out)["val"], np.flatnonzero(VAL))
 
 
-def test_src_dst_pair_is_not_taken_for_a_path():
+def test_src_dst_pair_is_not_taken_for_a_path(tmp_path):
+    from mnmg_sampler import partition
+
     big = np.arange(5000, dtype=np.int64)
     g = load_graph((big, big[::-1].copy()))  # str() of this pair is far too long for a path
     assert g.num_nodes == 5000 and g.num_edges == 5000
+    out = partition((big, big[::-1].copy()), 2, "range", tmp_path / "p")
+    assert load_partition(out, 1, 2).num_edges == 5000
     with pytest.raises(GraphFormatError, match="in-memory graph"):
         load_graph((big, big, big))
     with pytest.raises(GraphFormatError, match="no such built-in dataset or file"):
