@@ -72,3 +72,15 @@ def test_edge_labels_are_kept_and_negatives_get_zero():
                        label=np.arange(40, dtype=np.float32) + 1)
     assert out.edge_label[:30].tolist() == list(range(6, 36))
     assert out.edge_label[30:].tolist() == [0.0] * 60
+
+
+def test_to_and_to_pyg_keep_the_link_fields():
+    g = _graph()
+    _, _, out = _batch(g, NegativeSampling("triplet", 2), True, False)
+    moved = out.to("cpu")
+    assert type(moved).__name__ == "LinkMiniBatch" and moved.equal(out)
+    pytest.importorskip("torch_geometric")
+    data = out.to_pyg()
+    for name in ("edge_label_index", "src_index", "dst_pos_index", "dst_neg_index"):
+        assert data[name].equal(getattr(out, name))
+    assert data.edge_index.equal(out.edge_index)
