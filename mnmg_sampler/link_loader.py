@@ -108,7 +108,7 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
                        pos: np.ndarray, *, g: int, epoch: int, seed: int,
                        num_neighbors: Sequence[int], replace: bool, num_nodes: int,
                        neg: NegativeSampling | None, known: KnownFn | None = None,
-                       more=None) -> LinkPlan:
+                       more=None, edge_ids: bool = True) -> LinkPlan:
     """Draw the negatives of global batch ``g`` and form its node request (step 1 and 2)."""
     key = request_key(seed, epoch, g)
     src = edge_label_index[0, pos]
@@ -125,8 +125,9 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
             parts.append(negs.ravel())
     seeds, inverse = np.unique(np.concatenate(parts), return_inverse=True)
     label = None if edge_label is None else edge_label[pos]
-    return LinkPlan(SampleRequest(seeds, num_neighbors, key, replace, input_id=pos), pos, src,
-                    dst, inverse.astype(np.int64).ravel(), label, neg)
+    return LinkPlan(SampleRequest(seeds, num_neighbors, key, replace, input_id=pos,
+                                  edge_ids=edge_ids), pos, src, dst,
+                    inverse.astype(np.int64).ravel(), label, neg)
 
 
 def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
@@ -152,7 +153,8 @@ def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
             keep[:h1] = ~bad
             n_edges[0] = h1 - int(bad.sum())
             edge_index = torch.from_numpy(np.ascontiguousarray(ei[:, keep]))
-            e_id = torch.from_numpy(e_id.numpy()[keep])
+            if e_id.numel():  # empty when the request asked for no edge ids
+                e_id = torch.from_numpy(e_id.numpy()[keep])
     out = LinkMiniBatch(n_id=mb.n_id, edge_index=edge_index, e_id=e_id, input_id=mb.input_id,
                         batch_size=mb.batch_size, num_sampled_nodes=list(mb.num_sampled_nodes),
                         num_sampled_edges=n_edges, x=mb.x, y=mb.y, key=mb.key, meta=mb.meta)
@@ -209,7 +211,8 @@ class DistLinkNeighborLoader:
             rank owning each candidate's destination).
         membership_group: process group of the membership exchange; default a new group made
             here (then the constructor is collective: every rank builds its loader together).
-        seed, prefetch, replace, rank, world_size: as ``DistNeighborLoader``.
+        seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
+            (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,
@@ -234,10 +237,11 @@ class DistLinkNeighborLoader:
                  exclude_reverse_edges: bool = False, part=None,
                  membership_group=None, seed: int = 0, prefetch: int = 2,
                  replace: bool = False, rank: int | None = None,
-                 world_size: int | None = None) -> None:
+                 world_size: int | None = None, edge_ids: bool = True) -> None:
         import torch.distributed as dist
 
         self.service = service
+        self.edge_ids = bool(edge_ids)
         self.num_nodes = int(service.num_nodes)
         eli = _as_numpy(edge_label_index, "edge_label_index", np.int64)
         if eli.ndim != 2 or eli.shape[0] != 2:
@@ -328,7 +332,7 @@ class DistLinkNeighborLoader:
                                   num_neighbors=self.num_neighbors, replace=self.replace,
                                   num_nodes=self.num_nodes, neg=self.neg,
                                   known=None if m is None else m.known,
-                                  more=None if m is None else m.any)
+                                  more=None if m is None else m.any, edge_ids=self.edge_ids)
 
     def __iter__(self) -> Iterator[LinkMiniBatch]:
         mine = self._my_batches()[self._resume:]

@@ -25,6 +25,10 @@ from .errors import SamplingInputError
 from .graph.csr import CSRGraph
 from .ops import cpu
 from .ops.dedup import dedup_hop
+from .ops.rng import request_key
+
+__all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts", "check_seed",
+           "local_hop_fn", "request_key", "run_cpu_kernel", "sample"]
 
 
 @dataclass

@@ -86,7 +86,8 @@ class PartitionConfig:
     """How the graph is cut into one partition per rank."""
 
     dir: str | None = _opt(
-        None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
+        None, "Directory of the partitions; reused while the dataset and partition settings "
+        "are unchanged, partitioned again when they change; null = <output.dir>/partitions.",
         path=True)
     method: Literal["random", "range", "hash", "metis"] = _opt(
         "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
@@ -118,6 +119,12 @@ class SamplerConfig:
         _SEED)
     shuffle: bool = _opt(True, "Reshuffle the training seeds every epoch.")
     drop_last: bool = _opt(False, "Drop the last incomplete training minibatch of each rank.")
+    split: Literal["global", "owner"] = _opt(
+        "global", "Training seeds of each rank: global = a share of one global order (the same "
+        "batches for any world size); owner = the seeds its partition owns (hop 1 is local; "
+        "batches depend on the partitioning).")
+    edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
+                          "empty and no edge id crosses the wire.")
     weights: str | None = _opt(
         None, "Edge weights for weighted neighbor sampling: the name of an array of the "
         "dataset's .npz (one value per input edge) or a path to a .npy file of them; "
@@ -159,6 +166,9 @@ class FeaturesConfig:
     placement: Literal["auto", "host", "pinned", "device"] = _opt(
         "auto", "host memory, pinned host memory, or GPU memory; auto = pinned on CUDA, host on "
         "CPU.")
+    cache_rows: int = _opt(
+        0, "Feature rows of other ranks' nodes each rank caches (filled once at start by degree "
+        "into its part); 0 = no cache.", _NONNEG_INT)
 
 
 @dataclass

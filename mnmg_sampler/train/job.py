@@ -172,7 +172,8 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               features=mode == "train" or part.x is not None,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s)
+                              timeout_s=rt.collective_timeout_s,
+                              feature_cache_rows=cfg.features.cache_rows)
     from ..graph.api import split_from_partitions
 
     # masks stored with the graph (file or dataset.*_mask) win over the random split
@@ -180,7 +181,8 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                                                    cfg.dataset.split_seed)
     train_loader = DistNeighborLoader(service, ids["train"], s.fanouts, s.batch_size,
                                       shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
-                                      prefetch=s.prefetch, replace=s.replace)
+                                      prefetch=s.prefetch, replace=s.replace, split=s.split,
+                                      edge_ids=s.edge_ids)
     tr = cfg.training
     steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
     report = RunReport(rank, tr.epochs, steps, tr.log_every, progress,

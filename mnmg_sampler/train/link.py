@@ -264,11 +264,13 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
         neg_sampling={"mode": lk.neg_sampling, "amount": lk.neg_amount,
                       "reject_known": lk.reject_known},
         exclude_seed_edges=lk.exclude_seed_edges, exclude_reverse_edges=undirected, part=part,
-        membership_group=mgroup, seed=s.seed, prefetch=s.prefetch, replace=s.replace)
+        membership_group=mgroup, seed=s.seed, prefetch=s.prefetch, replace=s.replace,
+        edge_ids=s.edge_ids)
     eval_loaders = {k: DistLinkNeighborLoader(
         service, s.eval_fanouts, split[k], batch_size=s.eval_batch_size,
         neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
-        part=part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch)
+        part=part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch,
+        edge_ids=s.edge_ids)
         for k in ("val", "test")}
     tr = cfg.training
     steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))

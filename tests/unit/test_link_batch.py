@@ -84,3 +84,19 @@ def test_to_and_to_pyg_keep_the_link_fields():
     for name in ("edge_label_index", "src_index", "dst_pos_index", "dst_neg_index"):
         assert data[name].equal(getattr(out, name))
     assert data.edge_index.equal(out.edge_index)
+
+
+def test_exclusion_without_edge_ids():
+    g = _graph()
+    dst = np.repeat(np.arange(g.num_nodes), g.degrees())
+    pick = np.random.default_rng(1).choice(g.num_edges, 40, replace=False)
+    eli = np.stack([g.indices[pick], dst[pick]])
+    plans = [build_link_request(eli, None, np.arange(40), g=0, epoch=0, seed=4,
+                                num_neighbors=[4, 3], replace=False, num_nodes=g.num_nodes,
+                                neg=NegativeSampling("binary", 1), edge_ids=e)
+             for e in (True, False)]
+    s = MultiHopSampler(local_hop_fn(g, 4), g.num_nodes)
+    a, b = (finish_link_batch(s.sample([p.request])[0], p, num_nodes=g.num_nodes,
+                              exclude_seed_edges=True) for p in plans)
+    assert b.e_id.numel() == 0 and a.e_id.numel() == a.edge_index.shape[1]
+    assert a.edge_index.equal(b.edge_index) and a.num_sampled_edges == b.num_sampled_edges
