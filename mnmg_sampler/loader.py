@@ -20,6 +20,15 @@ rank; seeds 8..14 are skipped.
 
 The request key of global batch ``g`` in epoch ``e`` is ``request_key(seed, e, g)``, so a batch is
 reproducible from ``(seed, epoch, g)`` alone.
+
+``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so hop 1
+is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds
+(by ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most seeds needs
+(``drop_last``: as many full batches as the rank with fewest seeds has); its batch ``b`` is global
+batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend on the
+partitioning and the world size, so results are reproducible for the same partitions and ``W``
+(any thread count, merge pattern or run), not across world sizes; batch sizes may differ across
+ranks (and a rank may get empty batches) when the partitions own unequal shares of the seeds.
 """
 
 from __future__ import annotations
@@ -34,8 +43,9 @@ from .batch import MiniBatch
 from .distributed.collective import agree
 from .distributed.consistency import check_same_on_every_rank, fingerprint_array
 from .errors import SamplingInputError
-from .ops.rng import request_key
-from .sampler import SampleRequest, check_fanouts
+from .sampler import SampleRequest, check_fanouts, request_key
+
+SPLITS = ("global", "owner")
 
 
 def check_input_nodes(input_nodes, num_nodes: int) -> np.ndarray:
@@ -165,6 +175,9 @@ class DistNeighborLoader:
         replace: sample with replacement.
         rank, world_size: default: those of the service's process group.
         subgraph_type: ``"directional"`` only (PyG's default).
+        split: ``global`` (the global order above) or ``owner`` (each rank's own seeds; see the
+            module docstring for what it changes).
+        edge_ids: return ``e_id``; off, ``e_id`` is empty and no edge id is fetched.
 
     Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
@@ -186,11 +199,19 @@ class DistNeighborLoader:
                  batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  seed: int = 0, prefetch: int = 2, replace: bool = False,
                  rank: int | None = None, world_size: int | None = None, *,
-                 subgraph_type: str = "directional", **pyg_kwargs) -> None:
+                 subgraph_type: str = "directional", split: str = "global",
+                 edge_ids: bool = True, **pyg_kwargs) -> None:
         import torch.distributed as dist
+
+        self.split, self.edge_ids = split, bool(edge_ids)
+        self._owned: np.ndarray | None = None
 
         def check() -> tuple[np.ndarray, list[int]]:
             check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
+            if split not in SPLITS:
+                raise SamplingInputError(f"unknown seed split {split!r}",
+                                         "the loader cannot assign seeds to ranks",
+                                         f"use one of {SPLITS}")
             # PyG: input_nodes=None is every node of the graph
             nodes = check_input_nodes(
                 np.arange(int(service.num_nodes), dtype=np.int64) if input_nodes is None
@@ -237,20 +258,47 @@ class DistNeighborLoader:
             self._resume = 0
         self._resume_epoch = None
 
+    def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of this rank's own seeds, seeds owned by each rank); cached."""
+        if self._owned is None:
+            own = self.service.sampler.owner_of(self.input_nodes)
+            self._owned = own
+        own = self._owned
+        return (np.flatnonzero(own == self.rank),
+                np.bincount(own, minlength=self.world_size))
+
+    def _owner_num_batches(self, counts: np.ndarray) -> int:
+        if self.drop_last:
+            return int(counts.min()) // self.batch_size
+        return max(1, -(-int(counts.max()) // self.batch_size))
+
     def _my_batches(self) -> list[tuple[int, np.ndarray]]:
+        if self.split == "owner":
+            pos, counts = self._owner_counts()
+            if self.shuffle:
+                g = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5EED, self.rank])
+                pos = pos[g.permutation(pos.size)]
+            nb = self._owner_num_batches(counts)
+            B = self.batch_size
+            parts = ([pos[i * B:(i + 1) * B] for i in range(nb)] if self.drop_last
+                     else [np.ascontiguousarray(a) for a in np.array_split(pos, nb)])
+            return [(b * self.world_size + self.rank, p) for b, p in enumerate(parts)]
         allb = global_batches(self.input_nodes.size, self.batch_size, self.world_size,
                               shuffle=self.shuffle, drop_last=self.drop_last, seed=self.seed,
                               epoch=self.epoch)
         return [(g, allb[g]) for g in range(self.rank, len(allb), self.world_size)]
 
     def __len__(self) -> int:
+        if self.split == "owner":
+            return self._owner_num_batches(self._owner_counts()[1])
         n, per = self.input_nodes.size, self.batch_size * self.world_size
         return n // per if self.drop_last else -(-n // per)
 
     def request(self, g: int, pos: np.ndarray) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         return SampleRequest(self.input_nodes[pos], self.num_neighbors,
-                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos)
+                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos,
+                             edge_ids=self.edge_ids)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         mine = self._my_batches()[self._resume:]

@@ -150,6 +150,28 @@ def worker_finish(work: str, rank: int, result: dict) -> None:
 
 
 # -- reporting ---------------------------------------------------------------------------------
+def machine_info(threads: int) -> dict:
+    """What ran the benchmark: CPU model, cores, versions and the load average at the start."""
+    import platform
+
+    import numba
+    import numpy as np
+
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cpu_count": os.cpu_count(), "threads": threads,
+            "python": platform.python_version(), "numba": numba.__version__,
+            "numpy": np.__version__,
+            # other processes compete for the cores: a load above the core count skews timings
+            "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 
@@ -194,8 +216,6 @@ def graph_line(args, graph, seeds, load_s: float) -> str:
 def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: int,
                 target: float, **extra) -> dict:
     """The JSON head every 2-rank mode reports: what ran, on what, on which machine."""
-    from .single import _machine
-
     return {
         "mode": mode, "command": command_line(mode), "graph": args.graph, "name": graph.name,
         "undirected": args.undirected, "num_nodes": graph.num_nodes,
@@ -203,7 +223,7 @@ def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: 
         "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
         "prefetch": args.prefetch, "ranks": args.ranks, "replace": args.replace,
         "seed": args.seed, "repeats": args.repeats, "partition_method": args.partition_method,
-        "target": target, "machine": _machine(threads), **extra,
+        "target": target, "machine": machine_info(threads), **extra,
     }
 
 

@@ -4,12 +4,14 @@ Measured in one run, on one graph, one thread per rank:
 
 1. **single process**: :class:`~mnmg_sampler.sampler.MultiHopSampler` on the whole graph,
    ``--batches`` minibatches, one request per call, in this process (with ``--features``, each
-   batch also gathers its feature rows, as a rank does).
+   batch also gathers its feature rows, as a rank does); ``--repeats`` times first and once more
+   before each world size, so load changes hit both sides of a ratio.
 2. **distributed**, for each world size ``W`` in ``--world-sizes`` (default 1,2): the graph is
    partitioned into ``W`` parts in a temporary directory and ``W`` ranks are started with
    torchrun (gloo, loopback). Each rank samples ``--batches`` minibatches with
    :class:`~mnmg_sampler.distributed.sampler.DistSampler`, one request per rank per collective
-   call, after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
+   call (``--merge K``: K requests per rank per call, as a service merges its loaders'
+   requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
    (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
    (``--split owner``). More ranks than cores oversubscribe them; the output says so.
 
@@ -39,6 +41,7 @@ from ._launch import (
     graph_line,
     launch,
     load_for_bench,
+    machine_info,
     median,
     partition_for,
     set_bench_threads,
@@ -68,6 +71,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["global", "owner"], default="global",
                    help="seeds of each rank: global batch order, or the seeds it owns "
                         "(default: global)")
+    p.add_argument("--merge", type=positive_int, default=1, metavar="K",
+                   help="requests each rank merges into one round, as a service merges its "
+                        "loaders' requests (default: 1)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -108,28 +114,30 @@ def _worker(work: str) -> int:
     store = None
     if task["features"] and part.x is not None:
         store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
+    K = task.get("merge", 1)  # requests per rank per round
     if task["split"] == "owner":
-        mine = seeds[sampler.owner(sampler.orig_to_new[seeds]) == rank]
+        mine = seeds[sampler.owner_of(seeds) == rank]
         n_mine = min(task["batches"], -(-mine.size // B))
         t = torch.tensor([n_mine])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        rounds = int(t)
+        slots = int(t)
 
-        def batch(r):
-            return (mine[r * B:(r + 1) * B], r * world + rank) if r < n_mine else None
+        def batch(b):
+            return (mine[b * B:(b + 1) * B], b * world + rank) if b < n_mine else None
     else:
         n = min(task["batches"] * world, -(-seeds.size // B))
-        rounds = -(-n // world)
+        slots = -(-n // world)
         n_mine = len(range(rank, n, world))
 
-        def batch(r):
-            i = r * world + rank
+        def batch(b):
+            i = b * world + rank
             return (seeds[i * B:(i + 1) * B], i) if i < n else None
+    rounds = -(-slots // K)
 
     def one_round(r: int) -> int:
-        b = batch(r)
-        reqs = [SampleRequest(b[0], fanouts, request_key(seed, 0, b[1]), replace=task["replace"],
-                              edge_ids=task["edge_ids"])] if b is not None else []
+        todo = [x for x in (batch(b) for b in range(r * K, (r + 1) * K)) if x is not None]
+        reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
+                              edge_ids=task["edge_ids"]) for sd, i in todo]
         return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
 
     one_round(0)  # warm-up: compiled code, page cache, gloo buffers
@@ -233,33 +241,47 @@ def _fmt(x: float) -> str:
     return f"{x / 1e6:,.2f} M/s"
 
 
-def _single(graph, seeds, fanouts, args, edge_ids: bool) -> dict:
-    """The single process's figures: same batches, keys and edge-id setting as the ranks."""
-    from ..ops.rng import request_key
-    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+class _Single:
+    """The single process's figures: same batches, keys and edge-id setting as the ranks.
 
-    B = args.batch_size
-    n = min(args.batches, -(-seeds.size // B))
-    reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts, request_key(args.seed, 0, i),
-                          replace=args.replace, edge_ids=edge_ids) for i in range(n)]
-    s = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
-    x = graph.x if args.features else None
-    s.sample(reqs[:1])  # warm-up
-    secs, cpus, edges = [], [], 0
-    for _ in range(args.repeats):
+    Repeats are spread over the run (``--repeats`` first, then one before each world size), so
+    a change in the machine's load hits both sides of a ratio alike.
+    """
+
+    def __init__(self, graph, seeds, fanouts, args, edge_ids: bool) -> None:
+        from ..ops.rng import request_key
+        from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+        B = args.batch_size
+        self.n = min(args.batches, -(-seeds.size // B))
+        self.reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
+                                   request_key(args.seed, 0, i), replace=args.replace,
+                                   edge_ids=edge_ids) for i in range(self.n)]
+        self.sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
+        self.x = graph.x if args.features else None
+        self.sampler.sample(self.reqs[:1])  # warm-up
+        self.secs: list[float] = []
+        self.cpus: list[float] = []
+        self.edges = 0
+
+    def run_once(self) -> None:
         t, c = time.perf_counter(), time.process_time()
         edges = 0
-        for r in reqs:
-            (b,) = s.sample([r])
-            if x is not None:
-                b.x = x[b.n_id.numpy()]
+        for r in self.reqs:
+            (b,) = self.sampler.sample([r])
+            if self.x is not None:
+                b.x = self.x[b.n_id.numpy()]
             edges += int(b.edge_index.shape[1])
-        secs.append(time.perf_counter() - t)
-        cpus.append(time.process_time() - c)
-    med = median(secs)
-    return {"batches": n, "edges": edges, "median_s": med, "per_s": edges / med,
-            "seconds": secs, "cpu_s": cpus, "edges_per_batch": edges / max(n, 1),
-            "cpu_s_per_m_edges": median(cpus) / max(edges, 1) * 1e6}
+        self.secs.append(time.perf_counter() - t)
+        self.cpus.append(time.process_time() - c)
+        self.edges = edges
+
+    def result(self) -> dict:
+        med = median(self.secs)
+        return {"batches": self.n, "edges": self.edges, "median_s": med,
+                "per_s": self.edges / med, "seconds": self.secs, "cpu_s": self.cpus,
+                "edges_per_batch": self.edges / max(self.n, 1),
+                "cpu_s_per_m_edges": median(self.cpus) / max(self.edges, 1) * 1e6}
 
 
 def _synthetic_features(graph, dim: int, seed: int):
@@ -275,7 +297,6 @@ def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
-    from .single import _machine
 
     fanouts = parse_fanouts(args.fanouts)
     worlds = parse_world_sizes(args.world_sizes)
@@ -291,28 +312,33 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "machine": _machine(threads),
+        "merge": args.merge,
+        "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
     print(f"threads {threads} per rank, fanouts {fanouts}, batch size {args.batch_size}, "
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
-          f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}; "
+          f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
+          f"{args.merge} request(s) per rank per round; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
-    single = res["single"] = _single(graph, seeds, fanouts, args, args.edge_ids)
+    one = _Single(graph, seeds, fanouts, args, args.edge_ids)
+    for _ in range(args.repeats):
+        one.run_once()
     res["dist"] = {}
     task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
-            "split": args.split, "edge_ids": bool(args.edge_ids)}
+            "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
             parts = partition_for(graph, w, args.partition_method, args.seed, root)
             over = f" (oversubscribed: {w * threads} threads on {cores} cores)" \
                 if w * threads > cores else ""
+            one.run_once()
             print(f"running {w} rank(s){over} ...", flush=True)
             t = time.perf_counter()
             ranks = launch("dist", w, root / f"work-{w}", {**task, "partitions": str(parts)},
@@ -320,10 +346,12 @@ def run(args: argparse.Namespace) -> int:
             s = summarize(ranks)
             s["launch_s"] = time.perf_counter() - t
             s["oversubscribed"] = bool(over)
-            s["per_rank_vs_single"] = s["mean_edges_per_s_per_rank"] / single["per_s"]
-            s["total_vs_single"] = s["total_edges_per_s"] / single["per_s"]
-            s["cpu_vs_single"] = s["cpu_s_per_m_edges"] / single["cpu_s_per_m_edges"]
             res["dist"][str(w)] = s
+    single = res["single"] = one.result()
+    for s in res["dist"].values():
+        s["per_rank_vs_single"] = s["mean_edges_per_s_per_rank"] / single["per_s"]
+        s["total_vs_single"] = s["total_edges_per_s"] / single["per_s"]
+        s["cpu_vs_single"] = s["cpu_s_per_m_edges"] / single["cpu_s_per_m_edges"]
     print_table(res)
     if args.plot:
         plot(res, args.plot)
@@ -390,8 +418,8 @@ def plot(res: dict, path: str) -> None:
     b.set_ylabel("CPU s per M sampled edges")
     b.set_xticks(ws)
     b.legend()
-    fig.suptitle(f"{res['graph']}, fanouts {res['fanouts']}, {res['partition_method']}, "
-                 f"split {res['split']}", fontsize=9)
+    fig.suptitle(f"{Path(res['graph']).name}, fanouts {res['fanouts']}, "
+                 f"{res['partition_method']}, split {res['split']}", fontsize=9)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -41,8 +41,8 @@ class Exchanger:
 
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
-    (``ids``, ``features``, ...), ``calls`` (collectives), ``host_transfers`` (host <-> device
-    copies made by staging, see :meth:`to_host`).
+    (``ids``, ``features``, ...), ``calls`` (collectives), ``transfers`` (host <-> device copies
+    of the data path: ``h2d`` and ``d2h``; every one goes through :meth:`h2d` / :meth:`d2h`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -54,7 +54,7 @@ class Exchanger:
         self.bytes_sent = 0
         self.bytes: dict[str, list[int]] = {}
         self.calls = 0
-        self.host_transfers = 0
+        self.transfers = {"h2d": 0, "d2h": 0}
         self.t_exchange = 0.0
         self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
 
@@ -72,24 +72,30 @@ class Exchanger:
         """Bytes sent to other ranks, all tags."""
         return sum(b[1] for b in self.bytes.values())
 
+    def h2d(self, t: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """The data path's host -> device copy (counted even when the CUDA simulator makes the
+        device the CPU, so the simulator tests count what a GPU would do)."""
+        self.transfers["h2d"] += 1
+        return t.to(device, non_blocking=True)
+
+    def d2h(self, t: torch.Tensor) -> torch.Tensor:
+        """The data path's device -> host copy (counted like :meth:`h2d`)."""
+        self.transfers["d2h"] += 1
+        return t.cpu()
+
     def to_host(self, t: torch.Tensor) -> torch.Tensor:
-        """The data path's only way to bring a tensor to the host: counts device -> host copies."""
-        if t.device.type != "cpu":
-            self.host_transfers += 1
-            return t.cpu()
-        return t
+        """``t`` on the host; a counted copy only when it is on a device."""
+        return self.d2h(t) if t.device.type != "cpu" else t
 
     def _stage(self, t: torch.Tensor) -> torch.Tensor:
         """Move a send buffer to the backend's device (no copy when it is there already)."""
-        if t.device != self.device:
-            self.host_transfers += 1
-        return t.to(self.device, non_blocking=True)
+        return self.h2d(t, self.device) if t.device != self.device else t
 
     def _unstage(self, t: torch.Tensor, device: torch.device) -> torch.Tensor:
         """Bring a received buffer back to the caller's device."""
-        if t.device != device:
-            self.host_transfers += 1
-        return t.to(device)
+        if t.device == device:
+            return t
+        return self.d2h(t) if device.type == "cpu" else t.to(device)
 
     # -- collectives --------------------------------------------------------------------------
     def counts(self, send_counts: torch.Tensor, tag: str = "counts") -> torch.Tensor:

@@ -69,7 +69,8 @@ class DistFeatureStore:
             table[:, :F] = part.x
         y = np.ascontiguousarray(part.y if self.has_y else np.zeros(n_local), dtype=np.int64)
         table[:, F:] = y.view(np.float32).reshape(n_local, 2)
-        self._host = table
+        # host placement reads rows with numpy fancy indexing; the others keep only their copy
+        self._host = table if placement == "host" else None
         table = torch.from_numpy(table)
         if placement == "pinned":
             table = table.pin_memory()
@@ -80,7 +81,8 @@ class DistFeatureStore:
         self.placement = placement
         self.row_bytes = (F + 2) * 4
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "distinct_remote_rows": 0,
-                      "cache_hits": 0, "rows_fetched": 0, "fetches": 0}
+                      "cache_hits": 0, "rows_fetched": 0, "duplicate_rows_fetched": 0,
+                      "fetches": 0}
         self._cache_ids = np.empty(0, np.int64)
         self._cache_rows = np.empty((0, F + 2), np.float32)
         if int(cache_rows) > 0 and self.enabled:
@@ -119,7 +121,7 @@ class DistFeatureStore:
         send = torch.from_numpy(ids[perm].astype(self.wire))
         recv, recv_counts = self.ex.exchange(send, torch.from_numpy(send_counts), "features")
         rows = torch.from_numpy(self._host[recv.numpy().astype(np.int64) - self.lo]) \
-            if self.placement == "host" else self.table[
+            if self._host is not None else self.table[
                 (recv.to(torch.int64) - self.lo).to(self.table.device)]
         back = self.ex.payload(self.ex.to_host(rows), recv_counts.tolist(),
                                send_counts.tolist(), "features").numpy()
@@ -136,7 +138,7 @@ class DistFeatureStore:
         local = self._owner(ids) == self.ex.rank
         out = np.empty((ids.size, self.num_features + 2), np.float32)
         li = np.flatnonzero(local)
-        src = self._host if self.placement == "host" else None
+        src = self._host
         if src is not None:
             out[li] = src[ids[li] - self.lo]
         else:
@@ -153,7 +155,8 @@ class DistFeatureStore:
         else:
             hit = np.zeros(uniq.size, bool)
             miss = np.arange(uniq.size)
-        rows_u[miss] = self._exchange_rows(uniq[miss])
+        fetch = uniq[miss]
+        rows_u[miss] = self._exchange_rows(fetch)
         out[ri] = rows_u[inv]
         st = self.stats
         st["fetches"] += 1
@@ -163,6 +166,8 @@ class DistFeatureStore:
         st["distinct_remote_rows"] += int(uniq.size)
         st["cache_hits"] += int(hit.sum())
         st["rows_fetched"] += int(miss.size)
+        # measured, not assumed: rows that crossed the wire twice in this round
+        st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
         F = self.num_features
         res = []
         for chunk in torch.split(torch.from_numpy(out), sizes):

@@ -58,6 +58,12 @@ class DistSampler:
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
                                                   part.orig_ids))
         self.kernel = kernel
+        self._weights = None if getattr(part, "weights", None) is None else np.asarray(
+            part.weights)  # weighted sampling: one float32 per local CSR entry
+        if kernel == "cuda" and self._weights is not None:
+            raise SamplingInputError("the partition has edge weights but kernel='cuda'",
+                                     "weighted sampling is wired to the CPU kernel only",
+                                     "use kernel='cpu' for a weighted partition")
         if kernel == "cuda":
             self._cuda = _CudaHop(self._csr, device)
         elif kernel != "cpu":
@@ -74,9 +80,13 @@ class DistSampler:
         self.wire = wire_dtype(part.num_nodes, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
-        self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing
-        self.orig_to_new = np.asarray(part.orig_to_new)
+        # A range partitioning keeps every node's id (new == original): no id map is needed,
+        # so none is read. Otherwise plain views of the maps (faster fancy indexing).
+        self.identity_ids = (part.manifest or {}).get("stats", {}).get("method") == "range"
+        self.new_to_orig = None if self.identity_ids else np.asarray(part.new_to_orig)
+        self.orig_to_new = None if self.identity_ids else np.asarray(part.orig_to_new)
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
+        self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
         self.kernel_calls = 0
         self.kernel_nodes = 0
         self.kernel_edges = 0
@@ -87,15 +97,39 @@ class DistSampler:
         """Owner rank of each new id (int64)."""
         return np.searchsorted(self._inner, nodes, side="right")
 
-    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids):
+    def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
+        """New (relabelled) ids of original ids."""
+        orig_ids = np.asarray(orig_ids, np.int64)
+        return orig_ids if self.identity_ids else self.orig_to_new[orig_ids]
+
+    def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
+        """Original ids of new ids."""
+        new_ids = np.asarray(new_ids, np.int64)
+        return new_ids if self.identity_ids else np.asarray(self.new_to_orig[new_ids], np.int64)
+
+    def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
+        """Owner rank of each *original* node id (for seed splits by owner)."""
+        return self.owner(self.to_new(orig_ids))
+
+    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
-            c, nb, e = self._cuda(rows, keys, self.seed, hop, fanouts, replace)
+            c, nb, e = self._cuda(self.ex, rows, keys, self.seed, hop, fanouts, replace,
+                                  edge_ids)
+        elif self._weights is not None:
+            from ..ops.weighted import sample_neighbors_weighted
+
+            indptr, indices, eids, orig = self._csr
+            c, nb, e = sample_neighbors_weighted(indptr, indices, eids, self._weights, rows,
+                                                 orig[rows] if rng_nodes is None else rng_nodes,
+                                                 keys, self.seed, hop, fanouts, replace,
+                                                 with_eids=edge_ids)
             e = e if edge_ids else None
         else:
             indptr, indices, eids, orig = self._csr
-            c, nb, e = run_cpu_kernel(indptr, indices, eids, rows, orig[rows], keys, self.seed,
-                                      hop, fanouts, replace, edge_ids)
+            c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,
+                                      orig[rows] if rng_nodes is None else rng_nodes, keys,
+                                      self.seed, hop, fanouts, replace, edge_ids)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
@@ -105,9 +139,11 @@ class DistSampler:
     def _hop(self, h: HopSegments):
         W, me, k = self.ex.world_size, self.rank, self._k
         nodes = h.nodes
-        if W == 1:  # everything is local: no exchange at all
+        if W == 1 or h.hop in self._local_hops:  # all local (agreed): no exchange at all
             keys_n, fan_n, rep_n = h.per_node()
-            return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids)
+            # with a range partitioning a node's id is its original id: no orig_ids gather
+            return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
+                                nodes if self.identity_ids else None)
         flags = h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
         # outbound: per destination, one header per request, then the wire ids of its nodes
         buf, sizes, ocount, where, mine = wire.pack_requests(
@@ -130,35 +166,58 @@ class DistSampler:
         return counts, nbr, (eid if h.edge_ids else None)
 
     # -- public ---------------------------------------------------------------------------
-    def sample(self, requests: Sequence[SampleRequest], features=None) -> list[MiniBatch]:
-        """Collective: sample this rank's requests (original ids) together with every rank's.
+    def round_flags(self, requests: Sequence[SampleRequest]
+                    ) -> tuple[list[int], SamplingInputError | None]:
+        """Local half of a round's agreement: ``(flags, this rank's input error or None)``.
 
-        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way).
+        ``flags = [error, deepest request, any seed owned by another rank]``, to be reduced with
+        ``MAX`` over ranks. Callers that agree on a round anyway (the service) put them in their
+        own all-reduce and pass ``(error, reduced flags)`` to :meth:`sample` as ``agreed``, so a
+        round costs one agreement collective, not two. When no rank has a remote seed (e.g. with
+        a seed split by owner), hop 1 skips its exchanges.
         """
-        err = None
         try:
             for r in requests:
                 self._check(r.seeds)
         except SamplingInputError as e:
-            err = e
-        # one all-reduce agrees on both: did any rank fail, and how many hops this round has
-        flags = torch.tensor([1 if err is not None else 0,
-                              max((len(r.fanouts) for r in requests), default=0)],
-                             device=backend_device(self.group))
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-        if int(flags[0]):
+            return [1, 0, 1], e
+        hops = max((len(r.fanouts) for r in requests), default=0)
+        remote = any(bool((self.owner_of(r.seeds) != self.rank).any()) for r in requests)
+        return [0, hops, int(remote)], None
+
+    def sample(self, requests: Sequence[SampleRequest], features=None,
+               agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
+               ) -> list[MiniBatch]:
+        """Collective: sample this rank's requests (original ids) together with every rank's.
+
+        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
+        every minibatch are fetched in the same call (one more exchange each way).
+        ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
+        all-reduce (see :meth:`round_flags`).
+        """
+        if agreed is None:
+            flags, err = self.round_flags(requests)
+            if self.ex.world_size > 1:
+                t = torch.tensor(flags, device=backend_device(self.group))
+                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+                flags = [int(v) for v in t.tolist()]
+        else:
+            err, flags = agreed
+        failed, hops, remote = (int(v) for v in flags)
+        if failed:
+            if self.ex.world_size == 1 and err is not None:
+                raise err
             raise_agreed(err, self.group)
-        hops = flags[1]
-        internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
+        self._local_hops = () if remote else (0,)
+        internal = [SampleRequest(self.to_new(r.seeds), r.fanouts, r.key, r.replace,
                                   r.input_id, r.edge_ids) for r in requests]
-        out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))
+        out = self.sampler.sample_checked(internal, num_hops=int(hops))
         if features is not None and features.enabled:
             for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out]),
                                  strict=True):
                 b.x, b.y = x, y
         for b in out:
-            b.n_id = torch.from_numpy(np.asarray(self.new_to_orig[b.n_id.numpy()], np.int64))
+            b.n_id = torch.from_numpy(self.to_orig(b.n_id.numpy()))
         return out
 
     def _check(self, seeds: np.ndarray,
@@ -175,8 +234,11 @@ class DistSampler:
 
 
 class _CudaHop:
-    """The hop kernel on a CUDA device: the partition's CSR lives there, draws run on a
-    dedicated stream, results come back to the host for renumbering.
+    """The hop kernel on a CUDA device: the partition's CSR lives there; each hop costs one
+    host -> device copy (rows, keys, fanouts and flags packed in one buffer) and one device ->
+    host copy (counts, neighbors and, when asked, edge ids in one buffer), both through the
+    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`. The kernel itself reads
+    one scalar (the hop's edge total) to size its outputs. Draws run on a dedicated stream.
 
     Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
     which is how it is tested here; it has not run on a real GPU.
@@ -195,22 +257,27 @@ class _CudaHop:
         self.arrays = tuple(torch.from_numpy(np.array(a)).to(device) for a in csr)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def __call__(self, rows, keys, seed, hop, fanouts, replace):
+    def __call__(self, ex: Exchanger, rows, keys, seed, hop, fanouts, replace, edge_ids: bool):
         from ..ops.cuda import sample_neighbors_cuda
 
         indptr, indices, eids, orig = self.arrays
-        dev = self.device
+        n = rows.shape[0]
 
         def run():
-            r = torch.from_numpy(rows).to(dev)
-            out = sample_neighbors_cuda(indptr, indices, eids, r, orig[r],
-                                        torch.from_numpy(keys).to(dev), seed, hop,
-                                        torch.from_numpy(fanouts).to(dev),
-                                        torch.from_numpy(replace.astype(np.uint8)).to(dev))
-            return tuple(t.cpu().numpy() for t in out)  # waits for the stream's work
+            packed = np.empty((4, n), np.int64)
+            packed[0], packed[1], packed[2], packed[3] = rows, keys, fanouts, replace
+            t = ex.h2d(torch.from_numpy(packed), self.device)
+            r = t[0]
+            c, nb, e = sample_neighbors_cuda(indptr, indices, eids, r, orig[r], t[1], seed, hop,
+                                             t[2], t[3].to(torch.uint8), with_eids=edge_ids)
+            out = ex.d2h(torch.cat([c, nb, e]) if edge_ids else torch.cat([c, nb])).numpy()
+            E = nb.shape[0]
+            return out[:n], out[n:n + E], (out[n + E:] if edge_ids else None)
 
         if self.stream is None:
             return run()
-        self.stream.wait_stream(torch.cuda.current_stream(dev))
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             return run()
+
+

@@ -66,13 +66,17 @@ class SamplingService:
             a rank that stops serving makes the others fail after this long instead of hanging.
         max_requests_per_round: take at most this many pending local requests per round
             (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
+        feature_cache_rows: remote feature rows each rank caches (same value on every rank; see
+            :class:`~mnmg_sampler.distributed.features.DistFeatureStore`); hit rate and bytes
+            saved in :meth:`stats` under ``features``.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  mode: str | None = None, features: bool = True, placement: str = "host",
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
                  max_requests_per_round: int | None = None,
-                 timeout_s: float | None = None, kernel: str = "auto") -> None:
+                 timeout_s: float | None = None, kernel: str = "auto",
+                 feature_cache_rows: int = 0) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
@@ -99,7 +103,8 @@ class SamplingService:
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
 
-            self.features = DistFeatureStore(part, self.sampler.ex, placement, device)
+            self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
+                                             cache_rows=feature_cache_rows)
         self.num_nodes = int(part.num_nodes)
         self._q: queue.Queue = queue.Queue()
         self._closing = threading.Event()
@@ -192,22 +197,26 @@ class SamplingService:
             self._taken = pending
             n = self._stats["rounds"] + self._stats["idle_rounds"]
             try:
-                # 1. agreement: requests in all, and is any rank still active
+                # 1. agreement, the round's only one: requests, is any rank still active, and
+                # the sampler's flags (input error, hops, remote seeds): one all-reduce, MAX
                 self._step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
-                flags = torch.tensor([len(pending), 0 if done else 1], dtype=torch.int64,
-                                     device=backend_device(self.group))
-                dist.all_reduce(flags, group=self.group)
+                mine, err = self.sampler.round_flags([r for r, _ in pending])
+                flags = torch.tensor([len(pending), 0 if done else 1, *mine],
+                                     dtype=torch.int64, device=backend_device(self.group))
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
                 total, active = int(flags[0]), int(flags[1])
+                agreed = (err, [int(v) for v in flags[2:].tolist()])
                 if total == 0:
                     self._stats["idle_rounds"] += 1
                     return active > 0
                 # 2. sampling: every rank's requests in one collective call
-                self._step = f"sampling round {n} ({total} requests on all ranks)"
+                self._step = f"sampling round {n} (up to {total} requests per rank)"
                 t0 = time.perf_counter()
                 k0 = self.sampler.kernel_calls
                 try:
-                    batches = self.sampler.sample([r for r, _ in pending], self.features)
+                    batches = self.sampler.sample([r for r, _ in pending], self.features,
+                                                  agreed=agreed)
                 except PeerError:
                     raise
                 except MnmgError as e:  # raised on every rank by agreement: fail these requests
@@ -360,6 +369,10 @@ class SamplingService:
         st["exchange_calls"] = self.sampler.ex.calls
         st["t_kernel"] = self.sampler.t_kernel
         st["t_exchange"] = self.sampler.ex.t_exchange
+        st["bytes_by_kind"] = {k: {"self": v[0], "others": v[1]}
+                               for k, v in self.sampler.ex.bytes.items()}
+        if self.features is not None:
+            st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st
 
 
