@@ -11,6 +11,7 @@ graph and partitions         ``load_graph``, ``partition_graph``, ``partition``,
                              ``CSRGraph``, ``supported_formats``
 sampling                     ``SamplingService``, ``DistNeighborLoader``, ``SampleRequest``,
                              ``MiniBatch``, ``MultiHopSampler``, ``sample``, ``request_key``
+link prediction              ``DistLinkNeighborLoader``, ``LinkMiniBatch``, ``NegativeSampling``
 training                     ``init_distributed``, ``set_threads``, ``GraphSAGE``,
                              ``num_correct``, ``accuracy``
 config                       ``load_config``, ``JobConfig``
@@ -53,6 +54,9 @@ _LAZY = {
     # sampling
     "SamplingService": "mnmg_sampler.distributed.service",
     "DistNeighborLoader": "mnmg_sampler.loader",
+    "DistLinkNeighborLoader": "mnmg_sampler.link_loader",
+    "LinkMiniBatch": "mnmg_sampler.link_loader",
+    "NegativeSampling": "mnmg_sampler.ops.negative",
     "MiniBatch": "mnmg_sampler.batch",
     "MultiHopSampler": "mnmg_sampler.sampler",
     "SampleRequest": "mnmg_sampler.sampler",
@@ -91,7 +95,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph.datasets import load_graph, supported_formats  # noqa: F401
     from .graph.partition import partition, write_partitions  # noqa: F401
     from .graph.partition_io import Partition, load_partition  # noqa: F401
+    from .link_loader import DistLinkNeighborLoader, LinkMiniBatch  # noqa: F401
     from .loader import DistNeighborLoader  # noqa: F401
+    from .ops.negative import NegativeSampling  # noqa: F401
     from .ops.rng import request_key  # noqa: F401
     from .runtime import init_distributed, set_threads  # noqa: F401
     from .sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401

@@ -78,7 +78,14 @@ def _main(argv: list[str] | None) -> int:
         rc = args.func(args)
     except MnmgError as e:
         print(f"{rank_prefix()}mnmg-sampler {args.command}: error: {e}", file=sys.stderr)
-        return 3 if isinstance(e, PeerError) else 2
+        if isinstance(e, PeerError):
+            # a job with a dead peer cannot tear its process group down reliably (destructors
+            # wait for collectives that never end): leave now, without interpreter teardown
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(3)
+        return 2
     sys.stdout.flush()  # a closed pipe shows here, inside main's handler
     return rc or 0
 

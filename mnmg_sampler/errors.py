@@ -51,6 +51,10 @@ class GraphFormatError(MnmgError, ValueError):
     """An input graph file is malformed; the message names the file and line or key."""
 
 
+class EdgeWeightError(GraphFormatError):
+    """Edge weights are unusable: wrong length or dtype, negative, NaN or infinite."""
+
+
 class SamplingInputError(MnmgError, ValueError):
     """Seeds or fanouts passed to a sampler are invalid (out of range, negative, bad fanout)."""
 

@@ -95,12 +95,20 @@ class LinkPlan:
     label: np.ndarray | None
     neg: NegativeSampling | None
 
+    def pos_local(self) -> tuple[np.ndarray, np.ndarray]:
+        """Local ids (into ``n_id``) of the positives' sources and destinations."""
+        P = self.pos.size
+        if self.neg is None or self.neg.mode == "triplet":  # [src, dst, (negatives)]
+            return self.inverse[:P], self.inverse[P:2 * P]
+        L = P * (1 + self.neg.amount)  # binary: [src of all L pairs, dst of all L pairs]
+        return self.inverse[:P], self.inverse[L:L + P]
+
 
 def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | None,
                        pos: np.ndarray, *, g: int, epoch: int, seed: int,
                        num_neighbors: Sequence[int], replace: bool, num_nodes: int,
                        neg: NegativeSampling | None, known: KnownFn | None = None,
-                       more=None) -> LinkPlan:
+                       more=None, edge_ids: bool = True) -> LinkPlan:
     """Draw the negatives of global batch ``g`` and form its node request (step 1 and 2)."""
     key = request_key(seed, epoch, g)
     src = edge_label_index[0, pos]
@@ -117,12 +125,9 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
             parts.append(negs.ravel())
     seeds, inverse = np.unique(np.concatenate(parts), return_inverse=True)
     label = None if edge_label is None else edge_label[pos]
-    return LinkPlan(SampleRequest(seeds, num_neighbors, key, replace, input_id=pos), pos, src,
-                    dst, inverse.astype(np.int64).ravel(), label, neg)
-
-
-def _pair_codes(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    return a * np.int64(n) + b
+    return LinkPlan(SampleRequest(seeds, num_neighbors, key, replace, input_id=pos,
+                                  edge_ids=edge_ids), pos, src, dst,
+                    inverse.astype(np.int64).ravel(), label, neg)
 
 
 def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
@@ -131,35 +136,44 @@ def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
     """Turn the sampled node minibatch of ``plan`` into a :class:`LinkMiniBatch` (step 3)."""
     edge_index, e_id = mb.edge_index, mb.e_id
     n_edges = list(mb.num_sampled_edges)
-    if exclude_seed_edges and edge_index.shape[1] and plan.src.size:
-        n_id = mb.n_id.numpy()
+    if exclude_seed_edges and n_edges and n_edges[0] and plan.src.size:
+        # A seed edge s -> d ends at a seed node, and seeds are expanded at hop 1 only, so only
+        # hop-1 edges can be seed edges (or their reverses); compare local-id pairs there.
+        P = plan.pos.size
         ei = edge_index.numpy()
-        got = _pair_codes(n_id[ei[0]], n_id[ei[1]], num_nodes)
-        seeds = [_pair_codes(plan.src, plan.dst, num_nodes)]
+        h1 = n_edges[0]
+        n_loc = np.int64(mb.n_id.numel())
+        s_loc, d_loc = plan.pos_local()
+        seeds = [d_loc * n_loc + s_loc]
         if exclude_reverse_edges:
-            seeds.append(_pair_codes(plan.dst, plan.src, num_nodes))
-        keep = ~np.isin(got, np.concatenate(seeds))
-        hop_of = np.repeat(np.arange(len(n_edges)), n_edges)
-        n_edges = np.bincount(hop_of[keep], minlength=len(n_edges)).tolist()
-        idx = torch.from_numpy(np.flatnonzero(keep))
-        edge_index, e_id = edge_index[:, idx], e_id[idx]
+            seeds.append(s_loc * n_loc + d_loc)
+        bad = np.isin(ei[1, :h1] * n_loc + ei[0, :h1], np.concatenate(seeds))
+        if bad.any():
+            keep = np.ones(ei.shape[1], bool)
+            keep[:h1] = ~bad
+            n_edges[0] = h1 - int(bad.sum())
+            edge_index = torch.from_numpy(np.ascontiguousarray(ei[:, keep]))
+            if e_id.numel():  # empty when the request asked for no edge ids
+                e_id = torch.from_numpy(e_id.numpy()[keep])
     out = LinkMiniBatch(n_id=mb.n_id, edge_index=edge_index, e_id=e_id, input_id=mb.input_id,
                         batch_size=mb.batch_size, num_sampled_nodes=list(mb.num_sampled_nodes),
                         num_sampled_edges=n_edges, x=mb.x, y=mb.y, key=mb.key, meta=mb.meta)
-    inv = torch.from_numpy(plan.inverse)
+    inv = plan.inverse
     P = plan.pos.size
     neg = plan.neg
     label = None if plan.label is None else torch.from_numpy(np.ascontiguousarray(plan.label))
     if neg is None or neg.mode == "triplet":
-        out.edge_label_index = torch.stack([inv[:P], inv[P:2 * P]])
+        out.edge_label_index = torch.from_numpy(inv[:2 * P].reshape(2, P))
         out.edge_label = label
         if neg is not None:
-            out.src_index, out.dst_pos_index = inv[:P], inv[P:2 * P]
-            d = inv[2 * P:].view(P, neg.amount)
-            out.dst_neg_index = d.squeeze(-1) if neg.amount == 1 else d
+            out.src_index = torch.from_numpy(inv[:P])
+            out.dst_pos_index = torch.from_numpy(inv[P:2 * P])
+            d = inv[2 * P:].reshape(P, neg.amount)
+            out.dst_neg_index = torch.from_numpy(np.ascontiguousarray(d[:, 0]) if neg.amount == 1
+                                                 else d)
         return out
     L = P * (1 + neg.amount)
-    out.edge_label_index = torch.stack([inv[:L], inv[L:]])
+    out.edge_label_index = torch.from_numpy(inv.reshape(2, L))
     if label is None:
         label = torch.ones(P, dtype=torch.float32)
     out.edge_label = torch.cat([label, label.new_zeros(P * neg.amount)])
@@ -197,7 +211,8 @@ class DistLinkNeighborLoader:
             rank owning each candidate's destination).
         membership_group: process group of the membership exchange; default a new group made
             here (then the constructor is collective: every rank builds its loader together).
-        seed, prefetch, replace, rank, world_size: as ``DistNeighborLoader``.
+        seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
+            (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,
@@ -222,10 +237,11 @@ class DistLinkNeighborLoader:
                  exclude_reverse_edges: bool = False, part=None,
                  membership_group=None, seed: int = 0, prefetch: int = 2,
                  replace: bool = False, rank: int | None = None,
-                 world_size: int | None = None) -> None:
+                 world_size: int | None = None, edge_ids: bool = True) -> None:
         import torch.distributed as dist
 
         self.service = service
+        self.edge_ids = bool(edge_ids)
         self.num_nodes = int(service.num_nodes)
         eli = _as_numpy(edge_label_index, "edge_label_index", np.int64)
         if eli.ndim != 2 or eli.shape[0] != 2:
@@ -316,7 +332,7 @@ class DistLinkNeighborLoader:
                                   num_neighbors=self.num_neighbors, replace=self.replace,
                                   num_nodes=self.num_nodes, neg=self.neg,
                                   known=None if m is None else m.known,
-                                  more=None if m is None else m.any)
+                                  more=None if m is None else m.any, edge_ids=self.edge_ids)
 
     def __iter__(self) -> Iterator[LinkMiniBatch]:
         mine = self._my_batches()[self._resume:]

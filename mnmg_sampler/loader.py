@@ -160,8 +160,11 @@ class DistNeighborLoader:
 
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
-        input_nodes: seed node ids (original ids), the same array on every rank; ``None`` =
-            every node of the graph.
+        input_nodes: seed node ids (original ids, each once) or a bool mask of length
+            ``num_nodes``; the same on every rank; ``None`` = every node of the graph. Checked
+            here (:func:`check_input_nodes`): construction is collective on the default group,
+            and a bad or differing input on any rank raises :class:`SamplingInputError` on
+            every rank.
         num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors,
             ``0`` = none at that hop.
         batch_size: seeds per minibatch (at most; PyG's default 1).

@@ -256,7 +256,14 @@ class MultiHopSampler:
 
 
 def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key: int = 0,
-           replace: bool = False) -> MiniBatch:
-    """Sample one minibatch from ``graph`` in this process (convenience wrapper)."""
-    s = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
+           replace: bool = False, weights: np.ndarray | None = None) -> MiniBatch:
+    """Sample one minibatch from ``graph`` in this process (convenience wrapper); ``weights``
+    (one per CSR entry) samples neighbors with probability proportional to weight."""
+    if weights is not None:
+        from .ops.weighted import local_weighted_hop_fn
+
+        hop_fn = local_weighted_hop_fn(graph, weights, seed)
+    else:
+        hop_fn = local_hop_fn(graph, seed)
+    s = MultiHopSampler(hop_fn, graph.num_nodes)
     return s.sample([SampleRequest(seeds, fanouts, key, replace)])[0]

@@ -5,9 +5,12 @@ Measured in one run, on one graph, with the same thread count:
 1. **one-hop kernel** (:func:`mnmg_sampler.ops.cpu.sample_neighbors`, with edge ids, as the
    sampler calls it) over ``--kernel-nodes`` seeds drawn from the non-isolated nodes, with the
    first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), the
-   kernel without edge ids (``with_eids=False``, as the distributed data path calls it), and a
-   **random gather** (:mod:`mnmg_sampler.bench.gather`) doing as many random reads of an array
-   as large as ``indices`` as the kernel sampled edges: the machine's memory-latency limit.
+   kernel without edge ids (``with_eids=False``, as the distributed data path calls it), the
+   **weighted kernel** (:func:`mnmg_sampler.ops.weighted.sample_neighbors_weighted`, with edge
+   ids, synthetic weights uniform in [0.001, 1.001), drawn outside the timed region) as its cost
+   relative to the uniform kernel, and a **random gather** (:mod:`mnmg_sampler.bench.gather`)
+   doing as many random reads of an array as large as ``indices`` as the kernel sampled edges:
+   the machine's memory-latency limit.
    The gather's positions are precomputed outside the timed region.
 2. **multi-hop minibatches** (:class:`mnmg_sampler.sampler.MultiHopSampler`), ``--batches``
    batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, when a peer
@@ -101,6 +104,7 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
 
     from ..ops import cpu
     from ..ops.rng import request_key
+    from ..ops.weighted import sample_neighbors_weighted
     from .gather import gather_sum, random_positions
 
     n_blocks = -(-nodes.size // batch_size)
@@ -111,10 +115,18 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
         return cpu.sample_neighbors(graph.indptr, graph.indices, eids, nodes, nodes, keys,
                                     seed, 0, fanout, replace, with_eids=with_eids)
 
+    weights = (np.random.default_rng(seed).random(graph.num_edges, dtype=np.float32)
+               + np.float32(1e-3))
+
+    def weighted():
+        return sample_neighbors_weighted(graph.indptr, graph.indices, graph.edge_ids, weights,
+                                         nodes, nodes, keys, seed, 0, fanout, replace)
+
     kernel(graph.edge_ids)  # warm-up: load compiled code, touch the arrays
     kernel(graph.edge_ids, False)
+    w_edges = int(weighted()[0].sum())
     runs: dict[str, list[float]] = {"kernel": [], "kernel_positions": [], "kernel_no_eids": [],
-                                    "gather": []}
+                                    "kernel_weighted": [], "gather": []}
     counts = kernel(graph.edge_ids)[0]
     edges = int(counts.sum())
     pos = random_positions(graph.num_edges, edges, seed)
@@ -130,9 +142,13 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
         kernel(graph.edge_ids, False)
         runs["kernel_no_eids"].append(time.perf_counter() - t)
         t = time.perf_counter()
+        weighted()
+        runs["kernel_weighted"].append(time.perf_counter() - t)
+        t = time.perf_counter()
         gather_sum(graph.indices, pos)
         runs["gather"].append(time.perf_counter() - t)
-    out = {k: _median_rate(edges, v) for k, v in runs.items()}
+    out = {k: _median_rate(w_edges if k == "kernel_weighted" else edges, v)
+           for k, v in runs.items()}
     out["nodes"] = int(nodes.size)
     out["fanout"] = fanout
     out["full_rows"] = int((graph.degrees()[nodes] <= fanout).sum()) if fanout >= 0 else int(
@@ -141,6 +157,8 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     out["ratio"] = out["kernel"]["per_s"] / out["gather"]["per_s"]
     out["ratio_positions"] = out["kernel_positions"]["per_s"] / out["gather"]["per_s"]
     out["ratio_no_eids"] = out["kernel_no_eids"]["per_s"] / out["gather"]["per_s"]
+    # cost per sampled edge, weighted over uniform (both with edge ids)
+    out["weighted_cost"] = out["kernel"]["per_s"] / out["kernel_weighted"]["per_s"]
     out["ratio_best"] = out["kernel"]["best_per_s"] / out["gather"]["best_per_s"]
     return out
 
@@ -271,6 +289,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  kernel (CSR positions)      {_fmt(k['kernel_positions']['per_s'])} edges")
     print(f"  kernel (no edge ids)        {_fmt(k['kernel_no_eids']['per_s'])} edges, "
           f"{k['ratio_no_eids']:.2f}x gather")
+    print(f"  weighted kernel (edge ids)  {_fmt(k['kernel_weighted']['per_s'])} edges, "
+          f"{k['weighted_cost']:.2f}x the uniform kernel's time per edge")
     print(f"  random gather, {k['indices_bytes'] / 2**20:,.0f} MiB array "
           f"{_fmt(k['gather']['per_s'])} reads")
     print(f"  kernel / gather             {_verdict(k['ratio'], KERNEL_TARGET)}; "

@@ -63,6 +63,10 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
         if f is not None and not Path(f).is_file():
             raise _err(f"dataset.{fkey}", f"file {f!r} not found",
                        "fix the path (relative paths start at the working directory)")
+    w = cfg.sampler.weights
+    if w and w.lower().endswith(".npy") and not Path(w).is_file():
+        raise _err("sampler.weights", f"file {w!r} not found",
+                   "fix the path, or name an array of the dataset's .npz (e.g. adj_data)")
     if spec.kind != "path":
         return
     p = Path(spec.path)

@@ -86,7 +86,8 @@ class PartitionConfig:
     """How the graph is cut into one partition per rank."""
 
     dir: str | None = _opt(
-        None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
+        None, "Directory of the partitions; reused while the dataset and partition settings "
+        "are unchanged, partitioned again when they change; null = <output.dir>/partitions.",
         path=True)
     method: Literal["random", "range", "hash", "metis"] = _opt(
         "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
@@ -124,6 +125,38 @@ class SamplerConfig:
         "batches depend on the partitioning).")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
+    weights: str | None = _opt(
+        None, "Edge weights for weighted neighbor sampling: the name of an array of the "
+        "dataset's .npz (one value per input edge) or a path to a .npy file of them; "
+        "null = uniform.", path=True)
+
+
+@dataclass
+class LinkConfig:
+    """Link prediction (`task: link`): edge split, negatives, decoder and ranking metrics."""
+
+    split: list[float] = _opt(
+        [0.85, 0.05, 0.1], "Train/val/test fractions of a random split of the graph's edges "
+        "(undirected graphs: of the node pairs); val/test edges leave the sampling graph.",
+        _SPLIT)
+    split_seed: int = _opt(0, "Seed of the random edge split.", _SEED)
+    neg_sampling: Literal["binary", "triplet"] = _opt(
+        "binary", "Training negatives: binary (extra label-0 edges) or triplet (a negative "
+        "destination beside each positive).")
+    neg_amount: int = _opt(1, "Training negatives per positive edge.", _POS_INT)
+    reject_known: bool = _opt(
+        True, "Redraw a negative that is an edge of the sampling graph (asked of its owner "
+        "rank).")
+    exclude_seed_edges: bool = _opt(
+        True, "Remove the batch's positive edges (and reverses on undirected graphs) from its "
+        "sampled subgraph, so the model cannot read the label from the input.")
+    decoder: Literal["dot", "mlp"] = _opt(
+        "dot", "Edge score from the two endpoint embeddings: dot product, or an MLP of their "
+        "elementwise product.")
+    eval_negatives: int = _opt(
+        50, "Negatives per positive edge when evaluating (AUC over all, MRR and Hits@K by "
+        "ranking each positive among its own).", _POS_INT)
+    hits_k: int = _opt(10, "K of Hits@K.", _POS_INT)
 
 
 @dataclass
@@ -174,8 +207,9 @@ class TrainingConfig:
     eval_every: int = _opt(
         1, "Evaluate on the validation split every N epochs; 0 = after the last epoch only.",
         _NONNEG_INT)
-    target_metric: Literal["val_acc", "val_loss"] = _opt(
-        "val_acc", "Metric that selects the best epoch (reported with its test accuracy).")
+    target_metric: Literal["val_acc", "val_loss", "val_auc", "val_mrr"] | None = _opt(
+        None, "Metric that selects the best epoch (reported with its test metrics); null = "
+        "val_acc for task node, val_auc for task link.")
     target_value: float | None = _opt(
         None, "Stop early once target_metric reaches this value; null = run every epoch.")
     max_steps_per_epoch: int | None = _opt(
@@ -222,10 +256,13 @@ class JobConfig:
     """One `mnmg-sampler` job."""
 
     name: str = _opt("job", "Job name, used in the default output.dir (runs/<name>).")
+    task: Literal["node", "link"] = _opt(
+        "node", "node = node classification; link = link prediction (section link).")
     dataset: DatasetConfig = _section(DatasetConfig, "Which graph to load and how to clean it.")
     partition: PartitionConfig = _section(PartitionConfig, "How the graph is cut into one "
                                           "partition per rank.")
     sampler: SamplerConfig = _section(SamplerConfig, "Neighbor sampling and minibatching.")
+    link: LinkConfig = _section(LinkConfig, "Link prediction (task: link).")
     features: FeaturesConfig = _section(FeaturesConfig, "Where node features live.")
     model: ModelConfig = _section(ModelConfig, "The GraphSAGE model.")
     optimizer: OptimizerConfig = _section(OptimizerConfig, "The optimizer.")
@@ -241,6 +278,9 @@ CROSS_FIELD_RULES = (
     "`runtime.backend: nccl` needs `runtime.device` `cuda` or `auto`.",
     "`features.placement` `pinned` or `device` needs `runtime.device` `cuda` or `auto`.",
     "`partition.parts`, when set, must equal the world size (`validate --world-size W`).",
-    "`training.target_value` must lie in (0, 1] for `val_acc` and be > 0 for `val_loss`.",
+    "`training.target_value` must lie in (0, 1] for `val_acc`, `val_auc`, `val_mrr` and be > 0 "
+    "for `val_loss`.",
+    "`training.target_metric` `val_auc` / `val_mrr` need `task: link`; `val_acc` needs `task: "
+    "node`.",
     "`dataset.name` `rmat:SCALE[:EDGE_FACTOR]` needs 1 <= SCALE <= 40 and EDGE_FACTOR >= 1.",
 )

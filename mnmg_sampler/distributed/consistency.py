@@ -104,7 +104,7 @@ def _problems(table: list[list[int]], part, world: int) -> list[str]:
     for r, row in enumerate(table):
         groups.setdefault(tuple(row[1:2 + _WORDS]), []).append(r)
     if len(groups) > 1:
-        desc = " vs ".join(f"ranks {_ranks(rs)} ({row[0]} parts, manifest "
+        desc = " vs ".join(f"{_ranks(rs)} ({row[0]} parts, manifest "
                            f"{row[1] & 0xFFFFFFFF:08x})" for row, rs in groups.items())
         out.append(f"the manifests differ: {desc}")
         return out  # part fingerprints of different partitionings are not comparable
@@ -115,12 +115,12 @@ def _problems(table: list[list[int]], part, world: int) -> list[str]:
     bad = [r for r, row in enumerate(table)
            if row[0] == r and row[2 + _WORDS:] != part_fingerprint(part, r)]
     if bad:
-        out.append(f"ranks {_ranks(bad)} hold parts that do not match the manifest")
+        out.append(f"{_ranks(bad)}: part does not match the manifest")
     return out
 
 
 def _ranks(rs: list[int]) -> str:
-    return ", ".join(str(r) for r in rs)
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
 
 
 def fingerprint_array(a: np.ndarray) -> list[int]:
@@ -148,5 +148,5 @@ def check_same_on_every_rank(values: list[int], what: str, consequence: str, fix
         groups.setdefault(tuple(t.cpu().tolist()), []).append(r)
     if len(groups) > 1:
         raise error(f"{what} differs between ranks: "
-                    + " vs ".join(f"ranks {_ranks(rs)}" for rs in groups.values()),
+                    + " vs ".join(_ranks(rs) for rs in groups.values()),
                     consequence, fix)

@@ -58,6 +58,12 @@ class DistSampler:
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
                                                   part.orig_ids))
         self.kernel = kernel
+        self._weights = None if getattr(part, "weights", None) is None else np.asarray(
+            part.weights)  # weighted sampling: one float32 per local CSR entry
+        if kernel == "cuda" and self._weights is not None:
+            raise SamplingInputError("the partition has edge weights but kernel='cuda'",
+                                     "weighted sampling is wired to the CPU kernel only",
+                                     "use kernel='cpu' for a weighted partition")
         if kernel == "cuda":
             self._cuda = _CudaHop(self._csr, device)
         elif kernel != "cpu":
@@ -110,6 +116,15 @@ class DistSampler:
         if self.kernel == "cuda":
             c, nb, e = self._cuda(self.ex, rows, keys, self.seed, hop, fanouts, replace,
                                   edge_ids)
+        elif self._weights is not None:
+            from ..ops.weighted import sample_neighbors_weighted
+
+            indptr, indices, eids, orig = self._csr
+            c, nb, e = sample_neighbors_weighted(indptr, indices, eids, self._weights, rows,
+                                                 orig[rows] if rng_nodes is None else rng_nodes,
+                                                 keys, self.seed, hop, fanouts, replace,
+                                                 with_eids=edge_ids)
+            e = e if edge_ids else None
         else:
             indptr, indices, eids, orig = self._csr
             c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,

@@ -336,6 +336,7 @@ class Partition:
         edge_ids: int64 original edge id of each entry.
         orig_ids: int64 original id of each owned node.
         x, y: owned feature rows and labels, or ``None``.
+        weights: float32 weight of each local CSR entry (weighted sampling), or ``None``.
         masks: owned slices of boolean node masks by split name.
         new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps of the whole graph.
         path, manifest: where it came from.
@@ -355,6 +356,7 @@ class Partition:
     x: np.ndarray | None = None
     y: np.ndarray | None = None
     masks: dict[str, np.ndarray] = field(default_factory=dict)
+    weights: np.ndarray | None = None
     path: Path | None = None
     manifest: dict = field(default_factory=dict, repr=False)
 
@@ -474,13 +476,16 @@ def load_partition(
         x=get("x"),
         y=get("y"),
         masks={k[len("mask_"):]: get(k) for k in files if k.startswith("mask_")},
+        weights=get("weights"),
         path=d,
         manifest=manifest,
     )
     n_local = int(b[rank + 1] - b[rank])
     if (part.indptr.shape[0] != n_local + 1 or part.orig_ids.shape[0] != n_local
             or int(part.indptr[-1]) != part.indices.shape[0]
-            or part.edge_ids.shape[0] != part.indices.shape[0]):
+            or part.edge_ids.shape[0] != part.indices.shape[0]
+            or (part.weights is not None and (part.weights.shape != part.indices.shape
+                                              or part.weights.dtype != np.float32))):
         raise PartitionError(f"part {rank} of {d} does not match its boundaries",
                              "the part cannot be loaded", _REDO)
     log.debug("loaded part %d/%d of %s: %d nodes, %d edges", rank, parts, d, n_local,

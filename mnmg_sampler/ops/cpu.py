@@ -7,6 +7,7 @@ because every draw comes from :mod:`mnmg_sampler.ops.rng`.
 
 from __future__ import annotations
 
+import threading
 import types
 
 import numba
@@ -143,6 +144,16 @@ PARALLEL_MIN_NODES = 4096
 
 
 _EMPTY = np.empty(0, np.int64)
+_SCRATCH = threading.local()
+
+
+def scratch_int64(n: int) -> np.ndarray:
+    """``(3, n)`` int64 scratch (row starts, degrees, offsets) reused by the calls of one thread:
+    fresh buffers would pay their page faults on every call. It only grows."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.shape[1] < n:
+        buf = _SCRATCH.buf = np.empty((3, max(n, 1024)), np.int64)
+    return buf[:, :n]
 
 
 def _ids(a) -> np.ndarray:
@@ -195,9 +206,8 @@ def sample_neighbors(
     fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
     repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
     counts_k, positions_k, gather_k = _kernels(n)
-    starts = np.empty(n, np.int64)
-    degs = np.empty(n, np.int64)
-    offsets = np.empty(n + 1, np.int64)
+    scratch = scratch_int64(n + 1)
+    starts, degs, offsets = scratch[0, :n], scratch[1, :n], scratch[2]
     offsets[0] = 0
     counts_k(indptr, rows, fanouts, repl, starts, degs, offsets)
     counts = offsets[1:].copy()

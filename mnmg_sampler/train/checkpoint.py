@@ -94,11 +94,16 @@ def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
     try:
         state = torch.load(p, map_location=map_location, weights_only=True)
     except Exception as e:  # the weights-only unpickler refuses globals, reduce calls, ...
-        first = (str(e).splitlines() or [""])[0][:200]
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [""]
+        first = lines[0][:200]
         if "weights only" in str(e).lower() or type(e).__name__ == "UnpicklingError":
+            # torch's own advice (retry without weights_only) is what must not be done:
+            # quote only the line that names what was refused
+            why = next((ln for ln in lines if "GLOBAL" in ln or "WeightsUnpickler" in ln),
+                       "content the weights-only loader refuses")
             raise CheckpointError(
                 f"checkpoint {p} holds something other than tensors and plain types "
-                f"({type(e).__name__}: {first})",
+                f"({why[:200]})",
                 "it was not written by mnmg-sampler (or was tampered with) and is not loaded, "
                 "so nothing in it ran",
                 "delete it and resume from an older checkpoint, or start a fresh output.dir",

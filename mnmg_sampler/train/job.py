@@ -56,6 +56,16 @@ def load_dataset(cfg: JobConfig):
     return g
 
 
+def job_edge_weights(cfg: JobConfig, graph) -> np.ndarray | None:
+    """``sampler.weights`` resolved to one float per CSR entry of ``graph``, or ``None``."""
+    if not cfg.sampler.weights:
+        return None
+    from ..graph.weights import resolve_edge_weights
+
+    return resolve_edge_weights(cfg.sampler.weights, cfg.dataset.name, graph,
+                                seed=cfg.dataset.seed)
+
+
 def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
     """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
     partitioning (collective).
@@ -81,6 +91,8 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
                            node_data={k: getattr(d, k) for k in ("features", "labels",
                                                                  "train_mask", "val_mask",
                                                                  "test_mask")})
+        if cfg.sampler.weights:
+            want["load"]["weights"] = cfg.sampler.weights
         if (out / MANIFEST).exists():
             try:
                 stale = source_differences(read_manifest(out), want)
@@ -92,8 +104,9 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
                         "; ".join(stale))
         log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        partition(load_dataset(cfg), world, p.method, out, seed=p.seed, overwrite=True,
-                  source=want)
+        g = load_dataset(cfg)
+        partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
+                  weights=job_edge_weights(cfg, g))
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
@@ -122,6 +135,10 @@ def evaluate(model, loader, device) -> tuple[float, float]:
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """Run the configured job on this rank (inside torchrun); returns the final metrics
     (the ``final`` record of metrics.jsonl)."""
+    if cfg.task == "link":
+        from .link import run_link_job
+
+        return run_link_job(cfg, resume=resume, progress=progress)
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
     from ..loader import DistNeighborLoader

@@ -205,3 +205,24 @@ def test_result_gives_up_after_timeout_plus_margin(tmp_path):
 
 def test_peer_error_is_a_service_error():
     assert issubclass(PeerError, ServiceError)
+
+
+# -- stores on one node listen on loopback only ----------------------------------------------
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp (Linux)")
+def test_single_node_launch_listens_on_loopback_only():
+    import subprocess
+    import sys
+
+    from .torchrun import REPO, env
+
+    cmd = [sys.executable, "-m", "mnmg_sampler.runtime", "--nproc-per-node", "2",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
+           "-m", "tests.distributed.loopback_probe"]
+    r = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(ln for ln in r.stdout.splitlines() if "LISTEN" in ln)
+    found = json.loads(line.split("LISTEN", 1)[1])
+    whos = {who for who, _, _ in found}
+    assert whos == {"agent", "worker"}, found  # the rendezvous store, the job's store, gloo
+    assert all(addr in ("0100007F", "0000000000000000FFFF00000100007F") for _, addr, _ in found), \
+        found  # 127.0.0.1 (IPv4 or IPv4-mapped): nothing on a wildcard or external address

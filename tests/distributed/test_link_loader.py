@@ -211,3 +211,22 @@ def test_outputs_identical_across_world_sizes(tmp_path):
         assert len(other) == len(outs[0])
         for a, b in zip(other, outs[0], strict=True):
             same(a, b)
+
+
+def test_negatives_from_real_ranks_are_uniform(tmp_path):
+    """Chi-square of the destinations of every negative of an epoch on 2 ranks (fixed seed, so
+    deterministic): uniform over all nodes, and the same draws as in one process."""
+    from tests.unit.test_negative import chi2_stat, chi2_upper
+
+    g = link_graph()
+    eli = seed_edges(g)
+    opts = {"neg_sampling": {"mode": "triplet", "amount": 40}}
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=3))
+    got = by_global_batch(run_ranks(_run, 2, d, eli, None, opts, [0], timeout=240), 2)
+    dst = np.concatenate([b["n_id"][b["dst_neg_index"]].ravel() for b in got])
+    assert dst.size == eli.shape[1] * 40
+    counts = np.bincount(dst, minlength=g.num_nodes)
+    assert chi2_stat(counts) < chi2_upper(g.num_nodes - 1)
+    want = reference(g, eli, None, opts, 0, 2)
+    assert np.array_equal(dst, np.concatenate([b["n_id"][b["dst_neg_index"]].ravel()
+                                               for b in want]))

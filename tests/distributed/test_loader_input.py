@@ -66,7 +66,7 @@ def test_bad_input_on_one_rank_fails_every_rank_and_masks_and_empty(tmp_path):
         expect = {"out_of_range": f"id {N}, out of range", "negative": "id -1",
                   "duplicate": "repeated ids", "float": "dtype float64",
                   "short_mask": f"bool mask of length {N - 1}", "two_d": "shape (2, 3)",
-                  "other_seeds": "differs between ranks: ranks 0 vs ranks 1"}
+                  "other_seeds": "differs between ranks: rank 0 vs rank 1"}
         for name, text in expect.items():
             assert text in out[name], (rank, name, out[name])
         assert len(by_mask) == len(by_ids) > 0

@@ -149,6 +149,7 @@ def test_bench_single_json_fields(tmp_path):
     for name in ("kernel", "kernel_positions", "kernel_no_eids", "gather"):
         assert len(k[name]["seconds"]) == 2 and k[name]["per_s"] > 0
         assert k[name]["work"] == k["kernel"]["work"] > 0
+    assert k["kernel_weighted"]["per_s"] > 0 and k["weighted_cost"] > 0
     assert k["nodes"] == 500 and k["fanout"] == 5 and k["ratio"] > 0
     m = res["multihop"]
     assert m["batches"] == 3 and m["edges"] > 0 and m["per_s"] > 0 and len(m["seconds"]) == 2
