@@ -6,6 +6,7 @@ One string names every graph a job, the CLI or a benchmark can use::
     rmat:SCALE[:EF]        a Graph500 R-MAT graph, 2**SCALE nodes, EF*2**SCALE edges (EF=16)
     path/to/edges.txt[.gz] a SNAP-style edge list
     path/to/graph.npz      numpy arrays: src/dst, or the gnn-benchmark layout (adj_*, attr_*)
+    dir/, 'dir/*.txt'      shards read in name order (edge lists, .npy, .parquet; graph/sources.py)
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ def load_graph(
     if key.startswith("rmat:"):
         scale, edge_factor = _parse_rmat(key)
         return rmat_graph(scale, edge_factor, seed, **opts)
+    from .sources import is_sharded, read_share
+
+    if is_sharded(spec):  # a directory, glob, .npy or .parquet of edges (graph/sources.py)
+        sh = read_share(spec, 0, 1)
+        return CSRGraph.from_edges(sh.src, sh.dst, None, name=str(Path(spec).expanduser()),
+                                   **opts)
     path = Path(spec).expanduser()
     if not path.exists():
         close = difflib.get_close_matches(key, [*BUILTINS, "rmat:SCALE"], n=1)

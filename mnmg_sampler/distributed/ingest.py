@@ -1,0 +1,548 @@
+"""Distributed ingest and partitioning: every rank reads 1/W of the input and writes its own part.
+
+Collective (every rank of the group calls :func:`partition_distributed` with the same
+arguments); the world size is the number of parts. The steps:
+
+1. each rank reads its share of the edges (:func:`mnmg_sampler.graph.sources.read_share`), in
+   input order; counts are gathered so every edge knows its position in the whole input;
+2. self-loops are dropped and reverse edges added locally; edge ids are the positions a single
+   process would give them (with duplicate removal, the owner keeps the first copy and the rank
+   that read it hands out the compacted id);
+3. each edge goes to the owner of its target with ``all_to_all_single`` in rounds of at most
+   ``chunk`` rows per rank (counts before payloads; no pickle);
+4. the owner relabels (the new id of a remote source is asked from that source's owner), builds
+   its CSR rows in canonical order and receives its feature and label rows the same way;
+5. each rank writes its own files into a shared temporary directory; the global id maps are
+   written slice by slice; rank 0 writes the manifest last and renames the directory into place.
+
+For the methods of :data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the files are the
+same bytes as :func:`mnmg_sampler.graph.partition.partition` writes for the same input and seed.
+Peak memory per rank is about its part (edges, features) plus its share of the input, instead of
+the whole graph. The output directory must be on a file system every rank can write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import GraphFormatError, PartitionError
+from ..graph.partition import (
+    DISTRIBUTED_METHODS,
+    _even_boundaries,
+    _save,
+    assign_nodes,
+    build_manifest,
+    install_directory,
+    part_node_ids,
+)
+from ..graph.partition_io import MANIFEST, TMP_PREFIX, file_entry, write_manifest
+from ..graph.permute import node_features, node_labels
+from ..graph.sources import EdgeShare, read_share
+from .collective import Exchanger, agree
+
+__all__ = ["partition_distributed", "DEFAULT_CHUNK"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK = 1 << 22
+"""Rows each rank sends per all-to-all round (bounds the exchange buffers)."""
+
+_DTYPES = ("<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1", "<u4", "<u8", "<u2")
+
+
+# -- collectives --------------------------------------------------------------------------------
+def _gather(values, group) -> np.ndarray:
+    """All-gather a short int64 vector from every rank: ``[world, len]``."""
+    t = torch.as_tensor(np.asarray(values, np.int64).ravel())
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(out, t, group=group)
+    return torch.stack(out).numpy()
+
+
+def _allreduce(value: int, op, group) -> int:
+    t = torch.tensor([int(value)], dtype=torch.int64)
+    dist.all_reduce(t, op=op, group=group)
+    return int(t.item())
+
+
+def _rounds(rows: int, chunk: int, group) -> int:
+    return _allreduce(-(-rows // chunk), dist.ReduceOp.MAX, group)
+
+
+def _as_bytes(a: np.ndarray) -> torch.Tensor:
+    """Rows of any dtype as a uint8 tensor ``[k, row bytes]`` (exchanged without conversion)."""
+    a = np.ascontiguousarray(a)
+    row = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+    return torch.from_numpy(a.reshape(-1).view(np.uint8).reshape(a.shape[0], row))
+
+
+def shuffle(ex: Exchanger, cols: np.ndarray, dest: np.ndarray, chunk: int,
+            rows: np.ndarray | None = None):
+    """Send row ``i`` of ``cols`` (int64 ``[k, c]``, and of ``rows`` if given) to rank
+    ``dest[i]``, ``chunk`` rows per rank per round; returns what this rank received, in order of
+    source rank and round (``(cols, rows)``)."""
+    w = ex.world_size
+    totals = np.bincount(dest, minlength=w).astype(np.int64)
+    recv_total = ex.counts(torch.from_numpy(totals)).numpy()
+    out = np.empty((int(recv_total.sum()), cols.shape[1]), np.int64)
+    out_rows = None
+    if rows is not None:
+        out_rows = np.empty((out.shape[0], *rows.shape[1:]), rows.dtype)
+    filled = 0
+    for r in range(_rounds(dest.shape[0], chunk, ex.group)):
+        sl = slice(r * chunk, (r + 1) * chunk)
+        d = dest[sl]
+        order = np.argsort(d, kind="stable")
+        send = np.bincount(d, minlength=w).astype(np.int64)
+        recv = ex.counts(torch.from_numpy(send)).numpy()
+        got = ex.payload(torch.from_numpy(np.ascontiguousarray(cols[sl][order])), send, recv)
+        k = got.shape[0]
+        out[filled:filled + k] = got.numpy()
+        if rows is not None:
+            gb = ex.payload(_as_bytes(rows[sl][order]), send, recv).numpy()
+            out_rows[filled:filled + k] = gb.view(rows.dtype).reshape(k, *rows.shape[1:])
+        filled += k
+    return out, out_rows
+
+
+def lookup(ex: Exchanger, keys: np.ndarray, dest: np.ndarray, answer, chunk: int) -> np.ndarray:
+    """Ask rank ``dest[i]`` for ``answer(keys)`` of ``keys[i]`` (int64 in, int64 out), in rounds
+    of ``chunk``; returns the answers in the order of ``keys``."""
+    w = ex.world_size
+    out = np.empty(keys.shape[0], np.int64)
+    for r in range(_rounds(dest.shape[0], chunk, ex.group)):
+        lo = r * chunk
+        d = dest[lo:lo + chunk]
+        order = np.argsort(d, kind="stable")
+        send = np.bincount(d, minlength=w).astype(np.int64)
+        recv = ex.counts(torch.from_numpy(send)).numpy()
+        asked = ex.payload(torch.from_numpy(np.ascontiguousarray(keys[lo:lo + chunk][order])),
+                           send, recv).numpy()
+        told = np.ascontiguousarray(answer(asked), dtype=np.int64)
+        back = ex.payload(torch.from_numpy(told), recv, send).numpy()
+        out[lo + order] = back
+    return out
+
+
+# -- steps --------------------------------------------------------------------------------------
+def _check_args(spec, out: Path, method: str, overwrite: bool, world: int) -> None:
+    if method not in DISTRIBUTED_METHODS:
+        raise PartitionError(
+            f"partition method {method!r} cannot run distributed",
+            "only " + ", ".join(DISTRIBUTED_METHODS) + " decide a node's part from its id; "
+            "METIS needs the whole graph in one process",
+            "use --method random, hash or range, or run metis as a single process "
+            "(`mnmg-sampler partition ... --method metis` without torchrun)",
+        )
+    if out.exists() and not overwrite:
+        raise PartitionError(f"output directory {out} already exists", "it is left untouched",
+                             "choose another --out, or pass --overwrite to replace it")
+
+
+def _node_rows(path: str | None, n: int, rank: int, world: int, what: str):
+    """This rank's slice ``[lo, hi)`` of a ``.npy`` of node rows, memory-mapped."""
+    if path is None:
+        return None
+    try:
+        a = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise GraphFormatError(f"{what} file {path} is not a readable .npy ({e})",
+                               "the node data cannot be partitioned",
+                               "save it with numpy.save (no pickle)") from e
+    if a.ndim == 0 or a.shape[0] != n or a.dtype.str not in _DTYPES:
+        raise GraphFormatError(f"{what} file {path} holds {a.dtype}{list(a.shape)}",
+                               f"{what} need one row per node ({n}) in a plain numeric dtype",
+                               f"save {n} rows")
+    b = _even_boundaries(n, world)
+    return a, int(b[rank]), int(b[rank + 1])
+
+
+def _edge_records(share: EdgeShare, off: int, m: int, undirected: bool, drop_self_loops: bool):
+    """(target, source, position) of every CSR entry this rank read, position being the index
+    in the processed edge list before duplicate removal (originals, then reverses)."""
+    src, dst = share.src, share.dst
+    pos = np.arange(off, off + src.shape[0], dtype=np.int64)
+    if drop_self_loops:
+        keep = src != dst
+        src, dst, pos = src[keep], dst[keep], pos[keep]
+    if undirected:
+        src, dst, pos = (np.concatenate([src, dst]), np.concatenate([dst, src]),
+                         np.concatenate([pos, pos + m]))
+    return np.stack([dst, src, pos], axis=1)
+
+
+def _final_ids_without_dedup(rec: np.ndarray, off_kept: int, total_kept: int,
+                             undirected: bool) -> np.ndarray:
+    """Edge ids when no duplicate is removed: the rank of each kept position, from counts."""
+    k = rec.shape[0]
+    half = k // 2 if undirected else k  # reverses follow the originals
+    ids = np.empty(k, np.int64)
+    ids[:half] = off_kept + np.arange(half)
+    ids[half:] = total_kept + off_kept + np.arange(k - half)
+    return ids
+
+
+def partition_distributed(
+    spec: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    method: str = "random",
+    seed: int = 0,
+    *,
+    undirected: bool = False,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    features: str | None = None,
+    labels: str | None = None,
+    feature_dim: int = 0,
+    num_classes: int = 0,
+    data_seed: int = 0,
+    overwrite: bool = False,
+    chunk: int = DEFAULT_CHUNK,
+    group: dist.ProcessGroup | None = None,
+) -> dict:
+    """Partition graph ``spec`` into one part per rank of ``group`` and write ``out_dir``.
+
+    Collective. ``method`` is ``random``, ``range`` or ``hash``; ``seed`` seeds it (and R-MAT
+    generation). ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped); without
+    them, ``feature_dim > 0`` / ``num_classes > 0`` give the synthetic rows of
+    :func:`mnmg_sampler.graph.permute.node_features` / ``node_labels`` (seeded by ``data_seed``).
+    Returns the partition statistics (as in the manifest) plus ``out`` and ``seconds``.
+
+    Raises the same typed error on every rank (bad method, existing output, unreadable input).
+    """
+    t0 = time.perf_counter()
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    out = Path(out_dir).absolute()
+    ex = Exchanger(group, torch.device("cpu"))
+    agree(lambda: _check_args(spec, out, method, overwrite, world), group)
+
+    def read() -> EdgeShare:
+        sh = read_share(spec, rank, world, seed)
+        if sh.src.size and min(int(sh.src.min()), int(sh.dst.min())) < 0:
+            raise GraphFormatError(f"{sh.name}: negative node id",
+                                   "node ids index arrays and must be >= 0",
+                                   "relabel the nodes to 0..N-1")
+        return sh
+
+    share = agree(read, group)
+    local_max = max(int(share.src.max()), int(share.dst.max())) if share.src.size else -1
+    head = _gather([share.src.shape[0], local_max, share.num_nodes or -1,
+                    share.x is not None, share.y is not None], group)
+    counts = head[:, 0]
+    m = int(counts.sum())
+    off = int(counts[:rank].sum())
+    max_id, declared = int(head[:, 1].max()), int(head[:, 2].max())
+    n = declared if declared >= 0 else max_id + 1
+    if max_id >= n:
+        raise GraphFormatError(f"{share.name}: node id {max_id} is out of range for {n} nodes",
+                               "every id must be < num_nodes", "fix the edge list")
+    if world > max(n, 1):
+        raise PartitionError(f"{world} parts requested for graph '{share.name}' with {n} nodes",
+                             "some parts would own no node", f"use at most {n} ranks")
+    # node data sources: files, rank 0's whole input, or synthetic
+    x_src = agree(lambda: _node_rows(features, n, rank, world, "features"), group)
+    y_src = agree(lambda: _node_rows(labels, n, rank, world, "labels"), group)
+    if x_src is None and share.x is not None:
+        x_src = (np.asarray(share.x), 0, n)
+    if y_src is None and share.y is not None:
+        y_src = (np.asarray(share.y), 0, n)
+    has_x = x_src is not None or bool(head[0, 3]) or feature_dim > 0
+    has_y = y_src is not None or bool(head[0, 4]) or num_classes > 0
+    x_meta = _row_meta(x_src, bool(head[0, 3]) and features is None, group)
+    y_meta = _row_meta(y_src, bool(head[0, 4]) and labels is None, group)
+
+    # 1-2. records and their edge ids
+    rec = _edge_records(share, off, m, undirected, drop_self_loops)
+    del share
+    kept_orig = rec.shape[0] // 2 if undirected else rec.shape[0]
+    kept = _gather([kept_orig], group)[:, 0]
+    if not drop_duplicates:
+        rec[:, 2] = _final_ids_without_dedup(rec, int(kept[:rank].sum()), int(kept.sum()),
+                                             undirected)
+    # 3. to the owner of the target
+    owner = assign_nodes(rec[:, 0], n, world, method, seed)
+    rec, _ = shuffle(ex, rec, owner, chunk)
+    del owner
+    if drop_duplicates:
+        rec = _dedup(ex, rec, counts, m, chunk, group)
+    # 4. relabel and build the CSR
+    orig_ids = part_node_ids(rank, n, world, method, seed)
+    sizes = _gather([orig_ids.shape[0]], group)[:, 0]
+    bounds = np.zeros(world + 1, np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    start = int(bounds[rank])
+    row = np.searchsorted(orig_ids, rec[:, 0])
+    src = rec[:, 1]
+    src_owner = assign_nodes(src, n, world, method, seed)
+    cut = int(np.count_nonzero(src_owner != rank))
+    if method == "range" or world == 1:
+        new_src = src
+    else:
+        uniq, inv = np.unique(src, return_inverse=True)
+        new_src = lookup(ex, uniq, assign_nodes(uniq, n, world, method, seed),
+                         lambda q: start + np.searchsorted(orig_ids, q), chunk)[inv]
+        del uniq, inv
+    del src_owner
+    order = np.lexsort((rec[:, 2], row))
+    arrays = {"indptr": np.zeros(orig_ids.shape[0] + 1, np.int64)}
+    np.cumsum(np.bincount(row, minlength=orig_ids.shape[0]), out=arrays["indptr"][1:])
+    arrays["indices"] = np.ascontiguousarray(new_src[order])
+    arrays["edge_ids"] = np.ascontiguousarray(rec[order, 2])
+    arrays["orig_ids"] = orig_ids
+    local_edges = rec.shape[0]
+    del rec, row, new_src, order
+    if has_x:
+        arrays["x"] = _place_rows(ex, x_src, x_meta, orig_ids, n, method, seed, chunk,
+                                  lambda ids: node_features(ids, feature_dim, data_seed,
+                                                            num_classes))
+    if has_y:
+        arrays["y"] = _place_rows(ex, y_src, y_meta, orig_ids, n, method, seed, chunk,
+                                  lambda ids: node_labels(ids, num_classes, data_seed))
+    totals = _gather([local_edges, cut], group)
+    num_edges = int(totals[:, 0].sum())
+    stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
+    # 5. write
+    _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
+           has_x, has_y, overwrite, group)
+    stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
+                 num_edges=num_edges)
+    return stats
+
+
+def share_name(spec) -> str:
+    """The graph's name as :func:`mnmg_sampler.graph.datasets.load_graph` names it."""
+    from ..graph.datasets import BUILTINS, _parse_rmat
+
+    s = str(spec)
+    key = s.strip().lower()
+    if key.startswith("rmat:"):
+        scale, ef = _parse_rmat(key)
+        return f"rmat:{scale}:{ef}"
+    if key in BUILTINS:
+        return key
+    return str(Path(s).expanduser())
+
+
+def _row_meta(src, rank0_only: bool, group) -> tuple[str, tuple] | None:
+    """(dtype, row shape) of node rows, which only rank 0 may know (a whole input's x)."""
+    if src is not None and not rank0_only:
+        a = src[0]
+        return a.dtype.str, tuple(a.shape[1:])
+    if not rank0_only:
+        return None
+    meta = np.zeros(4, np.int64)
+    if dist.get_rank(group) == 0:
+        a = src[0]
+        if a.dtype.str not in _DTYPES or a.ndim > 3:
+            meta[0] = -1
+        else:
+            meta[0] = _DTYPES.index(a.dtype.str)
+            meta[1] = a.ndim
+            meta[2:2 + a.ndim - 1] = a.shape[1:]
+    t = torch.from_numpy(meta)
+    dist.broadcast(t, 0, group=group)
+    meta = t.numpy()
+    if meta[0] < 0:
+        raise PartitionError("the input's node data has an unsupported dtype",
+                             "it cannot be partitioned", "save features as float32 or int64")
+    return _DTYPES[int(meta[0])], tuple(int(v) for v in meta[2:2 + int(meta[1]) - 1])
+
+
+def _place_rows(ex, src, meta, orig_ids, n, method, seed, chunk, synth) -> np.ndarray:
+    """This part's node rows: generated here, or sent by the ranks that read them."""
+    if meta is None:
+        return np.ascontiguousarray(synth(orig_ids))
+    dtype, shape = meta
+    out = np.empty((orig_ids.shape[0], *shape), np.dtype(dtype))
+    a, lo, hi = src if src is not None else (np.zeros((0, *shape), np.dtype(dtype)), 0, 0)
+    ids = np.arange(lo, hi, dtype=np.int64)
+    dest = assign_nodes(ids, n, ex.world_size, method, seed)
+    got_ids, got_rows = shuffle(ex, ids[:, None], dest, chunk, rows=np.asarray(a[lo:hi]))
+    out[np.searchsorted(orig_ids, got_ids[:, 0])] = got_rows
+    return out
+
+
+def _dedup(ex, rec, counts, m, chunk, group) -> np.ndarray:
+    """Keep the first copy of each (target, source) and give kept edges their final ids."""
+    order = np.lexsort((rec[:, 2], rec[:, 1], rec[:, 0]))
+    rec = rec[order]
+    first = np.ones(rec.shape[0], bool)
+    first[1:] = (rec[1:, 0] != rec[:-1, 0]) | (rec[1:, 1] != rec[:-1, 1])
+    rec = rec[first]
+    del order, first
+    # the rank that read a position hands out its compacted id
+    off = np.zeros(ex.world_size + 1, np.int64)
+    np.cumsum(counts, out=off[1:])
+    rank = ex.rank
+    lo, hi = int(off[rank]), int(off[rank + 1])
+    pos = rec[:, 2]
+    reader = np.searchsorted(off, pos % m if m else pos, side="right") - 1
+    got, _ = shuffle(ex, pos[:, None], reader, chunk)
+    kept = np.zeros(2 * (hi - lo), bool)  # originals, then reverses, of this rank's range
+    p = got[:, 0]
+    kept[np.where(p < m, p - lo, p - m - lo + (hi - lo))] = True
+    del got, p
+    k_orig = np.cumsum(kept[:hi - lo]) - 1
+    k_rev = np.cumsum(kept[hi - lo:]) - 1
+    both = _gather([int(kept[:hi - lo].sum()), int(kept[hi - lo:].sum())], group)
+    base_o = int(both[:rank, 0].sum())
+    base_r = int(both[:, 0].sum()) + int(both[:rank, 1].sum())
+
+    def answer(q: np.ndarray) -> np.ndarray:
+        a = np.empty(q.shape[0], np.int64)
+        o = q < m
+        a[o] = base_o + k_orig[q[o] - lo]
+        a[~o] = base_r + k_rev[q[~o] - m - lo]
+        return a
+
+    rec[:, 2] = lookup(ex, pos, reader, answer, chunk)
+    return rec
+
+
+def _stats(method, seed, parts, n, num_edges, part_nodes, part_edges, cut) -> dict:
+    """The manifest's ``stats``, computed as :meth:`PartitionPlan.summary` computes them."""
+    part_nodes = np.asarray(part_nodes, np.int64)
+    part_edges = np.asarray(part_edges, np.int64)
+    return {
+        "method": method, "seed": int(seed), "parts": parts,
+        "edge_cut": float(cut / num_edges) if num_edges else 0.0,
+        "imbalance": float(part_nodes.max() / (n / parts)) if n else 1.0,
+        "edge_imbalance": float(part_edges.max() / (num_edges / parts)) if num_edges else 1.0,
+        "part_nodes": [int(v) for v in part_nodes],
+        "part_edges": [int(v) for v in part_edges],
+    }
+
+
+def _write_map_slice(path: Path, header: int, first: int, values: np.ndarray) -> None:
+    with open(path, "r+b") as f:
+        f.seek(header + 8 * first)
+        f.write(np.ascontiguousarray(values, dtype="<i8").tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_error(rank: int, tmp: Path, e: OSError) -> PartitionError:
+    return PartitionError(f"rank {rank} cannot write its part under {tmp} ({e})",
+                          "the partition directory is not created",
+                          "give --out on a file system every rank can write, with enough space")
+
+
+def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
+           overwrite, group) -> None:
+    """Write every rank's part into a shared temporary directory; rank 0 installs it. On any
+    failure the temporary directory is removed and every rank raises."""
+    rank = ex.rank
+    nonce = torch.tensor([secrets.randbits(62) if rank == 0 else 0], dtype=torch.int64)
+    dist.broadcast(nonce, 0, group=group)
+    tmp = out.parent / f"{TMP_PREFIX}{out.name}-{int(nonce.item()):x}"
+    try:
+        _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
+                     overwrite, group)
+    except BaseException:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
+                 overwrite, group) -> None:
+    rank, world = ex.rank, ex.world_size
+    maps = ("new_to_orig.npy", "orig_to_new.npy")
+
+    def create() -> None:
+        if rank != 0:
+            return
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
+            for rel in maps:  # the header np.save writes, then each rank writes a slice
+                del_ = np.lib.format.open_memmap(tmp / rel, mode="w+", dtype=np.int64, shape=(n,))
+                del del_
+        except OSError as e:
+            raise _write_error(rank, tmp, e) from e
+
+    agree(create, group)
+    with open(tmp / maps[0], "rb") as f:
+        np.lib.format.read_magic(f)
+        np.lib.format.read_array_header_1_0(f)
+        hdr = f.tell()
+    files: dict[str, dict] = {}
+    orig_ids = arrays["orig_ids"]
+
+    def write_own() -> None:
+        try:
+            for key, arr in arrays.items():
+                _save(tmp, f"part{rank}/{key}.npy", arr, files)
+            _write_map_slice(tmp / maps[0], hdr, int(bounds[rank]), orig_ids)
+        except OSError as e:
+            raise _write_error(rank, tmp, e) from e
+
+    agree(write_own, group)
+    # orig_to_new: the slice of original ids [even[q], even[q+1]) is written by rank q
+    even = _even_boundaries(n, world)
+    new = np.arange(bounds[rank], bounds[rank + 1], dtype=np.int64)
+    got, _ = shuffle(ex, np.stack([orig_ids, new], axis=1),
+                     np.searchsorted(even, orig_ids, side="right") - 1, chunk)
+    inv = np.empty(int(even[rank + 1] - even[rank]), np.int64)
+    inv[got[:, 0] - even[rank]] = got[:, 1]
+    del got
+
+    def write_inv() -> None:
+        try:
+            _write_map_slice(tmp / maps[1], hdr, int(even[rank]), inv)
+        except OSError as e:
+            raise _write_error(rank, tmp, e) from e
+
+    agree(write_inv, group)
+    # every part's file entries to rank 0: (len, bytes, crc) per key, in a fixed order
+    keys = ("indptr", "indices", "edge_ids", "orig_ids", "x", "y")
+    mine = np.full((len(keys), 3), -1, np.int64)
+    for i, key in enumerate(keys):
+        e = files.get(f"part{rank}/{key}.npy")
+        if e is not None:
+            mine[i] = (e["shape"][0], e["bytes"], int(e["checksum"].split(":")[1], 16))
+    table = _gather(mine, group).reshape(world, len(keys), 3)
+
+    def finish() -> None:
+        if rank != 0:
+            return
+        all_files: dict[str, dict] = {}
+        for rel in maps:
+            arr = np.load(tmp / rel, mmap_mode="r", allow_pickle=False)
+            all_files[rel] = file_entry(tmp / rel, arr)
+        parts_meta = []
+        for r in range(world):
+            pnames = {}
+            for i, key in enumerate(keys):
+                length, nbytes, crc = (int(v) for v in table[r, i])
+                if length < 0:
+                    continue
+                rel = f"part{r}/{key}.npy"
+                own = files.get(f"part0/{key}.npy")  # rank 0's entry: dtype and row shape
+                shape = [length, *own["shape"][1:]] if own else [length]
+                dtype = own["dtype"] if own else "<i8"
+                all_files[rel] = {"dtype": dtype, "shape": shape, "bytes": nbytes,
+                                  "checksum": f"crc32:{crc:08x}"}
+                pnames[key] = rel
+            parts_meta.append({"rank": r, "num_nodes": int(stats["part_nodes"][r]),
+                               "num_edges": int(stats["part_edges"][r]), "files": pnames})
+        manifest = build_manifest(name, n, sum(stats["part_edges"]), bounds, has_x, has_y,
+                                  [], stats, parts_meta, dict(sorted(all_files.items())))
+        write_manifest(tmp, manifest)  # last: a directory without it never loads
+        if out.exists() and not overwrite:
+            raise PartitionError(f"output directory {out} appeared while partitioning",
+                                 "it is left untouched", "choose another --out")
+        install_directory(tmp, out)
+        log.info("wrote %d parts to %s (%s)", world, out, MANIFEST)
+
+    agree(finish, group)
+
