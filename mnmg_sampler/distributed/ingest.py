@@ -46,7 +46,8 @@ from ..graph.partition import (
 )
 from ..graph.partition_io import MANIFEST, TMP_PREFIX, file_entry, write_manifest
 from ..graph.permute import node_features, node_labels
-from ..graph.sources import EdgeShare, read_share
+from ..graph.sources import NODE_DTYPES as _DTYPES
+from ..graph.sources import EdgeShare, node_rows_file, read_share
 from .collective import Exchanger, agree
 
 __all__ = ["partition_distributed", "DEFAULT_CHUNK"]
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 DEFAULT_CHUNK = 1 << 22
 """Rows each rank sends per all-to-all round (bounds the exchange buffers)."""
 
-_DTYPES = ("<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1", "<u4", "<u8", "<u2")
 
 
 # -- collectives --------------------------------------------------------------------------------
@@ -152,18 +152,8 @@ def _node_rows(path: str | None, n: int, rank: int, world: int, what: str):
     """This rank's slice ``[lo, hi)`` of a ``.npy`` of node rows, memory-mapped."""
     if path is None:
         return None
-    try:
-        a = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise GraphFormatError(f"{what} file {path} is not a readable .npy ({e})",
-                               "the node data cannot be partitioned",
-                               "save it with numpy.save (no pickle)") from e
-    if a.ndim == 0 or a.shape[0] != n or a.dtype.str not in _DTYPES:
-        raise GraphFormatError(f"{what} file {path} holds {a.dtype}{list(a.shape)}",
-                               f"{what} need one row per node ({n}) in a plain numeric dtype",
-                               f"save {n} rows")
     b = _even_boundaries(n, world)
-    return a, int(b[rank]), int(b[rank + 1])
+    return node_rows_file(path, n, what), int(b[rank]), int(b[rank + 1])
 
 
 def _edge_records(share: EdgeShare, off: int, m: int, undirected: bool, drop_self_loops: bool):
@@ -197,7 +187,7 @@ def partition_distributed(
     method: str = "random",
     seed: int = 0,
     *,
-    undirected: bool = False,
+    undirected: bool | None = None,
     drop_self_loops: bool = False,
     drop_duplicates: bool = False,
     features: str | None = None,
@@ -212,14 +202,20 @@ def partition_distributed(
     """Partition graph ``spec`` into one part per rank of ``group`` and write ``out_dir``.
 
     Collective. ``method`` is ``random``, ``range`` or ``hash``; ``seed`` seeds it (and R-MAT
-    generation). ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped); without
+    generation); ``undirected=None`` keeps the input's convention (as ``load_graph``).
+    ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped); without
     them, ``feature_dim > 0`` / ``num_classes > 0`` give the synthetic rows of
     :func:`mnmg_sampler.graph.permute.node_features` / ``node_labels`` (seeded by ``data_seed``).
-    Returns the partition statistics (as in the manifest) plus ``out`` and ``seconds``.
+    Returns the partition statistics (as in the manifest) plus ``out``, ``seconds``,
+    ``num_nodes``, ``num_edges`` and ``graph_name``.
 
     Raises the same typed error on every rank (bad method, existing output, unreadable input).
     """
+    from ..graph.datasets import _DEFAULT_UNDIRECTED
+
     t0 = time.perf_counter()
+    if undirected is None:
+        undirected = _DEFAULT_UNDIRECTED.get(str(spec).strip().lower(), False)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     out = Path(out_dir).absolute()
     ex = Exchanger(group, torch.device("cpu"))
@@ -314,7 +310,7 @@ def partition_distributed(
     _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
            has_x, has_y, overwrite, group)
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
-                 num_edges=num_edges)
+                 num_edges=num_edges, graph_name=share_name(spec))
     return stats
 
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import GraphFormatError, MissingDependencyError
 
-__all__ = ["EdgeShare", "SHARD_SUFFIXES", "is_sharded", "read_share", "shard_files"]
+__all__ = ["EdgeShare", "SHARD_SUFFIXES", "is_sharded", "node_rows_file", "read_share",
+           "shard_files"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,25 @@ def shard_files(spec: str | PathLike) -> list[Path]:
             f"give a directory or glob of files ending in {', '.join(SHARD_SUFFIXES)}",
         )
     return files
+
+
+NODE_DTYPES = ("<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1", "<u4", "<u8", "<u2")
+"""Dtypes accepted for node rows (features, labels)."""
+
+
+def node_rows_file(path: str | PathLike, n: int, what: str) -> np.ndarray:
+    """A ``.npy`` of node rows (``n`` rows, plain numeric dtype), memory-mapped."""
+    try:
+        a = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise GraphFormatError(f"{what} file {path} is not a readable .npy ({e})",
+                               "the node data cannot be used",
+                               "save it with numpy.save (no pickle)") from e
+    if a.ndim == 0 or a.shape[0] != n or a.dtype.str not in NODE_DTYPES:
+        raise GraphFormatError(f"{what} file {path} holds {a.dtype}{list(a.shape)}",
+                               f"{what} need one row per node ({n}) in a plain numeric dtype",
+                               f"save {n} rows")
+    return a
 
 
 def _read_npy(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -150,3 +150,41 @@ def test_errors_are_raised_on_every_rank(inputs, tmp_path):
                   timeout=120)
     assert set(e.value.errors) == {0, 1}
     assert not (tmp_path / "o").exists()
+
+
+def test_parquet_shards(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    src, dst = _edges(seed=4)
+    d = tmp_path / "pq"
+    d.mkdir()
+    for i in range(3):
+        sl = slice(i * 200, (i + 1) * 200)
+        pq.write_table(pa.table({"src": src[sl], "dst": dst[sl]}), d / f"e{i}.parquet")
+    case = ("pq", "random", 2, True, True, True, None)
+    run_ranks(_distributed, 2, {"pq": str(d)}, [case], str(tmp_path), timeout=300)
+    ref = _reference({"pq": str(d)}, case, 2, tmp_path / "ref")
+    _same_dirs(ref, tmp_path / "dist-0")
+    assert read_manifest_nodes(ref) == N
+
+
+def read_manifest_nodes(d: Path) -> int:
+    return json.loads((d / MANIFEST).read_text())["num_nodes"]
+
+
+def test_cli_under_torchrun_matches_single_process(tmp_path):
+    from mnmg_sampler.cli import main
+
+    from .torchrun import torchrun
+
+    args = ["rmat:8:4", "--method", "hash", "--seed", "3", "--undirected", "--drop-duplicates"]
+    proc = torchrun(["partition", *args, "--out", str(tmp_path / "d"), "--chunk-rows", "100"],
+                    2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 ranks" in proc.stdout and "output" in proc.stdout
+    with pytest.raises(SystemExit) as e:
+        main(["partition", *args, "--parts", "2", "--out", str(tmp_path / "s")])
+    assert e.value.code == 0
+    _same_dirs(tmp_path / "s", tmp_path / "d")
+    proc = torchrun(["partition", *args, "--parts", "3", "--out", str(tmp_path / "x")], 2)
+    assert proc.returncode != 0 and "--parts 3 under torchrun with 2 ranks" in proc.stderr
