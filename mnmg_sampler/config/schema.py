@@ -50,7 +50,8 @@ class DatasetConfig:
     """Which graph to load and how to clean it."""
 
     name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or path to an "
-                     ".npz file or an edge list (.txt, .tsv, .edges, optionally .gz).", path=True)
+                     ".npz file, an edge list (.txt, .tsv, .edges, optionally .gz), or a directory "
+                     "or glob of edge shards (.txt[.gz], .npy, .parquet).", path=True)
     seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _NONNEG_INT)
     undirected: bool | None = _opt(
         None, "Add the reverse of every edge; null = dataset default (cora: true, files: false).")
@@ -60,6 +61,9 @@ class DatasetConfig:
     feature_dim: int = _opt(
         0, "Width of random float32 features for a graph without features (R-MAT, edge lists); "
         "0 = none. Ignored when the dataset has features.", _NONNEG_INT)
+    num_classes: int = _opt(
+        0, "Synthetic labels in [0, num_classes) for a graph without labels, and class centres "
+        "added to the random features so they can be learned; 0 = none.", _NONNEG_INT)
     split: list[float] = _opt(
         [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split.", _SPLIT)
     split_seed: int = _opt(0, "Seed of the random train/val/test split.", _SEED)
@@ -72,13 +76,20 @@ class PartitionConfig:
     dir: str | None = _opt(
         None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
         path=True)
-    method: Literal["random", "range", "metis"] = _opt(
-        "random", "random (balanced), range (contiguous ids) or metis (fewest cut edges; needs "
-        "pymetis).")
+    method: Literal["random", "range", "hash", "metis"] = _opt(
+        "random", "random (balanced), range (contiguous ids), hash (seeded hash of the id) or "
+        "metis (fewest cut edges; needs pymetis; one process). random, range and hash run on "
+        "every rank when the partitions are missing.")
     parts: int | None = _opt(
         None, "Number of partitions; null = world size. If set it must equal the world size.",
         _POS_INT)
     seed: int = _opt(0, "Seed of random partitioning.", _SEED)
+    verify: Literal["auto", "full", "sampled", "off"] = _opt(
+        "auto", "Checksum check of this rank's files at start-up: full (every byte), sampled "
+        "(a few blocks per file), off (sizes, dtypes and shapes only); auto = full below 1 GiB "
+        "per part, else sampled. A verified stamp skips the check on the next start.")
+    metis_max_edges: int | None = _opt(
+        None, "METIS (one process) refuses graphs with more edges; null = 2**30.", _POS_INT)
 
 
 @dataclass
@@ -157,6 +168,13 @@ class TrainingConfig:
         None, "Cap on minibatches per epoch and rank (quick runs); null = no cap.", _POS_INT)
     log_every: int = _opt(
         10, "Log the training loss every N steps on rank 0; 0 = once per epoch.", _NONNEG_INT)
+    eval_mode: Literal["layerwise", "sampled"] = _opt(
+        "layerwise", "layerwise = exact full-neighbor inference one layer at a time over every "
+        "node, in batches of sampler.eval_batch_size (memory O(part)); sampled = minibatches "
+        "sampled with sampler.eval_fanouts.")
+    eval_memory_mb: float | None = _opt(
+        None, "Evaluation memory budget per rank in MB: an estimate above it raises "
+        "MemoryBudgetError before allocating; null = no check.", _POS_FLOAT)
 
 
 @dataclass

@@ -44,7 +44,13 @@ from ..graph.partition import (
     install_directory,
     part_node_ids,
 )
-from ..graph.partition_io import MANIFEST, TMP_PREFIX, file_entry, write_manifest
+from ..graph.partition_io import (
+    MANIFEST,
+    SAMPLE_BLOCKS,
+    TMP_PREFIX,
+    file_entry,
+    write_manifest,
+)
 from ..graph.permute import node_features, node_labels
 from ..graph.sources import NODE_DTYPES as _DTYPES
 from ..graph.sources import EdgeShare, node_rows_file, read_share
@@ -426,6 +432,10 @@ def _write_map_slice(path: Path, header: int, first: int, values: np.ndarray) ->
         os.fsync(f.fileno())
 
 
+def _crc_int(checksum: str) -> int:
+    return int(checksum.split(":")[1], 16)
+
+
 def _write_error(rank: int, tmp: Path, e: OSError) -> PartitionError:
     return PartitionError(f"rank {rank} cannot write its part under {tmp} ({e})",
                           "the partition directory is not created",
@@ -501,12 +511,15 @@ def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has
     agree(write_inv, group)
     # every part's file entries to rank 0: (len, bytes, crc) per key, in a fixed order
     keys = ("indptr", "indices", "edge_ids", "orig_ids", "x", "y")
-    mine = np.full((len(keys), 3), -1, np.int64)
+    width = 3 + SAMPLE_BLOCKS  # length, bytes, crc, sampled-block crcs
+    mine = np.full((len(keys), width), -1, np.int64)
     for i, key in enumerate(keys):
         e = files.get(f"part{rank}/{key}.npy")
         if e is not None:
-            mine[i] = (e["shape"][0], e["bytes"], int(e["checksum"].split(":")[1], 16))
-    table = _gather(mine, group).reshape(world, len(keys), 3)
+            mine[i, :3] = (e["shape"][0], e["bytes"], _crc_int(e["checksum"]))
+            for j, c in enumerate(e.get("samples", [])):
+                mine[i, 3 + j] = _crc_int(c)
+    table = _gather(mine, group).reshape(world, len(keys), width)
 
     def finish() -> None:
         if rank != 0:
@@ -519,7 +532,7 @@ def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has
         for r in range(world):
             pnames = {}
             for i, key in enumerate(keys):
-                length, nbytes, crc = (int(v) for v in table[r, i])
+                length, nbytes, crc = (int(v) for v in table[r, i, :3])
                 if length < 0:
                     continue
                 rel = f"part{r}/{key}.npy"
@@ -528,6 +541,9 @@ def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has
                 dtype = own["dtype"] if own else "<i8"
                 all_files[rel] = {"dtype": dtype, "shape": shape, "bytes": nbytes,
                                   "checksum": f"crc32:{crc:08x}"}
+                samples = [f"crc32:{int(c):08x}" for c in table[r, i, 3:] if c >= 0]
+                if samples:
+                    all_files[rel]["samples"] = samples
                 pnames[key] = rel
             parts_meta.append({"rank": r, "num_nodes": int(stats["part_nodes"][r]),
                                "num_edges": int(stats["part_edges"][r]), "files": pnames})

@@ -67,7 +67,8 @@ def inputs(tmp_path_factory) -> dict:
     np.save(d / "y.npy", rng.integers(0, 5, N).astype(np.int64))
     np.savez(d / "g.npz", src=src, dst=dst, x=np.load(d / "x.npy"), y=np.load(d / "y.npy"))
     return {"text": str(d / "one.txt"), "shards": str(shards),
-            "glob": str(globbed / "p*.npy"), "rmat": "rmat:7:4", "npz": str(d / "g.npz"),
+            "glob": str(globbed / "p*.npy"), "rmat": "rmat:7:4", "big": "rmat:14:8",
+            "npz": str(d / "g.npz"),
             "x": str(d / "x.npy"), "y": str(d / "y.npy")}
 
 
@@ -80,6 +81,7 @@ CASES = [
     ("glob", "hash", 2, True, False, True, None),
     ("rmat", "random", 4, True, True, True, "synthetic"),
     ("npz", "random", 7, True, False, True, "input"),
+    ("big", "range", 0, True, False, False, None),  # files > 512 KiB: sampled-block checksums
 ]
 
 
