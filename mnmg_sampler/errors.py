@@ -15,6 +15,7 @@ __all__ = [
     "WorldSizeError",
     "MissingDependencyError",
     "ServiceError",
+    "MemoryBudgetError",
 ]
 
 
@@ -65,3 +66,7 @@ class MissingDependencyError(MnmgError, ImportError):
 
 class ServiceError(MnmgError, RuntimeError):
     """The sampling service failed or was shut down; raised in every waiting caller."""
+
+
+class MemoryBudgetError(MnmgError, MemoryError):
+    """An operation's estimated memory is above the configured budget (raised before allocating)."""

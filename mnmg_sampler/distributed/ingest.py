@@ -201,6 +201,7 @@ def partition_distributed(
     feature_dim: int = 0,
     num_classes: int = 0,
     data_seed: int = 0,
+    graph_seed: int | None = None,
     overwrite: bool = False,
     chunk: int = DEFAULT_CHUNK,
     group: dist.ProcessGroup | None = None,
@@ -208,7 +209,8 @@ def partition_distributed(
     """Partition graph ``spec`` into one part per rank of ``group`` and write ``out_dir``.
 
     Collective. ``method`` is ``random``, ``range`` or ``hash``; ``seed`` seeds it (and R-MAT
-    generation); ``undirected=None`` keeps the input's convention (as ``load_graph``).
+    generation unless ``graph_seed`` is given); ``undirected=None`` keeps the input's
+    convention (as ``load_graph``).
     ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped); without
     them, ``feature_dim > 0`` / ``num_classes > 0`` give the synthetic rows of
     :func:`mnmg_sampler.graph.permute.node_features` / ``node_labels`` (seeded by ``data_seed``).
@@ -228,7 +230,7 @@ def partition_distributed(
     agree(lambda: _check_args(spec, out, method, overwrite, world), group)
 
     def read() -> EdgeShare:
-        sh = read_share(spec, rank, world, seed)
+        sh = read_share(spec, rank, world, seed if graph_seed is None else graph_seed)
         if sh.src.size and min(int(sh.src.min()), int(sh.dst.min())) < 0:
             raise GraphFormatError(f"{sh.name}: negative node id",
                                    "node ids index arrays and must be >= 0",

@@ -41,24 +41,54 @@ def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, np.ndarray]:
 
 
 def load_dataset(cfg: JobConfig):
-    """The job's graph, with random features/labels for featureless graphs when asked."""
+    """The job's graph, with synthetic features/labels for a graph without them when asked.
+
+    Synthetic rows are pure functions of ``(dataset.seed, node id)``
+    (:func:`mnmg_sampler.graph.permute.node_features` / ``node_labels``), so the distributed
+    partitioner generates each rank's rows alone and writes the same files.
+    """
     from ..graph.datasets import load_graph
+    from ..graph.permute import node_features, node_labels
 
     d = cfg.dataset
     g = load_graph(d.name, undirected=d.undirected, drop_self_loops=d.drop_self_loops,
                    drop_duplicates=d.drop_duplicates, seed=d.seed)
+    ids = np.arange(g.num_nodes, dtype=np.int64)
     if g.x is None and d.feature_dim > 0:
-        rng = np.random.default_rng([d.seed, 0xFEA7])
-        g.x = rng.standard_normal((g.num_nodes, d.feature_dim), dtype=np.float32)
+        g.x = node_features(ids, d.feature_dim, d.seed, d.num_classes)
+    if g.y is None and d.num_classes > 0:
+        g.y = node_labels(ids, d.num_classes, d.seed)
     return g
 
 
 def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
-    """Partition the dataset into ``world`` parts unless a valid directory exists (collective)."""
-    from ..graph.partition import partition
+    """Partition the dataset into ``world`` parts unless a valid directory exists (collective).
+
+    ``random``, ``range`` and ``hash`` partition on every rank
+    (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of the
+    input and writes its own part); ``metis`` loads the graph on rank 0 while the others wait.
+    """
+    from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST
 
     out = Path(cfg.partition.dir)
+    missing = torch.tensor([0 if (out / MANIFEST).exists() else 1], dtype=torch.int64)
+    dist.all_reduce(missing, op=dist.ReduceOp.MAX)  # one decision for all ranks
+    if not int(missing.item()):
+        return out
+    if cfg.partition.method in DISTRIBUTED_METHODS:
+        from ..distributed.ingest import partition_distributed
+
+        d = cfg.dataset
+        if rank == 0:
+            log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world,
+                     cfg.partition.method, out)
+        partition_distributed(
+            d.name, out, cfg.partition.method, cfg.partition.seed, undirected=d.undirected,
+            drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
+            feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
+            graph_seed=d.seed)
+        return out
 
     def build() -> None:
         if rank != 0 or (out / MANIFEST).exists():
@@ -66,7 +96,8 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
         log.info("partitioning %s into %d parts (%s) -> %s", cfg.dataset.name, world,
                  cfg.partition.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        partition(load_dataset(cfg), world, cfg.partition.method, out, seed=cfg.partition.seed)
+        partition(load_dataset(cfg), world, cfg.partition.method, out, seed=cfg.partition.seed,
+                  metis_max_edges=cfg.partition.metis_max_edges)
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
@@ -132,6 +163,53 @@ def evaluate(model, loader, device) -> tuple[float, float]:
     return float(acc[0] / max(acc[1], 1)), float(acc[2] / max(acc[1], 1))
 
 
+def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes: int):
+    """``f(model, splits) -> {split: (accuracy, loss)}`` for ``training.eval_mode`` (collective).
+
+    ``layerwise`` runs exact full-neighbor inference one layer at a time over this rank's nodes
+    (:mod:`mnmg_sampler.train.evaluate`); ``sampled`` iterates minibatches sampled with
+    ``sampler.eval_fanouts``. Either way, the memory estimate is checked against
+    ``training.eval_memory_mb`` here, before anything is allocated for evaluation.
+    """
+    from ..loader import DistNeighborLoader
+    from .evaluate import (
+        check_budget,
+        estimate_layerwise_bytes,
+        estimate_sampled_bytes,
+        evaluate_layerwise,
+    )
+
+    s, m, tr = cfg.sampler, cfg.model, cfg.training
+    in_dim = int(part.x.shape[1])
+    if tr.eval_mode == "layerwise":
+        dims = [in_dim] + [m.hidden] * (m.layers - 1) + [num_classes]
+        est = estimate_layerwise_bytes(part.num_local_nodes, part.num_local_edges, dims,
+                                       s.eval_batch_size)
+        check_budget(est, tr.eval_memory_mb, "layer-wise evaluation",
+                     "raise training.eval_memory_mb, lower sampler.eval_batch_size or "
+                     "model.hidden, or run more ranks (each holds a smaller part)")
+
+        def run_layerwise(model, names):
+            net = model.module if hasattr(model, "module") else model
+            return evaluate_layerwise(net, part, {k: ids[k] for k in names}, device,
+                                      s.eval_batch_size)
+
+        return run_layerwise
+    deg = np.diff(np.asarray(part.indptr))
+    maxdeg = torch.tensor([int(deg.max()) if deg.size else 0])
+    dist.all_reduce(maxdeg, op=dist.ReduceOp.MAX)
+    est = estimate_sampled_bytes(part.num_nodes, s.eval_fanouts, s.eval_batch_size, in_dim,
+                                 int(maxdeg))
+    check_budget(est, tr.eval_memory_mb,
+                 f"sampled evaluation with fanouts {s.eval_fanouts} (batch {s.eval_batch_size})",
+                 "give finite sampler.eval_fanouts, lower sampler.eval_batch_size, or use "
+                 "training.eval_mode=layerwise (exact, memory O(part))")
+    loaders = {k: DistNeighborLoader(service, ids[k], s.eval_fanouts, s.eval_batch_size,
+                                     seed=s.seed + 1, prefetch=s.prefetch)
+               for k in ("val", "test")}
+    return lambda model, names: {k: evaluate(model, loaders[k], device) for k in names}
+
+
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """Run the configured job on this rank (inside torchrun); returns the final metrics."""
     from ..distributed.service import SamplingService
@@ -151,7 +229,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     rank, world = env.rank, env.world_size
     t_start = time.perf_counter()
     pdir = ensure_partitions(cfg, rank, world)
-    part = agree(lambda: load_partition(pdir, rank, world))
+    part = agree(lambda: load_partition(pdir, rank, world, verify=cfg.partition.verify))
     mode = cfg.training.mode
     if mode == "train" and (part.x is None or part.y is None):
         spec = parse_dataset_name(cfg.dataset.name)
@@ -204,15 +282,12 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
            t_start) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ..loader import DistNeighborLoader
     from .model import GraphSAGE
 
     s, m, o, tr = cfg.sampler, cfg.model, cfg.optimizer, cfg.training
-    eval_loader = {k: DistNeighborLoader(service, ids[k], s.eval_fanouts, s.eval_batch_size,
-                                         seed=s.seed + 1, prefetch=s.prefetch)
-                   for k in ("val", "test")}
     ymax = torch.tensor([int(np.max(part.y)) if len(part.y) else 0])
     dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
+    evaluate_splits = make_evaluator(cfg, service, ids, part, device, int(ymax) + 1)
     torch.manual_seed(s.seed)
     model = GraphSAGE(int(part.x.shape[1]), m.hidden, int(ymax) + 1, m.layers,
                       dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg).to(device)
@@ -267,7 +342,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
         rec = {"event": "epoch", "epoch": epoch, "train_loss": float(tot[0] / max(tot[1], 1)),
                "train_acc": float(tot[2] / max(tot[1], 1)), "seconds": time.perf_counter() - t0}
         if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
-            val_acc, val_loss = evaluate(model, eval_loader["val"], device)
+            val_acc, val_loss = evaluate_splits(model, ["val"])["val"]
             rec.update(val_acc=val_acc, val_loss=val_loss)
         if rank == 0:
             metrics.write(**rec)
@@ -290,8 +365,8 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
             break
     if bar is not None:
         bar.close()
-    test_acc, test_loss = evaluate(model, eval_loader["test"], device)
-    val_acc, _ = evaluate(model, eval_loader["val"], device)
+    res = evaluate_splits(model, ["test", "val"])
+    (test_acc, test_loss), (val_acc, _) = res["test"], res["val"]
     wall = time.perf_counter() - t_start
     final = {"event": "final", "test_acc": test_acc, "test_loss": test_loss, "val_acc": val_acc,
              "wall_s": wall, "world_size": world}
