@@ -60,7 +60,7 @@ __all__ = ["partition_distributed", "DEFAULT_CHUNK"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHUNK = 1 << 22
+DEFAULT_CHUNK = 1 << 20
 """Rows each rank sends per all-to-all round (bounds the exchange buffers)."""
 
 
@@ -120,22 +120,49 @@ def shuffle(ex: Exchanger, cols: np.ndarray, dest: np.ndarray, chunk: int,
     return out, out_rows
 
 
-def lookup(ex: Exchanger, keys: np.ndarray, dest: np.ndarray, answer, chunk: int) -> np.ndarray:
-    """Ask rank ``dest[i]`` for ``answer(keys)`` of ``keys[i]`` (int64 in, int64 out), in rounds
-    of ``chunk``; returns the answers in the order of ``keys``."""
+def shuffle_stream(ex: Exchanger, n_chunks: int, make, width: int) -> np.ndarray:
+    """Like :func:`shuffle`, for rows made chunk by chunk: ``make(i) -> (cols [k, width],
+    dest [k])`` builds this rank's chunk ``i`` (called twice: once to count, once to send), so
+    the rows never exist all at once on the sending side."""
     w = ex.world_size
-    out = np.empty(keys.shape[0], np.int64)
-    for r in range(_rounds(dest.shape[0], chunk, ex.group)):
-        lo = r * chunk
-        d = dest[lo:lo + chunk]
+    totals = np.zeros(w, np.int64)
+    for i in range(n_chunks):
+        totals += np.bincount(make(i)[1], minlength=w)
+    recv_total = ex.counts(torch.from_numpy(totals)).numpy()
+    out = np.empty((int(recv_total.sum()), width), np.int64)
+    filled = 0
+    for i in range(_allreduce(n_chunks, dist.ReduceOp.MAX, ex.group)):
+        if i < n_chunks:
+            cols, d = make(i)
+        else:
+            cols, d = np.zeros((0, width), np.int64), np.zeros(0, np.int64)
         order = np.argsort(d, kind="stable")
         send = np.bincount(d, minlength=w).astype(np.int64)
         recv = ex.counts(torch.from_numpy(send)).numpy()
-        asked = ex.payload(torch.from_numpy(np.ascontiguousarray(keys[lo:lo + chunk][order])),
-                           send, recv).numpy()
+        got = ex.payload(torch.from_numpy(np.ascontiguousarray(cols[order])), send, recv)
+        out[filled:filled + got.shape[0]] = got.numpy()
+        filled += got.shape[0]
+    return out
+
+
+def lookup(ex: Exchanger, keys: np.ndarray, owner_of, answer, chunk: int) -> np.ndarray:
+    """Ask rank ``owner_of(k)`` for ``answer(k)`` of every key (int64 in, int64 out), ``chunk``
+    keys per round, each distinct key of a round asked once; answers in the order of ``keys``."""
+    w = ex.world_size
+    out = np.empty(keys.shape[0], np.int64)
+    for r in range(_rounds(keys.shape[0], chunk, ex.group)):
+        lo = r * chunk
+        uq, inv = np.unique(keys[lo:lo + chunk], return_inverse=True)
+        d = np.asarray(owner_of(uq), np.int64)
+        order = np.argsort(d, kind="stable")
+        send = np.bincount(d, minlength=w).astype(np.int64)
+        recv = ex.counts(torch.from_numpy(send)).numpy()
+        asked = ex.payload(torch.from_numpy(np.ascontiguousarray(uq[order])), send, recv).numpy()
         told = np.ascontiguousarray(answer(asked), dtype=np.int64)
         back = ex.payload(torch.from_numpy(told), recv, send).numpy()
-        out[lo + order] = back
+        got = np.empty(uq.shape[0], np.int64)
+        got[order] = back
+        out[lo:lo + inv.shape[0]] = got[inv.reshape(-1)]
     return out
 
 
@@ -162,29 +189,43 @@ def _node_rows(path: str | None, n: int, rank: int, world: int, what: str):
     return node_rows_file(path, n, what), int(b[rank]), int(b[rank + 1])
 
 
-def _edge_records(share: EdgeShare, off: int, m: int, undirected: bool, drop_self_loops: bool):
-    """(target, source, position) of every CSR entry this rank read, position being the index
-    in the processed edge list before duplicate removal (originals, then reverses)."""
-    src, dst = share.src, share.dst
-    pos = np.arange(off, off + src.shape[0], dtype=np.int64)
-    if drop_self_loops:
-        keep = src != dst
-        src, dst, pos = src[keep], dst[keep], pos[keep]
-    if undirected:
-        src, dst, pos = (np.concatenate([src, dst]), np.concatenate([dst, src]),
-                         np.concatenate([pos, pos + m]))
-    return np.stack([dst, src, pos], axis=1)
+def _record_maker(share: EdgeShare, off: int, m: int, undirected: bool, drop_self_loops: bool,
+                  dedup: bool, kept_before_rank: int, kept_total: int, owner_of, chunk: int):
+    """``(n_chunks, make)`` for :func:`shuffle_stream`: the (target, source, id) row of every
+    CSR entry this rank read, to the owner of the target. Originals come first, then reverses.
 
+    Without duplicate removal the id is final (the entry's position among kept entries, which
+    counts give); with it, the id is the position before removal (resolved in :func:`_dedup`).
+    """
+    k = share.src.shape[0]
+    nc = -(-k // chunk)
+    kept_in = np.zeros(nc + 1, np.int64)  # kept originals before each chunk, within this share
+    for i in range(nc):
+        a, b = i * chunk, min(k, (i + 1) * chunk)
+        kept_in[i + 1] = kept_in[i] + (np.count_nonzero(share.src[a:b] != share.dst[a:b])
+                                       if drop_self_loops else b - a)
 
-def _final_ids_without_dedup(rec: np.ndarray, off_kept: int, total_kept: int,
-                             undirected: bool) -> np.ndarray:
-    """Edge ids when no duplicate is removed: the rank of each kept position, from counts."""
-    k = rec.shape[0]
-    half = k // 2 if undirected else k  # reverses follow the originals
-    ids = np.empty(k, np.int64)
-    ids[:half] = off_kept + np.arange(half)
-    ids[half:] = total_kept + off_kept + np.arange(k - half)
-    return ids
+    def make(j: int):
+        rev, i = divmod(j, nc)
+        a, b = i * chunk, min(k, (i + 1) * chunk)
+        src, dst = share.src[a:b], share.dst[a:b]
+        if dedup:
+            e = np.arange(off + a, off + b, dtype=np.int64) + (m if rev else 0)
+        if drop_self_loops:
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            if dedup:
+                e = e[keep]
+        if not dedup:
+            e = kept_before_rank + int(kept_in[i]) + np.arange(src.shape[0], dtype=np.int64)
+            if rev:
+                e += kept_total
+        cols = np.empty((src.shape[0], 3), np.int64)
+        cols[:, 0], cols[:, 1] = (src, dst) if rev else (dst, src)
+        cols[:, 2] = e
+        return cols, owner_of(cols[:, 0])
+
+    return nc * (2 if undirected else 1), make, int(kept_in[-1])
 
 
 def partition_distributed(
@@ -264,46 +305,52 @@ def partition_distributed(
     x_meta = _row_meta(x_src, bool(head[0, 3]) and features is None, group)
     y_meta = _row_meta(y_src, bool(head[0, 4]) and labels is None, group)
 
-    # 1-2. records and their edge ids
-    rec = _edge_records(share, off, m, undirected, drop_self_loops)
-    del share
-    kept_orig = rec.shape[0] // 2 if undirected else rec.shape[0]
-    kept = _gather([kept_orig], group)[:, 0]
-    if not drop_duplicates:
-        rec[:, 2] = _final_ids_without_dedup(rec, int(kept[:rank].sum()), int(kept.sum()),
-                                             undirected)
-    # 3. to the owner of the target
-    owner = assign_nodes(rec[:, 0], n, world, method, seed)
-    rec, _ = shuffle(ex, rec, owner, chunk)
-    del owner
+    # 1-3. every CSR entry to the owner of its target, with its edge id
+    def owner_of(ids: np.ndarray) -> np.ndarray:
+        return assign_nodes(ids, n, world, method, seed)
+
+    kept_here = (int(np.count_nonzero(share.src != share.dst)) if drop_self_loops
+                 else share.src.shape[0])
+    kept = _gather([kept_here], group)[:, 0]
+    n_chunks, make, _ = _record_maker(share, off, m, undirected, drop_self_loops,
+                                      drop_duplicates, int(kept[:rank].sum()), int(kept.sum()),
+                                      owner_of, chunk)
+    rec = shuffle_stream(ex, n_chunks, make, 3)
+    del share, make
     if drop_duplicates:
         rec = _dedup(ex, rec, counts, m, chunk, group)
-    # 4. relabel and build the CSR
+    # 4. relabel and build the CSR (freeing each input as soon as it is used: peak ~ 2x part)
     orig_ids = part_node_ids(rank, n, world, method, seed)
     sizes = _gather([orig_ids.shape[0]], group)[:, 0]
     bounds = np.zeros(world + 1, np.int64)
     np.cumsum(sizes, out=bounds[1:])
     start = int(bounds[rank])
-    row = np.searchsorted(orig_ids, rec[:, 0])
-    src = rec[:, 1]
-    src_owner = assign_nodes(src, n, world, method, seed)
-    cut = int(np.count_nonzero(src_owner != rank))
+    local_edges = rec.shape[0]
+    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != rank))
+              for a in range(0, local_edges, chunk))
     if method == "range" or world == 1:
-        new_src = src
+        new_src = rec[:, 1].copy()
     else:
-        uniq, inv = np.unique(src, return_inverse=True)
-        new_src = lookup(ex, uniq, assign_nodes(uniq, n, world, method, seed),
-                         lambda q: start + np.searchsorted(orig_ids, q), chunk)[inv]
-        del uniq, inv
-    del src_owner
-    order = np.lexsort((rec[:, 2], row))
+        new_src = lookup(ex, rec[:, 1], owner_of,
+                         lambda q: start + np.searchsorted(orig_ids, q), chunk)
+    row = np.searchsorted(orig_ids, rec[:, 0])
+    eid = rec[:, 2].copy()
+    del rec
     arrays = {"indptr": np.zeros(orig_ids.shape[0] + 1, np.int64)}
     np.cumsum(np.bincount(row, minlength=orig_ids.shape[0]), out=arrays["indptr"][1:])
-    arrays["indices"] = np.ascontiguousarray(new_src[order])
-    arrays["edge_ids"] = np.ascontiguousarray(rec[order, 2])
+    m_ids = max(1, 2 * m)  # edge ids are below 2m: (row, id) packs into one int64 key
+    if orig_ids.shape[0] * m_ids < 2**62:
+        row *= m_ids
+        row += eid
+        order = np.argsort(row)  # keys are distinct: no stability needed
+    else:
+        order = np.lexsort((eid, row))
+    del row
+    arrays["indices"] = new_src[order]
+    del new_src
+    arrays["edge_ids"] = eid[order]
+    del eid, order
     arrays["orig_ids"] = orig_ids
-    local_edges = rec.shape[0]
-    del rec, row, new_src, order
     if has_x:
         arrays["x"] = _place_rows(ex, x_src, x_meta, orig_ids, n, method, seed, chunk,
                                   lambda ids: node_features(ids, feature_dim, data_seed,
@@ -389,8 +436,11 @@ def _dedup(ex, rec, counts, m, chunk, group) -> np.ndarray:
     rank = ex.rank
     lo, hi = int(off[rank]), int(off[rank + 1])
     pos = rec[:, 2]
-    reader = np.searchsorted(off, pos % m if m else pos, side="right") - 1
-    got, _ = shuffle(ex, pos[:, None], reader, chunk)
+
+    def reader_of(p: np.ndarray) -> np.ndarray:
+        return np.searchsorted(off, p % m if m else p, side="right") - 1
+
+    got, _ = shuffle(ex, pos[:, None], reader_of(pos), chunk)
     kept = np.zeros(2 * (hi - lo), bool)  # originals, then reverses, of this rank's range
     p = got[:, 0]
     kept[np.where(p < m, p - lo, p - m - lo + (hi - lo))] = True
@@ -408,7 +458,7 @@ def _dedup(ex, rec, counts, m, chunk, group) -> np.ndarray:
         a[~o] = base_r + k_rev[q[~o] - m - lo]
         return a
 
-    rec[:, 2] = lookup(ex, pos, reader, answer, chunk)
+    rec[:, 2] = lookup(ex, pos, reader_of, answer, chunk)
     return rec
 
 
