@@ -147,7 +147,7 @@ def _rss_worker(work: str, task: dict) -> None:
     dist.barrier()
     half = samples[len(samples) // 2:] or [_rss()]
     _finish(work, rank, {"rank": rank, "base": base, "steady": float(np.median(half)),
-                         "peak": _peak(), "load_s": t_load, "first_batch_s": first,
+                         "peak": max(_peak(), max(half)), "load_s": t_load, "first_batch_s": first,
                          "batches": len(samples), "edges": edges,
                          **_part_bytes(task["partitions"], rank)})
     dist.destroy_process_group()

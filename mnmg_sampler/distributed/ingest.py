@@ -318,7 +318,7 @@ def partition_distributed(
     rec = shuffle_stream(ex, n_chunks, make, 3)
     del share, make
     if drop_duplicates:
-        rec = _dedup(ex, rec, counts, m, chunk, group)
+        rec = _dedup(ex, rec, counts, m, n, chunk, group)
     # 4. relabel and build the CSR (freeing each input as soon as it is used: peak ~ 2x part)
     orig_ids = part_node_ids(rank, n, world, method, seed)
     sizes = _gather([orig_ids.shape[0]], group)[:, 0]
@@ -422,14 +422,28 @@ def _place_rows(ex, src, meta, orig_ids, n, method, seed, chunk, synth) -> np.nd
     return out
 
 
-def _dedup(ex, rec, counts, m, chunk, group) -> np.ndarray:
-    """Keep the first copy of each (target, source) and give kept edges their final ids."""
-    order = np.lexsort((rec[:, 2], rec[:, 1], rec[:, 0]))
-    rec = rec[order]
+def _dedup(ex, rec, counts, m, n, chunk, group) -> np.ndarray:
+    """Keep the first copy of each (target, source) and give kept edges their final ids.
+
+    Sorted and compacted in place, a column at a time: memory beyond ``rec`` is a few columns.
+    """
+    if n * n < 2**63:
+        key = rec[:, 0] * n + rec[:, 1]
+        order = np.lexsort((rec[:, 2], key))
+        del key
+    else:
+        order = np.lexsort((rec[:, 2], rec[:, 1], rec[:, 0]))
+    for c in range(3):
+        rec[:, c] = rec[order, c]
+    del order
     first = np.ones(rec.shape[0], bool)
     first[1:] = (rec[1:, 0] != rec[:-1, 0]) | (rec[1:, 1] != rec[:-1, 1])
-    rec = rec[first]
-    del order, first
+    keep = np.flatnonzero(first)
+    del first
+    for c in range(3):
+        rec[:keep.shape[0], c] = rec[keep, c]
+    rec = rec[:keep.shape[0]]
+    del keep
     # the rank that read a position hands out its compacted id
     off = np.zeros(ex.world_size + 1, np.int64)
     np.cumsum(counts, out=off[1:])

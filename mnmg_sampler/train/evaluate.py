@@ -143,7 +143,7 @@ def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray],
     (sorted original ids), from :func:`layerwise_logits`."""
     logits = layerwise_logits(model, part, device, batch_size, group)
     orig = np.asarray(part.orig_ids)
-    y = torch.from_numpy(np.asarray(part.y, dtype=np.int64))
+    y = torch.from_numpy(np.array(part.y, dtype=np.int64))
     acc = torch.zeros((len(splits), 3), dtype=torch.float64, device=backend_device(group))
     for k, ids in enumerate(splits.values()):
         mask = torch.from_numpy(_member(np.asarray(ids), orig))
