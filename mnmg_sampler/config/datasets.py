@@ -53,10 +53,18 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
     Imports the graph readers' suffix list, so it is called by ``validate`` and the jobs, not
     by :func:`load_config`.
     """
+    from ..errors import GraphFormatError
     from ..graph.datasets import EDGE_LIST_SUFFIXES
+    from ..graph.sources import is_sharded, shard_files
 
     spec = parse_dataset_name(cfg.dataset.name)
     if spec.kind != "path":
+        return
+    if is_sharded(spec.path):  # a directory or glob of edge shards
+        try:
+            shard_files(spec.path)
+        except GraphFormatError as e:
+            raise _err(key, e.what, e.fix) from e
         return
     p = Path(spec.path)
     suffixes = (".npz", *EDGE_LIST_SUFFIXES)

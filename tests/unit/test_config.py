@@ -246,10 +246,10 @@ def test_check_paths(tmp_path, monkeypatch):
     good = tmp_path / "edges.txt.gz"
     good.write_bytes(b"")
     check_paths(load_config(None, [f"dataset.name={good}"]))
-    bad = tmp_path / "edges.parquet"
+    bad = tmp_path / "edges.csv"
     bad.write_bytes(b"")
     cases = [
-        (str(bad), "dataset.name: the file type of 'edges.parquet' is not recognised"),
+        (str(bad), "dataset.name: the file type of 'edges.csv' is not recognised"),
         (str(tmp_path / "missing.npz"), "dataset.name: dataset file "),
         ("corra", "dataset.name: unknown dataset 'corra' (did you mean 'cora'?)"),
     ]
