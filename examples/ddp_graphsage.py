@@ -37,6 +37,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--parts-dir", default="runs/example", help="where partitions are kept")
+    p.add_argument("--timeout-s", type=float, default=600.0,
+                   help="collective timeout: a dead or stuck peer fails every rank after this")
     return p.parse_args()
 
 
@@ -57,7 +59,9 @@ def evaluate(model: torch.nn.Module, loader: DistNeighborLoader, dev: torch.devi
 @record
 def main() -> None:
     args = parse_args()
-    env, dev = init_distributed()  # gloo + CPU without a GPU, NCCL + local GPU with one
+    # gloo + CPU without a GPU, NCCL + local GPU with one; the sampling service's group gets
+    # the same timeout
+    env, dev = init_distributed(timeout_s=args.timeout_s)
     set_threads(None)  # cores / local ranks: ranks on one machine do not oversubscribe it
     rank, world = env.rank, env.world_size
 
@@ -115,7 +119,7 @@ def main() -> None:
         print(f"sampler (rank 0): {st['requests']} requests in {st['rounds']} rounds, "
               f"{st['kernel_calls']} kernel calls, {st['bytes_exchanged'] / 1e6:.0f} MB "
               f"exchanged", flush=True)
-    service.shutdown()  # collective: every rank calls it
+    service.shutdown()  # collective: every rank calls it, before the process group goes
     dist.destroy_process_group()
 
 

@@ -49,6 +49,9 @@ if [[ $NPROC =~ ^[0-9]+$ ]]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 fi
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# torchrun's --tee/--role prefix every shown line with [rankN]: (global rank N), so
+# mnmg-sampler adds no prefix of its own.
+export MNMG_RANK_PREFIX=0 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'
 if [ "$NODE_RANK" = 0 ]; then is_host=1; else is_host=0; fi
 exec "${launcher[@]}" --nnodes "$NNODES" --nproc-per-node "$NPROC" \
   --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$RDZV_ID" \

@@ -1,7 +1,26 @@
 """mnmg-sampler: multi-node, multi-GPU neighbor sampling for GNN training on torch.distributed.
 
-``import mnmg_sampler`` is light: it imports neither CUDA libraries (cupy, pylibraft,
-numba.cuda) nor the numba kernels; those load on first use.
+The public API is importable from the top::
+
+    from mnmg_sampler import (DistNeighborLoader, SamplingService, load_partition,
+                              partition_graph)
+
+===========================  ==================================================================
+graph and partitions         ``load_graph``, ``partition_graph``, ``partition``,
+                             ``write_partitions``, ``load_partition``, ``Partition``,
+                             ``CSRGraph``, ``supported_formats``
+sampling                     ``SamplingService``, ``DistNeighborLoader``, ``SampleRequest``,
+                             ``MiniBatch``, ``MultiHopSampler``, ``sample``, ``request_key``
+link prediction              ``DistLinkNeighborLoader``, ``LinkMiniBatch``, ``NegativeSampling``
+training                     ``init_distributed``, ``set_threads``, ``GraphSAGE``,
+                             ``num_correct``, ``accuracy``
+config                       ``load_config``, ``JobConfig``
+errors                       ``MnmgError`` and its subclasses
+PyG integration              :mod:`mnmg_sampler.pyg` (needs the ``pyg`` extra)
+===========================  ==================================================================
+
+``import mnmg_sampler`` is light: the names above load on first use, and it imports neither
+CUDA libraries (cupy, pylibraft, numba.cuda) nor the numba kernels.
 """
 
 from __future__ import annotations
@@ -23,12 +42,35 @@ from .errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
+    # graph and partitions
     "CSRGraph": "mnmg_sampler.graph.csr",
+    "load_graph": "mnmg_sampler.graph.datasets",
+    "supported_formats": "mnmg_sampler.graph.datasets",
+    "partition_graph": "mnmg_sampler.graph.api",
+    "partition": "mnmg_sampler.graph.partition",
+    "write_partitions": "mnmg_sampler.graph.partition",
+    "load_partition": "mnmg_sampler.graph.partition_io",
+    "Partition": "mnmg_sampler.graph.partition_io",
+    # sampling
+    "SamplingService": "mnmg_sampler.distributed.service",
+    "DistNeighborLoader": "mnmg_sampler.loader",
+    "DistLinkNeighborLoader": "mnmg_sampler.link_loader",
+    "LinkMiniBatch": "mnmg_sampler.link_loader",
+    "NegativeSampling": "mnmg_sampler.ops.negative",
     "MiniBatch": "mnmg_sampler.batch",
     "MultiHopSampler": "mnmg_sampler.sampler",
     "SampleRequest": "mnmg_sampler.sampler",
     "sample": "mnmg_sampler.sampler",
-    "load_graph": "mnmg_sampler.graph.datasets",
+    "request_key": "mnmg_sampler.ops.rng",
+    # training
+    "init_distributed": "mnmg_sampler.runtime",
+    "set_threads": "mnmg_sampler.runtime",
+    "GraphSAGE": "mnmg_sampler.train.model",
+    "num_correct": "mnmg_sampler.train.model",
+    "accuracy": "mnmg_sampler.train.model",
+    # config
+    "load_config": "mnmg_sampler.config",
+    "JobConfig": "mnmg_sampler.config",
 }
 
 __all__ = [
@@ -40,17 +82,35 @@ __all__ = [
     "SamplingInputError",
     "ServiceError",
     "WorldSizeError",
+    "__version__",
     *_LAZY,
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import MiniBatch  # noqa: F401
+    from .config import JobConfig, load_config  # noqa: F401
+    from .distributed.service import SamplingService  # noqa: F401
+    from .graph.api import partition_graph  # noqa: F401
     from .graph.csr import CSRGraph  # noqa: F401
-    from .graph.datasets import load_graph  # noqa: F401
+    from .graph.datasets import load_graph, supported_formats  # noqa: F401
+    from .graph.partition import partition, write_partitions  # noqa: F401
+    from .graph.partition_io import Partition, load_partition  # noqa: F401
+    from .link_loader import DistLinkNeighborLoader, LinkMiniBatch  # noqa: F401
+    from .loader import DistNeighborLoader  # noqa: F401
+    from .ops.negative import NegativeSampling  # noqa: F401
+    from .ops.rng import request_key  # noqa: F401
+    from .runtime import init_distributed, set_threads  # noqa: F401
     from .sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401
+    from .train.model import GraphSAGE, accuracy, num_correct  # noqa: F401
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip __getattr__
+        return value
     raise AttributeError(f"module 'mnmg_sampler' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

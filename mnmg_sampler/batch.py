@@ -40,6 +40,21 @@ class MiniBatch:
     def num_nodes(self) -> int:
         return int(self.n_id.numel())
 
+    def __repr__(self) -> str:
+        """Shapes, not contents (PyG's ``Data`` style): ``MiniBatch(n_id=[N], ...)``."""
+        parts = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None or (f.name == "meta" and not v):
+                continue
+            if torch.is_tensor(v):
+                parts.append(f"{f.name}=[{', '.join(str(d) for d in v.shape)}]")
+            elif f.name == "meta":
+                parts.append(f"meta={{{', '.join(map(str, v))}}}")
+            else:
+                parts.append(f"{f.name}={v}")
+        return f"MiniBatch({', '.join(parts)})"
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MiniBatch:
         """A copy with every tensor on ``device``."""
         kw = {}
@@ -62,7 +77,12 @@ class MiniBatch:
         return True
 
     def to_pyg(self):
-        """Convert to ``torch_geometric.data.Data`` (needs the ``pyg`` extra)."""
+        """Convert to ``torch_geometric.data.Data`` (needs the ``pyg`` extra).
+
+        The fields are those of a PyG ``NeighborLoader`` batch (``n_id``, ``e_id``,
+        ``input_id``, ``batch_size``, ``num_sampled_nodes``, ``num_sampled_edges``,
+        ``edge_index``, ``x``, ``y``), so ``model(data.x, data.edge_index)`` works as with PyG.
+        """
         try:
             from torch_geometric.data import Data
         except ImportError as e:

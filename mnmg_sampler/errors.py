@@ -1,7 +1,8 @@
 """Typed errors a user can cause.
 
 Every message says three things: what is wrong, what follows from it, and how to fix it.
-Catch :class:`MnmgError` to handle any of them; the CLI turns them into one line and exit code 2.
+Catch :class:`MnmgError` to handle any of them; the CLI turns them into one line and exit code 2
+(3 for :class:`PeerError`: another rank died or stopped answering, this rank's input was fine).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ __all__ = [
     "SamplingInputError",
     "PartitionError",
     "WorldSizeError",
+    "PartitionMismatchError",
+    "CheckpointError",
     "MissingDependencyError",
     "ServiceError",
     "MemoryBudgetError",
+    "PeerError",
 ]
 
 
@@ -48,6 +52,10 @@ class GraphFormatError(MnmgError, ValueError):
     """An input graph file is malformed; the message names the file and line or key."""
 
 
+class EdgeWeightError(GraphFormatError):
+    """Edge weights are unusable: wrong length or dtype, negative, NaN or infinite."""
+
+
 class SamplingInputError(MnmgError, ValueError):
     """Seeds or fanouts passed to a sampler are invalid (out of range, negative, bad fanout)."""
 
@@ -60,6 +68,14 @@ class WorldSizeError(PartitionError):
     """The number of partitions differs from the torch.distributed world size."""
 
 
+class PartitionMismatchError(PartitionError):
+    """The ranks of one job loaded different partitionings, or not their own part."""
+
+
+class CheckpointError(MnmgError, RuntimeError):
+    """A checkpoint is unreadable, unsafe (holds code or objects) or made for another model."""
+
+
 class MissingDependencyError(MnmgError, ImportError):
     """An optional dependency (GPU extra, pymetis, torch_geometric) is needed but not installed."""
 
@@ -70,3 +86,11 @@ class ServiceError(MnmgError, RuntimeError):
 
 class MemoryBudgetError(MnmgError, MemoryError):
     """An operation's estimated memory is above the configured budget (raised before allocating)."""
+
+
+class PeerError(ServiceError):
+    """Another rank died or stopped answering: a collective failed, timed out or never started.
+
+    The message names the step that did not complete (e.g. a sampling round's agreement
+    all-reduce, the rendezvous) and the transport's own words for the failure.
+    """

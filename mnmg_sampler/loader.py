@@ -20,6 +20,15 @@ rank; seeds 8..14 are skipped.
 
 The request key of global batch ``g`` in epoch ``e`` is ``request_key(seed, e, g)``, so a batch is
 reproducible from ``(seed, epoch, g)`` alone.
+
+``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so hop 1
+is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds
+(by ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most seeds needs
+(``drop_last``: as many full batches as the rank with fewest seeds has); its batch ``b`` is global
+batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend on the
+partitioning and the world size, so results are reproducible for the same partitions and ``W``
+(any thread count, merge pattern or run), not across world sizes; batch sizes may differ across
+ranks (and a rank may get empty batches) when the partitions own unequal shares of the seeds.
 """
 
 from __future__ import annotations
@@ -31,9 +40,56 @@ import numpy as np
 import torch
 
 from .batch import MiniBatch
+from .distributed.collective import agree
+from .distributed.consistency import check_same_on_every_rank, fingerprint_array
 from .errors import SamplingInputError
-from .ops.rng import request_key
-from .sampler import SampleRequest, check_fanouts
+from .sampler import SampleRequest, check_fanouts, request_key
+
+SPLITS = ("global", "owner")
+
+
+def check_input_nodes(input_nodes, num_nodes: int) -> np.ndarray:
+    """``input_nodes`` as a flat int64 array of distinct ids in ``[0, num_nodes)``, or a
+    :class:`SamplingInputError` saying what is wrong (the same on every rank for the same input).
+
+    Accepted, as in PyG's ``NeighborLoader``: integer node ids (any int dtype, tensor, array or
+    sequence) or a bool mask of length ``num_nodes`` (its ``True`` positions are the seeds).
+    Refused: float ids (never cast silently), other shapes, out-of-range or repeated ids.
+    An empty input is valid and gives no batch.
+    """
+    what = "the loader cannot be built; every rank raises this before sampling"
+    if torch.is_tensor(input_nodes):
+        input_nodes = input_nodes.detach().cpu().numpy()
+    arr = np.asarray(input_nodes)
+    if arr.size == 0 and arr.ndim <= 1:
+        return np.empty(0, np.int64)
+    if arr.ndim != 1:
+        raise SamplingInputError(f"input_nodes has shape {arr.shape}", what,
+                                 "pass a 1-D array of node ids or a bool mask")
+    if arr.dtype == np.bool_:
+        if arr.shape[0] != num_nodes:
+            raise SamplingInputError(
+                f"input_nodes is a bool mask of length {arr.shape[0]}, but the graph has "
+                f"{num_nodes} nodes", what,
+                f"pass a mask of length {num_nodes} (True = seed), or integer node ids")
+        return np.flatnonzero(arr).astype(np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise SamplingInputError(
+            f"input_nodes has dtype {arr.dtype}; node ids must be integers", what,
+            "pass integer ids (e.g. ids.long() or ids.astype(np.int64)) or a bool mask")
+    lo, hi = arr.min(), arr.max()
+    if lo < 0 or hi >= num_nodes:
+        bad = lo if lo < 0 else hi
+        raise SamplingInputError(f"input_nodes holds id {bad}, out of range for a graph with "
+                                 f"{num_nodes} nodes", what, f"pass ids in [0, {num_nodes})")
+    ids = arr.astype(np.int64)
+    uniq, counts = np.unique(ids, return_counts=True)
+    if uniq.size != ids.size:
+        dup = uniq[counts > 1]
+        raise SamplingInputError(
+            f"input_nodes holds {ids.size - uniq.size} repeated ids (e.g. {int(dup[0])})", what,
+            "pass each seed once (e.g. np.unique(ids))")
+    return ids
 
 
 def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, drop_last: bool,
@@ -48,24 +104,80 @@ def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, d
     if drop_last:
         nb = (n // per_round) * world_size
         return [order[i * batch_size:(i + 1) * batch_size] for i in range(nb)]
-    nb = world_size * -(-n // per_round) if n else world_size
+    nb = world_size * -(-n // per_round)
+    if nb == 0:  # no seeds: no batch
+        return []
     return [np.ascontiguousarray(a) for a in np.array_split(order, nb)]
+
+
+# PyG NeighborLoader / DataLoader arguments and the value each must have here (PyG's default);
+# anything else asks for a behaviour this loader does not have.
+_PYG_DEFAULTS = {"input_time": None, "time_attr": None, "temporal_strategy": "uniform",
+                 "weight_attr": None, "transform": None, "transform_sampler_output": None,
+                 "is_sorted": False, "filter_per_worker": None, "neighbor_sampler": None,
+                 "directed": True, "num_workers": 0, "disjoint": False}
+SUBGRAPH_TYPES = ("directional",)
+"""PyG ``subgraph_type`` values supported: sampled edges point neighbor -> target only."""
+
+
+def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
+    """Raise :class:`SamplingInputError` for PyG loader arguments this loader does not support.
+
+    Arguments at PyG's default value are accepted, so code written for ``NeighborLoader``
+    runs unchanged as long as it uses only what the service can do.
+    """
+    if num_neighbors is None:
+        raise SamplingInputError("num_neighbors is required", "the hops to sample are unknown",
+                                 "pass e.g. num_neighbors=[10, 5] (hop 1 first, as in PyG)")
+    if subgraph_type not in SUBGRAPH_TYPES:
+        raise SamplingInputError(
+            f"subgraph_type={subgraph_type!r} is not supported",
+            "the service returns the directional subgraph (sampled neighbor -> target)",
+            "use subgraph_type='directional' (PyG's default)")
+    for key, value in extra.items():
+        if key not in _PYG_DEFAULTS:
+            raise SamplingInputError(
+                f"DistNeighborLoader got an unexpected argument {key!r}", "it has no effect here",
+                "see docs/api.md for the arguments (those of PyG's NeighborLoader that apply)")
+        default = _PYG_DEFAULTS[key]
+        try:
+            same = value is default or (default is not None and bool(value == default))
+        except (TypeError, ValueError):  # e.g. an array compared with a scalar
+            same = False
+        if not same:
+            fix = ("sampling already runs in the service thread; use prefetch=N to sample ahead"
+                   if key == "num_workers" else f"leave {key} at {default!r}")
+            raise SamplingInputError(f"{key}={value!r} is not supported",
+                                     "the sampling service has no such feature", fix)
 
 
 class DistNeighborLoader:
     """Iterates this rank's minibatches of ``input_nodes``, with features, via a service.
 
+    The arguments are those of PyG's ``NeighborLoader`` that apply to a static homogeneous
+    graph; the others are accepted at PyG's default value and rejected otherwise
+    (:class:`~mnmg_sampler.errors.SamplingInputError`).
+
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
-        input_nodes: seed node ids (original ids), the same array on every rank.
-        num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors.
-        batch_size: seeds per minibatch (at most).
+        input_nodes: seed node ids (original ids, each once) or a bool mask of length
+            ``num_nodes``; the same on every rank; ``None`` = every node of the graph. Checked
+            here (:func:`check_input_nodes`): construction is collective on the default group,
+            and a bad or differing input on any rank raises :class:`SamplingInputError` on
+            every rank.
+        num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors,
+            ``0`` = none at that hop.
+        batch_size: seeds per minibatch (at most; PyG's default 1).
         shuffle: reshuffle every epoch (deterministic from ``seed`` and the epoch).
         drop_last: skip the tail so every batch has exactly ``batch_size`` seeds.
         seed: seed of the shuffle and the request keys.
         prefetch: requests kept in flight ahead of the consumer, so sampling overlaps training.
         replace: sample with replacement.
         rank, world_size: default: those of the service's process group.
+        subgraph_type: ``"directional"`` only (PyG's default).
+        split: ``global`` (the global order above) or ``owner`` (each rank's own seeds; see the
+            module docstring for what it changes).
+        edge_ids: return ``e_id``; off, ``e_id`` is empty and no edge id is fetched.
 
     Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
@@ -83,24 +195,48 @@ class DistNeighborLoader:
         service.shutdown()
     """
 
-    def __init__(self, service, input_nodes, num_neighbors: Sequence[int], batch_size: int,
-                 shuffle: bool = False, drop_last: bool = False, seed: int = 0,
-                 prefetch: int = 2, replace: bool = False, rank: int | None = None,
-                 world_size: int | None = None) -> None:
+    def __init__(self, service, input_nodes=None, num_neighbors: Sequence[int] | None = None,
+                 batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
+                 seed: int = 0, prefetch: int = 2, replace: bool = False,
+                 rank: int | None = None, world_size: int | None = None, *,
+                 subgraph_type: str = "directional", split: str = "global",
+                 edge_ids: bool = True, **pyg_kwargs) -> None:
         import torch.distributed as dist
 
-        if torch.is_tensor(input_nodes):
-            input_nodes = input_nodes.detach().cpu().numpy()
-        self.input_nodes = np.ascontiguousarray(input_nodes, dtype=np.int64).ravel()
-        if int(batch_size) <= 0:
-            raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
-                                     "no minibatch can be formed", "pass batch_size >= 1")
-        if int(prefetch) < 0:
-            raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
-                                     "it is the number of requests kept in flight",
-                                     "pass prefetch >= 0 (0 = sample each batch on demand)")
+        self.split, self.edge_ids = split, bool(edge_ids)
+        self._owned: np.ndarray | None = None
+
+        def check() -> tuple[np.ndarray, list[int]]:
+            check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
+            if split not in SPLITS:
+                raise SamplingInputError(f"unknown seed split {split!r}",
+                                         "the loader cannot assign seeds to ranks",
+                                         f"use one of {SPLITS}")
+            # PyG: input_nodes=None is every node of the graph
+            nodes = check_input_nodes(
+                np.arange(int(service.num_nodes), dtype=np.int64) if input_nodes is None
+                else input_nodes, int(service.num_nodes))
+            if int(batch_size) <= 0:
+                raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
+                                         "no minibatch can be formed", "pass batch_size >= 1")
+            if int(prefetch) < 0:
+                raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
+                                         "it is the number of requests kept in flight",
+                                         "pass prefetch >= 0 (0 = sample each batch on demand)")
+            return nodes, check_fanouts(num_neighbors)
+
+        # Collective on the default group (the service thread owns its own): a bad input on
+        # any rank raises on every rank here, before any sampling round, and so does a seed
+        # set or batching that differs between ranks (their batch counts would differ).
+        self.input_nodes, self.num_neighbors = agree(check)
+        check_same_on_every_rank(
+            [self.input_nodes.size, int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
+             int(seed), *fingerprint_array(self.input_nodes)],
+            "DistNeighborLoader(input_nodes, batch_size, shuffle, drop_last, seed)",
+            "each rank would get another share of the seeds, or another number of batches",
+            "build every loader with the same arguments on every rank, in the same order",
+            error=SamplingInputError)
         self.service = service
-        self.num_neighbors = check_fanouts(num_neighbors)
         self.batch_size = int(batch_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         # prefetch 0 = synchronous: one request in flight, submitted when the batch is wanted
@@ -122,20 +258,47 @@ class DistNeighborLoader:
             self._resume = 0
         self._resume_epoch = None
 
+    def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of this rank's own seeds, seeds owned by each rank); cached."""
+        if self._owned is None:
+            own = self.service.sampler.owner_of(self.input_nodes)
+            self._owned = own
+        own = self._owned
+        return (np.flatnonzero(own == self.rank),
+                np.bincount(own, minlength=self.world_size))
+
+    def _owner_num_batches(self, counts: np.ndarray) -> int:
+        if self.drop_last:
+            return int(counts.min()) // self.batch_size
+        return max(1, -(-int(counts.max()) // self.batch_size))
+
     def _my_batches(self) -> list[tuple[int, np.ndarray]]:
+        if self.split == "owner":
+            pos, counts = self._owner_counts()
+            if self.shuffle:
+                g = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5EED, self.rank])
+                pos = pos[g.permutation(pos.size)]
+            nb = self._owner_num_batches(counts)
+            B = self.batch_size
+            parts = ([pos[i * B:(i + 1) * B] for i in range(nb)] if self.drop_last
+                     else [np.ascontiguousarray(a) for a in np.array_split(pos, nb)])
+            return [(b * self.world_size + self.rank, p) for b, p in enumerate(parts)]
         allb = global_batches(self.input_nodes.size, self.batch_size, self.world_size,
                               shuffle=self.shuffle, drop_last=self.drop_last, seed=self.seed,
                               epoch=self.epoch)
         return [(g, allb[g]) for g in range(self.rank, len(allb), self.world_size)]
 
     def __len__(self) -> int:
+        if self.split == "owner":
+            return self._owner_num_batches(self._owner_counts()[1])
         n, per = self.input_nodes.size, self.batch_size * self.world_size
-        return n // per if self.drop_last else max(1, -(-n // per))
+        return n // per if self.drop_last else -(-n // per)
 
     def request(self, g: int, pos: np.ndarray) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         return SampleRequest(self.input_nodes[pos], self.num_neighbors,
-                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos)
+                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos,
+                             edge_ids=self.edge_ids)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         mine = self._my_batches()[self._resume:]

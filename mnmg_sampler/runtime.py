@@ -2,6 +2,11 @@
 
 Everything here runs in the trainer's own process; nothing touches CUDA unless the device or
 backend asks for it.
+
+Stores on one node listen on loopback only: torch's ``TCPStore`` server listens on every
+interface, so a job whose ``MASTER_ADDR`` is loopback gets a store bound to ``127.0.0.1`` here,
+and ``python -m mnmg_sampler.runtime TORCHRUN_ARGS`` (what ``launch/run.sh`` runs) is torchrun
+whose rendezvous store does the same when the endpoint is loopback.
 """
 
 from __future__ import annotations
@@ -9,12 +14,15 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import socket
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 log = logging.getLogger(__name__)
+LOOPBACK = ("127.0.0.1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -56,21 +64,29 @@ def init_distributed(backend: str = "auto", device: str = "auto",
                      timeout_s: float = 600.0) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group from torchrun's environment (idempotent).
 
-    Without torchrun (no ``MASTER_ADDR``), starts a world of one over a local ``FileStore``-free
-    TCP store on a free port, so single-process use needs no launcher.
+    The store and every collective of the group share ``timeout_s``; a rendezvous that does not
+    complete in time raises :class:`~mnmg_sampler.errors.PeerError`. Without torchrun (no
+    ``MASTER_ADDR``) a world of one starts over an in-process store: no port is opened.
     """
+    from .distributed.collective import peer_errors
+
     env = DistEnv.from_env()
     backend, dev = resolve_backend(backend, device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
-        if "MASTER_ADDR" not in os.environ:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(free_port()))
         timeout = _dt.timedelta(seconds=timeout_s)
-        store = _restart_store(env, timeout)
-        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                timeout=timeout, store=store)
+        where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+                 if "MASTER_ADDR" in os.environ else "an in-process store")
+        with peer_errors(f"the rendezvous of {env.world_size} ranks at {where} (rank "
+                         f"{env.rank}, timeout {timeout_s:g} s)"):
+            store = _restart_store(env, timeout)
+            if store is None and "MASTER_ADDR" not in os.environ and env.world_size == 1:
+                store = dist.HashStore()
+            if store is None:
+                store = _loopback_store(env, timeout)
+            dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                    timeout=timeout, store=store)
     return env, dev
 
 
@@ -86,6 +102,80 @@ def _restart_store(env: DistEnv, timeout: _dt.timedelta):
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                          env.world_size, False, timeout=timeout)
     return dist.PrefixStore(f"/mnmg/attempt_{attempt}", base)
+
+
+def _loopback_store(env: DistEnv, timeout: _dt.timedelta):
+    """The store of a job whose ``MASTER_ADDR`` is loopback: rank 0 hosts it on ``127.0.0.1`` only,
+    the others connect. ``None`` otherwise (torch's env:// rendezvous)."""
+    addr = os.environ.get("MASTER_ADDR")
+    if addr not in LOOPBACK or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    port = int(os.environ["MASTER_PORT"])
+    if env.rank == 0:
+        return _bound_store(port, env.world_size, timeout)
+    return dist.TCPStore(addr, port, env.world_size, False, timeout=timeout)
+
+
+def _bound_store(port: int, world_size: int | None, timeout: _dt.timedelta,
+                 wait_for_workers: bool = True, multi_tenant: bool = False):
+    """A ``TCPStore`` server on a socket bound to ``127.0.0.1:port`` (0: a free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    return dist.TCPStore("127.0.0.1", port, world_size, True, timeout=timeout,
+                         wait_for_workers=wait_for_workers, multi_tenant=multi_tenant,
+                         master_listen_fd=sock.detach())
+
+
+_KEEP: list = []  # the launcher's loopback store lives as long as the launcher
+
+
+def launch_local(argv: list[str]) -> None:
+    """torchrun (same arguments) whose stores listen on loopback when the endpoint is loopback.
+
+    The rendezvous store is created here, bound to ``127.0.0.1``, before torchrun asks for a
+    store on the same port (torch then shares this server: ``multi_tenant``). The workers get
+    ``MASTER_ADDR=127.0.0.1`` and their own store, which :func:`init_distributed` binds to
+    loopback as well. Any other endpoint: plain torchrun.
+    """
+    from torch.distributed.run import main as torchrun_main
+
+    args = list(argv)
+    at = next((i for i, a in enumerate(args)
+               if a.split("=", 1)[0] in ("--rdzv-endpoint", "--rdzv_endpoint")), None)
+    if at is not None:
+        inline = "=" in args[at]
+        endpoint = args[at].split("=", 1)[1] if inline else args[at + 1]
+        host, _, port = endpoint.rpartition(":")
+        if host in LOOPBACK:
+            store = _bound_store(int(port or 0), None, _dt.timedelta(seconds=60),
+                                 wait_for_workers=False, multi_tenant=True)
+            _KEEP.append(store)
+            value = f"127.0.0.1:{store.port}"
+            if inline:
+                args[at] = f"{args[at].split('=', 1)[0]}={value}"
+            else:
+                args[at + 1] = value
+            if not any(a.split("=", 1)[0] in ("--local-addr", "--local_addr") for a in args):
+                args = ["--local-addr", "127.0.0.1", *args]
+            # each job's workers host their own store (bound to loopback by init_distributed)
+            # instead of a second agent store that would listen on every interface
+            os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+            if "GLOO_SOCKET_IFNAME" not in os.environ and _loopback_interface():
+                # gloo's own listening sockets: on loopback too, not on the hostname's address
+                os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
+    torchrun_main(args)
+
+
+def _loopback_interface() -> str | None:
+    """Name of the loopback network interface (``lo`` on Linux), if there is one."""
+    try:
+        names = [n for _, n in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in ("lo", "lo0") if n in names), None)
 
 
 def free_port() -> int:
@@ -106,3 +196,7 @@ def set_threads(threads: int | None) -> None:
     import numba
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
+if __name__ == "__main__":
+    launch_local(sys.argv[1:])

@@ -6,6 +6,10 @@ once per minibatch, per-request renumbering) and delegates one hop's draws to a 
 that is the CPU kernel over a :class:`CSRGraph`; in the distributed sampler it is an exchange
 around the kernel on the owning ranks. Because every draw is keyed on (seed, key, hop, node,
 slot), a request's output does not depend on which other requests share the call.
+
+A hop is described per request (:class:`HopSegments`: one key, fanout and flags per request and
+the concatenated frontier), so a distributed hop can send one small header per request instead
+of constants repeated per node.
 """
 
 from __future__ import annotations
@@ -21,22 +25,74 @@ from .errors import SamplingInputError
 from .graph.csr import CSRGraph
 from .ops import cpu
 from .ops.dedup import dedup_hop
+from .ops.rng import request_key
 
-HopFn = Callable[
-    [np.ndarray, np.ndarray, int, np.ndarray, np.ndarray],
-    tuple[np.ndarray, np.ndarray, np.ndarray],
-]
+__all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts", "check_seed",
+           "local_hop_fn", "request_key", "run_cpu_kernel", "sample"]
+
+
+@dataclass
+class HopSegments:
+    """One hop of several requests: the frontier of each, concatenated, and per-request constants.
+
+    ``nodes[sum(sizes[:s]):sum(sizes[:s+1])]`` is request ``s``'s frontier; ``keys``, ``fanouts``
+    and ``replace`` hold one entry per request. ``edge_ids`` asks for edge ids (off: the hop
+    function may return ``None`` for them and nothing is fetched).
+    """
+
+    nodes: np.ndarray
+    sizes: np.ndarray
+    keys: np.ndarray
+    fanouts: np.ndarray
+    replace: np.ndarray
+    hop: int
+    edge_ids: bool = True
+
+    def per_node(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, fanouts, replace)`` repeated for every node, as the kernels take them."""
+        return (np.repeat(self.keys, self.sizes), np.repeat(self.fanouts, self.sizes),
+                np.repeat(self.replace, self.sizes))
+
+
+# hop_fn(segments) -> (counts per node, neighbors, edge ids or None), nodes in input order
+HopFn = Callable[[HopSegments], tuple[np.ndarray, np.ndarray, "np.ndarray | None"]]
+
+
+def _kernel_takes_with_eids() -> bool:
+    import inspect
+
+    return "with_eids" in inspect.signature(cpu.sample_neighbors).parameters
+
+
+_WITH_EIDS = _kernel_takes_with_eids()
+
+
+def run_cpu_kernel(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace,
+                   edge_ids: bool = True):
+    """Thin adapter over :func:`mnmg_sampler.ops.cpu.sample_neighbors`: skips edge ids in the
+    kernel when it supports that (``with_eids``), else drops them; ``None`` when not asked."""
+    if _WITH_EIDS:
+        c, nb, e = cpu.sample_neighbors(indptr, indices, eids, rows, nodes, keys, seed, hop,
+                                        fanouts, replace, with_eids=edge_ids)
+    else:
+        c, nb, e = cpu.sample_neighbors(indptr, indices, eids, rows, nodes, keys, seed, hop,
+                                        fanouts, replace)
+    return c, nb, (e if edge_ids else None)
 
 
 @dataclass
 class SampleRequest:
-    """One minibatch to sample: its seeds, fanouts per hop and RNG key."""
+    """One minibatch to sample: its seeds, fanouts per hop and RNG key.
+
+    ``edge_ids=False`` leaves ``e_id`` empty and lets the sampler skip fetching edge ids.
+    """
 
     seeds: np.ndarray
     fanouts: Sequence[int]
     key: int
     replace: bool = False
     input_id: np.ndarray | None = None
+    edge_ids: bool = True
 
     def __post_init__(self) -> None:
         if torch.is_tensor(self.seeds):
@@ -59,17 +115,17 @@ def _cat(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
-    """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors."""
+    """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors, ``0`` = none."""
     try:
         out = [int(f) for f in fanouts]
     except (TypeError, ValueError):
         out = None
-    if not out or any(f < -1 or f == 0 for f in out) or any(
+    if not out or any(f < -1 for f in out) or any(
         int(f) != f for f in fanouts
     ):
         raise SamplingInputError(
             f"invalid fanouts {list(fanouts) if out is not None else fanouts!r}",
-            "each hop needs a positive number of neighbors or -1 for all",
+            "each hop needs a number of neighbors >= 0, or -1 for all",
             "pass e.g. [15, 10, 5]; hop 1 (nearest the seeds) comes first",
         )
     return out
@@ -92,9 +148,10 @@ def local_hop_fn(graph: CSRGraph, seed: int) -> HopFn:
     """The hop function of a whole graph in this process (ids are rows and RNG node ids)."""
     seed = check_seed(seed)
 
-    def hop_fn(nodes, keys, hop, fanouts, replace):
-        return cpu.sample_neighbors(graph.indptr, graph.indices, graph.edge_ids, nodes, nodes,
-                                    keys, seed, hop, fanouts, replace)
+    def hop_fn(h: HopSegments):
+        keys, fanouts, replace = h.per_node()
+        return run_cpu_kernel(graph.indptr, graph.indices, graph.edge_ids, h.nodes, h.nodes,
+                              keys, seed, h.hop, fanouts, replace, h.edge_ids)
 
     return hop_fn
 
@@ -103,7 +160,7 @@ class MultiHopSampler:
     """Samples lists of requests hop by hop through one ``hop_fn`` call per hop.
 
     Args:
-        hop_fn: draws one hop for parallel arrays of (node, key, fanout, replace).
+        hop_fn: draws one hop of several requests (:class:`HopSegments`).
         num_nodes: number of nodes in the (global) graph, for seed validation.
     """
 
@@ -147,11 +204,12 @@ class MultiHopSampler:
         for hop in range(n_hops):
             active = [i for i, r in enumerate(requests) if hop < len(r.fanouts)]
             sizes = np.array([frontier[i].size for i in active], np.int64)
-            nodes = _cat([frontier[i] for i in active])
-            keys = np.repeat(np.array([requests[i].key for i in active], np.int64), sizes)
-            fan = np.repeat(np.array([requests[i].fanouts[hop] for i in active], np.int64), sizes)
-            rep = np.repeat(np.array([requests[i].replace for i in active], np.uint8), sizes)
-            counts, nbr, eid = self.hop_fn(nodes, keys, hop, fan, rep)
+            want_eids = any(requests[i].edge_ids for i in active)
+            counts, nbr, eid = self.hop_fn(HopSegments(
+                _cat([frontier[i] for i in active]), sizes,
+                np.array([requests[i].key for i in active], np.int64),
+                np.array([requests[i].fanouts[hop] for i in active], np.int64),
+                np.array([requests[i].replace for i in active], np.uint8), hop, want_eids))
             self.hop_calls += 1
             node_off = np.zeros(len(active) + 1, np.int64)
             np.cumsum(sizes, out=node_off[1:])
@@ -167,7 +225,8 @@ class MultiHopSampler:
                 cnt = counts[node_off[j]:node_off[j + 1]]
                 rows[i].append(local[c0:c1])
                 cols[i].append(np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt))
-                eids[i].append(eid[c0:c1])
+                if requests[i].edge_ids:
+                    eids[i].append(eid[c0:c1])
                 fresh = new[new_off[j]:new_off[j + 1]]
                 front_start[i] = nid[i].size
                 nid_parts[i].append(fresh)
@@ -197,7 +256,14 @@ class MultiHopSampler:
 
 
 def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key: int = 0,
-           replace: bool = False) -> MiniBatch:
-    """Sample one minibatch from ``graph`` in this process (convenience wrapper)."""
-    s = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
+           replace: bool = False, weights: np.ndarray | None = None) -> MiniBatch:
+    """Sample one minibatch from ``graph`` in this process (convenience wrapper); ``weights``
+    (one per CSR entry) samples neighbors with probability proportional to weight."""
+    if weights is not None:
+        from .ops.weighted import local_weighted_hop_fn
+
+        hop_fn = local_weighted_hop_fn(graph, weights, seed)
+    else:
+        hop_fn = local_hop_fn(graph, seed)
+    s = MultiHopSampler(hop_fn, graph.num_nodes)
     return s.sample([SampleRequest(seeds, fanouts, key, replace)])[0]

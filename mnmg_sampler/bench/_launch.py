@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
+from ..console import JSON_OUT_HELP
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def add_common_arguments(p: argparse.ArgumentParser, graph_default: str, fanouts
                    help="repeats of each timed measurement; the median is reported (default: 3)")
     p.add_argument("--timeout", type=float, default=900.0,
                    help="hard limit in seconds for each torchrun launch (default: 900)")
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
 
 
@@ -148,26 +149,29 @@ def worker_finish(work: str, rank: int, result: dict) -> None:
     dist.destroy_process_group()
 
 
-def count_remote_bytes(ex) -> None:
-    """Wrap an :class:`~mnmg_sampler.distributed.collective.Exchanger` (this instance only) so it
-    also counts ``remote_bytes``: bytes sent to *other* ranks. ``bytes_sent`` counts every row,
-    including the rows a rank sends itself, which never cross a network."""
-    counts, payload = ex.counts, ex.payload
-    ex.remote_bytes = 0
-
-    def counts_remote(send_counts):
-        ex.remote_bytes += (ex.world_size - 1) * 8
-        return counts(send_counts)
-
-    def payload_remote(t, send_counts, recv_counts):
-        row = t[0].numel() * t.element_size() if t.shape[0] else 0
-        ex.remote_bytes += row * sum(int(c) for r, c in enumerate(send_counts) if r != ex.rank)
-        return payload(t, send_counts, recv_counts)
-
-    ex.counts, ex.payload = counts_remote, payload_remote
-
-
 # -- reporting ---------------------------------------------------------------------------------
+def machine_info(threads: int) -> dict:
+    """What ran the benchmark: CPU model, cores, versions and the load average at the start."""
+    import platform
+
+    import numba
+    import numpy as np
+
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cpu_count": os.cpu_count(), "threads": threads,
+            "python": platform.python_version(), "numba": numba.__version__,
+            "numpy": np.__version__,
+            # other processes compete for the cores: a load above the core count skews timings
+            "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 
@@ -212,8 +216,6 @@ def graph_line(args, graph, seeds, load_s: float) -> str:
 def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: int,
                 target: float, **extra) -> dict:
     """The JSON head every 2-rank mode reports: what ran, on what, on which machine."""
-    from .single import _machine
-
     return {
         "mode": mode, "command": command_line(mode), "graph": args.graph, "name": graph.name,
         "undirected": args.undirected, "num_nodes": graph.num_nodes,
@@ -221,7 +223,7 @@ def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: 
         "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
         "prefetch": args.prefetch, "ranks": args.ranks, "replace": args.replace,
         "seed": args.seed, "repeats": args.repeats, "partition_method": args.partition_method,
-        "target": target, "machine": _machine(threads), **extra,
+        "target": target, "machine": machine_info(threads), **extra,
     }
 
 

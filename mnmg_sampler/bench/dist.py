@@ -1,22 +1,28 @@
-"""``mnmg-sampler bench dist``: distributed sampling throughput per rank, beside one process.
+"""``mnmg-sampler bench dist``: distributed sampling rate and cost per rank, beside one process.
 
 Measured in one run, on one graph, one thread per rank:
 
 1. **single process**: :class:`~mnmg_sampler.sampler.MultiHopSampler` on the whole graph,
-   ``--batches`` minibatches (as ``bench single`` measures them), in this process.
+   ``--batches`` minibatches, one request per call, in this process (with ``--features``, each
+   batch also gathers its feature rows, as a rank does); ``--repeats`` times first and once more
+   before each world size, so load changes hit both sides of a ratio.
 2. **distributed**, for each world size ``W`` in ``--world-sizes`` (default 1,2): the graph is
    partitioned into ``W`` parts in a temporary directory and ``W`` ranks are started with
    torchrun (gloo, loopback). Each rank samples ``--batches`` minibatches with
    :class:`~mnmg_sampler.distributed.sampler.DistSampler`, one request per rank per collective
-   call (global batch ``i`` on rank ``i % W``, keys as ``mnmg-sampler sample`` uses), after one
-   untimed warm-up call. Reported: sampled edges/s of each rank (its edges / its time), total
-   edges/s (all ranks' edges / the slowest rank's time), and **bytes exchanged per sampled
-   edge**: the sampler's ``Exchanger.bytes_sent`` (every row of every all-to-all, including the
-   rows a rank sends itself) and, separately, the bytes that go to *other* ranks.
+   call (``--merge K``: K requests per rank per call, as a service merges its loaders'
+   requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
+   (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
+   (``--split owner``). More ranks than cores oversubscribe them; the output says so.
 
-Ratios are against the single-process edges/s of the same run: per rank (ideal 1.0: each rank
-does the work of one process) and total (ideal ``W``, when there are ``W`` free cores).
-Every time is the median over ``--repeats``.
+Reported per world size: sampled edges/s of each rank (its edges / its time) and in total (all
+ranks' edges / the slowest rank's time); **CPU seconds per million sampled edges summed over
+ranks** (process CPU time, comparable across world sizes on shared cores); bytes per sampled
+edge of node ids (sampling traffic) and of features (feature traffic: ids, counts, rows), each to
+self and to other ranks; with ``--features``: the fraction of fetched rows that duplicate a row
+already fetched in the same round, and feature bytes on the wire against distinct remote rows x
+row size. Edge ids are not fetched unless ``--edge-ids``. Every time is the median over
+``--repeats``.
 """
 
 from __future__ import annotations
@@ -32,10 +38,10 @@ from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
     command_line,
-    count_remote_bytes,
     graph_line,
     launch,
     load_for_bench,
+    machine_info,
     median,
     partition_for,
     set_bench_threads,
@@ -46,7 +52,7 @@ from ._launch import (
 
 log = logging.getLogger(__name__)
 
-HELP = "distributed: edges/s per rank and bytes per edge for 1 and 2 ranks vs one process"
+HELP = "distributed: edges/s, CPU and bytes per edge for 1, 2, ... ranks vs one process"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -57,6 +63,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="timed minibatches per rank per repeat (default: 30)")
     p.add_argument("--world-sizes", default="1,2",
                    help="comma-separated rank counts to run, one torchrun each (default: 1,2)")
+    p.add_argument("--features", type=int, default=0, metavar="D",
+                   help="fetch feature rows with every batch; synthetic D-dim float32 rows when "
+                        "the graph has none (default: 0 = no features)")
+    p.add_argument("--cache-rows", type=int, default=0,
+                   help="per-rank cache of remote feature rows, in rows (default: 0)")
+    p.add_argument("--split", choices=["global", "owner"], default="global",
+                   help="seeds of each rank: global batch order, or the seeds it owns "
+                        "(default: global)")
+    p.add_argument("--merge", type=positive_int, default=1, metavar="K",
+                   help="requests each rank merges into one round, as a service merges its "
+                        "loaders' requests (default: 1)")
+    p.add_argument("--edge-ids", action="store_true",
+                   help="also fetch edge ids (default: off, as a GNN without edge features)")
+    p.add_argument("--plot", metavar="PNG",
+                   help="write a plot of per-rank edges/s and CPU per edge against W "
+                        "(needs matplotlib)")
     p.set_defaults(bench_run=run)
     return p
 
@@ -77,8 +99,10 @@ def parse_world_sizes(text: str) -> list[int]:
 
 # -- one rank ------------------------------------------------------------------------------------
 def _worker(work: str) -> int:
+    import torch
     import torch.distributed as dist
 
+    from ..distributed.features import DistFeatureStore
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
     from ..sampler import SampleRequest
@@ -87,34 +111,68 @@ def _worker(work: str) -> int:
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     sampler = DistSampler(part, seed=seed)
     ex = sampler.ex
-    count_remote_bytes(ex)
-    n = min(task["batches"] * world, -(-seeds.size // B))
-    rounds = -(-n // world)
+    store = None
+    if task["features"] and part.x is not None:
+        store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
+    K = task.get("merge", 1)  # requests per rank per round
+    if task["split"] == "owner":
+        mine = seeds[sampler.owner_of(seeds) == rank]
+        n_mine = min(task["batches"], -(-mine.size // B))
+        t = torch.tensor([n_mine])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        slots = int(t)
+
+        def batch(b):
+            return (mine[b * B:(b + 1) * B], b * world + rank) if b < n_mine else None
+    else:
+        n = min(task["batches"] * world, -(-seeds.size // B))
+        slots = -(-n // world)
+        n_mine = len(range(rank, n, world))
+
+        def batch(b):
+            i = b * world + rank
+            return (seeds[i * B:(i + 1) * B], i) if i < n else None
+    rounds = -(-slots // K)
 
     def one_round(r: int) -> int:
-        i = r * world + rank
-        reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts, request_key(seed, 0, i),
-                              replace=task["replace"])] if i < n else []
-        return sum(int(b.e_id.numel()) for b in sampler.sample(reqs))
+        todo = [x for x in (batch(b) for b in range(r * K, (r + 1) * K)) if x is not None]
+        reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
+                              edge_ids=task["edge_ids"]) for sd, i in todo]
+        return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
 
     one_round(0)  # warm-up: compiled code, page cache, gloo buffers
-    res: dict = {"rank": rank, "world": world, "batches": len(range(rank, n, world)),
-                 "seconds": [], "edges": [], "bytes": [], "remote_bytes": [], "t_kernel": [],
-                 "t_exchange": [], "exchange_calls": [], "kernel_nodes": []}
+    keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
+            "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
+            "kernel_nodes", "remote_rows", "distinct_remote_rows", "rows_fetched", "cache_hits",
+            "duplicate_rows_fetched")
+    res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
+                 "cache_size": store.cache_size if store else 0,
+                 "row_bytes": store.row_bytes if store else 0}
+
+    def snap() -> dict:
+        fs = store.stats if store else {}
+        return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes,
+                "id_self": ex.bytes.get("ids", [0, 0])[0],
+                "id_remote": ex.bytes.get("ids", [0, 0])[1],
+                "feat_self": ex.bytes.get("features", [0, 0])[0],
+                "feat_remote": ex.bytes.get("features", [0, 0])[1],
+                "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
+                "exchange_calls": ex.calls, "kernel_nodes": sampler.kernel_nodes,
+                **{k: fs.get(k, 0) for k in ("remote_rows", "distinct_remote_rows",
+                                              "rows_fetched", "cache_hits",
+                                              "duplicate_rows_fetched")}}
+
     for _ in range(task["repeats"]):
         dist.barrier()
-        b0, rb0, k0, x0 = ex.bytes_sent, ex.remote_bytes, sampler.t_kernel, ex.t_exchange
-        c0, kn0 = ex.calls, sampler.kernel_nodes
-        t = time.perf_counter()
+        s0 = snap()
+        t, c = time.perf_counter(), time.process_time()
         edges = sum(one_round(r) for r in range(rounds))
         res["seconds"].append(time.perf_counter() - t)
+        res["cpu_s"].append(time.process_time() - c)
         res["edges"].append(edges)
-        res["bytes"].append(ex.bytes_sent - b0)
-        res["remote_bytes"].append(ex.remote_bytes - rb0)
-        res["t_kernel"].append(sampler.t_kernel - k0)
-        res["t_exchange"].append(ex.t_exchange - x0)
-        res["exchange_calls"].append(ex.calls - c0)
-        res["kernel_nodes"].append(sampler.kernel_nodes - kn0)
+        s1 = snap()
+        for k in s0:
+            res[k].append(s1[k] - s0[k])
     res["edges_sampled_here"] = int(sampler.kernel_edges)
     worker_finish(work, rank, res)
     return 0
@@ -122,7 +180,7 @@ def _worker(work: str) -> int:
 
 # -- parent --------------------------------------------------------------------------------------
 def summarize(ranks: list[dict]) -> dict:
-    """Per-rank and total rates of one world size from the ranks' JSON."""
+    """Per-rank and total rates and costs of one world size from the ranks' JSON."""
     world = len(ranks)
     reps = len(ranks[0]["seconds"])
     per_rank = []
@@ -132,19 +190,50 @@ def summarize(ranks: list[dict]) -> dict:
                          "median_s": med, "edges_per_s": r["edges"][0] / med,
                          "kernel_share": median(r["t_kernel"]) / med,
                          "exchange_share": median(r["t_exchange"]) / med,
-                         "exchange_calls": r["exchange_calls"][0], "seconds": r["seconds"]})
+                         "exchange_calls": r["exchange_calls"][0], "seconds": r["seconds"],
+                         "cpu_s": r["cpu_s"]})
     totals = [sum(r["edges"][k] for r in ranks) / max(r["seconds"][k] for r in ranks)
               for k in range(reps)]
-    edges = sum(sum(r["edges"]) for r in ranks)
+    cpu = [sum(r["cpu_s"][k] for r in ranks) / max(sum(r["edges"][k] for r in ranks), 1) * 1e6
+           for k in range(reps)]
+    edges = max(sum(sum(r["edges"]) for r in ranks), 1)
+
+    def per_edge(key: str) -> float:
+        return sum(sum(r[key]) for r in ranks) / edges
+
+    def tot(key: str) -> int:
+        return sum(sum(r[key]) for r in ranks)
+
+    fetched, row_bytes = tot("rows_fetched"), ranks[0]["row_bytes"]
+    feat_wire = tot("feat_remote") + tot("feat_self")
     return {
         "world_size": world, "ranks": per_rank,
         "edges_per_rank": [p["edges"] for p in per_rank],
         "edges_per_s_per_rank": [p["edges_per_s"] for p in per_rank],
         "mean_edges_per_s_per_rank": sum(p["edges_per_s"] for p in per_rank) / world,
         "total_edges_per_s": median(totals), "total_edges_per_s_runs": totals,
-        "bytes_per_edge": sum(sum(r["bytes"]) for r in ranks) / max(edges, 1),
-        "remote_bytes_per_edge": sum(sum(r["remote_bytes"]) for r in ranks) / max(edges, 1),
+        "cpu_s_per_m_edges": median(cpu), "cpu_s_per_m_edges_runs": cpu,
+        "bytes_per_edge": per_edge("bytes"),
+        "remote_bytes_per_edge": per_edge("remote_bytes"),
+        "id_bytes_per_edge_self": per_edge("id_self"),
+        "id_bytes_per_edge_remote": per_edge("id_remote"),
+        "feature_bytes_per_edge_self": per_edge("feat_self"),
+        "feature_bytes_per_edge_remote": per_edge("feat_remote"),
         "bytes_exchanged": sum(r["bytes"][0] for r in ranks),
+        # every remote row requested, the distinct ones, and what crossed the wire
+        "feature_rows_remote": tot("remote_rows"),
+        "feature_rows_distinct_remote": tot("distinct_remote_rows"),
+        "feature_rows_fetched": fetched, "feature_cache_hits": tot("cache_hits"),
+        "feature_cache_rows": [r["cache_size"] for r in ranks],
+        # fetched rows that duplicate another fetched row of the same round (0 by construction)
+        "duplicate_rows_fetched_fraction": tot("duplicate_rows_fetched") / fetched
+        if fetched else 0.0,
+        "duplicate_rows_avoided_fraction": (1 - tot("distinct_remote_rows") / tot("remote_rows"))
+        if tot("remote_rows") else 0.0,
+        "feature_wire_vs_distinct_rows": feat_wire / (tot("distinct_remote_rows") * row_bytes)
+        if tot("distinct_remote_rows") and row_bytes else 0.0,
+        "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
+        if tot("distinct_remote_rows") else 0.0,
     }
 
 
@@ -152,65 +241,186 @@ def _fmt(x: float) -> str:
     return f"{x / 1e6:,.2f} M/s"
 
 
+class _Single:
+    """The single process's figures: same batches, keys and edge-id setting as the ranks.
+
+    Repeats are spread over the run (``--repeats`` first, then one before each world size), so
+    a change in the machine's load hits both sides of a ratio alike.
+    """
+
+    def __init__(self, graph, seeds, fanouts, args, edge_ids: bool) -> None:
+        from ..ops.rng import request_key
+        from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+        B = args.batch_size
+        self.n = min(args.batches, -(-seeds.size // B))
+        self.reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
+                                   request_key(args.seed, 0, i), replace=args.replace,
+                                   edge_ids=edge_ids) for i in range(self.n)]
+        self.sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
+        self.x = graph.x if args.features else None
+        self.sampler.sample(self.reqs[:1])  # warm-up
+        self.secs: list[float] = []
+        self.cpus: list[float] = []
+        self.edges = 0
+
+    def run_once(self) -> None:
+        t, c = time.perf_counter(), time.process_time()
+        edges = 0
+        for r in self.reqs:
+            (b,) = self.sampler.sample([r])
+            if self.x is not None:
+                b.x = self.x[b.n_id.numpy()]
+            edges += int(b.edge_index.shape[1])
+        self.secs.append(time.perf_counter() - t)
+        self.cpus.append(time.process_time() - c)
+        self.edges = edges
+
+    def result(self) -> dict:
+        med = median(self.secs)
+        return {"batches": self.n, "edges": self.edges, "median_s": med,
+                "per_s": self.edges / med, "seconds": self.secs, "cpu_s": self.cpus,
+                "edges_per_batch": self.edges / max(self.n, 1),
+                "cpu_s_per_m_edges": median(self.cpus) / max(self.edges, 1) * 1e6}
+
+
+def _synthetic_features(graph, dim: int, seed: int):
+    import numpy as np
+
+    if graph.x is None:
+        rng = np.random.default_rng(seed)
+        graph.x = rng.standard_normal((graph.num_nodes, dim), dtype=np.float32)
+    return graph
+
+
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
-    from .single import MultiHopBench, _machine
 
     fanouts = parse_fanouts(args.fanouts)
     worlds = parse_world_sizes(args.world_sizes)
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
+    if args.features:
+        graph = _synthetic_features(graph, args.features, args.seed)
     res: dict = {
         "mode": "dist", "command": command_line("dist"), "graph": args.graph,
         "name": graph.name, "undirected": args.undirected, "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size), "load_s": load_s,
         "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
-        "partition_method": args.partition_method, "machine": _machine(threads),
+        "partition_method": args.partition_method, "split": args.split,
+        "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
+        "merge": args.merge,
+        "machine": machine_info(threads),
     }
+    cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
     print(f"threads {threads} per rank, fanouts {fanouts}, batch size {args.batch_size}, "
-          f"{args.batches} batches per rank, median of {args.repeats}; load average "
-          f"{res['machine']['loadavg_1m'] or 0:.2f} on {os.cpu_count()} cores", flush=True)
+          f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
+          f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
+          f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
+          f"{args.merge} request(s) per rank per round; "
+          f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
-    mh = MultiHopBench(graph, seeds, fanouts, args.replace, args.seed, args.batch_size,
-                       args.batches)
+    one = _Single(graph, seeds, fanouts, args, args.edge_ids)
     for _ in range(args.repeats):
-        mh.run_once()
-    single = res["single"] = mh.result()
+        one.run_once()
     res["dist"] = {}
     task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
-            "threads": threads}
+            "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
+            "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
             parts = partition_for(graph, w, args.partition_method, args.seed, root)
-            print(f"running {w} rank(s) ...", flush=True)
+            over = f" (oversubscribed: {w * threads} threads on {cores} cores)" \
+                if w * threads > cores else ""
+            one.run_once()
+            print(f"running {w} rank(s){over} ...", flush=True)
             t = time.perf_counter()
             ranks = launch("dist", w, root / f"work-{w}", {**task, "partitions": str(parts)},
                            args.timeout, threads)
             s = summarize(ranks)
             s["launch_s"] = time.perf_counter() - t
-            s["per_rank_vs_single"] = s["mean_edges_per_s_per_rank"] / single["per_s"]
-            s["total_vs_single"] = s["total_edges_per_s"] / single["per_s"]
+            s["oversubscribed"] = bool(over)
             res["dist"][str(w)] = s
-
-    print(f"\n{'':22}{'edges/s per rank':>28}{'total edges/s':>16}{'x single':>10}"
-          f"{'bytes/edge':>12}{'remote B/edge':>15}")
-    print(f"{'single process':22}{_fmt(single['per_s']):>28}{_fmt(single['per_s']):>16}"
-          f"{'1.00x':>10}{'-':>12}{'-':>15}")
-    for w, s in res["dist"].items():
-        each = ", ".join(_fmt(v).replace(" M/s", "") for v in s["edges_per_s_per_rank"])
-        print(f"{f'{w} rank(s)':22}{each + ' M/s':>28}{_fmt(s['total_edges_per_s']):>16}"
-              f"{s['total_vs_single']:>9.2f}x{s['bytes_per_edge']:>12.1f}"
-              f"{s['remote_bytes_per_edge']:>15.1f}")
-    print("\nper rank vs single process: " + ", ".join(
-        f"W={w} {s['per_rank_vs_single']:.2f}x" for w, s in res["dist"].items())
-        + f"; {single['edges_per_batch']:,.0f} edges/batch")
-    print("bytes/edge: all all-to-all rows (Exchanger.bytes_sent, including rows a rank sends "
-          "itself); remote: rows sent to other ranks only")
+    single = res["single"] = one.result()
+    for s in res["dist"].values():
+        s["per_rank_vs_single"] = s["mean_edges_per_s_per_rank"] / single["per_s"]
+        s["total_vs_single"] = s["total_edges_per_s"] / single["per_s"]
+        s["cpu_vs_single"] = s["cpu_s_per_m_edges"] / single["cpu_s_per_m_edges"]
+    print_table(res)
+    if args.plot:
+        plot(res, args.plot)
     write_json(args.json, res)
     return 0
+
+
+def print_table(res: dict) -> None:
+    single = res["single"]
+    print(f"\n{'':14}{'edges/s per rank':>26}{'total':>12}{'x single':>9}{'per rank x':>11}"
+          f"{'CPU s/M edges':>14}{'x single':>9}{'id B/edge':>14}{'feat B/edge':>16}")
+    print(f"{'':14}{'':>26}{'':>12}{'':>9}{'':>11}{'(all ranks)':>14}{'':>9}"
+          f"{'self/others':>14}{'self/others':>16}")
+    print(f"{'single process':14}{_fmt(single['per_s']):>26}{_fmt(single['per_s']):>12}"
+          f"{'1.00x':>9}{'1.00x':>11}{single['cpu_s_per_m_edges']:>14.3f}{'1.00x':>9}"
+          f"{'-':>14}{'-':>16}")
+    for w, s in res["dist"].items():
+        each = ", ".join(f"{v / 1e6:.2f}" for v in s["edges_per_s_per_rank"]) + " M/s"
+        name = f"{w} rank(s)" + ("*" if s["oversubscribed"] else "")
+        ids = f"{s['id_bytes_per_edge_self']:.2f}/{s['id_bytes_per_edge_remote']:.2f}"
+        feat = (f"{s['feature_bytes_per_edge_self']:.1f}/"
+                f"{s['feature_bytes_per_edge_remote']:.1f}")
+        print(f"{name:14}{each:>26}{s['total_edges_per_s'] / 1e6:>8.2f} M/s"
+              f"{s['total_vs_single']:>8.2f}x{s['per_rank_vs_single']:>10.2f}x"
+              f"{s['cpu_s_per_m_edges']:>14.3f}{s['cpu_vs_single']:>8.2f}x{ids:>14}{feat:>16}")
+    if any(s["oversubscribed"] for s in res["dist"].values()):
+        print("* more rank threads than cores: ranks share cores, so per-rank edges/s drops; "
+              "CPU s per edge stays comparable")
+    if res["features"]:
+        print("\nfeatures: " + "; ".join(
+            f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "
+            f"(avoided {s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "
+            f"{s['feature_wire_vs_distinct_rows']:.3f}x distinct remote rows x row size, "
+            f"cache hit rate {s['cache_hit_rate']:.0%}"
+            for w, s in res["dist"].items()))
+    print(f"{single['edges_per_batch']:,.0f} edges/batch; id bytes: sampling traffic (headers, "
+          "ids, counts, neighbors); feature bytes: ids and rows of the feature fetch; self = "
+          "rows a rank hands its own collective (nodes it owns never enter one)")
+
+
+def plot(res: dict, path: str) -> None:
+    """Per-rank edges/s and CPU s per million edges against W, single process as W=0 line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: pip install 'mnmg-sampler[plot]'; no plot written")
+        return
+    ws = [int(w) for w in res["dist"]]
+    ss = list(res["dist"].values())
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
+    a.plot(ws, [s["mean_edges_per_s_per_rank"] / 1e6 for s in ss], "o-", label="per rank")
+    a.plot(ws, [s["total_edges_per_s"] / 1e6 for s in ss], "s--", label="total")
+    a.axhline(res["single"]["per_s"] / 1e6, color="gray", ls=":", label="single process")
+    a.set_xlabel("ranks (W)")
+    a.set_ylabel("sampled edges/s (M)")
+    a.set_xticks(ws)
+    a.legend()
+    b.plot(ws, [s["cpu_s_per_m_edges"] for s in ss], "o-", label="all ranks")
+    b.axhline(res["single"]["cpu_s_per_m_edges"], color="gray", ls=":", label="single process")
+    b.set_xlabel("ranks (W)")
+    b.set_ylabel("CPU s per M sampled edges")
+    b.set_xticks(ws)
+    b.legend()
+    fig.suptitle(f"{Path(res['graph']).name}, fanouts {res['fanouts']}, "
+                 f"{res['partition_method']}, split {res['split']}", fontsize=9)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")

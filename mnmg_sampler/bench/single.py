@@ -4,9 +4,13 @@ Measured in one run, on one graph, with the same thread count:
 
 1. **one-hop kernel** (:func:`mnmg_sampler.ops.cpu.sample_neighbors`, with edge ids, as the
    sampler calls it) over ``--kernel-nodes`` seeds drawn from the non-isolated nodes, with the
-   first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), and a
-   **random gather** (:mod:`mnmg_sampler.bench.gather`) doing as many random reads of an array
-   as large as ``indices`` as the kernel sampled edges: the machine's memory-latency limit.
+   first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), the
+   kernel without edge ids (``with_eids=False``, as the distributed data path calls it), the
+   **weighted kernel** (:func:`mnmg_sampler.ops.weighted.sample_neighbors_weighted`, with edge
+   ids, synthetic weights uniform in [0.001, 1.001), drawn outside the timed region) as its cost
+   relative to the uniform kernel, and a **random gather** (:mod:`mnmg_sampler.bench.gather`)
+   doing as many random reads of an array as large as ``indices`` as the kernel sampled edges:
+   the machine's memory-latency limit.
    The gather's positions are precomputed outside the timed region.
 2. **multi-hop minibatches** (:class:`mnmg_sampler.sampler.MultiHopSampler`), ``--batches``
    batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, when a peer
@@ -25,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import subprocess
 import tempfile
@@ -34,6 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
+from ..console import JSON_OUT_HELP
+from ._launch import machine_info as _machine
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +69,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="DGL subprocess runs, median reported; each reloads the graph "
                         "(default: 3)")
     p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
-    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.set_defaults(bench_run=run)
     return p
 
@@ -92,25 +97,6 @@ def _median_rate(work: float, seconds: list[float]) -> dict:
             "best_per_s": work / min(seconds)}
 
 
-def _machine(threads: int) -> dict:
-    import numba
-    import numpy as np
-
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "cpu_count": os.cpu_count(), "threads": threads,
-            "python": platform.python_version(), "numba": numba.__version__,
-            "numpy": np.__version__,
-            # other processes compete for the cores: a load above the core count skews timings
-            "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
-
-
 def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size: int,
                  repeats: int) -> dict:
     """One-hop kernel (with and without edge ids) and the random gather, same read count."""
@@ -118,18 +104,29 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
 
     from ..ops import cpu
     from ..ops.rng import request_key
+    from ..ops.weighted import sample_neighbors_weighted
     from .gather import gather_sum, random_positions
 
     n_blocks = -(-nodes.size // batch_size)
     keys = np.repeat(np.array([request_key(seed, 0, i) for i in range(n_blocks)], np.int64),
                      batch_size)[:nodes.size]
 
-    def kernel(eids):
+    def kernel(eids, with_eids=True):
         return cpu.sample_neighbors(graph.indptr, graph.indices, eids, nodes, nodes, keys,
-                                    seed, 0, fanout, replace)
+                                    seed, 0, fanout, replace, with_eids=with_eids)
+
+    weights = (np.random.default_rng(seed).random(graph.num_edges, dtype=np.float32)
+               + np.float32(1e-3))
+
+    def weighted():
+        return sample_neighbors_weighted(graph.indptr, graph.indices, graph.edge_ids, weights,
+                                         nodes, nodes, keys, seed, 0, fanout, replace)
 
     kernel(graph.edge_ids)  # warm-up: load compiled code, touch the arrays
-    runs: dict[str, list[float]] = {"kernel": [], "kernel_positions": [], "gather": []}
+    kernel(graph.edge_ids, False)
+    w_edges = int(weighted()[0].sum())
+    runs: dict[str, list[float]] = {"kernel": [], "kernel_positions": [], "kernel_no_eids": [],
+                                    "kernel_weighted": [], "gather": []}
     counts = kernel(graph.edge_ids)[0]
     edges = int(counts.sum())
     pos = random_positions(graph.num_edges, edges, seed)
@@ -142,9 +139,16 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
         kernel(None)
         runs["kernel_positions"].append(time.perf_counter() - t)
         t = time.perf_counter()
+        kernel(graph.edge_ids, False)
+        runs["kernel_no_eids"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        weighted()
+        runs["kernel_weighted"].append(time.perf_counter() - t)
+        t = time.perf_counter()
         gather_sum(graph.indices, pos)
         runs["gather"].append(time.perf_counter() - t)
-    out = {k: _median_rate(edges, v) for k, v in runs.items()}
+    out = {k: _median_rate(w_edges if k == "kernel_weighted" else edges, v)
+           for k, v in runs.items()}
     out["nodes"] = int(nodes.size)
     out["fanout"] = fanout
     out["full_rows"] = int((graph.degrees()[nodes] <= fanout).sum()) if fanout >= 0 else int(
@@ -152,6 +156,9 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     out["indices_bytes"] = int(graph.indices.nbytes)
     out["ratio"] = out["kernel"]["per_s"] / out["gather"]["per_s"]
     out["ratio_positions"] = out["kernel_positions"]["per_s"] / out["gather"]["per_s"]
+    out["ratio_no_eids"] = out["kernel_no_eids"]["per_s"] / out["gather"]["per_s"]
+    # cost per sampled edge, weighted over uniform (both with edge ids)
+    out["weighted_cost"] = out["kernel"]["per_s"] / out["kernel_weighted"]["per_s"]
     out["ratio_best"] = out["kernel"]["best_per_s"] / out["gather"]["best_per_s"]
     return out
 
@@ -280,6 +287,10 @@ def run(args: argparse.Namespace) -> int:
           f"({k['full_rows']:,} take all neighbors), {k['kernel']['work']:,} sampled edges")
     print(f"  kernel (with edge ids)      {_fmt(k['kernel']['per_s'])} edges")
     print(f"  kernel (CSR positions)      {_fmt(k['kernel_positions']['per_s'])} edges")
+    print(f"  kernel (no edge ids)        {_fmt(k['kernel_no_eids']['per_s'])} edges, "
+          f"{k['ratio_no_eids']:.2f}x gather")
+    print(f"  weighted kernel (edge ids)  {_fmt(k['kernel_weighted']['per_s'])} edges, "
+          f"{k['weighted_cost']:.2f}x the uniform kernel's time per edge")
     print(f"  random gather, {k['indices_bytes'] / 2**20:,.0f} MiB array "
           f"{_fmt(k['gather']['per_s'])} reads")
     print(f"  kernel / gather             {_verdict(k['ratio'], KERNEL_TARGET)}; "

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..console import add_json_flag, report
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -18,13 +20,18 @@ def add_parser(subparsers) -> None:
         "features/labels and the load time.",
     )
     p.add_argument("graph", metavar="GRAPH",
-                   help="cora, rmat:SCALE[:EDGE_FACTOR], or a path (.txt, .txt.gz, .npz)")
+                   help="cora, rmat:SCALE[:EDGE_FACTOR], or a file or OGB directory (formats: "
+                   "docs/formats.md)")
     p.add_argument("--undirected", action=argparse.BooleanOptionalAction, default=None,
                    help="add every reverse edge (default: the dataset's own; cora: yes)")
     p.add_argument("--drop-self-loops", action="store_true", help="remove edges v -> v")
     p.add_argument("--drop-duplicates", action="store_true",
                    help="keep one copy of each repeated (src, dst) edge")
     p.add_argument("--seed", type=int, default=0, help="seed of rmat: graphs (default 0)")
+    from .partition import add_node_data_arguments
+
+    add_node_data_arguments(p)
+    add_json_flag(p)
     p.set_defaults(func=run)
 
 
@@ -34,16 +41,20 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..graph.datasets import load_graph
+    from .partition import node_data_kwargs
 
     t0 = time.perf_counter()
     g = load_graph(args.graph, undirected=args.undirected, drop_self_loops=args.drop_self_loops,
-                   drop_duplicates=args.drop_duplicates, seed=args.seed)
+                   drop_duplicates=args.drop_duplicates, seed=args.seed,
+                   **node_data_kwargs(args))
     load_s = time.perf_counter() - t0
     deg = g.degrees()
     out_deg = np.bincount(g.indices, minlength=g.num_nodes)
     isolated = int(np.count_nonzero((deg == 0) & (out_deg == 0)))
     no_nbr = int(np.count_nonzero(deg == 0))
     n = max(g.num_nodes, 1)
+    data: dict = {"graph": g.name, "nodes": int(g.num_nodes), "edges": int(g.num_edges),
+                  "isolated_nodes": isolated, "nodes_without_neighbors": no_nbr}
     rows = [
         ("graph", g.name),
         ("nodes", f"{g.num_nodes:,}"),
@@ -52,19 +63,33 @@ def run(args: argparse.Namespace) -> int:
         ("nodes with no neighbor to sample", f"{no_nbr:,} ({100 * no_nbr / n:.1f}%)"),
     ]
     if g.num_nodes:
+        stats = {"min": int(deg.min()), "mean": float(deg.mean()), "median": float(np.median(deg)),
+                 "max": int(deg.max()), "p99": float(np.percentile(deg, 99))}
+        data["in_degree"] = stats
         rows.append((
             "in-degree min/mean/median/max/p99",
-            f"{int(deg.min())} / {deg.mean():.2f} / {np.median(deg):g} / {int(deg.max())} / "
-            f"{np.percentile(deg, 99):g}",
+            f"{stats['min']} / {stats['mean']:.2f} / {stats['median']:g} / {stats['max']} / "
+            f"{stats['p99']:g}",
         ))
-    rows.append(("features x", "none" if g.x is None else f"{tuple(g.x.shape)} {g.x.dtype}"))
+    if g.x is None:
+        data["features"] = None
+        rows.append(("features x", "none"))
+    else:
+        data["features"] = {"shape": list(g.x.shape), "dtype": str(g.x.dtype)}
+        rows.append(("features x", f"{tuple(g.x.shape)} {g.x.dtype}"))
     if g.y is None:
+        data["labels"] = None
         rows.append(("labels y", "none"))
     else:
-        classes = f", {np.unique(g.y).size} classes" if g.y.dtype.kind in "iub" else ""
+        data["labels"] = {"shape": list(g.y.shape), "dtype": str(g.y.dtype)}
+        classes = ""
+        if g.y.dtype.kind in "iub":
+            data["labels"]["classes"] = int(np.unique(g.y).size)
+            classes = f", {data['labels']['classes']} classes"
         rows.append(("labels y", f"{tuple(g.y.shape)} {g.y.dtype}{classes}"))
+    if g.masks:
+        rows.append(("split masks", ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks.items())))
+    data["load_s"] = load_s
     rows.append(("load time", f"{load_s:.2f} s"))
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    report(rows, data, args.json)
     return 0

@@ -6,13 +6,16 @@ prints the edge cut, the imbalance, the time taken and the output directory.
 Under torchrun (``torchrun --nproc-per-node N -m mnmg_sampler partition INPUT --method random
 --out DIR``) the ``random``, ``range`` and ``hash`` methods run on every rank
 (:mod:`mnmg_sampler.distributed.ingest`): each rank reads 1/N of the input and writes its own
-part, with the same files as one process writes. ``metis`` runs on rank 0 alone.
+part, the same files as one process writes. ``metis``, and node data other than ``.npy`` features
+and labels, run on rank 0 alone while the others wait.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+
+from ..console import add_json_flag, report
 
 METHODS = ("random", "range", "hash", "metis")
 
@@ -22,12 +25,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "partition",
         help="split a graph into one part per rank",
         description="Relabel the nodes so part r owns a contiguous id range, and write each "
-        "part's CSR, edge ids and node data beside a manifest.json (written atomically). Under "
-        "torchrun, random/range/hash partition on every rank (one part per rank).",
+        "part's CSR, edge ids and node data beside a manifest.json (written atomically).",
     )
     p.add_argument("input", metavar="INPUT",
-                   help="graph: a built-in name (cora), rmat:SCALE[:EDGE_FACTOR], a file, or a "
-                   "directory / glob of edge shards (.txt[.gz], .npy, .parquet)")
+                   help="graph: a built-in name (cora), rmat:SCALE[:EDGE_FACTOR], or a file or "
+                   "OGB directory (formats: docs/formats.md)")
     p.add_argument("--parts", type=int, metavar="N",
                    help="number of parts: the world size of the job that will load them "
                    "(required without torchrun; under torchrun it defaults to, and must equal, "
@@ -36,7 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="range: contiguous chunks of the input order; random: seeded, balanced; "
                    "hash: a seeded hash of the id; metis: fewest cut edges (one process; needs "
                    "pip install 'mnmg-sampler[metis]')")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (must not exist, unless --overwrite)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of random, hash, metis and of rmat graphs (default 0)")
     p.add_argument("--undirected", action="store_const", const=True, default=None,
@@ -44,21 +47,51 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--drop-self-loops", action="store_true", help="remove edges v -> v")
     p.add_argument("--drop-duplicates", action="store_true",
                    help="keep the first copy of repeated edges")
-    p.add_argument("--features", metavar="X.npy",
-                   help="node feature rows (.npy, one row per node, memory-mapped)")
-    p.add_argument("--labels", metavar="Y.npy", help="node labels (.npy, one per node)")
     p.add_argument("--metis-max-edges", type=int, metavar="E",
                    help="refuse METIS above E edges (default 2**30): it runs in one process")
     p.add_argument("--chunk-rows", type=int, default=None, metavar="R",
-                   help="distributed: rows per rank per all-to-all round (default 4194304)")
+                   help="under torchrun: rows per rank per all-to-all round (default 1048576)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace DIR if it exists (only once the new one is complete)")
+                   help="replace DIR if it is an earlier partition directory (or empty), once "
+                   "the new one is complete; any other existing DIR is refused")
+    add_node_data_arguments(p)
+    add_json_flag(p)
     p.set_defaults(func=run)
     return p
 
 
+def add_node_data_arguments(p: argparse.ArgumentParser) -> None:
+    """Separate node-data files and the node-id bound (shared with ``info``)."""
+    p.add_argument("--features", metavar="FILE",
+                   help="node features, one row per node (.npy, .npz, .pt, .csv)")
+    p.add_argument("--labels", metavar="FILE", help="node labels, one per node")
+    for split in ("train", "val", "test"):
+        p.add_argument(f"--{split}-mask", metavar="FILE",
+                       help=f"the {split} split: bool per node, or node ids")
+    p.add_argument("--max-node-id", type=int, default=1 << 40, metavar="N",
+                   help="refuse node ids above N (default 2**40)")
+
+
+def node_data_kwargs(args: argparse.Namespace) -> dict:
+    """``load_graph`` keyword arguments from :func:`add_node_data_arguments`."""
+    masks = {s: getattr(args, f"{s}_mask") for s in ("train", "val", "test")}
+    return {"x": args.features, "y": args.labels, "max_node_id": args.max_node_id,
+            "masks": {k: v for k, v in masks.items() if v is not None}}
+
+
 def _distributed() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def _source(args, parts: int) -> dict:
+    from ..graph.partition_io import make_source
+
+    return make_source(args.input, method=args.method, seed=args.seed, parts=parts,
+                       undirected=args.undirected, drop_self_loops=args.drop_self_loops,
+                       drop_duplicates=args.drop_duplicates, graph_seed=args.seed,
+                       node_data={"features": args.features, "labels": args.labels,
+                                  **{f"{s}_mask": getattr(args, f"{s}_mask")
+                                     for s in ("train", "val", "test")}})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,44 +105,8 @@ def run(args: argparse.Namespace) -> int:
     return _run_single(args)
 
 
-def _print_stats(name, num_nodes, num_edges, stats, times: str, out) -> None:
-    print(f"graph       {name}: {num_nodes:,} nodes, {num_edges:,} edges")
-    print(f"method      {stats['method']} (seed {stats['seed']}), {stats['parts']} parts")
-    print(f"edge cut    {stats['edge_cut']:.4f} of edges cross parts")
-    print(f"imbalance   {stats['imbalance']:.3f} nodes, {stats['edge_imbalance']:.3f} edges "
-          "(max/mean)")
-    print(f"part nodes  {', '.join(f'{v:,}' for v in stats['part_nodes'])}")
-    print(f"time        {times}")
-    print(f"output      {out}")
-
-
-def _run_single(args: argparse.Namespace) -> int:
-    import time
-
-    from ..graph.datasets import load_graph
-    from ..graph.partition import partition_graph, write_partitions
-    from ..graph.sources import node_rows_file
-
-    t0 = time.perf_counter()
-    graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
-                       drop_self_loops=args.drop_self_loops,
-                       drop_duplicates=args.drop_duplicates)
-    if args.features:
-        graph.x = node_rows_file(args.features, graph.num_nodes, "features")
-    if args.labels:
-        graph.y = node_rows_file(args.labels, graph.num_nodes, "labels")
-    t1 = time.perf_counter()
-    plan = partition_graph(graph, args.parts, args.method, seed=args.seed,
-                           metis_max_edges=args.metis_max_edges)
-    t2 = time.perf_counter()
-    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite)
-    t3 = time.perf_counter()
-    _print_stats(graph.name, graph.num_nodes, graph.num_edges, plan.summary(),
-                 f"load {t1 - t0:.2f}s, partition {t2 - t1:.2f}s, write {t3 - t2:.2f}s", out)
-    return 0
-
-
 def _run_distributed(args: argparse.Namespace) -> int:
+    """Under torchrun: random/range/hash on every rank; metis on rank 0 while the others wait."""
     import torch.distributed as dist
 
     from ..distributed.collective import agree
@@ -124,23 +121,85 @@ def _run_distributed(args: argparse.Namespace) -> int:
             raise WorldSizeError(f"--parts {args.parts} under torchrun with {world} ranks",
                                  "the distributed partitioner writes one part per rank",
                                  f"launch {args.parts} ranks, or drop --parts")
-        if args.method == "metis":  # one process; the others wait for it
-            def single() -> None:
+        node_files = [args.features, args.labels, args.train_mask, args.val_mask,
+                      args.test_mask]
+        npy_only = all(f is None or f.lower().endswith(".npy") for f in node_files[:2])
+        if args.method == "metis" or not npy_only or any(f is not None for f in node_files[2:]):
+            def single() -> None:  # one process; the others wait for it
                 if env.rank == 0:
                     args.parts = world
                     _run_single(args)
 
             agree(single)
             return 0
+        if args.overwrite and env.rank == 0:
+            from ..graph.partition_io import check_replaceable
+
+            agree(lambda: check_replaceable(args.out))
+        elif args.overwrite:
+            agree(lambda: None)
         stats = partition_distributed(
             args.input, args.out, args.method, args.seed, undirected=args.undirected,
             drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
             features=args.features, labels=args.labels, overwrite=args.overwrite,
-            chunk=args.chunk_rows or DEFAULT_CHUNK)
+            chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world))
         if env.rank == 0:
-            _print_stats(stats["graph_name"], stats["num_nodes"], stats["num_edges"], stats,
-                         f"{stats['seconds']:.2f}s on {world} ranks", stats["out"])
+            rows = [
+                ("graph", f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
+                 f"{stats['num_edges']:,} edges"),
+                ("method", f"{stats['method']} (seed {stats['seed']}), {stats['parts']} parts"),
+                ("edge cut", f"{stats['edge_cut']:.4f} of edges cross parts"),
+                ("imbalance", f"{stats['imbalance']:.3f} nodes, {stats['edge_imbalance']:.3f} "
+                 "edges (max/mean)"),
+                ("part nodes", ", ".join(f"{v:,}" for v in stats["part_nodes"])),
+                ("time", f"{stats['seconds']:.2f}s on {world} ranks"),
+                ("output", args.out),
+            ]
+            report(rows, {**stats, "output": stats["out"]}, args.json)
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    return 0
+
+
+def _run_single(args: argparse.Namespace) -> int:
+    import time
+
+    from ..graph.datasets import load_graph
+    from ..graph.partition import partition_graph, write_partitions
+    from ..graph.partition_io import check_replaceable
+
+    if args.overwrite:  # refuse a foreign DIR before the (long) load and partitioning
+        check_replaceable(args.out)
+    t0 = time.perf_counter()
+    graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
+                       drop_self_loops=args.drop_self_loops,
+                       drop_duplicates=args.drop_duplicates, **node_data_kwargs(args))
+    t1 = time.perf_counter()
+    plan = partition_graph(graph, args.parts, args.method, seed=args.seed,
+                           metis_max_edges=args.metis_max_edges)
+    t2 = time.perf_counter()
+    source = _source(args, plan.parts)
+    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite, source=source)
+    t3 = time.perf_counter()
+    rows = [
+        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges"),
+        ("method", f"{plan.method} (seed {plan.seed}), {plan.parts} parts"),
+        ("edge cut", f"{plan.edge_cut:.4f} of edges cross parts"),
+        ("imbalance", f"{plan.imbalance:.3f} nodes, {plan.edge_imbalance:.3f} edges (max/mean)"),
+        ("part nodes", ", ".join(f"{v:,}" for v in plan.part_nodes)),
+        ("time", f"load {t1 - t0:.2f}s, partition {t2 - t1:.2f}s, write {t3 - t2:.2f}s"),
+        ("output", args.out),
+    ]
+    masks = {k: int(v.sum()) for k, v in graph.masks.items()} if graph.masks else {}
+    if masks:
+        rows.insert(-1, ("masks", ", ".join(f"{k} {v:,}" for k, v in masks.items())))
+    data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
+            "method": plan.method, "seed": plan.seed, "parts": plan.parts,
+            "edge_cut": float(plan.edge_cut), "imbalance": float(plan.imbalance),
+            "edge_imbalance": float(plan.edge_imbalance),
+            "part_nodes": [int(v) for v in plan.part_nodes],
+            "seconds": {"load": t1 - t0, "partition": t2 - t1, "write": t3 - t2},
+            "masks": masks, "output": str(out)}
+    report(rows, data, args.json)
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
 
 HELP = "sample one epoch of minibatches and print the throughput"
@@ -82,6 +83,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(run under torchrun, one rank per partition)")
     p.add_argument("--out", metavar="DIR",
                    help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch)")
+    add_json_flag(p)
     p.set_defaults(func=run)
     return p
 
@@ -190,17 +192,80 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_distributed(args: argparse.Namespace) -> int:
-    """Sample under torchrun over a partition directory (see ``distributed/offline.py``)."""
-    from ..distributed.offline import run_distributed as run_dist
+    """Sample one epoch under torchrun over a partition directory; rank 0 prints a summary.
 
-    return run_dist(args)
+    Global batch ``i`` takes ``seeds[i*B:(i+1)*B]`` of the epoch's seed order and is sampled by
+    rank ``i % W`` with key ``request_key(seed, 0, i)``; each rank writes its batches as
+    ``OUT/batch_{i:06d}.npz`` (original node ids; layout in ``docs/formats.md``), atomically.
+    """
+    import json
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from ..distributed.collective import agree
+    from ..distributed.offline import global_nonisolated
+    from ..distributed.sampler import DistSampler
+    from ..graph.partition_io import load_partition
+    from ..runtime import init_distributed
+    from ..sampler import SampleRequest, request_key
+
+    fanouts = parse_fanouts(args.fanouts)
+    env, _ = init_distributed("gloo", "cpu")
+    rank, world = env.rank, env.world_size
+    try:
+        part = agree(lambda: load_partition(args.partitions, rank, world))
+        if args.threads:
+            import numba
+
+            numba.set_num_threads(args.threads)
+        if args.seeds_file:
+            nodes = agree(lambda: read_seeds_file(args.seeds_file))
+        elif getattr(args, "include_isolated", False):
+            nodes = np.arange(int(part.num_nodes), dtype=np.int64)
+        else:
+            nodes = global_nonisolated(part)
+        seeds = seed_order(nodes, args.seed)
+        B = args.batch_size
+        n_batches, out = epoch_plan(seeds.size, args)
+        sampler = DistSampler(part, seed=args.seed)
+        mine = list(range(rank, n_batches, world))
+        rounds = -(-n_batches // world)
+        edges = 0
+        t0 = time.perf_counter()
+        for r in range(rounds):
+            todo = mine[r:r + 1]
+            reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
+                                  request_key(args.seed, 0, i), replace=args.replace)
+                    for i in todo]
+            for i, b in zip(todo, sampler.sample(reqs), strict=True):
+                edges += int(b.e_id.numel())
+                if out is not None:
+                    save_batch_atomic(out / f"batch_{i:06d}.npz", b)
+        dt = time.perf_counter() - t0
+        tot = torch.tensor([edges, sampler.ex.bytes_sent], dtype=torch.float64)
+        dist.all_reduce(tot)
+        if rank == 0:
+            if out is not None:
+                meta = {"num_batches": n_batches, "batch_size": B, "fanouts": fanouts,
+                        "seed": args.seed, "replace": bool(args.replace),
+                        "num_nodes": int(part.num_nodes), "format": "mnmg-sampler-batches/1"}
+                tmp = out / ".meta.json.tmp"
+                tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
+                os.replace(tmp, out / "meta.json")
+            _summary(world, n_batches, int(tot[0]), float(tot[1]), dt, out,
+                     getattr(args, "json", False))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
 
 
 def run_single(args: argparse.Namespace) -> int:
     """Sample the epoch in this process; prints one summary block."""
     from ..graph.datasets import load_graph
-    from ..ops.rng import request_key
-    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn, request_key
 
     fanouts = parse_fanouts(args.fanouts)
     threads = set_threads(args.threads)
@@ -210,10 +275,6 @@ def run_single(args: argparse.Namespace) -> int:
     seeds = epoch_seeds(graph, args)
     B = args.batch_size
     n_batches, out = epoch_plan(seeds.size, args)
-    print(f"graph {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
-          f"(loaded in {load_s:.1f}s)")
-    print(f"seeds {seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
-          f"seed {args.seed}, threads {threads}")
 
     sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
 
@@ -234,13 +295,39 @@ def run_single(args: argparse.Namespace) -> int:
         if out is not None:
             save_batch_atomic(out / f"batch_{i:06d}.npz", batch)
     busy = max(busy, 1e-9)
-    print(f"batches {n_batches:,}")
-    print(f"sampled edges {edges:,}")
-    print(f"sampled nodes {nodes:,}")
-    print(f"time {busy:.3f}s (sampling only, after one warm-up batch)")
-    print(f"edges/s {edges / busy:,.0f}")
-    print(f"nodes/s {nodes / busy:,.0f}")
-    print(f"batches/s {n_batches / busy:,.1f}")
+    data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
+            "load_s": load_s, "seeds": int(seeds.size), "batch_size": B, "fanouts": fanouts,
+            "replace": bool(args.replace), "seed": args.seed, "threads": threads,
+            "batches": n_batches, "sampled_edges": edges, "sampled_nodes": nodes,
+            "seconds": busy, "edges_per_s": edges / busy, "nodes_per_s": nodes / busy,
+            "batches_per_s": n_batches / busy, "out": None if out is None else str(out)}
+    rows = [
+        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
+                  f"(loaded in {load_s:.1f}s)"),
+        ("seeds", f"{seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
+                  f"seed {args.seed}, threads {threads}"),
+        ("batches", f"{n_batches:,}"),
+        ("sampled edges", f"{edges:,}"),
+        ("sampled nodes", f"{nodes:,}"),
+        ("time", f"{busy:.3f}s (sampling only, after one warm-up batch)"),
+        ("edges/s", f"{edges / busy:,.0f}"),
+        ("nodes/s", f"{nodes / busy:,.0f}"),
+        ("batches/s", f"{n_batches / busy:,.1f}"),
+    ]
     if out is not None:
-        print(f"wrote {n_batches} batches to {out}")
+        rows.append(("wrote", f"{n_batches} batches to {out}"))
+    report(rows, data, args.json)
     return 0
+
+
+def _summary(world: int, batches: int, edges: int, sent: float, dt: float, out, as_json: bool):
+    """Rank 0's summary of a distributed run: a table, or JSON with ``--json``."""
+    eps, per_edge = edges / max(dt, 1e-9), sent / max(edges, 1)
+    rows = [("ranks", world), ("batches", f"{batches:,}"), ("sampled edges", f"{edges:,}"),
+            ("time", f"{dt:.3f}s"), ("edges/s", f"{eps:,.0f} (all ranks)"),
+            ("bytes exchanged", f"{per_edge:.1f} per sampled edge")]
+    if out is not None:
+        rows.append(("wrote", f"{batches} batches to {out}"))
+    report(rows, {"ranks": world, "batches": batches, "sampled_edges": edges, "seconds": dt,
+                  "edges_per_s": eps, "bytes_exchanged_per_edge": per_edge,
+                  "out": None if out is None else str(out)}, as_json)

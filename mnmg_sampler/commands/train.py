@@ -19,7 +19,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in output.dir "
                    "(automatic after a torchrun --max-restarts restart)")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm bar on rank 0")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (rank 0 draws one only on a terminal)")
     p.set_defaults(func=run)
 
 
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     def job() -> None:
         import torch.distributed as dist
 
+        from ..distributed.collective import is_peer_failure, peer_error
         from ..train.job import run_job
 
         ok = False
@@ -45,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
             ok = True
         except MnmgError as e:  # user errors: one line per rank via cli.main, no traceback
             user_error.append(e)
+        except RuntimeError as e:  # a training collective failed: a peer died or hangs
+            if not is_peer_failure(e):
+                raise
+            user_error.append(peer_error(e, "a collective of the training loop"))
         finally:
             if dist.is_initialized():
                 if ok:  # nobody tears down sockets a peer still reads from

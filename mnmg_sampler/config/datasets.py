@@ -50,28 +50,40 @@ def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
 def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
     """Check that a path dataset exists and has a readable type (typos of built-ins get a hint).
 
-    Imports the graph readers' suffix list, so it is called by ``validate`` and the jobs, not
-    by :func:`load_config`.
+    Also checks that the node data files exist. Imports the graph readers' format registry, so
+    it is called by ``validate`` and the jobs, not by :func:`load_config`.
     """
     from ..errors import GraphFormatError
-    from ..graph.datasets import EDGE_LIST_SUFFIXES
+    from ..graph.datasets import GRAPH_SUFFIXES, supported_formats
+    from ..graph.ogb import is_ogb_dir
     from ..graph.sources import is_sharded, shard_files
 
     spec = parse_dataset_name(cfg.dataset.name)
+    d = cfg.dataset
+    for fkey in ("features", "labels", "train_mask", "val_mask", "test_mask"):
+        f = getattr(d, fkey)
+        if f is not None and not Path(f).is_file():
+            raise _err(f"dataset.{fkey}", f"file {f!r} not found",
+                       "fix the path (relative paths start at the working directory)")
+    w = cfg.sampler.weights
+    if w and w.lower().endswith(".npy") and not Path(w).is_file():
+        raise _err("sampler.weights", f"file {w!r} not found",
+                   "fix the path, or name an array of the dataset's .npz (e.g. adj_data)")
     if spec.kind != "path":
         return
-    if is_sharded(spec.path):  # a directory or glob of edge shards
+    if is_sharded(spec.path):  # a directory (not OGB) or glob of edge shards
         try:
             shard_files(spec.path)
+            return
         except GraphFormatError as e:
-            raise _err(key, e.what, e.fix) from e
-        return
+            if not Path(spec.path).is_dir():
+                raise _err(key, e.what, e.fix) from e
     p = Path(spec.path)
-    suffixes = (".npz", *EDGE_LIST_SUFFIXES)
-    if p.is_file():
-        if not p.name.lower().endswith(suffixes):
-            raise _err(key, f"the file type of {p.name!r} is not recognised",
-                       f"use a file ending in {', '.join(suffixes)}")
+    if p.exists():  # the suffix (or an OGB layout) here; the content is read by the job
+        if not (is_ogb_dir(p) if p.is_dir() else p.name.lower().endswith(GRAPH_SUFFIXES)):
+            what = "the directory" if p.is_dir() else "the file type of"
+            raise _err(key, f"{what} {p.name!r} is not recognised",
+                       "give a file in one of these formats:\n" + supported_formats())
         return
     bare = "/" not in spec.path and os.sep not in spec.path and "." not in spec.path
     if bare:
@@ -80,7 +92,7 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
         raise _err(key, f"unknown dataset {spec.path!r}{hint}",
                    f"use a built-in name ({', '.join(BUILTIN_DATASETS)}), rmat:SCALE[:EDGE_FACTOR]"
                    " or the path of a graph file")
-    where = " (it is a directory)" if p.is_dir() else ""
+    where = ""
     if not p.is_absolute():
         where += f" (relative to the working directory {os.getcwd()})"
     raise _err(key, f"dataset file {spec.path!r} not found{where}",

@@ -106,6 +106,8 @@ def _resolve(cfg: JobConfig) -> None:
         cfg.sampler.eval_batch_size = cfg.sampler.batch_size
     if cfg.model.layers is None:
         cfg.model.layers = len(cfg.sampler.fanouts)
+    if cfg.training.target_metric is None:
+        cfg.training.target_metric = "val_auc" if cfg.task == "link" else "val_acc"
 
 
 # --------------------------------------------------------------------------- cross-field checks
@@ -141,10 +143,16 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
             raise _err("partition.parts", f"{cfg.partition.parts} partitions but the world size "
                        f"is {world_size}", "set partition.parts=null (= world size) or launch "
                        f"{cfg.partition.parts} ranks", "Each rank serves exactly one partition")
+    tm = cfg.training.target_metric
+    if (tm in ("val_auc", "val_mrr")) != (cfg.task == "link") and tm != "val_loss":
+        raise _err("training.target_metric", f"{tm} is not a metric of task {cfg.task}",
+                   "use val_acc or val_loss for task node, val_auc, val_mrr or val_loss for "
+                   "task link (or null)")
     tv = cfg.training.target_value
     if tv is not None:
-        if cfg.training.target_metric == "val_acc" and not 0 < tv <= 1:
-            raise _err("training.target_value", f"expected an accuracy in (0, 1], got {tv}",
+        if tm in ("val_acc", "val_auc", "val_mrr") and not 0 < tv <= 1:
+            what = "an accuracy" if tm == "val_acc" else f"a {tm[4:].upper()}"
+            raise _err("training.target_value", f"expected {what} in (0, 1], got {tv}",
                        "e.g. training.target_value=0.85")
         if cfg.training.target_metric == "val_loss" and not tv > 0:
             raise _err("training.target_value", f"expected a loss > 0, got {tv}",

@@ -35,8 +35,9 @@ _SEED = (lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)")
 _POS_FLOAT = (lambda v: v > 0 and math.isfinite(v), "a positive number")
 _NONNEG_FLOAT = (lambda v: v >= 0 and math.isfinite(v), "a number >= 0")
 _UNIT_OPEN = (lambda v: 0 <= v < 1, "a number in [0, 1)")
-_FANOUTS = (lambda v: len(v) > 0 and all(f > 0 or f == -1 for f in v),
-            "a non-empty list of positive integers or -1 (all neighbors), e.g. [10, 10]")
+_FANOUTS = (lambda v: len(v) > 0 and all(f >= -1 for f in v),
+            "a non-empty list of integers >= 0 (0 = no neighbors at that hop) or -1 (all "
+            "neighbors), e.g. [10, 10]")
 _SPLIT = (lambda v: len(v) == 3 and all(0 <= f <= 1 for f in v) and sum(v) <= 1 + 1e-9
           and v[0] > 0,
           "three fractions [train, val, test] in [0, 1] with train > 0 and sum <= 1")
@@ -49,9 +50,9 @@ _SPLIT = (lambda v: len(v) == 3 and all(0 <= f <= 1 for f in v) and sum(v) <= 1 
 class DatasetConfig:
     """Which graph to load and how to clean it."""
 
-    name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or path to an "
-                     ".npz file, an edge list (.txt, .tsv, .edges, optionally .gz), or a directory "
-                     "or glob of edge shards (.txt[.gz], .npy, .parquet).", path=True)
+    name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or the path of a "
+                     "graph file, an OGB directory, or a directory or glob of edge shards "
+                     "(formats: docs/formats.md).", path=True)
     seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _NONNEG_INT)
     undirected: bool | None = _opt(
         None, "Add the reverse of every edge; null = dataset default (cora: true, files: false).")
@@ -65,8 +66,23 @@ class DatasetConfig:
         0, "Synthetic labels in [0, num_classes) for a graph without labels, and class centres "
         "added to the random features so they can be learned; 0 = none.", _NONNEG_INT)
     split: list[float] = _opt(
-        [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split.", _SPLIT)
+        [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split; not used when the "
+        "dataset (or dataset.train_mask) gives a train mask.", _SPLIT)
     split_seed: int = _opt(0, "Seed of the random train/val/test split.", _SEED)
+    features: str | None = _opt(
+        None, "File of node features, one row per node (.npy, .npz, .pt, .csv); replaces those "
+        "in the graph file.", path=True)
+    labels: str | None = _opt(
+        None, "File of node labels, one per node (.npy, .npz, .pt, .csv); replaces those in the "
+        "graph file.", path=True)
+    train_mask: str | None = _opt(
+        None, "File of the train split: bool per node or node ids (.npy, .npz, .pt, .csv); "
+        "with it, the split comes from the masks instead of dataset.split.", path=True)
+    val_mask: str | None = _opt(None, "File of the validation split (as train_mask).", path=True)
+    test_mask: str | None = _opt(None, "File of the test split (as train_mask).", path=True)
+    max_node_id: int = _opt(
+        2**40, "Largest node id accepted in an input file (the CSR needs 8 bytes per id up to "
+        "the largest one).", _POS_INT)
 
 
 @dataclass
@@ -74,12 +90,13 @@ class PartitionConfig:
     """How the graph is cut into one partition per rank."""
 
     dir: str | None = _opt(
-        None, "Directory of the partitions (written once, reused); null = <output.dir>/partitions.",
+        None, "Directory of the partitions; reused while the dataset and partition settings "
+        "are unchanged, partitioned again when they change; null = <output.dir>/partitions.",
         path=True)
     method: Literal["random", "range", "hash", "metis"] = _opt(
-        "random", "random (balanced), range (contiguous ids), hash (seeded hash of the id) or "
-        "metis (fewest cut edges; needs pymetis; one process). random, range and hash run on "
-        "every rank when the partitions are missing.")
+        "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
+        "the id) or metis (fewest cut edges; needs pymetis; one process). random, range and "
+        "hash run on every rank when the job partitions.")
     parts: int | None = _opt(
         None, "Number of partitions; null = world size. If set it must equal the world size.",
         _POS_INT)
@@ -113,6 +130,44 @@ class SamplerConfig:
         _SEED)
     shuffle: bool = _opt(True, "Reshuffle the training seeds every epoch.")
     drop_last: bool = _opt(False, "Drop the last incomplete training minibatch of each rank.")
+    split: Literal["global", "owner"] = _opt(
+        "global", "Training seeds of each rank: global = a share of one global order (the same "
+        "batches for any world size); owner = the seeds its partition owns (hop 1 is local; "
+        "batches depend on the partitioning).")
+    edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
+                          "empty and no edge id crosses the wire.")
+    weights: str | None = _opt(
+        None, "Edge weights for weighted neighbor sampling: the name of an array of the "
+        "dataset's .npz (one value per input edge) or a path to a .npy file of them; "
+        "null = uniform.", path=True)
+
+
+@dataclass
+class LinkConfig:
+    """Link prediction (`task: link`): edge split, negatives, decoder and ranking metrics."""
+
+    split: list[float] = _opt(
+        [0.85, 0.05, 0.1], "Train/val/test fractions of a random split of the graph's edges "
+        "(undirected graphs: of the node pairs); val/test edges leave the sampling graph.",
+        _SPLIT)
+    split_seed: int = _opt(0, "Seed of the random edge split.", _SEED)
+    neg_sampling: Literal["binary", "triplet"] = _opt(
+        "binary", "Training negatives: binary (extra label-0 edges) or triplet (a negative "
+        "destination beside each positive).")
+    neg_amount: int = _opt(1, "Training negatives per positive edge.", _POS_INT)
+    reject_known: bool = _opt(
+        True, "Redraw a negative that is an edge of the sampling graph (asked of its owner "
+        "rank).")
+    exclude_seed_edges: bool = _opt(
+        True, "Remove the batch's positive edges (and reverses on undirected graphs) from its "
+        "sampled subgraph, so the model cannot read the label from the input.")
+    decoder: Literal["dot", "mlp"] = _opt(
+        "dot", "Edge score from the two endpoint embeddings: dot product, or an MLP of their "
+        "elementwise product.")
+    eval_negatives: int = _opt(
+        50, "Negatives per positive edge when evaluating (AUC over all, MRR and Hits@K by "
+        "ranking each positive among its own).", _POS_INT)
+    hits_k: int = _opt(10, "K of Hits@K.", _POS_INT)
 
 
 @dataclass
@@ -122,6 +177,9 @@ class FeaturesConfig:
     placement: Literal["auto", "host", "pinned", "device"] = _opt(
         "auto", "host memory, pinned host memory, or GPU memory; auto = pinned on CUDA, host on "
         "CPU.")
+    cache_rows: int = _opt(
+        0, "Feature rows of other ranks' nodes each rank caches (filled once at start by degree "
+        "into its part); 0 = no cache.", _NONNEG_INT)
 
 
 @dataclass
@@ -160,8 +218,9 @@ class TrainingConfig:
     eval_every: int = _opt(
         1, "Evaluate on the validation split every N epochs; 0 = after the last epoch only.",
         _NONNEG_INT)
-    target_metric: Literal["val_acc", "val_loss"] = _opt(
-        "val_acc", "Metric that selects the best epoch (reported with its test accuracy).")
+    target_metric: Literal["val_acc", "val_loss", "val_auc", "val_mrr"] | None = _opt(
+        None, "Metric that selects the best epoch (reported with its test metrics); null = "
+        "val_acc for task node, val_auc for task link.")
     target_value: float | None = _opt(
         None, "Stop early once target_metric reaches this value; null = run every epoch.")
     max_steps_per_epoch: int | None = _opt(
@@ -215,10 +274,13 @@ class JobConfig:
     """One `mnmg-sampler` job."""
 
     name: str = _opt("job", "Job name, used in the default output.dir (runs/<name>).")
+    task: Literal["node", "link"] = _opt(
+        "node", "node = node classification; link = link prediction (section link).")
     dataset: DatasetConfig = _section(DatasetConfig, "Which graph to load and how to clean it.")
     partition: PartitionConfig = _section(PartitionConfig, "How the graph is cut into one "
                                           "partition per rank.")
     sampler: SamplerConfig = _section(SamplerConfig, "Neighbor sampling and minibatching.")
+    link: LinkConfig = _section(LinkConfig, "Link prediction (task: link).")
     features: FeaturesConfig = _section(FeaturesConfig, "Where node features live.")
     model: ModelConfig = _section(ModelConfig, "The GraphSAGE model.")
     optimizer: OptimizerConfig = _section(OptimizerConfig, "The optimizer.")
@@ -234,6 +296,9 @@ CROSS_FIELD_RULES = (
     "`runtime.backend: nccl` needs `runtime.device` `cuda` or `auto`.",
     "`features.placement` `pinned` or `device` needs `runtime.device` `cuda` or `auto`.",
     "`partition.parts`, when set, must equal the world size (`validate --world-size W`).",
-    "`training.target_value` must lie in (0, 1] for `val_acc` and be > 0 for `val_loss`.",
+    "`training.target_value` must lie in (0, 1] for `val_acc`, `val_auc`, `val_mrr` and be > 0 "
+    "for `val_loss`.",
+    "`training.target_metric` `val_auc` / `val_mrr` need `task: link`; `val_acc` needs `task: "
+    "node`.",
     "`dataset.name` `rmat:SCALE[:EDGE_FACTOR]` needs 1 <= SCALE <= 40 and EDGE_FACTOR >= 1.",
 )

@@ -1,19 +1,25 @@
 """Symmetric collectives: all-to-all-v exchange and error agreement.
 
-Two rules keep ranks from hanging: counts travel before payloads, and a user error found on one
-rank is shared with every rank (:func:`agree`) before anyone enters the next collective.
+Two rules keep ranks from hanging: counts travel before payloads, and an error found on one
+rank is shared with every rank (:func:`agree`) before anyone enters the next collective. Errors
+cross ranks as UTF-8 JSON in uint8 tensors (never pickled objects), and are rebuilt only as
+classes of :mod:`mnmg_sampler.errors`. A collective that fails because a peer died or stopped
+answering becomes a :class:`~mnmg_sampler.errors.PeerError` naming the step (:func:`peer_errors`).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
-from ..errors import MnmgError, ServiceError
+from .. import errors as _errors
+from ..errors import MnmgError, PeerError, ServiceError
 
 T = TypeVar("T")
 
@@ -27,11 +33,16 @@ def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
 
 
 class Exchanger:
-    """All-to-all-v over one process group, with byte accounting.
+    """All-to-all-v over one process group; the one place that counts what the data path sends.
 
     ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` to rank
     ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
     come back on the caller's device.
+
+    Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
+    row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
+    (``ids``, ``features``, ...), ``calls`` (collectives), ``transfers`` (host <-> device copies
+    of the data path: ``h2d`` and ``d2h``; every one goes through :meth:`h2d` / :meth:`d2h`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -41,18 +52,53 @@ class Exchanger:
         self.rank = dist.get_rank(group)
         self.device = device if device is not None else backend_device(group)
         self.bytes_sent = 0
+        self.bytes: dict[str, list[int]] = {}
         self.calls = 0
+        self.transfers = {"h2d": 0, "d2h": 0}
         self.t_exchange = 0.0
+        self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
+
+    # -- accounting ---------------------------------------------------------------------------
+    def _count(self, tag: str, row_bytes: int, send_counts: Sequence[int]) -> None:
+        mine = int(send_counts[self.rank]) * row_bytes
+        total = sum(int(c) for c in send_counts) * row_bytes
+        b = self.bytes.setdefault(tag, [0, 0])
+        b[0] += mine
+        b[1] += total - mine
+        self.bytes_sent += total
+
+    @property
+    def remote_bytes(self) -> int:
+        """Bytes sent to other ranks, all tags."""
+        return sum(b[1] for b in self.bytes.values())
+
+    def h2d(self, t: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """The data path's host -> device copy (counted even when the CUDA simulator makes the
+        device the CPU, so the simulator tests count what a GPU would do)."""
+        self.transfers["h2d"] += 1
+        return t.to(device, non_blocking=True)
+
+    def d2h(self, t: torch.Tensor) -> torch.Tensor:
+        """The data path's device -> host copy (counted like :meth:`h2d`)."""
+        self.transfers["d2h"] += 1
+        return t.cpu()
+
+    def to_host(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` on the host; a counted copy only when it is on a device."""
+        return self.d2h(t) if t.device.type != "cpu" else t
 
     def _stage(self, t: torch.Tensor) -> torch.Tensor:
         """Move a send buffer to the backend's device (no copy when it is there already)."""
-        return t.to(self.device, non_blocking=True)
+        return self.h2d(t, self.device) if t.device != self.device else t
 
     def _unstage(self, t: torch.Tensor, device: torch.device) -> torch.Tensor:
         """Bring a received buffer back to the caller's device."""
-        return t.to(device)
+        if t.device == device:
+            return t
+        return self.d2h(t) if device.type == "cpu" else t.to(device)
 
-    def counts(self, send_counts: torch.Tensor) -> torch.Tensor:
+    # -- collectives --------------------------------------------------------------------------
+    def counts(self, send_counts: torch.Tensor, tag: str = "counts") -> torch.Tensor:
         """Exchange per-rank row counts (int64 ``[world_size]``); returns the received counts."""
         t0 = time.perf_counter()
         send = self._stage(send_counts.to(torch.int64))
@@ -60,60 +106,72 @@ class Exchanger:
             self.t_exchange += time.perf_counter() - t0
             return send
         recv = torch.empty_like(send)
+        c0 = time.thread_time()
         dist.all_to_all_single(recv, send, group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
         self.t_exchange += time.perf_counter() - t0
         self.calls += 1
-        self.bytes_sent += send.numel() * 8
+        self._count(tag, 8, [1] * self.world_size)
         return recv
 
     def payload(self, payload: torch.Tensor, send_counts: Sequence[int],
-                recv_counts: Sequence[int]) -> torch.Tensor:
+                recv_counts: Sequence[int], tag: str = "data") -> torch.Tensor:
         """Exchange rows whose per-rank counts both sides already know."""
         t0 = time.perf_counter()
         src_dev = payload.device
+        row = payload.element_size()
+        for d in payload.shape[1:]:
+            row *= int(d)
+        self._count(tag, row, send_counts)
         if self.world_size == 1:  # a group of one: the exchange is the identity
-            self.bytes_sent += payload.numel() * payload.element_size()
             self.t_exchange += time.perf_counter() - t0
             return payload
         send = self._stage(payload).contiguous()
         out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
+        c0 = time.thread_time()
         dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
                                [int(c) for c in send_counts], group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
         self.calls += 1
-        self.bytes_sent += send.numel() * send.element_size()
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
 
-    def exchange(self, payload: torch.Tensor, send_counts: torch.Tensor
+    def exchange(self, payload: torch.Tensor, send_counts: torch.Tensor, tag: str = "data"
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """Counts first, then payload; returns ``(received rows, received counts per rank)``."""
-        recv_counts = self.counts(send_counts).cpu()
-        send_counts = send_counts.cpu()
-        return self.payload(payload, send_counts.tolist(), recv_counts.tolist()), recv_counts
+        recv_counts = self.to_host(self.counts(send_counts, tag))
+        send_counts = self.to_host(send_counts)
+        return self.payload(payload, send_counts.tolist(), recv_counts.tolist(), tag), \
+            recv_counts
 
 
-def agree(fn: Callable[[], T], group: dist.ProcessGroup | None = None) -> T:
-    """Run ``fn`` on every rank; if it raises an :class:`MnmgError` on any rank, raise on all.
+def agree(fn: Callable[[], T], group: dist.ProcessGroup | None = None,
+          step: str | None = None) -> T:
+    """Run ``fn`` on every rank; if it raises on any rank, raise on all.
 
-    The failing rank raises its own error; the others raise the same type, prefixed with the
-    failing rank, so no rank is left waiting in a collective that will never complete.
+    The failing rank raises its own error; the others raise the same :class:`MnmgError` type
+    (any other exception: :class:`ServiceError`), prefixed with the failing rank, so no rank is
+    left waiting in a collective that will never complete. ``step`` names ``fn`` in the
+    :class:`PeerError` raised when a peer dies during the agreement itself.
     """
     err: BaseException | None = None
     result = None
     try:
         result = fn()
-    except MnmgError as e:
+    except Exception as e:  # shared with every rank, then re-raised here with its traceback
         err = e
-    raise_if_any(err, group)
+    raise_if_any(err, group, step or getattr(fn, "__name__", "a step"))
     return result  # type: ignore[return-value]
 
 
-def raise_if_any(err: BaseException | None, group: dist.ProcessGroup | None = None) -> None:
+def raise_if_any(err: BaseException | None, group: dist.ProcessGroup | None = None,
+                 step: str = "a step") -> None:
     """Collective: raise on every rank if ``err`` is set on any rank."""
     flag = torch.tensor([1 if err is not None else 0], dtype=torch.int64,
                         device=backend_device(group))
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    with peer_errors(f"the error agreement after {step}"):
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     if int(flag.item()) != 0:
         raise_agreed(err, group)
 
@@ -121,21 +179,135 @@ def raise_if_any(err: BaseException | None, group: dist.ProcessGroup | None = No
 def raise_agreed(err: BaseException | None, group: dist.ProcessGroup | None = None) -> None:
     """Collective, once every rank knows that some rank failed: raise on every rank.
 
-    For callers that already agreed on a failure flag (e.g. inside a larger all-reduce).
+    For callers that already agreed on a failure flag (e.g. inside a larger all-reduce). The
+    lowest failing rank's error is raised on the ranks that did not fail.
     """
-    world = dist.get_world_size(group)
-    errs: list = [None] * world
-    dist.all_gather_object(errs, _portable(err), group=group)
+    with peer_errors("the error exchange between ranks"):
+        records = all_gather_bytes(_portable(err), group)
     if err is not None:
         raise err
-    rank, first = next((r, e) for r, e in enumerate(errs) if e is not None)
-    if isinstance(first, MnmgError):
-        raise type(first)(f"rank {rank}: {first.what}", first.consequence, first.fix)
-    raise ServiceError(f"rank {rank} failed: {first}", "every rank stops",
-                       "see rank {rank}'s log for the traceback")
+    rank, raw = next((r, b) for r, b in enumerate(records) if b)
+    raise _rebuild(rank, raw)
 
 
-def _portable(err: BaseException | None):
-    if err is None or isinstance(err, MnmgError):
-        return err
-    return repr(err)
+_FIELD_CHARS = 2000  # per message part: errors stay small on the wire
+
+
+def _portable(err: BaseException | None) -> bytes:
+    """``err`` as UTF-8 JSON of plain strings (empty for no error): type name and message."""
+    if err is None:
+        return b""
+    if isinstance(err, MnmgError):
+        parts = {"what": err.what, "consequence": err.consequence, "fix": err.fix}
+    else:
+        parts = {"what": f"{type(err).__name__}: {err}", "consequence": "", "fix": ""}
+    rec = {"type": type(err).__name__, **{k: str(v)[:_FIELD_CHARS] for k, v in parts.items()}}
+    return json.dumps(rec, ensure_ascii=False).encode("utf-8")
+
+
+def _rebuild(rank: int, raw: bytes) -> MnmgError:
+    """The error another rank raised, as a class of :mod:`mnmg_sampler.errors` only."""
+    try:
+        rec = json.loads(raw.decode("utf-8", errors="replace"))
+        name, what = str(rec["type"]), str(rec["what"])
+        consequence, fix = str(rec.get("consequence", "")), str(rec.get("fix", ""))
+    except (ValueError, KeyError, TypeError):
+        name, what, consequence, fix = "?", repr(raw[:200]), "", ""
+    cls = getattr(_errors, name, None) if name in _errors.__all__ else None
+    if isinstance(cls, type) and issubclass(cls, MnmgError):
+        try:
+            return cls(f"rank {rank}: {what}", consequence, fix)
+        except TypeError:  # a class with another signature: fall through to ServiceError
+            pass
+        what = f"{name}: {what}"
+    return ServiceError(f"rank {rank} failed: {what}", "every rank stops",
+                        f"see rank {rank}'s log for the traceback")
+
+
+def all_gather_1d(t: torch.Tensor, group: dist.ProcessGroup | None = None
+                  ) -> list[torch.Tensor]:
+    """Collective: every rank's 1-D tensor (any length, same dtype on every rank), by rank.
+
+    Lengths travel first, then payloads padded to the longest; results are on the CPU.
+    """
+    dev = backend_device(group)
+    world = dist.get_world_size(group)
+    n = torch.tensor([t.numel()], dtype=torch.int64, device=dev)
+    sizes = [torch.empty_like(n) for _ in range(world)]
+    dist.all_gather(sizes, n, group=group)
+    lens = [int(s.item()) for s in sizes]
+    longest = max(lens)
+    if longest == 0:
+        return [t.new_empty(0).cpu() for _ in lens]
+    buf = torch.zeros(longest, dtype=t.dtype, device=dev)
+    buf[: t.numel()] = t.reshape(-1).to(dev)
+    outs = [torch.empty_like(buf) for _ in range(world)]
+    dist.all_gather(outs, buf, group=group)
+    return [o[:k].cpu() for o, k in zip(outs, lens, strict=True)]
+
+
+def all_gather_bytes(data: bytes, group: dist.ProcessGroup | None = None) -> list[bytes]:
+    """Collective: every rank's byte string, by rank (a uint8 tensor on the wire)."""
+    t = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(
+        0, dtype=torch.uint8)
+    return [bytes(o.numpy().tobytes()) for o in all_gather_1d(t, group)]
+
+
+# -- peers that die or stop answering ---------------------------------------------------------
+_TRANSPORT_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "connection refused",
+                    "timed out", "timeout", "broken pipe", "socket", "store", "peer")
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """True for the errors a collective raises when another rank died or stopped answering.
+
+    torch raises ``DistError`` subclasses for store and network failures, but gloo raises a
+    plain ``RuntimeError`` whose text names the transport; that text is what is matched.
+    """
+    if isinstance(exc, PeerError):
+        return True
+    if isinstance(exc, MnmgError) or not isinstance(exc, RuntimeError):
+        return False
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    text = str(exc).lower()
+    return any(w in text for w in _TRANSPORT_WORDS)
+
+
+def transport_message(exc: BaseException) -> str:
+    """The first sentence of a transport error, without gloo's source-file prefix."""
+    text = " ".join(str(exc).split())
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    return (text.split(". ", 1)[0].rstrip(".") or type(exc).__name__)[:_FIELD_CHARS]
+
+
+def peer_error(exc: BaseException, step: str) -> PeerError:
+    """``exc`` (a failed collective) as a :class:`PeerError` naming ``step``."""
+    if isinstance(exc, PeerError):
+        return exc
+    return PeerError(f"{step} did not complete: {transport_message(exc)}",
+                     "another rank died, stopped answering or never joined; this rank stops too",
+                     "find the first error in the other ranks' logs (a rank killed by a signal "
+                     "or the OOM killer leaves none), then restart the job (train: with "
+                     "--resume to continue from the last checkpoint)")
+
+
+@contextmanager
+def peer_errors(step: str) -> Iterator[None]:
+    """Turn a collective's transport failure inside the block into a :class:`PeerError`."""
+    try:
+        yield
+    except Exception as e:
+        if is_peer_failure(e) and not isinstance(e, PeerError):
+            raise peer_error(e, step) from e
+        raise
+
+
+def group_timeout(group: dist.ProcessGroup | None = None) -> float:
+    """The collective timeout of ``group`` in seconds (torch's default when it is unknown)."""
+    try:
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        return float(pg._get_backend(backend_device(group)).options._timeout.total_seconds())
+    except Exception:  # private API: another torch version, or another backend
+        return float(dist.default_pg_timeout.total_seconds())

@@ -179,6 +179,10 @@ def _check_args(spec, out: Path, method: str, overwrite: bool, world: int) -> No
     if out.exists() and not overwrite:
         raise PartitionError(f"output directory {out} already exists", "it is left untouched",
                              "choose another --out, or pass --overwrite to replace it")
+    if overwrite:
+        from ..graph.partition_io import check_replaceable
+
+        check_replaceable(out)
 
 
 def _node_rows(path: str | None, n: int, rank: int, world: int, what: str):
@@ -244,6 +248,7 @@ def partition_distributed(
     data_seed: int = 0,
     graph_seed: int | None = None,
     overwrite: bool = False,
+    source: dict | None = None,
     chunk: int = DEFAULT_CHUNK,
     group: dist.ProcessGroup | None = None,
 ) -> dict:
@@ -255,6 +260,8 @@ def partition_distributed(
     ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped); without
     them, ``feature_dim > 0`` / ``num_classes > 0`` give the synthetic rows of
     :func:`mnmg_sampler.graph.permute.node_features` / ``node_labels`` (seeded by ``data_seed``).
+    ``source`` (:func:`~mnmg_sampler.graph.partition_io.make_source`) is recorded in the
+    manifest, as the single-process writer records it.
     Returns the partition statistics (as in the manifest) plus ``out``, ``seconds``,
     ``num_nodes``, ``num_edges`` and ``graph_name``.
 
@@ -363,7 +370,7 @@ def partition_distributed(
     stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
     # 5. write
     _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
-           has_x, has_y, overwrite, group)
+           has_x, has_y, overwrite, source, group)
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
                  num_edges=num_edges, graph_name=share_name(spec))
     return stats
@@ -509,7 +516,7 @@ def _write_error(rank: int, tmp: Path, e: OSError) -> PartitionError:
 
 
 def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-           overwrite, group) -> None:
+           overwrite, source, group) -> None:
     """Write every rank's part into a shared temporary directory; rank 0 installs it. On any
     failure the temporary directory is removed and every rank raises."""
     rank = ex.rank
@@ -518,7 +525,7 @@ def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{int(nonce.item()):x}"
     try:
         _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-                     overwrite, group)
+                     overwrite, source, group)
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -526,7 +533,7 @@ def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
 
 
 def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-                 overwrite, group) -> None:
+                 overwrite, source, group) -> None:
     rank, world = ex.rank, ex.world_size
     maps = ("new_to_orig.npy", "orig_to_new.npy")
 
@@ -614,7 +621,8 @@ def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has
             parts_meta.append({"rank": r, "num_nodes": int(stats["part_nodes"][r]),
                                "num_edges": int(stats["part_edges"][r]), "files": pnames})
         manifest = build_manifest(name, n, sum(stats["part_edges"]), bounds, has_x, has_y,
-                                  [], stats, parts_meta, dict(sorted(all_files.items())))
+                                  [], stats, parts_meta, dict(sorted(all_files.items())),
+                                  source=source)
         write_manifest(tmp, manifest)  # last: a directory without it never loads
         if out.exists() and not overwrite:
             raise PartitionError(f"output directory {out} appeared while partitioning",

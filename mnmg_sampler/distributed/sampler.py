@@ -1,11 +1,14 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
-Every rank owns one partition. For each hop, a rank buckets the frontier of all its requests by
-owner, sends (node, key, fanout, replace) rows with one all-to-all, runs **one** kernel call over
-everything it received from all ranks, and sends counts and (neighbor, edge id) rows back. The
-requester deduplicates and renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are
-collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any number
-of requests, including none.
+Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
+owner. Nodes it owns never touch the wire; the others go to their owners in one all-to-all, as
+wire ids (int32 whenever the graph's node and edge counts fit, decided once per job) behind one
+small header per request and destination (node count, key, fanout, flags) instead of constants
+repeated per node. **One** kernel call per rank serves its own nodes and every node received from
+all ranks; counts, neighbor ids and (only when some request asked) edge ids go back in one more
+all-to-all, and the requester puts them back in frontier order. The requester deduplicates and
+renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
+:meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
@@ -24,25 +27,18 @@ import torch.distributed as dist
 
 from ..batch import MiniBatch
 from ..errors import SamplingInputError
-from ..ops import cpu
-from ..sampler import MultiHopSampler, SampleRequest, check_seed
+from ..ops import wire
+from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
 from .collective import Exchanger, backend_device, raise_agreed
-from .partition_book import PartitionBook
+from .consistency import check_same_partitioning
+
+_I64 = np.dtype(np.int64)
+_EMPTY = np.empty(0, np.int64)
 
 
-def segment_gather_index(counts_perm: np.ndarray, inv: np.ndarray) -> np.ndarray:
-    """Index that reorders variable-length segments from permuted to original node order.
-
-    Segment ``p`` (length ``counts_perm[p]``) belongs to original node ``j`` with ``inv[j] == p``.
-    """
-    off = np.zeros(counts_perm.size + 1, np.int64)
-    np.cumsum(counts_perm, out=off[1:])
-    counts = counts_perm[inv]
-    starts = off[:-1][inv]
-    total = int(counts.sum())
-    out_off = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=out_off[1:])
-    return np.repeat(starts - out_off[:-1], counts) + np.arange(total, dtype=np.int64)
+def wire_dtype(num_nodes: int, num_edges: int) -> np.dtype:
+    """int32 when every node id and every per-node count fits, else int64 (once per job)."""
+    return np.dtype(np.int32 if max(int(num_nodes), int(num_edges)) < 2**31 else np.int64)
 
 
 class DistSampler:
@@ -52,6 +48,7 @@ class DistSampler:
         part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
+        kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -61,6 +58,12 @@ class DistSampler:
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
                                                   part.orig_ids))
         self.kernel = kernel
+        self._weights = None if getattr(part, "weights", None) is None else np.asarray(
+            part.weights)  # weighted sampling: one float32 per local CSR entry
+        if kernel == "cuda" and self._weights is not None:
+            raise SamplingInputError("the partition has edge weights but kernel='cuda'",
+                                     "weighted sampling is wired to the CPU kernel only",
+                                     "use kernel='cpu' for a weighted partition")
         if kernel == "cuda":
             self._cuda = _CudaHop(self._csr, device)
         elif kernel != "cpu":
@@ -69,82 +72,152 @@ class DistSampler:
         self.seed = check_seed(seed)
         self.group = group
         self.ex = Exchanger(group)
-        self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
-        self.lo = int(part.boundaries[part.rank])
-        self.new_to_orig = np.asarray(part.new_to_orig)  # plain views: faster fancy indexing
-        self.orig_to_new = np.asarray(part.orig_to_new)
+        check_same_partitioning(part, group)  # collective: no rank samples a mixed partitioning
+        self.rank = self.ex.rank
+        bounds = np.asarray(part.boundaries, np.int64)
+        self._inner = np.ascontiguousarray(bounds[1:-1])  # owner(v) = #inner bounds <= v
+        self.lo = int(bounds[part.rank])
+        self.wire = wire_dtype(part.num_nodes, part.num_edges)
+        self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
+        self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
+        # A range partitioning keeps every node's id (new == original): no id map is needed,
+        # so none is read. Otherwise plain views of the maps (faster fancy indexing).
+        self.identity_ids = (part.manifest or {}).get("stats", {}).get("method") == "range"
+        self.new_to_orig = None if self.identity_ids else np.asarray(part.new_to_orig)
+        self.orig_to_new = None if self.identity_ids else np.asarray(part.orig_to_new)
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
+        self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
         self.kernel_calls = 0
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
 
     # -- one hop ------------------------------------------------------------------------
-    def _hop(self, nodes, keys, hop, fanouts, replace):
-        W = self.ex.world_size
-        t_nodes = torch.from_numpy(nodes)
-        owner = self.book.owner(t_nodes).numpy()
-        # small-int keys make numpy's stable sort a linear-time radix sort
-        perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
-        inv = np.empty_like(perm)
-        inv[perm] = np.arange(perm.size)
-        send_counts = torch.from_numpy(np.bincount(owner, minlength=W).astype(np.int64))
-        payload = np.stack([nodes[perm], keys[perm], fanouts[perm],
-                            replace[perm].astype(np.int64)], 1) if nodes.size else np.empty(
-            (0, 4), np.int64)
-        recv, recv_counts = self.ex.exchange(torch.from_numpy(payload), send_counts)
-        recv = recv.numpy()
-        rows = recv[:, 0] - self.lo
+    def owner(self, nodes: np.ndarray) -> np.ndarray:
+        """Owner rank of each new id (int64)."""
+        return np.searchsorted(self._inner, nodes, side="right")
+
+    def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
+        """New (relabelled) ids of original ids."""
+        orig_ids = np.asarray(orig_ids, np.int64)
+        return orig_ids if self.identity_ids else self.orig_to_new[orig_ids]
+
+    def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
+        """Original ids of new ids."""
+        new_ids = np.asarray(new_ids, np.int64)
+        return new_ids if self.identity_ids else np.asarray(self.new_to_orig[new_ids], np.int64)
+
+    def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
+        """Owner rank of each *original* node id (for seed splits by owner)."""
+        return self.owner(self.to_new(orig_ids))
+
+    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
-            c, nb, e = self._cuda(rows, recv[:, 1], self.seed, hop, recv[:, 2], recv[:, 3])
+            c, nb, e = self._cuda(self.ex, rows, keys, self.seed, hop, fanouts, replace,
+                                  edge_ids)
+        elif self._weights is not None:
+            from ..ops.weighted import sample_neighbors_weighted
+
+            indptr, indices, eids, orig = self._csr
+            c, nb, e = sample_neighbors_weighted(indptr, indices, eids, self._weights, rows,
+                                                 orig[rows] if rng_nodes is None else rng_nodes,
+                                                 keys, self.seed, hop, fanouts, replace,
+                                                 with_eids=edge_ids)
+            e = e if edge_ids else None
         else:
             indptr, indices, eids, orig = self._csr
-            c, nb, e = cpu.sample_neighbors(indptr, indices, eids, rows, orig[rows], recv[:, 1],
-                                            self.seed, hop, recv[:, 2],
-                                            recv[:, 3].astype(np.uint8))
+            c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,
+                                      orig[rows] if rng_nodes is None else rng_nodes, keys,
+                                      self.seed, hop, fanouts, replace, edge_ids)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
         self.kernel_edges += int(nb.size)
-        rc, sc = recv_counts.tolist(), send_counts.tolist()
-        back = self.ex.payload(torch.from_numpy(c), rc, sc).numpy()
-        seg_send, seg_recv = segment_sums(c, rc), segment_sums(back, sc)
-        got = self.ex.payload(torch.from_numpy(np.stack([nb, e], 1)), seg_send.tolist(),
-                              seg_recv.tolist()).numpy()
-        idx = segment_gather_index(back, inv)
-        return back[inv], np.ascontiguousarray(got[idx, 0]), np.ascontiguousarray(got[idx, 1])
+        return c, nb, e
+
+    def _hop(self, h: HopSegments):
+        W, me, k = self.ex.world_size, self.rank, self._k
+        nodes = h.nodes
+        if W == 1 or h.hop in self._local_hops:  # all local (agreed): no exchange at all
+            keys_n, fan_n, rep_n = h.per_node()
+            # with a range partitioning a node's id is its original id: no orig_ids gather
+            return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
+                                nodes if self.identity_ids else None)
+        flags = h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
+        # outbound: per destination, one header per request, then the wire ids of its nodes
+        buf, sizes, ocount, where, mine = wire.pack_requests(
+            nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k)
+        recv, rsizes = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
+        # one kernel call: own nodes first, then every received block in rank order
+        rows, keys, fans, reps, src_nodes, src_flags = wire.gather_work(
+            nodes, h.sizes, h.keys, h.fanouts, flags, mine, recv.numpy(), rsizes.numpy(),
+            self.lo, k)
+        want_e = h.edge_ids or bool((src_flags & wire.EDGE_IDS).any())
+        c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
+        e = e if e is not None else _EMPTY
+        out, rsz = wire.pack_replies(c, nb, e, mine.size, src_nodes, src_flags, self._wire0, k)
+        back, bsizes = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
+        if mine.size == nodes.size:  # nothing was remote: own results are in frontier order
+            el = int(nb.size if mine.size == c.size else c[:mine.size].sum())
+            return c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
+        counts, nbr, eid = wire.unpack_replies(back.numpy(), bsizes.numpy(), ocount, me, c, nb,
+                                               e, where, h.edge_ids, k)
+        return counts, nbr, (eid if h.edge_ids else None)
 
     # -- public ---------------------------------------------------------------------------
-    def sample(self, requests: Sequence[SampleRequest], features=None) -> list[MiniBatch]:
-        """Collective: sample this rank's requests (original ids) together with every rank's.
+    def round_flags(self, requests: Sequence[SampleRequest]
+                    ) -> tuple[list[int], SamplingInputError | None]:
+        """Local half of a round's agreement: ``(flags, this rank's input error or None)``.
 
-        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way).
+        ``flags = [error, deepest request, any seed owned by another rank]``, to be reduced with
+        ``MAX`` over ranks. Callers that agree on a round anyway (the service) put them in their
+        own all-reduce and pass ``(error, reduced flags)`` to :meth:`sample` as ``agreed``, so a
+        round costs one agreement collective, not two. When no rank has a remote seed (e.g. with
+        a seed split by owner), hop 1 skips its exchanges.
         """
-        err = None
         try:
             for r in requests:
                 self._check(r.seeds)
         except SamplingInputError as e:
-            err = e
-        # one all-reduce agrees on both: did any rank fail, and how many hops this round has
-        flags = torch.tensor([1 if err is not None else 0,
-                              max((len(r.fanouts) for r in requests), default=0)],
-                             device=backend_device(self.group))
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-        if int(flags[0]):
+            return [1, 0, 1], e
+        hops = max((len(r.fanouts) for r in requests), default=0)
+        remote = any(bool((self.owner_of(r.seeds) != self.rank).any()) for r in requests)
+        return [0, hops, int(remote)], None
+
+    def sample(self, requests: Sequence[SampleRequest], features=None,
+               agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
+               ) -> list[MiniBatch]:
+        """Collective: sample this rank's requests (original ids) together with every rank's.
+
+        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
+        every minibatch are fetched in the same call (one more exchange each way).
+        ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
+        all-reduce (see :meth:`round_flags`).
+        """
+        if agreed is None:
+            flags, err = self.round_flags(requests)
+            if self.ex.world_size > 1:
+                t = torch.tensor(flags, device=backend_device(self.group))
+                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+                flags = [int(v) for v in t.tolist()]
+        else:
+            err, flags = agreed
+        failed, hops, remote = (int(v) for v in flags)
+        if failed:
+            if self.ex.world_size == 1 and err is not None:
+                raise err
             raise_agreed(err, self.group)
-        hops = flags[1]
-        internal = [SampleRequest(self.orig_to_new[r.seeds], r.fanouts, r.key, r.replace,
-                                  r.input_id) for r in requests]
-        out = self.sampler.sample_checked(internal, num_hops=int(hops.item()))
+        self._local_hops = () if remote else (0,)
+        internal = [SampleRequest(self.to_new(r.seeds), r.fanouts, r.key, r.replace,
+                                  r.input_id, r.edge_ids) for r in requests]
+        out = self.sampler.sample_checked(internal, num_hops=int(hops))
         if features is not None and features.enabled:
             for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out]),
                                  strict=True):
                 b.x, b.y = x, y
         for b in out:
-            b.n_id = torch.from_numpy(np.asarray(self.new_to_orig[b.n_id.numpy()], np.int64))
+            b.n_id = torch.from_numpy(self.to_orig(b.n_id.numpy()))
         return out
 
     def _check(self, seeds: np.ndarray,
@@ -161,8 +234,11 @@ class DistSampler:
 
 
 class _CudaHop:
-    """The hop kernel on a CUDA device: the partition's CSR lives there, draws run on a
-    dedicated stream, results come back to the host for renumbering.
+    """The hop kernel on a CUDA device: the partition's CSR lives there; each hop costs one
+    host -> device copy (rows, keys, fanouts and flags packed in one buffer) and one device ->
+    host copy (counts, neighbors and, when asked, edge ids in one buffer), both through the
+    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`. The kernel itself reads
+    one scalar (the hop's edge total) to size its outputs. Draws run on a dedicated stream.
 
     Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
     which is how it is tested here; it has not run on a real GPU.
@@ -181,30 +257,27 @@ class _CudaHop:
         self.arrays = tuple(torch.from_numpy(np.array(a)).to(device) for a in csr)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def __call__(self, rows, keys, seed, hop, fanouts, replace):
+    def __call__(self, ex: Exchanger, rows, keys, seed, hop, fanouts, replace, edge_ids: bool):
         from ..ops.cuda import sample_neighbors_cuda
 
         indptr, indices, eids, orig = self.arrays
-        dev = self.device
+        n = rows.shape[0]
 
         def run():
-            r = torch.from_numpy(rows).to(dev)
-            out = sample_neighbors_cuda(indptr, indices, eids, r, orig[r],
-                                        torch.from_numpy(keys).to(dev), seed, hop,
-                                        torch.from_numpy(fanouts).to(dev),
-                                        torch.from_numpy(replace.astype(np.uint8)).to(dev))
-            return tuple(t.cpu().numpy() for t in out)  # waits for the stream's work
+            packed = np.empty((4, n), np.int64)
+            packed[0], packed[1], packed[2], packed[3] = rows, keys, fanouts, replace
+            t = ex.h2d(torch.from_numpy(packed), self.device)
+            r = t[0]
+            c, nb, e = sample_neighbors_cuda(indptr, indices, eids, r, orig[r], t[1], seed, hop,
+                                             t[2], t[3].to(torch.uint8), with_eids=edge_ids)
+            out = ex.d2h(torch.cat([c, nb, e]) if edge_ids else torch.cat([c, nb])).numpy()
+            E = nb.shape[0]
+            return out[:n], out[n:n + E], (out[n + E:] if edge_ids else None)
 
         if self.stream is None:
             return run()
-        self.stream.wait_stream(torch.cuda.current_stream(dev))
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             return run()
 
 
-def segment_sums(values: np.ndarray, counts: list[int]) -> np.ndarray:
-    """Sum of ``values`` over consecutive segments of the given lengths (empty segments -> 0)."""
-    cs = np.zeros(values.size + 1, np.int64)
-    np.cumsum(values, out=cs[1:])
-    ends = np.cumsum(np.asarray(counts, np.int64))
-    return cs[ends] - cs[ends - np.asarray(counts, np.int64)]

@@ -14,6 +14,13 @@ Modes:
         for a batch, i.e. only between training steps. Two NCCL communicators whose kernels are
         launched in different orders on different ranks can deadlock; inline rounds keep one
         order on every rank. This is the safe mode; ``thread`` on NCCL is not verified here.
+
+Deadlines: every collective of the service's group has the group's timeout (by default the
+default group's, e.g. ``runtime.collective_timeout_s``). A round that fails fails every request
+it took; a service thread that dies fails everything queued or taken; :meth:`result` and
+:meth:`shutdown` give up after the timeout plus :data:`MARGIN_S` without progress and raise a
+:class:`~mnmg_sampler.errors.PeerError` naming the step that did not complete. A service never
+shut down is stopped at interpreter exit, before the process group is torn down.
 """
 
 from __future__ import annotations
@@ -23,18 +30,22 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
+import weakref
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 import torch.distributed as dist
 
-from ..errors import MnmgError, SamplingInputError, ServiceError
+from ..errors import MnmgError, PeerError, SamplingInputError, ServiceError
 from ..sampler import SampleRequest
-from .collective import backend_device
+from .collective import backend_device, group_timeout, is_peer_failure, peer_error, peer_errors
 from .sampler import DistSampler
 
 log = logging.getLogger(__name__)
 MODES = ("thread", "inline")
+MARGIN_S = 5.0  # a wait gives up after the collective timeout plus this, without progress
+_POLL_S = 0.25  # how often a waiting caller checks the service's progress
 
 
 class SamplingService:
@@ -51,26 +62,35 @@ class SamplingService:
         device: device for ``placement='device'``.
         kernel: ``cpu`` (numba njit), ``cuda`` (numba.cuda, the partition's CSR on ``device``;
             not yet run on a real GPU) or ``auto`` (``cuda`` when ``device`` is a CUDA device).
-        timeout_s: collective timeout of the service's own group (default: torch's default);
+        timeout_s: collective timeout of the service's own group (default: the default group's);
             a rank that stops serving makes the others fail after this long instead of hanging.
         max_requests_per_round: take at most this many pending local requests per round
             (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
+        feature_cache_rows: remote feature rows each rank caches (same value on every rank; see
+            :class:`~mnmg_sampler.distributed.features.DistFeatureStore`); hit rate and bytes
+            saved in :meth:`stats` under ``features``.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  mode: str | None = None, features: bool = True, placement: str = "host",
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
                  max_requests_per_round: int | None = None,
-                 timeout_s: float | None = None, kernel: str = "auto") -> None:
+                 timeout_s: float | None = None, kernel: str = "auto",
+                 feature_cache_rows: int = 0) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
                                "pass None (merge all pending requests) or a positive count")
         self.max_requests_per_round = max_requests_per_round
+        self._own_group = group is None
         if group is None:
-            kw = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
-            group = dist.new_group(backend=dist.get_backend(), **kw)
+            seconds = timeout_s or group_timeout(None)
+            with peer_errors("creating the sampling service's process group"):
+                group = dist.new_group(backend=dist.get_backend(),
+                                       timeout=datetime.timedelta(seconds=seconds))
         self.group = group
+        self.timeout_s = group_timeout(group)
+        self.deadline_s = self.timeout_s + MARGIN_S
         backend = str(dist.get_backend(group)).lower()
         self.mode = mode or ("inline" if backend == "nccl" else "thread")
         if self.mode not in MODES:
@@ -83,30 +103,35 @@ class SamplingService:
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
 
-            self.features = DistFeatureStore(part, self.sampler.ex, placement, device)
+            self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
+                                             cache_rows=feature_cache_rows)
         self.num_nodes = int(part.num_nodes)
         self._q: queue.Queue = queue.Queue()
         self._closing = threading.Event()
         self._closed = False
-        self._failed: BaseException | None = None
+        self._failed: MnmgError | None = None
         self._lock = threading.Lock()  # one round at a time (inline mode, several clients)
+        self._taken: list = []  # (request, future) pairs of the round in progress
+        self._step = "idle"  # what the service is doing now, for error messages
         self._idle = idle_sleep_s
         self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
                        "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
         self._thread = None
+        self._finalizer = None
         if self.mode == "thread":
             self._thread = threading.Thread(target=self._serve, name="mnmg-sampling-service",
                                             daemon=True)
             self._thread.start()
+            # never shut down: stop the thread at exit, before torch tears the group down
+            self._finalizer = weakref.finalize(self, _stop_at_exit, self._closing,
+                                               self._thread, self.deadline_s)
 
     # -- clients -------------------------------------------------------------------------------
     def submit(self, request: SampleRequest) -> Future:
         """Queue one request; its future resolves to a :class:`MiniBatch` (or raises)."""
         fut: Future = Future()
         if self._failed is not None:
-            fut.set_exception(ServiceError("the sampling service has failed",
-                                           f"cause: {self._failed!r}",
-                                           "check the first error in the log on every rank"))
+            fut.set_exception(self._failure())
             return fut
         if self._closing.is_set():
             fut.set_exception(ServiceError("the sampling service is shut down",
@@ -121,62 +146,123 @@ class SamplingService:
             return fut
         self._q.put((request, fut))
         if self._failed is not None:  # the thread failed while we queued: never leave it waiting
-            self._fail_pending(self._failed)
+            self._fail_all()
         return fut
 
     def result(self, fut: Future, timeout: float | None = None):
-        """Wait for ``fut``; in inline mode, run rounds in this thread until it resolves."""
-        if self.mode == "inline":
-            while not fut.done():
-                self.run_round()
-            return fut.result()
+        """Wait for ``fut``; in inline mode, run rounds in this thread until it resolves.
+
+        Raises :class:`PeerError` when the service makes no progress for the collective timeout
+        plus :data:`MARGIN_S` (a peer stopped answering), ``TimeoutError`` after ``timeout``.
+        """
         t0 = time.perf_counter()
         try:
-            return fut.result(timeout)
+            if self.mode == "inline":
+                while not fut.done():
+                    if not self.run_round() and not fut.done():
+                        _settle(fut, exc=self._stopped_error())
+                return fut.result()
+            watch = _Watch(self)
+            while True:
+                try:
+                    return fut.result(_POLL_S)
+                except FutureTimeout:
+                    pass
+                if timeout is not None and time.perf_counter() - t0 >= timeout:
+                    raise FutureTimeout(f"no minibatch within {timeout} s")
+                if self._failed is not None:
+                    self._fail_all()
+                elif not self._thread.is_alive():
+                    _settle(fut, exc=self._stopped_error())
+                else:
+                    watch.check("waiting for a minibatch")
         finally:
             self._stats["t_wait"] += time.perf_counter() - t0
 
     # -- rounds ----------------------------------------------------------------------------------
     def run_round(self) -> bool:
-        """Collective: one round. Returns False when every rank is done (shutting down, idle)."""
-        with self._lock:
-            pending = []
-            while self.max_requests_per_round is None or len(
-                    pending) < self.max_requests_per_round:
-                try:
-                    pending.append(self._q.get_nowait())
-                except queue.Empty:
-                    break
-            done = self._closing.is_set() and not pending
-            flags = torch.tensor([len(pending), 0 if done else 1], dtype=torch.int64,
-                                 device=backend_device(self.group))
-            dist.all_reduce(flags, group=self.group)
-            total, active = int(flags[0]), int(flags[1])
-            if total == 0:
-                self._stats["idle_rounds"] += 1
-                return active > 0
-            t0 = time.perf_counter()
-            k0 = self.sampler.kernel_calls
+        """Collective: one round. Returns False when every rank is done (shutting down, idle).
+
+        Three steps: agreement (one all-reduce of pending counts and done flags), sampling of
+        every rank's requests together, resolution of this rank's futures. A typed error agreed
+        by every rank fails only this round's requests; any other failure fails them and raises.
+        """
+        if not self._lock.acquire(timeout=self.deadline_s):
+            raise self._stall_error("waiting for another thread's sampling round",
+                                    self.deadline_s)
+        try:
+            if self._failed is not None:
+                raise self._failure()
+            pending = self._take()
+            self._taken = pending
+            n = self._stats["rounds"] + self._stats["idle_rounds"]
             try:
-                batches = self.sampler.sample([r for r, _ in pending], self.features)
-            except MnmgError as e:  # raised on every rank by agreement: fail these requests
-                for _, f in pending:
-                    f.set_exception(e)
+                # 1. agreement, the round's only one: requests, is any rank still active, and
+                # the sampler's flags (input error, hops, remote seeds): one all-reduce, MAX
+                self._step = f"sampling round {n}: the agreement all-reduce"
+                done = self._closing.is_set() and not pending
+                mine, err = self.sampler.round_flags([r for r, _ in pending])
+                flags = torch.tensor([len(pending), 0 if done else 1, *mine],
+                                     dtype=torch.int64, device=backend_device(self.group))
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+                total, active = int(flags[0]), int(flags[1])
+                agreed = (err, [int(v) for v in flags[2:].tolist()])
+                if total == 0:
+                    self._stats["idle_rounds"] += 1
+                    return active > 0
+                # 2. sampling: every rank's requests in one collective call
+                self._step = f"sampling round {n} (up to {total} requests per rank)"
+                t0 = time.perf_counter()
+                k0 = self.sampler.kernel_calls
+                try:
+                    batches = self.sampler.sample([r for r, _ in pending], self.features,
+                                                  agreed=agreed)
+                except PeerError:
+                    raise
+                except MnmgError as e:  # raised on every rank by agreement: fail these requests
+                    for _, f in pending:
+                        _settle(f, exc=e)
+                    return True
+                # 3. resolution
+                for (_, f), b in zip(pending, batches, strict=True):
+                    _settle(f, result=b)
+                st = self._stats
+                st["rounds"] += 1
+                st["requests"] += len(pending)
+                st["hops"] += self.sampler.kernel_calls - k0
+                st["t_round"] += time.perf_counter() - t0
                 return True
-            except BaseException as e:  # a broken collective: this round's callers must not
-                err = ServiceError("a sampling round failed", f"cause: {e!r}",  # wait forever
-                                   "check the first error in the log on every rank")
+            except BaseException as e:  # a broken round: its callers must not wait forever
+                err = self._round_error(e)
+                self._failed = err  # the group's state is unknown: no more rounds
                 for _, f in pending:
-                    f.set_exception(err)
-                raise
-            for (_, f), b in zip(pending, batches, strict=True):
-                f.set_result(b)
-            st = self._stats
-            st["rounds"] += 1
-            st["requests"] += len(pending)
-            st["hops"] += self.sampler.kernel_calls - k0
-            st["t_round"] += time.perf_counter() - t0
-            return True
+                    _settle(f, exc=err)
+                if err is e or not isinstance(e, Exception):
+                    raise
+                raise err from e
+            finally:
+                self._taken = []
+                self._step = "idle"
+        finally:
+            self._lock.release()
+
+    def _take(self) -> list:
+        pending = []
+        while self.max_requests_per_round is None or len(pending) < self.max_requests_per_round:
+            try:
+                pending.append(self._q.get_nowait())
+            except queue.Empty:
+                break
+        return pending
+
+    def _round_error(self, e: BaseException) -> MnmgError:
+        if isinstance(e, MnmgError):
+            return e
+        if is_peer_failure(e):
+            return peer_error(e, self._step)
+        return ServiceError(f"{self._step} failed: {type(e).__name__}: {e}",
+                            "the requests of this round fail and the service stops",
+                            "check the first error in the log on every rank")
 
     def _serve(self) -> None:
         try:
@@ -186,48 +272,91 @@ class SamplingService:
                 if not self.run_round():
                     break
         except BaseException as e:  # a broken collective: fail every waiter, never hang them
-            log.exception("sampling service failed")
-            self._failed = e
-            self._fail_pending(e)
+            self._failed = self._failed or self._round_error(e)
+            log.error("sampling service stopped: %s", self._failed)
+            log.debug("sampling service traceback", exc_info=True)
+            self._fail_all()
 
-    def _fail_pending(self, cause: BaseException) -> None:
-        err = ServiceError("the sampling service thread failed", f"cause: {cause!r}",
-                           "check the first error in the log on every rank")
+    def _fail_all(self) -> None:
+        """Fail every request queued or taken by a round (the service has failed)."""
+        err = self._failure()
+        for _, f in list(self._taken):
+            _settle(f, exc=err)
         while True:
             try:
                 _, f = self._q.get_nowait()
             except queue.Empty:
                 return
-            if not f.done():
-                f.set_exception(err)
+            _settle(f, exc=err)
+
+    def _failure(self) -> MnmgError:
+        """A fresh copy of the recorded failure (each raise gets its own traceback)."""
+        f = self._failed
+        if f is None:
+            return self._stopped_error()
+        try:
+            return type(f)(f.what, f.consequence, f.fix)
+        except TypeError:
+            return ServiceError(str(f))
+
+    def _stopped_error(self) -> ServiceError:
+        return ServiceError("the sampling service has stopped", "this request is not served",
+                            "submit requests before shutdown() on every rank")
+
+    def _stall_error(self, waiting: str, seconds: float) -> PeerError:
+        return PeerError(f"{waiting}: {self._step} made no progress for {seconds:.0f} s "
+                         f"(collective timeout {self.timeout_s:g} s)",
+                         "another rank died or stopped answering; this rank stops too",
+                         "find the first error in the other ranks' logs; raise "
+                         "runtime.collective_timeout_s if a rank is legitimately slow")
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Collective: stop after every rank's pending requests are served."""
+        """Collective: stop after every rank's pending requests are served.
+
+        Waits while the service makes progress (other ranks may still be working); raises
+        :class:`PeerError` after the collective timeout plus :data:`MARGIN_S` without progress,
+        :class:`ServiceError` after ``timeout`` seconds in all, or if the service had failed.
+        """
         if self._closed:
             return
         self._closing.set()
         if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise ServiceError("the sampling service did not stop in time",
-                                   "another rank may not have called shutdown()",
-                                   "call shutdown() on every rank")
-        else:
-            while self.run_round():
-                pass
-        if self._failed is None:
-            # every rank has left its last round before anyone may tear the group down
-            dist.barrier(group=self.group)
+            watch = _Watch(self)
+            t0 = time.perf_counter()
+            while self._thread.is_alive():
+                self._thread.join(_POLL_S)
+                if timeout is not None and time.perf_counter() - t0 > timeout:
+                    raise ServiceError("the sampling service did not stop in time",
+                                       "another rank may not have called shutdown()",
+                                       "call shutdown() on every rank")
+                if self._thread.is_alive():
+                    watch.check("shutting down the sampling service")
+        elif self._failed is None:
+            try:
+                while self.run_round():
+                    pass
+            except MnmgError as e:
+                self._failed = e
         self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if self._failed is not None:
-            raise ServiceError("the sampling service failed", f"cause: {self._failed!r}",
-                               "see the log of every rank")
+            raise self._failure()
+        # every rank has left its last round before anyone may tear the group down
+        with peer_errors("the sampling service's shutdown barrier"):
+            dist.barrier(group=self.group)
+        if self._own_group:
+            dist.destroy_process_group(self.group)
 
     def __enter__(self) -> SamplingService:
         return self
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+    def _progress(self) -> tuple[int, int]:
+        """Changes whenever a round or an exchange completes (read by waiting threads)."""
+        return (self._stats["rounds"] + self._stats["idle_rounds"], self.sampler.ex.calls)
 
     # -- stats -----------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -240,5 +369,52 @@ class SamplingService:
         st["exchange_calls"] = self.sampler.ex.calls
         st["t_kernel"] = self.sampler.t_kernel
         st["t_exchange"] = self.sampler.ex.t_exchange
+        st["bytes_by_kind"] = {k: {"self": v[0], "others": v[1]}
+                               for k, v in self.sampler.ex.bytes.items()}
+        if self.features is not None:
+            st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st
 
+
+class _Watch:
+    """Deadline of a waiting caller: fails once the service made no progress for too long."""
+
+    def __init__(self, svc: SamplingService) -> None:
+        self.svc = svc
+        self.mark = svc._progress()
+        self.since = time.monotonic()
+
+    def check(self, waiting: str) -> None:
+        mark, now = self.svc._progress(), time.monotonic()
+        if mark != self.mark:
+            self.mark, self.since = mark, now
+        elif now - self.since > self.svc.deadline_s:
+            raise self.svc._stall_error(waiting, now - self.since)
+
+
+def _settle(fut: Future, result=None, exc: BaseException | None = None) -> None:
+    """Complete ``fut`` unless it is already done (or cancelled by its caller)."""
+    try:
+        if not fut.done():
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+    except InvalidStateError:  # completed or cancelled concurrently
+        pass
+
+
+def _stop_at_exit(closing: threading.Event, thread: threading.Thread, deadline_s: float) -> None:
+    """Interpreter exit without shutdown(): let the service thread leave its rounds, bounded.
+
+    Peers exiting too agree that every rank is done; a dead peer fails the round. Either way the
+    thread ends before torch's process groups are destroyed, so no C++ thread is torn down
+    mid-collective (which aborts the process).
+    """
+    if not thread.is_alive():
+        return
+    log.warning("a SamplingService was not shut down; stopping it at exit")
+    closing.set()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        log.error("the sampling service thread did not stop within %.0f s at exit", deadline_s)

@@ -37,6 +37,7 @@ from .partition_io import (
     FORMAT_VERSION,
     MANIFEST,
     TMP_PREFIX,
+    check_replaceable,
     file_entry,
     write_manifest,
 )
@@ -312,6 +313,25 @@ def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
     return plan
 
 
+def _entry_positions(graph: CSRGraph, orig: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, pos)`` of the rows ``orig``: local row offsets and the input CSR position of
+    every local entry (row start + offset within the row)."""
+    deg = graph.indptr[orig + 1] - graph.indptr[orig]
+    indptr = np.zeros(orig.size + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    pos = np.repeat(graph.indptr[orig] - indptr[:-1], deg) + np.arange(int(indptr[-1]),
+                                                                       dtype=np.int64)
+    return indptr, pos
+
+
+def part_weights(graph: CSRGraph, plan: PartitionPlan, rank: int,
+                 weights: np.ndarray) -> np.ndarray:
+    """float32 weight of every entry of part ``rank`` (``weights``: one per input CSR entry)."""
+    lo, hi = int(plan.boundaries[rank]), int(plan.boundaries[rank + 1])
+    _, pos = _entry_positions(graph, np.ascontiguousarray(plan.new_to_orig[lo:hi]))
+    return np.ascontiguousarray(weights[pos], dtype=np.float32)
+
+
 def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int) -> dict[str, np.ndarray]:
     """The arrays of part ``rank``: local CSR in new ids, original edge ids, owned node data.
 
@@ -375,7 +395,8 @@ def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
 
 def build_manifest(name: str, num_nodes: int, num_edges: int, boundaries, has_x: bool,
                    has_y: bool, masks: list[str], stats: dict, parts_meta: list[dict],
-                   files: dict) -> dict:
+                   files: dict, *, has_weights: bool = False,
+                   source: dict | None = None) -> dict:
     """The manifest of a partition directory (the single-process and distributed writers share
     it, so both write the same file for the same partition)."""
     return {
@@ -388,8 +409,10 @@ def build_manifest(name: str, num_nodes: int, num_edges: int, boundaries, has_x:
         "boundaries": [int(b) for b in boundaries],
         "has_x": bool(has_x),
         "has_y": bool(has_y),
+        "has_weights": bool(has_weights),
         "masks": masks,
         "stats": stats,
+        **({"source": source} if source is not None else {}),
         "parts": parts_meta,
         "files": files,
     }
@@ -413,13 +436,16 @@ def install_directory(tmp: Path, out: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
+def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | None,
+               weights: np.ndarray | None = None) -> None:
     files: dict[str, dict] = {}
     _save(tmp, "new_to_orig.npy", plan.new_to_orig, files)
     _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
     parts_meta = []
     for r in range(plan.parts):
         arrays = relabelled_part(graph, plan, r)
+        if weights is not None:
+            arrays["weights"] = part_weights(graph, plan, r, weights)
         names = {}
         for key, arr in arrays.items():
             rel = f"part{r}/{key}.npy"
@@ -434,19 +460,25 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path) -> None:
     manifest = build_manifest(
         graph.name, graph.num_nodes, graph.num_edges, plan.boundaries, graph.x is not None,
         graph.y is not None, sorted(str(k) for k in (graph.masks or {})), plan.summary(),
-        parts_meta, files)
+        parts_meta, files, has_weights=weights is not None, source=source)
     write_manifest(tmp, manifest)  # last: a directory without it never loads
 
 
 def write_partitions(
-    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False
+    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False,
+    source: dict | None = None, weights: np.ndarray | None = None,
 ) -> Path:
     """Write every part of ``plan`` to ``out_dir`` atomically and return its path.
 
     The parts are built in a hidden temporary directory beside ``out_dir`` (``.mnmg-partial-*``,
     which :func:`load_partition` refuses), the manifest is written last, then the directory is
     renamed into place. A failed or interrupted run leaves no ``out_dir``; an existing ``out_dir``
-    is replaced only with ``overwrite=True``, and only once the new one is complete.
+    is replaced only with ``overwrite=True``, only if it is empty or a partition directory of
+    ours (:func:`~.partition_io.check_replaceable`), and only once the new one is complete.
+    ``source`` (:func:`~.partition_io.make_source`) is recorded in the manifest. ``weights``
+    (one per CSR entry of ``graph``, in CSR order) are validated first
+    (``ops.weighted.check_weights``: a negative, NaN or infinite weight is an
+    ``EdgeWeightError``) and stored as float32 beside each part's ``indices``.
     """
     out = Path(out_dir).absolute()
     if plan.num_nodes != graph.num_nodes:
@@ -457,17 +489,22 @@ def write_partitions(
             "call partition_graph on this graph",
         )
     _check_node_data(graph)
+    if weights is not None:
+        from ..ops.weighted import check_weights
+
+        weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     if out.exists() and not overwrite:
         raise PartitionError(
             f"output directory {out} already exists",
             "it is left untouched",
             "choose another --out, or pass --overwrite (overwrite=True) to replace it",
         )
+    check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{out.name}-", dir=out.parent))
     old: Path | None = None
     try:
-        _write_all(graph, plan, tmp)
+        _write_all(graph, plan, tmp, source, weights)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-{out.name}-", dir=out.parent))
             os.replace(out, old / "old")  # a directory cannot replace a non-empty one
@@ -487,8 +524,23 @@ def write_partitions(
 
 def partition(
     graph: CSRGraph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
-    *, overwrite: bool = False, metis_max_edges: int | None = None,
+    *, overwrite: bool = False, source: dict | None = None,
+    metis_max_edges: int | None = None, weights: np.ndarray | None = None,
 ) -> Path:
-    """:func:`partition_graph` then :func:`write_partitions`; returns the output directory."""
+    """:func:`partition_graph` then :func:`write_partitions`; returns the output directory.
+
+    ``graph`` may also be anything :func:`~mnmg_sampler.graph.datasets.load_graph` reads (a
+    spec, a path, an ``edge_index``, a ``(src, dst)`` pair, a PyG ``Data``). ``weights``: one
+    float per CSR entry of the graph, validated before any partitioning work.
+    """
+    if not isinstance(graph, CSRGraph):
+        from .datasets import load_graph
+
+        graph = load_graph(graph)
+    if weights is not None:  # a bad weight fails before any partitioning work
+        from ..ops.weighted import check_weights
+
+        weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)
-    return write_partitions(graph, plan, out_dir, overwrite=overwrite)
+    return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source,
+                            weights=weights)

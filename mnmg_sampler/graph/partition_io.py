@@ -9,6 +9,7 @@ wrong samples later.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -31,6 +32,10 @@ __all__ = [
     "sample_checksums",
     "verify_part",
     "VERIFY_MODES",
+    "input_identity",
+    "make_source",
+    "source_differences",
+    "check_replaceable",
 ]
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 TMP_PREFIX = ".mnmg-partial-"  # directories being written (or left by a killed writer)
 _CHUNK = 1 << 22
+_EDGE_MB = 1 << 20  # bytes hashed at each end of an input file for its identity
 _REDO = "re-run `mnmg-sampler partition INPUT --parts N --method M --out DIR --overwrite`"
 
 
@@ -119,18 +125,204 @@ def read_manifest(path: str | os.PathLike) -> dict:
             "the arrays may be laid out differently",
             f"{_REDO} with this version, or install the mnmg-sampler that wrote it",
         )
-    try:
-        b = np.asarray(manifest["boundaries"], dtype=np.int64)
-        parts = int(manifest["num_parts"])
-        ok = (b.ndim == 1 and b.shape[0] == parts + 1 and b[0] == 0
-              and b[-1] == int(manifest["num_nodes"]) and bool(np.all(np.diff(b) >= 0))
-              and len(manifest["parts"]) == parts and isinstance(manifest["files"], dict))
-    except (KeyError, TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise PartitionError(f"{mpath} is inconsistent (boundaries, num_parts or files)",
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise PartitionError(f"{mpath} is inconsistent: {problem}",
                              "the directory cannot be loaded", _REDO)
     return manifest
+
+
+def _manifest_problem(m: dict) -> str:
+    """What is wrong with the structure of manifest ``m`` ('' when nothing): every key the
+    loader reads is checked here, so a damaged manifest is a :class:`PartitionError`, never a
+    ``KeyError`` later."""
+    for key, kind in (("num_nodes", int), ("num_edges", int), ("num_parts", int),
+                      ("boundaries", list), ("parts", list), ("files", dict)):
+        if key not in m:
+            return f"key {key!r} is missing"
+        if not isinstance(m[key], kind) or isinstance(m[key], bool):
+            return f"{key!r} is not a {kind.__name__}"
+    parts = m["num_parts"]
+    b = m["boundaries"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in b):
+        return "'boundaries' holds a value that is not an integer"
+    if (parts < 1 or len(b) != parts + 1 or b[0] != 0 or b[-1] != m["num_nodes"]
+            or any(x > y for x, y in zip(b[:-1], b[1:], strict=True))):
+        return "'boundaries' does not split [0, num_nodes) into num_parts ranges"
+    if len(m["parts"]) != parts:
+        return f"'parts' lists {len(m['parts'])} parts, 'num_parts' says {parts}"
+    for r, p in enumerate(m["parts"]):
+        if not isinstance(p, dict) or not isinstance(p.get("files"), dict):
+            return f"part {r} has no 'files' mapping"
+        for name, rel in p["files"].items():
+            if rel not in m["files"]:
+                return f"part {r}'s {name!r} ({rel!r}) is not listed in 'files'"
+    for rel, e in m["files"].items():
+        if not isinstance(e, dict):
+            return f"the entry of {rel!r} is not a mapping"
+        for key, kind in (("dtype", str), ("shape", list), ("bytes", int), ("checksum", str)):
+            if key not in e:
+                return f"key {key!r} is missing from the entry of {rel!r}"
+            if not isinstance(e[key], kind) or isinstance(e[key], bool):
+                return f"{key!r} of {rel!r} is not a {kind.__name__}"
+    for rel in ("new_to_orig.npy", "orig_to_new.npy"):
+        if rel not in m["files"]:
+            return f"{rel!r} is not listed in 'files'"
+    src = m.get("source")
+    if src is not None and not isinstance(src, dict):
+        return "'source' is not a mapping"
+    return ""
+
+
+def _ends_digest(path: Path, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_EDGE_MB))
+        if size > 2 * _EDGE_MB:
+            f.seek(size - _EDGE_MB)
+        h.update(f.read(_EDGE_MB))
+    return h.hexdigest()
+
+
+def input_identity(spec: str | os.PathLike) -> dict:
+    """What a graph spec (or a node data file) names, for the manifest's ``source``.
+
+    A built-in dataset by name; a generator by its arguments; a file by its resolved path, size,
+    modification time and a sha256 of its first and last MiB (cheap, and it changes when the
+    file's content is replaced, which is what makes partitions stale); a directory (e.g. an OGB
+    dataset) by the same for every file in it.
+    """
+    from .datasets import BUILTINS, _parse_rmat
+
+    text = str(spec)
+    key = text.strip().lower()
+    if key in BUILTINS:
+        return {"kind": "builtin", "name": key}
+    if key.startswith("rmat:"):
+        scale, edge_factor = _parse_rmat(key)
+        return {"kind": "generator", "name": "rmat", "scale": scale, "edge_factor": edge_factor}
+    path = Path(text).expanduser()
+    if path.is_file():
+        st = path.stat()
+        return {"kind": "file", "path": str(path.resolve()), "bytes": st.st_size,
+                "mtime_ns": st.st_mtime_ns, "sha256_ends": _ends_digest(path, st.st_size)}
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        h = hashlib.sha256()
+        total = 0
+        for f in files:
+            size = f.stat().st_size
+            total += size
+            h.update(f"{f.relative_to(path).as_posix()}\0{size}\0"
+                     f"{_ends_digest(f, size)}\n".encode())
+        return {"kind": "directory", "path": str(path.resolve()), "bytes": total,
+                "sha256_ends": h.hexdigest()}
+    return {"kind": "unknown", "spec": text}
+
+
+def make_source(spec: str | os.PathLike, *, method: str, seed: int, parts: int,
+                undirected: bool | None = None, drop_self_loops: bool = False,
+                drop_duplicates: bool = False, graph_seed: int = 0,
+                feature_dim: int = 0, node_data: dict[str, str | None] | None = None) -> dict:
+    """The manifest's ``source``: the input's identity, the options it was loaded with (as
+    :func:`~.datasets.load_graph` takes them, ``undirected`` resolved to the dataset default),
+    the identities of separate node data files (``node_data``: e.g. ``features``, ``labels``,
+    ``train_mask``; ``None`` entries are left out) and the partitioning settings.
+    ``graph_seed`` is kept only where it changes the graph (generators, random features of
+    ``feature_dim`` columns)."""
+    from .datasets import _DEFAULT_UNDIRECTED
+
+    ident = input_identity(spec)
+    if undirected is None:
+        undirected = _DEFAULT_UNDIRECTED.get(str(spec).strip().lower(), False)
+    load: dict = {"undirected": bool(undirected), "drop_self_loops": bool(drop_self_loops),
+                  "drop_duplicates": bool(drop_duplicates), "feature_dim": int(feature_dim)}
+    if ident["kind"] == "generator" or feature_dim:
+        load["seed"] = int(graph_seed)
+    return {"input": ident, "load": load,
+            "node_data": {k: input_identity(v) for k, v in sorted((node_data or {}).items())
+                          if v is not None},
+            "partition": {"method": str(method), "seed": int(seed), "parts": int(parts)}}
+
+
+_SAME_CONTENT = ("kind", "bytes", "sha256_ends")  # path and mtime: a copy is the same input
+
+
+def _same_input(have: dict, want: dict) -> bool:
+    if want.get("kind") == "unknown":
+        return False
+    if want.get("kind") in ("file", "directory"):
+        return all(have.get(k) == want.get(k) for k in _SAME_CONTENT)
+    return have == want
+
+
+def source_differences(manifest: dict, want: dict) -> list[str]:
+    """How the directory's recorded source differs from ``want`` (a :func:`make_source`);
+    ``["no source recorded ..."]`` for a manifest written before sources were recorded."""
+    have = manifest.get("source")
+    if not isinstance(have, dict):
+        return ["no source recorded (written by an older mnmg-sampler)"]
+    out = []
+    if not _same_input(have.get("input") or {}, want["input"]):
+        out.append(f"input {_brief(have.get('input') or {})} -> {_brief(want['input'])}")
+    hn, wn = have.get("node_data") or {}, want.get("node_data") or {}
+    for k in sorted(set(hn) | set(wn)):
+        if k not in hn or k not in wn or not _same_input(hn[k], wn[k]):
+            out.append(f"node data {k} {_brief(hn.get(k))} -> {_brief(wn.get(k))}")
+    for section in ("load", "partition"):
+        h, w = have.get(section) or {}, want[section]
+        for k in sorted(set(h) | set(w)):
+            if h.get(k) != w.get(k):
+                out.append(f"{section}.{k} {h.get(k)!r} -> {w.get(k)!r}")
+    return out
+
+
+def _brief(identity: dict | None) -> str:
+    if not identity:
+        return "none"
+    if identity.get("kind") in ("file", "directory"):
+        return f"{identity['kind']} {identity.get('path')} ({identity.get('bytes')} bytes)"
+    if identity.get("kind") == "generator":
+        return f"rmat:{identity.get('scale')}:{identity.get('edge_factor')}"
+    return str(identity.get("name") or identity.get("spec") or identity or "?")
+
+
+def check_replaceable(out: str | os.PathLike) -> None:
+    """Raise :class:`PartitionError` unless ``out`` may be replaced by a new partitioning.
+
+    Replaceable: a missing path, an empty directory, or a partition directory of ours (a
+    manifest whose ``format`` is ours) holding nothing but what a partition directory holds.
+    Anything else (a file, a foreign directory, ours with foreign files added) is refused, so
+    ``--overwrite`` never deletes data it did not write.
+    """
+    d = Path(out)
+    if not d.exists() and not d.is_symlink():
+        return
+    refuse = "it is left untouched"
+    fix = "choose another --out (partition.dir), or move the directory away yourself"
+    if not d.is_dir():
+        raise PartitionError(f"{d} exists and is not a directory", refuse, fix)
+    entries = sorted(p.name for p in d.iterdir())
+    if not entries:
+        return
+    try:
+        manifest = json.loads((d / MANIFEST).read_text())
+        ours = isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise PartitionError(
+            f"{d} is not empty and holds no mnmg-sampler partition manifest",
+            f"it is not a partition directory, so {refuse}", fix)
+    files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    known = {MANIFEST, MANIFEST + ".tmp"} | {str(rel).split("/")[0] for rel in files}
+    foreign = [e for e in entries if e not in known]
+    if foreign:
+        raise PartitionError(
+            f"partition directory {d} also holds {', '.join(foreign[:5])}"
+            + (" ..." if len(foreign) > 5 else ""),
+            f"these were not written by mnmg-sampler, so {refuse}",
+            f"move them out of {d} and run again, or choose another --out")
 
 
 @dataclass
@@ -151,6 +343,7 @@ class Partition:
         edge_ids: int64 original edge id of each entry.
         orig_ids: int64 original id of each owned node.
         x, y: owned feature rows and labels, or ``None``.
+        weights: float32 weight of each local CSR entry (weighted sampling), or ``None``.
         masks: owned slices of boolean node masks by split name.
         new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps of the whole graph.
         path, manifest: where it came from.
@@ -170,6 +363,7 @@ class Partition:
     x: np.ndarray | None = None
     y: np.ndarray | None = None
     masks: dict[str, np.ndarray] = field(default_factory=dict)
+    weights: np.ndarray | None = None
     path: Path | None = None
     manifest: dict = field(default_factory=dict, repr=False)
 
@@ -249,7 +443,8 @@ def load_partition(
         raise WorldSizeError(
             f"{d} has {parts} parts but the job runs {world_size} ranks",
             "each rank serves exactly one part",
-            f"re-partition with `--parts {world_size}`, or launch {parts} ranks in total "
+            f"partition again for {world_size} ranks (`mnmg-sampler partition INPUT --parts "
+            f"{world_size} ...`), or launch {parts} ranks in total "
             f"(e.g. `torchrun --nproc-per-node {parts}` on one node)",
         )
     if isinstance(rank, bool) or not 0 <= int(rank) < parts:
@@ -284,13 +479,16 @@ def load_partition(
         x=get("x"),
         y=get("y"),
         masks={k[len("mask_"):]: get(k) for k in files if k.startswith("mask_")},
+        weights=get("weights"),
         path=d,
         manifest=manifest,
     )
     n_local = int(b[rank + 1] - b[rank])
     if (part.indptr.shape[0] != n_local + 1 or part.orig_ids.shape[0] != n_local
             or int(part.indptr[-1]) != part.indices.shape[0]
-            or part.edge_ids.shape[0] != part.indices.shape[0]):
+            or part.edge_ids.shape[0] != part.indices.shape[0]
+            or (part.weights is not None and (part.weights.shape != part.indices.shape
+                                              or part.weights.dtype != np.float32))):
         raise PartitionError(f"part {rank} of {d} does not match its boundaries",
                              "the part cannot be loaded", _REDO)
     log.debug("loaded part %d/%d of %s: %d nodes, %d edges", rank, parts, d, n_local,

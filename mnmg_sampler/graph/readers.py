@@ -1,12 +1,20 @@
-"""Readers that turn graph files into a :class:`CSRGraph`.
+"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph`.
 
-Three formats (see ``docs/formats.md``):
+The formats read here (``graph/datasets.py`` holds the registry of every format, see
+``docs/formats.md``):
 
 * SNAP-style edge lists (``.txt``, optionally gzip-compressed ``.txt.gz``): one ``src dst`` pair
   per line, ``#`` starts a comment, blank lines are ignored.
-* numpy ``.npz`` edge arrays: ``src``, ``dst``, optional ``num_nodes``, ``x``, ``y``.
+* numpy ``.npz`` edge arrays: ``src`` and ``dst``, or ``edge_index`` (``2 x E``); optional
+  ``num_nodes``, ``x``, ``y`` and boolean ``train_mask`` / ``val_mask`` / ``test_mask``.
+* a numpy ``.npy`` holding one ``edge_index`` array (``2 x E``, or ``E x 2``).
+* a scipy sparse matrix saved with ``scipy.sparse.save_npz`` (CSR, CSC or COO): entry ``(i, j)``
+  is the edge ``i -> j``. Read with numpy alone.
 * the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora): adjacency and features as
   CSR arrays, ``labels``. Read with numpy alone, so scipy is not a runtime dependency.
+
+Every reader refuses node ids above ``max_node_id`` (default :data:`MAX_NODE_ID`, 2**40) before
+anything is allocated: the CSR has one row per id up to the largest.
 
 Edge lists are parsed vectorised (a 1M-edge file takes well under a second) and validated byte by
 byte with numpy, so a malformed file is reported with its file name, line number and the line
@@ -28,14 +36,27 @@ from ..errors import GraphFormatError
 from .csr import CSRGraph
 
 __all__ = [
+    "MAX_NODE_ID",
+    "MASK_KEYS",
+    "check_id_bound",
     "read_edge_list",
     "read_npz",
+    "read_npy",
+    "read_scipy_npz",
+    "is_scipy_sparse",
     "read_gnn_benchmark",
     "is_gnn_benchmark",
     "GNN_BENCHMARK_KEYS",
 ]
 
 log = logging.getLogger(__name__)
+
+MAX_NODE_ID = 1 << 40
+"""Default bound on node ids: the CSR allocates 8 bytes per id up to the largest one."""
+
+MASK_KEYS = {"train": ("train_mask", "train"), "val": ("val_mask", "valid_mask", "val"),
+             "test": ("test_mask", "test")}
+"""Split names and the keys a file may store their boolean node masks under."""
 
 GNN_BENCHMARK_KEYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape")
 """Keys whose presence marks an ``.npz`` as the gnn-benchmark layout."""
@@ -158,6 +179,7 @@ def read_edge_list(
     undirected: bool = False,
     drop_self_loops: bool = False,
     drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
 ) -> CSRGraph:
     """Read a SNAP-style edge list (``.txt`` or gzip ``.txt.gz``): ``src dst`` per line.
 
@@ -168,6 +190,7 @@ def read_edge_list(
     p = Path(path)
     raw = _read_bytes(p)
     src, dst = parse_edge_list(raw, str(p))
+    check_id_bound(str(p), src, dst, max_node_id, num_nodes)
     _warn_sparse_ids(str(p), src, dst)
     log.debug("read %d edges from %s", src.size, p)
     return CSRGraph.from_edges(
@@ -180,6 +203,27 @@ def _warn_sparse_ids(name: str, src: np.ndarray, dst: np.ndarray) -> None:
     if src.size and max(int(src.max()), int(dst.max())) > 100 * src.size + 1_000_000:
         log.warning("%s: largest node id is far above the edge count; the CSR allocates one "
                     "row per id up to it, so relabel the nodes to 0..N-1 to save memory", name)
+
+
+def check_id_bound(name: str, src: np.ndarray, dst: np.ndarray,
+                   max_node_id: int | None = MAX_NODE_ID, num_nodes: int | None = None) -> None:
+    """Raise :class:`GraphFormatError` when an id (or ``num_nodes``) exceeds ``max_node_id``.
+
+    Runs before the CSR is built, so a stray huge id is an error instead of an allocation of
+    ``8 * id`` bytes. ``max_node_id=None`` disables the check.
+    """
+    if max_node_id is None:
+        return
+    top = max(int(src.max()), int(dst.max())) if src.size else -1
+    if num_nodes is not None:
+        top = max(top, int(num_nodes) - 1)
+    if top > max_node_id:
+        raise GraphFormatError(
+            f"{name}: node id {top} is above the bound {max_node_id}",
+            f"the graph would need {top + 1:,} CSR rows ({8 * (top + 2) / 2**30:,.1f} GiB)",
+            "relabel the nodes to 0..N-1, or raise the bound (max_node_id= in Python, "
+            "dataset.max_node_id in YAML, --max-node-id on the CLI)",
+        )
 
 
 def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
@@ -231,24 +275,85 @@ def _check_node_data(name: str, num_nodes: int, x, y) -> None:
             )
 
 
+def edge_index_pair(arr: np.ndarray, name: str, key: str = "edge_index"
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` of an integer ``edge_index`` array, ``2 x E`` (PyG) or ``E x 2``."""
+    if arr.ndim == 2 and arr.shape[0] != 2 and arr.shape[1] == 2:
+        arr = arr.T
+    if arr.ndim != 2 or arr.shape[0] != 2 or arr.dtype.kind not in "iu":
+        raise GraphFormatError(
+            f"{name}: '{key}' is a {arr.dtype} array of shape {tuple(arr.shape)}",
+            "an edge_index must be an integer array of shape (2, E): row 0 sources, row 1 "
+            "targets",
+            f"save '{key}' as a (2, E) int64 array",
+        )
+    arr = arr.astype(np.int64, copy=False)
+    return np.ascontiguousarray(arr[0]), np.ascontiguousarray(arr[1])
+
+
+def masks_from(arrays: dict, name: str, num_nodes: int) -> dict[str, np.ndarray]:
+    """Boolean split masks found in ``arrays`` under the keys of :data:`MASK_KEYS`.
+
+    A mask may be stored as ``bool [num_nodes]`` or as an integer array of node ids.
+    """
+    out = {}
+    for split, keys in MASK_KEYS.items():
+        key = next((k for k in keys if k in arrays), None)
+        if key is not None:
+            out[split] = as_mask(np.asarray(arrays[key]), num_nodes, f"{name}: '{key}'")
+    return out
+
+
+def as_mask(arr: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
+    """A bool ``[num_nodes]`` mask from a bool mask or an array of node ids."""
+    arr = np.asarray(arr)
+    if arr.dtype == np.bool_ and arr.ndim == 1 and arr.shape[0] == num_nodes:
+        return arr
+    if arr.dtype.kind in "iu" and arr.ndim <= 2 and (arr.ndim < 2 or 1 in arr.shape):
+        ids = arr.astype(np.int64, copy=False).ravel()
+        if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+            raise GraphFormatError(
+                f"{what} holds node id {int(ids.max() if ids.max() >= num_nodes else ids.min())}"
+                f" outside [0, {num_nodes})", "the split cannot be built",
+                "give node ids of the graph, or a bool mask with one entry per node")
+        mask = np.zeros(num_nodes, dtype=bool)
+        mask[ids] = True
+        return mask
+    raise GraphFormatError(
+        f"{what} is a {arr.dtype} array of shape {tuple(arr.shape)}",
+        f"a split needs a bool mask of {num_nodes} entries or a 1-d array of node ids",
+        "save the mask as bool [num_nodes] or the split as int64 node ids")
+
+
 def read_npz(
     path: str | PathLike,
     *,
     undirected: bool = False,
     drop_self_loops: bool = False,
     drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
 ) -> CSRGraph:
-    """Read an ``.npz`` of edge arrays: ``src``, ``dst`` (equal length, ids >= 0).
+    """Read an ``.npz`` of edge arrays: ``src`` and ``dst`` (equal length, ids >= 0), or
+    ``edge_index`` (``2 x E``).
 
-    Optional ``num_nodes`` (scalar; default ``max id + 1``), ``x`` (features, one row per node)
-    and ``y`` (labels, one per node; stored as int64 when integral). Loaded with
-    ``allow_pickle=False``.
+    Optional ``num_nodes`` (scalar; default ``max id + 1``), ``x`` (features, one row per node),
+    ``y`` (labels, one per node; stored as int64 when integral) and split masks ``train_mask``,
+    ``val_mask``, ``test_mask`` (bool per node, or node ids). Loaded with ``allow_pickle=False``.
     """
     p = Path(path)
     name = str(p)
     with _open_npz(p) as npz:
-        src = _int_array(_get(npz, name, "src", "the edge list"), name, "src")
-        dst = _int_array(_get(npz, name, "dst", "the edge list"), name, "dst")
+        if "edge_index" in npz.files and "src" not in npz.files:
+            src, dst = edge_index_pair(_get(npz, name, "edge_index", "the edge list"), name)
+        else:
+            if "src" not in npz.files:
+                raise GraphFormatError(
+                    f"{name} has no key 'src' nor 'edge_index' (keys: "
+                    f"{', '.join(sorted(npz.files)) or 'none'})",
+                    "the edge list cannot be built",
+                    "save the edges as 'src' and 'dst' arrays, or as a (2, E) 'edge_index'")
+            src = _int_array(_get(npz, name, "src", "the edge list"), name, "src")
+            dst = _int_array(_get(npz, name, "dst", "the edge list"), name, "dst")
         if src.shape != dst.shape:
             raise GraphFormatError(
                 f"{name}: 'src' has {src.shape[0]} entries but 'dst' has {dst.shape[0]}",
@@ -265,15 +370,107 @@ def read_npz(
                                        "save a non-negative num_nodes")
         x = _get(npz, name, "x", "features") if "x" in npz.files else None
         y = _get(npz, name, "y", "labels") if "y" in npz.files else None
+        mask_arrays = {k: _get(npz, name, k, "the split") for keys in MASK_KEYS.values()
+                       for k in keys if k in npz.files}
     if y is not None and y.dtype.kind in "iub":
         y = y.astype(np.int64, copy=False)
+    check_id_bound(name, src, dst, max_node_id, num_nodes)
     _warn_sparse_ids(name, src, dst)
     g = CSRGraph.from_edges(
         src, dst, num_nodes, undirected=undirected, drop_self_loops=drop_self_loops,
         drop_duplicates=drop_duplicates, name=name, x=x, y=y,
     )
     _check_node_data(name, g.num_nodes, x, y)
+    g.masks = masks_from(mask_arrays, name, g.num_nodes)
     return g
+
+
+def read_npy(
+    path: str | PathLike,
+    *,
+    undirected: bool = False,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
+) -> CSRGraph:
+    """Read a ``.npy`` holding one integer ``edge_index`` (``2 x E``, or ``E x 2``)."""
+    p = Path(path)
+    name = str(p)
+    _require_file(p)
+    try:
+        arr = np.load(p, allow_pickle=False, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as e:
+        raise GraphFormatError(
+            f"{name} is not a readable numpy .npy array without pickle: {e}",
+            "the graph cannot be loaded", "write a (2, E) int64 array with numpy.save",
+        ) from e
+    src, dst = edge_index_pair(np.asarray(arr), name, "the array")
+    check_id_bound(name, src, dst, max_node_id)
+    _warn_sparse_ids(name, src, dst)
+    return CSRGraph.from_edges(src, dst, undirected=undirected, drop_self_loops=drop_self_loops,
+                               drop_duplicates=drop_duplicates, name=name)
+
+
+SCIPY_KEYS = ("format", "shape")
+"""Keys ``scipy.sparse.save_npz`` writes (with ``indptr``/``indices``/``data`` or
+``row``/``col``/``data``)."""
+
+
+def is_scipy_sparse(path: str | PathLike) -> bool:
+    """True if the ``.npz`` at ``path`` was written by ``scipy.sparse.save_npz``."""
+    with _open_npz(Path(path)) as npz:
+        return all(k in npz.files for k in SCIPY_KEYS) and "data" in npz.files
+
+
+def read_scipy_npz(
+    path: str | PathLike,
+    *,
+    undirected: bool = False,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
+) -> CSRGraph:
+    """Read a square sparse matrix saved by ``scipy.sparse.save_npz`` (csr, csc or coo).
+
+    A stored entry at row ``i``, column ``j`` is the edge ``i -> j`` (its value is ignored), in
+    the order the matrix stores its entries. Read with numpy alone.
+    """
+    p = Path(path)
+    name = str(p)
+    with _open_npz(p) as npz:
+        fmt_arr = _get(npz, name, "format", "the matrix")
+        fmt = fmt_arr.item().decode() if fmt_arr.dtype.kind == "S" else str(fmt_arr.item())
+        shape = _int_array(_get(npz, name, "shape", "the matrix"), name, "shape")
+        if shape.shape != (2,) or shape[0] != shape[1]:
+            raise GraphFormatError(f"{name}: sparse matrix shape is {shape.tolist()}",
+                                   "an adjacency matrix must be square",
+                                   "save an N x N matrix")
+        n = int(shape[0])
+        if fmt == "coo":
+            src = _int_array(_get(npz, name, "row", "the matrix"), name, "row")
+            dst = _int_array(_get(npz, name, "col", "the matrix"), name, "col")
+        elif fmt in ("csr", "csc"):
+            indptr = _int_array(_get(npz, name, "indptr", "the matrix"), name, "indptr")
+            indices = _int_array(_get(npz, name, "indices", "the matrix"), name, "indices")
+            if indptr.shape[0] != n + 1 or (indptr.size and indptr[-1] != indices.shape[0]) \
+                    or np.any(np.diff(indptr) < 0):
+                raise GraphFormatError(f"{name}: 'indptr' does not match {n} rows and "
+                                       f"{indices.shape[0]} entries", "the matrix is corrupt",
+                                       "re-save it with scipy.sparse.save_npz")
+            outer = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+            src, dst = (outer, indices) if fmt == "csr" else (indices, outer)
+        else:
+            raise GraphFormatError(f"{name}: sparse format {fmt!r}",
+                                   "only csr, csc and coo matrices are read",
+                                   "convert with matrix.tocsr() before save_npz")
+    if src.size and (min(int(src.min()), int(dst.min())) < 0
+                     or max(int(src.max()), int(dst.max())) >= n):
+        raise GraphFormatError(f"{name}: an entry lies outside the {n} x {n} matrix",
+                               "the matrix is corrupt", "re-save it with scipy.sparse.save_npz")
+    check_id_bound(name, src, dst, max_node_id, n)
+    return CSRGraph.from_edges(src, dst, n, undirected=undirected,
+                               drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                               name=name)
 
 
 def is_gnn_benchmark(path: str | PathLike) -> bool:
@@ -313,6 +510,7 @@ def read_gnn_benchmark(
     undirected: bool = False,
     drop_self_loops: bool = False,
     drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
 ) -> CSRGraph:
     """Read the gnn-benchmark ``.npz`` layout (Cora, CiteSeer, ... of Shchur et al.).
 
@@ -341,6 +539,7 @@ def read_gnn_benchmark(
             y = _int_array(_get(npz, name, "labels", "the labels"), name, "labels")
     _check_node_data(name, n, x, y)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    check_id_bound(name, src, indices, max_node_id, n)
     return CSRGraph.from_edges(
         src, indices, n, undirected=undirected, drop_self_loops=drop_self_loops,
         drop_duplicates=drop_duplicates, name=name, x=x, y=y,

@@ -5,13 +5,16 @@ are the input's edges in the order a single process reads them, so edge ids (pos
 input) agree however many ranks read. Splittable inputs:
 
 * ``rmat:SCALE[:EF]``: rank ``r`` draws edges ``[r*m/W, (r+1)*m/W)`` (``rmat_edge_range``).
-* one uncompressed edge-list file (``.txt``, ``.tsv``, ``.edges``): byte ranges cut at line starts.
-* a directory or glob of shards, read in sorted name order, contiguous runs of files per rank
-  (balanced by bytes): edge lists (also ``.gz``), ``.npy`` of shape ``[m, 2]``, ``NAME.src.npy``
-  beside ``NAME.dst.npy``, and Parquet files with ``src`` and ``dst`` columns (needs pyarrow).
+* one uncompressed whitespace edge list (``.txt``, ``.edges``, ``.el`` without a header row):
+  byte ranges cut at line starts.
+* a directory (other than an OGB directory) or a glob of shards, read in sorted name order,
+  contiguous runs of files per rank (balanced by bytes): whitespace edge lists (also ``.gz``),
+  ``.npy`` edge_index arrays of shape ``(2, E)``, ``NAME.src.npy`` beside ``NAME.dst.npy``, and
+  Parquet files with ``src`` and ``dst`` columns (needs pyarrow).
 
-Anything else (``.npz``, a single ``.gz`` file, built-ins) is read whole by rank 0; the other
-ranks' shares are empty. Pure I/O: no collectives here (see ``distributed.ingest``).
+Anything else (any other single file of :data:`~.datasets.FORMATS`, an OGB directory,
+built-ins) is read whole by rank 0 with :func:`~.datasets.load_graph`; the other ranks' shares
+are empty. Pure I/O: no collectives here (see ``distributed.ingest``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ __all__ = ["EdgeShare", "SHARD_SUFFIXES", "is_sharded", "node_rows_file", "read_
 
 log = logging.getLogger(__name__)
 
-TEXT_SUFFIXES = (".txt", ".tsv", ".edges")
+TEXT_SUFFIXES = (".txt", ".edges", ".el")
 SHARD_SUFFIXES = (*TEXT_SUFFIXES, *(s + ".gz" for s in TEXT_SUFFIXES), ".npy", ".parquet")
 _GLOB = set("*?[")
 
@@ -54,10 +57,16 @@ class EdgeShare:
 
 
 def is_sharded(spec: str | PathLike) -> bool:
-    """True for a directory, a glob pattern or a single ``.npy``/``.parquet`` edge file."""
+    """True for a glob pattern or a directory that is not an OGB dataset directory."""
     s = str(spec)
-    return (bool(_GLOB & set(s)) or Path(s).expanduser().is_dir()
-            or s.lower().endswith((".npy", ".parquet")))
+    if s.strip().lower().startswith("rmat:"):
+        return False
+    p = Path(s).expanduser()
+    if p.is_dir():
+        from .ogb import is_ogb_dir
+
+        return not is_ogb_dir(p)
+    return bool(_GLOB & set(s)) and not p.exists()
 
 
 def shard_files(spec: str | PathLike) -> list[Path]:
@@ -111,14 +120,16 @@ def _read_npy(path: Path) -> tuple[np.ndarray, np.ndarray]:
             if src.ndim != 1 or src.shape != dst.shape:
                 raise ValueError(f"{path.name} and {other.name} are not 1-d of equal length")
         else:
+            from .readers import edge_index_pair
+
             a = np.load(path, mmap_mode="r", allow_pickle=False)
-            if a.ndim != 2 or a.shape[1] != 2:
-                raise ValueError(f"shape {a.shape} is not [m, 2]")
-            src, dst = a[:, 0], a[:, 1]
+            if a.ndim != 2 or 2 not in a.shape:
+                raise ValueError(f"shape {a.shape} is not (2, E) or (E, 2)")
+            src, dst = edge_index_pair(a, str(path))
     except (OSError, ValueError) as e:
         raise GraphFormatError(f"{path} is not a usable edge array ({e})",
                                "the edges cannot be read",
-                               "save int arrays: one [m, 2] .npy, or NAME.src.npy + NAME.dst.npy"
+                               "save int arrays: one (2, E) .npy, or NAME.src.npy + NAME.dst.npy"
                                ) from e
     if src.dtype.kind not in "iu" or dst.dtype.kind not in "iu":
         raise GraphFormatError(f"{path}: edge ids have dtype {src.dtype}/{dst.dtype}",
@@ -200,6 +211,12 @@ def _cat(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nda
             np.concatenate([p[1] for p in pairs]).astype(np.int64, copy=False))
 
 
+def _has_header(path: Path) -> bool:
+    from .datasets import _has_header as has
+
+    return has(path)
+
+
 def _whole(spec: str) -> EdgeShare:
     """A non-splittable input: load it and recover its edges in input order."""
     from .datasets import load_graph
@@ -227,7 +244,7 @@ def read_share(spec: str | PathLike, rank: int, world: int, seed: int = 0) -> Ed
     if is_sharded(s):
         src, dst = _cat([_read_file(f) for f in _my_files(shard_files(s), rank, world)])
         return EdgeShare(src, dst, s)
-    if path.is_file() and path.name.lower().endswith(TEXT_SUFFIXES):
+    if path.is_file() and path.name.lower().endswith(TEXT_SUFFIXES) and not _has_header(path):
         src, dst = read_text_range(path, rank, world)
         return EdgeShare(src, dst, str(path))
     if rank == 0:

@@ -7,6 +7,7 @@ because every draw comes from :mod:`mnmg_sampler.ops.rng`.
 
 from __future__ import annotations
 
+import threading
 import types
 
 import numba
@@ -46,32 +47,51 @@ def sample_positions(out, o, deg, k, fanout, replace, base):
     elif replace:
         for j in range(k):
             out[o + j] = bounded(draw(base, j), deg)
-    else:
+    elif deg <= 64:
         # Floyd: for j = deg-k .. deg-1 take t in [0, j]; if t was taken already, take j.
+        # The draws are independent, so they are computed first in one pass; then positions
+        # fit one 64-bit set, so the membership test is a bit test, and branch-free.
+        for i in range(k):
+            out[o + i] = bounded(draw(base, i), deg - k + i + 1)
+        seen = np.uint64(0)
+        for i in range(k):
+            t = out[o + i]
+            if (seen >> np.uint64(t)) & np.uint64(1):
+                t = deg - k + i
+            seen |= np.uint64(1) << np.uint64(t)
+            out[o + i] = t
+    else:
+        # The same, with bit ``t % 64`` of every position taken in ``seen``: a clear bit proves
+        # t is new without scanning the positions taken.
+        seen = np.uint64(0)
         for i in range(k):
             j = deg - k + i
             t = bounded(draw(base, i), j + 1)
-            for m in range(i):
-                if out[o + m] == t:
-                    t = j
-                    break
+            if (seen >> np.uint64(t & 63)) & np.uint64(1):
+                for m in range(i):
+                    if out[o + m] == t:
+                        t = j
+                        break
+            seen |= np.uint64(1) << np.uint64(t & 63)
             out[o + i] = t
 
 
-def _counts_py(indptr, rows, fanouts, replace, starts, degs):
+def _counts_py(indptr, rows, fanouts, replace, starts, degs, offsets):
     # Phase 0: the only random reads of indptr; independent, so their misses overlap.
     n = rows.shape[0]
-    counts = np.empty(n, np.int64)
     for i in numba.prange(n):
         r = rows[i]
-        starts[i] = indptr[r]
-        degs[i] = indptr[r + 1] - starts[i]
-        counts[i] = sample_count(degs[i], fanouts[i], replace[i] != 0)
-    return counts
+        s = indptr[r]
+        d = indptr[r + 1] - s
+        starts[i] = s
+        degs[i] = d
+        offsets[i + 1] = sample_count(d, fanouts[i], replace[i] != 0)
 
 
 def _positions_py(starts, degs, nodes, keys, seed, hop, fanouts, replace, offsets, pos):
     # Phase 1: absolute CSR positions of every draw (sequential memory, pure arithmetic).
+    # Kept apart from the gather: interleaving the draws' arithmetic with the gather's cache
+    # misses fills the CPU's reorder window and serialises the misses (measured 1.6x slower).
     n = starts.shape[0]
     for i in numba.prange(n):
         start = starts[i]
@@ -91,14 +111,22 @@ def _positions_py(starts, degs, nodes, keys, seed, hop, fanouts, replace, offset
             pos[j] += start
 
 
-def _gather_py(indices, eids, pos, nbr, eid_out):
+def _gather_py(indices, eids, pos, nbr, eid_out, with_eids):
     # Phase 2: independent random reads, so the CPU overlaps many cache misses.
     m = pos.shape[0]
-    has_eid = eids.shape[0] > 0
-    for j in numba.prange(m):
-        p = pos[j]
-        nbr[j] = indices[p]
-        eid_out[j] = eids[p] if has_eid else p
+    if not with_eids:
+        for j in numba.prange(m):
+            nbr[j] = indices[pos[j]]
+    elif eids.shape[0] == 0:
+        for j in numba.prange(m):
+            p = pos[j]
+            nbr[j] = indices[p]
+            eid_out[j] = p
+    else:
+        for j in numba.prange(m):
+            p = pos[j]
+            nbr[j] = indices[p]
+            eid_out[j] = eids[p]
 
 
 def _compile(py, parallel: bool):
@@ -113,6 +141,27 @@ _KERNELS = {par: tuple(_compile(f, par) for f in (_counts_py, _positions_py, _ga
             for par in (True, False)}
 # Below this many nodes a parallel loop costs more to start than it saves.
 PARALLEL_MIN_NODES = 4096
+
+
+_EMPTY = np.empty(0, np.int64)
+_SCRATCH = threading.local()
+
+
+def scratch_int64(n: int) -> np.ndarray:
+    """``(3, n)`` int64 scratch (row starts, degrees, offsets) reused by the calls of one thread:
+    fresh buffers would pay their page faults on every call. It only grows."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.shape[1] < n:
+        buf = _SCRATCH.buf = np.empty((3, max(n, 1024)), np.int64)
+    return buf[:, :n]
+
+
+def _ids(a) -> np.ndarray:
+    """int32 or int64 ids as given (no copy when contiguous); anything else as int64."""
+    a = np.asarray(a)
+    if a.dtype != np.int32:
+        return np.ascontiguousarray(a, dtype=np.int64)
+    return np.ascontiguousarray(a)
 
 
 def _kernels(n: int):
@@ -130,6 +179,8 @@ def sample_neighbors(
     hop: int,
     fanout: int | np.ndarray,
     replace: bool | np.ndarray,
+    *,
+    with_eids: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample one hop for every ``rows[i]`` of a CSR.
 
@@ -142,28 +193,30 @@ def sample_neighbors(
         seed, hop: RNG counters shared by the call.
         fanout, replace: per call or per node (arrays), so requests with different fanouts
             share one call; ``fanout=-1`` takes every neighbor.
+        with_eids: ``False`` skips the edge-id reads; ``edge_ids`` is then an empty array.
 
     Returns:
         ``(counts, neighbors, edge_ids)``: per-node sample counts, and the concatenated neighbor
-        ids and edge ids in node order.
+        ids and edge ids in node order (int64).
     """
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    rows = _ids(rows)
+    nodes = _ids(nodes)
     keys = np.ascontiguousarray(keys, dtype=np.int64)
     n = rows.shape[0]
     fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
     repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
     counts_k, positions_k, gather_k = _kernels(n)
-    starts = np.empty(n, np.int64)
-    degs = np.empty(n, np.int64)
-    counts = counts_k(indptr, rows, fanouts, repl, starts, degs)
-    offsets = np.zeros(rows.shape[0] + 1, np.int64)
-    np.cumsum(counts, out=offsets[1:])
+    scratch = scratch_int64(n + 1)
+    starts, degs, offsets = scratch[0, :n], scratch[1, :n], scratch[2]
+    offsets[0] = 0
+    counts_k(indptr, rows, fanouts, repl, starts, degs, offsets)
+    counts = offsets[1:].copy()
+    np.cumsum(offsets, out=offsets)
     total = int(offsets[-1])
     nbr = np.empty(total, np.int64)
-    eid_out = np.empty(total, np.int64)
-    e = np.empty(0, np.int64) if eids is None else eids
+    eid_out = np.empty(total if with_eids else 0, np.int64)
+    e = _EMPTY if eids is None else eids
     positions_k(starts, degs, nodes, keys, np.uint64(seed), np.uint64(hop), fanouts, repl,
                 offsets, nbr)
-    gather_k(indices, e, nbr, nbr, eid_out)
+    gather_k(indices, e, nbr, nbr, eid_out, with_eids)
     return counts, nbr, eid_out

@@ -28,9 +28,10 @@ import torch
 from numba import cuda
 
 from ..gpu import require_numba_cuda, simulator_enabled
-from . import cpu, rng
+from . import cpu, rng, weighted
 
-__all__ = ["sample_neighbors_cuda", "make_kernels", "THREADS_PER_BLOCK"]
+__all__ = ["sample_neighbors_cuda", "sample_neighbors_weighted_cuda", "make_kernels",
+           "make_weighted_kernels", "THREADS_PER_BLOCK"]
 
 THREADS_PER_BLOCK = 128
 _SIM_THREADS_PER_BLOCK = 32  # the simulator runs one Python thread per CUDA thread
@@ -80,7 +81,7 @@ def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Call
             counts[i] = sample_count(indptr[r + 1] - indptr[r], fanouts[i], replace[i] != 0)
 
     def fill_kernel(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace,
-                    offsets, nbr, eid_out):
+                    offsets, nbr, eid_out, with_eids):
         i = cuda.grid(1)
         if i >= rows.shape[0]:
             return
@@ -97,10 +98,11 @@ def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Call
         for j in range(o, o + k):
             p = start + nbr[j]
             nbr[j] = indices[p]
-            if has_eid:
-                eid_out[j] = eids[p]
-            else:
-                eid_out[j] = p
+            if with_eids:
+                if has_eid:
+                    eid_out[j] = eids[p]
+                else:
+                    eid_out[j] = p
 
     return cuda.jit(counts_kernel), cuda.jit(fill_kernel)
 
@@ -125,6 +127,7 @@ def sample_neighbors_cuda(
     fanout: int | torch.Tensor | np.ndarray,
     replace: bool | torch.Tensor | np.ndarray,
     *,
+    with_eids: bool = True,
     kernels: tuple[Callable, Callable] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one hop on the GPU; same arguments and results as :func:`cpu.sample_neighbors`.
@@ -132,7 +135,8 @@ def sample_neighbors_cuda(
     Inputs are torch tensors on one CUDA device (CPU tensors or numpy arrays are moved there;
     under the simulator everything stays on the CPU). Kernels run on PyTorch's current stream
     and read the tensors zero-copy through ``__cuda_array_interface__``; the results are int64
-    tensors ``(counts, neighbors, edge_ids)`` on the same device, allocated by PyTorch.
+    tensors ``(counts, neighbors, edge_ids)`` on the same device, allocated by PyTorch
+    (``edge_ids`` empty when ``with_eids=False``).
     ``kernels`` replaces the kernel pair (tests only, see :func:`make_kernels`).
     """
     nb_cuda = require_numba_cuda()
@@ -162,22 +166,23 @@ def sample_neighbors_cuda(
     if n == 0:
         empty = torch.empty(0, dtype=torch.int64, device=device)
         return counts, empty, empty.clone()
+    flag = np.uint8(1 if with_eids else 0)
 
     if sim:
         return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
-                       seed, hop, fan_t, rep_t, counts, 0, _SIM_THREADS_PER_BLOCK,
+                       seed, hop, fan_t, rep_t, flag, counts, 0, _SIM_THREADS_PER_BLOCK,
                        lambda t: t.numpy())
     # Numba must work in the same (primary) context as PyTorch, on PyTorch's current stream.
     with nb_cuda.gpus[device.index]:
         stream = nb_cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
         # sync=False: the kernels run on the stream that produced the inputs, no wait needed.
         return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
-                       seed, hop, fan_t, rep_t, counts, stream, THREADS_PER_BLOCK,
+                       seed, hop, fan_t, rep_t, flag, counts, stream, THREADS_PER_BLOCK,
                        lambda t: nb_cuda.as_cuda_array(t, sync=False))
 
 
 def _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t, seed, hop,
-            fan_t, rep_t, counts, stream, tpb, arg):
+            fan_t, rep_t, with_eids, counts, stream, tpb, arg):
     n = rows_t.shape[0]
     device = counts.device
     blocks = (n + tpb - 1) // tpb
@@ -187,11 +192,161 @@ def _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys
     torch.cumsum(counts, 0, out=offsets[1:])
     total = int(offsets[-1])  # one device -> host read, to size the outputs
     nbr = torch.empty(total, dtype=torch.int64, device=device)
-    eid_out = torch.empty(total, dtype=torch.int64, device=device)
+    eid_out = torch.empty(total if with_eids else 0, dtype=torch.int64, device=device)
     if total:
         fill_k[blocks, tpb, stream](
             arg(indptr_t), arg(indices_t), arg(eids_t),
             arg(rows_t), arg(nodes_t), arg(keys_t), np.uint64(seed), np.uint64(hop),
-            arg(fan_t), arg(rep_t), arg(offsets), arg(nbr), arg(eid_out))
+            arg(fan_t), arg(rep_t), arg(offsets), arg(nbr), arg(eid_out), with_eids)
     return counts, nbr, eid_out
 
+
+
+# --- weighted sampling: ops.weighted's helpers, compiled for the device from the same source ---
+weighted.compile_helpers(_device, _ns)
+weighted_count = _ns["weighted_count"]
+draws_needed = _ns["draws_needed"]
+usable = _ns["usable"]
+weighted_positions = _ns["weighted_positions"]
+
+
+def make_weighted_kernels(positions: Callable = weighted_positions) -> tuple[Callable, Callable]:
+    """The ``(counts, fill)`` kernels of weighted sampling around a device ``positions``.
+
+    ``counts`` also writes each node's number of positive weights and the float64 scratch it
+    needs (its degree when it draws); ``fill`` draws into that scratch and gathers.
+    """
+
+    def wcounts_kernel(indptr, w, rows, fanouts, replace, nzs, counts, scounts):
+        i = cuda.grid(1)
+        if i < rows.shape[0]:
+            r = rows[i]
+            s = indptr[r]
+            d = indptr[r + 1] - s
+            nz = 0
+            for p in range(s, s + d):
+                if usable(np.float64(w[p])):
+                    nz += 1
+            nzs[i] = nz
+            f = fanouts[i]
+            rep = replace[i] != 0
+            k = weighted_count(nz, f, rep)
+            counts[i] = k
+            scounts[i] = d if draws_needed(nz, k, f, rep) else 0
+
+    def wfill_kernel(indptr, indices, eids, w, rows, nodes, keys, seed, hop, fanouts, replace,
+                     nzs, offsets, soffs, c, nbr, eid_out, with_eids):
+        i = cuda.grid(1)
+        if i >= rows.shape[0]:
+            return
+        o = offsets[i]
+        k = offsets[i + 1] - o
+        if k == 0:
+            return
+        r = rows[i]
+        start = indptr[r]
+        deg = indptr[r + 1] - start
+        base = stream_base(seed, keys[i], hop, nodes[i])
+        positions(nbr, o, w, start, deg, nzs[i], k, fanouts[i], replace[i] != 0, base, c,
+                  soffs[i])
+        has_eid = eids.shape[0] > 0
+        for j in range(o, o + k):
+            p = start + nbr[j]
+            nbr[j] = indices[p]
+            if with_eids:
+                if has_eid:
+                    eid_out[j] = eids[p]
+                else:
+                    eid_out[j] = p
+
+    return cuda.jit(wcounts_kernel), cuda.jit(wfill_kernel)
+
+
+_wcounts_kernel, _wfill_kernel = make_weighted_kernels()
+
+
+def sample_neighbors_weighted_cuda(
+    indptr: torch.Tensor | np.ndarray,
+    indices: torch.Tensor | np.ndarray,
+    eids: torch.Tensor | np.ndarray | None,
+    weights: torch.Tensor | np.ndarray,
+    rows: torch.Tensor | np.ndarray,
+    nodes: torch.Tensor | np.ndarray,
+    keys: torch.Tensor | np.ndarray,
+    seed: int,
+    hop: int,
+    fanout: int | torch.Tensor | np.ndarray,
+    replace: bool | torch.Tensor | np.ndarray,
+    *,
+    with_eids: bool = True,
+    kernels: tuple[Callable, Callable] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Weighted sampling on the GPU; same arguments and results as
+    :func:`mnmg_sampler.ops.weighted.sample_neighbors_weighted` (int64 tensors on the device).
+
+    One thread per node, as :func:`sample_neighbors_cuda`; the running sums of a drawing node's
+    weights live in a float64 scratch tensor sized by one device -> host read (with the output
+    size). ``kernels`` replaces the kernel pair (tests only, see :func:`make_weighted_kernels`).
+    """
+    nb_cuda = require_numba_cuda()
+    sim = simulator_enabled()
+    if sim:
+        device = torch.device("cpu")
+    elif torch.is_tensor(indptr) and indptr.is_cuda:
+        device = indptr.device
+    else:
+        device = torch.device("cuda", torch.cuda.current_device())
+    counts_k, fill_k = kernels if kernels is not None else (_wcounts_kernel, _wfill_kernel)
+    indptr_t = _as_device_tensor(indptr, device)
+    indices_t = _as_device_tensor(indices, device)
+    eids_t = (torch.empty(0, dtype=torch.int64, device=device) if eids is None
+              else _as_device_tensor(eids, device))
+    w_t = torch.as_tensor(weights).to(device=device, dtype=torch.float32).contiguous()
+    rows_t = _as_device_tensor(rows, device).reshape(-1)
+    nodes_t = _as_device_tensor(nodes, device).reshape(-1)
+    keys_t = _as_device_tensor(keys, device).reshape(-1)
+    n = rows_t.shape[0]
+    counts = torch.zeros(n, dtype=torch.int64, device=device)
+    if n == 0:
+        empty = torch.empty(0, dtype=torch.int64, device=device)
+        return counts, empty, empty.clone()
+    fan_t = _as_device_tensor(fanout, device).reshape(-1).expand(n).contiguous()
+    rep_t = torch.as_tensor(replace).to(device=device, dtype=torch.uint8).reshape(-1)
+    rep_t = rep_t.expand(n).contiguous()
+    flag = np.uint8(1 if with_eids else 0)
+    if sim:
+        tpb, stream, arg = _SIM_THREADS_PER_BLOCK, 0, (lambda t: t.numpy())
+        return _launch_weighted(counts_k, fill_k, indptr_t, indices_t, eids_t, w_t, rows_t,
+                                nodes_t, keys_t, seed, hop, fan_t, rep_t, flag, counts, stream,
+                                tpb, arg)
+    with nb_cuda.gpus[device.index]:
+        stream = nb_cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
+        return _launch_weighted(counts_k, fill_k, indptr_t, indices_t, eids_t, w_t, rows_t,
+                                nodes_t, keys_t, seed, hop, fan_t, rep_t, flag, counts, stream,
+                                THREADS_PER_BLOCK,
+                                lambda t: nb_cuda.as_cuda_array(t, sync=False))
+
+
+def _launch_weighted(counts_k, fill_k, indptr_t, indices_t, eids_t, w_t, rows_t, nodes_t, keys_t,
+                     seed, hop, fan_t, rep_t, with_eids, counts, stream, tpb, arg):
+    n = rows_t.shape[0]
+    device = counts.device
+    blocks = (n + tpb - 1) // tpb
+    nzs = torch.empty(n, dtype=torch.int64, device=device)
+    scounts = torch.empty(n, dtype=torch.int64, device=device)
+    counts_k[blocks, tpb, stream](arg(indptr_t), arg(w_t), arg(rows_t), arg(fan_t), arg(rep_t),
+                                  arg(nzs), arg(counts), arg(scounts))
+    offsets = torch.zeros(n + 1, dtype=torch.int64, device=device)
+    soffs = torch.zeros(n + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    torch.cumsum(scounts, 0, out=soffs[1:])
+    total, scratch = torch.stack([offsets[-1], soffs[-1]]).tolist()  # the one device -> host read
+    nbr = torch.empty(total, dtype=torch.int64, device=device)
+    eid_out = torch.empty(total if with_eids else 0, dtype=torch.int64, device=device)
+    c = torch.empty(scratch, dtype=torch.float64, device=device)
+    if total:
+        fill_k[blocks, tpb, stream](
+            arg(indptr_t), arg(indices_t), arg(eids_t), arg(w_t), arg(rows_t), arg(nodes_t),
+            arg(keys_t), np.uint64(seed), np.uint64(hop), arg(fan_t), arg(rep_t), arg(nzs),
+            arg(offsets), arg(soffs), arg(c), arg(nbr), arg(eid_out), with_eids)
+    return counts, nbr, eid_out

@@ -24,7 +24,9 @@ S30 = np.uint64(30)
 S27 = np.uint64(27)
 S31 = np.uint64(31)
 S32 = np.uint64(32)
+S11 = np.uint64(11)
 MASK32 = np.uint64(0xFFFFFFFF)
+INV53 = np.float64(2.0 ** -53)
 
 
 def mix64(z):
@@ -55,7 +57,12 @@ def bounded(r, n):
     return np.int64(((r >> S32) * np.uint64(n)) >> S32)
 
 
-RNG_FUNCTIONS = ("mix64", "stream_base", "draw", "bounded")
+def unit(r):
+    """Map a 64-bit draw to a float64 in ``[0, 1)``: its high 53 bits times ``2**-53`` (exact)."""
+    return np.float64(r >> S11) * INV53
+
+
+RNG_FUNCTIONS = ("mix64", "stream_base", "draw", "bounded", "unit")
 
 
 def compile_rng(jit: Callable) -> dict:

@@ -12,7 +12,6 @@ uninterrupted run would.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -24,10 +23,11 @@ import torch.distributed as dist
 
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
-from ..errors import ConfigError, PartitionError
+from ..errors import CheckpointError, ConfigError, PartitionError
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
+from .report import RunReport, epoch_record
 
 log = logging.getLogger(__name__)
-CKPT_PREFIX = "checkpoint-epoch"
 
 
 def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, np.ndarray]:
@@ -51,8 +51,11 @@ def load_dataset(cfg: JobConfig):
     from ..graph.permute import node_features, node_labels
 
     d = cfg.dataset
+    masks = {k: getattr(d, f"{k}_mask") for k in ("train", "val", "test")}
     g = load_graph(d.name, undirected=d.undirected, drop_self_loops=d.drop_self_loops,
-                   drop_duplicates=d.drop_duplicates, seed=d.seed)
+                   drop_duplicates=d.drop_duplicates, seed=d.seed, x=d.features, y=d.labels,
+                   masks={k: v for k, v in masks.items() if v is not None},
+                   max_node_id=d.max_node_id)
     ids = np.arange(g.num_nodes, dtype=np.int64)
     if g.x is None and d.feature_dim > 0:
         g.x = node_features(ids, d.feature_dim, d.seed, d.num_classes)
@@ -61,43 +64,84 @@ def load_dataset(cfg: JobConfig):
     return g
 
 
-def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
-    """Partition the dataset into ``world`` parts unless a valid directory exists (collective).
+def job_edge_weights(cfg: JobConfig, graph) -> np.ndarray | None:
+    """``sampler.weights`` resolved to one float per CSR entry of ``graph``, or ``None``."""
+    if not cfg.sampler.weights:
+        return None
+    from ..graph.weights import resolve_edge_weights
 
-    ``random``, ``range`` and ``hash`` partition on every rank
-    (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of the
-    input and writes its own part); ``metis`` loads the graph on rank 0 while the others wait.
+    return resolve_edge_weights(cfg.sampler.weights, cfg.dataset.name, graph,
+                                seed=cfg.dataset.seed)
+
+
+def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
+    """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
+    partitioning (collective).
+
+    The manifest records what it was made from (:func:`~..graph.partition_io.make_source`); a
+    directory made from another dataset, other load options or other partitioning settings, or
+    by an mnmg-sampler that recorded no source, is partitioned again. A non-empty directory that
+    is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
+    rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
+    the input and writes its own part) unless the job names separate node-data files or edge
+    weights; otherwise (and for ``metis``) rank 0 partitions while the others wait.
     """
     from ..graph.partition import DISTRIBUTED_METHODS, partition
-    from ..graph.partition_io import MANIFEST
+    from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
 
     out = Path(cfg.partition.dir)
-    missing = torch.tensor([0 if (out / MANIFEST).exists() else 1], dtype=torch.int64)
-    dist.all_reduce(missing, op=dist.ReduceOp.MAX)  # one decision for all ranks
-    if not int(missing.item()):
+    d, p = cfg.dataset, cfg.partition
+    node_files = {k: getattr(d, k) for k in ("features", "labels", "train_mask", "val_mask",
+                                             "test_mask")}
+    want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
+                       undirected=d.undirected, drop_self_loops=d.drop_self_loops,
+                       drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
+                       feature_dim=d.feature_dim, node_data=node_files)
+    if cfg.sampler.weights:
+        want["load"]["weights"] = cfg.sampler.weights
+    if d.num_classes:
+        want["load"]["num_classes"] = int(d.num_classes)
+
+    def needed() -> bool:
+        if rank != 0:
+            return False
+        if not (out / MANIFEST).exists():
+            return True
+        try:
+            stale = source_differences(read_manifest(out), want)
+        except PartitionError as e:
+            stale = [f"unreadable manifest ({e.what})"]
+        if stale:
+            log.warning("partition directory %s is stale (%s); partitioning again", out,
+                        "; ".join(stale))
+        return bool(stale)
+
+    flag = torch.tensor([1 if agree(needed) else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
+    if not int(flag.item()):
         return out
-    if cfg.partition.method in DISTRIBUTED_METHODS:
+    distributed = (p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
+                   and all(v is None for v in node_files.values()))
+    if distributed:
         from ..distributed.ingest import partition_distributed
 
-        d = cfg.dataset
         if rank == 0:
-            log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world,
-                     cfg.partition.method, out)
+            log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method, out)
         partition_distributed(
-            d.name, out, cfg.partition.method, cfg.partition.seed, undirected=d.undirected,
+            d.name, out, p.method, p.seed, undirected=d.undirected,
             drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
             feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
-            graph_seed=d.seed)
+            graph_seed=d.seed, overwrite=True, source=want)
         return out
 
     def build() -> None:
-        if rank != 0 or (out / MANIFEST).exists():
+        if rank != 0:
             return
-        log.info("partitioning %s into %d parts (%s) -> %s", cfg.dataset.name, world,
-                 cfg.partition.method, out)
+        log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        partition(load_dataset(cfg), world, cfg.partition.method, out, seed=cfg.partition.seed,
-                  metis_max_edges=cfg.partition.metis_max_edges)
+        g = load_dataset(cfg)
+        partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
+                  weights=job_edge_weights(cfg, g), metis_max_edges=p.metis_max_edges)
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
@@ -105,46 +149,6 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
 
 def _ckpt_dir(cfg: JobConfig) -> Path:
     return Path(cfg.output.dir) / "checkpoints"
-
-
-def latest_checkpoint(cfg: JobConfig) -> Path | None:
-    d = _ckpt_dir(cfg)
-    if not d.is_dir():
-        return None
-    found = sorted(d.glob(f"{CKPT_PREFIX}*.pt"))
-    return found[-1] if found else None
-
-
-def save_checkpoint(cfg: JobConfig, state: dict, epoch: int) -> Path:
-    """Atomically write a checkpoint (tmp file + fsync + rename); prune old ones."""
-    d = _ckpt_dir(cfg)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{CKPT_PREFIX}{epoch:05d}.pt"
-    tmp = d / f".{path.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    keep = cfg.output.keep_checkpoints
-    if keep:
-        for old in sorted(d.glob(f"{CKPT_PREFIX}*.pt"))[:-keep]:
-            old.unlink(missing_ok=True)
-    return path
-
-
-class Metrics:
-    """JSON-lines metrics written by rank 0 (appends across resumes)."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, **rec) -> None:
-        if self.path is not None:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(rec, sort_keys=True) + "\n")
 
 
 @torch.no_grad()
@@ -211,7 +215,12 @@ def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes
 
 
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
-    """Run the configured job on this rank (inside torchrun); returns the final metrics."""
+    """Run the configured job on this rank (inside torchrun); returns the final metrics
+    (the ``final`` record of metrics.jsonl)."""
+    if cfg.task == "link":
+        from .link import run_link_job
+
+        return run_link_job(cfg, resume=resume, progress=progress)
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
     from ..loader import DistNeighborLoader
@@ -245,41 +254,70 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               features=mode == "train" or part.x is not None,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s)
-    ids = split_ids(int(part.num_nodes), cfg.dataset.split, cfg.dataset.split_seed)
+                              timeout_s=rt.collective_timeout_s,
+                              feature_cache_rows=cfg.features.cache_rows)
+    from ..graph.api import split_from_partitions
+
+    # masks stored with the graph (file or dataset.*_mask) win over the random split
+    ids = split_from_partitions(pdir) or split_ids(int(part.num_nodes), cfg.dataset.split,
+                                                   cfg.dataset.split_seed)
     train_loader = DistNeighborLoader(service, ids["train"], s.fanouts, s.batch_size,
                                       shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
-                                      prefetch=s.prefetch, replace=s.replace)
+                                      prefetch=s.prefetch, replace=s.replace, split=s.split,
+                                      edge_ids=s.edge_ids)
+    tr = cfg.training
+    steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
+    report = RunReport(rank, tr.epochs, steps, tr.log_every, progress,
+                       Path(cfg.output.dir) / cfg.output.metrics_file)
     try:
         if mode == "sample":
-            return _sample_only(cfg, train_loader, rank)
-        return _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
-                      progress, t_start)
+            final, line = _sample_only(cfg, train_loader, world, report, t_start)
+        else:
+            final, line = _train(cfg, service, train_loader, ids, part, device, rank, world,
+                                 resume, report, t_start)
     finally:
         service.shutdown()
-        if rank == 0:
-            log.info("sampling service stats: %s", json.dumps(service.stats(), default=float))
+        report.close()
+    report.service(service.stats())
+    report.final(final, line)  # the last line on the console
+    return final
 
 
-def _sample_only(cfg: JobConfig, loader, rank: int) -> dict:
+def _sample_only(cfg: JobConfig, loader, world: int, report: RunReport,
+                 t_start: float) -> tuple[dict, str]:
+    """training.mode=sample: iterate the train loader without a model; same console/metrics."""
+    tr = cfg.training
+    report.start(mode="sample", world_size=world, first_epoch=0, config=config_to_dict(cfg))
+    report.print(f"sampling on {world} rank(s): {report.steps} batches per epoch and rank; "
+                 "epoch rates are totals over all ranks")
+    report.open_bar()
+    total = torch.zeros(2, dtype=torch.float64)
     t0 = time.perf_counter()
-    edges = batches = 0
-    for epoch in range(cfg.training.epochs):
+    for epoch in range(tr.epochs):
         loader.set_epoch(epoch)
-        for b in loader:
-            edges += int(b.edge_index.shape[1])
-            batches += 1
+        report.epoch_start()
+        cnt = torch.zeros(2, dtype=torch.float64)  # batches, sampled edges
+        te = time.perf_counter()
+        for step, b in enumerate(loader):
+            if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
+                break
+            cnt += torch.tensor([1.0, float(b.edge_index.shape[1])], dtype=torch.float64)
+            report.step(epoch, step + 1)
+        dist.all_reduce(cnt)
+        total += cnt
+        report.epoch(epoch_record(epoch, time.perf_counter() - te, float(cnt[0]), float(cnt[1])))
     dt = time.perf_counter() - t0
-    res = {"batches": batches, "sampled_edges": edges, "seconds": dt,
-           "edges_per_s": edges / dt if dt else 0.0}
-    if rank == 0:
-        print(f"sampled {batches} batches, {edges} edges on rank 0 in {dt:.2f}s "
-              f"({res['edges_per_s']:.3g} edges/s)", flush=True)
-    return res
+    batches, edges = int(total[0]), int(total[1])
+    res = {"event": "final", "mode": "sample", "batches": batches, "sampled_edges": edges,
+           "seconds": dt, "batches_per_s": batches / max(dt, 1e-9),
+           "edges_per_s": edges / max(dt, 1e-9), "world_size": world,
+           "wall_s": time.perf_counter() - t_start}
+    return res, (f"sampled {batches:,} batches, {edges:,} edges on {world} rank(s) in {dt:.1f}s "
+                 f"({res['batches_per_s']:.1f} batches/s, {res['edges_per_s']:,.0f} edges/s)")
 
 
-def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, progress,
-           t_start) -> dict:
+def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
+           report: RunReport, t_start) -> tuple[dict, str]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from .model import GraphSAGE
@@ -295,16 +333,19 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
     opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
     kw = {"momentum": o.momentum} if o.name == "sgd" else {}
     opt = opt_cls[o.name](model.parameters(), lr=o.lr, weight_decay=o.weight_decay, **kw)
-    metrics = Metrics(Path(cfg.output.dir) / cfg.output.metrics_file if rank == 0 else None)
     first_epoch = 0
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    ckpt = latest_checkpoint(cfg) if (resume or restarted) else None
-    if resume and ckpt is None and rank == 0:
+    found = agree(lambda: load_latest(_ckpt_dir(cfg), device)) if (resume or restarted) \
+        else None
+    if resume or restarted:
+        agree_on_checkpoint(found)
+    if resume and found is None and rank == 0:
         log.warning("--resume: no checkpoint under %s; starting from scratch", _ckpt_dir(cfg))
-    if ckpt is not None:
-        state = torch.load(ckpt, map_location=device, weights_only=False)
+    if found is not None:
+        ckpt, state = found
+        agree(lambda: check_model_state(state["model"], model.module, ckpt))
         if state.get("world_size") != world:
-            raise PartitionError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
+            raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
                                  f"ranks, this job has {world}",
                                  "the loader order would differ", "resume with the same world "
                                  "size, or start a fresh output.dir")
@@ -312,18 +353,19 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
         opt.load_state_dict(state["optimizer"])
         train_loader.load_state_dict(state["loader"])
         first_epoch = int(state["epoch"]) + 1
-        if rank == 0:
-            print(f"resumed from {ckpt} (epoch {first_epoch})", flush=True)
-    if rank == 0:
-        metrics.write(event="start", world_size=world, first_epoch=first_epoch,
-                      config=config_to_dict(cfg))
-    bar = _bar(progress and rank == 0, tr.epochs - first_epoch, len(train_loader))
+        report.print(f"resumed from {ckpt} (epoch {first_epoch})")
+    report.start(mode="train", world_size=world, first_epoch=first_epoch,
+                 config=config_to_dict(cfg))
+    report.print(f"training on {world} rank(s): {report.steps} batches per epoch and rank; "
+                 "epoch rates are totals over all ranks")
+    report.open_bar(first_epoch)
     val_acc = float("nan")
     for epoch in range(first_epoch, tr.epochs):
         model.train()
         torch.manual_seed(s.seed * 1_000_003 + epoch * 1009 + rank)  # dropout, per epoch/rank
         train_loader.set_epoch(epoch)
-        tot = torch.zeros(3, dtype=torch.float64)
+        tot = torch.zeros(5, dtype=torch.float64)  # loss*seeds, seeds, correct, batches, edges
+        report.epoch_start()
         t0 = time.perf_counter()
         for step, b in enumerate(train_loader):
             if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
@@ -334,47 +376,40 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume, p
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            tot += torch.tensor([loss.item() * b.batch_size, b.batch_size,
-                                 float((out.argmax(-1) == y).sum())], dtype=torch.float64)
-            if bar is not None:
-                bar.update(1)
+            batch_loss, correct = loss.item(), float((out.argmax(-1) == y).sum())
+            tot += torch.tensor([batch_loss * b.batch_size, b.batch_size, correct, 1.0,
+                                 float(b.edge_index.shape[1])], dtype=torch.float64)
+            report.step(epoch, step + 1, batch_loss, correct, b.batch_size)
         dist.all_reduce(tot)
-        rec = {"event": "epoch", "epoch": epoch, "train_loss": float(tot[0] / max(tot[1], 1)),
-               "train_acc": float(tot[2] / max(tot[1], 1)), "seconds": time.perf_counter() - t0}
+        rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
+                           train_loss=float(tot[0] / max(tot[1], 1)),
+                           train_acc=float(tot[2] / max(tot[1], 1)))
         if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
             val_acc, val_loss = evaluate_splits(model, ["val"])["val"]
             rec.update(val_acc=val_acc, val_loss=val_loss)
-        if rank == 0:
-            metrics.write(**rec)
-            if bar is not None:
-                bar.set_postfix(loss=f"{rec['train_loss']:.3f}",
-                                val_acc=f"{rec.get('val_acc', val_acc):.3f}")
+        report.epoch(rec)
         if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
             if rank == 0:
-                save_checkpoint(cfg, {"model": model.module.state_dict(),
-                                      "optimizer": opt.state_dict(), "epoch": epoch,
-                                      "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
-                                                 "next_batch": 0},
-                                      "world_size": world, "config": config_to_dict(cfg)},
-                                epoch)
+                save_checkpoint(_ckpt_dir(cfg), {
+                    "model": model.module.state_dict(), "optimizer": opt.state_dict(),
+                    "epoch": epoch, "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
+                                               "next_batch": 0},
+                    "world_size": world, "config": config_to_dict(cfg)},
+                    epoch, keep=cfg.output.keep_checkpoints)
             dist.barrier()
             _maybe_fault(epoch, rank)
         tv = tr.target_value
         if tv is not None and "val_acc" in rec and tr.target_metric == "val_acc" and \
                 rec["val_acc"] >= tv:
             break
-    if bar is not None:
-        bar.close()
+    report.close()
     res = evaluate_splits(model, ["test", "val"])
     (test_acc, test_loss), (val_acc, _) = res["test"], res["val"]
     wall = time.perf_counter() - t_start
     final = {"event": "final", "test_acc": test_acc, "test_loss": test_loss, "val_acc": val_acc,
              "wall_s": wall, "world_size": world}
-    if rank == 0:
-        metrics.write(**final)
-        print(f"val accuracy {val_acc:.4f}  test accuracy {test_acc:.4f}  "
-              f"({world} rank(s), {wall:.1f}s)", flush=True)
-    return final
+    return final, (f"val accuracy {val_acc:.4f}  test accuracy {test_acc:.4f}  "
+                   f"({world} rank(s), {wall:.1f}s)")
 
 
 def _maybe_fault(epoch: int, rank: int) -> None:
@@ -388,14 +423,3 @@ def _maybe_fault(epoch: int, rank: int) -> None:
 
         log.warning("MNMG_FAULT_AFTER_EPOCH=%s: killing rank 0 now", at)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _bar(enabled: bool, epochs: int, per_epoch: int):
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=max(0, epochs) * per_epoch, unit="batch", dynamic_ncols=True,
-                mininterval=1.0)

@@ -41,9 +41,10 @@ def test_worker_really_used_the_simulator(sim_results):
     assert meta["numba_cuda_module"].startswith("numba.cuda.simulator")
 
 
-GRAPHS = ("random", "power_law", "degree0")
+GRAPHS = ("random", "power_law", "degree0", "wide")
 CASES = [f"{g}/f{f}/r{r}" for g in GRAPHS for f in (1, 3, 10, -1) for r in (0, 1)] + [
-    f"{g}/{c}" for g in GRAPHS for c in ("mixed", "remapped_no_eids", "repeated_rows")
+    f"{g}/{c}" for g in GRAPHS
+    for c in ("mixed", "remapped_no_eids", "no_edge_ids", "repeated_rows")
 ] + ["empty_call"]
 
 
@@ -53,6 +54,25 @@ def test_cuda_equals_cpu(sim_results, case):
     assert res["equal"], f"{case}: CUDA kernel output differs from the CPU kernel"
     if case != "empty_call":
         assert res["n_out"] > 0  # the case sampled something: the comparison is not vacuous
+
+
+WEIGHTED_CASES = [f"W/{g}/f{f}/r{r}" for g in GRAPHS for f in (1, 3, 10, -1) for r in (0, 1)] + [
+    f"W/{g}/{c}" for g in GRAPHS
+    for c in ("mixed", "remapped_no_eids", "no_edge_ids", "skewed", "unvalidated")
+] + ["W/empty_call"]
+
+
+@pytest.mark.parametrize("case", WEIGHTED_CASES)
+def test_weighted_cuda_equals_cpu(sim_results, case):
+    res = sim_results[case]
+    assert res["equal"], f"{case}: weighted CUDA kernel output differs from the CPU kernel"
+    if case != "W/empty_call":
+        assert res["n_out"] > 0
+
+
+def test_wrong_weighted_kernel_variant_is_caught(sim_results):
+    assert sim_results["WRONG_W/r0"]["equal"] is False
+    assert sim_results["WRONG_W/r1"]["equal"] is False
 
 
 def test_graphs_cover_degree_zero_nodes(sim_results):

@@ -3,7 +3,7 @@
 The simulator runs kernels as Python, so it cannot catch code that does not compile for the
 device (it missed numba's CUDA ``min``, for one). When an NVVM library is found (a CUDA toolkit,
 or ``pip install nvidia-cuda-nvcc-cu12`` with ``CUDA_HOME`` pointing at its ``nvidia/cuda_nvcc``
-folder), this test lowers both kernels to PTX for sm_80; otherwise it is skipped.
+folder), this test lowers the kernels (uniform and weighted) to PTX for sm_80; else it skips.
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ I64 = "int64[::1]"
 SIGNATURES = {
     "counts": f"void({I64}, {I64}, {I64}, uint8[::1], {I64})",
     "fill": f"void({I64}, {I64}, {I64}, {I64}, {I64}, {I64}, uint64, uint64, {I64}, uint8[::1], "
-            f"{I64}, {I64}, {I64})",
+            f"{I64}, {I64}, {I64}, uint8)",
+    "weighted_counts": f"void({I64}, float32[::1], {I64}, {I64}, uint8[::1], {I64}, {I64}, {I64})",
+    "weighted_fill": f"void({I64}, {I64}, {I64}, float32[::1], {I64}, {I64}, {I64}, uint64, "
+                     f"uint64, {I64}, uint8[::1], {I64}, {I64}, {I64}, float64[::1], {I64}, "
+                     f"{I64}, uint8)",
 }
 
 
@@ -33,7 +37,7 @@ def _nvvm_or_skip() -> None:
         pytest.skip(f"no NVVM library found ({type(exc).__name__})")
 
 
-@pytest.mark.parametrize("which", ["counts", "fill"])
+@pytest.mark.parametrize("which", ["counts", "fill", "weighted_counts", "weighted_fill"])
 def test_kernels_compile_to_ptx(monkeypatch, which):
     _nvvm_or_skip()
     from numba import cuda
@@ -44,7 +48,9 @@ def test_kernels_compile_to_ptx(monkeypatch, which):
                         lambda: types.SimpleNamespace(compute_capability=(8, 0)))
     from mnmg_sampler.ops import cuda as ocuda
 
-    counts_k, fill_k = ocuda.make_kernels()
-    kernel = counts_k if which == "counts" else fill_k
+    kernels = dict(zip(("counts", "fill"), ocuda.make_kernels(), strict=True))
+    kernels.update(zip(("weighted_counts", "weighted_fill"), ocuda.make_weighted_kernels(),
+                       strict=True))
+    kernel = kernels[which]
     ptx, _ = cuda.compile_ptx(kernel.py_func, SIGNATURES[which], cc=(8, 0))
     assert ".visible .entry" in ptx and ".target sm_80" in ptx

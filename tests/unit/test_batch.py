@@ -38,3 +38,27 @@ def test_to_pyg_keeps_every_field():
     assert d.batch_size == b.batch_size == 3 and d.num_nodes == b.num_nodes
     assert list(d.num_sampled_nodes) == b.num_sampled_nodes
     assert int(d.edge_index.max()) < d.num_nodes
+
+
+def test_to_pyg_is_a_data_a_pyg_model_accepts():
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Data
+    from torch_geometric.nn import GraphSAGE
+
+    d = _batch().to_pyg()
+    assert isinstance(d, Data)
+    out = GraphSAGE(2, 8, num_layers=2, out_channels=3)(d.x, d.edge_index)
+    assert out.shape == (d.num_nodes, 3)
+
+
+def test_repr_shows_shapes_not_contents():
+    b = _batch()
+    b.meta["part"] = 1
+    r = repr(b)
+    e = b.edge_index.shape[1]
+    assert r.startswith(f"MiniBatch(n_id=[{b.num_nodes}], edge_index=[2, {e}], e_id=[{e}]")
+    assert f"x=[{b.num_nodes}, 2]" in r and f"y=[{b.num_nodes}]" in r
+    assert f"num_sampled_nodes={b.num_sampled_nodes}" in r and "meta={part}" in r
+    assert "tensor(" not in r and len(r) < 300
+    b.x = b.y = None
+    assert ", x=" not in repr(b) and ", y=" not in repr(b)

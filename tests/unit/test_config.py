@@ -143,7 +143,7 @@ def test_resolved_yaml_reloads_to_the_same_config(tmp_path):
     # ranges
     ("sampler:\n  batch_size: -3\n", "sampler.batch_size: expected a positive integer, got -3",
      "e.g. sampler.batch_size=512"),
-    ("sampler:\n  fanouts: [10, 0]\n", "sampler.fanouts: expected a non-empty list", "-1"),
+    ("sampler:\n  fanouts: [10, -2]\n", "sampler.fanouts: expected a non-empty list", "-1"),
     ("sampler:\n  fanouts: []\n", "sampler.fanouts: expected a non-empty list", ""),
     ("model:\n  dropout: 1.0\n", "model.dropout: expected a number in [0, 1), got 1.0", ""),
     ("optimizer:\n  lr: 0\n", "optimizer.lr: expected a positive number, got 0.0", ""),
@@ -246,10 +246,12 @@ def test_check_paths(tmp_path, monkeypatch):
     good = tmp_path / "edges.txt.gz"
     good.write_bytes(b"")
     check_paths(load_config(None, [f"dataset.name={good}"]))
-    bad = tmp_path / "edges.csv"
+    bad = tmp_path / "edges.xyz"
     bad.write_bytes(b"")
+    (tmp_path / "notogb").mkdir()
     cases = [
-        (str(bad), "dataset.name: the file type of 'edges.csv' is not recognised"),
+        (str(bad), "dataset.name: the file type of 'edges.xyz' is not recognised"),
+        (str(tmp_path / "notogb"), "dataset.name: the directory 'notogb' is not recognised"),
         (str(tmp_path / "missing.npz"), "dataset.name: dataset file "),
         ("corra", "dataset.name: unknown dataset 'corra' (did you mean 'cora'?)"),
     ]
@@ -257,6 +259,11 @@ def test_check_paths(tmp_path, monkeypatch):
         with pytest.raises(ConfigError) as exc:
             check_paths(load_config(None, [f"dataset.name={name}"]))
         assert str(exc.value).startswith(start), str(exc.value)
+    with pytest.raises(ConfigError, match="supported formats|OGB") as exc:
+        check_paths(load_config(None, [f"dataset.name={bad}"]))
+    assert "parquet" in str(exc.value) and "OGB" in str(exc.value)
+    with pytest.raises(ConfigError, match=r"^dataset\.labels: file .*nolabels\.npy.* not found"):
+        check_paths(load_config(None, [f"dataset.labels={tmp_path / 'nolabels.npy'}"]))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="relative to the working directory"):
         check_paths(load_config(None, ["dataset.name=sub/missing.txt"]))

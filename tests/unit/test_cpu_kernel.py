@@ -126,6 +126,42 @@ def test_matches_plain_python_specification(replace):
         np.testing.assert_array_equal(pos - g.indptr[v], ref)
 
 
+@pytest.mark.parametrize("fanout", [15, 40, 63])
+def test_matches_specification_on_wide_rows(fanout):
+    """Rows of degree <= 64 and > 64 take different duplicate tests in Floyd's algorithm."""
+    g = np.random.default_rng(8)
+    deg = np.concatenate([g.integers(fanout + 1, 65, 30), g.integers(65, 300, 30)])
+    graph = CSRGraph.from_edges(g.integers(0, 60, deg.sum()), np.repeat(np.arange(60), deg), 60)
+    assert (deg <= 64).any() and (deg > 64).any()
+    nodes = np.arange(60)
+    keys = nodes * 1009 + 3
+    counts, _, pos = _run(graph, nodes, keys, fanout, eids=False, seed=4, hop=1)
+    for v, p in zip(nodes, _split(counts, pos), strict=True):
+        ref = _reference(graph, int(v), int(keys[v]), fanout, False, seed=4, hop=1)
+        np.testing.assert_array_equal(p - graph.indptr[v], ref)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_without_edge_ids_and_int32_ids(replace):
+    """``with_eids=False`` only drops the edge ids; int32 rows/nodes give the same draws."""
+    g = _random_graph(seed=9)
+    nodes = np.random.default_rng(2).integers(0, g.num_nodes, 500)
+    keys = nodes * 13 + 1
+    full = cpu.sample_neighbors(g.indptr, g.indices, g.edge_ids, nodes, nodes, keys, 3, 1, 4,
+                                replace)
+    n32 = nodes.astype(np.int32)
+    for e in (g.edge_ids, None):
+        counts, nbr, eid = cpu.sample_neighbors(g.indptr, g.indices, e, n32, n32, keys, 3, 1, 4,
+                                                replace, with_eids=False)
+        np.testing.assert_array_equal(counts, full[0])
+        np.testing.assert_array_equal(nbr, full[1])
+        assert eid.size == 0 and nbr.dtype == np.int64
+    counts, nbr, eid = cpu.sample_neighbors(g.indptr, g.indices, g.edge_ids, n32, n32, keys, 3,
+                                            1, 4, replace)
+    for x, y in zip((counts, nbr, eid), full, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_per_node_fanouts_and_replace_arrays():
     g = _random_graph(seed=4)
     nodes = np.arange(g.num_nodes)

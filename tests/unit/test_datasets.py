@@ -82,10 +82,11 @@ def test_unknown_spec_lists_forms(tmp_path):
     assert "'corra'" in msg and "did you mean 'cora'" in msg and "rmat:SCALE" in msg
     with pytest.raises(GraphFormatError, match=r"missing\.txt.*no such built-in dataset or file"):
         load_graph(str(tmp_path / "missing.txt"))
-    weird = tmp_path / "g.csv"
+    weird = tmp_path / "g.xyz"
     weird.write_text("0,1\n")
-    with pytest.raises(GraphFormatError, match="not recognised"):
+    with pytest.raises(GraphFormatError, match="not recognised") as ei:
         load_graph(str(weird))
+    assert "supported formats" in str(ei.value) and "OGB" in str(ei.value)
 
 
 def test_nonisolated_nodes():

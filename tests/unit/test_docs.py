@@ -3,9 +3,16 @@
 * every relative link in ``docs/*.md`` and ``README.md`` points to an existing file (and, for
   ``file.md#anchor``, to an existing heading), and ``docs/README.md`` lists every page;
 * every ``mnmg-sampler <subcommand>`` (and ``mnmg-sampler bench <mode>``) written in code in the
-  docs exists in the CLI (:func:`mnmg_sampler.cli.build_parser`);
+  docs exists in the CLI (:func:`mnmg_sampler.cli.build_parser`), and so does every ``--flag``
+  written after it;
+* every repository path written in the docs (``configs/cora.yaml``, ``mnmg_sampler/ops/cpu.py``,
+  ``tests/unit/``) exists, and every dotted ``mnmg_sampler.module.name`` names a module and a
+  name in it;
+* no absolute path of a developer's machine (``/work/``, ``/home/``, ``/tmp/``, ...) is written in
+  the docs, configs, examples or launch scripts;
 * every config key written as ``section.key`` in the docs exists in the schema
-  (:func:`mnmg_sampler.config.iter_fields`);
+  (:func:`mnmg_sampler.config.iter_fields`), and the key table of ``docs/configuration.md`` lists
+  exactly the schema's keys;
 * the worked example of ``docs/rng.md`` is recomputed from ``mnmg_sampler.ops.rng`` and the CPU
   kernel. After an intended change of the RNG, rewrite that block with::
 
@@ -160,6 +167,171 @@ def test_cli_mentions_only_look_at_code():
     assert cli_mentions(text) == [("bench", "single"), ("sample", None), ("info", "cora")]
 
 
+def _cli_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser],
+                             dict[str, argparse.ArgumentParser]]:
+    from mnmg_sampler.cli import build_parser
+
+    def subs(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+    top = build_parser()
+    commands = subs(top)
+    return top, commands, subs(commands["bench"]) if "bench" in commands else {}
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings}
+
+
+_COMMAND_LINE = re.compile(
+    r"(?:\bmnmg-sampler|-m\s+mnmg_sampler)((?:\s+-[-\w]+)*)\s+([a-z][a-z_-]*)(:?)([^\n]*)")
+_SHELL_END = re.compile(r"\s(?:#|\||;|&&|>|2>)|\\\|")
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+def cli_command_lines(text: str) -> list[tuple[str, str, list[str]]]:
+    """(subcommand, mode or "", flags) of every ``mnmg-sampler SUB ...`` command line in code;
+    backslash continuations joined, the line cut at a shell comment, pipe or redirection. An
+    error message (``mnmg-sampler SUB: error: ...``) gives no flags."""
+    out = []
+    for code in code_texts(text):
+        code = re.sub(r"\\\n\s*", " ", code)
+        for m in _COMMAND_LINE.finditer(code):
+            cmd, colon, rest = m.group(2), m.group(3), m.group(4)
+            if colon:
+                out.append((cmd, "", []))
+                continue
+            rest = _SHELL_END.split(rest, maxsplit=1)[0]
+            mode = ""
+            if cmd == "bench":
+                mm = re.match(r"\s+([a-z][\w-]*)", rest)
+                mode = mm.group(1) if mm else ""
+            out.append((cmd, mode, _FLAG.findall(m.group(1)) + _FLAG.findall(rest)))
+    return out
+
+
+def test_every_cli_flag_in_the_docs_exists():
+    top, commands, modes = _cli_parsers()
+    common = _options(top)
+    bad, seen = [], 0
+    for md in doc_files():
+        for cmd, mode, flags in cli_command_lines(md.read_text(encoding="utf-8")):
+            parser = commands.get(cmd)
+            if parser is None:
+                continue  # reported by test_every_cli_subcommand_in_the_docs_exists
+            if cmd == "bench" and mode in modes:
+                parser = modes[mode]
+            allowed = _options(parser) | common
+            for flag in flags:
+                seen += 1
+                if flag.split("=")[0] not in allowed:
+                    bad.append(f"{md.name}: mnmg-sampler {cmd} {mode} {flag}".replace("  ", " "))
+    assert seen > 30, "the flag finder found almost nothing: is it broken?"
+    assert not bad, "options the CLI does not have:\n" + "\n".join(bad)
+
+
+def test_cli_command_lines_finds_flags():
+    text = ("```\nmnmg-sampler bench single --graph cora \\\n    --json out.json  # --not-this\n"
+            "mnmg-sampler -v info cora --json | head -1 --nor-this\n```\n"
+            "`mnmg-sampler sample: error: pass --partitions DIR`, "
+            "`torchrun -m mnmg_sampler sample --partitions p`\n")
+    assert cli_command_lines(text) == [
+        ("bench", "single", ["--graph", "--json"]), ("info", "", ["-v", "--json"]),
+        ("sample", "", []), ("sample", "", ["--partitions"])]
+
+
+# --------------------------------------------------------------------------- paths
+
+REPO_DIRS = ("mnmg_sampler", "tests", "docs", "configs", "launch", "benchmarks", "examples", ".ci")
+_REPO_PATH = re.compile(rf"(?<![\w./~$-])((?:{'|'.join(map(re.escape, REPO_DIRS))})"
+                        r"/[\w.*/-]*|README\.md|pyproject\.toml)")
+_MODULE = re.compile(r"(?<![\w./])mnmg_sampler(?:\.[A-Za-z_]\w*)+")
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|home|tmp|root|Users|scratch)/[\w.-]")
+# Files that hold those paths on purpose (tests of path handling, not documentation).
+MACHINE_PATH_SCAN = ("docs/*.md", "README.md", "benchmarks/*.md", "examples/*", "configs/*",
+                     "launch/*", "mnmg_sampler/data/README.md")
+
+
+def repo_paths(text: str) -> list[str]:
+    """Repository paths written in code spans, code blocks and links of a markdown text."""
+    found = [m.group(1) for code in code_texts(text) for m in _REPO_PATH.finditer(code)]
+    return [p.rstrip(".") for p in found]
+
+
+def _exists(rel: str) -> bool:
+    if "*" in rel:
+        return any(REPO.glob(rel))
+    return (REPO / rel).exists()
+
+
+def test_every_repository_path_in_the_docs_exists():
+    bad, seen = [], 0
+    for md in doc_files():
+        for rel in repo_paths(md.read_text(encoding="utf-8")):
+            seen += 1
+            if not _exists(rel):
+                bad.append(f"{md.relative_to(REPO)}: {rel}")
+    assert seen > 50, "the path finder found almost nothing: is it broken?"
+    assert not bad, "paths that do not exist in the repository:\n" + "\n".join(bad)
+
+
+def _module_source(parts: list[str]) -> tuple[Path, int] | None:
+    """(source file, number of parts it covers) of the longest module prefix of ``parts``."""
+    best = None
+    for n in range(1, len(parts) + 1):
+        base = REPO.joinpath(*parts[:n])
+        for src in (base.with_suffix(".py"), base / "__init__.py"):
+            if src.is_file():
+                best = (src, n)
+    return best
+
+
+def test_every_dotted_module_name_in_the_docs_exists():
+    bad, seen = [], 0
+    for md in doc_files():
+        for code in code_texts(md.read_text(encoding="utf-8")):
+            for m in _MODULE.finditer(code):
+                parts = m.group(0).split(".")
+                seen += 1
+                found = _module_source(parts)
+                if found is None:
+                    bad.append(f"{md.name}: {m.group(0)} (no such module)")
+                    continue
+                src, n = found
+                if n < len(parts) and not re.search(
+                        rf"\b{re.escape(parts[n])}\b", src.read_text(encoding="utf-8")):
+                    bad.append(f"{md.name}: {m.group(0)} ({parts[n]} is not in "
+                               f"{src.relative_to(REPO)})")
+    assert seen > 10, "the module finder found almost nothing: is it broken?"
+    assert not bad, "dotted names that do not exist:\n" + "\n".join(bad)
+
+
+def test_path_finders_match_only_candidates():
+    text = ("See `configs/cora.yaml`, `launch/run.sh.`, `mnmg_sampler.ops.cpu.sample_neighbors`,"
+            " `runs/quickstart`, `../x/configs/a`, `$ROOT/configs/b.yaml` and configs/prose.md\n"
+            "```\npython -m mnmg_sampler.config.docs > docs/configuration.md\n```\n")
+    assert repo_paths(text) == ["docs/configuration.md", "configs/cora.yaml", "launch/run.sh"]
+    assert _module_source(["mnmg_sampler", "ops", "cpu", "sample_neighbors"])[1] == 3
+    assert MACHINE_PATH.search("S=/work/shared/x.gz") and MACHINE_PATH.search("--json /tmp/a")
+    assert not MACHINE_PATH.search("/usr/local/cuda and ~/tmp/x and runs/tmp/y")
+
+
+def test_no_absolute_machine_paths():
+    bad = []
+    for pattern in MACHINE_PATH_SCAN:
+        for f in sorted(REPO.glob(pattern)):
+            if not f.is_file():
+                continue
+            for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+                if MACHINE_PATH.search(line):
+                    bad.append(f"{f.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not bad, "absolute paths of a machine (use relative or placeholder paths):\n" + \
+        "\n".join(bad)
+
+
 # --------------------------------------------------------------------------- config keys
 
 # Python attributes written like config keys (``section.attr``), documented on purpose.
@@ -206,6 +378,15 @@ def test_every_config_key_in_the_docs_exists():
                 bad.append(f"{md.name}: {k}")
     assert seen > 20, "the key finder found almost nothing: is it broken?"
     assert not bad, "unknown config keys in docs:\n" + "\n".join(bad)
+
+
+def test_configuration_md_table_lists_exactly_the_schema():
+    from mnmg_sampler.config import iter_fields
+
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([a-z_]+(?:\.[a-z_0-9]+)?)` \|", text, re.M)
+    assert len(rows) == len(set(rows))
+    assert set(rows) == {f.key for f in iter_fields()}
 
 
 def test_config_key_finder_only_matches_candidates():

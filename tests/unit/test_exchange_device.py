@@ -1,7 +1,7 @@
 """The exchange helper puts its buffers on the backend's device: CUDA for NCCL, CPU for gloo.
 
-No GPU here: a fake NCCL group drives the real selection logic, and staging is intercepted so the
-test records where each buffer would live instead of allocating CUDA memory.
+No GPU here: a fake NCCL group drives the real selection logic; the real staging code is run
+against the meta device, and spies around it check that every collective buffer was staged.
 """
 
 from __future__ import annotations
@@ -43,23 +43,57 @@ def test_backend_device_nccl_is_current_cuda_device(monkeypatch):
     assert backend_device(FakeGroup("gloo")) == torch.device("cpu")
 
 
-def test_exchanger_stages_buffers_on_the_backend_device(monkeypatch):
+def test_stage_and_unstage_really_move_buffers(monkeypatch):
+    """The real ``_stage``/``_unstage`` (no stand-ins) put buffers on the exchange device and
+    back; the meta device stands in for the GPU this machine does not have."""
+    _patch(monkeypatch, [])
+    ex = Exchanger(FakeGroup("nccl"))
+    assert ex.device == torch.device("cuda", 1)  # what NCCL would use
+    ex.device = torch.device("meta")
+    staged = ex._stage(torch.arange(6))
+    assert staged.device.type == "meta" and staged.shape == (6,)
+    back = ex._unstage(torch.ones(3), torch.device("meta"))
+    assert back.device.type == "meta"
+
+
+def test_exchange_hands_the_collective_only_staged_buffers(monkeypatch):
+    """Every buffer given to all_to_all comes out of ``_stage`` and every result goes through
+    ``_unstage`` to the caller's device: spies wrap the real methods and record what they
+    returned, and the fake collective records what it was given."""
     calls: list = []
     _patch(monkeypatch, calls)
-    staged: list = []
     ex = Exchanger(FakeGroup("nccl"))
-    assert ex.device == torch.device("cuda", 1)
-    monkeypatch.setattr(ex, "_stage", lambda t: staged.append(ex.device) or t.clone())
-    back: list = []
-    monkeypatch.setattr(ex, "_unstage", lambda t, d: back.append(d) or t.to(d))
+    ex.device = torch.device("cpu")  # real data flow; the device itself is tested above
+    real_stage, real_unstage = ex._stage, ex._unstage
+    staged, unstaged = [], []
+
+    def stage(t):
+        out = real_stage(t).clone()  # a fresh buffer: one that bypassed _stage is detectable
+        staged.append(out.data_ptr())
+        return out
+
+    def unstage(t, device):
+        unstaged.append((t.data_ptr(), device))
+        return real_unstage(t, device)
+
+    monkeypatch.setattr(ex, "_stage", stage)
+    monkeypatch.setattr(ex, "_unstage", unstage)
+    seen = []
+    fake = collective.dist.all_to_all_single
+
+    def recording(out, inp, *a, **k):
+        seen.append((inp.data_ptr(), out.data_ptr()))
+        return fake(out, inp, *a, **k)
+
+    monkeypatch.setattr(collective.dist, "all_to_all_single", recording)
     payload = torch.arange(10, dtype=torch.int64).reshape(5, 2)
     rows, counts = ex.exchange(payload, torch.tensor([3, 2]))
-    assert staged == [torch.device("cuda", 1)] * 2  # counts and payload both staged on cuda:1
-    assert back == [torch.device("cpu")]  # results return to the caller's device
-    assert rows.device.type == "cpu" and torch.equal(rows, payload)
-    assert counts.tolist() == [3, 2]
+    assert len(seen) == 2 and len(staged) == 2 and len(unstaged) == 1
+    assert [inp for inp, _ in seen] == staged  # counts, then payload: both staged
+    assert unstaged == [(seen[1][1], torch.device("cpu"))]  # payload result -> caller device
+    assert torch.equal(rows, payload) and counts.tolist() == [3, 2]
     assert calls[0]["out_splits"] is None and calls[1]["in_splits"] == [3, 2]
-    assert ex.bytes_sent == 2 * 8 + 10 * 8
+    assert ex.bytes_sent == 2 * 8 + 10 * 8 and ex.calls == 2
 
 
 def test_exchanger_on_gloo_keeps_cpu(monkeypatch):

@@ -64,7 +64,7 @@ def test_run_sh_defaults_and_forwarded_overrides(stub):
     argv = log.read_text().splitlines()
     args = torchrun_args(argv)
     assert args.nproc_per_node == "2"
-    assert (args.rdzv_backend, args.rdzv_endpoint) == ("c10d", "localhost:0")
+    assert (args.rdzv_backend, args.rdzv_endpoint) == ("c10d", "127.0.0.1:0")  # loopback
     assert (args.local_ranks_filter, args.role, args.tee) == ("0", "rank", "3")
     assert args.module and args.training_script == "mnmg_sampler"
     assert args.training_script_args == [

@@ -93,12 +93,12 @@ def test_without_drop_last_every_seed_exactly_once(shuffle):
     for n, b, w in CASES:
         for epoch in (0, 1):
             gb = global_batches(n, b, w, shuffle=shuffle, drop_last=False, seed=3, epoch=epoch)
-            assert len(gb) % w == 0 and len(gb) >= w, (n, b, w)
-            assert len(gb) == (w * -(-n // (b * w)) if n else w)
+            assert len(gb) % w == 0 and len(gb) == w * -(-n // (b * w)), (n, b, w)
+            assert len(gb) >= w if n else gb == [], (n, b, w)  # no seeds: no batch at all
             assert all(x.size <= b for x in gb), (n, b, w)
             allpos = np.concatenate(gb) if gb else np.empty(0, np.int64)
             assert np.array_equal(np.sort(allpos), np.arange(n)), (n, b, w)
-            sizes = [x.size for x in gb]
+            sizes = [x.size for x in gb] or [0]
             assert max(sizes) - min(sizes) <= 1, (n, b, w)  # balanced: no rank idles long
             if not shuffle:
                 assert np.array_equal(allpos, np.arange(n))

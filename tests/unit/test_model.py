@@ -60,8 +60,23 @@ def test_graphsage_shape_and_backend(layers):
     x, ei = _tiny()
     m = GraphSAGE(2, 8, 5, layers, use_pyg=False)
     assert m.backend == "builtin" and m.num_layers == layers
-    assert m(x, ei).shape == (4, 5)
-    assert accuracy(m(x, ei), torch.zeros(4, dtype=torch.long)) <= 1.0
+    m.eval()
+    out = m(x, ei)
+    assert out.shape == (4, 5)
+    y = out.argmax(-1)
+    assert accuracy(out, y) == 1.0 and accuracy(out, (y + 1) % 5) == 0.0
+
+    def changed(node: int, row: int) -> bool:
+        """Does perturbing the features of ``node`` change the output of ``row``?"""
+        x2 = x.clone()
+        x2[node] += 10.0
+        return not torch.allclose(m(x2, ei)[row], out[row])
+
+    # receptive field: node 0 <- {1, 2} at 1 hop, <- {3, 0} through node 1 at 2 hops; node 2
+    # has no in-edge, so only its own features reach it
+    assert changed(0, 0) and changed(1, 0) and changed(2, 0)
+    assert changed(3, 0) == (layers >= 2)
+    assert not changed(0, 2) and not changed(3, 2) and changed(2, 2)
 
 
 def test_graphsage_rejects_bad_arguments():

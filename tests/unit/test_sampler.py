@@ -199,13 +199,29 @@ def test_bad_seed_in_one_merged_request_fails_before_sampling():
     assert s.hop_calls == 0
 
 
-@pytest.mark.parametrize("fanouts", [[], [0], [5, 0], [-2], [1.5], ["a"], None, [3, -7]])
+@pytest.mark.parametrize("fanouts", [[], [-2], [1.5], ["a"], None, [3, -7]])
 def test_bad_fanouts(fanouts):
     with pytest.raises(SamplingInputError, match="fanouts"):
         check_fanouts(fanouts)
     g = _graph(n=300)
     with pytest.raises(SamplingInputError):
         sample(g, np.array([1, 2]), fanouts)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_fanout_zero_samples_nothing_at_that_hop(replace):
+    # PyG's NeighborLoader: num_neighbors 0 at a hop samples no edge there (and so nothing
+    # after it); hops before it are unchanged.
+    g = _graph(n=300)
+    seeds = _seeds(g, 16)
+    full = sample(g, seeds, [5, 3], key=7, replace=replace)
+    zero = sample(g, seeds, [5, 0], key=7, replace=replace)
+    assert zero.num_sampled_edges == [full.num_sampled_edges[0], 0]
+    assert zero.num_sampled_nodes == full.num_sampled_nodes[:2] + [0]
+    assert torch.equal(zero.n_id, full.n_id[: sum(full.num_sampled_nodes[:2])])
+    assert torch.equal(zero.edge_index, full.edge_index[:, : full.num_sampled_edges[0]])
+    first = sample(g, seeds, [0, 4], key=7, replace=replace)
+    assert first.num_sampled_edges == [0, 0] and first.n_id.numel() == seeds.size
 
 
 def test_duplicate_seeds_and_negative_key():

@@ -66,17 +66,26 @@ def test_shards_in_name_order_and_loaded_as_one_graph(tmp_path):
     assert g.num_nodes == 6 and g.num_edges == 6 and g.name == str(d)
     g2 = load_graph(str(d / "*.npy"))
     assert g2.num_edges == 3
+    ogb = tmp_path / "ogb" / "raw"
+    ogb.mkdir(parents=True)  # an OGB directory is not a shard directory
+    from mnmg_sampler.graph.sources import is_sharded
+
+    (ogb / "edge.csv.gz").write_bytes(gzip.compress(b"0,1\n"))
+    assert is_sharded(d) and is_sharded(str(d / "*.txt")) and not is_sharded(ogb.parent)
+    assert not is_sharded(str(d / "c.npy")) and not is_sharded("rmat:4")
 
 
 def test_bad_shards(tmp_path):
     with pytest.raises(GraphFormatError, match="no edge files"):
         shard_files(tmp_path / "*.txt")
-    np.save(tmp_path / "x.npy", np.zeros((3, 3)))
+    (tmp_path / "a").mkdir()
+    np.save(tmp_path / "a" / "x.npy", np.zeros((3, 3)))
     with pytest.raises(GraphFormatError, match="not a usable edge array"):
-        read_share(str(tmp_path / "x.npy"), 0, 1)
-    np.save(tmp_path / "f.npy", np.zeros((3, 2), np.float32))
+        read_share(str(tmp_path / "a"), 0, 1)
+    (tmp_path / "b").mkdir()
+    np.save(tmp_path / "b" / "f.npy", np.zeros((3, 2), np.float32))
     with pytest.raises(GraphFormatError, match="dtype"):
-        read_share(str(tmp_path / "f.npy"), 0, 1)
+        read_share(str(tmp_path / "b" / "*.npy"), 0, 1)
 
 
 def test_rmat_shares_and_whole_inputs():

@@ -1,0 +1,213 @@
+"""``mnmg-sampler bench link``: link-prediction minibatches vs DGL 2.1's link sampler, one run.
+
+Both sides sample the **same seed edges** (``--batches`` batches of ``--batch-size`` edges drawn
+from the graph with ``--seed``) with the same fanouts and thread count:
+
+* **mnmg-sampler**: what :class:`~mnmg_sampler.link_loader.DistLinkNeighborLoader` does per batch,
+  in one process: ``--negatives`` binary negatives per positive from the counter-based RNG
+  (``--reject``: known edges redrawn), one multi-hop request for the endpoints, and the seed edges
+  removed from the subgraph (``exclude_seed_edges``; ``--no-exclude`` keeps them).
+* **DGL**: ``as_edge_prediction_sampler(NeighborSampler, exclude="self",
+  negative_sampler=Uniform(k))`` in a subprocess of the peer venv (``bench/dgl_link_peer.py``).
+
+DGL samples every destination node of each layer again, so its edges per batch differ; sampled
+edges per second is the comparable number (batches per second is printed beside it). Our repeats
+are interleaved with DGL's runs so both see the same machine state; medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ..commands.sample import add_graph_arguments, positive_int
+
+HELP = "link prediction minibatches (negatives, exclusion) vs DGL's link sampler (same run)"
+DGL_TARGET = 1.5  # sampled edges/s >= 1.5x DGL's link sampler
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("link", help=HELP, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graph", default="rmat:20",
+                   help="cora, rmat:SCALE[:EDGE_FACTOR] or a graph file (default: rmat:20)")
+    add_graph_arguments(p)
+    p.set_defaults(threads=1)
+    p.add_argument("--batches", type=positive_int, default=30,
+                   help="timed minibatches of seed edges per repeat (default: 30)")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="repeats of our measurement; the median is reported (default: 3)")
+    p.add_argument("--negatives", type=positive_int, default=1,
+                   help="binary negatives per positive edge (default: 1)")
+    p.add_argument("--reject", action="store_true",
+                   help="redraw negatives that are known edges (DGL's Uniform does not)")
+    p.add_argument("--no-exclude", action="store_true",
+                   help="keep the seed edges in their subgraph (both sides)")
+    p.add_argument("--peers-venv", metavar="DIR",
+                   help="venv made by ../shared/peers/setup.sh (default: .peers-venv if present)")
+    p.add_argument("--peer-repeats", type=positive_int, default=3,
+                   help="DGL subprocess runs, median reported (default: 3)")
+    p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.set_defaults(bench_run=run)
+    return p
+
+
+class LinkBench:
+    """Timed link minibatches over fixed seed edges, one request per batch."""
+
+    def __init__(self, graph, seed_pos, fanouts, args) -> None:
+        import numpy as np
+
+        from ..link_loader import build_link_request, finish_link_batch
+        from ..ops.negative import NegativeSampling, csr_has_edges
+        from ..sampler import MultiHopSampler, local_hop_fn
+
+        dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
+        self.eli = np.stack([graph.indices[seed_pos], dst[seed_pos]])
+        del dst
+        self.graph, self.args, self.fanouts = graph, args, fanouts
+        self.neg = NegativeSampling("binary", args.negatives, reject_known=args.reject)
+        self.known = lambda s, d: csr_has_edges(graph.indptr, graph.indices, d, s)
+        self.sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
+        self._build, self._finish = build_link_request, finish_link_batch
+        B = args.batch_size
+        self.batches = [np.arange(i, min(i + B, seed_pos.size)) for i in range(0, seed_pos.size, B)]
+        self.seconds: list[float] = []
+        self.edges = self.nodes = 0
+        self._one(0)  # warm-up: compile, touch the arrays
+
+    def _one(self, i: int):
+        a = self.args
+        plan = self._build(self.eli, None, self.batches[i], g=i, epoch=0, seed=a.seed,
+                           num_neighbors=self.fanouts, replace=a.replace,
+                           num_nodes=self.graph.num_nodes, neg=self.neg, known=self.known)
+        (mb,) = self.sampler.sample([plan.request])
+        return self._finish(mb, plan, num_nodes=self.graph.num_nodes,
+                            exclude_seed_edges=not a.no_exclude)
+
+    def run_once(self) -> None:
+        edges = nodes = 0
+        t = time.perf_counter()
+        for i in range(len(self.batches)):
+            b = self._one(i)
+            edges += int(b.e_id.numel())
+            nodes += b.num_nodes
+        self.seconds.append(time.perf_counter() - t)
+        self.edges, self.nodes = edges, nodes
+
+    def result(self) -> dict:
+        from .single import _median_rate
+
+        out = _median_rate(self.edges, self.seconds)
+        n = len(self.batches)
+        out.update(batches=n, edges=self.edges, edges_per_batch=self.edges / n,
+                   nodes_per_batch=self.nodes / n, batches_per_s=n / out["median_s"])
+        return out
+
+
+def peer_python(venv: str | None) -> Path | None:
+    """The Python of the DGL peer venv (``--peers-venv``, else ``.peers-venv`` here or at the
+    repository root), or ``None``."""
+    root = Path(__file__).resolve().parents[2]
+    venvs = [Path(venv)] if venv else [Path(".peers-venv"), root / ".peers-venv"]
+    return next((v / "bin" / "python" for v in venvs if (v / "bin" / "python").exists()), None)
+
+
+def bench_dgl_link(graph, seed_pos, python: Path, args, fanouts, before_each) -> dict:
+    """DGL's link sampler on the same graph and seed edges, ``--peer-repeats`` subprocesses."""
+    import numpy as np
+
+    script = Path(__file__).with_name("dgl_link_peer.py")
+    with tempfile.TemporaryDirectory(prefix="mnmg-bench-link-") as tmp:
+        path = Path(tmp) / "graph.npz"
+        dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
+        # edge i of DGL's graph is CSR entry i: seed edge ids are the same edges as ours
+        np.savez(path, src=graph.indices, dst=dst, num_nodes=np.int64(graph.num_nodes),
+                 seed_edges=np.asarray(seed_pos, np.int64))
+        del dst
+        cmd = [str(python), str(script), "--graph", str(path),
+               "--fanouts", ",".join(str(f) for f in fanouts),
+               "--batch-size", str(args.batch_size), "--negatives", str(args.negatives),
+               "--threads", str(args.threads)]
+        if args.replace:
+            cmd.append("--replace")
+        if args.no_exclude:
+            cmd.append("--no-exclude")
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), DGLBACKEND="pytorch")
+        runs = []
+        for _ in range(args.peer_repeats):
+            before_each()
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+                return {"available": False, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
+            runs.append(json.loads(lines[-1]))
+    rates = [r["sampled_edges_per_s"] for r in runs]
+    med = sorted(runs, key=lambda r: r["sampled_edges_per_s"])[len(runs) // 2]
+    med.update(available=True, sampled_edges_per_s_runs=rates, best_per_s=max(rates))
+    return med
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ..commands.sample import parse_fanouts, set_threads
+    from ._launch import command_line, load_for_bench
+    from .single import _fmt, _machine, _verdict
+
+    fanouts = parse_fanouts(args.fanouts)
+    threads = set_threads(args.threads)
+    import torch
+
+    torch.set_num_threads(threads)  # idle intra-op threads spin against the sampler otherwise
+    graph, _seeds, load_s = load_for_bench(args)
+    n_seed = min(args.batches * args.batch_size, graph.num_edges)
+    seed_pos = np.random.default_rng([args.seed, 0x11CC]).choice(graph.num_edges, n_seed,
+                                                                 replace=False)
+    res: dict = {"mode": "link", "command": command_line("link"), "graph": args.graph,
+                 "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "load_s": load_s,
+                 "fanouts": fanouts, "batch_size": args.batch_size, "negatives": args.negatives,
+                 "reject_known": args.reject, "exclude_seed_edges": not args.no_exclude,
+                 "replace": args.replace, "seed": args.seed, "machine": _machine(threads)}
+    print(f"graph {args.graph}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges, loaded "
+          f"in {load_s:.1f}s; threads {threads}, fanouts {fanouts}, {args.batches} batches of "
+          f"{args.batch_size} seed edges, {args.negatives} negative(s) each, exclude seed edges "
+          f"{not args.no_exclude}, reject known {args.reject}")
+    lb = LinkBench(graph, seed_pos, fanouts, args)
+    peer = None if args.no_peers else peer_python(args.peers_venv)
+    res["dgl"] = {"available": False, "error": "skipped (--no-peers)" if args.no_peers
+                  else "no peer venv found"}
+    if peer is not None:
+        print("our repeats interleaved with DGL runs (each loads the graph) ...", flush=True)
+        res["dgl"] = bench_dgl_link(graph, seed_pos, peer, args, fanouts, lb.run_once)
+    while len(lb.seconds) < args.repeats:
+        lb.run_once()
+    m = res["ours"] = lb.result()
+    print(f"\nlink minibatches, {m['batches']} batches, median of {len(m['seconds'])}")
+    print(f"  mnmg-sampler          {_fmt(m['per_s'])} sampled edges, "
+          f"{m['batches_per_s']:,.2f} batches/s, {m['edges_per_batch']:,.0f} edges/batch")
+    d = res["dgl"]
+    if d.get("available"):
+        res["vs_dgl"] = m["per_s"] / d["sampled_edges_per_s"]
+        res["vs_dgl_batches"] = m["batches_per_s"] / d["batches_per_s"]
+        res["vs_dgl_best"] = m["best_per_s"] / d["best_per_s"]
+        print(f"  DGL {d['version']} link     {_fmt(d['sampled_edges_per_s'])} sampled edges, "
+              f"{d['batches_per_s']:,.2f} batches/s, {d['edges_per_batch']:,.0f} edges/batch")
+        print(f"  mnmg-sampler / DGL    {_verdict(res['vs_dgl'], DGL_TARGET)} in sampled "
+              f"edges/s; {res['vs_dgl_batches']:.2f}x in batches/s; best runs "
+              f"{res['vs_dgl_best']:.2f}x")
+    else:
+        res["vs_dgl"] = None
+        print(f"  DGL peer: not available [{d['error']}]")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0

@@ -1,0 +1,65 @@
+"""Edge membership over a partitioned graph: "is ``src -> dst`` an edge?" asked of the owner.
+
+The in-edge CSR row of ``dst`` lives on the rank that owns ``dst``, so each query travels there
+in one all-to-all (counts, then ``(dst, src)`` rows), is answered by a scan of that row, and the
+answer comes back in a second exchange. No rank holds more than its own part. Calls are
+collective: every rank calls :meth:`EdgeMembership.known` the same number of times, with any
+number of queries, including none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..ops.negative import csr_has_edges
+from .collective import Exchanger, backend_device
+from .partition_book import PartitionBook
+
+
+class EdgeMembership:
+    """Collective membership test for original-id pairs over this rank's partition.
+
+    Args:
+        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
+        group: process group of the exchange (its own, so it never interleaves with another
+            thread's collectives on a different group).
+    """
+
+    def __init__(self, part, group: dist.ProcessGroup | None = None) -> None:
+        self.indptr = np.asarray(part.indptr)
+        self.indices = np.asarray(part.indices)
+        self.orig_to_new = np.asarray(part.orig_to_new)
+        self.lo = int(part.boundaries[part.rank])
+        self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
+        self.group = group
+        self.ex = Exchanger(group)
+        self.calls = 0
+
+    def known(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Collective: bool per pair, True when ``src -> dst`` (original ids) is an edge."""
+        s = self.orig_to_new[np.asarray(src, np.int64)]
+        d = self.orig_to_new[np.asarray(dst, np.int64)]
+        owner = self.book.owner(torch.from_numpy(d)).numpy()
+        perm = np.argsort(owner, kind="stable")
+        send_counts = torch.from_numpy(np.bincount(owner, minlength=self.ex.world_size)
+                                       .astype(np.int64))
+        payload = torch.from_numpy(np.stack([d[perm], s[perm]], 1) if d.size
+                                   else np.empty((0, 2), np.int64))
+        recv, recv_counts = self.ex.exchange(payload, send_counts)
+        recv = recv.numpy()
+        flags = csr_has_edges(self.indptr, self.indices, recv[:, 0] - self.lo, recv[:, 1])
+        back = self.ex.payload(torch.from_numpy(flags.astype(np.uint8)), recv_counts.tolist(),
+                               send_counts.tolist()).numpy()
+        out = np.empty(d.size, bool)
+        out[perm] = back.astype(bool)
+        self.calls += 1
+        return out
+
+    def any(self, flag: bool) -> bool:
+        """Collective: True when ``flag`` is True on any rank."""
+        t = torch.tensor([1 if flag else 0], dtype=torch.int64,
+                         device=backend_device(self.group))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(int(t.item()))

@@ -1,0 +1,101 @@
+"""Partition a graph given in any form, in one call: ``partition_graph(edge_index, x=..., ...)``.
+
+The lower-level pieces (``graph.partition.partition_graph`` making a plan, ``write_partitions``)
+stay where they are; this is the entry point for a user holding tensors, a PyG ``Data`` or a
+path. :func:`split_from_partitions` recovers the train/val/test node ids a graph's masks define.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from .readers import MAX_NODE_ID
+
+__all__ = ["partition_graph", "split_from_partitions"]
+
+log = logging.getLogger(__name__)
+
+
+def partition_graph(
+    data,
+    x=None,
+    y=None,
+    *,
+    num_parts: int,
+    out: str | os.PathLike,
+    method: str = "random",
+    seed: int = 0,
+    masks: Mapping[str, object] | None = None,
+    num_nodes: int | None = None,
+    undirected: bool | None = None,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
+    overwrite: bool = False,
+) -> Path:
+    """Split a graph into ``num_parts`` parts (one per rank) and write them to ``out``.
+
+    Args:
+        data: the graph: an ``edge_index`` (``2 x E`` tensor or array, row 0 = source), a
+            ``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, a ``CSRGraph``, or a spec
+            string / path that :func:`~mnmg_sampler.graph.datasets.load_graph` reads.
+        x, y: node features ``[N, F]`` and labels ``[N]`` (arrays or file paths); they
+            replace those the input carries.
+        num_parts: number of parts: the world size of the job that loads them.
+        out: output directory, written atomically (see ``docs/formats.md``).
+        method: ``random``, ``range`` or ``metis``; ``seed`` seeds ``random`` and ``metis``.
+        masks: ``{"train": ..., "val": ..., "test": ...}`` bool masks or node-id arrays (or
+            paths). Stored with the parts; a YAML job trains on them instead of a random split.
+        num_nodes: for arrays: the node count when the largest id is not ``N - 1``.
+        undirected, drop_self_loops, drop_duplicates: clean-up before partitioning.
+        max_node_id: refuse larger ids (``None``: no bound).
+        overwrite: replace an existing ``out`` once the new one is complete.
+
+    Returns:
+        The output directory; open a part with ``load_partition(out, rank, num_parts)``.
+
+    Example::
+
+        edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+        partition_graph(edge_index, x=torch.randn(3, 8), y=torch.tensor([0, 1, 0]),
+                        num_parts=2, out="parts")
+    """
+    from .datasets import load_graph
+    from .partition import partition_graph as make_plan
+    from .partition import write_partitions
+
+    g = load_graph(data, undirected=undirected, drop_self_loops=drop_self_loops,
+                   drop_duplicates=drop_duplicates, seed=seed, x=x, y=y, masks=masks,
+                   num_nodes=num_nodes, max_node_id=max_node_id)
+    plan = make_plan(g, int(num_parts), method, seed=seed)
+    return write_partitions(g, plan, out, overwrite=overwrite)
+
+
+def split_from_partitions(path: str | os.PathLike) -> dict[str, np.ndarray] | None:
+    """Original ids of the train/val/test nodes the stored masks define, or ``None``.
+
+    Reads every part's mask files (small) so every rank gets the same global arrays without a
+    collective. ``None`` when the graph was partitioned without a ``train`` mask.
+    """
+    from .partition_io import load_partition, read_manifest
+
+    manifest = read_manifest(path)
+    names = manifest.get("masks") or []
+    if "train" not in names:
+        return None
+    ids: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    for r in range(int(manifest["num_parts"])):
+        part = load_partition(path, r, verify=False)
+        for k in names:
+            ids[k].append(np.asarray(part.orig_ids)[np.asarray(part.masks[k], dtype=bool)])
+    out = {k: np.sort(np.concatenate(v)).astype(np.int64) for k, v in ids.items()}
+    for k in ("val", "test"):
+        out.setdefault(k, np.zeros(0, np.int64))
+    log.info("split from the graph's masks: %s",
+             ", ".join(f"{k} {v.size}" for k, v in out.items()))
+    return out

@@ -1,0 +1,114 @@
+"""An OGB node-property-prediction dataset directory, read from disk (never downloaded).
+
+The layout is the one ``ogb`` unpacks (e.g. ``ogbn_arxiv/``)::
+
+    raw/edge.csv.gz            one "src,dst" row per edge (required)
+    raw/num-node-list.csv.gz   the number of nodes (optional; default max id + 1)
+    raw/node-feat.csv.gz       one row of float features per node (optional)
+    raw/node-label.csv.gz      one label per node (optional; NaN, for unlabelled nodes, -> -1)
+    split/<name>/{train,valid,test}.csv.gz   node ids of each split (optional)
+
+With several ``split/`` subdirectories the first in sorted order is used. The ``ogb`` package is
+not needed; files are parsed with numpy.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import GraphFormatError
+from .csr import CSRGraph
+from .readers import MAX_NODE_ID, as_mask, check_id_bound
+
+__all__ = ["is_ogb_dir", "read_ogb_dir"]
+
+log = logging.getLogger(__name__)
+
+_SPLITS = {"train": "train", "val": "valid", "test": "test"}
+
+
+def is_ogb_dir(path: str | PathLike) -> bool:
+    """True if ``path`` is a directory with ``raw/edge.csv.gz`` (or ``raw/edge.csv``)."""
+    p = Path(path)
+    return p.is_dir() and (_find(p / "raw", "edge") is not None)
+
+
+def _find(d: Path, stem: str) -> Path | None:
+    for suffix in (".csv.gz", ".csv"):
+        if (d / (stem + suffix)).is_file():
+            return d / (stem + suffix)
+    return None
+
+
+def _table(path: Path, dtype, what: str) -> np.ndarray:
+    try:
+        raw = gzip.open(path, "rb").read() if path.name.endswith(".gz") else path.read_bytes()
+        return np.loadtxt(io.BytesIO(raw), dtype=dtype, delimiter=",", ndmin=2)
+    except (OSError, EOFError, ValueError) as e:
+        raise GraphFormatError(f"{path} cannot be read as a CSV of {what}: {e}",
+                               "the OGB dataset cannot be loaded",
+                               "check the file, or unpack the dataset again") from e
+
+
+def read_ogb_dir(
+    path: str | PathLike,
+    *,
+    undirected: bool = False,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
+) -> CSRGraph:
+    """Read an OGB node-property-prediction directory (layout in the module docstring)."""
+    root = Path(path)
+    name = str(root)
+    raw = root / "raw"
+    edge_file = _find(raw, "edge")
+    if edge_file is None:
+        raise GraphFormatError(f"{name} has no raw/edge.csv.gz",
+                               "it is not an OGB node-property-prediction directory",
+                               "point at the dataset root, the directory that holds raw/")
+    edges = _table(edge_file, np.int64, "edges")
+    if edges.shape[1] != 2 and edges.size:
+        raise GraphFormatError(f"{edge_file}: {edges.shape[1]} columns", "edges need 2",
+                               "write one 'src,dst' row per edge")
+    src, dst = np.ascontiguousarray(edges[:, 0]), np.ascontiguousarray(edges[:, 1])
+    num_nodes = None
+    nfile = _find(raw, "num-node-list")
+    if nfile is not None:
+        num_nodes = int(_table(nfile, np.int64, "node counts").sum())
+    check_id_bound(name, src, dst, max_node_id, num_nodes)
+    x = y = None
+    ffile = _find(raw, "node-feat")
+    if ffile is not None:
+        x = _table(ffile, np.float32, "features")
+    lfile = _find(raw, "node-label")
+    if lfile is not None:
+        lab = _table(lfile, np.float64, "labels")[:, 0]
+        y = np.where(np.isnan(lab), -1, lab).astype(np.int64)
+    g = CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
+                            drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                            name=name)
+    for what, arr in (("node-feat", x), ("node-label", y)):
+        if arr is not None and arr.shape[0] != g.num_nodes:
+            raise GraphFormatError(f"{name}: raw/{what} has {arr.shape[0]} rows but the graph "
+                                   f"has {g.num_nodes} nodes", "node data needs one row per node",
+                                   "unpack the dataset again")
+    g.x, g.y = x, y
+    split_root = root / "split"
+    splits = sorted(d for d in split_root.iterdir() if d.is_dir()) if split_root.is_dir() else []
+    if splits:
+        sdir = splits[0]
+        if len(splits) > 1:
+            log.info("%s: using split/%s of %s", name, sdir.name, [d.name for d in splits])
+        for key, stem in _SPLITS.items():
+            f = _find(sdir, stem)
+            if f is not None:
+                g.masks[key] = as_mask(_table(f, np.int64, "node ids")[:, 0], g.num_nodes,
+                                       str(f))
+    return g

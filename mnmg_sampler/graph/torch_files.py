@@ -1,0 +1,141 @@
+"""A PyG ``Data`` (or a dict of tensors) saved with ``torch.save``, loaded with
+``weights_only=True``.
+
+PyG registers ``Data`` as a safe global itself; the attribute classes a pickled ``Data`` also
+names (``DataEdgeAttr``, ``DataTensorAttr``, ``GlobalStorage``) are allowed only for this one load,
+with ``torch.serialization.safe_globals``. Nothing else in the file can run code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import GraphFormatError, MissingDependencyError
+from .csr import CSRGraph
+from .readers import (
+    MAX_NODE_ID,
+    _require_file,
+    _warn_sparse_ids,
+    check_id_bound,
+    edge_index_pair,
+    masks_from,
+)
+
+__all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping"]
+
+
+def pyg_safe_globals() -> list:
+    """The PyG classes a saved ``Data`` needs, or ``[]`` without PyG."""
+    try:
+        from torch_geometric.data import Data
+        from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+        from torch_geometric.data.storage import GlobalStorage
+    except ImportError:
+        return []
+    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
+
+
+def _safe_load(path: Path):
+    import torch
+
+    allowed = pyg_safe_globals()
+    ctx = getattr(torch.serialization, "safe_globals", None)
+    with ctx(allowed) if (ctx and allowed) else contextlib.nullcontext():
+        if allowed and ctx is None:  # torch 2.4: no scoped form
+            torch.serialization.add_safe_globals(allowed)
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _to_numpy(v):
+    import torch
+
+    if torch.is_tensor(v):
+        return v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
+def graph_from_mapping(d, name: str, *, undirected: bool = False,
+                       drop_self_loops: bool = False, drop_duplicates: bool = False,
+                       max_node_id: int | None = MAX_NODE_ID) -> CSRGraph:
+    """A graph from a mapping with ``edge_index`` and optional ``x``, ``y``, ``num_nodes`` and
+    split masks (a PyG ``Data``'s fields)."""
+    if "edge_index" not in d:
+        raise GraphFormatError(f"{name} has no 'edge_index' (fields: {sorted(d)})",
+                               "no graph can be built",
+                               "save a Data (or dict) with a (2, E) edge_index")
+    src, dst = edge_index_pair(_to_numpy(d["edge_index"]), name)
+    num_nodes = d.get("num_nodes")
+    num_nodes = None if num_nodes is None else int(num_nodes)
+    x = _to_numpy(d["x"]) if d.get("x") is not None else None
+    y = _to_numpy(d["y"]) if d.get("y") is not None else None
+    if y is not None and y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y is not None and y.dtype.kind in "iub":
+        y = y.astype(np.int64, copy=False)
+    if num_nodes is None and x is not None:
+        num_nodes = int(x.shape[0])  # PyG's own rule: nodes without edges still count
+    check_id_bound(name, src, dst, max_node_id, num_nodes)
+    _warn_sparse_ids(name, src, dst)
+    g = CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
+                            drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                            name=name)
+    for key, arr in (("x", x), ("y", y)):
+        if arr is not None and (arr.ndim < 1 or arr.shape[0] != g.num_nodes):
+            raise GraphFormatError(f"{name}: '{key}' has shape {arr.shape} but the graph has "
+                                   f"{g.num_nodes} nodes", f"'{key}' needs one row per node",
+                                   f"save '{key}' with {g.num_nodes} rows")
+    g.x, g.y = x, y
+    g.masks = masks_from({k: _to_numpy(v) for k, v in d.items() if "mask" in k or
+                          k in ("train", "val", "valid", "test")}, name, g.num_nodes)
+    return g
+
+
+def read_torch(
+    path: str | PathLike,
+    *,
+    undirected: bool = False,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
+) -> CSRGraph:
+    """Read a ``.pt`` / ``.pth`` holding a PyG ``Data`` or a dict of tensors."""
+    p = Path(path)
+    name = str(p)
+    _require_file(p)
+    try:
+        obj = _safe_load(p)
+    except (OSError, RuntimeError, EOFError) as e:
+        raise GraphFormatError(f"{name} is not a readable torch.save file: {e}",
+                               "the graph cannot be loaded", "save it with torch.save") from e
+    except Exception as e:  # the weights-only unpickler's refusal (pickle.UnpicklingError)
+        if type(e).__name__ != "UnpicklingError":
+            raise
+        if not pyg_safe_globals() and "torch_geometric" in str(e):
+            raise MissingDependencyError(
+                "torch_geometric is not installed", f"{name} holds a PyG Data and cannot be read",
+                "pip install 'mnmg-sampler[pyg]'") from e
+        raise GraphFormatError(
+            f"{name} cannot be loaded with weights_only=True: "
+            f"{str(e).splitlines()[-1][:200]}",
+            "only tensors, plain containers and PyG Data objects are accepted, for safety",
+            "save data.to_dict() or a Data object; install 'mnmg-sampler[pyg]' for Data",
+        ) from e
+    if hasattr(obj, "to_dict") and not isinstance(obj, dict):
+        if type(obj).__name__ != "Data":
+            raise GraphFormatError(f"{name} holds a {type(obj).__name__}",
+                                   "only a homogeneous Data (or a dict) is read",
+                                   "save one torch_geometric.data.Data")
+        d = obj.to_dict()
+        d.setdefault("num_nodes", obj.num_nodes)
+    elif isinstance(obj, dict):
+        d = obj
+    else:
+        raise GraphFormatError(f"{name} holds a {type(obj).__name__}",
+                               "a Data object or a dict of tensors is needed",
+                               "torch.save(data) with a torch_geometric.data.Data, or a dict")
+    return graph_from_mapping(d, name, undirected=undirected, drop_self_loops=drop_self_loops,
+                              drop_duplicates=drop_duplicates, max_node_id=max_node_id)

@@ -1,0 +1,293 @@
+"""Packing one distributed hop into flat wire buffers and back (CPU, njit, one pass each).
+
+The layout (``docs/architecture.md``, "Wire format"): a buffer for destination ``d`` is one
+**block** per requester, in wire words (int32 when the graph fits, else int64; an int64 field
+takes ``k = 8 / word size`` words, low word first)::
+
+    request block:  S | S x (count, key, fanout, flags) | ids of every request, request order
+    reply block:    counts (one per id received) | neighbor ids | edge ids (k words each; only
+                    when a request of the block set the edge-id flag)
+
+Each function replaces a chain of numpy calls (search, bincount, argsort, fancy indexing,
+repeat, concatenate) whose per-call overhead dominated small hops. None of them knows about
+ranks: a "destination" is a bucket of the boundaries ``inner``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+REPLACE, EDGE_IDS = 1, 2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put64(buf, p, v, k):
+    if k == 1:
+        buf[p] = v
+    else:
+        buf[p] = v & 0xFFFFFFFF
+        buf[p + 1] = (v >> 32) & 0xFFFFFFFF
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _get64(buf, p, k):
+    if k == 1:
+        return np.int64(buf[p])
+    return (np.int64(buf[p]) & 0xFFFFFFFF) | (np.int64(buf[p + 1]) << 32)
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k):
+    """Bucket ``nodes`` (request segments of ``sizes``) by destination and pack remote ones.
+
+    Returns ``(buf, send_sizes, ocount, where, mine)``: the wire buffer for every other
+    destination, its per-destination size, nodes per destination, each node's position in
+    destination order (stable), and the positions of the nodes of destination ``me``.
+    """
+    n = nodes.shape[0]
+    W = inner.shape[0] + 1
+    S = sizes.shape[0]
+    owner = np.empty(n, np.int64)
+    ocount = np.zeros(W, np.int64)
+    per = np.zeros((W, S), np.int64)
+    i = 0
+    for s in range(S):
+        for _ in range(sizes[s]):
+            v = nodes[i]
+            lo, hi = 0, W - 1  # owner = number of inner bounds <= v
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if inner[mid] <= v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            owner[i] = lo
+            ocount[lo] += 1
+            per[lo, s] += 1
+            i += 1
+    hlen = (1 + 4 * S) * k
+    send = np.zeros(W, np.int64)
+    for d in range(W):
+        if d != me and ocount[d] > 0:
+            send[d] = hlen + ocount[d]
+    boff = np.zeros(W + 1, np.int64)  # block offsets in buf
+    ooff = np.zeros(W + 1, np.int64)  # offsets in destination order
+    for d in range(W):
+        boff[d + 1] = boff[d] + send[d]
+        ooff[d + 1] = ooff[d] + ocount[d]
+    buf = np.empty(boff[W], wire.dtype)
+    for d in range(W):
+        if send[d] == 0:
+            continue
+        p = boff[d]
+        _put64(buf, p, S, k)
+        p += k
+        for s in range(S):
+            _put64(buf, p, per[d, s], k)
+            _put64(buf, p + k, keys[s], k)
+            _put64(buf, p + 2 * k, fanouts[s], k)
+            _put64(buf, p + 3 * k, flags[s], k)
+            p += 4 * k
+    fill = ooff[:W].copy()
+    where = np.empty(n, np.int64)
+    mine = np.empty(ocount[me], np.int64)
+    for j in range(n):
+        d = owner[j]
+        q = fill[d]
+        fill[d] += 1
+        where[j] = q
+        if d == me:
+            mine[q - ooff[me]] = j
+        else:
+            buf[boff[d] + hlen + q - ooff[d]] = nodes[j]
+    return buf, send, ocount, where, mine
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
+    """Kernel inputs for own nodes (``mine``) then every received request block.
+
+    Returns ``(rows, keys, fanouts, replace, src_nodes, src_flags)``: per-node arrays (rows
+    relative to ``lo``) and, per source, its node count and OR of its request flags.
+    """
+    W = rsizes.shape[0]
+    total = mine.shape[0]
+    p = 0
+    for src in range(W):
+        if rsizes[src] > 0:
+            S2 = _get64(recv, p, k)
+            total += rsizes[src] - (1 + 4 * S2) * k
+        p += rsizes[src]
+    rows = np.empty(total, np.int64)
+    kk = np.empty(total, np.int64)
+    ff = np.empty(total, np.int64)
+    rr = np.empty(total, np.uint8)
+    src_nodes = np.zeros(W, np.int64)
+    src_flags = np.zeros(W, np.int64)
+    # own nodes: mine is increasing, so walk the segments alongside
+    seg_end = np.empty(sizes.shape[0], np.int64)
+    acc = 0
+    for s in range(sizes.shape[0]):
+        acc += sizes[s]
+        seg_end[s] = acc
+    s = 0
+    for i in range(mine.shape[0]):
+        j = mine[i]
+        while seg_end[s] <= j:
+            s += 1
+        rows[i] = nodes[j] - lo
+        kk[i] = keys[s]
+        ff[i] = fanouts[s]
+        rr[i] = flags[s] & REPLACE
+    o = mine.shape[0]
+    p = 0
+    for src in range(W):
+        size = rsizes[src]
+        if size == 0:
+            continue
+        S2 = _get64(recv, p, k)
+        h = p + k
+        ids = p + (1 + 4 * S2) * k
+        for _s2 in range(S2):
+            cnt = _get64(recv, h, k)
+            key = _get64(recv, h + k, k)
+            fan = _get64(recv, h + 2 * k, k)
+            fl = _get64(recv, h + 3 * k, k)
+            h += 4 * k
+            src_flags[src] |= fl
+            for _ in range(cnt):
+                rows[o] = np.int64(recv[ids]) - lo
+                kk[o] = key
+                ff[o] = fan
+                rr[o] = fl & REPLACE
+                o += 1
+                ids += 1
+        src_nodes[src] = ids - p - (1 + 4 * S2) * k
+        p += size
+    return rows, kk, ff, rr, src_nodes, src_flags
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_replies(counts, nbr, eids, first, src_nodes, src_flags, wire, k):
+    """Reply blocks for every source: counts, neighbors, edge ids if its flags ask.
+
+    Sources' nodes follow each other in ``counts`` from position ``first`` in rank order.
+    Returns ``(buf, sizes)``.
+    """
+    W = src_nodes.shape[0]
+    sizes = np.zeros(W, np.int64)
+    a = first
+    e = 0
+    for i in range(first):
+        e += counts[i]
+    starts = np.empty(W, np.int64)
+    estarts = np.empty(W, np.int64)
+    for src in range(W):
+        n = src_nodes[src]
+        starts[src] = a
+        estarts[src] = e
+        E = 0
+        for i in range(a, a + n):
+            E += counts[i]
+        if n > 0:
+            sizes[src] = n + E * (1 + (k if src_flags[src] & EDGE_IDS else 0))
+        a += n
+        e += E
+    total = 0
+    for src in range(W):
+        total += sizes[src]
+    buf = np.empty(total, wire.dtype)
+    p = 0
+    for src in range(W):
+        n = src_nodes[src]
+        if n == 0:
+            continue
+        a = starts[src]
+        e0 = estarts[src]
+        E = 0
+        for i in range(n):
+            c = counts[a + i]
+            buf[p + i] = c
+            E += c
+        p += n
+        for i in range(E):
+            buf[p + i] = nbr[e0 + i]
+        p += E
+        if src_flags[src] & EDGE_IDS:
+            for i in range(E):
+                _put64(buf, p + i * k, eids[e0 + i], k)
+            p += E * k
+    return buf, sizes
+
+
+@numba.njit(cache=True, nogil=True)
+def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, where, edge_ids, k):
+    """Every node's neighbor list (and edge ids) in the original node order.
+
+    Own results (``counts_own`` ...) fill destination ``me``'s slots; the reply blocks in
+    ``back`` fill the others. ``where[j]`` is node ``j``'s position in destination order.
+    """
+    W = ocount.shape[0]
+    n = where.shape[0]
+    cnt = np.empty(n, np.int64)  # per destination-order position
+    src = np.empty(n, np.int64)  # start of its list: >= 0 in nbr_own, < 0: -(1 + index in back)
+    esrc = np.empty(n, np.int64)  # start of its edge ids in eids_own / back
+    q = 0
+    p = 0
+    e_own = 0
+    for d in range(W):
+        if d == me:
+            for i in range(ocount[d]):
+                c = counts_own[i]
+                cnt[q] = c
+                src[q] = e_own
+                esrc[q] = e_own
+                e_own += c
+                q += 1
+            continue
+        if ocount[d] == 0:
+            continue
+        nd = ocount[d]
+        E = 0
+        for i in range(nd):
+            E += back[p + i]
+        e = p + nd
+        ee = e + E
+        for i in range(nd):
+            c = np.int64(back[p + i])
+            cnt[q] = c
+            src[q] = -(1 + e)
+            esrc[q] = ee
+            e += c
+            ee += c * k
+            q += 1
+        p += bsizes[d]
+    total = 0
+    for i in range(n):
+        total += cnt[i]
+    out_c = np.empty(n, np.int64)
+    out_n = np.empty(total, np.int64)
+    out_e = np.empty(total if edge_ids else 0, np.int64)
+    o = 0
+    for j in range(n):
+        q = where[j]
+        c = cnt[q]
+        out_c[j] = c
+        s = src[q]
+        if s >= 0:
+            for i in range(c):
+                out_n[o + i] = nbr_own[s + i]
+            if edge_ids:
+                for i in range(c):
+                    out_e[o + i] = eids_own[s + i]
+        else:
+            s = -s - 1
+            for i in range(c):
+                out_n[o + i] = back[s + i]
+            if edge_ids:
+                es = esrc[q]
+                for i in range(c):
+                    out_e[o + i] = _get64(back, es + i * k, k)
+        o += c
+    return out_c, out_n, out_e

@@ -1,0 +1,401 @@
+"""The link-prediction job (``task: link``): GraphSAGE encoder, dot or MLP decoder, BCE loss.
+
+Order of events on every rank, as in the node job (:mod:`.job`): the edges of the dataset are
+split into train/val/test (the same split on every rank, from ``link.split_seed``); the
+*training graph* (train edges only, so held-out edges can never be sampled as messages) is
+partitioned once; a :class:`~mnmg_sampler.link_loader.DistLinkNeighborLoader` draws binary or
+triplet negatives; evaluation ranks each held-out edge among ``link.eval_negatives`` negative
+destinations (negatives that are edges of the training graph are redrawn) and reports AUC over
+all pairs, MRR and Hits@K.
+
+Reproducibility is the node job's: model init, dropout and sampling are seeded per
+(seed, epoch, rank) and checkpoints are taken at epoch ends, so ``--resume`` after a kill
+continues to the same metrics as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import JobConfig, check_paths, config_to_dict
+from ..distributed.collective import agree
+from ..errors import CheckpointError, ConfigError, PartitionError
+from ..graph.csr import CSRGraph
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
+from .job import _ckpt_dir, _maybe_fault, load_dataset
+from .report import RunReport, epoch_record
+
+log = logging.getLogger(__name__)
+
+__all__ = ["split_edges", "LinkModel", "auc", "rank_metrics", "run_link_job"]
+
+
+def split_edges(graph: CSRGraph, fractions, seed: int, undirected: bool) -> dict[str, np.ndarray]:
+    """Random train/val/test split of a graph's edges as ``[2, E]`` arrays (original ids).
+
+    On an undirected graph (each edge stored both ways) the node pairs ``u < v`` are split, so an
+    edge and its reverse always land in the same split; self-loops stay in training only.
+    """
+    dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
+    src = np.asarray(graph.indices, np.int64)
+    if undirected:
+        keep = src < dst
+        loops = src == dst
+        pairs = np.unique(np.stack([src[keep], dst[keep]]), axis=1)
+        loop_pairs = np.stack([src[loops], dst[loops]])
+    else:
+        pairs = np.unique(np.stack([src, dst]), axis=1)
+        loop_pairs = np.empty((2, 0), np.int64)
+    perm = np.random.default_rng([seed, 0x11A4]).permutation(pairs.shape[1])
+    f = np.asarray(fractions, np.float64)
+    n = pairs.shape[1]
+    a, b = int(round(f[0] * n)), int(round((f[0] + f[1]) * n))
+    c = int(round(min(1.0, float(f.sum())) * n))
+    out = {k: pairs[:, np.sort(perm[lo:hi])] for k, lo, hi in
+           (("train", 0, a), ("val", a, b), ("test", b, c))}
+    out["graph"] = np.concatenate([out["train"], loop_pairs], 1)
+    return out
+
+
+def training_graph(full: CSRGraph, split: dict, undirected: bool) -> CSRGraph:
+    """The graph messages are sampled from: train edges (and their reverses) only."""
+    g = CSRGraph.from_edges(split["graph"][0], split["graph"][1], full.num_nodes,
+                            undirected=undirected, drop_duplicates=True, x=full.x, y=full.y,
+                            name=f"{full.name}-train-edges")
+    return g
+
+
+class LinkModel(nn.Module):
+    """GraphSAGE encoder and an edge decoder: ``dot`` (``<h_s, h_d>``) or ``mlp`` of
+    ``h_s * h_d``; :meth:`score` returns logits."""
+
+    def __init__(self, in_dim: int, hidden: int, layers: int, dropout: float, aggr: str,
+                 use_pyg: bool | None, decoder: str = "dot") -> None:
+        from .model import GraphSAGE
+
+        super().__init__()
+        self.encoder = GraphSAGE(in_dim, hidden, hidden, layers, dropout=dropout, aggr=aggr,
+                                 use_pyg=use_pyg)
+        if decoder not in ("dot", "mlp"):
+            raise ConfigError(f"link.decoder is {decoder!r}", "edges cannot be scored",
+                              "use dot or mlp")
+        self.decoder = decoder
+        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) \
+            if decoder == "mlp" else None
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x, edge_index)
+
+    def score(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Logits of the edges ``src[i] -> dst[i]`` (local ids into ``h``)."""
+        z = h[src] * h[dst]
+        return z.sum(-1) if self.mlp is None else self.mlp(z).squeeze(-1)
+
+
+def auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Area under the ROC curve: P(positive score > negative score), ties counted half."""
+    if pos.size == 0 or neg.size == 0:
+        return float("nan")
+    allv = np.concatenate([pos, neg]).astype(np.float64)
+    order = np.argsort(allv, kind="stable")
+    ranks = np.empty(allv.size, np.float64)
+    sv = allv[order]
+    # average ranks of ties (1-based)
+    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
+    ends = np.r_[starts[1:], sv.size]
+    avg = (starts + ends + 1) / 2.0
+    ranks[order] = np.repeat(avg, ends - starts)
+    r = ranks[:pos.size].sum()
+    return float((r - pos.size * (pos.size + 1) / 2.0) / (pos.size * neg.size))
+
+
+def rank_metrics(pos: torch.Tensor, neg: torch.Tensor, k: int) -> tuple[float, float]:
+    """Sums (not means) of reciprocal rank and of hits@k of each positive among its own
+    negatives ``neg[i]`` (ties count half, as OGB's MRR)."""
+    opt = (neg > pos[:, None]).sum(1).double()
+    pes = (neg >= pos[:, None]).sum(1).double()
+    rank = 0.5 * (opt + pes) + 1
+    return float((1.0 / rank).sum()), float((rank <= k).sum())
+
+
+def _gather_scores(t: torch.Tensor) -> np.ndarray:
+    """All ranks' 1-D float tensors concatenated in rank order (default group, collective)."""
+    world = dist.get_world_size()
+    n = torch.tensor([t.numel()], dtype=torch.int64)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, n)
+    m = max(int(s) for s in sizes)
+    buf = torch.zeros(m, dtype=torch.float64)
+    buf[:t.numel()] = t.double()
+    got = [torch.zeros(m, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(got, buf)
+    return torch.cat([g[:int(s)] for g, s in zip(got, sizes, strict=True)]).numpy()
+
+
+@torch.no_grad()
+def evaluate(model, loader, device, hits_k: int) -> dict:
+    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``."""
+    model.eval()
+    pos_all, neg_all = [], []
+    acc = torch.zeros(4, dtype=torch.float64)  # rr sum, hits sum, positives, loss sum
+    for b in loader:
+        h = model(b.x.to(device), b.edge_index.to(device))
+        s, d = b.src_index.to(device), b.dst_pos_index.to(device)
+        dn = b.dst_neg_index.to(device).reshape(s.numel(), -1)
+        sc = model.module.score if hasattr(model, "module") else model.score
+        pos = sc(h, s, d)
+        neg = sc(h, s.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
+        rr, hits = rank_metrics(pos, neg, hits_k)
+        loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
+            F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
+        acc += torch.tensor([rr, hits, pos.numel(), float(loss)], dtype=torch.float64)
+        pos_all.append(pos.cpu())
+        neg_all.append(neg.reshape(-1).cpu())
+    model.train()
+    dist.all_reduce(acc)
+    pos_g = _gather_scores(torch.cat(pos_all) if pos_all else torch.zeros(0))
+    neg_g = _gather_scores(torch.cat(neg_all) if neg_all else torch.zeros(0))
+    n = max(float(acc[2]), 1.0)
+    return {"auc": auc(pos_g, neg_g), "mrr": float(acc[0]) / n, "hits": float(acc[1]) / n,
+            "loss": float(acc[3]) / max(pos_g.size + neg_g.size, 1)}
+
+
+def ensure_link_partitions(cfg: JobConfig, graph: CSRGraph, rank: int, world: int) -> Path:
+    """Partition the training graph unless ``partition.dir`` holds exactly that (collective).
+
+    The manifest's source records the dataset, its load options, the edge split and the weights,
+    so a directory made for another split or for the node task is partitioned again.
+    """
+    from ..graph.partition import partition
+    from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
+    from .job import job_edge_weights
+
+    out = Path(cfg.partition.dir)
+
+    def build() -> None:
+        if rank != 0:
+            return
+        d, p, lk = cfg.dataset, cfg.partition, cfg.link
+        want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
+                           undirected=d.undirected, drop_self_loops=d.drop_self_loops,
+                           drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
+                           feature_dim=d.feature_dim)
+        want["load"].update(task="link", link_split=[float(f) for f in lk.split],
+                            link_split_seed=int(lk.split_seed),
+                            weights=cfg.sampler.weights or None)
+        if (out / MANIFEST).exists():
+            try:
+                stale = source_differences(read_manifest(out), want)
+            except PartitionError as e:
+                stale = [f"unreadable manifest ({e.what})"]
+            if not stale:
+                return
+            log.warning("partition directory %s is stale (%s); partitioning again", out,
+                        "; ".join(stale))
+        log.info("partitioning the training graph of %s into %d parts -> %s", d.name, world,
+                 out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partition(graph, world, p.method, out, seed=p.seed, overwrite=True, source=want,
+                  weights=job_edge_weights(cfg, graph))
+
+    agree(build)
+    return out
+
+
+def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
+    """Run the link-prediction job on this rank (inside torchrun); returns the final metrics."""
+    from ..distributed.service import SamplingService
+    from ..graph.partition_io import load_partition
+    from ..link_loader import DistLinkNeighborLoader
+    from ..runtime import init_distributed, resolve_backend, set_threads
+
+    check_paths(cfg)
+    if cfg.training.mode != "train":
+        raise ConfigError(f"training.mode is {cfg.training.mode!r} with task link",
+                          "the link job only trains", "use training.mode=train, or task=node "
+                          "for a sampling run")
+    rt = cfg.runtime
+    _, want = resolve_backend(rt.backend, rt.device)
+    if want.type == "cuda":
+        from ..memory import setup_memory_pool
+
+        log.info("memory pool: %s", setup_memory_pool(rt.expandable_segments))
+    env, device = init_distributed(rt.backend, rt.device, rt.collective_timeout_s)
+    set_threads(rt.threads_per_rank)
+    rank, world = env.rank, env.world_size
+    t_start = time.perf_counter()
+    full = agree(lambda: load_dataset(cfg))
+    if full.x is None:
+        raise ConfigError(f"task link needs node features, but dataset {cfg.dataset.name!r} "
+                          "has none", "the encoder has no input",
+                          "set dataset.feature_dim > 0 for random features")
+    undirected = _is_undirected(full)
+    lk = cfg.link
+    split = split_edges(full, lk.split, lk.split_seed, undirected)
+    graph = training_graph(full, split, undirected)
+    pdir = ensure_link_partitions(cfg, graph, rank, world)
+    part = agree(lambda: load_partition(pdir, rank, world))
+    if int(part.num_edges) != graph.num_edges:
+        raise PartitionError(f"{pdir} holds a graph of {part.num_edges} edges, the training "
+                             f"graph of this job has {graph.num_edges}",
+                             "it was partitioned for another dataset, split or task",
+                             "delete the directory or point partition.dir elsewhere")
+    s = cfg.sampler
+    placement = cfg.features.placement
+    if placement == "auto":
+        placement = "pinned" if device.type == "cuda" else "host"
+    service = SamplingService(part, seed=s.seed, placement=placement, device=device,
+                              mode=None if rt.service_mode == "auto" else rt.service_mode,
+                              timeout_s=rt.collective_timeout_s)
+    # one membership group for every loader: loaders are used one at a time in this thread
+    mgroup = dist.new_group(backend=dist.get_backend())
+    train_loader = DistLinkNeighborLoader(
+        service, s.fanouts, split["train"], batch_size=s.batch_size, shuffle=s.shuffle,
+        drop_last=s.drop_last,
+        neg_sampling={"mode": lk.neg_sampling, "amount": lk.neg_amount,
+                      "reject_known": lk.reject_known},
+        exclude_seed_edges=lk.exclude_seed_edges, exclude_reverse_edges=undirected, part=part,
+        membership_group=mgroup, seed=s.seed, prefetch=s.prefetch, replace=s.replace,
+        edge_ids=s.edge_ids)
+    eval_loaders = {k: DistLinkNeighborLoader(
+        service, s.eval_fanouts, split[k], batch_size=s.eval_batch_size,
+        neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
+        part=part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch,
+        edge_ids=s.edge_ids)
+        for k in ("val", "test")}
+    tr = cfg.training
+    steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
+    report = RunReport(rank, tr.epochs, steps, tr.log_every, progress,
+                       Path(cfg.output.dir) / cfg.output.metrics_file)
+    try:
+        final, line = _train(cfg, train_loader, eval_loaders, part, device, rank, world,
+                             resume, report, t_start)
+    finally:
+        service.shutdown()
+        report.close()
+    report.service(service.stats())
+    report.final(final, line)
+    return final
+
+
+def _is_undirected(g: CSRGraph) -> bool:
+    dst = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
+    n = np.int64(max(g.num_nodes, 1))
+    fwd = np.unique(np.asarray(g.indices, np.int64) * n + dst)
+    rev = np.unique(dst * n + np.asarray(g.indices, np.int64))
+    return fwd.size == rev.size and bool(np.array_equal(fwd, rev))
+
+
+def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
+           report: RunReport, t_start) -> tuple[dict, str]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    s, m, o, tr, lk = cfg.sampler, cfg.model, cfg.optimizer, cfg.training, cfg.link
+    torch.manual_seed(s.seed)
+    net = LinkModel(int(part.x.shape[1]), m.hidden, m.layers, m.dropout, m.aggr, m.use_pyg,
+                    lk.decoder).to(device)
+    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+    opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    kw = {"momentum": o.momentum} if o.name == "sgd" else {}
+    opt = opt_cls[o.name](model.parameters(), lr=o.lr, weight_decay=o.weight_decay, **kw)
+    first_epoch = 0
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    found = agree(lambda: load_latest(_ckpt_dir(cfg), device)) if (resume or restarted) \
+        else None
+    if resume or restarted:
+        agree_on_checkpoint(found)
+    if resume and found is None and rank == 0:
+        log.warning("--resume: no checkpoint under %s; starting from scratch", _ckpt_dir(cfg))
+    if found is not None:
+        ckpt, state = found
+        agree(lambda: check_model_state(state["model"], net, ckpt))
+        if state.get("world_size") != world:
+            raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
+                                  f"ranks, this job has {world}",
+                                  "the loader order would differ", "resume with the same world "
+                                  "size, or start a fresh output.dir")
+        net.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        train_loader.load_state_dict(state["loader"])
+        first_epoch = int(state["epoch"]) + 1
+        report.print(f"resumed from {ckpt} (epoch {first_epoch})")
+    report.start(mode="train", task="link", world_size=world, first_epoch=first_epoch,
+                 config=config_to_dict(cfg))
+    report.print(f"link prediction on {world} rank(s): {report.steps} batches per epoch and "
+                 "rank; acc = binary accuracy of the edge scores")
+    report.open_bar(first_epoch)
+    triplet = lk.neg_sampling == "triplet"
+    for epoch in range(first_epoch, tr.epochs):
+        model.train()
+        torch.manual_seed(s.seed * 1_000_003 + epoch * 1009 + rank)
+        train_loader.set_epoch(epoch)
+        tot = torch.zeros(5, dtype=torch.float64)  # loss*pairs, pairs, correct, batches, edges
+        report.epoch_start()
+        t0 = time.perf_counter()
+        for step, b in enumerate(train_loader):
+            if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
+                break
+            h = model(b.x.to(device), b.edge_index.to(device))
+            if triplet:
+                src = b.src_index.to(device)
+                dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
+                pos = net.score(h, src, b.dst_pos_index.to(device))
+                neg = net.score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
+                logits = torch.cat([pos, neg])
+                target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+            else:
+                eli = b.edge_label_index.to(device)
+                logits = net.score(h, eli[0], eli[1])
+                target = b.edge_label.to(device).float()
+            loss = F.binary_cross_entropy_with_logits(logits, target)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            batch_loss, n = loss.item(), logits.numel()
+            correct = float(((logits > 0).float() == target).sum())
+            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(b.edge_index.shape[1])],
+                                dtype=torch.float64)
+            report.step(epoch, step + 1, batch_loss, correct, n)
+        dist.all_reduce(tot)
+        rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
+                           train_loss=float(tot[0] / max(tot[1], 1)),
+                           train_acc=float(tot[2] / max(tot[1], 1)))
+        if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
+            v = evaluate(model, eval_loaders["val"], device, lk.hits_k)
+            rec.update({f"val_{k}": x for k, x in v.items()})
+        report.epoch(rec)
+        if "val_auc" in rec:
+            report.print(f"  val AUC {rec['val_auc']:.4f}  MRR {rec['val_mrr']:.4f}  "
+                         f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
+        if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
+            if rank == 0:
+                save_checkpoint(_ckpt_dir(cfg), {
+                    "model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+                    "loader": {**train_loader.state_dict(), "epoch": epoch + 1, "next_batch": 0},
+                    "world_size": world, "config": config_to_dict(cfg)},
+                    epoch, keep=cfg.output.keep_checkpoints)
+            dist.barrier()
+            _maybe_fault(epoch, rank)
+        tv, tm = tr.target_value, tr.target_metric
+        if tv is not None and tm in rec and (rec[tm] <= tv if tm == "val_loss" else rec[tm] >= tv):
+            break
+    report.close()
+    test = evaluate(model, eval_loaders["test"], device, lk.hits_k)
+    val = evaluate(model, eval_loaders["val"], device, lk.hits_k)
+    wall = time.perf_counter() - t_start
+    k = lk.hits_k
+    final = {"event": "final", "task": "link", **{f"test_{n}": x for n, x in test.items()},
+             **{f"val_{n}": x for n, x in val.items()}, "hits_k": k, "wall_s": wall,
+             "world_size": world}
+    return final, (f"val AUC {val['auc']:.4f}  test AUC {test['auc']:.4f}  test MRR "
+                   f"{test['mrr']:.4f}  test Hits@{k} {test['hits']:.4f}  ({world} rank(s), "
+                   f"{wall:.1f}s)")

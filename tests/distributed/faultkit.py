@@ -1,0 +1,98 @@
+"""Processes for the kill trials: a rank that SIGKILLs itself at its K-th collective call.
+
+    python -m tests.distributed.faultkit api PARTS_DIR MODE    # Python API: loader iterating
+    python -m tests.distributed.faultkit cli train ARGS...     # the mnmg-sampler CLI
+
+Each rank runs with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so rank
+0 hosts the TCP store. ``MNMG_TEST_KILL_AT=K`` arms this process: its K-th call of a
+torch.distributed collective (any thread: the service's rounds, the training loop) SIGKILLs it
+just before the call, i.e. at a point of a round chosen by K. ``MNMG_TEST_TIMEOUT_S`` is the
+collective timeout of the API worker. A survivor prints ``TYPED <class>: <message>`` (API) or the
+CLI's one error line, and exits with 3 for a :class:`PeerError`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather", "barrier", "broadcast")
+
+
+def arm() -> None:
+    """Count collective calls of this process; SIGKILL it at call ``MNMG_TEST_KILL_AT``."""
+    at = int(os.environ.get("MNMG_TEST_KILL_AT", "-1"))
+    if at < 0:
+        return
+    import torch.distributed as dist
+
+    lock, count = threading.Lock(), [0]
+
+    def wrap(name, real):
+        def call(*a, **k):
+            with lock:
+                count[0] += 1
+                n = count[0]
+            if n == at:
+                print(f"KILL at call {n}: {name} in thread {threading.current_thread().name}",
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*a, **k)
+        return call
+
+    for name in COLLECTIVES:
+        setattr(dist, name, wrap(name, getattr(dist, name)))
+
+
+def api(parts: str, mode: str) -> int:
+    """The Python API as a training script uses it: service, loader, a per-batch all-reduce."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from mnmg_sampler.distributed.collective import peer_errors
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.errors import MnmgError, PeerError
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.runtime import init_distributed
+
+    try:
+        env, _ = init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
+        part = load_partition(parts, env.rank, env.world_size)
+        svc = SamplingService(part, seed=1, mode=mode)
+        loader = DistNeighborLoader(svc, np.arange(int(part.num_nodes)), [5, 5], 32,
+                                    shuffle=True, prefetch=2)
+        print("READY", flush=True)
+        for epoch in range(10_000):  # until a peer dies
+            loader.set_epoch(epoch)
+            for b in loader:
+                t = torch.tensor([float(b.batch_size)])
+                with peer_errors("the training loop's all-reduce"):  # the caller's collective
+                    dist.all_reduce(t)
+        svc.shutdown()
+    except MnmgError as e:
+        print(f"TYPED {type(e).__name__}: {e}", flush=True)
+        if isinstance(e, PeerError):  # what docs/reliability.md advises: leave at once
+            sys.stdout.flush()
+            os._exit(3)
+        return 2
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    arm()
+    if argv[0] == "api":
+        return api(argv[1], argv[2])
+    if argv[0] == "cli":
+        from mnmg_sampler.cli import main as cli_main
+
+        cli_main(argv[1:])
+        return 0
+    raise SystemExit(f"unknown entry point {argv[0]!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,109 @@
+"""Concurrent requests of several loaders are merged: one kernel call per hop serves them all.
+
+Real gloo ranks. The requests are made to be pending together (inline mode: nothing runs until
+a result is awaited; thread mode: the round lock is held while the loaders submit), so the
+counts below are exact, not timing-dependent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from mnmg_sampler.graph.partition import partition
+from mnmg_sampler.loader import global_batches
+from mnmg_sampler.ops.rng import request_key
+from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+from .common import as_arrays, assert_same, small_graph
+from .harness import run_ranks
+
+SEED = 7
+LOADERS = [(np.arange(0, 48), [3, 2]), (np.arange(60, 108), [4]), (np.arange(120, 168),
+                                                                    [2, 2, 2])]
+
+
+def _inline(rank, world, d):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode="inline",
+                          features=False)
+    loaders = [DistNeighborLoader(svc, nodes, fan, 8, seed=k) for k, (nodes, fan) in
+               enumerate(LOADERS)]
+    # each loader's first batch on this rank (global batch `rank`), submitted together
+    futs = [svc.submit(ld.request(*ld._my_batches()[0])) for ld in loaders]
+    got = [as_arrays(svc.result(f)) for f in futs]
+    svc.shutdown()
+    st = svc.stats()
+    return got, st
+
+
+def test_inline_requests_of_three_loaders_share_one_kernel_call_per_hop(tmp_path):
+    g = small_graph()
+    world = 2
+    d = str(partition(g, world, "random", tmp_path / "p", seed=1))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    for rank, (got, st) in enumerate(run_ranks(_inline, world, d, timeout=120)):
+        # one round took the three requests of this rank (and the other rank's three);
+        # the deepest request has 3 hops: 3 kernel calls in all, not 2 + 1 + 3
+        assert st["rounds"] == 1 and st["requests"] == 3 and st["kernel_calls"] == 3
+        for k, ((nodes, fan), b) in enumerate(zip(LOADERS, got, strict=True)):
+            pos = global_batches(nodes.size, 8, world, shuffle=False, drop_last=False, seed=k,
+                                 epoch=0)[rank]
+            want = ref.sample([SampleRequest(nodes[pos], fan, request_key(k, 0, rank))])[0]
+            assert_same(b, as_arrays(want))  # merging changes nothing in the results
+
+
+def _threads(rank, world, d):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)
+    loaders = [DistNeighborLoader(svc, nodes, [3, 2], 8, seed=k, prefetch=2)
+               for k, (nodes, _) in enumerate(LOADERS)]
+    out: dict[int, list] = {}
+
+    def run(k):
+        out[k] = [as_arrays(b) for b in loaders[k]]
+
+    with svc._lock:  # no round starts until every loader's first request is queued
+        ths = [threading.Thread(target=run, args=(k,)) for k in range(len(loaders))]
+        for t in ths:
+            t.start()
+        deadline = time.monotonic() + 60
+        while svc._q.qsize() < len(loaders) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        queued = svc._q.qsize()
+    for t in ths:
+        t.join()
+    svc.shutdown()  # joins the service thread: its last round's counters are final
+    st = svc.stats()
+    return out, st, queued, [len(ld) for ld in loaders]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_thread_mode_merges_concurrent_loaders(tmp_path, world):
+    g = small_graph()
+    d = str(partition(g, world, "random", tmp_path / "p", seed=world))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    for rank, (out, st, queued, lens) in enumerate(run_ranks(_threads, world, d,
+                                                             timeout=180)):
+        assert queued == 3  # the first round found three requests waiting
+        assert st["requests"] == sum(lens)
+        assert st["kernel_calls"] == 2 * st["rounds"]  # 2 hops: one call each per round
+        assert st["requests_per_round"] > 1 and st["rounds"] <= sum(lens) - 2
+        for k, (nodes, _) in enumerate(LOADERS):
+            gb = global_batches(nodes.size, 8, world, shuffle=False, drop_last=False, seed=k,
+                                epoch=0)
+            mine = list(range(rank, len(gb), world))
+            assert len(out[k]) == len(mine) == lens[k]
+            for gidx, b in zip(mine, out[k], strict=True):
+                want = ref.sample([SampleRequest(nodes[gb[gidx]], [3, 2],
+                                                 request_key(k, 0, gidx))])[0]
+                assert_same(b, as_arrays(want))
