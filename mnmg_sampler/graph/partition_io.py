@@ -502,7 +502,7 @@ AUTO_FULL_BYTES = 1 << 30
 """``auto`` verification reads every byte of a part up to this size, else samples blocks."""
 SAMPLE_BLOCKS = 8
 SAMPLE_BLOCK = 1 << 16
-_STAMP = ".verified-part{rank}.json"
+_STAMP = "part{rank}/.verified.json"  # inside the part: check_replaceable knows part{r}/
 
 
 def sample_checksums(path: str | os.PathLike) -> list[str]:
@@ -568,7 +568,7 @@ def verify_part(d: Path, manifest: dict, rank: int, verify: bool | str = "auto")
 
     Each rank reads only its own part's files (rank 0 also the global id maps): ``full`` every
     byte, ``sampled`` the blocks listed in the manifest (``samples``; whole files when small),
-    ``off`` nothing. After a check passes, a stamp ``.verified-part{rank}.json`` records each
+    ``off`` nothing. After a check passes, a stamp ``part{rank}/.verified.json`` records each
     file's size, mtime and manifest checksum; a later start whose files still match the stamp
     skips the reading (``"stamped"``). A stamp that cannot be written (read-only directory) is
     skipped. Missing or resized files are reported by the loader, not here.

@@ -51,7 +51,7 @@ def test_large_files_carry_sampled_block_checksums(parts):
 def test_stamp_skips_the_second_read_and_changes_reverify(parts):
     m = _manifest(parts)
     assert verify_part(parts, m, 1, "full") == "full"
-    assert (parts / ".verified-part1.json").is_file()
+    assert (parts / "part1" / ".verified.json").is_file()
     assert verify_part(parts, m, 1, "full") == "stamped"
     assert verify_part(parts, m, 1, "sampled") == "stamped"  # a full check covers sampled
     path = parts / "part1" / "indices.npy"
@@ -104,5 +104,17 @@ def test_unwritable_directory_still_loads(parts, monkeypatch):
 
     monkeypatch.setattr(pathlib.Path, "write_text", refuse)
     assert verify_part(parts, _manifest(parts), 0, "full") == "full"
-    assert not (parts / ".verified-part0.json").exists()
+    assert not (parts / "part0" / ".verified.json").exists()
     np.testing.assert_array_equal(load_partition(parts, 0).indptr[:1], [0])
+
+
+def test_stamped_directory_can_still_be_overwritten(parts):
+    from mnmg_sampler.graph.partition import partition
+    from mnmg_sampler.graph.partition_io import check_replaceable
+    from mnmg_sampler.graph.rmat import rmat_graph
+
+    load_partition(parts, 0, verify="full")
+    assert (parts / "part0" / ".verified.json").is_file()
+    check_replaceable(parts)  # the stamp is not a foreign file
+    partition(rmat_graph(6, 4), 2, "random", parts, overwrite=True)
+    assert not (parts / "part0" / ".verified.json").exists()
