@@ -62,11 +62,14 @@ def is_sharded(spec: str | PathLike) -> bool:
     if s.strip().lower().startswith("rmat:"):
         return False
     p = Path(s).expanduser()
-    if p.is_dir():
-        from .ogb import is_ogb_dir
+    try:
+        if p.is_dir():
+            from .ogb import is_ogb_dir
 
-        return not is_ogb_dir(p)
-    return bool(_GLOB & set(s)) and not p.exists()
+            return not is_ogb_dir(p)
+        return bool(_GLOB & set(s)) and not p.exists()
+    except OSError:  # e.g. a name too long for the file system: not a path at all
+        return False
 
 
 def shard_files(spec: str | PathLike) -> list[Path]:
@@ -83,8 +86,9 @@ def shard_files(spec: str | PathLike) -> list[Path]:
     files = sorted(q for q in found if q.name.lower().endswith(SHARD_SUFFIXES)
                    and not q.name.lower().endswith(".dst.npy"))
     if not files:
+        ogb = " (nor an OGB dataset: a directory without raw/edge.csv.gz)" if p.is_dir() else ""
         raise GraphFormatError(
-            f"graph '{s}': no edge files found",
+            f"graph '{s}': no edge files found{ogb}",
             "there is no graph to load",
             f"give a directory or glob of files ending in {', '.join(SHARD_SUFFIXES)}",
         )
