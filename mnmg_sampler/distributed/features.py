@@ -181,9 +181,12 @@ class DistFeatureStore:
         st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
         F = self.num_features
         res = []
-        for chunk in torch.split(torch.from_numpy(out), sizes):
-            x = chunk[:, :F].contiguous() if self.has_x else None
-            y = chunk[:, F:].contiguous().view(torch.int64).reshape(-1) if self.has_y else None
+        for chunk in np.split(out, np.cumsum(sizes)[:-1]) if sizes else []:
+            # numpy views the label columns as int64 for any row count (torch refuses the view
+            # of an empty slice whose strides are 0)
+            x = torch.from_numpy(np.ascontiguousarray(chunk[:, :F])) if self.has_x else None
+            y = torch.from_numpy(np.ascontiguousarray(chunk[:, F:]).view(np.int64).reshape(-1)
+                                 ) if self.has_y else None
             res.append((x, y))
         return res
 
