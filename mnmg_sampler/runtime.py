@@ -60,13 +60,19 @@ def _cuda_present() -> bool:
     return torch.cuda.is_available()
 
 
-def init_distributed(backend: str = "auto", device: str = "auto",
-                     timeout_s: float = 600.0) -> tuple[DistEnv, torch.device]:
+JOIN_TIMEOUT_S = 300.0  # ranks of one node may start this far apart (imports, page cache)
+
+
+def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: float = 600.0,
+                     join_timeout_s: float | None = None) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group from torchrun's environment (idempotent).
 
     The store and every collective of the group share ``timeout_s``; a rendezvous that does not
-    complete in time raises :class:`~mnmg_sampler.errors.PeerError`. Without torchrun (no
-    ``MASTER_ADDR``) a world of one starts over an in-process store: no port is opened.
+    complete in time raises :class:`~mnmg_sampler.errors.PeerError`. Ranks launched by hand on
+    one node (``MASTER_ADDR`` loopback, no torchrun agent) first wait up to ``join_timeout_s``
+    (default: the larger of ``timeout_s`` and :data:`JOIN_TIMEOUT_S`) for each other, since
+    they may start far apart. Without torchrun (no ``MASTER_ADDR``) a world of one starts over
+    an in-process store: no port is opened.
     """
     from .distributed.collective import peer_errors
 
@@ -84,7 +90,9 @@ def init_distributed(backend: str = "auto", device: str = "auto",
             if store is None and "MASTER_ADDR" not in os.environ and env.world_size == 1:
                 store = dist.HashStore()
             if store is None:
-                store = _loopback_store(env, timeout)
+                join = max(timeout_s, JOIN_TIMEOUT_S) if join_timeout_s is None \
+                    else join_timeout_s
+                store = _loopback_store(env, _dt.timedelta(seconds=join), timeout)
             dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
                                     timeout=timeout, store=store)
     return env, dev
@@ -104,16 +112,23 @@ def _restart_store(env: DistEnv, timeout: _dt.timedelta):
     return dist.PrefixStore(f"/mnmg/attempt_{attempt}", base)
 
 
-def _loopback_store(env: DistEnv, timeout: _dt.timedelta):
+def _loopback_store(env: DistEnv, join: _dt.timedelta, timeout: _dt.timedelta):
     """The store of a job whose ``MASTER_ADDR`` is loopback: rank 0 hosts it on ``127.0.0.1`` only,
-    the others connect. ``None`` otherwise (torch's env:// rendezvous)."""
+    the others connect; every rank waits up to ``join`` for all of them, then the store's
+    operations get ``timeout``. ``None`` otherwise (torch's env:// rendezvous)."""
     addr = os.environ.get("MASTER_ADDR")
     if addr not in LOOPBACK or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         return None
     port = int(os.environ["MASTER_PORT"])
     if env.rank == 0:
-        return _bound_store(port, env.world_size, timeout)
-    return dist.TCPStore(addr, port, env.world_size, False, timeout=timeout)
+        store = _bound_store(port, env.world_size, join, wait_for_workers=False)
+    else:
+        store = dist.TCPStore(addr, port, env.world_size, False, timeout=join)
+    if store.add("mnmg/joined", 1) == env.world_size:
+        store.set("mnmg/all_joined", "1")
+    store.wait(["mnmg/all_joined"])
+    store.set_timeout(timeout)
+    return store
 
 
 def _bound_store(port: int, world_size: int | None, timeout: _dt.timedelta,

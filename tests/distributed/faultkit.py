@@ -2,6 +2,7 @@
 
     python -m tests.distributed.faultkit api PARTS_DIR MODE    # Python API: loader iterating
     python -m tests.distributed.faultkit cli train ARGS...     # the mnmg-sampler CLI
+    python -m tests.distributed.faultkit noshutdown PARTS_DIR  # exit without shutdown()
 
 Each rank runs with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so rank
 0 hosts the TCP store. ``MNMG_TEST_KILL_AT=K`` arms this process: its K-th call of a
@@ -82,10 +83,29 @@ def api(parts: str, mode: str) -> int:
     return 0
 
 
+def no_shutdown(parts: str) -> int:
+    """A script that never calls ``shutdown()`` nor ``destroy_process_group()``: exit must be
+    clean (the service thread is stopped at exit, no SIGABRT)."""
+    import numpy as np
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.runtime import init_distributed
+
+    env, _ = init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
+    svc = SamplingService(load_partition(parts, env.rank, env.world_size), seed=1)
+    n = sum(1 for _ in DistNeighborLoader(svc, np.arange(300), [5, 5], 32))
+    print(f"BATCHES {n}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     arm()
     if argv[0] == "api":
         return api(argv[1], argv[2])
+    if argv[0] == "noshutdown":
+        return no_shutdown(argv[1])
     if argv[0] == "cli":
         from mnmg_sampler.cli import main as cli_main
 

@@ -115,9 +115,10 @@ def _broken_agreement(rank, world, d, mode):
     from mnmg_sampler.loader import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=3, mode=mode, timeout_s=20)
-    loader = DistNeighborLoader(svc, np.arange(60), [3, 2], 6, prefetch=4)
-    it = iter(loader)
-    next(it)  # the service works
+    loader = DistNeighborLoader(svc, np.arange(60), [3, 2], 6)
+    # the service works; nothing is in flight when the collective breaks (requested directly,
+    # not through a prefetching iterator)
+    svc.result(svc.submit(loader.request(0, np.arange(5))))
     real = dist.all_reduce
 
     def broken(t, *a, **k):  # a round that took requests: gloo's error when a peer dies
@@ -171,9 +172,8 @@ def _stalled(rank, world, d):
     from mnmg_sampler.loader import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=3, timeout_s=1)
-    loader = DistNeighborLoader(svc, np.arange(30), [3], 6, prefetch=1)
-    it = iter(loader)
-    next(it)
+    loader = DistNeighborLoader(svc, np.arange(30), [3], 6)
+    svc.result(svc.submit(loader.request(0, np.arange(5))))  # works; nothing left in flight
     real, release = dist.all_reduce, threading.Event()
 
     def stuck(*a, **k):  # a collective that never returns (a transport without a timeout)
@@ -181,16 +181,17 @@ def _stalled(rank, world, d):
         return real(*a, **k)
 
     dist.all_reduce = stuck
+    fut = svc.submit(loader.request(1, np.arange(5, 10)))
     t0 = time.monotonic()
     try:
-        next(it)
+        svc.result(fut)
     except PeerError as e:
         msg, waited = str(e), time.monotonic() - t0
     else:
         msg, waited = None, 0.0
     dist.all_reduce = real
     release.set()
-    list(it)
+    svc.result(fut)  # the service goes on once the collective returns
     svc.shutdown()
     return msg, waited, svc.deadline_s, MARGIN_S
 

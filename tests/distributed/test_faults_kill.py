@@ -200,3 +200,48 @@ def test_kill_trial(kind, seed, cora_parts, tmp_path):
 @pytest.mark.parametrize("kind, seed", FAULT_TRIALS)
 def test_kill_trial_faults(kind, seed, cora_parts, tmp_path):
     _check(run_trial(kind, seed, cora_parts, tmp_path))
+
+
+def _plain_ranks(cmd: list[str], world: int, extra_env: dict | None = None,
+                 timeout: float = LIMIT_S) -> list[subprocess.CompletedProcess]:
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        e = _rank_env(rank, world, port)
+        e.update(extra_env or {})
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    out = []
+    try:
+        for p in procs:
+            out.append(subprocess.CompletedProcess(p.args, p.wait(timeout), p.stdout.read(), ""))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+    return out
+
+
+def test_exit_without_shutdown_is_clean(cora_parts):
+    # the user never calls shutdown() nor destroy_process_group(): before the exit hook, this
+    # ended with "terminate called without an active exception" (SIGABRT) most of the time
+    for r in _plain_ranks([*KIT, "noshutdown", cora_parts[2]], 2):
+        assert r.returncode == 0, r.stdout[-3000:]
+        assert "terminate called" not in r.stdout and "BATCHES 5" in r.stdout, r.stdout[-3000:]
+        assert "was not shut down; stopping it at exit" in r.stdout
+
+
+def test_rank_that_never_joins_gives_a_typed_error():
+    # rank 1 of 2 alone: the store on rank 0 never comes (a rendezvous timeout)
+    port = free_port()
+    e = _rank_env(1, 2, port)
+    code = ("from mnmg_sampler.runtime import init_distributed\n"
+            "init_distributed('gloo', 'cpu', 2.0, join_timeout_s=3.0)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=e, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("mnmg_sampler.errors.PeerError: the rendezvous of 2 ranks at "
+                           f"127.0.0.1:{port} (rank 1"), r.stderr[-3000:]
