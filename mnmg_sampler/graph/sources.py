@@ -57,7 +57,8 @@ class EdgeShare:
 
 
 def is_sharded(spec: str | PathLike) -> bool:
-    """True for a glob pattern or a directory that is not an OGB dataset directory."""
+    """True for a glob pattern, or a directory (not an OGB dataset directory) holding edge
+    files; other directories are left to :func:`~.datasets.detect_format`."""
     s = str(spec)
     if s.strip().lower().startswith("rmat:"):
         return False
@@ -66,9 +67,10 @@ def is_sharded(spec: str | PathLike) -> bool:
         if p.is_dir():
             from .ogb import is_ogb_dir
 
-            return not is_ogb_dir(p)
+            return not is_ogb_dir(p) and any(
+                q.name.lower().endswith(SHARD_SUFFIXES) for q in p.iterdir() if q.is_file())
         return bool(_GLOB & set(s)) and not p.exists()
-    except OSError:  # e.g. a name too long for the file system: not a path at all
+    except OSError:  # e.g. a name too long for the file system: not a path
         return False
 
 
