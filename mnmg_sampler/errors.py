@@ -18,6 +18,7 @@ __all__ = [
     "CheckpointError",
     "MissingDependencyError",
     "ServiceError",
+    "MemoryBudgetError",
     "PeerError",
 ]
 
@@ -81,6 +82,10 @@ class MissingDependencyError(MnmgError, ImportError):
 
 class ServiceError(MnmgError, RuntimeError):
     """The sampling service failed or was shut down; raised in every waiting caller."""
+
+
+class MemoryBudgetError(MnmgError, MemoryError):
+    """An operation's estimated memory is above the configured budget (raised before allocating)."""
 
 
 class PeerError(ServiceError):

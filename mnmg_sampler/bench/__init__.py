@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-MODES = ["single", "dist", "merge", "overlap", "link"]
+MODES = ["single", "dist", "merge", "overlap", "link", "mem"]
 
 
 def add_mode_parsers(subparsers) -> list[str]:

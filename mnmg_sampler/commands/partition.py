@@ -2,15 +2,22 @@
 
 Writes one part per rank (contiguous relabelled id ranges, see ``docs/partitioning.md``) and
 prints the edge cut, the imbalance, the time taken and the output directory.
+
+Under torchrun (``torchrun --nproc-per-node N -m mnmg_sampler partition INPUT --method random
+--out DIR``) the ``random``, ``range`` and ``hash`` methods run on every rank
+(:mod:`mnmg_sampler.distributed.ingest`): each rank reads 1/N of the input and writes its own
+part, the same files as one process writes. ``metis``, and node data other than ``.npy`` features
+and labels, run on rank 0 alone while the others wait.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..console import add_json_flag, report
 
-METHODS = ("random", "range", "metis")
+METHODS = ("random", "range", "hash", "metis")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -23,16 +30,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("input", metavar="INPUT",
                    help="graph: a built-in name (cora), rmat:SCALE[:EDGE_FACTOR], or a file or "
                    "OGB directory (formats: docs/formats.md)")
-    p.add_argument("--parts", type=int, required=True, metavar="N",
-                   help="number of parts: the world size of the job that will load them")
+    p.add_argument("--parts", type=int, metavar="N",
+                   help="number of parts: the world size of the job that will load them "
+                   "(required without torchrun; under torchrun it defaults to, and must equal, "
+                   "the number of ranks)")
     p.add_argument("--method", choices=METHODS, required=True,
                    help="range: contiguous chunks of the input order; random: seeded, balanced; "
-                   "metis: fewest cut edges (needs pip install 'mnmg-sampler[metis]')")
+                   "hash: a seeded hash of the id; metis: fewest cut edges (one process; needs "
+                   "pip install 'mnmg-sampler[metis]')")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory (must not exist, unless --overwrite)")
-    p.add_argument("--seed", type=int, default=0, help="seed of random and metis (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of random, hash, metis and of rmat graphs (default 0)")
     p.add_argument("--undirected", action="store_const", const=True, default=None,
                    help="add the reverse of every edge (default: the input's own convention)")
+    p.add_argument("--drop-self-loops", action="store_true", help="remove edges v -> v")
+    p.add_argument("--drop-duplicates", action="store_true",
+                   help="keep the first copy of repeated edges")
+    p.add_argument("--metis-max-edges", type=int, metavar="E",
+                   help="refuse METIS above E edges (default 2**30): it runs in one process")
+    p.add_argument("--chunk-rows", type=int, default=None, metavar="R",
+                   help="under torchrun: rows per rank per all-to-all round (default 1048576)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace DIR if it is an earlier partition directory (or empty), once "
                    "the new one is complete; any other existing DIR is refused")
@@ -61,26 +79,107 @@ def node_data_kwargs(args: argparse.Namespace) -> dict:
             "masks": {k: v for k, v in masks.items() if v is not None}}
 
 
+def _distributed() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def _source(args, parts: int) -> dict:
+    from ..graph.partition_io import make_source
+
+    return make_source(args.input, method=args.method, seed=args.seed, parts=parts,
+                       undirected=args.undirected, drop_self_loops=args.drop_self_loops,
+                       drop_duplicates=args.drop_duplicates, graph_seed=args.seed,
+                       node_data={"features": args.features, "labels": args.labels,
+                                  **{f"{s}_mask": getattr(args, f"{s}_mask")
+                                     for s in ("train", "val", "test")}})
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..errors import PartitionError
+
+    if _distributed():
+        return _run_distributed(args)
+    if args.parts is None:
+        raise PartitionError("--parts is missing", "the number of parts is unknown",
+                             "pass --parts N (the world size of the job that will load them)")
+    return _run_single(args)
+
+
+def _run_distributed(args: argparse.Namespace) -> int:
+    """Under torchrun: random/range/hash on every rank; metis on rank 0 while the others wait."""
+    import torch.distributed as dist
+
+    from ..distributed.collective import agree
+    from ..distributed.ingest import DEFAULT_CHUNK, partition_distributed
+    from ..errors import WorldSizeError
+    from ..runtime import init_distributed
+
+    env, _ = init_distributed("gloo", "cpu")
+    try:
+        world = env.world_size
+        if args.parts is not None and args.parts != world:
+            raise WorldSizeError(f"--parts {args.parts} under torchrun with {world} ranks",
+                                 "the distributed partitioner writes one part per rank",
+                                 f"launch {args.parts} ranks, or drop --parts")
+        node_files = [args.features, args.labels, args.train_mask, args.val_mask,
+                      args.test_mask]
+        npy_only = all(f is None or f.lower().endswith(".npy") for f in node_files[:2])
+        if args.method == "metis" or not npy_only or any(f is not None for f in node_files[2:]):
+            def single() -> None:  # one process; the others wait for it
+                if env.rank == 0:
+                    args.parts = world
+                    _run_single(args)
+
+            agree(single)
+            return 0
+        if args.overwrite and env.rank == 0:
+            from ..graph.partition_io import check_replaceable
+
+            agree(lambda: check_replaceable(args.out))
+        elif args.overwrite:
+            agree(lambda: None)
+        stats = partition_distributed(
+            args.input, args.out, args.method, args.seed, undirected=args.undirected,
+            drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
+            features=args.features, labels=args.labels, overwrite=args.overwrite,
+            chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world))
+        if env.rank == 0:
+            rows = [
+                ("graph", f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
+                 f"{stats['num_edges']:,} edges"),
+                ("method", f"{stats['method']} (seed {stats['seed']}), {stats['parts']} parts"),
+                ("edge cut", f"{stats['edge_cut']:.4f} of edges cross parts"),
+                ("imbalance", f"{stats['imbalance']:.3f} nodes, {stats['edge_imbalance']:.3f} "
+                 "edges (max/mean)"),
+                ("part nodes", ", ".join(f"{v:,}" for v in stats["part_nodes"])),
+                ("time", f"{stats['seconds']:.2f}s on {world} ranks"),
+                ("output", args.out),
+            ]
+            report(rows, {**stats, "output": stats["out"]}, args.json)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _run_single(args: argparse.Namespace) -> int:
     import time
 
     from ..graph.datasets import load_graph
     from ..graph.partition import partition_graph, write_partitions
-    from ..graph.partition_io import check_replaceable, make_source
+    from ..graph.partition_io import check_replaceable
 
     if args.overwrite:  # refuse a foreign DIR before the (long) load and partitioning
         check_replaceable(args.out)
     t0 = time.perf_counter()
     graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
-                       **node_data_kwargs(args))
+                       drop_self_loops=args.drop_self_loops,
+                       drop_duplicates=args.drop_duplicates, **node_data_kwargs(args))
     t1 = time.perf_counter()
-    plan = partition_graph(graph, args.parts, args.method, seed=args.seed)
+    plan = partition_graph(graph, args.parts, args.method, seed=args.seed,
+                           metis_max_edges=args.metis_max_edges)
     t2 = time.perf_counter()
-    source = make_source(args.input, method=plan.method, seed=plan.seed, parts=plan.parts,
-                         undirected=args.undirected, graph_seed=args.seed,
-                         node_data={"features": args.features, "labels": args.labels,
-                                    **{f"{s}_mask": getattr(args, f"{s}_mask")
-                                       for s in ("train", "val", "test")}})
+    source = _source(args, plan.parts)
     out = write_partitions(graph, plan, args.out, overwrite=args.overwrite, source=source)
     t3 = time.perf_counter()
     rows = [

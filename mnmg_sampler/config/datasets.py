@@ -53,8 +53,10 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
     Also checks that the node data files exist. Imports the graph readers' format registry, so
     it is called by ``validate`` and the jobs, not by :func:`load_config`.
     """
+    from ..errors import GraphFormatError
     from ..graph.datasets import GRAPH_SUFFIXES, supported_formats
     from ..graph.ogb import is_ogb_dir
+    from ..graph.sources import is_sharded, shard_files
 
     spec = parse_dataset_name(cfg.dataset.name)
     d = cfg.dataset
@@ -69,6 +71,13 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
                    "fix the path, or name an array of the dataset's .npz (e.g. adj_data)")
     if spec.kind != "path":
         return
+    if is_sharded(spec.path):  # a directory (not OGB) or glob of edge shards
+        try:
+            shard_files(spec.path)
+            return
+        except GraphFormatError as e:
+            if not Path(spec.path).is_dir():
+                raise _err(key, e.what, e.fix) from e
     p = Path(spec.path)
     if p.exists():  # the suffix (or an OGB layout) here; the content is read by the job
         if not (is_ogb_dir(p) if p.is_dir() else p.name.lower().endswith(GRAPH_SUFFIXES)):

@@ -51,7 +51,8 @@ class DatasetConfig:
     """Which graph to load and how to clean it."""
 
     name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or the path of a "
-                     "graph file or OGB directory (formats: docs/formats.md).", path=True)
+                     "graph file, an OGB directory, or a directory or glob of edge shards "
+                     "(formats: docs/formats.md).", path=True)
     seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _NONNEG_INT)
     undirected: bool | None = _opt(
         None, "Add the reverse of every edge; null = dataset default (cora: true, files: false).")
@@ -61,6 +62,9 @@ class DatasetConfig:
     feature_dim: int = _opt(
         0, "Width of random float32 features for a graph without features (R-MAT, edge lists); "
         "0 = none. Ignored when the dataset has features.", _NONNEG_INT)
+    num_classes: int = _opt(
+        0, "Synthetic labels in [0, num_classes) for a graph without labels, and class centres "
+        "added to the random features so they can be learned; 0 = none.", _NONNEG_INT)
     split: list[float] = _opt(
         [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split; not used when the "
         "dataset (or dataset.train_mask) gives a train mask.", _SPLIT)
@@ -91,11 +95,18 @@ class PartitionConfig:
         path=True)
     method: Literal["random", "range", "hash", "metis"] = _opt(
         "random", "random (balanced), range (contiguous ids), hash (owner from a keyed hash of "
-        "the id) or metis (fewest cut edges; needs pymetis).")
+        "the id) or metis (fewest cut edges; needs pymetis; one process). random, range and "
+        "hash run on every rank when the job partitions.")
     parts: int | None = _opt(
         None, "Number of partitions; null = world size. If set it must equal the world size.",
         _POS_INT)
     seed: int = _opt(0, "Seed of random partitioning.", _SEED)
+    verify: Literal["auto", "full", "sampled", "off"] = _opt(
+        "auto", "Checksum check of this rank's files at start-up: full (every byte), sampled "
+        "(a few blocks per file), off (sizes, dtypes and shapes only); auto = full below 1 GiB "
+        "per part, else sampled. A verified stamp skips the check on the next start.")
+    metis_max_edges: int | None = _opt(
+        None, "METIS (one process) refuses graphs with more edges; null = 2**30.", _POS_INT)
 
 
 @dataclass
@@ -216,6 +227,13 @@ class TrainingConfig:
         None, "Cap on minibatches per epoch and rank (quick runs); null = no cap.", _POS_INT)
     log_every: int = _opt(
         10, "Log the training loss every N steps on rank 0; 0 = once per epoch.", _NONNEG_INT)
+    eval_mode: Literal["layerwise", "sampled"] = _opt(
+        "layerwise", "layerwise = exact full-neighbor inference one layer at a time over every "
+        "node, in batches of sampler.eval_batch_size (memory O(part)); sampled = minibatches "
+        "sampled with sampler.eval_fanouts.")
+    eval_memory_mb: float | None = _opt(
+        None, "Evaluation memory budget per rank in MB: an estimate above it raises "
+        "MemoryBudgetError before allocating; null = no check.", _POS_FLOAT)
 
 
 @dataclass

@@ -20,6 +20,7 @@ order is the simple start).
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +30,14 @@ from ..ops.dedup import unique_first
 from .collective import Exchanger
 
 PLACEMENTS = ("host", "pinned", "device")
+
+
+def _release(arr) -> None:
+    """Drop the resident pages of a memory-mapped array from this process (they stay in the
+    page cache), so a file copied into the table is not counted twice in the rank's RSS."""
+    mm = getattr(arr, "_mmap", None)  # numpy.memmap's mapping
+    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        mm.madvise(mmap.MADV_DONTNEED)
 
 
 class DistFeatureStore:
@@ -69,6 +78,8 @@ class DistFeatureStore:
             table[:, :F] = part.x
         y = np.ascontiguousarray(part.y if self.has_y else np.zeros(n_local), dtype=np.int64)
         table[:, F:] = y.view(np.float32).reshape(n_local, 2)
+        for mapped in (part.x, part.y):  # the table is the copy in use: unmap the file's pages
+            _release(mapped)
         # host placement reads rows with numpy fancy indexing; the others keep only their copy
         self._host = table if placement == "host" else None
         table = torch.from_numpy(table)
@@ -170,9 +181,12 @@ class DistFeatureStore:
         st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
         F = self.num_features
         res = []
-        for chunk in torch.split(torch.from_numpy(out), sizes):
-            x = chunk[:, :F].contiguous() if self.has_x else None
-            y = chunk[:, F:].contiguous().view(torch.int64).reshape(-1) if self.has_y else None
+        for chunk in np.split(out, np.cumsum(sizes)[:-1]) if sizes else []:
+            # numpy views the label columns as int64 for any row count (torch refuses the view
+            # of an empty slice whose strides are 0)
+            x = torch.from_numpy(np.ascontiguousarray(chunk[:, :F])) if self.has_x else None
+            y = torch.from_numpy(np.ascontiguousarray(chunk[:, F:]).view(np.int64).reshape(-1)
+                                 ) if self.has_y else None
             res.append((x, y))
         return res
 

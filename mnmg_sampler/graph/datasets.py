@@ -5,6 +5,8 @@ One string names every graph a job, the CLI or a benchmark can use::
     cora                   the embedded Cora citation graph (features and labels; undirected)
     rmat:SCALE[:EF]        a Graph500 R-MAT graph, 2**SCALE nodes, EF*2**SCALE edges (EF=16)
     path                   a file or directory in one of the formats of :data:`FORMATS`
+    dir/, 'dir/*.txt'      edge shards read in name order (graph/sources.py): a directory that
+                           is not an OGB directory, or a glob
 
 The Python API also takes the graph in memory: an ``edge_index`` (``2 x E`` tensor or array), a
 ``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, or a :class:`CSRGraph`.
@@ -292,6 +294,15 @@ def _load_spec(spec: str, undirected, drop_self_loops, drop_duplicates, seed,
     if key.startswith("rmat:"):
         scale, edge_factor = _parse_rmat(key)
         return rmat_graph(scale, edge_factor, seed, **opts)
+    from .sources import is_sharded, read_share
+
+    if is_sharded(spec):  # a directory (not OGB) or glob of edge shards (graph/sources.py)
+        sh = read_share(spec, 0, 1)
+        from .readers import check_id_bound
+
+        check_id_bound(spec, sh.src, sh.dst, max_node_id, None)
+        return CSRGraph.from_edges(sh.src, sh.dst, None, name=str(Path(spec).expanduser()),
+                                   **opts)
     path = Path(spec).expanduser()
     try:
         exists = path.exists()

@@ -393,6 +393,49 @@ def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
     files[rel] = file_entry(path, arr)
 
 
+def build_manifest(name: str, num_nodes: int, num_edges: int, boundaries, has_x: bool,
+                   has_y: bool, masks: list[str], stats: dict, parts_meta: list[dict],
+                   files: dict, *, has_weights: bool = False,
+                   source: dict | None = None) -> dict:
+    """The manifest of a partition directory (the single-process and distributed writers share
+    it, so both write the same file for the same partition)."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "graph_name": name,
+        "num_nodes": int(num_nodes),
+        "num_edges": int(num_edges),
+        "num_parts": len(boundaries) - 1,
+        "boundaries": [int(b) for b in boundaries],
+        "has_x": bool(has_x),
+        "has_y": bool(has_y),
+        "has_weights": bool(has_weights),
+        "masks": masks,
+        "stats": stats,
+        **({"source": source} if source is not None else {}),
+        "parts": parts_meta,
+        "files": files,
+    }
+
+
+def install_directory(tmp: Path, out: Path) -> None:
+    """Rename the complete directory ``tmp`` to ``out``, replacing an existing ``out`` only once
+    ``tmp`` is complete and putting it back if the rename fails."""
+    old: Path | None = None
+    try:
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-{out.name}-", dir=out.parent))
+            os.replace(out, old / "old")  # a directory cannot replace a non-empty one
+        os.replace(tmp, out)
+    except BaseException:
+        if old is not None and (old / "old").exists() and not out.exists():
+            os.replace(old / "old", out)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | None,
                weights: np.ndarray | None = None) -> None:
     files: dict[str, dict] = {}
@@ -414,23 +457,10 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | N
             "num_edges": int(plan.part_edges[r]),
             "files": names,
         })
-    manifest = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "graph_name": graph.name,
-        "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges,
-        "num_parts": plan.parts,
-        "boundaries": [int(b) for b in plan.boundaries],
-        "has_x": graph.x is not None,
-        "has_y": graph.y is not None,
-        "has_weights": weights is not None,
-        "masks": sorted(str(k) for k in (graph.masks or {})),
-        "stats": plan.summary(),
-        **({"source": source} if source is not None else {}),
-        "parts": parts_meta,
-        "files": files,
-    }
+    manifest = build_manifest(
+        graph.name, graph.num_nodes, graph.num_edges, plan.boundaries, graph.x is not None,
+        graph.y is not None, sorted(str(k) for k in (graph.masks or {})), plan.summary(),
+        parts_meta, files, has_weights=weights is not None, source=source)
     write_manifest(tmp, manifest)  # last: a directory without it never loads
 
 

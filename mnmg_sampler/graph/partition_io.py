@@ -29,6 +29,9 @@ __all__ = [
     "load_partition",
     "read_manifest",
     "file_checksum",
+    "sample_checksums",
+    "verify_part",
+    "VERIFY_MODES",
     "input_identity",
     "make_source",
     "source_differences",
@@ -56,13 +59,17 @@ def file_checksum(path: str | os.PathLike) -> str:
 
 
 def file_entry(path: Path, arr: np.ndarray) -> dict:
-    """The manifest entry of a written ``.npy`` file."""
-    return {
+    """The manifest entry of a written ``.npy`` file (``samples``: see :func:`sample_checksums`)."""
+    entry = {
         "dtype": np.dtype(arr.dtype).str,
         "shape": [int(s) for s in arr.shape],
         "bytes": path.stat().st_size,
         "checksum": file_checksum(path),
     }
+    samples = sample_checksums(path)
+    if samples:
+        entry["samples"] = samples
+    return entry
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:
@@ -379,7 +386,7 @@ class Partition:
         return int(self.indices.shape[0])
 
 
-def _open(d: Path, rel: str, manifest: dict, verify: bool) -> np.ndarray:
+def _open(d: Path, rel: str, manifest: dict) -> np.ndarray:
     entry = manifest["files"].get(rel)
     path = d / rel
     if entry is None:
@@ -395,14 +402,6 @@ def _open(d: Path, rel: str, manifest: dict, verify: bool) -> np.ndarray:
             "the file is truncated or from another partitioning",
             f"copy the whole partition directory again, or {_REDO}",
         )
-    if verify:
-        got = file_checksum(path)
-        if got != entry["checksum"]:
-            raise PartitionError(
-                f"{path} has checksum {got} but the manifest says {entry['checksum']}",
-                "the file is corrupt or from another partitioning",
-                f"copy the whole partition directory again, or {_REDO}",
-            )
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -419,7 +418,8 @@ def _open(d: Path, rel: str, manifest: dict, verify: bool) -> np.ndarray:
 
 
 def load_partition(
-    path: str | os.PathLike, rank: int, world_size: int | None = None, *, verify: bool = True
+    path: str | os.PathLike, rank: int, world_size: int | None = None, *,
+    verify: bool | str = True,
 ) -> Partition:
     """Memory-map part ``rank`` of partition directory ``path``.
 
@@ -427,8 +427,10 @@ def load_partition(
         path: a directory written by :func:`mnmg_sampler.graph.partition.write_partitions`.
         rank: which part to open (this process's rank).
         world_size: when given, must equal the number of parts (:class:`WorldSizeError`).
-        verify: check each file's checksum (reads every byte once); sizes, dtypes and shapes
-            are always checked. Turn off for very large graphs whose copy you trust.
+        verify: checksums of this rank's files: ``"full"`` (or ``True``: every byte),
+            ``"sampled"`` (a few blocks per file), ``"off"`` (or ``False``), ``"auto"`` (full up
+            to 1 GiB per part, else sampled); see :func:`verify_part`. Sizes, dtypes and shapes
+            are always checked.
 
     Raises:
         PartitionError: missing or corrupt directory, manifest or file (the message names it).
@@ -453,13 +455,14 @@ def load_partition(
 
     def get(key: str) -> np.ndarray | None:
         rel = files.get(key)
-        return None if rel is None else _open(d, rel, manifest, verify)
+        return None if rel is None else _open(d, rel, manifest)
 
     required = ("indptr", "indices", "edge_ids", "orig_ids")
     missing = [k for k in required if k not in files]
     if missing:
         raise PartitionError(f"{d / MANIFEST} lists no {', '.join(missing)} for part {rank}",
                              "the part cannot be loaded", _REDO)
+    verify_part(d, manifest, rank, verify)
     b = np.asarray(manifest["boundaries"], dtype=np.int64)
     part = Partition(
         rank=rank,
@@ -471,8 +474,8 @@ def load_partition(
         indices=get("indices"),
         edge_ids=get("edge_ids"),
         orig_ids=get("orig_ids"),
-        new_to_orig=_open(d, "new_to_orig.npy", manifest, verify),
-        orig_to_new=_open(d, "orig_to_new.npy", manifest, verify),
+        new_to_orig=_open(d, "new_to_orig.npy", manifest),
+        orig_to_new=_open(d, "orig_to_new.npy", manifest),
         x=get("x"),
         y=get("y"),
         masks={k[len("mask_"):]: get(k) for k in files if k.startswith("mask_")},
@@ -491,3 +494,109 @@ def load_partition(
     log.debug("loaded part %d/%d of %s: %d nodes, %d edges", rank, parts, d, n_local,
               part.num_local_edges)
     return part
+
+
+# -- start-up verification ------------------------------------------------------------------
+VERIFY_MODES = ("auto", "full", "sampled", "off")
+AUTO_FULL_BYTES = 1 << 30
+"""``auto`` verification reads every byte of a part up to this size, else samples blocks."""
+SAMPLE_BLOCKS = 8
+SAMPLE_BLOCK = 1 << 16
+_STAMP = "part{rank}/.verified.json"  # inside the part: check_replaceable knows part{r}/
+
+
+def sample_checksums(path: str | os.PathLike) -> list[str]:
+    """CRC32 of :data:`SAMPLE_BLOCKS` blocks of :data:`SAMPLE_BLOCK` bytes spread evenly over a
+    file (first and last included), or ``[]`` for a file small enough to check whole."""
+    size = os.stat(path).st_size
+    if size <= SAMPLE_BLOCKS * SAMPLE_BLOCK:
+        return []
+    out = []
+    with open(path, "rb") as f:
+        for i in range(SAMPLE_BLOCKS):
+            f.seek(i * (size - SAMPLE_BLOCK) // (SAMPLE_BLOCKS - 1))
+            out.append(f"crc32:{zlib.crc32(f.read(SAMPLE_BLOCK)) & 0xFFFFFFFF:08x}")
+    return out
+
+
+def _mode(verify: bool | str) -> str:
+    if verify is True:
+        return "full"
+    if verify is False or verify is None:
+        return "off"
+    if verify not in VERIFY_MODES:
+        raise PartitionError(f"unknown verification mode {verify!r}",
+                             "the partition cannot be checked",
+                             f"use one of {', '.join(VERIFY_MODES)}")
+    return verify
+
+
+def _own_files(manifest: dict, rank: int) -> list[str]:
+    """The files rank ``rank`` verifies: its part's, plus the global id maps on rank 0."""
+    rels = list(manifest["parts"][rank]["files"].values())
+    if rank == 0:
+        rels += [r for r in ("new_to_orig.npy", "orig_to_new.npy") if r in manifest["files"]]
+    return rels
+
+
+def _check_file(d: Path, rel: str, entry: dict, mode: str) -> None:
+    path = d / rel
+    if mode == "sampled" and entry.get("samples"):
+        got, want = sample_checksums(path), entry["samples"]
+        what = "sampled blocks"
+    else:
+        got, want = file_checksum(path), entry["checksum"]
+        what = "checksum"
+    if got != want:
+        raise PartitionError(
+            f"{path} has {what} {got} but the manifest says {want}",
+            "the file is corrupt or from another partitioning",
+            f"copy the whole partition directory again, or {_REDO}",
+        )
+
+
+def _signature(d: Path, rels: list[str], manifest: dict) -> dict:
+    sig = {}
+    for rel in rels:
+        st = (d / rel).stat()
+        sig[rel] = [st.st_size, st.st_mtime_ns, manifest["files"][rel]["checksum"]]
+    return sig
+
+
+def verify_part(d: Path, manifest: dict, rank: int, verify: bool | str = "auto") -> str:
+    """Check the checksums of the files rank ``rank`` owns; returns what was done.
+
+    Each rank reads only its own part's files (rank 0 also the global id maps): ``full`` every
+    byte, ``sampled`` the blocks listed in the manifest (``samples``; whole files when small),
+    ``off`` nothing. After a check passes, a stamp ``part{rank}/.verified.json`` records each
+    file's size, mtime and manifest checksum; a later start whose files still match the stamp
+    skips the reading (``"stamped"``). A stamp that cannot be written (read-only directory) is
+    skipped. Missing or resized files are reported by the loader, not here.
+    """
+    mode = _mode(verify)
+    if mode == "off":
+        return "off"
+    rels = [r for r in _own_files(manifest, rank) if r in manifest["files"]
+            and (d / r).is_file()]
+    if mode == "auto":
+        total = sum(manifest["files"][r]["bytes"] for r in rels)
+        mode = "full" if total <= AUTO_FULL_BYTES else "sampled"
+    stamp = d / _STAMP.format(rank=rank)
+    sig = _signature(d, rels, manifest)
+    try:
+        old = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict) and old.get("files") == sig and \
+            (old.get("mode") == "full" or old.get("mode") == mode):
+        log.debug("part %d of %s: verified stamp matches, not rereading", rank, d)
+        return "stamped"
+    for rel in rels:
+        _check_file(d, rel, manifest["files"][rel], mode)
+    try:
+        tmp = stamp.with_name(stamp.name + f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"mode": mode, "files": sig}, sort_keys=True))
+        os.replace(tmp, stamp)
+    except OSError as e:
+        log.debug("cannot write verified stamp %s (%s)", stamp, e)
+    return mode

@@ -41,8 +41,14 @@ def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, np.ndarray]:
 
 
 def load_dataset(cfg: JobConfig):
-    """The job's graph, with random features/labels for featureless graphs when asked."""
+    """The job's graph, with synthetic features/labels for a graph without them when asked.
+
+    Synthetic rows are pure functions of ``(dataset.seed, node id)``
+    (:func:`mnmg_sampler.graph.permute.node_features` / ``node_labels``), so the distributed
+    partitioner generates each rank's rows alone and writes the same files.
+    """
     from ..graph.datasets import load_graph
+    from ..graph.permute import node_features, node_labels
 
     d = cfg.dataset
     masks = {k: getattr(d, f"{k}_mask") for k in ("train", "val", "test")}
@@ -50,9 +56,11 @@ def load_dataset(cfg: JobConfig):
                    drop_duplicates=d.drop_duplicates, seed=d.seed, x=d.features, y=d.labels,
                    masks={k: v for k, v in masks.items() if v is not None},
                    max_node_id=d.max_node_id)
+    ids = np.arange(g.num_nodes, dtype=np.int64)
     if g.x is None and d.feature_dim > 0:
-        rng = np.random.default_rng([d.seed, 0xFEA7])
-        g.x = rng.standard_normal((g.num_nodes, d.feature_dim), dtype=np.float32)
+        g.x = node_features(ids, d.feature_dim, d.seed, d.num_classes)
+    if g.y is None and d.num_classes > 0:
+        g.y = node_labels(ids, d.num_classes, d.seed)
     return g
 
 
@@ -72,41 +80,68 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
 
     The manifest records what it was made from (:func:`~..graph.partition_io.make_source`); a
     directory made from another dataset, other load options or other partitioning settings, or
-    by an mnmg-sampler that recorded no source, is partitioned again (rank 0 writes atomically,
-    the others wait). A non-empty directory that is not a partition directory is refused.
+    by an mnmg-sampler that recorded no source, is partitioned again. A non-empty directory that
+    is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
+    rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
+    the input and writes its own part) unless the job names separate node-data files or edge
+    weights; otherwise (and for ``metis``) rank 0 partitions while the others wait.
     """
-    from ..graph.partition import partition
+    from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
 
     out = Path(cfg.partition.dir)
+    d, p = cfg.dataset, cfg.partition
+    node_files = {k: getattr(d, k) for k in ("features", "labels", "train_mask", "val_mask",
+                                             "test_mask")}
+    want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
+                       undirected=d.undirected, drop_self_loops=d.drop_self_loops,
+                       drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
+                       feature_dim=d.feature_dim, node_data=node_files)
+    if cfg.sampler.weights:
+        want["load"]["weights"] = cfg.sampler.weights
+    if d.num_classes:
+        want["load"]["num_classes"] = int(d.num_classes)
+
+    def needed() -> bool:
+        if rank != 0:
+            return False
+        if not (out / MANIFEST).exists():
+            return True
+        try:
+            stale = source_differences(read_manifest(out), want)
+        except PartitionError as e:
+            stale = [f"unreadable manifest ({e.what})"]
+        if stale:
+            log.warning("partition directory %s is stale (%s); partitioning again", out,
+                        "; ".join(stale))
+        return bool(stale)
+
+    flag = torch.tensor([1 if agree(needed) else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
+    if not int(flag.item()):
+        return out
+    distributed = (p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
+                   and all(v is None for v in node_files.values()))
+    if distributed:
+        from ..distributed.ingest import partition_distributed
+
+        if rank == 0:
+            log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method, out)
+        partition_distributed(
+            d.name, out, p.method, p.seed, undirected=d.undirected,
+            drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
+            feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
+            graph_seed=d.seed, overwrite=True, source=want)
+        return out
 
     def build() -> None:
         if rank != 0:
             return
-        d, p = cfg.dataset, cfg.partition
-        want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
-                           undirected=d.undirected, drop_self_loops=d.drop_self_loops,
-                           drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
-                           feature_dim=d.feature_dim,
-                           node_data={k: getattr(d, k) for k in ("features", "labels",
-                                                                 "train_mask", "val_mask",
-                                                                 "test_mask")})
-        if cfg.sampler.weights:
-            want["load"]["weights"] = cfg.sampler.weights
-        if (out / MANIFEST).exists():
-            try:
-                stale = source_differences(read_manifest(out), want)
-            except PartitionError as e:
-                stale = [f"unreadable manifest ({e.what})"]
-            if not stale:
-                return
-            log.warning("partition directory %s is stale (%s); partitioning again", out,
-                        "; ".join(stale))
         log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
         g = load_dataset(cfg)
         partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
-                  weights=job_edge_weights(cfg, g))
+                  weights=job_edge_weights(cfg, g), metis_max_edges=p.metis_max_edges)
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
@@ -130,6 +165,53 @@ def evaluate(model, loader, device) -> tuple[float, float]:
     model.train()
     dist.all_reduce(acc)  # default group: the service thread owns its own group
     return float(acc[0] / max(acc[1], 1)), float(acc[2] / max(acc[1], 1))
+
+
+def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes: int):
+    """``f(model, splits) -> {split: (accuracy, loss)}`` for ``training.eval_mode`` (collective).
+
+    ``layerwise`` runs exact full-neighbor inference one layer at a time over this rank's nodes
+    (:mod:`mnmg_sampler.train.evaluate`); ``sampled`` iterates minibatches sampled with
+    ``sampler.eval_fanouts``. Either way, the memory estimate is checked against
+    ``training.eval_memory_mb`` here, before anything is allocated for evaluation.
+    """
+    from ..loader import DistNeighborLoader
+    from .evaluate import (
+        check_budget,
+        estimate_layerwise_bytes,
+        estimate_sampled_bytes,
+        evaluate_layerwise,
+    )
+
+    s, m, tr = cfg.sampler, cfg.model, cfg.training
+    in_dim = int(part.x.shape[1])
+    if tr.eval_mode == "layerwise":
+        dims = [in_dim] + [m.hidden] * (m.layers - 1) + [num_classes]
+        est = estimate_layerwise_bytes(part.num_local_nodes, part.num_local_edges, dims,
+                                       s.eval_batch_size)
+        check_budget(est, tr.eval_memory_mb, "layer-wise evaluation",
+                     "raise training.eval_memory_mb, lower sampler.eval_batch_size or "
+                     "model.hidden, or run more ranks (each holds a smaller part)")
+
+        def run_layerwise(model, names):
+            net = model.module if hasattr(model, "module") else model
+            return evaluate_layerwise(net, part, {k: ids[k] for k in names}, device,
+                                      s.eval_batch_size)
+
+        return run_layerwise
+    deg = np.diff(np.asarray(part.indptr))
+    maxdeg = torch.tensor([int(deg.max()) if deg.size else 0])
+    dist.all_reduce(maxdeg, op=dist.ReduceOp.MAX)
+    est = estimate_sampled_bytes(part.num_nodes, s.eval_fanouts, s.eval_batch_size, in_dim,
+                                 int(maxdeg))
+    check_budget(est, tr.eval_memory_mb,
+                 f"sampled evaluation with fanouts {s.eval_fanouts} (batch {s.eval_batch_size})",
+                 "give finite sampler.eval_fanouts, lower sampler.eval_batch_size, or use "
+                 "training.eval_mode=layerwise (exact, memory O(part))")
+    loaders = {k: DistNeighborLoader(service, ids[k], s.eval_fanouts, s.eval_batch_size,
+                                     seed=s.seed + 1, prefetch=s.prefetch)
+               for k in ("val", "test")}
+    return lambda model, names: {k: evaluate(model, loaders[k], device) for k in names}
 
 
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
@@ -156,7 +238,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     rank, world = env.rank, env.world_size
     t_start = time.perf_counter()
     pdir = ensure_partitions(cfg, rank, world)
-    part = agree(lambda: load_partition(pdir, rank, world))
+    part = agree(lambda: load_partition(pdir, rank, world, verify=cfg.partition.verify))
     mode = cfg.training.mode
     if mode == "train" and (part.x is None or part.y is None):
         spec = parse_dataset_name(cfg.dataset.name)
@@ -238,15 +320,12 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
            report: RunReport, t_start) -> tuple[dict, str]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ..loader import DistNeighborLoader
     from .model import GraphSAGE
 
     s, m, o, tr = cfg.sampler, cfg.model, cfg.optimizer, cfg.training
-    eval_loader = {k: DistNeighborLoader(service, ids[k], s.eval_fanouts, s.eval_batch_size,
-                                         seed=s.seed + 1, prefetch=s.prefetch)
-                   for k in ("val", "test")}
     ymax = torch.tensor([int(np.max(part.y)) if len(part.y) else 0])
     dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
+    evaluate_splits = make_evaluator(cfg, service, ids, part, device, int(ymax) + 1)
     torch.manual_seed(s.seed)
     model = GraphSAGE(int(part.x.shape[1]), m.hidden, int(ymax) + 1, m.layers,
                       dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg).to(device)
@@ -306,7 +385,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
                            train_loss=float(tot[0] / max(tot[1], 1)),
                            train_acc=float(tot[2] / max(tot[1], 1)))
         if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
-            val_acc, val_loss = evaluate(model, eval_loader["val"], device)
+            val_acc, val_loss = evaluate_splits(model, ["val"])["val"]
             rec.update(val_acc=val_acc, val_loss=val_loss)
         report.epoch(rec)
         if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
@@ -324,8 +403,8 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
                 rec["val_acc"] >= tv:
             break
     report.close()
-    test_acc, test_loss = evaluate(model, eval_loader["test"], device)
-    val_acc, _ = evaluate(model, eval_loader["val"], device)
+    res = evaluate_splits(model, ["test", "val"])
+    (test_acc, test_loss), (val_acc, _) = res["test"], res["val"]
     wall = time.perf_counter() - t_start
     final = {"event": "final", "test_acc": test_acc, "test_loss": test_loss, "val_acc": val_acc,
              "wall_s": wall, "world_size": world}

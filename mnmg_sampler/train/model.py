@@ -24,7 +24,8 @@ from torch import nn
 
 from ..errors import ConfigError, MissingDependencyError, SamplingInputError
 
-__all__ = ["AGGRS", "SAGELayer", "GraphSAGE", "accuracy", "num_correct", "pyg_available"]
+__all__ = ["AGGRS", "SAGELayer", "GraphSAGE", "accuracy", "inference_layer", "num_correct",
+           "pyg_available"]
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +63,31 @@ class SAGELayer(nn.Module):
         self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
         self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
 
-    def aggregate(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        """Aggregate ``x[edge_index[0]]`` into rows ``edge_index[1]`` (zeros where no edge)."""
+    def aggregate(self, x: torch.Tensor, edge_index: torch.Tensor,
+                  num_dst: int | None = None) -> torch.Tensor:
+        """Aggregate ``x[edge_index[0]]`` into rows ``edge_index[1]`` of ``num_dst`` rows
+        (default: as many as ``x``; zeros where no edge)."""
         src, dst = edge_index[0], edge_index[1]
         msg = x.index_select(0, src)
-        out = x.new_zeros((x.size(0), x.size(1)))
+        rows = x.size(0) if num_dst is None else int(num_dst)
+        out = x.new_zeros((rows, x.size(1)))
         if self.aggr == "max":
             idx = dst.unsqueeze(1).expand_as(msg)
             return out.scatter_reduce(0, idx, msg, reduce="amax", include_self=False)
         out = out.index_add(0, dst, msg)
         if self.aggr == "mean":
-            deg = torch.bincount(dst, minlength=x.size(0)).clamp_(min=1)
+            deg = torch.bincount(dst, minlength=rows).clamp_(min=1)
             out = out / deg.unsqueeze(1).to(out.dtype)
         return out
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def forward(self, x, edge_index: torch.Tensor) -> torch.Tensor:
+        """``x`` is one tensor (messages between its own rows) or a pair ``(x_src, x_dst)``: a
+        bipartite block whose ``edge_index[0]`` indexes ``x_src`` and ``[1]`` indexes ``x_dst``
+        (PyG's convention), as layer-wise inference uses it."""
+        if isinstance(x, tuple):
+            x_src, x_dst = x
+            return self.lin_l(self.aggregate(x_src, edge_index, x_dst.size(0))) + \
+                self.lin_r(x_dst)
         return self.lin_l(self.aggregate(x, edge_index)) + self.lin_r(x)
 
     def reset_parameters(self) -> None:
@@ -185,6 +196,15 @@ class GraphSAGE(nn.Module):
                 x = F.relu(x)
                 x = F.dropout(x, p=self.dropout, training=self.training)
         return x
+
+
+def inference_layer(model: GraphSAGE, i: int, x_src: torch.Tensor, x_dst: torch.Tensor,
+                    edge_index: torch.Tensor) -> torch.Tensor:
+    """Layer ``i`` of ``model`` on a bipartite block (targets ``x_dst``, their neighbors
+    ``x_src``), with the ReLU of a hidden layer and no dropout: one step of layer-wise inference,
+    the same math as ``model.forward`` in eval mode."""
+    x = model.convs[i]((x_src, x_dst), edge_index)
+    return F.relu(x) if i < model.num_layers - 1 else x
 
 
 def num_correct(logits: torch.Tensor, y: torch.Tensor) -> int:

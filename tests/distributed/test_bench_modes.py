@@ -79,3 +79,25 @@ def test_bench_overlap_reports_three_epochs_and_ratio(tmp_path):
     assert res["batches_per_rank"] == [3, 3]
     for st in res["stats_per_rank"]:
         assert st["requests"] == 2 * 3  # sampling alone + both, per repeat
+
+
+def test_bench_mem_rss_and_partition_comparison(tmp_path):
+    out = tmp_path / "mem.json"
+    cmd = [sys.executable, "-m", "mnmg_sampler", "bench", "mem", "--what", "rss,partition",
+           "--graph", "rmat:8", "--world-sizes", "1,2", "--batches", "2", "--batch-size", "16",
+           "--fanouts", "4,3", "--feature-dim", "8", "--partition-graph", "rmat:9",
+           "--partition-ranks", "2", "--timeout", "120", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:] or proc.stdout[-3000:]
+    res = json.loads(out.read_text())
+    rss = res["rss"]
+    assert set(rss["worlds"]) == {"1", "2"} and len(rss["worlds"]["2"]) == 2
+    for r in rss["worlds"]["2"]:
+        assert r["peak"] >= r["steady"] > r["base"] > 0 and r["part"] > 0
+        assert r["features"] >= rss["num_nodes"] // 2 * 8 * 4 // 2  # ~half the rows, float32
+        assert r["first_batch_s"] > 0 and r["batches"] == 2
+    assert rss["restart"]["world"] == 1 and len(rss["restart"]["second"]) == 1
+    p = res["partition"]
+    assert p["identical"] is True and p["files"] >= 11 and len(p["ranks"]) == 2
+    assert all(r["peak"] > 0 for r in p["ranks"]) and p["single"]["peak"] > 0
+    assert "time to first batch" in proc.stdout and "parts identical: yes" in proc.stdout

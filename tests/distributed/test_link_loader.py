@@ -193,7 +193,7 @@ def test_link_loader_matches_single_process_and_invariants(tmp_path, world, meth
 
 
 def test_outputs_identical_across_world_sizes(tmp_path):
-    """The same batches, in global order, for W = 1, 2, 3 and two partition methods.
+    """The same batches, in global order, for W = 1, 2, 3 and the three partition methods.
 
     96 seed edges in batches of 16 make 6 global batches for each W, so batch g holds the same
     edges everywhere and every field must match bit for bit.
@@ -202,8 +202,8 @@ def test_outputs_identical_across_world_sizes(tmp_path):
     eli = seed_edges(g, 96)
     opts = CASES["triplet_reject_exclude"]
     outs = []
-    for world, method in ((1, "random"), (2, "range"), (3, "random")):
-        d = str(partition(g, world, method, tmp_path / f"p{world}", seed=5))
+    for world, method in ((1, "random"), (2, "range"), (3, "random"), (2, "metis")):
+        d = str(partition(g, world, method, tmp_path / f"p{world}{method}", seed=5))
         outs.append(by_global_batch(run_ranks(_run, world, d, eli, None, opts, [0],
                                               timeout=240), world))
     assert len(outs[0]) == 6

@@ -33,6 +33,7 @@ def _steps(rank, world, tmp):
     run("partition.method=range")          # 2: method changed
     run("partition.method=range", "dataset.name=cora")  # 3: dataset changed
     run("partition.method=range", "dataset.name=cora", "dataset.drop_self_loops=true")  # 4
+    dist.barrier()  # every rank has read step 4's manifest before rank 0 edits it
     if rank == 0:  # 5: a manifest written before sources were recorded
         mpath = Path(pdir) / MANIFEST
         m = json.loads(mpath.read_text())

@@ -1,0 +1,411 @@
+"""``mnmg-sampler bench mem``: memory per rank, the distributed partitioner, cost vs graph size.
+
+Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
+
+``rss``
+    For each world size in ``--world-sizes`` (default 1,2,4) the graph (with ``--feature-dim``
+    synthetic float32 features) is partitioned into a temporary directory and that many ranks
+    sample ``--batches`` minibatches each through the sampling service and loader, features
+    included. Each rank reports its peak RSS (``ru_maxrss``), its steady RSS (median of the RSS
+    after each of the second half of its batches), the bytes of its part's files (CSR, edge ids,
+    ids), of its feature rows and labels, and of the global id maps it maps, and the time from
+    process start to its first batch, with start-up verification ``--verify``. The first world
+    size is started twice: the second start finds the verified stamp and does not reread.
+``partition``
+    ``--partition-graph`` (default ``rmat:22``, undirected) partitioned by one process
+    (:func:`mnmg_sampler.graph.partition.partition`) and by ``--partition-ranks`` ranks
+    (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports its own
+    peak RSS, and the two output directories are compared file by file.
+``scaling``
+    For ``rmat:S`` with S in ``--scales`` (default 16..22, undirected): 2 ranks partition the
+    graph (distributed), then sample ``--batches`` minibatches each with the distributed sampler;
+    reported: sampled edges per CPU-second (all ranks' edges / all ranks' process CPU time).
+    ``--plot PNG`` draws it (matplotlib).
+
+Absolute figures drift on a shared machine; compare the ratios printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ._launch import TASK, _env, _tail, command_line, launch, write_json
+
+log = logging.getLogger(__name__)
+
+HELP = "memory: RSS per rank vs its part, distributed vs single partitioner peak, cost vs size"
+WHATS = ("rss", "partition", "scaling")
+MB = 2**20
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("mem", help=HELP, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--what", default="rss", help="comma-separated: rss, partition, scaling "
+                   "(default: rss)")
+    p.add_argument("--graph", default="rmat:18", help="graph of the rss runs (default rmat:18)")
+    p.add_argument("--undirected", action="store_true", help="add reverse edges (rss runs)")
+    p.add_argument("--feature-dim", type=int, default=64,
+                   help="synthetic float32 feature width of the rss runs (default 64)")
+    p.add_argument("--world-sizes", default="1,2,4", help="rss runs (default 1,2,4)")
+    p.add_argument("--fanouts", default="10,10", help="(default 10,10)")
+    p.add_argument("--batch-size", type=int, default=1024, help="(default 1024)")
+    p.add_argument("--batches", type=int, default=20,
+                   help="minibatches per rank in rss and scaling runs (default 20)")
+    p.add_argument("--verify", default="auto", choices=["auto", "full", "sampled", "off"],
+                   help="start-up verification of the rss runs (default auto)")
+    p.add_argument("--partition-graph", default="rmat:22",
+                   help="graph of the partition comparison, undirected (default rmat:22)")
+    p.add_argument("--partition-ranks", type=int, default=4, help="(default 4)")
+    p.add_argument("--partition-method", default="random", choices=["random", "range", "hash"],
+                   help="(default random)")
+    p.add_argument("--scales", default="16,17,18,19,20,21,22", help="scaling runs")
+    p.add_argument("--plot", metavar="PNG", help="write the scaling plot here")
+    p.add_argument("--timeout", type=float, default=3600.0, help="per launch (default 3600)")
+    p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    p.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
+    p.set_defaults(bench_run=run)
+    return p
+
+
+# -- inside a process ---------------------------------------------------------------------------
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _since_start() -> float:
+    """Seconds since this process started (from /proc, clock ticks since boot)."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _finish(work: str, rank: int, res: dict) -> None:
+    path = Path(work) / f"rank{rank}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res))
+    os.replace(tmp, path)
+
+
+def _part_bytes(path: str, rank: int) -> dict:
+    from ..graph.partition_io import read_manifest
+
+    m = read_manifest(path)
+    files = m["parts"][rank]["files"]
+    size = {k: m["files"][rel]["bytes"] for k, rel in files.items()}
+    feats = size.pop("x", 0) + size.pop("y", 0)
+    maps = sum(m["files"][r]["bytes"] for r in ("new_to_orig.npy", "orig_to_new.npy")
+               if r in m["files"])
+    return {"part": sum(size.values()), "features": feats, "maps": maps}
+
+
+def _rss_worker(work: str, task: dict) -> None:
+    import numpy as np
+    import torch.distributed as dist
+
+    from ..distributed.service import SamplingService
+    from ..graph.partition_io import load_partition
+    from ..graph.permute import permute
+    from ..loader import DistNeighborLoader
+    from ..runtime import init_distributed, set_threads
+
+    env, _ = init_distributed("gloo", "cpu")
+    set_threads(1)
+    rank, world = env.rank, env.world_size
+    base = _rss()
+    t0 = time.perf_counter()
+    part = load_partition(task["partitions"], rank, world, verify=task["verify"])
+    t_load = time.perf_counter() - t0
+    n, b = part.num_nodes, task["batch_size"]
+    k = min(n, task["batches"] * b * world)
+    seeds = permute(np.arange(k, dtype=np.int64), n, 1)  # k distinct ids, no n-sized array
+    svc = SamplingService(part, seed=0, features=True)
+    loader = DistNeighborLoader(svc, seeds, task["fanouts"], b, prefetch=2)
+    samples, first, edges = [], None, 0
+    for batch in loader:
+        if first is None:
+            first = _since_start()
+        edges += int(batch.edge_index.shape[1])
+        samples.append(_rss())
+    svc.shutdown()
+    dist.barrier()
+    half = samples[len(samples) // 2:] or [_rss()]
+    _finish(work, rank, {"rank": rank, "base": base, "steady": float(np.median(half)),
+                         "peak": max(_peak(), max(half)), "load_s": t_load, "first_batch_s": first,
+                         "batches": len(samples), "edges": edges,
+                         **_part_bytes(task["partitions"], rank)})
+    dist.destroy_process_group()
+
+
+def _dist_partition_worker(work: str, task: dict) -> None:
+    import torch.distributed as dist
+
+    from ..distributed.ingest import partition_distributed
+    from ..runtime import init_distributed
+
+    env, _ = init_distributed("gloo", "cpu")
+    base = _rss()
+    t0 = time.perf_counter()
+    partition_distributed(task["graph"], task["out"], task["method"], 0, undirected=True)
+    _finish(work, env.rank, {"rank": env.rank, "base": base, "peak": _peak(),
+                             "seconds": time.perf_counter() - t0})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _single_partition_worker(work: str, task: dict) -> None:
+    from ..graph.datasets import load_graph
+    from ..graph.partition import partition
+
+    base = _rss()
+    t0 = time.perf_counter()
+    g = load_graph(task["graph"], undirected=True)
+    partition(g, task["parts"], task["method"], task["out"], 0)
+    _finish(work, 0, {"rank": 0, "base": base, "peak": _peak(),
+                      "seconds": time.perf_counter() - t0})
+
+
+def _scaling_worker(work: str, task: dict) -> None:
+    import numpy as np
+    import torch.distributed as dist
+
+    from ..distributed.ingest import partition_distributed
+    from ..distributed.sampler import DistSampler
+    from ..graph.partition_io import load_partition
+    from ..graph.permute import permute
+    from ..ops.rng import request_key
+    from ..runtime import init_distributed, set_threads
+    from ..sampler import SampleRequest
+
+    env, _ = init_distributed("gloo", "cpu")
+    set_threads(1)
+    rank, world = env.rank, env.world_size
+    partition_distributed(task["graph"], task["out"], "random", 0, undirected=True)
+    part = load_partition(task["out"], rank, world, verify="off")
+    sampler = DistSampler(part, seed=0)
+    deg = np.diff(np.asarray(part.indptr))
+    # seeds: non-isolated nodes of this rank, in a seeded order (a fixed amount of work)
+    mine = np.asarray(part.orig_ids)[deg > 0]
+    mine = mine[np.argsort(permute(mine, part.num_nodes, 2))]
+    b, fan = task["batch_size"], task["fanouts"]
+    rounds = task["batches"]
+
+    def one(i: int) -> int:
+        s = mine[(i * b) % max(1, mine.size):][:b]
+        reqs = [SampleRequest(s, fan, request_key(0, 0, i * world + rank))]
+        return sum(int(x.e_id.numel()) for x in sampler.sample(reqs))
+
+    one(0)  # warm-up: compiled code, page cache
+    dist.barrier()
+    c0, t0 = time.process_time(), time.perf_counter()
+    edges = sum(one(i) for i in range(1, rounds + 1))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    _finish(work, rank, {"rank": rank, "edges": edges, "cpu_s": cpu, "wall_s": wall,
+                         "num_nodes": part.num_nodes, "num_edges": part.num_edges})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+WORKERS = {"rss": _rss_worker, "dist_partition": _dist_partition_worker,
+           "single_partition": _single_partition_worker, "scaling": _scaling_worker}
+
+
+def _worker(work: str) -> int:
+    task = json.loads((Path(work) / TASK).read_text())
+    WORKERS[task["kind"]](work, task)
+    return 0
+
+
+# -- parent -------------------------------------------------------------------------------------
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in str(text).split(",") if t.strip()]
+
+
+def _single(work: Path, task: dict, timeout: float) -> dict:
+    """Run a worker as one plain process (no torchrun); its result."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / TASK).write_text(json.dumps(task))
+    cmd = [sys.executable, "-m", "mnmg_sampler", "bench", "mem", "--worker", str(work)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(1), timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"single-process worker failed\n{_tail(proc.stderr)}")
+    return json.loads((work / "rank0.json").read_text())
+
+
+def _rss_runs(args, root: Path) -> dict:
+    from ..graph.datasets import load_graph
+    from ..graph.partition import partition
+    from ..graph.permute import node_features
+
+    g = load_graph(args.graph, undirected=args.undirected or None)
+    if g.x is None and args.feature_dim > 0:
+        import numpy as np
+
+        g.x = node_features(np.arange(g.num_nodes), args.feature_dim, 0)
+    out: dict = {"graph": args.graph, "num_nodes": g.num_nodes, "num_edges": g.num_edges,
+                 "feature_dim": args.feature_dim, "worlds": {}}
+    worlds = _ints(args.world_sizes)
+    for i, w in enumerate(worlds):
+        parts = root / f"parts-{w}"
+        partition(g, w, "random", parts, 0)
+        task = {"kind": "rss", "partitions": str(parts), "verify": args.verify,
+                "fanouts": _ints(args.fanouts), "batch_size": args.batch_size,
+                "batches": args.batches}
+        print(f"rss: {w} rank(s) ...", flush=True)
+        out["worlds"][str(w)] = launch("mem", w, root / f"work-{w}", task, args.timeout, 1)
+        if i == 0:  # the same ranks again: the verified stamp skips the checksums
+            again = launch("mem", w, root / f"work-{w}b", task, args.timeout, 1)
+            out["restart"] = {"world": w, "first": out["worlds"][str(w)], "second": again}
+    del g
+    return out
+
+
+def _print_rss(res: dict) -> None:
+    print(f"\nrss: {res['graph']} ({res['num_nodes']:,} nodes, {res['num_edges']:,} edges, "
+          f"{res['feature_dim']} float32 features); MB per rank")
+    print(f"{'W':>3}{'rank':>5}{'part':>8}{'feat':>8}{'maps':>8}{'base':>8}{'steady':>8}"
+          f"{'peak':>8}{'steady/(part+feat)':>20}{'bound':>8}{'ok':>4}")
+    for w, ranks in res["worlds"].items():
+        for r in ranks:
+            data = r["part"] + r["features"]
+            bound = 1.2 * data + 400 * MB
+            print(f"{w:>3}{r['rank']:>5}{r['part'] / MB:>8.0f}{r['features'] / MB:>8.0f}"
+                  f"{r['maps'] / MB:>8.0f}{r['base'] / MB:>8.0f}{r['steady'] / MB:>8.0f}"
+                  f"{r['peak'] / MB:>8.0f}{r['steady'] / max(data, 1):>20.2f}"
+                  f"{bound / MB:>8.0f}{'yes' if r['steady'] <= bound else 'NO':>4}")
+    rs = res["restart"]
+    f = max(r["first_batch_s"] for r in rs["first"])
+    s = max(r["first_batch_s"] for r in rs["second"])
+    lf = max(r["load_s"] for r in rs["first"])
+    ls = max(r["load_s"] for r in rs["second"])
+    print(f"time to first batch (W={rs['world']}, slowest rank, from process start): first start "
+          f"{f:.2f}s (load + verify {lf:.2f}s), second start with the verified stamp {s:.2f}s "
+          f"(load {ls:.2f}s)")
+
+
+def _partition_runs(args, root: Path) -> dict:
+    import filecmp
+
+    w = args.partition_ranks
+    base = {"graph": args.partition_graph, "method": args.partition_method}
+    print(f"partition: {args.partition_graph} undirected, one process ...", flush=True)
+    single = _single(root / "work-single", {**base, "kind": "single_partition", "parts": w,
+                                            "out": str(root / "single")}, args.timeout)
+    print(f"partition: {w} ranks ...", flush=True)
+    ranks = launch("mem", w, root / "work-dist", {**base, "kind": "dist_partition",
+                                                  "out": str(root / "dist")}, args.timeout, 1)
+    a, b = root / "single", root / "dist"
+    rels = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file())
+    same = rels == sorted(str(p.relative_to(b)) for p in b.rglob("*") if p.is_file()) and \
+        all(filecmp.cmp(a / r, b / r, shallow=False) for r in rels)
+    return {**base, "parts": w, "single": single, "ranks": ranks, "identical": same,
+            "files": len(rels)}
+
+
+def _print_partition(res: dict) -> None:
+    s = res["single"]
+    print(f"\npartition: {res['graph']} undirected, method {res['method']}, {res['parts']} parts")
+    print(f"{'':18}{'peak RSS MB':>12}{'x single':>10}{'seconds':>9}")
+    print(f"{'one process':18}{s['peak'] / MB:>12.0f}{1:>10.2f}{s['seconds']:>9.1f}")
+    for r in res["ranks"]:
+        print(f"{'rank ' + str(r['rank']) + ' of ' + str(res['parts']):18}"
+              f"{r['peak'] / MB:>12.0f}{r['peak'] / s['peak']:>10.2f}{r['seconds']:>9.1f}")
+    print(f"parts identical: {'yes' if res['identical'] else 'NO'} ({res['files']} files compared "
+          "byte for byte)")
+
+
+def _scaling_runs(args, root: Path) -> dict:
+    rows = []
+    for scale in _ints(args.scales):
+        task = {"kind": "scaling", "graph": f"rmat:{scale}", "out": str(root / f"s{scale}"),
+                "fanouts": _ints(args.fanouts), "batch_size": args.batch_size,
+                "batches": args.batches}
+        print(f"scaling: rmat:{scale} on 2 ranks ...", flush=True)
+        ranks = launch("mem", 2, root / f"work-s{scale}", task, args.timeout, 1)
+        edges = sum(r["edges"] for r in ranks)
+        cpu = sum(r["cpu_s"] for r in ranks)
+        rows.append({"scale": scale, "num_nodes": ranks[0]["num_nodes"],
+                     "num_edges": ranks[0]["num_edges"], "edges": edges, "cpu_s": cpu,
+                     "edges_per_cpu_s": edges / cpu if cpu else 0.0})
+        import shutil
+
+        shutil.rmtree(root / f"s{scale}", ignore_errors=True)
+    best = max(r["edges_per_cpu_s"] for r in rows)
+    worst = min(r["edges_per_cpu_s"] for r in rows)
+    return {"rows": rows, "spread": best / worst if worst else float("inf")}
+
+
+def _print_scaling(res: dict) -> None:
+    print(f"\nscaling: sampled edges per CPU-second, 2 ranks\n{'graph':>10}{'nodes':>12}"
+          f"{'CSR entries':>14}{'edges/CPU-s':>14}")
+    for r in res["rows"]:
+        print(f"{'rmat:' + str(r['scale']):>10}{r['num_nodes']:>12,}{r['num_edges']:>14,}"
+              f"{r['edges_per_cpu_s'] / 1e6:>12.2f} M")
+    print(f"largest / smallest rate: {res['spread']:.2f}x (acceptance: within 2x)")
+
+
+def _plot(res: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["rows"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["num_edges"] for r in rows], [r["edges_per_cpu_s"] / 1e6 for r in rows], "o-")
+    for r in rows:
+        ax.annotate(f"rmat:{r['scale']}", (r["num_edges"], r["edges_per_cpu_s"] / 1e6),
+                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("CSR entries of the graph (undirected R-MAT)")
+    ax.set_ylabel("sampled edges per CPU-second (M)")
+    ax.set_title("Sampling cost vs graph size (2 ranks, gloo)")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.worker:
+        return _worker(args.worker)
+    from ..errors import ConfigError
+
+    whats = [w.strip() for w in args.what.split(",") if w.strip()]
+    bad = [w for w in whats if w not in WHATS]
+    if bad or not whats:
+        raise ConfigError(f"--what {args.what!r}", "nothing to measure",
+                          f"use a comma-separated subset of {', '.join(WHATS)}")
+    res: dict = {"mode": "mem", "command": command_line("mem")}
+    with tempfile.TemporaryDirectory(prefix="mnmg-bench-mem-") as tmp:
+        root = Path(tmp)
+        if "rss" in whats:
+            res["rss"] = _rss_runs(args, root / "rss")
+            _print_rss(res["rss"])
+        if "partition" in whats:
+            res["partition"] = _partition_runs(args, root / "partition")
+            _print_partition(res["partition"])
+        if "scaling" in whats:
+            res["scaling"] = _scaling_runs(args, root / "scaling")
+            _print_scaling(res["scaling"])
+            if args.plot:
+                _plot(res["scaling"], args.plot)
+    write_json(args.json, res)
+    return 0

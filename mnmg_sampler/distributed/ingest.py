@@ -1,0 +1,634 @@
+"""Distributed ingest and partitioning: every rank reads 1/W of the input and writes its own part.
+
+Collective (every rank of the group calls :func:`partition_distributed` with the same
+arguments); the world size is the number of parts. The steps:
+
+1. each rank reads its share of the edges (:func:`mnmg_sampler.graph.sources.read_share`), in
+   input order; counts are gathered so every edge knows its position in the whole input;
+2. self-loops are dropped and reverse edges added locally; edge ids are the positions a single
+   process would give them (with duplicate removal, the owner keeps the first copy and the rank
+   that read it hands out the compacted id);
+3. each edge goes to the owner of its target with ``all_to_all_single`` in rounds of at most
+   ``chunk`` rows per rank (counts before payloads; no pickle);
+4. the owner relabels (the new id of a remote source is asked from that source's owner), builds
+   its CSR rows in canonical order and receives its feature and label rows the same way;
+5. each rank writes its own files into a shared temporary directory; the global id maps are
+   written slice by slice; rank 0 writes the manifest last and renames the directory into place.
+
+For the methods of :data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the files are the
+same bytes as :func:`mnmg_sampler.graph.partition.partition` writes for the same input and seed.
+Peak memory per rank is about its part (edges, features) plus its share of the input, instead of
+the whole graph. The output directory must be on a file system every rank can write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import GraphFormatError, PartitionError
+from ..graph.partition import (
+    DISTRIBUTED_METHODS,
+    _even_boundaries,
+    _save,
+    assign_nodes,
+    build_manifest,
+    install_directory,
+    part_node_ids,
+)
+from ..graph.partition_io import (
+    MANIFEST,
+    SAMPLE_BLOCKS,
+    TMP_PREFIX,
+    file_entry,
+    write_manifest,
+)
+from ..graph.permute import node_features, node_labels
+from ..graph.sources import NODE_DTYPES as _DTYPES
+from ..graph.sources import EdgeShare, node_rows_file, read_share
+from .collective import Exchanger, agree
+
+__all__ = ["partition_distributed", "DEFAULT_CHUNK"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK = 1 << 20
+"""Rows each rank sends per all-to-all round (bounds the exchange buffers)."""
+
+
+
+# -- collectives --------------------------------------------------------------------------------
+def _gather(values, group) -> np.ndarray:
+    """All-gather a short int64 vector from every rank: ``[world, len]``."""
+    t = torch.as_tensor(np.asarray(values, np.int64).ravel())
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(out, t, group=group)
+    return torch.stack(out).numpy()
+
+
+def _allreduce(value: int, op, group) -> int:
+    t = torch.tensor([int(value)], dtype=torch.int64)
+    dist.all_reduce(t, op=op, group=group)
+    return int(t.item())
+
+
+def _rounds(rows: int, chunk: int, group) -> int:
+    return _allreduce(-(-rows // chunk), dist.ReduceOp.MAX, group)
+
+
+def _as_bytes(a: np.ndarray) -> torch.Tensor:
+    """Rows of any dtype as a uint8 tensor ``[k, row bytes]`` (exchanged without conversion)."""
+    a = np.ascontiguousarray(a)
+    row = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+    return torch.from_numpy(a.reshape(-1).view(np.uint8).reshape(a.shape[0], row))
+
+
+def shuffle(ex: Exchanger, cols: np.ndarray, dest: np.ndarray, chunk: int,
+            rows: np.ndarray | None = None):
+    """Send row ``i`` of ``cols`` (int64 ``[k, c]``, and of ``rows`` if given) to rank
+    ``dest[i]``, ``chunk`` rows per rank per round; returns what this rank received, in order of
+    source rank and round (``(cols, rows)``)."""
+    w = ex.world_size
+    totals = np.bincount(dest, minlength=w).astype(np.int64)
+    recv_total = ex.counts(torch.from_numpy(totals)).numpy()
+    out = np.empty((int(recv_total.sum()), cols.shape[1]), np.int64)
+    out_rows = None
+    if rows is not None:
+        out_rows = np.empty((out.shape[0], *rows.shape[1:]), rows.dtype)
+    filled = 0
+    for r in range(_rounds(dest.shape[0], chunk, ex.group)):
+        sl = slice(r * chunk, (r + 1) * chunk)
+        d = dest[sl]
+        order = np.argsort(d, kind="stable")
+        send = np.bincount(d, minlength=w).astype(np.int64)
+        recv = ex.counts(torch.from_numpy(send)).numpy()
+        got = ex.payload(torch.from_numpy(np.ascontiguousarray(cols[sl][order])), send, recv)
+        k = got.shape[0]
+        out[filled:filled + k] = got.numpy()
+        if rows is not None:
+            gb = ex.payload(_as_bytes(rows[sl][order]), send, recv).numpy()
+            out_rows[filled:filled + k] = gb.view(rows.dtype).reshape(k, *rows.shape[1:])
+        filled += k
+    return out, out_rows
+
+
+def shuffle_stream(ex: Exchanger, n_chunks: int, make, width: int) -> np.ndarray:
+    """Like :func:`shuffle`, for rows made chunk by chunk: ``make(i) -> (cols [k, width],
+    dest [k])`` builds this rank's chunk ``i`` (called twice: once to count, once to send), so
+    the rows never exist all at once on the sending side."""
+    w = ex.world_size
+    totals = np.zeros(w, np.int64)
+    for i in range(n_chunks):
+        totals += np.bincount(make(i)[1], minlength=w)
+    recv_total = ex.counts(torch.from_numpy(totals)).numpy()
+    out = np.empty((int(recv_total.sum()), width), np.int64)
+    filled = 0
+    for i in range(_allreduce(n_chunks, dist.ReduceOp.MAX, ex.group)):
+        if i < n_chunks:
+            cols, d = make(i)
+        else:
+            cols, d = np.zeros((0, width), np.int64), np.zeros(0, np.int64)
+        order = np.argsort(d, kind="stable")
+        send = np.bincount(d, minlength=w).astype(np.int64)
+        recv = ex.counts(torch.from_numpy(send)).numpy()
+        got = ex.payload(torch.from_numpy(np.ascontiguousarray(cols[order])), send, recv)
+        out[filled:filled + got.shape[0]] = got.numpy()
+        filled += got.shape[0]
+    return out
+
+
+def lookup(ex: Exchanger, keys: np.ndarray, owner_of, answer, chunk: int) -> np.ndarray:
+    """Ask rank ``owner_of(k)`` for ``answer(k)`` of every key (int64 in, int64 out), ``chunk``
+    keys per round, each distinct key of a round asked once; answers in the order of ``keys``."""
+    w = ex.world_size
+    out = np.empty(keys.shape[0], np.int64)
+    for r in range(_rounds(keys.shape[0], chunk, ex.group)):
+        lo = r * chunk
+        uq, inv = np.unique(keys[lo:lo + chunk], return_inverse=True)
+        d = np.asarray(owner_of(uq), np.int64)
+        order = np.argsort(d, kind="stable")
+        send = np.bincount(d, minlength=w).astype(np.int64)
+        recv = ex.counts(torch.from_numpy(send)).numpy()
+        asked = ex.payload(torch.from_numpy(np.ascontiguousarray(uq[order])), send, recv).numpy()
+        told = np.ascontiguousarray(answer(asked), dtype=np.int64)
+        back = ex.payload(torch.from_numpy(told), recv, send).numpy()
+        got = np.empty(uq.shape[0], np.int64)
+        got[order] = back
+        out[lo:lo + inv.shape[0]] = got[inv.reshape(-1)]
+    return out
+
+
+# -- steps --------------------------------------------------------------------------------------
+def _check_args(spec, out: Path, method: str, overwrite: bool, world: int) -> None:
+    if method not in DISTRIBUTED_METHODS:
+        raise PartitionError(
+            f"partition method {method!r} cannot run distributed",
+            "only " + ", ".join(DISTRIBUTED_METHODS) + " decide a node's part from its id; "
+            "METIS needs the whole graph in one process",
+            "use --method random, hash or range, or run metis as a single process "
+            "(`mnmg-sampler partition ... --method metis` without torchrun)",
+        )
+    if out.exists() and not overwrite:
+        raise PartitionError(f"output directory {out} already exists", "it is left untouched",
+                             "choose another --out, or pass --overwrite to replace it")
+    if overwrite:
+        from ..graph.partition_io import check_replaceable
+
+        check_replaceable(out)
+
+
+def _node_rows(path: str | None, n: int, rank: int, world: int, what: str):
+    """This rank's slice ``[lo, hi)`` of a ``.npy`` of node rows, memory-mapped."""
+    if path is None:
+        return None
+    b = _even_boundaries(n, world)
+    return node_rows_file(path, n, what), int(b[rank]), int(b[rank + 1])
+
+
+def _record_maker(share: EdgeShare, off: int, m: int, undirected: bool, drop_self_loops: bool,
+                  dedup: bool, kept_before_rank: int, kept_total: int, owner_of, chunk: int):
+    """``(n_chunks, make)`` for :func:`shuffle_stream`: the (target, source, id) row of every
+    CSR entry this rank read, to the owner of the target. Originals come first, then reverses.
+
+    Without duplicate removal the id is final (the entry's position among kept entries, which
+    counts give); with it, the id is the position before removal (resolved in :func:`_dedup`).
+    """
+    k = share.src.shape[0]
+    nc = -(-k // chunk)
+    kept_in = np.zeros(nc + 1, np.int64)  # kept originals before each chunk, within this share
+    for i in range(nc):
+        a, b = i * chunk, min(k, (i + 1) * chunk)
+        kept_in[i + 1] = kept_in[i] + (np.count_nonzero(share.src[a:b] != share.dst[a:b])
+                                       if drop_self_loops else b - a)
+
+    def make(j: int):
+        rev, i = divmod(j, nc)
+        a, b = i * chunk, min(k, (i + 1) * chunk)
+        src, dst = share.src[a:b], share.dst[a:b]
+        if dedup:
+            e = np.arange(off + a, off + b, dtype=np.int64) + (m if rev else 0)
+        if drop_self_loops:
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            if dedup:
+                e = e[keep]
+        if not dedup:
+            e = kept_before_rank + int(kept_in[i]) + np.arange(src.shape[0], dtype=np.int64)
+            if rev:
+                e += kept_total
+        cols = np.empty((src.shape[0], 3), np.int64)
+        cols[:, 0], cols[:, 1] = (src, dst) if rev else (dst, src)
+        cols[:, 2] = e
+        return cols, owner_of(cols[:, 0])
+
+    return nc * (2 if undirected else 1), make, int(kept_in[-1])
+
+
+def partition_distributed(
+    spec: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    method: str = "random",
+    seed: int = 0,
+    *,
+    undirected: bool | None = None,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    features: str | None = None,
+    labels: str | None = None,
+    feature_dim: int = 0,
+    num_classes: int = 0,
+    data_seed: int = 0,
+    graph_seed: int | None = None,
+    overwrite: bool = False,
+    source: dict | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    group: dist.ProcessGroup | None = None,
+) -> dict:
+    """Partition graph ``spec`` into one part per rank of ``group`` and write ``out_dir``.
+
+    Collective. ``method`` is ``random``, ``range`` or ``hash``; ``seed`` seeds it (and R-MAT
+    generation unless ``graph_seed`` is given); ``undirected=None`` keeps the input's
+    convention (as ``load_graph``).
+    ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped); without
+    them, ``feature_dim > 0`` / ``num_classes > 0`` give the synthetic rows of
+    :func:`mnmg_sampler.graph.permute.node_features` / ``node_labels`` (seeded by ``data_seed``).
+    ``source`` (:func:`~mnmg_sampler.graph.partition_io.make_source`) is recorded in the
+    manifest, as the single-process writer records it.
+    Returns the partition statistics (as in the manifest) plus ``out``, ``seconds``,
+    ``num_nodes``, ``num_edges`` and ``graph_name``.
+
+    Raises the same typed error on every rank (bad method, existing output, unreadable input).
+    """
+    from ..graph.datasets import _DEFAULT_UNDIRECTED
+
+    t0 = time.perf_counter()
+    if undirected is None:
+        undirected = _DEFAULT_UNDIRECTED.get(str(spec).strip().lower(), False)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    out = Path(out_dir).absolute()
+    ex = Exchanger(group, torch.device("cpu"))
+    agree(lambda: _check_args(spec, out, method, overwrite, world), group)
+
+    def read() -> EdgeShare:
+        sh = read_share(spec, rank, world, seed if graph_seed is None else graph_seed)
+        if sh.src.size and min(int(sh.src.min()), int(sh.dst.min())) < 0:
+            raise GraphFormatError(f"{sh.name}: negative node id",
+                                   "node ids index arrays and must be >= 0",
+                                   "relabel the nodes to 0..N-1")
+        return sh
+
+    share = agree(read, group)
+    local_max = max(int(share.src.max()), int(share.dst.max())) if share.src.size else -1
+    head = _gather([share.src.shape[0], local_max, share.num_nodes or -1,
+                    share.x is not None, share.y is not None], group)
+    counts = head[:, 0]
+    m = int(counts.sum())
+    off = int(counts[:rank].sum())
+    max_id, declared = int(head[:, 1].max()), int(head[:, 2].max())
+    n = declared if declared >= 0 else max_id + 1
+    if max_id >= n:
+        raise GraphFormatError(f"{share.name}: node id {max_id} is out of range for {n} nodes",
+                               "every id must be < num_nodes", "fix the edge list")
+    if world > max(n, 1):
+        raise PartitionError(f"{world} parts requested for graph '{share.name}' with {n} nodes",
+                             "some parts would own no node", f"use at most {n} ranks")
+    # node data sources: files, rank 0's whole input, or synthetic
+    x_src = agree(lambda: _node_rows(features, n, rank, world, "features"), group)
+    y_src = agree(lambda: _node_rows(labels, n, rank, world, "labels"), group)
+    if x_src is None and share.x is not None:
+        x_src = (np.asarray(share.x), 0, n)
+    if y_src is None and share.y is not None:
+        y_src = (np.asarray(share.y), 0, n)
+    has_x = x_src is not None or bool(head[0, 3]) or feature_dim > 0
+    has_y = y_src is not None or bool(head[0, 4]) or num_classes > 0
+    x_meta = _row_meta(x_src, bool(head[0, 3]) and features is None, group)
+    y_meta = _row_meta(y_src, bool(head[0, 4]) and labels is None, group)
+
+    # 1-3. every CSR entry to the owner of its target, with its edge id
+    def owner_of(ids: np.ndarray) -> np.ndarray:
+        return assign_nodes(ids, n, world, method, seed)
+
+    kept_here = (int(np.count_nonzero(share.src != share.dst)) if drop_self_loops
+                 else share.src.shape[0])
+    kept = _gather([kept_here], group)[:, 0]
+    n_chunks, make, _ = _record_maker(share, off, m, undirected, drop_self_loops,
+                                      drop_duplicates, int(kept[:rank].sum()), int(kept.sum()),
+                                      owner_of, chunk)
+    rec = shuffle_stream(ex, n_chunks, make, 3)
+    del share, make
+    if drop_duplicates:
+        rec = _dedup(ex, rec, counts, m, n, chunk, group)
+    # 4. relabel and build the CSR (freeing each input as soon as it is used: peak ~ 2x part)
+    orig_ids = part_node_ids(rank, n, world, method, seed)
+    sizes = _gather([orig_ids.shape[0]], group)[:, 0]
+    bounds = np.zeros(world + 1, np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    start = int(bounds[rank])
+    local_edges = rec.shape[0]
+    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != rank))
+              for a in range(0, local_edges, chunk))
+    if method == "range" or world == 1:
+        new_src = rec[:, 1].copy()
+    else:
+        new_src = lookup(ex, rec[:, 1], owner_of,
+                         lambda q: start + np.searchsorted(orig_ids, q), chunk)
+    row = np.searchsorted(orig_ids, rec[:, 0])
+    eid = rec[:, 2].copy()
+    del rec
+    arrays = {"indptr": np.zeros(orig_ids.shape[0] + 1, np.int64)}
+    np.cumsum(np.bincount(row, minlength=orig_ids.shape[0]), out=arrays["indptr"][1:])
+    m_ids = max(1, 2 * m)  # edge ids are below 2m: (row, id) packs into one int64 key
+    if orig_ids.shape[0] * m_ids < 2**62:
+        row *= m_ids
+        row += eid
+        order = np.argsort(row)  # keys are distinct: no stability needed
+    else:
+        order = np.lexsort((eid, row))
+    del row
+    arrays["indices"] = new_src[order]
+    del new_src
+    arrays["edge_ids"] = eid[order]
+    del eid, order
+    arrays["orig_ids"] = orig_ids
+    if has_x:
+        arrays["x"] = _place_rows(ex, x_src, x_meta, orig_ids, n, method, seed, chunk,
+                                  lambda ids: node_features(ids, feature_dim, data_seed,
+                                                            num_classes))
+    if has_y:
+        arrays["y"] = _place_rows(ex, y_src, y_meta, orig_ids, n, method, seed, chunk,
+                                  lambda ids: node_labels(ids, num_classes, data_seed))
+    totals = _gather([local_edges, cut], group)
+    num_edges = int(totals[:, 0].sum())
+    stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
+    # 5. write
+    _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
+           has_x, has_y, overwrite, source, group)
+    stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
+                 num_edges=num_edges, graph_name=share_name(spec))
+    return stats
+
+
+def share_name(spec) -> str:
+    """The graph's name as :func:`mnmg_sampler.graph.datasets.load_graph` names it."""
+    from ..graph.datasets import BUILTINS, _parse_rmat
+
+    s = str(spec)
+    key = s.strip().lower()
+    if key.startswith("rmat:"):
+        scale, ef = _parse_rmat(key)
+        return f"rmat:{scale}:{ef}"
+    if key in BUILTINS:
+        return key
+    return str(Path(s).expanduser())
+
+
+def _row_meta(src, rank0_only: bool, group) -> tuple[str, tuple] | None:
+    """(dtype, row shape) of node rows, which only rank 0 may know (a whole input's x)."""
+    if src is not None and not rank0_only:
+        a = src[0]
+        return a.dtype.str, tuple(a.shape[1:])
+    if not rank0_only:
+        return None
+    meta = np.zeros(4, np.int64)
+    if dist.get_rank(group) == 0:
+        a = src[0]
+        if a.dtype.str not in _DTYPES or a.ndim > 3:
+            meta[0] = -1
+        else:
+            meta[0] = _DTYPES.index(a.dtype.str)
+            meta[1] = a.ndim
+            meta[2:2 + a.ndim - 1] = a.shape[1:]
+    t = torch.from_numpy(meta)
+    dist.broadcast(t, 0, group=group)
+    meta = t.numpy()
+    if meta[0] < 0:
+        raise PartitionError("the input's node data has an unsupported dtype",
+                             "it cannot be partitioned", "save features as float32 or int64")
+    return _DTYPES[int(meta[0])], tuple(int(v) for v in meta[2:2 + int(meta[1]) - 1])
+
+
+def _place_rows(ex, src, meta, orig_ids, n, method, seed, chunk, synth) -> np.ndarray:
+    """This part's node rows: generated here, or sent by the ranks that read them."""
+    if meta is None:
+        return np.ascontiguousarray(synth(orig_ids))
+    dtype, shape = meta
+    out = np.empty((orig_ids.shape[0], *shape), np.dtype(dtype))
+    a, lo, hi = src if src is not None else (np.zeros((0, *shape), np.dtype(dtype)), 0, 0)
+    ids = np.arange(lo, hi, dtype=np.int64)
+    dest = assign_nodes(ids, n, ex.world_size, method, seed)
+    got_ids, got_rows = shuffle(ex, ids[:, None], dest, chunk, rows=np.asarray(a[lo:hi]))
+    out[np.searchsorted(orig_ids, got_ids[:, 0])] = got_rows
+    return out
+
+
+def _dedup(ex, rec, counts, m, n, chunk, group) -> np.ndarray:
+    """Keep the first copy of each (target, source) and give kept edges their final ids.
+
+    Sorted and compacted in place, a column at a time: memory beyond ``rec`` is a few columns.
+    """
+    if n * n < 2**63:
+        key = rec[:, 0] * n + rec[:, 1]
+        order = np.lexsort((rec[:, 2], key))
+        del key
+    else:
+        order = np.lexsort((rec[:, 2], rec[:, 1], rec[:, 0]))
+    for c in range(3):
+        rec[:, c] = rec[order, c]
+    del order
+    first = np.ones(rec.shape[0], bool)
+    first[1:] = (rec[1:, 0] != rec[:-1, 0]) | (rec[1:, 1] != rec[:-1, 1])
+    keep = np.flatnonzero(first)
+    del first
+    for c in range(3):
+        rec[:keep.shape[0], c] = rec[keep, c]
+    rec = rec[:keep.shape[0]]
+    del keep
+    # the rank that read a position hands out its compacted id
+    off = np.zeros(ex.world_size + 1, np.int64)
+    np.cumsum(counts, out=off[1:])
+    rank = ex.rank
+    lo, hi = int(off[rank]), int(off[rank + 1])
+    pos = rec[:, 2]
+
+    def reader_of(p: np.ndarray) -> np.ndarray:
+        return np.searchsorted(off, p % m if m else p, side="right") - 1
+
+    got, _ = shuffle(ex, pos[:, None], reader_of(pos), chunk)
+    kept = np.zeros(2 * (hi - lo), bool)  # originals, then reverses, of this rank's range
+    p = got[:, 0]
+    kept[np.where(p < m, p - lo, p - m - lo + (hi - lo))] = True
+    del got, p
+    k_orig = np.cumsum(kept[:hi - lo]) - 1
+    k_rev = np.cumsum(kept[hi - lo:]) - 1
+    both = _gather([int(kept[:hi - lo].sum()), int(kept[hi - lo:].sum())], group)
+    base_o = int(both[:rank, 0].sum())
+    base_r = int(both[:, 0].sum()) + int(both[:rank, 1].sum())
+
+    def answer(q: np.ndarray) -> np.ndarray:
+        a = np.empty(q.shape[0], np.int64)
+        o = q < m
+        a[o] = base_o + k_orig[q[o] - lo]
+        a[~o] = base_r + k_rev[q[~o] - m - lo]
+        return a
+
+    rec[:, 2] = lookup(ex, pos, reader_of, answer, chunk)
+    return rec
+
+
+def _stats(method, seed, parts, n, num_edges, part_nodes, part_edges, cut) -> dict:
+    """The manifest's ``stats``, computed as :meth:`PartitionPlan.summary` computes them."""
+    part_nodes = np.asarray(part_nodes, np.int64)
+    part_edges = np.asarray(part_edges, np.int64)
+    return {
+        "method": method, "seed": int(seed), "parts": parts,
+        "edge_cut": float(cut / num_edges) if num_edges else 0.0,
+        "imbalance": float(part_nodes.max() / (n / parts)) if n else 1.0,
+        "edge_imbalance": float(part_edges.max() / (num_edges / parts)) if num_edges else 1.0,
+        "part_nodes": [int(v) for v in part_nodes],
+        "part_edges": [int(v) for v in part_edges],
+    }
+
+
+def _write_map_slice(path: Path, header: int, first: int, values: np.ndarray) -> None:
+    with open(path, "r+b") as f:
+        f.seek(header + 8 * first)
+        f.write(np.ascontiguousarray(values, dtype="<i8").tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _crc_int(checksum: str) -> int:
+    return int(checksum.split(":")[1], 16)
+
+
+def _write_error(rank: int, tmp: Path, e: OSError) -> PartitionError:
+    return PartitionError(f"rank {rank} cannot write its part under {tmp} ({e})",
+                          "the partition directory is not created",
+                          "give --out on a file system every rank can write, with enough space")
+
+
+def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
+           overwrite, source, group) -> None:
+    """Write every rank's part into a shared temporary directory; rank 0 installs it. On any
+    failure the temporary directory is removed and every rank raises."""
+    rank = ex.rank
+    nonce = torch.tensor([secrets.randbits(62) if rank == 0 else 0], dtype=torch.int64)
+    dist.broadcast(nonce, 0, group=group)
+    tmp = out.parent / f"{TMP_PREFIX}{out.name}-{int(nonce.item()):x}"
+    try:
+        _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
+                     overwrite, source, group)
+    except BaseException:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
+                 overwrite, source, group) -> None:
+    rank, world = ex.rank, ex.world_size
+    maps = ("new_to_orig.npy", "orig_to_new.npy")
+
+    def create() -> None:
+        if rank != 0:
+            return
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
+            for rel in maps:  # the header np.save writes, then each rank writes a slice
+                del_ = np.lib.format.open_memmap(tmp / rel, mode="w+", dtype=np.int64, shape=(n,))
+                del del_
+        except OSError as e:
+            raise _write_error(rank, tmp, e) from e
+
+    agree(create, group)
+    with open(tmp / maps[0], "rb") as f:
+        np.lib.format.read_magic(f)
+        np.lib.format.read_array_header_1_0(f)
+        hdr = f.tell()
+    files: dict[str, dict] = {}
+    orig_ids = arrays["orig_ids"]
+
+    def write_own() -> None:
+        try:
+            for key, arr in arrays.items():
+                _save(tmp, f"part{rank}/{key}.npy", arr, files)
+            _write_map_slice(tmp / maps[0], hdr, int(bounds[rank]), orig_ids)
+        except OSError as e:
+            raise _write_error(rank, tmp, e) from e
+
+    agree(write_own, group)
+    # orig_to_new: the slice of original ids [even[q], even[q+1]) is written by rank q
+    even = _even_boundaries(n, world)
+    new = np.arange(bounds[rank], bounds[rank + 1], dtype=np.int64)
+    got, _ = shuffle(ex, np.stack([orig_ids, new], axis=1),
+                     np.searchsorted(even, orig_ids, side="right") - 1, chunk)
+    inv = np.empty(int(even[rank + 1] - even[rank]), np.int64)
+    inv[got[:, 0] - even[rank]] = got[:, 1]
+    del got
+
+    def write_inv() -> None:
+        try:
+            _write_map_slice(tmp / maps[1], hdr, int(even[rank]), inv)
+        except OSError as e:
+            raise _write_error(rank, tmp, e) from e
+
+    agree(write_inv, group)
+    # every part's file entries to rank 0: (len, bytes, crc) per key, in a fixed order
+    keys = ("indptr", "indices", "edge_ids", "orig_ids", "x", "y")
+    width = 3 + SAMPLE_BLOCKS  # length, bytes, crc, sampled-block crcs
+    mine = np.full((len(keys), width), -1, np.int64)
+    for i, key in enumerate(keys):
+        e = files.get(f"part{rank}/{key}.npy")
+        if e is not None:
+            mine[i, :3] = (e["shape"][0], e["bytes"], _crc_int(e["checksum"]))
+            for j, c in enumerate(e.get("samples", [])):
+                mine[i, 3 + j] = _crc_int(c)
+    table = _gather(mine, group).reshape(world, len(keys), width)
+
+    def finish() -> None:
+        if rank != 0:
+            return
+        all_files: dict[str, dict] = {}
+        for rel in maps:
+            arr = np.load(tmp / rel, mmap_mode="r", allow_pickle=False)
+            all_files[rel] = file_entry(tmp / rel, arr)
+        parts_meta = []
+        for r in range(world):
+            pnames = {}
+            for i, key in enumerate(keys):
+                length, nbytes, crc = (int(v) for v in table[r, i, :3])
+                if length < 0:
+                    continue
+                rel = f"part{r}/{key}.npy"
+                own = files.get(f"part0/{key}.npy")  # rank 0's entry: dtype and row shape
+                shape = [length, *own["shape"][1:]] if own else [length]
+                dtype = own["dtype"] if own else "<i8"
+                all_files[rel] = {"dtype": dtype, "shape": shape, "bytes": nbytes,
+                                  "checksum": f"crc32:{crc:08x}"}
+                samples = [f"crc32:{int(c):08x}" for c in table[r, i, 3:] if c >= 0]
+                if samples:
+                    all_files[rel]["samples"] = samples
+                pnames[key] = rel
+            parts_meta.append({"rank": r, "num_nodes": int(stats["part_nodes"][r]),
+                               "num_edges": int(stats["part_edges"][r]), "files": pnames})
+        manifest = build_manifest(name, n, sum(stats["part_edges"]), bounds, has_x, has_y,
+                                  [], stats, parts_meta, dict(sorted(all_files.items())),
+                                  source=source)
+        write_manifest(tmp, manifest)  # last: a directory without it never loads
+        if out.exists() and not overwrite:
+            raise PartitionError(f"output directory {out} appeared while partitioning",
+                                 "it is left untouched", "choose another --out")
+        install_directory(tmp, out)
+        log.info("wrote %d parts to %s (%s)", world, out, MANIFEST)
+
+    agree(finish, group)
+

@@ -1,0 +1,85 @@
+"""Layer-wise full-neighbor inference on real ranks equals the whole-graph forward pass, and the
+memory budget fails every rank before allocating."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mnmg_sampler.errors import MemoryBudgetError
+from mnmg_sampler.graph.partition import partition
+from mnmg_sampler.train.model import GraphSAGE, pyg_available
+
+from .common import small_graph
+from .harness import RankFailure, run_ranks
+
+
+def _model(aggr: str, use_pyg: bool) -> GraphSAGE:
+    torch.manual_seed(0)
+    return GraphSAGE(5, 16, 7, 3, dropout=0.5, aggr=aggr, use_pyg=use_pyg)
+
+
+def _rank(rank, world, path, aggr, use_pyg, batch):
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.train.evaluate import evaluate_layerwise, layerwise_logits
+
+    part = load_partition(path, rank, world)
+    model = _model(aggr, use_pyg).train()  # eval mode is set (and restored) by the function
+    logits = layerwise_logits(model, part, torch.device("cpu"), batch)
+    assert model.training
+    rng = np.random.default_rng(0)
+    splits = {"val": np.sort(rng.choice(part.num_nodes, 60, replace=False)),
+              "none": np.zeros(0, np.int64)}
+    res = evaluate_layerwise(model, part, splits, torch.device("cpu"), batch)
+    return np.asarray(part.orig_ids), logits.numpy(), res
+
+
+def _reference(g, aggr, use_pyg):
+    model = _model(aggr, use_pyg).eval()
+    row = np.repeat(np.arange(g.num_nodes), g.degrees())
+    ei = torch.from_numpy(np.stack([g.indices, row]))
+    with torch.no_grad():
+        return model(torch.from_numpy(g.x), ei).numpy()
+
+
+@pytest.mark.parametrize("world,method,aggr,use_pyg,batch", [
+    (1, "range", "mean", False, 1000),
+    (2, "random", "mean", False, 17),
+    (3, "hash", "max", False, 40),
+    (2, "random", "sum", True, 23),
+])
+def test_layerwise_equals_whole_graph_forward(tmp_path, world, method, aggr, use_pyg, batch):
+    if use_pyg and not pyg_available():
+        pytest.skip("torch_geometric is not installed")
+    g = small_graph()
+    path = partition(g, world, method, tmp_path / "p", seed=2)
+    ref = _reference(g, aggr, use_pyg)
+    out = run_ranks(_rank, world, str(path), aggr, use_pyg, batch, timeout=180)
+    seen = np.concatenate([o for o, _, _ in out])
+    assert np.array_equal(np.sort(seen), np.arange(g.num_nodes))
+    for orig, logits, _ in out:
+        np.testing.assert_allclose(logits, ref[orig], rtol=1e-5, atol=1e-5)
+    rng = np.random.default_rng(0)
+    val = np.sort(rng.choice(g.num_nodes, 60, replace=False))
+    acc = float((ref[val].argmax(-1) == g.y[val]).mean())
+    loss = float(torch.nn.functional.cross_entropy(torch.from_numpy(ref[val]),
+                                                   torch.from_numpy(g.y[val])))
+    for _, _, res in out:  # every rank gets the global figures
+        assert res["val"][0] == pytest.approx(acc) and res["val"][1] == pytest.approx(loss, 1e-5)
+        assert res["none"] == (0.0, 0.0)
+
+
+def _budget(rank, world):
+    from mnmg_sampler.train.evaluate import check_budget
+
+    check_budget(10 * 2**20, 100, "nothing", "fix")  # under budget everywhere: no error
+    check_budget((rank + 1) * 80 * 2**20, 100, "layer-wise evaluation", "raise it")
+
+
+def test_budget_overflow_raises_on_every_rank():
+    with pytest.raises(RankFailure) as e:
+        run_ranks(_budget, 2, timeout=120)
+    assert set(e.value.errors) == {0, 1}
+    for err, _ in e.value.errors.values():
+        assert isinstance(err, MemoryBudgetError) and "160 MB" in str(err)
