@@ -151,6 +151,43 @@ def _ckpt_dir(cfg: JobConfig) -> Path:
     return Path(cfg.output.dir) / "checkpoints"
 
 
+def make_optimizer(params, o) -> torch.optim.Optimizer:
+    """The optimizer named by ``optimizer.*`` (``o``) over ``params``."""
+    opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+    kw = {"momentum": o.momentum} if o.name == "sgd" else {}
+    return opt_cls[o.name](params, lr=o.lr, weight_decay=o.weight_decay, **kw)
+
+
+def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: torch.device,
+                 net: torch.nn.Module, opt: torch.optim.Optimizer, loader,
+                 report: RunReport) -> int:
+    """Collective: the first epoch to run, after loading the newest checkpoint into ``net``,
+    ``opt`` and ``loader`` on ``--resume`` or a torchrun restart (0 when there is none)."""
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    if not (resume or restarted):
+        return 0
+    found = agree(lambda: load_latest(_ckpt_dir(cfg), device))
+    agree_on_checkpoint(found)
+    if found is None:
+        if resume and rank == 0:
+            log.warning("--resume: no checkpoint under %s; starting from scratch",
+                        _ckpt_dir(cfg))
+        return 0
+    ckpt, state = found
+    agree(lambda: check_model_state(state["model"], net, ckpt))
+    if state.get("world_size") != world:
+        raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
+                              f"ranks, this job has {world}",
+                              "the loader order would differ", "resume with the same world "
+                              "size, or start a fresh output.dir")
+    net.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    loader.load_state_dict(state["loader"])
+    first_epoch = int(state["epoch"]) + 1
+    report.print(f"resumed from {ckpt} (epoch {first_epoch})")
+    return first_epoch
+
+
 @torch.no_grad()
 def evaluate(model, loader, device) -> tuple[float, float]:
     """(accuracy, mean loss) over every rank's batches of ``loader`` (collective)."""
@@ -330,30 +367,9 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
     model = GraphSAGE(int(part.x.shape[1]), m.hidden, int(ymax) + 1, m.layers,
                       dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg).to(device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-    kw = {"momentum": o.momentum} if o.name == "sgd" else {}
-    opt = opt_cls[o.name](model.parameters(), lr=o.lr, weight_decay=o.weight_decay, **kw)
-    first_epoch = 0
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    found = agree(lambda: load_latest(_ckpt_dir(cfg), device)) if (resume or restarted) \
-        else None
-    if resume or restarted:
-        agree_on_checkpoint(found)
-    if resume and found is None and rank == 0:
-        log.warning("--resume: no checkpoint under %s; starting from scratch", _ckpt_dir(cfg))
-    if found is not None:
-        ckpt, state = found
-        agree(lambda: check_model_state(state["model"], model.module, ckpt))
-        if state.get("world_size") != world:
-            raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
-                                 f"ranks, this job has {world}",
-                                 "the loader order would differ", "resume with the same world "
-                                 "size, or start a fresh output.dir")
-        model.module.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        train_loader.load_state_dict(state["loader"])
-        first_epoch = int(state["epoch"]) + 1
-        report.print(f"resumed from {ckpt} (epoch {first_epoch})")
+    opt = make_optimizer(model.parameters(), o)
+    first_epoch = resume_point(cfg, resume, rank, world, device, model.module, opt,
+                               train_loader, report)
     report.start(mode="train", world_size=world, first_epoch=first_epoch,
                  config=config_to_dict(cfg))
     report.print(f"training on {world} rank(s): {report.steps} batches per epoch and rank; "

@@ -16,7 +16,6 @@ continues to the same metrics as an uninterrupted run.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -28,10 +27,10 @@ from torch import nn
 
 from ..config import JobConfig, check_paths, config_to_dict
 from ..distributed.collective import agree
-from ..errors import CheckpointError, ConfigError, PartitionError
+from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
-from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
-from .job import _ckpt_dir, _maybe_fault, load_dataset
+from .checkpoint import save_checkpoint
+from .job import _ckpt_dir, _maybe_fault, load_dataset, make_optimizer, resume_point
 from .report import RunReport, epoch_record
 
 log = logging.getLogger(__name__)
@@ -304,30 +303,9 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
     net = LinkModel(int(part.x.shape[1]), m.hidden, m.layers, m.dropout, m.aggr, m.use_pyg,
                     lk.decoder).to(device)
     model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-    opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-    kw = {"momentum": o.momentum} if o.name == "sgd" else {}
-    opt = opt_cls[o.name](model.parameters(), lr=o.lr, weight_decay=o.weight_decay, **kw)
-    first_epoch = 0
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    found = agree(lambda: load_latest(_ckpt_dir(cfg), device)) if (resume or restarted) \
-        else None
-    if resume or restarted:
-        agree_on_checkpoint(found)
-    if resume and found is None and rank == 0:
-        log.warning("--resume: no checkpoint under %s; starting from scratch", _ckpt_dir(cfg))
-    if found is not None:
-        ckpt, state = found
-        agree(lambda: check_model_state(state["model"], net, ckpt))
-        if state.get("world_size") != world:
-            raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
-                                  f"ranks, this job has {world}",
-                                  "the loader order would differ", "resume with the same world "
-                                  "size, or start a fresh output.dir")
-        net.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        train_loader.load_state_dict(state["loader"])
-        first_epoch = int(state["epoch"]) + 1
-        report.print(f"resumed from {ckpt} (epoch {first_epoch})")
+    opt = make_optimizer(model.parameters(), o)
+    first_epoch = resume_point(cfg, resume, rank, world, device, net, opt, train_loader,
+                               report)
     report.start(mode="train", task="link", world_size=world, first_epoch=first_epoch,
                  config=config_to_dict(cfg))
     report.print(f"link prediction on {world} rank(s): {report.steps} batches per epoch and "
