@@ -75,6 +75,7 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: flo
     an in-process store: no port is opened.
     """
     from .distributed.collective import peer_errors
+    from .distributed.teardown import at_exit
 
     env = DistEnv.from_env()
     backend, dev = resolve_backend(backend, device)
@@ -95,6 +96,7 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: flo
                 store = _loopback_store(env, _dt.timedelta(seconds=join), timeout)
             dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
                                     timeout=timeout, store=store)
+        at_exit()  # a script that never destroys the group must still exit cleanly
     return env, dev
 
 

@@ -26,11 +26,11 @@ shut down is stopped at interpreter exit, before the process group is torn down.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import queue
 import threading
 import time
-import weakref
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -41,6 +41,7 @@ from ..errors import MnmgError, PeerError, SamplingInputError, ServiceError
 from ..sampler import SampleRequest
 from .collective import backend_device, group_timeout, is_peer_failure, peer_error, peer_errors
 from .sampler import DistSampler
+from .teardown import at_exit
 
 log = logging.getLogger(__name__)
 MODES = ("thread", "inline")
@@ -117,14 +118,14 @@ class SamplingService:
         self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
                        "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
         self._thread = None
-        self._finalizer = None
+        self._exit_stop = None
         if self.mode == "thread":
             self._thread = threading.Thread(target=self._serve, name="mnmg-sampling-service",
                                             daemon=True)
             self._thread.start()
-            # never shut down: stop the thread at exit, before torch tears the group down
-            self._finalizer = weakref.finalize(self, _stop_at_exit, self._closing,
-                                               self._thread, self.deadline_s)
+            # never shut down: stop the thread at exit, before the group is torn down
+            self._exit_stop = at_exit(functools.partial(
+                _stop_at_exit, self._closing, self._thread, self.deadline_s))
 
     # -- clients -------------------------------------------------------------------------------
     def submit(self, request: SampleRequest) -> Future:
@@ -338,8 +339,8 @@ class SamplingService:
             except MnmgError as e:
                 self._failed = e
         self._closed = True
-        if self._finalizer is not None:
-            self._finalizer.detach()
+        if self._exit_stop is not None:
+            self._exit_stop()  # shut down cleanly: nothing left to stop at exit
         if self._failed is not None:
             raise self._failure()
         # every rank has left its last round before anyone may tear the group down
@@ -404,7 +405,7 @@ def _settle(fut: Future, result=None, exc: BaseException | None = None) -> None:
         pass
 
 
-def _stop_at_exit(closing: threading.Event, thread: threading.Thread, deadline_s: float) -> None:
+def _stop_at_exit(closing: threading.Event, thread: threading.Thread, deadline_s: float) -> bool:
     """Interpreter exit without shutdown(): let the service thread leave its rounds, bounded.
 
     Peers exiting too agree that every rank is done; a dead peer fails the round. Either way the
@@ -412,9 +413,11 @@ def _stop_at_exit(closing: threading.Event, thread: threading.Thread, deadline_s
     mid-collective (which aborts the process).
     """
     if not thread.is_alive():
-        return
+        return True
     log.warning("a SamplingService was not shut down; stopping it at exit")
     closing.set()
     thread.join(deadline_s)
     if thread.is_alive():
         log.error("the sampling service thread did not stop within %.0f s at exit", deadline_s)
+        return False
+    return True

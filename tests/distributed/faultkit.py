@@ -3,6 +3,7 @@
     python -m tests.distributed.faultkit api PARTS_DIR MODE    # Python API: loader iterating
     python -m tests.distributed.faultkit cli train ARGS...     # the mnmg-sampler CLI
     python -m tests.distributed.faultkit noshutdown PARTS_DIR  # exit without shutdown()
+    python -m tests.distributed.faultkit nodestroy  # exit without destroy_process_group()
 
 Each rank runs with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so rank
 0 hosts the TCP store. ``MNMG_TEST_KILL_AT=K`` arms this process: its K-th call of a
@@ -100,12 +101,29 @@ def no_shutdown(parts: str) -> int:
     return 0
 
 
+def no_destroy() -> int:
+    """A script that initialises the group, runs one collective and never destroys it: exit
+    must be clean on every rank (the store host included)."""
+    import torch
+    import torch.distributed as dist
+
+    from mnmg_sampler.runtime import init_distributed
+
+    init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    print(f"SUM {int(t[0])}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     arm()
     if argv[0] == "api":
         return api(argv[1], argv[2])
     if argv[0] == "noshutdown":
         return no_shutdown(argv[1])
+    if argv[0] == "nodestroy":
+        return no_destroy()
     if argv[0] == "cli":
         from mnmg_sampler.cli import main as cli_main
 

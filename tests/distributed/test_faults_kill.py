@@ -245,3 +245,12 @@ def test_rank_that_never_joins_gives_a_typed_error():
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("mnmg_sampler.errors.PeerError: the rendezvous of 2 ranks at "
                            f"127.0.0.1:{port} (rank 1"), r.stderr[-3000:]
+
+
+def test_exit_without_destroy_process_group_is_clean():
+    # init_distributed, one collective, no destroy_process_group(): the store host aborted in
+    # C++ static destruction about one run in ten before the exit hook of distributed.teardown
+    for _ in range(3):
+        for r in _plain_ranks([*KIT, "nodestroy"], 2):
+            assert r.returncode == 0, r.stdout[-3000:]
+            assert "terminate called" not in r.stdout and "SUM 2" in r.stdout, r.stdout[-3000:]
