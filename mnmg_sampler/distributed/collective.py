@@ -1,8 +1,9 @@
 """Symmetric collectives: all-to-all-v exchange and error agreement.
 
-Two rules keep ranks from hanging: counts travel before payloads, and an error found on one
-rank is shared with every rank (:func:`agree`) before anyone enters the next collective. Errors
-cross ranks as UTF-8 JSON in uint8 tensors (never pickled objects), and are rebuilt only as
+Two rules keep ranks from hanging: a receiver always knows how much to take (counts travel
+before payloads, or inside the same message on gloo, see :class:`Exchanger`), and an error found
+on one rank is shared with every rank (:func:`agree`) before anyone enters the next collective.
+Errors cross ranks as UTF-8 JSON in uint8 tensors (never pickled objects), and are rebuilt only as
 classes of :mod:`mnmg_sampler.errors`. A collective that fails because a peer died or stopped
 answering becomes a :class:`~mnmg_sampler.errors.PeerError` naming the step (:func:`peer_errors`).
 """
@@ -10,11 +11,13 @@ answering becomes a :class:`~mnmg_sampler.errors.PeerError` naming the step (:fu
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -32,12 +35,30 @@ def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+#: set to ``alltoall`` to make gloo exchanges take the collective path NCCL takes
+EXCHANGE_ENV = "MNMG_SAMPLER_EXCHANGE"
+_TAG = 0x4D4E  # point-to-point tag of fused exchanges; +1: overflow parts, +2: agreements
+_MIN_CAP = 1 << 16  # first receive capacity per peer (bytes); grows to the largest message
+
+
 class Exchanger:
     """All-to-all-v over one process group; the one place that counts what the data path sends.
 
     ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` to rank
     ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
     come back on the caller's device.
+
+    Two transports, chosen once per exchanger. With **NCCL** (and any backend but gloo), an
+    exchange is two all-to-alls: counts, then payload. With **gloo** it is *fused*: each peer gets
+    one point-to-point message, an 8-byte row count followed by the rows, and receives into a
+    buffer of a capacity both sides know (the largest message of the pair so far, at least
+    64 KiB); a gloo receive accepts a shorter message, and the rare longer one sends its tail as
+    a second message that the receiver expects from the count. Rows a rank keeps never leave it,
+    and ranks that exchange nothing with each other still send each other their 8 bytes. The
+    agreement (:meth:`agree_max`) is likewise W - 1 small messages instead of an all-reduce. On
+    this machine a gloo all-to-all costs about 3x the wall time and CPU of a point-to-point
+    exchange of the same rows (``docs/performance.md``). ``MNMG_SAMPLER_EXCHANGE=alltoall`` forces
+    the collective path on gloo too (debugging, tests).
 
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
@@ -57,6 +78,13 @@ class Exchanger:
         self.transfers = {"h2d": 0, "d2h": 0}
         self.t_exchange = 0.0
         self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
+        self.fused = (self.world_size > 1 and self.device.type == "cpu"
+                      and str(dist.get_backend(group)).lower() == "gloo"
+                      and os.environ.get(EXCHANGE_ENV, "") != "alltoall"
+                      and (group is None or isinstance(group, dist.ProcessGroup)))
+        self._cap = [_MIN_CAP] * self.world_size  # receive capacity per peer (same both sides)
+        self._rbuf: list[np.ndarray | None] = [None] * self.world_size
+        self._pg = (group if group is not None else dist.group.WORLD) if self.fused else None
 
     # -- accounting ---------------------------------------------------------------------------
     def _count(self, tag: str, row_bytes: int, send_counts: Sequence[int]) -> None:
@@ -119,13 +147,16 @@ class Exchanger:
         """Exchange rows whose per-rank counts both sides already know."""
         t0 = time.perf_counter()
         src_dev = payload.device
-        row = payload.element_size()
-        for d in payload.shape[1:]:
-            row *= int(d)
+        row = _row_bytes(payload)
         self._count(tag, row, send_counts)
         if self.world_size == 1:  # a group of one: the exchange is the identity
             self.t_exchange += time.perf_counter() - t0
             return payload
+        if self.fused:
+            out = self._p2p_known(payload, [int(c) for c in send_counts],
+                                  [int(c) for c in recv_counts])
+            self.t_exchange += time.perf_counter() - t0
+            return out
         send = self._stage(payload).contiguous()
         out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
         c0 = time.thread_time()
@@ -139,11 +170,161 @@ class Exchanger:
 
     def exchange(self, payload: torch.Tensor, send_counts: torch.Tensor, tag: str = "data"
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Counts first, then payload; returns ``(received rows, received counts per rank)``."""
+        """Counts first, then payload (fused into one message per peer on gloo); returns
+        ``(received rows, received counts per rank)``."""
+        if self.fused:
+            t0 = time.perf_counter()
+            out = self._p2p_fused(payload, [int(c) for c in self.to_host(send_counts).tolist()],
+                                  tag)
+            self.t_exchange += time.perf_counter() - t0
+            return out
         recv_counts = self.to_host(self.counts(send_counts, tag))
         send_counts = self.to_host(send_counts)
         return self.payload(payload, send_counts.tolist(), recv_counts.tolist(), tag), \
             recv_counts
+
+    def agree_max(self, values: Sequence[int]) -> list[int]:
+        """Collective: the element-wise maximum of ``values`` (same length on every rank)."""
+        if self.world_size == 1:
+            return [int(v) for v in values]
+        mine = np.asarray([int(v) for v in values], np.int64)
+        if not self.fused:
+            t = torch.from_numpy(mine).to(self.device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+            self.calls += 1
+            return [int(v) for v in t.tolist()]
+        c0 = time.thread_time()
+        got = np.empty((self.world_size, mine.size), np.int64)
+        got[self.rank] = mine
+        works = [self._recv(got[p], p, _TAG + 2) for p in self._peers()]
+        works += [self._send(mine, p, _TAG + 2) for p in self._peers()]
+        self._wait(works)
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+        return [int(v) for v in got.max(0)]
+
+    # -- point-to-point transport (gloo) --------------------------------------------------------
+    def _peers(self) -> list[int]:
+        """Every other rank, starting after this one (spreads who is served first)."""
+        W, me = self.world_size, self.rank
+        return [(me + i) % W for i in range(1, W)]
+
+    def _send(self, a: np.ndarray, peer: int, tag: int):
+        """Post a send of ``a`` (kept alive by the caller until waited on)."""
+        return self._pg.send([torch.from_numpy(a)], peer, tag)
+
+    def _recv(self, a: np.ndarray, peer: int, tag: int):
+        """Post a receive into ``a``: a gloo receive takes any message up to ``a``'s size."""
+        return self._pg.recv([torch.from_numpy(a)], peer, tag)
+
+    @staticmethod
+    def _wait(works) -> None:
+        for w in works:
+            w.wait()
+
+    def _p2p_known(self, payload: torch.Tensor, send: list[int], recv: list[int]
+                   ) -> torch.Tensor:
+        """Rows to every peer in one message each; both sides know every count."""
+        c0 = time.thread_time()
+        payload = payload.contiguous()
+        row = _row_bytes(payload)
+        src = _bytes(payload)
+        dst = np.empty(sum(recv) * row, np.uint8)
+        soff, roff = _offsets(send, row), _offsets(recv, row)
+        works = []
+        for p in self._peers():
+            if recv[p]:
+                works.append(self._recv(dst[roff[p]:roff[p + 1]], p, _TAG))
+            if send[p]:
+                works.append(self._send(src[soff[p]:soff[p + 1]], p, _TAG))
+        me = self.rank
+        dst[roff[me]:roff[me + 1]] = src[soff[me]:soff[me + 1]]
+        self._wait(works)
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+        return _rows(dst, payload)
+
+    def _p2p_fused(self, payload: torch.Tensor, send: list[int], tag: str
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One message per peer: its row count (int64), then its rows (see the class doc)."""
+        c0 = time.thread_time()
+        payload = payload.contiguous()
+        W, me, row = self.world_size, self.rank, _row_bytes(payload)
+        src = _bytes(payload)
+        soff = _offsets(send, row)
+        peers = self._peers()
+        msgs: dict[int, np.ndarray] = {}
+        works = []
+        for p in peers:
+            cap = self._cap[p]
+            if self._rbuf[p] is None or self._rbuf[p].size < cap:
+                self._rbuf[p] = np.empty(cap, np.uint8)
+            works.append(self._recv(self._rbuf[p][:cap], p, _TAG))
+            m = np.empty(8 + soff[p + 1] - soff[p], np.uint8)
+            m[:8].view(np.int64)[0] = send[p]
+            m[8:] = src[soff[p]:soff[p + 1]]
+            msgs[p] = m
+            works.append(self._send(m[:cap], p, _TAG))
+        self._wait(works)
+        recv = [0] * W
+        recv[me] = send[me]
+        tails = []
+        for p in peers:
+            buf = self._rbuf[p]
+            recv[p] = int(buf[:8].view(np.int64)[0])
+            n_in, n_out, cap = 8 + recv[p] * row, msgs[p].size, self._cap[p]
+            if n_in > cap:  # the tail of a message longer than any before: expected by count
+                if buf.size < n_in:
+                    grown = np.empty(_pow2(n_in), np.uint8)
+                    grown[:cap] = buf[:cap]
+                    self._rbuf[p] = buf = grown
+                tails.append(self._recv(buf[cap:n_in], p, _TAG + 1))
+            if n_out > cap:
+                tails.append(self._send(msgs[p][cap:], p, _TAG + 1))
+            self._cap[p] = max(cap, _pow2(max(n_in, n_out)))  # both sides compute the same
+        self._wait(tails)
+        roff = _offsets(recv, row)
+        dst = np.empty(roff[-1], np.uint8)
+        for p in range(W):
+            if p == me:
+                dst[roff[p]:roff[p + 1]] = src[soff[p]:soff[p + 1]]
+            elif recv[p]:
+                dst[roff[p]:roff[p + 1]] = self._rbuf[p][8:8 + recv[p] * row]
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+        self._count(tag, row, send)
+        self._count(tag, 8, [0 if p == me else 1 for p in range(W)])  # the row counts
+        return _rows(dst, payload), torch.tensor(recv, dtype=torch.int64)
+
+
+def _row_bytes(t: torch.Tensor) -> int:
+    row = t.element_size()
+    for d in t.shape[1:]:
+        row *= int(d)
+    return row
+
+
+def _bytes(t: torch.Tensor) -> np.ndarray:
+    """A contiguous CPU tensor's storage as flat uint8 numpy (no copy)."""
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+def _rows(raw: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """Flat bytes as rows shaped and typed like ``like`` (no copy)."""
+    t = torch.from_numpy(raw)
+    return t.view(like.dtype).reshape(-1, *like.shape[1:]) if raw.size else like.new_empty(
+        (0, *like.shape[1:]))
+
+
+def _offsets(counts: Sequence[int], row: int) -> list[int]:
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + int(c) * row)
+    return out
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 1).bit_length()
 
 
 def agree(fn: Callable[[], T], group: dist.ProcessGroup | None = None,

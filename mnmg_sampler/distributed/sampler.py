@@ -29,7 +29,7 @@ from ..batch import MiniBatch
 from ..errors import SamplingInputError
 from ..ops import wire
 from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
-from .collective import Exchanger, backend_device, raise_agreed
+from .collective import Exchanger, raise_agreed
 from .consistency import check_same_partitioning
 
 _I64 = np.dtype(np.int64)
@@ -197,10 +197,7 @@ class DistSampler:
         """
         if agreed is None:
             flags, err = self.round_flags(requests)
-            if self.ex.world_size > 1:
-                t = torch.tensor(flags, device=backend_device(self.group))
-                dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-                flags = [int(v) for v in t.tolist()]
+            flags = self.ex.agree_max(flags)
         else:
             err, flags = agreed
         failed, hops, remote = (int(v) for v in flags)

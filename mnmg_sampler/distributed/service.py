@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from ..errors import MnmgError, PeerError, SamplingInputError, ServiceError
 from ..sampler import SampleRequest
-from .collective import backend_device, group_timeout, is_peer_failure, peer_error, peer_errors
+from .collective import group_timeout, is_peer_failure, peer_error, peer_errors
 from .sampler import DistSampler
 from .teardown import at_exit
 
@@ -203,11 +203,9 @@ class SamplingService:
                 self._step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
                 mine, err = self.sampler.round_flags([r for r, _ in pending])
-                flags = torch.tensor([len(pending), 0 if done else 1, *mine],
-                                     dtype=torch.int64, device=backend_device(self.group))
-                dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
-                total, active = int(flags[0]), int(flags[1])
-                agreed = (err, [int(v) for v in flags[2:].tolist()])
+                flags = self.sampler.ex.agree_max([len(pending), 0 if done else 1, *mine])
+                total, active = flags[0], flags[1]
+                agreed = (err, flags[2:])
                 if total == 0:
                     self._stats["idle_rounds"] += 1
                     return active > 0
