@@ -184,9 +184,8 @@ class Exchanger:
             recv_counts
 
     def agree_max(self, values: Sequence[int]) -> list[int]:
-        """Collective: the element-wise maximum of ``values`` (same length on every rank)."""
-        if self.world_size == 1:
-            return [int(v) for v in values]
+        """Collective: the element-wise maximum of ``values`` (same length on every rank): an
+        all-reduce, or on gloo W - 1 point-to-point messages each way."""
         mine = np.asarray([int(v) for v in values], np.int64)
         if not self.fused:
             t = torch.from_numpy(mine).to(self.device)
@@ -306,7 +305,8 @@ def _row_bytes(t: torch.Tensor) -> int:
 
 def _bytes(t: torch.Tensor) -> np.ndarray:
     """A contiguous CPU tensor's storage as flat uint8 numpy (no copy)."""
-    return t.reshape(-1).view(torch.uint8).numpy()
+    a = np.ascontiguousarray(t.numpy()).reshape(-1)  # any strides of empty or 1-row tensors
+    return a.view(np.uint8)
 
 
 def _rows(raw: np.ndarray, like: torch.Tensor) -> torch.Tensor:

@@ -197,7 +197,8 @@ class DistSampler:
         """
         if agreed is None:
             flags, err = self.round_flags(requests)
-            flags = self.ex.agree_max(flags)
+            if self.ex.world_size > 1:
+                flags = self.ex.agree_max(flags)
         else:
             err, flags = agreed
         failed, hops, remote = (int(v) for v in flags)
