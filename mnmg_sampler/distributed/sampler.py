@@ -1,12 +1,14 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
 Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
-owner. Nodes it owns never touch the wire; the others go to their owners in one all-to-all, as
-wire ids (int32 whenever the graph's node and edge counts fit, decided once per job) behind one
-small header per request and destination (node count, key, fanout, flags) instead of constants
-repeated per node. **One** kernel call per rank serves its own nodes and every node received from
-all ranks; counts, neighbor ids and (only when some request asked) edge ids go back in one more
-all-to-all, and the requester puts them back in frontier order. The requester deduplicates and
+owner. Nodes it owns never touch the wire; the others go to their owners in one exchange (an
+all-to-all; on gloo one message per peer, see
+:class:`~mnmg_sampler.distributed.collective.Exchanger`), as wire ids (int32 whenever the graph's
+node and edge counts fit, decided once per job) behind one small header per request and
+destination (node count, key, fanout, flags) instead of constants repeated per node. **One**
+kernel call per rank serves its own nodes and every node received from all ranks; counts,
+neighbor ids and (only when some request asked) edge ids go back in one more exchange, and the
+requester puts them back in frontier order. The requester deduplicates and
 renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
 :meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
@@ -172,7 +174,7 @@ class DistSampler:
 
         ``flags = [error, deepest request, any seed owned by another rank]``, to be reduced with
         ``MAX`` over ranks. Callers that agree on a round anyway (the service) put them in their
-        own all-reduce and pass ``(error, reduced flags)`` to :meth:`sample` as ``agreed``, so a
+        own agreement and pass ``(error, reduced flags)`` to :meth:`sample` as ``agreed``, so a
         round costs one agreement collective, not two. When no rank has a remote seed (e.g. with
         a seed split by owner), hop 1 skips its exchanges.
         """
@@ -193,7 +195,8 @@ class DistSampler:
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
         every minibatch are fetched in the same call (one more exchange each way).
         ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
-        all-reduce (see :meth:`round_flags`).
+        (:meth:`~mnmg_sampler.distributed.collective.Exchanger.agree_max`, see
+        :meth:`round_flags`).
         """
         if agreed is None:
             flags, err = self.round_flags(requests)
