@@ -38,14 +38,17 @@ def _npz_path(dataset: str) -> Path | None:
     return p if p.name.lower().endswith(".npz") else None
 
 
-def input_edge_weights(spec: str, dataset: str, num_input_edges: int) -> np.ndarray:
-    """The raw weights named by ``spec``: a ``.npy`` file, or an array of the dataset's ``.npz``."""
+def input_edge_weights(spec: str, dataset: str, num_input_edges: int,
+                       key: str = "sampler.weights") -> np.ndarray:
+    """The raw weights named by ``spec``: a ``.npy`` file, or an array of the dataset's ``.npz``.
+
+    ``key`` names the setting in error messages (``--weights`` on the command line)."""
     p = Path(spec).expanduser()
     if spec.lower().endswith(".npy") or p.is_file():
         try:
             w = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise GraphFormatError(f"sampler.weights: {spec} is not a readable .npy file ({e})",
+            raise GraphFormatError(f"{key}: {spec} is not a readable .npy file ({e})",
                                    "no edge weights can be loaded",
                                    "save one float per input edge with numpy.save") from e
         where = str(p)
@@ -53,12 +56,12 @@ def input_edge_weights(spec: str, dataset: str, num_input_edges: int) -> np.ndar
         npz = _npz_path(dataset)
         if npz is None:
             raise GraphFormatError(
-                f"sampler.weights: {spec!r} is neither a .npy file nor an array of an .npz "
+                f"{key}: {spec!r} is neither a .npy file nor an array of an .npz "
                 f"dataset (dataset {dataset!r})", "no edge weights can be loaded",
                 "give a .npy file with one weight per input edge")
         with np.load(npz, allow_pickle=False) as z:
             if spec not in z.files:
-                raise GraphFormatError(f"sampler.weights: {npz.name} has no array {spec!r} "
+                raise GraphFormatError(f"{key}: {npz.name} has no array {spec!r} "
                                        f"(arrays: {', '.join(sorted(z.files))})",
                                        "no edge weights can be loaded",
                                        "name one of its arrays, or give a .npy file")
@@ -66,7 +69,7 @@ def input_edge_weights(spec: str, dataset: str, num_input_edges: int) -> np.ndar
         where = f"{npz.name}[{spec!r}]"
     w = np.asarray(w)
     if w.ndim != 1 or w.shape[0] != num_input_edges:
-        raise GraphFormatError(f"sampler.weights: {where} has shape {list(w.shape)}, but the "
+        raise GraphFormatError(f"{key}: {where} has shape {list(w.shape)}, but the "
                                f"dataset has {num_input_edges} input edges",
                                "weights are one value per input edge, in the dataset's order",
                                f"give {num_input_edges} values")
@@ -100,9 +103,10 @@ def map_pair_weights(src: np.ndarray, dst: np.ndarray, w: np.ndarray, graph: CSR
     return np.asarray(w)[first[i]]
 
 
-def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int = 0
-                         ) -> np.ndarray:
-    """Per-CSR-entry weights of ``graph`` (loaded from ``dataset``) for ``sampler.weights``."""
+def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int = 0,
+                         key: str = "sampler.weights") -> np.ndarray:
+    """Per-CSR-entry weights of ``graph`` (loaded from ``dataset``) for ``sampler.weights``
+    (``key`` in messages: the CLI's ``--weights``)."""
     from .datasets import load_graph
 
     raw = load_graph(dataset, undirected=False, seed=seed)  # no cleaning: ids = input order
@@ -110,4 +114,4 @@ def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int 
     src, dst = np.empty(m, np.int64), np.empty(m, np.int64)
     src[raw.edge_ids] = raw.indices
     dst[raw.edge_ids] = _dst_of(raw)
-    return map_pair_weights(src, dst, input_edge_weights(spec, dataset, m), graph)
+    return map_pair_weights(src, dst, input_edge_weights(spec, dataset, m, key), graph)
