@@ -88,6 +88,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(run under torchrun, one rank per partition)")
     p.add_argument("--out", metavar="DIR",
                    help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch)")
+    p.add_argument("--collective-timeout", type=float, default=600.0, metavar="S",
+                   help="with --partitions: seconds a rank waits for the others in a "
+                        "collective before a typed error, as runtime.collective_timeout_s "
+                        "(default: 600)")
     add_weights_argument(p, "sample with probability proportional to them; with --partitions "
                          "the partition's stored weights are used and this must name them")
     add_json_flag(p)
@@ -223,6 +227,8 @@ def run_distributed(args: argparse.Namespace) -> int:
     Global batch ``i`` takes ``seeds[i*B:(i+1)*B]`` of the epoch's seed order and is sampled by
     rank ``i % W`` with key ``request_key(seed, 0, i)``; each rank writes its batches as
     ``OUT/batch_{i:06d}.npz`` (original node ids; layout in ``docs/formats.md``), atomically.
+    A peer that dies or stops answering is a :class:`~mnmg_sampler.errors.PeerError` naming the
+    step (start-up, round, summary), as in ``train``.
     """
     import json
     import os
@@ -230,7 +236,7 @@ def run_distributed(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..distributed.collective import agree
+    from ..distributed.collective import agree, is_peer_failure, peer_error
     from ..distributed.offline import global_nonisolated
     from ..distributed.sampler import DistSampler
     from ..graph.partition_io import load_partition
@@ -238,8 +244,9 @@ def run_distributed(args: argparse.Namespace) -> int:
     from ..sampler import SampleRequest, request_key
 
     fanouts = parse_fanouts(args.fanouts)
-    env, _ = init_distributed("gloo", "cpu")
+    env, _ = init_distributed("gloo", "cpu", args.collective_timeout)
     rank, world = env.rank, env.world_size
+    step = "the start-up (loading and checking the partitions)"
     try:
         part = agree(lambda: load_partition(args.partitions, rank, world))
         weights = agree(lambda: partition_weights(part, getattr(args, "weights", None),
@@ -263,6 +270,7 @@ def run_distributed(args: argparse.Namespace) -> int:
         edges = 0
         t0 = time.perf_counter()
         for r in range(rounds):
+            step = f"sampling round {r + 1} of {rounds}"
             todo = mine[r:r + 1]
             reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
                                   request_key(args.seed, 0, i), replace=args.replace)
@@ -272,6 +280,7 @@ def run_distributed(args: argparse.Namespace) -> int:
                 if out is not None:
                     save_batch_atomic(out / f"batch_{i:06d}.npz", b)
         dt = time.perf_counter() - t0
+        step = "the summary (totals over ranks)"
         tot = torch.tensor([edges, sampler.ex.bytes_sent], dtype=torch.float64)
         dist.all_reduce(tot)
         if rank == 0:
@@ -287,6 +296,10 @@ def run_distributed(args: argparse.Namespace) -> int:
             _summary(world, n_batches, int(tot[0]), float(tot[1]), dt, out,
                      getattr(args, "json", False), weights)
         dist.barrier()
+    except RuntimeError as e:  # a collective failed: a peer died or hangs
+        if not is_peer_failure(e):
+            raise
+        raise peer_error(e, f"{step} of `sample --partitions`") from e
     finally:
         dist.destroy_process_group()
     return 0
