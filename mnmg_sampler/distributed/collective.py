@@ -55,10 +55,11 @@ class Exchanger:
     64 KiB); a gloo receive accepts a shorter message, and the rare longer one sends its tail as
     a second message that the receiver expects from the count. Rows a rank keeps never leave it,
     and ranks that exchange nothing with each other still send each other their 8 bytes. The
-    agreement (:meth:`agree_max`) is likewise W - 1 small messages instead of an all-reduce. On
-    this machine a gloo all-to-all costs about 3x the wall time and CPU of a point-to-point
-    exchange of the same rows (``docs/performance.md``). ``MNMG_SAMPLER_EXCHANGE=alltoall`` forces
-    the collective path on gloo too (debugging, tests).
+    agreement (:meth:`agree_max`) is likewise W - 1 small messages instead of an all-reduce. A
+    gloo collective runs on one of the group's worker threads and every payload of unknown size
+    needs a size all-to-all first; the fused path does neither (``docs/performance.md`` has the
+    measured difference). ``MNMG_SAMPLER_EXCHANGE=alltoall`` forces the collective path on gloo
+    too (debugging, tests).
 
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
