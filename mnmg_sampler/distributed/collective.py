@@ -84,7 +84,6 @@ class Exchanger:
                       and os.environ.get(EXCHANGE_ENV, "") != "alltoall"
                       and (group is None or isinstance(group, dist.ProcessGroup)))
         self._cap = [_MIN_CAP] * self.world_size  # receive capacity per peer (same both sides)
-        self._rbuf: list[np.ndarray | None] = [None] * self.world_size
         self._pg = (group if group is not None else dist.group.WORLD) if self.fused else None
 
     # -- accounting ---------------------------------------------------------------------------
@@ -254,12 +253,12 @@ class Exchanger:
         soff = _offsets(send, row)
         peers = self._peers()
         msgs: dict[int, np.ndarray] = {}
+        # receive buffers live for one exchange: only the pages a message fills are touched
+        bufs = {p: np.empty(self._cap[p], np.uint8) for p in peers}
         works = []
         for p in peers:
             cap = self._cap[p]
-            if self._rbuf[p] is None or self._rbuf[p].size < cap:
-                self._rbuf[p] = np.empty(cap, np.uint8)
-            works.append(self._recv(self._rbuf[p][:cap], p, _TAG))
+            works.append(self._recv(bufs[p], p, _TAG))
             m = np.empty(8 + soff[p + 1] - soff[p], np.uint8)
             m[:8].view(np.int64)[0] = send[p]
             m[8:] = src[soff[p]:soff[p + 1]]
@@ -270,14 +269,13 @@ class Exchanger:
         recv[me] = send[me]
         tails = []
         for p in peers:
-            buf = self._rbuf[p]
+            buf = bufs[p]
             recv[p] = int(buf[:8].view(np.int64)[0])
             n_in, n_out, cap = 8 + recv[p] * row, msgs[p].size, self._cap[p]
             if n_in > cap:  # the tail of a message longer than any before: expected by count
-                if buf.size < n_in:
-                    grown = np.empty(_pow2(n_in), np.uint8)
-                    grown[:cap] = buf[:cap]
-                    self._rbuf[p] = buf = grown
+                grown = np.empty(n_in, np.uint8)
+                grown[:cap] = buf
+                bufs[p] = buf = grown
                 tails.append(self._recv(buf[cap:n_in], p, _TAG + 1))
             if n_out > cap:
                 tails.append(self._send(msgs[p][cap:], p, _TAG + 1))
@@ -289,7 +287,7 @@ class Exchanger:
             if p == me:
                 dst[roff[p]:roff[p + 1]] = src[soff[p]:soff[p + 1]]
             elif recv[p]:
-                dst[roff[p]:roff[p + 1]] = self._rbuf[p][8:8 + recv[p] * row]
+                dst[roff[p]:roff[p + 1]] = bufs[p][8:8 + recv[p] * row]
         self.cpu_exchange += time.thread_time() - c0
         self.calls += 1
         # rows to self and to others, plus the 8-byte row count of every message
