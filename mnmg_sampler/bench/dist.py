@@ -80,6 +80,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
+    p.add_argument("--exchange", choices=["fused", "alltoall"], default="fused",
+                   help="gloo transport of the ranks' exchanges: one point-to-point message per "
+                        "peer (fused), or the counts-then-payload all-to-alls NCCL uses "
+                        "(default: fused)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -137,6 +141,7 @@ def _worker(work: str) -> int:
     import torch
     import torch.distributed as dist
 
+    from ..distributed.collective import EXCHANGE_ENV
     from ..distributed.features import DistFeatureStore
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
@@ -144,6 +149,7 @@ def _worker(work: str) -> int:
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
+    os.environ[EXCHANGE_ENV] = task.get("exchange", "fused")
     sampler = DistSampler(part, seed=seed)
     ex = sampler.ex
     store = None
@@ -184,6 +190,7 @@ def _worker(work: str) -> int:
             "kernel_nodes", "remote_rows", "distinct_remote_rows", "rows_fetched", "cache_hits",
             "duplicate_rows_fetched")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
+                 "transport": "fused" if ex.fused else "alltoall",
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
@@ -251,6 +258,7 @@ def summarize(ranks: list[dict]) -> dict:
     feat_wire = tot("feat_remote") + tot("feat_self")
     return {
         "world_size": world, "ranks": per_rank,
+        "transport": sorted({r.get("transport", "?") for r in ranks}),
         "edges_per_rank": [p["edges"] for p in per_rank],
         "edges_per_s_per_rank": [p["edges_per_s"] for p in per_rank],
         "mean_edges_per_s_per_rank": sum(p["edges_per_s"] for p in per_rank) / world,
@@ -379,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "merge": args.merge,
+        "merge": args.merge, "exchange": args.exchange,
         "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
@@ -388,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
-          f"{args.merge} request(s) per rank per round; "
+          f"{args.merge} request(s) per rank per round, {args.exchange} exchanges; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -398,7 +406,8 @@ def run(args: argparse.Namespace) -> int:
     task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
-            "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge}
+            "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
+            "exchange": args.exchange}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
