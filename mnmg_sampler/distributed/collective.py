@@ -84,7 +84,6 @@ class Exchanger:
                       and os.environ.get(EXCHANGE_ENV, "") != "alltoall"
                       and (group is None or isinstance(group, dist.ProcessGroup)))
         self._cap = [_MIN_CAP] * self.world_size  # receive capacity per peer (same both sides)
-        self._pg = (group if group is not None else dist.group.WORLD) if self.fused else None
 
     # -- accounting ---------------------------------------------------------------------------
     def _count(self, tag: str, row_bytes: int, send_counts: Sequence[int]) -> None:
@@ -210,11 +209,11 @@ class Exchanger:
 
     def _send(self, a: np.ndarray, peer: int, tag: int):
         """Post a send of ``a`` (kept alive by the caller until waited on)."""
-        return self._pg.send([torch.from_numpy(a)], peer, tag)
+        return dist.isend(torch.from_numpy(a), group=self.group, tag=tag, group_dst=peer)
 
     def _recv(self, a: np.ndarray, peer: int, tag: int):
         """Post a receive into ``a``: a gloo receive takes any message up to ``a``'s size."""
-        return self._pg.recv([torch.from_numpy(a)], peer, tag)
+        return dist.irecv(torch.from_numpy(a), group=self.group, tag=tag, group_src=peer)
 
     @staticmethod
     def _wait(works) -> None:

@@ -7,10 +7,11 @@
 
 Each rank runs with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so rank
 0 hosts the TCP store. ``MNMG_TEST_KILL_AT=K`` arms this process: its K-th call of a
-torch.distributed collective (any thread: the service's rounds, the training loop) SIGKILLs it
-just before the call, i.e. at a point of a round chosen by K. ``MNMG_TEST_TIMEOUT_S`` is the
-collective timeout of the API worker. A survivor prints ``TYPED <class>: <message>`` (API) or the
-CLI's one error line, and exits with 3 for a :class:`PeerError`.
+torch.distributed collective or point-to-point post (any thread: the service's rounds, the
+training loop) SIGKILLs it just before the call, i.e. at a point of a round chosen by K.
+``MNMG_TEST_TIMEOUT_S`` is the collective timeout of the API worker. A survivor prints
+``TYPED <class>: <message>`` (API) or the CLI's one error line, and exits with 3 for a
+:class:`PeerError`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import signal
 import sys
 import threading
 
-COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather", "barrier", "broadcast")
+# and the point-to-point posts of the fused gloo exchanges (one isend and one irecv per peer)
+COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather", "barrier", "broadcast", "isend",
+               "irecv")
 
 
 def arm() -> None:
