@@ -24,7 +24,7 @@ any world size, partitioning and merge pattern.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -63,14 +63,6 @@ class LinkMiniBatch(MiniBatch):
     src_index: torch.Tensor | None = None
     dst_pos_index: torch.Tensor | None = None
     dst_neg_index: torch.Tensor | None = None
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> LinkMiniBatch:
-        """A copy with every tensor on ``device``."""
-        kw = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            kw[f.name] = v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v
-        return LinkMiniBatch(**kw)
 
     def to_pyg(self):
         """Convert to ``torch_geometric.data.Data`` with the link fields (needs the pyg extra)."""
