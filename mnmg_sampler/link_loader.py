@@ -32,7 +32,7 @@ import torch
 from .batch import MiniBatch
 from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
-from .loader import global_batches
+from .loader import check_batching, global_batches
 from .ops.negative import KnownFn, NegativeSampling, sample_negatives
 from .ops.rng import request_key
 from .sampler import SampleRequest, check_fanouts
@@ -265,13 +265,7 @@ class DistLinkNeighborLoader(EpochCursor):
             if self.neg is not None and lab.size and lab.min() == 0:
                 lab = lab + 1  # 0 now means "negative"
             self.edge_label = np.ascontiguousarray(lab)
-        if int(batch_size) <= 0:
-            raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
-                                     "no minibatch can be formed", "pass batch_size >= 1")
-        if int(prefetch) < 0:
-            raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
-                                     "it is the number of requests kept in flight",
-                                     "pass prefetch >= 0")
+        check_batching(batch_size, prefetch)
         reject = self.neg is not None and self.neg.reject_known
         if reject and part is None:
             raise SamplingInputError("reject_known needs this rank's partition (part=...)",

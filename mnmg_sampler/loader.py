@@ -120,6 +120,17 @@ SUBGRAPH_TYPES = ("directional",)
 """PyG ``subgraph_type`` values supported: sampled edges point neighbor -> target only."""
 
 
+def check_batching(batch_size: int, prefetch: int) -> None:
+    """A :class:`SamplingInputError` unless ``batch_size >= 1`` and ``prefetch >= 0``."""
+    if int(batch_size) <= 0:
+        raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
+                                 "no minibatch can be formed", "pass batch_size >= 1")
+    if int(prefetch) < 0:
+        raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
+                                 "it is the number of requests kept in flight",
+                                 "pass prefetch >= 0 (0 = sample each batch on demand)")
+
+
 def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
     """Raise :class:`SamplingInputError` for PyG loader arguments this loader does not support.
 
@@ -216,13 +227,7 @@ class DistNeighborLoader(EpochCursor):
             nodes = check_input_nodes(
                 np.arange(int(service.num_nodes), dtype=np.int64) if input_nodes is None
                 else input_nodes, int(service.num_nodes))
-            if int(batch_size) <= 0:
-                raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
-                                         "no minibatch can be formed", "pass batch_size >= 1")
-            if int(prefetch) < 0:
-                raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
-                                         "it is the number of requests kept in flight",
-                                         "pass prefetch >= 0 (0 = sample each batch on demand)")
+            check_batching(batch_size, prefetch)
             return nodes, check_fanouts(num_neighbors)
 
         # Collective on the default group (the service thread owns its own): a bad input on
