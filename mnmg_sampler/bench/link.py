@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 from ..commands.sample import positive_int
 from ._launch import add_graph_option
 from .peers import median_run, peer_python, peer_runs, save_graph
+from .single import TimedBatches
 
 HELP = "link prediction minibatches (negatives, exclusion) vs DGL's link sampler (same run)"
 DGL_TARGET = 1.5  # sampled edges/s >= 1.5x DGL's link sampler
@@ -55,7 +55,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-class LinkBench:
+class LinkBench(TimedBatches):
     """Timed link minibatches over fixed seed edges, one request per batch."""
 
     def __init__(self, graph, seed_pos, fanouts, args) -> None:
@@ -75,9 +75,11 @@ class LinkBench:
         self._build, self._finish = build_link_request, finish_link_batch
         B = args.batch_size
         self.batches = [np.arange(i, min(i + B, seed_pos.size)) for i in range(0, seed_pos.size, B)]
-        self.seconds: list[float] = []
-        self.edges = self.nodes = 0
+        super().__init__()
         self._one(0)  # warm-up: compile, touch the arrays
+
+    def _count(self) -> int:
+        return len(self.batches)
 
     def _one(self, i: int):
         a = self.args
@@ -87,16 +89,6 @@ class LinkBench:
         (mb,) = self.sampler.sample([plan.request])
         return self._finish(mb, plan, num_nodes=self.graph.num_nodes,
                             exclude_seed_edges=not a.no_exclude)
-
-    def run_once(self) -> None:
-        edges = nodes = 0
-        t = time.perf_counter()
-        for i in range(len(self.batches)):
-            b = self._one(i)
-            edges += int(b.e_id.numel())
-            nodes += b.num_nodes
-        self.seconds.append(time.perf_counter() - t)
-        self.edges, self.nodes = edges, nodes
 
     def result(self) -> dict:
         from .single import _median_rate

@@ -156,12 +156,37 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     return out
 
 
-class MultiHopBench:
-    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does.
+class TimedBatches:
+    """Timed repeats over the same minibatches: :meth:`run_once` samples batch ``_one(i)`` for
+    ``i < _count()`` and records the time, sampled edges and nodes.
 
-    Each :meth:`run_once` is one timed repeat over the same batches, so repeats can be
-    interleaved with the DGL peer's runs and both see the same machine state.
+    Each :meth:`run_once` is one timed repeat, so repeats can be interleaved with the DGL
+    peer's runs and both see the same machine state.
     """
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.edges = self.nodes = 0
+
+    def _count(self) -> int:
+        raise NotImplementedError
+
+    def _one(self, i: int):
+        raise NotImplementedError
+
+    def run_once(self) -> None:
+        edges = nodes = 0
+        t = time.perf_counter()
+        for i in range(self._count()):
+            b = self._one(i)
+            edges += int(b.e_id.numel())
+            nodes += b.num_nodes
+        self.seconds.append(time.perf_counter() - t)
+        self.edges, self.nodes = edges, nodes
+
+
+class MultiHopBench(TimedBatches):
+    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does."""
 
     def __init__(self, graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
                  batches: int) -> None:
@@ -174,18 +199,14 @@ class MultiHopBench:
                      for i in range(self.batches)]
         self.sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
         self.sampler.sample(self.reqs[:1])  # warm-up
-        self.seconds: list[float] = []
-        self.edges = self.nodes = 0
+        super().__init__()
 
-    def run_once(self) -> None:
-        edges = nodes = 0
-        t = time.perf_counter()
-        for r in self.reqs:
-            (b,) = self.sampler.sample([r])
-            edges += int(b.e_id.numel())
-            nodes += b.num_nodes
-        self.seconds.append(time.perf_counter() - t)
-        self.edges, self.nodes = edges, nodes
+    def _count(self) -> int:
+        return self.batches
+
+    def _one(self, i: int):
+        (b,) = self.sampler.sample([self.reqs[i]])
+        return b
 
     def result(self) -> dict:
         out = _median_rate(self.edges, self.seconds)
