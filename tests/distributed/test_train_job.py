@@ -32,14 +32,8 @@ def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=3
     out = tmp / name
     args = ["train", "--config", "configs/quickstart.yaml", "--no-progress", *QUICK,
             f"output.dir={out}", f"partition.dir={tmp / 'parts'}", *extra]
-    e = env()
-    if fault is not None:
-        e["MNMG_FAULT_AFTER_EPOCH"] = str(fault)
-    cmd = ["python", "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-           *torchrun_args, "-m", "mnmg_sampler", *args]
-    cmd[0] = sys.executable
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, cwd=REPO)
+    fault_env = None if fault is None else {"MNMG_FAULT_AFTER_EPOCH": str(fault)}
+    r = torchrun(args, nproc, timeout, launcher_args=torchrun_args, extra_env=fault_env)
     return r, out
 
 
