@@ -141,6 +141,15 @@ def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     return task, part, env.rank, env.world_size, seeds
 
 
+def distinct_seeds(seeds, start: int, count: int):
+    """``count`` seeds of the epoch order from position ``start``, wrapping around the end, but
+    never one twice (the loader refuses repeated seeds): at most every seed once."""
+    import numpy as np
+
+    n = min(int(count), int(seeds.size))
+    return seeds.take(np.arange(start, start + n), mode="wrap")
+
+
 def worker_finish(work: str, rank: int, result: dict) -> None:
     """Write this rank's result atomically, then leave the process group."""
     import torch.distributed as dist
@@ -160,6 +169,7 @@ def machine_info(threads: int) -> dict:
 
     import numba
     import numpy as np
+    import torch
 
     model = platform.processor()
     try:
@@ -170,6 +180,7 @@ def machine_info(threads: int) -> dict:
     except OSError:
         pass
     return {"cpu": model, "cpu_count": os.cpu_count(), "threads": threads,
+            "torch_threads": torch.get_num_threads(),  # pinned too (set_bench_threads)
             "python": platform.python_version(), "numba": numba.__version__,
             "numpy": np.__version__,
             # other processes compete for the cores: a load above the core count skews timings

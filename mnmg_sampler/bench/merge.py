@@ -31,6 +31,7 @@ import time
 from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
+    distinct_seeds,
     launch_on_partitions,
     median,
     start_run,
@@ -74,8 +75,8 @@ def _worker(work: str) -> int:
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     per = task["batches"] * B * world  # seeds per loader: `batches` full batches per rank
-    inputs = [seeds.take(np.arange(k * per, (k + 1) * per), mode="wrap")
-              for k in range(task["loaders"])]
+    # loader k: its own window of the seed order (windows wrap and overlap on small graphs)
+    inputs = [distinct_seeds(seeds, k * per, per) for k in range(task["loaders"])]
 
     def phase(limit: int | None) -> dict:
         svc = SamplingService(part, seed=seed, mode="thread", features=False,
@@ -83,7 +84,7 @@ def _worker(work: str) -> int:
         loaders = [DistNeighborLoader(svc, x, fanouts, B, seed=k, prefetch=task["prefetch"])
                    for k, x in enumerate(inputs)]
         warm = loaders[0]
-        svc.result(svc.submit(warm.request(0, np.arange(B))))  # compiled code, buffers
+        svc.result(svc.submit(warm.request(0, np.arange(min(B, inputs[0].size)))))  # warm-up
         dist.barrier()  # every warm-up served: from here to the next barrier, idle rounds only
         st0 = svc.stats()
         dist.barrier()

@@ -27,6 +27,7 @@ import time
 from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
+    distinct_seeds,
     launch_on_partitions,
     median,
     start_run,
@@ -69,10 +70,10 @@ def _worker(work: str) -> int:
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
-    inputs = seeds.take(np.arange(task["batches"] * B * world), mode="wrap")
+    inputs = distinct_seeds(seeds, 0, task["batches"] * B * world)
     svc = SamplingService(part, seed=seed, mode="thread", features=False)
     loader = DistNeighborLoader(svc, inputs, fanouts, B, seed=seed, prefetch=task["prefetch"])
-    svc.result(svc.submit(loader.request(0, np.arange(B))))  # warm-up: compiled code, buffers
+    svc.result(svc.submit(loader.request(0, np.arange(min(B, inputs.size)))))  # warm-up
 
     def step(batch) -> None:  # fixed cost; releases the GIL like a GPU step
         time.sleep(step_s)

@@ -250,11 +250,11 @@ def _verdict(ratio: float | None, target: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.sample import parse_fanouts, set_threads
-    from ._launch import command_line, load_for_bench, write_json
+    from ..commands.sample import parse_fanouts
+    from ._launch import command_line, load_for_bench, set_bench_threads, write_json
 
     fanouts = parse_fanouts(args.fanouts)
-    threads = set_threads(args.threads)
+    threads = set_bench_threads(args.threads)  # torch too: idle intra-op threads slow sampling
     graph, seeds, load_s = load_for_bench(args)
     command = command_line("single")
     res: dict = {
