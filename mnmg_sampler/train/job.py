@@ -384,7 +384,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
         rec.update(val_acc=val_acc, val_loss=val_loss)
 
     run_epochs(cfg, model, opt, train_loader, rank, world, report, first_epoch, forward,
-               validate, metrics=("val_acc",))
+               validate, metrics=("val_acc", "val_loss"))
     report.close()
     res = evaluate_splits(model, ["test", "val"])
     (test_acc, test_loss), (val_acc, _) = res["test"], res["val"]

@@ -142,3 +142,13 @@ def test_multinode_script_two_loopback_nodes(tmp_path):
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs)
     assert sum("test accuracy" in o for o in outs) == 1  # printed once, by global rank 0
     assert _final(tmp_path / "mn")["world_size"] == 2
+
+
+@pytest.mark.parametrize("metric, value", [("val_loss", "100"), ("val_acc", "0.01")])
+def test_early_stop_on_target_metric(tmp_path, metric, value):
+    # a target every first epoch reaches: both ranks stop after it of the 3 epochs asked for
+    # (the node job ignored val_loss before)
+    r, out = _train(tmp_path, metric, [f"training.target_metric={metric}",
+                                       f"training.target_value={value}"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert [e["epoch"] for e in _epochs(out)] == [0]
