@@ -33,13 +33,17 @@ class LaunchError(RuntimeError):
     """A benchmark launch failed or timed out; the message carries the ranks' output tail."""
 
 
+def add_graph_option(p: argparse.ArgumentParser, default: str) -> None:
+    """``--graph`` (default ``default``) and the graph and sampling options of ``sample``."""
+    p.add_argument("--graph", default=default,
+                   help=f"cora, rmat:SCALE[:EDGE_FACTOR] or a graph file (default: {default})")
+    add_graph_arguments(p)
+
+
 def add_common_arguments(p: argparse.ArgumentParser, graph_default: str, fanouts: str,
                          batch_size: int) -> None:
     """Options every distributed mode shares; ``--threads`` defaults to 1 per rank."""
-    p.add_argument("--graph", default=graph_default,
-                   help="cora, rmat:SCALE[:EDGE_FACTOR] or a graph file "
-                        f"(default: {graph_default})")
-    add_graph_arguments(p)
+    add_graph_option(p, graph_default)
     for a in p._actions:  # this mode's own defaults, and help that states them
         new = {"threads": 1, "fanouts": fanouts, "batch_size": batch_size}.get(a.dest)
         if new is not None:
@@ -236,6 +240,19 @@ def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: 
         "seed": args.seed, "repeats": args.repeats, "partition_method": args.partition_method,
         "target": target, "machine": machine_info(threads), **extra,
     }
+
+
+def start_run(mode: str, args, target: float, **extra) -> tuple[list[int], int, object, dict]:
+    """The parent's first steps in a 2-rank mode: fanouts, threads, the graph (its line printed)
+    and the JSON head; returns ``(fanouts, threads, graph, result)``."""
+    from ..commands.sample import parse_fanouts
+
+    fanouts = parse_fanouts(args.fanouts)
+    threads = set_bench_threads(args.threads)
+    graph, seeds, load_s = load_for_bench(args)
+    res = base_result(mode, args, graph, seeds, load_s, fanouts, threads, target, **extra)
+    print(graph_line(args, graph, seeds, load_s))
+    return fanouts, threads, graph, res
 
 
 def launch_on_partitions(mode: str, args, graph, task: dict, threads: int) -> list[dict]:

@@ -31,13 +31,10 @@ import time
 from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
-    base_result,
     distinct_seeds,
-    graph_line,
     launch_on_partitions,
-    load_for_bench,
     median,
-    set_bench_threads,
+    start_run,
     worker_finish,
     worker_start,
     write_json,
@@ -160,14 +157,7 @@ def summarize(ranks: list[dict], name: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
-    from ..commands.sample import parse_fanouts
-
-    fanouts = parse_fanouts(args.fanouts)
-    threads = set_bench_threads(args.threads)
-    graph, seeds, load_s = load_for_bench(args)
-    res = base_result("merge", args, graph, seeds, load_s, fanouts, threads, TARGET,
-                      loaders=args.loaders)
-    print(graph_line(args, graph, seeds, load_s))
+    fanouts, threads, graph, res = start_run("merge", args, TARGET, loaders=args.loaders)
     print(f"{args.ranks} ranks x {args.loaders} loaders (one thread each, prefetch "
           f"{args.prefetch}), {args.batches} batches of {args.batch_size} per loader, fanouts "
           f"{fanouts}, threads {threads} per rank, median of {args.repeats}; load average "

@@ -259,13 +259,9 @@ def sample_neighbors_weighted(
     O(degree) per node (its weights are read), against O(fanout) for the uniform kernel.
     """
     weights = np.ascontiguousarray(weights, dtype=np.float32)
-    rows = cpu._ids(rows)
-    nodes = cpu._ids(nodes)
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    rows, nodes, keys, fanouts, repl = cpu._per_node(rows, nodes, keys, fanout, replace)
     n = rows.shape[0]
-    fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
-    repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
-    parallel = n >= cpu.PARALLEL_MIN_NODES and numba.get_num_threads() > 1
+    parallel = cpu._parallel(n)
     counts_k, positions_k = _KERNELS[parallel]
     gather_k = cpu._KERNELS[parallel][2]
     starts = np.empty(n, np.int64)

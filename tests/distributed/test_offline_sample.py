@@ -84,12 +84,7 @@ def test_world_size_mismatch_raises_on_every_rank(tmp_path):
     from mnmg_sampler.errors import WorldSizeError
 
     d = partition(small_graph(), 3, "range", tmp_path / "parts")
-    with pytest.raises(RankFailure) as ei:
-        run_ranks(_load, 2, str(d), timeout=120)
-    errs = ei.value.errors
-    assert sorted(errs) == [0, 1]
-    for exc, tb in errs.values():
-        assert isinstance(exc, WorldSizeError), tb
+    for exc in _load_fails_on_both_ranks(d, WorldSizeError):
         assert "3 parts" in str(exc) and "2 ranks" in str(exc)
 
 
@@ -98,6 +93,17 @@ def _load(rank, world, d):
     from mnmg_sampler.graph.partition_io import load_partition
 
     return agree(lambda: load_partition(d, rank, world)).num_local_nodes
+
+
+def _load_fails_on_both_ranks(d, exc_type) -> list[BaseException]:
+    """Load ``d`` on 2 ranks, expecting ``exc_type`` on each; returns the two exceptions."""
+    with pytest.raises(RankFailure) as ei:
+        run_ranks(_load, 2, str(d), timeout=120)
+    errs = ei.value.errors
+    assert sorted(errs) == [0, 1]
+    for exc, tb in errs.values():
+        assert isinstance(exc, exc_type), tb
+    return [exc for exc, _ in errs.values()]
 
 
 def test_corrupt_file_raises_on_every_rank(tmp_path):
@@ -113,12 +119,7 @@ def test_corrupt_file_raises_on_every_rank(tmp_path):
     raw = bytearray(p.read_bytes())
     raw[-1] ^= 0xFF
     p.write_bytes(bytes(raw))
-    with pytest.raises(RankFailure) as ei:
-        run_ranks(_load, 2, str(d), timeout=120)
-    errs = ei.value.errors
-    assert sorted(errs) == [0, 1]
-    for exc, tb in errs.values():
-        assert isinstance(exc, PartitionError), tb
+    for exc in _load_fails_on_both_ranks(d, PartitionError):
         assert victim.split("/")[-1] in str(exc)
 
 
