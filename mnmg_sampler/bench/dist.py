@@ -80,10 +80,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
-    p.add_argument("--exchange", choices=["fused", "alltoall"], default="fused",
-                   help="gloo transport of the ranks' exchanges: one point-to-point message per "
-                        "peer (fused), or the counts-then-payload all-to-alls NCCL uses "
-                        "(default: fused)")
+    p.add_argument("--exchange", choices=["fused", "alltoall"], default="alltoall",
+                   help="gloo transport of the ranks' exchanges: the counts-then-payload "
+                        "all-to-alls, or one point-to-point message per peer (fused, opt-in) "
+                        "(default: alltoall)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -149,7 +149,7 @@ def _worker(work: str) -> int:
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
-    os.environ[EXCHANGE_ENV] = task.get("exchange", "fused")
+    os.environ[EXCHANGE_ENV] = task.get("exchange", "alltoall")
     sampler = DistSampler(part, seed=seed)
     ex = sampler.ex
     store = None

@@ -3,8 +3,8 @@
 Every rank owns a contiguous range of (relabelled) node ids, so finding the owner of a node is a
 ``torch.searchsorted`` over the part boundaries (:mod:`.partition_book`), on whatever device the
 ids live. Sampling a hop buckets the frontier by owner, exchanges ids with every other rank
-(one point-to-point message per peer on gloo, counts then payload all-to-alls on NCCL; every rank
-in every round), runs one kernel call over everything a rank received and sends the neighbors
+(counts then payload all-to-alls; opt-in on gloo, one point-to-point message per peer; every
+rank in every round), runs one kernel call over everything a rank received and sends the neighbors
 back. Draws are keyed on original node ids, so results do not
 depend on the world size or the partitioning.
 

@@ -35,7 +35,8 @@ def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-#: set to ``alltoall`` to make gloo exchanges take the collective path NCCL takes
+#: ``fused`` makes gloo exchanges point-to-point messages (opt-in); ``alltoall`` (default): the
+#: collectives NCCL uses
 EXCHANGE_ENV = "MNMG_SAMPLER_EXCHANGE"
 _TAG = 0x4D4E  # point-to-point tag of fused exchanges; +1: overflow parts, +2: agreements
 _MIN_CAP = 1 << 16  # first receive capacity per peer (bytes); grows to the largest message
@@ -48,18 +49,18 @@ class Exchanger:
     ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
     come back on the caller's device.
 
-    Two transports, chosen once per exchanger. With **NCCL** (and any backend but gloo), an
-    exchange is two all-to-alls: counts, then payload. With **gloo** it is *fused*: each peer gets
-    one point-to-point message, an 8-byte row count followed by the rows, and receives into a
-    buffer of a capacity both sides know (the largest message of the pair so far, at least
-    64 KiB); a gloo receive accepts a shorter message, and the rare longer one sends its tail as
-    a second message that the receiver expects from the count. Rows a rank keeps never leave it,
-    and ranks that exchange nothing with each other still send each other their 8 bytes. The
-    agreement (:meth:`agree_max`) is likewise W - 1 small messages instead of an all-reduce. A
-    gloo collective runs on one of the group's worker threads and every payload of unknown size
-    needs a size all-to-all first; the fused path does neither (``docs/performance.md`` has the
-    measured difference). ``MNMG_SAMPLER_EXCHANGE=alltoall`` forces the collective path on gloo
-    too (debugging, tests).
+    Two transports, chosen once per exchanger. By default (and always with NCCL) an exchange is
+    two all-to-alls: counts, then payload. With gloo and ``MNMG_SAMPLER_EXCHANGE=fused`` it is
+    *fused*: each peer gets one point-to-point message, an 8-byte row count followed by the
+    rows, and receives into a buffer of a capacity both sides know (the largest message of the
+    pair so far, at least 64 KiB); a gloo receive accepts a shorter message, and the rare longer
+    one sends its tail as a second message that the receiver expects from the count. Rows a
+    rank keeps never leave it, and ranks that exchange nothing with each other still send each
+    other their 8 bytes. The agreement (:meth:`agree_max`) is likewise W - 1 small messages
+    instead of an all-reduce. A gloo collective runs on one of the group's worker threads and
+    every payload of unknown size needs a size all-to-all first; the fused path does neither.
+    It is opt-in because it measured better only on a heavily loaded machine (less CPU, less
+    waiting) and worse in wall time at moderate load (``docs/performance.md``).
 
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
@@ -81,9 +82,10 @@ class Exchanger:
         self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
         self.fused = (self.world_size > 1 and self.device.type == "cpu"
                       and str(dist.get_backend(group)).lower() == "gloo"
-                      and os.environ.get(EXCHANGE_ENV, "") != "alltoall"
+                      and os.environ.get(EXCHANGE_ENV, "alltoall") == "fused"
                       and (group is None or isinstance(group, dist.ProcessGroup)))
         self._cap = [_MIN_CAP] * self.world_size  # receive capacity per peer (same both sides)
+        self._bufs: dict = {}
 
     # -- accounting ---------------------------------------------------------------------------
     def _count(self, tag: str, row_bytes: int, send_counts: Sequence[int]) -> None:
@@ -215,6 +217,18 @@ class Exchanger:
         """Post a receive into ``a``: a gloo receive takes any message up to ``a``'s size."""
         return dist.irecv(torch.from_numpy(a), group=self.group, tag=tag, group_src=peer)
 
+    def _rbuf(self, p: int, n: int) -> np.ndarray:
+        b = self._bufs.get(("r", p))
+        if b is None or b.size < n:
+            b = self._bufs[("r", p)] = np.empty(n, np.uint8)
+        return b[:n]
+
+    def _sbuf(self, p: int, n: int) -> np.ndarray:
+        b = self._bufs.get(("s", p))
+        if b is None or b.size < n:
+            b = self._bufs[("s", p)] = np.empty(_pow2(n), np.uint8)
+        return b[:n]
+
     @staticmethod
     def _wait(works) -> None:
         for w in works:
@@ -253,12 +267,12 @@ class Exchanger:
         peers = self._peers()
         msgs: dict[int, np.ndarray] = {}
         # receive buffers live for one exchange: only the pages a message fills are touched
-        bufs = {p: np.empty(self._cap[p], np.uint8) for p in peers}
+        bufs = {p: self._rbuf(p, self._cap[p]) for p in peers}
         works = []
         for p in peers:
             cap = self._cap[p]
             works.append(self._recv(bufs[p], p, _TAG))
-            m = np.empty(8 + soff[p + 1] - soff[p], np.uint8)
+            m = self._sbuf(p, 8 + soff[p + 1] - soff[p])
             m[:8].view(np.int64)[0] = send[p]
             m[8:] = src[soff[p]:soff[p + 1]]
             msgs[p] = m

@@ -1,10 +1,13 @@
-"""The fused gloo exchange (one point-to-point message per peer, counts inside) delivers exactly
-what the counts-then-payload all-to-alls deliver: any row shape and dtype, empty pairs, messages
-longer than any before (their tail travels as a second message), and the max agreement."""
+"""The fused gloo exchange (opt-in: one point-to-point message per peer, counts inside)
+delivers exactly what the counts-then-payload all-to-alls deliver: any row shape and dtype, empty
+pairs, messages longer than any before (their tail travels as a second message), and the max
+agreement."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from mnmg_sampler.distributed.collective import EXCHANGE_ENV
 
 from .harness import run_ranks
 
@@ -51,7 +54,7 @@ def test_fused_exchange_equals_all_to_all(tmp_path):
         cols, dtype = [(1, np.int32), (3, np.float32), (2, np.int64), (1, np.uint8),
                        (1, np.int32), (4, np.float32)][step]
         plan.append((sizes.tolist(), cols, dtype))
-    res = run_ranks(_exchange, world, plan, timeout=180)
+    res = run_ranks(_exchange, world, plan, timeout=180, env={EXCHANGE_ENV: "fused"})
     for rank, (is_fused, coll_fused, out, flags, nbytes, calls) in enumerate(res):
         assert is_fused and not coll_fused
         assert flags == ([2, 7, 0], [2, 7, 0])
