@@ -297,7 +297,9 @@ class DistLinkNeighborLoader:
 
             if membership_group is None:
                 membership_group = dist.new_group(backend=dist.get_backend())
-            self.membership = EdgeMembership(part, membership_group)
+            # the sampler's id map shards, shared (no second copy, no second build)
+            self.membership = EdgeMembership(part, membership_group,
+                                             getattr(service.sampler, "ids", None))
         self.epoch = 0
         self._next = 0
         self._resume = 0

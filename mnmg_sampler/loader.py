@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from .batch import MiniBatch
-from .distributed.collective import agree
+from .distributed.collective import agree, backend_device
 from .distributed.consistency import check_same_on_every_rank, fingerprint_array
 from .errors import SamplingInputError
 from .sampler import SampleRequest, check_fanouts, request_key
@@ -204,7 +204,7 @@ class DistNeighborLoader:
         import torch.distributed as dist
 
         self.split, self.edge_ids = split, bool(edge_ids)
-        self._owned: np.ndarray | None = None
+        self._owned: tuple[np.ndarray, np.ndarray] | None = None
 
         def check() -> tuple[np.ndarray, list[int]]:
             check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
@@ -231,8 +231,8 @@ class DistNeighborLoader:
         self.input_nodes, self.num_neighbors = agree(check)
         check_same_on_every_rank(
             [self.input_nodes.size, int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
-             int(seed), *fingerprint_array(self.input_nodes)],
-            "DistNeighborLoader(input_nodes, batch_size, shuffle, drop_last, seed)",
+             int(seed), SPLITS.index(split), *fingerprint_array(self.input_nodes)],
+            "DistNeighborLoader(input_nodes, batch_size, shuffle, drop_last, seed, split)",
             "each rank would get another share of the seeds, or another number of batches",
             "build every loader with the same arguments on every rank, in the same order",
             error=SamplingInputError)
@@ -244,6 +244,14 @@ class DistNeighborLoader:
         self.rank = dist.get_rank(service.group) if rank is None else rank
         self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
         self.epoch = 0
+        if split == "owner":
+            # this rank's seeds, found in its own ids (no id map); every rank's count with one
+            # all-reduce on the default group (construction is collective there)
+            pos = np.flatnonzero(service.sampler.owns(self.input_nodes))
+            counts = torch.zeros(self.world_size, dtype=torch.int64, device=backend_device())
+            counts[self.rank] = pos.size
+            dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+            self._owned = (pos, counts.cpu().numpy())
         self._next = 0  # index (on this rank) of the next batch to hand out
         self._resume = 0
         self._resume_epoch: int | None = None
@@ -259,13 +267,8 @@ class DistNeighborLoader:
         self._resume_epoch = None
 
     def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
-        """(positions of this rank's own seeds, seeds owned by each rank); cached."""
-        if self._owned is None:
-            own = self.service.sampler.owner_of(self.input_nodes)
-            self._owned = own
-        own = self._owned
-        return (np.flatnonzero(own == self.rank),
-                np.bincount(own, minlength=self.world_size))
+        """(positions of this rank's own seeds, seeds owned by each rank), from construction."""
+        return self._owned
 
     def _owner_num_batches(self, counts: np.ndarray) -> int:
         if self.drop_last:

@@ -116,7 +116,7 @@ def _worker(work: str) -> int:
         store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
     K = task.get("merge", 1)  # requests per rank per round
     if task["split"] == "owner":
-        mine = seeds[sampler.owner_of(seeds) == rank]
+        mine = seeds[sampler.owns(seeds)]
         n_mine = min(task["batches"], -(-mine.size // B))
         t = torch.tensor([n_mine])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
