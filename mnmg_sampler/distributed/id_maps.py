@@ -32,6 +32,8 @@ from .collective import Exchanger, raise_if_any
 
 __all__ = ["IdMaps", "identity_ids"]
 
+_CHUNK = 1 << 18
+
 TAG = "id_maps"
 """Traffic class of the id translations in :attr:`Exchanger.bytes`."""
 
@@ -71,24 +73,29 @@ class IdMaps:
         self.lo, self.hi = int(bounds[ex.rank]), int(bounds[ex.rank + 1])
         self.word = np.dtype(np.int32 if self.num_nodes < 2**31 else np.int64)
         self.orig = None if self.identity else np.asarray(part.orig_ids)
-        self._sorted = self._order = self.shard = None
+        self.shard = None
         self.even = _even_boundaries(self.num_nodes, ex.world_size)
         if self.identity:
             return
         o = self.orig
-        if o.size < 2 or bool(np.all(o[1:] > o[:-1])):
-            self._sorted = o  # the part's own file, no copy
-        else:  # written by something that did not sort them: one sorted copy of this part's
-            self._order = np.argsort(o, kind="stable").astype(self.word)
-            self._sorted = o[self._order]
+        # every partitioner here writes a part's original ids ascending (stable sort by part),
+        # so the part's own file is the sorted index of its nodes: no copy
+        err = None
+        if o.size > 1 and not bool(np.all(o[1:] > o[:-1])):
+            err = PartitionError(
+                f"part {part.rank}'s original ids (orig_ids.npy) are not in ascending order",
+                "this mnmg-sampler translates ids through each part's sorted ids; no rank "
+                "samples", "re-partition the graph with this version of `mnmg-sampler partition`")
         if ex.world_size > 1:
-            self.shard = self._build_shard()
+            raise_if_any(err, ex.group, "checking the parts' original ids")
+            self.shard = self._build_shard(np.asarray(part.boundaries, np.int64))
+        elif err is not None:
+            raise err
 
     @property
     def nbytes(self) -> int:
         """Bytes of id-map arrays this rank allocated (its own ids are its part's file)."""
-        arrays = (self.shard, self._order, None if self._order is None else self._sorted)
-        return sum(int(a.nbytes) for a in arrays if a is not None)
+        return 0 if self.shard is None else int(self.shard.nbytes)
 
     def with_exchanger(self, ex: Exchanger) -> IdMaps:
         """The same maps (shared arrays, no copy) answering lookups over another exchanger of
@@ -98,26 +105,38 @@ class IdMaps:
         other.ex = ex
         return other
 
-    def _build_shard(self) -> np.ndarray:
-        """Collective: the new id of every original id in this rank's shard range."""
-        ex, me = self.ex, self.ex.rank
-        cuts = np.searchsorted(self._sorted, self.even)
-        counts = np.diff(cuts).astype(np.int64)
-        pairs = np.empty((self._sorted.size, 2), self.word)
-        pairs[:, 0] = self._sorted
-        pairs[:, 1] = self.lo + (np.arange(self._sorted.size) if self._order is None
-                                 else self._order)
-        recv, _ = ex.exchange(torch.from_numpy(pairs), torch.from_numpy(counts), TAG)
-        del pairs
-        got = recv.numpy()
+    def _build_shard(self, bounds: np.ndarray) -> np.ndarray:
+        """Collective: the new id of every original id in this rank's shard range.
+
+        Rank ``s`` sends rank ``r`` its own original ids inside ``r``'s range (a contiguous run
+        of its sorted ids) behind one header word, the run's first row: their new ids are
+        ``boundaries[s] + row`` onwards, so they need not travel.
+        """
+        ex, me, W, o = self.ex, self.ex.rank, self.ex.world_size, self.orig
+        cuts = np.searchsorted(o, self.even)
+        counts = np.diff(cuts).astype(np.int64) + 1
+        buf = np.empty(o.size + W, self.word)
+        for r in range(W):
+            a, b = int(cuts[r]), int(cuts[r + 1])
+            buf[a + r] = a
+            buf[a + r + 1:b + r + 1] = o[a:b]
+        recv, rcounts = ex.exchange(torch.from_numpy(buf), torch.from_numpy(counts), TAG)
+        del buf
+        got, rcounts = recv.numpy(), rcounts.tolist()
         start, size = int(self.even[me]), int(self.even[me + 1] - self.even[me])
         shard = np.full(size, -1, self.word)
-        shard[got[:, 0].astype(np.int64) - start] = got[:, 1]
+        pos = 0
+        for s, c in enumerate(rcounts):
+            first = int(bounds[s]) + int(got[pos])
+            for a in range(1, int(c), _CHUNK):  # bounded temporaries
+                ids = got[pos + a:pos + min(int(c), a + _CHUNK)].astype(np.int64) - start
+                shard[ids] = np.arange(first + a - 1, first + a - 1 + ids.size, dtype=self.word)
+            pos += int(c)
         err = None
-        if got.shape[0] != size or (size and int(shard.min()) < 0):
+        if pos - W != size or (size and int(shard.min()) < 0):
             err = PartitionError(
                 f"the parts' original ids do not cover [{start}, {start + size}) exactly once "
-                f"({got.shape[0]} ids received for {size})",
+                f"({pos - W} ids received for {size})",
                 "original ids could not be translated; no rank samples",
                 "re-run `mnmg-sampler partition` and give every rank the same directory")
         raise_if_any(err, ex.group, "building the id map shards")
@@ -130,13 +149,11 @@ class IdMaps:
         if self.identity:
             inside = (orig_ids >= self.lo) & (orig_ids < self.hi)
             return np.where(inside, orig_ids - self.lo, -1)
-        s = self._sorted
-        if s.size == 0:
+        o = self.orig
+        if o.size == 0:
             return np.full(orig_ids.shape, -1, np.int64)
-        pos = np.minimum(np.searchsorted(s, orig_ids), s.size - 1)
-        hit = s[pos] == orig_ids
-        rows = pos if self._order is None else self._order[pos].astype(np.int64)
-        return np.where(hit, rows, -1)
+        pos = np.minimum(np.searchsorted(o, orig_ids), o.size - 1)
+        return np.where(o[pos] == orig_ids, pos, -1)
 
     def owns(self, orig_ids: np.ndarray) -> np.ndarray:
         """bool per original id: does this rank own it (no collective)."""
