@@ -13,7 +13,9 @@ renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
 canonical order, so results are bit-identical to the single-process sampler for any world size
-and partitioning.
+and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
+translated locally, others (when any rank has one) in one lookup to the map shards before hop 1;
+``n_id`` comes back from the nodes' owners, with the feature rows when features are fetched.
 """
 
 from __future__ import annotations
@@ -194,7 +196,9 @@ class DistSampler:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way).
+        every minibatch are fetched in the same call (one more exchange each way), and the rows
+        carry the nodes' original ids; without one, ``n_id`` is translated by one lookup to the
+        owners. Seeds are translated locally unless some rank has a seed it does not own.
         ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
         all-reduce (see :meth:`round_flags`).
         """
