@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from .batch import MiniBatch
-from .distributed.collective import agree, backend_device
+from .distributed.collective import agree, backend_device, peer_errors
 from .distributed.consistency import check_same_on_every_rank, fingerprint_array
 from .errors import SamplingInputError
 from .sampler import SampleRequest, check_fanouts, request_key
@@ -250,7 +250,8 @@ class DistNeighborLoader:
             pos = np.flatnonzero(service.sampler.owns(self.input_nodes))
             counts = torch.zeros(self.world_size, dtype=torch.int64, device=backend_device())
             counts[self.rank] = pos.size
-            dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+            with peer_errors("the loader's count of seeds per owner"):
+                dist.all_reduce(counts, op=dist.ReduceOp.SUM)
             self._owned = (pos, counts.cpu().numpy())
         self._next = 0  # index (on this rank) of the next batch to hand out
         self._resume = 0

@@ -28,7 +28,7 @@ import torch
 from ..errors import PartitionError
 from ..graph.partition import _even_boundaries
 from ..ops.dedup import unique_first
-from .collective import Exchanger, raise_if_any
+from .collective import Exchanger, peer_errors, raise_if_any
 
 __all__ = ["IdMaps", "identity_ids"]
 
@@ -120,7 +120,8 @@ class IdMaps:
             a, b = int(cuts[r]), int(cuts[r + 1])
             buf[a + r] = a
             buf[a + r + 1:b + r + 1] = o[a:b]
-        recv, rcounts = ex.exchange(torch.from_numpy(buf), torch.from_numpy(counts), TAG)
+        with peer_errors("building the id map shards"):
+            recv, rcounts = ex.exchange(torch.from_numpy(buf), torch.from_numpy(counts), TAG)
         del buf
         got, rcounts = recv.numpy(), rcounts.tolist()
         start, size = int(self.even[me]), int(self.even[me + 1] - self.even[me])
