@@ -274,7 +274,7 @@ class DistNeighborLoader:
     def _owner_num_batches(self, counts: np.ndarray) -> int:
         if self.drop_last:
             return int(counts.min()) // self.batch_size
-        return max(1, -(-int(counts.max()) // self.batch_size))
+        return -(-int(counts.max()) // self.batch_size)  # no seed anywhere: no batch
 
     def _my_batches(self) -> list[tuple[int, np.ndarray]]:
         if self.split == "owner":
@@ -283,6 +283,8 @@ class DistNeighborLoader:
                 g = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5EED, self.rank])
                 pos = pos[g.permutation(pos.size)]
             nb = self._owner_num_batches(counts)
+            if nb == 0:  # no seed on any rank (or, with drop_last, too few on one)
+                return []
             B = self.batch_size
             parts = ([pos[i * B:(i + 1) * B] for i in range(nb)] if self.drop_last
                      else [np.ascontiguousarray(a) for a in np.array_split(pos, nb)])

@@ -23,6 +23,12 @@ self and to other ranks; with ``--features``: the fraction of fetched rows that 
 already fetched in the same round, and feature bytes on the wire against distinct remote rows x
 row size. Edge ids are not fetched unless ``--edge-ids``. Every time is the median over
 ``--repeats``.
+
+Per hop (the requesting side of each rank's hop calls, summed over ranks): frontier nodes, the
+fraction of them owned by another rank, and the id bytes sent to other ranks per sampled edge
+(of all hops, so the hops add up to the total), with the total split into what scales per
+remote node (requested ids, reply counts), per remote edge (neighbor and edge ids) and the rest
+(request headers, size vectors). With ``--split owner`` also each rank's count of owned seeds.
 """
 
 from __future__ import annotations
@@ -98,6 +104,35 @@ def parse_world_sizes(text: str) -> list[int]:
 
 
 # -- one rank ------------------------------------------------------------------------------------
+class _HopTally:
+    """Wraps a :class:`DistSampler`'s hop function to count, per hop, what the requesting side
+    sends other ranks: frontier nodes, remote ones, their sampled edges and the exchanger's
+    id bytes to others (its ``ids`` counter before and after the hop)."""
+
+    KEYS = ("nodes", "remote", "edges", "remote_edges", "id_remote")
+
+    def __init__(self, sampler) -> None:
+        self.ds, self.inner = sampler, sampler.sampler.hop_fn
+        sampler.sampler.hop_fn = self
+        self.per_hop: dict[int, dict[str, int]] = {}
+
+    def __call__(self, h):
+        ex = self.ds.ex
+        b0 = ex.bytes.get("ids", [0, 0])[1]
+        counts, nbr, eids = self.inner(h)
+        remote = self.ds.owner(h.nodes) != self.ds.rank
+        t = self.per_hop.setdefault(int(h.hop), dict.fromkeys(self.KEYS, 0))
+        t["nodes"] += int(h.nodes.size)
+        t["remote"] += int(remote.sum())
+        t["edges"] += int(nbr.size)
+        t["remote_edges"] += int(counts[remote].sum())
+        t["id_remote"] += ex.bytes.get("ids", [0, 0])[1] - b0
+        return counts, nbr, eids
+
+    def snapshot(self) -> list[dict[str, int]]:
+        return [dict(self.per_hop[k]) for k in sorted(self.per_hop)]
+
+
 def _worker(work: str) -> int:
     import torch
     import torch.distributed as dist
@@ -115,8 +150,11 @@ def _worker(work: str) -> int:
     if task["features"] and part.x is not None:
         store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
     K = task.get("merge", 1)  # requests per rank per round
+    tally = _HopTally(sampler)
+    owned = 0
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
+        owned = int(mine.size)
         n_mine = min(task["batches"], -(-mine.size // B))
         t = torch.tensor([n_mine])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -146,6 +184,8 @@ def _worker(work: str) -> int:
             "kernel_nodes", "remote_rows", "distinct_remote_rows", "rows_fetched", "cache_hits",
             "duplicate_rows_fetched")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
+                 "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
+                 "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
                  "row_bytes": store.row_bytes if store else 0}
 
@@ -162,6 +202,7 @@ def _worker(work: str) -> int:
                                               "rows_fetched", "cache_hits",
                                               "duplicate_rows_fetched")}}
 
+    tally.per_hop.clear()  # the timed repeats only
     for _ in range(task["repeats"]):
         dist.barrier()
         s0 = snap()
@@ -174,6 +215,7 @@ def _worker(work: str) -> int:
         for k in s0:
             res[k].append(s1[k] - s0[k])
     res["edges_sampled_here"] = int(sampler.kernel_edges)
+    res["hops"] = tally.snapshot()
     worker_finish(work, rank, res)
     return 0
 
@@ -204,6 +246,7 @@ def summarize(ranks: list[dict]) -> dict:
     def tot(key: str) -> int:
         return sum(sum(r[key]) for r in ranks)
 
+    hops = _hop_summary(ranks)
     fetched, row_bytes = tot("rows_fetched"), ranks[0]["row_bytes"]
     feat_wire = tot("feat_remote") + tot("feat_self")
     return {
@@ -220,6 +263,8 @@ def summarize(ranks: list[dict]) -> dict:
         "feature_bytes_per_edge_self": per_edge("feat_self"),
         "feature_bytes_per_edge_remote": per_edge("feat_remote"),
         "bytes_exchanged": sum(r["bytes"][0] for r in ranks),
+        **hops,
+        "owned_seeds_per_rank": [r.get("owned_seeds", 0) for r in ranks],
         # every remote row requested, the distinct ones, and what crossed the wire
         "feature_rows_remote": tot("remote_rows"),
         "feature_rows_distinct_remote": tot("distinct_remote_rows"),
@@ -234,6 +279,28 @@ def summarize(ranks: list[dict]) -> dict:
         if tot("distinct_remote_rows") and row_bytes else 0.0,
         "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
         if tot("distinct_remote_rows") else 0.0,
+    }
+
+
+def _hop_summary(ranks: list[dict]) -> dict:
+    """Per hop, over ranks: frontier nodes, remote fraction, id bytes to others per sampled edge;
+    and the id bytes to others per sampled edge split by what they scale with."""
+    n = max(len(r.get("hops", [])) for r in ranks)
+    tot = [{k: sum(r["hops"][i][k] for r in ranks if i < len(r["hops"]))
+            for k in _HopTally.KEYS} for i in range(n)]
+    edges = max(sum(t["edges"] for t in tot), 1)
+    w, e = ranks[0].get("wire_bytes", 4), ranks[0].get("edge_id_bytes", 0)
+    remote = sum(t["remote"] for t in tot)
+    remote_edges = sum(t["remote_edges"] for t in tot)
+    total = sum(t["id_remote"] for t in tot)
+    per_node, per_edge = 2 * w * remote, (w + e) * remote_edges  # ids + counts; neighbors
+    return {
+        "hops": [{"frontier_nodes": t["nodes"], "sampled_edges": t["edges"],
+                  "remote_fraction": t["remote"] / t["nodes"] if t["nodes"] else 0.0,
+                  "id_bytes_per_edge_remote": t["id_remote"] / edges} for t in tot],
+        "id_bytes_per_edge_remote_parts": {
+            "per_remote_node": per_node / edges, "per_remote_edge": per_edge / edges,
+            "headers_and_sizes": (total - per_node - per_edge) / edges},
     }
 
 
@@ -387,6 +454,20 @@ def print_table(res: dict) -> None:
             f"{s['feature_wire_vs_distinct_rows']:.3f}x distinct remote rows x row size, "
             f"cache hit rate {s['cache_hit_rate']:.0%}"
             for w, s in res["dist"].items()))
+    for w, s in res["dist"].items():
+        if not s.get("hops") or int(w) < 2:
+            continue
+        p = s["id_bytes_per_edge_remote_parts"]
+        hops = ", ".join(f"hop {i + 1} {h['id_bytes_per_edge_remote']:.2f} "
+                         f"({h['remote_fraction']:.0%} of {h['frontier_nodes']:,} frontier nodes "
+                         f"remote)" for i, h in enumerate(s["hops"]))
+        owned = ("; owned seeds per rank " + ", ".join(f"{v:,}" for v in
+                                                        s["owned_seeds_per_rank"])
+                 if res["split"] == "owner" else "")
+        print(f"W={w} id B/edge to others by hop: {hops}; by kind: "
+              f"{p['per_remote_node']:.2f} ids and counts (per remote node), "
+              f"{p['per_remote_edge']:.2f} neighbors (per remote edge), "
+              f"{p['headers_and_sizes']:.3f} headers and sizes{owned}")
     print(f"{single['edges_per_batch']:,.0f} edges/batch; id bytes: sampling traffic (headers, "
           "ids, counts, neighbors); feature bytes: ids and rows of the feature fetch; self = "
           "rows a rank hands its own collective (nodes it owns never enter one)")

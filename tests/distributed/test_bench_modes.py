@@ -43,6 +43,24 @@ def test_bench_dist_one_and_two_ranks_beside_single(tmp_path):
     # weak scaling: each rank samples --batches batches of the same seed order as one process
     assert [r["batches"] for r in two["ranks"]] == [3, 3]
     assert two["total_vs_single"] > 0 and two["per_rank_vs_single"] > 0
+    # per hop: the hops' id bytes to others add up to the total, and so do the kinds
+    assert len(two["hops"]) == 2 and [h["remote_fraction"] for h in one["hops"]] == [0, 0]
+    assert all(0 < h["remote_fraction"] < 1 for h in two["hops"])
+    assert sum(h["id_bytes_per_edge_remote"] for h in two["hops"]) == pytest.approx(
+        two["id_bytes_per_edge_remote"])
+    assert sum(two["id_bytes_per_edge_remote_parts"].values()) == pytest.approx(
+        two["id_bytes_per_edge_remote"])
+    assert all(v > 0 for v in two["id_bytes_per_edge_remote_parts"].values())
+
+
+def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
+    res = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
+                "--partition-method", "metis", "--split", "owner")
+    two = res["dist"]["2"]
+    first, second = two["hops"]
+    assert first["remote_fraction"] == 0 and first["id_bytes_per_edge_remote"] == 0
+    assert second["remote_fraction"] > 0 and second["id_bytes_per_edge_remote"] > 0
+    assert sum(two["owned_seeds_per_rank"]) == res["nonisolated_nodes"]
 
 
 def test_bench_merge_merges_loaders_and_one_per_round_does_not(tmp_path):

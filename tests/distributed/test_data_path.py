@@ -108,6 +108,32 @@ def test_owner_split_gives_each_rank_its_own_seeds_once(tmp_path):
     assert np.array_equal(np.sort(allpos), np.arange(nodes.size))  # each seed exactly once
 
 
+def _owner_split_uneven(rank, world, d, rank0_nodes):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)
+    out = {}
+    for name, nodes in (("empty", np.empty(0, np.int64)), ("rank0_only", rank0_nodes)):
+        loader = DistNeighborLoader(svc, nodes, FANOUTS, 4, split="owner")
+        out[name] = (len(loader), [b.input_id.numpy() for b in loader])
+    svc.shutdown()
+    return out
+
+
+def test_owner_split_empty_input_and_a_rank_without_seeds(tmp_path):
+    d = str(partition(small_graph(), 2, "range", tmp_path / "p"))
+    rank0_nodes = np.arange(0, 10)  # a range partitioning: rank 0 owns the low ids
+    res = run_ranks(_owner_split_uneven, 2, d, rank0_nodes, timeout=180)
+    for out in res:
+        assert out["empty"] == (0, [])  # as with the global split: no batch on any rank
+    (n0, got0), (n1, got1) = res[0]["rank0_only"], res[1]["rank0_only"]
+    assert n0 == n1 == 3 == len(got0) == len(got1)  # ceil(10 / 4) on every rank
+    assert np.array_equal(np.concatenate(got0), np.arange(10))
+    assert all(b.size == 0 for b in got1)  # rank 1 owns none of the seeds: empty batches
+
+
 def _range_without_maps(rank, world, d, seeds):
     import dataclasses
 
