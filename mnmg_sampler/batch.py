@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 import torch
+
+_B = TypeVar("_B", bound="MiniBatch")
 
 
 @dataclass
@@ -55,13 +58,14 @@ class MiniBatch:
                 parts.append(f"{f.name}={v}")
         return f"MiniBatch({', '.join(parts)})"
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> MiniBatch:
-        """A copy with every tensor on ``device``."""
+    def to(self: _B, device: torch.device | str, non_blocking: bool = False) -> _B:
+        """A copy with every tensor on ``device`` (of the same class: a ``LinkMiniBatch`` stays
+        one)."""
         kw = {}
         for f in fields(self):
             v = getattr(self, f.name)
             kw[f.name] = v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v
-        return MiniBatch(**kw)
+        return type(self)(**kw)
 
     def equal(self, other: MiniBatch) -> bool:
         """Bit-for-bit equality of every field (tensors compared exactly)."""

@@ -9,13 +9,13 @@ closed pipe (``mnmg-sampler info cora | head -1``) exits silently.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 
 from .console import plain, rank_prefix
 from .errors import MnmgError, PeerError
+from .subcommands import add_module_parsers
 
 COMMANDS = ["info", "sample", "partition", "validate", "train", "bench", "plot"]
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `cmd | head -1`
@@ -31,14 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-V", "--version", action="version", version=f"mnmg-sampler {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"mnmg_sampler.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"mnmg_sampler.commands.{name}":
-                raise
-            continue  # subcommand not built yet
-        mod.add_parser(sub)
+    add_module_parsers(sub, "mnmg_sampler.commands", COMMANDS)
     _plain_help(p)
     return p
 

@@ -23,16 +23,16 @@ any world size, partitioning and merge pattern.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .batch import MiniBatch
+from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
-from .loader import global_batches
+from .loader import check_batching, global_batches
 from .ops.negative import KnownFn, NegativeSampling, sample_negatives
 from .ops.rng import request_key
 from .sampler import SampleRequest, check_fanouts
@@ -63,14 +63,6 @@ class LinkMiniBatch(MiniBatch):
     src_index: torch.Tensor | None = None
     dst_pos_index: torch.Tensor | None = None
     dst_neg_index: torch.Tensor | None = None
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> LinkMiniBatch:
-        """A copy with every tensor on ``device``."""
-        kw = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            kw[f.name] = v.to(device, non_blocking=non_blocking) if torch.is_tensor(v) else v
-        return LinkMiniBatch(**kw)
 
     def to_pyg(self):
         """Convert to ``torch_geometric.data.Data`` with the link fields (needs the pyg extra)."""
@@ -190,7 +182,7 @@ def _as_numpy(a, what: str, dtype) -> np.ndarray:
                                  "the loader cannot be built", f"pass {what} as a tensor") from e
 
 
-class DistLinkNeighborLoader:
+class DistLinkNeighborLoader(EpochCursor):
     """Iterates this rank's minibatches of seed edges, sampled by a service (PyG arguments).
 
     Args:
@@ -229,6 +221,8 @@ class DistLinkNeighborLoader:
             s, d = batch.edge_label_index
             loss = F.binary_cross_entropy_with_logits((h[s] * h[d]).sum(-1), batch.edge_label)
     """
+
+    _seeds_word = _seeds_fix = "seed edges"
 
     def __init__(self, service, num_neighbors: Sequence[int], edge_label_index,
                  edge_label=None, batch_size: int = 1, shuffle: bool = False,
@@ -271,13 +265,7 @@ class DistLinkNeighborLoader:
             if self.neg is not None and lab.size and lab.min() == 0:
                 lab = lab + 1  # 0 now means "negative"
             self.edge_label = np.ascontiguousarray(lab)
-        if int(batch_size) <= 0:
-            raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
-                                     "no minibatch can be formed", "pass batch_size >= 1")
-        if int(prefetch) < 0:
-            raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
-                                     "it is the number of requests kept in flight",
-                                     "pass prefetch >= 0")
+        check_batching(batch_size, prefetch)
         reject = self.neg is not None and self.neg.reject_known
         if reject and part is None:
             raise SamplingInputError("reject_known needs this rank's partition (part=...)",
@@ -300,21 +288,11 @@ class DistLinkNeighborLoader:
             # the sampler's id map shards, shared (no second copy, no second build)
             self.membership = EdgeMembership(part, membership_group,
                                              getattr(service.sampler, "ids", None))
-        self.epoch = 0
-        self._next = 0
-        self._resume = 0
-        self._resume_epoch: int | None = None
+        self._init_cursor()
 
     @property
     def num_edges(self) -> int:
         return int(self.edge_label_index.shape[1])
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch's shuffle and keys; a resume point of the same epoch survives."""
-        self.epoch = int(epoch)
-        if self._resume_epoch != self.epoch:
-            self._resume = 0
-        self._resume_epoch = None
 
     def __len__(self) -> int:
         n, per = self.num_edges, self.batch_size * self.world_size
@@ -336,48 +314,14 @@ class DistLinkNeighborLoader:
                                   known=None if m is None else m.known,
                                   more=None if m is None else m.any, edge_ids=self.edge_ids)
 
+    def _num_seeds(self) -> int:
+        return self.num_edges
+
     def __iter__(self) -> Iterator[LinkMiniBatch]:
-        mine = self._my_batches()[self._resume:]
-        start = self._resume
-        self._resume, self._resume_epoch = 0, None
-        inflight: deque = deque()
-        it = iter(mine)
+        def plan(g: int, pos: np.ndarray) -> tuple[SampleRequest, LinkPlan]:
+            p = self.plan(g, pos)
+            return p.request, p
 
-        def top_up(n: int) -> None:
-            while len(inflight) < n:
-                nxt = next(it, None)
-                if nxt is None:
-                    return
-                p = self.plan(*nxt)
-                inflight.append((self.service.submit(p.request), p))
-
-        top_up(1)
-        for j in range(len(mine)):
-            fut, p = inflight.popleft()
-            mb = self.service.result(fut)
-            top_up(self.prefetch)
-            self._next = start + j + 1
-            yield finish_link_batch(mb, p, num_nodes=self.num_nodes,
-                                    exclude_seed_edges=self.exclude_seed_edges,
-                                    exclude_reverse_edges=self.exclude_reverse_edges)
-        self._next = 0
-
-    def state_dict(self) -> dict:
-        """Where the iteration stands: resuming yields exactly the batches not yet handed out."""
-        return {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed,
-                "world_size": self.world_size, "num_seeds": self.num_edges}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume mid-epoch: the next ``iter()`` starts at the saved batch of the saved epoch."""
-        if state.get("world_size") != self.world_size or state.get("num_seeds") != \
-                self.num_edges:
-            raise SamplingInputError(
-                f"loader state was saved with world size {state.get('world_size')} and "
-                f"{state.get('num_seeds')} seed edges; this loader has {self.world_size} and "
-                f"{self.num_edges}",
-                "the remaining batches would differ from the interrupted run",
-                "resume with the same world size and seed edges")
-        self.epoch = int(state["epoch"])
-        self.seed = int(state["seed"])
-        self._resume = int(state["next_batch"])
-        self._resume_epoch = self.epoch
+        return self._iterate(plan, lambda mb, p: finish_link_batch(
+            mb, p, num_nodes=self.num_nodes, exclude_seed_edges=self.exclude_seed_edges,
+            exclude_reverse_edges=self.exclude_reverse_edges))

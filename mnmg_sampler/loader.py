@@ -33,7 +33,6 @@ ranks (and a rank may get empty batches) when the partitions own unequal shares 
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -42,6 +41,7 @@ import torch
 from .batch import MiniBatch
 from .distributed.collective import agree, backend_device, peer_errors
 from .distributed.consistency import check_same_on_every_rank, fingerprint_array
+from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
 from .sampler import SampleRequest, check_fanouts, request_key
 
@@ -120,6 +120,17 @@ SUBGRAPH_TYPES = ("directional",)
 """PyG ``subgraph_type`` values supported: sampled edges point neighbor -> target only."""
 
 
+def check_batching(batch_size: int, prefetch: int) -> None:
+    """A :class:`SamplingInputError` unless ``batch_size >= 1`` and ``prefetch >= 0``."""
+    if int(batch_size) <= 0:
+        raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
+                                 "no minibatch can be formed", "pass batch_size >= 1")
+    if int(prefetch) < 0:
+        raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
+                                 "it is the number of requests kept in flight",
+                                 "pass prefetch >= 0 (0 = sample each batch on demand)")
+
+
 def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
     """Raise :class:`SamplingInputError` for PyG loader arguments this loader does not support.
 
@@ -151,7 +162,7 @@ def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
                                      "the sampling service has no such feature", fix)
 
 
-class DistNeighborLoader:
+class DistNeighborLoader(EpochCursor):
     """Iterates this rank's minibatches of ``input_nodes``, with features, via a service.
 
     The arguments are those of PyG's ``NeighborLoader`` that apply to a static homogeneous
@@ -216,13 +227,7 @@ class DistNeighborLoader:
             nodes = check_input_nodes(
                 np.arange(int(service.num_nodes), dtype=np.int64) if input_nodes is None
                 else input_nodes, int(service.num_nodes))
-            if int(batch_size) <= 0:
-                raise SamplingInputError(f"batch_size must be positive, got {batch_size}",
-                                         "no minibatch can be formed", "pass batch_size >= 1")
-            if int(prefetch) < 0:
-                raise SamplingInputError(f"prefetch must be >= 0, got {prefetch}",
-                                         "it is the number of requests kept in flight",
-                                         "pass prefetch >= 0 (0 = sample each batch on demand)")
+            check_batching(batch_size, prefetch)
             return nodes, check_fanouts(num_neighbors)
 
         # Collective on the default group (the service thread owns its own): a bad input on
@@ -243,7 +248,7 @@ class DistNeighborLoader:
         self.seed, self.prefetch, self.replace = int(seed), max(1, int(prefetch)), bool(replace)
         self.rank = dist.get_rank(service.group) if rank is None else rank
         self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
-        self.epoch = 0
+        self._init_cursor()
         if split == "owner":
             # this rank's seeds, found in its own ids (no id map); every rank's count with one
             # all-reduce on the default group (construction is collective there)
@@ -253,19 +258,6 @@ class DistNeighborLoader:
             with peer_errors("the loader's count of seeds per owner"):
                 dist.all_reduce(counts, op=dist.ReduceOp.SUM)
             self._owned = (pos, counts.cpu().numpy())
-        self._next = 0  # index (on this rank) of the next batch to hand out
-        self._resume = 0
-        self._resume_epoch: int | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch's shuffle and request keys (call before iterating, like PyTorch's).
-
-        A resume point from :meth:`load_state_dict` survives ``set_epoch`` of the same epoch.
-        """
-        self.epoch = int(epoch)
-        if self._resume_epoch != self.epoch:
-            self._resume = 0
-        self._resume_epoch = None
 
     def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of this rank's own seeds, seeds owned by each rank), from construction."""
@@ -306,48 +298,8 @@ class DistNeighborLoader:
                              request_key(self.seed, self.epoch, g), self.replace, input_id=pos,
                              edge_ids=self.edge_ids)
 
+    def _num_seeds(self) -> int:
+        return int(self.input_nodes.size)
+
     def __iter__(self) -> Iterator[MiniBatch]:
-        mine = self._my_batches()[self._resume:]
-        start = self._resume
-        self._resume, self._resume_epoch = 0, None
-        inflight: deque = deque()
-        it = iter(mine)
-
-        def top_up(n: int) -> None:
-            while len(inflight) < n:
-                nxt = next(it, None)
-                if nxt is None:
-                    return
-                inflight.append(self.service.submit(self.request(*nxt)))
-
-        # The first batch is requested alone, so it is not delayed by a merged burst; the
-        # rest are requested as soon as a result arrives, before it is handed to the caller,
-        # so sampling runs while the caller trains.
-        top_up(1)
-        for j in range(len(mine)):
-            batch = self.service.result(inflight.popleft())
-            top_up(self.prefetch)
-            self._next = start + j + 1
-            yield batch
-        self._next = 0
-
-    def state_dict(self) -> dict:
-        """Where the iteration stands: resuming yields exactly the batches not yet handed out."""
-        return {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed,
-                "world_size": self.world_size, "num_seeds": int(self.input_nodes.size)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume mid-epoch: the next ``iter()`` starts at the saved batch of the saved epoch."""
-        if state.get("world_size") != self.world_size or state.get("num_seeds") != \
-                self.input_nodes.size:
-            raise SamplingInputError(
-                f"loader state was saved with world size {state.get('world_size')} and "
-                f"{state.get('num_seeds')} seeds; this loader has {self.world_size} and "
-                f"{self.input_nodes.size}",
-                "the remaining batches would differ from the interrupted run",
-                "resume with the same world size and seed set",
-            )
-        self.epoch = int(state["epoch"])
-        self.seed = int(state["seed"])
-        self._resume = int(state["next_batch"])
-        self._resume_epoch = self.epoch
+        return self._iterate(lambda g, pos: (self.request(g, pos), None), lambda b, _: b)

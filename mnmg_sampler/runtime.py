@@ -149,6 +149,46 @@ def _bound_store(port: int, world_size: int | None, timeout: _dt.timedelta,
 _KEEP: list = []  # the launcher's loopback store lives as long as the launcher
 
 
+#: Exit codes of a rank that has already printed its one error line (``cli.main``).
+REPORTED_EXIT_CODES = {2: "a typed error: bad config, input or files",
+                       3: "PeerError: another rank died or stopped answering"}
+
+
+class _StopRecords(logging.Filter):
+    """Holds back torchrun's two end-of-run lines (the ranks it sends a closing signal to, and
+    the first failure) and remembers which pids it signalled, so the launcher can tell a rank
+    stopped by torchrun from one killed from outside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+        self.signalled: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        if msg.startswith("Sending process") and "closing signal" in msg:
+            if record.args:
+                self.signalled.add(int(record.args[0]))
+        elif not msg.startswith("failed (exitcode"):
+            return True
+        self.held.append(record)
+        return False
+
+
+def reported_failure(failures: dict, signalled: set[int]) -> tuple[int, int] | None:
+    """``(global rank, exit code)`` if a failed run ended only because ranks reported a typed
+    error (exit 2 or 3, their line already printed) and torchrun stopped the others (pids in
+    ``signalled``); ``None`` for anything else (a signal from outside, a traceback, ...)."""
+    reported = sorted((r, f.exitcode) for r, f in failures.items()
+                      if f.exitcode in REPORTED_EXIT_CODES)
+    if not reported:
+        return None
+    if any(f.exitcode not in REPORTED_EXIT_CODES and f.pid not in signalled
+           for f in failures.values()):
+        return None
+    return reported[0]
+
+
 def launch_local(argv: list[str]) -> None:
     """torchrun (same arguments) whose stores listen on loopback when the endpoint is loopback.
 
@@ -156,10 +196,58 @@ def launch_local(argv: list[str]) -> None:
     store on the same port (torch then shares this server: ``multi_tenant``). The workers get
     ``MASTER_ADDR=127.0.0.1`` and their own store, which :func:`init_distributed` binds to
     loopback as well. Any other endpoint: plain torchrun.
+
+    A run that fails because a rank reported a typed error (exit 2, or 3 for ``PeerError``:
+    its one error line is already on the console) ends with one more line naming the rank and
+    the exit code, and exits with that code; torchrun's failure summary and traceback are kept
+    for everything else (a rank killed by a signal, an unexpected exception).
     """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
-    args = list(argv)
+    args = _loopback_args(list(argv))
+    stops = _StopRecords()
+    api_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    api_log.addFilter(stops)
+    try:
+        torchrun_main(args)
+    except ChildFailedError as e:
+        api_log.removeFilter(stops)
+        got = reported_failure(e.failures, stops.signalled)
+        if got is None:
+            for record in stops.held:  # a real crash: torchrun's lines, then its summary
+                api_log.handle(record)
+            raise
+        rank, code = got
+        shown = _shown_local_ranks(args)
+        where = ("its error line is above" if shown is None
+                 or e.failures[rank].local_rank in shown
+                 else f"its error line is in rank {rank}'s output, which the console filter "
+                 "hides (LOG_RANK / --local-ranks-filter)")
+        stopped = "; torchrun stopped the other ranks" if stops.signalled else ""
+        print(f"mnmg-sampler: rank {rank} exited with code {code} ({REPORTED_EXIT_CODES[code]}; "
+              f"{where}){stopped}", file=sys.stderr)
+        sys.exit(code)
+    finally:
+        api_log.removeFilter(stops)
+
+
+def _shown_local_ranks(args: list[str]) -> set[int] | None:
+    """The local ranks torchrun's ``--local-ranks-filter`` shows on the console (None: all)."""
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name in ("--local-ranks-filter", "--local_ranks_filter"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                return {int(v) for v in value.split(",") if v.strip()}
+            except ValueError:
+                return None
+    return None
+
+
+def _loopback_args(args: list[str]) -> list[str]:
+    """torchrun's arguments with a loopback rendezvous endpoint served by a store bound to
+    loopback (see :func:`launch_local`); other endpoints unchanged."""
     at = next((i for i, a in enumerate(args)
                if a.split("=", 1)[0] in ("--rdzv-endpoint", "--rdzv_endpoint")), None)
     if at is not None:
@@ -183,7 +271,7 @@ def launch_local(argv: list[str]) -> None:
             if "GLOO_SOCKET_IFNAME" not in os.environ and _loopback_interface():
                 # gloo's own listening sockets: on loopback too, not on the hostname's address
                 os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
-    torchrun_main(args)
+    return args
 
 
 def _loopback_interface() -> str | None:

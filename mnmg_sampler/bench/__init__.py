@@ -12,21 +12,11 @@ machine state) and reports medians of repeats, so ratios are meaningful.
 
 from __future__ import annotations
 
-import importlib
-
 MODES = ["single", "dist", "merge", "overlap", "link", "mem"]
 
 
 def add_mode_parsers(subparsers) -> list[str]:
     """Register every available mode's parser; returns the names registered."""
-    found = []
-    for name in MODES:
-        try:
-            mod = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-            continue
-        mod.add_parser(subparsers)
-        found.append(name)
-    return found
+    from ..subcommands import add_module_parsers
+
+    return add_module_parsers(subparsers, __name__, MODES)

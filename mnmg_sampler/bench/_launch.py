@@ -33,13 +33,17 @@ class LaunchError(RuntimeError):
     """A benchmark launch failed or timed out; the message carries the ranks' output tail."""
 
 
+def add_graph_option(p: argparse.ArgumentParser, default: str) -> None:
+    """``--graph`` (default ``default``) and the graph and sampling options of ``sample``."""
+    p.add_argument("--graph", default=default,
+                   help=f"cora, rmat:SCALE[:EDGE_FACTOR] or a graph file (default: {default})")
+    add_graph_arguments(p)
+
+
 def add_common_arguments(p: argparse.ArgumentParser, graph_default: str, fanouts: str,
                          batch_size: int) -> None:
     """Options every distributed mode shares; ``--threads`` defaults to 1 per rank."""
-    p.add_argument("--graph", default=graph_default,
-                   help="cora, rmat:SCALE[:EDGE_FACTOR] or a graph file "
-                        f"(default: {graph_default})")
-    add_graph_arguments(p)
+    add_graph_option(p, graph_default)
     for a in p._actions:  # this mode's own defaults, and help that states them
         new = {"threads": 1, "fanouts": fanouts, "batch_size": batch_size}.get(a.dest)
         if new is not None:
@@ -137,6 +141,15 @@ def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     return task, part, env.rank, env.world_size, seeds
 
 
+def distinct_seeds(seeds, start: int, count: int):
+    """``count`` seeds of the epoch order from position ``start``, wrapping around the end, but
+    never one twice (the loader refuses repeated seeds): at most every seed once."""
+    import numpy as np
+
+    n = min(int(count), int(seeds.size))
+    return seeds.take(np.arange(start, start + n), mode="wrap")
+
+
 def worker_finish(work: str, rank: int, result: dict) -> None:
     """Write this rank's result atomically, then leave the process group."""
     import torch.distributed as dist
@@ -156,6 +169,7 @@ def machine_info(threads: int) -> dict:
 
     import numba
     import numpy as np
+    import torch
 
     model = platform.processor()
     try:
@@ -166,6 +180,7 @@ def machine_info(threads: int) -> dict:
     except OSError:
         pass
     return {"cpu": model, "cpu_count": os.cpu_count(), "threads": threads,
+            "torch_threads": torch.get_num_threads(),  # pinned too (set_bench_threads)
             "python": platform.python_version(), "numba": numba.__version__,
             "numpy": np.__version__,
             # other processes compete for the cores: a load above the core count skews timings
@@ -225,6 +240,19 @@ def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: 
         "seed": args.seed, "repeats": args.repeats, "partition_method": args.partition_method,
         "target": target, "machine": machine_info(threads), **extra,
     }
+
+
+def start_run(mode: str, args, target: float, **extra) -> tuple[list[int], int, object, dict]:
+    """The parent's first steps in a 2-rank mode: fanouts, threads, the graph (its line printed)
+    and the JSON head; returns ``(fanouts, threads, graph, result)``."""
+    from ..commands.sample import parse_fanouts
+
+    fanouts = parse_fanouts(args.fanouts)
+    threads = set_bench_threads(args.threads)
+    graph, seeds, load_s = load_for_bench(args)
+    res = base_result(mode, args, graph, seeds, load_s, fanouts, threads, target, **extra)
+    print(graph_line(args, graph, seeds, load_s))
+    return fanouts, threads, graph, res
 
 
 def launch_on_partitions(mode: str, args, graph, task: dict, threads: int) -> list[dict]:

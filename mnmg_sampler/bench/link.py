@@ -18,14 +18,13 @@ are interleaved with DGL's runs so both see the same machine state; medians are 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from ..commands.sample import add_graph_arguments, positive_int
+from ..commands.sample import positive_int
+from ._launch import add_graph_option
+from .peers import median_run, peer_python, peer_runs, save_graph
+from .single import TimedBatches
 
 HELP = "link prediction minibatches (negatives, exclusion) vs DGL's link sampler (same run)"
 DGL_TARGET = 1.5  # sampled edges/s >= 1.5x DGL's link sampler
@@ -34,9 +33,7 @@ DGL_TARGET = 1.5  # sampled edges/s >= 1.5x DGL's link sampler
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("link", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graph", default="rmat:20",
-                   help="cora, rmat:SCALE[:EDGE_FACTOR] or a graph file (default: rmat:20)")
-    add_graph_arguments(p)
+    add_graph_option(p, "rmat:20")
     p.set_defaults(threads=1)
     p.add_argument("--batches", type=positive_int, default=30,
                    help="timed minibatches of seed edges per repeat (default: 30)")
@@ -58,7 +55,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-class LinkBench:
+class LinkBench(TimedBatches):
     """Timed link minibatches over fixed seed edges, one request per batch."""
 
     def __init__(self, graph, seed_pos, fanouts, args) -> None:
@@ -78,9 +75,11 @@ class LinkBench:
         self._build, self._finish = build_link_request, finish_link_batch
         B = args.batch_size
         self.batches = [np.arange(i, min(i + B, seed_pos.size)) for i in range(0, seed_pos.size, B)]
-        self.seconds: list[float] = []
-        self.edges = self.nodes = 0
+        super().__init__()
         self._one(0)  # warm-up: compile, touch the arrays
+
+    def _count(self) -> int:
+        return len(self.batches)
 
     def _one(self, i: int):
         a = self.args
@@ -90,16 +89,6 @@ class LinkBench:
         (mb,) = self.sampler.sample([plan.request])
         return self._finish(mb, plan, num_nodes=self.graph.num_nodes,
                             exclude_seed_edges=not a.no_exclude)
-
-    def run_once(self) -> None:
-        edges = nodes = 0
-        t = time.perf_counter()
-        for i in range(len(self.batches)):
-            b = self._one(i)
-            edges += int(b.e_id.numel())
-            nodes += b.num_nodes
-        self.seconds.append(time.perf_counter() - t)
-        self.edges, self.nodes = edges, nodes
 
     def result(self) -> dict:
         from .single import _median_rate
@@ -111,14 +100,6 @@ class LinkBench:
         return out
 
 
-def peer_python(venv: str | None) -> Path | None:
-    """The Python of the DGL peer venv (``--peers-venv``, else ``.peers-venv`` here or at the
-    repository root), or ``None``."""
-    root = Path(__file__).resolve().parents[2]
-    venvs = [Path(venv)] if venv else [Path(".peers-venv"), root / ".peers-venv"]
-    return next((v / "bin" / "python" for v in venvs if (v / "bin" / "python").exists()), None)
-
-
 def bench_dgl_link(graph, seed_pos, python: Path, args, fanouts, before_each) -> dict:
     """DGL's link sampler on the same graph and seed edges, ``--peer-repeats`` subprocesses."""
     import numpy as np
@@ -126,11 +107,7 @@ def bench_dgl_link(graph, seed_pos, python: Path, args, fanouts, before_each) ->
     script = Path(__file__).with_name("dgl_link_peer.py")
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-link-") as tmp:
         path = Path(tmp) / "graph.npz"
-        dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
-        # edge i of DGL's graph is CSR entry i: seed edge ids are the same edges as ours
-        np.savez(path, src=graph.indices, dst=dst, num_nodes=np.int64(graph.num_nodes),
-                 seed_edges=np.asarray(seed_pos, np.int64))
-        del dst
+        save_graph(graph, path, seed_edges=np.asarray(seed_pos, np.int64))
         cmd = [str(python), str(script), "--graph", str(path),
                "--fanouts", ",".join(str(f) for f in fanouts),
                "--batch-size", str(args.batch_size), "--negatives", str(args.negatives),
@@ -139,34 +116,21 @@ def bench_dgl_link(graph, seed_pos, python: Path, args, fanouts, before_each) ->
             cmd.append("--replace")
         if args.no_exclude:
             cmd.append("--no-exclude")
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), DGLBACKEND="pytorch")
-        runs = []
-        for _ in range(args.peer_repeats):
-            before_each()
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-                return {"available": False, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
-            runs.append(json.loads(lines[-1]))
-    rates = [r["sampled_edges_per_s"] for r in runs]
-    med = sorted(runs, key=lambda r: r["sampled_edges_per_s"])[len(runs) // 2]
-    med.update(available=True, sampled_edges_per_s_runs=rates, best_per_s=max(rates))
-    return med
+        runs, error = peer_runs(cmd, args.threads, args.peer_repeats, before_each)
+    if error is not None:
+        return {"available": False, "error": error}
+    return median_run(runs)
 
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..commands.sample import parse_fanouts, set_threads
-    from ._launch import command_line, load_for_bench
+    from ..commands.sample import parse_fanouts
+    from ._launch import command_line, load_for_bench, set_bench_threads, write_json
     from .single import _fmt, _machine, _verdict
 
     fanouts = parse_fanouts(args.fanouts)
-    threads = set_threads(args.threads)
-    import torch
-
-    torch.set_num_threads(threads)  # idle intra-op threads spin against the sampler otherwise
+    threads = set_bench_threads(args.threads)  # torch's too: idle intra-op threads spin
     graph, _seeds, load_s = load_for_bench(args)
     n_seed = min(args.batches * args.batch_size, graph.num_edges)
     seed_pos = np.random.default_rng([args.seed, 0x11CC]).choice(graph.num_edges, n_seed,
@@ -206,8 +170,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         res["vs_dgl"] = None
         print(f"  DGL peer: not available [{d['error']}]")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+    write_json(args.json, res)
     return 0

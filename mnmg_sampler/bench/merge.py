@@ -31,12 +31,10 @@ import time
 from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
-    base_result,
-    graph_line,
+    distinct_seeds,
     launch_on_partitions,
-    load_for_bench,
     median,
-    set_bench_threads,
+    start_run,
     worker_finish,
     worker_start,
     write_json,
@@ -77,8 +75,8 @@ def _worker(work: str) -> int:
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     per = task["batches"] * B * world  # seeds per loader: `batches` full batches per rank
-    inputs = [seeds.take(np.arange(k * per, (k + 1) * per), mode="wrap")
-              for k in range(task["loaders"])]
+    # loader k: its own window of the seed order (windows wrap and overlap on small graphs)
+    inputs = [distinct_seeds(seeds, k * per, per) for k in range(task["loaders"])]
 
     def phase(limit: int | None) -> dict:
         svc = SamplingService(part, seed=seed, mode="thread", features=False,
@@ -86,7 +84,7 @@ def _worker(work: str) -> int:
         loaders = [DistNeighborLoader(svc, x, fanouts, B, seed=k, prefetch=task["prefetch"])
                    for k, x in enumerate(inputs)]
         warm = loaders[0]
-        svc.result(svc.submit(warm.request(0, np.arange(B))))  # compiled code, buffers
+        svc.result(svc.submit(warm.request(0, np.arange(min(B, inputs[0].size)))))  # warm-up
         dist.barrier()  # every warm-up served: from here to the next barrier, idle rounds only
         st0 = svc.stats()
         dist.barrier()
@@ -159,14 +157,7 @@ def summarize(ranks: list[dict], name: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
-    from ..commands.sample import parse_fanouts
-
-    fanouts = parse_fanouts(args.fanouts)
-    threads = set_bench_threads(args.threads)
-    graph, seeds, load_s = load_for_bench(args)
-    res = base_result("merge", args, graph, seeds, load_s, fanouts, threads, TARGET,
-                      loaders=args.loaders)
-    print(graph_line(args, graph, seeds, load_s))
+    fanouts, threads, graph, res = start_run("merge", args, TARGET, loaders=args.loaders)
     print(f"{args.ranks} ranks x {args.loaders} loaders (one thread each, prefetch "
           f"{args.prefetch}), {args.batches} batches of {args.batch_size} per loader, fanouts "
           f"{fanouts}, threads {threads} per rank, median of {args.repeats}; load average "

@@ -27,12 +27,10 @@ import time
 from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
-    base_result,
-    graph_line,
+    distinct_seeds,
     launch_on_partitions,
-    load_for_bench,
     median,
-    set_bench_threads,
+    start_run,
     worker_finish,
     worker_start,
     write_json,
@@ -72,10 +70,10 @@ def _worker(work: str) -> int:
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
-    inputs = seeds.take(np.arange(task["batches"] * B * world), mode="wrap")
+    inputs = distinct_seeds(seeds, 0, task["batches"] * B * world)
     svc = SamplingService(part, seed=seed, mode="thread", features=False)
     loader = DistNeighborLoader(svc, inputs, fanouts, B, seed=seed, prefetch=task["prefetch"])
-    svc.result(svc.submit(loader.request(0, np.arange(B))))  # warm-up: compiled code, buffers
+    svc.result(svc.submit(loader.request(0, np.arange(min(B, inputs.size)))))  # warm-up
 
     def step(batch) -> None:  # fixed cost; releases the GIL like a GPU step
         time.sleep(step_s)
@@ -137,14 +135,7 @@ def summarize(ranks: list[dict]) -> dict:
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
-    from ..commands.sample import parse_fanouts
-
-    fanouts = parse_fanouts(args.fanouts)
-    threads = set_bench_threads(args.threads)
-    graph, seeds, load_s = load_for_bench(args)
-    res = base_result("overlap", args, graph, seeds, load_s, fanouts, threads, TARGET,
-                      step="time.sleep")
-    print(graph_line(args, graph, seeds, load_s))
+    fanouts, threads, graph, res = start_run("overlap", args, TARGET, step="time.sleep")
     print(f"{args.ranks} ranks, {args.batches} batches of {args.batch_size} per rank, fanouts "
           f"{fanouts}, prefetch {args.prefetch}, threads {threads} per rank, median of "
           f"{args.repeats}; load average {res['machine']['loadavg_1m'] or 0:.2f} on "

@@ -26,19 +26,19 @@ Every figure is the median over ``--repeats`` runs (DGL: over ``--peer-repeats``
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..commands.sample import add_graph_arguments, positive_int
+from ..commands.sample import positive_int
 from ..console import JSON_OUT_HELP
+from ._launch import add_graph_option
 from ._launch import machine_info as _machine
+from .peers import median_run, peer_python, peer_runs, repo_root, save_graph
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,7 @@ NO_PEER = "DGL peer: not available (run ../shared/peers/setup.sh)"
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("single", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--graph", default="rmat:20",
-                   help="cora, rmat:SCALE[:EDGE_FACTOR] or a graph file (default: rmat:20)")
-    add_graph_arguments(p)
+    add_graph_option(p, "rmat:20")
     p.set_defaults(threads=1)
     p.add_argument("--batches", type=positive_int, default=30,
                    help="timed minibatches per repeat, ours and DGL's (default: 30)")
@@ -74,18 +72,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def find_peer(venv: str | None, script: str | None) -> tuple[Path, Path] | None:
     """The (python, dgl_bench.py) pair of a peer venv, or ``None`` when either is missing."""
-    venvs = [Path(venv)] if venv else [Path(".peers-venv"), _repo_root() / ".peers-venv"]
     scripts = [Path(script)] if script else [
-        _repo_root().parent / "shared" / "peers" / "dgl_bench.py",
+        repo_root().parent / "shared" / "peers" / "dgl_bench.py",
         Path.cwd().parent / "shared" / "peers" / "dgl_bench.py",
     ]
-    py = next((v / "bin" / "python" for v in venvs if (v / "bin" / "python").exists()), None)
+    py = peer_python(venv)
     sc = next((s for s in scripts if s.is_file()), None)
     return (py, sc) if py and sc else None
 
@@ -163,12 +156,37 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     return out
 
 
-class MultiHopBench:
-    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does.
+class TimedBatches:
+    """Timed repeats over the same minibatches: :meth:`run_once` samples batch ``_one(i)`` for
+    ``i < _count()`` and records the time, sampled edges and nodes.
 
-    Each :meth:`run_once` is one timed repeat over the same batches, so repeats can be
-    interleaved with the DGL peer's runs and both see the same machine state.
+    Each :meth:`run_once` is one timed repeat, so repeats can be interleaved with the DGL
+    peer's runs and both see the same machine state.
     """
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.edges = self.nodes = 0
+
+    def _count(self) -> int:
+        raise NotImplementedError
+
+    def _one(self, i: int):
+        raise NotImplementedError
+
+    def run_once(self) -> None:
+        edges = nodes = 0
+        t = time.perf_counter()
+        for i in range(self._count()):
+            b = self._one(i)
+            edges += int(b.e_id.numel())
+            nodes += b.num_nodes
+        self.seconds.append(time.perf_counter() - t)
+        self.edges, self.nodes = edges, nodes
+
+
+class MultiHopBench(TimedBatches):
+    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does."""
 
     def __init__(self, graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
                  batches: int) -> None:
@@ -181,18 +199,14 @@ class MultiHopBench:
                      for i in range(self.batches)]
         self.sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
         self.sampler.sample(self.reqs[:1])  # warm-up
-        self.seconds: list[float] = []
-        self.edges = self.nodes = 0
+        super().__init__()
 
-    def run_once(self) -> None:
-        edges = nodes = 0
-        t = time.perf_counter()
-        for r in self.reqs:
-            (b,) = self.sampler.sample([r])
-            edges += int(b.e_id.numel())
-            nodes += b.num_nodes
-        self.seconds.append(time.perf_counter() - t)
-        self.edges, self.nodes = edges, nodes
+    def _count(self) -> int:
+        return self.batches
+
+    def _one(self, i: int):
+        (b,) = self.sampler.sample([self.reqs[i]])
+        return b
 
     def result(self) -> dict:
         out = _median_rate(self.edges, self.seconds)
@@ -209,42 +223,20 @@ def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts,
 
     ``before_each`` runs before every DGL run (one of our own repeats, interleaved).
     """
-    import numpy as np
-
     python, script = peer
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-") as tmp:
         path = Path(tmp) / "graph.npz"
-        # our CSR row v lists the sources of edges into v; DGL samples in-edges the same way
-        dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
-        np.savez(path, src=graph.indices, dst=dst, num_nodes=np.int64(graph.num_nodes))
-        del dst
+        save_graph(graph, path)
         cmd = [str(python), str(script), "--graph", str(path),
                "--fanouts", ",".join(str(f) for f in fanouts),
                "--batch-size", str(args.batch_size), "--batches", str(args.batches),
                "--threads", str(args.threads), "--seed", str(args.seed)]
         if args.replace:
             cmd.append("--replace")
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), DGLBACKEND="pytorch")
-        runs = []
-        for _ in range(args.peer_repeats):
-            if before_each is not None:
-                before_each()
-            t = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-            wall = time.perf_counter() - t
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-                return {"available": False, "error": f"exit {proc.returncode}: " + " | ".join(tail),
-                        "command": cmd}
-            res = json.loads(lines[-1])
-            res["wall_s"] = wall
-            runs.append(res)
-    rates = [r["sampled_edges_per_s"] for r in runs]
-    med = sorted(runs, key=lambda r: r["sampled_edges_per_s"])[len(runs) // 2]
-    med.update(available=True, sampled_edges_per_s_runs=rates, best_per_s=max(rates),
-               python=str(python), script=str(script))
-    return med
+        runs, error = peer_runs(cmd, args.threads, args.peer_repeats, before_each, wall=True)
+    if error is not None:
+        return {"available": False, "error": error, "command": cmd}
+    return median_run(runs, python=str(python), script=str(script))
 
 
 def _fmt(x: float) -> str:
@@ -258,11 +250,11 @@ def _verdict(ratio: float | None, target: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..commands.sample import parse_fanouts, set_threads
-    from ._launch import command_line, load_for_bench
+    from ..commands.sample import parse_fanouts
+    from ._launch import command_line, load_for_bench, set_bench_threads, write_json
 
     fanouts = parse_fanouts(args.fanouts)
-    threads = set_threads(args.threads)
+    threads = set_bench_threads(args.threads)  # torch too: idle intra-op threads slow sampling
     graph, seeds, load_s = load_for_bench(args)
     command = command_line("single")
     res: dict = {
@@ -329,8 +321,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {NO_PEER}" + (f" [{d['error']}]" if not args.no_peers and peer else ""))
         if peer is None and not args.no_peers:
             log.debug("peer search: %s", d["error"])
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+    write_json(args.json, res)
     return 0

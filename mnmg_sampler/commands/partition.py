@@ -3,11 +3,14 @@
 Writes one part per rank (contiguous relabelled id ranges, see ``docs/partitioning.md``) and
 prints the edge cut, the imbalance, the time taken and the output directory.
 
+``--weights NAME|FILE`` (a job's ``sampler.weights``) stores one float32 edge weight per CSR
+entry in every part; ``sample --partitions`` then samples with probability proportional to it.
+
 Under torchrun (``torchrun --nproc-per-node N -m mnmg_sampler partition INPUT --method random
 --out DIR``) the ``random``, ``range`` and ``hash`` methods run on every rank
 (:mod:`mnmg_sampler.distributed.ingest`): each rank reads 1/N of the input and writes its own
-part, the same files as one process writes. ``metis``, and node data other than ``.npy`` features
-and labels, run on rank 0 alone while the others wait.
+part, the same files as one process writes. ``metis``, edge weights, and node data other than
+``.npy`` features and labels, run on rank 0 alone while the others wait.
 """
 
 from __future__ import annotations
@@ -55,9 +58,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="replace DIR if it is an earlier partition directory (or empty), once "
                    "the new one is complete; any other existing DIR is refused")
     add_node_data_arguments(p)
+    add_weights_argument(p, "store them in every part (float32, checksummed) for weighted "
+                         "sampling")
     add_json_flag(p)
     p.set_defaults(func=run)
     return p
+
+
+def add_weights_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--weights NAME|FILE``: the CLI's ``sampler.weights`` (shared with ``sample``)."""
+    p.add_argument("--weights", metavar="NAME|FILE",
+                   help="edge weights, as sampler.weights in a job file: the name of an array "
+                   "of the dataset's .npz (e.g. adj_data) or a .npy file, one value per input "
+                   f"edge in the input's order; {what} (default: none, uniform sampling)")
+
+
+def check_weights_file(spec: str | None) -> None:
+    """A ``--weights`` naming a ``.npy`` that does not exist: a typed error before any load."""
+    from pathlib import Path
+
+    from ..errors import GraphFormatError
+
+    if spec and spec.lower().endswith(".npy") and not Path(spec).expanduser().is_file():
+        raise GraphFormatError(f"--weights: file {spec!r} not found", "no edge weights can be "
+                               "loaded", "fix the path, or name an array of the dataset's .npz "
+                               "(e.g. adj_data)")
 
 
 def add_node_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,17 +111,21 @@ def _distributed() -> bool:
 def _source(args, parts: int) -> dict:
     from ..graph.partition_io import make_source
 
-    return make_source(args.input, method=args.method, seed=args.seed, parts=parts,
-                       undirected=args.undirected, drop_self_loops=args.drop_self_loops,
-                       drop_duplicates=args.drop_duplicates, graph_seed=args.seed,
-                       node_data={"features": args.features, "labels": args.labels,
-                                  **{f"{s}_mask": getattr(args, f"{s}_mask")
-                                     for s in ("train", "val", "test")}})
+    src = make_source(args.input, method=args.method, seed=args.seed, parts=parts,
+                      undirected=args.undirected, drop_self_loops=args.drop_self_loops,
+                      drop_duplicates=args.drop_duplicates, graph_seed=args.seed,
+                      node_data={"features": args.features, "labels": args.labels,
+                                 **{f"{s}_mask": getattr(args, f"{s}_mask")
+                                    for s in ("train", "val", "test")}})
+    if args.weights:  # recorded as a job records sampler.weights
+        src["load"]["weights"] = args.weights
+    return src
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import PartitionError
 
+    check_weights_file(args.weights)
     if _distributed():
         return _run_distributed(args)
     if args.parts is None:
@@ -124,7 +153,8 @@ def _run_distributed(args: argparse.Namespace) -> int:
         node_files = [args.features, args.labels, args.train_mask, args.val_mask,
                       args.test_mask]
         npy_only = all(f is None or f.lower().endswith(".npy") for f in node_files[:2])
-        if args.method == "metis" or not npy_only or any(f is not None for f in node_files[2:]):
+        if (args.method == "metis" or args.weights or not npy_only
+                or any(f is not None for f in node_files[2:])):
             def single() -> None:  # one process; the others wait for it
                 if env.rank == 0:
                     args.parts = world
@@ -175,12 +205,19 @@ def _run_single(args: argparse.Namespace) -> int:
     graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
                        drop_self_loops=args.drop_self_loops,
                        drop_duplicates=args.drop_duplicates, **node_data_kwargs(args))
+    weights = None
+    if args.weights:
+        from ..graph.weights import resolve_edge_weights
+
+        weights = resolve_edge_weights(args.weights, args.input, graph, seed=args.seed,
+                                       key="--weights")
     t1 = time.perf_counter()
     plan = partition_graph(graph, args.parts, args.method, seed=args.seed,
                            metis_max_edges=args.metis_max_edges)
     t2 = time.perf_counter()
     source = _source(args, plan.parts)
-    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite, source=source)
+    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite, source=source,
+                           weights=weights)
     t3 = time.perf_counter()
     rows = [
         ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges"),
@@ -194,12 +231,15 @@ def _run_single(args: argparse.Namespace) -> int:
     masks = {k: int(v.sum()) for k, v in graph.masks.items()} if graph.masks else {}
     if masks:
         rows.insert(-1, ("masks", ", ".join(f"{k} {v:,}" for k, v in masks.items())))
+    if weights is not None:
+        rows.insert(-1, ("weights", f"{args.weights}: {int((weights > 0).sum()):,} of "
+                         f"{weights.size:,} positive"))
     data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
             "method": plan.method, "seed": plan.seed, "parts": plan.parts,
             "edge_cut": float(plan.edge_cut), "imbalance": float(plan.imbalance),
             "edge_imbalance": float(plan.edge_imbalance),
             "part_nodes": [int(v) for v in plan.part_nodes],
             "seconds": {"load": t1 - t0, "partition": t2 - t1, "write": t3 - t2},
-            "masks": masks, "output": str(out)}
+            "masks": masks, "weights": args.weights, "output": str(out)}
     report(rows, data, args.json)
     return 0

@@ -7,6 +7,10 @@ so ``--out`` files from both can be compared bit for bit:
 * seeds: every node with at least one neighbor (``--include-isolated``: every node), or the ids
   in ``--seeds-file`` (in file order), shuffled by :func:`seed_order` with ``--seed``;
 * batch ``i`` = ``seeds[i*B:(i+1)*B]``, request key ``request_key(seed, epoch=0, batch=i)``.
+
+Weighted sampling: ``--weights NAME|FILE`` (a job's ``sampler.weights``) in one process; with
+``--partitions`` the weights stored by ``partition --weights`` are used (``--weights``, if given,
+must name the same ones).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
+from .partition import add_weights_argument, check_weights_file
 
 HELP = "sample one epoch of minibatches and print the throughput"
 
@@ -83,6 +88,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(run under torchrun, one rank per partition)")
     p.add_argument("--out", metavar="DIR",
                    help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch)")
+    p.add_argument("--collective-timeout", type=float, default=600.0, metavar="S",
+                   help="with --partitions: seconds a rank waits for the others in a "
+                        "collective before a typed error, as runtime.collective_timeout_s "
+                        "(default: 600)")
+    add_weights_argument(p, "sample with probability proportional to them; with --partitions "
+                         "the partition's stored weights are used and this must name them")
     add_json_flag(p)
     p.set_defaults(func=run)
     return p
@@ -183,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     from ..sampler import check_seed
 
     check_seed(args.seed)
+    check_weights_file(getattr(args, "weights", None))
     if getattr(args, "partitions", None):
         return run_distributed(args)
     if not args.graph:
@@ -191,12 +203,32 @@ def run(args: argparse.Namespace) -> int:
     return run_single(args)
 
 
+def partition_weights(part, spec: str | None, where: str) -> str | None:
+    """What the partition samples with: ``None`` (uniform) or the name its weights were stored
+    under (``"stored"`` if unrecorded); a :class:`ConfigError` if ``--weights`` names others."""
+    man = part.manifest or {}
+    stored = part.weights is not None
+    name = ((man.get("source") or {}).get("load") or {}).get("weights")
+    if spec and not stored:
+        raise ConfigError(f"--weights {spec} but the partition directory {where} holds no edge "
+                          "weights", "its parts can only be sampled uniformly",
+                          f"partition again with `mnmg-sampler partition ... --weights {spec}`, "
+                          "or drop --weights")
+    if spec and name is not None and name != spec:
+        raise ConfigError(f"--weights {spec} but {where} stores the weights {name!r}",
+                          "the stored weights are not the ones asked for",
+                          f"pass --weights {name}, or partition again with --weights {spec}")
+    return (name or "stored") if stored else None
+
+
 def run_distributed(args: argparse.Namespace) -> int:
     """Sample one epoch under torchrun over a partition directory; rank 0 prints a summary.
 
     Global batch ``i`` takes ``seeds[i*B:(i+1)*B]`` of the epoch's seed order and is sampled by
     rank ``i % W`` with key ``request_key(seed, 0, i)``; each rank writes its batches as
     ``OUT/batch_{i:06d}.npz`` (original node ids; layout in ``docs/formats.md``), atomically.
+    A peer that dies or stops answering is a :class:`~mnmg_sampler.errors.PeerError` naming the
+    step (start-up, round, summary), as in ``train``.
     """
     import json
     import os
@@ -204,7 +236,7 @@ def run_distributed(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..distributed.collective import agree
+    from ..distributed.collective import agree, is_peer_failure, peer_error
     from ..distributed.offline import global_nonisolated
     from ..distributed.sampler import DistSampler
     from ..graph.partition_io import load_partition
@@ -212,10 +244,13 @@ def run_distributed(args: argparse.Namespace) -> int:
     from ..sampler import SampleRequest, request_key
 
     fanouts = parse_fanouts(args.fanouts)
-    env, _ = init_distributed("gloo", "cpu")
+    env, _ = init_distributed("gloo", "cpu", args.collective_timeout)
     rank, world = env.rank, env.world_size
+    step = "the start-up (loading and checking the partitions)"
     try:
         part = agree(lambda: load_partition(args.partitions, rank, world))
+        weights = agree(lambda: partition_weights(part, getattr(args, "weights", None),
+                                                  args.partitions))
         if args.threads:
             import numba
 
@@ -235,6 +270,7 @@ def run_distributed(args: argparse.Namespace) -> int:
         edges = 0
         t0 = time.perf_counter()
         for r in range(rounds):
+            step = f"sampling round {r + 1} of {rounds}"
             todo = mine[r:r + 1]
             reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
                                   request_key(args.seed, 0, i), replace=args.replace)
@@ -244,6 +280,7 @@ def run_distributed(args: argparse.Namespace) -> int:
                 if out is not None:
                     save_batch_atomic(out / f"batch_{i:06d}.npz", b)
         dt = time.perf_counter() - t0
+        step = "the summary (totals over ranks)"
         tot = torch.tensor([edges, sampler.ex.bytes_sent], dtype=torch.float64)
         dist.all_reduce(tot)
         if rank == 0:
@@ -251,12 +288,18 @@ def run_distributed(args: argparse.Namespace) -> int:
                 meta = {"num_batches": n_batches, "batch_size": B, "fanouts": fanouts,
                         "seed": args.seed, "replace": bool(args.replace),
                         "num_nodes": int(part.num_nodes), "format": "mnmg-sampler-batches/1"}
+                if weights is not None:
+                    meta["weights"] = weights
                 tmp = out / ".meta.json.tmp"
                 tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
                 os.replace(tmp, out / "meta.json")
             _summary(world, n_batches, int(tot[0]), float(tot[1]), dt, out,
-                     getattr(args, "json", False))
+                     getattr(args, "json", False), weights)
         dist.barrier()
+    except RuntimeError as e:  # a collective failed: a peer died or hangs
+        if not is_peer_failure(e):
+            raise
+        raise peer_error(e, f"{step} of `sample --partitions`") from e
     finally:
         dist.destroy_process_group()
     return 0
@@ -271,12 +314,21 @@ def run_single(args: argparse.Namespace) -> int:
     threads = set_threads(args.threads)
     t0 = time.perf_counter()
     graph = load_graph(args.graph, undirected=args.undirected)
+    spec = getattr(args, "weights", None)
+    if spec:
+        from ..graph.weights import resolve_edge_weights
+        from ..ops.weighted import local_weighted_hop_fn
+
+        hop = local_weighted_hop_fn(
+            graph, resolve_edge_weights(spec, args.graph, graph, key="--weights"), args.seed)
+    else:
+        hop = local_hop_fn(graph, args.seed)
     load_s = time.perf_counter() - t0
     seeds = epoch_seeds(graph, args)
     B = args.batch_size
     n_batches, out = epoch_plan(seeds.size, args)
 
-    sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
+    sampler = MultiHopSampler(hop, graph.num_nodes)
 
     def request(i: int) -> SampleRequest:
         return SampleRequest(seeds[i * B:(i + 1) * B], fanouts, request_key(args.seed, 0, i),
@@ -298,6 +350,7 @@ def run_single(args: argparse.Namespace) -> int:
     data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
             "load_s": load_s, "seeds": int(seeds.size), "batch_size": B, "fanouts": fanouts,
             "replace": bool(args.replace), "seed": args.seed, "threads": threads,
+            "weights": spec or None,
             "batches": n_batches, "sampled_edges": edges, "sampled_nodes": nodes,
             "seconds": busy, "edges_per_s": edges / busy, "nodes_per_s": nodes / busy,
             "batches_per_s": n_batches / busy, "out": None if out is None else str(out)}
@@ -305,7 +358,7 @@ def run_single(args: argparse.Namespace) -> int:
         ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
                   f"(loaded in {load_s:.1f}s)"),
         ("seeds", f"{seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
-                  f"seed {args.seed}, threads {threads}"),
+                  f"seed {args.seed}, threads {threads}" + (f", weights {spec}" if spec else "")),
         ("batches", f"{n_batches:,}"),
         ("sampled edges", f"{edges:,}"),
         ("sampled nodes", f"{nodes:,}"),
@@ -320,14 +373,18 @@ def run_single(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(world: int, batches: int, edges: int, sent: float, dt: float, out, as_json: bool):
+def _summary(world: int, batches: int, edges: int, sent: float, dt: float, out, as_json: bool,
+             weights: str | None = None):
     """Rank 0's summary of a distributed run: a table, or JSON with ``--json``."""
     eps, per_edge = edges / max(dt, 1e-9), sent / max(edges, 1)
     rows = [("ranks", world), ("batches", f"{batches:,}"), ("sampled edges", f"{edges:,}"),
             ("time", f"{dt:.3f}s"), ("edges/s", f"{eps:,.0f} (all ranks)"),
             ("bytes exchanged", f"{per_edge:.1f} per sampled edge")]
+    if weights is not None:
+        rows.insert(1, ("weights", weights))
     if out is not None:
         rows.append(("wrote", f"{batches} batches to {out}"))
-    report(rows, {"ranks": world, "batches": batches, "sampled_edges": edges, "seconds": dt,
+    report(rows, {"ranks": world, "weights": weights, "batches": batches,
+                  "sampled_edges": edges, "seconds": dt,
                   "edges_per_s": eps, "bytes_exchanged_per_edge": per_edge,
                   "out": None if out is None else str(out)}, as_json)

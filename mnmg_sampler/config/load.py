@@ -143,6 +143,12 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
             raise _err("partition.parts", f"{cfg.partition.parts} partitions but the world size "
                        f"is {world_size}", "set partition.parts=null (= world size) or launch "
                        f"{cfg.partition.parts} ranks", "Each rank serves exactly one partition")
+    if cfg.task == "link" and cfg.sampler.split != "global":
+        raise _err("sampler.split", f"{cfg.sampler.split} with task link",
+                   "use sampler.split=global for task link (owner is for task node)",
+                   "The link loader splits seed edges across ranks in one global order; an "
+                   "owner split would not keep hop 1 local anyway, since negatives and "
+                   "destinations fall in any partition")
     tm = cfg.training.target_metric
     if (tm in ("val_auc", "val_mrr")) != (cfg.task == "link") and tm != "val_loss":
         raise _err("training.target_metric", f"{tm} is not a metric of task {cfg.task}",

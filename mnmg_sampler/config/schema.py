@@ -133,13 +133,14 @@ class SamplerConfig:
     split: Literal["global", "owner"] = _opt(
         "global", "Training seeds of each rank: global = a share of one global order (the same "
         "batches for any world size); owner = the seeds its partition owns (hop 1 is local; "
-        "batches depend on the partitioning).")
+        "batches depend on the partitioning). task link: global only.")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(
         None, "Edge weights for weighted neighbor sampling: the name of an array of the "
         "dataset's .npz (one value per input edge) or a path to a .npy file of them; "
-        "null = uniform.", path=True)
+        "null = uniform. The CLI's partition and sample take the same as --weights.",
+        path=True)
 
 
 @dataclass
@@ -301,4 +302,6 @@ CROSS_FIELD_RULES = (
     "`training.target_metric` `val_auc` / `val_mrr` need `task: link`; `val_acc` needs `task: "
     "node`.",
     "`dataset.name` `rmat:SCALE[:EDGE_FACTOR]` needs 1 <= SCALE <= 40 and EDGE_FACTOR >= 1.",
+    "`sampler.split: owner` needs `task: node`: the link loader splits seed edges in one global "
+    "order only.",
 )

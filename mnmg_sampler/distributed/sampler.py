@@ -63,12 +63,8 @@ class DistSampler:
         self.kernel = kernel
         self._weights = None if getattr(part, "weights", None) is None else np.asarray(
             part.weights)  # weighted sampling: one float32 per local CSR entry
-        if kernel == "cuda" and self._weights is not None:
-            raise SamplingInputError("the partition has edge weights but kernel='cuda'",
-                                     "weighted sampling is wired to the CPU kernel only",
-                                     "use kernel='cpu' for a weighted partition")
         if kernel == "cuda":
-            self._cuda = _CudaHop(self._csr, device)
+            self._cuda = _CudaHop(self._csr, device, self._weights)
         elif kernel != "cpu":
             raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
                                      "use kernel='cpu' or kernel='cuda'")
@@ -259,11 +255,16 @@ class _CudaHop:
     exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`. The kernel itself reads
     one scalar (the hop's edge total) to size its outputs. Draws run on a dedicated stream.
 
+    With edge weights (a weighted partition) the hop runs the weighted kernels
+    (:func:`~mnmg_sampler.ops.cuda.sample_neighbors_weighted_cuda`), the weights living on the
+    device beside the CSR; the copies per hop are the same.
+
     Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
     which is how it is tested here; it has not run on a real GPU.
     """
 
-    def __init__(self, csr: tuple, device: torch.device | None) -> None:
+    def __init__(self, csr: tuple, device: torch.device | None,
+                 weights: np.ndarray | None = None) -> None:
         from ..gpu import require_numba_cuda, simulator_enabled
 
         require_numba_cuda()
@@ -274,12 +275,15 @@ class _CudaHop:
         # a writable host copy first: the mapped arrays are read-only, and the simulator writes
         # kernel arguments back to the host
         self.arrays = tuple(torch.from_numpy(np.array(a)).to(device) for a in csr)
+        self.weights = None if weights is None else torch.from_numpy(
+            np.array(weights, np.float32)).to(device)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def __call__(self, ex: Exchanger, rows, keys, seed, hop, fanouts, replace, edge_ids: bool):
-        from ..ops.cuda import sample_neighbors_cuda
+        from ..ops.cuda import sample_neighbors_cuda, sample_neighbors_weighted_cuda
 
         indptr, indices, eids, orig = self.arrays
+        w = self.weights
         n = rows.shape[0]
 
         def run():
@@ -287,8 +291,13 @@ class _CudaHop:
             packed[0], packed[1], packed[2], packed[3] = rows, keys, fanouts, replace
             t = ex.h2d(torch.from_numpy(packed), self.device)
             r = t[0]
-            c, nb, e = sample_neighbors_cuda(indptr, indices, eids, r, orig[r], t[1], seed, hop,
-                                             t[2], t[3].to(torch.uint8), with_eids=edge_ids)
+            args = (r, orig[r], t[1], seed, hop, t[2], t[3].to(torch.uint8))
+            if w is None:
+                c, nb, e = sample_neighbors_cuda(indptr, indices, eids, *args,
+                                                 with_eids=edge_ids)
+            else:
+                c, nb, e = sample_neighbors_weighted_cuda(indptr, indices, eids, w, *args,
+                                                          with_eids=edge_ids)
             out = ex.d2h(torch.cat([c, nb, e]) if edge_ids else torch.cat([c, nb])).numpy()
             E = nb.shape[0]
             return out[:n], out[n:n + E], (out[n + E:] if edge_ids else None)

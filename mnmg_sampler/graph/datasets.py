@@ -213,7 +213,7 @@ def graph_from_memory(data, *, num_nodes: int | None = None, undirected: bool = 
                       name: str = "in-memory graph") -> CSRGraph:
     """A :class:`CSRGraph` from arrays: ``edge_index`` ``(2, E)``, ``(src, dst)``, PyG ``Data``
     or a dict with ``edge_index`` (and optional ``x``, ``y``, ``num_nodes``, masks)."""
-    from .readers import check_id_bound, edge_index_pair
+    from .readers import build_graph, edge_index_pair
     from .torch_files import graph_from_mapping
 
     opts = dict(undirected=undirected, drop_self_loops=drop_self_loops,
@@ -239,10 +239,7 @@ def graph_from_memory(data, *, num_nodes: int | None = None, undirected: bool = 
         src, dst = edge_index_pair(arr, name)
     src = src.astype(np.int64, copy=False)
     dst = dst.astype(np.int64, copy=False)
-    check_id_bound(name, src, dst, max_node_id, num_nodes)
-    return CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
-                               drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                               name=name)
+    return build_graph(name, src, dst, num_nodes, warn_sparse=False, **opts)
 
 
 def load_graph(

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from .csr import CSRGraph
-from .readers import MAX_NODE_ID, as_mask, check_id_bound
+from .readers import MAX_NODE_ID, as_mask, build_graph
 
 __all__ = ["is_ogb_dir", "read_ogb_dir"]
 
@@ -82,7 +82,9 @@ def read_ogb_dir(
     nfile = _find(raw, "num-node-list")
     if nfile is not None:
         num_nodes = int(_table(nfile, np.int64, "node counts").sum())
-    check_id_bound(name, src, dst, max_node_id, num_nodes)
+    g = build_graph(name, src, dst, num_nodes, undirected=undirected,
+                    drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                    max_node_id=max_node_id, warn_sparse=False)
     x = y = None
     ffile = _find(raw, "node-feat")
     if ffile is not None:
@@ -91,9 +93,6 @@ def read_ogb_dir(
     if lfile is not None:
         lab = _table(lfile, np.float64, "labels")[:, 0]
         y = np.where(np.isnan(lab), -1, lab).astype(np.int64)
-    g = CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
-                            drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                            name=name)
     for what, arr in (("node-feat", x), ("node-label", y)):
         if arr is not None and arr.shape[0] != g.num_nodes:
             raise GraphFormatError(f"{name}: raw/{what} has {arr.shape[0]} rows but the graph "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.rng import _mix64_int
+from ..rng import _mix64_int
 
 __all__ = ["permute", "unpermute", "hash_ids", "node_features", "node_labels"]
 
@@ -74,7 +74,7 @@ def _walk(ids: np.ndarray, n: int, seed: int, salt: int, step) -> np.ndarray:
         return np.zeros_like(ids)
     bits, keys = _bits(n), _keys(seed, salt)
     if step is _forward and ids.size >= _COMPILED_FROM:
-        from ..ops.generate import permute_ids
+        from .generate import permute_ids
 
         out = np.empty(ids.shape, np.int64)
         adds = np.array([k & ((1 << bits) - 1) for k, _ in keys], np.uint64)

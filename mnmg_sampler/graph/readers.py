@@ -39,6 +39,7 @@ __all__ = [
     "MAX_NODE_ID",
     "MASK_KEYS",
     "check_id_bound",
+    "build_graph",
     "read_edge_list",
     "read_npz",
     "read_npy",
@@ -190,13 +191,10 @@ def read_edge_list(
     p = Path(path)
     raw = _read_bytes(p)
     src, dst = parse_edge_list(raw, str(p))
-    check_id_bound(str(p), src, dst, max_node_id, num_nodes)
-    _warn_sparse_ids(str(p), src, dst)
     log.debug("read %d edges from %s", src.size, p)
-    return CSRGraph.from_edges(
-        src, dst, num_nodes, undirected=undirected, drop_self_loops=drop_self_loops,
-        drop_duplicates=drop_duplicates, name=str(p),
-    )
+    return build_graph(str(p), src, dst, num_nodes, undirected=undirected,
+                       drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                       max_node_id=max_node_id)
 
 
 def _warn_sparse_ids(name: str, src: np.ndarray, dst: np.ndarray) -> None:
@@ -224,6 +222,22 @@ def check_id_bound(name: str, src: np.ndarray, dst: np.ndarray,
             "relabel the nodes to 0..N-1, or raise the bound (max_node_id= in Python, "
             "dataset.max_node_id in YAML, --max-node-id on the CLI)",
         )
+
+
+def build_graph(name: str, src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
+                undirected: bool = False, drop_self_loops: bool = False,
+                drop_duplicates: bool = False, max_node_id: int | None = MAX_NODE_ID,
+                x: np.ndarray | None = None, y: np.ndarray | None = None,
+                warn_sparse: bool = True) -> CSRGraph:
+    """The last step every reader shares: :func:`check_id_bound` (before anything is
+    allocated), a warning when ids are far above the edge count (``warn_sparse``; off where the
+    file states the node count), then :meth:`CSRGraph.from_edges` named ``name``."""
+    check_id_bound(name, src, dst, max_node_id, num_nodes)
+    if warn_sparse:
+        _warn_sparse_ids(name, src, dst)
+    return CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
+                               drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                               name=name, x=x, y=y)
 
 
 def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
@@ -374,12 +388,9 @@ def read_npz(
                        for k in keys if k in npz.files}
     if y is not None and y.dtype.kind in "iub":
         y = y.astype(np.int64, copy=False)
-    check_id_bound(name, src, dst, max_node_id, num_nodes)
-    _warn_sparse_ids(name, src, dst)
-    g = CSRGraph.from_edges(
-        src, dst, num_nodes, undirected=undirected, drop_self_loops=drop_self_loops,
-        drop_duplicates=drop_duplicates, name=name, x=x, y=y,
-    )
+    g = build_graph(name, src, dst, num_nodes, undirected=undirected,
+                    drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                    max_node_id=max_node_id, x=x, y=y)
     _check_node_data(name, g.num_nodes, x, y)
     g.masks = masks_from(mask_arrays, name, g.num_nodes)
     return g
@@ -405,10 +416,8 @@ def read_npy(
             "the graph cannot be loaded", "write a (2, E) int64 array with numpy.save",
         ) from e
     src, dst = edge_index_pair(np.asarray(arr), name, "the array")
-    check_id_bound(name, src, dst, max_node_id)
-    _warn_sparse_ids(name, src, dst)
-    return CSRGraph.from_edges(src, dst, undirected=undirected, drop_self_loops=drop_self_loops,
-                               drop_duplicates=drop_duplicates, name=name)
+    return build_graph(name, src, dst, undirected=undirected, drop_self_loops=drop_self_loops,
+                       drop_duplicates=drop_duplicates, max_node_id=max_node_id)
 
 
 SCIPY_KEYS = ("format", "shape")
@@ -467,10 +476,9 @@ def read_scipy_npz(
                      or max(int(src.max()), int(dst.max())) >= n):
         raise GraphFormatError(f"{name}: an entry lies outside the {n} x {n} matrix",
                                "the matrix is corrupt", "re-save it with scipy.sparse.save_npz")
-    check_id_bound(name, src, dst, max_node_id, n)
-    return CSRGraph.from_edges(src, dst, n, undirected=undirected,
-                               drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                               name=name)
+    return build_graph(name, src, dst, n, undirected=undirected, drop_self_loops=drop_self_loops,
+                       drop_duplicates=drop_duplicates, max_node_id=max_node_id,
+                       warn_sparse=False)
 
 
 def is_gnn_benchmark(path: str | PathLike) -> bool:
@@ -539,8 +547,6 @@ def read_gnn_benchmark(
             y = _int_array(_get(npz, name, "labels", "the labels"), name, "labels")
     _check_node_data(name, n, x, y)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    check_id_bound(name, src, indices, max_node_id, n)
-    return CSRGraph.from_edges(
-        src, indices, n, undirected=undirected, drop_self_loops=drop_self_loops,
-        drop_duplicates=drop_duplicates, name=name, x=x, y=y,
-    )
+    return build_graph(name, src, indices, n, undirected=undirected,
+                       drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                       max_node_id=max_node_id, x=x, y=y, warn_sparse=False)

@@ -8,7 +8,7 @@ nodes are isolated, which is why benchmarks draw seeds with
 so high-degree nodes are not clustered at low ids (as Graph500 does).
 
 Edge ``i`` is a pure function of ``(seed, i)``: its quadrant draws come from the counter-based
-RNG of :mod:`mnmg_sampler.ops.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw
+RNG of :mod:`mnmg_sampler.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw
 per two levels) and the relabelling is the keyed bijection :func:`.permute.permute`. So a rank can
 draw any range of edges alone (:func:`rmat_edge_range`) and the graph of ``(scale, edge_factor,
 seed)`` is the same for one process or any number of ranks. (Before this generator, R-MAT used
@@ -23,7 +23,7 @@ import logging
 import numpy as np
 
 from ..errors import GraphFormatError
-from ..ops.rng import _mix64_int
+from ..rng import _mix64_int
 from .csr import CSRGraph
 from .permute import permute
 
@@ -87,7 +87,7 @@ def rmat_edge_range(
     n_out = max(0, hi - lo)
     src = np.empty(n_out, np.int64)
     dst = np.empty(n_out, np.int64)
-    from ..ops.generate import rmat_levels  # compiled lazily: importing graph stays light
+    from .generate import rmat_levels  # compiled lazily: importing graph stays light
 
     ta, tab, tabc = _thresholds(a, b, c)
     h = _mix64_int(_mix64_int((int(seed) & _U64) + _GOLD & _U64) ^ (_RMAT_KEY + _GOLD & _U64))

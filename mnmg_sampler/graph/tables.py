@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import GraphFormatError, MissingDependencyError
 from .csr import CSRGraph
-from .readers import MAX_NODE_ID, _read_bytes, _require_file, _warn_sparse_ids, check_id_bound
+from .readers import MAX_NODE_ID, _read_bytes, _require_file, build_graph
 
 __all__ = ["read_table", "read_parquet", "SRC_NAMES", "DST_NAMES"]
 
@@ -55,6 +55,14 @@ def _delimiter(path: Path, first: str) -> str | None:
         if d in first:
             return d
     return None  # any whitespace
+
+
+def _check_non_negative(name: str, src: np.ndarray, dst: np.ndarray) -> None:
+    """Refuse negative ids before the id bound is checked (their message is the clearer one)."""
+    if src.size and min(int(src.min()), int(dst.min())) < 0:
+        raise GraphFormatError(f"{name}: negative node id {min(int(src.min()), int(dst.min()))}",
+                               "node ids index arrays and must be >= 0",
+                               "relabel the nodes to 0..N-1")
 
 
 def _is_int(tok: str) -> bool:
@@ -105,16 +113,11 @@ def read_table(
                 "write integer node ids in the source and target columns, one edge per line",
             ) from e
         src, dst = np.ascontiguousarray(arr[:, 0]), np.ascontiguousarray(arr[:, 1])
-    if src.size and min(int(src.min()), int(dst.min())) < 0:
-        raise GraphFormatError(f"{name}: negative node id {min(int(src.min()), int(dst.min()))}",
-                               "node ids index arrays and must be >= 0",
-                               "relabel the nodes to 0..N-1")
-    check_id_bound(name, src, dst, max_node_id, num_nodes)
-    _warn_sparse_ids(name, src, dst)
+    _check_non_negative(name, src, dst)
     log.debug("read %d edges from %s", src.size, p)
-    return CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
-                               drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                               name=name)
+    return build_graph(name, src, dst, num_nodes, undirected=undirected,
+                       drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                       max_node_id=max_node_id)
 
 
 def read_parquet(
@@ -152,11 +155,6 @@ def read_parquet(
                 "node ids must be integers", "store the source and target ids as int64")
         out.append(np.ascontiguousarray(arr, dtype=np.int64))
     src, dst = out
-    if src.size and min(int(src.min()), int(dst.min())) < 0:
-        raise GraphFormatError(f"{name}: negative node id {min(int(src.min()), int(dst.min()))}",
-                               "node ids index arrays and must be >= 0",
-                               "relabel the nodes to 0..N-1")
-    check_id_bound(name, src, dst, max_node_id)
-    _warn_sparse_ids(name, src, dst)
-    return CSRGraph.from_edges(src, dst, undirected=undirected, drop_self_loops=drop_self_loops,
-                               drop_duplicates=drop_duplicates, name=name)
+    _check_non_negative(name, src, dst)
+    return build_graph(name, src, dst, undirected=undirected, drop_self_loops=drop_self_loops,
+                       drop_duplicates=drop_duplicates, max_node_id=max_node_id)

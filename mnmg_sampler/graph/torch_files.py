@@ -19,8 +19,7 @@ from .csr import CSRGraph
 from .readers import (
     MAX_NODE_ID,
     _require_file,
-    _warn_sparse_ids,
-    check_id_bound,
+    build_graph,
     edge_index_pair,
     masks_from,
 )
@@ -78,11 +77,9 @@ def graph_from_mapping(d, name: str, *, undirected: bool = False,
         y = y.astype(np.int64, copy=False)
     if num_nodes is None and x is not None:
         num_nodes = int(x.shape[0])  # PyG's own rule: nodes without edges still count
-    check_id_bound(name, src, dst, max_node_id, num_nodes)
-    _warn_sparse_ids(name, src, dst)
-    g = CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
-                            drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                            name=name)
+    g = build_graph(name, src, dst, num_nodes, undirected=undirected,
+                    drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                    max_node_id=max_node_id)
     for key, arr in (("x", x), ("y", y)):
         if arr is not None and (arr.ndim < 1 or arr.shape[0] != g.num_nodes):
             raise GraphFormatError(f"{name}: '{key}' has shape {arr.shape} but the graph has "

@@ -7,7 +7,8 @@ edge. The loaded graph may differ from the input (reverse edges added, duplicate
 dropped, held-out edges removed for link prediction), so the weight of a CSR entry ``u -> v`` is
 found by its endpoints: the weight of the first input edge ``u -> v``, else (a reverse added for an
 undirected graph) of the first input edge ``v -> u``. The result is in CSR order, ready for
-``partition(..., weights=...)``, which validates it (negative, NaN: a typed error).
+``partition(..., weights=...)``, which validates it with :func:`check_weights` (negative, NaN:
+a typed error).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import GraphFormatError
+from ..errors import EdgeWeightError, GraphFormatError
 from .csr import CSRGraph
 
-__all__ = ["input_edge_weights", "map_pair_weights", "resolve_edge_weights"]
+__all__ = ["check_weights", "input_edge_weights", "map_pair_weights", "resolve_edge_weights"]
 
 
 def _dst_of(g: CSRGraph) -> np.ndarray:
@@ -38,14 +39,17 @@ def _npz_path(dataset: str) -> Path | None:
     return p if p.name.lower().endswith(".npz") else None
 
 
-def input_edge_weights(spec: str, dataset: str, num_input_edges: int) -> np.ndarray:
-    """The raw weights named by ``spec``: a ``.npy`` file, or an array of the dataset's ``.npz``."""
+def input_edge_weights(spec: str, dataset: str, num_input_edges: int,
+                       key: str = "sampler.weights") -> np.ndarray:
+    """The raw weights named by ``spec``: a ``.npy`` file, or an array of the dataset's ``.npz``.
+
+    ``key`` names the setting in error messages (``--weights`` on the command line)."""
     p = Path(spec).expanduser()
     if spec.lower().endswith(".npy") or p.is_file():
         try:
             w = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise GraphFormatError(f"sampler.weights: {spec} is not a readable .npy file ({e})",
+            raise GraphFormatError(f"{key}: {spec} is not a readable .npy file ({e})",
                                    "no edge weights can be loaded",
                                    "save one float per input edge with numpy.save") from e
         where = str(p)
@@ -53,12 +57,12 @@ def input_edge_weights(spec: str, dataset: str, num_input_edges: int) -> np.ndar
         npz = _npz_path(dataset)
         if npz is None:
             raise GraphFormatError(
-                f"sampler.weights: {spec!r} is neither a .npy file nor an array of an .npz "
+                f"{key}: {spec!r} is neither a .npy file nor an array of an .npz "
                 f"dataset (dataset {dataset!r})", "no edge weights can be loaded",
                 "give a .npy file with one weight per input edge")
         with np.load(npz, allow_pickle=False) as z:
             if spec not in z.files:
-                raise GraphFormatError(f"sampler.weights: {npz.name} has no array {spec!r} "
+                raise GraphFormatError(f"{key}: {npz.name} has no array {spec!r} "
                                        f"(arrays: {', '.join(sorted(z.files))})",
                                        "no edge weights can be loaded",
                                        "name one of its arrays, or give a .npy file")
@@ -66,7 +70,7 @@ def input_edge_weights(spec: str, dataset: str, num_input_edges: int) -> np.ndar
         where = f"{npz.name}[{spec!r}]"
     w = np.asarray(w)
     if w.ndim != 1 or w.shape[0] != num_input_edges:
-        raise GraphFormatError(f"sampler.weights: {where} has shape {list(w.shape)}, but the "
+        raise GraphFormatError(f"{key}: {where} has shape {list(w.shape)}, but the "
                                f"dataset has {num_input_edges} input edges",
                                "weights are one value per input edge, in the dataset's order",
                                f"give {num_input_edges} values")
@@ -100,9 +104,10 @@ def map_pair_weights(src: np.ndarray, dst: np.ndarray, w: np.ndarray, graph: CSR
     return np.asarray(w)[first[i]]
 
 
-def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int = 0
-                         ) -> np.ndarray:
-    """Per-CSR-entry weights of ``graph`` (loaded from ``dataset``) for ``sampler.weights``."""
+def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int = 0,
+                         key: str = "sampler.weights") -> np.ndarray:
+    """Per-CSR-entry weights of ``graph`` (loaded from ``dataset``) for ``sampler.weights``
+    (``key`` in messages: the CLI's ``--weights``)."""
     from .datasets import load_graph
 
     raw = load_graph(dataset, undirected=False, seed=seed)  # no cleaning: ids = input order
@@ -110,4 +115,32 @@ def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int 
     src, dst = np.empty(m, np.int64), np.empty(m, np.int64)
     src[raw.edge_ids] = raw.indices
     dst[raw.edge_ids] = _dst_of(raw)
-    return map_pair_weights(src, dst, input_edge_weights(spec, dataset, m), graph)
+    return map_pair_weights(src, dst, input_edge_weights(spec, dataset, m, key), graph)
+
+
+def check_weights(weights, num_entries: int, what: str = "edge weights") -> np.ndarray:
+    """Validate edge weights for a CSR of ``num_entries`` entries; returns them as float32.
+
+    One finite, non-negative number per CSR entry (in CSR order, like ``indices``). Zero is
+    allowed (that edge is never drawn). Raises :class:`~mnmg_sampler.errors.EdgeWeightError`
+    for a wrong shape, a non-numeric dtype, or any negative, NaN or infinite weight (naming the
+    first offending entry), and when a float64 weight does not fit float32.
+    """
+    w = np.asarray(weights)
+    if w.ndim != 1 or w.shape[0] != num_entries:
+        raise EdgeWeightError(f"{what} have shape {w.shape}, expected ({num_entries},)",
+                              "weighted sampling needs one weight per edge (CSR entry)",
+                              "pass one weight per edge, in the order of the CSR's indices")
+    if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+        raise EdgeWeightError(f"{what} have dtype {w.dtype}, expected a number type",
+                              "", "store the weights as float32")
+    with np.errstate(over="ignore"):  # a float64 too large for float32 becomes inf: caught below
+        w32 = w.astype(np.float32, copy=False)
+    bad = ~np.isfinite(w32) | (w32 < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise EdgeWeightError(
+            f"{what}: entry {i} is {w[i]!r} ({int(bad.sum())} invalid in all)",
+            "sampling probabilities must be finite and non-negative",
+            "use weights >= 0 (0 means never drawn); drop or fix NaN/negative/infinite values")
+    return np.ascontiguousarray(w32)

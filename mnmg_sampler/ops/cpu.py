@@ -164,8 +164,24 @@ def _ids(a) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def _parallel(n: int) -> bool:
+    """Whether a call over ``n`` nodes uses the parallel kernels."""
+    return n >= PARALLEL_MIN_NODES and numba.get_num_threads() > 1
+
+
 def _kernels(n: int):
-    return _KERNELS[n >= PARALLEL_MIN_NODES and numba.get_num_threads() > 1]
+    return _KERNELS[_parallel(n)]
+
+
+def _per_node(rows, nodes, keys, fanout, replace):
+    """The per-node arrays a kernel takes: ``rows``, ``nodes`` (int32 or int64), int64 ``keys``,
+    and ``fanout`` / ``replace`` broadcast to one int64 / uint8 entry per node."""
+    rows, nodes = _ids(rows), _ids(nodes)
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    n = rows.shape[0]
+    fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
+    repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
+    return rows, nodes, keys, fanouts, repl
 
 
 def sample_neighbors(
@@ -199,12 +215,8 @@ def sample_neighbors(
         ``(counts, neighbors, edge_ids)``: per-node sample counts, and the concatenated neighbor
         ids and edge ids in node order (int64).
     """
-    rows = _ids(rows)
-    nodes = _ids(nodes)
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    rows, nodes, keys, fanouts, repl = _per_node(rows, nodes, keys, fanout, replace)
     n = rows.shape[0]
-    fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
-    repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
     counts_k, positions_k, gather_k = _kernels(n)
     scratch = scratch_int64(n + 1)
     starts, degs, offsets = scratch[0, :n], scratch[1, :n], scratch[2]

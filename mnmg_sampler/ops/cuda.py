@@ -67,6 +67,22 @@ sample_count = device_function(_sample_count, "sample_count")
 sample_positions = device_function(cpu.sample_positions.py_func)
 
 
+def _gather(indptr_r0, indices, eids, nbr, eid_out, o, k, with_eids):
+    """Turn the ``k`` row positions at ``nbr[o:]`` into neighbor ids (and edge ids)."""
+    has_eid = eids.shape[0] > 0
+    for j in range(o, o + k):
+        p = indptr_r0 + nbr[j]
+        nbr[j] = indices[p]
+        if with_eids:
+            if has_eid:
+                eid_out[j] = eids[p]
+            else:
+                eid_out[j] = p
+
+
+gather = _device(_gather)
+
+
 def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Callable]:
     """Build the ``(counts, fill)`` kernels around a device ``positions`` function.
 
@@ -91,18 +107,9 @@ def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Call
             return
         r = rows[i]
         start = indptr[r]
-        deg = indptr[r + 1] - start
         base = stream_base(seed, keys[i], hop, nodes[i])
-        positions(nbr, o, deg, k, fanouts[i], replace[i] != 0, base)
-        has_eid = eids.shape[0] > 0
-        for j in range(o, o + k):
-            p = start + nbr[j]
-            nbr[j] = indices[p]
-            if with_eids:
-                if has_eid:
-                    eid_out[j] = eids[p]
-                else:
-                    eid_out[j] = p
+        positions(nbr, o, indptr[r + 1] - start, k, fanouts[i], replace[i] != 0, base)
+        gather(start, indices, eids, nbr, eid_out, o, k, with_eids)
 
     return cuda.jit(counts_kernel), cuda.jit(fill_kernel)
 
@@ -113,6 +120,70 @@ _counts_kernel, _fill_kernel = make_kernels()
 def _as_device_tensor(a, device: torch.device) -> torch.Tensor:
     t = torch.as_tensor(a)
     return t.to(device=device, dtype=torch.int64).contiguous()
+
+
+class _Call:
+    """What every call of the kernels shares: the device, the int64 inputs on it (``fanout`` and
+    ``replace`` broadcast to one value per node) and how to launch there.
+
+    Under the simulator the device is the CPU and kernels get numpy views; on a GPU they run on
+    PyTorch's current stream inside numba's context for the device (the primary context PyTorch
+    uses) and read the tensors zero-copy with ``sync=False``: the inputs were produced on that
+    same stream.
+    """
+
+    def __init__(self, indptr, indices, eids, rows, nodes, keys, fanout, replace) -> None:
+        self.nb_cuda = require_numba_cuda()
+        self.sim = simulator_enabled()
+        if self.sim:
+            device = torch.device("cpu")
+        elif torch.is_tensor(indptr) and indptr.is_cuda:
+            device = indptr.device
+        else:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.indptr = _as_device_tensor(indptr, device)
+        self.indices = _as_device_tensor(indices, device)
+        self.eids = (self.empty() if eids is None else _as_device_tensor(eids, device))
+        self.rows = _as_device_tensor(rows, device).reshape(-1)
+        self.nodes = _as_device_tensor(nodes, device).reshape(-1)
+        self.keys = _as_device_tensor(keys, device).reshape(-1)
+        self.n = n = self.rows.shape[0]
+        self.fanouts = _as_device_tensor(fanout, device).reshape(-1).expand(n).contiguous()
+        rep = torch.as_tensor(replace).to(device=device, dtype=torch.uint8).reshape(-1)
+        self.replace = rep.expand(n).contiguous()
+
+    def empty(self, n: int = 0, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        return torch.empty(n, dtype=dtype, device=self.device)
+
+    def nothing(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The result of a call over no node."""
+        return self.empty(), self.empty(), self.empty()
+
+    def run(self, body: Callable) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``body(launch)`` where ``launch(kernel, *args)`` starts ``kernel`` with one thread
+        per node (tensors passed as device arrays, other arguments as they are)."""
+        if self.sim:
+            return body(self._launcher(_SIM_THREADS_PER_BLOCK, 0, lambda t: t.numpy()))
+        nb_cuda = self.nb_cuda
+        with nb_cuda.gpus[self.device.index]:
+            stream = nb_cuda.external_stream(torch.cuda.current_stream(self.device).cuda_stream)
+            return body(self._launcher(THREADS_PER_BLOCK, stream,
+                                       lambda t: nb_cuda.as_cuda_array(t, sync=False)))
+
+    def _launcher(self, tpb: int, stream, view: Callable) -> Callable:
+        blocks = (self.n + tpb - 1) // tpb
+
+        def launch(kernel, *args):
+            kernel[blocks, tpb, stream](*(view(a) if torch.is_tensor(a) else a for a in args))
+
+        return launch
+
+    def offsets(self, counts: torch.Tensor) -> torch.Tensor:
+        """Exclusive prefix sum of ``counts`` with the total last (on the device)."""
+        out = torch.zeros(counts.shape[0] + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(counts, 0, out=out[1:])
+        return out
 
 
 def sample_neighbors_cuda(
@@ -139,67 +210,25 @@ def sample_neighbors_cuda(
     (``edge_ids`` empty when ``with_eids=False``).
     ``kernels`` replaces the kernel pair (tests only, see :func:`make_kernels`).
     """
-    nb_cuda = require_numba_cuda()
-    sim = simulator_enabled()
-    if sim:
-        device = torch.device("cpu")
-    elif torch.is_tensor(indptr) and indptr.is_cuda:
-        device = indptr.device
-    else:
-        device = torch.device("cuda", torch.cuda.current_device())
+    a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
+    if a.n == 0:
+        return a.nothing()
     counts_k, fill_k = kernels if kernels is not None else (_counts_kernel, _fill_kernel)
-
-    indptr_t = _as_device_tensor(indptr, device)
-    indices_t = _as_device_tensor(indices, device)
-    eids_t = (torch.empty(0, dtype=torch.int64, device=device) if eids is None
-              else _as_device_tensor(eids, device))
-    rows_t = _as_device_tensor(rows, device).reshape(-1)
-    nodes_t = _as_device_tensor(nodes, device).reshape(-1)
-    keys_t = _as_device_tensor(keys, device).reshape(-1)
-    n = rows_t.shape[0]
-    fan_t = _as_device_tensor(fanout, device).reshape(-1).expand(n).contiguous() if n else \
-        torch.empty(0, dtype=torch.int64, device=device)
-    rep_t = torch.as_tensor(replace).to(device=device, dtype=torch.uint8).reshape(-1)
-    rep_t = rep_t.expand(n).contiguous() if n else rep_t[:0]
-
-    counts = torch.zeros(n, dtype=torch.int64, device=device)
-    if n == 0:
-        empty = torch.empty(0, dtype=torch.int64, device=device)
-        return counts, empty, empty.clone()
     flag = np.uint8(1 if with_eids else 0)
 
-    if sim:
-        return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
-                       seed, hop, fan_t, rep_t, flag, counts, 0, _SIM_THREADS_PER_BLOCK,
-                       lambda t: t.numpy())
-    # Numba must work in the same (primary) context as PyTorch, on PyTorch's current stream.
-    with nb_cuda.gpus[device.index]:
-        stream = nb_cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
-        # sync=False: the kernels run on the stream that produced the inputs, no wait needed.
-        return _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t,
-                       seed, hop, fan_t, rep_t, flag, counts, stream, THREADS_PER_BLOCK,
-                       lambda t: nb_cuda.as_cuda_array(t, sync=False))
+    def body(launch):
+        counts = a.empty(a.n)
+        launch(counts_k, a.indptr, a.rows, a.fanouts, a.replace, counts)
+        offsets = a.offsets(counts)
+        total = int(offsets[-1])  # one device -> host read, to size the outputs
+        nbr, eid_out = a.empty(total), a.empty(total if with_eids else 0)
+        if total:
+            launch(fill_k, a.indptr, a.indices, a.eids, a.rows, a.nodes, a.keys,
+                   np.uint64(seed), np.uint64(hop), a.fanouts, a.replace, offsets, nbr, eid_out,
+                   flag)
+        return counts, nbr, eid_out
 
-
-def _launch(counts_k, fill_k, indptr_t, indices_t, eids_t, rows_t, nodes_t, keys_t, seed, hop,
-            fan_t, rep_t, with_eids, counts, stream, tpb, arg):
-    n = rows_t.shape[0]
-    device = counts.device
-    blocks = (n + tpb - 1) // tpb
-    counts_k[blocks, tpb, stream](arg(indptr_t), arg(rows_t), arg(fan_t), arg(rep_t),
-                                  arg(counts))
-    offsets = torch.zeros(n + 1, dtype=torch.int64, device=device)
-    torch.cumsum(counts, 0, out=offsets[1:])
-    total = int(offsets[-1])  # one device -> host read, to size the outputs
-    nbr = torch.empty(total, dtype=torch.int64, device=device)
-    eid_out = torch.empty(total if with_eids else 0, dtype=torch.int64, device=device)
-    if total:
-        fill_k[blocks, tpb, stream](
-            arg(indptr_t), arg(indices_t), arg(eids_t),
-            arg(rows_t), arg(nodes_t), arg(keys_t), np.uint64(seed), np.uint64(hop),
-            arg(fan_t), arg(rep_t), arg(offsets), arg(nbr), arg(eid_out), with_eids)
-    return counts, nbr, eid_out
-
+    return a.run(body)
 
 
 # --- weighted sampling: ops.weighted's helpers, compiled for the device from the same source ---
@@ -245,19 +274,10 @@ def make_weighted_kernels(positions: Callable = weighted_positions) -> tuple[Cal
             return
         r = rows[i]
         start = indptr[r]
-        deg = indptr[r + 1] - start
         base = stream_base(seed, keys[i], hop, nodes[i])
-        positions(nbr, o, w, start, deg, nzs[i], k, fanouts[i], replace[i] != 0, base, c,
-                  soffs[i])
-        has_eid = eids.shape[0] > 0
-        for j in range(o, o + k):
-            p = start + nbr[j]
-            nbr[j] = indices[p]
-            if with_eids:
-                if has_eid:
-                    eid_out[j] = eids[p]
-                else:
-                    eid_out[j] = p
+        positions(nbr, o, w, start, indptr[r + 1] - start, nzs[i], k, fanouts[i],
+                  replace[i] != 0, base, c, soffs[i])
+        gather(start, indices, eids, nbr, eid_out, o, k, with_eids)
 
     return cuda.jit(wcounts_kernel), cuda.jit(wfill_kernel)
 
@@ -288,65 +308,24 @@ def sample_neighbors_weighted_cuda(
     weights live in a float64 scratch tensor sized by one device -> host read (with the output
     size). ``kernels`` replaces the kernel pair (tests only, see :func:`make_weighted_kernels`).
     """
-    nb_cuda = require_numba_cuda()
-    sim = simulator_enabled()
-    if sim:
-        device = torch.device("cpu")
-    elif torch.is_tensor(indptr) and indptr.is_cuda:
-        device = indptr.device
-    else:
-        device = torch.device("cuda", torch.cuda.current_device())
+    a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
+    if a.n == 0:
+        return a.nothing()
     counts_k, fill_k = kernels if kernels is not None else (_wcounts_kernel, _wfill_kernel)
-    indptr_t = _as_device_tensor(indptr, device)
-    indices_t = _as_device_tensor(indices, device)
-    eids_t = (torch.empty(0, dtype=torch.int64, device=device) if eids is None
-              else _as_device_tensor(eids, device))
-    w_t = torch.as_tensor(weights).to(device=device, dtype=torch.float32).contiguous()
-    rows_t = _as_device_tensor(rows, device).reshape(-1)
-    nodes_t = _as_device_tensor(nodes, device).reshape(-1)
-    keys_t = _as_device_tensor(keys, device).reshape(-1)
-    n = rows_t.shape[0]
-    counts = torch.zeros(n, dtype=torch.int64, device=device)
-    if n == 0:
-        empty = torch.empty(0, dtype=torch.int64, device=device)
-        return counts, empty, empty.clone()
-    fan_t = _as_device_tensor(fanout, device).reshape(-1).expand(n).contiguous()
-    rep_t = torch.as_tensor(replace).to(device=device, dtype=torch.uint8).reshape(-1)
-    rep_t = rep_t.expand(n).contiguous()
+    w = torch.as_tensor(weights).to(device=a.device, dtype=torch.float32).contiguous()
     flag = np.uint8(1 if with_eids else 0)
-    if sim:
-        tpb, stream, arg = _SIM_THREADS_PER_BLOCK, 0, (lambda t: t.numpy())
-        return _launch_weighted(counts_k, fill_k, indptr_t, indices_t, eids_t, w_t, rows_t,
-                                nodes_t, keys_t, seed, hop, fan_t, rep_t, flag, counts, stream,
-                                tpb, arg)
-    with nb_cuda.gpus[device.index]:
-        stream = nb_cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
-        return _launch_weighted(counts_k, fill_k, indptr_t, indices_t, eids_t, w_t, rows_t,
-                                nodes_t, keys_t, seed, hop, fan_t, rep_t, flag, counts, stream,
-                                THREADS_PER_BLOCK,
-                                lambda t: nb_cuda.as_cuda_array(t, sync=False))
 
+    def body(launch):
+        nzs, counts, scounts = a.empty(a.n), a.empty(a.n), a.empty(a.n)
+        launch(counts_k, a.indptr, w, a.rows, a.fanouts, a.replace, nzs, counts, scounts)
+        offsets, soffs = a.offsets(counts), a.offsets(scounts)
+        total, scratch = torch.stack([offsets[-1], soffs[-1]]).tolist()  # one device -> host read
+        nbr, eid_out = a.empty(total), a.empty(total if with_eids else 0)
+        c = a.empty(scratch, torch.float64)
+        if total:
+            launch(fill_k, a.indptr, a.indices, a.eids, w, a.rows, a.nodes, a.keys,
+                   np.uint64(seed), np.uint64(hop), a.fanouts, a.replace, nzs, offsets, soffs,
+                   c, nbr, eid_out, flag)
+        return counts, nbr, eid_out
 
-def _launch_weighted(counts_k, fill_k, indptr_t, indices_t, eids_t, w_t, rows_t, nodes_t, keys_t,
-                     seed, hop, fan_t, rep_t, with_eids, counts, stream, tpb, arg):
-    n = rows_t.shape[0]
-    device = counts.device
-    blocks = (n + tpb - 1) // tpb
-    nzs = torch.empty(n, dtype=torch.int64, device=device)
-    scounts = torch.empty(n, dtype=torch.int64, device=device)
-    counts_k[blocks, tpb, stream](arg(indptr_t), arg(w_t), arg(rows_t), arg(fan_t), arg(rep_t),
-                                  arg(nzs), arg(counts), arg(scounts))
-    offsets = torch.zeros(n + 1, dtype=torch.int64, device=device)
-    soffs = torch.zeros(n + 1, dtype=torch.int64, device=device)
-    torch.cumsum(counts, 0, out=offsets[1:])
-    torch.cumsum(scounts, 0, out=soffs[1:])
-    total, scratch = torch.stack([offsets[-1], soffs[-1]]).tolist()  # the one device -> host read
-    nbr = torch.empty(total, dtype=torch.int64, device=device)
-    eid_out = torch.empty(total if with_eids else 0, dtype=torch.int64, device=device)
-    c = torch.empty(scratch, dtype=torch.float64, device=device)
-    if total:
-        fill_k[blocks, tpb, stream](
-            arg(indptr_t), arg(indices_t), arg(eids_t), arg(w_t), arg(rows_t), arg(nodes_t),
-            arg(keys_t), np.uint64(seed), np.uint64(hop), arg(fan_t), arg(rep_t), arg(nzs),
-            arg(offsets), arg(soffs), arg(c), arg(nbr), arg(eid_out), with_eids)
-    return counts, nbr, eid_out
+    return a.run(body)

@@ -19,26 +19,38 @@ def _slot(node, shift):
     return np.int64((np.uint64(node) * _GOLDEN) >> shift)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _new_table(m):
+    """An empty table for up to ``m`` distinct ids (load factor <= 0.8): ``(table, mask,
+    shift)``; one (node, local index) pair per slot, so a probe touches one cache line; -1 =
+    empty."""
+    need = m + m // 4 + 2
+    bits = 1
+    while (1 << bits) < need:
+        bits += 1
+    return np.full((1 << bits, 2), -1, np.int64), (1 << bits) - 1, np.uint64(64 - bits)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _probe(table, v, mask, shift):
+    """The slot holding ``v``, or the empty slot where it belongs (linear probing)."""
+    s = _slot(v, shift)
+    while table[s, 0] >= 0 and table[s, 0] != v:
+        s = (s + 1) & mask
+    return s
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local):
     R = nid_off.shape[0] - 1
     for r in numba.prange(R):
         a, b = nid_off[r], nid_off[r + 1]
         c0, c1 = cand_off[r], cand_off[r + 1]
-        m = b - a + c1 - c0  # an upper bound of the distinct ids: load factor <= 0.8
-        need = m + m // 4 + 2
-        bits = 1
-        while (1 << bits) < need:
-            bits += 1
-        mask = (1 << bits) - 1
-        shift = np.uint64(64 - bits)
-        # one (node, local index) pair per slot: a probe touches one cache line; -1 = empty
-        table = np.full((1 << bits, 2), -1, np.int64)
+        # b - a + c1 - c0: an upper bound of the request's distinct ids
+        table, mask, shift = _new_table(b - a + c1 - c0)
         for i in range(a, b):
             v = nid[i]
-            s = _slot(v, shift)
-            while table[s, 0] >= 0 and table[s, 0] != v:
-                s = (s + 1) & mask
+            s = _probe(table, v, mask, shift)
             if table[s, 0] < 0:
                 table[s, 0] = v
                 table[s, 1] = i - a
@@ -46,9 +58,7 @@ def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local):
         k = 0
         for j in range(c0, c1):
             v = cand[j]
-            s = _slot(v, shift)
-            while table[s, 0] >= 0 and table[s, 0] != v:
-                s = (s + 1) & mask
+            s = _probe(table, v, mask, shift)
             if table[s, 0] < 0:
                 table[s, 0] = v
                 table[s, 1] = n + k
@@ -82,19 +92,11 @@ def dedup_hop(
 @numba.njit(cache=True, nogil=True)
 def _unique_first(ids, uniq, inv):
     n = ids.shape[0]
-    need = n + n // 4 + 2
-    bits = 1
-    while (1 << bits) < need:
-        bits += 1
-    mask = (1 << bits) - 1
-    shift = np.uint64(64 - bits)
-    table = np.full((1 << bits, 2), -1, np.int64)
+    table, mask, shift = _new_table(n)
     k = 0
     for i in range(n):
         v = ids[i]
-        s = _slot(v, shift)
-        while table[s, 0] >= 0 and table[s, 0] != v:
-            s = (s + 1) & mask
+        s = _probe(table, v, mask, shift)
         if table[s, 0] < 0:
             table[s, 0] = v
             table[s, 1] = k

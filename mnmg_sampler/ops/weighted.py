@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numba
 import numpy as np
 
-from ..errors import EdgeWeightError
+from ..graph.weights import check_weights  # validation lives with the weights (graph layer)
 from . import cpu
 
 __all__ = ["check_weights", "sample_neighbors_weighted", "local_weighted_hop_fn",
@@ -38,35 +38,6 @@ __all__ = ["check_weights", "sample_neighbors_weighted", "local_weighted_hop_fn"
 
 REBUILD_AFTER = 8  # rejections in a row before the taken neighbors leave the running sums
 W_MAX = np.float64(np.finfo(np.float32).max)  # weights above it (inf) or not above 0 (NaN) count 0
-
-
-def check_weights(weights, num_entries: int, what: str = "edge weights") -> np.ndarray:
-    """Validate edge weights for a CSR of ``num_entries`` entries; returns them as float32.
-
-    One finite, non-negative number per CSR entry (in CSR order, like ``indices``). Zero is
-    allowed (that edge is never drawn). Raises :class:`~mnmg_sampler.errors.EdgeWeightError`
-    for a wrong shape, a non-numeric dtype, or any negative, NaN or infinite weight (naming the
-    first offending entry), and when a float64 weight does not fit float32.
-    """
-    w = np.asarray(weights)
-    if w.ndim != 1 or w.shape[0] != num_entries:
-        raise EdgeWeightError(f"{what} have shape {w.shape}, expected ({num_entries},)",
-                              "weighted sampling needs one weight per edge (CSR entry)",
-                              "pass one weight per edge, in the order of the CSR's indices")
-    if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
-        raise EdgeWeightError(f"{what} have dtype {w.dtype}, expected a number type",
-                              "", "store the weights as float32")
-    with np.errstate(over="ignore"):  # a float64 too large for float32 becomes inf: caught below
-        w32 = w.astype(np.float32, copy=False)
-    bad = ~np.isfinite(w32) | (w32 < 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise EdgeWeightError(
-            f"{what}: entry {i} is {w[i]!r} ({int(bad.sum())} invalid in all)",
-            "sampling probabilities must be finite and non-negative",
-            "use weights >= 0 (0 means never drawn); drop or fix NaN/negative/infinite values")
-    return np.ascontiguousarray(w32)
-
 
 # --- device-agnostic helpers: plain Python, compiled for the CPU here and for CUDA in ops.cuda ---
 
@@ -288,13 +259,9 @@ def sample_neighbors_weighted(
     O(degree) per node (its weights are read), against O(fanout) for the uniform kernel.
     """
     weights = np.ascontiguousarray(weights, dtype=np.float32)
-    rows = cpu._ids(rows)
-    nodes = cpu._ids(nodes)
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    rows, nodes, keys, fanouts, repl = cpu._per_node(rows, nodes, keys, fanout, replace)
     n = rows.shape[0]
-    fanouts = np.ascontiguousarray(np.broadcast_to(np.asarray(fanout, np.int64), (n,)))
-    repl = np.ascontiguousarray(np.broadcast_to(np.asarray(replace, np.uint8), (n,)))
-    parallel = n >= cpu.PARALLEL_MIN_NODES and numba.get_num_threads() > 1
+    parallel = cpu._parallel(n)
     counts_k, positions_k = _KERNELS[parallel]
     gather_k = cpu._KERNELS[parallel][2]
     starts = np.empty(n, np.int64)

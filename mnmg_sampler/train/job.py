@@ -24,7 +24,8 @@ import torch.distributed as dist
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import CheckpointError, ConfigError, PartitionError
-from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, save_checkpoint
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest
+from .epochs import checkpoint_dir, run_epochs
 from .report import RunReport, epoch_record
 
 log = logging.getLogger(__name__)
@@ -147,10 +148,6 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
     return out
 
 
-def _ckpt_dir(cfg: JobConfig) -> Path:
-    return Path(cfg.output.dir) / "checkpoints"
-
-
 def make_optimizer(params, o) -> torch.optim.Optimizer:
     """The optimizer named by ``optimizer.*`` (``o``) over ``params``."""
     opt_cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
@@ -166,12 +163,12 @@ def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: to
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if not (resume or restarted):
         return 0
-    found = agree(lambda: load_latest(_ckpt_dir(cfg), device))
+    found = agree(lambda: load_latest(checkpoint_dir(cfg), device))
     agree_on_checkpoint(found)
     if found is None:
         if resume and rank == 0:
             log.warning("--resume: no checkpoint under %s; starting from scratch",
-                        _ckpt_dir(cfg))
+                        checkpoint_dir(cfg))
         return 0
     ckpt, state = found
     agree(lambda: check_model_state(state["model"], net, ckpt))
@@ -359,7 +356,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
 
     from .model import GraphSAGE
 
-    s, m, o, tr = cfg.sampler, cfg.model, cfg.optimizer, cfg.training
+    s, m, o = cfg.sampler, cfg.model, cfg.optimizer
     ymax = torch.tensor([int(np.max(part.y)) if len(part.y) else 0])
     dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
     evaluate_splits = make_evaluator(cfg, service, ids, part, device, int(ymax) + 1)
@@ -375,49 +372,19 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
     report.print(f"training on {world} rank(s): {report.steps} batches per epoch and rank; "
                  "epoch rates are totals over all ranks")
     report.open_bar(first_epoch)
-    val_acc = float("nan")
-    for epoch in range(first_epoch, tr.epochs):
-        model.train()
-        torch.manual_seed(s.seed * 1_000_003 + epoch * 1009 + rank)  # dropout, per epoch/rank
-        train_loader.set_epoch(epoch)
-        tot = torch.zeros(5, dtype=torch.float64)  # loss*seeds, seeds, correct, batches, edges
-        report.epoch_start()
-        t0 = time.perf_counter()
-        for step, b in enumerate(train_loader):
-            if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
-                break
-            out = model(b.x.to(device), b.edge_index.to(device))[: b.batch_size]
-            y = b.y[: b.batch_size].to(device)
-            loss = torch.nn.functional.cross_entropy(out, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            batch_loss, correct = loss.item(), float((out.argmax(-1) == y).sum())
-            tot += torch.tensor([batch_loss * b.batch_size, b.batch_size, correct, 1.0,
-                                 float(b.edge_index.shape[1])], dtype=torch.float64)
-            report.step(epoch, step + 1, batch_loss, correct, b.batch_size)
-        dist.all_reduce(tot)
-        rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
-                           train_loss=float(tot[0] / max(tot[1], 1)),
-                           train_acc=float(tot[2] / max(tot[1], 1)))
-        if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
-            val_acc, val_loss = evaluate_splits(model, ["val"])["val"]
-            rec.update(val_acc=val_acc, val_loss=val_loss)
-        report.epoch(rec)
-        if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
-            if rank == 0:
-                save_checkpoint(_ckpt_dir(cfg), {
-                    "model": model.module.state_dict(), "optimizer": opt.state_dict(),
-                    "epoch": epoch, "loader": {**train_loader.state_dict(), "epoch": epoch + 1,
-                                               "next_batch": 0},
-                    "world_size": world, "config": config_to_dict(cfg)},
-                    epoch, keep=cfg.output.keep_checkpoints)
-            dist.barrier()
-            _maybe_fault(epoch, rank)
-        tv = tr.target_value
-        if tv is not None and "val_acc" in rec and tr.target_metric == "val_acc" and \
-                rec["val_acc"] >= tv:
-            break
+
+    def forward(b) -> tuple[torch.Tensor, float, int]:
+        out = model(b.x.to(device), b.edge_index.to(device))[: b.batch_size]
+        y = b.y[: b.batch_size].to(device)
+        correct = float((out.argmax(-1) == y).sum())
+        return torch.nn.functional.cross_entropy(out, y), correct, b.batch_size
+
+    def validate(rec: dict) -> None:
+        val_acc, val_loss = evaluate_splits(model, ["val"])["val"]
+        rec.update(val_acc=val_acc, val_loss=val_loss)
+
+    run_epochs(cfg, model, opt, train_loader, rank, world, report, first_epoch, forward,
+               validate, metrics=("val_acc", "val_loss"))
     report.close()
     res = evaluate_splits(model, ["test", "val"])
     (test_acc, test_loss), (val_acc, _) = res["test"], res["val"]
@@ -426,16 +393,3 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
              "wall_s": wall, "world_size": world}
     return final, (f"val accuracy {val_acc:.4f}  test accuracy {test_acc:.4f}  "
                    f"({world} rank(s), {wall:.1f}s)")
-
-
-def _maybe_fault(epoch: int, rank: int) -> None:
-    """Fault injection for the resume tests: ``MNMG_FAULT_AFTER_EPOCH=E`` SIGKILLs rank 0 right
-    after the checkpoint of epoch ``E`` (only in a first attempt, not after a torchrun restart)."""
-    at = os.environ.get("MNMG_FAULT_AFTER_EPOCH")
-    if at is None or rank != 0 or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
-        return
-    if int(at) == epoch:
-        import signal
-
-        log.warning("MNMG_FAULT_AFTER_EPOCH=%s: killing rank 0 now", at)
-        os.kill(os.getpid(), signal.SIGKILL)

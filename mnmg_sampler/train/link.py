@@ -29,9 +29,9 @@ from ..config import JobConfig, check_paths, config_to_dict
 from ..distributed.collective import agree
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
-from .checkpoint import save_checkpoint
-from .job import _ckpt_dir, _maybe_fault, load_dataset, make_optimizer, resume_point
-from .report import RunReport, epoch_record
+from .epochs import run_epochs
+from .job import load_dataset, make_optimizer, resume_point
+from .report import RunReport
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +298,7 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
            report: RunReport, t_start) -> tuple[dict, str]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    s, m, o, tr, lk = cfg.sampler, cfg.model, cfg.optimizer, cfg.training, cfg.link
+    s, m, o, lk = cfg.sampler, cfg.model, cfg.optimizer, cfg.link
     torch.manual_seed(s.seed)
     net = LinkModel(int(part.x.shape[1]), m.hidden, m.layers, m.dropout, m.aggr, m.use_pyg,
                     lk.decoder).to(device)
@@ -312,60 +312,33 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
                  "rank; acc = binary accuracy of the edge scores")
     report.open_bar(first_epoch)
     triplet = lk.neg_sampling == "triplet"
-    for epoch in range(first_epoch, tr.epochs):
-        model.train()
-        torch.manual_seed(s.seed * 1_000_003 + epoch * 1009 + rank)
-        train_loader.set_epoch(epoch)
-        tot = torch.zeros(5, dtype=torch.float64)  # loss*pairs, pairs, correct, batches, edges
-        report.epoch_start()
-        t0 = time.perf_counter()
-        for step, b in enumerate(train_loader):
-            if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
-                break
-            h = model(b.x.to(device), b.edge_index.to(device))
-            if triplet:
-                src = b.src_index.to(device)
-                dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
-                pos = net.score(h, src, b.dst_pos_index.to(device))
-                neg = net.score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
-                logits = torch.cat([pos, neg])
-                target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
-            else:
-                eli = b.edge_label_index.to(device)
-                logits = net.score(h, eli[0], eli[1])
-                target = b.edge_label.to(device).float()
-            loss = F.binary_cross_entropy_with_logits(logits, target)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            batch_loss, n = loss.item(), logits.numel()
-            correct = float(((logits > 0).float() == target).sum())
-            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(b.edge_index.shape[1])],
-                                dtype=torch.float64)
-            report.step(epoch, step + 1, batch_loss, correct, n)
-        dist.all_reduce(tot)
-        rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
-                           train_loss=float(tot[0] / max(tot[1], 1)),
-                           train_acc=float(tot[2] / max(tot[1], 1)))
-        if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
-            v = evaluate(model, eval_loaders["val"], device, lk.hits_k)
-            rec.update({f"val_{k}": x for k, x in v.items()})
-        report.epoch(rec)
-        if "val_auc" in rec:
-            report.print(f"  val AUC {rec['val_auc']:.4f}  MRR {rec['val_mrr']:.4f}  "
-                         f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
-        if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
-            if rank == 0:
-                save_checkpoint(_ckpt_dir(cfg), {
-                    "model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
-                    "loader": {**train_loader.state_dict(), "epoch": epoch + 1, "next_batch": 0},
-                    "world_size": world, "config": config_to_dict(cfg)},
-                    epoch, keep=cfg.output.keep_checkpoints)
-            dist.barrier()
-            _maybe_fault(epoch, rank)
-        tv, tm = tr.target_value, tr.target_metric
-        if tv is not None and tm in rec and (rec[tm] <= tv if tm == "val_loss" else rec[tm] >= tv):
-            break
+
+    def forward(b) -> tuple[torch.Tensor, float, int]:
+        h = model(b.x.to(device), b.edge_index.to(device))
+        if triplet:
+            src = b.src_index.to(device)
+            dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
+            pos = net.score(h, src, b.dst_pos_index.to(device))
+            neg = net.score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
+            logits = torch.cat([pos, neg])
+            target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+        else:
+            eli = b.edge_label_index.to(device)
+            logits = net.score(h, eli[0], eli[1])
+            target = b.edge_label.to(device).float()
+        correct = float(((logits > 0).float() == target).sum())
+        return F.binary_cross_entropy_with_logits(logits, target), correct, logits.numel()
+
+    def validate(rec: dict) -> str | None:
+        v = evaluate(model, eval_loaders["val"], device, lk.hits_k)
+        rec.update({f"val_{k}": x for k, x in v.items()})
+        if "val_auc" not in rec:
+            return None
+        return (f"  val AUC {rec['val_auc']:.4f}  MRR {rec['val_mrr']:.4f}  "
+                f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
+
+    run_epochs(cfg, model, opt, train_loader, rank, world, report, first_epoch, forward,
+               validate, metrics=("val_acc", "val_loss", "val_auc", "val_mrr"))
     report.close()
     test = evaluate(model, eval_loaders["test"], device, lk.hits_k)
     val = evaluate(model, eval_loaders["val"], device, lk.hits_k)

@@ -119,3 +119,18 @@ def test_bench_mem_rss_and_partition_comparison(tmp_path):
     assert p["identical"] is True and p["files"] >= 11 and len(p["ranks"]) == 2
     assert all(r["peak"] > 0 for r in p["ranks"]) and p["single"]["peak"] > 0
     assert "time to first batch" in proc.stdout and "parts identical: yes" in proc.stdout
+
+
+def test_merge_and_overlap_on_a_graph_smaller_than_their_seed_windows(tmp_path):
+    # rmat:5 has fewer non-isolated nodes than 2 ranks x 3 batches x 8 seeds: the seed windows
+    # wrap, and must still hold each seed once (the loader refuses repeated seeds)
+    from mnmg_sampler.graph.datasets import load_graph, nonisolated_nodes
+
+    n = nonisolated_nodes(load_graph("rmat:5")).size
+    assert n < 2 * 3 * 8
+    small = ["--graph", "rmat:5", "--batch-size", "8", "--batches", "3"]
+    res = bench("merge", tmp_path, "--loaders", "2", *small)
+    per_loader = 2 * -(-n // (8 * 2))  # batches of one loader over both ranks
+    assert res["merged"]["requests"] == res["one_per_round"]["requests"] == 2 * per_loader
+    res = bench("overlap", tmp_path, "--prefetch", "2", "--step-ms", "1", *small)
+    assert sum(res["batches_per_rank"]) == per_loader

@@ -4,7 +4,8 @@ Every survivor must exit by itself with a typed error that names the failure (a
 :class:`~mnmg_sampler.errors.PeerError`, exit code 3) within the collective timeout + 10 s; a
 survivor still running then is a hang and fails the trial. Entry points: the Python API (loader
 iterating, service in thread and inline mode), ``train`` with ``training.mode=train`` and
-``mode=sample``, and ``train`` under torchrun (two loopback nodes). Ranks other than the torchrun
+``mode=sample``, ``train`` under torchrun (two loopback nodes), and the offline sampler
+``mnmg-sampler sample --partitions``. Ranks other than the torchrun
 ones run as plain processes with torchrun's environment, so rank 0 hosts the TCP store and a
 victim rank 0 takes the store down with it.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,13 +41,14 @@ TRAIN = ["--config", "configs/quickstart.yaml", "--no-progress", "training.epoch
          f"runtime.collective_timeout_s={TIMEOUT_S:g}"]
 
 # (entry point, seed); victim rank = seed % world, kill point K from the seed
-CI_TRIALS = [("api-thread", 0), ("train", 1), ("sample", 2), ("api-stop", 3)]
+CI_TRIALS = [("api-thread", 0), ("train", 1), ("sample", 2), ("api-stop", 3), ("offline", 5)]
 FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
                 + [("api-inline", s) for s in (20, 21)]
                 + [("train", s) for s in (30, 31, 32, 33, 34)]
                 + [("sample", s) for s in (40, 41, 42, 43, 44)]
                 + [("torchrun-train", s) for s in (50, 51)]
-                + [("api-stop", s) for s in (60, 61)])
+                + [("api-stop", s) for s in (60, 61)]
+                + [("offline", s) for s in (70, 71, 72)])
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +76,10 @@ def _commands(kind: str, world: int, parts: dict, tmp) -> list[list[str]]:
     if kind.startswith("api"):
         mode = "inline" if kind == "api-inline" else "thread"
         return [[*KIT, "api", parts[world], mode]] * world
+    if kind == "offline":  # small batches: enough rounds for any kill point
+        return [[*KIT, "cli", "sample", "--partitions", parts[world], "--batch-size", "4",
+                 "--fanouts", "5,5", "--threads", "1",
+                 "--collective-timeout", f"{TIMEOUT_S:g}"]] * world
     mode = "sample" if kind == "sample" else "train"
     args = [*KIT, "cli", "train", *TRAIN, f"training.mode={mode}",
             f"partition.dir={tmp / 'parts'}", f"output.dir={tmp / 'out'}"]
@@ -170,7 +177,7 @@ def run_trial(kind: str, seed: int, parts: dict, tmp) -> dict:
 
 def _error_line(out: str) -> str | None:
     for ln in out.splitlines():
-        if ln.startswith("TYPED ") or "mnmg-sampler train: error:" in ln:
+        if ln.startswith("TYPED ") or re.search(r"mnmg-sampler \w+: error:", ln):
             return ln.strip()
     return None
 
@@ -184,6 +191,8 @@ def _check(rec: dict) -> None:
     for r, msg in rec["messages"].items():
         assert msg is not None, f"rank {r} exited without a typed error:\n{tail}"
         assert "PeerError" in msg or "did not complete" in msg or "made no progress" in msg, msg
+        if not rec["kind"].startswith("api"):  # the CLI: its one line, no traceback
+            assert "Traceback" not in rec["outs"][r], tail
         if rec["kind"] == "torchrun-train":  # the agent reports the worker's exit code
             assert "exitcode  : 3" in rec["outs"][r], tail
         else:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
-from .torchrun import REPO, env, free_port
+from .torchrun import torchrun
 
 QUICK = ["training.epochs=3", "training.eval_every=1", "output.checkpoint_every=1",
          "model.hidden=32", "sampler.batch_size=512", "sampler.fanouts=[5,5]",
@@ -24,14 +22,8 @@ def _train(tmp, name, extra=(), fault=None):
     out = tmp / name
     args = ["train", "--config", "configs/cora_link.yaml", "--no-progress", *QUICK,
             f"output.dir={out}", f"partition.dir={tmp / 'parts'}", *extra]
-    e = env()
-    if fault is not None:
-        e["MNMG_FAULT_AFTER_EPOCH"] = str(fault)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-           "-m", "mnmg_sampler", *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=e, cwd=REPO)
-    return r, out
+    fault_env = None if fault is None else {"MNMG_FAULT_AFTER_EPOCH": str(fault)}
+    return torchrun(args, 2, 400, extra_env=fault_env), out
 
 
 def test_link_job_resume_after_kill_equals_uninterrupted(tmp_path):

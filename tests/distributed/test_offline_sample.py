@@ -84,12 +84,7 @@ def test_world_size_mismatch_raises_on_every_rank(tmp_path):
     from mnmg_sampler.errors import WorldSizeError
 
     d = partition(small_graph(), 3, "range", tmp_path / "parts")
-    with pytest.raises(RankFailure) as ei:
-        run_ranks(_load, 2, str(d), timeout=120)
-    errs = ei.value.errors
-    assert sorted(errs) == [0, 1]
-    for exc, tb in errs.values():
-        assert isinstance(exc, WorldSizeError), tb
+    for exc in _load_fails_on_both_ranks(d, WorldSizeError):
         assert "3 parts" in str(exc) and "2 ranks" in str(exc)
 
 
@@ -98,6 +93,17 @@ def _load(rank, world, d):
     from mnmg_sampler.graph.partition_io import load_partition
 
     return agree(lambda: load_partition(d, rank, world)).num_local_nodes
+
+
+def _load_fails_on_both_ranks(d, exc_type) -> list[BaseException]:
+    """Load ``d`` on 2 ranks, expecting ``exc_type`` on each; returns the two exceptions."""
+    with pytest.raises(RankFailure) as ei:
+        run_ranks(_load, 2, str(d), timeout=120)
+    errs = ei.value.errors
+    assert sorted(errs) == [0, 1]
+    for exc, tb in errs.values():
+        assert isinstance(exc, exc_type), tb
+    return [exc for exc, _ in errs.values()]
 
 
 def test_corrupt_file_raises_on_every_rank(tmp_path):
@@ -113,10 +119,74 @@ def test_corrupt_file_raises_on_every_rank(tmp_path):
     raw = bytearray(p.read_bytes())
     raw[-1] ^= 0xFF
     p.write_bytes(bytes(raw))
-    with pytest.raises(RankFailure) as ei:
-        run_ranks(_load, 2, str(d), timeout=120)
-    errs = ei.value.errors
-    assert sorted(errs) == [0, 1]
-    for exc, tb in errs.values():
-        assert isinstance(exc, PartitionError), tb
+    for exc in _load_fails_on_both_ranks(d, PartitionError):
         assert victim.split("/")[-1] in str(exc)
+
+
+def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path):
+    """``--weights`` (the CLI's ``sampler.weights``): ``partition --weights`` stores them, and
+    ``sample --partitions`` on 2 ranks writes the files ``sample GRAPH --weights`` writes in one
+    process; they differ from uniform sampling. ``--weights`` naming other weights than the
+    partition's, or a partition without weights, exits 2 with one error line."""
+    from mnmg_sampler.cli import main
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    gpath = _graph_file(tmp_path)
+    m = int(np.load(gpath)["src"].size)
+    w = np.random.default_rng(1).exponential(1.0, m).astype(np.float32)
+    w[::4] = 0.0
+    wpath = tmp_path / "w.npy"
+    np.save(wpath, w)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mnmg_sampler", *args], capture_output=True,
+                              text=True, timeout=120, cwd=REPO)
+
+    single, uniform = tmp_path / "single", tmp_path / "uniform"
+    r = cli("sample", str(gpath), *ARGS, "--weights", str(wpath), "--out", str(single))
+    assert r.returncode == 0, r.stderr
+    assert f"weights {wpath}" in r.stdout
+    r = cli("sample", str(gpath), *ARGS, "--out", str(uniform))
+    assert r.returncode == 0, r.stderr
+    parts = tmp_path / "parts"
+    with pytest.raises(SystemExit) as e:
+        main(["partition", str(gpath), "--parts", "2", "--method", "random", "--out", str(parts),
+              "--weights", str(wpath)])
+    assert e.value.code == 0
+    assert load_partition(parts, 0, 2).weights is not None
+    one = tmp_path / "one_node"
+    r = torchrun(["sample", "--partitions", str(parts), *ARGS, "--weights", str(wpath), "--out",
+                  str(one)], nproc=2)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert str(wpath) in r.stdout  # the summary names the weights
+    _same(_files(one), _files(single))
+    # the weights were used: zero-weight edges never drawn, and the batches differ from uniform
+    # (a repeated edge takes the weight of its first copy: weights by edge id via the CSR)
+    from mnmg_sampler.graph.datasets import load_graph
+    from mnmg_sampler.graph.weights import resolve_edge_weights
+
+    g = load_graph(str(gpath))
+    by_eid = np.empty(m, np.float32)
+    by_eid[g.edge_ids] = resolve_edge_weights(str(wpath), str(gpath), g)
+    assert (by_eid == 0).sum() > 100
+    e_single = np.concatenate([f["e_id"] for f in _files(single).values()])
+    assert e_single.size and (by_eid[e_single] > 0).all()
+    uni = _files(uniform)
+    assert any(not np.array_equal(uni[k]["e_id"], v["e_id"]) for k, v in _files(single).items())
+
+    other = tmp_path / "other.npy"
+    np.save(other, w + 1)
+    plain = tmp_path / "plain"
+    with pytest.raises(SystemExit):
+        main(["partition", str(gpath), "--parts", "1", "--method", "range", "--out", str(plain)])
+    for pdir, wfile, msg in ((parts, other, "stores the weights"),
+                             (plain, wpath, "holds no edge weights")):
+        nproc = 2 if pdir == parts else 1
+        r = torchrun(["sample", "--partitions", str(pdir), *ARGS, "--weights", str(wfile)],
+                     nproc=nproc, timeout=180)
+        assert r.returncode != 0
+        lines = [ln for ln in r.stderr.splitlines() if "mnmg-sampler sample: error:" in ln]
+        assert lines and all(msg in ln for ln in lines), r.stderr[-2000:]
+        assert "mnmg_sampler/" not in r.stderr  # no traceback of ours
+    r = cli("sample", str(gpath), *ARGS, "--weights", str(tmp_path / "missing.npy"))
+    assert r.returncode == 2 and "--weights: file" in r.stderr and "Traceback" not in r.stderr

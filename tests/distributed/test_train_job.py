@@ -32,14 +32,8 @@ def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=3
     out = tmp / name
     args = ["train", "--config", "configs/quickstart.yaml", "--no-progress", *QUICK,
             f"output.dir={out}", f"partition.dir={tmp / 'parts'}", *extra]
-    e = env()
-    if fault is not None:
-        e["MNMG_FAULT_AFTER_EPOCH"] = str(fault)
-    cmd = ["python", "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-           *torchrun_args, "-m", "mnmg_sampler", *args]
-    cmd[0] = sys.executable
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, cwd=REPO)
+    fault_env = None if fault is None else {"MNMG_FAULT_AFTER_EPOCH": str(fault)}
+    r = torchrun(args, nproc, timeout, launcher_args=torchrun_args, extra_env=fault_env)
     return r, out
 
 
@@ -148,3 +142,13 @@ def test_multinode_script_two_loopback_nodes(tmp_path):
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outs)
     assert sum("test accuracy" in o for o in outs) == 1  # printed once, by global rank 0
     assert _final(tmp_path / "mn")["world_size"] == 2
+
+
+@pytest.mark.parametrize("metric, value", [("val_loss", "100"), ("val_acc", "0.01")])
+def test_early_stop_on_target_metric(tmp_path, metric, value):
+    # a target every first epoch reaches: both ranks stop after it of the 3 epochs asked for
+    # (the node job ignored val_loss before)
+    r, out = _train(tmp_path, metric, [f"training.target_metric={metric}",
+                                       f"training.target_value={value}"])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert [e["epoch"] for e in _epochs(out)] == [0]

@@ -91,3 +91,50 @@ def test_weights_file_corruption_is_caught(tmp_path):
     load_partition(d, 0, 2)
     with pytest.raises(PartitionError, match="checksum"):
         load_partition(d, 1, 2)
+
+
+def _cuda_sim(rank, world, d, seeds):
+    import numba.cuda
+
+    from mnmg_sampler.distributed.sampler import DistSampler
+
+    assert numba.cuda.simulator_init  # noqa: B018  the simulator, not a device, is in use
+    out = {}
+    for kernel in ("cuda", "cpu"):
+        s = DistSampler(load_partition(d, rank, world), seed=SEED, kernel=kernel)
+        t0 = dict(s.ex.transfers)
+        reqs = [SampleRequest(seeds[i], FAN, request_key(SEED, 0, i), edge_ids=True)
+                for i in range(rank, len(seeds), world)]
+        out[kernel] = ([as_arrays(b) for b in s.sample(reqs)], s.kernel_calls,
+                       s.ex.transfers["h2d"] - t0["h2d"], s.ex.transfers["d2h"] - t0["d2h"])
+    return out
+
+
+def test_weighted_cuda_kernel_path_in_simulator_equals_cpu(tmp_path, monkeypatch):
+    """DistSampler(kernel='cuda') on a weighted partition, 2 ranks under NUMBA_ENABLE_CUDASIM:
+    the weighted CUDA kernels give the CPU kernel's batches bit for bit, one copy each way per
+    hop (never run on a real GPU)."""
+    from mnmg_sampler.ops.weighted import local_weighted_hop_fn
+
+    g = small_graph(n=80, m=400)
+    w = _weights(g)
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=4, weights=w))
+    seeds = [np.arange(i, i + 8) for i in range(0, 64, 8)]  # global batch i on rank i % 2
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # spawned ranks import numba afresh
+    world = 2
+    res = run_ranks(_cuda_sim, world, d, seeds, timeout=300)
+    ref = MultiHopSampler(local_weighted_hop_fn(g, w, SEED), g.num_nodes)
+    uniform_differs = False
+    for rank, out in enumerate(res):
+        got, kcalls, h2d, d2h = out["cuda"]
+        assert kcalls == len(FAN) and h2d == kcalls and d2h == kcalls
+        assert out["cpu"][2:] == (0, 0)  # the CPU path copies nothing
+        for i, mb, cpu_mb in zip(range(rank, len(seeds), world), got, out["cpu"][0],
+                                 strict=True):
+            want = as_arrays(ref.sample([SampleRequest(seeds[i], FAN,
+                                                       request_key(SEED, 0, i))])[0])
+            assert_same(mb, want)
+            assert_same(mb, cpu_mb)
+            uni = sample(g, seeds[i], FAN, seed=SEED, key=request_key(SEED, 0, i))
+            uniform_differs |= not np.array_equal(uni.e_id.numpy(), mb["e_id"])
+    assert uniform_differs  # the weights were used, not the uniform kernel

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -24,13 +25,16 @@ def env() -> dict:
     return e
 
 
-def torchrun(args: list[str], nproc: int, timeout: float = 240, cwd=None
+def torchrun(args: list[str], nproc: int, timeout: float = 240, cwd=None, *,
+             launcher_args: Sequence[str] = (), extra_env: dict | None = None
              ) -> subprocess.CompletedProcess:
-    """One node, ``nproc`` ranks, c10d rendezvous on a free loopback port."""
+    """One node, ``nproc`` ranks, c10d rendezvous on a free loopback port; ``launcher_args`` go
+    to torchrun, ``extra_env`` into the ranks' environment."""
     cmd = [*TORCHRUN, "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "mnmg_sampler", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(),
-                          cwd=cwd or REPO)
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *launcher_args, "-m", "mnmg_sampler",
+           *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**env(), **(extra_env or {})}, cwd=cwd or REPO)
 
 
 def torchrun_nodes(args: list[str], nnodes: int, timeout: float = 240, cwd=None,

@@ -145,6 +145,7 @@ def test_bench_single_json_fields(tmp_path):
     assert res["mode"] == "single" and res["graph"] == "rmat:10" and res["undirected"] is True
     assert res["num_nodes"] == 1024 and res["fanouts"] == [5, 3] and res["batch_size"] == 64
     assert res["machine"]["threads"] == 1
+    assert res["machine"]["torch_threads"] == 1  # torch's intra-op pool pinned as well
     k = res["kernel"]
     for name in ("kernel", "kernel_positions", "kernel_no_eids", "gather"):
         assert len(k[name]["seconds"]) == 2 and k[name]["per_s"] > 0

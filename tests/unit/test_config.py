@@ -161,6 +161,8 @@ def test_resolved_yaml_reloads_to_the_same_config(tmp_path):
      "features.placement: 'pinned' needs CUDA", "host"),
     ("training:\n  target_value: 85\n", "training.target_value: expected an accuracy in (0, 1]",
      ""),
+    ("task: link\nsampler:\n  split: owner\n", "sampler.split: owner with task link",
+     "sampler.split=global"),
 ])
 def test_each_mistake_is_one_message_starting_with_the_dotted_key(tmp_path, text, start,
                                                                    contains):
@@ -179,6 +181,13 @@ def test_partition_parts_must_match_the_world_size():
                        r"is 2"):
         load_config(None, ["partition.parts=4"], world_size=2)
     load_config(None, [], world_size=3)  # parts null = any world size
+
+
+def test_owner_split_is_for_node_jobs_only():
+    assert load_config(None, ["sampler.split=owner"]).sampler.split == "owner"
+    assert load_config(None, ["task=link"]).sampler.split == "global"
+    with pytest.raises(ConfigError, match=r"^sampler\.split: owner with task link"):
+        load_config(str(REPO / "configs" / "cora_link.yaml"), ["sampler.split=owner"])
 
 
 @pytest.mark.parametrize("override, start", [

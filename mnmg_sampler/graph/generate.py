@@ -1,9 +1,10 @@
-"""Compiled generators (numba ``njit``, parallel over ids): R-MAT quadrant draws and the keyed
-permutation of :mod:`mnmg_sampler.graph.permute`.
+"""Compiled generators (numba ``njit``, parallel over ids): R-MAT quadrant draws
+(:mod:`.rmat`) and the keyed permutation of :mod:`.permute`.
 
-Both are pure functions of (seed, id) built on :mod:`.rng`, so results do not depend on the
-thread count or on how ids are split across calls and ranks. ``graph.permute`` holds the
-reference NumPy version of the permutation; the two agree bit for bit (tested).
+Both are pure functions of (seed, id) built on :mod:`mnmg_sampler.rng`, so results do not depend
+on the thread count or on how ids are split across calls and ranks. ``graph.permute`` holds the
+reference NumPy version of the permutation; the two agree bit for bit (tested). Imported lazily
+by both, so importing the graph layer stays light.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import rng
+from .. import rng
 
 _rng = rng.compile_rng(numba.njit(nogil=True, inline="always"))
 _mix64 = _rng["mix64"]

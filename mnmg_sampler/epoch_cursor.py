@@ -1,0 +1,105 @@
+"""The epoch cursor both distributed loaders share: epoch, resume point, prefetched iteration.
+
+A node loader and a link loader differ only in how a rank's batches are chosen and what a batch
+request is; which batch comes next, how an interrupted epoch resumes and how requests are kept in
+flight ahead of the consumer are the same, and live here once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .errors import SamplingInputError
+
+__all__ = ["EpochCursor"]
+
+T = TypeVar("T")
+
+
+class EpochCursor:
+    """Mixin of a loader over a rank's batches ``(g, positions)``, served by ``self.service``.
+
+    The loader sets ``service``, ``prefetch``, ``seed`` and ``world_size``, calls
+    :meth:`_init_cursor` and defines ``_my_batches()`` (this rank's batches of the epoch) and
+    ``_num_seeds()`` (the size of the seed set, checked on resume).
+    """
+
+    _seeds_word = "seeds"  # the seed set in messages: "12 seeds"
+    _seeds_fix = "seed set"  # ... and in the fix: "the same world size and seed set"
+
+    def _init_cursor(self) -> None:
+        self.epoch = 0
+        self._next = 0  # index (on this rank) of the next batch to hand out
+        self._resume = 0
+        self._resume_epoch: int | None = None
+
+    def _my_batches(self) -> list[tuple[int, np.ndarray]]:
+        raise NotImplementedError
+
+    def _num_seeds(self) -> int:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch's shuffle and request keys (call before iterating, like PyTorch's).
+
+        A resume point from :meth:`load_state_dict` survives ``set_epoch`` of the same epoch.
+        """
+        self.epoch = int(epoch)
+        if self._resume_epoch != self.epoch:
+            self._resume = 0
+        self._resume_epoch = None
+
+    def _iterate(self, plan: Callable[[int, np.ndarray], tuple[Any, T]],
+                 finish: Callable[[Any, T], Any]) -> Iterator:
+        """This rank's batches from the resume point: ``plan(g, pos)`` gives the request of
+        global batch ``g`` and what ``finish(result, that)`` needs to make the item."""
+        mine = self._my_batches()[self._resume:]
+        start = self._resume
+        self._resume, self._resume_epoch = 0, None
+        inflight: deque = deque()
+        it = iter(mine)
+
+        def top_up(n: int) -> None:
+            while len(inflight) < n:
+                nxt = next(it, None)
+                if nxt is None:
+                    return
+                request, extra = plan(*nxt)
+                inflight.append((self.service.submit(request), extra))
+
+        # The first batch is requested alone, so it is not delayed by a merged burst; the
+        # rest are requested as soon as a result arrives, before it is handed to the caller,
+        # so sampling runs while the caller trains.
+        top_up(1)
+        for j in range(len(mine)):
+            fut, extra = inflight.popleft()
+            result = self.service.result(fut)
+            top_up(self.prefetch)
+            self._next = start + j + 1
+            yield finish(result, extra)
+        self._next = 0
+
+    def state_dict(self) -> dict:
+        """Where the iteration stands: resuming yields exactly the batches not yet handed out."""
+        return {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed,
+                "world_size": self.world_size, "num_seeds": self._num_seeds()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume mid-epoch: the next ``iter()`` starts at the saved batch of the saved epoch."""
+        n = self._num_seeds()
+        if state.get("world_size") != self.world_size or state.get("num_seeds") != n:
+            raise SamplingInputError(
+                f"loader state was saved with world size {state.get('world_size')} and "
+                f"{state.get('num_seeds')} {self._seeds_word}; this loader has "
+                f"{self.world_size} and {n}",
+                "the remaining batches would differ from the interrupted run",
+                f"resume with the same world size and {self._seeds_fix}",
+            )
+        self.epoch = int(state["epoch"])
+        self.seed = int(state["seed"])
+        self._resume = int(state["next_batch"])
+        self._resume_epoch = self.epoch

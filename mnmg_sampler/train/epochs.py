@@ -1,0 +1,102 @@
+"""The training epoch loop the node and link jobs share.
+
+Per epoch: a dropout seed per epoch and rank, the loader's epoch, at most
+``training.max_steps_per_epoch`` optimizer steps, totals reduced over ranks into one
+:func:`~mnmg_sampler.train.report.epoch_record`, validation every ``training.eval_every`` epochs,
+a checkpoint every ``output.checkpoint_every`` epochs (rank 0 writes, every rank waits), and the
+early stop at ``training.target_value``. The jobs differ only in the loss of a batch and in what
+validation measures, which they pass in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..config import JobConfig, config_to_dict
+from .checkpoint import save_checkpoint
+from .report import RunReport, epoch_record
+
+__all__ = ["checkpoint_dir", "run_epochs"]
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_dir(cfg: JobConfig) -> Path:
+    """Where a job writes and finds its checkpoints."""
+    return Path(cfg.output.dir) / "checkpoints"
+
+
+def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
+               opt: torch.optim.Optimizer, loader, rank: int, world: int, report: RunReport,
+               first_epoch: int, forward: Callable[[object], tuple[torch.Tensor, float, int]],
+               validate: Callable[[dict], str | None], metrics: Sequence[str]) -> None:
+    """Train epochs ``first_epoch .. training.epochs - 1`` (or until the target is reached).
+
+    ``forward(batch)`` gives ``(loss, correct, n)``: the loss to step on, and how many of its
+    ``n`` predictions are right. ``validate(record)`` adds the validation metrics to the epoch
+    record when validation is due and returns a line to print after it (or ``None``).
+    ``metrics`` are the ``training.target_metric`` values the early stop honours.
+    """
+    s, tr = cfg.sampler, cfg.training
+    for epoch in range(first_epoch, tr.epochs):
+        model.train()
+        torch.manual_seed(s.seed * 1_000_003 + epoch * 1009 + rank)  # dropout, per epoch/rank
+        loader.set_epoch(epoch)
+        tot = torch.zeros(5, dtype=torch.float64)  # loss*n, n, correct, batches, edges
+        report.epoch_start()
+        t0 = time.perf_counter()
+        for step, b in enumerate(loader):
+            if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
+                break
+            loss, correct, n = forward(b)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            batch_loss = loss.item()
+            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(b.edge_index.shape[1])],
+                                dtype=torch.float64)
+            report.step(epoch, step + 1, batch_loss, correct, n)
+        dist.all_reduce(tot)
+        rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
+                           train_loss=float(tot[0] / max(tot[1], 1)),
+                           train_acc=float(tot[2] / max(tot[1], 1)))
+        line = None
+        if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
+            line = validate(rec)
+        report.epoch(rec)
+        if line is not None:
+            report.print(line)
+        if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
+            if rank == 0:
+                save_checkpoint(checkpoint_dir(cfg), {
+                    "model": model.module.state_dict(), "optimizer": opt.state_dict(),
+                    "epoch": epoch, "loader": {**loader.state_dict(), "epoch": epoch + 1,
+                                               "next_batch": 0},
+                    "world_size": world, "config": config_to_dict(cfg)},
+                    epoch, keep=cfg.output.keep_checkpoints)
+            dist.barrier()
+            _maybe_fault(epoch, rank)
+        tv, tm = tr.target_value, tr.target_metric
+        if tv is not None and tm in metrics and tm in rec and \
+                (rec[tm] <= tv if tm == "val_loss" else rec[tm] >= tv):
+            break
+
+
+def _maybe_fault(epoch: int, rank: int) -> None:
+    """Fault injection for the resume tests: ``MNMG_FAULT_AFTER_EPOCH=E`` SIGKILLs rank 0 right
+    after the checkpoint of epoch ``E`` (only in a first attempt, not after a torchrun restart)."""
+    at = os.environ.get("MNMG_FAULT_AFTER_EPOCH")
+    if at is None or rank != 0 or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        return
+    if int(at) == epoch:
+        import signal
+
+        log.warning("MNMG_FAULT_AFTER_EPOCH=%s: killing rank 0 now", at)
+        os.kill(os.getpid(), signal.SIGKILL)
