@@ -92,12 +92,15 @@ def test_thread_mode_merges_concurrent_loaders(tmp_path, world):
     g = small_graph()
     d = str(partition(g, world, "random", tmp_path / "p", seed=world))
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
-    for rank, (out, st, queued, lens) in enumerate(run_ranks(_threads, world, d,
-                                                             timeout=180)):
+    results = run_ranks(_threads, world, d, timeout=180)
+    total = sum(sum(lens) for _, _, _, lens in results)  # requests of every rank
+    for rank, (out, st, queued, lens) in enumerate(results):
         assert queued == 3  # the first round found three requests waiting
         assert st["requests"] == sum(lens)
         assert st["kernel_calls"] == 2 * st["rounds"]  # 2 hops: one call each per round
-        assert st["requests_per_round"] > 1 and st["rounds"] <= sum(lens) - 2
+        # rounds are collective: the first one took 3 requests on every rank; the others, at
+        # worst (a loaded machine), one request of one rank each
+        assert st["rounds"] <= total - 3 * world + 1 < total
         for k, (nodes, _) in enumerate(LOADERS):
             gb = global_batches(nodes.size, 8, world, shuffle=False, drop_last=False, seed=k,
                                 epoch=0)
