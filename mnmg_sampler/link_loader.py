@@ -285,7 +285,9 @@ class DistLinkNeighborLoader(EpochCursor):
 
             if membership_group is None:
                 membership_group = dist.new_group(backend=dist.get_backend())
-            self.membership = EdgeMembership(part, membership_group)
+            # the sampler's id map shards, shared (no second copy, no second build)
+            self.membership = EdgeMembership(part, membership_group,
+                                             getattr(service.sampler, "ids", None))
         self._init_cursor()
 
     @property

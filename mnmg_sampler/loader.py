@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .batch import MiniBatch
-from .distributed.collective import agree
+from .distributed.collective import agree, backend_device, peer_errors
 from .distributed.consistency import check_same_on_every_rank, fingerprint_array
 from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
@@ -215,7 +215,7 @@ class DistNeighborLoader(EpochCursor):
         import torch.distributed as dist
 
         self.split, self.edge_ids = split, bool(edge_ids)
-        self._owned: np.ndarray | None = None
+        self._owned: tuple[np.ndarray, np.ndarray] | None = None
 
         def check() -> tuple[np.ndarray, list[int]]:
             check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
@@ -236,8 +236,8 @@ class DistNeighborLoader(EpochCursor):
         self.input_nodes, self.num_neighbors = agree(check)
         check_same_on_every_rank(
             [self.input_nodes.size, int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
-             int(seed), *fingerprint_array(self.input_nodes)],
-            "DistNeighborLoader(input_nodes, batch_size, shuffle, drop_last, seed)",
+             int(seed), SPLITS.index(split), *fingerprint_array(self.input_nodes)],
+            "DistNeighborLoader(input_nodes, batch_size, shuffle, drop_last, seed, split)",
             "each rank would get another share of the seeds, or another number of batches",
             "build every loader with the same arguments on every rank, in the same order",
             error=SamplingInputError)
@@ -249,15 +249,19 @@ class DistNeighborLoader(EpochCursor):
         self.rank = dist.get_rank(service.group) if rank is None else rank
         self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
         self._init_cursor()
+        if split == "owner":
+            # this rank's seeds, found in its own ids (no id map); every rank's count with one
+            # all-reduce on the default group (construction is collective there)
+            pos = np.flatnonzero(service.sampler.owns(self.input_nodes))
+            counts = torch.zeros(self.world_size, dtype=torch.int64, device=backend_device())
+            counts[self.rank] = pos.size
+            with peer_errors("the loader's count of seeds per owner"):
+                dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+            self._owned = (pos, counts.cpu().numpy())
 
     def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
-        """(positions of this rank's own seeds, seeds owned by each rank); cached."""
-        if self._owned is None:
-            own = self.service.sampler.owner_of(self.input_nodes)
-            self._owned = own
-        own = self._owned
-        return (np.flatnonzero(own == self.rank),
-                np.bincount(own, minlength=self.world_size))
+        """(positions of this rank's own seeds, seeds owned by each rank), from construction."""
+        return self._owned
 
     def _owner_num_batches(self, counts: np.ndarray) -> int:
         if self.drop_last:

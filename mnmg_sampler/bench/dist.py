@@ -159,7 +159,7 @@ def _worker(work: str) -> int:
     tally = _HopTally(sampler)
     owned = 0
     if task["split"] == "owner":
-        mine = seeds[sampler.owner_of(seeds) == rank]
+        mine = seeds[sampler.owns(seeds)]
         owned = int(mine.size)
         n_mine = min(task["batches"], -(-mine.size // B))
         t = torch.tensor([n_mine])

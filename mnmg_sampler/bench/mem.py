@@ -8,7 +8,8 @@ Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
     sample ``--batches`` minibatches each through the sampling service and loader, features
     included. Each rank reports its peak RSS (``ru_maxrss``), its steady RSS (median of the RSS
     after each of the second half of its batches), the bytes of its part's files (CSR, edge ids,
-    ids), of its feature rows and labels, and of the global id maps it maps, and the time from
+    ids), of its feature rows and labels, and of the id-map arrays it holds (its shard of the
+    original -> new map; no rank maps the global maps), and the time from
     process start to its first batch, with start-up verification ``--verify``. The first world
     size is started twice: the second start finds the verified stamp and does not reread.
 ``partition``
@@ -110,9 +111,7 @@ def _part_bytes(path: str, rank: int) -> dict:
     files = m["parts"][rank]["files"]
     size = {k: m["files"][rel]["bytes"] for k, rel in files.items()}
     feats = size.pop("x", 0) + size.pop("y", 0)
-    maps = sum(m["files"][r]["bytes"] for r in ("new_to_orig.npy", "orig_to_new.npy")
-               if r in m["files"])
-    return {"part": sum(size.values()), "features": feats, "maps": maps}
+    return {"part": sum(size.values()), "features": feats}
 
 
 def _rss_worker(work: str, task: dict) -> None:
@@ -149,7 +148,7 @@ def _rss_worker(work: str, task: dict) -> None:
     _finish(work, rank, {"rank": rank, "base": base, "steady": float(np.median(half)),
                          "peak": max(_peak(), max(half)), "load_s": t_load, "first_batch_s": first,
                          "batches": len(samples), "edges": edges,
-                         **_part_bytes(task["partitions"], rank)})
+                         "maps": svc.sampler.ids.nbytes, **_part_bytes(task["partitions"], rank)})
     dist.destroy_process_group()
 
 

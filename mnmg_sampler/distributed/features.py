@@ -10,7 +10,10 @@
    rows come back in one more; everything is scattered back to each request's ``n_id`` order.
 
 Labels travel in the same payload as features, their int64 bits reinterpreted as two float32
-columns (exact, no rounding).
+columns (exact, no rounding), and so does each row's original node id (unless the partitioning
+kept ids, ``range``): the owner of a node returns its original id with its row, so the sampler
+translates a minibatch's ``n_id`` back to original ids with no exchange of its own
+(:meth:`DistFeatureStore.fetch_with_orig`).
 
 The cache is filled once, at construction (collective), with the remote nodes that occur most
 often in this part's neighbor lists: their degree into this part, a proxy for how often sampling
@@ -28,6 +31,7 @@ import torch
 
 from ..ops.dedup import unique_first
 from .collective import Exchanger
+from .id_maps import identity_ids
 
 PLACEMENTS = ("host", "pinned", "device")
 
@@ -71,13 +75,20 @@ class DistFeatureStore:
         n_local = int(part.indptr.shape[0] - 1)
         self.has_x, self.has_y = part.x is not None, part.y is not None
         F = int(part.x.shape[1]) if self.has_x else 0
+        # original ids ride along unless the partitioning kept them (new == original)
+        self.carries_orig = not identity_ids(part)
+        C = F + 2 + (2 if self.carries_orig else 0)
         # One row table (one copy of the mapped arrays): features, then the label's 8 bytes as
-        # two float32 columns, so one exchange carries both, bit-exact.
-        table = np.empty((n_local, F + 2), np.float32)
+        # two float32 columns, then the original id's, so one exchange carries all, bit-exact.
+        table = np.empty((n_local, C), np.float32)
         if self.has_x:
             table[:, :F] = part.x
         y = np.ascontiguousarray(part.y if self.has_y else np.zeros(n_local), dtype=np.int64)
-        table[:, F:] = y.view(np.float32).reshape(n_local, 2)
+        table[:, F:F + 2] = y.view(np.float32).reshape(n_local, 2)
+        del y
+        if self.carries_orig:
+            orig = np.ascontiguousarray(part.orig_ids, dtype=np.int64)
+            table[:, F + 2:] = orig.view(np.float32).reshape(n_local, 2)
         for mapped in (part.x, part.y):  # the table is the copy in use: unmap the file's pages
             _release(mapped)
         # host placement reads rows with numpy fancy indexing; the others keep only their copy
@@ -90,12 +101,12 @@ class DistFeatureStore:
         self.table = table
         self.num_features = F
         self.placement = placement
-        self.row_bytes = (F + 2) * 4
+        self.row_bytes = C * 4
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "distinct_remote_rows": 0,
                       "cache_hits": 0, "rows_fetched": 0, "duplicate_rows_fetched": 0,
                       "fetches": 0}
         self._cache_ids = np.empty(0, np.int64)
-        self._cache_rows = np.empty((0, F + 2), np.float32)
+        self._cache_rows = np.empty((0, C), np.float32)
         if int(cache_rows) > 0 and self.enabled:
             self._fill_cache(part, int(cache_rows))
 
@@ -143,11 +154,22 @@ class DistFeatureStore:
     def fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple[torch.Tensor | None,
                                                               torch.Tensor | None]]:
         """Collective: ``(x, y)`` rows of each array of new ids, in order."""
+        return [(x, y) for x, y, _ in self._fetch(n_ids)]
+
+    def fetch_with_orig(self, n_ids: Sequence[np.ndarray]
+                        ) -> list[tuple[torch.Tensor | None, torch.Tensor | None, np.ndarray]]:
+        """Collective: ``(x, y, original ids)`` of each array of new ids, in order (needs
+        :attr:`carries_orig`)."""
+        if not self.carries_orig:
+            raise ValueError("this store's rows carry no original ids (range partitioning)")
+        return self._fetch(n_ids)
+
+    def _fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
         sizes = [int(a.size) for a in n_ids]
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
         ids = ids.astype(np.int64, copy=False)
         local = self._owner(ids) == self.ex.rank
-        out = np.empty((ids.size, self.num_features + 2), np.float32)
+        out = np.empty((ids.size, self.row_bytes // 4), np.float32)
         li = np.flatnonzero(local)
         src = self._host
         if src is not None:
@@ -185,9 +207,11 @@ class DistFeatureStore:
             # numpy views the label columns as int64 for any row count (torch refuses the view
             # of an empty slice whose strides are 0)
             x = torch.from_numpy(np.ascontiguousarray(chunk[:, :F])) if self.has_x else None
-            y = torch.from_numpy(np.ascontiguousarray(chunk[:, F:]).view(np.int64).reshape(-1)
-                                 ) if self.has_y else None
-            res.append((x, y))
+            y = torch.from_numpy(np.ascontiguousarray(chunk[:, F:F + 2]).view(np.int64)
+                                 .reshape(-1)) if self.has_y else None
+            orig = np.ascontiguousarray(chunk[:, F + 2:]).view(np.int64).reshape(-1) \
+                if self.carries_orig else None
+            res.append((x, y, orig))
         return res
 
     def cache_stats(self) -> dict:

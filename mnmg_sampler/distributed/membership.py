@@ -2,7 +2,10 @@
 
 The in-edge CSR row of ``dst`` lives on the rank that owns ``dst``, so each query travels there
 in one all-to-all (counts, then ``(dst, src)`` rows), is answered by a scan of that row, and the
-answer comes back in a second exchange. No rank holds more than its own part. Calls are
+answer comes back in a second exchange. The pairs' original ids are first translated to new ids
+by :class:`~mnmg_sampler.distributed.id_maps.IdMaps` (locally for this rank's own nodes, else in
+one exchange with the ranks holding their map shards; nothing for a ``range`` partitioning). No
+rank holds more than its own part and its share of the id maps. Calls are
 collective: every rank calls :meth:`EdgeMembership.known` the same number of times, with any
 number of queries, including none.
 """
@@ -15,6 +18,7 @@ import torch.distributed as dist
 
 from ..ops.negative import csr_has_edges
 from .collective import Exchanger, backend_device
+from .id_maps import IdMaps
 from .partition_book import PartitionBook
 
 
@@ -25,22 +29,25 @@ class EdgeMembership:
         part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
         group: process group of the exchange (its own, so it never interleaves with another
             thread's collectives on a different group).
+        ids: the sampler's :class:`~mnmg_sampler.distributed.id_maps.IdMaps` to share (its
+            arrays, over this group); ``None`` builds this rank's share here (collective).
     """
 
-    def __init__(self, part, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, part, group: dist.ProcessGroup | None = None,
+                 ids: IdMaps | None = None) -> None:
         self.indptr = np.asarray(part.indptr)
         self.indices = np.asarray(part.indices)
-        self.orig_to_new = np.asarray(part.orig_to_new)
         self.lo = int(part.boundaries[part.rank])
         self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
         self.group = group
         self.ex = Exchanger(group)
+        self.ids = IdMaps(part, self.ex) if ids is None else ids.with_exchanger(self.ex)
         self.calls = 0
 
     def known(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Collective: bool per pair, True when ``src -> dst`` (original ids) is an edge."""
-        s = self.orig_to_new[np.asarray(src, np.int64)]
-        d = self.orig_to_new[np.asarray(dst, np.int64)]
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        s, d = self.ids.to_new_many([src, dst])
         owner = self.book.owner(torch.from_numpy(d)).numpy()
         perm = np.argsort(owner, kind="stable")
         send_counts = torch.from_numpy(np.bincount(owner, minlength=self.ex.world_size)

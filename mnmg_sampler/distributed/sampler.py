@@ -15,7 +15,9 @@ renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
 canonical order, so results are bit-identical to the single-process sampler for any world size
-and partitioning.
+and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
+translated locally, others (when any rank has one) in one lookup to the map shards before hop 1;
+``n_id`` comes back from the nodes' owners, with the feature rows when features are fetched.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..ops import wire
 from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
 from .collective import Exchanger, raise_agreed
 from .consistency import check_same_partitioning
+from .id_maps import IdMaps
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
@@ -78,11 +81,10 @@ class DistSampler:
         self.wire = wire_dtype(part.num_nodes, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
-        # A range partitioning keeps every node's id (new == original): no id map is needed,
-        # so none is read. Otherwise plain views of the maps (faster fancy indexing).
-        self.identity_ids = (part.manifest or {}).get("stats", {}).get("method") == "range"
-        self.new_to_orig = None if self.identity_ids else np.asarray(part.new_to_orig)
-        self.orig_to_new = None if self.identity_ids else np.asarray(part.orig_to_new)
+        # Id maps: this rank's own ids and one shard of original -> new (collective to build;
+        # a range partitioning keeps every id and needs none). No num_nodes-sized array.
+        self.ids = IdMaps(part, self.ex)
+        self.identity_ids = self.ids.identity
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
         self.kernel_calls = 0
@@ -95,19 +97,22 @@ class DistSampler:
         """Owner rank of each new id (int64)."""
         return np.searchsorted(self._inner, nodes, side="right")
 
+    def owns(self, orig_ids: np.ndarray) -> np.ndarray:
+        """bool per original id: is it this rank's node (no collective)."""
+        return self.ids.owns(orig_ids)
+
     def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
-        """New (relabelled) ids of original ids."""
-        orig_ids = np.asarray(orig_ids, np.int64)
-        return orig_ids if self.identity_ids else self.orig_to_new[orig_ids]
+        """Collective (see :class:`~.id_maps.IdMaps`): new (relabelled) ids of original ids."""
+        return self.ids.to_new(orig_ids)
 
     def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
-        """Original ids of new ids."""
-        new_ids = np.asarray(new_ids, np.int64)
-        return new_ids if self.identity_ids else np.asarray(self.new_to_orig[new_ids], np.int64)
+        """Collective (see :class:`~.id_maps.IdMaps`): original ids of new ids."""
+        return self.ids.to_orig(new_ids)
 
     def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
-        """Owner rank of each *original* node id (for seed splits by owner)."""
-        return self.owner(self.to_new(orig_ids))
+        """Collective (except for ``range``): owner rank of each *original* node id. The
+        loader's seed split by owner needs no collective: it asks :meth:`owns`."""
+        return self.ids.owner_of(orig_ids)
 
     def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None):
         t0 = time.perf_counter()
@@ -180,7 +185,7 @@ class DistSampler:
         except SamplingInputError as e:
             return [1, 0, 1], e
         hops = max((len(r.fanouts) for r in requests), default=0)
-        remote = any(bool((self.owner_of(r.seeds) != self.rank).any()) for r in requests)
+        remote = any(not bool(self.ids.owns(r.seeds).all()) for r in requests)
         return [0, hops, int(remote)], None
 
     def sample(self, requests: Sequence[SampleRequest], features=None,
@@ -189,7 +194,9 @@ class DistSampler:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way).
+        every minibatch are fetched in the same call (one more exchange each way), and the rows
+        carry the nodes' original ids; without one, ``n_id`` is translated by one lookup to the
+        owners. Seeds are translated locally unless some rank has a seed it does not own.
         ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
         (:meth:`~mnmg_sampler.distributed.collective.Exchanger.agree_max`, see
         :meth:`round_flags`).
@@ -206,15 +213,27 @@ class DistSampler:
                 raise err
             raise_agreed(err, self.group)
         self._local_hops = () if remote else (0,)
-        internal = [SampleRequest(self.to_new(r.seeds), r.fanouts, r.key, r.replace,
-                                  r.input_id, r.edge_ids) for r in requests]
+        seeds = [r.seeds for r in requests]
+        if remote and self.ex.world_size > 1:  # some rank has a seed it does not own
+            new = self.ids.to_new_many(seeds)
+        else:  # every seed of every rank is its own: translated here
+            new = [self.ids.to_new_local(s) for s in seeds]
+        internal = [SampleRequest(n, r.fanouts, r.key, r.replace, r.input_id, r.edge_ids)
+                    for n, r in zip(new, requests, strict=True)]
         out = self.sampler.sample_checked(internal, num_hops=int(hops))
+        n_ids = [b.n_id.numpy() for b in out]
+        if features is not None and features.enabled and features.carries_orig:
+            # the owners return each row's original id with it: no exchange of its own
+            for b, (x, y, orig) in zip(out, features.fetch_with_orig(n_ids), strict=True):
+                b.x, b.y, b.n_id = x, y, torch.from_numpy(orig)
+            return out
         if features is not None and features.enabled:
-            for b, (x, y) in zip(out, features.fetch([b.n_id.numpy() for b in out]),
-                                 strict=True):
+            for b, (x, y) in zip(out, features.fetch(n_ids), strict=True):
                 b.x, b.y = x, y
-        for b in out:
-            b.n_id = torch.from_numpy(self.to_orig(b.n_id.numpy()))
+        # the seeds' original ids are known; the other nodes' come from their owners
+        rest = self.ids.to_orig_many([a[b.batch_size:] for a, b in zip(n_ids, out, strict=True)])
+        for b, r, orig in zip(out, requests, rest, strict=True):
+            b.n_id = torch.from_numpy(np.concatenate([r.seeds, orig]))
         return out
 
     def _check(self, seeds: np.ndarray,

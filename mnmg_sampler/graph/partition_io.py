@@ -2,7 +2,8 @@
 
 A partition directory holds ``manifest.json`` beside ``.npy`` arrays (layout in
 ``docs/formats.md``, section "Partition directories"). Each rank memory-maps only its own part
-plus the global id maps, after checking every file's size and checksum against the manifest, so
+(the global id maps stay on disk for tools), after checking every file's size and checksum
+against the manifest, so
 a truncated copy or a stale file fails at start-up with the file's name instead of producing
 wrong samples later.
 """
@@ -325,13 +326,39 @@ def check_replaceable(out: str | os.PathLike) -> None:
             f"move them out of {d} and run again, or choose another --out")
 
 
-@dataclass
+_UNOPENED = object()
+
+
+class _GlobalMap:
+    """A global id map field of :class:`Partition`: the file is memory-mapped on first access
+    only (tools, tests), so loading a part maps nothing of num_nodes size; sampling never
+    reads it (:mod:`mnmg_sampler.distributed.id_maps`)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name, self.slot = name, "_" + name
+
+    def __get__(self, part, owner=None):
+        if part is None:
+            return _UNOPENED  # the dataclass default
+        value = part.__dict__.get(self.slot, _UNOPENED)
+        if value is _UNOPENED:
+            if part.path is None or not part.manifest:
+                return None
+            value = _open(Path(part.path), f"{self.name}.npy", part.manifest)
+            part.__dict__[self.slot] = value
+        return value
+
+    def __set__(self, part, value) -> None:
+        part.__dict__[self.slot] = value
+
+
+@dataclass(eq=False)
 class Partition:
     """One rank's part of a partitioned graph, memory-mapped.
 
     New ids are global: part ``r`` owns ``[boundaries[r], boundaries[r+1])`` and local row ``i``
     is new id ``boundaries[r] + i``, original id ``orig_ids[i]``. Key the sampling RNG on
-    ``orig_ids`` and map results back with ``new_to_orig`` to get exactly the draws of the
+    ``orig_ids`` and map results back to original ids to get exactly the draws of the
     unpartitioned graph.
 
     Attributes:
@@ -345,9 +372,17 @@ class Partition:
         x, y: owned feature rows and labels, or ``None``.
         weights: float32 weight of each local CSR entry (weighted sampling), or ``None``.
         masks: owned slices of boolean node masks by split name.
-        new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps of the whole graph.
+        new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps of the whole graph, for tools:
+            memory-mapped from the directory on first access, never by :func:`load_partition`
+            or the sampler (which translate ids through
+            :class:`~mnmg_sampler.distributed.id_maps.IdMaps`).
         path, manifest: where it came from.
     """
+
+    def __repr__(self) -> str:
+        return (f"Partition(rank={self.rank}, num_parts={self.num_parts}, "
+                f"num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
+                f"local_nodes={self.num_local_nodes}, path={str(self.path)!r})")
 
     rank: int
     num_parts: int
@@ -358,8 +393,8 @@ class Partition:
     indices: np.ndarray
     edge_ids: np.ndarray
     orig_ids: np.ndarray
-    new_to_orig: np.ndarray
-    orig_to_new: np.ndarray
+    new_to_orig: np.ndarray | None = _GlobalMap()  # type: ignore[assignment]
+    orig_to_new: np.ndarray | None = _GlobalMap()  # type: ignore[assignment]
     x: np.ndarray | None = None
     y: np.ndarray | None = None
     masks: dict[str, np.ndarray] = field(default_factory=dict)
@@ -474,8 +509,6 @@ def load_partition(
         indices=get("indices"),
         edge_ids=get("edge_ids"),
         orig_ids=get("orig_ids"),
-        new_to_orig=_open(d, "new_to_orig.npy", manifest),
-        orig_to_new=_open(d, "orig_to_new.npy", manifest),
         x=get("x"),
         y=get("y"),
         masks={k[len("mask_"):]: get(k) for k in files if k.startswith("mask_")},
@@ -532,11 +565,8 @@ def _mode(verify: bool | str) -> str:
 
 
 def _own_files(manifest: dict, rank: int) -> list[str]:
-    """The files rank ``rank`` verifies: its part's, plus the global id maps on rank 0."""
-    rels = list(manifest["parts"][rank]["files"].values())
-    if rank == 0:
-        rels += [r for r in ("new_to_orig.npy", "orig_to_new.npy") if r in manifest["files"]]
-    return rels
+    """The files rank ``rank`` verifies: its part's (no rank reads the global id maps)."""
+    return list(manifest["parts"][rank]["files"].values())
 
 
 def _check_file(d: Path, rel: str, entry: dict, mode: str) -> None:
@@ -566,7 +596,7 @@ def _signature(d: Path, rels: list[str], manifest: dict) -> dict:
 def verify_part(d: Path, manifest: dict, rank: int, verify: bool | str = "auto") -> str:
     """Check the checksums of the files rank ``rank`` owns; returns what was done.
 
-    Each rank reads only its own part's files (rank 0 also the global id maps): ``full`` every
+    Each rank reads only its own part's files (none reads the global id maps): ``full`` every
     byte, ``sampled`` the blocks listed in the manifest (``samples``; whole files when small),
     ``off`` nothing. After a check passes, a stamp ``part{rank}/.verified.json`` records each
     file's size, mtime and manifest checksum; a later start whose files still match the stamp

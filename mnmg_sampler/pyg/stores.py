@@ -5,7 +5,9 @@ Node ids are original ids, as everywhere in the public API. The feature store an
 sampled are taken from that batch (the service fetched them with it); any other index is fetched
 through the service with a fanout-0 request, so no collective runs outside the service. Like
 PyG's own ``LocalGraphStore`` in ``torch_geometric.distributed``, the graph store holds this
-rank's part: the in-edges of the nodes it owns.
+rank's part: the in-edges of the nodes it owns, their sources translated to original ids by
+their owners through one service request (with the features of those nodes when the service
+fetches features).
 """
 
 from __future__ import annotations
@@ -97,17 +99,24 @@ class PartitionGraphStore(GraphStore):
 
     def __init__(self, service) -> None:
         super().__init__()
+        self.service = service
+        self._fetches = 0
         self.part = service.sampler.part
         n = int(self.part.num_nodes)
         self._attr = EdgeAttr(edge_type=None, layout=EdgeLayout.COO, is_sorted=False,
                               size=(n, n))
 
     def _get_edge_index(self, edge_attr: EdgeAttr):
-        p = self.part
-        n2o = np.asarray(p.new_to_orig)
-        dst = np.repeat(np.asarray(p.orig_ids), np.diff(np.asarray(p.indptr)))
-        src = n2o[np.asarray(p.indices)]
-        return torch.from_numpy(src), torch.from_numpy(dst)
+        # The neighbors' original ids are known to their owners only (no rank holds a global
+        # id map): one request through the service for every neighbor of this part's nodes
+        # (fanout -1 keeps each row whole and in CSR order) returns them as its n_id.
+        own = np.asarray(self.part.orig_ids)
+        key = request_key(0, 1 << 21, self._fetches)
+        self._fetches += 1
+        b = self.service.result(self.service.submit(
+            SampleRequest(own, [-1], key, edge_ids=False)))
+        n_id = b.n_id
+        return n_id[b.edge_index[0]], n_id[b.edge_index[1]]
 
     def get_all_edge_attrs(self) -> list[EdgeAttr]:
         return [self._attr]

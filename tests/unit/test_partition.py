@@ -268,9 +268,17 @@ def test_truncated_file_is_named(written):
 
 
 def test_missing_file_is_named(written):
-    os.remove(written / "new_to_orig.npy")
-    with pytest.raises(PartitionError, match=r"new_to_orig\.npy is missing"):
+    os.remove(written / "part0" / "orig_ids.npy")
+    with pytest.raises(PartitionError, match=r"orig_ids\.npy is missing"):
         load_partition(written, 0)
+
+
+def test_global_id_maps_are_opened_only_when_asked(written):
+    os.remove(written / "new_to_orig.npy")
+    part = load_partition(written, 0)  # sampling never reads the global maps
+    assert part.orig_to_new.shape == (part.num_nodes,)  # a tool's first access maps it
+    with pytest.raises(PartitionError, match=r"new_to_orig\.npy is missing"):
+        _ = part.new_to_orig
 
 
 def test_missing_directory_and_manifest(written, tmp_path):

@@ -1,0 +1,232 @@
+"""Original <-> new node ids of a partitioned graph, with no num_nodes-sized array on any rank.
+
+Requests and minibatches speak the input graph's *original* ids; the CSR of each part speaks
+the *new* ids of the partitioning (part ``r`` owns ``[boundaries[r], boundaries[r+1])``). Each
+rank holds only what is its share:
+
+* **its own nodes** (``part.orig_ids``: local row -> original id, ascending within a part, as
+  every partitioner here writes it): new -> original for the ids it owns, and, by binary search,
+  original -> new for the original ids it owns (the common case of a seed split by owner);
+* **one shard of original -> new** for the original ids ``[even[r], even[r+1])`` (``even``
+  splits ``[0, num_nodes)`` into ``W`` equal ranges), built once at construction with one
+  all-to-all from every rank's own ids, so the global map files are never read.
+
+Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers; the
+answers have the sizes of the questions, so they need no second count exchange): original ids
+go to their shard's rank, new ids to their owner. A ``range`` partitioning keeps every id
+(new == original) and needs none of this. Lookups are collective: every rank calls them
+together, with any number of ids, including none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import PartitionError
+from ..graph.partition import _even_boundaries
+from ..ops.dedup import unique_first
+from .collective import Exchanger, peer_errors, raise_if_any
+
+__all__ = ["IdMaps", "identity_ids"]
+
+_CHUNK = 1 << 18
+
+TAG = "id_maps"
+"""Traffic class of the id translations in :attr:`Exchanger.bytes`."""
+
+
+def identity_ids(part) -> bool:
+    """True when the partitioning kept every node's id (``range``): no id map is needed."""
+    return (getattr(part, "manifest", None) or {}).get("stats", {}).get("method") == "range"
+
+
+def _cat(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays).astype(np.int64, copy=False) if len(arrays) else \
+        np.empty(0, np.int64)
+
+
+def _split(flat: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return np.split(flat, np.cumsum([int(a.size) for a in like])[:-1]) if len(like) else []
+
+
+class IdMaps:
+    """This rank's share of the id maps of a partitioned graph (see the module docstring).
+
+    Args:
+        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition` (only its
+            ``orig_ids``, ``boundaries`` and sizes are read; never the global map files).
+        ex: the exchanger lookups run on (its process group's ranks are the parts).
+
+    Construction is collective on ``ex``'s group (one all-to-all builds the shard) unless the
+    partitioning is ``range`` or the group has one rank.
+    """
+
+    def __init__(self, part, ex: Exchanger) -> None:
+        self.ex = ex
+        self.num_nodes = int(part.num_nodes)
+        self.identity = identity_ids(part)
+        bounds = np.asarray(part.boundaries, np.int64)
+        self._inner = np.ascontiguousarray(bounds[1:-1])
+        self.lo, self.hi = int(bounds[ex.rank]), int(bounds[ex.rank + 1])
+        self.word = np.dtype(np.int32 if self.num_nodes < 2**31 else np.int64)
+        self.orig = None if self.identity else np.asarray(part.orig_ids)
+        self.shard = None
+        self.even = _even_boundaries(self.num_nodes, ex.world_size)
+        if self.identity:
+            return
+        o = self.orig
+        # every partitioner here writes a part's original ids ascending (stable sort by part),
+        # so the part's own file is the sorted index of its nodes: no copy
+        err = None
+        if o.size > 1 and not bool(np.all(o[1:] > o[:-1])):
+            err = PartitionError(
+                f"part {part.rank}'s original ids (orig_ids.npy) are not in ascending order",
+                "this mnmg-sampler translates ids through each part's sorted ids; no rank "
+                "samples", "re-partition the graph with this version of `mnmg-sampler partition`")
+        if ex.world_size > 1:
+            raise_if_any(err, ex.group, "checking the parts' original ids")
+            self.shard = self._build_shard(np.asarray(part.boundaries, np.int64))
+        elif err is not None:
+            raise err
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of id-map arrays this rank allocated (its own ids are its part's file)."""
+        return 0 if self.shard is None else int(self.shard.nbytes)
+
+    def with_exchanger(self, ex: Exchanger) -> IdMaps:
+        """The same maps (shared arrays, no copy) answering lookups over another exchanger of
+        the same ranks, e.g. a group of its own for another thread's collectives."""
+        other = object.__new__(IdMaps)
+        other.__dict__.update(self.__dict__)
+        other.ex = ex
+        return other
+
+    def _build_shard(self, bounds: np.ndarray) -> np.ndarray:
+        """Collective: the new id of every original id in this rank's shard range.
+
+        Rank ``s`` sends rank ``r`` its own original ids inside ``r``'s range (a contiguous run
+        of its sorted ids) behind one header word, the run's first row: their new ids are
+        ``boundaries[s] + row`` onwards, so they need not travel.
+        """
+        ex, me, W, o = self.ex, self.ex.rank, self.ex.world_size, self.orig
+        cuts = np.searchsorted(o, self.even)
+        counts = np.diff(cuts).astype(np.int64) + 1
+        buf = np.empty(o.size + W, self.word)
+        for r in range(W):
+            a, b = int(cuts[r]), int(cuts[r + 1])
+            buf[a + r] = a
+            buf[a + r + 1:b + r + 1] = o[a:b]
+        with peer_errors("building the id map shards"):
+            recv, rcounts = ex.exchange(torch.from_numpy(buf), torch.from_numpy(counts), TAG)
+        del buf
+        got, rcounts = recv.numpy(), rcounts.tolist()
+        start, size = int(self.even[me]), int(self.even[me + 1] - self.even[me])
+        shard = np.full(size, -1, self.word)
+        pos = 0
+        for s, c in enumerate(rcounts):
+            first = int(bounds[s]) + int(got[pos])
+            for a in range(1, int(c), _CHUNK):  # bounded temporaries
+                ids = got[pos + a:pos + min(int(c), a + _CHUNK)].astype(np.int64) - start
+                shard[ids] = np.arange(first + a - 1, first + a - 1 + ids.size, dtype=self.word)
+            pos += int(c)
+        err = None
+        if pos - W != size or (size and int(shard.min()) < 0):
+            err = PartitionError(
+                f"the parts' original ids do not cover [{start}, {start + size}) exactly once "
+                f"({pos - W} ids received for {size})",
+                "original ids could not be translated; no rank samples",
+                "re-run `mnmg-sampler partition` and give every rank the same directory")
+        raise_if_any(err, ex.group, "building the id map shards")
+        return shard
+
+    # -- local ---------------------------------------------------------------------------------
+    def rows_of(self, orig_ids: np.ndarray) -> np.ndarray:
+        """Local row of each original id this rank owns, ``-1`` for the others (no collective)."""
+        orig_ids = np.asarray(orig_ids, np.int64)
+        if self.identity:
+            inside = (orig_ids >= self.lo) & (orig_ids < self.hi)
+            return np.where(inside, orig_ids - self.lo, -1)
+        o = self.orig
+        if o.size == 0:
+            return np.full(orig_ids.shape, -1, np.int64)
+        pos = np.minimum(np.searchsorted(o, orig_ids), o.size - 1)
+        return np.where(o[pos] == orig_ids, pos, -1)
+
+    def owns(self, orig_ids: np.ndarray) -> np.ndarray:
+        """bool per original id: does this rank own it (no collective)."""
+        return self.rows_of(orig_ids) >= 0
+
+    def owner(self, new_ids: np.ndarray) -> np.ndarray:
+        """Owner rank of each new id (int64)."""
+        return np.searchsorted(self._inner, new_ids, side="right")
+
+    def to_new_local(self, orig_ids: np.ndarray) -> np.ndarray:
+        """New ids of original ids this rank owns (every one of them must be)."""
+        orig_ids = np.asarray(orig_ids, np.int64)
+        return orig_ids if self.identity else self.lo + self.rows_of(orig_ids)
+
+    # -- collective ----------------------------------------------------------------------------
+    def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
+        """Collective: new ids of any original ids (each in ``[0, num_nodes)``)."""
+        orig_ids = np.asarray(orig_ids, np.int64)
+        if self.identity:
+            return orig_ids
+        rows = self.rows_of(orig_ids)
+        out = self.lo + rows
+        if self.ex.world_size == 1:
+            return out
+        rest = np.flatnonzero(rows < 0)
+        start = int(self.even[self.ex.rank])
+        shard = self.shard
+        out[rest] = self._ask(orig_ids[rest], lambda k: np.searchsorted(
+            self.even, k, side="right") - 1, lambda k: shard[k - start])
+        return out
+
+    def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
+        """Collective: original ids of any new ids."""
+        new_ids = np.asarray(new_ids, np.int64)
+        if self.identity:
+            return new_ids
+        mine = (new_ids >= self.lo) & (new_ids < self.hi)
+        out = np.empty(new_ids.shape, np.int64)
+        out[mine] = self.orig[new_ids[mine] - self.lo]
+        if self.ex.world_size == 1:
+            return out
+        rest = np.flatnonzero(~mine)
+        lo, orig = self.lo, self.orig
+        out[rest] = self._ask(new_ids[rest], self.owner, lambda k: orig[k - lo])
+        return out
+
+    def to_new_many(self, orig_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Collective: :meth:`to_new` of several arrays in one exchange."""
+        return _split(self.to_new(_cat(orig_ids)), orig_ids)
+
+    def to_orig_many(self, new_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Collective: :meth:`to_orig` of several arrays in one exchange."""
+        return _split(self.to_orig(_cat(new_ids)), new_ids)
+
+    def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
+        """Collective (except for ``range``): owner rank of each original id."""
+        return self.owner(self.to_new(orig_ids))
+
+    def _ask(self, keys: np.ndarray, dest_of: Callable[[np.ndarray], np.ndarray],
+             answer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Collective: ``answer(k)`` computed on rank ``dest_of(k)`` for every key (distinct
+        keys travel once); counts, keys and answers: three collectives."""
+        W = self.ex.world_size
+        uniq, inv = unique_first(keys)
+        dest = dest_of(uniq)
+        perm = np.argsort(dest.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
+        send_counts = np.bincount(dest, minlength=W).astype(np.int64)
+        recv, recv_counts = self.ex.exchange(torch.from_numpy(uniq[perm].astype(self.word)),
+                                             torch.from_numpy(send_counts), TAG)
+        ans = np.asarray(answer(recv.numpy().astype(np.int64)), self.word)
+        back = self.ex.payload(torch.from_numpy(ans), recv_counts.tolist(),
+                               send_counts.tolist(), TAG).numpy()
+        out_u = np.empty(uniq.size, np.int64)
+        out_u[perm] = back
+        return out_u[inv]
