@@ -222,14 +222,15 @@ class SamplingService:
                     for _, f in pending:
                         _settle(f, exc=e)
                     return True
-                # 3. resolution
-                for (_, f), b in zip(pending, batches, strict=True):
-                    _settle(f, result=b)
+                # 3. resolution: statistics first, so a caller woken by its result reads
+                # counters that include this round
                 st = self._stats
                 st["rounds"] += 1
                 st["requests"] += len(pending)
                 st["hops"] += self.sampler.kernel_calls - k0
                 st["t_round"] += time.perf_counter() - t0
+                for (_, f), b in zip(pending, batches, strict=True):
+                    _settle(f, result=b)
                 return True
             except BaseException as e:  # a broken round: its callers must not wait forever
                 err = self._round_error(e)
