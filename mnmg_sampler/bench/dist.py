@@ -77,6 +77,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["global", "owner"], default="global",
                    help="seeds of each rank: global batch order, or the seeds it owns "
                         "(default: global)")
+    p.add_argument("--id-maps", choices=["sharded", "replicated"], default="sharded",
+                   help="original <-> new id maps: sharded (lookups) or replicated on every "
+                        "rank (default: sharded)")
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
@@ -150,7 +153,7 @@ def _worker(work: str) -> int:
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     os.environ[EXCHANGE_ENV] = task.get("exchange", "alltoall")
-    sampler = DistSampler(part, seed=seed)
+    sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"))
     ex = sampler.ex
     store = None
     if task["features"] and part.x is not None:
@@ -387,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "merge": args.merge, "exchange": args.exchange,
+        "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
         "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
@@ -396,7 +399,8 @@ def run(args: argparse.Namespace) -> int:
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
-          f"{args.merge} request(s) per rank per round, {args.exchange} exchanges; "
+          f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
+          f"{args.id_maps} id maps; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -407,7 +411,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "exchange": args.exchange}
+            "exchange": args.exchange, "id_maps": args.id_maps}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:

@@ -134,6 +134,10 @@ class SamplerConfig:
         "global", "Training seeds of each rank: global = a share of one global order (the same "
         "batches for any world size); owner = the seeds its partition owns (hop 1 is local; "
         "batches depend on the partitioning). task link: global only.")
+    id_maps: Literal["sharded", "replicated"] = _opt(
+        "sharded", "Original <-> new id maps: sharded = each rank holds 1/W of them and asks "
+        "the others (no num_nodes-sized array; without features a round does one or two more "
+        "exchanges); replicated = both maps on every rank (16 bytes per node), no lookups.")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(

@@ -54,10 +54,13 @@ class DistSampler:
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
         kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
+        id_maps: ``sharded`` (no num_nodes-sized array on any rank) or ``replicated`` (both
+            global maps on every rank: no lookup collectives); see :mod:`.id_maps`.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 kernel: str = "cpu", device: torch.device | None = None) -> None:
+                 kernel: str = "cpu", device: torch.device | None = None,
+                 id_maps: str = "sharded") -> None:
         self.part = part
         # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
@@ -83,7 +86,7 @@ class DistSampler:
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
         # Id maps: this rank's own ids and one shard of original -> new (collective to build;
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
-        self.ids = IdMaps(part, self.ex)
+        self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round

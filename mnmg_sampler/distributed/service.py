@@ -70,6 +70,9 @@ class SamplingService:
         feature_cache_rows: remote feature rows each rank caches (same value on every rank; see
             :class:`~mnmg_sampler.distributed.features.DistFeatureStore`); hit rate and bytes
             saved in :meth:`stats` under ``features``.
+        id_maps: ``sharded`` (default; no num_nodes-sized array on any rank) or
+            ``replicated`` (both global id maps on every rank, no lookup exchanges); the same on
+            every rank (see :mod:`~mnmg_sampler.distributed.id_maps`).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -77,7 +80,7 @@ class SamplingService:
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
-                 feature_cache_rows: int = 0) -> None:
+                 feature_cache_rows: int = 0, id_maps: str = "sharded") -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
@@ -98,7 +101,7 @@ class SamplingService:
             raise ServiceError(f"unknown service mode {self.mode!r}", "", f"use one of {MODES}")
         if kernel == "auto":
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
-        self.sampler = DistSampler(part, seed, group, kernel=kernel,
+        self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                    device=device if kernel == "cuda" else None)
         self.features = None
         if features and (part.x is not None or part.y is not None):

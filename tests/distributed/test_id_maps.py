@@ -165,3 +165,42 @@ def test_sampling_never_reads_the_global_id_maps(tmp_path):
                 seen.append(seeds)
             assert len(owner) == res[0][2]
         assert np.array_equal(np.sort(np.concatenate(seen)), nodes)  # each seed once
+
+
+def _modes(rank, world, d, n, modes):
+    from mnmg_sampler.distributed.sampler import DistSampler
+    from mnmg_sampler.errors import ConfigError
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    part = load_partition(d, rank, world)
+    try:
+        s = DistSampler(part, seed=SEED, id_maps=modes[rank])
+    except ConfigError as e:
+        return ("ConfigError", str(e))
+    got = []
+    for round_ in (0, 1):
+        reqs = _requests(rank, n, np.asarray(part.orig_ids), round_)
+        got += [(r.seeds, r.key, as_arrays(b)) for r, b in zip(reqs, s.sample(reqs), strict=True)]
+    return got, s.ex.calls
+
+
+def test_replicated_maps_give_the_same_batches_without_lookups(tmp_path):
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=3))
+    sharded = run_ranks(_modes, 2, d, g.num_nodes, ["sharded"] * 2, timeout=300)
+    replicated = run_ranks(_modes, 2, d, g.num_nodes, ["replicated"] * 2, timeout=300)
+    for (got_s, calls_s), (got_r, calls_r) in zip(sharded, replicated, strict=True):
+        _check(g, got_r)  # equal to the single process, hence to the sharded run
+        for (_, _, a), (_, _, b) in zip(got_s, got_r, strict=True):
+            assert_same(a, b)
+        # building the shard: one exchange (2 collectives); round 0 (remote seeds): seed and
+        # n_id lookups, round 1 (own seeds): n_id lookup, 3 collectives each; none replicated
+        assert calls_s - calls_r == 2 + 3 * 3
+
+
+def test_ranks_with_different_id_map_modes_fail_every_rank(tmp_path):
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=3))
+    res = run_ranks(_modes, 2, d, g.num_nodes, ["sharded", "replicated"], timeout=300)
+    for kind, msg in res:
+        assert kind == "ConfigError" and "different id map modes" in msg
