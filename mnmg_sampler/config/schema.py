@@ -138,6 +138,10 @@ class SamplerConfig:
         "sharded", "Original <-> new id maps: sharded = each rank holds 1/W of them and asks "
         "the others (no num_nodes-sized array; without features a round does one or two more "
         "exchanges); replicated = both maps on every rank (16 bytes per node), no lookups.")
+    topology_cache: float = _opt(
+        0.0, "Fraction of each rank's part edges spent on caching the adjacency rows of other "
+        "ranks' nodes with most neighbors in its part (chosen once at start); cached nodes are "
+        "sampled locally, off the wire. Results do not change. 0 = no cache.", _NONNEG_FLOAT)
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(

@@ -30,12 +30,13 @@ import torch
 import torch.distributed as dist
 
 from ..batch import MiniBatch
-from ..errors import SamplingInputError
+from ..errors import ConfigError, SamplingInputError
 from ..ops import wire
 from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
 from .collective import Exchanger, raise_agreed
 from .consistency import check_same_partitioning
 from .id_maps import IdMaps
+from .topology_cache import TopologyCache, check_fraction
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
@@ -56,11 +57,18 @@ class DistSampler:
         kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
         id_maps: ``sharded`` (no num_nodes-sized array on any rank) or ``replicated`` (both
             global maps on every rank: no lookup collectives); see :mod:`.id_maps`.
+        topology_cache: fraction of this part's edges to spend on a cache of remote nodes'
+            rows (:mod:`.topology_cache`; 0 = none; ranks may differ). Results do not change.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
-                 id_maps: str = "sharded") -> None:
+                 id_maps: str = "sharded", topology_cache: float = 0.0) -> None:
+        topology_cache = check_fraction(topology_cache)  # before any collective
+        if topology_cache > 0 and kernel == "cuda":
+            raise ConfigError("sampler.topology_cache is not supported with kernel='cuda'",
+                              "no rank builds its sampler",
+                              "set sampler.topology_cache to 0, or use kernel='cpu'")
         self.part = part
         # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
@@ -88,6 +96,7 @@ class DistSampler:
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
         self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
+        self.topo = _topology_cache(part, self.ex, topology_cache)  # collective if any > 0
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
         self.kernel_calls = 0
@@ -117,22 +126,26 @@ class DistSampler:
         loader's seed split by owner needs no collective: it asks :meth:`owns`."""
         return self.ids.owner_of(orig_ids)
 
-    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None):
+    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None,
+                arrays=None):
+        """One kernel call on this part's CSR, or on ``arrays = (csr, weights)`` (the
+        topology cache's rows)."""
         t0 = time.perf_counter()
+        csr, weights = (self._csr, self._weights) if arrays is None else arrays
         if self.kernel == "cuda":
             c, nb, e = self._cuda(self.ex, rows, keys, self.seed, hop, fanouts, replace,
                                   edge_ids)
-        elif self._weights is not None:
+        elif weights is not None:
             from ..ops.weighted import sample_neighbors_weighted
 
-            indptr, indices, eids, orig = self._csr
-            c, nb, e = sample_neighbors_weighted(indptr, indices, eids, self._weights, rows,
+            indptr, indices, eids, orig = csr
+            c, nb, e = sample_neighbors_weighted(indptr, indices, eids, weights, rows,
                                                  orig[rows] if rng_nodes is None else rng_nodes,
                                                  keys, self.seed, hop, fanouts, replace,
                                                  with_eids=edge_ids)
             e = e if edge_ids else None
         else:
-            indptr, indices, eids, orig = self._csr
+            indptr, indices, eids, orig = csr
             c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,
                                       orig[rows] if rng_nodes is None else rng_nodes, keys,
                                       self.seed, hop, fanouts, replace, edge_ids)
@@ -143,6 +156,13 @@ class DistSampler:
         return c, nb, e
 
     def _hop(self, h: HopSegments):
+        # topology cache (opt-in): cached remote nodes are sampled here, only the rest travel
+        if self.topo is not None and self.topo.num_nodes and h.hop not in self._local_hops:
+            return self.topo.hop(h, self._hop_wire, lambda rows, rng, keys, fans, reps, e, a:
+                                 self._kernel(rows, keys, h.hop, fans, reps, e, rng, a))
+        return self._hop_wire(h)
+
+    def _hop_wire(self, h: HopSegments):
         W, me, k = self.ex.world_size, self.rank, self._k
         nodes = h.nodes
         if W == 1 or h.hop in self._local_hops:  # all local (agreed): no exchange at all
@@ -170,6 +190,13 @@ class DistSampler:
         counts, nbr, eid = wire.unpack_replies(back.numpy(), bsizes.numpy(), ocount, me, c, nb,
                                                e, where, h.edge_ids, k)
         return counts, nbr, (eid if h.edge_ids else None)
+
+    def topology_stats(self) -> dict:
+        """Size and use of this rank's topology cache (zeros without one)."""
+        if self.topo is None:
+            return {"fraction": 0.0, "nodes": 0, "edges": 0, "bytes": 0, "hits": 0,
+                    "hit_edges": 0}
+        return self.topo.stats()
 
     # -- public ---------------------------------------------------------------------------
     def round_flags(self, requests: Sequence[SampleRequest]
@@ -250,6 +277,14 @@ class DistSampler:
                 consequence,
                 f"pass original node ids in [0, {n})",
             )
+
+
+def _topology_cache(part, ex: Exchanger, fraction: float) -> TopologyCache | None:
+    """Collective when any rank asks for a cache (one agreement, then every rank takes part
+    in the build); ``None`` when no rank does or the group has one rank."""
+    if ex.world_size == 1 or ex.agree_max([int(fraction > 0)])[0] == 0:
+        return None
+    return TopologyCache(part, ex, fraction)
 
 
 class _CudaHop:

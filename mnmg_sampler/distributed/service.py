@@ -73,6 +73,9 @@ class SamplingService:
         id_maps: ``sharded`` (default; no num_nodes-sized array on any rank) or
             ``replicated`` (both global id maps on every rank, no lookup exchanges); the same on
             every rank (see :mod:`~mnmg_sampler.distributed.id_maps`).
+        topology_cache: fraction of this rank's part edges to spend on caching remote nodes'
+            rows (:mod:`~mnmg_sampler.distributed.topology_cache`; 0 = none; results do not
+            change); its size and hits in :meth:`stats` under ``topology_cache``.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -80,7 +83,8 @@ class SamplingService:
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
-                 feature_cache_rows: int = 0, id_maps: str = "sharded") -> None:
+                 feature_cache_rows: int = 0, id_maps: str = "sharded",
+                 topology_cache: float = 0.0) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
@@ -102,7 +106,8 @@ class SamplingService:
         if kernel == "auto":
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
         self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
-                                   device=device if kernel == "cuda" else None)
+                                   device=device if kernel == "cuda" else None,
+                                   topology_cache=topology_cache)
         self.features = None
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
@@ -374,6 +379,7 @@ class SamplingService:
         st["t_exchange"] = self.sampler.ex.t_exchange
         st["bytes_by_kind"] = {k: {"self": v[0], "others": v[1]}
                                for k, v in self.sampler.ex.bytes.items()}
+        st["topology_cache"] = self.sampler.topology_stats()
         if self.features is not None:
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st
