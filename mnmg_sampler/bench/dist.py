@@ -80,6 +80,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--id-maps", choices=["sharded", "replicated"], default="sharded",
                    help="original <-> new id maps: sharded (lookups) or replicated on every "
                         "rank (default: sharded)")
+    p.add_argument("--topology-cache", type=float, default=0.0, metavar="F",
+                   help="per-rank cache of remote nodes' adjacency rows, as a fraction of the "
+                        "part's edges (sampler.topology_cache; default: 0 = none)")
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
@@ -116,7 +119,7 @@ class _HopTally:
     sends other ranks: frontier nodes, remote ones, their sampled edges and the exchanger's
     id bytes to others (its ``ids`` counter before and after the hop)."""
 
-    KEYS = ("nodes", "remote", "edges", "remote_edges", "id_remote")
+    KEYS = ("nodes", "remote", "edges", "remote_edges", "id_remote", "cached")
 
     def __init__(self, sampler) -> None:
         self.ds, self.inner = sampler, sampler.sampler.hop_fn
@@ -129,6 +132,13 @@ class _HopTally:
         counts, nbr, eids = self.inner(h)
         remote = self.ds.owner(h.nodes) != self.ds.rank
         t = self.per_hop.setdefault(int(h.hop), dict.fromkeys(self.KEYS, 0))
+        topo = self.ds.topo
+        if topo is not None and topo.num_nodes:  # served from the topology cache: off the wire
+            import numpy as np
+
+            cached = remote & np.isin(h.nodes, topo.ids)
+            t["cached"] += int(cached.sum())
+            remote &= ~cached
         t["nodes"] += int(h.nodes.size)
         t["remote"] += int(remote.sum())
         t["edges"] += int(nbr.size)
@@ -153,7 +163,8 @@ def _worker(work: str) -> int:
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     os.environ[EXCHANGE_ENV] = task.get("exchange", "alltoall")
-    sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"))
+    sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
+                          topology_cache=task.get("topology_cache", 0.0))
     ex = sampler.ex
     store = None
     if task["features"] and part.x is not None:
@@ -225,6 +236,7 @@ def _worker(work: str) -> int:
         for k in s0:
             res[k].append(s1[k] - s0[k])
     res["edges_sampled_here"] = int(sampler.kernel_edges)
+    res["topology_cache"] = sampler.topology_stats()
     res["hops"] = tally.snapshot()
     worker_finish(work, rank, res)
     return 0
@@ -290,6 +302,7 @@ def summarize(ranks: list[dict]) -> dict:
         if tot("distinct_remote_rows") and row_bytes else 0.0,
         "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
         if tot("distinct_remote_rows") else 0.0,
+        "topology_cache": [r.get("topology_cache", {}) for r in ranks],
     }
 
 
@@ -302,13 +315,16 @@ def _hop_summary(ranks: list[dict]) -> dict:
     edges = max(sum(t["edges"] for t in tot), 1)
     w, e = ranks[0].get("wire_bytes", 4), ranks[0].get("edge_id_bytes", 0)
     remote = sum(t["remote"] for t in tot)
+    cached = sum(t.get("cached", 0) for t in tot)
     remote_edges = sum(t["remote_edges"] for t in tot)
     total = sum(t["id_remote"] for t in tot)
     per_node, per_edge = 2 * w * remote, (w + e) * remote_edges  # ids + counts; neighbors
     return {
         "hops": [{"frontier_nodes": t["nodes"], "sampled_edges": t["edges"],
                   "remote_fraction": t["remote"] / t["nodes"] if t["nodes"] else 0.0,
+                  "cached_fraction": t.get("cached", 0) / t["nodes"] if t["nodes"] else 0.0,
                   "id_bytes_per_edge_remote": t["id_remote"] / edges} for t in tot],
+        "topology_cache_hits": cached,
         "id_bytes_per_edge_remote_parts": {
             "per_remote_node": per_node / edges, "per_remote_edge": per_edge / edges,
             "headers_and_sizes": (total - per_node - per_edge) / edges},
@@ -375,9 +391,11 @@ def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
+    from ..distributed.topology_cache import check_fraction
 
     fanouts = parse_fanouts(args.fanouts)
     worlds = parse_world_sizes(args.world_sizes)
+    check_fraction(args.topology_cache)
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
     if args.features:
@@ -391,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
         "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
-        "machine": machine_info(threads),
+        "topology_cache": args.topology_cache, "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
@@ -400,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
           f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
-          f"{args.id_maps} id maps; "
+          f"{args.id_maps} id maps, topology cache {args.topology_cache:g}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -411,7 +429,8 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "exchange": args.exchange, "id_maps": args.id_maps}
+            "exchange": args.exchange, "id_maps": args.id_maps,
+            "topology_cache": args.topology_cache}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
@@ -473,7 +492,9 @@ def print_table(res: dict) -> None:
         p = s["id_bytes_per_edge_remote_parts"]
         hops = ", ".join(f"hop {i + 1} {h['id_bytes_per_edge_remote']:.2f} "
                          f"({h['remote_fraction']:.0%} of {h['frontier_nodes']:,} frontier nodes "
-                         f"remote)" for i, h in enumerate(s["hops"]))
+                         f"remote" + (f", {h['cached_fraction']:.0%} from the topology cache"
+                                      if h.get("cached_fraction") else "") + ")"
+                         for i, h in enumerate(s["hops"]))
         owned = ("; owned seeds per rank " + ", ".join(f"{v:,}" for v in
                                                         s["owned_seeds_per_rank"])
                  if res["split"] == "owner" else "")
@@ -481,6 +502,16 @@ def print_table(res: dict) -> None:
               f"{p['per_remote_node']:.2f} ids and counts (per remote node), "
               f"{p['per_remote_edge']:.2f} neighbors (per remote edge), "
               f"{p['headers_and_sizes']:.3f} headers and sizes{owned}")
+    for w, s in res["dist"].items():
+        tc = [t for t in s.get("topology_cache", []) if t.get("nodes")]
+        if not tc:
+            continue
+        print(f"W={w} topology cache per rank: " + "; ".join(
+            f"{t['nodes']:,} nodes, {t['edges']:,} edges "
+            f"({t['edges'] / max(t['budget_edges'], 1):.0%} of budget), "
+            f"{t['bytes'] / 2**20:.2f} MiB, {t['hits']:,} hits "
+            f"({t['hit_edges']:,} edges sampled from it), built with "
+            f"{t['build_bytes_to_others'] / 2**20:.2f} MiB sent" for t in tc))
     print(f"{single['edges_per_batch']:,.0f} edges/batch; id bytes: sampling traffic (headers, "
           "ids, counts, neighbors); feature bytes: ids and rows of the feature fetch; self = "
           "rows a rank hands its own collective (nodes it owns never enter one)")
