@@ -127,22 +127,20 @@ class _HopTally:
         self.per_hop: dict[int, dict[str, int]] = {}
 
     def __call__(self, h):
-        ex = self.ds.ex
+        ex, topo = self.ds.ex, self.ds.topo
         b0 = ex.bytes.get("ids", [0, 0])[1]
+        c0 = (topo.hits, topo.hit_edges) if topo is not None else (0, 0)
         counts, nbr, eids = self.inner(h)
         remote = self.ds.owner(h.nodes) != self.ds.rank
         t = self.per_hop.setdefault(int(h.hop), dict.fromkeys(self.KEYS, 0))
-        topo = self.ds.topo
-        if topo is not None and topo.num_nodes:  # served from the topology cache: off the wire
-            import numpy as np
-
-            cached = remote & np.isin(h.nodes, topo.ids)
-            t["cached"] += int(cached.sum())
-            remote &= ~cached
+        # remote nodes served from the topology cache never went on the wire
+        hits, hit_edges = (topo.hits - c0[0], topo.hit_edges - c0[1]) if topo is not None \
+            else (0, 0)
+        t["cached"] += hits
         t["nodes"] += int(h.nodes.size)
-        t["remote"] += int(remote.sum())
+        t["remote"] += int(remote.sum()) - hits
         t["edges"] += int(nbr.size)
-        t["remote_edges"] += int(counts[remote].sum())
+        t["remote_edges"] += int(counts[remote].sum()) - hit_edges
         t["id_remote"] += ex.bytes.get("ids", [0, 0])[1] - b0
         return counts, nbr, eids
 
