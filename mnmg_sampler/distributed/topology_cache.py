@@ -64,13 +64,17 @@ def _greedy(deg, budget):
 
 
 @numba.njit(cache=True, nogil=True)
-def _lookup(ids, nodes):
-    """Position of each node in the sorted ``ids`` (-1 if absent) and the number found."""
+def _lookup(ids, nodes, own_lo, own_hi):
+    """Position of each node in the sorted ``ids`` (-1 if absent; this rank's own nodes
+    ``[own_lo, own_hi)`` are never cached) and the number found."""
     n = ids.shape[0]
     pos = np.empty(nodes.shape[0], np.int64)
     hits = 0
     for i in range(nodes.shape[0]):
         v = nodes[i]
+        if own_lo <= v < own_hi:
+            pos[i] = -1
+            continue
         lo, hi = 0, n
         while lo < hi:
             mid = (lo + hi) // 2
@@ -244,6 +248,7 @@ class TopologyCache:
             cind.append(got[p + n:p + n + E])
             ceid.append(got[p + n + E:p + n + 2 * E])
             p += n + 2 * E
+        self.lo, self.hi = lo, hi
         self.ids = np.ascontiguousarray(ids, _I64)
         self.indptr = np.zeros(ids.size + 1, _I64)
         np.cumsum(cdeg, out=self.indptr[1:])
@@ -281,7 +286,7 @@ class TopologyCache:
         """One hop with the cache: ``wire_hop`` (collective, always called once) samples the
         frontier nodes not cached, ``kernel(rows, rng_nodes, keys, fanouts, replace, edge_ids,
         arrays)`` the cached ones here; results come back in frontier order."""
-        pos, hits = _lookup(self.ids, h.nodes)
+        pos, hits = _lookup(self.ids, h.nodes, self.lo, self.hi)
         if hits == 0:
             return wire_hop(h)
         t0 = time.perf_counter()

@@ -212,3 +212,48 @@ def test_config_key_is_checked():
     for bad in (-1, "x", math.nan):
         with pytest.raises(ConfigError, match="sampler.topology_cache"):
             config_from_dict({"sampler": {"topology_cache": bad}})
+
+
+HUGE_N = 1 << 22  # an int64 array of HUGE_N entries is 32 MiB
+
+
+def _traced(rank, world, d):
+    """Peak traced allocations (numpy's included) while the cache is built and used."""
+    import tracemalloc
+
+    from mnmg_sampler.distributed.sampler import DistSampler
+
+    part = load_partition(d, rank, world)
+    s = DistSampler(part, seed=SEED)  # id maps first: their shard is sized by num_nodes / W
+    own = np.asarray(part.orig_ids)
+    rng = np.random.default_rng(rank)
+    reqs = [SampleRequest(own[rng.choice(own.size, 64, replace=False)], FANOUTS, rank)]
+    s.sample(reqs)  # warm-up: compiled code
+    tracemalloc.start()
+    from mnmg_sampler.distributed.topology_cache import TopologyCache
+
+    s.topo = TopologyCache(part, s.ex, 1.0)  # collective: both ranks
+    build = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    got = [as_arrays(b) for b in s.sample(reqs)]
+    use = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return build, use, s.topology_stats(), [(r.seeds, r.key) for r in reqs], got
+
+
+def test_no_num_nodes_sized_array_in_build_or_use(tmp_path):
+    from mnmg_sampler.graph.csr import CSRGraph
+
+    rng = np.random.default_rng(4)
+    m = 1 << 17  # few edges, many nodes: any num_nodes-sized array dwarfs the part's arrays
+    src = rng.integers(0, HUGE_N, m)
+    g = CSRGraph.from_edges(np.concatenate([src, src]), np.concatenate(
+        [rng.integers(0, HUGE_N, m), np.roll(src, 1)]), HUGE_N, name="sparse")
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
+    res = run_ranks(_traced, 2, d, timeout=600)
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    for build, use, st, reqs, got in res:
+        assert st["nodes"] > 0 and st["hits"] > 0
+        assert build < 2 * HUGE_N and use < 2 * HUGE_N  # 8 * HUGE_N for one int64 array
+        for (seeds, key), mb in zip(reqs, got, strict=True):
+            assert_same(mb, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))
