@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.config import config_from_dict
+from mnmg_sampler.distributed.collective import EXCHANGE_ENV
 from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
@@ -23,13 +24,16 @@ FRACTION = 0.5
 
 
 def _requests(rank: int, world: int, n: int, own: np.ndarray) -> list[list[tuple]]:
-    """Two rounds: merged requests with seeds anywhere, then seeds this rank owns."""
+    """Rounds of ``(seeds, key, fanouts, replace)``: merged requests with seeds anywhere; seeds
+    this rank owns; with replacement and all neighbors (-1) at one hop."""
     rng = np.random.default_rng([rank, world])
-    anywhere = [(rng.choice(n, 12, replace=False), request_key(SEED, 0, 10 * rank + j))
-                for j in range(3)]
+    anywhere = [(rng.choice(n, 12, replace=False), request_key(SEED, 0, 10 * rank + j),
+                 FANOUTS, False) for j in range(3)]
     owned = [(own[rng.choice(own.size, min(12, own.size), replace=False)],
-              request_key(SEED, 1, rank))]
-    return [anywhere, owned]
+              request_key(SEED, 1, rank), FANOUTS, False)]
+    mixed = [(rng.choice(n, 6, replace=False), request_key(SEED, 2, rank), [3, -1, 2], True),
+             (rng.choice(n, 6, replace=False), request_key(SEED, 3, rank), [2, 2], False)]
+    return [anywhere, owned, mixed]
 
 
 def _sample(rank, world, d, fractions):
@@ -45,8 +49,9 @@ def _sample(rank, world, d, fractions):
         got = []
         for reqs in rounds:
             for with_e in (True, False):
-                rq = [SampleRequest(seeds, FANOUTS, key, edge_ids=with_e) for seeds, key in reqs]
-                got.append([(r.seeds, r.key, with_e, as_arrays(b))
+                rq = [SampleRequest(seeds, fan, key, rep, edge_ids=with_e)
+                      for seeds, key, fan, rep in reqs]
+                got.append([((r.seeds, list(r.fanouts), r.key, r.replace), with_e, as_arrays(b))
                             for r, b in zip(rq, s.sample(rq), strict=True)])
         t = s.topo
         arrays = None if t is None else (t.ids, t.indptr, t.indices, t.edge_ids, t.orig_ids,
@@ -59,8 +64,8 @@ def _check_batches(g, got, hop_fn=None) -> int:
     ref = MultiHopSampler(hop_fn or local_hop_fn(g, SEED), g.num_nodes)
     n = 0
     for batches in got:
-        for seeds, key, with_e, mb in batches:
-            want = as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0])
+        for (seeds, fan, key, rep), with_e, mb in batches:
+            want = as_arrays(ref.sample([SampleRequest(seeds, fan, key, rep)])[0])
             if with_e:
                 assert_same(mb, want)
             else:
@@ -103,18 +108,20 @@ def _check_cache(g, d, rank, world, stats, arrays, weights=None) -> None:
     assert np.array_equal(ids, np.sort(want))
 
 
-@pytest.mark.parametrize("world, method", [(2, "random"), (2, "metis"), (3, "random"),
-                                           (3, "metis")])
-def test_cache_on_off_and_one_process_are_identical(tmp_path, world, method):
+@pytest.mark.parametrize("world, method, transport", [
+    (2, "random", "alltoall"), (2, "metis", "alltoall"), (2, "metis", "fused"),
+    (2, "range", "alltoall"), (3, "random", "alltoall"), (3, "metis", "alltoall")])
+def test_cache_on_off_and_one_process_are_identical(tmp_path, world, method, transport):
     g = small_graph()
     d = str(partition(g, world, method, tmp_path / "p", seed=1))
-    res = run_ranks(_sample, world, d, [[0.0] * world, [FRACTION] * world], timeout=300)
+    res = run_ranks(_sample, world, d, [[0.0] * world, [FRACTION] * world], timeout=300,
+                    env={EXCHANGE_ENV: transport})
     remote = {0: 0, 1: 0}
     for rank, ((off, b_off, st_off, arr_off), (on, b_on, st_on, arr_on)) in enumerate(res):
         assert arr_off is None and st_off["nodes"] == st_off["hits"] == 0
         assert _check_batches(g, off) == _check_batches(g, on) > 0
         for a, b in zip(off, on, strict=True):  # cache on == cache off, field by field
-            for (_, _, _, x), (_, _, _, y) in zip(a, b, strict=True):
+            for (_, _, x), (_, _, y) in zip(a, b, strict=True):
                 assert_same(x, y)
         _check_cache(g, d, rank, world, st_on, arr_on)
         assert st_on["hits"] > 0 and st_on["hit_edges"] > 0
