@@ -8,7 +8,9 @@ node and edge counts fit, decided once per job) behind one small header per requ
 destination (node count, key, fanout, flags) instead of constants repeated per node. **One**
 kernel call per rank serves its own nodes and every node received from all ranks; counts,
 neighbor ids and (only when some request asked) edge ids go back in one more exchange, and the
-requester puts them back in frontier order. The requester deduplicates and
+requester puts them back in frontier order. With the opt-in topology cache
+(:mod:`.topology_cache`) a rank also holds the rows of chosen remote nodes and samples those
+itself, off the wire. The requester deduplicates and
 renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
 :meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
@@ -33,7 +35,7 @@ from ..batch import MiniBatch
 from ..errors import ConfigError, SamplingInputError
 from ..ops import wire
 from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
-from .collective import Exchanger, raise_agreed
+from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
 from .id_maps import IdMaps
 from .topology_cache import TopologyCache, check_fraction
@@ -282,8 +284,11 @@ class DistSampler:
 def _topology_cache(part, ex: Exchanger, fraction: float) -> TopologyCache | None:
     """Collective when any rank asks for a cache (one agreement, then every rank takes part
     in the build); ``None`` when no rank does or the group has one rank."""
-    if ex.world_size == 1 or ex.agree_max([int(fraction > 0)])[0] == 0:
+    if ex.world_size == 1:
         return None
+    with peer_errors("agreeing on building topology caches"):
+        if ex.agree_max([int(fraction > 0)])[0] == 0:
+            return None
     return TopologyCache(part, ex, fraction)
 
 
