@@ -29,6 +29,11 @@ fraction of them owned by another rank, and the id bytes sent to other ranks per
 (of all hops, so the hops add up to the total), with the total split into what scales per
 remote node (requested ids, reply counts), per remote edge (neighbor and edge ids) and the rest
 (request headers, size vectors). With ``--split owner`` also each rank's count of owned seeds.
+
+With ``--topology-cache F`` (each rank caches remote nodes' rows within ``F`` x its part's edges,
+:mod:`~mnmg_sampler.distributed.topology_cache`), the hops also count the frontier nodes served
+from the cache (never on the wire), and at W > 1 the same ranks time the same batches with a
+second sampler without the cache, repeats alternating, so the two compare in one run.
 """
 
 from __future__ import annotations
@@ -164,6 +169,9 @@ def _worker(work: str) -> int:
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
                           topology_cache=task.get("topology_cache", 0.0))
     ex = sampler.ex
+    # with a topology cache, the same ranks also time a sampler without one, repeats alternating
+    base = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded")) \
+        if task.get("topology_cache", 0.0) > 0 and world > 1 else None
     store = None
     if task["features"] and part.x is not None:
         store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
@@ -190,13 +198,15 @@ def _worker(work: str) -> int:
             return (seeds[i * B:(i + 1) * B], i) if i < n else None
     rounds = -(-slots // K)
 
-    def one_round(r: int) -> int:
+    def one_round(r: int, s=sampler) -> int:
         todo = [x for x in (batch(b) for b in range(r * K, (r + 1) * K)) if x is not None]
         reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
                               edge_ids=task["edge_ids"]) for sd, i in todo]
-        return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
+        return sum(int(mb.edge_index.shape[1]) for mb in s.sample(reqs, store))
 
     one_round(0)  # warm-up: compiled code, page cache, gloo buffers
+    if base is not None:
+        one_round(0, base)
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
             "kernel_nodes", "remote_rows", "distinct_remote_rows", "rows_fetched", "cache_hits",
@@ -233,6 +243,15 @@ def _worker(work: str) -> int:
         s1 = snap()
         for k in s0:
             res[k].append(s1[k] - s0[k])
+        if base is not None:  # the same batches without the topology cache
+            dist.barrier()
+            b0 = base.ex.bytes.get("ids", [0, 0])[1]
+            t, c = time.perf_counter(), time.process_time()
+            edges = sum(one_round(r, base) for r in range(rounds))
+            for k, v in (("seconds", time.perf_counter() - t), ("cpu_s", time.process_time() - c),
+                         ("edges", edges),
+                         ("id_remote", base.ex.bytes.get("ids", [0, 0])[1] - b0)):
+                res.setdefault("no_cache_" + k, []).append(v)
     res["edges_sampled_here"] = int(sampler.kernel_edges)
     res["topology_cache"] = sampler.topology_stats()
     res["hops"] = tally.snapshot()
@@ -301,6 +320,23 @@ def summarize(ranks: list[dict]) -> dict:
         "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
         if tot("distinct_remote_rows") else 0.0,
         "topology_cache": [r.get("topology_cache", {}) for r in ranks],
+        "without_topology_cache": _no_cache(ranks),
+    }
+
+
+def _no_cache(ranks: list[dict]) -> dict | None:
+    """The same ranks' figures without the topology cache (repeats alternating), if timed."""
+    if "no_cache_seconds" not in ranks[0]:
+        return None
+    reps = len(ranks[0]["no_cache_seconds"])
+    edges = max(sum(sum(r["no_cache_edges"]) for r in ranks), 1)
+    return {
+        "edges_per_s_per_rank": [r["no_cache_edges"][0] / median(r["no_cache_seconds"])
+                                 for r in ranks],
+        "cpu_s_per_m_edges": median([sum(r["no_cache_cpu_s"][k] for r in ranks)
+                                     / max(sum(r["no_cache_edges"][k] for r in ranks), 1) * 1e6
+                                     for k in range(reps)]),
+        "id_bytes_per_edge_remote": sum(sum(r["no_cache_id_remote"]) for r in ranks) / edges,
     }
 
 
@@ -501,6 +537,18 @@ def print_table(res: dict) -> None:
               f"{p['per_remote_edge']:.2f} neighbors (per remote edge), "
               f"{p['headers_and_sizes']:.3f} headers and sizes{owned}")
     for w, s in res["dist"].items():
+        nc = s.get("without_topology_cache")
+        if nc:
+            rate = sum(nc["edges_per_s_per_rank"]) / len(nc["edges_per_s_per_rank"])
+            ids = s["id_bytes_per_edge_remote"] / max(nc["id_bytes_per_edge_remote"], 1e-12)
+            print(f"W={w} without the topology cache (same ranks and batches, repeats "
+                  f"alternating): edges/s per rank "
+                  + ", ".join(f"{v / 1e6:.2f}" for v in nc["edges_per_s_per_rank"])
+                  + f" M/s (with it {s['mean_edges_per_s_per_rank'] / rate:.2f}x), CPU s/M edges "
+                  f"{nc['cpu_s_per_m_edges']:.3f} (with it "
+                  f"{s['cpu_s_per_m_edges'] / nc['cpu_s_per_m_edges']:.2f}x), id B/edge to "
+                  f"others {nc['id_bytes_per_edge_remote']:.3f} (with it "
+                  f"{ids:.3f}x)")
         tc = [t for t in s.get("topology_cache", []) if t.get("nodes")]
         if not tc:
             continue

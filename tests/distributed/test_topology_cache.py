@@ -264,3 +264,21 @@ def test_no_num_nodes_sized_array_in_build_or_use(tmp_path):
         assert build < 2 * HUGE_N and use < 2 * HUGE_N  # 8 * HUGE_N for one int64 array
         for (seeds, key), mb in zip(reqs, got, strict=True):
             assert_same(mb, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))
+
+
+def test_bench_dist_reports_the_cache_beside_no_cache(tmp_path):
+    from .test_bench_modes import bench
+
+    res = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
+                "--partition-method", "metis", "--split", "owner", "--topology-cache", "0.5",
+                timeout=180)
+    two = res["dist"]["2"]
+    nc = two["without_topology_cache"]
+    assert 0 < two["id_bytes_per_edge_remote"] < nc["id_bytes_per_edge_remote"]
+    assert all(t["nodes"] > 0 and t["bytes"] > 0 for t in two["topology_cache"])
+    # the timed repeats' hits (the warm-up round's are in the caches' own counters too)
+    assert 0 < two["topology_cache_hits"] <= sum(t["hits"] for t in two["topology_cache"])
+    assert sum(h["id_bytes_per_edge_remote"] for h in two["hops"]) == pytest.approx(
+        two["id_bytes_per_edge_remote"])
+    assert all(v > 0 for v in two["id_bytes_per_edge_remote_parts"].values())
+    assert len(nc["edges_per_s_per_rank"]) == 2 and nc["cpu_s_per_m_edges"] > 0
