@@ -68,30 +68,28 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2**64 / golden rat
 
 @numba.njit(cache=True, nogil=True)
 def _table(ids):
-    """Open-addressing hash table of ``ids`` (load <= 1/2): ``(keys, positions, shift)``; a
-    lookup costs a multiplication and a probe or two, where a binary search of the ids cost
-    a dozen unpredictable branches per frontier node."""
+    """Open-addressing hash table of the positions of ``ids`` (int32, -1 = empty, load <= 1/2)
+    and its shift: a lookup costs a multiplication and a probe or two, where a binary search
+    of the ids cost a dozen unpredictable branches per frontier node."""
     bits = 1
     while (1 << bits) < 2 * ids.shape[0]:
         bits += 1
     cap = 1 << bits
     shift = np.uint64(64 - bits)
-    keys = np.full(cap, -1, np.int64)
-    vals = np.empty(cap, np.int64)
+    slots = np.full(cap, -1, np.int32)
     for i in range(ids.shape[0]):
         h = np.int64((np.uint64(ids[i]) * _GOLDEN) >> shift)
-        while keys[h] != -1:
+        while slots[h] != -1:
             h = (h + 1) & (cap - 1)
-        keys[h] = ids[i]
-        vals[h] = i
-    return keys, vals, shift
+        slots[h] = i
+    return slots, shift
 
 
 @numba.njit(cache=True, nogil=True)
-def _lookup(keys, vals, shift, nodes, own_lo, own_hi):
-    """Position of each node in the cache (-1 if absent; this rank's own nodes
+def _lookup(ids, slots, shift, nodes, own_lo, own_hi):
+    """Position of each node in ``ids`` (-1 if absent; this rank's own nodes
     ``[own_lo, own_hi)`` are never cached) and the number found."""
-    mask = keys.shape[0] - 1
+    mask = slots.shape[0] - 1
     pos = np.empty(nodes.shape[0], np.int64)
     hits = 0
     for i in range(nodes.shape[0]):
@@ -100,9 +98,9 @@ def _lookup(keys, vals, shift, nodes, own_lo, own_hi):
         if own_lo <= v < own_hi:
             continue
         h = np.int64((np.uint64(v) * _GOLDEN) >> shift)
-        while keys[h] != -1:
-            if keys[h] == v:
-                pos[i] = vals[h]
+        while slots[h] != -1:
+            if ids[slots[h]] == v:
+                pos[i] = slots[h]
                 hits += 1
                 break
             h = (h + 1) & mask
@@ -275,7 +273,7 @@ class TopologyCache:
         self.indices = np.concatenate(cind) if cind else np.empty(0, _I64)
         self.edge_ids = np.concatenate(ceid) if ceid else np.empty(0, _I64)
         self.weights = None if weights is None else np.ascontiguousarray(wgot, np.float32)
-        self._keys, self._vals, self._shift = _table(self.ids)
+        self._slots, self._shift = _table(self.ids)
         self.build_bytes = ex.bytes.get(TAG, [0, 0])[1] - b0
 
     # -- sizes ---------------------------------------------------------------------------------
@@ -291,7 +289,7 @@ class TopologyCache:
     def nbytes(self) -> int:
         """Bytes of the cache's arrays on this rank."""
         arrays = (self.ids, self.indptr, self.orig_ids, self.indices, self.edge_ids,
-                  self.weights, self._keys, self._vals)
+                  self.weights, self._slots)
         return int(sum(a.nbytes for a in arrays if a is not None))
 
     def stats(self) -> dict:
@@ -306,7 +304,7 @@ class TopologyCache:
         """One hop with the cache: ``wire_hop`` (collective, always called once) samples the
         frontier nodes not cached, ``kernel(rows, rng_nodes, keys, fanouts, replace, edge_ids,
         arrays)`` the cached ones here; results come back in frontier order."""
-        pos, hits = _lookup(self._keys, self._vals, self._shift, h.nodes, self.lo, self.hi)
+        pos, hits = _lookup(self.ids, self._slots, self._shift, h.nodes, self.lo, self.hi)
         if hits == 0:
             return wire_hop(h)
         t0 = time.perf_counter()

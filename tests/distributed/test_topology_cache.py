@@ -56,7 +56,7 @@ def _sample(rank, world, d, fractions):
         t = s.topo
         arrays = None if t is None else (t.ids, t.indptr, t.indices, t.edge_ids, t.orig_ids,
                                           t.weights)
-        table = 0 if t is None else t._keys.nbytes + t._vals.nbytes  # its hash table
+        table = 0 if t is None else t._slots.nbytes  # its hash table
         out.append((got, s.ex.bytes.get("ids", [0, 0])[1],
                     dict(s.topology_stats(), table_bytes=table), arrays))
     return out
