@@ -86,61 +86,64 @@ def _table(ids):
 
 
 @numba.njit(cache=True, nogil=True)
-def _lookup(ids, slots, shift, nodes, own_lo, own_hi):
-    """Position of each node in ``ids`` (-1 if absent; this rank's own nodes
-    ``[own_lo, own_hi)`` are never cached) and the number found."""
-    mask = slots.shape[0] - 1
-    pos = np.empty(nodes.shape[0], np.int64)
-    hits = 0
-    for i in range(nodes.shape[0]):
-        v = nodes[i]
-        pos[i] = -1
-        if own_lo <= v < own_hi:
-            continue
-        h = np.int64((np.uint64(v) * _GOLDEN) >> shift)
-        while slots[h] != -1:
-            if ids[slots[h]] == v:
-                pos[i] = slots[h]
-                hits += 1
-                break
-            h = (h + 1) & mask
-    return pos, hits
+def _split(ids, slots, shift, own_lo, own_hi, orig_ids, nodes, sizes, keys, fanouts, replace):
+    """One pass over a hop's frontier: which nodes are cached (this rank's own nodes
+    ``[own_lo, own_hi)`` never are), the others with their count per request, and the cached
+    ones' kernel inputs (cache rows, original ids, key, fanout, replace).
 
-
-@numba.njit(cache=True, nogil=True)
-def _split(pos, sizes, hits):
-    """Frontier positions of the misses, misses per request, and the hits' request index."""
-    n = pos.shape[0]
+    Returns ``(hits, hit, miss_nodes, miss_sizes, rows, rng_nodes, keys, fanouts, replace)``.
+    """
+    n = nodes.shape[0]
     S = sizes.shape[0]
-    miss = np.empty(n - hits, np.int64)
+    mask = slots.shape[0] - 1
+    hit = np.zeros(n, np.uint8)
+    miss = np.empty(n, np.int64)
     miss_sizes = np.zeros(S, np.int64)
-    hit_seg = np.empty(hits, np.int64)
+    rows = np.empty(n, np.int64)
+    rng = np.empty(n, np.int64)
+    hk = np.empty(n, np.int64)
+    hf = np.empty(n, np.int64)
+    hr = np.empty(n, np.uint8)
     a = b = i = 0
     for s in range(S):
         for _ in range(sizes[s]):
-            if pos[i] >= 0:
-                hit_seg[b] = s
+            v = nodes[i]
+            p = -1
+            if not (own_lo <= v < own_hi):
+                h = np.int64((np.uint64(v) * _GOLDEN) >> shift)
+                while slots[h] != -1:
+                    if ids[slots[h]] == v:
+                        p = np.int64(slots[h])
+                        break
+                    h = (h + 1) & mask
+            if p >= 0:
+                hit[i] = 1
+                rows[b] = p
+                rng[b] = orig_ids[p]
+                hk[b] = keys[s]
+                hf[b] = fanouts[s]
+                hr[b] = 1 if replace[s] else 0
                 b += 1
             else:
-                miss[a] = i
+                miss[a] = v
                 miss_sizes[s] += 1
                 a += 1
             i += 1
-    return miss, miss_sizes, hit_seg
+    return b, hit, miss[:a], miss_sizes, rows[:b], rng[:b], hk[:b], hf[:b], hr[:b]
 
 
 @numba.njit(cache=True, nogil=True)
-def _interleave(pos, c_miss, nb_miss, e_miss, c_hit, nb_hit, e_hit, with_e):
+def _interleave(hit, c_miss, nb_miss, e_miss, c_hit, nb_hit, e_hit, with_e):
     """Counts, neighbors and edge ids in frontier order from the misses' and the hits' results
     (each in frontier order among themselves)."""
-    n = pos.shape[0]
+    n = hit.shape[0]
     total = nb_miss.shape[0] + nb_hit.shape[0]
     out_c = np.empty(n, np.int64)
     out_n = np.empty(total, np.int64)
     out_e = np.empty(total if with_e else 0, np.int64)
     a = b = pa = pb = o = 0
     for i in range(n):
-        if pos[i] >= 0:
+        if hit[i]:
             c = c_hit[b]
             b += 1
             for j in range(c):
@@ -192,7 +195,7 @@ class TopologyCache:
         self.fraction = fraction
         self.hits = 0
         self.hit_edges = 0
-        self.t_split = 0.0
+        self.t_merge = 0.0
         bounds = np.asarray(part.boundaries, _I64)
         inner = bounds[1:-1]
         me, W = ex.rank, ex.world_size
@@ -304,30 +307,24 @@ class TopologyCache:
         """One hop with the cache: ``wire_hop`` (collective, always called once) samples the
         frontier nodes not cached, ``kernel(rows, rng_nodes, keys, fanouts, replace, edge_ids,
         arrays)`` the cached ones here; results come back in frontier order."""
-        pos, hits = _lookup(self.ids, self._slots, self._shift, h.nodes, self.lo, self.hi)
+        hits, hit, miss_nodes, miss_sizes, rows, rng, keys, fans, reps = _split(
+            self.ids, self._slots, self._shift, self.lo, self.hi, self.orig_ids, h.nodes,
+            np.asarray(h.sizes, _I64), h.keys, h.fanouts, h.replace)
         if hits == 0:
             return wire_hop(h)
-        t0 = time.perf_counter()
-        miss, miss_sizes, seg = _split(pos, np.asarray(h.sizes, _I64), hits)
-        rest = HopSegments(h.nodes[miss], miss_sizes, h.keys, h.fanouts, h.replace, h.hop,
-                           h.edge_ids)
-        self.t_split += time.perf_counter() - t0
-        c_miss, nb_miss, e_miss = wire_hop(rest)
-        rows = pos[pos >= 0]
-        c_hit, nb_hit, e_hit = kernel(rows, self.orig_ids[rows], h.keys[seg], h.fanouts[seg],
-                                      h.replace[seg], h.edge_ids,
-                                      ((self.indptr, self.indices, self.edge_ids, self.orig_ids),
-                                       self.weights))
+        c_miss, nb_miss, e_miss = wire_hop(HopSegments(
+            miss_nodes, miss_sizes, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids))
+        arrays = ((self.indptr, self.indices, self.edge_ids, self.orig_ids), self.weights)
+        c_hit, nb_hit, e_hit = kernel(rows, rng, keys, fans, reps, h.edge_ids, arrays)
         self.hits += int(hits)
         self.hit_edges += int(nb_hit.size)
         t0 = time.perf_counter()
-        empty = np.empty(0, _I64)
         with_e = bool(h.edge_ids)
-        c, nb, e = _interleave(pos, np.asarray(c_miss, _I64), np.asarray(nb_miss, _I64),
-                               empty if e_miss is None or not with_e else
-                               np.asarray(e_miss, _I64),
-                               np.asarray(c_hit, _I64), np.asarray(nb_hit, _I64),
-                               empty if e_hit is None or not with_e else np.asarray(e_hit, _I64),
-                               with_e)
-        self.t_split += time.perf_counter() - t0
+        empty = np.empty(0, _I64)
+        c, nb, e = _interleave(hit, np.asarray(c_miss, _I64), np.asarray(nb_miss, _I64),
+                               np.asarray(e_miss, _I64) if with_e and e_miss is not None
+                               else empty, np.asarray(c_hit, _I64), np.asarray(nb_hit, _I64),
+                               np.asarray(e_hit, _I64) if with_e and e_hit is not None
+                               else empty, with_e)
+        self.t_merge += time.perf_counter() - t0
         return c, nb, (e if with_e else None)
