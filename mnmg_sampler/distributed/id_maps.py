@@ -13,7 +13,8 @@ rank holds only what is its share:
 
 Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers; the
 answers have the sizes of the questions, so they need no second count exchange): original ids
-go to their shard's rank, new ids to their owner. A ``range`` partitioning keeps every id
+go to their shard's rank (distinct ids once), new ids to their owner (one compiled pass, repeats
+included). A ``range`` partitioning keeps every id
 (new == original) and needs none of this. Lookups are collective: every rank calls them
 together, with any number of ids, including none.
 
@@ -33,6 +34,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigError, PartitionError
 from ..graph.partition import _even_boundaries
+from ..ops import wire
 from ..ops.dedup import unique_first
 from .collective import Exchanger, backend_device, peer_errors, raise_if_any
 
@@ -86,6 +88,7 @@ class IdMaps:
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo, self.hi = int(bounds[ex.rank]), int(bounds[ex.rank + 1])
         self.word = np.dtype(np.int32 if self.num_nodes < 2**31 else np.int64)
+        self._word0 = np.empty(0, self.word)  # tells the packers the word type
         self.orig = None if self.identity else np.asarray(part.orig_ids)
         self.shard = None
         self.even = _even_boundaries(self.num_nodes, ex.world_size)
@@ -217,14 +220,16 @@ class IdMaps:
             return new_ids
         if self.n2o is not None:
             return np.asarray(self.n2o[new_ids], np.int64)
-        mine = (new_ids >= self.lo) & (new_ids < self.hi)
-        out = np.empty(new_ids.shape, np.int64)
-        out[mine] = self.orig[new_ids[mine] - self.lo]
         if self.ex.world_size == 1:
-            return out
-        rest = np.flatnonzero(~mine)
-        lo, orig = self.lo, self.orig
-        out[rest] = self._ask(new_ids[rest], self.owner, lambda k: orig[k - lo])
+            return np.asarray(self.orig[new_ids - self.lo], np.int64)
+        # one compiled pass: own ids answered here, the others packed by owner (duplicates
+        # travel: cheaper than finding them); then ids and answers, three collectives
+        out, keys, counts, pos = wire.pack_lookup(new_ids, self._inner, self.ex.rank, self.lo,
+                                                  self.orig, self._word0)
+        recv, rcounts = self.ex.exchange(torch.from_numpy(keys), torch.from_numpy(counts), TAG)
+        ans = wire.answer_lookup(recv.numpy(), self.lo, self.orig, self._word0)
+        back = self.ex.payload(torch.from_numpy(ans), rcounts.tolist(), counts.tolist(), TAG)
+        out[pos] = back.numpy()
         return out
 
     def to_new_many(self, orig_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
