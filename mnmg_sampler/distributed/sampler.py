@@ -161,8 +161,9 @@ class DistSampler:
             # with a range partitioning a node's id is its original id: no orig_ids gather
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
                                 nodes if self.identity_ids else None)
+        want_o = self._want_orig and h.hop > 0  # hop 1's frontier is the seeds: known
         flags = (h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
-                 | (wire.ORIG_IDS if self._want_orig else 0))
+                 | (wire.ORIG_IDS if want_o else 0))
         # outbound: per destination, one header per request, then the wire ids of its nodes
         buf, sizes, ocount, where, mine = wire.pack_requests(
             nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k)
@@ -188,13 +189,12 @@ class DistSampler:
             back, bsizes = t.numpy(), ts.numpy()
         if mine.size == nodes.size:  # nothing was remote: own results are in frontier order
             el = int(nb.size if mine.size == c.size else c[:mine.size].sum())
-            if self._want_orig:
+            if want_o:
                 self._front_orig[h.hop] = orig[rows[:mine.size]]
             return c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
         counts, nbr, eid, origs = wire.unpack_replies(
-            back, bsizes, ocount, me, c, nb, e, rows, orig, where, h.edge_ids, self._want_orig,
-            k)
-        if self._want_orig:
+            back, bsizes, ocount, me, c, nb, e, rows, orig, where, h.edge_ids, want_o, k)
+        if want_o:
             self._front_orig[h.hop] = origs
         return counts, nbr, (eid if h.edge_ids else None)
 
