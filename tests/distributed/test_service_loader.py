@@ -278,3 +278,46 @@ def test_failed_round_reaches_waiting_callers(tmp_path):
     ((msg, late_err),) = run_ranks(_round_fails, 1, d, timeout=90)
     assert msg is not None and "simulated broken collective" in msg
     assert late_err == "ServiceError"
+
+
+def _idle_waits(rank, world, d):
+    import threading as th
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode="thread",
+                          idle_sleep_s=0.001)
+    waits: list[float] = []
+    inner = svc._wake.wait
+    enough = th.Event()
+
+    def wait(timeout=None):  # record each idle sleep the service thread asks for
+        waits.append(timeout)
+        if len(waits) >= 12:
+            enough.set()
+        return inner(timeout)
+
+    svc._wake.wait = wait
+    assert enough.wait(60), "the service thread never went idle"
+    n = len(waits)
+    fut = svc.submit(SampleRequest(np.array([rank]), [2], key=rank))
+    b = svc.result(fut)
+    svc.shutdown()
+    return waits[:n], int(b.batch_size), svc.stats()["idle_rounds"]
+
+
+def test_idle_service_backs_off_and_a_submit_wakes_it(tmp_path):
+    """An idle service thread sleeps 1, 2, 4, 8, 8, ... x idle_sleep_s between its agreement
+    all-reduces instead of polling at a fixed rate; a request still gets served."""
+    d = tmp_path / "parts"
+    partition(small_graph(), 2, "random", d, seed=1)
+    for waits, served, idle_rounds in run_ranks(_idle_waits, 2, d, timeout=120):
+        assert served == 1 and idle_rounds >= 11
+        base = 0.001
+        # while no rank has work, each sleep doubles the last one or stays at the cap; a round
+        # with work (the other rank's request may come first) starts over at idle_sleep_s
+        steps = [round(w / base) for w in waits]
+        assert set(steps) <= {1, 2, 4, 8} and max(steps) == 8
+        pairs = zip(steps[:-1], steps[1:], strict=True)
+        assert all(b in (2 * a, 1) or a == b == 8 for a, b in pairs)
