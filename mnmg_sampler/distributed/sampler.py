@@ -7,7 +7,9 @@ all-to-all; opt-in on gloo, one message per peer, see
 node and edge counts fit, decided once per job) behind one small header per request and
 destination (node count, key, fanout, flags) instead of constants repeated per node. **One**
 kernel call per rank serves its own nodes and every node received from all ranks; counts,
-neighbor ids and (only when some request asked) edge ids go back in one more exchange, and the
+neighbor ids, (only when some request asked) edge ids and (when ``n_id`` is translated without
+features) the nodes' original ids go back in one more exchange, padded to sizes both sides
+compute when no request of the round has a fanout of -1 (so without a size exchange), and the
 requester puts them back in frontier order. The requester deduplicates and
 renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
 :meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
@@ -17,7 +19,8 @@ ids of the partitioning stay inside. The RNG is keyed on original ids and neighb
 canonical order, so results are bit-identical to the single-process sampler for any world size
 and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
 translated locally, others (when any rank has one) in one lookup to the map shards before hop 1;
-``n_id`` comes back from the nodes' owners, with the feature rows when features are fetched.
+``n_id`` comes back from the nodes' owners: with the feature rows when features are fetched, else
+in the hop replies, and for the nodes of each request's last hop in one lookup after it.
 """
 
 from __future__ import annotations
