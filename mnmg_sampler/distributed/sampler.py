@@ -317,6 +317,8 @@ class DistSampler:
         ask = [n_ids[i][a:z] for i, a, z in ask_at]
         for (i, a, z), orig in zip(ask_at, self.ids.to_orig_many(ask), strict=True):
             res[i][a:z] = orig
+        if any(taken.get(h, 0) != a.size for h, a in front.items()):  # after the collective
+            raise RuntimeError("the original ids returned with a hop do not match its frontier")
         return res
 
     def _check(self, seeds: np.ndarray,
