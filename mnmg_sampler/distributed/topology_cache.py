@@ -196,6 +196,7 @@ class TopologyCache:
         self.hits = 0
         self.hit_edges = 0
         self.t_merge = 0.0
+        self.last: tuple[np.ndarray, np.ndarray] | None = None  # last hop's hits, their orig ids
         bounds = np.asarray(part.boundaries, _I64)
         inner = bounds[1:-1]
         me, W = ex.rank, ex.world_size
@@ -302,6 +303,16 @@ class TopologyCache:
                 "edges": self.num_edges, "bytes": self.nbytes, "hits": self.hits,
                 "hit_edges": self.hit_edges, "build_bytes_to_others": self.build_bytes}
 
+    def frontier_orig(self, miss_orig: np.ndarray) -> np.ndarray:
+        """Original ids of the last hop's whole frontier, from those of its nodes that were not
+        cached (in frontier order among themselves) and the cache's own."""
+        hit, rng = self.last
+        out = np.empty(hit.size, _I64)
+        mask = hit.view(np.bool_)
+        out[mask] = rng
+        out[~mask] = miss_orig
+        return out
+
     # -- one hop -------------------------------------------------------------------------------
     def hop(self, h: HopSegments, wire_hop: Callable, kernel: Callable):
         """One hop with the cache: ``wire_hop`` (collective, always called once) samples the
@@ -310,8 +321,10 @@ class TopologyCache:
         hits, hit, miss_nodes, miss_sizes, rows, rng, keys, fans, reps = _split(
             self.ids, self._slots, self._shift, self.lo, self.hi, self.orig_ids, h.nodes,
             np.asarray(h.sizes, _I64), h.keys, h.fanouts, h.replace)
+        self.last = None
         if hits == 0:
             return wire_hop(h)
+        self.last = (hit, rng)
         c_miss, nb_miss, e_miss = wire_hop(HopSegments(
             miss_nodes, miss_sizes, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids))
         arrays = ((self.indptr, self.indices, self.edge_ids, self.orig_ids), self.weights)
