@@ -13,7 +13,12 @@ Measured in one run, on one graph, one thread per rank:
    call (``--merge K``: K requests per rank per call, as a service merges its loaders'
    requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
    (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
-   (``--split owner``). More ranks than cores oversubscribe them; the output says so.
+   (``--split owner``). Like a :class:`~mnmg_sampler.loader.DistNeighborLoader`, each rank
+   translates its seeds to the partitioning's ids once, before the timed rounds (one lookup with
+   sharded id maps and the global split; reported as a setup figure), and its requests carry
+   them, so no round looks seeds up; ``--seed-lookup per-round`` measures rounds that look them
+   up instead, as requests without translated seeds do. More ranks than cores oversubscribe
+   them; the output says so.
 
 Reported per world size: sampled edges/s of each rank (its edges / its time) and in total (all
 ranks' edges / the slowest rank's time); **CPU seconds per million sampled edges summed over
@@ -87,6 +92,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="gloo transport of the ranks' exchanges: the counts-then-payload "
                         "all-to-alls, or one point-to-point message per peer (fused, opt-in) "
                         "(default: alltoall)")
+    p.add_argument("--seed-lookup", choices=["once", "per-round"], default="once",
+                   help="translate each rank's seeds to the partitioning's ids once before the "
+                        "timed rounds, as the loader does, or in every round (default: once)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -161,6 +169,9 @@ def _worker(work: str) -> int:
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
+    once = task.get("seed_lookup", "once") == "once"
+    dist.barrier()
+    t_setup, c_setup, b_setup = time.perf_counter(), time.process_time(), ex.remote_bytes
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
         owned = int(mine.size)
@@ -168,23 +179,35 @@ def _worker(work: str) -> int:
         t = torch.tensor([n_mine])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         slots = int(t)
+        # own seeds: translated locally, no exchange
+        mine_new = sampler.ids.to_new_local(mine[:n_mine * B]) if once else None
 
         def batch(b):
-            return (mine[b * B:(b + 1) * B], b * world + rank) if b < n_mine else None
+            if b >= n_mine:
+                return None
+            sl = slice(b * B, (b + 1) * B)
+            return mine[sl], (mine_new[sl] if once else None), b * world + rank
     else:
         n = min(task["batches"] * world, -(-seeds.size // B))
         slots = -(-n // world)
         n_mine = len(range(rank, n, world))
+        # every seed of this rank's batches in one lookup (collective), as a loader does once
+        my_new = sampler.ids.to_new_many([seeds[i * B:(i + 1) * B] for i in
+                                          range(rank, n, world)]) if once else None
 
         def batch(b):
             i = b * world + rank
-            return (seeds[i * B:(i + 1) * B], i) if i < n else None
+            if i >= n:
+                return None
+            return seeds[i * B:(i + 1) * B], (my_new[b] if once else None), i
+    setup = {"seconds": time.perf_counter() - t_setup, "cpu_s": time.process_time() - c_setup,
+             "remote_bytes": ex.remote_bytes - b_setup}
     rounds = -(-slots // K)
 
     def one_round(r: int) -> int:
         todo = [x for x in (batch(b) for b in range(r * K, (r + 1) * K)) if x is not None]
         reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
-                              edge_ids=task["edge_ids"]) for sd, i in todo]
+                              edge_ids=task["edge_ids"], new_seeds=nw) for sd, nw, i in todo]
         return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
 
     one_round(0)  # warm-up: compiled code, page cache, gloo buffers
@@ -195,6 +218,7 @@ def _worker(work: str) -> int:
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
                  "transport": "fused" if ex.fused else "alltoall",
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
+                 "seed_setup": setup,
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
                  "row_bytes": store.row_bytes if store else 0}
@@ -276,6 +300,12 @@ def summarize(ranks: list[dict]) -> dict:
         "bytes_exchanged": sum(r["bytes"][0] for r in ranks),
         **hops,
         "owned_seeds_per_rank": [r.get("owned_seeds", 0) for r in ranks],
+        # the one-time translation of the ranks' seeds before the timed rounds (slowest rank;
+        # CPU and bytes to others summed over ranks); zero work with --seed-lookup per-round
+        "seed_setup_s": max(r.get("seed_setup", {}).get("seconds", 0.0) for r in ranks),
+        "seed_setup_cpu_s": sum(r.get("seed_setup", {}).get("cpu_s", 0.0) for r in ranks),
+        "seed_setup_remote_bytes": sum(r.get("seed_setup", {}).get("remote_bytes", 0)
+                                       for r in ranks),
         # every remote row requested, the distinct ones, and what crossed the wire
         "feature_rows_remote": tot("remote_rows"),
         "feature_rows_distinct_remote": tot("distinct_remote_rows"),
@@ -391,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
         "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
-        "machine": machine_info(threads),
+        "seed_lookup": args.seed_lookup, "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
@@ -400,7 +430,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
           f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
-          f"{args.id_maps} id maps; "
+          f"{args.id_maps} id maps, seed lookup {args.seed_lookup}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -411,7 +441,8 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "exchange": args.exchange, "id_maps": args.id_maps}
+            "exchange": args.exchange, "id_maps": args.id_maps,
+            "seed_lookup": args.seed_lookup}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
@@ -460,6 +491,13 @@ def print_table(res: dict) -> None:
     if any(s["oversubscribed"] for s in res["dist"].values()):
         print("* more rank threads than cores: ranks share cores, so per-rank edges/s drops; "
               "CPU s per edge stays comparable")
+    print("seeds translated to the partitioning's ids " + (
+        "once before the timed rounds (as the loader does): " + "; ".join(
+            f"W={w}: {s['seed_setup_s'] * 1e3:.1f} ms (slowest rank), "
+            f"{s['seed_setup_cpu_s'] * 1e3:.1f} ms CPU (all ranks), "
+            f"{s['seed_setup_remote_bytes']:,} B to others"
+            for w, s in res["dist"].items())
+        if res.get("seed_lookup", "once") == "once" else "in every timed round (per-round)"))
     if res["features"]:
         print("\nfeatures: " + "; ".join(
             f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "

@@ -136,8 +136,8 @@ class SamplerConfig:
         "batches depend on the partitioning). task link: global only.")
     id_maps: Literal["sharded", "replicated"] = _opt(
         "sharded", "Original <-> new id maps: sharded = each rank holds 1/W of them and asks "
-        "the others (no num_nodes-sized array; without features a round does one or two more "
-        "exchanges); replicated = both maps on every rank (16 bytes per node), no lookups.")
+        "the others (no num_nodes-sized array; without features a loader's round does one more "
+        "exchange); replicated = both maps on every rank (16 bytes per node), no lookups.")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(

@@ -63,6 +63,21 @@ def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
     assert sum(two["owned_seeds_per_rank"]) == res["nonisolated_nodes"]
 
 
+def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path):
+    extra = ("--batch-size", "16", "--batches", "3", "--world-sizes", "2")
+    once = bench("dist", tmp_path, *extra)
+    per = bench("dist", tmp_path, *extra, "--seed-lookup", "per-round")
+    assert (once["seed_lookup"], per["seed_lookup"]) == ("once", "per-round")
+    a, b = once["dist"]["2"], per["dist"]["2"]
+    # once: one lookup before the timed rounds (random partitioning: remote seeds); per-round:
+    # none then, and 3 more collectives (sizes, ids, answers) in every timed round of each rank
+    assert a["seed_setup_remote_bytes"] > 0 and b["seed_setup_remote_bytes"] == 0
+    assert a["edges_per_rank"] == b["edges_per_rank"]  # the same batches
+    for ra, rb in zip(a["ranks"], b["ranks"], strict=True):
+        assert ra["batches"] == rb["batches"] == 3
+        assert rb["exchange_calls"] - ra["exchange_calls"] == 3 * 3
+
+
 def test_bench_merge_merges_loaders_and_one_per_round_does_not(tmp_path):
     res = bench("merge", tmp_path, "--batch-size", "8", "--batches", "2", "--loaders", "4")
     m, o = res["merged"], res["one_per_round"]
