@@ -14,8 +14,9 @@ Measured in one run, on one graph, one thread per rank:
    requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
    (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
    (``--split owner``). Like a :class:`~mnmg_sampler.loader.DistNeighborLoader`, each rank
-   translates its seeds to the partitioning's ids once, before the timed rounds (one lookup with
-   sharded id maps and the global split; reported as a setup figure), and its requests carry
+   translates its seeds to the partitioning's ids once, after the warm-up and before the timed
+   rounds (one lookup with sharded id maps and the global split; reported as a setup figure,
+   compiled code already loaded), and its requests carry
    them, so no round looks seeds up; ``--seed-lookup per-round`` measures rounds that look them
    up instead, as requests without translated seeds do. More ranks than cores oversubscribe
    them; the output says so.
@@ -170,8 +171,6 @@ def _worker(work: str) -> int:
     tally = _HopTally(sampler)
     owned = 0
     once = task.get("seed_lookup", "once") == "once"
-    dist.barrier()
-    t_setup, c_setup, b_setup = time.perf_counter(), time.process_time(), ex.remote_bytes
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
         owned = int(mine.size)
@@ -179,38 +178,39 @@ def _worker(work: str) -> int:
         t = torch.tensor([n_mine])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         slots = int(t)
-        # own seeds: translated locally, no exchange
-        mine_new = sampler.ids.to_new_local(mine[:n_mine * B]) if once else None
 
         def batch(b):
-            if b >= n_mine:
-                return None
-            sl = slice(b * B, (b + 1) * B)
-            return mine[sl], (mine_new[sl] if once else None), b * world + rank
+            return (mine[b * B:(b + 1) * B], b * world + rank) if b < n_mine else None
     else:
         n = min(task["batches"] * world, -(-seeds.size // B))
         slots = -(-n // world)
         n_mine = len(range(rank, n, world))
-        # every seed of this rank's batches in one lookup (collective), as a loader does once
-        my_new = sampler.ids.to_new_many([seeds[i * B:(i + 1) * B] for i in
-                                          range(rank, n, world)]) if once else None
 
         def batch(b):
             i = b * world + rank
-            if i >= n:
-                return None
-            return seeds[i * B:(i + 1) * B], (my_new[b] if once else None), i
-    setup = {"seconds": time.perf_counter() - t_setup, "cpu_s": time.process_time() - c_setup,
-             "remote_bytes": ex.remote_bytes - b_setup}
+            return (seeds[i * B:(i + 1) * B], i) if i < n else None
     rounds = -(-slots // K)
+    new_seeds: list | None = None  # this rank's batches' seeds in new ids, once translated
 
     def one_round(r: int) -> int:
-        todo = [x for x in (batch(b) for b in range(r * K, (r + 1) * K)) if x is not None]
+        todo = [(b, x) for b, x in ((b, batch(b)) for b in range(r * K, (r + 1) * K))
+                if x is not None]
         reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
-                              edge_ids=task["edge_ids"], new_seeds=nw) for sd, nw, i in todo]
+                              edge_ids=task["edge_ids"],
+                              new_seeds=None if new_seeds is None else new_seeds[b])
+                for b, (sd, i) in todo]
         return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
 
-    one_round(0)  # warm-up: compiled code, page cache, gloo buffers
+    one_round(0)  # warm-up (seeds looked up in the round): compiled code, page cache, buffers
+    setup = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
+    if once:  # as a loader does when it is built: every seed of this rank's batches, one lookup
+        dist.barrier()
+        t, c, b0 = time.perf_counter(), time.process_time(), ex.remote_bytes
+        todo = [x[0] for x in (batch(b) for b in range(slots)) if x is not None]
+        new_seeds = (sampler.ids.to_new_many(todo) if task["split"] == "global"
+                     else [sampler.ids.to_new_local(sd) for sd in todo])  # own: no exchange
+        setup = {"seconds": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                 "remote_bytes": ex.remote_bytes - b0}
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
             "kernel_nodes", "remote_rows", "distinct_remote_rows", "rows_fetched", "cache_hits",
