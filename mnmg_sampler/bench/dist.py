@@ -93,9 +93,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="gloo transport of the ranks' exchanges: the counts-then-payload "
                         "all-to-alls, or one point-to-point message per peer (fused, opt-in) "
                         "(default: alltoall)")
-    p.add_argument("--seed-lookup", choices=["once", "per-round"], default="once",
+    p.add_argument("--seed-lookup", choices=["once", "per-round", "both"], default="once",
                    help="translate each rank's seeds to the partitioning's ids once before the "
-                        "timed rounds, as the loader does, or in every round (default: once)")
+                        "timed rounds, as the loader does, or in every round; both: each "
+                        "repeat times the two alternately, reported side by side "
+                        "(default: once)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -170,7 +172,8 @@ def _worker(work: str) -> int:
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
-    once = task.get("seed_lookup", "once") == "once"
+    mode = task.get("seed_lookup", "once")
+    once = mode in ("once", "both")
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
         owned = int(mine.size)
@@ -192,12 +195,13 @@ def _worker(work: str) -> int:
     rounds = -(-slots // K)
     new_seeds: list | None = None  # this rank's batches' seeds in new ids, once translated
 
-    def one_round(r: int) -> int:
+    def one_round(r: int, translated: bool = True) -> int:
         todo = [(b, x) for b, x in ((b, batch(b)) for b in range(r * K, (r + 1) * K))
                 if x is not None]
+        use = new_seeds if translated else None
         reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
                               edge_ids=task["edge_ids"],
-                              new_seeds=None if new_seeds is None else new_seeds[b])
+                              new_seeds=None if use is None else use[b])
                 for b, (sd, i) in todo]
         return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
 
@@ -236,8 +240,25 @@ def _worker(work: str) -> int:
                                               "rows_fetched", "cache_hits",
                                               "duplicate_rows_fetched")}}
 
+    def per_round_lookup() -> None:
+        """``--seed-lookup both``: the same rounds with their seeds looked up in the round."""
+        hops = {h: dict(v) for h, v in tally.per_hop.items()}  # the tally is the main run's
+        dist.barrier()
+        c0 = ex.calls
+        t, c = time.perf_counter(), time.process_time()
+        edges = sum(one_round(r, translated=False) for r in range(rounds))
+        pr = res.setdefault("per_round", {"seconds": [], "cpu_s": [], "edges": [],
+                                          "exchange_calls": []})
+        pr["seconds"].append(time.perf_counter() - t)
+        pr["cpu_s"].append(time.process_time() - c)
+        pr["edges"].append(edges)
+        pr["exchange_calls"].append(ex.calls - c0)
+        tally.per_hop = hops
+
     tally.per_hop.clear()  # the timed repeats only
-    for _ in range(task["repeats"]):
+    for k in range(task["repeats"]):
+        if mode == "both" and k % 2 == 0:  # alternate which variant runs first
+            per_round_lookup()
         dist.barrier()
         s0 = snap()
         t, c = time.perf_counter(), time.process_time()
@@ -246,8 +267,10 @@ def _worker(work: str) -> int:
         res["cpu_s"].append(time.process_time() - c)
         res["edges"].append(edges)
         s1 = snap()
-        for k in s0:
-            res[k].append(s1[k] - s0[k])
+        for key in s0:
+            res[key].append(s1[key] - s0[key])
+        if mode == "both" and k % 2 == 1:
+            per_round_lookup()
     res["edges_sampled_here"] = int(sampler.kernel_edges)
     res["hops"] = tally.snapshot()
     worker_finish(work, rank, res)
@@ -281,6 +304,8 @@ def summarize(ranks: list[dict]) -> dict:
         return sum(sum(r[key]) for r in ranks)
 
     hops = _hop_summary(ranks)
+    per_round = _per_round_summary(ranks, median(cpu),
+                                   sum(p["edges_per_s"] for p in per_rank) / world)
     fetched, row_bytes = tot("rows_fetched"), ranks[0]["row_bytes"]
     feat_wire = tot("feat_remote") + tot("feat_self")
     return {
@@ -302,6 +327,7 @@ def summarize(ranks: list[dict]) -> dict:
         "owned_seeds_per_rank": [r.get("owned_seeds", 0) for r in ranks],
         # the one-time translation of the ranks' seeds before the timed rounds (slowest rank;
         # CPU and bytes to others summed over ranks); zero work with --seed-lookup per-round
+        **per_round,
         "seed_setup_s": max(r.get("seed_setup", {}).get("seconds", 0.0) for r in ranks),
         "seed_setup_cpu_s": sum(r.get("seed_setup", {}).get("cpu_s", 0.0) for r in ranks),
         "seed_setup_remote_bytes": sum(r.get("seed_setup", {}).get("remote_bytes", 0)
@@ -321,6 +347,28 @@ def summarize(ranks: list[dict]) -> dict:
         "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
         if tot("distinct_remote_rows") else 0.0,
     }
+
+
+def _per_round_summary(ranks: list[dict], cpu_once: float, per_rank_once: float) -> dict:
+    """``--seed-lookup both``: the same rounds with seeds looked up per round, timed alternately
+    with the main (translated once) repeats, and the main run's ratios to them."""
+    pr = [r.get("per_round") for r in ranks]
+    if not all(pr):
+        return {}
+    reps = len(pr[0]["seconds"])
+    per_s = [p["edges"][0] / median(p["seconds"]) for p in pr]
+    cpu = median([sum(p["cpu_s"][k] for p in pr) / max(sum(p["edges"][k] for p in pr), 1) * 1e6
+                  for k in range(reps)])
+    mean = sum(per_s) / len(per_s)
+    return {"per_round_seed_lookup": {
+        "edges_per_s_per_rank": per_s, "mean_edges_per_s_per_rank": mean,
+        "total_edges_per_s": median([sum(p["edges"][k] for p in pr) /
+                                     max(p["seconds"][k] for p in pr) for k in range(reps)]),
+        "cpu_s_per_m_edges": cpu,
+        "exchange_calls_per_rank": [p["exchange_calls"][0] for p in pr],
+        "seconds": [p["seconds"] for p in pr], "cpu_s": [p["cpu_s"] for p in pr],
+        "once_per_rank_edges_per_s_ratio": per_rank_once / mean if mean else 0.0,
+        "once_cpu_ratio": cpu_once / cpu if cpu else 0.0}}
 
 
 def _hop_summary(ranks: list[dict]) -> dict:
@@ -497,7 +545,19 @@ def print_table(res: dict) -> None:
             f"{s['seed_setup_cpu_s'] * 1e3:.1f} ms CPU (all ranks), "
             f"{s['seed_setup_remote_bytes']:,} B to others"
             for w, s in res["dist"].items())
-        if res.get("seed_lookup", "once") == "once" else "in every timed round (per-round)"))
+        if res.get("seed_lookup", "once") != "per-round"
+        else "in every timed round (per-round)"))
+    for w, s in res["dist"].items():
+        p = s.get("per_round_seed_lookup")
+        if not p:
+            continue
+        each = ", ".join(f"{v / 1e6:.2f}" for v in p["edges_per_s_per_rank"])
+        calls = ", ".join(str(c) for c in p["exchange_calls_per_rank"])
+        mine = ", ".join(str(r["exchange_calls"]) for r in s["ranks"])
+        print(f"W={w}, same run, alternate repeats: seeds looked up in every round {each} M/s "
+              f"per rank, {p['cpu_s_per_m_edges']:.3f} CPU s/M edges, {calls} collectives per "
+              f"rank per repeat; translated once: {p['once_per_rank_edges_per_s_ratio']:.2f}x "
+              f"edges/s per rank, {p['once_cpu_ratio']:.2f}x CPU per edge, {mine} collectives")
     if res["features"]:
         print("\nfeatures: " + "; ".join(
             f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "
