@@ -128,9 +128,9 @@ class SampleRequest:
 
 def check_new_seeds(r: SampleRequest) -> None:
     """:class:`SamplingInputError` unless ``r.new_seeds`` (when given) has one id per seed."""
-    if r.new_seeds is not None and r.new_seeds.shape != r.seeds.shape:
+    if r.new_seeds is not None and np.shape(r.new_seeds) != r.seeds.shape:
         raise SamplingInputError(
-            f"a request has {r.new_seeds.size} translated seed ids for {r.seeds.size} seeds",
+            f"a request has {np.size(r.new_seeds)} translated seed ids for {r.seeds.size} seeds",
             "its seeds cannot be located in the partitioning",
             "pass new_seeds=None (the sampler translates the seeds) or one new id per seed")
 

@@ -218,10 +218,10 @@ class DistSampler:
         owned by another rank is trusted: checking it would be the lookup it saves. A wrong
         one there gives another node's neighbors, never an out-of-range read."""
         self._check(r.seeds, consequence)
-        new = r.new_seeds
-        if new is None:
+        if r.new_seeds is None:
             return
         check_new_seeds(r)
+        new = np.asarray(r.new_seeds)
         n = int(self.part.num_nodes)
         if new.size and (int(new.min()) < 0 or int(new.max()) >= n):
             bad = int(new.min()) if int(new.min()) < 0 else int(new.max())
