@@ -270,7 +270,8 @@ class MultiHopSampler:
         input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
         return MiniBatch(
             n_id=torch.from_numpy(n_id),
-            edge_index=torch.stack([cat(rows), cat(cols)]),
+            # np.stack: torch.stack of two small tensors costs ms of CPU with intra-op threads
+            edge_index=torch.from_numpy(np.stack([_cat(rows), _cat(cols)])),
             e_id=cat(eids),
             input_id=torch.as_tensor(np.asarray(input_id, np.int64)),
             batch_size=int(req.seeds.size),

@@ -34,7 +34,8 @@ Per hop (the requesting side of each rank's hop calls, summed over ranks): front
 fraction of them owned by another rank, and the id bytes sent to other ranks per sampled edge
 (of all hops, so the hops add up to the total), with the total split into what scales per
 remote node (requested ids, reply counts), per remote edge (neighbor and edge ids) and the rest
-(request headers, size vectors). With ``--split owner`` also each rank's count of owned seeds.
+(request headers, size vectors, the padding of replies of known size, the original ids of
+frontier nodes in the replies). With ``--split owner`` also each rank's count of owned seeds.
 """
 
 from __future__ import annotations
@@ -578,7 +579,8 @@ def print_table(res: dict) -> None:
         print(f"W={w} id B/edge to others by hop: {hops}; by kind: "
               f"{p['per_remote_node']:.2f} ids and counts (per remote node), "
               f"{p['per_remote_edge']:.2f} neighbors (per remote edge), "
-              f"{p['headers_and_sizes']:.3f} headers and sizes{owned}")
+              f"{p['headers_and_sizes']:.3f} the rest (headers, sizes, reply padding, original "
+              f"ids){owned}")
     print(f"{single['edges_per_batch']:,.0f} edges/batch; id bytes: sampling traffic (headers, "
           "ids, counts, neighbors); feature bytes: ids and rows of the feature fetch; self = "
           "rows a rank hands its own collective (nodes it owns never enter one)")

@@ -13,7 +13,8 @@ rank holds only what is its share:
 
 Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers; the
 answers have the sizes of the questions, so they need no second count exchange): original ids
-go to their shard's rank, new ids to their owner. A ``range`` partitioning keeps every id
+go to their shard's rank, new ids to their owner (one compiled pass; a key repeated travels
+again). A ``range`` partitioning keeps every id
 (new == original) and needs none of this. Lookups are collective: every rank calls them
 together, with any number of ids, including none.
 
@@ -26,7 +27,7 @@ same in both modes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigError, PartitionError
 from ..graph.partition import _even_boundaries
-from ..ops.dedup import unique_first
+from ..ops import wire
 from .collective import Exchanger, backend_device, peer_errors, raise_if_any
 
 __all__ = ["ID_MAP_MODES", "IdMaps", "identity_ids"]
@@ -87,9 +88,11 @@ class IdMaps:
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo, self.hi = int(bounds[ex.rank]), int(bounds[ex.rank + 1])
         self.word = np.dtype(np.int32 if self.num_nodes < 2**31 else np.int64)
+        self._word0 = np.empty(0, self.word)  # tells the packers the word type
         self.orig = None if self.identity else np.asarray(part.orig_ids)
         self.shard = None
         self.even = _even_boundaries(self.num_nodes, ex.world_size)
+        self._even_inner = np.ascontiguousarray(np.asarray(self.even, np.int64)[1:-1])
         if ex.world_size > 1:
             _agree_on_mode(mode, ex)
         if self.identity:
@@ -205,10 +208,8 @@ class IdMaps:
         if self.ex.world_size == 1:
             return out
         rest = np.flatnonzero(rows < 0)
-        start = int(self.even[self.ex.rank])
-        shard = self.shard
-        out[rest] = self._ask(orig_ids[rest], lambda k: np.searchsorted(
-            self.even, k, side="right") - 1, lambda k: shard[k - start])
+        out[rest] = self._lookup(orig_ids[rest], self._even_inner, int(self.even[self.ex.rank]),
+                                 self.shard)
         return out
 
     def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
@@ -218,15 +219,9 @@ class IdMaps:
             return new_ids
         if self.n2o is not None:
             return np.asarray(self.n2o[new_ids], np.int64)
-        mine = (new_ids >= self.lo) & (new_ids < self.hi)
-        out = np.empty(new_ids.shape, np.int64)
-        out[mine] = self.orig[new_ids[mine] - self.lo]
         if self.ex.world_size == 1:
-            return out
-        rest = np.flatnonzero(~mine)
-        lo, orig = self.lo, self.orig
-        out[rest] = self._ask(new_ids[rest], self.owner, lambda k: orig[k - lo])
-        return out
+            return np.asarray(self.orig[new_ids - self.lo], np.int64)
+        return self._lookup(new_ids, self._inner, self.lo, self.orig)
 
     def to_new_many(self, orig_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Collective: :meth:`to_new` of several arrays in one exchange."""
@@ -240,23 +235,19 @@ class IdMaps:
         """Collective (except for ``range``): owner rank of each original id."""
         return self.owner(self.to_new(orig_ids))
 
-    def _ask(self, keys: np.ndarray, dest_of: Callable[[np.ndarray], np.ndarray],
-             answer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """Collective: ``answer(k)`` computed on rank ``dest_of(k)`` for every key (distinct
-        keys travel once); counts, keys and answers: three collectives."""
-        W = self.ex.world_size
-        uniq, inv = unique_first(keys)
-        dest = dest_of(uniq)
-        perm = np.argsort(dest.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
-        send_counts = np.bincount(dest, minlength=W).astype(np.int64)
-        recv, recv_counts = self.ex.exchange(torch.from_numpy(uniq[perm].astype(self.word)),
-                                             torch.from_numpy(send_counts), TAG)
-        ans = np.asarray(answer(recv.numpy().astype(np.int64)), self.word)
-        back = self.ex.payload(torch.from_numpy(ans), recv_counts.tolist(),
-                               send_counts.tolist(), TAG).numpy()
-        out_u = np.empty(uniq.size, np.int64)
-        out_u[perm] = back
-        return out_u[inv]
+    def _lookup(self, keys: np.ndarray, inner: np.ndarray, lo: int, table: np.ndarray
+                ) -> np.ndarray:
+        """Collective: ``table[k - lo]`` as known on the rank of ``k``'s bucket of ``inner``,
+        for every key. One compiled pass answers this rank's own keys and packs the others by
+        rank (a key repeated travels again: cheaper than finding repeats); then counts, keys
+        and answers: three collectives."""
+        out, send, counts, pos = wire.pack_lookup(keys, inner, self.ex.rank, lo, table,
+                                                  self._word0)
+        recv, rcounts = self.ex.exchange(torch.from_numpy(send), torch.from_numpy(counts), TAG)
+        ans = wire.answer_lookup(recv.numpy(), lo, table, self._word0)
+        back = self.ex.payload(torch.from_numpy(ans), rcounts.tolist(), counts.tolist(), TAG)
+        out[pos] = back.numpy()
+        return out
 
 
 def _agree_on_mode(mode: str, ex: Exchanger) -> None:

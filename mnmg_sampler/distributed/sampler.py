@@ -7,7 +7,9 @@ all-to-all; opt-in on gloo, one message per peer, see
 node and edge counts fit, decided once per job) behind one small header per request and
 destination (node count, key, fanout, flags) instead of constants repeated per node. **One**
 kernel call per rank serves its own nodes and every node received from all ranks; counts,
-neighbor ids and (only when some request asked) edge ids go back in one more exchange, and the
+neighbor ids, (only when some request asked) edge ids and (when ``n_id`` is translated without
+features) the nodes' original ids go back in one more exchange, padded to sizes both sides
+compute when no request of the round has a fanout of -1 (so without a size exchange), and the
 requester puts them back in frontier order. The requester deduplicates and
 renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
 :meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
@@ -18,8 +20,9 @@ canonical order, so results are bit-identical to the single-process sampler for 
 and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
 translated locally, others arrive translated by their loader (``SampleRequest.new_seeds``,
 translated once when the loader is built) or, when any rank has an untranslated one, in one lookup
-to the map shards before hop 1; ``n_id`` comes back from the nodes' owners, with the feature rows
-when features are fetched.
+to the map shards before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows
+when features are fetched, else in the hop replies, and for the nodes of each request's last hop
+in one lookup after it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from ..sampler import (
     check_seed,
     run_cpu_kernel,
 )
-from .collective import Exchanger, raise_agreed
+from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
 from .id_maps import IdMaps
 
@@ -99,6 +102,17 @@ class DistSampler:
         self.identity_ids = self.ids.identity
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
+        # the graph's largest degree bounds a reply without replacement (agreed once: a
+        # requester sizes the replies of every owner with it)
+        indptr = self._csr[0]
+        deg = int(np.diff(indptr).max()) if indptr.size > 1 else 0
+        if self.ex.world_size > 1:
+            with peer_errors("agreeing on the graph's largest degree"):
+                deg = self.ex.agree_max([deg])[0]
+        self._deg_cap = deg
+        self._bounded = False  # this round: replies padded to known sizes (every fanout >= 0)
+        self._want_orig = False  # this round: owners return their frontier nodes' original ids
+        self._front_orig: dict[int, np.ndarray] = {}  # hop -> original ids of its frontier
         self.kernel_calls = 0
         self.kernel_nodes = 0
         self.kernel_edges = 0
@@ -159,7 +173,9 @@ class DistSampler:
             # with a range partitioning a node's id is its original id: no orig_ids gather
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
                                 nodes if self.identity_ids else None)
-        flags = h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
+        want_o = self._want_orig and h.hop > 0  # hop 1's frontier is the seeds: known
+        flags = (h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
+                 | (wire.ORIG_IDS if want_o else 0))
         # outbound: per destination, one header per request, then the wire ids of its nodes
         buf, sizes, ocount, where, mine = wire.pack_requests(
             nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k)
@@ -171,13 +187,27 @@ class DistSampler:
         want_e = h.edge_ids or bool((src_flags & wire.EDGE_IDS).any())
         c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
         e = e if e is not None else _EMPTY
-        out, rsz = wire.pack_replies(c, nb, e, mine.size, src_nodes, src_flags, self._wire0, k)
-        back, bsizes = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
+        # back, in one exchange: counts, original ids (when asked), neighbors, edge ids (when
+        # asked); with every fanout >= 0 (agreed per round) padded to sizes both sides know
+        orig = self._csr[3]
+        out, rsz = wire.pack_replies(c, nb, e, rows, orig, fans, reps, mine.size, src_nodes,
+                                     src_flags, self._deg_cap, self._bounded, self._wire0, k)
+        if self._bounded:  # no size exchange
+            bsizes = wire.reply_bounds(h.sizes, h.fanouts, flags, where, ocount, me,
+                                       self._deg_cap, k)
+            back = self.ex.payload(torch.from_numpy(out), rsz, bsizes, "ids").numpy()
+        else:
+            t, ts = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
+            back, bsizes = t.numpy(), ts.numpy()
         if mine.size == nodes.size:  # nothing was remote: own results are in frontier order
             el = int(nb.size if mine.size == c.size else c[:mine.size].sum())
+            if want_o:
+                self._front_orig[h.hop] = orig[rows[:mine.size]]
             return c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
-        counts, nbr, eid = wire.unpack_replies(back.numpy(), bsizes.numpy(), ocount, me, c, nb,
-                                               e, where, h.edge_ids, k)
+        counts, nbr, eid, origs = wire.unpack_replies(
+            back, bsizes, ocount, me, c, nb, e, rows, orig, where, h.edge_ids, want_o, k)
+        if want_o:
+            self._front_orig[h.hop] = origs
         return counts, nbr, (eid if h.edge_ids else None)
 
     # -- public ---------------------------------------------------------------------------
@@ -185,19 +215,21 @@ class DistSampler:
                     ) -> tuple[list[int], SamplingInputError | None]:
         """Local half of a round's agreement: ``(flags, this rank's input error or None)``.
 
-        ``flags = [error, deepest request, any seed owned by another rank, any seed that needs
-        the lookup]``, to be reduced with ``MAX`` over ranks. Callers that agree on a round
-        anyway (the service) put them in their own agreement and pass ``(error, reduced flags)``
-        to :meth:`sample` as ``agreed``, so a round costs one agreement collective, not two.
-        When no rank has a remote seed (e.g. with a seed split by owner), hop 1 skips its
-        exchanges; when every remote seed came translated (``SampleRequest.new_seeds``, as the
-        loader sends them), the seed lookup is skipped.
+        ``flags = [error, deepest request, any seed owned by another rank, any fanout -1, any
+        seed that needs the lookup]``, to be reduced with ``MAX`` over ranks. Callers that agree
+        on a round anyway (the service) put them in their own agreement and pass ``(error,
+        reduced flags)`` to :meth:`sample` as ``agreed``, so a round costs one agreement
+        collective, not two. When no rank has a remote seed (e.g. with a seed split by owner),
+        hop 1 skips its exchanges; when no rank asks for all neighbors (fanout ``-1``), every
+        reply has a size both sides know and travels without a size exchange; when every remote
+        seed came translated (``SampleRequest.new_seeds``, as the loader sends them), the seed
+        lookup is skipped.
         """
         try:
             for r in requests:
                 self.check_request(r)
         except SamplingInputError as e:
-            return [1, 0, 1, 1], e
+            return [1, 0, 1, 1, 1], e
         hops = max((len(r.fanouts) for r in requests), default=0)
         lo, hi = self.lo, self.ids.hi
         remote = lookup = False
@@ -206,7 +238,8 @@ class DistSampler:
                 remote = remote or bool(((r.new_seeds < lo) | (r.new_seeds >= hi)).any())
             elif not lookup and not bool(self.ids.owns(r.seeds).all()):
                 remote = lookup = True
-        return [0, hops, int(remote), int(lookup)], None
+        unbounded = any(f < 0 for r in requests for f in r.fanouts)
+        return [0, hops, int(remote), int(unbounded), int(lookup)], None
 
     def check_request(self, r: SampleRequest,
                       consequence: str = "no neighbors can be sampled for it; every rank stops "
@@ -261,31 +294,47 @@ class DistSampler:
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
         every minibatch are fetched in the same call (one more exchange each way), and the rows
-        carry the nodes' original ids; without one, ``n_id`` is translated by one lookup to the
-        owners. Seeds come translated (``new_seeds``) or are translated locally, unless some
-        rank has an untranslated seed it does not own: then one lookup (3 collectives).
-        ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
+        carry the nodes' original ids; without one, the owners return the original ids of the
+        frontier nodes in the hop replies and only the remote nodes of each request's last hop
+        are translated, by one lookup to their owners. Seeds come translated (``new_seeds``) or
+        are translated locally, unless some rank has an untranslated seed it does not own: then
+        one lookup (3 collectives). ``agreed = (local error, flags reduced over ranks)``
+        skips this call's own agreement
         (:meth:`~mnmg_sampler.distributed.collective.Exchanger.agree_max`, see
         :meth:`round_flags`).
         """
+        W = self.ex.world_size
         if agreed is None:
             flags, err = self.round_flags(requests)
-            if self.ex.world_size > 1:
+            if W > 1:
                 flags = self.ex.agree_max(flags)
         else:
             err, flags = agreed
-        failed, hops, remote, lookup = (int(v) for v in flags)
+        failed, hops, remote = (int(v) for v in flags[:3])
+        unbounded = int(flags[3]) if len(flags) > 3 else 1
+        lookup = int(flags[4]) if len(flags) > 4 else remote
         if failed:
-            if self.ex.world_size == 1 and err is not None:
+            if W == 1 and err is not None:
                 raise err
             raise_agreed(err, self.group)
         self._local_hops = () if remote else (0,)
+        # the fused transport sends a reply of unknown size in one message anyway: no padding
+        self._bounded = not unbounded and not self.ex.fused
+        carried = features is not None and features.enabled and features.carries_orig
+        # the frontier's original ids ride in the replies when they would otherwise need a
+        # lookup collective (sharded maps) and no feature row carries them
+        self._want_orig = (W > 1 and not carried and not self.identity_ids
+                           and self.ids.n2o is None)
+        self._front_orig = {}
         new = self._new_seeds(requests, bool(lookup))
         internal = [SampleRequest(n, r.fanouts, r.key, r.replace, r.input_id, r.edge_ids)
                     for n, r in zip(new, requests, strict=True)]
-        out = self.sampler.sample_checked(internal, num_hops=int(hops))
+        try:
+            out = self.sampler.sample_checked(internal, num_hops=int(hops))
+        finally:
+            front, self._front_orig = self._front_orig, {}
         n_ids = [b.n_id.numpy() for b in out]
-        if features is not None and features.enabled and features.carries_orig:
+        if carried:
             # the owners return each row's original id with it: no exchange of its own
             for b, (x, y, orig) in zip(out, features.fetch_with_orig(n_ids), strict=True):
                 b.x, b.y, b.n_id = x, y, torch.from_numpy(orig)
@@ -293,11 +342,45 @@ class DistSampler:
         if features is not None and features.enabled:
             for b, (x, y) in zip(out, features.fetch(n_ids), strict=True):
                 b.x, b.y = x, y
-        # the seeds' original ids are known; the other nodes' come from their owners
-        rest = self.ids.to_orig_many([a[b.batch_size:] for a, b in zip(n_ids, out, strict=True)])
-        for b, r, orig in zip(out, requests, rest, strict=True):
-            b.n_id = torch.from_numpy(np.concatenate([r.seeds, orig]))
+        if not self._want_orig:  # local translation (or none): every node but the seeds
+            rest = self.ids.to_orig_many([a[b.batch_size:] for a, b in zip(n_ids, out,
+                                                                               strict=True)])
+            for b, r, orig in zip(out, requests, rest, strict=True):
+                b.n_id = torch.from_numpy(np.concatenate([r.seeds, orig]))
+            return out
+        for b, orig in zip(out, self._orig_ids(requests, out, n_ids, front), strict=True):
+            b.n_id = torch.from_numpy(orig)
         return out
+
+    def _orig_ids(self, requests: Sequence[SampleRequest], out: list[MiniBatch],
+                  n_ids: list[np.ndarray], front: dict[int, np.ndarray]) -> list[np.ndarray]:
+        """Collective: every batch's ``n_id`` in original ids. Seeds are known; the nodes of a
+        frontier that went through an exchanged hop came back with their original ids
+        (``front``, in frontier order); the rest (each request's last new nodes, and the
+        frontiers of hops without an exchange) are translated in one lookup."""
+        res = [np.empty(a.size, np.int64) for a in n_ids]
+        ask_at: list[tuple[int, int, int]] = []  # (batch, start, end) of nodes to look up
+        taken: dict[int, int] = {}  # per hop: frontier entries consumed so far
+        for i, (r, b) in enumerate(zip(requests, out, strict=True)):
+            res[i][:r.seeds.size] = r.seeds
+            counts = b.num_sampled_nodes
+            pos = int(counts[0])
+            for hop in range(1, len(counts)):
+                n = int(counts[hop])
+                got = front.get(hop) if hop < len(r.fanouts) else None
+                if got is not None:  # frontier of hop `hop`: its ids came back
+                    t = taken.get(hop, 0)
+                    res[i][pos:pos + n] = got[t:t + n]
+                    taken[hop] = t + n
+                else:
+                    ask_at.append((i, pos, pos + n))
+                pos += n
+        ask = [n_ids[i][a:z] for i, a, z in ask_at]
+        for (i, a, z), orig in zip(ask_at, self.ids.to_orig_many(ask), strict=True):
+            res[i][a:z] = orig
+        if any(taken.get(h, 0) != a.size for h, a in front.items()):  # after the collective
+            raise RuntimeError("the original ids returned with a hop do not match its frontier")
+        return res
 
     def _check(self, seeds: np.ndarray,
                consequence: str = "no neighbors can be sampled for it; every rank stops this "

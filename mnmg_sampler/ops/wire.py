@@ -5,8 +5,10 @@ The layout (``docs/architecture.md``, "Wire format"): a buffer for destination `
 takes ``k = 8 / word size`` words, low word first)::
 
     request block:  S | S x (count, key, fanout, flags) | ids of every request, request order
-    reply block:    counts (one per id received) | neighbor ids | edge ids (k words each; only
-                    when a request of the block set the edge-id flag)
+    reply block:    counts (one per id received) | original ids (one per id received; only when
+                    a request of the block set the original-id flag) | neighbor ids | edge ids
+                    (k words each; only when a request of the block set the edge-id flag) |
+                    zero padding (only in a bounded exchange, see :func:`reply_bounds`)
 
 Each function replaces a chain of numpy calls (search, bincount, argsort, fancy indexing,
 repeat, concatenate) whose per-call overhead dominated small hops. None of them knows about
@@ -18,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-REPLACE, EDGE_IDS = 1, 2
+REPLACE, EDGE_IDS, ORIG_IDS = 1, 2, 4
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -168,11 +170,65 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
     return rows, kk, ff, rr, src_nodes, src_flags
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_replies(counts, nbr, eids, first, src_nodes, src_flags, wire, k):
-    """Reply blocks for every source: counts, neighbors, edge ids if its flags ask.
+@numba.njit(cache=True, nogil=True, inline="always")
+def _node_bound(fan, rep, cap):
+    """Most neighbors one node can get at fanout ``fan >= 0``: ``fan`` with replacement, else
+    at most the graph's largest degree ``cap`` too."""
+    if rep != 0 or fan <= cap:
+        return np.int64(fan)
+    return np.int64(cap)
 
-    Sources' nodes follow each other in ``counts`` from position ``first`` in rank order.
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _reply_words(flags, k):
+    """``(words per node, words per neighbor)`` of a reply block whose requests' flags OR to
+    ``flags``: a count (and the node's original id), a neighbor id (and its edge id)."""
+    return (2 if flags & ORIG_IDS else 1), (1 + (k if flags & EDGE_IDS else 0))
+
+
+@numba.njit(cache=True, nogil=True)
+def reply_bounds(sizes, fanouts, flags, where, ocount, me, cap, k):
+    """The requester's side of a bounded reply exchange: per destination, the size in words of
+    the reply block it will get back, padded to the most its nodes can get (every fanout must be
+    ``>= 0``). The owner computes the same number from the headers (:func:`pack_replies`)."""
+    W = ocount.shape[0]
+    ooff = np.zeros(W + 1, np.int64)
+    for d in range(W):
+        ooff[d + 1] = ooff[d] + ocount[d]
+    fl = 0
+    for s in range(sizes.shape[0]):  # every request has a header in every block
+        fl |= flags[s]
+    F = np.zeros(W, np.int64)
+    j = 0
+    for s in range(sizes.shape[0]):
+        b = _node_bound(fanouts[s], flags[s] & REPLACE, cap)
+        for _ in range(sizes[s]):
+            q = where[j]
+            j += 1
+            lo, hi = 0, W - 1  # the destination whose run of positions holds q
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ooff[mid + 1] <= q:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            F[lo] += b
+    node_w, edge_w = _reply_words(fl, k)
+    out = np.zeros(W, np.int64)
+    for d in range(W):
+        if d != me and ocount[d] > 0:
+            out[d] = ocount[d] * node_w + F[d] * edge_w
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, src_flags, cap,
+                 bounded, wire, k):
+    """Reply blocks for every source: counts, original ids (if its flags ask), neighbors, edge
+    ids (if its flags ask); with ``bounded``, zero-padded to :func:`reply_bounds`.
+
+    Sources' nodes follow each other in ``counts`` (and ``rows``, ``fans``, ``reps``: the kernel's
+    inputs) from position ``first`` in rank order; ``orig[row]`` is a row's original id.
     Returns ``(buf, sizes)``.
     """
     W = src_nodes.shape[0]
@@ -188,10 +244,16 @@ def pack_replies(counts, nbr, eids, first, src_nodes, src_flags, wire, k):
         starts[src] = a
         estarts[src] = e
         E = 0
+        B = 0
         for i in range(a, a + n):
             E += counts[i]
+            if bounded:
+                B += _node_bound(fans[i], reps[i], cap)
         if n > 0:
-            sizes[src] = n + E * (1 + (k if src_flags[src] & EDGE_IDS else 0))
+            node_w, edge_w = _reply_words(src_flags[src], k)
+            if bounded and E > B:
+                raise ValueError("a node got more neighbors than its fanout allows")
+            sizes[src] = n * node_w + (B if bounded else E) * edge_w
         a += n
         e += E
     total = 0
@@ -203,36 +265,49 @@ def pack_replies(counts, nbr, eids, first, src_nodes, src_flags, wire, k):
         n = src_nodes[src]
         if n == 0:
             continue
+        fl = src_flags[src]
         a = starts[src]
         e0 = estarts[src]
+        q = p
         E = 0
         for i in range(n):
             c = counts[a + i]
-            buf[p + i] = c
+            buf[q + i] = c
             E += c
-        p += n
+        q += n
+        if fl & ORIG_IDS:
+            for i in range(n):
+                buf[q + i] = orig[rows[a + i]]
+            q += n
         for i in range(E):
-            buf[p + i] = nbr[e0 + i]
-        p += E
-        if src_flags[src] & EDGE_IDS:
+            buf[q + i] = nbr[e0 + i]
+        q += E
+        if fl & EDGE_IDS:
             for i in range(E):
-                _put64(buf, p + i * k, eids[e0 + i], k)
-            p += E * k
+                _put64(buf, q + i * k, eids[e0 + i], k)
+            q += E * k
+        p += sizes[src]
+        for i in range(q, p):  # padding (bounded): on the wire, so deterministic
+            buf[i] = 0
     return buf, sizes
 
 
 @numba.njit(cache=True, nogil=True)
-def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, where, edge_ids, k):
-    """Every node's neighbor list (and edge ids) in the original node order.
+def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, rows_own, orig,
+                   where, edge_ids, want_orig, k):
+    """Every node's neighbor list (and edge ids, and original id) in the original node order.
 
-    Own results (``counts_own`` ...) fill destination ``me``'s slots; the reply blocks in
-    ``back`` fill the others. ``where[j]`` is node ``j``'s position in destination order.
+    Own results (``counts_own`` ..., kernel rows ``rows_own``) fill destination ``me``'s slots;
+    the reply blocks in ``back`` (block ``d`` is ``bsizes[d]`` words, padding included) fill the
+    others. ``where[j]`` is node ``j``'s position in destination order. Returns
+    ``(counts, neighbors, edge ids, original ids)``; the last two are empty unless asked for.
     """
     W = ocount.shape[0]
     n = where.shape[0]
     cnt = np.empty(n, np.int64)  # per destination-order position
     src = np.empty(n, np.int64)  # start of its list: >= 0 in nbr_own, < 0: -(1 + index in back)
     esrc = np.empty(n, np.int64)  # start of its edge ids in eids_own / back
+    og = np.empty(n if want_orig else 0, np.int64)
     q = 0
     p = 0
     e_own = 0
@@ -243,6 +318,8 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, wher
                 cnt[q] = c
                 src[q] = e_own
                 esrc[q] = e_own
+                if want_orig:
+                    og[q] = orig[rows_own[i]]
                 e_own += c
                 q += 1
             continue
@@ -252,13 +329,16 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, wher
         E = 0
         for i in range(nd):
             E += back[p + i]
-        e = p + nd
+        o = p + nd
+        e = o + (nd if want_orig else 0)
         ee = e + E
         for i in range(nd):
             c = np.int64(back[p + i])
             cnt[q] = c
             src[q] = -(1 + e)
             esrc[q] = ee
+            if want_orig:
+                og[q] = back[o + i]
             e += c
             ee += c * k
             q += 1
@@ -269,11 +349,14 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, wher
     out_c = np.empty(n, np.int64)
     out_n = np.empty(total, np.int64)
     out_e = np.empty(total if edge_ids else 0, np.int64)
+    out_o = np.empty(n if want_orig else 0, np.int64)
     o = 0
     for j in range(n):
         q = where[j]
         c = cnt[q]
         out_c[j] = c
+        if want_orig:
+            out_o[j] = og[q]
         s = src[q]
         if s >= 0:
             for i in range(c):
@@ -290,4 +373,57 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, wher
                 for i in range(c):
                     out_e[o + i] = _get64(back, es + i * k, k)
         o += c
-    return out_c, out_n, out_e
+    return out_c, out_n, out_e, out_o
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_lookup(keys, inner, me, lo, table, wire):
+    """One pass of a lookup to the keys' owners (bucket ``d`` of the boundaries ``inner``).
+
+    Keys of bucket ``me`` are answered here (``table[key - lo]``); the others are packed in
+    bucket order (duplicates too: no sort, no hash). Returns ``(out, buf, counts, pos)``: the
+    answers (own ones filled), the keys to send, their count per bucket, and the position in
+    ``out`` of each sent key.
+    """
+    n = keys.shape[0]
+    W = inner.shape[0] + 1
+    owner = np.empty(n, np.int64)
+    counts = np.zeros(W, np.int64)
+    for i in range(n):
+        v = keys[i]
+        a, b = 0, W - 1
+        while a < b:
+            mid = (a + b) // 2
+            if inner[mid] <= v:
+                a = mid + 1
+            else:
+                b = mid
+        owner[i] = a
+        if a != me:
+            counts[a] += 1
+    fill = np.zeros(W, np.int64)
+    for d in range(1, W):
+        fill[d] = fill[d - 1] + counts[d - 1]
+    m = fill[W - 1] + counts[W - 1]
+    buf = np.empty(m, wire.dtype)
+    pos = np.empty(m, np.int64)
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        d = owner[i]
+        if d == me:
+            out[i] = table[keys[i] - lo]
+        else:
+            q = fill[d]
+            fill[d] += 1
+            buf[q] = keys[i]
+            pos[q] = i
+    return out, buf, counts, pos
+
+
+@numba.njit(cache=True, nogil=True)
+def answer_lookup(keys, lo, table, wire):
+    """``table[key - lo]`` of every received key, as wire words."""
+    out = np.empty(keys.shape[0], wire.dtype)
+    for i in range(keys.shape[0]):
+        out[i] = table[np.int64(keys[i]) - lo]
+    return out
