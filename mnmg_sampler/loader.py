@@ -39,8 +39,9 @@ import numpy as np
 import torch
 
 from .batch import MiniBatch
-from .distributed.collective import agree, backend_device, peer_errors
+from .distributed.collective import Exchanger, agree, backend_device, peer_errors
 from .distributed.consistency import check_same_on_every_rank, fingerprint_array
+from .distributed.id_maps import IdMaps
 from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
 from .sampler import SampleRequest, check_fanouts, request_key
@@ -90,6 +91,15 @@ def check_input_nodes(input_nodes, num_nodes: int) -> np.ndarray:
             f"input_nodes holds {ids.size - uniq.size} repeated ids (e.g. {int(dup[0])})", what,
             "pass each seed once (e.g. np.unique(ids))")
     return ids
+
+
+def translate_seeds(ids: IdMaps, seeds: np.ndarray) -> np.ndarray:
+    """Collective on the default group: the new ids of ``seeds`` (original ids), translated by
+    the sampler's id maps over an exchanger of the default group (the service thread owns the
+    sampler's group). Nothing travels for a ``range`` partitioning, replicated maps or one
+    rank; otherwise one lookup (3 collectives), whose arrays are at most ``seeds``-sized."""
+    with peer_errors("the loader's translation of its seeds to the partitioning's ids"):
+        return ids.with_exchanger(Exchanger(None)).to_new(seeds)
 
 
 def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, drop_last: bool,
@@ -249,15 +259,25 @@ class DistNeighborLoader(EpochCursor):
         self.rank = dist.get_rank(service.group) if rank is None else rank
         self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
         self._init_cursor()
+        ids = getattr(getattr(service, "sampler", None), "ids", None)
+        # the seeds' new ids, one per seed, translated once here so no round looks them up
+        # (None: a service without id maps, whose sampler translates every round)
+        self._new_nodes: np.ndarray | None = None
         if split == "owner":
-            # this rank's seeds, found in its own ids (no id map); every rank's count with one
-            # all-reduce on the default group (construction is collective there)
-            pos = np.flatnonzero(service.sampler.owns(self.input_nodes))
+            # this rank's seeds, found and translated in its own ids (no id map, no exchange);
+            # every rank's count with one all-reduce on the default group (construction is
+            # collective there)
+            rows = ids.rows_of(self.input_nodes)
+            pos = np.flatnonzero(rows >= 0)
+            self._new_nodes = np.full(self.input_nodes.size, -1, np.int64)  # others: never sent
+            self._new_nodes[pos] = ids.to_new_local(self.input_nodes[pos])
             counts = torch.zeros(self.world_size, dtype=torch.int64, device=backend_device())
             counts[self.rank] = pos.size
             with peer_errors("the loader's count of seeds per owner"):
                 dist.all_reduce(counts, op=dist.ReduceOp.SUM)
             self._owned = (pos, counts.cpu().numpy())
+        elif ids is not None:
+            self._new_nodes = translate_seeds(ids, self.input_nodes)
 
     def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of this rank's own seeds, seeds owned by each rank), from construction."""
@@ -296,7 +316,8 @@ class DistNeighborLoader(EpochCursor):
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         return SampleRequest(self.input_nodes[pos], self.num_neighbors,
                              request_key(self.seed, self.epoch, g), self.replace, input_id=pos,
-                             edge_ids=self.edge_ids)
+                             edge_ids=self.edge_ids,
+                             new_seeds=None if self._new_nodes is None else self._new_nodes[pos])
 
     def _num_seeds(self) -> int:
         return int(self.input_nodes.size)

@@ -27,8 +27,9 @@ from .ops import cpu
 from .ops.dedup import dedup_hop
 from .ops.rng import request_key
 
-__all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts", "check_seed",
-           "local_hop_fn", "request_key", "run_cpu_kernel", "sample"]
+__all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts",
+           "check_new_seeds", "check_seed", "local_hop_fn", "request_key", "run_cpu_kernel",
+           "sample"]
 
 
 @dataclass
@@ -85,6 +86,10 @@ class SampleRequest:
     """One minibatch to sample: its seeds, fanouts per hop and RNG key.
 
     ``edge_ids=False`` leaves ``e_id`` empty and lets the sampler skip fetching edge ids.
+    ``new_seeds`` (optional, distributed only): the seeds' ids in the partitioning, translated
+    once by their loader, so a round needs no seed lookup; one per seed (checked here), and
+    checked again by the sampler that takes the request
+    (:meth:`~mnmg_sampler.distributed.sampler.DistSampler.check_request`).
     """
 
     seeds: np.ndarray
@@ -93,6 +98,7 @@ class SampleRequest:
     replace: bool = False
     input_id: np.ndarray | None = None
     edge_ids: bool = True
+    new_seeds: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if torch.is_tensor(self.seeds):
@@ -108,6 +114,25 @@ class SampleRequest:
         if int(self.key) < 0:
             raise SamplingInputError(f"request key {self.key} is negative", "",
                                      "use a key in [0, 2**63)")
+        if self.new_seeds is not None:
+            if torch.is_tensor(self.new_seeds):
+                self.new_seeds = self.new_seeds.detach().cpu().numpy()
+            new = np.asarray(self.new_seeds)
+            if new.size and not np.issubdtype(new.dtype, np.integer):
+                raise SamplingInputError(f"new_seeds has dtype {new.dtype}; ids are integers",
+                                         "its seeds cannot be located in the partitioning",
+                                         "pass integer ids or new_seeds=None")
+            self.new_seeds = np.ascontiguousarray(new, dtype=np.int64).ravel()
+            check_new_seeds(self)
+
+
+def check_new_seeds(r: SampleRequest) -> None:
+    """:class:`SamplingInputError` unless ``r.new_seeds`` (when given) has one id per seed."""
+    if r.new_seeds is not None and np.shape(r.new_seeds) != r.seeds.shape:
+        raise SamplingInputError(
+            f"a request has {np.size(r.new_seeds)} translated seed ids for {r.seeds.size} seeds",
+            "its seeds cannot be located in the partitioning",
+            "pass new_seeds=None (the sampler translates the seeds) or one new id per seed")
 
 
 def _cat(arrays: list[np.ndarray]) -> np.ndarray:

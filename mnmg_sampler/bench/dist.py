@@ -13,7 +13,13 @@ Measured in one run, on one graph, one thread per rank:
    call (``--merge K``: K requests per rank per call, as a service merges its loaders'
    requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
    (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
-   (``--split owner``). More ranks than cores oversubscribe them; the output says so.
+   (``--split owner``). Like a :class:`~mnmg_sampler.loader.DistNeighborLoader`, each rank
+   translates its seeds to the partitioning's ids once, after the warm-up and before the timed
+   rounds (one lookup with sharded id maps and the global split; reported as a setup figure,
+   compiled code already loaded), and its requests carry
+   them, so no round looks seeds up; ``--seed-lookup per-round`` measures rounds that look them
+   up instead, as requests without translated seeds do. More ranks than cores oversubscribe
+   them; the output says so.
 
 Reported per world size: sampled edges/s of each rank (its edges / its time) and in total (all
 ranks' edges / the slowest rank's time); **CPU seconds per million sampled edges summed over
@@ -96,6 +102,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="gloo transport of the ranks' exchanges: the counts-then-payload "
                         "all-to-alls, or one point-to-point message per peer (fused, opt-in) "
                         "(default: alltoall)")
+    p.add_argument("--seed-lookup", choices=["once", "per-round", "both"], default="once",
+                   help="translate each rank's seeds to the partitioning's ids once before the "
+                        "timed rounds, as the loader does, or in every round; both: each "
+                        "repeat times the two alternately, reported side by side "
+                        "(default: once)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -179,6 +190,8 @@ def _worker(work: str) -> int:
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
+    mode = task.get("seed_lookup", "once")
+    once = mode in ("once", "both")
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
         owned = int(mine.size)
@@ -198,16 +211,30 @@ def _worker(work: str) -> int:
             i = b * world + rank
             return (seeds[i * B:(i + 1) * B], i) if i < n else None
     rounds = -(-slots // K)
+    new_seeds: list | None = None  # this rank's batches' seeds in new ids, once translated
 
-    def one_round(r: int, s=sampler) -> int:
-        todo = [x for x in (batch(b) for b in range(r * K, (r + 1) * K)) if x is not None]
+    def one_round(r: int, translated: bool = True, s=None) -> int:
+        todo = [(b, x) for b, x in ((b, batch(b)) for b in range(r * K, (r + 1) * K))
+                if x is not None]
+        use = new_seeds if translated else None
         reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
-                              edge_ids=task["edge_ids"]) for sd, i in todo]
-        return sum(int(mb.edge_index.shape[1]) for mb in s.sample(reqs, store))
+                              edge_ids=task["edge_ids"],
+                              new_seeds=None if use is None else use[b])
+                for b, (sd, i) in todo]
+        return sum(int(mb.edge_index.shape[1]) for mb in (s or sampler).sample(reqs, store))
 
-    one_round(0)  # warm-up: compiled code, page cache, gloo buffers
+    one_round(0)  # warm-up (seeds looked up in the round): compiled code, page cache, buffers
     if base is not None:
-        one_round(0, base)
+        one_round(0, s=base)
+    setup = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
+    if once:  # as a loader does when it is built: every seed of this rank's batches, one lookup
+        dist.barrier()
+        t, c, b0 = time.perf_counter(), time.process_time(), ex.remote_bytes
+        todo = [x[0] for x in (batch(b) for b in range(slots)) if x is not None]
+        new_seeds = (sampler.ids.to_new_many(todo) if task["split"] == "global"
+                     else [sampler.ids.to_new_local(sd) for sd in todo])  # own: no exchange
+        setup = {"seconds": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                 "remote_bytes": ex.remote_bytes - b0}
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
             "kernel_nodes", "remote_rows", "distinct_remote_rows", "rows_fetched", "cache_hits",
@@ -215,6 +242,7 @@ def _worker(work: str) -> int:
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
                  "transport": "fused" if ex.fused else "alltoall",
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
+                 "seed_setup": setup,
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
                  "row_bytes": store.row_bytes if store else 0}
@@ -232,8 +260,38 @@ def _worker(work: str) -> int:
                                               "rows_fetched", "cache_hits",
                                               "duplicate_rows_fetched")}}
 
+    def per_round_lookup() -> None:
+        """``--seed-lookup both``: the same rounds with their seeds looked up in the round."""
+        hops = {h: dict(v) for h, v in tally.per_hop.items()}  # the tally is the main run's
+        dist.barrier()
+        c0 = ex.calls
+        t, c = time.perf_counter(), time.process_time()
+        edges = sum(one_round(r, translated=False) for r in range(rounds))
+        pr = res.setdefault("per_round", {"seconds": [], "cpu_s": [], "edges": [],
+                                          "exchange_calls": []})
+        pr["seconds"].append(time.perf_counter() - t)
+        pr["cpu_s"].append(time.process_time() - c)
+        pr["edges"].append(edges)
+        pr["exchange_calls"].append(ex.calls - c0)
+        tally.per_hop = hops
+
+    def no_cache_round() -> None:
+        """``--topology-cache F``: the same rounds without the cache (a second sampler)."""
+        dist.barrier()
+        b0 = base.ex.bytes.get("ids", [0, 0])[1]
+        t, c = time.perf_counter(), time.process_time()
+        edges = sum(one_round(r, s=base) for r in range(rounds))
+        for key, v in (("seconds", time.perf_counter() - t), ("cpu_s", time.process_time() - c),
+                       ("edges", edges),
+                       ("id_remote", base.ex.bytes.get("ids", [0, 0])[1] - b0)):
+            res.setdefault("no_cache_" + key, []).append(v)
+
     tally.per_hop.clear()  # the timed repeats only
-    for _ in range(task["repeats"]):
+    for k in range(task["repeats"]):
+        if mode == "both" and k % 2 == 0:  # alternate which variant runs first
+            per_round_lookup()
+        if base is not None and k % 2 == 0:
+            no_cache_round()
         dist.barrier()
         s0 = snap()
         t, c = time.perf_counter(), time.process_time()
@@ -242,17 +300,12 @@ def _worker(work: str) -> int:
         res["cpu_s"].append(time.process_time() - c)
         res["edges"].append(edges)
         s1 = snap()
-        for k in s0:
-            res[k].append(s1[k] - s0[k])
-        if base is not None:  # the same batches without the topology cache
-            dist.barrier()
-            b0 = base.ex.bytes.get("ids", [0, 0])[1]
-            t, c = time.perf_counter(), time.process_time()
-            edges = sum(one_round(r, base) for r in range(rounds))
-            for k, v in (("seconds", time.perf_counter() - t), ("cpu_s", time.process_time() - c),
-                         ("edges", edges),
-                         ("id_remote", base.ex.bytes.get("ids", [0, 0])[1] - b0)):
-                res.setdefault("no_cache_" + k, []).append(v)
+        for key in s0:
+            res[key].append(s1[key] - s0[key])
+        if mode == "both" and k % 2 == 1:
+            per_round_lookup()
+        if base is not None and k % 2 == 1:
+            no_cache_round()
     res["edges_sampled_here"] = int(sampler.kernel_edges)
     res["topology_cache"] = sampler.topology_stats()
     res["hops"] = tally.snapshot()
@@ -287,6 +340,8 @@ def summarize(ranks: list[dict]) -> dict:
         return sum(sum(r[key]) for r in ranks)
 
     hops = _hop_summary(ranks)
+    per_round = _per_round_summary(ranks, median(cpu),
+                                   sum(p["edges_per_s"] for p in per_rank) / world)
     fetched, row_bytes = tot("rows_fetched"), ranks[0]["row_bytes"]
     feat_wire = tot("feat_remote") + tot("feat_self")
     return {
@@ -306,6 +361,13 @@ def summarize(ranks: list[dict]) -> dict:
         "bytes_exchanged": sum(r["bytes"][0] for r in ranks),
         **hops,
         "owned_seeds_per_rank": [r.get("owned_seeds", 0) for r in ranks],
+        # the one-time translation of the ranks' seeds before the timed rounds (slowest rank;
+        # CPU and bytes to others summed over ranks); zero work with --seed-lookup per-round
+        **per_round,
+        "seed_setup_s": max(r.get("seed_setup", {}).get("seconds", 0.0) for r in ranks),
+        "seed_setup_cpu_s": sum(r.get("seed_setup", {}).get("cpu_s", 0.0) for r in ranks),
+        "seed_setup_remote_bytes": sum(r.get("seed_setup", {}).get("remote_bytes", 0)
+                                       for r in ranks),
         # every remote row requested, the distinct ones, and what crossed the wire
         "feature_rows_remote": tot("remote_rows"),
         "feature_rows_distinct_remote": tot("distinct_remote_rows"),
@@ -339,6 +401,28 @@ def _no_cache(ranks: list[dict]) -> dict | None:
                                      for k in range(reps)]),
         "id_bytes_per_edge_remote": sum(sum(r["no_cache_id_remote"]) for r in ranks) / edges,
     }
+
+
+def _per_round_summary(ranks: list[dict], cpu_once: float, per_rank_once: float) -> dict:
+    """``--seed-lookup both``: the same rounds with seeds looked up per round, timed alternately
+    with the main (translated once) repeats, and the main run's ratios to them."""
+    pr = [r.get("per_round") for r in ranks]
+    if not all(pr):
+        return {}
+    reps = len(pr[0]["seconds"])
+    per_s = [p["edges"][0] / median(p["seconds"]) for p in pr]
+    cpu = median([sum(p["cpu_s"][k] for p in pr) / max(sum(p["edges"][k] for p in pr), 1) * 1e6
+                  for k in range(reps)])
+    mean = sum(per_s) / len(per_s)
+    return {"per_round_seed_lookup": {
+        "edges_per_s_per_rank": per_s, "mean_edges_per_s_per_rank": mean,
+        "total_edges_per_s": median([sum(p["edges"][k] for p in pr) /
+                                     max(p["seconds"][k] for p in pr) for k in range(reps)]),
+        "cpu_s_per_m_edges": cpu,
+        "exchange_calls_per_rank": [p["exchange_calls"][0] for p in pr],
+        "seconds": [p["seconds"] for p in pr], "cpu_s": [p["cpu_s"] for p in pr],
+        "once_per_rank_edges_per_s_ratio": per_rank_once / mean if mean else 0.0,
+        "once_cpu_ratio": cpu_once / cpu if cpu else 0.0}}
 
 
 def _hop_summary(ranks: list[dict]) -> dict:
@@ -444,7 +528,8 @@ def run(args: argparse.Namespace) -> int:
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
         "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
-        "topology_cache": args.topology_cache, "machine": machine_info(threads),
+        "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
+        "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
@@ -453,7 +538,8 @@ def run(args: argparse.Namespace) -> int:
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
           f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
-          f"{args.id_maps} id maps, topology cache {args.topology_cache:g}; "
+          f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, topology cache "
+          f"{args.topology_cache:g}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -465,7 +551,7 @@ def run(args: argparse.Namespace) -> int:
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
             "exchange": args.exchange, "id_maps": args.id_maps,
-            "topology_cache": args.topology_cache}
+            "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
@@ -514,6 +600,25 @@ def print_table(res: dict) -> None:
     if any(s["oversubscribed"] for s in res["dist"].values()):
         print("* more rank threads than cores: ranks share cores, so per-rank edges/s drops; "
               "CPU s per edge stays comparable")
+    print("seeds translated to the partitioning's ids " + (
+        "once before the timed rounds (as the loader does): " + "; ".join(
+            f"W={w}: {s['seed_setup_s'] * 1e3:.1f} ms (slowest rank), "
+            f"{s['seed_setup_cpu_s'] * 1e3:.1f} ms CPU (all ranks), "
+            f"{s['seed_setup_remote_bytes']:,} B to others"
+            for w, s in res["dist"].items())
+        if res.get("seed_lookup", "once") != "per-round"
+        else "in every timed round (per-round)"))
+    for w, s in res["dist"].items():
+        p = s.get("per_round_seed_lookup")
+        if not p:
+            continue
+        each = ", ".join(f"{v / 1e6:.2f}" for v in p["edges_per_s_per_rank"])
+        calls = ", ".join(str(c) for c in p["exchange_calls_per_rank"])
+        mine = ", ".join(str(r["exchange_calls"]) for r in s["ranks"])
+        print(f"W={w}, same run, alternate repeats: seeds looked up in every round {each} M/s "
+              f"per rank, {p['cpu_s_per_m_edges']:.3f} CPU s/M edges, {calls} collectives per "
+              f"rank per repeat; translated once: {p['once_per_rank_edges_per_s_ratio']:.2f}x "
+              f"edges/s per rank, {p['once_cpu_ratio']:.2f}x CPU per edge, {mine} collectives")
     if res["features"]:
         print("\nfeatures: " + "; ".join(
             f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "

@@ -136,8 +136,8 @@ class SamplerConfig:
         "batches depend on the partitioning). task link: global only.")
     id_maps: Literal["sharded", "replicated"] = _opt(
         "sharded", "Original <-> new id maps: sharded = each rank holds 1/W of them and asks "
-        "the others (no num_nodes-sized array; without features a round does one or two more "
-        "exchanges); replicated = both maps on every rank (16 bytes per node), no lookups.")
+        "the others (no num_nodes-sized array; without features a loader's round does one more "
+        "exchange); replicated = both maps on every rank (16 bytes per node), no lookups.")
     topology_cache: float = _opt(
         0.0, "Fraction of each rank's part edges spent on caching the adjacency rows of other "
         "ranks' nodes with most neighbors in its part (chosen once at start); cached nodes are "

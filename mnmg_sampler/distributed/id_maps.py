@@ -20,8 +20,9 @@ together, with any number of ids, including none.
 
 ``mode="replicated"`` (opt-in, for graphs whose two maps fit every rank easily) maps both
 global map files instead and translates locally: no lookup collectives, at 16 bytes per node
-on every rank. Sampling-only rounds save the n_id lookup (and, with a global seed split, the
-seed lookup): 3 all-to-alls each. Results are the same in both modes.
+on every rank. Sampling-only rounds save the n_id lookup (and, for requests without their seeds'
+new ids, which loaders translate once, the seed lookup): 3 all-to-alls each. Results are the
+same in both modes.
 """
 
 from __future__ import annotations

@@ -20,9 +20,11 @@ Ids: requests and minibatches use the **original** node ids of the input graph; 
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
 canonical order, so results are bit-identical to the single-process sampler for any world size
 and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
-translated locally, others (when any rank has one) in one lookup to the map shards before hop 1;
-``n_id`` comes back from the nodes' owners: with the feature rows when features are fetched, else
-in the hop replies, and for the nodes of each request's last hop in one lookup after it.
+translated locally, others arrive translated by their loader (``SampleRequest.new_seeds``,
+translated once when the loader is built) or, when any rank has an untranslated one, in one lookup
+to the map shards before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows
+when features are fetched, else in the hop replies, and for the nodes of each request's last hop
+in one lookup after it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ import torch.distributed as dist
 from ..batch import MiniBatch
 from ..errors import ConfigError, SamplingInputError
 from ..ops import wire
-from ..sampler import HopSegments, MultiHopSampler, SampleRequest, check_seed, run_cpu_kernel
+from ..sampler import (
+    HopSegments,
+    MultiHopSampler,
+    SampleRequest,
+    check_new_seeds,
+    check_seed,
+    run_cpu_kernel,
+)
 from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
 from .id_maps import IdMaps
@@ -240,23 +249,77 @@ class DistSampler:
                     ) -> tuple[list[int], SamplingInputError | None]:
         """Local half of a round's agreement: ``(flags, this rank's input error or None)``.
 
-        ``flags = [error, deepest request, any seed owned by another rank, any fanout -1]``, to
-        be reduced with ``MAX`` over ranks. Callers that agree on a round anyway (the service)
-        put them in their own agreement and pass ``(error, reduced flags)`` to :meth:`sample` as
-        ``agreed``, so a round costs one agreement collective, not two. When no rank has a
-        remote seed (e.g. with a seed split by owner), hop 1 skips its exchanges; when no rank
-        asks for all neighbors (fanout ``-1``), every reply has a size both sides know and
-        travels without a size exchange.
+        ``flags = [error, deepest request, any seed owned by another rank, any fanout -1, any
+        seed that needs the lookup]``, to be reduced with ``MAX`` over ranks. Callers that agree
+        on a round anyway (the service) put them in their own agreement and pass ``(error,
+        reduced flags)`` to :meth:`sample` as ``agreed``, so a round costs one agreement
+        collective, not two. When no rank has a remote seed (e.g. with a seed split by owner),
+        hop 1 skips its exchanges; when no rank asks for all neighbors (fanout ``-1``), every
+        reply has a size both sides know and travels without a size exchange; when every remote
+        seed came translated (``SampleRequest.new_seeds``, as the loader sends them), the seed
+        lookup is skipped.
         """
         try:
             for r in requests:
-                self._check(r.seeds)
+                self.check_request(r)
         except SamplingInputError as e:
-            return [1, 0, 1, 1], e
+            return [1, 0, 1, 1, 1], e
         hops = max((len(r.fanouts) for r in requests), default=0)
-        remote = any(not bool(self.ids.owns(r.seeds).all()) for r in requests)
+        lo, hi = self.lo, self.ids.hi
+        remote = lookup = False
+        for r in requests:
+            if r.new_seeds is not None:  # translated: remote when outside this rank's range
+                remote = remote or bool(((r.new_seeds < lo) | (r.new_seeds >= hi)).any())
+            elif not lookup and not bool(self.ids.owns(r.seeds).all()):
+                remote = lookup = True
         unbounded = any(f < 0 for r in requests for f in r.fanouts)
-        return [0, hops, int(remote), int(unbounded)], None
+        return [0, hops, int(remote), int(unbounded), int(lookup)], None
+
+    def check_request(self, r: SampleRequest,
+                      consequence: str = "no neighbors can be sampled for it; every rank stops "
+                                         "this round") -> None:
+        """:class:`SamplingInputError` unless ``r``'s seeds are in range and its translated
+        seeds (when given) are one per seed, in range, and name the seeds wherever this rank
+        can tell without a collective: a new id it owns must be the new id of its seed (one
+        gather of its own original ids; all of them with a ``range`` partitioning). A new id
+        owned by another rank is trusted: checking it would be the lookup it saves. A wrong
+        one there gives another node's neighbors, never an out-of-range read."""
+        self._check(r.seeds, consequence)
+        if r.new_seeds is None:
+            return
+        check_new_seeds(r)
+        new = np.asarray(r.new_seeds)
+        n = int(self.part.num_nodes)
+        if new.size and (int(new.min()) < 0 or int(new.max()) >= n):
+            bad = int(new.min()) if int(new.min()) < 0 else int(new.max())
+            raise SamplingInputError(
+                f"translated seed id {bad} is out of range for a graph with {n} nodes",
+                consequence, "pass new_seeds=None (the sampler translates the seeds) or the "
+                             "seeds' new ids from the same partitioning")
+        if self.identity_ids:
+            ok = bool(np.array_equal(new, r.seeds))
+        else:
+            mine = np.flatnonzero((new >= self.lo) & (new < self.ids.hi))
+            ok = bool(np.array_equal(self._csr[3][new[mine] - self.lo], r.seeds[mine]))
+        if not ok:
+            raise SamplingInputError(
+                "a request's translated seed ids do not name its seeds in this partitioning",
+                consequence, "pass new_seeds=None, or translate the seeds with the partitioning "
+                             "the sampler loaded (as DistNeighborLoader does)")
+
+    def _new_seeds(self, requests: Sequence[SampleRequest], lookup: bool) -> list[np.ndarray]:
+        """New ids of every request's seeds: as translated by the request's loader, else
+        locally, else (``lookup``: some rank has an untranslated seed it does not own) in one
+        collective lookup of the untranslated ones."""
+        if lookup and self.ex.world_size > 1:
+            new = [r.new_seeds for r in requests]
+            todo = [i for i, n in enumerate(new) if n is None]
+            for i, got in zip(todo, self.ids.to_new_many([requests[i].seeds for i in todo]),
+                              strict=True):
+                new[i] = got
+            return new
+        return [r.new_seeds if r.new_seeds is not None else self.ids.to_new_local(r.seeds)
+                for r in requests]
 
     def sample(self, requests: Sequence[SampleRequest], features=None,
                agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
@@ -267,8 +330,9 @@ class DistSampler:
         every minibatch are fetched in the same call (one more exchange each way), and the rows
         carry the nodes' original ids; without one, the owners return the original ids of the
         frontier nodes in the hop replies and only the remote nodes of each request's last hop
-        are translated, by one lookup to their owners. Seeds are translated locally unless some
-        rank has a seed it does not own. ``agreed = (local error, flags reduced over ranks)``
+        are translated, by one lookup to their owners. Seeds come translated (``new_seeds``) or
+        are translated locally, unless some rank has an untranslated seed it does not own: then
+        one lookup (3 collectives). ``agreed = (local error, flags reduced over ranks)``
         skips this call's own agreement
         (:meth:`~mnmg_sampler.distributed.collective.Exchanger.agree_max`, see
         :meth:`round_flags`).
@@ -282,6 +346,7 @@ class DistSampler:
             err, flags = agreed
         failed, hops, remote = (int(v) for v in flags[:3])
         unbounded = int(flags[3]) if len(flags) > 3 else 1
+        lookup = int(flags[4]) if len(flags) > 4 else remote
         if failed:
             if W == 1 and err is not None:
                 raise err
@@ -295,11 +360,7 @@ class DistSampler:
         self._want_orig = (W > 1 and not carried and not self.identity_ids
                            and self.ids.n2o is None)
         self._front_orig = {}
-        seeds = [r.seeds for r in requests]
-        if remote and W > 1:  # some rank has a seed it does not own
-            new = self.ids.to_new_many(seeds)
-        else:  # every seed of every rank is its own: translated here
-            new = [self.ids.to_new_local(s) for s in seeds]
+        new = self._new_seeds(requests, bool(lookup))
         internal = [SampleRequest(n, r.fanouts, r.key, r.replace, r.input_id, r.edge_ids)
                     for n, r in zip(new, requests, strict=True)]
         try:

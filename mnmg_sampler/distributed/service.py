@@ -150,8 +150,8 @@ class SamplingService:
                                            "submit before calling shutdown()"))
             return fut
         try:  # checked here so one bad request never fails a whole round
-            self.sampler._check(request.seeds, "this request fails; the service and other "
-                                               "requests go on")
+            self.sampler.check_request(request, "this request fails; the service and other "
+                                                "requests go on")
         except SamplingInputError as e:
             fut.set_exception(e)
             return fut

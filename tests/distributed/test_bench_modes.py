@@ -63,6 +63,28 @@ def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
     assert sum(two["owned_seeds_per_rank"]) == res["nonisolated_nodes"]
 
 
+def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path):
+    extra = ("--batch-size", "16", "--batches", "3", "--world-sizes", "2")
+    both = bench("dist", tmp_path, *extra, "--seed-lookup", "both")
+    per = bench("dist", tmp_path, *extra, "--seed-lookup", "per-round")
+    assert (both["seed_lookup"], per["seed_lookup"]) == ("both", "per-round")
+    a, b = both["dist"]["2"], per["dist"]["2"]
+    # translated once: one lookup before the timed rounds (random partitioning: remote seeds);
+    # per-round: none then, and 3 more collectives (sizes, ids, answers) in every timed round
+    assert a["seed_setup_remote_bytes"] > 0 and b["seed_setup_remote_bytes"] == 0
+    assert a["edges_per_rank"] == b["edges_per_rank"]  # the same batches
+    alt = a["per_round_seed_lookup"]  # the same run's alternate repeats, looked up per round
+    for ra, rb, calls in zip(a["ranks"], b["ranks"], alt["exchange_calls_per_rank"],
+                             strict=True):
+        assert ra["batches"] == rb["batches"] == 3
+        assert rb["exchange_calls"] == calls == ra["exchange_calls"] + 3 * 3
+    assert "per_round_seed_lookup" not in b
+    assert alt["once_cpu_ratio"] > 0 and alt["once_per_rank_edges_per_s_ratio"] > 0
+    # the hop tally is the main run's alone: its hops still add up to the total
+    assert sum(h["id_bytes_per_edge_remote"] for h in a["hops"]) == pytest.approx(
+        a["id_bytes_per_edge_remote"])
+
+
 def test_bench_merge_merges_loaders_and_one_per_round_does_not(tmp_path):
     res = bench("merge", tmp_path, "--batch-size", "8", "--batches", "2", "--loaders", "4")
     m, o = res["merged"], res["one_per_round"]
