@@ -70,7 +70,11 @@ def _under_limits(rank, world, small, big, pairs):
     resource.setrlimit(resource.RLIMIT_AS, (_status("VmSize") + part_bytes + budget,
                                             resource.RLIM_INFINITY))
     got, known = _sample_all(load_partition(big, rank, world), BIG_N, pairs)
-    # the limits bite: after sampling, neither a num_nodes array nor a global id map file fits
+    # the limits bite: with the same headroom over what the rank holds now (freed blocks may
+    # have lowered it since the limits were set), neither a num_nodes array nor a global id
+    # map file fits
+    resource.setrlimit(resource.RLIMIT_DATA, (_status("VmData") + budget, resource.RLIM_INFINITY))
+    resource.setrlimit(resource.RLIMIT_AS, (_status("VmSize") + budget, resource.RLIM_INFINITY))
     bites = []
     for make in (lambda: np.ones(BIG_N, np.int64),
                  lambda: np.load(os.path.join(big, "orig_to_new.npy"), mmap_mode="r")):
