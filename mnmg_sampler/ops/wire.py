@@ -39,6 +39,19 @@ def _get64(buf, p, k):
     return (np.int64(buf[p]) & 0xFFFFFFFF) | (np.int64(buf[p + 1]) << 32)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bucket(inner, v):
+    """The bucket of ``v``: the number of boundaries ``inner`` (sorted) that are <= v."""
+    lo, hi = 0, inner.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if inner[mid] <= v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @numba.njit(cache=True, nogil=True)
 def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k):
     """Bucket ``nodes`` (request segments of ``sizes``) by destination and pack remote ones.
@@ -56,14 +69,7 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k):
     i = 0
     for s in range(S):
         for _ in range(sizes[s]):
-            v = nodes[i]
-            lo, hi = 0, W - 1  # owner = number of inner bounds <= v
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if inner[mid] <= v:
-                    lo = mid + 1
-                else:
-                    hi = mid
+            lo = _bucket(inner, nodes[i])
             owner[i] = lo
             ocount[lo] += 1
             per[lo, s] += 1
@@ -390,14 +396,7 @@ def pack_lookup(keys, inner, me, lo, table, wire):
     owner = np.empty(n, np.int64)
     counts = np.zeros(W, np.int64)
     for i in range(n):
-        v = keys[i]
-        a, b = 0, W - 1
-        while a < b:
-            mid = (a + b) // 2
-            if inner[mid] <= v:
-                a = mid + 1
-            else:
-                b = mid
+        a = _bucket(inner, keys[i])
         owner[i] = a
         if a != me:
             counts[a] += 1
