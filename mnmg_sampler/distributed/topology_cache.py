@@ -146,24 +146,26 @@ def _interleave(hit, c_miss, nb_miss, e_miss, c_hit, nb_hit, e_hit, with_e):
         if hit[i]:
             c = c_hit[b]
             b += 1
-            for j in range(c):
-                out_n[o + j] = nb_hit[pb + j]
-            if with_e:
-                for j in range(c):
-                    out_e[o + j] = e_hit[pb + j]
+            _put_list(out_n, out_e, o, nb_hit, e_hit, pb, c, with_e)
             pb += c
         else:
             c = c_miss[a]
             a += 1
-            for j in range(c):
-                out_n[o + j] = nb_miss[pa + j]
-            if with_e:
-                for j in range(c):
-                    out_e[o + j] = e_miss[pa + j]
+            _put_list(out_n, out_e, o, nb_miss, e_miss, pa, c, with_e)
             pa += c
         out_c[i] = c
         o += c
     return out_c, out_n, out_e
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_list(out_n, out_e, o, nb, e, p, c, with_e):
+    """Copy one node's ``c`` neighbors (and edge ids) from position ``p`` to ``o``."""
+    for j in range(c):
+        out_n[o + j] = nb[p + j]
+    if with_e:
+        for j in range(c):
+            out_e[o + j] = e[p + j]
 
 
 def _row_positions(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
