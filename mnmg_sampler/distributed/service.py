@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 MODES = ("thread", "inline")
 MARGIN_S = 5.0  # a wait gives up after the collective timeout plus this, without progress
 _POLL_S = 0.25  # how often a waiting caller checks the service's progress
-_IDLE_BACKOFF = 3  # an idle thread's sleep doubles up to 2**3 times idle_sleep_s
 
 
 class SamplingService:
@@ -118,7 +117,6 @@ class SamplingService:
         self.num_nodes = int(part.num_nodes)
         self._q: queue.Queue = queue.Queue()
         self._closing = threading.Event()
-        self._wake = threading.Event()  # set by submit and shutdown: ends an idle sleep
         self._closed = False
         self._failed: MnmgError | None = None
         self._lock = threading.Lock()  # one round at a time (inline mode, several clients)
@@ -156,7 +154,6 @@ class SamplingService:
             fut.set_exception(e)
             return fut
         self._q.put((request, fut))
-        self._wake.set()
         if self._failed is not None:  # the thread failed while we queued: never leave it waiting
             self._fail_all()
         return fut
@@ -276,20 +273,12 @@ class SamplingService:
                             "check the first error in the log on every rank")
 
     def _serve(self) -> None:
-        """The service thread: rounds until every rank is done. An idle round is still one
-        all-reduce (about 0.1-0.2 ms of CPU on gloo), so while no rank has work the sleep
-        between rounds doubles up to ``2**3 * idle_sleep_s``; a local submit wakes the thread at
-        once, and a peer that woke first waits in the agreement for at most that long."""
-        idle = 0
         try:
             while True:
-                self._wake.clear()
                 if self._q.empty() and not self._closing.is_set():
-                    self._wake.wait(self._idle * (1 << min(idle, _IDLE_BACKOFF)))
-                before = self._stats["idle_rounds"]
+                    time.sleep(self._idle)
                 if not self.run_round():
                     break
-                idle = idle + 1 if self._stats["idle_rounds"] > before else 0
         except BaseException as e:  # a broken collective: fail every waiter, never hang them
             self._failed = self._failed or self._round_error(e)
             log.error("sampling service stopped: %s", self._failed)
@@ -339,7 +328,6 @@ class SamplingService:
         if self._closed:
             return
         self._closing.set()
-        self._wake.set()
         if self._thread is not None:
             watch = _Watch(self)
             t0 = time.perf_counter()
