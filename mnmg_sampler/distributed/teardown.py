@@ -5,6 +5,15 @@ static destruction ("terminate called without an active exception"), most often 
 hosting the store. One exit hook runs, in this order: every registered stopper (a sampling
 service's thread leaves its rounds, bounded by its deadline), then the default process group is
 destroyed. One hook, not two, so the order cannot depend on when each was registered.
+
+Last, the hook waits (bounded) until gloo's worker threads are idle. A worker drops its
+reference to a finished collective *after* waking the caller; when that is the last reference
+and the work holds a Python object (a tensor, a torch-function mode), the worker needs the GIL.
+Once the interpreter finalizes, a thread that asks for the GIL is ended with ``pthread_exit``,
+whose unwinding through C++ aborts the process ("terminate called without an active
+exception", pytorch/pytorch#190489). ``destroy_process_group()`` does not prevent it: DDP keeps
+the default group alive, so its workers outlive the group. Atexit hooks run before finalization,
+so the workers can still take the GIL while this hook sleeps.
 """
 
 from __future__ import annotations
@@ -12,7 +21,9 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -22,6 +33,10 @@ _lock = threading.Lock()
 _stoppers: dict[int, Callable[[], bool]] = {}
 _next = [0]
 _hooked = [False]
+
+GLOO_WORKERS = ("pt_gloo_runloop",)  # the name torch gives ProcessGroupGloo's worker threads
+DRAIN_LIMIT_S = 2.0
+_TASKS = Path("/proc/self/task")
 
 
 def at_exit(stop: Callable[[], bool] | None = None) -> Callable[[], None]:
@@ -64,3 +79,46 @@ def _exit() -> None:
             dist.destroy_process_group()
         except Exception:  # a dead peer may break the teardown; the process ends either way
             log.debug("destroy_process_group at exit failed", exc_info=True)
+    drain_gloo_workers()
+
+
+def _gloo_worker_states() -> list[str] | None:
+    """Scheduler states (R, S, D, ...) of this process's gloo threads; ``None`` off Linux."""
+    try:
+        tasks = list(_TASKS.iterdir())
+    except OSError:
+        return None
+    states = []
+    for t in tasks:
+        try:
+            if (t / "comm").read_text().strip() in GLOO_WORKERS:
+                # "pid (comm) S ...": the state follows the last parenthesis
+                states.append((t / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):  # the thread ended meanwhile
+            continue
+    return states
+
+
+def drain_gloo_workers(limit_s: float = DRAIN_LIMIT_S) -> bool:
+    """Release the GIL until gloo's worker threads are idle: True if they were, within ``limit_s``.
+
+    Idle means no gloo thread running or runnable in two checks in a row, with a sleep (the
+    GIL free) between them: a worker that was waiting for the GIL at the first check has had
+    it by the second. Off Linux there is nothing to read; one short sleep does what it can.
+    """
+    states = _gloo_worker_states()
+    if states is None:
+        time.sleep(0.05)
+        return True
+    if not states:
+        return True
+    deadline = time.monotonic() + limit_s
+    quiet = 0
+    while quiet < 2:
+        if time.monotonic() > deadline:
+            log.debug("gloo worker threads still busy after %.1f s at exit", limit_s)
+            return False
+        time.sleep(0.002)
+        busy = any(s in "RD" for s in _gloo_worker_states() or ())
+        quiet = 0 if busy else quiet + 1
+    return True

@@ -4,6 +4,7 @@
     python -m tests.distributed.faultkit cli train ARGS...     # the mnmg-sampler CLI
     python -m tests.distributed.faultkit noshutdown PARTS_DIR  # exit without shutdown()
     python -m tests.distributed.faultkit nodestroy  # exit without destroy_process_group()
+    python -m tests.distributed.faultkit ddp        # DDP steps, destroy_process_group(), exit
 
 Each rank runs with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so rank
 0 hosts the TCP store. ``MNMG_TEST_KILL_AT=K`` arms this process: its K-th call of a
@@ -119,6 +120,25 @@ def no_destroy() -> int:
     return 0
 
 
+def ddp_steps() -> int:
+    """DDP training steps, then ``destroy_process_group()``: DDP keeps the group (and its gloo
+    workers) alive past the destroy, so exit must still be clean on every rank."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from mnmg_sampler.runtime import init_distributed
+
+    init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 4))
+    for _ in range(3):
+        model(torch.ones(16, 8)).sum().backward()
+    dist.destroy_process_group()
+    print(f"GRAD {float(model.module.weight.grad.sum()):.1f}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     arm()
     if argv[0] == "api":
@@ -127,6 +147,8 @@ def main(argv: list[str]) -> int:
         return no_shutdown(argv[1])
     if argv[0] == "nodestroy":
         return no_destroy()
+    if argv[0] == "ddp":
+        return ddp_steps()
     if argv[0] == "cli":
         from mnmg_sampler.cli import main as cli_main
 
