@@ -95,6 +95,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--topology-cache", type=float, default=0.0, metavar="F",
                    help="per-rank cache of remote nodes' adjacency rows, as a fraction of the "
                         "part's edges (sampler.topology_cache; default: 0 = none)")
+    p.add_argument("--shared-topology", action="store_true",
+                   help="ranks map each other's parts and sample every hop off the wire "
+                        "(sampler.shared_topology; default: off)")
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
@@ -179,7 +182,8 @@ def _worker(work: str) -> int:
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     os.environ[EXCHANGE_ENV] = task.get("exchange", "alltoall")
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
-                          topology_cache=task.get("topology_cache", 0.0))
+                          topology_cache=task.get("topology_cache", 0.0),
+                          shared_topology=task.get("shared_topology", False))
     ex = sampler.ex
     # with a topology cache, the same ranks also time a sampler without one, repeats alternating
     base = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded")) \
@@ -529,7 +533,7 @@ def run(args: argparse.Namespace) -> int:
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
         "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
-        "machine": machine_info(threads),
+        "shared_topology": bool(args.shared_topology), "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
@@ -539,7 +543,8 @@ def run(args: argparse.Namespace) -> int:
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
           f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
           f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, topology cache "
-          f"{args.topology_cache:g}; "
+          f"{args.topology_cache:g}, shared topology "
+          f"{'on' if args.shared_topology else 'off'}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -551,7 +556,8 @@ def run(args: argparse.Namespace) -> int:
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
             "exchange": args.exchange, "id_maps": args.id_maps,
-            "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache}
+            "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
+            "shared_topology": bool(args.shared_topology)}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:

@@ -142,6 +142,11 @@ class SamplerConfig:
         0.0, "Fraction of each rank's part edges spent on caching the adjacency rows of other "
         "ranks' nodes with most neighbors in its part (chosen once at start); cached nodes are "
         "sampled locally, off the wire. Results do not change. 0 = no cache.", _NONNEG_FLOAT)
+    shared_topology: bool = _opt(
+        False, "Ranks on one host memory-map each other's partition files (shared page cache) "
+        "and sample every hop themselves: no ids cross the wire, a sampling round is one "
+        "collective. Needs every rank on one host, the CPU kernel and topology_cache 0. "
+        "Results do not change.")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(

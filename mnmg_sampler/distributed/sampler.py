@@ -50,6 +50,7 @@ from ..sampler import (
 from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
 from .id_maps import IdMaps
+from .shared_topology import open_shared_topology
 from .topology_cache import TopologyCache, check_fraction
 
 _I64 = np.dtype(np.int64)
@@ -73,16 +74,24 @@ class DistSampler:
             global maps on every rank: no lookup collectives); see :mod:`.id_maps`.
         topology_cache: fraction of this part's edges to spend on a cache of remote nodes'
             rows (:mod:`.topology_cache`; 0 = none; ranks may differ). Results do not change.
+        shared_topology: every rank on one host maps the other ranks' parts and samples every
+            hop itself, off the wire (:mod:`.shared_topology`; all ranks alike). Results do not
+            change.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
-                 id_maps: str = "sharded", topology_cache: float = 0.0) -> None:
+                 id_maps: str = "sharded", topology_cache: float = 0.0,
+                 shared_topology: bool = False) -> None:
         topology_cache = check_fraction(topology_cache)  # before any collective
         if topology_cache > 0 and kernel == "cuda":
             raise ConfigError("sampler.topology_cache is not supported with kernel='cuda'",
                               "no rank builds its sampler",
                               "set sampler.topology_cache to 0, or use kernel='cpu'")
+        if shared_topology is True and kernel == "cuda":  # before the CUDA set-up
+            raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+                              "no rank builds its sampler",
+                              "set sampler.shared_topology to false, or use kernel='cpu'")
         self.part = part
         # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
@@ -110,6 +119,9 @@ class DistSampler:
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
         self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
+        # collective: every rank maps every part, or none does
+        self.shared = open_shared_topology(part, self.ex, shared_topology, kernel,
+                                           topology_cache)
         self.topo = _topology_cache(part, self.ex, topology_cache)  # collective if any > 0
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
@@ -181,6 +193,9 @@ class DistSampler:
         return c, nb, e
 
     def _hop(self, h: HopSegments):
+        if self.shared is not None:  # every part mapped here: no exchange at all
+            return self.shared.hop(h, lambda rows, keys, fans, reps, e, arrays:
+                                   self._kernel(rows, keys, h.hop, fans, reps, e, None, arrays))
         # topology cache (opt-in): cached remote nodes are sampled here, only the rest travel
         topo = self.topo
         if topo is not None and topo.num_nodes and h.hop not in self._local_hops:
@@ -236,6 +251,13 @@ class DistSampler:
         if want_o:
             self._front_orig[h.hop] = origs
         return counts, nbr, (eid if h.edge_ids else None)
+
+    def shared_stats(self) -> dict:
+        """Use of the shared topology: frontier nodes of other ranks sampled here, their
+        edges (``enabled`` False without it)."""
+        if self.shared is None:
+            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0}
+        return self.shared.stats()
 
     def topology_stats(self) -> dict:
         """Size and use of this rank's topology cache (zeros without one)."""
@@ -311,6 +333,9 @@ class DistSampler:
         """New ids of every request's seeds: as translated by the request's loader, else
         locally, else (``lookup``: some rank has an untranslated seed it does not own) in one
         collective lookup of the untranslated ones."""
+        if self.shared is not None:  # every part's original ids are mapped here
+            return [r.new_seeds if r.new_seeds is not None else self.shared.to_new(r.seeds)
+                    for r in requests]
         if lookup and self.ex.world_size > 1:
             new = [r.new_seeds for r in requests]
             todo = [i for i, n in enumerate(new) if n is None]
@@ -358,7 +383,7 @@ class DistSampler:
         # the frontier's original ids ride in the replies when they would otherwise need a
         # lookup collective (sharded maps) and no feature row carries them
         self._want_orig = (W > 1 and not carried and not self.identity_ids
-                           and self.ids.n2o is None)
+                           and self.ids.n2o is None and self.shared is None)
         self._front_orig = {}
         new = self._new_seeds(requests, bool(lookup))
         internal = [SampleRequest(n, r.fanouts, r.key, r.replace, r.input_id, r.edge_ids)
@@ -377,8 +402,9 @@ class DistSampler:
             for b, (x, y) in zip(out, features.fetch(n_ids), strict=True):
                 b.x, b.y = x, y
         if not self._want_orig:  # local translation (or none): every node but the seeds
-            rest = self.ids.to_orig_many([a[b.batch_size:] for a, b in zip(n_ids, out,
-                                                                               strict=True)])
+            todo = [a[b.batch_size:] for a, b in zip(n_ids, out, strict=True)]
+            rest = (self.ids.to_orig_many(todo) if self.shared is None
+                    else [self.shared.to_orig(a) for a in todo])
             for b, r, orig in zip(out, requests, rest, strict=True):
                 b.n_id = torch.from_numpy(np.concatenate([r.seeds, orig]))
             return out

@@ -76,6 +76,10 @@ class SamplingService:
         topology_cache: fraction of this rank's part edges to spend on caching remote nodes'
             rows (:mod:`~mnmg_sampler.distributed.topology_cache`; 0 = none; results do not
             change); its size and hits in :meth:`stats` under ``topology_cache``.
+        shared_topology: every rank (all on one host) maps the other ranks' parts and samples
+            every hop itself, off the wire (:mod:`~mnmg_sampler.distributed.shared_topology`;
+            the same on every rank; results do not change); its use in :meth:`stats` under
+            ``shared_topology``.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -84,7 +88,7 @@ class SamplingService:
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
                  feature_cache_rows: int = 0, id_maps: str = "sharded",
-                 topology_cache: float = 0.0) -> None:
+                 topology_cache: float = 0.0, shared_topology: bool = False) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
@@ -107,7 +111,8 @@ class SamplingService:
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
         self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                    device=device if kernel == "cuda" else None,
-                                   topology_cache=topology_cache)
+                                   topology_cache=topology_cache,
+                                   shared_topology=shared_topology)
         self.features = None
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
@@ -380,6 +385,7 @@ class SamplingService:
         st["bytes_by_kind"] = {k: {"self": v[0], "others": v[1]}
                                for k, v in self.sampler.ex.bytes.items()}
         st["topology_cache"] = self.sampler.topology_stats()
+        st["shared_topology"] = self.sampler.shared_stats()
         if self.features is not None:
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st

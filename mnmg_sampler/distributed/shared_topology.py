@@ -1,0 +1,225 @@
+"""Shared topology: ranks on one host read each other's parts and sample every hop themselves.
+
+The parts of a partition directory are memory-mapped files, so every process on the host that
+maps them shares one copy in the page cache. With ``sampler.shared_topology`` on, each rank
+maps the CSR (indptr, indices, edge ids, original ids, weights) of every other rank's part
+too. A hop's frontier is then split by owner and sampled here, one kernel call per part that
+owns some of it, and put back in frontier order: no ids or neighbors go on the wire, and the
+original ids of ``n_id`` (and of seeds given in original ids) are read from the parts' own
+sorted ``orig_ids``, so no id lookup is exchanged either. A round of sampling costs one
+collective, its agreement; the feature rows still come from their owners over the wire.
+
+The RNG is keyed on original ids and every part keeps its rows' canonical order, so results
+are bit-identical to the wire path and to the single process. It needs every rank of the
+group on one host (checked at construction by a hash of the host name and boot id), a
+partition loaded from a directory, the CPU kernel, and no topology cache (which it
+supersedes). Memory: a rank's resident set counts the pages of other parts it touches;
+they are shared with the ranks that own them, not copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph.partition_io import load_partition
+from ..sampler import HopSegments
+from .collective import Exchanger, agree, peer_errors
+
+__all__ = ["SharedTopology", "host_id", "open_shared_topology"]
+
+_I64 = np.int64
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def host_id() -> int:
+    """A 62-bit id of this host (its name and, on Linux, its boot id): equal on two ranks
+    exactly when they can share memory-mapped files' pages."""
+    try:
+        boot = _BOOT_ID.read_text().strip()
+    except OSError:
+        boot = ""
+    digest = hashlib.blake2b(f"{socket.gethostname()}|{boot}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
+
+
+def _check_local(part, enabled, kernel: str, topology_cache: float) -> None:
+    """This rank's own reasons to refuse (no collective)."""
+    if not isinstance(enabled, (bool, np.bool_)):
+        raise ConfigError(f"sampler.shared_topology must be true or false, got {enabled!r}",
+                          "no rank builds its sampler", "pass true or false")
+    if not enabled:
+        return
+    if kernel == "cuda":
+        raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+                          "no rank builds its sampler",
+                          "set sampler.shared_topology to false, or use kernel='cpu'")
+    if topology_cache > 0:
+        raise ConfigError("sampler.shared_topology and sampler.topology_cache are both set",
+                          "no rank builds its sampler",
+                          "use one: the shared topology already samples every node locally")
+    if getattr(part, "path", None) is None:
+        raise ConfigError("sampler.shared_topology needs a partition loaded from a directory",
+                          "the other ranks' parts cannot be opened",
+                          "load the part with load_partition(DIR, rank), or set "
+                          "sampler.shared_topology to false")
+
+
+def open_shared_topology(part, ex: Exchanger, enabled: bool, kernel: str = "cpu",
+                         topology_cache: float = 0.0) -> SharedTopology | None:
+    """Collective: the shared topology when every rank asks for it, else ``None``.
+
+    A rank that cannot use it (a bad value, ``kernel='cuda'``, a topology cache, no partition
+    directory), ranks that disagree, ranks on several hosts, or a part that does not open give
+    a :class:`ConfigError` (or the part's error) on every rank.
+    """
+    agree(lambda: _check_local(part, enabled, kernel, topology_cache), ex.group,
+          "checking sampler.shared_topology")
+    if ex.world_size == 1:
+        return None
+    on = int(bool(enabled))
+    h = host_id() if on else 0
+    with peer_errors("agreeing on sampler.shared_topology"):
+        some, not_all, hi, neg_lo = ex.agree_max([on, 1 - on, h, -h])
+    if not some:
+        return None
+    if not_all:
+        raise ConfigError("sampler.shared_topology is on for some ranks and off for others",
+                          "no rank builds its sampler",
+                          "give every rank the same sampler.shared_topology")
+    if hi != -neg_lo:
+        raise ConfigError("sampler.shared_topology needs every rank on one host; this job's "
+                          "ranks run on several", "no rank builds its sampler",
+                          "set sampler.shared_topology to false for a multi-node job")
+    return agree(lambda: SharedTopology(part, ex.rank, ex.world_size), ex.group,
+                 "opening the other ranks' parts for the shared topology")
+
+
+@numba.njit(cache=True, nogil=True)
+def _regroup(order, c_sorted, nb_sorted, e_sorted, with_e):
+    """Counts, neighbors and edge ids in frontier order from results in owner order
+    (``order[i]``: the frontier position of owner-order node ``i``)."""
+    n = order.shape[0]
+    out_c = np.empty(n, np.int64)
+    for i in range(n):
+        out_c[order[i]] = c_sorted[i]
+    off = np.empty(n, np.int64)
+    o = 0
+    for j in range(n):
+        off[j] = o
+        o += out_c[j]
+    out_n = np.empty(nb_sorted.shape[0], np.int64)
+    out_e = np.empty(nb_sorted.shape[0] if with_e else 0, np.int64)
+    p = 0
+    for i in range(n):
+        c = c_sorted[i]
+        o = off[order[i]]
+        for j in range(c):
+            out_n[o + j] = nb_sorted[p + j]
+        if with_e:
+            for j in range(c):
+                out_e[o + j] = e_sorted[p + j]
+        p += c
+    return out_c, out_n, out_e
+
+
+class SharedTopology:
+    """Every part's CSR on this rank, memory-mapped (see the module docstring).
+
+    Attributes:
+        parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
+        peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
+    """
+
+    def __init__(self, part, rank: int, world_size: int) -> None:
+        self.rank = rank
+        self.bounds = np.asarray(part.boundaries, _I64)
+        self._inner = np.ascontiguousarray(self.bounds[1:-1])
+        self.parts = []
+        for r in range(world_size):
+            p = part if r == rank else load_partition(part.path, r, world_size, verify="off")
+            csr = tuple(np.asarray(a) for a in (p.indptr, p.indices, p.edge_ids, p.orig_ids))
+            w = getattr(p, "weights", None)
+            self.parts.append((csr, None if w is None else np.asarray(w)))
+        if any((w is None) != (self.parts[rank][1] is None) for _, w in self.parts):
+            raise ConfigError("the parts of the partition are not all weighted (or unweighted)",
+                              "the shared topology cannot sample them alike",
+                              "partition again with --weights for every part")
+        self.peer_nodes = 0
+        self.peer_edges = 0
+
+    def stats(self) -> dict:
+        return {"enabled": True, "parts": len(self.parts), "peer_nodes": self.peer_nodes,
+                "peer_edges": self.peer_edges}
+
+    # -- ids -------------------------------------------------------------------------------
+    def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
+        """Original ids of new ids, read from their parts (no collective)."""
+        new_ids = np.asarray(new_ids, _I64)
+        out = np.empty(new_ids.size, _I64)
+        owner = np.searchsorted(self._inner, new_ids, side="right")
+        for r, ((_, _, _, orig), _) in enumerate(self.parts):
+            m = owner == r
+            if m.any():
+                out[m] = orig[new_ids[m] - self.bounds[r]]
+        return out
+
+    def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
+        """New ids of original ids in ``[0, num_nodes)``: each part's ``orig_ids`` is
+        ascending, so a binary search per part (no collective)."""
+        orig_ids = np.asarray(orig_ids, _I64)
+        out = np.full(orig_ids.size, -1, _I64)
+        for r, ((_, _, _, orig), _) in enumerate(self.parts):
+            if orig.size == 0:
+                continue
+            pos = np.minimum(np.searchsorted(orig, orig_ids), orig.size - 1)
+            hit = orig[pos] == orig_ids
+            out[hit] = self.bounds[r] + pos[hit]
+        if out.size and int(out.min()) < 0:
+            raise RuntimeError("an original id is in no part of the shared topology")
+        return out
+
+    # -- one hop ---------------------------------------------------------------------------
+    def hop(self, h: HopSegments, kernel: Callable):
+        """Sample ``h`` here: ``kernel(rows, keys, fanouts, replace, edge_ids, arrays)`` once per
+        part that owns some of the frontier; results in frontier order."""
+        keys, fans, reps = h.per_node()
+        nodes = h.nodes
+        owner = np.searchsorted(self._inner, nodes, side="right")
+        per = np.bincount(owner, minlength=len(self.parts))
+        with_e = bool(h.edge_ids)
+        if nodes.size == 0 or int(per.max()) == nodes.size:  # one owner: no regrouping
+            r = int(owner[0]) if nodes.size else self.rank
+            c, nb, e = kernel(nodes - self.bounds[r], keys, fans, reps, with_e, self.parts[r])
+            self._count(r, nodes.size, nb.size)
+            return c, nb, (e if with_e else None)
+        order = np.argsort(owner, kind="stable")
+        cs, nbs, es = [], [], []
+        a = 0
+        for r, n in enumerate(per.tolist()):
+            if n == 0:
+                continue
+            sel = order[a:a + n]
+            a += n
+            c, nb, e = kernel(nodes[sel] - self.bounds[r], keys[sel], fans[sel], reps[sel],
+                              with_e, self.parts[r])
+            self._count(r, n, nb.size)
+            cs.append(np.asarray(c, _I64))
+            nbs.append(np.asarray(nb, _I64))
+            if with_e:
+                es.append(np.asarray(e, _I64))
+        empty = np.empty(0, _I64)
+        c, nb, e = _regroup(order, np.concatenate(cs), np.concatenate(nbs),
+                            np.concatenate(es) if with_e else empty, with_e)
+        return c, nb, (e if with_e else None)
+
+    def _count(self, r: int, nodes: int, edges: int) -> None:
+        if r != self.rank:
+            self.peer_nodes += int(nodes)
+            self.peer_edges += int(edges)

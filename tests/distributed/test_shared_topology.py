@@ -1,0 +1,201 @@
+"""Shared topology (``sampler.shared_topology``) on real gloo ranks: every rank maps every part
+and samples every hop itself; minibatches equal the wire path and the single process bit for
+bit, a sampling round is one collective (its agreement) and no id crosses the wire; refusals
+(mixed settings, CUDA kernel, topology cache, no directory, several hosts) are typed errors on
+every rank."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from mnmg_sampler.config import config_from_dict
+from mnmg_sampler.errors import ConfigError
+from mnmg_sampler.graph.partition import partition
+from mnmg_sampler.graph.partition_io import load_partition
+from mnmg_sampler.ops.rng import request_key
+from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph
+from .harness import RankFailure, run_ranks
+
+
+def _rounds(rank: int, world: int, n: int) -> list[list[tuple]]:
+    """Rounds of ``(seeds, key, fanouts, replace)``: merged requests with seeds anywhere; one
+    with replacement and all neighbors (-1) at one hop; an empty round on rank 0."""
+    rng = np.random.default_rng([rank, world, 7])
+    merged = [(rng.choice(n, 12, replace=False), request_key(SEED, 0, 10 * rank + j),
+               FANOUTS, False) for j in range(3)]
+    mixed = [(rng.choice(n, 6, replace=False), request_key(SEED, 2, rank), [3, -1, 2], True),
+             (rng.choice(n, 6, replace=False), request_key(SEED, 3, rank), [2, 2], False)]
+    return [merged, mixed, [] if rank == 0 else merged[:1]]
+
+
+def _sample(rank, world, d, shared, translated):
+    """Every round with and without edge ids: batches, collectives per sample() call, id bytes
+    to others, the shared topology's stats."""
+    from mnmg_sampler.distributed.sampler import DistSampler
+
+    part = load_partition(d, rank, world)
+    s = DistSampler(part, seed=SEED, shared_topology=shared)
+    got, calls = [], []
+    b0 = s.ex.bytes.get("ids", [0, 0])[1]
+    for reqs in _rounds(rank, world, int(part.num_nodes)):
+        # one lookup per round on every rank (collective), as a loader translates its seeds
+        new = s.ids.to_new_many([q[0] for q in reqs]) if translated else [None] * len(reqs)
+        for with_e in (True, False):
+            rq = [SampleRequest(seeds, fan, key, rep, edge_ids=with_e, new_seeds=ns)
+                  for (seeds, key, fan, rep), ns in zip(reqs, new, strict=True)]
+            c0 = s.ex.calls
+            out = s.sample(rq)
+            calls.append(s.ex.calls - c0)
+            got.append([((r.seeds, list(r.fanouts), r.key, r.replace), with_e, as_arrays(b))
+                        for r, b in zip(rq, out, strict=True)])
+    return got, calls, s.ex.bytes.get("ids", [0, 0])[1] - b0, s.shared_stats()
+
+
+def _check(g, got, hop_fn=None) -> int:
+    ref = MultiHopSampler(hop_fn or local_hop_fn(g, SEED), g.num_nodes)
+    n = 0
+    for batches in got:
+        for (seeds, fan, key, rep), with_e, mb in batches:
+            want = as_arrays(ref.sample([SampleRequest(seeds, fan, key, rep)])[0])
+            keys = None if with_e else ("n_id", "edge_index", "num_sampled_nodes",
+                                        "num_sampled_edges", "batch_size")
+            assert_same(mb, want, **({} if keys is None else {"keys": keys}))
+            n += mb["edge_index"].shape[1]
+    return n
+
+
+@pytest.mark.parametrize("world, method, translated", [
+    (2, "random", False), (2, "random", True), (3, "metis", False), (2, "range", False)])
+def test_shared_equals_wire_and_one_process(tmp_path, world, method, translated):
+    g = small_graph()
+    d = str(partition(g, world, method, tmp_path / "p", seed=1))
+    off = run_ranks(_sample, world, d, False, translated, timeout=150)
+    on = run_ranks(_sample, world, d, True, translated, timeout=150)
+    peer = 0
+    for (got_off, calls_off, _bytes_off, st_off), (got_on, calls_on, bytes_on, st_on) in zip(
+            off, on, strict=True):
+        assert not st_off["enabled"] and st_on["enabled"] and st_on["parts"] == world
+        assert _check(g, got_on) == _check(g, got_off) > 0
+        for a, b in zip(got_off, got_on, strict=True):  # on == off, field by field
+            for (_, _, x), (_, _, y) in zip(a, b, strict=True):
+                assert_same(x, y)
+        # one collective per round (the agreement), nothing on the wire
+        assert calls_on == [1] * len(calls_on) and bytes_on == 0
+        assert sum(calls_off) > len(calls_off)
+        peer += st_on["peer_nodes"]
+        assert (st_on["peer_edges"] > 0) == (st_on["peer_nodes"] > 0)
+    assert peer > 0 and sum(r[2] for r in off) > 0
+
+
+def _features(rank, world, d):
+    from mnmg_sampler.distributed.features import DistFeatureStore
+    from mnmg_sampler.distributed.sampler import DistSampler
+
+    part = load_partition(d, rank, world)
+    s = DistSampler(part, seed=SEED, shared_topology=True)
+    store = DistFeatureStore(part, s.ex)
+    rng = np.random.default_rng(rank)
+    reqs = [SampleRequest(rng.choice(int(part.num_nodes), 10, replace=False), FANOUTS,
+                          request_key(SEED, 5, rank))]
+    return [(r.seeds, r.key, as_arrays(b), b.x.numpy(), b.y.numpy())
+            for r, b in zip(reqs, s.sample(reqs, store), strict=True)]
+
+
+def test_features_come_with_the_shared_topology(tmp_path):
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    for out in run_ranks(_features, 2, d, timeout=150):
+        for seeds, key, mb, x, y in out:
+            assert_same(mb, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))
+            assert np.array_equal(x, g.x[mb["n_id"]]) and np.array_equal(y, g.y[mb["n_id"]])
+
+
+def test_weighted_partition(tmp_path):
+    from mnmg_sampler.ops.weighted import local_weighted_hop_fn
+
+    g = small_graph()
+    w = np.random.default_rng(2).exponential(1.0, g.num_edges).astype(np.float32)
+    w[::5] = 0.0
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=1, weights=w))
+    for got, calls, _b, st in run_ranks(_sample, 2, d, True, False, timeout=150):
+        assert _check(g, got, local_weighted_hop_fn(g, w, SEED)) > 0
+        assert calls == [1] * len(calls) and st["peer_nodes"] > 0
+
+
+def _service(rank, world, d, seeds):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
+                          shared_topology=True)
+    try:
+        loader = DistNeighborLoader(svc, seeds, FANOUTS, 8, seed=SEED)
+        out = [as_arrays(b) | {"input_id": b.input_id.numpy(), "key": b.key} for b in loader]
+        return out, svc.stats()["shared_topology"], svc.stats()["bytes_by_kind"]
+    finally:
+        svc.shutdown()
+
+
+def test_service_and_loader(tmp_path):
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
+    seeds = np.arange(0, g.num_nodes, 2)
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    seen = []
+    for out, st, by_kind in run_ranks(_service, 2, d, seeds, timeout=150):
+        assert st["enabled"] and st["peer_nodes"] > 0
+        assert by_kind.get("ids", {"others": 0})["others"] == 0
+        for mb in out:
+            want = ref.sample([SampleRequest(seeds[mb["input_id"]], FANOUTS, mb["key"])])[0]
+            assert_same(mb, as_arrays(want))
+            seen.append(mb["input_id"])
+    assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(seeds.size))
+
+
+def _bad(rank, world, d, case):
+    from mnmg_sampler.distributed import shared_topology
+    from mnmg_sampler.distributed.sampler import DistSampler
+
+    part = load_partition(d, rank, world)
+    kw = {"shared_topology": True}
+    if case == "mixed":
+        kw["shared_topology"] = rank == 0
+    elif case == "cuda":  # refused before any collective, as the same config on every rank
+        kw["kernel"] = "cuda"
+    elif case == "cache" and rank == 0:
+        kw["topology_cache"] = 0.2
+    elif case == "not bool" and rank == 1:
+        kw["shared_topology"] = "yes"
+    elif case == "no directory" and rank == 0:
+        part = dataclasses.replace(part, path=None)
+    elif case == "hosts":  # as if each rank ran on a host of its own
+        shared_topology.host_id = lambda: 1000 + rank
+    try:
+        DistSampler(part, seed=SEED, **kw)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("case, words", [
+    ("mixed", "some ranks"), ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
+    ("not bool", "true or false"), ("no directory", "directory"), ("hosts", "one host")])
+def test_refusals_fail_typed_on_every_rank(tmp_path, case, words):
+    d = str(partition(small_graph(), 2, "random", tmp_path / "p", seed=1))
+    try:
+        res = run_ranks(_bad, 2, d, case, timeout=120)
+    except RankFailure as e:  # only a typed error may come back, never a hang
+        raise AssertionError(str(e)) from e
+    assert all(r is not None and words in r for r in res), res
+
+
+def test_config_key_is_checked():
+    assert config_from_dict({"sampler": {"shared_topology": True}}).sampler.shared_topology
+    with pytest.raises(ConfigError):
+        config_from_dict({"sampler": {"shared_topology": "sometimes"}})
