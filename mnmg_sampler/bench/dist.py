@@ -134,6 +134,15 @@ def parse_world_sizes(text: str) -> list[int]:
 
 
 # -- one rank ------------------------------------------------------------------------------------
+def _local_counts(local) -> tuple[int, int]:
+    """Remote frontier nodes sampled on this rank so far, and their edges."""
+    if local is None:
+        return 0, 0
+    if hasattr(local, "peer_nodes"):  # the shared topology
+        return local.peer_nodes, local.peer_edges
+    return local.hits, local.hit_edges
+
+
 class _HopTally:
     """Wraps a :class:`DistSampler`'s hop function to count, per hop, what the requesting side
     sends other ranks: frontier nodes, remote ones, their sampled edges and the exchanger's
@@ -147,15 +156,17 @@ class _HopTally:
         self.per_hop: dict[int, dict[str, int]] = {}
 
     def __call__(self, h):
-        ex, topo = self.ds.ex, self.ds.topo
+        ex = self.ds.ex
+        # remote nodes served from the topology cache (or, with the shared topology, every
+        # remote node: sampled from its owner's mapped part) never went on the wire
+        local = self.ds.topo if self.ds.topo is not None else self.ds.shared
         b0 = ex.bytes.get("ids", [0, 0])[1]
-        c0 = (topo.hits, topo.hit_edges) if topo is not None else (0, 0)
+        c0 = _local_counts(local)
         counts, nbr, eids = self.inner(h)
         remote = self.ds.owner(h.nodes) != self.ds.rank
         t = self.per_hop.setdefault(int(h.hop), dict.fromkeys(self.KEYS, 0))
-        # remote nodes served from the topology cache never went on the wire
-        hits, hit_edges = (topo.hits - c0[0], topo.hit_edges - c0[1]) if topo is not None \
-            else (0, 0)
+        c1 = _local_counts(local)
+        hits, hit_edges = c1[0] - c0[0], c1[1] - c0[1]
         t["cached"] += hits
         t["nodes"] += int(h.nodes.size)
         t["remote"] += int(remote.sum()) - hits
@@ -641,6 +652,13 @@ def print_table(res: dict) -> None:
                          f"remote" + (f", {h['cached_fraction']:.0%} from the topology cache"
                                       if h.get("cached_fraction") else "") + ")"
                          for i, h in enumerate(s["hops"]))
+        if res.get("shared_topology"):
+            print(f"W={w} shared topology: every hop sampled on the requesting rank, 0 id bytes "
+                  "on the wire; frontier nodes in other ranks' parts, sampled from the mapped "
+                  "parts: " + ", ".join(f"hop {i + 1} {h.get('cached_fraction', 0):.0%} of "
+                                        f"{h['frontier_nodes']:,}"
+                                        for i, h in enumerate(s["hops"])))
+            continue
         owned = ("; owned seeds per rank " + ", ".join(f"{v:,}" for v in
                                                         s["owned_seeds_per_rank"])
                  if res["split"] == "owner" else "")

@@ -194,8 +194,16 @@ class DistSampler:
 
     def _hop(self, h: HopSegments):
         if self.shared is not None:  # every part mapped here: no exchange at all
-            return self.shared.hop(h, lambda rows, keys, fans, reps, e, arrays:
-                                   self._kernel(rows, keys, h.hop, fans, reps, e, None, arrays))
+            if self.shared.weighted:  # one _kernel call per part (it keeps the statistics)
+                return self.shared.hop(h, lambda rows, keys, fans, reps, e, arrays: self._kernel(
+                    rows, keys, h.hop, fans, reps, e, None, arrays), self.seed)
+            t0 = time.perf_counter()
+            c, nb, e = self.shared.hop(h, None, self.seed)
+            self.t_kernel += time.perf_counter() - t0
+            self.kernel_calls += 1
+            self.kernel_nodes += int(h.nodes.size)
+            self.kernel_edges += int(nb.size)
+            return c, nb, e
         # topology cache (opt-in): cached remote nodes are sampled here, only the rest travel
         topo = self.topo
         if topo is not None and topo.num_nodes and h.hop not in self._local_hops:

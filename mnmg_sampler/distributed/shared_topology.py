@@ -3,11 +3,12 @@
 The parts of a partition directory are memory-mapped files, so every process on the host that
 maps them shares one copy in the page cache. With ``sampler.shared_topology`` on, each rank
 maps the CSR (indptr, indices, edge ids, original ids, weights) of every other rank's part
-too. A hop's frontier is then split by owner and sampled here, one kernel call per part that
-owns some of it, and put back in frontier order: no ids or neighbors go on the wire, and the
-original ids of ``n_id`` (and of seeds given in original ids) are read from the parts' own
-sorted ``orig_ids``, so no id lookup is exchanged either. A round of sampling costs one
-collective, its agreement; the feature rows still come from their owners over the wire.
+too. A hop's frontier is then sampled here in one compiled pass over all parts
+(:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`; weighted parts: one kernel call per part
+that owns some of the frontier, put back in frontier order): no ids or neighbors go on the
+wire, and the original ids of ``n_id`` (and of seeds given in original ids) are read from the
+parts' own sorted ``orig_ids``, so no id lookup is exchanged either. A round of sampling costs
+one collective, its agreement; feature rows still come from their owners over the wire.
 
 The RNG is keyed on original ids and every part keeps its rows' canonical order, so results
 are bit-identical to the wire path and to the single process. It needs every rank of the
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph.partition_io import load_partition
+from ..ops.cpu import sample_neighbors_parts
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 
@@ -129,6 +131,54 @@ def _regroup(order, c_sorted, nb_sorted, e_sorted, with_e):
     return out_c, out_n, out_e
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = np.ascontiguousarray(a, _I64).view()
+    v.flags.writeable = False
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def _to_orig(ids, bounds, origs):
+    """``origs[r][v - bounds[r]]`` for each id ``v`` of part ``r``."""
+    out = np.empty(ids.shape[0], np.int64)
+    last = len(origs) - 1
+    for i in range(ids.shape[0]):
+        v = ids[i]
+        r = 0
+        while r < last and v >= bounds[r + 1]:
+            r += 1
+        out[i] = origs[r][v - bounds[r]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _by_owner(nodes, bounds, parts):
+    """Owner of each node, counted per part, and the frontier positions in owner order
+    (stable: a counting sort)."""
+    n = nodes.shape[0]
+    own = np.empty(n, np.int64)
+    per = np.zeros(parts, np.int64)
+    last = parts - 1
+    for i in range(n):
+        v = nodes[i]
+        r = 0
+        while r < last and v >= bounds[r + 1]:
+            r += 1
+        own[i] = r
+        per[r] += 1
+    start = np.empty(parts, np.int64)
+    a = 0
+    for r in range(parts):
+        start[r] = a
+        a += per[r]
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        r = own[i]
+        order[start[r]] = i
+        start[r] += 1
+    return per, order
+
+
 class SharedTopology:
     """Every part's CSR on this rank, memory-mapped (see the module docstring).
 
@@ -147,6 +197,10 @@ class SharedTopology:
             csr = tuple(np.asarray(a) for a in (p.indptr, p.indices, p.edge_ids, p.orig_ids))
             w = getattr(p, "weights", None)
             self.parts.append((csr, None if w is None else np.asarray(w)))
+        # one numba type for all (read-only views), so compiled code can index them by part
+        self._origs = tuple(_readonly(csr[3]) for csr, _ in self.parts)
+        self._csrs = tuple(tuple(_readonly(csr[k]) for csr, _ in self.parts) for k in range(3))
+        self.weighted = self.parts[rank][1] is not None
         if any((w is None) != (self.parts[rank][1] is None) for _, w in self.parts):
             raise ConfigError("the parts of the partition are not all weighted (or unweighted)",
                               "the shared topology cannot sample them alike",
@@ -161,21 +215,14 @@ class SharedTopology:
     # -- ids -------------------------------------------------------------------------------
     def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
         """Original ids of new ids, read from their parts (no collective)."""
-        new_ids = np.asarray(new_ids, _I64)
-        out = np.empty(new_ids.size, _I64)
-        owner = np.searchsorted(self._inner, new_ids, side="right")
-        for r, ((_, _, _, orig), _) in enumerate(self.parts):
-            m = owner == r
-            if m.any():
-                out[m] = orig[new_ids[m] - self.bounds[r]]
-        return out
+        return _to_orig(np.ascontiguousarray(new_ids, _I64), self.bounds, self._origs)
 
     def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
         """New ids of original ids in ``[0, num_nodes)``: each part's ``orig_ids`` is
         ascending, so a binary search per part (no collective)."""
         orig_ids = np.asarray(orig_ids, _I64)
         out = np.full(orig_ids.size, -1, _I64)
-        for r, ((_, _, _, orig), _) in enumerate(self.parts):
+        for r, orig in enumerate(self._origs):
             if orig.size == 0:
                 continue
             pos = np.minimum(np.searchsorted(orig, orig_ids), orig.size - 1)
@@ -186,20 +233,33 @@ class SharedTopology:
         return out
 
     # -- one hop ---------------------------------------------------------------------------
-    def hop(self, h: HopSegments, kernel: Callable):
-        """Sample ``h`` here: ``kernel(rows, keys, fanouts, replace, edge_ids, arrays)`` once per
-        part that owns some of the frontier; results in frontier order."""
+    def hop(self, h: HopSegments, kernel: Callable, seed: int):
+        """Sample ``h`` here, results in frontier order. Unweighted: one compiled pass over
+        every part (:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`). Weighted:
+        ``kernel(rows, keys, fanouts, replace, edge_ids, arrays)`` once per part that owns some
+        of the frontier, then the results are put back in frontier order."""
         keys, fans, reps = h.per_node()
-        nodes = h.nodes
-        owner = np.searchsorted(self._inner, nodes, side="right")
-        per = np.bincount(owner, minlength=len(self.parts))
+        nodes = np.ascontiguousarray(h.nodes, _I64)
         with_e = bool(h.edge_ids)
-        if nodes.size == 0 or int(per.max()) == nodes.size:  # one owner: no regrouping
-            r = int(owner[0]) if nodes.size else self.rank
+        per, order = _by_owner(nodes, self.bounds, len(self.parts))
+        if not self.weighted:
+            indptrs, indices, eids = self._csrs
+            c, nb, e = sample_neighbors_parts(indptrs, indices, eids, self._origs, self.bounds,
+                                              nodes, keys, seed, h.hop, fans, reps,
+                                              with_eids=with_e)
+        elif nodes.size == 0 or int(per.max()) == nodes.size:  # one owner: no regrouping
+            r = int(np.argmax(per)) if nodes.size else self.rank
             c, nb, e = kernel(nodes - self.bounds[r], keys, fans, reps, with_e, self.parts[r])
-            self._count(r, nodes.size, nb.size)
-            return c, nb, (e if with_e else None)
-        order = np.argsort(owner, kind="stable")
+        else:
+            c, nb, e = self._by_part(nodes, keys, fans, reps, with_e, per, order, kernel)
+        a = int(per[:self.rank].sum())
+        mine = int(np.asarray(c)[order[a:a + int(per[self.rank])]].sum())
+        self.peer_nodes += int(nodes.size - per[self.rank])
+        self.peer_edges += int(nb.size) - mine
+        return c, nb, (e if with_e else None)
+
+    def _by_part(self, nodes, keys, fans, reps, with_e, per, order, kernel):
+        """One ``kernel`` call per part that owns some of the frontier, regrouped."""
         cs, nbs, es = [], [], []
         a = 0
         for r, n in enumerate(per.tolist()):
@@ -209,17 +269,10 @@ class SharedTopology:
             a += n
             c, nb, e = kernel(nodes[sel] - self.bounds[r], keys[sel], fans[sel], reps[sel],
                               with_e, self.parts[r])
-            self._count(r, n, nb.size)
             cs.append(np.asarray(c, _I64))
             nbs.append(np.asarray(nb, _I64))
             if with_e:
                 es.append(np.asarray(e, _I64))
         empty = np.empty(0, _I64)
-        c, nb, e = _regroup(order, np.concatenate(cs), np.concatenate(nbs),
-                            np.concatenate(es) if with_e else empty, with_e)
-        return c, nb, (e if with_e else None)
-
-    def _count(self, r: int, nodes: int, edges: int) -> None:
-        if r != self.rank:
-            self.peer_nodes += int(nodes)
-            self.peer_edges += int(edges)
+        return _regroup(order, np.concatenate(cs), np.concatenate(nbs),
+                        np.concatenate(es) if with_e else empty, with_e)
