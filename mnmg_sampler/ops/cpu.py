@@ -235,8 +235,7 @@ def sample_neighbors(
 
 
 @numba.njit(cache=True, nogil=True)
-def _sample_parts(indptrs, indices_t, eids_t, origs, bounds, nodes, keys, seed, hop, fanouts,
-                  replace, with_eids, scratch):
+def _parts_counts(indptrs, origs, bounds, nodes, fanouts, replace, scratch, counts):
     n = nodes.shape[0]
     P = len(indptrs)
     order, starts, degs = scratch[0], scratch[1], scratch[2]
@@ -270,15 +269,21 @@ def _sample_parts(indptrs, indices_t, eids_t, origs, bounds, nodes, keys, seed, 
             starts[i] = s
             degs[i] = indptr[r + 1] - s
             rng_ids[i] = orig[r]
-    counts = np.empty(n, np.int64)
     offsets[0] = 0
     for i in range(n):
         c = sample_count(degs[i], fanouts[i], replace[i] != 0)
         counts[i] = c
         offsets[i + 1] = offsets[i] + c
-    total = offsets[n]
-    nbr = np.empty(total, np.int64)  # positions first, then (in place) the neighbors
-    for i in range(n):  # phase 1: the draws, in node order, as the one-part kernel
+    return per
+
+
+@numba.njit(cache=True, nogil=True)
+def _parts_draw(indices_t, eids_t, keys, seed, hop, fanouts, replace, scratch, counts, per,
+                nbr, eid, with_eids):
+    n = counts.shape[0]
+    order, starts, degs = scratch[0], scratch[1], scratch[2]
+    rng_ids, offsets = scratch[3], scratch[4]
+    for i in range(n):  # phase 1: the draws (positions into nbr), as the one-part kernel
         o = offsets[i]
         k = counts[i]
         if k == 0:
@@ -294,8 +299,7 @@ def _sample_parts(indptrs, indices_t, eids_t, origs, bounds, nodes, keys, seed, 
         sample_positions(nbr, o, deg, k, f, replace[i] != 0, base)
         for j in range(o, o + k):
             nbr[j] += start
-    eid = np.empty(total if with_eids else 0, np.int64)
-    for p in range(P):  # phase 2: the gathers, part by part
+    for p in range(len(indices_t)):  # phase 2: the gathers (in place), part by part
         ind = indices_t[p]
         eids = eids_t[p]
         own_e = eids.shape[0] > 0
@@ -306,7 +310,6 @@ def _sample_parts(indptrs, indices_t, eids_t, origs, bounds, nodes, keys, seed, 
                 if with_eids:
                     eid[j] = eids[q] if own_e else q
                 nbr[j] = ind[q]
-    return counts, nbr, eid
 
 
 _SCRATCH_PARTS = threading.local()
@@ -327,9 +330,16 @@ def sample_neighbors_parts(indptrs: tuple, indices: tuple, eids: tuple, origs: t
     buf = getattr(_SCRATCH_PARTS, "buf", None)
     if buf is None or buf.shape[1] < n + 1:
         buf = _SCRATCH_PARTS.buf = np.empty((6, max(n + 1, 1024)), np.int64)
-    return _sample_parts(indptrs, indices, eids, origs, np.ascontiguousarray(bounds, np.int64),
-                         nodes, np.ascontiguousarray(keys, np.int64), np.uint64(seed),
-                         np.uint64(hop),
-                         np.ascontiguousarray(np.broadcast_to(fanouts, (n,)), np.int64),
-                         np.ascontiguousarray(np.broadcast_to(replace, (n,)), np.uint8),
-                         with_eids, buf)
+    fanouts = np.ascontiguousarray(np.broadcast_to(fanouts, (n,)), np.int64)
+    replace = np.ascontiguousarray(np.broadcast_to(replace, (n,)), np.uint8)
+    counts = np.empty(n, np.int64)
+    # outputs are allocated here, by numpy, not inside the compiled code: numba's allocations
+    # of a few MB come fresh from the OS on every call and pay a page fault per 4 KiB
+    per = _parts_counts(indptrs, origs, np.ascontiguousarray(bounds, np.int64), nodes,
+                        fanouts, replace, buf, counts)
+    total = int(buf[4, n])
+    nbr = np.empty(total, np.int64)
+    eid = np.empty(total if with_eids else 0, np.int64)
+    _parts_draw(indices, eids, np.ascontiguousarray(keys, np.int64), np.uint64(seed),
+                np.uint64(hop), fanouts, replace, buf, counts, per, nbr, eid, with_eids)
+    return counts, nbr, eid
