@@ -8,8 +8,6 @@ own open-addressing hash table, so the cost is linear in the request's size.
 
 from __future__ import annotations
 
-import threading
-
 import numba
 import numpy as np
 
@@ -42,36 +40,14 @@ def _probe(table, v, mask, shift):
     return s
 
 
-@numba.njit(cache=True, nogil=True)
-def _table_bits(nid_off, cand_off):
-    """log2 of each request's table size (as :func:`_new_table` sizes it) and the tables' slot
-    offsets in one shared buffer."""
-    R = nid_off.shape[0] - 1
-    bits = np.empty(R, np.int64)
-    off = np.zeros(R + 1, np.int64)
-    for r in range(R):
-        m = nid_off[r + 1] - nid_off[r] + cand_off[r + 1] - cand_off[r]
-        need = m + m // 4 + 2
-        b = 1
-        while (1 << b) < need:
-            b += 1
-        bits[r] = b
-        off[r + 1] = off[r] + (1 << b)
-    return bits, off
-
-
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local, tables, bits, toff):
+def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local):
     R = nid_off.shape[0] - 1
     for r in numba.prange(R):
         a, b = nid_off[r], nid_off[r + 1]
         c0, c1 = cand_off[r], cand_off[r + 1]
-        # b - a + c1 - c0: an upper bound of the request's distinct ids; the table is this
-        # request's slice of a buffer reused across calls (fresh pages cost a fault each)
-        table = tables[toff[r]:toff[r + 1]]
-        table[:] = -1
-        mask = (1 << bits[r]) - 1
-        shift = np.uint64(64 - bits[r])
+        # b - a + c1 - c0: an upper bound of the request's distinct ids
+        table, mask, shift = _new_table(b - a + c1 - c0)
         for i in range(a, b):
             v = nid[i]
             s = _probe(table, v, mask, shift)
@@ -92,17 +68,6 @@ def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local, tables, bits, 
         new_cnt[r] = k
 
 
-_TABLES = threading.local()
-
-
-def _table_buffer(slots: int) -> np.ndarray:
-    """This thread's ``(slots, 2)`` int64 table buffer (grow-only, reused by its calls)."""
-    buf = getattr(_TABLES, "buf", None)
-    if buf is None or buf.shape[0] < slots:
-        buf = _TABLES.buf = np.empty((max(slots, 1 << 16), 2), np.int64)
-    return buf[:slots]
-
-
 def dedup_hop(
     nid: np.ndarray, nid_off: np.ndarray, cand: np.ndarray, cand_off: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -116,9 +81,7 @@ def dedup_hop(
     new_tmp = np.empty(cand.shape[0], np.int64)
     new_cnt = np.zeros(R, np.int64)
     local = np.empty(cand.shape[0], np.int64)
-    bits, toff = _table_bits(nid_off, cand_off)
-    _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local,
-           _table_buffer(int(toff[-1])), bits, toff)
+    _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local)
     new_off = np.zeros(R + 1, np.int64)
     np.cumsum(new_cnt, out=new_off[1:])
     starts = np.repeat(cand_off[:-1] - new_off[:-1], new_cnt)
