@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph.partition_io import load_partition
-from ..ops.cpu import sample_neighbors_parts
+from ..ops.cpu import group_by_part, sample_neighbors_parts
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 
@@ -151,32 +151,11 @@ def _to_orig(ids, bounds, origs):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
-def _by_owner(nodes, bounds, parts):
-    """Owner of each node, counted per part, and the frontier positions in owner order
-    (stable: a counting sort)."""
-    n = nodes.shape[0]
-    own = np.empty(n, np.int64)
-    per = np.zeros(parts, np.int64)
-    last = parts - 1
-    for i in range(n):
-        v = nodes[i]
-        r = 0
-        while r < last and v >= bounds[r + 1]:
-            r += 1
-        own[i] = r
-        per[r] += 1
-    start = np.empty(parts, np.int64)
-    a = 0
-    for r in range(parts):
-        start[r] = a
-        a += per[r]
-    order = np.empty(n, np.int64)
-    for i in range(n):
-        r = own[i]
-        order[start[r]] = i
-        start[r] += 1
-    return per, order
+def _by_owner(nodes: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Frontier nodes per part and the frontier positions grouped by part (stable)."""
+    order = np.empty(nodes.size, _I64)
+    per = group_by_part(nodes, bounds, np.empty(nodes.size, _I64), order)
+    return np.diff(per), order
 
 
 class SharedTopology:
@@ -241,21 +220,25 @@ class SharedTopology:
         keys, fans, reps = h.per_node()
         nodes = np.ascontiguousarray(h.nodes, _I64)
         with_e = bool(h.edge_ids)
-        per, order = _by_owner(nodes, self.bounds, len(self.parts))
         if not self.weighted:
             indptrs, indices, eids = self._csrs
-            c, nb, e = sample_neighbors_parts(indptrs, indices, eids, self._origs, self.bounds,
-                                              nodes, keys, seed, h.hop, fans, reps,
-                                              with_eids=with_e)
-        elif nodes.size == 0 or int(per.max()) == nodes.size:  # one owner: no regrouping
-            r = int(np.argmax(per)) if nodes.size else self.rank
-            c, nb, e = kernel(nodes - self.bounds[r], keys, fans, reps, with_e, self.parts[r])
+            c, nb, e, by_part = sample_neighbors_parts(
+                indptrs, indices, eids, self._origs, self.bounds, nodes, keys, seed, h.hop,
+                fans, reps, with_eids=with_e)
+            mine_nodes, mine_edges = (int(v) for v in by_part[self.rank])
         else:
-            c, nb, e = self._by_part(nodes, keys, fans, reps, with_e, per, order, kernel)
-        a = int(per[:self.rank].sum())
-        mine = int(np.asarray(c)[order[a:a + int(per[self.rank])]].sum())
-        self.peer_nodes += int(nodes.size - per[self.rank])
-        self.peer_edges += int(nb.size) - mine
+            per, order = _by_owner(nodes, self.bounds)
+            if nodes.size == 0 or int(per.max()) == nodes.size:  # one owner: no regrouping
+                r = int(np.argmax(per)) if nodes.size else self.rank
+                c, nb, e = kernel(nodes - self.bounds[r], keys, fans, reps, with_e,
+                                  self.parts[r])
+            else:
+                c, nb, e = self._by_part(nodes, keys, fans, reps, with_e, per, order, kernel)
+            a = int(per[:self.rank].sum())
+            mine_nodes = int(per[self.rank])
+            mine_edges = int(np.asarray(c)[order[a:a + mine_nodes]].sum())
+        self.peer_nodes += int(nodes.size) - mine_nodes
+        self.peer_edges += int(nb.size) - mine_edges
         return c, nb, (e if with_e else None)
 
     def _by_part(self, nodes, keys, fans, reps, with_e, per, order, kernel):

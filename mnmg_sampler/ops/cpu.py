@@ -76,6 +76,22 @@ def sample_positions(out, o, deg, k, fanout, replace, base):
             out[o + i] = t
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def node_positions(pos, o, k, start, deg, fanout, replace, seed, key, hop, node):
+    """Absolute CSR positions of one node's ``k`` draws into ``pos[o:o+k]`` (shared by the
+    kernels): every neighbor in order, or the draws of its counter-based stream."""
+    if k == 0:
+        return
+    if fanout < 0 or (replace == 0 and deg <= fanout):  # every neighbor: no draws needed
+        for j in range(k):
+            pos[o + j] = start + j
+        return
+    base = stream_base(seed, key, hop, node)
+    sample_positions(pos, o, deg, k, fanout, replace != 0, base)
+    for j in range(o, o + k):
+        pos[j] += start
+
+
 def _counts_py(indptr, rows, fanouts, replace, starts, degs, offsets):
     # Phase 0: the only random reads of indptr; independent, so their misses overlap.
     n = rows.shape[0]
@@ -94,21 +110,8 @@ def _positions_py(starts, degs, nodes, keys, seed, hop, fanouts, replace, offset
     # misses fills the CPU's reorder window and serialises the misses (measured 1.6x slower).
     n = starts.shape[0]
     for i in numba.prange(n):
-        start = starts[i]
-        deg = degs[i]
-        o = offsets[i]
-        k = offsets[i + 1] - o
-        if k == 0:
-            continue
-        f = fanouts[i]
-        if f < 0 or (replace[i] == 0 and deg <= f):  # every neighbor: no draws needed
-            for j in range(k):
-                pos[o + j] = start + j
-            continue
-        base = stream_base(seed, keys[i], hop, nodes[i])
-        sample_positions(pos, o, deg, k, f, replace[i] != 0, base)
-        for j in range(o, o + k):
-            pos[j] += start
+        node_positions(pos, offsets[i], offsets[i + 1] - offsets[i], starts[i], degs[i],
+                       fanouts[i], replace[i], seed, keys[i], hop, nodes[i])
 
 
 def _gather_py(indices, eids, pos, nbr, eid_out, with_eids):
@@ -235,19 +238,17 @@ def sample_neighbors(
 
 
 @numba.njit(cache=True, nogil=True)
-def _parts_counts(indptrs, origs, bounds, nodes, fanouts, replace, scratch, counts):
+def group_by_part(nodes, bounds, part, order):
+    """The part of each node (``bounds[p] <= v < bounds[p + 1]``) into ``part``, and the node
+    positions grouped by part, in node order within a part (a counting sort), into ``order``.
+    Returns the ``P + 1`` offsets of the parts' groups in ``order``."""
     n = nodes.shape[0]
-    P = len(indptrs)
-    order, starts, degs = scratch[0], scratch[1], scratch[2]
-    rng_ids, offsets, part = scratch[3], scratch[4], scratch[5]
-    # the nodes grouped by part (a counting sort): each part's loops then run without a
-    # data-dependent branch per node (a random owner per node mispredicts half the time)
+    P = bounds.shape[0] - 1
     per = np.zeros(P + 1, np.int64)
-    last = P - 1
     for i in range(n):
         v = nodes[i]
         r = 0
-        while r < last and v >= bounds[r + 1]:
+        while r < P - 1 and v >= bounds[r + 1]:
             r += 1
         part[i] = r
         per[r + 1] += 1
@@ -258,6 +259,18 @@ def _parts_counts(indptrs, origs, bounds, nodes, fanouts, replace, scratch, coun
         r = part[i]
         order[fill[r]] = i
         fill[r] += 1
+    return per
+
+
+@numba.njit(cache=True, nogil=True)
+def _parts_counts(indptrs, origs, bounds, nodes, fanouts, replace, scratch, counts):
+    n = nodes.shape[0]
+    P = len(indptrs)
+    order, starts, degs = scratch[0], scratch[1], scratch[2]
+    rng_ids, offsets, part = scratch[3], scratch[4], scratch[5]
+    # the nodes grouped by part: each part's loops then run without a data-dependent branch
+    # per node (a random owner per node mispredicts half the time)
+    per = group_by_part(nodes, bounds, part, order)
     for p in range(P):  # phase 0: the random reads of each part's indptr and orig_ids
         indptr = indptrs[p]
         orig = origs[p]
@@ -270,11 +283,13 @@ def _parts_counts(indptrs, origs, bounds, nodes, fanouts, replace, scratch, coun
             degs[i] = indptr[r + 1] - s
             rng_ids[i] = orig[r]
     offsets[0] = 0
+    edges = np.zeros(P, np.int64)
     for i in range(n):
         c = sample_count(degs[i], fanouts[i], replace[i] != 0)
         counts[i] = c
         offsets[i + 1] = offsets[i] + c
-    return per
+        edges[part[i]] += c
+    return per, edges
 
 
 @numba.njit(cache=True, nogil=True)
@@ -284,21 +299,8 @@ def _parts_draw(indices_t, eids_t, keys, seed, hop, fanouts, replace, scratch, c
     order, starts, degs = scratch[0], scratch[1], scratch[2]
     rng_ids, offsets = scratch[3], scratch[4]
     for i in range(n):  # phase 1: the draws (positions into nbr), as the one-part kernel
-        o = offsets[i]
-        k = counts[i]
-        if k == 0:
-            continue
-        f = fanouts[i]
-        start = starts[i]
-        deg = degs[i]
-        if f < 0 or (replace[i] == 0 and deg <= f):
-            for j in range(k):
-                nbr[o + j] = start + j
-            continue
-        base = stream_base(seed, keys[i], hop, rng_ids[i])
-        sample_positions(nbr, o, deg, k, f, replace[i] != 0, base)
-        for j in range(o, o + k):
-            nbr[j] += start
+        node_positions(nbr, offsets[i], counts[i], starts[i], degs[i], fanouts[i], replace[i],
+                       seed, keys[i], hop, rng_ids[i])
     for p in range(len(indices_t)):  # phase 2: the gathers (in place), part by part
         ind = indices_t[p]
         eids = eids_t[p]
@@ -319,10 +321,11 @@ def sample_neighbors_parts(indptrs: tuple, indices: tuple, eids: tuple, origs: t
                            bounds: np.ndarray, nodes: np.ndarray, keys: np.ndarray, seed: int,
                            hop: int, fanouts: np.ndarray, replace: np.ndarray, *,
                            with_eids: bool = True
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_neighbors` over several CSRs at once: node ``v`` (a new id) is row
     ``v - bounds[p]`` of part ``p`` (``bounds[p] <= v < bounds[p + 1]``), its RNG id
-    ``origs[p][row]``; results in node order with no regrouping. The tuples hold one array per
+    ``origs[p][row]``; results in node order with no regrouping, and per part its nodes and
+    sampled edges (``(P, 2)``). The tuples hold one array per
     part, all of one type (e.g. read-only int64). Serial (one thread); its per-node scratch is
     reused by the calls of a thread, as :func:`sample_neighbors`'s."""
     nodes = np.ascontiguousarray(nodes, np.int64)
@@ -335,11 +338,11 @@ def sample_neighbors_parts(indptrs: tuple, indices: tuple, eids: tuple, origs: t
     counts = np.empty(n, np.int64)
     # outputs are allocated here, by numpy, not inside the compiled code: numba's allocations
     # of a few MB come fresh from the OS on every call and pay a page fault per 4 KiB
-    per = _parts_counts(indptrs, origs, np.ascontiguousarray(bounds, np.int64), nodes,
-                        fanouts, replace, buf, counts)
+    per, edges = _parts_counts(indptrs, origs, np.ascontiguousarray(bounds, np.int64), nodes,
+                               fanouts, replace, buf, counts)
     total = int(buf[4, n])
     nbr = np.empty(total, np.int64)
     eid = np.empty(total if with_eids else 0, np.int64)
     _parts_draw(indices, eids, np.ascontiguousarray(keys, np.int64), np.uint64(seed),
                 np.uint64(hop), fanouts, replace, buf, counts, per, nbr, eid, with_eids)
-    return counts, nbr, eid
+    return counts, nbr, eid, np.stack([np.diff(per), edges], axis=1)
