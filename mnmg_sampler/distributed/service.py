@@ -28,9 +28,11 @@ from __future__ import annotations
 import datetime
 import functools
 import logging
+import os
 import queue
 import threading
 import time
+import weakref
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -46,6 +48,7 @@ from .teardown import at_exit
 log = logging.getLogger(__name__)
 MODES = ("thread", "inline")
 MARGIN_S = 5.0  # a wait gives up after the collective timeout plus this, without progress
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # services whose rounds a fork waits for
 _POLL_S = 0.25  # how often a waiting caller checks the service's progress
 
 
@@ -130,6 +133,8 @@ class SamplingService:
         self._idle = idle_sleep_s
         self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
                        "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
+        self._fork_held = False
+        _LIVE.add(self)
         self._thread = None
         self._exit_stop = None
         if self.mode == "thread":
@@ -417,6 +422,32 @@ def _settle(fut: Future, result=None, exc: BaseException | None = None) -> None:
                 fut.set_result(result)
     except InvalidStateError:  # completed or cancelled concurrently
         pass
+
+
+def _before_fork() -> None:
+    """``os.fork`` (e.g. a DataLoader's ``fork`` workers) waits, bounded, for every live service's
+    round in progress: the child then never inherits a lock or a C++ state held mid-round by
+    the service thread (the child must not sample anyway; it gets copies of finished data)."""
+    for svc in list(_LIVE):
+        if svc._closed or svc._fork_held:
+            continue
+        svc._fork_held = svc._lock.acquire(timeout=svc.deadline_s)
+        if not svc._fork_held:
+            log.warning("fork during a sampling round that did not end within %.0f s",
+                        svc.deadline_s)
+
+
+def _after_fork() -> None:
+    """Parent and child: the rounds may go on (in the child, the lock's copy is released)."""
+    for svc in list(_LIVE):
+        if svc._fork_held:
+            svc._fork_held = False
+            svc._lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
 
 
 def _stop_at_exit(closing: threading.Event, thread: threading.Thread, deadline_s: float) -> bool:

@@ -245,6 +245,42 @@ def test_dataloader_workers_cpu_mode(tmp_path, ctx):
             assert edges_counted == edges and worker_cuda is False
 
 
+def _fork_mid_round(rank, world, d):
+    import os
+    import time
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)
+    started = threading.Event()
+    sample = svc.sampler.sample
+
+    def slow(*a, **k):  # a round that is still running when the fork comes
+        started.set()
+        time.sleep(0.5)
+        return sample(*a, **k)
+
+    svc.sampler.sample = slow
+    fut = svc.submit(SampleRequest(np.arange(rank, 40, world), [3, 2], request_key(SEED, 0, rank)))
+    assert started.wait(60)
+    pid = os.fork()
+    if pid == 0:  # the child: a copy taken between rounds; it leaves at once
+        os._exit(0 if fut.done() else 7)
+    done_at_fork = fut.done()  # the parent resumes only after the round ended
+    _, status = os.waitpid(pid, 0)
+    svc.sampler.sample = sample
+    n = svc.result(fut).edge_index.shape[1]
+    svc.shutdown()
+    return done_at_fork, os.waitstatus_to_exitcode(status), n
+
+
+def test_fork_waits_for_the_round_in_progress(tmp_path):
+    d = str(partition(small_graph(), 2, "random", tmp_path / "p", seed=1))
+    for done_at_fork, child_code, edges in run_ranks(_fork_mid_round, 2, d, timeout=150):
+        assert done_at_fork and child_code == 0 and edges > 0
+
+
 def _round_fails(rank, world, d):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import ServiceError
