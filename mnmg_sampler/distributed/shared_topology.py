@@ -169,7 +169,6 @@ class SharedTopology:
     def __init__(self, part, rank: int, world_size: int) -> None:
         self.rank = rank
         self.bounds = np.asarray(part.boundaries, _I64)
-        self._inner = np.ascontiguousarray(self.bounds[1:-1])
         self.parts = []
         for r in range(world_size):
             p = part if r == rank else load_partition(part.path, r, world_size, verify="off")
