@@ -23,6 +23,7 @@ import torch
 from .batch import MiniBatch
 from .errors import SamplingInputError
 from .graph.csr import CSRGraph
+from .host_malloc import tune_host_malloc
 from .ops import cpu
 from .ops.dedup import dedup_hop
 from .ops.rng import request_key
@@ -190,6 +191,7 @@ class MultiHopSampler:
     """
 
     def __init__(self, hop_fn: HopFn, num_nodes: int) -> None:
+        tune_host_malloc()  # reuse the hops' buffers instead of faulting them in each batch
         self.hop_fn = hop_fn
         self.num_nodes = int(num_nodes)
         self.hop_calls = 0

@@ -85,6 +85,9 @@ class Exchanger:
                       and os.environ.get(EXCHANGE_ENV, "alltoall") == "fused"
                       and (group is None or isinstance(group, dist.ProcessGroup)))
         self._cap = [_MIN_CAP] * self.world_size  # receive capacity per peer (same both sides)
+        # agreements of ranks known to share a host go over a host channel when one is set
+        # (:mod:`.host_channel`, with the shared topology): no gloo threads involved
+        self.host_channel = None
         self._bufs: dict = {}
 
     # -- accounting ---------------------------------------------------------------------------
@@ -186,7 +189,14 @@ class Exchanger:
 
     def agree_max(self, values: Sequence[int]) -> list[int]:
         """Collective: the element-wise maximum of ``values`` (same length on every rank): an
-        all-reduce, or on gloo W - 1 point-to-point messages each way."""
+        all-reduce, or on gloo W - 1 point-to-point messages each way, or through the host
+        channel when one is set."""
+        if self.host_channel is not None:
+            c0 = time.thread_time()
+            out = self.host_channel.agree_max(values)
+            self.cpu_exchange += time.thread_time() - c0
+            self.calls += 1
+            return out
         mine = np.asarray([int(v) for v in values], np.int64)
         if not self.fused:
             t = torch.from_numpy(mine).to(self.device)

@@ -49,6 +49,7 @@ from ..sampler import (
 )
 from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
+from .host_channel import open_host_channel
 from .id_maps import IdMaps
 from .shared_topology import open_shared_topology
 from .topology_cache import TopologyCache, check_fraction
@@ -122,6 +123,9 @@ class DistSampler:
         # collective: every rank maps every part, or none does
         self.shared = open_shared_topology(part, self.ex, shared_topology, kernel,
                                            topology_cache)
+        # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
+        self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
+        self.ex.host_channel = self.host_channel
         self.topo = _topology_cache(part, self.ex, topology_cache)  # collective if any > 0
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
@@ -262,10 +266,12 @@ class DistSampler:
 
     def shared_stats(self) -> dict:
         """Use of the shared topology: frontier nodes of other ranks sampled here, their
-        edges (``enabled`` False without it)."""
+        edges, and what a round's agreement goes over (``enabled`` False without it)."""
         if self.shared is None:
-            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0}
-        return self.shared.stats()
+            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
+                    "agreement": "gloo"}
+        host = self.host_channel is not None
+        return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
 
     def topology_stats(self) -> dict:
         """Size and use of this rank's topology cache (zeros without one)."""

@@ -1,6 +1,6 @@
 """Processes for the kill trials: a rank that SIGKILLs itself at its K-th collective call.
 
-    python -m tests.distributed.faultkit api PARTS_DIR MODE    # Python API: loader iterating
+    python -m tests.distributed.faultkit api PARTS_DIR MODE [shared]  # Python API: loader
     python -m tests.distributed.faultkit cli train ARGS...     # the mnmg-sampler CLI
     python -m tests.distributed.faultkit noshutdown PARTS_DIR  # exit without shutdown()
     python -m tests.distributed.faultkit nodestroy  # exit without destroy_process_group()
@@ -9,7 +9,8 @@
 Each rank runs with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so rank
 0 hosts the TCP store. ``MNMG_TEST_KILL_AT=K`` arms this process: its K-th call of a
 torch.distributed collective or point-to-point post (any thread: the service's rounds, the
-training loop) SIGKILLs it just before the call, i.e. at a point of a round chosen by K.
+training loop; and the host channel's agreements of the shared topology) SIGKILLs it just
+before the call, i.e. at a point of a round chosen by K.
 ``MNMG_TEST_TIMEOUT_S`` is the collective timeout of the API worker. A survivor prints
 ``TYPED <class>: <message>`` (API) or the CLI's one error line, and exits with 3 for a
 :class:`PeerError`.
@@ -50,9 +51,12 @@ def arm() -> None:
 
     for name in COLLECTIVES:
         setattr(dist, name, wrap(name, getattr(dist, name)))
+    from mnmg_sampler.distributed.host_channel import HostChannel
+
+    HostChannel.agree_max = wrap("host agree_max", HostChannel.agree_max)
 
 
-def api(parts: str, mode: str) -> int:
+def api(parts: str, mode: str, shared: bool = False) -> int:
     """The Python API as a training script uses it: service, loader, a per-batch all-reduce."""
     import numpy as np
     import torch
@@ -68,7 +72,7 @@ def api(parts: str, mode: str) -> int:
     try:
         env, _ = init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
         part = load_partition(parts, env.rank, env.world_size)
-        svc = SamplingService(part, seed=1, mode=mode)
+        svc = SamplingService(part, seed=1, mode=mode, shared_topology=shared)
         loader = DistNeighborLoader(svc, np.arange(int(part.num_nodes)), [5, 5], 32,
                                     shuffle=True, prefetch=2)
         print("READY", flush=True)
@@ -142,7 +146,7 @@ def ddp_steps() -> int:
 def main(argv: list[str]) -> int:
     arm()
     if argv[0] == "api":
-        return api(argv[1], argv[2])
+        return api(argv[1], argv[2], argv[3:] == ["shared"])
     if argv[0] == "noshutdown":
         return no_shutdown(argv[1])
     if argv[0] == "nodestroy":

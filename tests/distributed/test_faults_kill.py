@@ -41,14 +41,16 @@ TRAIN = ["--config", "configs/quickstart.yaml", "--no-progress", "training.epoch
          f"runtime.collective_timeout_s={TIMEOUT_S:g}"]
 
 # (entry point, seed); victim rank = seed % world, kill point K from the seed
-CI_TRIALS = [("api-thread", 0), ("train", 1), ("sample", 2), ("api-stop", 3), ("offline", 5)]
+CI_TRIALS = [("api-thread", 0), ("train", 1), ("sample", 2), ("api-stop", 3), ("api-shared", 4),
+             ("offline", 5)]
 FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
                 + [("api-inline", s) for s in (20, 21)]
                 + [("train", s) for s in (30, 31, 32, 33, 34)]
                 + [("sample", s) for s in (40, 41, 42, 43, 44)]
                 + [("torchrun-train", s) for s in (50, 51)]
                 + [("api-stop", s) for s in (60, 61)]
-                + [("offline", s) for s in (70, 71, 72)])
+                + [("offline", s) for s in (70, 71, 72)]
+                + [("api-shared", s) for s in (80, 81, 82)])
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,8 @@ def _rank_env(rank: int, world: int, port: int) -> dict:
 def _commands(kind: str, world: int, parts: dict, tmp) -> list[list[str]]:
     if kind.startswith("api"):
         mode = "inline" if kind == "api-inline" else "thread"
-        return [[*KIT, "api", parts[world], mode]] * world
+        shared = ["shared"] if kind == "api-shared" else []  # rounds agree over host sockets
+        return [[*KIT, "api", parts[world], mode, *shared]] * world
     if kind == "offline":  # small batches: enough rounds for any kill point
         return [[*KIT, "cli", "sample", "--partitions", parts[world], "--batch-size", "4",
                  "--fanouts", "5,5", "--threads", "1",
