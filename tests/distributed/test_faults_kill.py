@@ -50,7 +50,7 @@ FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
                 + [("torchrun-train", s) for s in (50, 51)]
                 + [("api-stop", s) for s in (60, 61)]
                 + [("offline", s) for s in (70, 71, 72)]
-                + [("api-shared", s) for s in (80, 81, 82)])
+                + [("api-shared", s) for s in (80, 81, 82)] + [("api-shared-stop", 84)])
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def _rank_env(rank: int, world: int, port: int) -> dict:
 def _commands(kind: str, world: int, parts: dict, tmp) -> list[list[str]]:
     if kind.startswith("api"):
         mode = "inline" if kind == "api-inline" else "thread"
-        shared = ["shared"] if kind == "api-shared" else []  # rounds agree over host sockets
+        shared = ["shared"] if "shared" in kind else []  # rounds agree over host sockets
         return [[*KIT, "api", parts[world], mode, *shared]] * world
     if kind == "offline":  # small batches: enough rounds for any kill point
         return [[*KIT, "cli", "sample", "--partitions", parts[world], "--batch-size", "4",
@@ -100,7 +100,7 @@ def run_trial(kind: str, seed: int, parts: dict, tmp) -> dict:
     world = 3 if kind == "api-thread" and seed % 3 == 2 else 2
     victim = seed % world
     kill_at = int(rng.integers(3, 400))
-    stop = kind == "api-stop"
+    stop = kind.endswith("-stop")
     port = free_port()
     procs, logs = [], []
     for rank, cmd in enumerate(_commands(kind, world, parts, tmp)):

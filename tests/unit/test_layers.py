@@ -2,7 +2,8 @@
 
 Every ``import`` and ``from ... import`` of the package is read from the source (those inside
 functions too, since a lazy import is still a dependency); a module may import its own layer or
-lower ones only. ``rng`` and ``errors`` sit below every layer and import nothing of the package.
+lower ones only. ``rng``, ``errors`` and ``host_malloc`` sit below every layer and import nothing
+of the package.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ PKG = Path(__file__).resolve().parents[2] / "mnmg_sampler"
 LAYERS = {"graph": 0, "ops": 1, "sampler": 2, "distributed": 3, "loader": 4, "link_loader": 4,
           "epoch_cursor": 4,
           "train": 5, "commands": 5}
-LEAVES = ("rng", "errors")
+LEAVES = ("rng", "errors", "host_malloc")
 
 
 def _modules() -> dict[str, Path]:
