@@ -43,7 +43,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 def _type_text(tp: Any) -> str:
     inner, optional = _unwrap_optional(tp)
     if typing.get_origin(inner) is Literal:
-        text = " \\| ".join(str(c) for c in typing.get_args(inner))
+        text = " \\| ".join(format_value(c) for c in typing.get_args(inner))
     elif typing.get_origin(inner) is list:
         text = f"list[{typing.get_args(inner)[0].__name__}]"
     else:

@@ -57,7 +57,7 @@ def _coerce(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any
         if optional:
             return None
         if typing.get_origin(inner) is Literal:
-            want = "one of " + ", ".join(map(str, typing.get_args(inner)))
+            want = "one of " + ", ".join(format_value(c) for c in typing.get_args(inner))
         elif typing.get_origin(inner) is list:
             want = f"a list of {_PHRASE[typing.get_args(inner)[0]][1]}"
         else:
@@ -66,12 +66,13 @@ def _coerce(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any
     origin = typing.get_origin(inner)
     if origin is Literal:
         choices = typing.get_args(inner)
-        if v in choices:
-            return v
+        for c in choices:  # by type too: 1 is not true
+            if type(v) is type(c) and v == c:
+                return v
         close = difflib.get_close_matches(str(v).lower(), [str(c) for c in choices], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise _err(key, f"expected one of {', '.join(map(str, choices))}, got {_show(v)}{hint}",
-                   fix)
+        raise _err(key, f"expected one of {', '.join(format_value(c) for c in choices)}, got "
+                        f"{_show(v)}{hint}", fix)
     if origin is list:
         item_tp = typing.get_args(inner)[0]
         if isinstance(v, str) and "," in v:  # `sampler.fanouts=10,10`

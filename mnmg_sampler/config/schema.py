@@ -142,11 +142,12 @@ class SamplerConfig:
         0.0, "Fraction of each rank's part edges spent on caching the adjacency rows of other "
         "ranks' nodes with most neighbors in its part (chosen once at start); cached nodes are "
         "sampled locally, off the wire. Results do not change. 0 = no cache.", _NONNEG_FLOAT)
-    shared_topology: bool = _opt(
-        False, "Ranks on one host memory-map each other's partition files (shared page cache) "
-        "and sample every hop themselves: no ids cross the wire, a sampling round is one "
-        "collective. Needs every rank on one host, the CPU kernel and topology_cache 0. "
-        "Results do not change.")
+    shared_topology: Literal[True, False, "auto"] = _opt(
+        "auto", "Ranks on one host memory-map each other's partition files (shared page cache) "
+        "and sample every hop themselves: no ids cross the wire, a round's agreement goes over "
+        "Unix sockets. Needs every rank on one host, the CPU kernel and topology_cache 0: true "
+        "refuses to start without them, auto uses it exactly when they hold. Results do not "
+        "change.")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(

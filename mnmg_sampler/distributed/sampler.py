@@ -76,14 +76,15 @@ class DistSampler:
         topology_cache: fraction of this part's edges to spend on a cache of remote nodes'
             rows (:mod:`.topology_cache`; 0 = none; ranks may differ). Results do not change.
         shared_topology: every rank on one host maps the other ranks' parts and samples every
-            hop itself, off the wire (:mod:`.shared_topology`; all ranks alike). Results do not
+            hop itself, off the wire (:mod:`.shared_topology`; all ranks alike; ``"auto"``:
+            exactly when it can). Results do not
             change.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
                  id_maps: str = "sharded", topology_cache: float = 0.0,
-                 shared_topology: bool = False) -> None:
+                 shared_topology: bool | str = False) -> None:
         topology_cache = check_fraction(topology_cache)  # before any collective
         if topology_cache > 0 and kernel == "cuda":
             raise ConfigError("sampler.topology_cache is not supported with kernel='cuda'",

@@ -81,7 +81,7 @@ class SamplingService:
             change); its size and hits in :meth:`stats` under ``topology_cache``.
         shared_topology: every rank (all on one host) maps the other ranks' parts and samples
             every hop itself, off the wire (:mod:`~mnmg_sampler.distributed.shared_topology`;
-            the same on every rank; results do not change); its use in :meth:`stats` under
+            the same on every rank; ``"auto"``: exactly when it can; results do not change); its use in :meth:`stats` under
             ``shared_topology``.
     """
 
@@ -91,7 +91,7 @@ class SamplingService:
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
                  feature_cache_rows: int = 0, id_maps: str = "sharded",
-                 topology_cache: float = 0.0, shared_topology: bool = False) -> None:
+                 topology_cache: float = 0.0, shared_topology: bool | str = False) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",

@@ -21,6 +21,7 @@ they are shared with the ranks that own them, not copied.
 from __future__ import annotations
 
 import hashlib
+import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -28,13 +29,15 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
 from ..ops.cpu import group_by_part, sample_neighbors_parts
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 
 __all__ = ["SharedTopology", "host_id", "open_shared_topology"]
+
+log = logging.getLogger(__name__)
 
 _I64 = np.int64
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -51,12 +54,29 @@ def host_id() -> int:
     return int.from_bytes(digest, "little") >> 2
 
 
+def _check_value(enabled) -> None:
+    if not (isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, str)
+                                                      and enabled == "auto")):
+        raise ConfigError(f"sampler.shared_topology must be true, false or 'auto', got "
+                          f"{enabled!r}", "no rank builds its sampler",
+                          "pass true, false or 'auto'")
+
+
+def _why_not(part, kernel: str, topology_cache: float) -> str | None:
+    """Why this rank cannot map the other parts (``None``: it can)."""
+    if kernel == "cuda":
+        return "kernel='cuda'"
+    if topology_cache > 0:
+        return "a topology cache is set"
+    if getattr(part, "path", None) is None:
+        return "the part was not loaded from a directory"
+    return None
+
+
 def _check_local(part, enabled, kernel: str, topology_cache: float) -> None:
     """This rank's own reasons to refuse (no collective)."""
-    if not isinstance(enabled, (bool, np.bool_)):
-        raise ConfigError(f"sampler.shared_topology must be true or false, got {enabled!r}",
-                          "no rank builds its sampler", "pass true or false")
-    if not enabled:
+    _check_value(enabled)
+    if isinstance(enabled, str) or not enabled:  # 'auto' never refuses
         return
     if kernel == "cuda":
         raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
@@ -73,34 +93,56 @@ def _check_local(part, enabled, kernel: str, topology_cache: float) -> None:
                           "sampler.shared_topology to false")
 
 
-def open_shared_topology(part, ex: Exchanger, enabled: bool, kernel: str = "cpu",
+def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
                          topology_cache: float = 0.0) -> SharedTopology | None:
     """Collective: the shared topology when every rank asks for it, else ``None``.
 
-    A rank that cannot use it (a bad value, ``kernel='cuda'``, a topology cache, no partition
-    directory), ranks that disagree, ranks on several hosts, or a part that does not open give
-    a :class:`ConfigError` (or the part's error) on every rank.
+    ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. With ``True``, a
+    rank that cannot use it (``kernel='cuda'``, a topology cache, no partition directory), ranks
+    on several hosts, or a part that does not open give a :class:`ConfigError` (or the part's
+    error) on every rank; with ``"auto"`` each of these turns it off on every rank instead. A
+    bad value, or ranks that disagree, are a ``ConfigError`` either way.
     """
     agree(lambda: _check_local(part, enabled, kernel, topology_cache), ex.group,
           "checking sampler.shared_topology")
     if ex.world_size == 1:
         return None
-    on = int(bool(enabled))
-    h = host_id() if on else 0
+    auto = isinstance(enabled, str)
+    code = 2 if auto else int(bool(enabled))  # every rank must pass the same setting
+    can = _why_not(part, kernel, topology_cache) is None
+    h = host_id()
     with peer_errors("agreeing on sampler.shared_topology"):
-        some, not_all, hi, neg_lo = ex.agree_max([on, 1 - on, h, -h])
-    if not some:
-        return None
-    if not_all:
-        raise ConfigError("sampler.shared_topology is on for some ranks and off for others",
+        hi_code, neg_lo_code, cannot, hi, neg_lo = ex.agree_max(
+            [code, -code, int(not can), h, -h])
+    if hi_code != -neg_lo_code:
+        raise ConfigError("sampler.shared_topology differs between ranks",
                           "no rank builds its sampler",
                           "give every rank the same sampler.shared_topology")
+    if code == 0:
+        return None
     if hi != -neg_lo:
+        if auto:
+            _log_off(ex, "the ranks run on more than one host")
+            return None
         raise ConfigError("sampler.shared_topology needs every rank on one host; this job's "
                           "ranks run on several", "no rank builds its sampler",
-                          "set sampler.shared_topology to false for a multi-node job")
-    return agree(lambda: SharedTopology(part, ex.rank, ex.world_size), ex.group,
-                 "opening the other ranks' parts for the shared topology")
+                          "set sampler.shared_topology to false (or auto) for a multi-node job")
+    if cannot:  # auto only: true has refused above
+        _log_off(ex, _why_not(part, kernel, topology_cache) or "another rank cannot map parts")
+        return None
+    try:
+        return agree(lambda: SharedTopology(part, ex.rank, ex.world_size), ex.group,
+                     "opening the other ranks' parts for the shared topology")
+    except (MnmgError, OSError) as e:  # raised on every rank alike
+        if not auto:
+            raise
+        _log_off(ex, f"a part did not open ({e})")
+        return None
+
+
+def _log_off(ex: Exchanger, why: str) -> None:
+    if ex.rank == 0:
+        log.info("sampler.shared_topology auto: off (%s); hops go over the wire", why)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -68,6 +68,9 @@ def service_line(stats: dict) -> str:
                      f"({g('bytes_exchanged', 0) / 2**20:,.1f} MiB)")
     if "t_wait" in stats:
         parts.append(f"waiting {g('t_wait'):.2f}s")
+    shared = g("shared_topology") or {}
+    if shared.get("enabled"):  # sampler.shared_topology (auto: every rank on this host)
+        parts.append(f"shared topology ({shared.get('agreement', 'gloo')} agreement)")
     return ", ".join(parts)
 
 

@@ -166,6 +166,8 @@ def _bad(rank, world, d, case):
     kw = {"shared_topology": True}
     if case == "mixed":
         kw["shared_topology"] = rank == 0
+    elif case == "mixed auto":
+        kw["shared_topology"] = True if rank == 0 else "auto"
     elif case == "cuda":  # refused before any collective, as the same config on every rank
         kw["kernel"] = "cuda"
     elif case == "cache" and rank == 0:
@@ -184,8 +186,10 @@ def _bad(rank, world, d, case):
 
 
 @pytest.mark.parametrize("case, words", [
-    ("mixed", "some ranks"), ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
-    ("not bool", "true or false"), ("no directory", "directory"), ("hosts", "one host")])
+    ("mixed", "differs between ranks"), ("mixed auto", "differs between ranks"),
+    ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
+    ("not bool", "true, false or 'auto'"), ("no directory", "directory"),
+    ("hosts", "one host")])
 def test_refusals_fail_typed_on_every_rank(tmp_path, case, words):
     d = str(partition(small_graph(), 2, "random", tmp_path / "p", seed=1))
     try:
@@ -195,7 +199,48 @@ def test_refusals_fail_typed_on_every_rank(tmp_path, case, words):
     assert all(r is not None and words in r for r in res), res
 
 
+def _auto(rank, world, d, case):
+    """``shared_topology='auto'``: on where it can be, off on every rank (no error) where one
+    rank cannot, the ranks run on several hosts, or a part does not open."""
+    from mnmg_sampler.distributed import shared_topology
+    from mnmg_sampler.distributed.sampler import DistSampler
+
+    part = load_partition(d, rank, world)
+    kw = {}
+    if case == "cache" and rank == 1:
+        kw["topology_cache"] = 0.2
+    elif case == "no directory" and rank == 0:
+        part = dataclasses.replace(part, path=None)
+    elif case == "hosts":
+        shared_topology.host_id = lambda: 1000 + rank
+    elif case == "part missing" and rank == 1:
+        shared_topology.load_partition = lambda *a, **k: (_ for _ in ()).throw(
+            OSError("no such part"))
+    s = DistSampler(part, seed=SEED, shared_topology="auto", **kw)
+    n = int(part.num_nodes)
+    req = SampleRequest(np.random.default_rng([rank, 1]).choice(n, 8, replace=False), FANOUTS,
+                        request_key(SEED, 0, rank))
+    (b,) = s.sample([req])
+    return s.shared_stats()["enabled"], s.shared_stats()["agreement"], \
+        ((req.seeds, FANOUTS, req.key, False), False, as_arrays(b))
+
+
+@pytest.mark.parametrize("case, on", [("one host", True), ("cache", False),
+                                      ("no directory", False), ("hosts", False),
+                                      ("part missing", False)])
+def test_auto_is_on_exactly_where_it_can_be(tmp_path, case, on):
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
+    res = run_ranks(_auto, 2, d, case, timeout=150)
+    assert [r[0] for r in res] == [on, on]
+    assert [r[1] for r in res] == ["host sockets" if on else "gloo"] * 2
+    assert _check(g, [[r[2]] for r in res]) > 0  # the same minibatches either way
+
+
 def test_config_key_is_checked():
-    assert config_from_dict({"sampler": {"shared_topology": True}}).sampler.shared_topology
-    with pytest.raises(ConfigError):
-        config_from_dict({"sampler": {"shared_topology": "sometimes"}})
+    assert config_from_dict({}).sampler.shared_topology == "auto"  # jobs: on where it can be
+    for v in (True, False, "auto"):
+        assert config_from_dict({"sampler": {"shared_topology": v}}).sampler.shared_topology == v
+    for bad in ("sometimes", 1, "true"):
+        with pytest.raises(ConfigError):
+            config_from_dict({"sampler": {"shared_topology": bad}})
