@@ -81,8 +81,8 @@ class SamplingService:
             change); its size and hits in :meth:`stats` under ``topology_cache``.
         shared_topology: every rank (all on one host) maps the other ranks' parts and samples
             every hop itself, off the wire (:mod:`~mnmg_sampler.distributed.shared_topology`;
-            the same on every rank; ``"auto"``: exactly when it can; results do not change); its use in :meth:`stats` under
-            ``shared_topology``.
+            the same on every rank; ``"auto"``: exactly when it can; results do not change);
+            its use in :meth:`stats` under ``shared_topology``.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
