@@ -200,7 +200,8 @@ def _worker(work: str) -> int:
                           shared_topology=task.get("shared_topology", False))
     ex = sampler.ex
     # with a topology cache, the same ranks also time a sampler without one, repeats alternating
-    base = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded")) \
+    base = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
+                       shared_topology=False) \
         if task.get("topology_cache", 0.0) > 0 and world > 1 else None
     store = None
     if task["features"] and part.x is not None:

@@ -134,7 +134,9 @@ def _rss_worker(work: str, task: dict) -> None:
     n, b = part.num_nodes, task["batch_size"]
     k = min(n, task["batches"] * b * world)
     seeds = permute(np.arange(k, dtype=np.int64), n, 1)  # k distinct ids, no n-sized array
-    svc = SamplingService(part, seed=0, features=True)
+    # the wire path: with the shared topology a rank's RSS also counts the pages of other
+    # parts it touched (shared with their owners, not copied)
+    svc = SamplingService(part, seed=0, features=True, shared_topology=False)
     loader = DistNeighborLoader(svc, seeds, task["fanouts"], b, prefetch=2)
     samples, first, edges = [], None, 0
     for batch in loader:
@@ -197,7 +199,7 @@ def _scaling_worker(work: str, task: dict) -> None:
     rank, world = env.rank, env.world_size
     partition_distributed(task["graph"], task["out"], "random", 0, undirected=True)
     part = load_partition(task["out"], rank, world, verify="off")
-    sampler = DistSampler(part, seed=0)
+    sampler = DistSampler(part, seed=0, shared_topology=False)
     deg = np.diff(np.asarray(part.indptr))
     # seeds: non-isolated nodes of this rank, in a seeded order (a fixed amount of work)
     mine = np.asarray(part.orig_ids)[deg > 0]

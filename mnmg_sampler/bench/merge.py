@@ -80,7 +80,7 @@ def _worker(work: str) -> int:
 
     def phase(limit: int | None) -> dict:
         svc = SamplingService(part, seed=seed, mode="thread", features=False,
-                              max_requests_per_round=limit)
+                              max_requests_per_round=limit, shared_topology=False)
         loaders = [DistNeighborLoader(svc, x, fanouts, B, seed=k, prefetch=task["prefetch"])
                    for k, x in enumerate(inputs)]
         warm = loaders[0]

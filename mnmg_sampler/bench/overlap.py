@@ -71,7 +71,8 @@ def _worker(work: str) -> int:
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     inputs = distinct_seeds(seeds, 0, task["batches"] * B * world)
-    svc = SamplingService(part, seed=seed, mode="thread", features=False)
+    svc = SamplingService(part, seed=seed, mode="thread", features=False,
+                          shared_topology=False)  # rounds over the wire, as documented
     loader = DistNeighborLoader(svc, inputs, fanouts, B, seed=seed, prefetch=task["prefetch"])
     svc.result(svc.submit(loader.request(0, np.arange(min(B, inputs.size)))))  # warm-up
 

@@ -92,6 +92,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="with --partitions: seconds a rank waits for the others in a "
                         "collective before a typed error, as runtime.collective_timeout_s "
                         "(default: 600)")
+    p.add_argument("--shared-topology", choices=("auto", "true", "false"), default="auto",
+                   help="with --partitions: ranks on one host map each other's parts and sample "
+                        "off the wire, as sampler.shared_topology (default: auto, on exactly "
+                        "when every rank runs on this host)")
     add_weights_argument(p, "sample with probability proportional to them; with --partitions "
                          "the partition's stored weights are used and this must name them")
     add_json_flag(p)
@@ -264,7 +268,8 @@ def run_distributed(args: argparse.Namespace) -> int:
         seeds = seed_order(nodes, args.seed)
         B = args.batch_size
         n_batches, out = epoch_plan(seeds.size, args)
-        sampler = DistSampler(part, seed=args.seed)
+        shared = {"auto": "auto", "true": True, "false": False}[args.shared_topology]
+        sampler = DistSampler(part, seed=args.seed, shared_topology=shared)
         mine = list(range(rank, n_batches, world))
         rounds = -(-n_batches // world)
         edges = 0

@@ -84,7 +84,7 @@ class DistSampler:
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
                  id_maps: str = "sharded", topology_cache: float = 0.0,
-                 shared_topology: bool | str = False) -> None:
+                 shared_topology: bool | str = "auto") -> None:
         topology_cache = check_fraction(topology_cache)  # before any collective
         if topology_cache > 0 and kernel == "cuda":
             raise ConfigError("sampler.topology_cache is not supported with kernel='cuda'",

@@ -91,7 +91,7 @@ class SamplingService:
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
                  feature_cache_rows: int = 0, id_maps: str = "sharded",
-                 topology_cache: float = 0.0, shared_topology: bool | str = False) -> None:
+                 topology_cache: float = 0.0, shared_topology: bool | str = "auto") -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",

@@ -20,7 +20,7 @@ def _merged_with_features(rank, world, d, reqs_by_rank, cache_rows):
     from mnmg_sampler.distributed.sampler import DistSampler
     from mnmg_sampler.graph.partition_io import load_partition
 
-    s = DistSampler(load_partition(d, rank, world), seed=SEED)
+    s = DistSampler(load_partition(d, rank, world), seed=SEED, shared_topology=False)
     store = DistFeatureStore(s.part, s.ex, cache_rows=cache_rows)
     out = []
     for with_e in (True, False):
@@ -87,7 +87,8 @@ def _owner_split(rank, world, d, nodes):
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.loader import DistNeighborLoader
 
-    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
+                          shared_topology=False)
     loader = DistNeighborLoader(svc, nodes, FANOUTS, 10, shuffle=True, seed=4, split="owner")
     loader.set_epoch(2)
     got = [as_arrays(b) | {"input_id": b.input_id.numpy(), "key": b.key} for b in loader]
@@ -121,7 +122,8 @@ def _owner_split_uneven(rank, world, d, rank0_nodes):
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.loader import DistNeighborLoader
 
-    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
+                          shared_topology=False)
     out = {}
     for name, nodes in (("empty", np.empty(0, np.int64)), ("rank0_only", rank0_nodes)):
         loader = DistNeighborLoader(svc, nodes, FANOUTS, 4, split="owner")
@@ -151,7 +153,7 @@ def _range_without_maps(rank, world, d, seeds):
     # a range partitioning keeps ids: the sampler must not need (or touch) either id map
     part = dataclasses.replace(load_partition(d, rank, world), new_to_orig=None,
                                orig_to_new=None)
-    s = DistSampler(part, seed=SEED)
+    s = DistSampler(part, seed=SEED, shared_topology=False)
     (mb,) = s.sample([SampleRequest(seeds[rank], FANOUTS, request_key(SEED, 0, rank))])
     return as_arrays(mb), s.identity_ids
 

@@ -81,7 +81,7 @@ def _commands(kind: str, world: int, parts: dict, tmp) -> list[list[str]]:
         return [[*KIT, "api", parts[world], mode, *shared]] * world
     if kind == "offline":  # small batches: enough rounds for any kill point
         return [[*KIT, "cli", "sample", "--partitions", parts[world], "--batch-size", "4",
-                 "--fanouts", "5,5", "--threads", "1",
+                 "--fanouts", "5,5", "--threads", "1", "--shared-topology", "false",
                  "--collective-timeout", f"{TIMEOUT_S:g}"]] * world
     mode = "sample" if kind == "sample" else "train"
     args = [*KIT, "cli", "train", *TRAIN, f"training.mode={mode}",

@@ -40,7 +40,7 @@ def _sample_all(part, n: int, pairs: np.ndarray) -> tuple[list, np.ndarray]:
     from mnmg_sampler.distributed.membership import EdgeMembership
     from mnmg_sampler.distributed.sampler import DistSampler
 
-    s = DistSampler(part, seed=SEED)
+    s = DistSampler(part, seed=SEED, shared_topology=False)
     m = EdgeMembership(part)
     own = np.asarray(part.orig_ids)
     got = []
@@ -130,7 +130,7 @@ def _without_maps(rank, world, d, n):
 
     part = load_partition(d, rank, world)
     got, _ = _sample_all(part, n, np.zeros((2, 0), np.int64))
-    svc = SamplingService(part, seed=SEED, features=True)
+    svc = SamplingService(part, seed=SEED, features=True, shared_topology=False)
     try:
         own = np.asarray(part.orig_ids)
         batches = []
@@ -180,7 +180,7 @@ def _modes(rank, world, d, n, modes):
 
     part = load_partition(d, rank, world)
     try:
-        s = DistSampler(part, seed=SEED, id_maps=modes[rank])
+        s = DistSampler(part, seed=SEED, id_maps=modes[rank], shared_topology=False)
     except ConfigError as e:
         return ("ConfigError", str(e))
     got = []

@@ -33,7 +33,8 @@ def _loader_rounds(rank, world, d, nodes):
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.loader import DistNeighborLoader
 
-    svc = SamplingService(load_partition(d, rank, world), seed=SEED)  # sharded id maps
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED,  # sharded id maps
+                          shared_topology=False)
     ex = svc.sampler.ex
     before_loader = _id_bytes(ex)
     loader = DistNeighborLoader(svc, nodes, FAN, 8, shuffle=True, seed=1, prefetch=2,
@@ -105,7 +106,7 @@ def _bad_new_seeds(rank, world, d):
     bad["length"].new_seeds = bad["length"].new_seeds[:2]
     out = {}
     # the collective path: a bad request on one rank fails the round on every rank
-    s = DistSampler(part, seed=SEED)
+    s = DistSampler(part, seed=SEED, shared_topology=False)
     for name, r in bad.items():
         try:
             s.sample([r] if rank == 0 else [good])
@@ -114,7 +115,7 @@ def _bad_new_seeds(rank, world, d):
             out[name] = ("SamplingInputError", str(e))
     ok = as_arrays(s.sample([good])[0])  # the group still works after agreed errors
     # the service: a bad request fails alone, at submit
-    svc = SamplingService(part, seed=SEED, features=False)
+    svc = SamplingService(part, seed=SEED, features=False, shared_topology=False)
     sub = {}
     for name, r in bad.items():
         try:

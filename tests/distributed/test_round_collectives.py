@@ -21,7 +21,7 @@ def _round(rank, world, d, plans):
     from mnmg_sampler.graph.partition_io import load_partition
 
     part = load_partition(d, rank, world)
-    s = DistSampler(part, seed=SEED)
+    s = DistSampler(part, seed=SEED, shared_topology=False)
     out = []
     for plan in plans:
         reqs = [SampleRequest(np.asarray(seeds), fan, key, replace=rep, edge_ids=eids)

@@ -45,7 +45,7 @@ def _sample(rank, world, d, fractions):
     rounds = _requests(rank, world, int(part.num_nodes), np.asarray(part.orig_ids))
     out = []
     for frac in fractions:
-        s = DistSampler(part, seed=SEED, topology_cache=frac[rank])
+        s = DistSampler(part, seed=SEED, topology_cache=frac[rank], shared_topology=False)
         got = []
         for reqs in rounds:
             for with_e in (True, False):
@@ -164,7 +164,7 @@ def _service(rank, world, d, seeds):
     from mnmg_sampler.loader import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
-                          topology_cache=FRACTION)
+                          topology_cache=FRACTION, shared_topology=False)
     try:
         loader = DistNeighborLoader(svc, seeds, FANOUTS, 8, seed=SEED, split="owner")
         out = [as_arrays(b) | {"input_id": b.input_id.numpy(), "key": b.key} for b in loader]
@@ -196,9 +196,10 @@ def _bad(rank, world, d, value, kernel, service):
     part = load_partition(d, rank, world)
     try:
         if service:
-            SamplingService(part, seed=SEED, features=False, topology_cache=value)
+            SamplingService(part, seed=SEED, features=False, topology_cache=value,
+                            shared_topology=False)
         else:
-            DistSampler(part, seed=SEED, kernel=kernel, topology_cache=value)
+            DistSampler(part, seed=SEED, kernel=kernel, topology_cache=value, shared_topology=False)
     except ConfigError as e:
         return str(e)
     return None
@@ -234,7 +235,8 @@ def _traced(rank, world, d):
     from mnmg_sampler.distributed.sampler import DistSampler
 
     part = load_partition(d, rank, world)
-    s = DistSampler(part, seed=SEED)  # id maps first: their shard is sized by num_nodes / W
+    # id maps first: their shard is sized by num_nodes / W
+    s = DistSampler(part, seed=SEED, shared_topology=False)
     own = np.asarray(part.orig_ids)
     rng = np.random.default_rng(rank)
     reqs = [SampleRequest(own[rng.choice(own.size, 64, replace=False)], FANOUTS, rank)]
