@@ -43,12 +43,9 @@ _LIVE: weakref.WeakSet[HostChannel] = weakref.WeakSet()
 class HostChannel:
     """Element-wise maximum over the ranks of one host (see the module docstring)."""
 
-    def __init__(self, rank: int, world_size: int, socks: dict[int, socket.socket],
-                 token: int) -> None:
+    def __init__(self, rank: int, socks: dict[int, socket.socket]) -> None:
         self.rank = rank
-        self.world_size = world_size
         self._socks = socks  # rank 0: peer -> socket; others: {0: socket}
-        self._token = token
         self.calls = 0
         _LIVE.add(self)
 
@@ -77,17 +74,14 @@ class HostChannel:
         return [int(v) for v in got[1:]]
 
     def close(self) -> None:
-        """Close this rank's sockets (peers see the connection close)."""
+        """Close this rank's sockets (peers see the connection close; in a forked child, only
+        the child's copies close: no shutdown, so the parent's connections stay up)."""
         for s in self._socks.values():
             try:
                 s.close()
             except OSError:
                 pass
         self._socks = {}
-
-    def _close_in_child(self) -> None:
-        # a forked child drops its copies of the descriptors without shutting the connection
-        self.close()
 
 
 def _recv_words(s: socket.socket, peer: int, n: int) -> np.ndarray:
@@ -113,7 +107,7 @@ def _recv_words(s: socket.socket, peer: int, n: int) -> np.ndarray:
 
 def _after_fork_in_child() -> None:
     for ch in list(_LIVE):
-        ch._close_in_child()
+        ch.close()
 
 
 if hasattr(os, "register_at_fork"):
@@ -181,7 +175,7 @@ def open_host_channel(ex: Exchanger) -> HostChannel | None:
         listener.close()
     with peer_errors("setting up the host agreement"):
         failed = ex.agree_max([failed])[0]
-    channel = HostChannel(rank, W, socks, token)
+    channel = HostChannel(rank, socks)
     if failed:
         channel.close()
         return None

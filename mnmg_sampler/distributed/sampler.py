@@ -77,8 +77,7 @@ class DistSampler:
             rows (:mod:`.topology_cache`; 0 = none; ranks may differ). Results do not change.
         shared_topology: every rank on one host maps the other ranks' parts and samples every
             hop itself, off the wire (:mod:`.shared_topology`; all ranks alike; ``"auto"``:
-            exactly when it can). Results do not
-            change.
+            exactly when it can). Results do not change.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
