@@ -277,7 +277,11 @@ class DistNeighborLoader(EpochCursor):
                 dist.all_reduce(counts, op=dist.ReduceOp.SUM)
             self._owned = (pos, counts.cpu().numpy())
         elif ids is not None:
-            self._new_nodes = translate_seeds(ids, self.input_nodes)
+            # with the shared topology every part's original ids are mapped here: no lookup
+            # (the same on every rank, so no rank waits in the lookup's collectives)
+            shared = getattr(service.sampler, "shared", None)
+            self._new_nodes = (shared.to_new(self.input_nodes) if shared is not None
+                               else translate_seeds(ids, self.input_nodes))
 
     def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of this rank's own seeds, seeds owned by each rank), from construction."""
