@@ -129,10 +129,10 @@ def test_weighted_partition(tmp_path):
 
 
 def _service(rank, world, d, seeds):
+    import torch.distributed as dist
+
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.loader import DistNeighborLoader
-
-    import torch.distributed as dist
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
                           shared_topology=True)
