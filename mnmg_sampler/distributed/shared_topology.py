@@ -62,14 +62,22 @@ def _check_value(enabled) -> None:
                           "pass true, false or 'auto'")
 
 
-def _why_not(part, kernel: str, topology_cache: float) -> str | None:
-    """Why this rank cannot map the other parts (``None``: it can)."""
+def _why_not(part, kernel: str, topology_cache: float) -> ConfigError | None:
+    """Why this rank cannot map the other parts, as the error ``true`` raises (``None``: it
+    can; ``auto`` logs the message and stays off)."""
     if kernel == "cuda":
-        return "kernel='cuda'"
+        return ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+                           "no rank builds its sampler",
+                           "set sampler.shared_topology to false, or use kernel='cpu'")
     if topology_cache > 0:
-        return "a topology cache is set"
+        return ConfigError("sampler.shared_topology and sampler.topology_cache are both set",
+                           "no rank builds its sampler",
+                           "use one: the shared topology already samples every node locally")
     if getattr(part, "path", None) is None:
-        return "the part was not loaded from a directory"
+        return ConfigError("sampler.shared_topology needs a partition loaded from a directory",
+                           "the other ranks' parts cannot be opened",
+                           "load the part with load_partition(DIR, rank), or set "
+                           "sampler.shared_topology to false")
     return None
 
 
@@ -78,19 +86,9 @@ def _check_local(part, enabled, kernel: str, topology_cache: float) -> None:
     _check_value(enabled)
     if isinstance(enabled, str) or not enabled:  # 'auto' never refuses
         return
-    if kernel == "cuda":
-        raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
-                          "no rank builds its sampler",
-                          "set sampler.shared_topology to false, or use kernel='cpu'")
-    if topology_cache > 0:
-        raise ConfigError("sampler.shared_topology and sampler.topology_cache are both set",
-                          "no rank builds its sampler",
-                          "use one: the shared topology already samples every node locally")
-    if getattr(part, "path", None) is None:
-        raise ConfigError("sampler.shared_topology needs a partition loaded from a directory",
-                          "the other ranks' parts cannot be opened",
-                          "load the part with load_partition(DIR, rank), or set "
-                          "sampler.shared_topology to false")
+    err = _why_not(part, kernel, topology_cache)
+    if err is not None:
+        raise err
 
 
 def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
@@ -128,7 +126,8 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
                           "ranks run on several", "no rank builds its sampler",
                           "set sampler.shared_topology to false (or auto) for a multi-node job")
     if cannot:  # auto only: true has refused above
-        _log_off(ex, _why_not(part, kernel, topology_cache) or "another rank cannot map parts")
+        why = _why_not(part, kernel, topology_cache)
+        _log_off(ex, why.what if why is not None else "another rank cannot map parts")
         return None
     try:
         return agree(lambda: SharedTopology(part, ex.rank, ex.world_size), ex.group,
