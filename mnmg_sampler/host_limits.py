@@ -63,7 +63,7 @@ def _address_space_in_use() -> int:
 
 
 def check_allocation(what: str, nbytes: float, fix: str, *, fraction: float = 0.9) -> None:
-    """Raise :class:`MemoryBudgetError` if ``nbytes`` exceed ``fraction`` of :func:`available_bytes`.
+    """Raise :class:`MemoryBudgetError` if ``nbytes`` exceed ``fraction`` of the available bytes.
 
     ``what`` names the allocation and the input that sized it (``"a CSR of 10,000,000,001 nodes
     (largest id in edges.txt)"``); ``fix`` says what to do. Nothing is allocated either way.
