@@ -1,0 +1,184 @@
+"""The typed CPU kernel: one call samples one hop for every relation and every merged request.
+
+Input: frontier nodes (internal ids of a :class:`~mnmg_sampler.graph.typed.TypedGraph`), the
+request of each node (a row of a ``[Q, R]`` table of per-relation fanouts: ``-1`` all, ``0``
+none) and its RNG key. Each node is expanded along every relation that ends at its type, in
+relation order; per (node, relation) the draws are those of :mod:`mnmg_sampler.ops.cpu`
+(uniform: all, Floyd without replacement, independent draws with replacement) or of
+:mod:`mnmg_sampler.ops.weighted` where the relation has weights.
+
+RNG keying: relation ``r`` of node ``v`` draws from the stream
+``stream_base(seed, key, hop + r * 2**32, v)``. Relation 0 is exactly the homogeneous stream,
+so a one-type, one-relation graph gives results bit-identical to ``ops.cpu`` and
+``ops.weighted``; different relations of one node use different streams (the hop counter goes
+through the 64-bit mix), so they draw independently.
+
+Phases, as in ``ops.cpu``: (0) each node's number of (node, relation) pairs; (1) per pair its
+segment, degree and sample count (the only random reads of ``indptr``); (2) the draws' CSR
+positions; (3) the gather of neighbors and edge ids (``ops.cpu``'s).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import cpu, weighted
+
+__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT"]
+
+HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
+
+sample_count = cpu.sample_count
+node_positions = cpu.node_positions
+stream_base = cpu.stream_base
+weighted_count = weighted.weighted_count
+draws_needed = weighted.draws_needed
+weighted_positions = weighted.weighted_positions
+W_MAX = weighted.W_MAX
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def type_of(off, v):
+    """The type of internal id ``v``: the largest ``t < T`` with ``off[t] <= v``."""
+    lo = 0
+    hi = off.shape[0] - 2
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if off[mid] <= v:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _npairs_py(node_off, rel_off, rows, ntype, npairs):
+    n = rows.shape[0]
+    for i in numba.prange(n):
+        t = type_of(node_off, rows[i])
+        ntype[i] = t
+        npairs[i + 1] = rel_off[t + 1] - rel_off[t]
+
+
+def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, ntype, req, fan,
+                    replace, pair_off, starts, degs, nzs, prel, counts, scounts):
+    n = rows.shape[0]
+    for i in numba.prange(n):
+        t = ntype[i]
+        r0 = rel_off[t]
+        R_t = rel_off[t + 1] - r0
+        q = req[i]
+        rep = replace[q] != 0
+        s0 = seg_base[t] + (rows[i] - node_off[t]) * R_t
+        for j in range(R_t):
+            p = pair_off[i] + j
+            r = r0 + j
+            s = indptr[s0 + j]
+            d = indptr[s0 + j + 1] - s
+            f = fan[q, r]
+            starts[p] = s
+            degs[p] = d
+            prel[p] = r
+            if wflag[r] != 0:
+                nz = 0
+                for e in range(s, s + d):
+                    x = np.float64(w[e])
+                    nz += (x > 0) & (x <= W_MAX)
+                nzs[p] = nz
+                k = weighted_count(nz, f, rep)
+                scounts[p + 1] = d if draws_needed(nz, k, f, rep) else 0
+            else:
+                k = sample_count(d, f, rep)
+                scounts[p + 1] = 0
+            counts[p + 1] = k
+
+
+def _positions_py(w, wflag, rows, nodes, keys, req, fan, replace, seed, hop, pair_off, starts,
+                  degs, nzs, prel, offsets, soffs, c, pos, rel_out):
+    n = rows.shape[0]
+    for i in numba.prange(n):
+        q = req[i]
+        rep = replace[q]
+        for p in range(pair_off[i], pair_off[i + 1]):
+            o = offsets[p]
+            k = offsets[p + 1] - o
+            if k == 0:
+                continue
+            r = prel[p]
+            hop_r = hop + (np.uint64(r) << np.uint64(HOP_RELATION_SHIFT))
+            start = starts[p]
+            f = fan[q, r]
+            if wflag[r] != 0:
+                base = stream_base(seed, keys[i], hop_r, nodes[i])
+                weighted_positions(pos, o, w, start, degs[p], nzs[p], k, f, rep != 0, base, c,
+                                   soffs[p])
+                for j in range(o, o + k):
+                    pos[j] += start
+            else:
+                node_positions(pos, o, k, start, degs[p], f, rep, seed, keys[i], hop_r,
+                               nodes[i])
+            for j in range(o, o + k):
+                rel_out[j] = r
+
+
+_KERNELS = {par: tuple(cpu._compile(f, par) for f in (_npairs_py, _pair_counts_py,
+                                                      _positions_py))
+            for par in (True, False)}
+_NO_WEIGHTS = np.zeros(0, np.float32)
+
+
+def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.ndarray,
+                           req: np.ndarray, fanouts: np.ndarray, replace: np.ndarray, seed: int,
+                           hop: int, *, with_eids: bool = True
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sample one hop of a typed graph for every ``rows[i]``, along every relation of its type.
+
+    Args:
+        graph: a :class:`~mnmg_sampler.graph.typed.TypedGraph` (its CSR arrays are read).
+        rows: internal ids of the frontier nodes in ``graph``.
+        nodes: the id each node's RNG is keyed on (the internal id in one process).
+        keys: int64 request key of each node.
+        req: int64 row of ``fanouts`` / ``replace`` for each node (its request).
+        fanouts: int64 ``[Q, R]``: per request and relation, neighbors to draw (-1 all, 0 none).
+        replace: uint8 ``[Q]``: with replacement, per request.
+        seed, hop: RNG counters shared by the call.
+        with_eids: ``False`` skips the edge-id reads (``edge_ids`` comes back empty).
+
+    Returns:
+        ``(counts, neighbors, relations, edge_ids)``: per-node sample counts (all relations),
+        then per sampled edge its neighbor's internal id, its relation and its per-relation edge
+        id, in node order and relation order within a node (int64).
+    """
+    rows = cpu._ids(rows)
+    nodes = cpu._ids(nodes)
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    req = np.ascontiguousarray(req, dtype=np.int64)
+    fan = np.ascontiguousarray(fanouts, dtype=np.int64)
+    repl = np.ascontiguousarray(replace, dtype=np.uint8)
+    n = rows.shape[0]
+    npairs_k, counts_k, positions_k = _KERNELS[cpu._parallel(n)]
+    w = _NO_WEIGHTS if graph.weights is None else graph.weights
+    wflag = np.ascontiguousarray(graph.weighted, dtype=np.uint8)
+    ntype = np.empty(n, np.int64)
+    pair_off = np.zeros(n + 1, np.int64)
+    npairs_k(graph.node_type_offset, graph.rel_offset, rows, ntype, pair_off)
+    np.cumsum(pair_off, out=pair_off)
+    m = int(pair_off[-1])
+    starts, degs, nzs, prel = (np.empty(m, np.int64) for _ in range(4))
+    offsets = np.zeros(m + 1, np.int64)
+    soffs = np.zeros(m + 1, np.int64)
+    counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr, w, wflag,
+             rows, ntype, req, fan, repl, pair_off, starts, degs, nzs, prel, offsets, soffs)
+    np.cumsum(offsets, out=offsets)
+    np.cumsum(soffs, out=soffs)
+    total = int(offsets[-1])
+    pos = np.empty(total, np.int64)
+    rel_out = np.empty(total, np.int64)
+    eid_out = np.empty(total if with_eids else 0, np.int64)
+    c = weighted._scratch(int(soffs[-1]))
+    positions_k(w, wflag, rows, nodes, keys, req, fan, repl, np.uint64(seed), np.uint64(hop),
+                pair_off, starts, degs, nzs, prel, offsets, soffs, c, pos, rel_out)
+    gather_k = cpu._KERNELS[cpu._parallel(n)][2]
+    gather_k(graph.indices, graph.edge_ids, pos, pos, eid_out, with_eids)
+    counts = np.diff(offsets[pair_off])
+    return counts, pos, rel_out, eid_out
