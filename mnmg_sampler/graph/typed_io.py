@@ -29,7 +29,7 @@ from .readers import MASK_KEYS
 from .typed import TypedGraph, edge_type_of, typed_graph
 
 __all__ = ["from_hetero_data", "is_ogb_hetero_dir", "load_typed_graph", "read_ogb_hetero_dir",
-           "read_typed_torch"]
+           "read_typed_torch", "typed_graph_at"]
 
 _MASK_NAMES = {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
 
@@ -103,12 +103,11 @@ def read_typed_torch(path: str | PathLike) -> TypedGraph:
 
     name = str(path)
     obj = load_torch_object(path, _hetero_safe_globals())
-    if type(obj).__name__ == "HeteroData":
-        return from_hetero_data(obj, name)
-    if isinstance(obj, Mapping):
-        return _from_mapping(obj, name)
-    raise GraphFormatError(f"{name} holds a {type(obj).__name__}",
-                           "a typed graph is read from a HeteroData or a dict",
+    if _is_typed_object(obj):
+        return load_typed_graph(obj, name)
+    raise GraphFormatError(f"{name} holds a {type(obj).__name__} that is not a typed graph",
+                           "a typed graph is read from a HeteroData, its to_dict() or the "
+                           "plain dict form",
                            "torch.save(hetero_data) or torch.save(hetero_data.to_dict())")
 
 
@@ -211,3 +210,26 @@ def load_typed_graph(source, name: str | None = None) -> TypedGraph:
                                "raw/num-node-dict.csv.gz")
     raise GraphFormatError(f"a {type(source).__name__} is not a typed graph source", "",
                            "pass a HeteroData, a dict, a .pt path or an OGB hetero directory")
+
+
+def _is_typed_object(obj) -> bool:
+    if type(obj).__name__ == "HeteroData":
+        return True
+    return isinstance(obj, Mapping) and (isinstance(obj.get("edge_index"), Mapping)
+                                         or any(isinstance(k, tuple) for k in obj))
+
+
+def typed_graph_at(path: str | PathLike) -> TypedGraph | None:
+    """The typed graph at ``path`` if it holds one (an OGB hetero directory, or a ``.pt`` of a
+    HeteroData, its ``to_dict()`` or the plain dict form), else ``None``: it is then for the
+    homogeneous readers."""
+    p = Path(path)
+    if is_ogb_hetero_dir(p):
+        return read_ogb_hetero_dir(p)
+    if p.suffix in (".pt", ".pth") and p.is_file():
+        from .torch_files import load_torch_object
+
+        obj = load_torch_object(p, _hetero_safe_globals())
+        if _is_typed_object(obj):
+            return load_typed_graph(obj, str(p))
+    return None
