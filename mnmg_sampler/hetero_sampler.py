@@ -150,7 +150,7 @@ class HeteroSampler:
     def _batch(self, req: HeteroSampleRequest, nid: np.ndarray, n_nodes: list[int],
                hops: list[tuple]) -> HeteroMiniBatch:
         g = self.graph
-        T, R, H = len(g.node_types), len(g.edge_types), len(hops)
+        R, H = len(g.edge_types), len(hops)
         types = g.type_of(nid)
         node_hop = np.repeat(np.arange(H + 1), n_nodes)
         loc = np.empty(nid.size, np.int64)
@@ -165,9 +165,8 @@ class HeteroSampler:
                 x[name] = torch.from_numpy(np.ascontiguousarray(g.x[name][ids]))
             if name in g.y:
                 y[name] = torch.from_numpy(np.ascontiguousarray(g.y[name][ids]))
-        cat = (lambda k: np.concatenate([h[k] for h in hops]) if hops
-               else np.zeros(0, np.int64))
-        src, dst, rel, eid = cat(0), cat(1), cat(2), cat(3)
+        src, dst, rel, eid = (np.concatenate([h[k] for h in hops]) if hops
+                              else np.zeros(0, np.int64) for k in range(4))
         edge_hop = np.repeat(np.arange(H), [h[0].size for h in hops])
         order = np.argsort(rel, kind="stable")  # per relation, in sampling order
         bounds = np.zeros(R + 1, np.int64)
@@ -178,7 +177,6 @@ class HeteroSampler:
             edge_index[et] = torch.from_numpy(np.stack([loc[src[sel]], loc[dst[sel]]]))
             e_id[et] = torch.from_numpy(eid[sel])
             e_sampled[et] = np.bincount(edge_hop[sel], minlength=H).tolist()
-        del T
         input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
         return HeteroMiniBatch(
             n_id=n_id, edge_index=edge_index, e_id=e_id, input_type=req.input_type,

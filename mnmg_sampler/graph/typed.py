@@ -49,7 +49,8 @@ def edge_type_of(key, name: str = "graph") -> EdgeType:
     if len(parts) != 3 or not all(isinstance(p, str) and p for p in parts):
         raise GraphFormatError(f"{name}: {key!r} is not an edge type",
                                "relations are named (src type, relation, dst type)",
-                               "use a tuple ('author', 'writes', 'paper') or 'author__writes__paper'")
+                               "use a tuple ('author', 'writes', 'paper') or "
+                               "'author__writes__paper'")
     return (parts[0], parts[1], parts[2])
 
 
@@ -258,6 +259,10 @@ def _node_data(spec: Mapping, name: str, counts: dict[str, int]):
     return xs, ys, masks
 
 
+def _cat(arrays: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+
+
 def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     """Build a :class:`TypedGraph` from the plain dict form.
 
@@ -334,9 +339,8 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     indptr = np.zeros(S + 1, np.int64)
     np.cumsum(np.bincount(seg, minlength=S), out=indptr[1:])
     del seg
-    cat = (lambda a, dt: np.concatenate(a) if a else np.zeros(0, dt))
-    indices = cat(srcs, np.int64)[order]
-    edge_ids = cat(eids, np.int64)[order]
-    weights = cat(ws, np.float32)[order] if weighted.any() else None
+    indices = _cat(srcs, np.int64)[order]
+    edge_ids = _cat(eids, np.int64)[order]
+    weights = _cat(ws, np.float32)[order] if weighted.any() else None
     return TypedGraph(node_types, edge_types, off, rel_offset, seg_base, indptr, indices,
                       edge_ids, rel_src, rel_dst, weights, weighted, x, y, masks, name)

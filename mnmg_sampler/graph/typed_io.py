@@ -129,7 +129,7 @@ def _node_count_dict(f: Path) -> dict[str, int]:
     if len(names) != counts.shape[0]:
         raise GraphFormatError(f"{f}: {len(names)} type names but {counts.shape[0]} counts",
                                "the node types are unknown", "give one count per type")
-    return {n: int(c) for n, c in zip(names, counts)}
+    return {n: int(c) for n, c in zip(names, counts, strict=True)}
 
 
 def read_ogb_hetero_dir(path: str | PathLike) -> TypedGraph:

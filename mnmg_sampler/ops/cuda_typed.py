@@ -131,7 +131,10 @@ def sample_typed_neighbors_cuda(graph, rows, nodes, keys, req, fanouts, replace,
         e = a.empty()
         return e, e, a.empty(), a.empty()
     req_d = a.fanouts
-    dev = (lambda x, dt=torch.int64: torch.as_tensor(np.asarray(x)).to(a.device, dt).contiguous())
+
+    def dev(x, dt=torch.int64):
+        return torch.as_tensor(np.asarray(x)).to(a.device, dt).contiguous()
+
     node_off, rel_off, seg_base = (dev(x) for x in (graph.node_type_offset, graph.rel_offset,
                                                     graph.seg_base))
     w = dev(np.zeros(0, np.float32) if graph.weights is None else graph.weights, torch.float32)

@@ -55,7 +55,7 @@ def compare(g, rows, keys, req, fan, rep, kernels=None) -> dict:
     cpu_out = typed.sample_typed_neighbors(g, rows, rows, keys, req, fan, rep, 5, 1)
     gpu_out = cuda_typed.sample_typed_neighbors_cuda(g, rows, rows, keys, req, fan, rep, 5, 1,
                                                      kernels=kernels)
-    equal = all(np.array_equal(a, b.numpy()) for a, b in zip(cpu_out, gpu_out))
+    equal = all(np.array_equal(a, b.numpy()) for a, b in zip(cpu_out, gpu_out, strict=True))
     return {"equal": equal, "n_out": int(cpu_out[1].size),
             "relations": int(np.unique(cpu_out[2]).size)}
 

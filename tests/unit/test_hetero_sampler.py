@@ -111,7 +111,7 @@ def test_one_kernel_call_per_hop_and_merged_equals_alone(graph, monkeypatch):
     s = HeteroSampler(graph, seed=11)
     merged = s.sample(reqs)
     assert len(calls) == s.kernel_calls == 3  # 3 hops, 5 relations, 3 requests: 3 calls
-    for r, m in zip(reqs, merged):
+    for r, m in zip(reqs, merged, strict=True):
         alone = HeteroSampler(graph, seed=11).sample([r])[0]
         assert m.equal(alone)
     again = HeteroSampler(graph, seed=12).sample(reqs[:1])[0]
@@ -199,7 +199,10 @@ def _full_sampler(data, hops):
                 for t in data.node_types:
                     n_nodes[t][h + 1] = len(new[t])
                 frontier = new
-            as_t = (lambda a: torch.tensor(a, dtype=torch.long))
+
+            def as_t(a):
+                return torch.tensor(a, dtype=torch.long)
+
             return HeteroSamplerOutput(
                 node={t: as_t(v) for t, v in nodes.items()},
                 row={et: as_t(v) for et, v in rows.items()},
@@ -213,6 +216,14 @@ def _full_sampler(data, hops):
 
 def _attrs(store):
     return {k: (v.dtype if torch.is_tensor(v) else type(v)) for k, v in store.items()}
+
+
+def _edges(b, et):
+    """The sampled edges of ``et`` as (source id, destination id, edge id) triples."""
+    s, _, d = et
+    ei, e = b[et].edge_index, b[et].e_id
+    return set(zip(b[s].n_id[ei[0]].tolist(), b[d].n_id[ei[1]].tolist(), e.tolist(),
+                   strict=True))
 
 
 def test_to_pyg_matches_pyg_loader_layout(graph):
@@ -234,13 +245,8 @@ def test_to_pyg_matches_pyg_loader_layout(graph):
         assert ours[t].num_nodes == ref[t].num_nodes
     for et in ref.edge_types:
         assert _attrs(ours[et]) == _attrs(ref[et]), et
-        s, _, d = et
-
-        def edges(b):
-            ei, e = b[et].edge_index, b[et].e_id
-            return set(zip(b[s].n_id[ei[0]].tolist(), b[d].n_id[ei[1]].tolist(), e.tolist()))
-
-        assert edges(ours) == edges(ref) and len(edges(ref)) == ref[et].e_id.numel()
+        assert _edges(ours, et) == _edges(ref, et)
+        assert len(_edges(ref, et)) == ref[et].e_id.numel()
         assert ours[et].num_sampled_edges == ref[et].num_sampled_edges
     assert ours["paper"].batch_size == ref["paper"].batch_size == 3
     assert torch.equal(ours["paper"].n_id[:3], seeds) and torch.equal(ref["paper"].n_id[:3], seeds)

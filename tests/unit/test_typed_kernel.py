@@ -79,7 +79,8 @@ def _two_relations(w=None):
     src, dst = _edges()
     ei = np.stack([src % 50, dst])
     spec = {"num_nodes": {"a": N, "b": 50},
-            "edge_index": {("b", "x", "a"): ei, ("b", "y", "a"): ei, ("a", "z", "b"): ei[::-1] % 50}}
+            "edge_index": {("b", "x", "a"): ei, ("b", "y", "a"): ei,
+                           ("a", "z", "b"): ei[::-1] % 50}}
     if w is not None:
         spec["edge_weight"] = {("b", "y", "a"): w}
     return typed_graph(spec), src % 50, dst
