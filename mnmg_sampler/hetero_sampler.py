@@ -21,8 +21,7 @@ from .graph.typed import TypedGraph, edge_type_of
 from .hetero_batch import HeteroMiniBatch
 from .host_malloc import tune_host_malloc
 from .ops import typed as typed_ops
-from .ops.dedup import dedup_hop
-from .sampler import check_fanouts, check_seed
+from .sampler import check_fanouts, check_seed, renumber_hop
 
 __all__ = ["HeteroSampleRequest", "HeteroSampler", "fanout_table", "sample_hetero"]
 
@@ -125,16 +124,8 @@ class HeteroSampler:
             counts, nbr, rel, eid = typed_ops.sample_typed_neighbors(
                 g, rows, rows, keys, req, fan, rep, self.seed, hop)
             self.kernel_calls += 1
-            node_off = np.zeros(len(active) + 1, np.int64)
-            np.cumsum(sizes, out=node_off[1:])
-            cnt_cum = np.zeros(counts.size + 1, np.int64)
-            np.cumsum(counts, out=cnt_cum[1:])
-            cand_off = cnt_cum[node_off]
-            nid_off = np.zeros(len(active) + 1, np.int64)
-            np.cumsum([nid[i].size for i in active], out=nid_off[1:])
-            flat = (np.concatenate([nid[i] for i in active]) if active
-                    else np.zeros(0, np.int64))
-            new, new_off, local = dedup_hop(flat, nid_off, nbr, cand_off)
+            node_off, cand_off, new, new_off, local = renumber_hop(
+                [nid[i] for i in active], sizes, counts, nbr)
             for j, i in enumerate(active):
                 c0, c1 = cand_off[j], cand_off[j + 1]
                 cnt = counts[node_off[j]:node_off[j + 1]]

@@ -23,11 +23,12 @@ from . import typed
 __all__ = ["sample_typed_neighbors_cuda", "make_typed_kernels"]
 
 type_of = ocuda.device_function(typed.type_of.py_func)
+node_relations = ocuda.device_function(typed.node_relations.py_func)
+usable_count = ocuda.device_function(typed.usable_count.py_func)
 sample_count = ocuda.sample_count
 sample_positions = ocuda.sample_positions
 weighted_count = ocuda.weighted_count
 draws_needed = ocuda.draws_needed
-usable = ocuda.usable
 weighted_positions = ocuda.weighted_positions
 stream_base = ocuda.stream_base
 gather = ocuda.gather
@@ -43,13 +44,9 @@ def make_typed_kernels(positions: Callable = sample_positions) -> tuple[Callable
         i = cuda.grid(1)
         if i >= rows.shape[0]:
             return
-        v = rows[i]
-        t = type_of(node_off, v)
-        r0 = rel_off[t]
-        R_t = rel_off[t + 1] - r0
+        r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
         q = req[i]
         rep = replace[q] != 0
-        s0 = seg_base[t] + (v - node_off[t]) * R_t
         total = 0
         scratch = 0
         for j in range(R_t):
@@ -58,10 +55,7 @@ def make_typed_kernels(positions: Callable = sample_positions) -> tuple[Callable
             d = indptr[s0 + j + 1] - s
             f = fan[q, r]
             if wflag[r] != 0:
-                nz = 0
-                for e in range(s, s + d):
-                    if usable(np.float64(w[e])):
-                        nz += 1
+                nz = usable_count(w, s, d)
                 k = weighted_count(nz, f, rep)
                 if draws_needed(nz, k, f, rep):
                     scratch += d
@@ -77,13 +71,9 @@ def make_typed_kernels(positions: Callable = sample_positions) -> tuple[Callable
         i = cuda.grid(1)
         if i >= rows.shape[0]:
             return
-        v = rows[i]
-        t = type_of(node_off, v)
-        r0 = rel_off[t]
-        R_t = rel_off[t + 1] - r0
+        r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
         q = req[i]
         rep = replace[q] != 0
-        s0 = seg_base[t] + (v - node_off[t]) * R_t
         o = offsets[i]
         so = soffs[i]
         for j in range(R_t):
@@ -93,10 +83,7 @@ def make_typed_kernels(positions: Callable = sample_positions) -> tuple[Callable
             f = fan[q, r]
             base = stream_base(seed, keys[i], hop + (np.uint64(r) << SHIFT), nodes[i])
             if wflag[r] != 0:
-                nz = 0
-                for e in range(start, start + d):
-                    if usable(np.float64(w[e])):
-                        nz += 1
+                nz = usable_count(w, start, d)
                 k = weighted_count(nz, f, rep)
                 if k > 0:
                     weighted_positions(nbr, o, w, start, d, nz, k, f, rep, base, c, so)

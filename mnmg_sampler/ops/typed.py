@@ -52,24 +52,40 @@ def type_of(off, v):
     return lo
 
 
-def _npairs_py(node_off, rel_off, rows, ntype, npairs):
+@numba.njit(cache=True, nogil=True, inline="always")
+def node_relations(node_off, rel_off, seg_base, v):
+    """``(first relation, number of relations, first segment)`` of internal id ``v``: its
+    relations are ``r0 .. r0 + n - 1``, relation ``r0 + j`` is segment ``s0 + j``."""
+    t = type_of(node_off, v)
+    r0 = rel_off[t]
+    n = rel_off[t + 1] - r0
+    return r0, n, seg_base[t] + (v - node_off[t]) * n
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def usable_count(w, s, d):
+    """How many of the weights ``w[s:s+d]`` can be drawn (``weighted.usable``), branch-free."""
+    nz = 0
+    for e in range(s, s + d):
+        x = np.float64(w[e])
+        nz += (x > 0) & (x <= W_MAX)
+    return nz
+
+
+def _npairs_py(node_off, rel_off, rows, npairs):
     n = rows.shape[0]
     for i in numba.prange(n):
         t = type_of(node_off, rows[i])
-        ntype[i] = t
         npairs[i + 1] = rel_off[t + 1] - rel_off[t]
 
 
-def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, ntype, req, fan,
+def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, req, fan,
                     replace, pair_off, starts, degs, nzs, prel, counts, scounts):
     n = rows.shape[0]
     for i in numba.prange(n):
-        t = ntype[i]
-        r0 = rel_off[t]
-        R_t = rel_off[t + 1] - r0
+        r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
         q = req[i]
         rep = replace[q] != 0
-        s0 = seg_base[t] + (rows[i] - node_off[t]) * R_t
         for j in range(R_t):
             p = pair_off[i] + j
             r = r0 + j
@@ -80,10 +96,7 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, ntype, 
             degs[p] = d
             prel[p] = r
             if wflag[r] != 0:
-                nz = 0
-                for e in range(s, s + d):
-                    x = np.float64(w[e])
-                    nz += (x > 0) & (x <= W_MAX)
+                nz = usable_count(w, s, d)
                 nzs[p] = nz
                 k = weighted_count(nz, f, rep)
                 scounts[p + 1] = d if draws_needed(nz, k, f, rep) else 0
@@ -159,16 +172,15 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     npairs_k, counts_k, positions_k = _KERNELS[cpu._parallel(n)]
     w = _NO_WEIGHTS if graph.weights is None else graph.weights
     wflag = np.ascontiguousarray(graph.weighted, dtype=np.uint8)
-    ntype = np.empty(n, np.int64)
     pair_off = np.zeros(n + 1, np.int64)
-    npairs_k(graph.node_type_offset, graph.rel_offset, rows, ntype, pair_off)
+    npairs_k(graph.node_type_offset, graph.rel_offset, rows, pair_off)
     np.cumsum(pair_off, out=pair_off)
     m = int(pair_off[-1])
     starts, degs, nzs, prel = (np.empty(m, np.int64) for _ in range(4))
     offsets = np.zeros(m + 1, np.int64)
     soffs = np.zeros(m + 1, np.int64)
     counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr, w, wflag,
-             rows, ntype, req, fan, repl, pair_off, starts, degs, nzs, prel, offsets, soffs)
+             rows, req, fan, repl, pair_off, starts, degs, nzs, prel, offsets, soffs)
     np.cumsum(offsets, out=offsets)
     np.cumsum(soffs, out=soffs)
     total = int(offsets[-1])
