@@ -13,9 +13,10 @@ so a one-type, one-relation graph gives results bit-identical to ``ops.cpu`` and
 ``ops.weighted``; different relations of one node use different streams (the hop counter goes
 through the 64-bit mix), so they draw independently.
 
-Phases, as in ``ops.cpu``: (0) each node's number of (node, relation) pairs; (1) per pair its
-segment, degree and sample count (the only random reads of ``indptr``); (2) the draws' CSR
-positions; (3) the gather of neighbors and edge ids (``ops.cpu``'s).
+Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and sample count
+(the only random reads of ``indptr``); (1) the draws' CSR positions; (2) the gather of neighbors
+and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
+most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
 """
 
 from __future__ import annotations
@@ -72,29 +73,23 @@ def usable_count(w, s, d):
     return nz
 
 
-def _npairs_py(node_off, rel_off, rows, npairs):
-    n = rows.shape[0]
-    for i in numba.prange(n):
-        t = type_of(node_off, rows[i])
-        npairs[i + 1] = rel_off[t + 1] - rel_off[t]
-
-
 def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, req, fan,
-                    replace, pair_off, starts, degs, nzs, prel, counts, scounts):
+                    replace, width, starts, degs, nzs, counts, scounts):
+    # Phase 0: node i's relation j is pair i * width + j (width: the most relations of a type),
+    # so no pass is needed to place the pairs; a type with fewer relations leaves count 0.
     n = rows.shape[0]
     for i in numba.prange(n):
         r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
         q = req[i]
         rep = replace[q] != 0
         for j in range(R_t):
-            p = pair_off[i] + j
+            p = i * width + j
             r = r0 + j
             s = indptr[s0 + j]
             d = indptr[s0 + j + 1] - s
             f = fan[q, r]
             starts[p] = s
             degs[p] = d
-            prel[p] = r
             if wflag[r] != 0:
                 nz = usable_count(w, s, d)
                 nzs[p] = nz
@@ -102,22 +97,25 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, req, fa
                 scounts[p + 1] = d if draws_needed(nz, k, f, rep) else 0
             else:
                 k = sample_count(d, f, rep)
-                scounts[p + 1] = 0
             counts[p + 1] = k
 
 
-def _positions_py(w, wflag, rows, nodes, keys, req, fan, replace, seed, hop, pair_off, starts,
-                  degs, nzs, prel, offsets, soffs, c, pos, rel_out):
+def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, replace, seed, hop,
+                  width, starts, degs, nzs, offsets, soffs, c, pos, rel_out):
+    # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32).
     n = rows.shape[0]
     for i in numba.prange(n):
+        t = type_of(node_off, rows[i])
+        r0 = rel_off[t]
         q = req[i]
         rep = replace[q]
-        for p in range(pair_off[i], pair_off[i + 1]):
+        for j in range(rel_off[t + 1] - r0):
+            p = i * width + j
             o = offsets[p]
             k = offsets[p + 1] - o
             if k == 0:
                 continue
-            r = prel[p]
+            r = r0 + j
             hop_r = hop + (np.uint64(r) << np.uint64(HOP_RELATION_SHIFT))
             start = starts[p]
             f = fan[q, r]
@@ -125,17 +123,16 @@ def _positions_py(w, wflag, rows, nodes, keys, req, fan, replace, seed, hop, pai
                 base = stream_base(seed, keys[i], hop_r, nodes[i])
                 weighted_positions(pos, o, w, start, degs[p], nzs[p], k, f, rep != 0, base, c,
                                    soffs[p])
-                for j in range(o, o + k):
-                    pos[j] += start
+                for m in range(o, o + k):
+                    pos[m] += start
             else:
                 node_positions(pos, o, k, start, degs[p], f, rep, seed, keys[i], hop_r,
                                nodes[i])
-            for j in range(o, o + k):
-                rel_out[j] = r
+            for m in range(o, o + k):
+                rel_out[m] = r
 
 
-_KERNELS = {par: tuple(cpu._compile(f, par) for f in (_npairs_py, _pair_counts_py,
-                                                      _positions_py))
+_KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
             for par in (True, False)}
 _NO_WEIGHTS = np.zeros(0, np.float32)
 
@@ -169,28 +166,28 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     fan = np.ascontiguousarray(fanouts, dtype=np.int64)
     repl = np.ascontiguousarray(replace, dtype=np.uint8)
     n = rows.shape[0]
-    npairs_k, counts_k, positions_k = _KERNELS[cpu._parallel(n)]
+    counts_k, positions_k = _KERNELS[cpu._parallel(n)]
     w = _NO_WEIGHTS if graph.weights is None else graph.weights
     wflag = np.ascontiguousarray(graph.weighted, dtype=np.uint8)
-    pair_off = np.zeros(n + 1, np.int64)
-    npairs_k(graph.node_type_offset, graph.rel_offset, rows, pair_off)
-    np.cumsum(pair_off, out=pair_off)
-    m = int(pair_off[-1])
-    starts, degs, nzs, prel = (np.empty(m, np.int64) for _ in range(4))
+    width = int(np.diff(graph.rel_offset).max(initial=0))
+    m = n * width
+    starts, degs, nzs = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
     offsets = np.zeros(m + 1, np.int64)
     soffs = np.zeros(m + 1, np.int64)
     counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr, w, wflag,
-             rows, req, fan, repl, pair_off, starts, degs, nzs, prel, offsets, soffs)
+             rows, req, fan, repl, width, starts, degs, nzs, offsets, soffs)
     np.cumsum(offsets, out=offsets)
-    np.cumsum(soffs, out=soffs)
+    if wflag.any():
+        np.cumsum(soffs, out=soffs)
     total = int(offsets[-1])
     pos = np.empty(total, np.int64)
     rel_out = np.empty(total, np.int64)
     eid_out = np.empty(total if with_eids else 0, np.int64)
     c = weighted._scratch(int(soffs[-1]))
-    positions_k(w, wflag, rows, nodes, keys, req, fan, repl, np.uint64(seed), np.uint64(hop),
-                pair_off, starts, degs, nzs, prel, offsets, soffs, c, pos, rel_out)
+    positions_k(graph.node_type_offset, graph.rel_offset, w, wflag, rows, nodes, keys, req, fan,
+                repl, np.uint64(seed), np.uint64(hop), width, starts, degs, nzs, offsets, soffs,
+                c, pos, rel_out)
     gather_k = cpu._KERNELS[cpu._parallel(n)][2]
     gather_k(graph.indices, graph.edge_ids, pos, pos, eid_out, with_eids)
-    counts = np.diff(offsets[pair_off])
+    counts = np.diff(offsets[::width]) if width else np.zeros(n, np.int64)
     return counts, pos, rel_out, eid_out

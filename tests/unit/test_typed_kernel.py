@@ -131,3 +131,21 @@ def test_per_relation_fanouts_and_edges_exist(weighted_y):
             if r == ry and w is not None:
                 cand = cand[w[cand] > 0]
             assert np.unique(eids).size == eids.size == min(k, cand.size)
+
+
+def test_parallel_kernels_equal_serial_and_empty_call(monkeypatch):
+    tg, _, _ = _two_relations(_weights(E))
+    rows = np.arange(tg.num_nodes)  # both types; "b" has one relation, "a" two
+    keys = rows * 31
+    req = np.zeros(rows.size, np.int64)
+    fan = np.array([[3, -1, 2]])
+    serial = typed.sample_typed_neighbors(tg, rows, rows, keys, req, fan, [0], 1, 1)
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_NODES", 0)
+    monkeypatch.setattr(cpu.numba, "get_num_threads", lambda: 2)
+    assert cpu._parallel(rows.size)
+    par = typed.sample_typed_neighbors(tg, rows, rows, keys, req, fan, [0], 1, 1)
+    assert serial[1].size > 0
+    for a, b in zip(serial, par, strict=True):
+        np.testing.assert_array_equal(a, b)
+    empty = typed.sample_typed_neighbors(tg, rows[:0], rows[:0], keys[:0], req[:0], fan, [0], 1, 1)
+    assert all(a.size == 0 for a in empty)
