@@ -11,6 +11,9 @@ graph and partitions         ``load_graph``, ``partition_graph``, ``partition``,
                              ``CSRGraph``, ``supported_formats``
 sampling                     ``SamplingService``, ``DistNeighborLoader``, ``SampleRequest``,
                              ``MiniBatch``, ``MultiHopSampler``, ``sample``, ``request_key``
+typed graphs (one process)   ``TypedGraph``, ``typed_graph``, ``load_typed_graph``,
+                             ``HeteroSampler``, ``HeteroSampleRequest``, ``HeteroMiniBatch``,
+                             ``sample_hetero`` (docs/hetero.md)
 link prediction              ``DistLinkNeighborLoader``, ``LinkMiniBatch``, ``NegativeSampling``
 training                     ``init_distributed``, ``set_threads``, ``GraphSAGE``,
                              ``num_correct``, ``accuracy``
@@ -51,6 +54,14 @@ _LAZY = {
     "write_partitions": "mnmg_sampler.graph.partition",
     "load_partition": "mnmg_sampler.graph.partition_io",
     "Partition": "mnmg_sampler.graph.partition_io",
+    # typed (heterogeneous) graphs, single process
+    "TypedGraph": "mnmg_sampler.graph.typed",
+    "typed_graph": "mnmg_sampler.graph.typed",
+    "load_typed_graph": "mnmg_sampler.graph.typed_io",
+    "HeteroSampler": "mnmg_sampler.hetero_sampler",
+    "HeteroSampleRequest": "mnmg_sampler.hetero_sampler",
+    "sample_hetero": "mnmg_sampler.hetero_sampler",
+    "HeteroMiniBatch": "mnmg_sampler.hetero_batch",
     # sampling
     "SamplingService": "mnmg_sampler.distributed.service",
     "DistNeighborLoader": "mnmg_sampler.loader",
@@ -95,6 +106,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph.datasets import load_graph, supported_formats  # noqa: F401
     from .graph.partition import partition, write_partitions  # noqa: F401
     from .graph.partition_io import Partition, load_partition  # noqa: F401
+    from .graph.typed import TypedGraph, typed_graph  # noqa: F401
+    from .graph.typed_io import load_typed_graph  # noqa: F401
+    from .hetero_batch import HeteroMiniBatch  # noqa: F401
+    from .hetero_sampler import HeteroSampler, HeteroSampleRequest, sample_hetero  # noqa: F401
     from .link_loader import DistLinkNeighborLoader, LinkMiniBatch  # noqa: F401
     from .loader import DistNeighborLoader  # noqa: F401
     from .ops.negative import NegativeSampling  # noqa: F401

@@ -29,8 +29,8 @@ from .ops.dedup import dedup_hop
 from .ops.rng import request_key
 
 __all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts",
-           "check_new_seeds", "check_seed", "local_hop_fn", "request_key", "run_cpu_kernel",
-           "sample"]
+           "check_new_seeds", "check_seed", "local_hop_fn", "renumber_hop", "request_key",
+           "run_cpu_kernel", "sample"]
 
 
 @dataclass
@@ -140,6 +140,23 @@ def _cat(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
 
 
+def renumber_hop(nids: list[np.ndarray], sizes: np.ndarray, counts: np.ndarray,
+                 nbr: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One hop's renumbering for several requests (their ``n_id`` so far in ``nids``, their
+    frontier sizes, the kernel's per-node counts and neighbors): ``(node_off, cand_off, new,
+    new_off, local)``, the per-request offsets of frontier nodes and of sampled neighbors, then
+    :func:`~mnmg_sampler.ops.dedup.dedup_hop`'s results."""
+    node_off = np.zeros(len(nids) + 1, np.int64)
+    np.cumsum(sizes, out=node_off[1:])
+    cnt_cum = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=cnt_cum[1:])
+    cand_off = cnt_cum[node_off]
+    nid_off = np.zeros(len(nids) + 1, np.int64)
+    np.cumsum([n.size for n in nids], out=nid_off[1:])
+    new, new_off, local = dedup_hop(_cat(nids), nid_off, nbr, cand_off)
+    return node_off, cand_off, new, new_off, local
+
+
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
     """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors, ``0`` = none."""
     try:
@@ -238,15 +255,8 @@ class MultiHopSampler:
                 np.array([requests[i].fanouts[hop] for i in active], np.int64),
                 np.array([requests[i].replace for i in active], np.uint8), hop, want_eids))
             self.hop_calls += 1
-            node_off = np.zeros(len(active) + 1, np.int64)
-            np.cumsum(sizes, out=node_off[1:])
-            cnt_cum = np.zeros(counts.size + 1, np.int64)
-            np.cumsum(counts, out=cnt_cum[1:])
-            cand_off = cnt_cum[node_off]
-            nid_off = np.zeros(len(active) + 1, np.int64)
-            np.cumsum([nid[i].size for i in active], out=nid_off[1:])
-            flat = _cat([nid[i] for i in active])
-            new, new_off, local = dedup_hop(flat, nid_off, nbr, cand_off)
+            node_off, cand_off, new, new_off, local = renumber_hop(
+                [nid[i] for i in active], sizes, counts, nbr)
             for j, i in enumerate(active):
                 c0, c1 = cand_off[j], cand_off[j + 1]
                 cnt = counts[node_off[j]:node_off[j + 1]]

@@ -67,6 +67,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="DGL subprocess runs, median reported; each reloads the graph "
                         "(default: 3)")
     p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
+    p.add_argument("--hetero", action="store_true",
+                   help="instead: the typed kernel and sampler against the homogeneous ones on "
+                        "the same edges, typed into 3 node types and 9 relations "
+                        "(mnmg_sampler/bench/hetero.py)")
     p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.set_defaults(bench_run=run)
     return p
@@ -272,6 +276,15 @@ def run(args: argparse.Namespace) -> int:
           f"replace {args.replace}, median of {args.repeats}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {os.cpu_count()} cores")
 
+    if args.hetero:
+        from .hetero import bench_hetero, print_hetero
+
+        res["hetero"] = bench_hetero(graph, seeds, fanouts, args.replace, args.seed,
+                                     args.batch_size, args.batches, args.kernel_nodes,
+                                     args.repeats)
+        print_hetero(res["hetero"])
+        write_json(args.json, res)
+        return 0
     k = bench_kernel(graph, seeds[:args.kernel_nodes], fanouts[0], args.replace, args.seed,
                      args.batch_size, args.repeats)
     res["kernel"] = k

@@ -44,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from .partition import node_data_kwargs
 
     t0 = time.perf_counter()
+    typed = _typed_graph(args)
+    if typed is not None:
+        return _run_typed(args, typed, time.perf_counter() - t0)
     g = load_graph(args.graph, undirected=args.undirected, drop_self_loops=args.drop_self_loops,
                    drop_duplicates=args.drop_duplicates, seed=args.seed,
                    **node_data_kwargs(args))
@@ -89,6 +92,68 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("labels y", f"{tuple(g.y.shape)} {g.y.dtype}{classes}"))
     if g.masks:
         rows.append(("split masks", ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks.items())))
+    data["load_s"] = load_s
+    rows.append(("load time", f"{load_s:.2f} s"))
+    report(rows, data, args.json)
+    return 0
+
+
+# --- typed (heterogeneous) inputs: node counts per type, edges per relation, features per type ---
+
+_HOMOGENEOUS_ONLY = ("undirected", "drop_self_loops", "drop_duplicates", "features", "labels",
+                     "train_mask", "val_mask", "test_mask")
+
+
+def _typed_graph(args: argparse.Namespace):
+    """The typed graph ``args.graph`` names (a saved HeteroData or an OGB hetero directory),
+    else ``None``; options that only apply to homogeneous graphs are refused for it."""
+    from ..errors import GraphFormatError
+    from ..graph.typed_io import typed_graph_at
+
+    if ":" in args.graph and not args.graph.startswith(("/", ".")):
+        return None  # a spec such as rmat:10
+    g = typed_graph_at(args.graph)
+    if g is not None:
+        given = [a for a in _HOMOGENEOUS_ONLY if getattr(args, a, None) not in (None, False)]
+        if given:
+            raise GraphFormatError(
+                f"{args.graph} is a typed graph; --{given[0].replace('_', '-')} applies to "
+                "homogeneous graphs only", "it would be ignored",
+                "drop the option (typed graphs carry their node data per type, docs/hetero.md)")
+    return g
+
+
+def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
+    import numpy as np
+
+    et_name = "__".join
+    nodes = g.num_nodes_dict()
+    edges = {et_name(et): n for et, n in g.num_edges_dict().items()}
+    data: dict = {"graph": g.name, "nodes": g.num_nodes, "edges": g.num_edges,
+                  "node_types": nodes, "edge_types": edges, "features": {}, "labels": {},
+                  "weighted_edge_types": [et_name(et) for r, et in enumerate(g.edge_types)
+                                          if g.weighted[r]]}
+    rows = [("graph", g.name), ("nodes", f"{g.num_nodes:,} of {len(nodes)} types"),
+            ("edges", f"{g.num_edges:,} of {len(edges)} relations")]
+    rows += [(f"  nodes {t}", f"{n:,}") for t, n in nodes.items()]
+    rows += [(f"  edges {t}", f"{n:,}" + (" (weighted)" if t in data["weighted_edge_types"]
+                                          else "")) for t, n in edges.items()]
+    for t in g.node_types:
+        x, y = g.x.get(t), g.y.get(t)
+        data["features"][t] = None if x is None else {"shape": list(x.shape),
+                                                      "dtype": str(x.dtype)}
+        rows.append((f"  features x {t}", "none" if x is None else f"{tuple(x.shape)} {x.dtype}"))
+        if y is not None:
+            data["labels"][t] = {"shape": list(y.shape), "dtype": str(y.dtype)}
+            classes = ""
+            if y.dtype.kind in "iub":
+                data["labels"][t]["classes"] = int(np.unique(y[y >= 0]).size)
+                classes = f", {data['labels'][t]['classes']} classes"
+            rows.append((f"  labels y {t}", f"{tuple(y.shape)} {y.dtype}{classes}"))
+        if g.masks.get(t):
+            rows.append((f"  split masks {t}",
+                         ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks[t].items())))
+    data["features"] = {t: v for t, v in data["features"].items() if v is not None}
     data["load_s"] = load_s
     rows.append(("load time", f"{load_s:.2f} s"))
     report(rows, data, args.json)

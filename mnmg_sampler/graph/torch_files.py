@@ -24,7 +24,7 @@ from .readers import (
     masks_from,
 )
 
-__all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping"]
+__all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping", "load_torch_object"]
 
 
 def pyg_safe_globals() -> list:
@@ -38,10 +38,12 @@ def pyg_safe_globals() -> list:
     return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
 
 
-def _safe_load(path: Path):
+def _safe_load(path: Path, extra: list | None = None):
     import torch
 
     allowed = pyg_safe_globals()
+    if allowed and extra:
+        allowed = allowed + extra
     ctx = getattr(torch.serialization, "safe_globals", None)
     with ctx(allowed) if (ctx and allowed) else contextlib.nullcontext():
         if allowed and ctx is None:  # torch 2.4: no scoped form
@@ -91,20 +93,15 @@ def graph_from_mapping(d, name: str, *, undirected: bool = False,
     return g
 
 
-def read_torch(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
-    """Read a ``.pt`` / ``.pth`` holding a PyG ``Data`` or a dict of tensors."""
+def load_torch_object(path: str | PathLike, extra_globals: list | None = None):
+    """The object in a ``torch.save`` file, loaded with ``weights_only=True``: tensors, plain
+    containers, PyG ``Data`` and the classes in ``extra_globals``; anything else is a typed
+    error."""
     p = Path(path)
     name = str(p)
     _require_file(p)
     try:
-        obj = _safe_load(p)
+        obj = _safe_load(p, extra_globals)
     except (OSError, RuntimeError, EOFError) as e:
         raise GraphFormatError(f"{name} is not a readable torch.save file: {e}",
                                "the graph cannot be loaded", "save it with torch.save") from e
@@ -121,11 +118,27 @@ def read_torch(
             "only tensors, plain containers and PyG Data objects are accepted, for safety",
             "save data.to_dict() or a Data object; install 'mnmg-sampler[pyg]' for Data",
         ) from e
+    return obj
+
+
+def read_torch(
+    path: str | PathLike,
+    *,
+    undirected: bool = False,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    max_node_id: int | None = MAX_NODE_ID,
+) -> CSRGraph:
+    """Read a ``.pt`` / ``.pth`` holding a PyG ``Data`` or a dict of tensors."""
+    p = Path(path)
+    name = str(p)
+    obj = load_torch_object(p)
     if hasattr(obj, "to_dict") and not isinstance(obj, dict):
         if type(obj).__name__ != "Data":
             raise GraphFormatError(f"{name} holds a {type(obj).__name__}",
-                                   "only a homogeneous Data (or a dict) is read",
-                                   "save one torch_geometric.data.Data")
+                                   "only a homogeneous Data (or a dict) is read here",
+                                   "for a HeteroData use mnmg_sampler.load_typed_graph "
+                                   "(docs/hetero.md), else save one torch_geometric.data.Data")
         d = obj.to_dict()
         d.setdefault("num_nodes", obj.num_nodes)
     elif isinstance(obj, dict):

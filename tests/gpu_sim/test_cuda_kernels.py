@@ -8,30 +8,18 @@ reports per-case results as JSON.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .sim_run import run_worker
+
 WORKER = Path(__file__).with_name("sim_worker.py")
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    try:
-        proc = subprocess.run([sys.executable, str(WORKER)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"simulator worker timed out after {TIMEOUT_S}s; stderr:\n{exc.stderr}")
-    if proc.returncode != 0:
-        pytest.fail(f"simulator worker failed ({proc.returncode}); stderr:\n{proc.stderr}")
-    return json.loads(proc.stdout)
+    return run_worker(WORKER)
 
 
 def test_worker_really_used_the_simulator(sim_results):

@@ -1,0 +1,346 @@
+"""Typed (heterogeneous) graphs: every node type and relation in one CSR (GraphBolt's fused CSC).
+
+Node ids of all types share one *internal* space: type ``t`` holds ids
+``node_type_offset[t] .. node_type_offset[t + 1] - 1``, and per-type id ``i`` of type ``t`` is
+internal id ``node_type_offset[t] + i``. Node types are sorted by name; relations
+``(src, rel, dst)`` are sorted by destination type, then source type and name, so the relations
+a node of type ``t`` samples from are the contiguous ids ``rel_offset[t] .. rel_offset[t+1]-1``.
+
+Rows are indexed by the destination node (PyG's convention: for relation ``(src, rel, dst)`` a
+frontier node of type ``dst`` draws among its ``rel``-neighbors of type ``src``). Each row is cut
+into one *segment* per relation of its type, so the kernel finds a (node, relation) neighborhood
+with two reads and no search: node ``v`` of type ``t`` (per-type id ``i``) and its ``j``-th
+relation own segment ``seg_base[t] + i * R_t + j`` (``R_t`` relations end at ``t``), whose
+entries are ``indptr[s] .. indptr[s + 1] - 1``. Within a segment neighbors keep ascending edge
+id order, as in :class:`~mnmg_sampler.graph.csr.CSRGraph`, so a homogeneous graph is the
+one-type, one-relation case with the very same ``indptr``, ``indices`` and ``edge_ids``.
+
+:func:`typed_graph` builds one from the plain dict form documented there (``docs/hetero.md``);
+:mod:`mnmg_sampler.graph.typed_io` reads a PyG ``HeteroData``, a saved one, and OGB's hetero
+directories into that form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import GraphFormatError
+from ..host_limits import check_allocation
+from .readers import MASK_KEYS, as_mask
+from .weights import check_weights
+
+__all__ = ["EdgeType", "TypedGraph", "edge_type_of", "typed_graph"]
+
+EdgeType = tuple[str, str, str]
+
+
+def edge_type_of(key, name: str = "graph") -> EdgeType:
+    """An edge type from a ``(src, rel, dst)`` tuple or a ``"src__rel__dst"`` string (PyG's
+    ``EdgeTypeStr``, also the key form a ``.pt`` of ``to_dict()`` or a YAML file can hold)."""
+    if isinstance(key, str):
+        parts = key.split("__")
+    elif isinstance(key, (tuple, list)):
+        parts = list(key)
+    else:
+        parts = []
+    if len(parts) != 3 or not all(isinstance(p, str) and p for p in parts):
+        raise GraphFormatError(f"{name}: {key!r} is not an edge type",
+                               "relations are named (src type, relation, dst type)",
+                               "use a tuple ('author', 'writes', 'paper') or "
+                               "'author__writes__paper'")
+    return (parts[0], parts[1], parts[2])
+
+
+@dataclass
+class TypedGraph:
+    """A typed graph ready to sample from (layout in the module docstring).
+
+    Attributes:
+        node_types: type names, sorted; type ``t`` is ``node_types[t]``.
+        edge_types: relations ``(src, rel, dst)``, sorted by (dst, src, rel); relation ``r`` is
+            ``edge_types[r]``.
+        node_type_offset: int64 ``[T + 1]``: first internal id of each type, then the total.
+        rel_offset: int64 ``[T + 1]``: relations ending at type ``t`` are
+            ``rel_offset[t] .. rel_offset[t + 1] - 1``.
+        seg_base: int64 ``[T]``: first segment of type ``t``.
+        indptr: int64 ``[S + 1]`` segment offsets, ``S = sum_t N_t * R_t``.
+        indices: int64 ``[E]`` neighbor internal ids.
+        edge_ids: int64 ``[E]`` per-relation edge id (the column of the entry in that
+            relation's ``edge_index``, PyG's ``e_id``).
+        rel_src, rel_dst: int64 ``[R]`` source and destination type of each relation.
+        weights: float32 ``[E]`` or ``None``; only read for relations with ``weighted[r]``.
+        weighted: uint8 ``[R]``: 1 where the relation has edge weights.
+        x, y: per-type features (own width and dtype) and labels, where given.
+        masks: per-type boolean split masks (``train``, ``val``, ``test``).
+        name: where the graph came from, for messages.
+    """
+
+    node_types: tuple[str, ...]
+    edge_types: tuple[EdgeType, ...]
+    node_type_offset: np.ndarray
+    rel_offset: np.ndarray
+    seg_base: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    edge_ids: np.ndarray
+    rel_src: np.ndarray
+    rel_dst: np.ndarray
+    weights: np.ndarray | None = None
+    weighted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    x: dict[str, np.ndarray] = field(default_factory=dict)
+    y: dict[str, np.ndarray] = field(default_factory=dict)
+    masks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    name: str = "graph"
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes of all types."""
+        return int(self.node_type_offset[-1])
+
+    @property
+    def num_edges(self) -> int:
+        """Edges of all relations."""
+        return int(self.indices.shape[0])
+
+    def num_nodes_of(self, node_type: str) -> int:
+        t = self.type_index(node_type)
+        return int(self.node_type_offset[t + 1] - self.node_type_offset[t])
+
+    def num_nodes_dict(self) -> dict[str, int]:
+        return {t: self.num_nodes_of(t) for t in self.node_types}
+
+    def num_edges_dict(self) -> dict[EdgeType, int]:
+        """Edges per relation (counted from the segments, so it is what the sampler sees)."""
+        seg = np.diff(self.indptr)
+        out = {}
+        for t in range(len(self.node_types)):
+            lo, hi = int(self.rel_offset[t]), int(self.rel_offset[t + 1])
+            if hi == lo:
+                continue
+            n = int(self.node_type_offset[t + 1] - self.node_type_offset[t])
+            per = seg[self.seg_base[t]:self.seg_base[t] + n * (hi - lo)].reshape(n, hi - lo)
+            for j, c in enumerate(per.sum(axis=0)):
+                out[self.edge_types[lo + j]] = int(c)
+        return {et: out.get(et, 0) for et in self.edge_types}
+
+    def type_index(self, node_type: str) -> int:
+        try:
+            return self.node_types.index(node_type)
+        except ValueError:
+            from ..errors import SamplingInputError
+
+            raise SamplingInputError(f"node type {node_type!r} is not in graph '{self.name}'",
+                                     "no node of it can be sampled",
+                                     f"use one of {list(self.node_types)}") from None
+
+    def relation_index(self, edge_type) -> int:
+        et = edge_type_of(edge_type, self.name)
+        try:
+            return self.edge_types.index(et)
+        except ValueError:
+            from ..errors import SamplingInputError
+
+            raise SamplingInputError(f"edge type {et} is not in graph '{self.name}'",
+                                     "no neighbor can be sampled along it",
+                                     f"use one of {list(self.edge_types)}") from None
+
+    def to_internal(self, node_type: str, ids: np.ndarray) -> np.ndarray:
+        """Internal ids of per-type ``ids`` of ``node_type`` (range-checked)."""
+        from ..errors import SamplingInputError
+
+        t = self.type_index(node_type)
+        ids = np.ascontiguousarray(ids, dtype=np.int64).ravel()
+        n = self.num_nodes_of(node_type)
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise SamplingInputError(
+                f"{node_type} id {bad} is out of range for graph '{self.name}' with {n} "
+                f"{node_type} nodes", "no neighbors can be sampled for it",
+                f"pass {node_type} ids in [0, {n})")
+        return ids + self.node_type_offset[t]
+
+    def type_of(self, internal: np.ndarray) -> np.ndarray:
+        """The type index of every internal id."""
+        return np.searchsorted(self.node_type_offset, internal, side="right") - 1
+
+    def metadata(self) -> tuple[list[str], list[EdgeType]]:
+        """``(node_types, edge_types)`` as PyG's ``HeteroData.metadata()`` gives them."""
+        return list(self.node_types), list(self.edge_types)
+
+
+def _arr(v) -> np.ndarray:
+    try:
+        import torch
+
+        if torch.is_tensor(v):
+            return v.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        pass
+    return np.asarray(v)
+
+
+def _edge_pair(arr: np.ndarray, name: str, et: EdgeType) -> tuple[np.ndarray, np.ndarray]:
+    if arr.ndim != 2 or arr.shape[0] != 2 or arr.dtype.kind not in "iu":
+        raise GraphFormatError(
+            f"{name}: edge_index of {et} is a {arr.dtype} array of shape {tuple(arr.shape)}",
+            "an edge_index must be an integer array of shape (2, E): row 0 sources (type "
+            f"{et[0]!r}), row 1 targets (type {et[2]!r})",
+            f"give edge_index[{et}] as a (2, E) int64 array")
+    arr = arr.astype(np.int64, copy=False)
+    return np.ascontiguousarray(arr[0]), np.ascontiguousarray(arr[1])
+
+
+def _check_range(name: str, et: EdgeType, which: str, ids: np.ndarray, n: int) -> None:
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        t = et[0] if which == "source" else et[2]
+        raise GraphFormatError(
+            f"{name}: {et} has {which} id {bad}, outside the {n} nodes of type {t!r}",
+            "the edge cannot be placed", f"give {t!r} ids in [0, {n}) or a larger node count")
+
+
+def _node_counts(spec: Mapping, name: str) -> dict[str, int]:
+    counts = {str(k): v for k, v in dict(spec.get("num_nodes") or {}).items()}
+    for t, x in dict(spec.get("x") or {}).items():
+        counts.setdefault(str(t), int(_arr(x).shape[0]))
+    out = {}
+    for t, n in counts.items():
+        try:
+            ok = int(n) == n and int(n) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise GraphFormatError(f"{name}: node count of {t!r} is {n!r}",
+                                   "a node type needs a count >= 0",
+                                   f"give num_nodes[{t!r}] as an integer")
+        out[t] = int(n)
+    return out
+
+
+def _node_data(spec: Mapping, name: str, counts: dict[str, int]):
+    xs, ys, masks = {}, {}, {}
+    for key, out in (("x", xs), ("y", ys)):
+        for t, v in dict(spec.get(key) or {}).items():
+            t = str(t)
+            if t not in counts:
+                raise GraphFormatError(f"{name}: {key}[{t!r}] names an unknown node type",
+                                       "its rows belong to no node",
+                                       f"use one of {sorted(counts)} or add num_nodes[{t!r}]")
+            a = _arr(v)
+            if key == "y":
+                if a.ndim == 2 and a.shape[1] == 1:
+                    a = a[:, 0]
+                if a.dtype.kind in "iub":
+                    a = a.astype(np.int64, copy=False)
+            if a.ndim < 1 or a.shape[0] != counts[t]:
+                raise GraphFormatError(
+                    f"{name}: {key}[{t!r}] has shape {tuple(a.shape)} but type {t!r} has "
+                    f"{counts[t]} nodes", f"'{key}' needs one row per node",
+                    f"give {key}[{t!r}] with {counts[t]} rows")
+            out[t] = a
+    for t, m in dict(spec.get("masks") or {}).items():
+        t = str(t)
+        if t not in counts:
+            raise GraphFormatError(f"{name}: masks[{t!r}] names an unknown node type",
+                                   "the split cannot be built", f"use one of {sorted(counts)}")
+        got = {}
+        for split, keys in MASK_KEYS.items():
+            k = next((k for k in (split, *keys) if k in m), None)
+            if k is not None:
+                got[split] = as_mask(_arr(m[k]), counts[t], f"{name}: masks[{t!r}][{k!r}]")
+        unknown = set(m) - {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
+        if unknown:
+            raise GraphFormatError(f"{name}: masks[{t!r}] has unknown splits {sorted(unknown)}",
+                                   "they would be dropped", "use train, val and test")
+        masks[t] = got
+    return xs, ys, masks
+
+
+def _cat(arrays: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+
+
+def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
+    """Build a :class:`TypedGraph` from the plain dict form.
+
+    ``spec`` holds ``num_nodes`` (``{type: count}``; a type with ``x`` may omit it),
+    ``edge_index`` (``{(src, rel, dst): (2, E) ints}``, per-type ids, row 0 of type ``src``,
+    row 1 of type ``dst``), and optionally ``x`` / ``y`` (``{type: array}``, one row per node),
+    ``masks`` (``{type: {"train"|"val"|"test": bool mask or ids}}``) and ``edge_weight``
+    (``{(src, rel, dst): E floats}``). Edge types may be ``"src__rel__dst"`` strings. Bad input
+    raises :class:`~mnmg_sampler.errors.GraphFormatError` naming the type or relation.
+    """
+    if not isinstance(spec, Mapping) or "edge_index" not in spec:
+        raise GraphFormatError(f"{name} has no 'edge_index'", "no typed graph can be built",
+                               "give {'num_nodes': {...}, 'edge_index': {(src, rel, dst): "
+                               "(2, E) array}}")
+    counts = _node_counts(spec, name)
+    edges: dict[EdgeType, tuple[np.ndarray, np.ndarray]] = {}
+    for key, ei in dict(spec["edge_index"]).items():
+        et = edge_type_of(key, name)
+        if et in edges:
+            raise GraphFormatError(f"{name}: edge type {et} is given twice", "", "give it once")
+        for t in (et[0], et[2]):
+            if t not in counts:
+                raise GraphFormatError(
+                    f"{name}: relation {et} names node type {t!r}, which has no node count",
+                    "its node ids cannot be placed",
+                    f"add num_nodes[{t!r}] (or x[{t!r}]); known types: {sorted(counts)}")
+        src, dst = _edge_pair(_arr(ei), name, et)
+        _check_range(name, et, "source", src, counts[et[0]])
+        _check_range(name, et, "destination", dst, counts[et[2]])
+        edges[et] = (src, dst)
+    weights_in = {edge_type_of(k, name): v for k, v in dict(spec.get("edge_weight") or {}).items()}
+    for et in weights_in:
+        if et not in edges:
+            raise GraphFormatError(f"{name}: edge_weight names {et}, which has no edge_index",
+                                   "the weights belong to no edge", f"use one of {sorted(edges)}")
+    x, y, masks = _node_data(spec, name, counts)
+
+    node_types = tuple(sorted(counts))
+    tix = {t: i for i, t in enumerate(node_types)}
+    T = len(node_types)
+    edge_types = tuple(sorted(edges, key=lambda e: (tix[e[2]], tix[e[0]], e[1])))
+    R = len(edge_types)
+    off = np.zeros(T + 1, np.int64)
+    np.cumsum([counts[t] for t in node_types], out=off[1:])
+    rel_dst = np.array([tix[e[2]] for e in edge_types], np.int64)
+    rel_src = np.array([tix[e[0]] for e in edge_types], np.int64)
+    rel_offset = np.zeros(T + 1, np.int64)
+    np.cumsum(np.bincount(rel_dst, minlength=T), out=rel_offset[1:])
+    per_type = np.diff(rel_offset)
+    seg_base = np.zeros(T, np.int64)
+    np.cumsum((np.diff(off) * per_type)[:-1], out=seg_base[1:])
+    S = int((np.diff(off) * per_type).sum())
+    E = sum(int(s.shape[0]) for s, _ in edges.values())
+    check_allocation(f"a typed CSR of {E:,} edges and {S:,} (node, relation) segments "
+                     f"({name})", 8 * (6 * E + 2 * S),
+                     "use a machine with more memory, or fewer edges")
+
+    segs, srcs, eids, ws = [], [], [], []
+    weighted = np.zeros(R, np.uint8)
+    for r, et in enumerate(edge_types):
+        src, dst = edges[et]
+        td = tix[et[2]]
+        segs.append(seg_base[td] + dst * per_type[td] + (r - rel_offset[td]))
+        srcs.append(src + off[tix[et[0]]])
+        eids.append(np.arange(src.shape[0], dtype=np.int64))
+        if et in weights_in:
+            weighted[r] = 1
+            ws.append(check_weights(_arr(weights_in[et]), src.shape[0],
+                                    f"{name}: edge_weight of {et}"))
+        else:
+            ws.append(np.ones(src.shape[0], np.float32))
+    seg = np.concatenate(segs) if segs else np.zeros(0, np.int64)
+    order = np.argsort(seg, kind="stable")  # stable: edge-id order within each segment
+    indptr = np.zeros(S + 1, np.int64)
+    np.cumsum(np.bincount(seg, minlength=S), out=indptr[1:])
+    del seg
+    indices = _cat(srcs, np.int64)[order]
+    edge_ids = _cat(eids, np.int64)[order]
+    weights = _cat(ws, np.float32)[order] if weighted.any() else None
+    return TypedGraph(node_types, edge_types, off, rel_offset, seg_base, indptr, indices,
+                      edge_ids, rel_src, rel_dst, weights, weighted, x, y, masks, name)

@@ -1,0 +1,98 @@
+"""The minibatch of a typed graph, in PyG's hetero NeighborLoader conventions (dicts per type)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+
+EdgeType = tuple[str, str, str]
+
+
+@dataclass
+class HeteroMiniBatch:
+    """One sampled subgraph of a typed graph; every node type and relation of the graph has an
+    entry (empty when nothing of it was sampled), as in PyG.
+
+    Attributes:
+        n_id: per node type, original per-type ids; ``n_id[input_type][:batch_size]`` are the
+            seeds, then each hop's newly reached nodes of that type.
+        edge_index: per edge type ``(src, rel, dst)``, ``[2, E]`` local ids: row 0 indexes
+            ``n_id[src]`` (the sampled neighbor), row 1 ``n_id[dst]`` (the node it was sampled
+            for).
+        e_id: per edge type, the edge's column in that relation's input ``edge_index``.
+        input_type: node type of the seeds.
+        input_id: position of each seed in the caller's input (or ``arange``).
+        batch_size: number of seeds.
+        num_sampled_nodes: per node type, nodes per hop ``[seeds, new in hop 1, ...]``.
+        num_sampled_edges: per edge type, edges per hop ``[hop 1, hop 2, ...]``.
+        x, y: per node type with features / labels, rows of ``n_id``.
+        key: the request key the RNG used (reproduces this batch).
+    """
+
+    n_id: dict[str, torch.Tensor]
+    edge_index: dict[EdgeType, torch.Tensor]
+    e_id: dict[EdgeType, torch.Tensor]
+    input_type: str
+    input_id: torch.Tensor
+    batch_size: int
+    num_sampled_nodes: dict[str, list[int]]
+    num_sampled_edges: dict[EdgeType, list[int]]
+    x: dict[str, torch.Tensor] = field(default_factory=dict)
+    y: dict[str, torch.Tensor] = field(default_factory=dict)
+    key: int = 0
+
+    @property
+    def num_nodes(self) -> dict[str, int]:
+        return {t: int(v.numel()) for t, v in self.n_id.items()}
+
+    def __repr__(self) -> str:
+        nodes = ", ".join(f"{t}={v.numel()}" for t, v in self.n_id.items())
+        edges = ", ".join(f"{'__'.join(et)}={v.shape[1]}" for et, v in self.edge_index.items())
+        return (f"HeteroMiniBatch(input_type={self.input_type}, batch_size={self.batch_size}, "
+                f"nodes={{{nodes}}}, edges={{{edges}}})")
+
+    def equal(self, other: HeteroMiniBatch) -> bool:
+        """Bit-for-bit equality of every field (tensors compared exactly, dict keys in order)."""
+        def same(a, b) -> bool:
+            if isinstance(a, dict) or isinstance(b, dict):
+                return (isinstance(a, dict) and isinstance(b, dict) and list(a) == list(b)
+                        and all(same(a[k], b[k]) for k in a))
+            if torch.is_tensor(a) or torch.is_tensor(b):
+                return (torch.is_tensor(a) and torch.is_tensor(b) and a.dtype == b.dtype
+                        and a.shape == b.shape and torch.equal(a, b))
+            return a == b
+
+        return all(same(getattr(self, f.name), getattr(other, f.name)) for f in fields(self))
+
+    def to_pyg(self):
+        """A ``torch_geometric.data.HeteroData`` laid out as PyG's hetero ``NeighborLoader``
+        returns it (needs the ``pyg`` extra): ``data[t].n_id``, ``data[t].x``, ``data[t].y``,
+        ``data[t].num_sampled_nodes``, ``data[et].edge_index``, ``data[et].e_id``,
+        ``data[et].num_sampled_edges``, ``data[input_type].input_id`` and ``.batch_size``."""
+        try:
+            from torch_geometric.data import HeteroData
+        except ImportError as e:
+            from .errors import MissingDependencyError
+
+            raise MissingDependencyError(
+                "torch_geometric is not installed",
+                "HeteroMiniBatch.to_pyg() cannot build a HeteroData object",
+                "pip install 'mnmg-sampler[pyg]'") from e
+        data = HeteroData()
+        for t, nid in self.n_id.items():
+            store = data[t]
+            if t in self.x:
+                store.x = self.x[t]
+            if t in self.y:
+                store.y = self.y[t]
+            store.n_id = nid
+            store.num_nodes = int(nid.numel())
+        for et, ei in self.edge_index.items():
+            data[et].edge_index = ei
+            data[et].e_id = self.e_id[et]
+        data.set_value_dict("num_sampled_nodes", self.num_sampled_nodes)
+        data.set_value_dict("num_sampled_edges", self.num_sampled_edges)
+        data[self.input_type].input_id = self.input_id
+        data[self.input_type].batch_size = self.batch_size
+        return data

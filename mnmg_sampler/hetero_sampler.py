@@ -1,0 +1,191 @@
+"""Multi-hop sampling of a typed graph in one process: one typed kernel call per hop for every
+relation and every request.
+
+Seeds are ``(input_type, per-type ids)``; ``num_neighbors`` is PyG's: a list (the same fanouts
+for every relation) or a dict per edge type, hop ``i`` from the seeds first. Nodes of all types
+live in the graph's internal id space while sampling, so one dedup per hop renumbers every type
+at once (:func:`~mnmg_sampler.ops.dedup.dedup_hop`, as the homogeneous sampler); a batch is split
+into per-type ids and local indices only when it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .errors import SamplingInputError
+from .graph.typed import TypedGraph, edge_type_of
+from .hetero_batch import HeteroMiniBatch
+from .host_malloc import tune_host_malloc
+from .ops import typed as typed_ops
+from .sampler import check_fanouts, check_seed, renumber_hop
+
+__all__ = ["HeteroSampleRequest", "HeteroSampler", "fanout_table", "sample_hetero"]
+
+
+def fanout_table(graph: TypedGraph, num_neighbors) -> np.ndarray:
+    """``[hops, R]`` int64 fanouts from PyG's ``num_neighbors`` (list for every relation, or a
+    dict per edge type; keys ``(src, rel, dst)`` or ``"src__rel__dst"``), in relation order.
+
+    As PyG: a dict must name every relation of the graph and only those, with equally many hops.
+    """
+    R = len(graph.edge_types)
+    if not isinstance(num_neighbors, Mapping):
+        hops = check_fanouts(num_neighbors)
+        return np.repeat(np.array(hops, np.int64)[:, None], R, axis=1)
+    per = {}
+    for k, v in num_neighbors.items():
+        et = edge_type_of(k, "num_neighbors")
+        if et not in graph.edge_types:
+            raise SamplingInputError(f"num_neighbors names {et}, not a relation of the graph",
+                                     "no neighbor can be sampled along it",
+                                     f"use the graph's relations: {list(graph.edge_types)}")
+        per[et] = check_fanouts(v)
+    missing = [et for et in graph.edge_types if et not in per]
+    if missing:
+        raise SamplingInputError(f"num_neighbors has no fanouts for {missing}",
+                                 "PyG's semantics need one list per relation",
+                                 "add them (0 per hop samples none), or pass one list for all")
+    lengths = {len(v) for v in per.values()}
+    if len(lengths) > 1:
+        raise SamplingInputError(f"num_neighbors has lists of {sorted(lengths)} hops",
+                                 "every relation needs the same number of hops",
+                                 "give every relation as many fanouts (0 for none)")
+    return np.array([per[et] for et in graph.edge_types], np.int64).T.copy()
+
+
+@dataclass
+class HeteroSampleRequest:
+    """One minibatch to sample: seeds of ``input_type`` (per-type ids), fanouts, RNG key."""
+
+    input_type: str
+    seeds: np.ndarray
+    num_neighbors: Sequence[int] | Mapping
+    key: int
+    replace: bool = False
+    input_id: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if torch.is_tensor(self.seeds):
+            self.seeds = self.seeds.detach().cpu().numpy()
+        seeds = np.asarray(self.seeds)
+        if seeds.size and not np.issubdtype(seeds.dtype, np.integer):
+            raise SamplingInputError(f"seeds have dtype {seeds.dtype}; ids are integers",
+                                     "they cannot index nodes", "pass integer per-type ids")
+        self.seeds = np.ascontiguousarray(seeds, dtype=np.int64).ravel()
+        if self.seeds.size and np.unique(self.seeds).size != self.seeds.size:
+            raise SamplingInputError("a request has duplicate seed ids",
+                                     "n_id[input_type][:batch_size] could not equal the seeds",
+                                     "deduplicate the seeds of each minibatch")
+        if not (int(self.key) == self.key and 0 <= int(self.key) < 2**63):
+            raise SamplingInputError(f"request key {self.key!r} is not in [0, 2**63)", "",
+                                     "use a key in [0, 2**63)")
+
+
+class HeteroSampler:
+    """Samples lists of :class:`HeteroSampleRequest` over a :class:`TypedGraph`, one kernel call
+    per hop for all of them (``kernel_calls`` counts the calls).
+
+    Each request's batch equals sampling it alone: every draw is keyed on (seed, request key,
+    hop, relation, node, slot).
+    """
+
+    def __init__(self, graph: TypedGraph, seed: int = 0) -> None:
+        tune_host_malloc()
+        self.graph = graph
+        self.seed = check_seed(seed)
+        self.kernel_calls = 0
+
+    def sample(self, requests: Sequence[HeteroSampleRequest]) -> list[HeteroMiniBatch]:
+        """Sample every request; each result equals sampling that request alone."""
+        g = self.graph
+        seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
+        tables = [fanout_table(g, r.num_neighbors) for r in requests]
+        R = len(requests)
+        n_hops = max((t.shape[0] for t in tables), default=0)
+        nid = list(seeds)
+        frontier = list(seeds)
+        front_start = [0] * R
+        n_nodes = [[s.size] for s in seeds]
+        edges: list[list[tuple]] = [[] for _ in requests]
+        for hop in range(n_hops):
+            active = [i for i in range(R) if hop < tables[i].shape[0]]
+            sizes = np.array([frontier[i].size for i in active], np.int64)
+            rows = np.concatenate([frontier[i] for i in active]) if active else np.zeros(0,
+                                                                                         np.int64)
+            keys = np.repeat(np.array([requests[i].key for i in active], np.int64), sizes)
+            req = np.repeat(np.arange(len(active), dtype=np.int64), sizes)
+            fan = np.stack([tables[i][hop] for i in active]) if active else np.zeros(
+                (0, len(g.edge_types)), np.int64)
+            rep = np.array([requests[i].replace for i in active], np.uint8)
+            counts, nbr, rel, eid = typed_ops.sample_typed_neighbors(
+                g, rows, rows, keys, req, fan, rep, self.seed, hop)
+            self.kernel_calls += 1
+            node_off, cand_off, new, new_off, local = renumber_hop(
+                [nid[i] for i in active], sizes, counts, nbr)
+            for j, i in enumerate(active):
+                c0, c1 = cand_off[j], cand_off[j + 1]
+                cnt = counts[node_off[j]:node_off[j + 1]]
+                dst = np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt)
+                edges[i].append((local[c0:c1], dst, rel[c0:c1], eid[c0:c1]))
+                fresh = new[new_off[j]:new_off[j + 1]]
+                front_start[i] = nid[i].size
+                nid[i] = np.concatenate([nid[i], fresh])
+                frontier[i] = fresh
+                n_nodes[i].append(int(fresh.size))
+        return [self._batch(requests[i], nid[i], n_nodes[i], edges[i]) for i in range(R)]
+
+    def _batch(self, req: HeteroSampleRequest, nid: np.ndarray, n_nodes: list[int],
+               hops: list[tuple]) -> HeteroMiniBatch:
+        g = self.graph
+        R, H = len(g.edge_types), len(hops)
+        types = g.type_of(nid)
+        node_hop = np.repeat(np.arange(H + 1), n_nodes)
+        loc = np.empty(nid.size, np.int64)
+        n_id, x, y, n_sampled = {}, {}, {}, {}
+        for t, name in enumerate(g.node_types):
+            idx = np.flatnonzero(types == t)
+            loc[idx] = np.arange(idx.size)
+            ids = nid[idx] - g.node_type_offset[t]
+            n_id[name] = torch.from_numpy(ids)
+            n_sampled[name] = np.bincount(node_hop[idx], minlength=H + 1).tolist()
+            if name in g.x:
+                x[name] = torch.from_numpy(np.ascontiguousarray(g.x[name][ids]))
+            if name in g.y:
+                y[name] = torch.from_numpy(np.ascontiguousarray(g.y[name][ids]))
+        src, dst, rel, eid = (np.concatenate([h[k] for h in hops]) if hops
+                              else np.zeros(0, np.int64) for k in range(4))
+        edge_hop = np.repeat(np.arange(H), [h[0].size for h in hops])
+        # per relation, in sampling order (numpy's stable sort of int16 is a radix sort)
+        order = np.argsort(rel.astype(np.int16) if R < 2**15 else rel, kind="stable")
+        bounds = np.zeros(R + 1, np.int64)
+        np.cumsum(np.bincount(rel, minlength=R), out=bounds[1:])
+        edge_index, e_id, e_sampled = {}, {}, {}
+        for r, et in enumerate(g.edge_types):
+            sel = order[bounds[r]:bounds[r + 1]]
+            edge_index[et] = torch.from_numpy(np.stack([loc[src[sel]], loc[dst[sel]]]))
+            e_id[et] = torch.from_numpy(eid[sel])
+            e_sampled[et] = np.bincount(edge_hop[sel], minlength=H).tolist()
+        input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
+        return HeteroMiniBatch(
+            n_id=n_id, edge_index=edge_index, e_id=e_id, input_type=req.input_type,
+            input_id=torch.as_tensor(np.asarray(input_id, np.int64)),
+            batch_size=int(req.seeds.size), num_sampled_nodes=n_sampled,
+            num_sampled_edges=e_sampled, x=x, y=y, key=int(req.key))
+
+
+def sample_hetero(graph: TypedGraph, input_nodes: tuple[str, object], num_neighbors, *,
+                  seed: int = 0, key: int = 0, replace: bool = False) -> HeteroMiniBatch:
+    """Sample one minibatch of ``graph`` in this process: ``input_nodes=(type, ids)``,
+    ``num_neighbors`` a list (every relation) or a dict per edge type (PyG's)."""
+    if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
+            and isinstance(input_nodes[0], str)):
+        raise SamplingInputError(f"input_nodes is {type(input_nodes).__name__}, not a "
+                                 "(node type, ids) pair", "the seeds' type is unknown",
+                                 "pass input_nodes=('paper', ids), as PyG's NeighborLoader")
+    t, ids = input_nodes
+    return HeteroSampler(graph, seed).sample(
+        [HeteroSampleRequest(t, ids, num_neighbors, key, replace)])[0]

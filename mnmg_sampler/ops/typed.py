@@ -1,0 +1,193 @@
+"""The typed CPU kernel: one call samples one hop for every relation and every merged request.
+
+Input: frontier nodes (internal ids of a :class:`~mnmg_sampler.graph.typed.TypedGraph`), the
+request of each node (a row of a ``[Q, R]`` table of per-relation fanouts: ``-1`` all, ``0``
+none) and its RNG key. Each node is expanded along every relation that ends at its type, in
+relation order; per (node, relation) the draws are those of :mod:`mnmg_sampler.ops.cpu`
+(uniform: all, Floyd without replacement, independent draws with replacement) or of
+:mod:`mnmg_sampler.ops.weighted` where the relation has weights.
+
+RNG keying: relation ``r`` of node ``v`` draws from the stream
+``stream_base(seed, key, hop + r * 2**32, v)``. Relation 0 is exactly the homogeneous stream,
+so a one-type, one-relation graph gives results bit-identical to ``ops.cpu`` and
+``ops.weighted``; different relations of one node use different streams (the hop counter goes
+through the 64-bit mix), so they draw independently.
+
+Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and sample count
+(the only random reads of ``indptr``); (1) the draws' CSR positions; (2) the gather of neighbors
+and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
+most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import cpu, weighted
+
+__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT"]
+
+HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
+
+sample_count = cpu.sample_count
+node_positions = cpu.node_positions
+stream_base = cpu.stream_base
+weighted_count = weighted.weighted_count
+draws_needed = weighted.draws_needed
+weighted_positions = weighted.weighted_positions
+W_MAX = weighted.W_MAX
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def type_of(off, v):
+    """The type of internal id ``v``: the largest ``t < T`` with ``off[t] <= v``."""
+    lo = 0
+    hi = off.shape[0] - 2
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if off[mid] <= v:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def node_relations(node_off, rel_off, seg_base, v):
+    """``(first relation, number of relations, first segment)`` of internal id ``v``: its
+    relations are ``r0 .. r0 + n - 1``, relation ``r0 + j`` is segment ``s0 + j``."""
+    t = type_of(node_off, v)
+    r0 = rel_off[t]
+    n = rel_off[t + 1] - r0
+    return r0, n, seg_base[t] + (v - node_off[t]) * n
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def usable_count(w, s, d):
+    """How many of the weights ``w[s:s+d]`` can be drawn (``weighted.usable``), branch-free."""
+    nz = 0
+    for e in range(s, s + d):
+        x = np.float64(w[e])
+        nz += (x > 0) & (x <= W_MAX)
+    return nz
+
+
+def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, req, fan,
+                    replace, width, starts, degs, nzs, counts, scounts):
+    # Phase 0: node i's relation j is pair i * width + j (width: the most relations of a type),
+    # so no pass is needed to place the pairs; a type with fewer relations leaves count 0.
+    n = rows.shape[0]
+    for i in numba.prange(n):
+        r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
+        q = req[i]
+        rep = replace[q] != 0
+        for j in range(R_t):
+            p = i * width + j
+            r = r0 + j
+            s = indptr[s0 + j]
+            d = indptr[s0 + j + 1] - s
+            f = fan[q, r]
+            starts[p] = s
+            degs[p] = d
+            if wflag[r] != 0:
+                nz = usable_count(w, s, d)
+                nzs[p] = nz
+                k = weighted_count(nz, f, rep)
+                scounts[p + 1] = d if draws_needed(nz, k, f, rep) else 0
+            else:
+                k = sample_count(d, f, rep)
+            counts[p + 1] = k
+
+
+def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, replace, seed, hop,
+                  width, starts, degs, nzs, offsets, soffs, c, pos, rel_out):
+    # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32).
+    n = rows.shape[0]
+    for i in numba.prange(n):
+        t = type_of(node_off, rows[i])
+        r0 = rel_off[t]
+        q = req[i]
+        rep = replace[q]
+        for j in range(rel_off[t + 1] - r0):
+            p = i * width + j
+            o = offsets[p]
+            k = offsets[p + 1] - o
+            if k == 0:
+                continue
+            r = r0 + j
+            hop_r = hop + (np.uint64(r) << np.uint64(HOP_RELATION_SHIFT))
+            start = starts[p]
+            f = fan[q, r]
+            if wflag[r] != 0:
+                base = stream_base(seed, keys[i], hop_r, nodes[i])
+                weighted_positions(pos, o, w, start, degs[p], nzs[p], k, f, rep != 0, base, c,
+                                   soffs[p])
+                for m in range(o, o + k):
+                    pos[m] += start
+            else:
+                node_positions(pos, o, k, start, degs[p], f, rep, seed, keys[i], hop_r,
+                               nodes[i])
+            for m in range(o, o + k):
+                rel_out[m] = r
+
+
+_KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
+            for par in (True, False)}
+_NO_WEIGHTS = np.zeros(0, np.float32)
+
+
+def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.ndarray,
+                           req: np.ndarray, fanouts: np.ndarray, replace: np.ndarray, seed: int,
+                           hop: int, *, with_eids: bool = True
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sample one hop of a typed graph for every ``rows[i]``, along every relation of its type.
+
+    Args:
+        graph: a :class:`~mnmg_sampler.graph.typed.TypedGraph` (its CSR arrays are read).
+        rows: internal ids of the frontier nodes in ``graph``.
+        nodes: the id each node's RNG is keyed on (the internal id in one process).
+        keys: int64 request key of each node.
+        req: int64 row of ``fanouts`` / ``replace`` for each node (its request).
+        fanouts: int64 ``[Q, R]``: per request and relation, neighbors to draw (-1 all, 0 none).
+        replace: uint8 ``[Q]``: with replacement, per request.
+        seed, hop: RNG counters shared by the call.
+        with_eids: ``False`` skips the edge-id reads (``edge_ids`` comes back empty).
+
+    Returns:
+        ``(counts, neighbors, relations, edge_ids)``: per-node sample counts (all relations),
+        then per sampled edge its neighbor's internal id, its relation and its per-relation edge
+        id, in node order and relation order within a node (int64).
+    """
+    rows = cpu._ids(rows)
+    nodes = cpu._ids(nodes)
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    req = np.ascontiguousarray(req, dtype=np.int64)
+    fan = np.ascontiguousarray(fanouts, dtype=np.int64)
+    repl = np.ascontiguousarray(replace, dtype=np.uint8)
+    n = rows.shape[0]
+    counts_k, positions_k = _KERNELS[cpu._parallel(n)]
+    w = _NO_WEIGHTS if graph.weights is None else graph.weights
+    wflag = np.ascontiguousarray(graph.weighted, dtype=np.uint8)
+    width = int(np.diff(graph.rel_offset).max(initial=0))
+    m = n * width
+    starts, degs, nzs = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
+    offsets = np.zeros(m + 1, np.int64)
+    soffs = np.zeros(m + 1, np.int64)
+    counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr, w, wflag,
+             rows, req, fan, repl, width, starts, degs, nzs, offsets, soffs)
+    np.cumsum(offsets, out=offsets)
+    if wflag.any():
+        np.cumsum(soffs, out=soffs)
+    total = int(offsets[-1])
+    pos = np.empty(total, np.int64)
+    rel_out = np.empty(total, np.int64)
+    eid_out = np.empty(total if with_eids else 0, np.int64)
+    c = weighted._scratch(int(soffs[-1]))
+    positions_k(graph.node_type_offset, graph.rel_offset, w, wflag, rows, nodes, keys, req, fan,
+                repl, np.uint64(seed), np.uint64(hop), width, starts, degs, nzs, offsets, soffs,
+                c, pos, rel_out)
+    gather_k = cpu._KERNELS[cpu._parallel(n)][2]
+    gather_k(graph.indices, graph.edge_ids, pos, pos, eid_out, with_eids)
+    counts = np.diff(offsets[::width]) if width else np.zeros(n, np.int64)
+    return counts, pos, rel_out, eid_out

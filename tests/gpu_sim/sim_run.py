@@ -1,0 +1,32 @@
+"""Run a simulator worker script in a fresh interpreter with ``NUMBA_ENABLE_CUDASIM=1``.
+
+The simulator must be on before numba.cuda is first imported, and the test suite runs in one
+pytest process where other tests import numba.cuda normally; so each comparison runs in its own
+interpreter with a hard timeout and reports per-case results as JSON on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 300
+
+
+def run_worker(worker: Path) -> dict:
+    """The JSON a worker prints; the test fails with its stderr if it fails or times out."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    try:
+        proc = subprocess.run([sys.executable, str(worker)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"simulator worker timed out after {TIMEOUT_S}s; stderr:\n{exc.stderr}")
+    if proc.returncode != 0:
+        pytest.fail(f"simulator worker failed ({proc.returncode}); stderr:\n{proc.stderr}")
+    return json.loads(proc.stdout)
