@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -89,6 +91,15 @@ def compare(want: Sequence[np.ndarray], got: Sequence[np.ndarray],
             return (f"{n} differs at {at}: {b.reshape(-1)[at]} instead of {a.reshape(-1)[at]} "
                     f"({int((a != b).sum())} of {a.size} values)")
     return None
+
+
+@contextmanager
+def quiet_wraparound() -> Iterator[None]:
+    """Numba's CUDA simulator runs the RNG's intended uint64 wrap-around as numpy scalars, which
+    warn, on the simulator's own threads (so ``np.errstate``, per thread, does not reach them)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
+        yield
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] = lambda: None

@@ -30,12 +30,21 @@ ISSUE_HINT = ("send us the report: open an issue with the JSON attached "
 
 
 def run_selfcheck(args: argparse.Namespace) -> int:
+    lib = logging.getLogger("mnmg_sampler")
+    level = lib.level
+    if not getattr(args, "verbose", False):  # the table is the output; library INFO is noise
+        lib.setLevel(logging.WARNING)
+    try:
+        return _run(args)
+    finally:
+        lib.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
     from ...gpu import simulator_enabled
-    from ...runtime import DistEnv
+    from ...runtime import DistEnv, set_threads
 
     env = DistEnv.from_env()
-    if not getattr(args, "verbose", False):  # the table is the output; library INFO is noise
-        logging.getLogger("mnmg_sampler").setLevel(logging.WARNING)
     sim = simulator_enabled()
     # with the simulator on, numba.cuda is the simulator: the CUDA lines run on the CPU
     cuda = torch.cuda.is_available() and not sim
@@ -44,6 +53,7 @@ def run_selfcheck(args: argparse.Namespace) -> int:
     if env.world_size > 1:
         from ...runtime import init_distributed
 
+        set_threads(None)  # the cores shared by the local ranks, as a training rank does
         _, d = init_distributed("auto", "cuda" if cuda else "cpu", args.timeout)
         dev = d if cuda else None
     elif cuda:
@@ -62,7 +72,6 @@ def run_selfcheck(args: argparse.Namespace) -> int:
         dist.destroy_process_group()
     failed = any(c["verdict"] == FAIL for lines_ in per_rank for c in lines_)
     return EXIT_FAILED if failed else 0
-
 
 
 def _lines(args, env, dev, sim: bool, routing: dict | None) -> tuple[list[Check], Exception | None]:
@@ -92,8 +101,11 @@ def _lines(args, env, dev, sim: bool, routing: dict | None) -> tuple[list[Check]
                                                            args.exchange_mib, args.repeats),
         "exchange.sampling": lambda: exchange.sampling(env.rank, env.world_size, kdev, sim),
     }
+    import torch.distributed as dist
+
     for name in names:
         try:
+            dist.barrier()  # ranks reach here at different times: wait outside the timing
             out.append(run_check(name, steps[name], reraise=is_peer_failure))
         except Exception as e:  # a peer died or hangs: no further collective can complete
             err = peer_error(e, f"the selfcheck line {name}")
