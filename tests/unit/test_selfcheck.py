@@ -117,3 +117,62 @@ def test_merge_fails_a_line_when_any_rank_fails():
     assert x["verdict"] == FAIL and x["detail"] == "rank 1 failed; rank 1: bad"
     assert x["seconds"] == 2.0 and [r["rank"] for r in x["ranks"]] == [0, 1]
     assert y["verdict"] == SKIPPED and y["seconds"] is None
+
+
+class _FakeNumbaCuda:
+    """numba.cuda with one fake device whose arrays are (or are not) counted by the pool."""
+
+    def __init__(self, pool: dict, routed: bool) -> None:
+        self.pool, self.routed = pool, routed
+        self.gpus = {0: self}
+        done = type("Q", (), {"clear": lambda q: pool.update(allocated=0)})()
+        self._ctx = type("C", (), {"deallocations": done})()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def current_context(self):
+        return self._ctx
+
+    def device_array(self, n, dtype):
+        if self.routed:
+            self.pool["allocated"] += n
+        return object()
+
+
+@pytest.mark.parametrize("routed", [True, False])
+def test_memory_pool_line_reads_the_allocator(monkeypatch, routed):
+    # No GPU here: torch.cuda's statistics and numba.cuda are faked, so this checks the line's
+    # logic (a Numba allocation must show up in torch's pool), not a device.
+    import numba
+    import torch
+
+    from mnmg_sampler.commands.selfcheck import pool
+
+    state = {"allocated": 0}
+    monkeypatch.setattr(numba, "cuda", _FakeNumbaCuda(state, routed), raising=False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_stats",
+                        lambda d=None: {"allocated_bytes.all.current": state["allocated"]})
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (1 << 30, 1 << 31))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: 0)
+    line = pool.pool(torch.device("cuda", 0), False, {"numba": True, "cupy": False})
+    assert line.verdict == (PASS if routed else FAIL), line
+    assert line.data["numba_bytes_in_pool"] == (pool.MIB if routed else 0)
+
+
+@pytest.mark.parametrize("want", [True, False])
+def test_expandable_segments_line_compares_segments_with_the_setting(monkeypatch, want):
+    import torch
+
+    from mnmg_sampler.commands.selfcheck import pool
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot",
+                        lambda: {"segments": [{"device": 0, "is_expandable": True}]})
+    line = pool.expandable(torch.device("cuda", 0), False,
+                           {"expandable_segments_wanted": want, "warnings": []})
+    assert line.verdict == (PASS if want else FAIL), line

@@ -174,6 +174,12 @@ def _cpu_rate(w: Workload, call) -> dict:
             "gather_reads_per_s": gps, "ratio_vs_gather": eps / gps}
 
 
+def _threads_text(threads: int) -> str:
+    if threads > 1:
+        return f"equal on {threads} threads and on 1"
+    return "run on 1 thread (numba has one: the parallel kernels are not compared)"
+
+
 def _rate_text(r: dict) -> str:
     from ...console import fmt_count
 
@@ -198,8 +204,8 @@ def cpu_uniform(w: Workload) -> Check:
     if diff:
         return Check(name, FAIL, diff, data=data)
     data.update(_cpu_rate(w, call))
-    return Check(name, PASS, f"{len(w.cases)} cases equal on {threads} and 1 thread(s), draws "
-                 f"are real edges; {_rate_text(data)}", data=data)
+    return Check(name, PASS, f"{len(w.cases)} cases {_threads_text(threads)}, draws are real "
+                 f"edges; {_rate_text(data)}", data=data)
 
 
 def cpu_weighted(w: Workload) -> Check:
@@ -221,8 +227,8 @@ def cpu_weighted(w: Workload) -> Check:
     if diff:
         return Check(name, FAIL, diff, data=data)
     data.update(_cpu_rate(w, call))
-    return Check(name, PASS, f"{len(w.cases)} cases equal on {threads} and 1 thread(s), draws "
-                 f"have positive weights; {_rate_text(data)}", data=data)
+    return Check(name, PASS, f"{len(w.cases)} cases {_threads_text(threads)}, draws have "
+                 f"positive weights; {_rate_text(data)}", data=data)
 
 
 def cpu_negative(w: Workload) -> Check:
