@@ -187,31 +187,36 @@ def _rate_text(r: dict) -> str:
             f"gather ({fmt_count(r['gather_reads_per_s'])} reads/s)")
 
 
+def _cpu_line(name: str, w: Workload, call, weighted: bool) -> Check:
+    """Thread-count twins, draws checked against the CSR (``call(case)`` with CSR positions as
+    edge ids), then the rate against the random gather."""
+    diff, threads, _ = _threads_twin(name, w, call)
+    c, nb, pos = call(Case("CSR positions", 10, False, eids=False))
+    diff = diff or _draws_are_edges(w, c, nb, pos, 10, weighted)
+    data = {"graph": w.describe(), "threads": threads, "nodes_per_call": int(w.rows.size)}
+    if diff:
+        return Check(name, FAIL, diff, data=data)
+    data.update(_cpu_rate(w, call))
+    draws = "draws have positive weights" if weighted else "draws are real edges"
+    return Check(name, PASS, f"{len(w.cases)} cases {_threads_text(threads)}, {draws}; "
+                 f"{_rate_text(data)}", data=data)
+
+
 def cpu_uniform(w: Workload) -> Check:
     from ...ops import cpu
 
-    name = "kernel.cpu.uniform"
     g = w.graph
 
     def call(case: Case, args: tuple | None = None):
         return cpu.sample_neighbors(g.indptr, g.indices, g.edge_ids if case.eids else None,
                                     *(args or w.case_args(case)), with_eids=case.with_eids)
 
-    diff, threads, _ = _threads_twin(name, w, call)
-    c, nb, pos = cpu.sample_neighbors(g.indptr, g.indices, None, *w.case_args(w.cases[0]))
-    diff = diff or _draws_are_edges(w, c, nb, pos, 10, False)
-    data = {"graph": w.describe(), "threads": threads, "nodes_per_call": int(w.rows.size)}
-    if diff:
-        return Check(name, FAIL, diff, data=data)
-    data.update(_cpu_rate(w, call))
-    return Check(name, PASS, f"{len(w.cases)} cases {_threads_text(threads)}, draws are real "
-                 f"edges; {_rate_text(data)}", data=data)
+    return _cpu_line("kernel.cpu.uniform", w, call, weighted=False)
 
 
 def cpu_weighted(w: Workload) -> Check:
     from ...ops.weighted import sample_neighbors_weighted
 
-    name = "kernel.cpu.weighted"
     g = w.graph
 
     def call(case: Case, args: tuple | None = None):
@@ -219,16 +224,7 @@ def cpu_weighted(w: Workload) -> Check:
                                          w.weights, *(args or w.case_args(case)),
                                          with_eids=case.with_eids)
 
-    diff, threads, _ = _threads_twin(name, w, call)
-    c, nb, pos = sample_neighbors_weighted(g.indptr, g.indices, None, w.weights,
-                                           *w.case_args(w.cases[0]))
-    diff = diff or _draws_are_edges(w, c, nb, pos, 10, True)
-    data = {"graph": w.describe(), "threads": threads}
-    if diff:
-        return Check(name, FAIL, diff, data=data)
-    data.update(_cpu_rate(w, call))
-    return Check(name, PASS, f"{len(w.cases)} cases {_threads_text(threads)}, draws have "
-                 f"positive weights; {_rate_text(data)}", data=data)
+    return _cpu_line("kernel.cpu.weighted", w, call, weighted=True)
 
 
 def cpu_negative(w: Workload) -> Check:
