@@ -33,7 +33,7 @@ EDGE_FACTOR = 8
 MIN_CPU_NODES = 4096  # a CPU call below this many nodes runs the serial kernels only
 RATE_NODES = 1 << 18  # nodes of a timed call (the graph's nodes repeated, each time a new key)
 SIM_NODES = 48  # nodes per CUDA call in the simulator (one Python thread per CUDA thread)
-NO_DEVICE = ("no CUDA device (set NUMBA_ENABLE_CUDASIM=1 to run them in Numba's simulator)")
+NO_DEVICE = "no CUDA device (set NUMBA_ENABLE_CUDASIM=1 to run them in Numba's simulator)"
 OUT = ("counts", "neighbors", "edge_ids")
 
 
@@ -119,13 +119,12 @@ class Workload:
 # ----------------------------------------------------------------------------------- CPU
 
 
-def _threads_twin(name: str, w: Workload, call) -> tuple[str | None, int, int]:
-    """Every case on all threads and on one thread; ``(first difference, threads, edges)``."""
+def _threads_twin(name: str, w: Workload, call) -> tuple[str | None, int]:
+    """Every case on all threads and on one thread; ``(first difference, threads)``."""
     import numba
 
     threads = numba.get_num_threads()
     first = None
-    edges = 0
     for case in w.cases:
         many = call(case)
         numba.set_num_threads(1)
@@ -133,11 +132,10 @@ def _threads_twin(name: str, w: Workload, call) -> tuple[str | None, int, int]:
             one = call(case)
         finally:
             numba.set_num_threads(threads)
-        edges += int(many[1].size)
         diff = compare(one, [inject(name, many[0], w.rank), many[1], many[2]], OUT)
         if diff and first is None:
             first = f"{case.name}: {diff}"
-    return first, threads, edges
+    return first, threads
 
 
 def _draws_are_edges(w: Workload, counts, nbr, pos, fanout, positive_only: bool) -> str | None:
@@ -190,7 +188,7 @@ def _rate_text(r: dict) -> str:
 def _cpu_line(name: str, w: Workload, call, weighted: bool) -> Check:
     """Thread-count twins, draws checked against the CSR (``call(case)`` with CSR positions as
     edge ids), then the rate against the random gather."""
-    diff, threads, _ = _threads_twin(name, w, call)
+    diff, threads = _threads_twin(name, w, call)
     c, nb, pos = call(Case("CSR positions", 10, False, eids=False))
     diff = diff or _draws_are_edges(w, c, nb, pos, 10, weighted)
     data = {"graph": w.describe(), "threads": threads, "nodes_per_call": int(w.rows.size)}
