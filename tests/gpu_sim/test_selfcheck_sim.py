@@ -1,8 +1,8 @@
 """``mnmg-sampler selfcheck`` under Numba's CUDA simulator: every kernel line runs and passes, and
 a deliberately wrong CUDA result (the test-only injection) fails its line and the exit code.
 
-The simulator must be on before numba.cuda is first imported, so each run is a fresh
-``python -m mnmg_sampler`` with ``NUMBA_ENABLE_CUDASIM=1`` and a hard timeout.
+The simulator must be on before numba.cuda is first imported, so the runs are in a fresh
+interpreter with ``NUMBA_ENABLE_CUDASIM=1`` and a hard timeout.
 """
 
 from __future__ import annotations
@@ -23,27 +23,45 @@ KERNELS = ("kernel.cpu.uniform", "kernel.cpu.weighted", "kernel.cpu.negative",
            "kernel.cuda.uniform", "kernel.cuda.weighted", "kernel.dedup")
 
 
-def _selfcheck(tmp_path: Path, inject: str | None = None) -> tuple[int, dict, str]:
+# Both runs in one interpreter (one torch import): the injection is read when a line runs.
+RUNS = """
+import json, os, sys
+from mnmg_sampler.cli import _main
+from mnmg_sampler.commands.selfcheck.result import INJECT_ENV
+out, codes = sys.argv[1], []
+for name, inject in (("clean", None), ("injected", "kernel.cuda.uniform")):
+    if inject:
+        os.environ[INJECT_ENV] = inject
+    codes.append(_main(["selfcheck", "--repeats", "1", "--json", f"{out}/{name}.json"]))
+print(json.dumps(codes))
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """``{"clean": (exit code, lines by name), "injected": ...}`` of two simulator runs."""
+    out = tmp_path_factory.mktemp("selfcheck")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", INJECT_ENV):
         env.pop(var, None)
-    if inject:
-        env[INJECT_ENV] = inject
-    out = tmp_path / "report.json"
     try:
-        proc = subprocess.run([sys.executable, "-m", "mnmg_sampler", "selfcheck", "--repeats",
-                               "1", "--json", str(out)], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run([sys.executable, "-c", RUNS, str(out)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"selfcheck timed out after {TIMEOUT_S}s; stderr:\n{exc.stderr}")
-    assert out.is_file(), proc.stderr
-    checks = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
-    return proc.returncode, checks, proc.stdout
+    assert proc.returncode == 0, proc.stderr
+    codes = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = {}
+    for name, code in zip(("clean", "injected"), codes, strict=True):
+        checks = json.loads((out / f"{name}.json").read_text())["checks"]
+        res[name] = (code, {c["name"]: c for c in checks})
+    res["table"] = proc.stdout
+    return res
 
 
-def test_every_kernel_line_runs_in_the_simulator_and_passes(tmp_path):
-    rc, checks, table = _selfcheck(tmp_path)
-    assert rc == 0, table
+def test_every_kernel_line_runs_in_the_simulator_and_passes(runs):
+    rc, checks = runs["clean"]
+    assert rc == 0, runs["table"]
     for name in KERNELS:
         assert checks[name]["verdict"] == PASS, checks[name]
     for name in ("kernel.cuda.uniform", "kernel.cuda.weighted"):
@@ -52,13 +70,13 @@ def test_every_kernel_line_runs_in_the_simulator_and_passes(tmp_path):
     # no device memory in the simulator: said so, not failed
     assert checks["memory.pool"]["verdict"] == SKIPPED
     assert "simulator" in checks["memory.pool"]["detail"]
-    assert "Numba's simulator" in table
+    assert "Numba's simulator" in runs["table"]
 
 
-def test_a_wrong_cuda_kernel_fails_its_line_and_the_exit_code(tmp_path):
-    rc, checks, table = _selfcheck(tmp_path, inject="kernel.cuda.uniform")
-    assert rc == 1, table
+def test_a_wrong_cuda_kernel_fails_its_line_and_the_exit_code(runs):
+    rc, checks = runs["injected"]
+    assert rc == 1
     assert checks["kernel.cuda.uniform"]["verdict"] == FAIL
     assert "neighbors differs" in checks["kernel.cuda.uniform"]["detail"]
     assert checks["kernel.cuda.weighted"]["verdict"] == PASS  # only the injected line fails
-    assert "verdict: fail" in table
+    assert "verdict: fail" in runs["table"]
