@@ -1,4 +1,5 @@
-"""The ``mnmg-sampler`` command line: info, sample, partition, validate, train, bench, plot.
+"""The ``mnmg-sampler`` command line: info, sample, partition, validate, train, bench, plot,
+selfcheck.
 
 Each subcommand lives in ``mnmg_sampler.commands.<name>``. User errors (:class:`MnmgError`)
 print one line on stderr and exit with code 2, on every rank, without a traceback; code 3 when the
@@ -17,7 +18,7 @@ from .console import plain, rank_prefix
 from .errors import MnmgError, PeerError
 from .subcommands import add_module_parsers
 
-COMMANDS = ["info", "sample", "partition", "validate", "train", "bench", "plot"]
+COMMANDS = ["info", "sample", "partition", "validate", "train", "bench", "plot", "selfcheck"]
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `cmd | head -1`
 
 

@@ -1,0 +1,379 @@
+"""Kernel lines: every sampling kernel against its twin on a generated graph, bit for bit, with
+sampled edges per second beside a random-gather loop over the same array (the ratio ``bench
+single`` gives on CPU).
+
+* ``kernel.cpu.uniform`` / ``kernel.cpu.weighted``: the numba CPU kernels on every thread against
+  the same kernels on one thread (results must not depend on the thread count), and every draw a
+  real CSR entry of its node (with a positive weight, for the weighted kernel).
+* ``kernel.cpu.negative``: negative destinations of link prediction, the compiled kernel against
+  the RNG's own Python source (:mod:`mnmg_sampler.rng`) evaluated by numpy.
+* ``kernel.cuda.uniform`` / ``kernel.cuda.weighted``: :mod:`mnmg_sampler.ops.cuda` against the CPU
+  kernels, on the GPU or in Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``, small sizes).
+* ``kernel.dedup``: :mod:`mnmg_sampler.ops.dedup_torch` on the GPU (on the CPU without one)
+  against the CPU hash table of :mod:`mnmg_sampler.ops.dedup`.
+
+There is no CUDA twin of negative sampling and no typed or temporal kernel yet, so there is no
+line for them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from .result import FAIL, PASS, Check, compare, inject, median_seconds, quiet_wraparound, skipped
+
+SEED = 20240607
+HOP = 1
+EDGE_FACTOR = 8
+MIN_CPU_NODES = 4096  # a CPU call below this many nodes runs the serial kernels only
+RATE_NODES = 1 << 18  # nodes of a timed call (the graph's nodes repeated, each time a new key)
+SIM_NODES = 48  # nodes per CUDA call in the simulator (one Python thread per CUDA thread)
+NO_DEVICE = "no CUDA device (set NUMBA_ENABLE_CUDASIM=1 to run them in Numba's simulator)"
+OUT = ("counts", "neighbors", "edge_ids")
+
+
+@dataclass
+class Case:
+    """One kernel call's settings: fanout and replace per call or per node, edge ids or not."""
+
+    name: str
+    fanout: object
+    replace: object
+    eids: bool = True
+    with_eids: bool = True
+
+
+class Workload:
+    """The generated graph every kernel line samples: R-MAT with ``2**scale`` nodes, weights
+    with zeros, and the nodes of two merged requests (two keys)."""
+
+    def __init__(self, scale: int, device: torch.device | None, sim: bool, repeats: int,
+                 rank: int = 0) -> None:
+        from ...graph.csr import CSRGraph
+        from ...graph.rmat import rmat_edges
+
+        self.scale, self.device, self.sim, self.rank = scale, device, sim, rank
+        self.repeats = 1 if sim else repeats
+        n = 1 << scale
+        src, dst = rmat_edges(scale, edge_factor=EDGE_FACTOR, seed=3)
+        self.graph = g = CSRGraph.from_edges(src, dst, n, name=f"rmat:{scale}")
+        rng = np.random.default_rng(SEED)
+        w = (rng.random(g.num_edges) + 0.05).astype(np.float32)
+        w[rng.random(g.num_edges) < 0.25] = 0
+        self.weights = w
+        reps = -(-MIN_CPU_NODES // n)
+        self.rows = np.tile(np.arange(n, dtype=np.int64), reps)
+        self.keys = np.where(np.arange(self.rows.size) % 3 == 0, 987654321, 42).astype(np.int64)
+        self.keys += np.repeat(np.arange(reps, dtype=np.int64), n)  # each repetition its own key
+        fan = rng.choice(np.array([-1, 1, 2, 5, 25]), self.rows.size)
+        rep = rng.integers(0, 2, self.rows.size).astype(np.uint8)
+        self.cases = [Case("fanout 10", 10, False), Case("fanout 3 with replacement", 3, True),
+                      Case("fanout -1", -1, False), Case("per-node fanouts", fan, rep),
+                      Case("no edge ids", fan, rep, eids=False, with_eids=False),
+                      Case("CSR positions", 4, False, eids=False)]
+        self.cuda_nodes = min(SIM_NODES, n) if sim else self.rows.size
+        reps = -(-RATE_NODES // n)
+        self.rate_rows = np.tile(np.arange(n, dtype=np.int64), reps)
+        self.rate_keys = np.repeat(np.arange(reps, dtype=np.int64) * 7919 + 5, n)
+
+    def describe(self) -> str:
+        g = self.graph
+        return f"rmat:{self.scale} ({g.num_nodes:,} nodes, {g.num_edges:,} edges)"
+
+    def case_args(self, case: Case, n: int | None = None) -> tuple:
+        """``(rows, nodes, keys, seed, hop, fanout, replace)``: the kernels' arguments after the
+        graph's, for ``case`` over the first ``n`` nodes."""
+        n = self.rows.size if n is None else n
+        cut = (lambda a: a[:n]) if isinstance(case.fanout, np.ndarray) else (lambda a: a)
+        return (self.rows[:n], self.rows[:n], self.keys[:n], SEED, HOP, cut(case.fanout),
+                cut(case.replace))
+
+    def rate_args(self, device: torch.device | None = None) -> tuple:
+        """The kernels' arguments of a timed call: fanout 10 over :data:`RATE_NODES` nodes
+        (on ``device`` as tensors when given; in the simulator, the CUDA call's few nodes)."""
+        if device is None:
+            return (self.rate_rows, self.rate_rows, self.rate_keys, SEED, HOP, 10, False)
+        if self.sim:
+            return self.case_args(self.cases[0], self.cuda_nodes)
+        rows, keys = (torch.from_numpy(a).to(device) for a in (self.rate_rows, self.rate_keys))
+        return (rows, rows, keys, SEED, HOP, 10, False)
+
+    @cached_property
+    def on_device(self) -> tuple:
+        """``(indptr, indices, edge_ids, weights)`` as tensors on the device (the CPU in the
+        simulator), copied once."""
+        g = self.graph
+        return tuple(torch.from_numpy(np.array(a)).to(self.device)
+                     for a in (g.indptr, g.indices, g.edge_ids, self.weights))
+
+    def sync(self) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+# ----------------------------------------------------------------------------------- CPU
+
+
+def _threads_twin(name: str, w: Workload, call) -> tuple[str | None, int]:
+    """Every case on all threads and on one thread; ``(first difference, threads)``."""
+    import numba
+
+    threads = numba.get_num_threads()
+    first = None
+    for case in w.cases:
+        many = call(case)
+        numba.set_num_threads(1)
+        try:
+            one = call(case)
+        finally:
+            numba.set_num_threads(threads)
+        diff = compare(one, [inject(name, many[0], w.rank), many[1], many[2]], OUT)
+        if diff and first is None:
+            first = f"{case.name}: {diff}"
+    return first, threads
+
+
+def _draws_are_edges(w: Workload, counts, nbr, pos, fanout, positive_only: bool) -> str | None:
+    """Every draw is a CSR position of its own node's row (with a positive weight when
+    ``positive_only``) holding the neighbor reported."""
+    g = w.graph
+    owner = np.repeat(w.rows, counts)
+    if not (np.all(pos >= g.indptr[owner]) and np.all(pos < g.indptr[owner + 1])):
+        return "a draw lies outside its node's neighbor list"
+    if not np.array_equal(g.indices[pos], nbr):
+        return "a reported neighbor is not the CSR entry drawn"
+    if positive_only and not np.all(w.weights[pos] > 0):
+        return "a draw has weight 0"
+    deg = np.diff(g.indptr)[w.rows]
+    if not positive_only and not np.array_equal(counts, np.minimum(deg, fanout)):
+        return "a node's sample count is not min(degree, fanout)"
+    return None
+
+
+def _cpu_rate(w: Workload, call) -> dict:
+    """The timed call's edges/s (with edge ids, as the sampler calls it) against the
+    random-gather loop of :mod:`mnmg_sampler.bench.gather`: as many random reads of
+    ``indices`` as the kernel sampled edges."""
+    from ...bench.gather import gather_sum, random_positions
+
+    args = w.rate_args()
+    edges = int(call(w.cases[0], args)[1].size)
+    kernel_s = median_seconds(lambda: call(w.cases[0], args), w.repeats)
+    pos = random_positions(w.graph.num_edges, max(edges, 1), SEED)
+    gather_sum(w.graph.indices, pos[:16])  # load the compiled loop
+    g_s = median_seconds(lambda: gather_sum(w.graph.indices, pos), w.repeats)
+    eps, gps = edges / max(kernel_s, 1e-12), edges / max(g_s, 1e-12)
+    return {"timed_nodes": int(args[0].size), "timed_edges": edges, "edges_per_s": eps,
+            "gather_reads_per_s": gps, "ratio_vs_gather": eps / gps}
+
+
+def _threads_text(threads: int) -> str:
+    if threads > 1:
+        return f"equal on {threads} threads and on 1"
+    return "run on 1 thread (numba has one: the parallel kernels are not compared)"
+
+
+def _rate_text(r: dict) -> str:
+    from ...console import fmt_count
+
+    return (f"{fmt_count(r['edges_per_s'])} edges/s = {r['ratio_vs_gather']:.2f}x a random "
+            f"gather ({fmt_count(r['gather_reads_per_s'])} reads/s)")
+
+
+def _cpu_line(name: str, w: Workload, call, weighted: bool) -> Check:
+    """Thread-count twins, draws checked against the CSR (``call(case)`` with CSR positions as
+    edge ids), then the rate against the random gather."""
+    diff, threads = _threads_twin(name, w, call)
+    c, nb, pos = call(Case("CSR positions", 10, False, eids=False))
+    diff = diff or _draws_are_edges(w, c, nb, pos, 10, weighted)
+    data = {"graph": w.describe(), "threads": threads, "nodes_per_call": int(w.rows.size)}
+    if diff:
+        return Check(name, FAIL, diff, data=data)
+    data.update(_cpu_rate(w, call))
+    draws = "draws have positive weights" if weighted else "draws are real edges"
+    return Check(name, PASS, f"{len(w.cases)} cases {_threads_text(threads)}, {draws}; "
+                 f"{_rate_text(data)}", data=data)
+
+
+def cpu_uniform(w: Workload) -> Check:
+    from ...ops import cpu
+
+    g = w.graph
+
+    def call(case: Case, args: tuple | None = None):
+        return cpu.sample_neighbors(g.indptr, g.indices, g.edge_ids if case.eids else None,
+                                    *(args or w.case_args(case)), with_eids=case.with_eids)
+
+    return _cpu_line("kernel.cpu.uniform", w, call, weighted=False)
+
+
+def cpu_weighted(w: Workload) -> Check:
+    from ...ops.weighted import sample_neighbors_weighted
+
+    g = w.graph
+
+    def call(case: Case, args: tuple | None = None):
+        return sample_neighbors_weighted(g.indptr, g.indices, g.edge_ids if case.eids else None,
+                                         w.weights, *(args or w.case_args(case)),
+                                         with_eids=case.with_eids)
+
+    return _cpu_line("kernel.cpu.weighted", w, call, weighted=True)
+
+
+def cpu_negative(w: Workload) -> Check:
+    from ... import rng
+    from ...console import fmt_count
+    from ...ops.negative import NEG_HOP, negative_candidates
+
+    name = "kernel.cpu.negative"
+    n = w.graph.num_nodes
+    pos_index = np.arange(w.rows.size, dtype=np.int64)
+    slot = np.arange(w.rows.size, dtype=np.int64) % 7
+    key = 123456789
+    got = inject(name, negative_candidates(SEED, key, pos_index, slot, n), w.rank)
+    with np.errstate(over="ignore"):  # uint64 wrap-around is the RNG's arithmetic
+        base = rng.stream_base(np.uint64(SEED), np.uint64(key), np.uint64(NEG_HOP),
+                               pos_index.astype(np.uint64))
+        want = np.asarray(rng.bounded(rng.draw(base, slot.astype(np.uint64)), np.uint64(n)),
+                          np.int64)
+    diff = compare([want], [got], ["negatives"])
+    if diff:
+        return Check(name, FAIL, diff)
+    t = median_seconds(lambda: negative_candidates(SEED, key, pos_index, slot, n), w.repeats)
+    per_s = pos_index.size / max(t, 1e-12)
+    return Check(name, PASS, f"{pos_index.size:,} draws equal the RNG's Python source; "
+                 f"{fmt_count(per_s)} negatives/s (no CUDA twin exists)",
+                 data={"draws": int(pos_index.size), "negatives_per_s": per_s})
+
+
+# ----------------------------------------------------------------------------------- CUDA
+
+
+def _cuda_line(name: str, w: Workload, cuda_call, cpu_call) -> Check:
+    """Every case through ``cuda_call`` and ``cpu_call``; bit for bit; then the rates of the
+    first case: the CUDA kernel, the CPU kernel and a random gather in device memory."""
+    if w.device is None:
+        return skipped(name, NO_DEVICE)
+    with quiet_wraparound():
+        return _cuda_compare(name, w, cuda_call, cpu_call)
+
+
+def _cuda_compare(name: str, w: Workload, cuda_call, cpu_call) -> Check:
+    from ...console import fmt_count
+
+    n = w.cuda_nodes
+    t0 = time.perf_counter()
+    cuda_call(w.cases[0], w.case_args(w.cases[0], n))  # the first call compiles (JIT)
+    w.sync()
+    compile_s = time.perf_counter() - t0
+    for case in w.cases:
+        args = w.case_args(case, n)
+        got = [t.cpu().numpy() for t in cuda_call(case, args)]
+        want = cpu_call(case, args)
+        diff = compare(want, [got[0], inject(name, got[1], w.rank), got[2]], OUT)
+        if diff:
+            return Check(name, FAIL, f"{case.name}: {diff}")
+    where = "Numba's CUDA simulator" if w.sim else str(w.device)
+    data = {"graph": w.describe(), "device": where, "nodes_per_call": n, "cases": len(w.cases),
+            "first_call_s": compile_s}
+    first, host, dev = w.cases[0], w.rate_args(), w.rate_args(w.device)
+    k_edges = int(cuda_call(first, dev)[1].numel())
+    c_edges = int(cpu_call(first, host)[1].size)
+    k_s = median_seconds(lambda: cuda_call(first, dev), w.repeats, w.sync)
+    c_s = median_seconds(lambda: cpu_call(first, host), w.repeats)
+    indices = w.on_device[1]
+    pos = torch.randint(0, max(int(indices.numel()), 1), (max(k_edges, 1),), device=indices.device)
+    g_s = median_seconds(lambda: indices[pos].sum(), w.repeats, w.sync)
+    data.update(timed_nodes=int(dev[0].shape[0]), edges_per_s=k_edges / max(k_s, 1e-12),
+                cpu_edges_per_s=c_edges / max(c_s, 1e-12),
+                gather_reads_per_s=k_edges / max(g_s, 1e-12))
+    data["vs_cpu"] = data["edges_per_s"] / data["cpu_edges_per_s"]
+    data["ratio_vs_gather"] = data["edges_per_s"] / data["gather_reads_per_s"]
+    rates = (f"{fmt_count(data['edges_per_s'])} edges/s = {data['vs_cpu']:.2f}x the CPU kernel, "
+             f"{data['ratio_vs_gather']:.2f}x a device gather")
+    if w.sim:
+        rates += " (simulator: not GPU figures)"
+    return Check(name, PASS, f"{len(w.cases)} cases equal the CPU kernel on {where} "
+                 f"({n} nodes per call, first call {compile_s:.1f}s); {rates}", data=data)
+
+
+def cuda_uniform(w: Workload) -> Check:
+    from ...ops import cpu
+
+    g = w.graph
+
+    def cuda_call(case: Case, args: tuple):
+        from ...ops.cuda import sample_neighbors_cuda
+
+        indptr, indices, eids, _ = w.on_device
+        return sample_neighbors_cuda(indptr, indices, eids if case.eids else None, *args,
+                                     with_eids=case.with_eids)
+
+    def cpu_call(case: Case, args: tuple):
+        return cpu.sample_neighbors(g.indptr, g.indices, g.edge_ids if case.eids else None,
+                                    *args, with_eids=case.with_eids)
+
+    return _cuda_line("kernel.cuda.uniform", w, cuda_call, cpu_call)
+
+
+def cuda_weighted(w: Workload) -> Check:
+    from ...ops.weighted import sample_neighbors_weighted
+
+    g = w.graph
+
+    def cuda_call(case: Case, args: tuple):
+        from ...ops.cuda import sample_neighbors_weighted_cuda
+
+        indptr, indices, eids, weights = w.on_device
+        return sample_neighbors_weighted_cuda(indptr, indices, eids if case.eids else None,
+                                              weights, *args, with_eids=case.with_eids)
+
+    def cpu_call(case: Case, args: tuple):
+        return sample_neighbors_weighted(g.indptr, g.indices, g.edge_ids if case.eids else None,
+                                         w.weights, *args, with_eids=case.with_eids)
+
+    return _cuda_line("kernel.cuda.weighted", w, cuda_call, cpu_call)
+
+
+def dedup(w: Workload) -> Check:
+    """One hop's dedup and renumbering for four requests, on the GPU path's device."""
+    from ...console import fmt_count
+    from ...ops import cpu
+    from ...ops.dedup import dedup_hop
+    from ...ops.dedup_torch import dedup_hop_torch
+
+    name = "kernel.dedup"
+    g = w.graph
+    dev = w.device if w.device is not None and w.device.type == "cuda" else torch.device("cpu")
+    counts, nbr, _ = cpu.sample_neighbors(g.indptr, g.indices, None, *w.case_args(w.cases[3]),
+                                          with_eids=False)
+    R = 4
+    nid_off = np.linspace(0, w.rows.size, R + 1).astype(np.int64)
+    cum = np.concatenate([[0], np.cumsum(counts)])
+    cand_off = cum[nid_off]
+    want = dedup_hop(w.rows, nid_off, nbr, cand_off)
+    t = [torch.from_numpy(a).to(dev) for a in (w.rows, nid_off, nbr, cand_off)]
+    got = [x.cpu().numpy() for x in dedup_hop_torch(*t)]
+    got[2] = inject(name, got[2], w.rank)
+    diff = compare(want, got, ("new", "new_off", "local"))
+    where = str(dev) if dev.type == "cuda" else "cpu (no CUDA device: the same torch ops)"
+    if diff:
+        return Check(name, FAIL, diff, data={"device": where})
+    sync = w.sync if dev.type == "cuda" else (lambda: None)
+    d_s = median_seconds(lambda: dedup_hop_torch(*t), w.repeats, sync)
+    c_s = median_seconds(lambda: dedup_hop(w.rows, nid_off, nbr, cand_off), w.repeats)
+    data = {"device": where, "candidates": int(nbr.size), "requests": R,
+            "torch_per_s": nbr.size / max(d_s, 1e-12), "cpu_per_s": nbr.size / max(c_s, 1e-12)}
+    return Check(name, PASS, f"torch ops on {where} equal the CPU hash table ({nbr.size:,} "
+                 f"candidates, {R} requests); {fmt_count(data['torch_per_s'])} candidates/s vs "
+                 f"{fmt_count(data['cpu_per_s'])}/s", data=data)
+
+
+CHECKS = (("kernel.cpu.uniform", cpu_uniform), ("kernel.cpu.weighted", cpu_weighted),
+          ("kernel.cpu.negative", cpu_negative), ("kernel.cuda.uniform", cuda_uniform),
+          ("kernel.cuda.weighted", cuda_weighted), ("kernel.dedup", dedup))
