@@ -28,8 +28,9 @@ NUM_TYPES = 3
 COST_TARGET = 1.3  # typed cost per sampled edge <= 1.3x the homogeneous kernel's
 
 
-def typed_view(graph, num_types: int = NUM_TYPES):
-    """``graph`` as a typed graph: node types by id range, one relation per type pair."""
+def typed_view(graph, num_types: int = NUM_TYPES, weights: np.ndarray | None = None):
+    """``graph`` as a typed graph: node types by id range, one relation per type pair; with
+    ``weights`` (one per CSR edge), the relations into the first type carry theirs."""
     from ..graph.typed import typed_graph
 
     n = graph.num_nodes
@@ -43,8 +44,10 @@ def typed_view(graph, num_types: int = NUM_TYPES):
     for a in range(num_types):
         for b in range(num_types):
             sel = (ts == a) & (td == b)
-            spec["edge_index"][(f"t{a}", f"r{a}{b}", f"t{b}")] = np.stack(
-                [src[sel] - bounds[a], dst[sel] - bounds[b]])
+            rel = (f"t{a}", f"r{a}{b}", f"t{b}")
+            spec["edge_index"][rel] = np.stack([src[sel] - bounds[a], dst[sel] - bounds[b]])
+            if weights is not None and b == 0:
+                spec.setdefault("edge_weight", {})[rel] = weights[sel]
     return typed_graph(spec, f"{graph.name} typed ({num_types} types)"), bounds
 
 

@@ -20,7 +20,8 @@ from mnmg_sampler.commands.selfcheck.result import FAIL, INJECT_ENV, PASS, SKIPP
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
 KERNELS = ("kernel.cpu.uniform", "kernel.cpu.weighted", "kernel.cpu.negative",
-           "kernel.cuda.uniform", "kernel.cuda.weighted", "kernel.dedup")
+           "kernel.cuda.uniform", "kernel.cuda.weighted", "kernel.dedup", "kernel.cpu.typed",
+           "kernel.cuda.typed")
 
 
 # Both runs in one interpreter (one torch import): the injection is read when a line runs.
@@ -29,7 +30,7 @@ import json, os, sys
 from mnmg_sampler.cli import _main
 from mnmg_sampler.commands.selfcheck.result import INJECT_ENV
 out, codes = sys.argv[1], []
-for name, inject in (("clean", None), ("injected", "kernel.cuda.uniform")):
+for name, inject in (("clean", None), ("injected", "kernel.cuda.uniform,kernel.cuda.typed")):
     if inject:
         os.environ[INJECT_ENV] = inject
     codes.append(_main(["selfcheck", "--repeats", "1", "--json", f"{out}/{name}.json"]))
@@ -78,5 +79,8 @@ def test_a_wrong_cuda_kernel_fails_its_line_and_the_exit_code(runs):
     assert rc == 1
     assert checks["kernel.cuda.uniform"]["verdict"] == FAIL
     assert "neighbors differs" in checks["kernel.cuda.uniform"]["detail"]
-    assert checks["kernel.cuda.weighted"]["verdict"] == PASS  # only the injected line fails
+    assert checks["kernel.cuda.typed"]["verdict"] == FAIL
+    assert "neighbors differs" in checks["kernel.cuda.typed"]["detail"]
+    for name in ("kernel.cuda.weighted", "kernel.cpu.typed"):  # only the injected lines fail
+        assert checks[name]["verdict"] == PASS, checks[name]
     assert "verdict: fail" in runs["table"]

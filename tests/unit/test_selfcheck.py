@@ -25,7 +25,8 @@ from mnmg_sampler.commands.selfcheck.result import (
 ARGS = ["selfcheck", "--scale", "8", "--repeats", "1"]
 LINES = ["env.versions", "env.gpus", "env.topology", "env.backends", "kernel.cpu.uniform",
          "kernel.cpu.weighted", "kernel.cpu.negative", "kernel.cuda.uniform",
-         "kernel.cuda.weighted", "kernel.dedup", "memory.pool", "memory.expandable_segments",
+         "kernel.cuda.weighted", "kernel.dedup", "kernel.cpu.typed", "kernel.cuda.typed",
+         "memory.pool", "memory.expandable_segments",
          "exchange.all_to_all", "exchange.sampling"]
 
 

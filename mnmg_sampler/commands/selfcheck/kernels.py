@@ -12,7 +12,7 @@ single`` gives on CPU).
 * ``kernel.dedup``: :mod:`mnmg_sampler.ops.dedup_torch` on the GPU (on the CPU without one)
   against the CPU hash table of :mod:`mnmg_sampler.ops.dedup`.
 
-There is no CUDA twin of negative sampling and no typed or temporal kernel yet, so there is no
+There is no CUDA twin of negative sampling and no temporal kernel yet, so there is no
 line for them.
 """
 
