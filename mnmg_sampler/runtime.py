@@ -63,6 +63,26 @@ def _cuda_present() -> bool:
 JOIN_TIMEOUT_S = 300.0  # ranks of one node may start this far apart (imports, page cache)
 
 
+def timeout_delta(seconds: float, what: str = "runtime.collective_timeout_s") -> _dt.timedelta:
+    """``seconds`` as a timedelta, or a :class:`~mnmg_sampler.errors.ConfigError` naming ``what``
+    unless it lies in ``(0, MAX_TIMEOUT_S]`` (``1e300`` would overflow ``timedelta`` and
+    ``nan`` or ``inf`` never expire)."""
+    import math
+
+    from .config.schema import MAX_TIMEOUT_S
+    from .errors import ConfigError
+
+    try:
+        ok = 0 < float(seconds) <= MAX_TIMEOUT_S and math.isfinite(float(seconds))
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{what} is {seconds!r}", "no collective could be given a deadline",
+                          f"give a number of seconds in (0, {MAX_TIMEOUT_S:.0f}] (30 days), "
+                          "e.g. 600")
+    return _dt.timedelta(seconds=float(seconds))
+
+
 def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: float = 600.0,
                      join_timeout_s: float | None = None) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group from torchrun's environment (idempotent).
@@ -78,11 +98,13 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: flo
     from .distributed.teardown import at_exit
 
     env = DistEnv.from_env()
+    timeout = timeout_delta(timeout_s)
+    if join_timeout_s is not None:
+        timeout_delta(join_timeout_s, "join_timeout_s")
     backend, dev = resolve_backend(backend, device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
-        timeout = _dt.timedelta(seconds=timeout_s)
         where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
                  if "MASTER_ADDR" in os.environ else "an in-process store")
         with peer_errors(f"the rendezvous of {env.world_size} ranks at {where} (rank "
