@@ -209,7 +209,8 @@ def check_out_dir(out: str | None, overwrite: bool) -> list[Path]:
                           "the batches cannot be written there", "choose another --out")
     entries = sorted(d.iterdir())
     if entries and not overwrite:
-        raise ConfigError(f"--out {out} is not empty ({len(entries)} entries)",
+        n = len(entries)
+        raise ConfigError(f"--out {out} is not empty ({n} {'entry' if n == 1 else 'entries'})",
                           "batch files there would be overwritten", fix)
     foreign = [e.name for e in entries if not _OUR_FILE.match(e.name) or not e.is_file()]
     if foreign:

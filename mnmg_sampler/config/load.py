@@ -71,8 +71,10 @@ def _read_yaml(path: str | os.PathLike) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}", "",
-                          "fix the YAML syntax (indent with spaces, `key: value`)") from None
+        fix = ("write each setting as `name: value` (a list or mapping is a value, never a key)"
+               if "cannot be a key" in problem else
+               "fix the YAML syntax (indent with spaces, `key: value`)")
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}", "", fix) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
