@@ -241,6 +241,9 @@ def run(args: argparse.Namespace) -> int:
     for old in check_out_dir(args.out, getattr(args, "overwrite", False)):
         old.unlink(missing_ok=True)  # another rank may have removed it already
     if getattr(args, "partitions", None):
+        from ..runtime import timeout_delta
+
+        timeout_delta(args.collective_timeout, "--collective-timeout")  # before any collective
         return run_distributed(args)
     if not args.graph:
         raise ConfigError("no GRAPH given", "there is nothing to sample",

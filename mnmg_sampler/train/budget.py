@@ -3,8 +3,7 @@
 ``validate`` runs :func:`check_job_memory` on the machine it runs on (one rank per host, the
 ``--world-size`` it is given), and every rank runs it again at job start with the real world size
 and the number of ranks sharing its host. Estimates are lower bounds: a value refused here cannot
-work; one accepted may still be too large once the real dataset is read (the readers check their
-own allocations).
+work; one accepted may still be too large once the real dataset is read.
 """
 
 from __future__ import annotations

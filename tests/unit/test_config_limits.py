@@ -175,3 +175,22 @@ def test_job_start_refuses_on_every_rank_before_allocating(monkeypatch):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["sample", "cora", "--fanouts", f"{10**20},5"], "invalid fanouts [100000000000000000000, 5]"),
+    (["sample", "cora", "--fanouts", f"{2**31},5"], "invalid fanouts [2147483648, 5]"),
+    (["sample", "--partitions", "p", "--collective-timeout", "1e300"],
+     "--collective-timeout is 1e+300"),
+    (["sample", "--partitions", "p", "--collective-timeout", "nan"], "--collective-timeout is nan"),
+    (["sample", "rmat:40"], "rmat:40:16 (1,099,511,627,776 nodes"),
+    (["partition", "rmat:40", "--parts", "2", "--method", "range", "--out", "x"], "rmat:40:16 "),
+])
+def test_command_line_neighbours(capsys, tmp_path, monkeypatch, argv, start):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "Fix: " in err, err
+    assert err.split(": error: ", 1)[1].startswith(start), err
+    assert not (tmp_path / "x").exists()
