@@ -36,20 +36,14 @@ def _section(cls: type, doc: str) -> Any:
     return field(default_factory=cls, metadata={"doc": doc})
 
 
-_POS_INT = (lambda v: v > 0, "a positive integer")
-
-
-def _at_most(hi: float, text: str) -> Check:
-    """An upper bound; ``text`` spells it (``2**31 - 1``)."""
-    return (lambda v: v <= hi, f"at most {text}")
-
-
 #: Hard caps of values that size arrays, threads or timers: far above any real job, low enough
 #: that no product of them overflows int64 or a timedelta (memory is checked separately).
 INT32_MAX = 2**31 - 1
 MAX_THREADS = 1024
 MAX_WIDTH = 2**20
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
+
+_POS_INT = (lambda v: v > 0, "a positive integer")
 _NONNEG_INT = (lambda v: v >= 0, "an integer >= 0")
 _SEED = (lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)")
 _POS_FLOAT = (lambda v: v > 0 and math.isfinite(v), "a positive number")
@@ -58,6 +52,13 @@ _UNIT_OPEN = (lambda v: 0 <= v < 1, "a number in [0, 1)")
 _FANOUTS = (lambda v: len(v) > 0 and all(f >= -1 for f in v),
             "a non-empty list of integers >= 0 (0 = no neighbors at that hop) or -1 (all "
             "neighbors), e.g. [10, 10]")
+
+
+def _at_most(hi: float, text: str) -> Check:
+    """An upper bound; ``text`` spells it (``2**31 - 1``)."""
+    return (lambda v: v <= hi, f"at most {text}")
+
+
 _FANOUTS_MAX = (lambda v: all(f <= INT32_MAX for f in v), "fanouts of at most 2**31 - 1")
 _BATCH = (_POS_INT, _at_most(INT32_MAX, "2**31 - 1"))
 _WIDTH = (_POS_INT, _at_most(MAX_WIDTH, "2**20"))
