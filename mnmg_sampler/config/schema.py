@@ -169,7 +169,8 @@ class SamplerConfig:
     topology_cache: float = _opt(
         0.0, "Fraction of each rank's part edges spent on caching the adjacency rows of other "
         "ranks' nodes with most neighbors in its part (chosen once at start); cached nodes are "
-        "sampled locally, off the wire. Results do not change. 0 = no cache.", _NONNEG_FLOAT)
+        "sampled locally, off the wire. Results do not change. 0 = no cache; at most 1024.",
+        (_NONNEG_FLOAT, _at_most(1024, "1024")))
     shared_topology: Literal[True, False, "auto"] = _opt(
         "auto", "Ranks on one host memory-map each other's partition files (shared page cache) "
         "and sample every hop themselves: no ids cross the wire, a round's agreement goes over "
