@@ -61,7 +61,8 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export MNMG_RANK_PREFIX=0 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'
 if [ "$NODE_RANK" = 0 ]; then is_host=1; else is_host=0; fi
 # torch's C++ warnings stay quiet in the launcher only (a store that went away prints ~40 lines
-# of frames there); python -m mnmg_sampler.runtime gives the ranks back the user's level.
+# of frames there); python -m mnmg_sampler.runtime gives the ranks back the user's level (with
+# another TORCHRUN the ranks keep ERROR too).
 export MNMG_WORKER_CPP_LOG_LEVEL=${TORCH_CPP_LOG_LEVEL:-} TORCH_CPP_LOG_LEVEL=ERROR
 exec "${launcher[@]}" --nnodes "$NNODES" --nproc-per-node "$NPROC" \
   --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$RDZV_ID" \
