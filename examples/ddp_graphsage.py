@@ -19,13 +19,17 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnmg_sampler.distributed.service import SamplingService
-from mnmg_sampler.graph.datasets import load_graph
-from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.graph.partition_io import load_partition
-from mnmg_sampler.loader import DistNeighborLoader
-from mnmg_sampler.runtime import init_distributed, set_threads
-from mnmg_sampler.train.model import GraphSAGE, num_correct
+from mnmg_sampler import (
+    DistNeighborLoader,
+    GraphSAGE,
+    SamplingService,
+    init_distributed,
+    load_graph,
+    load_partition,
+    num_correct,
+    partition,
+    set_threads,
+)
 
 
 def parse_args() -> argparse.Namespace:

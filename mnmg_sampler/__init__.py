@@ -7,7 +7,8 @@ The public API is importable from the top::
 
 ===========================  ==================================================================
 graph and partitions         ``load_graph``, ``partition_graph``, ``partition``,
-                             ``write_partitions``, ``load_partition``, ``Partition``,
+                             ``plan_partitions``, ``PartitionPlan``, ``write_partitions``,
+                             ``load_partition``, ``Partition``, ``PartitionBook``,
                              ``CSRGraph``, ``supported_formats``
 sampling                     ``SamplingService``, ``DistNeighborLoader``, ``SampleRequest``,
                              ``MiniBatch``, ``MultiHopSampler``, ``sample``, ``request_key``
@@ -51,6 +52,8 @@ _LAZY = {
     "supported_formats": "mnmg_sampler.graph.datasets",
     "partition_graph": "mnmg_sampler.graph.api",
     "partition": "mnmg_sampler.graph.partition",
+    "plan_partitions": "mnmg_sampler.graph.partition:partition_graph",
+    "PartitionPlan": "mnmg_sampler.graph.partition",
     "write_partitions": "mnmg_sampler.graph.partition",
     "load_partition": "mnmg_sampler.graph.partition_io",
     "Partition": "mnmg_sampler.graph.partition_io",
@@ -62,6 +65,7 @@ _LAZY = {
     "HeteroSampleRequest": "mnmg_sampler.hetero_sampler",
     "sample_hetero": "mnmg_sampler.hetero_sampler",
     "HeteroMiniBatch": "mnmg_sampler.hetero_batch",
+    "PartitionBook": "mnmg_sampler.distributed.partition_book",
     # sampling
     "SamplingService": "mnmg_sampler.distributed.service",
     "DistNeighborLoader": "mnmg_sampler.loader",
@@ -100,11 +104,13 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import MiniBatch  # noqa: F401
     from .config import JobConfig, load_config  # noqa: F401
+    from .distributed.partition_book import PartitionBook  # noqa: F401
     from .distributed.service import SamplingService  # noqa: F401
     from .graph.api import partition_graph  # noqa: F401
     from .graph.csr import CSRGraph  # noqa: F401
     from .graph.datasets import load_graph, supported_formats  # noqa: F401
-    from .graph.partition import partition, write_partitions  # noqa: F401
+    from .graph.partition import PartitionPlan, partition, write_partitions  # noqa: F401
+    from .graph.partition import partition_graph as plan_partitions  # noqa: F401
     from .graph.partition_io import Partition, load_partition  # noqa: F401
     from .graph.typed import TypedGraph, typed_graph  # noqa: F401
     from .graph.typed_io import load_typed_graph  # noqa: F401
@@ -120,8 +126,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _LAZY:  # "module" (same name there) or "module:attribute"
+        module, _, attr = _LAZY[name].partition(":")
+        value = getattr(importlib.import_module(module), attr or name)
         globals()[name] = value  # later lookups skip __getattr__
         return value
     raise AttributeError(f"module 'mnmg_sampler' has no attribute {name!r}")

@@ -63,6 +63,26 @@ def _cuda_present() -> bool:
 JOIN_TIMEOUT_S = 300.0  # ranks of one node may start this far apart (imports, page cache)
 
 
+def timeout_delta(seconds: float, what: str = "runtime.collective_timeout_s") -> _dt.timedelta:
+    """``seconds`` as a timedelta, or a :class:`~mnmg_sampler.errors.ConfigError` naming ``what``
+    unless it lies in ``(0, MAX_TIMEOUT_S]`` (``1e300`` would overflow ``timedelta`` and
+    ``nan`` or ``inf`` never expire)."""
+    import math
+
+    from .config.schema import MAX_TIMEOUT_S
+    from .errors import ConfigError
+
+    try:
+        ok = 0 < float(seconds) <= MAX_TIMEOUT_S and math.isfinite(float(seconds))
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{what} is {seconds!r}", "no collective could be given a deadline",
+                          f"give a number of seconds in (0, {MAX_TIMEOUT_S:.0f}] (30 days), "
+                          "e.g. 600")
+    return _dt.timedelta(seconds=float(seconds))
+
+
 def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: float = 600.0,
                      join_timeout_s: float | None = None) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group from torchrun's environment (idempotent).
@@ -78,11 +98,13 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: flo
     from .distributed.teardown import at_exit
 
     env = DistEnv.from_env()
+    timeout = timeout_delta(timeout_s)
+    if join_timeout_s is not None:
+        timeout_delta(join_timeout_s, "join_timeout_s")
     backend, dev = resolve_backend(backend, device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
-        timeout = _dt.timedelta(seconds=timeout_s)
         where = (f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
                  if "MASTER_ADDR" in os.environ else "an in-process store")
         with peer_errors(f"the rendezvous of {env.world_size} ranks at {where} (rank "
@@ -190,7 +212,8 @@ def reported_failure(failures: dict, signalled: set[int]) -> tuple[int, int] | N
 
 
 def launch_local(argv: list[str]) -> None:
-    """torchrun (same arguments) whose stores listen on loopback when the endpoint is loopback.
+    """torchrun (same arguments) whose stores listen on loopback when the endpoint is loopback
+    and the job runs on one node.
 
     The rendezvous store is created here, bound to ``127.0.0.1``, before torchrun asks for a
     store on the same port (torch then shares this server: ``multi_tenant``). The workers get
@@ -200,17 +223,35 @@ def launch_local(argv: list[str]) -> None:
     A run that fails because a rank reported a typed error (exit 2, or 3 for ``PeerError``:
     its one error line is already on the console) ends with one more line naming the rank and
     the exit code, and exits with that code; torchrun's failure summary and traceback are kept
-    for everything else (a rank killed by a signal, an unexpected exception).
+    for everything else (a rank killed by a signal, an unexpected exception). On several nodes,
+    a node whose rendezvous store goes away (the host node's torchrun ended, typically after its
+    own rank's error) stops its ranks and says so in one line, exit code 3.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousClosedError,
+        RendezvousConnectionError,
+    )
     from torch.distributed.run import main as torchrun_main
 
+    _restore_worker_cpp_log_level()
     args = _loopback_args(list(argv))
     stops = _StopRecords()
     api_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     api_log.addFilter(stops)
+    rdzv_log = logging.getLogger("torch.distributed.elastic.rendezvous.dynamic_rendezvous")
+    lost = _HeldRecords("has failed to shutdown the rendezvous")
+    rdzv_log.addFilter(lost)
     try:
         torchrun_main(args)
+    except (RendezvousConnectionError, RendezvousClosedError):
+        lost.held.clear()  # this line says it instead
+        endpoint = _arg_value(args, "--rdzv-endpoint") or "?"
+        print(f"mnmg-sampler: the rendezvous store at {endpoint} closed or cannot be reached "
+              "(exit code 3: the node hosting it ended the job, e.g. on a rank's error, or is "
+              "unreachable; that node's output says why); this node's ranks were stopped",
+              file=sys.stderr)
+        sys.exit(3)
     except ChildFailedError as e:
         api_log.removeFilter(stops)
         got = reported_failure(e.failures, stops.signalled)
@@ -219,6 +260,7 @@ def launch_local(argv: list[str]) -> None:
                 api_log.handle(record)
             raise
         rank, code = got
+        lost.held.clear()  # the store of a job that ended on a rank's error: nothing to add
         shown = _shown_local_ranks(args)
         where = ("its error line is above" if shown is None
                  or e.failures[rank].local_rank in shown
@@ -230,6 +272,48 @@ def launch_local(argv: list[str]) -> None:
         sys.exit(code)
     finally:
         api_log.removeFilter(stops)
+        rdzv_log.removeFilter(lost)
+        for record in lost.held:  # a real crash: torchrun's own words
+            rdzv_log.handle(record)
+
+
+class _HeldRecords(logging.Filter):
+    """Holds back the log records whose message contains ``text`` (re-emitted unless the
+    failure they announce is reported in one line instead)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.held = text, []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.text in str(record.msg):
+            self.held.append(record)
+            return False
+        return True
+
+
+def _arg_value(args: list[str], name: str) -> str | None:
+    """The value of torchrun flag ``name`` (``--rdzv-endpoint X`` or ``--rdzv-endpoint=X``;
+    also spelled with underscores)."""
+    names = (name, name.replace("-", "_").replace("__", "--"))
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if flag in names:
+            return value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return None
+
+
+def _restore_worker_cpp_log_level() -> None:
+    """The launch scripts quiet torch's C++ warnings in the launcher (a lost store prints ~40
+    lines of frames there) with ``TORCH_CPP_LOG_LEVEL=ERROR`` and keep the user's level in
+    ``MNMG_WORKER_CPP_LOG_LEVEL``: give it back to the ranks started from here."""
+    if "MNMG_WORKER_CPP_LOG_LEVEL" not in os.environ:
+        return
+    level = os.environ.pop("MNMG_WORKER_CPP_LOG_LEVEL")
+    if level:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = level
+    else:
+        os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
 
 
 def _shown_local_ranks(args: list[str]) -> set[int] | None:
@@ -247,7 +331,11 @@ def _shown_local_ranks(args: list[str]) -> set[int] | None:
 
 def _loopback_args(args: list[str]) -> list[str]:
     """torchrun's arguments with a loopback rendezvous endpoint served by a store bound to
-    loopback (see :func:`launch_local`); other endpoints unchanged."""
+    loopback (see :func:`launch_local`); other endpoints unchanged, and so are several nodes
+    (``--nnodes`` other than 1, as ``launch/multinode.sh`` passes): their agents share one
+    endpoint, which only the host node's torchrun serves."""
+    if (_arg_value(args, "--nnodes") or "1") not in ("1", "1:1"):
+        return args
     at = next((i for i, a in enumerate(args)
                if a.split("=", 1)[0] in ("--rdzv-endpoint", "--rdzv_endpoint")), None)
     if at is not None:

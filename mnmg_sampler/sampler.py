@@ -156,6 +156,9 @@ def renumber_hop(nids: list[np.ndarray], sizes: np.ndarray, counts: np.ndarray,
     new, new_off, local = dedup_hop(_cat(nids), nid_off, nbr, cand_off)
     return node_off, cand_off, new, new_off, local
 
+FANOUT_MAX = 2**31 - 1
+"""Largest fanout of one hop (a larger one would overflow the kernels' integers; -1 takes all)."""
+
 
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
     """Validate PyG-style fanouts: hop i from the seeds; ``-1`` = all neighbors, ``0`` = none."""
@@ -163,12 +166,12 @@ def check_fanouts(fanouts: Sequence[int]) -> list[int]:
         out = [int(f) for f in fanouts]
     except (TypeError, ValueError):
         out = None
-    if not out or any(f < -1 for f in out) or any(
+    if not out or any(f < -1 or f > FANOUT_MAX for f in out) or any(
         int(f) != f for f in fanouts
     ):
         raise SamplingInputError(
             f"invalid fanouts {list(fanouts) if out is not None else fanouts!r}",
-            "each hop needs a number of neighbors >= 0, or -1 for all",
+            "each hop needs a number of neighbors in [0, 2**31 - 1], or -1 for all",
             "pass e.g. [15, 10, 5]; hop 1 (nearest the seeds) comes first",
         )
     return out

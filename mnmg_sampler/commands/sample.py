@@ -16,6 +16,7 @@ must name the same ones).
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 
@@ -87,7 +88,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="partition directory from `mnmg-sampler partition`: sample distributed "
                         "(run under torchrun, one rank per partition)")
     p.add_argument("--out", metavar="DIR",
-                   help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch)")
+                   help="write every minibatch to DIR/batch_NNNNNN.npz (see save_batch); DIR "
+                        "must be missing or empty, unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the batches of an earlier `sample --out DIR` run (or an empty "
+                        "DIR); a DIR holding other files is refused")
     p.add_argument("--collective-timeout", type=float, default=600.0, metavar="S",
                    help="with --partitions: seconds a rank waits for the others in a "
                         "collective before a typed error, as runtime.collective_timeout_s "
@@ -183,6 +188,40 @@ def epoch_seeds(graph, args) -> np.ndarray:
     return seed_order(nodes, args.seed)
 
 
+_OUR_FILE = re.compile(r"^(batch_\d+\.npz|meta\.json|\.batch_\d+\.tmp-\d+\.npz|"
+                       r"\.meta\.json\.tmp)$")
+
+
+def check_out_dir(out: str | None, overwrite: bool) -> list[Path]:
+    """Refuse ``--out DIR`` unless it is missing or empty, or (``--overwrite``) holds only what an
+    earlier ``sample --out`` wrote; returns those earlier files (to remove before writing).
+
+    Every rank calls it before any collective, so all of them refuse alike and none hangs.
+    """
+    if out is None:
+        return []
+    d = Path(out)
+    if not d.exists() and not d.is_symlink():
+        return []
+    fix = "choose another --out, or pass --overwrite to replace an earlier run's batches"
+    if not d.is_dir():
+        raise ConfigError(f"--out {out} exists and is not a directory",
+                          "the batches cannot be written there", "choose another --out")
+    entries = sorted(d.iterdir())
+    if entries and not overwrite:
+        n = len(entries)
+        raise ConfigError(f"--out {out} is not empty ({n} {'entry' if n == 1 else 'entries'})",
+                          "batch files there would be overwritten", fix)
+    foreign = [e.name for e in entries if not _OUR_FILE.match(e.name) or not e.is_file()]
+    if foreign:
+        raise ConfigError(
+            f"--out {out} also holds {', '.join(foreign[:5])}" + (" ..." if len(foreign) > 5
+                                                                 else ""),
+            "these were not written by `sample --out`, so --overwrite leaves the directory "
+            "untouched", f"move them out of {out}, or choose another --out")
+    return entries
+
+
 def epoch_plan(num_seeds: int, args: argparse.Namespace) -> tuple[int, Path | None]:
     """How many batches of ``--batch-size`` this run samples, and the ``--out`` dir (created)."""
     n_batches = -(-num_seeds // args.batch_size)
@@ -199,7 +238,12 @@ def run(args: argparse.Namespace) -> int:
 
     check_seed(args.seed)
     check_weights_file(getattr(args, "weights", None))
+    for old in check_out_dir(args.out, getattr(args, "overwrite", False)):
+        old.unlink(missing_ok=True)  # another rank may have removed it already
     if getattr(args, "partitions", None):
+        from ..runtime import timeout_delta
+
+        timeout_delta(args.collective_timeout, "--collective-timeout")  # before any collective
         return run_distributed(args)
     if not args.graph:
         raise ConfigError("no GRAPH given", "there is nothing to sample",

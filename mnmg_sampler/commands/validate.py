@@ -1,6 +1,9 @@
 """``mnmg-sampler validate CONFIG [KEY=VALUE ...]``: check a job config without starting ranks.
 
 Prints the resolved config (defaults < file < overrides, nulls filled in) as YAML and ``ok``.
+Values that cannot work are refused, including a generated graph (``rmat:``) or a model too
+large for this machine's memory (:func:`mnmg_sampler.train.budget.check_job_memory`, with one
+rank per host and ``--world-size`` ranks).
 Any problem is one line naming the dotted key, exit code 2 (via ``cli.main``).
 """
 
@@ -30,9 +33,11 @@ def run(args: argparse.Namespace) -> int:
 
     from ..config import check_paths, config_to_yaml, load_config
     from ..errors import MissingDependencyError
+    from ..train.budget import check_job_memory
 
     cfg = load_config(args.config, args.overrides, world_size=args.world_size)
     check_paths(cfg)
+    check_job_memory(cfg, args.world_size or 1)  # a generated graph or model that cannot fit
     if cfg.partition.method == "metis" and importlib.util.find_spec("pymetis") is None:
         raise MissingDependencyError(
             "partition.method: metis needs pymetis, which is not installed",

@@ -33,6 +33,13 @@ class _UniqueKeyLoader:
                 seen = {}
                 for key_node, _ in node.value:
                     k = loader.construct_object(key_node, deep=deep)
+                    try:
+                        hash(k)
+                    except TypeError:  # `? [a, b]` or `{x: 1}: 2`: not a setting's name
+                        kind = {list: "list", dict: "mapping"}.get(type(k), type(k).__name__)
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"a {kind} cannot be a key (keys are setting names)",
+                            key_node.start_mark) from None
                     if k in seen:
                         raise yaml.constructor.ConstructorError(
                             None, None, f"duplicate key {k!r}", key_node.start_mark)
@@ -64,8 +71,10 @@ def _read_yaml(path: str | os.PathLike) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}", "",
-                          "fix the YAML syntax (indent with spaces, `key: value`)") from None
+        fix = ("write each setting as `name: value` (a list or mapping is a value, never a key)"
+               if "cannot be a key" in problem else
+               "fix the YAML syntax (indent with spaces, `key: value`)")
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}", "", fix) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -116,6 +125,7 @@ def _resolve(cfg: JobConfig) -> None:
 def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
     """Checks that span several fields (see :data:`CROSS_FIELD_RULES`); ConfigError if broken."""
     parse_dataset_name(cfg.dataset.name)  # rmat:SCALE[:EDGE_FACTOR] syntax and range
+    _check_name(cfg.name)
     n_hops = len(cfg.sampler.fanouts)
     if cfg.model.layers is not None and cfg.model.layers != n_hops:
         raise _err("model.layers", f"{cfg.model.layers} layers but sampler.fanouts has {n_hops} "
@@ -163,6 +173,17 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
         if cfg.training.target_metric == "val_loss" and not tv > 0:
             raise _err("training.target_value", f"expected a loss > 0, got {tv}",
                        "e.g. training.target_value=0.5")
+
+
+def _check_name(name: str) -> None:
+    """``name`` is one plain path component, so ``runs/<name>`` stays inside ``runs/``."""
+    bad = ("/" in name or "\\" in name or os.sep in name or (os.altsep or "/") in name
+           or name in ("", ".", "..") or "\0" in name or name != name.strip())
+    if bad:
+        raise _err("name", f"{name!r} is not a plain file name",
+                   "use letters, digits, '-', '_' or '.' without a path separator or '..' "
+                   "(e.g. name=cora-sage); to write elsewhere set output.dir",
+                   "The job's output goes to runs/<name>, which must stay inside runs/")
 
 
 # --------------------------------------------------------------------------- output

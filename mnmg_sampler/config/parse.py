@@ -52,7 +52,15 @@ def _unknown_key(key: str, siblings: Sequence[str], parent: str) -> ConfigError:
 def _coerce(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any:
     """Check one value against its annotated type and range; return it normalised."""
     inner, optional = _unwrap_optional(tp)
-    fix = f"e.g. {key}={format_value(example)}" if example is not None else ""
+    checks = () if check is None else (check,) if callable(check[0]) else check
+    if example is not None:
+        fix = f"e.g. {key}={format_value(example)}"
+    elif checks:  # a null default has no example: say what is accepted instead
+        fix = f"set {key} to {', '.join(c[1] for c in checks)}" + (
+            ", or null for the default" if optional else "")
+    else:
+        fix = f"set {key} to {_PHRASE.get(inner, ('a value',))[0]}" + (
+            ", or null for the default" if optional else "")
     if v is None:
         if optional:
             return None
@@ -92,8 +100,9 @@ def _coerce(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any
         except (TypeError, ValueError):
             raise _err(key, f"expected {_PHRASE[inner][0]}{' or null' if optional else ''}, "
                        f"got {_show(v)}" + (" (quote it)" if inner is str else ""), fix) from None
-    if check is not None and not check[0](out):
-        raise _err(key, f"expected {check[1]}, got {_show(out)}", fix)
+    for pred, phrase in checks:
+        if not pred(out):
+            raise _err(key, f"expected {phrase}, got {_show(out)}", fix)
     return out
 
 
@@ -115,11 +124,12 @@ def _scalar(tp: type, v: Any) -> Any:
     if tp is float:
         if isinstance(v, bool):
             raise TypeError
-        if isinstance(v, str):  # YAML 1.1 reads `1e-3` as a string
-            return float(v)
-        if not isinstance(v, (int, float)):
+        if not isinstance(v, (int, float, str)):  # YAML 1.1 reads `1e-3` as a string
             raise TypeError
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer beyond any float (10**400)
+            raise ValueError from None
     if tp is str:
         if not isinstance(v, str):
             raise TypeError

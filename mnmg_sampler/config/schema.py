@@ -16,9 +16,16 @@ BUILTIN_DATASETS = ("cora",)
 # --------------------------------------------------------------------------- field helpers
 
 
-def _opt(default: Any, doc: str, check: tuple[Callable[[Any], bool], str] | None = None,
+Check = tuple[Callable[[Any], bool], str]
+
+
+def _opt(default: Any, doc: str, check: Check | tuple[Check, ...] | None = None,
          path: bool = False) -> Any:
-    """A dataclass field with a one-line doc, an optional range check and a path flag."""
+    """A dataclass field with a one-line doc, optional range checks and a path flag.
+
+    ``check`` is a (predicate, phrase) pair or a tuple of them, tried in order; the first that
+    fails names what was expected (``a positive integer``, ``at most 1024``).
+    """
     meta = {"doc": doc, "check": check, "path": path}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
@@ -29,6 +36,13 @@ def _section(cls: type, doc: str) -> Any:
     return field(default_factory=cls, metadata={"doc": doc})
 
 
+#: Hard caps of values that size arrays, threads or timers: far above any real job, low enough
+#: that no product of them overflows int64 or a timedelta (memory is checked separately).
+INT32_MAX = 2**31 - 1
+MAX_THREADS = 1024
+MAX_WIDTH = 2**20
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+
 _POS_INT = (lambda v: v > 0, "a positive integer")
 _NONNEG_INT = (lambda v: v >= 0, "an integer >= 0")
 _SEED = (lambda v: 0 <= v < 2**63, "an integer in [0, 2**63)")
@@ -38,6 +52,18 @@ _UNIT_OPEN = (lambda v: 0 <= v < 1, "a number in [0, 1)")
 _FANOUTS = (lambda v: len(v) > 0 and all(f >= -1 for f in v),
             "a non-empty list of integers >= 0 (0 = no neighbors at that hop) or -1 (all "
             "neighbors), e.g. [10, 10]")
+
+
+def _at_most(hi: float, text: str) -> Check:
+    """An upper bound; ``text`` spells it (``2**31 - 1``)."""
+    return (lambda v: v <= hi, f"at most {text}")
+
+
+_FANOUTS_MAX = (lambda v: all(f <= INT32_MAX for f in v), "fanouts of at most 2**31 - 1")
+_BATCH = (_POS_INT, _at_most(INT32_MAX, "2**31 - 1"))
+_WIDTH = (_POS_INT, _at_most(MAX_WIDTH, "2**20"))
+_NONNEG_WIDTH = (_NONNEG_INT, _at_most(MAX_WIDTH, "2**20"))
+_TIMEOUT = (_POS_FLOAT, _at_most(MAX_TIMEOUT_S, f"{MAX_TIMEOUT_S:.0f} seconds (30 days)"))
 _SPLIT = (lambda v: len(v) == 3 and all(0 <= f <= 1 for f in v) and sum(v) <= 1 + 1e-9
           and v[0] > 0,
           "three fractions [train, val, test] in [0, 1] with train > 0 and sum <= 1")
@@ -53,7 +79,7 @@ class DatasetConfig:
     name: str = _opt("cora", "Built-in name (`cora`), `rmat:SCALE[:EDGE_FACTOR]`, or the path of a "
                      "graph file, an OGB directory, or a directory or glob of edge shards "
                      "(formats: docs/formats.md).", path=True)
-    seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _NONNEG_INT)
+    seed: int = _opt(0, "Seed of generated graphs (rmat) and of random features.", _SEED)
     undirected: bool | None = _opt(
         None, "Add the reverse of every edge; null = dataset default (cora: true, files: false).")
     drop_self_loops: bool = _opt(False, "Remove edges from a node to itself.")
@@ -61,10 +87,12 @@ class DatasetConfig:
         True, "Keep one copy of repeated edges (duplicates bias neighbor sampling).")
     feature_dim: int = _opt(
         0, "Width of random float32 features for a graph without features (R-MAT, edge lists); "
-        "0 = none. Ignored when the dataset has features.", _NONNEG_INT)
+        "0 = none, at most 2**20. Ignored when the dataset has features.",
+        _NONNEG_WIDTH)
     num_classes: int = _opt(
         0, "Synthetic labels in [0, num_classes) for a graph without labels, and class centres "
-        "added to the random features so they can be learned; 0 = none.", _NONNEG_INT)
+        "added to the random features so they can be learned; 0 = none, at most 2**20.",
+        _NONNEG_WIDTH)
     split: list[float] = _opt(
         [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split; not used when the "
         "dataset (or dataset.train_mask) gives a train mask.", _SPLIT)
@@ -82,7 +110,7 @@ class DatasetConfig:
     test_mask: str | None = _opt(None, "File of the test split (as train_mask).", path=True)
     max_node_id: int = _opt(
         2**40, "Largest node id accepted in an input file (the CSR needs 8 bytes per id up to "
-        "the largest one).", _POS_INT)
+        "the largest one).", (_POS_INT, _at_most(2**63 - 1, "2**63 - 1")))
 
 
 @dataclass
@@ -98,8 +126,8 @@ class PartitionConfig:
         "the id) or metis (fewest cut edges; needs pymetis; one process). random, range and "
         "hash run on every rank when the job partitions.")
     parts: int | None = _opt(
-        None, "Number of partitions; null = world size. If set it must equal the world size.",
-        _POS_INT)
+        None, "Number of partitions; null = world size. If set it must equal the world size "
+        "(at most 65536).", (_POS_INT, _at_most(65536, "65536")))
     seed: int = _opt(0, "Seed of random partitioning.", _SEED)
     verify: Literal["auto", "full", "sampled", "off"] = _opt(
         "auto", "Checksum check of this rank's files at start-up: full (every byte), sampled "
@@ -114,14 +142,14 @@ class SamplerConfig:
     """Neighbor sampling and minibatching (PyG NeighborLoader conventions)."""
 
     fanouts: list[int] = _opt(
-        [10, 10], "Neighbors per hop, hop 1 (nearest the seeds) first; -1 = all neighbors.",
-        _FANOUTS)
-    batch_size: int = _opt(512, "Seed nodes per training minibatch on each rank.", _POS_INT)
+        [10, 10], "Neighbors per hop, hop 1 (nearest the seeds) first; -1 = all neighbors; "
+        "at most 2**31 - 1.", (_FANOUTS, _FANOUTS_MAX))
+    batch_size: int = _opt(512, "Seed nodes per training minibatch on each rank.", _BATCH)
     eval_fanouts: list[int] | None = _opt(
         None, "Neighbors per hop when evaluating; null = all neighbors (-1 at every hop), exact "
-        "and deterministic.", _FANOUTS)
+        "and deterministic.", (_FANOUTS, _FANOUTS_MAX))
     eval_batch_size: int | None = _opt(
-        None, "Seed nodes per evaluation minibatch; null = sampler.batch_size.", _POS_INT)
+        None, "Seed nodes per evaluation minibatch; null = sampler.batch_size.", _BATCH)
     replace: bool = _opt(False, "Sample neighbors with replacement.")
     prefetch: int = _opt(
         2, "Minibatches requested ahead of the training step; 0 = synchronous.", _NONNEG_INT)
@@ -141,7 +169,8 @@ class SamplerConfig:
     topology_cache: float = _opt(
         0.0, "Fraction of each rank's part edges spent on caching the adjacency rows of other "
         "ranks' nodes with most neighbors in its part (chosen once at start); cached nodes are "
-        "sampled locally, off the wire. Results do not change. 0 = no cache.", _NONNEG_FLOAT)
+        "sampled locally, off the wire. Results do not change. 0 = no cache; at most 1024.",
+        (_NONNEG_FLOAT, _at_most(1024, "1024")))
     shared_topology: Literal[True, False, "auto"] = _opt(
         "auto", "Ranks on one host memory-map each other's partition files (shared page cache) "
         "and sample every hop themselves: no ids cross the wire, a round's agreement goes over "
@@ -169,7 +198,7 @@ class LinkConfig:
     neg_sampling: Literal["binary", "triplet"] = _opt(
         "binary", "Training negatives: binary (extra label-0 edges) or triplet (a negative "
         "destination beside each positive).")
-    neg_amount: int = _opt(1, "Training negatives per positive edge.", _POS_INT)
+    neg_amount: int = _opt(1, "Training negatives per positive edge (at most 2**20).", _WIDTH)
     reject_known: bool = _opt(
         True, "Redraw a negative that is an edge of the sampling graph (asked of its owner "
         "rank).")
@@ -181,8 +210,8 @@ class LinkConfig:
         "elementwise product.")
     eval_negatives: int = _opt(
         50, "Negatives per positive edge when evaluating (AUC over all, MRR and Hits@K by "
-        "ranking each positive among its own).", _POS_INT)
-    hits_k: int = _opt(10, "K of Hits@K.", _POS_INT)
+        "ranking each positive among its own; at most 2**20).", _WIDTH)
+    hits_k: int = _opt(10, "K of Hits@K (at most 2**20).", _WIDTH)
 
 
 @dataclass
@@ -201,7 +230,9 @@ class FeaturesConfig:
 class ModelConfig:
     """The GraphSAGE model of `mnmg-sampler train`."""
 
-    hidden: int = _opt(256, "Hidden channels of every GraphSAGE layer.", _POS_INT)
+    hidden: int = _opt(
+        256, "Hidden channels of every GraphSAGE layer (at most 2**20; the parameters, their "
+        "gradients and optimizer state are also checked against the memory at hand).", _WIDTH)
     layers: int | None = _opt(
         None, "Number of GraphSAGE layers; must equal len(sampler.fanouts); null = that.",
         _POS_INT)
@@ -229,7 +260,7 @@ class TrainingConfig:
     mode: Literal["train", "sample"] = _opt(
         "train", "train = GraphSAGE node classification; sample = iterate the loaders without "
         "a model (sampling benchmark).")
-    epochs: int = _opt(10, "Passes over the training seeds.", _POS_INT)
+    epochs: int = _opt(10, "Passes over the training seeds (at most 2**31 - 1).", _BATCH)
     eval_every: int = _opt(
         1, "Evaluate on the validation split every N epochs; 0 = after the last epoch only.",
         _NONNEG_INT)
@@ -260,9 +291,12 @@ class RuntimeConfig:
     device: Literal["auto", "cpu", "cuda"] = _opt(
         "auto", "Device of the model and minibatches; auto = cuda:LOCAL_RANK when available.")
     threads_per_rank: int | None = _opt(
-        None, "CPU threads of each rank (torch, numba); null = cores / local ranks.", _POS_INT)
+        None, "CPU threads of each rank (torch, numba); null = cores / local ranks. At most "
+        f"{MAX_THREADS} (a hard cap, whatever the machine; numba uses at most its "
+        "NUMBA_NUM_THREADS).", (_POS_INT, _at_most(MAX_THREADS, str(MAX_THREADS))))
     collective_timeout_s: float = _opt(
-        600.0, "Seconds before a stuck collective fails the job instead of hanging.", _POS_FLOAT)
+        600.0, "Seconds before a stuck collective fails the job instead of hanging (at most "
+        "30 days).", _TIMEOUT)
     expandable_segments: bool = _opt(
         True, "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts "
         "(irregular minibatches fragment memory); ignored on CPU.")

@@ -25,7 +25,6 @@ shut down is stopped at interpreter exit, before the process group is torn down.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import logging
 import os
@@ -99,10 +98,11 @@ class SamplingService:
         self.max_requests_per_round = max_requests_per_round
         self._own_group = group is None
         if group is None:
-            seconds = timeout_s or group_timeout(None)
+            from ..runtime import timeout_delta
+
+            timeout = timeout_delta(timeout_s or group_timeout(None), "timeout_s")
             with peer_errors("creating the sampling service's process group"):
-                group = dist.new_group(backend=dist.get_backend(),
-                                       timeout=datetime.timedelta(seconds=seconds))
+                group = dist.new_group(backend=dist.get_backend(), timeout=timeout)
         self.group = group
         self.timeout_s = group_timeout(group)
         self.deadline_s = self.timeout_s + MARGIN_S

@@ -209,7 +209,8 @@ class TopologyCache:
         orig = np.asarray(part.orig_ids)
         weights = getattr(part, "weights", None)
         weights = None if weights is None else np.asarray(weights)
-        self.budget = int(fraction * int(indptr[-1])) if indptr.size else 0
+        # more than every edge of the graph is the same budget, and fits the kernel's int64
+        self.budget = min(int(fraction * int(indptr[-1])), 2**62) if indptr.size else 0
         b0 = ex.bytes.get(TAG, [0, 0])[1]
         with peer_errors("building the topology cache"):
             # 1. candidates: the distinct remote neighbors of this part, and how many edges of

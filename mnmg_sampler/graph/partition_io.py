@@ -159,6 +159,9 @@ def _manifest_problem(m: dict) -> str:
             if rel not in m["files"]:
                 return f"part {r}'s {name!r} ({rel!r}) is not listed in 'files'"
     for rel, e in m["files"].items():
+        if not _plain_relative(rel):
+            return (f"file {rel!r} is not a relative path inside the directory (no absolute "
+                    "path, no '..', no backslash)")
         if not isinstance(e, dict):
             return f"the entry of {rel!r} is not a mapping"
         for key, kind in (("dtype", str), ("shape", list), ("bytes", int), ("checksum", str)):
@@ -173,6 +176,29 @@ def _manifest_problem(m: dict) -> str:
     if src is not None and not isinstance(src, dict):
         return "'source' is not a mapping"
     return ""
+
+
+def _plain_relative(rel: object) -> bool:
+    """``rel`` names a file below the partition directory: relative, '/'-separated, without
+    ``..``, ``.`` or empty components (what the writers produce)."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel:
+        return False
+    if rel.startswith("/") or os.path.isabs(rel) or os.path.splitdrive(rel)[0]:
+        return False
+    return all(c not in ("", ".", "..") for c in rel.split("/"))
+
+
+def part_file(d: Path, rel: str) -> Path:
+    """``d / rel``, or a :class:`PartitionError` when it resolves outside ``d`` (``..`` or a
+    symbolic link leading out): a manifest never makes a rank read a file it does not own."""
+    path = d / rel
+    if not _plain_relative(rel) or not path.resolve().is_relative_to(d.resolve()):
+        raise PartitionError(
+            f"{d / MANIFEST} names {rel!r}, which resolves outside {d}",
+            "files outside a partition directory are never read",
+            f"keep every part file inside the directory (no '..', no symbolic link leading "
+            f"out), or {_REDO}")
+    return path
 
 
 def _ends_digest(path: Path, size: int) -> str:
@@ -423,10 +449,10 @@ class Partition:
 
 def _open(d: Path, rel: str, manifest: dict) -> np.ndarray:
     entry = manifest["files"].get(rel)
-    path = d / rel
     if entry is None:
         raise PartitionError(f"{d / MANIFEST} does not list {rel}",
                              "the directory cannot be loaded", _REDO)
+    path = part_file(d, rel)
     if not path.is_file():
         raise PartitionError(f"{path} is missing", "this rank's part cannot be loaded",
                              f"copy the whole partition directory again, or {_REDO}")
@@ -570,7 +596,7 @@ def _own_files(manifest: dict, rank: int) -> list[str]:
 
 
 def _check_file(d: Path, rel: str, entry: dict, mode: str) -> None:
-    path = d / rel
+    path = part_file(d, rel)
     if mode == "sampled" and entry.get("samples"):
         got, want = sample_checksums(path), entry["samples"]
         what = "sampled blocks"
@@ -588,7 +614,7 @@ def _check_file(d: Path, rel: str, entry: dict, mode: str) -> None:
 def _signature(d: Path, rels: list[str], manifest: dict) -> dict:
     sig = {}
     for rel in rels:
-        st = (d / rel).stat()
+        st = part_file(d, rel).stat()
         sig[rel] = [st.st_size, st.st_mtime_ns, manifest["files"][rel]["checksum"]]
     return sig
 

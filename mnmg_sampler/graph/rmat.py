@@ -27,7 +27,7 @@ from ..rng import _mix64_int
 from .csr import CSRGraph
 from .permute import permute
 
-__all__ = ["rmat_edges", "rmat_edge_range", "rmat_graph"]
+__all__ = ["rmat_bytes", "rmat_edges", "rmat_edge_range", "rmat_graph"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,35 @@ def _check(scale: int, edge_factor: int, a: float, b: float, c: float) -> None:
             "a, b, c and d = 1 - a - b - c must all be >= 0",
             "use the Graph500 values a=0.57, b=0.19, c=0.19",
         )
+
+
+def rmat_bytes(scale: int, edge_factor: int, parts: int = 1) -> int:
+    """A lower bound on the peak bytes one of ``parts`` ranks needs for its share of the graph.
+
+    Per edge: the drawn ``src, dst`` (int64, 16 B) and their relabelled copies (16 B), then the
+    CSR's neighbor ids and edge ids (16 B); per node, the CSR's row pointer (8 B). Generating in
+    one process is ``parts=1``. Pure arithmetic: nothing is allocated.
+    """
+    m, n, p = int(edge_factor) << int(scale), 1 << int(scale), max(1, int(parts))
+    return 48 * -(-m // p) + 8 * (-(-n // p) + 1)
+
+
+def check_rmat_memory(scale: int, edge_factor: int, parts: int = 1, ranks_per_host: int = 1,
+                      key: str = "") -> None:
+    """:class:`~mnmg_sampler.errors.MemoryBudgetError` before generating an R-MAT graph whose
+    share (:func:`rmat_bytes`, times the ranks sharing this host) cannot fit here; ``key``
+    (e.g. ``dataset.name``) prefixes the message."""
+    from ..host_limits import check_allocation
+
+    scale, edge_factor = int(scale), int(edge_factor)
+    nbytes = rmat_bytes(scale, edge_factor, parts) * max(1, int(ranks_per_host))
+    share = f"1/{parts} of " if parts > 1 else ""
+    ranks = f", on each of the {ranks_per_host} ranks of this host" if ranks_per_host > 1 else ""
+    check_allocation(
+        f"{key + ': ' if key else ''}rmat:{scale}:{edge_factor} ({1 << scale:,} nodes, "
+        f"{edge_factor << scale:,} edges): {share}its edges and CSR{ranks}", nbytes,
+        "use a smaller scale or edge factor (each scale step doubles the graph; e.g. "
+        "rmat:20:16), or spread it over more ranks and hosts")
 
 
 def _thresholds(a: float, b: float, c: float) -> tuple[np.uint64, np.uint64, np.uint64]:
@@ -85,6 +114,11 @@ def rmat_edge_range(
     m = edge_factor << scale
     lo, hi = max(0, int(lo)), min(m, int(hi))
     n_out = max(0, hi - lo)
+    from ..host_limits import check_allocation
+
+    check_allocation(  # src, dst and their relabelled copies
+        f"edges {lo:,}..{hi:,} of R-MAT scale {scale}, edge factor {edge_factor}", 32 * n_out,
+        "use a smaller scale or edge factor, or draw the edges over more ranks")
     src = np.empty(n_out, np.int64)
     dst = np.empty(n_out, np.int64)
     from .generate import rmat_levels  # compiled lazily: importing graph stays light
@@ -130,7 +164,12 @@ def rmat_graph(
     b: float = 0.19,
     c: float = 0.19,
 ) -> CSRGraph:
-    """An R-MAT :class:`CSRGraph` named ``rmat:SCALE:EDGE_FACTOR`` with ``2**scale`` nodes."""
+    """An R-MAT :class:`CSRGraph` named ``rmat:SCALE:EDGE_FACTOR`` with ``2**scale`` nodes.
+
+    Its memory (:func:`rmat_bytes`) is checked before any edge is drawn.
+    """
+    _check(scale, edge_factor, a, b, c)
+    check_rmat_memory(scale, edge_factor)
     src, dst = rmat_edges(scale, edge_factor, a, b, c, seed)
     log.debug("generated %d R-MAT edges (scale %d, seed %d)", src.size, scale, seed)
     return CSRGraph.from_edges(

@@ -30,8 +30,8 @@ from ..distributed.collective import agree
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
 from .epochs import run_epochs
-from .job import load_dataset, make_optimizer, resume_point
 from .report import RunReport
+from .setup import job_edge_weights, load_dataset, make_optimizer, resume_point, start_rank
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +176,6 @@ def ensure_link_partitions(cfg: JobConfig, graph: CSRGraph, rank: int, world: in
     """
     from ..graph.partition import partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
-    from .job import job_edge_weights
-
     out = Path(cfg.partition.dir)
 
     def build() -> None:
@@ -215,7 +213,6 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
     from ..link_loader import DistLinkNeighborLoader
-    from ..runtime import init_distributed, resolve_backend, set_threads
 
     check_paths(cfg)
     if cfg.training.mode != "train":
@@ -223,13 +220,7 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
                           "the link job only trains", "use training.mode=train, or task=node "
                           "for a sampling run")
     rt = cfg.runtime
-    _, want = resolve_backend(rt.backend, rt.device)
-    if want.type == "cuda":
-        from ..memory import setup_memory_pool
-
-        log.info("memory pool: %s", setup_memory_pool(rt.expandable_segments))
-    env, device = init_distributed(rt.backend, rt.device, rt.collective_timeout_s)
-    set_threads(rt.threads_per_rank)
+    env, device = start_rank(cfg)
     rank, world = env.rank, env.world_size
     t_start = time.perf_counter()
     full = agree(lambda: load_dataset(cfg))

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, MissingDependencyError, SamplingInputError
+from .budget import check_model_memory, sage_dims
 
 __all__ = ["AGGRS", "SAGELayer", "GraphSAGE", "accuracy", "inference_layer", "num_correct",
            "pyg_available"]
@@ -151,7 +152,8 @@ class GraphSAGE(nn.Module):
             conv = SAGELayer
         self.backend = "pyg" if use_pyg else "builtin"
         self.dropout = float(dropout)
-        dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+        dims = sage_dims(in_dim, hidden, out_dim, layers)
+        check_model_memory(dims, bytes_per_param=4)  # float32 weights, before torch allocates
         self.convs = nn.ModuleList(conv(dims[i], dims[i + 1], aggr=aggr) for i in range(layers))
         log.debug("GraphSAGE %s, %d layers, backend %s", dims, layers, self.backend)
 

@@ -1,6 +1,7 @@
 """What the console shows when a rank fails under ``python -m mnmg_sampler.runtime`` (torchrun,
-what ``launch/run.sh`` runs): a typed error gives the rank's one line, one line of the launcher
-naming the rank and the code, and that exit code; a real crash keeps torchrun's summary."""
+what ``launch/run.sh`` and ``launch/multinode.sh``, hence ``launch/slurm.sbatch``, run): a typed
+error gives the rank's one line, one line of the launcher naming the rank and the code, and that
+exit code; a real crash keeps torchrun's summary."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from .torchrun import REPO, env
+from .torchrun import REPO, env, torchrun_nodes
 
 TRACE_MARKS = ("Traceback", "ChildFailedError", "Sending process", "Root Cause")
 
@@ -35,6 +36,28 @@ def test_run_sh_user_error_is_one_line_and_exit_2(tmp_path):
     assert lines[-1].startswith("mnmg-sampler: rank ") and "exited with code 2" in lines[-1]
     assert not any(m in r.stderr for m in TRACE_MARKS), r.stderr
     assert len(lines) <= 3, r.stderr  # rank 0's line, maybe rank 1's, the launcher's
+
+
+def test_multinode_sh_user_error_is_one_line_per_node(monkeypatch):
+    # two "nodes" on loopback, as launch/multinode.sh runs on each (slurm.sbatch runs it too)
+    monkeypatch.setenv("CONFIG", "configs/quickstart.yaml")
+    monkeypatch.setenv("RDZV_TIMEOUT", "120")
+    monkeypatch.delenv("TORCHRUN", raising=False)
+    rs = torchrun_nodes(["sampler.batchsize=3"], 2, timeout=240,
+                        script=["bash", "launch/multinode.sh"])
+    for node, r in enumerate(rs):
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert not any(m in r.stderr for m in (*TRACE_MARKS, "frame #")), r.stderr[-3000:]
+        assert len(lines) <= 2, r.stderr[-3000:]
+        if node == 0 or r.returncode == 2:  # its rank's line, then the launcher's
+            assert r.returncode == 2, r.stderr[-3000:]
+            assert lines[0].startswith("[rank") and (
+                "]:mnmg-sampler train: error: sampler.batchsize: unknown key (did you mean "
+                "sampler.batch_size?)") in lines[0], lines
+            assert lines[1].startswith("mnmg-sampler: rank ") and "exited with code 2" in lines[1]
+        else:  # the host node ended the job (and its store) before this node's rank reported
+            assert r.returncode == 3 and "the rendezvous store at 127.0.0.1:" in lines[-1], \
+                r.stderr[-3000:]
 
 
 @pytest.mark.parametrize("code", [2, 3])

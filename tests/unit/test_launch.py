@@ -88,6 +88,30 @@ def test_run_sh_environment_knobs(stub, tmp_path):
     assert log.with_suffix(".txt.env").read_text().split() == ["OMP=5", "NCCL=INFO"]
 
 
+def test_multinode_sh_defaults_to_the_one_line_launcher(tmp_path):
+    # without TORCHRUN: python -m mnmg_sampler.runtime (torchrun ending a typed error in one
+    # line), not torchrun itself; a stand-in python records what it was asked to run
+    venv = tmp_path / "repo"
+    (venv / "launch").mkdir(parents=True)
+    shutil.copy(LAUNCH / "multinode.sh", venv / "launch" / "multinode.sh")
+    (venv / ".venv" / "bin").mkdir(parents=True)
+    py = venv / ".venv" / "bin" / "python"
+    py.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {tmp_path / "py.txt"}\n'
+                  f'echo "$TORCH_CPP_LOG_LEVEL/$MNMG_WORKER_CPP_LOG_LEVEL" > {tmp_path / "lvl"}\n')
+    py.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHRUN", "TORCH_CPP_LOG_LEVEL")}
+    env.update(NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.1", MASTER_PORT="4321", NPROC="1",
+               TORCH_CPP_LOG_LEVEL="INFO")
+    proc = subprocess.run(["bash", str(venv / "launch" / "multinode.sh")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "py.txt").read_text().splitlines()
+    assert argv[:2] == ["-m", "mnmg_sampler.runtime"]
+    assert torchrun_args(argv[2:]).rdzv_conf == "is_host=0,join_timeout=900"
+    # the launcher is quiet, the ranks get the user's level back (runtime.launch_local)
+    assert (tmp_path / "lvl").read_text().strip() == "ERROR/INFO"
+
+
 @pytest.mark.parametrize("node_rank, is_host", [("0", "1"), ("1", "0")])
 def test_multinode_sh(stub, node_rank, is_host):
     fake, log = stub
@@ -110,24 +134,31 @@ def _slurm_env(tmp_path: Path, fake: Path) -> dict:
     scontrol = bin_dir / "scontrol"
     scontrol.write_text("#!/usr/bin/env bash\necho nodeA\necho nodeB\n")
     scontrol.chmod(0o755)
+    # srun on "node 1" of the allocation: records its own flags, then runs the task there
+    srun = bin_dir / "fake_srun"
+    srun.write_text("#!/usr/bin/env bash\n"
+                    f'echo "$1" > {tmp_path / "srun_flags.txt"}\n'
+                    'shift\nSLURM_NODEID=1 exec "$@"\n')
+    srun.chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
             "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "node[A-B]", "SLURM_SUBMIT_DIR": str(REPO),
             "SLURM_CPUS_PER_TASK": "8", "NPROC": "1", "CONFIG": "configs/quickstart.yaml",
-            "SRUN": str(fake), "PY": sys.executable}
+            "SRUN": str(srun), "TORCHRUN": str(fake), "PY": sys.executable, "NODE_RANK": "7"}
 
 
-def test_slurm_sbatch_validates_then_runs_torchrun_under_srun(stub, tmp_path):
+def test_slurm_sbatch_validates_then_runs_multinode_sh_under_srun(stub, tmp_path):
+    # the launch is multinode.sh's code path (the one tested on loopback), per SLURM node
     fake, log = stub
     proc = launch("slurm.sbatch", _slurm_env(tmp_path, fake), ["training.epochs=1"],
                   cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"  # the pre-flight validate
-    argv = log.read_text().splitlines()
-    assert argv[0] == "--kill-on-bad-exit=1"
-    assert Path(argv[1]).name == "torchrun"
-    args = torchrun_args(argv[2:])
+    assert (tmp_path / "srun_flags.txt").read_text().split() == ["--kill-on-bad-exit=1"]
+    args = torchrun_args(log.read_text().splitlines())
     assert (args.nnodes, args.nproc_per_node, args.rdzv_id) == ("2", "1", "4242")
     assert args.rdzv_endpoint == "nodeA:24242"
+    assert args.rdzv_conf == "is_host=0,join_timeout=900"  # SLURM_NODEID 1, not NODE_RANK
+    assert (args.local_ranks_filter, args.role, args.tee) == ("0", "rank", "3")
     assert args.training_script_args == [
         "train", "--config", "configs/quickstart.yaml", "training.epochs=1"]
     assert log.with_suffix(".txt.env").read_text().split() == ["OMP=8", "NCCL=WARN"]
@@ -147,3 +178,22 @@ def test_slurm_sbatch_outside_slurm_says_so():
     proc = subprocess.run(["bash", str(LAUNCH / "slurm.sbatch")], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "not inside a SLURM allocation" in proc.stderr
+
+
+def test_launcher_leaves_several_nodes_to_torchrun(monkeypatch):
+    # one node on loopback: a store bound to 127.0.0.1 here; several nodes share an endpoint
+    # only the host node's torchrun serves, so their arguments pass through unchanged
+    from mnmg_sampler.runtime import _arg_value, _loopback_args, _restore_worker_cpp_log_level
+
+    argv = ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:4321", "-m", "mnmg_sampler"]
+    assert _loopback_args(list(argv)) == argv
+    assert _loopback_args(["--nnodes=1:2", "--rdzv_endpoint=127.0.0.1:9"]) == [
+        "--nnodes=1:2", "--rdzv_endpoint=127.0.0.1:9"]
+    assert _arg_value(["--rdzv_endpoint=h:1"], "--rdzv-endpoint") == "h:1"
+    assert _arg_value(["--rdzv-endpoint", "h:2"], "--rdzv-endpoint") == "h:2"
+    for user, want in (("", None), ("INFO", "INFO")):
+        monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "ERROR")
+        monkeypatch.setenv("MNMG_WORKER_CPP_LOG_LEVEL", user)
+        _restore_worker_cpp_log_level()
+        assert os.environ.get("TORCH_CPP_LOG_LEVEL") == want
+        assert "MNMG_WORKER_CPP_LOG_LEVEL" not in os.environ
