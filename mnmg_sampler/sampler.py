@@ -156,6 +156,7 @@ def renumber_hop(nids: list[np.ndarray], sizes: np.ndarray, counts: np.ndarray,
     new, new_off, local = dedup_hop(_cat(nids), nid_off, nbr, cand_off)
     return node_off, cand_off, new, new_off, local
 
+
 FANOUT_MAX = 2**31 - 1
 """Largest fanout of one hop (a larger one would overflow the kernels' integers; -1 takes all)."""
 
