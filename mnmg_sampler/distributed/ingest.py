@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import GraphFormatError, PartitionError
+from ..graph.datasets import read_share
 from ..graph.partition import (
     DISTRIBUTED_METHODS,
     _even_boundaries,
@@ -53,7 +54,7 @@ from ..graph.partition_io import (
 )
 from ..graph.permute import node_features, node_labels
 from ..graph.sources import NODE_DTYPES as _DTYPES
-from ..graph.sources import EdgeShare, node_rows_file, read_share
+from ..graph.sources import EdgeShare, node_rows_file
 from .collective import Exchanger, agree
 
 __all__ = ["partition_distributed", "DEFAULT_CHUNK"]
