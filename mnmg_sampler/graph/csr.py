@@ -59,23 +59,6 @@ class CSRGraph:
         ids = np.asarray(ids, dtype=np.int64)
         return ids if self.node_ids is None else self.node_ids[ids]
 
-    def node_ids_of(self, original: np.ndarray, what: str = "seed") -> np.ndarray:
-        """Node ids of original ids (themselves unless renumbered); :class:`SamplingInputError`
-        for an original id that is not a node of the graph."""
-        original = np.asarray(original, dtype=np.int64)
-        if self.node_ids is None or original.size == 0:
-            return original
-        from ..errors import SamplingInputError
-
-        pos = np.minimum(np.searchsorted(self.node_ids, original), self.node_ids.size - 1)
-        bad = self.node_ids[pos] != original
-        if bad.any():
-            raise SamplingInputError(
-                f"{what} id {int(original[np.argmax(bad)])} is not a node of the renumbered graph "
-                f"'{self.name}'", "no neighbors can be sampled for it",
-                "pass original node ids that occur in the input's edges")
-        return pos
-
     @classmethod
     def from_edges(
         cls,

@@ -460,7 +460,7 @@ def read_npz(path: str | PathLike, **opts) -> CSRGraph:
     if y is not None and y.dtype.kind in "iub":
         y = y.astype(np.int64, copy=False)
     g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes, x=x, y=y)
-    _check_node_data(name, g.num_nodes, x, y)
+    _check_node_data(name, g.num_nodes, g.x, g.y)
     g.masks = masks_from(mask_arrays, name, g.num_nodes, g.node_ids)
     return g
 
