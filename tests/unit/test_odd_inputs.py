@@ -91,7 +91,8 @@ def test_header_line_is_reported_by_info(tmp_path, capsys):
     ids, src, dst = _hashed(50, 100)
     q = tmp_path / "h.npz"
     np.savez(q, src=src, dst=dst)
-    for flag, word in (([], "distinct ids (largest"), (["--renumber", "false"], "Nothing was allocated. Fix:")):
+    for flag, word in (([], "distinct ids (largest"),
+                       (["--renumber", "false"], "Nothing was allocated. Fix:")):
         with pytest.raises(SystemExit) as ei:
             main(["info", str(q), *flag])
         out = capsys.readouterr()

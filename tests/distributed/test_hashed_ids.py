@@ -1,0 +1,116 @@
+"""Hashed 64-bit node ids (issue 23): a graph of 10,000 nodes whose ids are random 63-bit
+integers is renumbered, partitioned by one process and by the distributed ingest (the same
+files), and sampled on W = 1, 2 ranks under an address-space limit; ``n_id`` and the seeds are
+the input's ids, and the batches are bit-identical for any world size and to one process."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mnmg_sampler.graph.api import partition_graph
+from mnmg_sampler.graph.datasets import load_graph
+from mnmg_sampler.sampler import sample
+
+from .common import as_arrays, assert_same
+from .harness import run_ranks
+
+NODES, EDGES, FAN, SEED = 10_000, 40_000, [4, 3], 13
+BUDGET = 96 << 20  # what a rank may add to its address space while it samples
+
+
+@pytest.fixture(scope="module")
+def hashed(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hashed")
+    rng = np.random.default_rng(23)
+    ids = np.unique(rng.integers(2**40, 2**63 - 1, NODES + 100, dtype=np.int64))[:NODES]
+    rng.shuffle(ids)
+    src = ids[rng.integers(0, NODES, EDGES)]
+    dst = ids[rng.integers(0, NODES, EDGES)]
+    src[:NODES], dst[NODES:2 * NODES] = ids, ids  # every id occurs
+    path = d / "hashed.txt"  # split by byte ranges across ranks
+    path.write_text("# user item\n" + "".join(f"{a} {b}\n" for a, b in
+                                              zip(src.tolist(), dst.tolist(), strict=True)))
+    return path, np.sort(ids)
+
+
+def _same_files(a, b) -> None:
+    """The same manifest and the same bytes in every file it lists (loading a part adds a
+    verification stamp, which is not compared)."""
+    ma, mb = json.loads((a / "manifest.json").read_text()), json.loads((b / "manifest.json")
+                                                                       .read_text())
+    assert ma == mb
+    for rel in ma["files"]:
+        assert filecmp.cmp(a / rel, b / rel, shallow=False), rel
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _ingest_and_sample(rank, world, spec, out, seeds):
+    import resource
+
+    from mnmg_sampler.distributed.ingest import partition_distributed
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    partition_distributed(spec, out, "random", 5, chunk=4096)
+
+    def run():
+        svc = SamplingService(load_partition(out, rank, world), seed=SEED, mode="inline")
+        loader = DistNeighborLoader(svc, seeds, FAN, 25, shuffle=True, seed=3)
+        loader.set_epoch(1)
+        got = {b.key: as_arrays(b) for b in loader}
+        svc.shutdown()
+        return got
+
+    run()  # warm up: compiled kernels, buffers, threads
+    resource.setrlimit(resource.RLIMIT_AS, (_status("VmSize") + BUDGET, resource.RLIM_INFINITY))
+    got = run()  # an array sized by the largest id (2**63) or any large multiple cannot fit
+    bites = True
+    try:
+        np.ones(BUDGET // 8 + 1, np.int64)
+        bites = False
+    except MemoryError:
+        pass
+    return got, bites
+
+
+def test_hashed_ids_partition_and_sample_the_same_for_any_world_size(hashed, tmp_path):
+    path, ids = hashed
+    g = load_graph(path)
+    assert g.num_nodes == NODES and np.array_equal(g.node_ids, ids)  # renumbered, kept
+    seeds = ids[::40]  # the input's ids: 250 seeds, 10 batches of 25
+    per_world = {}
+    for world in (1, 2):
+        ref = partition_graph(path, num_parts=world, out=tmp_path / f"ref{world}",
+                              method="random", seed=5)
+        out = tmp_path / f"dist{world}"
+        res = run_ranks(_ingest_and_sample, world, str(path), str(out), seeds, timeout=300)
+        _same_files(ref, out)  # the distributed ingest writes the single-process files
+        assert np.array_equal(np.load(out / "node_ids.npy"), ids)
+        batches = {}
+        for got, bites in res:
+            assert bites
+            batches.update(got)
+        per_world[world] = batches
+    assert per_world[1].keys() == per_world[2].keys()
+    seen = []
+    for key, b in per_world[1].items():
+        assert_same(b, per_world[2][key])
+        assert np.isin(b["n_id"], ids).all()  # n_id holds the input's 63-bit ids
+        one = sample(g, b["n_id"][:b["batch_size"]], FAN, seed=SEED, key=key)
+        assert_same(b, as_arrays(one))
+        seen.append(b["n_id"][:b["batch_size"]])
+    assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(seeds))
+    assert os.path.exists(tmp_path / "ref2" / "node_ids.npy")
