@@ -107,6 +107,13 @@ def _require_file(path: Path) -> None:
         )
 
 
+def input_path(path: str | PathLike) -> tuple[Path, str]:
+    """``(Path, name for messages)`` of an input file that exists (else a typed error)."""
+    p = Path(path)
+    _require_file(p)
+    return p, str(p)
+
+
 def _read_bytes(path: Path) -> bytes:
     name = str(path)
     _require_file(path)
@@ -467,9 +474,7 @@ def read_npz(path: str | PathLike, **opts) -> CSRGraph:
 
 def read_npy(path: str | PathLike, **opts) -> CSRGraph:
     """Read a ``.npy`` holding one integer ``edge_index`` (``2 x E``, or ``E x 2``)."""
-    p = Path(path)
-    name = str(p)
-    _require_file(p)
+    p, name = input_path(path)
     try:
         arr = np.load(p, allow_pickle=False, mmap_mode="r")
     except (OSError, ValueError, EOFError) as e:

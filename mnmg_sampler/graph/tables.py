@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import _require_file, as_ids, header_line, read_text_bytes
+from .readers import as_ids, header_line, input_path, read_text_bytes
 
 __all__ = ["read_table", "read_parquet", "SRC_NAMES", "DST_NAMES"]
 
@@ -138,9 +138,7 @@ def read_table(path: str | PathLike, *, num_nodes: int | None = None, **opts) ->
 
 def read_parquet(path: str | PathLike, **opts) -> CSRGraph:
     """Read a parquet edge table (needs ``pyarrow``); columns chosen as for CSV."""
-    p = Path(path)
-    name = str(p)
-    _require_file(p)
+    p, name = input_path(path)
     try:
         import pyarrow.parquet as pq
     except ImportError as e:

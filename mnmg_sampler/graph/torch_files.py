@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import _require_file, edge_index_pair, masks_from
+from .readers import edge_index_pair, input_path, masks_from
 
 __all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping"]
 
@@ -87,9 +87,7 @@ def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
 
 def read_torch(path: str | PathLike, **opts) -> CSRGraph:
     """Read a ``.pt`` / ``.pth`` holding a PyG ``Data`` or a dict of tensors."""
-    p = Path(path)
-    name = str(p)
-    _require_file(p)
+    p, name = input_path(path)
     try:
         obj = _safe_load(p)
     except (OSError, RuntimeError, EOFError) as e:

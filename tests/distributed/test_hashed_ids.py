@@ -18,6 +18,7 @@ from mnmg_sampler.sampler import sample
 
 from .common import as_arrays, assert_same
 from .harness import run_ranks
+from .test_id_maps import _status
 
 NODES, EDGES, FAN, SEED = 10_000, 40_000, [4, 3], 13
 BUDGET = 96 << 20  # what a rank may add to its address space while it samples
@@ -46,14 +47,6 @@ def _same_files(a, b) -> None:
     assert ma == mb
     for rel in ma["files"]:
         assert filecmp.cmp(a / rel, b / rel, shallow=False), rel
-
-
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def _ingest_and_sample(rank, world, spec, out, seeds):
