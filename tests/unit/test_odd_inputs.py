@@ -257,3 +257,28 @@ def test_renumber_true_false_and_declared_num_nodes(tmp_path):
     np.savez(q, src=np.array([0, 5]), dst=np.array([5, 2**21]), y=y)
     g = load_graph(q)  # renumbered; y follows the nodes
     assert g.node_ids.tolist() == [0, 5, 2**21] and g.y.tolist() == [0, 5, 2**21 % 7]
+
+
+def test_sample_command_speaks_the_input_ids(tmp_path):
+    from mnmg_sampler.cli import main
+
+    ids, src, dst = _hashed(300, 900)
+    p = tmp_path / "g.npz"
+    np.savez(p, src=src, dst=dst)
+    used = np.unique(np.concatenate([src, dst]))
+    np.save(tmp_path / "seeds.npy", used[:20])
+    out = tmp_path / "batches"
+    with pytest.raises(SystemExit) as ei:
+        main(["sample", str(p), "--seeds-file", str(tmp_path / "seeds.npy"), "--batch-size", "8",
+              "--fanouts", "3,2", "--out", str(out)])
+    assert ei.value.code == 0
+    seen = []
+    for f in sorted(out.glob("batch_*.npz")):
+        b = np.load(f)
+        assert np.isin(b["n_id"], used).all()
+        seen.append(b["n_id"][:int(b["batch_size"])])
+    assert sorted(np.concatenate(seen).tolist()) == sorted(used[:20].tolist())
+    np.save(tmp_path / "bad.npy", np.array([7]))
+    with pytest.raises(SystemExit) as ei:
+        main(["sample", str(p), "--seeds-file", str(tmp_path / "bad.npy")])
+    assert ei.value.code != 0
