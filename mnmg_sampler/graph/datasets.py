@@ -38,6 +38,7 @@ from ..config.formats import (
     supported_formats,
 )
 from ..errors import GraphFormatError
+from ..host_limits import check_allocation
 from .build import MAX_NODE_ID, ReadOptions, build_graph
 from .csr import CSRGraph
 from .node_data import attach_node_data
@@ -296,6 +297,8 @@ def read_share(spec: str | PathLike, rank: int, world: int, seed: int = 0,
     if key.startswith("rmat:"):
         scale, ef = _parse_rmat(key)
         m = ef << scale
+        check_allocation(f"rmat:{scale}:{ef}: rank {rank}'s {m // world:,} of {m:,} edges",
+                         16 * (m // world + 1), "use a smaller SCALE or more ranks")
         src, dst = rmat_edge_range(scale, ef, rank * m // world, (rank + 1) * m // world,
                                    seed=seed)
         return EdgeShare(src, dst, f"rmat:{scale}:{ef}", 1 << scale)

@@ -282,3 +282,35 @@ def test_sample_command_speaks_the_input_ids(tmp_path):
     with pytest.raises(SystemExit) as ei:
         main(["sample", str(p), "--seeds-file", str(tmp_path / "bad.npy")])
     assert ei.value.code != 0
+
+
+def test_rmat_share_is_checked_before_allocating():
+    from mnmg_sampler.graph.datasets import read_share
+
+    with pytest.raises(MemoryBudgetError, match="rmat:40:16: rank 0's"):
+        read_share("rmat:40", 0, 2)
+
+
+def test_renumber_config_key_and_partition_source(tmp_path):
+    from mnmg_sampler.config import load_config
+    from mnmg_sampler.graph.partition_io import make_source
+
+    assert load_config(None, []).dataset.renumber == "auto"
+    assert load_config(None, ["dataset.renumber=false"]).dataset.renumber is False
+    p = _write(tmp_path / "g.txt", "0 1\n")
+    auto = make_source(p, method="random", seed=0, parts=1)
+    assert "renumber" not in auto["load"]  # the default: old manifests stay current
+    assert make_source(p, method="random", seed=0, parts=1, renumber=True)["load"][
+        "renumber"] == "true"
+
+
+def test_pyg_stores_refuse_a_renumbered_graph():
+    pytest.importorskip("torch_geometric")
+    from types import SimpleNamespace
+
+    from mnmg_sampler.pyg.stores import PartitionFeatureStore, PartitionGraphStore
+
+    svc = SimpleNamespace(node_ids=np.array([5, 2**40]))
+    for store in (PartitionFeatureStore, PartitionGraphStore):
+        with pytest.raises(SamplingInputError, match="renumbered graph"):
+            store(svc)
