@@ -284,7 +284,8 @@ def partition_distributed(
     agree(lambda: _check_args(spec, out, method, overwrite, world), group)
 
     def read() -> EdgeShare:
-        sh = read_share(spec, rank, world, seed if graph_seed is None else graph_seed)
+        sh = read_share(spec, rank, world, seed if graph_seed is None else graph_seed,
+                        renumber=renumber)
         if sh.src.size and min(int(sh.src.min()), int(sh.dst.min())) < 0:
             raise GraphFormatError(f"{sh.name}: negative node id",
                                    "node ids index arrays and must be >= 0",
@@ -303,10 +304,8 @@ def partition_distributed(
     node_ids = None
     if mode == "true" or (mode == "auto" and declared < 0 and max_id + 1 > RENUMBER_FLOOR):
         node_ids = _renumber(ex, share, max_id, mode == "true", chunk, group)
-        if node_ids is not None:
+        if node_ids is not None:  # rank 0's whole input (x, y) is already in node order
             max_id, declared = int(node_ids[2]) - 1, -1
-            head[:, 3:] = 0  # node data of the whole input is indexed by the old ids
-            share.x = share.y = None
     n = declared if declared >= 0 else max_id + 1
     if max_id >= n:
         raise GraphFormatError(f"{share.name}: node id {max_id} is out of range for {n} nodes",

@@ -283,9 +283,9 @@ def _whole(spec: str, renumber: str | bool) -> EdgeShare:
     order = np.argsort(g.edge_ids, kind="stable")
     rows = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
     src, dst = g.original_ids(g.indices[order]), g.original_ids(rows[order])
-    n = g.num_nodes if g.node_ids is None else None
-    x, y = (g.x, g.y) if g.node_ids is None else (None, None)
-    return EdgeShare(src, dst, g.name, n, x, y)
+    # renumbered: the edges go back to the input's ids (the ingest renumbers them the same way:
+    # the same distinct ids), x and y stay in node order
+    return EdgeShare(src, dst, g.name, g.num_nodes if g.node_ids is None else None, g.x, g.y)
 
 
 def read_share(spec: str | PathLike, rank: int, world: int, seed: int = 0,

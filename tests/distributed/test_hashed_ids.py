@@ -1,7 +1,8 @@
 """Hashed 64-bit node ids (issue 23): a graph of 10,000 nodes whose ids are random 63-bit
 integers is renumbered, partitioned by one process and by the distributed ingest (the same
 files), and sampled on W = 1, 2 ranks under an address-space limit; ``n_id`` and the seeds are
-the input's ids, and the batches are bit-identical for any world size and to one process."""
+the input's ids, and the batches are bit-identical for any world size and to one process. An
+.npz with sparse ids and node data, renumbered on request, gives the same files too."""
 
 from __future__ import annotations
 
@@ -49,7 +50,19 @@ def _same_files(a, b) -> None:
         assert filecmp.cmp(a / rel, b / rel, shallow=False), rel
 
 
-def _ingest_and_sample(rank, world, spec, out, seeds):
+def _sparse_npz(d):
+    """An .npz with sparse ids and node data (x, y: a row per id up to the largest)."""
+    rng = np.random.default_rng(4)
+    ids = np.unique(rng.integers(0, 5000, 300))
+    src, dst = ids[rng.integers(0, ids.size, 900)], ids[rng.integers(0, ids.size, 900)]
+    src[0] = 4999
+    x = rng.standard_normal((5000, 3)).astype(np.float32)
+    y = rng.integers(0, 4, 5000)
+    np.savez(d / "g.npz", src=src, dst=dst, x=x, y=y)
+    return d / "g.npz", np.unique(np.concatenate([src, dst])), x, y
+
+
+def _ingest_and_sample(rank, world, spec, out, seeds, npz=None):
     import resource
 
     from mnmg_sampler.distributed.ingest import partition_distributed
@@ -58,6 +71,8 @@ def _ingest_and_sample(rank, world, spec, out, seeds):
     from mnmg_sampler.loader import DistNeighborLoader
 
     partition_distributed(spec, out, "random", 5, chunk=4096)
+    if npz is not None:  # renumber=true on an input rank 0 reads whole, with node data
+        partition_distributed(npz[0], npz[1], "hash", 2, renumber=True, chunk=50)
 
     def run():
         svc = SamplingService(load_partition(out, rank, world), seed=SEED, mode="inline")
@@ -84,12 +99,14 @@ def test_hashed_ids_partition_and_sample_the_same_for_any_world_size(hashed, tmp
     g = load_graph(path)
     assert g.num_nodes == NODES and np.array_equal(g.node_ids, ids)  # renumbered, kept
     seeds = ids[::40]  # the input's ids: 250 seeds, 10 batches of 25
+    npz_path, used, x, y = _sparse_npz(tmp_path)
     per_world = {}
     for world in (1, 2):
         ref = partition_graph(path, num_parts=world, out=tmp_path / f"ref{world}",
                               method="random", seed=5)
         out = tmp_path / f"dist{world}"
-        res = run_ranks(_ingest_and_sample, world, str(path), str(out), seeds, timeout=300)
+        npz = (str(npz_path), str(tmp_path / "npz-dist")) if world == 2 else None
+        res = run_ranks(_ingest_and_sample, world, str(path), str(out), seeds, npz, timeout=300)
         _same_files(ref, out)  # the distributed ingest writes the single-process files
         assert np.array_equal(np.load(out / "node_ids.npy"), ids)
         batches = {}
@@ -107,3 +124,11 @@ def test_hashed_ids_partition_and_sample_the_same_for_any_world_size(hashed, tmp
         seen.append(b["n_id"][:b["batch_size"]])
     assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(seeds))
     assert os.path.exists(tmp_path / "ref2" / "node_ids.npy")
+    ref = partition_graph(npz_path, num_parts=2, out=tmp_path / "npz-ref", method="hash", seed=2,
+                          renumber=True)
+    _same_files(ref, tmp_path / "npz-dist")
+    assert np.array_equal(np.load(ref / "node_ids.npy"), used)
+    for r in range(2):  # each part's rows are the input rows of its nodes' input ids
+        orig = np.load(ref / f"part{r}" / "orig_ids.npy")
+        assert np.array_equal(np.load(ref / f"part{r}" / "x.npy"), x[used[orig]])
+        assert np.array_equal(np.load(ref / f"part{r}" / "y.npy"), y[used[orig]])
