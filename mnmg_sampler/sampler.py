@@ -28,7 +28,7 @@ from .ops import cpu
 from .ops.dedup import dedup_hop
 from .ops.rng import request_key
 
-__all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts", "check_input_nodes",
+__all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts",
            "check_new_seeds", "check_seed", "local_hop_fn", "request_key", "run_cpu_kernel",
            "sample"]
 
