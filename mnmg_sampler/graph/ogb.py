@@ -17,6 +17,7 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import warnings
 from os import PathLike
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from ..config.formats import ogb_file as _find
 from ..errors import GraphFormatError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import as_mask
+from .readers import as_mask, text_bytes
 
 __all__ = ["is_ogb_dir", "read_ogb_dir"]
 
@@ -39,8 +40,13 @@ _SPLITS = {"train": "train", "val": "valid", "test": "test"}
 def _table(path: Path, dtype, what: str) -> np.ndarray:
     try:
         raw = gzip.open(path, "rb").read() if path.name.endswith(".gz") else path.read_bytes()
-        return np.loadtxt(io.BytesIO(raw), dtype=dtype, delimiter=",", ndmin=2)
-    except (OSError, EOFError, ValueError) as e:
+        if not raw.strip():  # numpy would warn; an empty table has no rows
+            return np.zeros((0, 1), dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a numpy warning is reported, never printed
+            return np.loadtxt(io.BytesIO(text_bytes(raw, str(path))), dtype=dtype,
+                              delimiter=",", ndmin=2)
+    except (OSError, EOFError, ValueError, UserWarning) as e:
         raise GraphFormatError(f"{path} cannot be read as a CSV of {what}: {e}",
                                "the OGB dataset cannot be loaded",
                                "check the file, or unpack the dataset again") from e

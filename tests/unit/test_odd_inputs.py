@@ -314,3 +314,14 @@ def test_pyg_stores_refuse_a_renumbered_graph():
     for store in (PartitionFeatureStore, PartitionGraphStore):
         with pytest.raises(SamplingInputError, match="renumbered graph"):
             store(svc)
+
+
+def test_ogb_tables_with_a_bom_or_empty_read_without_warnings(tmp_path):
+    raw = tmp_path / "ogb" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "edge.csv").write_bytes(b"\xef\xbb\xbf0,1\n1,2\n")
+    (raw / "node-label.csv").write_text("")
+    with pytest.raises(GraphFormatError, match="node-label has 0 rows"):
+        load_graph(tmp_path / "ogb")
+    (raw / "node-label.csv").unlink()
+    assert _edges(load_graph(tmp_path / "ogb")) == [(0, 1), (1, 2)]
