@@ -3,13 +3,14 @@
 Every reader (``readers.py``, ``tables.py``, ``torch_files.py``, ``ogb.py``, in-memory arrays)
 ends with :func:`build_graph`, which
 
-1. refuses negative ids and ids above ``max_node_id`` (default 2**40),
+1. refuses negative ids,
 2. renumbers sparse ids (:func:`should_renumber`): real interaction data carries 64-bit ids
    (hashed user ids, database keys), and a CSR sized by the largest id would need one row per
    possible id. The distinct ids, sorted, become ``0 .. N-1``; the graph keeps them in
    :attr:`CSRGraph.node_ids`, so outputs (``n_id``) show the original ids again,
-3. checks the CSR's size against what the process can allocate
-   (:func:`mnmg_sampler.host_limits.check_allocation`) before it is built.
+3. otherwise checks the CSR's size against what the process can allocate
+   (:func:`mnmg_sampler.host_limits.check_allocation`), then refuses ids above ``max_node_id``
+   (default 2**40), both before the CSR is built.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ MAX_NODE_ID = 1 << 40
 
 RENUMBER_MODES = ("auto", "true", "false")
 RENUMBER_FLOOR = 1 << 20
-"""``auto`` renumbers only when the largest id + 1 is above this many rows (8 MiB of CSR)."""
+"""``auto`` renumbers only when the largest id + 1 is above this many rows (16 MiB of CSR)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,18 @@ def should_renumber(max_id: int, distinct: int) -> bool:
     """The ``auto`` rule: renumber when the largest id + 1 exceeds both ``4 x`` the number of
     distinct ids and :data:`RENUMBER_FLOOR` (then most CSR rows would be ids nobody uses)."""
     return max_id + 1 > max(4 * distinct, RENUMBER_FLOOR)
+
+
+def _distinct(src: np.ndarray, dst: np.ndarray, top: int) -> int | None:
+    """The number of distinct ids when a bitmap of ``top + 1`` bytes is at most 8 bytes per
+    edge (cheaper than sorting); ``None`` when the ids are so sparse that ``auto`` renumbers
+    anyway (fewer than ``2 E`` distinct ids can never reach a quarter of ``top + 1``)."""
+    if top + 1 > 8 * max(src.size, 1):
+        return None
+    seen = np.zeros(top + 1, bool)
+    seen[src] = True
+    seen[dst] = True
+    return int(np.count_nonzero(seen))
 
 
 def renumber_ids(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,7 +156,11 @@ def build_graph(name: str, src: np.ndarray, dst: np.ndarray, opts: ReadOptions,
     top = _top(src, dst)
     mode = opts.renumber
     node_ids = None
-    if mode == "true" or (mode == "auto" and num_nodes is None and top + 1 > RENUMBER_FLOOR):
+    want = mode == "true"
+    if mode == "auto" and num_nodes is None and top + 1 > RENUMBER_FLOOR:
+        distinct = _distinct(src, dst, top)
+        want = distinct is None or should_renumber(top, distinct)
+    if want:
         check_allocation(f"{name}: renumbering {src.size:,} edges", 32 * src.size,
                          "use a machine with more memory, or split the input")
         ids, new_src, new_dst = renumber_ids(src, dst)

@@ -325,3 +325,14 @@ def test_ogb_tables_with_a_bom_or_empty_read_without_warnings(tmp_path):
         load_graph(tmp_path / "ogb")
     (raw / "node-label.csv").unlink()
     assert _edges(load_graph(tmp_path / "ogb")) == [(0, 1), (1, 2)]
+
+
+def test_auto_rule_on_large_dense_and_moderately_sparse_ids():
+    n = RENUMBER_FLOOR + 5  # dense: every id used, no renumbering
+    ring = np.arange(n)
+    assert load_graph((ring, (ring + 1) % n)).node_ids is None
+    rng = np.random.default_rng(0)  # 40,000 distinct ids below 2**21 on 300,000 edges: sparse
+    ids = np.unique(rng.integers(0, 2**21, 40_000))
+    src, dst = ids[rng.integers(0, ids.size, 300_000)], ids[rng.integers(0, ids.size, 300_000)]
+    g = load_graph((src, dst))
+    assert g.node_ids is not None and g.num_nodes == np.unique(np.concatenate([src, dst])).size
