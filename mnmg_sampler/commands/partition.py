@@ -187,7 +187,8 @@ def _run_distributed(args: argparse.Namespace) -> int:
         if env.rank == 0:
             rows = [
                 ("graph", f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
-                 f"{stats['num_edges']:,} edges"),
+                 f"{stats['num_edges']:,} edges"
+                 + (" (renumbered; n_id shows the input's ids)" if stats["renumbered"] else "")),
                 ("method", f"{stats['method']} (seed {stats['seed']}), {stats['parts']} parts"),
                 ("edge cut", f"{stats['edge_cut']:.4f} of edges cross parts"),
                 ("imbalance", f"{stats['imbalance']:.3f} nodes, {stats['edge_imbalance']:.3f} "

@@ -269,7 +269,7 @@ def partition_distributed(
     ``false``) numbers sparse ids ``0..N-1`` as :func:`~mnmg_sampler.graph.build.build_graph`
     does, without any array sized by the largest id (:func:`_renumber`).
     Returns the partition statistics (as in the manifest) plus ``out``, ``seconds``,
-    ``num_nodes``, ``num_edges`` and ``graph_name``.
+    ``num_nodes``, ``num_edges``, ``graph_name`` and ``renumbered``.
 
     Raises the same typed error on every rank (bad method, existing output, unreadable input).
     """
@@ -389,7 +389,8 @@ def partition_distributed(
     _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
            has_x, has_y, overwrite, source, group, node_ids)
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
-                 num_edges=num_edges, graph_name=share_name(spec))
+                 num_edges=num_edges, graph_name=share_name(spec),
+                 renumbered=node_ids is not None)
     return stats
 
 

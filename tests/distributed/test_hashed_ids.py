@@ -132,3 +132,24 @@ def test_hashed_ids_partition_and_sample_the_same_for_any_world_size(hashed, tmp
         orig = np.load(ref / f"part{r}" / "orig_ids.npy")
         assert np.array_equal(np.load(ref / f"part{r}" / "x.npy"), x[used[orig]])
         assert np.array_equal(np.load(ref / f"part{r}" / "y.npy"), y[used[orig]])
+
+
+@pytest.mark.slow
+def test_cli_under_torchrun_renumbers_as_one_process(hashed, tmp_path):
+    from mnmg_sampler.cli import main
+
+    from .torchrun import torchrun
+
+    path, _ = hashed
+    args = [str(path), "--method", "hash", "--seed", "1"]
+    proc = torchrun(["partition", *args, "--out", str(tmp_path / "d")], 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "renumbered; n_id shows the input's ids" in proc.stdout
+    with pytest.raises(SystemExit) as e:
+        main(["partition", *args, "--parts", "2", "--out", str(tmp_path / "s")])
+    assert e.value.code == 0
+    _same_files(tmp_path / "s", tmp_path / "d")
+    proc = torchrun(["partition", *args, "--renumber", "false", "--out", str(tmp_path / "x")],
+                    2)
+    assert proc.returncode != 0 and "partition: error: " in proc.stderr
+    assert "Nothing was allocated" in proc.stderr  # the typed line (torchrun adds its summary)
