@@ -44,53 +44,9 @@ from .distributed.consistency import check_same_on_every_rank, fingerprint_array
 from .distributed.id_maps import IdMaps
 from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
-from .sampler import SampleRequest, check_fanouts, request_key
+from .sampler import SampleRequest, check_fanouts, check_input_nodes, request_key
 
 SPLITS = ("global", "owner")
-
-
-def check_input_nodes(input_nodes, num_nodes: int) -> np.ndarray:
-    """``input_nodes`` as a flat int64 array of distinct ids in ``[0, num_nodes)``, or a
-    :class:`SamplingInputError` saying what is wrong (the same on every rank for the same input).
-
-    Accepted, as in PyG's ``NeighborLoader``: integer node ids (any int dtype, tensor, array or
-    sequence) or a bool mask of length ``num_nodes`` (its ``True`` positions are the seeds).
-    Refused: float ids (never cast silently), other shapes, out-of-range or repeated ids.
-    An empty input is valid and gives no batch.
-    """
-    what = "the loader cannot be built; every rank raises this before sampling"
-    if torch.is_tensor(input_nodes):
-        input_nodes = input_nodes.detach().cpu().numpy()
-    arr = np.asarray(input_nodes)
-    if arr.size == 0 and arr.ndim <= 1:
-        return np.empty(0, np.int64)
-    if arr.ndim != 1:
-        raise SamplingInputError(f"input_nodes has shape {arr.shape}", what,
-                                 "pass a 1-D array of node ids or a bool mask")
-    if arr.dtype == np.bool_:
-        if arr.shape[0] != num_nodes:
-            raise SamplingInputError(
-                f"input_nodes is a bool mask of length {arr.shape[0]}, but the graph has "
-                f"{num_nodes} nodes", what,
-                f"pass a mask of length {num_nodes} (True = seed), or integer node ids")
-        return np.flatnonzero(arr).astype(np.int64)
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise SamplingInputError(
-            f"input_nodes has dtype {arr.dtype}; node ids must be integers", what,
-            "pass integer ids (e.g. ids.long() or ids.astype(np.int64)) or a bool mask")
-    lo, hi = arr.min(), arr.max()
-    if lo < 0 or hi >= num_nodes:
-        bad = lo if lo < 0 else hi
-        raise SamplingInputError(f"input_nodes holds id {bad}, out of range for a graph with "
-                                 f"{num_nodes} nodes", what, f"pass ids in [0, {num_nodes})")
-    ids = arr.astype(np.int64)
-    uniq, counts = np.unique(ids, return_counts=True)
-    if uniq.size != ids.size:
-        dup = uniq[counts > 1]
-        raise SamplingInputError(
-            f"input_nodes holds {ids.size - uniq.size} repeated ids (e.g. {int(dup[0])})", what,
-            "pass each seed once (e.g. np.unique(ids))")
-    return ids
 
 
 def translate_seeds(ids: IdMaps, seeds: np.ndarray) -> np.ndarray:
@@ -236,7 +192,8 @@ class DistNeighborLoader(EpochCursor):
             # PyG: input_nodes=None is every node of the graph
             nodes = check_input_nodes(
                 np.arange(int(service.num_nodes), dtype=np.int64) if input_nodes is None
-                else input_nodes, int(service.num_nodes))
+                else input_nodes, int(service.num_nodes),
+                node_ids=None if input_nodes is None else service.node_ids)
             check_batching(batch_size, prefetch)
             return nodes, check_fanouts(num_neighbors)
 

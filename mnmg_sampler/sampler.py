@@ -297,10 +297,83 @@ class MultiHopSampler:
         )
 
 
+def check_input_nodes(input_nodes, num_nodes: int, *, node_ids: np.ndarray | None = None,
+                      name: str = "input_nodes",
+                      what: str = "the loader cannot be built; every rank raises this before "
+                                  "sampling") -> np.ndarray:
+    """``input_nodes`` as a flat int64 array of distinct ids in ``[0, num_nodes)``, or a
+    :class:`SamplingInputError` saying what is wrong (the same on every rank for the same input).
+
+    Accepted, as in PyG's ``NeighborLoader``: integer node ids (any int dtype, tensor, array or
+    sequence) or a bool mask of length ``num_nodes`` (its ``True`` positions are the seeds).
+    Refused: float ids (never cast silently), other shapes, out-of-range or repeated ids.
+    An empty input is valid and gives no batch. For a renumbered graph (``node_ids``: the
+    original id of each node, ascending) integer ids are original ids, translated here; a mask
+    has one entry per node, in ascending original id. ``name`` and ``what`` word the errors.
+    """
+    if torch.is_tensor(input_nodes):
+        input_nodes = input_nodes.detach().cpu().numpy()
+    arr = np.asarray(input_nodes)
+    if arr.size == 0 and arr.ndim <= 1:
+        return np.empty(0, np.int64)
+    if arr.ndim != 1:
+        raise SamplingInputError(f"{name} has shape {arr.shape}", what,
+                                 "pass a 1-D array of node ids or a bool mask")
+    if arr.dtype == np.bool_:
+        if arr.shape[0] != num_nodes:
+            raise SamplingInputError(
+                f"{name} is a bool mask of length {arr.shape[0]}, but the graph has "
+                f"{num_nodes} nodes", what,
+                f"pass a mask of length {num_nodes} (True = seed), or integer node ids")
+        return np.flatnonzero(arr).astype(np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise SamplingInputError(
+            f"{name} has dtype {arr.dtype}; node ids must be integers", what,
+            "pass integer ids (e.g. ids.long() or ids.astype(np.int64)) or a bool mask")
+    if node_ids is not None:
+        arr = _renumbered(arr, node_ids, name, what)
+    lo, hi = arr.min(), arr.max()
+    if lo < 0 or hi >= num_nodes:
+        bad = lo if lo < 0 else hi
+        raise SamplingInputError(f"{name} holds id {bad}, out of range for a graph with "
+                                 f"{num_nodes} nodes", what, f"pass ids in [0, {num_nodes})")
+    ids = arr.astype(np.int64)
+    uniq, counts = np.unique(ids, return_counts=True)
+    if uniq.size != ids.size:
+        dup = uniq[counts > 1]
+        raise SamplingInputError(
+            f"{name} holds {ids.size - uniq.size} repeated ids (e.g. "
+            f"{int(dup[0]) if node_ids is None else int(node_ids[dup[0]])})", what,
+            "pass each seed once, no duplicate (e.g. np.unique(ids))")
+    return ids
+
+
+def _renumbered(arr: np.ndarray, node_ids: np.ndarray, name: str, what: str) -> np.ndarray:
+    """Node ids of the original ids ``arr`` (``node_ids`` ascending, memory-mapped is fine)."""
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:
+        raise SamplingInputError(f"{name} holds id {int(arr.max())}, above 2**63 - 1", what,
+                                 "pass original node ids of the graph")
+    arr = arr.astype(np.int64, copy=False)
+    pos = np.minimum(np.searchsorted(node_ids, arr), max(int(node_ids.shape[0]) - 1, 0))
+    bad = np.asarray(node_ids[pos]) != arr if node_ids.shape[0] else np.ones(arr.shape, bool)
+    if bad.any():
+        raise SamplingInputError(
+            f"{name} holds id {int(arr[np.argmax(bad)])}, which is not a node of the graph "
+            "(its ids were renumbered; seeds are original ids)", what,
+            "pass original node ids that occur in the graph's edges")
+    return pos.astype(np.int64)
+
+
 def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key: int = 0,
            replace: bool = False, weights: np.ndarray | None = None) -> MiniBatch:
     """Sample one minibatch from ``graph`` in this process (convenience wrapper); ``weights``
-    (one per CSR entry) samples neighbors with probability proportional to weight."""
+    (one per CSR entry) samples neighbors with probability proportional to weight.
+
+    ``seeds`` are node ids (original ids for a renumbered graph; ``n_id`` shows original ids
+    too) or a bool mask of length ``num_nodes`` whose ``True`` positions are the seeds, as in
+    PyG; a mask of another length is refused (:func:`check_input_nodes`)."""
+    ids = check_input_nodes(seeds, graph.num_nodes, node_ids=graph.node_ids, name="seeds",
+                            what="no minibatch can be sampled")
     if weights is not None:
         from .ops.weighted import local_weighted_hop_fn
 
@@ -308,4 +381,7 @@ def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key
     else:
         hop_fn = local_hop_fn(graph, seed)
     s = MultiHopSampler(hop_fn, graph.num_nodes)
-    return s.sample([SampleRequest(seeds, fanouts, key, replace)])[0]
+    batch = s.sample([SampleRequest(ids, fanouts, key, replace)])[0]
+    if graph.node_ids is not None:
+        batch.n_id = torch.from_numpy(graph.original_ids(batch.n_id.numpy()))
+    return batch

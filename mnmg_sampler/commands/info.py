@@ -28,8 +28,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--drop-duplicates", action="store_true",
                    help="keep one copy of each repeated (src, dst) edge")
     p.add_argument("--seed", type=int, default=0, help="seed of rmat: graphs (default 0)")
-    from .partition import add_node_data_arguments
+    from .partition import add_node_data_arguments, add_renumber_argument
 
+    add_renumber_argument(p)
     add_node_data_arguments(p)
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_typed(args, typed, time.perf_counter() - t0)
     g = load_graph(args.graph, undirected=args.undirected, drop_self_loops=args.drop_self_loops,
                    drop_duplicates=args.drop_duplicates, seed=args.seed,
-                   **node_data_kwargs(args))
+                   renumber=args.renumber, **node_data_kwargs(args))
     load_s = time.perf_counter() - t0
     deg = g.degrees()
     out_deg = np.bincount(g.indices, minlength=g.num_nodes)
@@ -65,6 +66,17 @@ def run(args: argparse.Namespace) -> int:
         ("isolated nodes", f"{isolated:,} ({100 * isolated / n:.1f}%)"),
         ("nodes with no neighbor to sample", f"{no_nbr:,} ({100 * no_nbr / n:.1f}%)"),
     ]
+    data["header"] = None if g.header is None else {"line": g.header[0], "text": g.header[1]}
+    if g.header is not None:
+        rows.append(("header row", f"line {g.header[0]}: {g.header[1]!r}"))
+    if g.node_ids is None:
+        data["renumbered"] = None
+        rows.append(("renumbered", "no (node ids are the input's)"))
+    else:
+        top = int(g.node_ids[-1]) if g.num_nodes else -1
+        data["renumbered"] = {"nodes": int(g.num_nodes), "largest_id": top}
+        rows.append(("renumbered", f"yes: {g.num_nodes:,} distinct ids (largest {top}) -> "
+                     f"0..{g.num_nodes - 1}; n_id shows the input's ids"))
     if g.num_nodes:
         stats = {"min": int(deg.min()), "mean": float(deg.mean()), "median": float(np.median(deg)),
                  "max": int(deg.max()), "p99": float(np.percentile(deg, 99))}

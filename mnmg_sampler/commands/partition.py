@@ -57,6 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--overwrite", action="store_true",
                    help="replace DIR if it is an earlier partition directory (or empty), once "
                    "the new one is complete; any other existing DIR is refused")
+    add_renumber_argument(p)
     add_node_data_arguments(p)
     add_weights_argument(p, "store them in every part (float32, checksummed) for weighted "
                          "sampling")
@@ -83,6 +84,14 @@ def check_weights_file(spec: str | None) -> None:
         raise GraphFormatError(f"--weights: file {spec!r} not found", "no edge weights can be "
                                "loaded", "fix the path, or name an array of the dataset's .npz "
                                "(e.g. adj_data)")
+
+
+def add_renumber_argument(p: argparse.ArgumentParser) -> None:
+    """``--renumber auto|true|false``: the CLI's ``dataset.renumber`` (shared with ``info``)."""
+    p.add_argument("--renumber", choices=("auto", "true", "false"), default="auto",
+                   help="number the nodes 0..N-1 by ascending input id, keeping the input's ids "
+                   "for n_id and seeds; auto (default): when the largest id is far above the "
+                   "node count (docs/formats.md)")
 
 
 def add_node_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -114,6 +123,7 @@ def _source(args, parts: int) -> dict:
     src = make_source(args.input, method=args.method, seed=args.seed, parts=parts,
                       undirected=args.undirected, drop_self_loops=args.drop_self_loops,
                       drop_duplicates=args.drop_duplicates, graph_seed=args.seed,
+                      renumber=args.renumber,
                       node_data={"features": args.features, "labels": args.labels,
                                  **{f"{s}_mask": getattr(args, f"{s}_mask")
                                     for s in ("train", "val", "test")}})
@@ -172,11 +182,13 @@ def _run_distributed(args: argparse.Namespace) -> int:
             args.input, args.out, args.method, args.seed, undirected=args.undirected,
             drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
             features=args.features, labels=args.labels, overwrite=args.overwrite,
-            chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world))
+            chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world),
+            renumber=args.renumber)
         if env.rank == 0:
             rows = [
                 ("graph", f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
-                 f"{stats['num_edges']:,} edges"),
+                 f"{stats['num_edges']:,} edges"
+                 + (" (renumbered; n_id shows the input's ids)" if stats["renumbered"] else "")),
                 ("method", f"{stats['method']} (seed {stats['seed']}), {stats['parts']} parts"),
                 ("edge cut", f"{stats['edge_cut']:.4f} of edges cross parts"),
                 ("imbalance", f"{stats['imbalance']:.3f} nodes, {stats['edge_imbalance']:.3f} "
@@ -204,7 +216,8 @@ def _run_single(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
                        drop_self_loops=args.drop_self_loops,
-                       drop_duplicates=args.drop_duplicates, **node_data_kwargs(args))
+                       drop_duplicates=args.drop_duplicates, renumber=args.renumber,
+                       **node_data_kwargs(args))
     weights = None
     if args.weights:
         from ..graph.weights import resolve_edge_weights
@@ -220,7 +233,8 @@ def _run_single(args: argparse.Namespace) -> int:
                            weights=weights)
     t3 = time.perf_counter()
     rows = [
-        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges"),
+        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges"
+         + ("" if graph.node_ids is None else " (renumbered; n_id shows the input's ids)")),
         ("method", f"{plan.method} (seed {plan.seed}), {plan.parts} parts"),
         ("edge cut", f"{plan.edge_cut:.4f} of edges cross parts"),
         ("imbalance", f"{plan.imbalance:.3f} nodes, {plan.edge_imbalance:.3f} edges (max/mean)"),

@@ -171,12 +171,24 @@ def set_threads(threads: int | None) -> int:
     return numba.get_num_threads()
 
 
+def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.ndarray:
+    """The seeds of a seeds file: for a renumbered graph the file holds the input's ids,
+    translated here (:func:`~mnmg_sampler.sampler.check_input_nodes`)."""
+    if node_ids is None:
+        return nodes
+    from ..sampler import check_input_nodes
+
+    return check_input_nodes(nodes, num_nodes, node_ids=node_ids, name=f"seeds file {path}",
+                             what="there are no seeds to sample")
+
+
 def epoch_seeds(graph, args) -> np.ndarray:
     """The seeds of epoch 0, in sampling order (see the module docstring)."""
     from ..graph.datasets import nonisolated_nodes
 
     if args.seeds_file:
-        nodes = read_seeds_file(args.seeds_file)
+        nodes = input_seeds(read_seeds_file(args.seeds_file), graph.num_nodes, graph.node_ids,
+                            args.seeds_file)
         graph.check_ids(nodes, "seed")
     elif args.include_isolated:
         nodes = np.arange(graph.num_nodes, dtype=np.int64)
@@ -304,7 +316,9 @@ def run_distributed(args: argparse.Namespace) -> int:
 
             numba.set_num_threads(args.threads)
         if args.seeds_file:
-            nodes = agree(lambda: read_seeds_file(args.seeds_file))
+            nodes = agree(lambda: input_seeds(read_seeds_file(args.seeds_file),
+                                              int(part.num_nodes), part.node_ids,
+                                              args.seeds_file))
         elif getattr(args, "include_isolated", False):
             nodes = np.arange(int(part.num_nodes), dtype=np.int64)
         else:
@@ -356,6 +370,8 @@ def run_distributed(args: argparse.Namespace) -> int:
 
 def run_single(args: argparse.Namespace) -> int:
     """Sample the epoch in this process; prints one summary block."""
+    import torch
+
     from ..graph.datasets import load_graph
     from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn, request_key
 
@@ -394,6 +410,7 @@ def run_single(args: argparse.Namespace) -> int:
         edges += int(batch.e_id.numel())
         nodes += batch.num_nodes
         if out is not None:
+            batch.n_id = torch.from_numpy(graph.original_ids(batch.n_id.numpy()))
             save_batch_atomic(out / f"batch_{i:06d}.npz", batch)
     busy = max(busy, 1e-9)
     data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..errors import GraphFormatError
+from .formats import GRAPH_SUFFIXES, is_ogb_dir, is_sharded, shard_files, supported_formats
 from .parse import _err
 from .schema import BUILTIN_DATASETS, JobConfig
 
@@ -50,14 +52,9 @@ def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
 def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
     """Check that a path dataset exists and has a readable type (typos of built-ins get a hint).
 
-    Also checks that the node data files exist. Imports the graph readers' format registry, so
-    it is called by ``validate`` and the jobs, not by :func:`load_config`.
+    Also checks that the node data files exist. Touches the file system, so it is called by
+    ``validate`` and the jobs, not by :func:`load_config`.
     """
-    from ..errors import GraphFormatError
-    from ..graph.datasets import GRAPH_SUFFIXES, supported_formats
-    from ..graph.ogb import is_ogb_dir
-    from ..graph.sources import is_sharded, shard_files
-
     spec = parse_dataset_name(cfg.dataset.name)
     d = cfg.dataset
     for fkey in ("features", "labels", "train_mask", "val_mask", "test_mask"):

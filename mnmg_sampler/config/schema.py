@@ -111,6 +111,10 @@ class DatasetConfig:
     max_node_id: int = _opt(
         2**40, "Largest node id accepted in an input file (the CSR needs 8 bytes per id up to "
         "the largest one).", (_POS_INT, _at_most(2**63 - 1, "2**63 - 1")))
+    renumber: Literal[True, False, "auto"] = _opt(
+        "auto", "Number the nodes 0..N-1 by ascending input id and keep the input's ids for n_id "
+        "and seeds (hashed 64-bit ids); auto = when the largest id + 1 is above both 4 x the "
+        "number of distinct ids and 2**20.")
 
 
 @dataclass

@@ -35,6 +35,8 @@ import torch
 import torch.distributed as dist
 
 from ..errors import GraphFormatError, PartitionError
+from ..graph.build import RENUMBER_FLOOR, ReadOptions, should_renumber
+from ..graph.datasets import read_share
 from ..graph.partition import (
     DISTRIBUTED_METHODS,
     _even_boundaries,
@@ -53,7 +55,8 @@ from ..graph.partition_io import (
 )
 from ..graph.permute import node_features, node_labels
 from ..graph.sources import NODE_DTYPES as _DTYPES
-from ..graph.sources import EdgeShare, node_rows_file, read_share
+from ..graph.sources import EdgeShare, node_rows_file
+from ..host_limits import check_allocation
 from .collective import Exchanger, agree
 
 __all__ = ["partition_distributed", "DEFAULT_CHUNK"]
@@ -251,6 +254,7 @@ def partition_distributed(
     source: dict | None = None,
     chunk: int = DEFAULT_CHUNK,
     group: dist.ProcessGroup | None = None,
+    renumber: str | bool = "auto",
 ) -> dict:
     """Partition graph ``spec`` into one part per rank of ``group`` and write ``out_dir``.
 
@@ -261,9 +265,11 @@ def partition_distributed(
     them, ``feature_dim > 0`` / ``num_classes > 0`` give the synthetic rows of
     :func:`mnmg_sampler.graph.permute.node_features` / ``node_labels`` (seeded by ``data_seed``).
     ``source`` (:func:`~mnmg_sampler.graph.partition_io.make_source`) is recorded in the
-    manifest, as the single-process writer records it.
+    manifest, as the single-process writer records it. ``renumber`` (``auto``, ``true``,
+    ``false``) numbers sparse ids ``0..N-1`` as :func:`~mnmg_sampler.graph.build.build_graph`
+    does, without any array sized by the largest id (:func:`_renumber`).
     Returns the partition statistics (as in the manifest) plus ``out``, ``seconds``,
-    ``num_nodes``, ``num_edges`` and ``graph_name``.
+    ``num_nodes``, ``num_edges``, ``graph_name`` and ``renumbered``.
 
     Raises the same typed error on every rank (bad method, existing output, unreadable input).
     """
@@ -278,7 +284,8 @@ def partition_distributed(
     agree(lambda: _check_args(spec, out, method, overwrite, world), group)
 
     def read() -> EdgeShare:
-        sh = read_share(spec, rank, world, seed if graph_seed is None else graph_seed)
+        sh = read_share(spec, rank, world, seed if graph_seed is None else graph_seed,
+                        renumber=renumber)
         if sh.src.size and min(int(sh.src.min()), int(sh.dst.min())) < 0:
             raise GraphFormatError(f"{sh.name}: negative node id",
                                    "node ids index arrays and must be >= 0",
@@ -293,6 +300,12 @@ def partition_distributed(
     m = int(counts.sum())
     off = int(counts[:rank].sum())
     max_id, declared = int(head[:, 1].max()), int(head[:, 2].max())
+    mode = ReadOptions(renumber=renumber).renumber
+    node_ids = None
+    if mode == "true" or (mode == "auto" and declared < 0 and max_id + 1 > RENUMBER_FLOOR):
+        node_ids = _renumber(ex, share, max_id, mode == "true", chunk, group)
+        if node_ids is not None:  # rank 0's whole input (x, y) is already in node order
+            max_id, declared = int(node_ids[2]) - 1, -1
     n = declared if declared >= 0 else max_id + 1
     if max_id >= n:
         raise GraphFormatError(f"{share.name}: node id {max_id} is out of range for {n} nodes",
@@ -327,6 +340,10 @@ def partition_distributed(
     if drop_duplicates:
         rec = _dedup(ex, rec, counts, m, n, chunk, group)
     # 4. relabel and build the CSR (freeing each input as soon as it is used: peak ~ 2x part)
+    check_allocation(f"{share_name(spec)}: the node arrays of part {rank} ({n:,} nodes, "
+                     f"{world} parts)", 40 * (n // world + 1),
+                     "use more ranks, or renumber sparse ids (--renumber true, "
+                     "dataset.renumber: true)")
     orig_ids = part_node_ids(rank, n, world, method, seed)
     sizes = _gather([orig_ids.shape[0]], group)[:, 0]
     bounds = np.zeros(world + 1, np.int64)
@@ -370,10 +387,51 @@ def partition_distributed(
     stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
     # 5. write
     _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
-           has_x, has_y, overwrite, source, group)
+           has_x, has_y, overwrite, source, group, node_ids)
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
-                 num_edges=num_edges, graph_name=share_name(spec))
+                 num_edges=num_edges, graph_name=share_name(spec),
+                 renumbered=node_ids is not None)
     return stats
+
+
+def _renumber(ex: Exchanger, share: EdgeShare, max_id: int, force: bool, chunk: int,
+              group) -> tuple[np.ndarray, int, int] | None:
+    """Collective: number the distinct ids of every rank's edges ``0..N-1`` in ascending order
+    and rewrite ``share``'s edges in them, when forced or :func:`should_renumber` says so.
+
+    The id range ``[0, max_id]`` is cut into ``W`` equal value ranges; rank ``r`` receives the
+    distinct ids of its range (the sorted slice ``node_ids[first:first + len]`` of the whole
+    graph) and answers the new id of each, so memory follows the edges and the distinct ids,
+    never the largest id. Returns ``(this rank's sorted slice, first, N)`` or ``None``.
+    """
+    world = ex.world_size
+    top = max_id + 1
+    cuts = np.array([top * r // world for r in range(1, world)], np.int64)
+    check_allocation(f"{share.name}: renumbering {share.src.size:,} edges", 48 * share.src.size,
+                     "use more ranks, or split the input into more files")
+    here = np.unique(np.concatenate([share.src, share.dst]))
+    got, _ = shuffle(ex, here[:, None], np.searchsorted(cuts, here, side="right"), chunk)
+    del here
+    mine = np.unique(got[:, 0])
+    del got
+    sizes = _gather([mine.size], group)[:, 0]
+    total = int(sizes.sum())
+    if not force and not should_renumber(max_id, total):
+        return None
+    first = int(sizes[:ex.rank].sum())
+
+    def owner(q: np.ndarray) -> np.ndarray:
+        return np.searchsorted(cuts, q, side="right")
+
+    def answer(q: np.ndarray) -> np.ndarray:
+        return first + np.searchsorted(mine, q)
+
+    share.src = lookup(ex, share.src, owner, answer, chunk)
+    share.dst = lookup(ex, share.dst, owner, answer, chunk)
+    if ex.rank == 0:
+        log.info("%s: renumbered %d distinct node ids (largest %d) to 0..%d", share.name, total,
+                 max_id, total - 1)
+    return mine, first, total
 
 
 def share_name(spec) -> str:
@@ -516,7 +574,7 @@ def _write_error(rank: int, tmp: Path, e: OSError) -> PartitionError:
 
 
 def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-           overwrite, source, group) -> None:
+           overwrite, source, group, node_ids=None) -> None:
     """Write every rank's part into a shared temporary directory; rank 0 installs it. On any
     failure the temporary directory is removed and every rank raises."""
     rank = ex.rank
@@ -525,7 +583,7 @@ def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{int(nonce.item()):x}"
     try:
         _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-                     overwrite, source, group)
+                     overwrite, source, group, node_ids)
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -533,9 +591,10 @@ def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
 
 
 def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-                 overwrite, source, group) -> None:
+                 overwrite, source, group, node_ids=None) -> None:
     rank, world = ex.rank, ex.world_size
-    maps = ("new_to_orig.npy", "orig_to_new.npy")
+    # the global maps; node_ids.npy (a renumbered graph's input ids) is written slice by slice
+    maps = ("new_to_orig.npy", "orig_to_new.npy") + (("node_ids.npy",) if node_ids else ())
 
     def create() -> None:
         if rank != 0:
@@ -562,6 +621,8 @@ def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has
             for key, arr in arrays.items():
                 _save(tmp, f"part{rank}/{key}.npy", arr, files)
             _write_map_slice(tmp / maps[0], hdr, int(bounds[rank]), orig_ids)
+            if node_ids:
+                _write_map_slice(tmp / maps[2], hdr, node_ids[1], node_ids[0])
         except OSError as e:
             raise _write_error(rank, tmp, e) from e
 

@@ -363,6 +363,18 @@ class DistSampler:
     def sample(self, requests: Sequence[SampleRequest], features=None,
                agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
                ) -> list[MiniBatch]:
+        """Collective: :meth:`sample_original`, with ``n_id`` in the input's own ids when the
+        graph was renumbered (``part.node_ids``, a memory-mapped file, indexed per batch)."""
+        out = self.sample_original(requests, features, agreed)
+        node_ids = getattr(self.part, "node_ids", None)
+        if node_ids is not None:
+            for b in out:
+                b.n_id = torch.from_numpy(np.asarray(node_ids[b.n_id.numpy()], np.int64))
+        return out
+
+    def sample_original(self, requests: Sequence[SampleRequest], features=None,
+                        agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
+                        ) -> list[MiniBatch]:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of

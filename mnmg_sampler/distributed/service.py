@@ -123,6 +123,8 @@ class SamplingService:
             self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
                                              cache_rows=feature_cache_rows)
         self.num_nodes = int(part.num_nodes)
+        # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
+        self.node_ids = getattr(part, "node_ids", None)
         self._q: queue.Queue = queue.Queue()
         self._closing = threading.Event()
         self._closed = False

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .readers import MAX_NODE_ID
+from .build import MAX_NODE_ID
 
 __all__ = ["partition_graph", "split_from_partitions"]
 
@@ -36,6 +36,7 @@ def partition_graph(
     drop_self_loops: bool = False,
     drop_duplicates: bool = False,
     max_node_id: int | None = MAX_NODE_ID,
+    renumber: str | bool = "auto",
     overwrite: bool = False,
 ) -> Path:
     """Split a graph into ``num_parts`` parts (one per rank) and write them to ``out``.
@@ -54,6 +55,8 @@ def partition_graph(
         num_nodes: for arrays: the node count when the largest id is not ``N - 1``.
         undirected, drop_self_loops, drop_duplicates: clean-up before partitioning.
         max_node_id: refuse larger ids (``None``: no bound).
+        renumber: ``auto`` (sparse ids), ``true`` or ``false``: number the nodes ``0..N-1`` and
+            keep the input's ids for ``n_id`` and seeds (``docs/formats.md``).
         overwrite: replace an existing ``out`` once the new one is complete.
 
     Returns:
@@ -71,13 +74,14 @@ def partition_graph(
 
     g = load_graph(data, undirected=undirected, drop_self_loops=drop_self_loops,
                    drop_duplicates=drop_duplicates, seed=seed, x=x, y=y, masks=masks,
-                   num_nodes=num_nodes, max_node_id=max_node_id)
+                   num_nodes=num_nodes, max_node_id=max_node_id, renumber=renumber)
     plan = make_plan(g, int(num_parts), method, seed=seed)
     return write_partitions(g, plan, out, overwrite=overwrite)
 
 
 def split_from_partitions(path: str | os.PathLike) -> dict[str, np.ndarray] | None:
-    """Original ids of the train/val/test nodes the stored masks define, or ``None``.
+    """Original ids of the train/val/test nodes the stored masks define, or ``None`` (the
+    input's own ids for a renumbered graph: what loaders take as seeds).
 
     Reads every part's mask files (small) so every rank gets the same global arrays without a
     collective. ``None`` when the graph was partitioned without a ``train`` mask.
@@ -92,7 +96,8 @@ def split_from_partitions(path: str | os.PathLike) -> dict[str, np.ndarray] | No
     for r in range(int(manifest["num_parts"])):
         part = load_partition(path, r, verify=False)
         for k in names:
-            ids[k].append(np.asarray(part.orig_ids)[np.asarray(part.masks[k], dtype=bool)])
+            ids[k].append(part.input_ids(
+                np.asarray(part.orig_ids)[np.asarray(part.masks[k], dtype=bool)]))
     out = {k: np.sort(np.concatenate(v)).astype(np.int64) for k, v in ids.items()}
     for k in ("val", "test"):
         out.setdefault(k, np.zeros(0, np.int64))

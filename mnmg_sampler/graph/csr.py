@@ -27,6 +27,9 @@ class CSRGraph:
         y: optional node labels ``[num_nodes]``.
         name: where the graph came from (path or built-in name), for messages.
         masks: optional boolean node masks by split name (``train``, ``val``, ``test``).
+        node_ids: for a renumbered graph (sparse or 64-bit input ids), int64 ``[num_nodes]``,
+            the original id of each node, ascending; ``None`` when ids are the input's own.
+        header: ``(line, text)`` of the header row a text edge list had, for ``info``.
     """
 
     indptr: np.ndarray
@@ -36,6 +39,8 @@ class CSRGraph:
     y: np.ndarray | None = None
     name: str = "graph"
     masks: dict[str, np.ndarray] = field(default_factory=dict)
+    node_ids: np.ndarray | None = None
+    header: tuple[int, str] | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -48,6 +53,11 @@ class CSRGraph:
     def degrees(self) -> np.ndarray:
         """In-degree (number of sampleable neighbors) of every node."""
         return np.diff(self.indptr)
+
+    def original_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Original ids of node ids (themselves unless the graph was renumbered)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return ids if self.node_ids is None else self.node_ids[ids]
 
     @classmethod
     def from_edges(

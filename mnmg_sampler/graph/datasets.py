@@ -27,11 +27,24 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config.formats import (
+    EDGE_LIST_SUFFIXES,
+    FORMAT_DESCRIPTIONS,
+    GRAPH_SUFFIXES,
+    TABLE_SUFFIXES,
+    TEXT_SUFFIXES,
+    is_ogb_dir,
+    is_sharded,
+    supported_formats,
+)
 from ..errors import GraphFormatError
+from ..host_limits import check_allocation
+from .build import MAX_NODE_ID, ReadOptions, build_graph
 from .csr import CSRGraph
 from .node_data import attach_node_data
 from .readers import (
-    MAX_NODE_ID,
+    edge_index_pair,
+    has_header_row,
     is_gnn_benchmark,
     is_scipy_sparse,
     read_edge_list,
@@ -40,11 +53,13 @@ from .readers import (
     read_npz,
     read_scipy_npz,
 )
-from .rmat import rmat_graph
+from .rmat import parse_rmat_spec, rmat_edge_range, rmat_graph
+from .sources import TEXT_SUFFIXES as SPLIT_TEXT_SUFFIXES
+from .sources import EdgeShare, read_files_share, read_text_range
 
 __all__ = ["load_graph", "nonisolated_nodes", "BUILTINS", "SPEC_FORMS", "FORMATS",
            "GraphFormat", "detect_format", "supported_formats", "graph_from_memory",
-           "EDGE_LIST_SUFFIXES", "GRAPH_SUFFIXES"]
+           "EDGE_LIST_SUFFIXES", "GRAPH_SUFFIXES", "read_share"]
 
 log = logging.getLogger(__name__)
 
@@ -53,32 +68,11 @@ BUILTINS = {"cora": "cora.npz"}
 
 _DEFAULT_UNDIRECTED = {"cora": True}  # Cora's citations are conventionally used undirected
 
-TEXT_SUFFIXES = (".txt", ".txt.gz", ".edges", ".edges.gz", ".el", ".el.gz")
-TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz")
-EDGE_LIST_SUFFIXES = TEXT_SUFFIXES + TABLE_SUFFIXES
-"""Suffixes of text edge lists (whitespace, CSV or TSV; optionally gzip)."""
-
-
-def _has_header(path: Path) -> bool:
-    import gzip
-
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    try:
-        with opener(path, "rt", errors="replace") as f:
-            for line in f:
-                s = line.split("#", 1)[0].strip()
-                if s:
-                    return not all(t.lstrip("+-").isdigit() for t in s.split())
-    except (OSError, EOFError):
-        return False  # the edge-list reader reports the broken file
-    return False
-
-
 def _read_text(path, **opts) -> CSRGraph:
     """Whitespace edge list; one with a header row goes through the table reader."""
     from .tables import read_table
 
-    return read_table(path, **opts) if _has_header(Path(path)) else read_edge_list(path, **opts)
+    return read_table(path, **opts) if has_header_row(Path(path)) else read_edge_list(path, **opts)
 
 
 def _read_table(path, **opts) -> CSRGraph:
@@ -105,12 +99,6 @@ def _read_ogb(path, **opts) -> CSRGraph:
     return read_ogb_dir(path, **opts)
 
 
-def _is_ogb(path: Path) -> bool:
-    from .ogb import is_ogb_dir
-
-    return is_ogb_dir(path)
-
-
 def _suffix(*suffixes: str) -> Callable[[Path], bool]:
     return lambda p: p.is_file() and p.name.lower().endswith(suffixes)
 
@@ -125,37 +113,23 @@ class GraphFormat:
     read: Callable[..., CSRGraph]
 
 
-FORMATS: tuple[GraphFormat, ...] = (
-    GraphFormat("edge list (text)", "*.txt, *.edges, *.el [.gz]: 'src dst' per line, '#' "
-                "comments, optional header row", _suffix(*TEXT_SUFFIXES), _read_text),
-    GraphFormat("CSV / TSV table", "*.csv, *.tsv [.gz], with or without a header row; columns "
-                "src/dst (or source/target) or the first two", _suffix(*TABLE_SUFFIXES),
-                _read_table),
-    GraphFormat("parquet table", "*.parquet, *.pq (needs pyarrow); columns as for CSV",
-                _suffix(".parquet", ".pq"), _read_parquet),
-    GraphFormat("numpy edge_index", "*.npy: one (2, E) integer array", _suffix(".npy"),
-                read_npy),
-    GraphFormat("gnn-benchmark npz", "*.npz with adj_data/adj_indices/adj_indptr/adj_shape "
-                "(+ attr_*, labels)", lambda p: _suffix(".npz")(p) and is_gnn_benchmark(p),
-                read_gnn_benchmark),
-    GraphFormat("scipy sparse npz", "*.npz written by scipy.sparse.save_npz (csr, csc, coo)",
-                lambda p: _suffix(".npz")(p) and is_scipy_sparse(p), read_scipy_npz),
-    GraphFormat("numpy arrays npz", "*.npz with src + dst or edge_index; optional num_nodes, x, "
-                "y, train_mask/val_mask/test_mask", _suffix(".npz"), read_npz),
-    GraphFormat("PyG Data (torch.save)", "*.pt, *.pth: a torch_geometric Data or a dict of "
-                "tensors, loaded with weights_only=True", _suffix(".pt", ".pth"), _read_torch),
-    GraphFormat("OGB node-property directory", "DIR/ with raw/edge.csv.gz (+ raw/node-feat, "
-                "raw/node-label, split/*/train.csv.gz ...), read from disk", _is_ogb, _read_ogb),
+_READERS = (
+    (_suffix(*TEXT_SUFFIXES), _read_text),
+    (_suffix(*TABLE_SUFFIXES), _read_table),
+    (_suffix(".parquet", ".pq"), _read_parquet),
+    (_suffix(".npy"), read_npy),
+    (lambda p: _suffix(".npz")(p) and is_gnn_benchmark(p), read_gnn_benchmark),
+    (lambda p: _suffix(".npz")(p) and is_scipy_sparse(p), read_scipy_npz),
+    (_suffix(".npz"), read_npz),
+    (_suffix(".pt", ".pth"), _read_torch),
+    (is_ogb_dir, _read_ogb),
 )
-"""Every file format :func:`load_graph` reads, in the order a path is matched against them."""
 
-GRAPH_SUFFIXES = (*EDGE_LIST_SUFFIXES, ".parquet", ".pq", ".npy", ".npz", ".pt", ".pth")
-"""Every file suffix some format accepts (directories are matched by their content)."""
-
-
-def supported_formats() -> str:
-    """The list of readable formats, one per line, for error messages and ``--help``."""
-    return "\n".join(f"  - {f.name}: {f.pattern}" for f in FORMATS)
+FORMATS: tuple[GraphFormat, ...] = tuple(
+    GraphFormat(name, pattern, matches, read)
+    for (name, pattern), (matches, read) in zip(FORMAT_DESCRIPTIONS, _READERS, strict=True))
+"""Every file format :func:`load_graph` reads, in the order a path is matched against them
+(names and patterns: :data:`mnmg_sampler.config.formats.FORMAT_DESCRIPTIONS`)."""
 
 
 SPEC_FORMS = (
@@ -184,16 +158,11 @@ def _bad_spec(spec: str, what: str, fix: str = "") -> GraphFormatError:
 
 
 def _parse_rmat(spec: str) -> tuple[int, int]:
-    parts = spec.split(":")[1:]
     try:
-        if not 1 <= len(parts) <= 2:
-            raise ValueError
-        scale = int(parts[0])
-        edge_factor = int(parts[1]) if len(parts) == 2 else 16
+        return parse_rmat_spec(spec)
     except ValueError:
         raise _bad_spec(spec, "not of the form rmat:SCALE[:EDGE_FACTOR] with integers",
                         "write e.g. rmat:16 or rmat:20:8") from None
-    return scale, edge_factor
 
 
 def _bad_memory(what: str) -> GraphFormatError:
@@ -207,17 +176,14 @@ def _np(v) -> np.ndarray:
     return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
 
 
-def graph_from_memory(data, *, num_nodes: int | None = None, undirected: bool = False,
-                      drop_self_loops: bool = False, drop_duplicates: bool = False,
-                      max_node_id: int | None = MAX_NODE_ID,
-                      name: str = "in-memory graph") -> CSRGraph:
+def graph_from_memory(data, *, num_nodes: int | None = None, name: str = "in-memory graph",
+                      **opts) -> CSRGraph:
     """A :class:`CSRGraph` from arrays: ``edge_index`` ``(2, E)``, ``(src, dst)``, PyG ``Data``
-    or a dict with ``edge_index`` (and optional ``x``, ``y``, ``num_nodes``, masks)."""
-    from .readers import build_graph, edge_index_pair
+    or a dict with ``edge_index`` (and optional ``x``, ``y``, ``num_nodes``, masks); ``opts``
+    are those of :class:`~.build.ReadOptions`."""
+    from .readers import as_ids
     from .torch_files import graph_from_mapping
 
-    opts = dict(undirected=undirected, drop_self_loops=drop_self_loops,
-                drop_duplicates=drop_duplicates, max_node_id=max_node_id)
     if hasattr(data, "to_dict") and hasattr(data, "edge_index") and not isinstance(data, dict):
         d = data.to_dict()
         d.setdefault("num_nodes", data.num_nodes)
@@ -228,18 +194,16 @@ def graph_from_memory(data, *, num_nodes: int | None = None, undirected: bool = 
         if len(data) != 2:
             raise _bad_memory(f"a sequence of {len(data)} items")
         src, dst = _np(data[0]), _np(data[1])
-        if src.ndim != 1 or dst.ndim != 1 or src.dtype.kind not in "iu" or \
-                dst.dtype.kind not in "iu":
+        if src.ndim != 1 or dst.ndim != 1 or src.dtype == object or dst.dtype == object:
             raise _bad_memory(f"src / dst are {src.dtype}{list(src.shape)} and "
                               f"{dst.dtype}{list(dst.shape)}, not 1-d integer arrays")
+        src, dst = as_ids(src, name, "src"), as_ids(dst, name, "dst")
     else:
         arr = _np(data)
         if arr.dtype == object:
             raise _bad_memory(f"a {type(data).__name__} is not an edge_index")
         src, dst = edge_index_pair(arr, name)
-    src = src.astype(np.int64, copy=False)
-    dst = dst.astype(np.int64, copy=False)
-    return build_graph(name, src, dst, num_nodes, warn_sparse=False, **opts)
+    return build_graph(name, src, dst, ReadOptions(**opts), num_nodes)
 
 
 def load_graph(
@@ -254,6 +218,7 @@ def load_graph(
     masks: Mapping[str, object] | None = None,
     num_nodes: int | None = None,
     max_node_id: int | None = MAX_NODE_ID,
+    renumber: str | bool = "auto",
 ) -> CSRGraph:
     """Load the graph named by ``spec``: a spec string or path (see the module docstring), or
     a graph in memory (``edge_index``, ``(src, dst)``, PyG ``Data``, dict, :class:`CSRGraph`).
@@ -261,45 +226,42 @@ def load_graph(
     ``undirected=None`` keeps the dataset's default: True for ``cora``, False otherwise.
     ``seed`` only affects ``rmat:`` graphs. ``x``, ``y`` and ``masks`` (``{"train": ...}``)
     are arrays or file paths that replace the node data the input carries
-    (:func:`~mnmg_sampler.graph.node_data.attach_node_data`). ``num_nodes`` applies to arrays
-    in memory. Node ids above ``max_node_id`` are refused (``None``: no bound). Raises
-    :class:`GraphFormatError` for an unknown spec, a missing file or a malformed one; the
-    message lists the supported formats.
+    (:func:`~mnmg_sampler.graph.node_data.attach_node_data`; for a renumbered graph, one row
+    per node in ascending original id). ``num_nodes`` applies to arrays in memory. Node ids
+    above ``max_node_id`` are refused (``None``: no bound). ``renumber`` (``auto``, ``true``,
+    ``false``) maps sparse ids to ``0..N-1`` and keeps the originals in ``graph.node_ids``
+    (:mod:`~mnmg_sampler.graph.build`). Raises :class:`GraphFormatError` for an unknown spec,
+    a missing file or a malformed one; the message lists the supported formats.
     """
+    opts = dict(drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
+                max_node_id=max_node_id, renumber=renumber)
     if isinstance(spec, CSRGraph):
         g = spec
     elif not isinstance(spec, (str, PathLike)):
-        g = graph_from_memory(spec, num_nodes=num_nodes, undirected=bool(undirected),
-                              drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                              max_node_id=max_node_id)
+        g = graph_from_memory(spec, num_nodes=num_nodes, undirected=bool(undirected), **opts)
     else:
-        g = _load_spec(str(spec), undirected, drop_self_loops, drop_duplicates, seed, max_node_id)
+        g = _load_spec(str(spec), undirected, seed, opts)
     return attach_node_data(g, x, y, masks)
 
 
-def _load_spec(spec: str, undirected, drop_self_loops, drop_duplicates, seed,
-               max_node_id) -> CSRGraph:
+def _load_spec(spec: str, undirected, seed, opts: dict) -> CSRGraph:
     key = spec.strip().lower()
     und = _DEFAULT_UNDIRECTED.get(key, False) if undirected is None else bool(undirected)
-    opts = dict(undirected=und, drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates)
     if key in BUILTINS:
         res = importlib.resources.files("mnmg_sampler.data").joinpath(BUILTINS[key])
         with importlib.resources.as_file(res) as path:
-            g = read_gnn_benchmark(path, **opts)
+            g = read_gnn_benchmark(path, undirected=und, **opts)
         g.name = key
         return g
     if key.startswith("rmat:"):
         scale, edge_factor = _parse_rmat(key)
-        return rmat_graph(scale, edge_factor, seed, **opts)
-    from .sources import is_sharded, read_share
-
+        return rmat_graph(scale, edge_factor, seed, undirected=und,
+                          drop_self_loops=opts["drop_self_loops"],
+                          drop_duplicates=opts["drop_duplicates"])
     if is_sharded(spec):  # a directory (not OGB) or glob of edge shards (graph/sources.py)
-        sh = read_share(spec, 0, 1)
-        from .readers import check_id_bound
-
-        check_id_bound(spec, sh.src, sh.dst, max_node_id, None)
-        return CSRGraph.from_edges(sh.src, sh.dst, None, name=str(Path(spec).expanduser()),
-                                   **opts)
+        src, dst = read_files_share(spec, 0, 1)
+        return build_graph(str(Path(spec).expanduser()), src, dst,
+                           ReadOptions(undirected=und, **opts))
     path = Path(spec).expanduser()
     try:
         exists = path.exists()
@@ -312,7 +274,45 @@ def _load_spec(spec: str, undirected, drop_self_loops, drop_duplicates, seed,
         raise _bad_spec(short, f"no such built-in dataset or file{hint}")
     fmt = detect_format(path)
     log.debug("reading %s as %s", path, fmt.name)
-    return fmt.read(path, max_node_id=max_node_id, **opts)
+    return fmt.read(path, undirected=und, **opts)
+
+
+def _whole(spec: str, renumber: str | bool) -> EdgeShare:
+    """A non-splittable input: load it and recover its edges in input order (original ids)."""
+    g = load_graph(spec, undirected=False, renumber=renumber)
+    order = np.argsort(g.edge_ids, kind="stable")
+    rows = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
+    src, dst = g.original_ids(g.indices[order]), g.original_ids(rows[order])
+    # renumbered: the edges go back to the input's ids (the ingest renumbers them the same way:
+    # the same distinct ids), x and y stay in node order
+    return EdgeShare(src, dst, g.name, g.num_nodes if g.node_ids is None else None, g.x, g.y)
+
+
+def read_share(spec: str | PathLike, rank: int, world: int, seed: int = 0,
+               renumber: str | bool = "auto") -> EdgeShare:
+    """Rank ``rank``'s share of the edges of graph ``spec`` (see :mod:`.sources`), in the
+    input's own ids (renumbering, when any, is the caller's: ``distributed.ingest``)."""
+    s = str(spec)
+    key = s.strip().lower()
+    if key.startswith("rmat:"):
+        scale, ef = _parse_rmat(key)
+        m = ef << scale
+        check_allocation(f"rmat:{scale}:{ef}: rank {rank}'s {m // world:,} of {m:,} edges",
+                         16 * (m // world + 1), "use a smaller SCALE or more ranks")
+        src, dst = rmat_edge_range(scale, ef, rank * m // world, (rank + 1) * m // world,
+                                   seed=seed)
+        return EdgeShare(src, dst, f"rmat:{scale}:{ef}", 1 << scale)
+    path = Path(s).expanduser()
+    if is_sharded(s):
+        return EdgeShare(*read_files_share(s, rank, world), s)
+    if path.is_file() and path.name.lower().endswith(SPLIT_TEXT_SUFFIXES) \
+            and not has_header_row(path):
+        src, dst = read_text_range(path, rank, world)
+        return EdgeShare(src, dst, str(path))
+    if rank == 0:
+        return _whole(s, renumber)
+    name = str(path) if path.exists() else key
+    return EdgeShare(np.zeros(0, np.int64), np.zeros(0, np.int64), name)
 
 
 def nonisolated_nodes(graph: CSRGraph) -> np.ndarray:

@@ -121,5 +121,5 @@ def attach_node_data(graph: CSRGraph, x=None, y=None,
         split = _ALIASES.get(str(key), str(key))
         graph.masks = dict(graph.masks or {})
         graph.masks[split] = as_mask(_array(v, f"the {split} mask"), n,
-                                     f"{graph.name}: mask {split!r}")
+                                     f"{graph.name}: mask {split!r}", graph.node_ids)
     return graph

@@ -17,14 +17,18 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import warnings
 from os import PathLike
 from pathlib import Path
 
 import numpy as np
 
+from ..config.formats import is_ogb_dir
+from ..config.formats import ogb_file as _find
 from ..errors import GraphFormatError
+from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import MAX_NODE_ID, as_mask, build_graph
+from .readers import as_mask, text_bytes
 
 __all__ = ["is_ogb_dir", "read_ogb_dir"]
 
@@ -33,37 +37,22 @@ log = logging.getLogger(__name__)
 _SPLITS = {"train": "train", "val": "valid", "test": "test"}
 
 
-def is_ogb_dir(path: str | PathLike) -> bool:
-    """True if ``path`` is a directory with ``raw/edge.csv.gz`` (or ``raw/edge.csv``)."""
-    p = Path(path)
-    return p.is_dir() and (_find(p / "raw", "edge") is not None)
-
-
-def _find(d: Path, stem: str) -> Path | None:
-    for suffix in (".csv.gz", ".csv"):
-        if (d / (stem + suffix)).is_file():
-            return d / (stem + suffix)
-    return None
-
-
 def _table(path: Path, dtype, what: str) -> np.ndarray:
     try:
         raw = gzip.open(path, "rb").read() if path.name.endswith(".gz") else path.read_bytes()
-        return np.loadtxt(io.BytesIO(raw), dtype=dtype, delimiter=",", ndmin=2)
-    except (OSError, EOFError, ValueError) as e:
+        if not raw.strip():  # numpy would warn; an empty table has no rows
+            return np.zeros((0, 1), dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a numpy warning is reported, never printed
+            return np.loadtxt(io.BytesIO(text_bytes(raw, str(path))), dtype=dtype,
+                              delimiter=",", ndmin=2)
+    except (OSError, EOFError, ValueError, UserWarning) as e:
         raise GraphFormatError(f"{path} cannot be read as a CSV of {what}: {e}",
                                "the OGB dataset cannot be loaded",
                                "check the file, or unpack the dataset again") from e
 
 
-def read_ogb_dir(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_ogb_dir(path: str | PathLike, **opts) -> CSRGraph:
     """Read an OGB node-property-prediction directory (layout in the module docstring)."""
     root = Path(path)
     name = str(root)
@@ -82,9 +71,7 @@ def read_ogb_dir(
     nfile = _find(raw, "num-node-list")
     if nfile is not None:
         num_nodes = int(_table(nfile, np.int64, "node counts").sum())
-    g = build_graph(name, src, dst, num_nodes, undirected=undirected,
-                    drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                    max_node_id=max_node_id, warn_sparse=False)
+    g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes)
     x = y = None
     ffile = _find(raw, "node-feat")
     if ffile is not None:
@@ -109,5 +96,5 @@ def read_ogb_dir(
             f = _find(sdir, stem)
             if f is not None:
                 g.masks[key] = as_mask(_table(f, np.int64, "node ids")[:, 0], g.num_nodes,
-                                       str(f))
+                                       str(f), g.node_ids)
     return g

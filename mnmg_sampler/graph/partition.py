@@ -441,6 +441,8 @@ def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | N
     files: dict[str, dict] = {}
     _save(tmp, "new_to_orig.npy", plan.new_to_orig, files)
     _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
+    if graph.node_ids is not None:  # renumbered: the input's ids, for n_id and seeds
+        _save(tmp, "node_ids.npy", graph.node_ids, files)
     parts_meta = []
     for r in range(plan.parts):
         arrays = relabelled_part(graph, plan, r)

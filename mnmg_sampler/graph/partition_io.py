@@ -250,13 +250,14 @@ def input_identity(spec: str | os.PathLike) -> dict:
 def make_source(spec: str | os.PathLike, *, method: str, seed: int, parts: int,
                 undirected: bool | None = None, drop_self_loops: bool = False,
                 drop_duplicates: bool = False, graph_seed: int = 0,
-                feature_dim: int = 0, node_data: dict[str, str | None] | None = None) -> dict:
+                feature_dim: int = 0, node_data: dict[str, str | None] | None = None,
+                renumber: str | bool = "auto") -> dict:
     """The manifest's ``source``: the input's identity, the options it was loaded with (as
     :func:`~.datasets.load_graph` takes them, ``undirected`` resolved to the dataset default),
     the identities of separate node data files (``node_data``: e.g. ``features``, ``labels``,
     ``train_mask``; ``None`` entries are left out) and the partitioning settings.
     ``graph_seed`` is kept only where it changes the graph (generators, random features of
-    ``feature_dim`` columns)."""
+    ``feature_dim`` columns), ``renumber`` only when it is not the default ``auto``."""
     from .datasets import _DEFAULT_UNDIRECTED
 
     ident = input_identity(spec)
@@ -266,6 +267,9 @@ def make_source(spec: str | os.PathLike, *, method: str, seed: int, parts: int,
                   "drop_duplicates": bool(drop_duplicates), "feature_dim": int(feature_dim)}
     if ident["kind"] == "generator" or feature_dim:
         load["seed"] = int(graph_seed)
+    renumber = ("true" if renumber else "false") if isinstance(renumber, bool) else str(renumber)
+    if renumber != "auto":
+        load["renumber"] = renumber
     return {"input": ident, "load": load,
             "node_data": {k: input_identity(v) for k, v in sorted((node_data or {}).items())
                           if v is not None},
@@ -360,6 +364,9 @@ class _GlobalMap:
     only (tools, tests), so loading a part maps nothing of num_nodes size; sampling never
     reads it (:mod:`mnmg_sampler.distributed.id_maps`)."""
 
+    def __init__(self, optional: bool = False) -> None:
+        self.optional = optional  # node_ids.npy exists only for a renumbered graph
+
     def __set_name__(self, owner, name: str) -> None:
         self.name, self.slot = name, "_" + name
 
@@ -368,7 +375,8 @@ class _GlobalMap:
             return _UNOPENED  # the dataclass default
         value = part.__dict__.get(self.slot, _UNOPENED)
         if value is _UNOPENED:
-            if part.path is None or not part.manifest:
+            if part.path is None or not part.manifest or (
+                    self.optional and f"{self.name}.npy" not in part.manifest.get("files", {})):
                 return None
             value = _open(Path(part.path), f"{self.name}.npy", part.manifest)
             part.__dict__[self.slot] = value
@@ -402,6 +410,9 @@ class Partition:
             memory-mapped from the directory on first access, never by :func:`load_partition`
             or the sampler (which translate ids through
             :class:`~mnmg_sampler.distributed.id_maps.IdMaps`).
+        node_ids: for a renumbered graph, int64 ``[num_nodes]``: the input's id of each
+            original id, ascending (memory-mapped on first access; ``None`` otherwise).
+            Samplers show these in ``n_id`` and loaders take seeds in them.
         path, manifest: where it came from.
     """
 
@@ -421,6 +432,7 @@ class Partition:
     orig_ids: np.ndarray
     new_to_orig: np.ndarray | None = _GlobalMap()  # type: ignore[assignment]
     orig_to_new: np.ndarray | None = _GlobalMap()  # type: ignore[assignment]
+    node_ids: np.ndarray | None = _GlobalMap(optional=True)  # type: ignore[assignment]
     x: np.ndarray | None = None
     y: np.ndarray | None = None
     masks: dict[str, np.ndarray] = field(default_factory=dict)
@@ -441,6 +453,12 @@ class Partition:
     @property
     def num_local_nodes(self) -> int:
         return self.end - self.start
+
+    def input_ids(self, ids: np.ndarray) -> np.ndarray:
+        """The input's ids of original ids: themselves, or ``node_ids[ids]`` when renumbered."""
+        ids = np.asarray(ids, dtype=np.int64)
+        node_ids = self.node_ids
+        return ids if node_ids is None else np.asarray(node_ids[ids], dtype=np.int64)
 
     @property
     def num_local_edges(self) -> int:

@@ -13,8 +13,9 @@ The formats read here (``graph/datasets.py`` holds the registry of every format,
 * the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora): adjacency and features as
   CSR arrays, ``labels``. Read with numpy alone, so scipy is not a runtime dependency.
 
-Every reader refuses node ids above ``max_node_id`` (default :data:`MAX_NODE_ID`, 2**40) before
-anything is allocated: the CSR has one row per id up to the largest.
+Every reader ends in :func:`~.build.build_graph`: sparse ids are renumbered, the CSR's memory is
+checked and ids above ``max_node_id`` (default :data:`MAX_NODE_ID`, 2**40) are refused, before
+anything is allocated. Node ids must be integers (bool and fractional arrays are refused).
 
 Edge lists are parsed vectorised (a 1M-edge file takes well under a second) and validated byte by
 byte with numpy, so a malformed file is reported with its file name, line number and the line
@@ -33,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
+from .build import MAX_NODE_ID, ReadOptions, build_graph, check_id_bound
 from .csr import CSRGraph
 
 __all__ = [
@@ -40,6 +42,10 @@ __all__ = [
     "MASK_KEYS",
     "check_id_bound",
     "build_graph",
+    "ReadOptions",
+    "read_text_bytes",
+    "has_header_row",
+    "header_line",
     "read_edge_list",
     "read_npz",
     "read_npy",
@@ -52,9 +58,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_NODE_ID = 1 << 40
-"""Default bound on node ids: the CSR allocates 8 bytes per id up to the largest one."""
-
 MASK_KEYS = {"train": ("train_mask", "train"), "val": ("val_mask", "valid_mask", "val"),
              "test": ("test_mask", "test")}
 """Split names and the keys a file may store their boolean node masks under."""
@@ -63,7 +66,8 @@ GNN_BENCHMARK_KEYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape")
 """Keys whose presence marks an ``.npz`` as the gnn-benchmark layout."""
 
 _COMMENT = re.compile(rb"#[^\n]*")
-_MAX_DIGITS = 18  # every 18-digit id fits in int64; longer tokens could overflow silently
+_MAX_DIGITS = 19  # int64 ids have up to 19 digits; 19-digit tokens are compared with the max
+_INT64_MAX = np.frombuffer(str(2**63 - 1).encode(), dtype=np.uint8)
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 11, 12, 13, 32]] = True  # the bytes bytes.split() treats as whitespace
 
@@ -103,6 +107,13 @@ def _require_file(path: Path) -> None:
         )
 
 
+def input_path(path: str | PathLike) -> tuple[Path, str]:
+    """``(Path, name for messages)`` of an input file that exists (else a typed error)."""
+    p = Path(path)
+    _require_file(p)
+    return p, str(p)
+
+
 def _read_bytes(path: Path) -> bytes:
     name = str(path)
     _require_file(path)
@@ -116,6 +127,80 @@ def _read_bytes(path: Path) -> bytes:
             f"{name} cannot be read: {e}", "the edge list cannot be loaded",
             "check that the file is complete and, for .gz, really gzip-compressed",
         ) from e
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+_WIDE_BOMS = {b"\xff\xfe": "UTF-16 (little-endian)", b"\xfe\xff": "UTF-16 (big-endian)"}
+
+
+def text_bytes(raw: bytes, name: str) -> bytes:
+    """``raw`` without a UTF-8 byte-order mark (what Excel and many Windows tools write);
+    :class:`GraphFormatError` for UTF-16/32 text, which is not ASCII-compatible."""
+    if raw.startswith(_UTF8_BOM):
+        return raw[len(_UTF8_BOM):]
+    enc = next((v for k, v in _WIDE_BOMS.items() if raw.startswith(k)), None)
+    if enc is None and b"\x00" in raw[:4096]:
+        enc = "UTF-16 or UTF-32 (it holds NUL bytes)"
+    if enc is not None:
+        raise GraphFormatError(f"{name} is {enc} text, not UTF-8 or ASCII",
+                               "the edge list cannot be read",
+                               "save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8 IN > OUT)")
+    return raw
+
+
+def read_text_bytes(path: Path) -> bytes:
+    """The bytes of a text edge list (gzip decompressed, BOM stripped, UTF-16 refused)."""
+    return text_bytes(_read_bytes(path), str(path))
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def is_number(token: str) -> bool:
+    """True for a token that reads as a number (``12``, ``-3``, ``1.5``, ``1e3``)."""
+    return bool(_NUMBER.match(token.strip().strip('"').strip("'")))
+
+
+def header_line(raw: bytes, delimiter: str | None = None) -> tuple[int, str] | None:
+    """``(line number, text)`` of the header row of an edge list, or ``None``.
+
+    The header is the first line that is neither blank nor a ``#`` comment, when none of its
+    fields is a number (``src dst``). A first line with some numeric field (``0 1e3``,
+    ``a 1``) is data, and a malformed one is reported by the parser, never skipped.
+    """
+    for no, line in enumerate(raw.split(b"\n"), 1):
+        s = line.split(b"#", 1)[0].strip()
+        if s:
+            text = s.decode("utf-8", errors="replace")
+            fields = text.split(delimiter) if delimiter else text.split()
+            if any(is_number(f) for f in fields):
+                return None
+            return no, line.rstrip(b"\r").decode("utf-8", "replace")
+    return None
+
+
+def has_header_row(path: Path) -> bool:
+    """True if the text edge list at ``path`` starts with a header row (:func:`header_line`);
+    False for a file that cannot be read (its reader reports it)."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(1 << 16)
+    except (OSError, EOFError):
+        return False
+    if head.startswith(_UTF8_BOM):
+        head = head[len(_UTF8_BOM):]
+    return header_line(head) is not None
+
+
+def _blank_line(raw: bytes, line: int) -> bytes:
+    """``raw`` with line ``line`` (1-based) replaced by spaces, keeping offsets."""
+    start = 0
+    for _ in range(line - 1):
+        start = raw.index(b"\n", start) + 1
+    end = raw.find(b"\n", start)
+    end = len(raw) if end < 0 else end
+    return raw[:start] + b" " * (end - start) + raw[end:]
 
 
 def parse_edge_list(raw: bytes, name: str = "<edge list>") -> tuple[np.ndarray, np.ndarray]:
@@ -142,16 +227,27 @@ def parse_edge_list(raw: bytes, name: str = "<edge list>") -> tuple[np.ndarray, 
     bad[1:] |= sign[:-1] & ~digit[1:]  # "-x": a sign must be followed by a digit
     if bad.any():
         pos = int(np.argmax(bad))
-        raise _bad_line(name, raw, pos, "not a non-negative integer node id",
-                        "write one 'src dst' pair of integer ids per line; "
-                        "start comments with '#'")
+        what = ("a non-ASCII byte (the file is not UTF-8 / ASCII digits)" if b[pos] >= 128
+                else "not a non-negative integer node id")
+        raise _bad_line(name, raw, pos, what,
+                        "write one 'src dst' pair of integer ids per line (a header row has no "
+                        "number in it); start comments with '#'")
     starts = np.flatnonzero(~ws & prev_ws)
     ends = np.flatnonzero(~ws & next_ws)  # inclusive; pairs with starts one to one
-    too_long = (ends - starts + 1 - sign[starts]) > _MAX_DIGITS
+    ndig = ends - starts + 1 - sign[starts]
+    too_long = ndig > _MAX_DIGITS
+    full = np.flatnonzero(ndig == _MAX_DIGITS)
+    if full.size:  # 19 digits: above 2**63 - 1 when lexicographically greater
+        first = (starts[full] + sign[starts[full]])[:, None] + np.arange(_MAX_DIGITS)
+        d = b[first]
+        diff = d != _INT64_MAX
+        at = np.argmax(diff, axis=1)
+        over = diff.any(axis=1) & (d[np.arange(full.size), at] > _INT64_MAX[at])
+        too_long[full[over]] = True
     if too_long.any():
         pos = int(starts[np.argmax(too_long)])
-        raise _bad_line(name, raw, pos, f"a node id with more than {_MAX_DIGITS} digits",
-                        "relabel the nodes to 0..N-1")
+        raise _bad_line(name, raw, pos, "a node id above 2**63 - 1",
+                        "node ids are int64: relabel the nodes (e.g. to 0..N-1)")
     newlines = np.flatnonzero(b == 10)
     line_of_token = np.searchsorted(newlines, starts)  # 0-based line of each token
     fields = np.bincount(line_of_token)
@@ -173,71 +269,24 @@ def parse_edge_list(raw: bytes, name: str = "<edge list>") -> tuple[np.ndarray, 
     return np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1])
 
 
-def read_edge_list(
-    path: str | PathLike,
-    *,
-    num_nodes: int | None = None,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_edge_list(path: str | PathLike, *, num_nodes: int | None = None,
+                   **opts) -> CSRGraph:
     """Read a SNAP-style edge list (``.txt`` or gzip ``.txt.gz``): ``src dst`` per line.
 
-    Lines may hold ``#`` comments and be blank; ids are non-negative integers. Without
-    ``num_nodes`` the graph has ``max id + 1`` nodes. The options are those of
-    :meth:`CSRGraph.from_edges`; the graph's ``name`` is the path.
+    Lines may hold ``#`` comments and be blank, and end in CRLF; ids are non-negative integers.
+    A UTF-8 byte-order mark is skipped; a first line without any number is a header row
+    (:func:`header_line`, recorded in ``graph.header``). Without ``num_nodes`` the graph has
+    ``max id + 1`` nodes, unless renumbered. ``opts`` are those of :class:`ReadOptions`; the
+    graph's ``name`` is the path.
     """
     p = Path(path)
-    raw = _read_bytes(p)
-    src, dst = parse_edge_list(raw, str(p))
+    raw = read_text_bytes(p)
+    header = header_line(raw)
+    src, dst = parse_edge_list(raw if header is None else _blank_line(raw, header[0]), str(p))
     log.debug("read %d edges from %s", src.size, p)
-    return build_graph(str(p), src, dst, num_nodes, undirected=undirected,
-                       drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                       max_node_id=max_node_id)
-
-
-def _warn_sparse_ids(name: str, src: np.ndarray, dst: np.ndarray) -> None:
-    if src.size and max(int(src.max()), int(dst.max())) > 100 * src.size + 1_000_000:
-        log.warning("%s: largest node id is far above the edge count; the CSR allocates one "
-                    "row per id up to it, so relabel the nodes to 0..N-1 to save memory", name)
-
-
-def check_id_bound(name: str, src: np.ndarray, dst: np.ndarray,
-                   max_node_id: int | None = MAX_NODE_ID, num_nodes: int | None = None) -> None:
-    """Raise :class:`GraphFormatError` when an id (or ``num_nodes``) exceeds ``max_node_id``.
-
-    Runs before the CSR is built, so a stray huge id is an error instead of an allocation of
-    ``8 * id`` bytes. ``max_node_id=None`` disables the check.
-    """
-    if max_node_id is None:
-        return
-    top = max(int(src.max()), int(dst.max())) if src.size else -1
-    if num_nodes is not None:
-        top = max(top, int(num_nodes) - 1)
-    if top > max_node_id:
-        raise GraphFormatError(
-            f"{name}: node id {top} is above the bound {max_node_id}",
-            f"the graph would need {top + 1:,} CSR rows ({8 * (top + 2) / 2**30:,.1f} GiB)",
-            "relabel the nodes to 0..N-1, or raise the bound (max_node_id= in Python, "
-            "dataset.max_node_id in YAML, --max-node-id on the CLI)",
-        )
-
-
-def build_graph(name: str, src: np.ndarray, dst: np.ndarray, num_nodes: int | None = None, *,
-                undirected: bool = False, drop_self_loops: bool = False,
-                drop_duplicates: bool = False, max_node_id: int | None = MAX_NODE_ID,
-                x: np.ndarray | None = None, y: np.ndarray | None = None,
-                warn_sparse: bool = True) -> CSRGraph:
-    """The last step every reader shares: :func:`check_id_bound` (before anything is
-    allocated), a warning when ids are far above the edge count (``warn_sparse``; off where the
-    file states the node count), then :meth:`CSRGraph.from_edges` named ``name``."""
-    check_id_bound(name, src, dst, max_node_id, num_nodes)
-    if warn_sparse:
-        _warn_sparse_ids(name, src, dst)
-    return CSRGraph.from_edges(src, dst, num_nodes, undirected=undirected,
-                               drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                               name=name, x=x, y=y)
+    g = build_graph(str(p), src, dst, ReadOptions(**opts), num_nodes)
+    g.header = header
+    return g
 
 
 def _open_npz(path: Path) -> np.lib.npyio.NpzFile:
@@ -269,14 +318,37 @@ def _get(npz: np.lib.npyio.NpzFile, name: str, key: str, what: str) -> np.ndarra
         ) from e
 
 
-def _int_array(arr: np.ndarray, name: str, key: str, ndim: int = 1) -> np.ndarray:
-    if arr.ndim != ndim or arr.dtype.kind not in "iub":
+def as_ids(arr: np.ndarray, name: str, key: str) -> np.ndarray:
+    """``arr`` as int64 node ids. Refused with :class:`GraphFormatError`: bool arrays (a mask
+    is not a list of ids), floats (never cast silently, whole or not), uint64 above
+    2**63 - 1, anything not an integer."""
+    kind = arr.dtype.kind
+    problem = None
+    if kind == "b":
+        problem = "bool array (a mask, not node ids)"
+    elif kind == "f":
+        whole = bool(np.isfinite(arr).all() and np.array_equal(arr, np.floor(arr)))
+        problem = f"{arr.dtype} array{'' if whole else ' with fractional values'}"
+    elif kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) >= 2**63:
+        problem = "uint64 array with values above 2**63 - 1"
+    elif kind not in "iu":
+        problem = f"{arr.dtype} array"
+    if problem is not None:
+        raise GraphFormatError(f"{name}: '{key}' is a {problem}",
+                               "node ids must be an integer array",
+                               f"save '{key}' as an int64 array of node ids")
+    return arr.astype(np.int64, copy=False)
+
+
+def _int_array(arr: np.ndarray, name: str, key: str, ndim: int = 1,
+               allow_bool: bool = False) -> np.ndarray:
+    if arr.ndim != ndim or arr.dtype.kind not in ("iub" if allow_bool else "iu"):
         raise GraphFormatError(
             f"{name}: '{key}' is a {arr.ndim}-d {arr.dtype} array",
-            f"'{key}' must be a {ndim}-d integer array",
+            f"'{key}' must be a {ndim}-d integer array (bool is a mask, not ids)",
             f"save '{key}' as a {ndim}-d int64 array",
         )
-    return arr.astype(np.int64, copy=False)
+    return arr.astype(np.int64) if arr.dtype.kind == "b" else as_ids(arr, name, key)
 
 
 def _check_node_data(name: str, num_nodes: int, x, y) -> None:
@@ -294,41 +366,54 @@ def edge_index_pair(arr: np.ndarray, name: str, key: str = "edge_index"
     """``(src, dst)`` of an integer ``edge_index`` array, ``2 x E`` (PyG) or ``E x 2``."""
     if arr.ndim == 2 and arr.shape[0] != 2 and arr.shape[1] == 2:
         arr = arr.T
-    if arr.ndim != 2 or arr.shape[0] != 2 or arr.dtype.kind not in "iu":
+    if arr.ndim != 2 or arr.shape[0] != 2:
         raise GraphFormatError(
             f"{name}: '{key}' is a {arr.dtype} array of shape {tuple(arr.shape)}",
             "an edge_index must be an integer array of shape (2, E): row 0 sources, row 1 "
             "targets",
             f"save '{key}' as a (2, E) int64 array",
         )
-    arr = arr.astype(np.int64, copy=False)
+    arr = as_ids(arr, name, key)
     return np.ascontiguousarray(arr[0]), np.ascontiguousarray(arr[1])
 
 
-def masks_from(arrays: dict, name: str, num_nodes: int) -> dict[str, np.ndarray]:
+def masks_from(arrays: dict, name: str, num_nodes: int,
+               node_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Boolean split masks found in ``arrays`` under the keys of :data:`MASK_KEYS`.
 
-    A mask may be stored as ``bool [num_nodes]`` or as an integer array of node ids.
+    A mask may be stored as ``bool [num_nodes]`` or as an integer array of node ids; for a
+    renumbered graph (``node_ids``: the original id of each node) both speak original ids.
     """
     out = {}
     for split, keys in MASK_KEYS.items():
         key = next((k for k in keys if k in arrays), None)
         if key is not None:
-            out[split] = as_mask(np.asarray(arrays[key]), num_nodes, f"{name}: '{key}'")
+            out[split] = as_mask(np.asarray(arrays[key]), num_nodes, f"{name}: '{key}'",
+                                 node_ids)
     return out
 
 
-def as_mask(arr: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
-    """A bool ``[num_nodes]`` mask from a bool mask or an array of node ids."""
+def as_mask(arr: np.ndarray, num_nodes: int, what: str,
+            node_ids: np.ndarray | None = None) -> np.ndarray:
+    """A bool ``[num_nodes]`` mask from a bool mask or an array of node ids (original ids,
+    translated through ``node_ids``, for a renumbered graph)."""
     arr = np.asarray(arr)
+    if node_ids is not None and arr.dtype == np.bool_ and arr.ndim == 1 \
+            and arr.shape[0] > int(node_ids[-1]):
+        return arr[node_ids]
     if arr.dtype == np.bool_ and arr.ndim == 1 and arr.shape[0] == num_nodes:
         return arr
     if arr.dtype.kind in "iu" and arr.ndim <= 2 and (arr.ndim < 2 or 1 in arr.shape):
         ids = arr.astype(np.int64, copy=False).ravel()
+        if node_ids is not None and ids.size:
+            pos = np.minimum(np.searchsorted(node_ids, ids), node_ids.size - 1)
+            ids = np.where(node_ids[pos] == ids, pos, -1)
         if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
             raise GraphFormatError(
                 f"{what} holds node id {int(ids.max() if ids.max() >= num_nodes else ids.min())}"
-                f" outside [0, {num_nodes})", "the split cannot be built",
+                f" outside [0, {num_nodes})" if node_ids is None else
+                f"{what} holds an id that is not a node of the graph",
+                "the split cannot be built",
                 "give node ids of the graph, or a bool mask with one entry per node")
         mask = np.zeros(num_nodes, dtype=bool)
         mask[ids] = True
@@ -339,14 +424,7 @@ def as_mask(arr: np.ndarray, num_nodes: int, what: str) -> np.ndarray:
         "save the mask as bool [num_nodes] or the split as int64 node ids")
 
 
-def read_npz(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_npz(path: str | PathLike, **opts) -> CSRGraph:
     """Read an ``.npz`` of edge arrays: ``src`` and ``dst`` (equal length, ids >= 0), or
     ``edge_index`` (``2 x E``).
 
@@ -388,26 +466,15 @@ def read_npz(
                        for k in keys if k in npz.files}
     if y is not None and y.dtype.kind in "iub":
         y = y.astype(np.int64, copy=False)
-    g = build_graph(name, src, dst, num_nodes, undirected=undirected,
-                    drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                    max_node_id=max_node_id, x=x, y=y)
-    _check_node_data(name, g.num_nodes, x, y)
-    g.masks = masks_from(mask_arrays, name, g.num_nodes)
+    g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes, x=x, y=y)
+    _check_node_data(name, g.num_nodes, g.x, g.y)
+    g.masks = masks_from(mask_arrays, name, g.num_nodes, g.node_ids)
     return g
 
 
-def read_npy(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_npy(path: str | PathLike, **opts) -> CSRGraph:
     """Read a ``.npy`` holding one integer ``edge_index`` (``2 x E``, or ``E x 2``)."""
-    p = Path(path)
-    name = str(p)
-    _require_file(p)
+    p, name = input_path(path)
     try:
         arr = np.load(p, allow_pickle=False, mmap_mode="r")
     except (OSError, ValueError, EOFError) as e:
@@ -416,8 +483,7 @@ def read_npy(
             "the graph cannot be loaded", "write a (2, E) int64 array with numpy.save",
         ) from e
     src, dst = edge_index_pair(np.asarray(arr), name, "the array")
-    return build_graph(name, src, dst, undirected=undirected, drop_self_loops=drop_self_loops,
-                       drop_duplicates=drop_duplicates, max_node_id=max_node_id)
+    return build_graph(name, src, dst, ReadOptions(**opts))
 
 
 SCIPY_KEYS = ("format", "shape")
@@ -431,14 +497,7 @@ def is_scipy_sparse(path: str | PathLike) -> bool:
         return all(k in npz.files for k in SCIPY_KEYS) and "data" in npz.files
 
 
-def read_scipy_npz(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_scipy_npz(path: str | PathLike, **opts) -> CSRGraph:
     """Read a square sparse matrix saved by ``scipy.sparse.save_npz`` (csr, csc or coo).
 
     A stored entry at row ``i``, column ``j`` is the edge ``i -> j`` (its value is ignored), in
@@ -476,9 +535,7 @@ def read_scipy_npz(
                      or max(int(src.max()), int(dst.max())) >= n):
         raise GraphFormatError(f"{name}: an entry lies outside the {n} x {n} matrix",
                                "the matrix is corrupt", "re-save it with scipy.sparse.save_npz")
-    return build_graph(name, src, dst, n, undirected=undirected, drop_self_loops=drop_self_loops,
-                       drop_duplicates=drop_duplicates, max_node_id=max_node_id,
-                       warn_sparse=False)
+    return build_graph(name, src, dst, ReadOptions(**opts), n)
 
 
 def is_gnn_benchmark(path: str | PathLike) -> bool:
@@ -512,14 +569,7 @@ def _csr_parts(npz, name: str, prefix: str, what: str):
     return indptr, indices, data, (int(shape[0]), int(shape[1]))
 
 
-def read_gnn_benchmark(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_gnn_benchmark(path: str | PathLike, **opts) -> CSRGraph:
     """Read the gnn-benchmark ``.npz`` layout (Cora, CiteSeer, ... of Shchur et al.).
 
     ``adj_*`` is the adjacency as CSR: a stored entry at row ``i``, column ``j`` is the edge
@@ -544,9 +594,8 @@ def read_gnn_benchmark(
             x = np.asarray(_get(npz, name, "attr_matrix", "the features"), dtype=np.float32)
         y = None
         if "labels" in npz.files:
-            y = _int_array(_get(npz, name, "labels", "the labels"), name, "labels")
+            y = _int_array(_get(npz, name, "labels", "the labels"), name, "labels",
+                           allow_bool=True)
     _check_node_data(name, n, x, y)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    return build_graph(name, src, indices, n, undirected=undirected,
-                       drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                       max_node_id=max_node_id, x=x, y=y, warn_sparse=False)
+    return build_graph(name, src, indices, ReadOptions(**opts), n, x=x, y=y)

@@ -27,7 +27,7 @@ from ..rng import _mix64_int
 from .csr import CSRGraph
 from .permute import permute
 
-__all__ = ["rmat_bytes", "rmat_edges", "rmat_edge_range", "rmat_graph"]
+__all__ = ["rmat_bytes", "rmat_edges", "rmat_edge_range", "rmat_graph", "parse_rmat_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,15 @@ _U64 = (1 << 64) - 1
 _GOLD = 0x9E3779B97F4A7C15
 _RMAT_KEY = 0x7A47  # the RNG "request key" of R-MAT draws
 _PERM_SALT = 0x7A48  # salt of the node relabelling
+
+
+def parse_rmat_spec(spec: str) -> tuple[int, int]:
+    """``(scale, edge_factor)`` of ``rmat:SCALE[:EDGE_FACTOR]`` (edge factor 16 by default);
+    ``ValueError`` when it is not of that form with integers."""
+    parts = spec.split(":")[1:]
+    if not 1 <= len(parts) <= 2:
+        raise ValueError(spec)
+    return int(parts[0]), (int(parts[1]) if len(parts) == 2 else 16)
 
 
 def _check(scale: int, edge_factor: int, a: float, b: float, c: float) -> None:

@@ -13,13 +13,13 @@ input) agree however many ranks read. Splittable inputs:
   Parquet files with ``src`` and ``dst`` columns (needs pyarrow).
 
 Anything else (any other single file of :data:`~.datasets.FORMATS`, an OGB directory,
-built-ins) is read whole by rank 0 with :func:`~.datasets.load_graph`; the other ranks' shares
-are empty. Pure I/O: no collectives here (see ``distributed.ingest``).
+built-ins) is read whole by rank 0; the other ranks' shares are empty
+(:func:`~.datasets.read_share` chooses). Pure I/O: no collectives here (see
+``distributed.ingest``), and no import of ``datasets`` (which imports this module).
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 from dataclasses import dataclass
 from os import PathLike
@@ -27,16 +27,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config.formats import SHARD_SUFFIXES, is_sharded, shard_files
 from ..errors import GraphFormatError, MissingDependencyError
+from .readers import _require_file, edge_index_pair, parse_edge_list, read_text_bytes, text_bytes
 
-__all__ = ["EdgeShare", "SHARD_SUFFIXES", "is_sharded", "node_rows_file", "read_share",
-           "shard_files"]
+__all__ = ["EdgeShare", "SHARD_SUFFIXES", "is_sharded", "node_rows_file", "read_files_share",
+           "read_text_range", "shard_files", "TEXT_SUFFIXES"]
 
 log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = (".txt", ".edges", ".el")
-SHARD_SUFFIXES = (*TEXT_SUFFIXES, *(s + ".gz" for s in TEXT_SUFFIXES), ".npy", ".parquet")
-_GLOB = set("*?[")
+"""Uncompressed whitespace edge lists, which ranks split by byte ranges."""
 
 
 @dataclass
@@ -54,47 +55,6 @@ class EdgeShare:
     num_nodes: int | None = None
     x: np.ndarray | None = None
     y: np.ndarray | None = None
-
-
-def is_sharded(spec: str | PathLike) -> bool:
-    """True for a glob pattern, or a directory (not an OGB dataset directory) holding edge
-    files; other directories are left to :func:`~.datasets.detect_format`."""
-    s = str(spec)
-    if s.strip().lower().startswith("rmat:"):
-        return False
-    p = Path(s).expanduser()
-    try:
-        if p.is_dir():
-            from .ogb import is_ogb_dir
-
-            return not is_ogb_dir(p) and any(
-                q.name.lower().endswith(SHARD_SUFFIXES) for q in p.iterdir() if q.is_file())
-        return bool(_GLOB & set(s)) and not p.exists()
-    except OSError:  # e.g. a name too long for the file system: not a path
-        return False
-
-
-def shard_files(spec: str | PathLike) -> list[Path]:
-    """The edge files of a directory or glob, sorted by name (``.dst.npy`` are paired, not
-    listed); raises :class:`GraphFormatError` if there are none."""
-    s = str(spec)
-    p = Path(s).expanduser()
-    if p.is_dir():
-        found = [q for q in p.iterdir() if q.is_file()]
-    elif _GLOB & set(s):
-        found = [Path(q) for q in glob.glob(str(p)) if Path(q).is_file()]
-    else:
-        found = [p] if p.is_file() else []
-    files = sorted(q for q in found if q.name.lower().endswith(SHARD_SUFFIXES)
-                   and not q.name.lower().endswith(".dst.npy"))
-    if not files:
-        ogb = " (nor an OGB dataset: a directory without raw/edge.csv.gz)" if p.is_dir() else ""
-        raise GraphFormatError(
-            f"graph '{s}': no edge files found{ogb}",
-            "there is no graph to load",
-            f"give a directory or glob of files ending in {', '.join(SHARD_SUFFIXES)}",
-        )
-    return files
 
 
 NODE_DTYPES = ("<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1", "<u4", "<u8", "<u2")
@@ -126,8 +86,6 @@ def _read_npy(path: Path) -> tuple[np.ndarray, np.ndarray]:
             if src.ndim != 1 or src.shape != dst.shape:
                 raise ValueError(f"{path.name} and {other.name} are not 1-d of equal length")
         else:
-            from .readers import edge_index_pair
-
             a = np.load(path, mmap_mode="r", allow_pickle=False)
             if a.ndim != 2 or 2 not in a.shape:
                 raise ValueError(f"shape {a.shape} is not (2, E) or (E, 2)")
@@ -161,14 +119,12 @@ def _read_parquet(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from .readers import _read_bytes, parse_edge_list
-
     name = path.name.lower()
     if name.endswith(".npy"):
         return _read_npy(path)
     if name.endswith(".parquet"):
         return _read_parquet(path)
-    return parse_edge_list(_read_bytes(path), str(path))
+    return parse_edge_list(read_text_bytes(path), str(path))
 
 
 def _line_start(f, pos: int) -> int:
@@ -187,8 +143,6 @@ def _line_start(f, pos: int) -> int:
 
 def read_text_range(path: Path, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
     """Edges of the lines of ``path`` that start in bytes ``[r*S/W, (r+1)*S/W)``."""
-    from .readers import _require_file, parse_edge_list
-
     _require_file(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -196,6 +150,8 @@ def read_text_range(path: Path, rank: int, world: int) -> tuple[np.ndarray, np.n
         hi = _line_start(f, (rank + 1) * size // world)
         f.seek(lo)
         raw = f.read(max(0, hi - lo))
+    if lo == 0:
+        raw = text_bytes(raw, str(path))
     return parse_edge_list(raw, f"{path} (bytes {lo}..{hi})")
 
 
@@ -217,43 +173,7 @@ def _cat(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nda
             np.concatenate([p[1] for p in pairs]).astype(np.int64, copy=False))
 
 
-def _has_header(path: Path) -> bool:
-    from .datasets import _has_header as has
-
-    return has(path)
-
-
-def _whole(spec: str) -> EdgeShare:
-    """A non-splittable input: load it and recover its edges in input order."""
-    from .datasets import load_graph
-
-    g = load_graph(spec, undirected=False)
-    order = np.argsort(g.edge_ids, kind="stable")
-    rows = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
-    return EdgeShare(g.indices[order], rows[order], g.name, g.num_nodes, g.x, g.y)
-
-
-def read_share(spec: str | PathLike, rank: int, world: int, seed: int = 0) -> EdgeShare:
-    """Rank ``rank``'s share of the edges of graph ``spec`` (see the module docstring)."""
-    s = str(spec)
-    key = s.strip().lower()
-    if key.startswith("rmat:"):
-        from .datasets import _parse_rmat
-        from .rmat import rmat_edge_range
-
-        scale, ef = _parse_rmat(key)
-        m = ef << scale
-        src, dst = rmat_edge_range(scale, ef, rank * m // world, (rank + 1) * m // world,
-                                   seed=seed)
-        return EdgeShare(src, dst, f"rmat:{scale}:{ef}", 1 << scale)
-    path = Path(s).expanduser()
-    if is_sharded(s):
-        src, dst = _cat([_read_file(f) for f in _my_files(shard_files(s), rank, world)])
-        return EdgeShare(src, dst, s)
-    if path.is_file() and path.name.lower().endswith(TEXT_SUFFIXES) and not _has_header(path):
-        src, dst = read_text_range(path, rank, world)
-        return EdgeShare(src, dst, str(path))
-    if rank == 0:
-        return _whole(s)
-    name = str(path) if path.exists() else key
-    return EdgeShare(*_empty(), name)
+def read_files_share(spec: str, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank ``rank``'s edges of the directory or glob of shards ``spec``: a contiguous run of its
+    files (balanced by bytes), read in name order."""
+    return _cat([_read_file(f) for f in _my_files(shard_files(spec), rank, world)])

@@ -2,22 +2,26 @@
 
 The source and target columns are the ones named ``src``/``source``/``from``/``u`` and
 ``dst``/``target``/``to``/``v`` (any case) when a header names them, else the first two columns;
-other columns (weights, timestamps) are ignored. A header is recognised when a field of the first
-non-comment line is not an integer. Parquet needs ``pyarrow`` (the ``parquet`` extra).
+other columns (weights, timestamps) are ignored. The first non-comment line is a header when none
+of its fields is a number (``src,dst``); a UTF-8 byte-order mark is skipped; a malformed line is
+a :class:`GraphFormatError` naming the file and the line. Parquet needs ``pyarrow`` (the
+``parquet`` extra).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import warnings
 from os import PathLike
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import GraphFormatError, MissingDependencyError
+from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import MAX_NODE_ID, _read_bytes, _require_file, build_graph
+from .readers import as_ids, header_line, input_path, read_text_bytes
 
 __all__ = ["read_table", "read_parquet", "SRC_NAMES", "DST_NAMES"]
 
@@ -57,81 +61,84 @@ def _delimiter(path: Path, first: str) -> str | None:
     return None  # any whitespace
 
 
-def _check_non_negative(name: str, src: np.ndarray, dst: np.ndarray) -> None:
-    """Refuse negative ids before the id bound is checked (their message is the clearer one)."""
-    if src.size and min(int(src.min()), int(dst.min())) < 0:
-        raise GraphFormatError(f"{name}: negative node id {min(int(src.min()), int(dst.min()))}",
-                               "node ids index arrays and must be >= 0",
-                               "relabel the nodes to 0..N-1")
+def _bad_row(name: str, lines: list[str], skip: int, delim: str | None, cols: tuple[int, int],
+             err: Exception) -> GraphFormatError:
+    """The first data line whose source or target is not an integer id, as a typed error."""
+    for no in range(skip, len(lines)):
+        body = lines[no].split("#", 1)[0]
+        if not body.strip():
+            continue
+        fields = body.split(delim) if delim else body.split()
+        try:
+            vals = [int(fields[c].strip().strip('"')) for c in cols]
+        except (ValueError, IndexError):
+            vals = None
+        if vals is None or not all(0 <= v < 2**63 for v in vals):
+            text = lines[no] if len(lines[no]) <= 80 else lines[no][:77] + "..."
+            return GraphFormatError(
+                f"{name}, line {no + 1}: not a source and target integer node id in {text!r}",
+                "the edge table cannot be read",
+                "write integer node ids >= 0 in the source and target columns, one edge per "
+                "line (a header row has no number in it)")
+    return GraphFormatError(f"{name}: {err}", "the edge table cannot be read",
+                            "write integer node ids in the source and target columns")
 
 
-def _is_int(tok: str) -> bool:
-    tok = tok.strip().strip('"')
-    return tok.lstrip("+-").isdigit()
+def _decode(raw: bytes, name: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise GraphFormatError(f"{name}, line {line}: byte {raw[e.start]:#04x} is not UTF-8",
+                               "the edge table cannot be read",
+                               "save the file as UTF-8 (or plain ASCII)") from e
 
 
-def read_table(
-    path: str | PathLike,
-    *,
-    num_nodes: int | None = None,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_table(path: str | PathLike, *, num_nodes: int | None = None, **opts) -> CSRGraph:
     """Read a CSV / TSV edge table (``.csv``, ``.tsv``, optionally ``.gz``).
 
-    ``#`` starts a comment. The first non-comment line is a header when one of its fields is
-    not an integer; the columns are chosen as the module docstring says.
+    ``#`` starts a comment; blank lines and CRLF line ends are fine. The header row (recorded
+    in ``graph.header``) and the columns are chosen as the module docstring says; ``opts`` are
+    those of :class:`~.build.ReadOptions`.
     """
     p = Path(path)
     name = str(p)
-    raw = _read_bytes(p)
-    text = raw.decode("utf-8", errors="replace")
+    raw = read_text_bytes(p)
+    text = _decode(raw, name)
     lines = text.splitlines()
     first_i = next((i for i, ln in enumerate(lines)
-                    if ln.strip() and not ln.lstrip().startswith("#")), None)
-    if first_i is None:
-        src = dst = np.zeros(0, np.int64)
-    else:
-        first = lines[first_i]
+                    if ln.split("#", 1)[0].strip()), None)
+    header = None
+    src = dst = np.zeros(0, np.int64)
+    if first_i is not None:
+        first = lines[first_i].split("#", 1)[0]
         delim = _delimiter(p, first)
         fields = first.split(delim) if delim else first.split()
-        header = not all(_is_int(f) for f in fields if f.strip())
-        cols = _pick_columns(fields, name) if header else (0, 1)
+        header = header_line(raw, delim)
         if len(fields) < 2:
             raise GraphFormatError(f"{name}, line {first_i + 1}: 1 field in {first!r}",
                                    "the edge table cannot be read",
                                    "write at least two columns: source and target")
+        cols = _pick_columns(fields, name) if header else (0, 1)
         skip = first_i + 1 if header else 0
-        try:
-            arr = np.loadtxt(io.StringIO(text), dtype=np.int64, delimiter=delim, comments="#",
-                             skiprows=skip, usecols=cols, ndmin=2)
-        except ValueError as e:
-            raise GraphFormatError(
-                f"{name}: {e}", "the edge table cannot be read",
-                "write integer node ids in the source and target columns, one edge per line",
-            ) from e
-        src, dst = np.ascontiguousarray(arr[:, 0]), np.ascontiguousarray(arr[:, 1])
-    _check_non_negative(name, src, dst)
+        if any(ln.split("#", 1)[0].strip() for ln in lines[skip:]):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")  # numpy's warnings are errors, reported
+                    arr = np.loadtxt(io.StringIO(text), dtype=np.int64, delimiter=delim,
+                                     comments="#", skiprows=skip, usecols=cols, ndmin=2)
+            except (ValueError, UserWarning) as e:
+                raise _bad_row(name, lines, skip, delim, cols, e) from e
+            src, dst = np.ascontiguousarray(arr[:, 0]), np.ascontiguousarray(arr[:, 1])
     log.debug("read %d edges from %s", src.size, p)
-    return build_graph(name, src, dst, num_nodes, undirected=undirected,
-                       drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                       max_node_id=max_node_id)
+    g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes)
+    g.header = header
+    return g
 
 
-def read_parquet(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_parquet(path: str | PathLike, **opts) -> CSRGraph:
     """Read a parquet edge table (needs ``pyarrow``); columns chosen as for CSV."""
-    p = Path(path)
-    name = str(p)
-    _require_file(p)
+    p, name = input_path(path)
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
@@ -147,14 +154,6 @@ def read_parquet(
     i, j = _pick_columns(table.column_names, name)
     out = []
     for k in (i, j):
-        col = table.column(k)
-        arr = col.to_numpy()
-        if arr.dtype.kind not in "iu":
-            raise GraphFormatError(
-                f"{name}: column {table.column_names[k]!r} has type {col.type}",
-                "node ids must be integers", "store the source and target ids as int64")
-        out.append(np.ascontiguousarray(arr, dtype=np.int64))
+        out.append(as_ids(table.column(k).to_numpy(), name, table.column_names[k]))
     src, dst = out
-    _check_non_negative(name, src, dst)
-    return build_graph(name, src, dst, undirected=undirected, drop_self_loops=drop_self_loops,
-                       drop_duplicates=drop_duplicates, max_node_id=max_node_id)
+    return build_graph(name, src, dst, ReadOptions(**opts))

@@ -15,14 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError, MissingDependencyError
+from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import (
-    MAX_NODE_ID,
-    _require_file,
-    build_graph,
-    edge_index_pair,
-    masks_from,
-)
+from .readers import edge_index_pair, input_path, masks_from
 
 __all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping", "load_torch_object"]
 
@@ -59,11 +54,9 @@ def _to_numpy(v):
     return np.asarray(v)
 
 
-def graph_from_mapping(d, name: str, *, undirected: bool = False,
-                       drop_self_loops: bool = False, drop_duplicates: bool = False,
-                       max_node_id: int | None = MAX_NODE_ID) -> CSRGraph:
+def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
     """A graph from a mapping with ``edge_index`` and optional ``x``, ``y``, ``num_nodes`` and
-    split masks (a PyG ``Data``'s fields)."""
+    split masks (a PyG ``Data``'s fields); ``opts`` are those of :class:`~.build.ReadOptions`."""
     if "edge_index" not in d:
         raise GraphFormatError(f"{name} has no 'edge_index' (fields: {sorted(d)})",
                                "no graph can be built",
@@ -79,17 +72,18 @@ def graph_from_mapping(d, name: str, *, undirected: bool = False,
         y = y.astype(np.int64, copy=False)
     if num_nodes is None and x is not None:
         num_nodes = int(x.shape[0])  # PyG's own rule: nodes without edges still count
-    g = build_graph(name, src, dst, num_nodes, undirected=undirected,
-                    drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
-                    max_node_id=max_node_id)
     for key, arr in (("x", x), ("y", y)):
-        if arr is not None and (arr.ndim < 1 or arr.shape[0] != g.num_nodes):
+        if arr is not None and arr.ndim < 1:
+            raise GraphFormatError(f"{name}: '{key}' is a scalar", f"'{key}' needs one row per "
+                                   "node", f"save '{key}' with one row per node")
+    g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes, x=x, y=y)
+    for key, arr in (("x", g.x), ("y", g.y)):
+        if arr is not None and arr.shape[0] != g.num_nodes:
             raise GraphFormatError(f"{name}: '{key}' has shape {arr.shape} but the graph has "
                                    f"{g.num_nodes} nodes", f"'{key}' needs one row per node",
                                    f"save '{key}' with {g.num_nodes} rows")
-    g.x, g.y = x, y
     g.masks = masks_from({k: _to_numpy(v) for k, v in d.items() if "mask" in k or
-                          k in ("train", "val", "valid", "test")}, name, g.num_nodes)
+                          k in ("train", "val", "valid", "test")}, name, g.num_nodes, g.node_ids)
     return g
 
 
@@ -97,9 +91,7 @@ def load_torch_object(path: str | PathLike, extra_globals: list | None = None):
     """The object in a ``torch.save`` file, loaded with ``weights_only=True``: tensors, plain
     containers, PyG ``Data`` and the classes in ``extra_globals``; anything else is a typed
     error."""
-    p = Path(path)
-    name = str(p)
-    _require_file(p)
+    p, name = input_path(path)
     try:
         obj = _safe_load(p, extra_globals)
     except (OSError, RuntimeError, EOFError) as e:
@@ -121,17 +113,9 @@ def load_torch_object(path: str | PathLike, extra_globals: list | None = None):
     return obj
 
 
-def read_torch(
-    path: str | PathLike,
-    *,
-    undirected: bool = False,
-    drop_self_loops: bool = False,
-    drop_duplicates: bool = False,
-    max_node_id: int | None = MAX_NODE_ID,
-) -> CSRGraph:
+def read_torch(path: str | PathLike, **opts) -> CSRGraph:
     """Read a ``.pt`` / ``.pth`` holding a PyG ``Data`` or a dict of tensors."""
-    p = Path(path)
-    name = str(p)
+    p, name = input_path(path)
     obj = load_torch_object(p)
     if hasattr(obj, "to_dict") and not isinstance(obj, dict):
         if type(obj).__name__ != "Data":
@@ -147,5 +131,4 @@ def read_torch(
         raise GraphFormatError(f"{name} holds a {type(obj).__name__}",
                                "a Data object or a dict of tensors is needed",
                                "torch.save(data) with a torch_geometric.data.Data, or a dict")
-    return graph_from_mapping(d, name, undirected=undirected, drop_self_loops=drop_self_loops,
-                              drop_duplicates=drop_duplicates, max_node_id=max_node_id)
+    return graph_from_mapping(d, name, **opts)

@@ -34,11 +34,23 @@ def _read_only(what: str) -> SamplingInputError:
                               "re-partition the graph to change its data")
 
 
+def _check_not_renumbered(service) -> None:
+    """The stores index nodes by the partition's ids; a renumbered graph's ``n_id`` speaks the
+    input's ids instead, so the two would not meet."""
+    if getattr(service, "node_ids", None) is not None:
+        raise SamplingInputError(
+            "the PyG stores do not support a renumbered graph (its n_id holds the input's ids)",
+            "the PyG loaders cannot be built on it",
+            "use DistNeighborLoader, or partition with --renumber false after relabelling the "
+            "nodes to 0..N-1")
+
+
 class PartitionFeatureStore(FeatureStore):
     """``x`` and ``y`` of a partitioned graph, for any original node ids (read-only)."""
 
     def __init__(self, service, seed: int = 0) -> None:
         super().__init__()
+        _check_not_renumbered(service)
         self.service = service
         part = service.sampler.part
         self._shapes = {k: getattr(part, k).shape[1:] for k in _ATTRS
@@ -99,6 +111,7 @@ class PartitionGraphStore(GraphStore):
 
     def __init__(self, service) -> None:
         super().__init__()
+        _check_not_renumbered(service)
         self.service = service
         self._fetches = 0
         self.part = service.sampler.part

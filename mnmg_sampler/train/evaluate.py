@@ -142,7 +142,7 @@ def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray],
     """Collective: ``{split: (accuracy, mean loss)}`` over every rank's nodes of each split
     (sorted original ids), from :func:`layerwise_logits`."""
     logits = layerwise_logits(model, part, device, batch_size, group)
-    orig = np.asarray(part.orig_ids)
+    orig = part.input_ids(part.orig_ids)  # the ids splits speak (the input's, if renumbered)
     y = torch.from_numpy(np.array(part.y, dtype=np.int64))
     acc = torch.zeros((len(splits), 3), dtype=torch.float64, device=backend_device(group))
     for k, ids in enumerate(splits.values()):

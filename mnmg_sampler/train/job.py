@@ -62,7 +62,7 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
     want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
                        undirected=d.undirected, drop_self_loops=d.drop_self_loops,
                        drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
-                       feature_dim=d.feature_dim, node_data=node_files)
+                       feature_dim=d.feature_dim, node_data=node_files, renumber=d.renumber)
     if cfg.sampler.weights:
         want["load"]["weights"] = cfg.sampler.weights
     if d.num_classes:
@@ -97,7 +97,7 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
             d.name, out, p.method, p.seed, undirected=d.undirected,
             drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
             feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
-            graph_seed=d.seed, overwrite=True, source=want)
+            graph_seed=d.seed, overwrite=True, source=want, renumber=d.renumber)
         return out
 
     def build() -> None:
@@ -216,8 +216,8 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     from ..graph.api import split_from_partitions
 
     # masks stored with the graph (file or dataset.*_mask) win over the random split
-    ids = split_from_partitions(pdir) or split_ids(int(part.num_nodes), cfg.dataset.split,
-                                                   cfg.dataset.split_seed)
+    ids = split_from_partitions(pdir) or {k: part.input_ids(v) for k, v in split_ids(
+        int(part.num_nodes), cfg.dataset.split, cfg.dataset.split_seed).items()}
     train_loader = DistNeighborLoader(service, ids["train"], s.fanouts, s.batch_size,
                                       shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
                                       prefetch=s.prefetch, replace=s.replace, split=s.split,

@@ -60,7 +60,7 @@ def load_dataset(cfg: JobConfig):
     g = load_graph(d.name, undirected=d.undirected, drop_self_loops=d.drop_self_loops,
                    drop_duplicates=d.drop_duplicates, seed=d.seed, x=d.features, y=d.labels,
                    masks={k: v for k, v in masks.items() if v is not None},
-                   max_node_id=d.max_node_id)
+                   max_node_id=d.max_node_id, renumber=d.renumber)
     ids = np.arange(g.num_nodes, dtype=np.int64)
     if g.x is None and d.feature_dim > 0:
         g.x = node_features(ids, d.feature_dim, d.seed, d.num_classes)

@@ -18,6 +18,7 @@ import torch
 from mnmg_sampler import GraphFormatError, load_graph, load_partition, partition_graph
 from mnmg_sampler.cli import main
 from mnmg_sampler.config import check_paths, load_config
+from mnmg_sampler.errors import MemoryBudgetError
 from mnmg_sampler.graph.api import split_from_partitions
 from mnmg_sampler.graph.datasets import FORMATS
 from mnmg_sampler.train.job import load_dataset
@@ -229,9 +230,10 @@ def test_src_dst_pair_is_not_taken_for_a_path(tmp_path):
 def test_node_id_bound(tmp_path):
     p = tmp_path / "huge.txt"
     p.write_text("0 1\n1 100000000000000000\n")  # 10**17: the 7 EiB allocation of issue 10
-    with pytest.raises(GraphFormatError, match=r"node id 100000000000000000 is above the bound "
-                       r"1099511627776.*max_node_id"):
-        load_graph(p)
+    g = load_graph(p)  # sparse ids: renumbered (issue 23), the original ids kept
+    assert g.num_nodes == 3 and g.node_ids.tolist() == [0, 1, 10**17]
+    with pytest.raises(MemoryBudgetError, match=r"CSR of 100,000,000,000,000,001 rows"):
+        load_graph(p, renumber=False)  # memory is checked before the bound
     with pytest.raises(GraphFormatError, match="above the bound 100"):
         load_graph((np.array([0]), np.array([101])), max_node_id=100)
     csv = tmp_path / "huge.csv"

@@ -91,7 +91,8 @@ def test_edge_list_empty_and_comments_only(tmp_path):
         ("0 1\n1 2\n1 2 3\n", 3, "3 field"),
         ("0 1\n1 2-3\n", 2, "2-3"),
         ("0 1\n1 +\n", 2, "1 +"),
-        ("0 1\n1 12345678901234567890\n", 2, "more than 18 digits"),
+        ("0 1\n1 12345678901234567890\n", 2, "above 2**63 - 1"),
+            ("0 1\n1 9223372036854775808\n", 2, "above 2**63 - 1"),
     ],
 )
 def test_edge_list_errors_name_file_and_line(tmp_path, body, line, needle):

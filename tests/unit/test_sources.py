@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.errors import GraphFormatError
-from mnmg_sampler.graph.datasets import load_graph
-from mnmg_sampler.graph.sources import read_share, read_text_range, shard_files
+from mnmg_sampler.graph.datasets import load_graph, read_share
+from mnmg_sampler.graph.sources import read_text_range, shard_files
 
 
 def _cat(spec, world):
