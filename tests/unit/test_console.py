@@ -73,6 +73,9 @@ def test_rank_prefix(monkeypatch):
 @pytest.mark.parametrize("script", ["run.sh", "multinode.sh", "slurm.sbatch"])
 def test_launch_scripts_leave_the_rank_prefix_to_torchrun(script):
     text = (REPO / "launch" / script).read_text()
+    if script == "slurm.sbatch":  # it launches every node through multinode.sh
+        assert "launch/multinode.sh" in text
+        text = (REPO / "launch" / "multinode.sh").read_text()
     assert "--tee 3" in text and "--role rank" in text
     assert "export MNMG_RANK_PREFIX=0 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'" \
         in text
