@@ -24,6 +24,7 @@ import torch.distributed as dist
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import CheckpointError, ConfigError, PartitionError
+from ..seeds import NodeSplit, random_node_split
 from .checkpoint import agree_on_checkpoint, check_model_state, load_latest
 from .epochs import checkpoint_dir, run_epochs
 from .report import RunReport, epoch_record
@@ -31,14 +32,11 @@ from .report import RunReport, epoch_record
 log = logging.getLogger(__name__)
 
 
-def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, np.ndarray]:
-    """Random train/val/test split of node ids (original ids), the same on every rank."""
-    perm = np.random.default_rng([seed, 0x5B117]).permutation(num_nodes)
-    f = np.asarray(fractions, np.float64)
-    f = f / f.sum() if f.sum() > 1 else f
-    a, b = int(round(f[0] * num_nodes)), int(round((f[0] + f[1]) * num_nodes))
-    c = int(round(min(1.0, f.sum()) * num_nodes))
-    return {"train": np.sort(perm[:a]), "val": np.sort(perm[a:b]), "test": np.sort(perm[b:c])}
+def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, NodeSplit]:
+    """Random train/val/test split of node ids (original ids), the same on every rank: ranges of
+    a keyed permutation (:func:`~mnmg_sampler.seeds.random_node_split`), no array of
+    ``num_nodes`` on any rank."""
+    return random_node_split(num_nodes, fractions, seed)
 
 
 def load_dataset(cfg: JobConfig):
