@@ -26,8 +26,7 @@ from .link_sampler import LinkPlan, NegativeSampling, build_link_request, finish
 from .loader import batch_positions, check_batching, num_global_batches
 from .sampler import SampleRequest, check_fanouts
 
-__all__ = ["LinkMiniBatch", "DistLinkNeighborLoader", "build_link_request", "finish_link_batch",
-           "LinkPlan"]
+__all__ = ["LinkMiniBatch", "DistLinkNeighborLoader"]
 
 
 def _as_numpy(a, what: str, dtype) -> np.ndarray:

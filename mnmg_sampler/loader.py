@@ -1,10 +1,10 @@
 """DistNeighborLoader: per-rank minibatches of a seed set, sampled by the SamplingService.
 
 Seed splitting (``n`` seeds, batch size ``B``, world size ``W``): each epoch, the seeds are put in
-one global order (a permutation seeded by ``(seed, epoch)`` when ``shuffle``), then cut into a
-number of global batches that is a multiple of ``W``, and global batch ``g`` goes to rank
-``g % W`` as its batch ``g // W``. So ``len(loader)`` is the same on every rank, and DDP steps line
-up:
+one global order (when ``shuffle``, a keyed Feistel permutation of the positions seeded by
+``(seed, epoch)``, :func:`~mnmg_sampler.graph.permute.feistel`), then cut into a number of global
+batches that is a multiple of ``W``, and global batch ``g`` goes to rank ``g % W`` as its batch
+``g // W``. So ``len(loader)`` is the same on every rank, and DDP steps line up:
 
 * ``drop_last=False``: ``W * ceil(n / (B * W))`` batches whose sizes differ by at most one (all
   ``<= B``); every seed is used exactly once per epoch.
@@ -19,15 +19,18 @@ rank 3 ``[6 7], [14]``. With ``drop_last=True``: 4 batches, ``[0 1] [2 3] [4 5] 
 rank; seeds 8..14 are skipped.
 
 The request key of global batch ``g`` in epoch ``e`` is ``request_key(seed, e, g)``, so a batch is
-reproducible from ``(seed, epoch, g)`` alone.
+reproducible from ``(seed, epoch, g)`` alone. A rank computes the positions of one batch when it
+requests it (:func:`batch_positions`, ``O(batch)``): with ``input_nodes=None`` or a random split
+(:mod:`mnmg_sampler.seeds`) no rank holds an array of ``num_nodes`` for its seeds.
 
 ``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so hop 1
 is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds
-(by ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most seeds needs
+(by a permutation keyed on ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most seeds needs
 (``drop_last``: as many full batches as the rank with fewest seeds has); its batch ``b`` is global
 batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend on the
 partitioning and the world size, so results are reproducible for the same partitions and ``W``
-(any thread count, merge pattern or run), not across world sizes; batch sizes may differ across
+(any thread count, merge pattern or run), not across world sizes (``load_state_dict`` refuses a
+state saved on another partitioning); batch sizes may differ across
 ranks (and a rank may get empty batches) when the partitions own unequal shares of the seeds.
 """
 
@@ -177,7 +180,10 @@ class DistNeighborLoader(EpochCursor):
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
         input_nodes: seed node ids (original ids, each once) or a bool mask of length
-            ``num_nodes``; the same on every rank; ``None`` = every node of the graph. Checked
+            ``num_nodes``; the same on every rank; ``None`` = every node of the graph, or a
+            :class:`~mnmg_sampler.seeds.SeedSet` (e.g. a split of
+            :func:`~mnmg_sampler.seeds.random_node_split`): both read batch by batch, never
+            as an array of ``num_nodes``. Kept as the seed set ``self.input_nodes``. Checked
             here (:func:`check_input_nodes`): construction is collective on the default group,
             and a bad or differing input on any rank raises :class:`SamplingInputError` on
             every rank.
