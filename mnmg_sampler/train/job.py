@@ -24,7 +24,6 @@ import torch.distributed as dist
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import CheckpointError, ConfigError, PartitionError
-from ..seeds import NodeSplit, random_node_split
 from .checkpoint import agree_on_checkpoint, check_model_state, load_latest
 from .epochs import checkpoint_dir, run_epochs
 from .report import RunReport, epoch_record
@@ -32,10 +31,12 @@ from .report import RunReport, epoch_record
 log = logging.getLogger(__name__)
 
 
-def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, NodeSplit]:
+def split_ids(num_nodes: int, fractions, seed: int) -> dict:
     """Random train/val/test split of node ids (original ids), the same on every rank: ranges of
-    a keyed permutation (:func:`~mnmg_sampler.seeds.random_node_split`), no array of
-    ``num_nodes`` on any rank."""
+    a keyed permutation (:func:`~mnmg_sampler.seeds.random_node_split`, a
+    :class:`~mnmg_sampler.seeds.NodeSplit` per name), no array of ``num_nodes`` on any rank."""
+    from ..seeds import random_node_split
+
     return random_node_split(num_nodes, fractions, seed)
 
 
