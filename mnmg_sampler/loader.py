@@ -24,15 +24,14 @@ requests it (:func:`batch_positions`, ``O(batch)``): with ``input_nodes=None`` o
 (:mod:`mnmg_sampler.seeds`) no rank holds an array of ``num_nodes`` for its seeds.
 
 ``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so hop 1
-is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds
-(by a permutation keyed on ``(seed, epoch, r)``) and cuts them into as many batches as the rank
-with most seeds needs (``drop_last``: as many full batches as the rank with fewest seeds has);
-its batch ``b`` is global
-batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend on the
-partitioning and the world size, so results are reproducible for the same partitions and ``W``
-(any thread count, merge pattern or run), not across world sizes (``load_state_dict`` refuses a
-state saved on another partitioning); batch sizes may differ across
-ranks (and a rank may get empty batches) when the partitions own unequal shares of the seeds.
+is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds (by a
+permutation keyed on ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most
+seeds needs (``drop_last``: as many full batches as the rank with fewest seeds has); its batch ``b``
+is global batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend
+on the partitioning and the world size, so results are reproducible for the same partitions and
+``W`` (any thread count, merge pattern or run), not across world sizes (``load_state_dict`` refuses
+a state saved on another partitioning); batch sizes may differ across ranks (and a rank may get
+empty batches) when the partitions own unequal shares of the seeds.
 """
 
 from __future__ import annotations
