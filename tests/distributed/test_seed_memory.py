@@ -49,7 +49,7 @@ def _epoch(loader, epoch: int) -> list[dict]:
 
 def _loader_epochs(svc, rank: int, world: int) -> dict:
     """One epoch of each seed set: every node, half the nodes by a random split, and (W > 1)
-    every node split by owner; one request per round (prefetch=1)."""
+    both split by owner; one request per round (prefetch=1)."""
     from mnmg_sampler.loader import DistNeighborLoader
     from mnmg_sampler.train.job import split_ids
 
@@ -59,8 +59,9 @@ def _loader_epochs(svc, rank: int, world: int) -> dict:
     out["train"] = _epoch(DistNeighborLoader(svc, train, FAN, B, shuffle=True, seed=SEED,
                                              prefetch=1), 1)
     if world > 1:
-        out["owner"] = _epoch(DistNeighborLoader(svc, None, FAN, B, shuffle=True, seed=SEED,
-                                                 split="owner", prefetch=1), 0)
+        for name, seeds in (("owner", None), ("owner_train", train)):
+            out[name] = _epoch(DistNeighborLoader(svc, seeds, FAN, B, shuffle=True, seed=SEED,
+                                                  split="owner", prefetch=1), 0)
     return out
 
 
@@ -148,7 +149,7 @@ def test_seeds_and_splits_without_num_nodes_arrays(tmp_path):
         for name in outs[0]:
             ranks = [out[name] for out in outs]
             assert len({len(r) for r in ranks}) == 1  # the same batch count on every rank
-            ids = train_ids if name == "train" else every
+            ids = train_ids if name.endswith("train") else every
             _check_once([b for r in ranks for b in r], _hash_sum(ids), int(ids.sum()), ids.size)
         # global batch g = rank + j * W
         by_world[world] = {name: {r + j * world: b for r, out in enumerate(outs)
