@@ -68,6 +68,7 @@ def translate_seeds(ids: IdMaps, seeds: np.ndarray) -> np.ndarray:
 
 
 SHUFFLE_SALT = 0x5EED
+_OWN_CHUNK = 1 << 13  # own ids per step when an owner split looks its seeds up
 
 
 def num_global_batches(n: int, batch_size: int, world_size: int, *, drop_last: bool) -> int:
@@ -297,8 +298,12 @@ class DistNeighborLoader(EpochCursor):
                else np.asarray(ids.orig, np.int64))  # a range partition keeps the ids
         if isinstance(seeds, AllNodes):
             return own  # position = id, and the part's ids are ascending
-        pos = seeds.positions_of(own)
-        return np.sort(pos[pos >= 0])
+        # in chunks, so the temporaries stay small next to the part
+        parts = [p[p >= 0] for p in (seeds.positions_of(own[i:i + _OWN_CHUNK])
+                                     for i in range(0, own.size, _OWN_CHUNK))]
+        pos = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        pos.sort()
+        return pos
 
     def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of this rank's own seeds, seeds owned by each rank), from construction."""
