@@ -106,3 +106,37 @@ class MiniBatch:
         if self.y is not None:
             data.y = self.y
         return data
+
+
+@dataclass
+class LinkMiniBatch(MiniBatch):
+    """A sampled subgraph around a batch of seed edges (PyG's ``LinkNeighborLoader`` output).
+
+    Beyond :class:`~mnmg_sampler.batch.MiniBatch` (``n_id`` starts with the ``batch_size``
+    distinct, ascending endpoints of the batch's positive and negative edges; ``input_id`` holds
+    the positions of the positive edges in ``edge_label_index``):
+
+    Attributes:
+        edge_label_index: ``[2, L]`` local ids into ``n_id``; positives first, then (binary mode)
+            ``amount`` negatives per positive, positive by positive.
+        edge_label: ``[L]`` labels (binary: positives' labels, or 1, then 0 for negatives;
+            ``None`` without labels and negatives).
+        src_index, dst_pos_index: triplet mode, ``[P]`` local ids of each positive's endpoints.
+        dst_neg_index: triplet mode, ``[P, amount]`` (``[P]`` when ``amount == 1``).
+    """
+
+    edge_label_index: torch.Tensor | None = None
+    edge_label: torch.Tensor | None = None
+    src_index: torch.Tensor | None = None
+    dst_pos_index: torch.Tensor | None = None
+    dst_neg_index: torch.Tensor | None = None
+
+    def to_pyg(self):
+        """Convert to ``torch_geometric.data.Data`` with the link fields (needs the pyg extra)."""
+        data = super().to_pyg()
+        for name in ("edge_label_index", "edge_label", "src_index", "dst_pos_index",
+                     "dst_neg_index"):
+            v = getattr(self, name)
+            if v is not None:
+                setattr(data, name, v)
+        return data

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .errors import SamplingInputError
+from .errors import PartitionMismatchError, SamplingInputError
 
 __all__ = ["EpochCursor"]
 
@@ -24,8 +24,11 @@ class EpochCursor:
     """Mixin of a loader over a rank's batches ``(g, positions)``, served by ``self.service``.
 
     The loader sets ``service``, ``prefetch``, ``seed`` and ``world_size``, calls
-    :meth:`_init_cursor` and defines ``_my_batches()`` (this rank's batches of the epoch) and
-    ``_num_seeds()`` (the size of the seed set, checked on resume).
+    :meth:`_init_cursor` and defines ``_num_my_batches()`` (this rank's batch count),
+    ``_my_batch(j, epoch)`` (its batch ``j`` of ``epoch`` as ``(g, positions)``, computed when
+    it is requested: no epoch's worth of positions is held) and ``_num_seeds()`` (the size of
+    the seed set, checked on resume); ``_partition_fingerprint()`` when its batches depend on
+    the partitioning (checked on resume too).
     """
 
     _seeds_word = "seeds"  # the seed set in messages: "12 seeds"
@@ -37,8 +40,15 @@ class EpochCursor:
         self._resume = 0
         self._resume_epoch: int | None = None
 
-    def _my_batches(self) -> list[tuple[int, np.ndarray]]:
+    def _num_my_batches(self) -> int:
         raise NotImplementedError
+
+    def _my_batch(self, j: int, epoch: int) -> tuple[int, np.ndarray]:
+        raise NotImplementedError
+
+    def _partition_fingerprint(self) -> list[int] | None:
+        """Fingerprint of the partitioning the batches depend on (``None``: they do not)."""
+        return None
 
     def _num_seeds(self) -> int:
         raise NotImplementedError
@@ -53,29 +63,28 @@ class EpochCursor:
             self._resume = 0
         self._resume_epoch = None
 
-    def _iterate(self, plan: Callable[[int, np.ndarray], tuple[Any, T]],
+    def _iterate(self, plan: Callable[[int, np.ndarray, int], tuple[Any, T]],
                  finish: Callable[[Any, T], Any]) -> Iterator:
-        """This rank's batches from the resume point: ``plan(g, pos)`` gives the request of
-        global batch ``g`` and what ``finish(result, that)`` needs to make the item."""
-        mine = self._my_batches()[self._resume:]
-        start = self._resume
+        """This rank's batches from the resume point: ``plan(g, pos, epoch)`` gives the request
+        of global batch ``g`` and what ``finish(result, that)`` needs to make the item."""
+        start, epoch, count = self._resume, self.epoch, self._num_my_batches()
         self._resume, self._resume_epoch = 0, None
         inflight: deque = deque()
-        it = iter(mine)
+        it = (self._my_batch(j, epoch) for j in range(start, count))
 
         def top_up(n: int) -> None:
             while len(inflight) < n:
                 nxt = next(it, None)
                 if nxt is None:
                     return
-                request, extra = plan(*nxt)
+                request, extra = plan(*nxt, epoch)
                 inflight.append((self.service.submit(request), extra))
 
         # The first batch is requested alone, so it is not delayed by a merged burst; the
         # rest are requested as soon as a result arrives, before it is handed to the caller,
         # so sampling runs while the caller trains.
         top_up(1)
-        for j in range(len(mine)):
+        for j in range(max(0, count - start)):
             fut, extra = inflight.popleft()
             result = self.service.result(fut)
             top_up(self.prefetch)
@@ -84,12 +93,35 @@ class EpochCursor:
         self._next = 0
 
     def state_dict(self) -> dict:
-        """Where the iteration stands: resuming yields exactly the batches not yet handed out."""
-        return {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed,
-                "world_size": self.world_size, "num_seeds": self._num_seeds()}
+        """Where the iteration stands: resuming yields exactly the batches not yet handed out.
+
+        With batches that depend on the partitioning (``split="owner"``), ``partition`` holds
+        its fingerprint (:func:`~mnmg_sampler.distributed.consistency.manifest_fingerprint`).
+        """
+        state = {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed,
+                 "world_size": self.world_size, "num_seeds": self._num_seeds()}
+        fp = self._partition_fingerprint()
+        if fp is not None:
+            state["partition"] = list(fp)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume mid-epoch: the next ``iter()`` starts at the saved batch of the saved epoch."""
+        """Resume mid-epoch: the next ``iter()`` starts at the saved batch of the saved epoch.
+
+        Raises :class:`SamplingInputError` for another world size or seed set, and
+        :class:`PartitionMismatchError` when the batches depend on the partitioning and the
+        state was saved on another one (or records none).
+        """
+        fp = self._partition_fingerprint()
+        if fp is not None and [int(v) for v in state.get("partition") or []] != list(fp):
+            saved = ("records no partitioning" if not state.get("partition")
+                     else "was saved on another partitioning")
+            raise PartitionMismatchError(
+                f"loader state {saved}, but this loader's seeds are split by owner",
+                "each rank's seeds, and so the remaining batches, follow the partitioning; "
+                "they would differ from the interrupted run",
+                "resume on the partition directory the state was saved with, or start the "
+                "epoch afresh (set_epoch) instead of loading the state")
         n = self._num_seeds()
         if state.get("world_size") != self.world_size or state.get("num_seeds") != n:
             raise SamplingInputError(

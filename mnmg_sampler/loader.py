@@ -1,10 +1,10 @@
 """DistNeighborLoader: per-rank minibatches of a seed set, sampled by the SamplingService.
 
 Seed splitting (``n`` seeds, batch size ``B``, world size ``W``): each epoch, the seeds are put in
-one global order (a permutation seeded by ``(seed, epoch)`` when ``shuffle``), then cut into a
-number of global batches that is a multiple of ``W``, and global batch ``g`` goes to rank
-``g % W`` as its batch ``g // W``. So ``len(loader)`` is the same on every rank, and DDP steps line
-up:
+one global order (when ``shuffle``, a keyed Feistel permutation of the positions seeded by
+``(seed, epoch)``, :func:`~mnmg_sampler.graph.permute.feistel`), then cut into a number of global
+batches that is a multiple of ``W``, and global batch ``g`` goes to rank ``g % W`` as its batch
+``g // W``. So ``len(loader)`` is the same on every rank, and DDP steps line up:
 
 * ``drop_last=False``: ``W * ceil(n / (B * W))`` batches whose sizes differ by at most one (all
   ``<= B``); every seed is used exactly once per epoch.
@@ -19,16 +19,19 @@ rank 3 ``[6 7], [14]``. With ``drop_last=True``: 4 batches, ``[0 1] [2 3] [4 5] 
 rank; seeds 8..14 are skipped.
 
 The request key of global batch ``g`` in epoch ``e`` is ``request_key(seed, e, g)``, so a batch is
-reproducible from ``(seed, epoch, g)`` alone.
+reproducible from ``(seed, epoch, g)`` alone. A rank computes the positions of one batch when it
+requests it (:func:`batch_positions`, ``O(batch)``): with ``input_nodes=None`` or a random split
+(:mod:`mnmg_sampler.seeds`) no rank holds an array of ``num_nodes`` for its seeds.
 
 ``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so hop 1
-is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds
-(by ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most seeds needs
-(``drop_last``: as many full batches as the rank with fewest seeds has); its batch ``b`` is global
-batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend on the
-partitioning and the world size, so results are reproducible for the same partitions and ``W``
-(any thread count, merge pattern or run), not across world sizes; batch sizes may differ across
-ranks (and a rank may get empty batches) when the partitions own unequal shares of the seeds.
+is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds (by a
+permutation keyed on ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most
+seeds needs (``drop_last``: as many full batches as the rank with fewest seeds has); its batch ``b``
+is global batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend
+on the partitioning and the world size, so results are reproducible for the same partitions and
+``W`` (any thread count, merge pattern or run), not across world sizes (``load_state_dict`` refuses
+a state saved on another partitioning); batch sizes may differ across ranks (and a rank may get
+empty batches) when the partitions own unequal shares of the seeds.
 """
 
 from __future__ import annotations
@@ -40,11 +43,17 @@ import torch
 
 from .batch import MiniBatch
 from .distributed.collective import Exchanger, agree, backend_device, peer_errors
-from .distributed.consistency import check_same_on_every_rank, fingerprint_array
+from .distributed.consistency import check_same_on_every_rank, manifest_fingerprint
 from .distributed.id_maps import IdMaps
 from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
+from .graph.permute import feistel, feistel_keys
 from .sampler import SampleRequest, check_fanouts, check_input_nodes, request_key
+from .seeds import AllNodes, NodeIds, SeedSet, as_seed_set
+
+__all__ = ["DistNeighborLoader", "batch_positions", "batch_span", "check_batching",
+           "check_input_nodes", "check_pyg_arguments", "epoch_order", "global_batches",
+           "num_global_batches", "shuffle_keys", "translate_seeds"]
 
 SPLITS = ("global", "owner")
 
@@ -58,22 +67,56 @@ def translate_seeds(ids: IdMaps, seeds: np.ndarray) -> np.ndarray:
         return ids.with_exchanger(Exchanger(None)).to_new(seeds)
 
 
-def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, drop_last: bool,
-                   seed: int, epoch: int) -> list[np.ndarray]:
-    """Positions (into ``input_nodes``) of every global batch of an epoch, in global order."""
-    if shuffle:
-        g = np.random.default_rng([seed & 0xFFFFFFFF, epoch, 0x5EED])
-        order = g.permutation(n).astype(np.int64)
-    else:
-        order = np.arange(n, dtype=np.int64)
+SHUFFLE_SALT = 0x5EED
+_OWN_CHUNK = 1 << 13  # own ids per step when an owner split looks its seeds up
+
+
+def num_global_batches(n: int, batch_size: int, world_size: int, *, drop_last: bool) -> int:
+    """Global batches of an epoch of ``n`` seeds: a multiple of ``world_size`` (0 for no seed)."""
     per_round = batch_size * world_size
     if drop_last:
-        nb = (n // per_round) * world_size
-        return [order[i * batch_size:(i + 1) * batch_size] for i in range(nb)]
-    nb = world_size * -(-n // per_round)
-    if nb == 0:  # no seeds: no batch
-        return []
-    return [np.ascontiguousarray(a) for a in np.array_split(order, nb)]
+        return (n // per_round) * world_size
+    return world_size * -(-n // per_round)
+
+
+def batch_span(j: int, n: int, nb: int, batch_size: int, drop_last: bool) -> tuple[int, int]:
+    """Positions ``[start, stop)`` in the epoch's order of batch ``j`` of ``nb`` over ``n`` seeds:
+    ``batch_size`` each with ``drop_last``, else sizes as ``numpy.array_split`` makes them."""
+    if drop_last:
+        return j * batch_size, (j + 1) * batch_size
+    q, rem = divmod(n, nb)
+    start = j * q + min(j, rem)
+    return start, start + q + (1 if j < rem else 0)
+
+
+def epoch_order(start: int, stop: int, n: int, keys: np.ndarray | None) -> np.ndarray:
+    """Entries ``start .. stop - 1`` of an epoch's order of ``n`` positions: the keyed
+    permutation with round ``keys`` (:func:`~mnmg_sampler.graph.permute.feistel`), or the
+    positions themselves for ``keys=None`` (no shuffle); ``O(stop - start)`` memory."""
+    idx = np.arange(start, stop, dtype=np.int64)
+    return idx if keys is None else feistel(idx, n, keys)
+
+
+def shuffle_keys(shuffle: bool, seed: int, epoch: int, *more: int) -> np.ndarray | None:
+    """Round keys of the epoch's shuffle (``None`` without shuffling)."""
+    return feistel_keys(seed, epoch, SHUFFLE_SALT, *more) if shuffle else None
+
+
+def batch_positions(g: int, n: int, batch_size: int, world_size: int, *, shuffle: bool,
+                    drop_last: bool, seed: int, epoch: int) -> np.ndarray:
+    """Positions (into the seed set) of global batch ``g`` of an epoch, in ``O(batch)``."""
+    nb = num_global_batches(n, batch_size, world_size, drop_last=drop_last)
+    lo, hi = batch_span(g, n, nb, batch_size, drop_last)
+    return epoch_order(lo, hi, n, shuffle_keys(shuffle, seed, epoch))
+
+
+def global_batches(n: int, batch_size: int, world_size: int, *, shuffle: bool, drop_last: bool,
+                   seed: int, epoch: int) -> list[np.ndarray]:
+    """Positions of every global batch of an epoch, in global order (for tests and docs: a
+    loader computes only its own batches, one at a time, with :func:`batch_positions`)."""
+    nb = num_global_batches(n, batch_size, world_size, drop_last=drop_last)
+    return [batch_positions(g, n, batch_size, world_size, shuffle=shuffle, drop_last=drop_last,
+                            seed=seed, epoch=epoch) for g in range(nb)]
 
 
 # PyG NeighborLoader / DataLoader arguments and the value each must have here (PyG's default);
@@ -138,7 +181,10 @@ class DistNeighborLoader(EpochCursor):
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
         input_nodes: seed node ids (original ids, each once) or a bool mask of length
-            ``num_nodes``; the same on every rank; ``None`` = every node of the graph. Checked
+            ``num_nodes``; the same on every rank; ``None`` = every node of the graph, or a
+            :class:`~mnmg_sampler.seeds.SeedSet` (e.g. a split of
+            :func:`~mnmg_sampler.seeds.random_node_split`): both read batch by batch, never
+            as an array of ``num_nodes``. Kept as the seed set ``self.input_nodes``. Checked
             here (:func:`check_input_nodes`): construction is collective on the default group,
             and a bad or differing input on any rank raises :class:`SamplingInputError` on
             every rank.
@@ -182,18 +228,17 @@ class DistNeighborLoader(EpochCursor):
 
         self.split, self.edge_ids = split, bool(edge_ids)
         self._owned: tuple[np.ndarray, np.ndarray] | None = None
+        self._partition: list[int] | None = None
 
-        def check() -> tuple[np.ndarray, list[int]]:
+        def check() -> tuple[SeedSet, list[int]]:
             check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
             if split not in SPLITS:
                 raise SamplingInputError(f"unknown seed split {split!r}",
                                          "the loader cannot assign seeds to ranks",
                                          f"use one of {SPLITS}")
-            # PyG: input_nodes=None is every node of the graph
-            nodes = check_input_nodes(
-                np.arange(int(service.num_nodes), dtype=np.int64) if input_nodes is None
-                else input_nodes, int(service.num_nodes),
-                node_ids=None if input_nodes is None else service.node_ids)
+            # PyG: input_nodes=None is every node of the graph (a rule, not an array)
+            nodes = as_seed_set(input_nodes, int(service.num_nodes),
+                                node_ids=getattr(service, "node_ids", None))
             check_batching(batch_size, prefetch)
             return nodes, check_fanouts(num_neighbors)
 
@@ -202,8 +247,8 @@ class DistNeighborLoader(EpochCursor):
         # set or batching that differs between ranks (their batch counts would differ).
         self.input_nodes, self.num_neighbors = agree(check)
         check_same_on_every_rank(
-            [self.input_nodes.size, int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
-             int(seed), SPLITS.index(split), *fingerprint_array(self.input_nodes)],
+            [len(self.input_nodes), int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
+             int(seed), SPLITS.index(split), *self.input_nodes.fingerprint()],
             "DistNeighborLoader(input_nodes, batch_size, shuffle, drop_last, seed, split)",
             "each rank would get another share of the seeds, or another number of batches",
             "build every loader with the same arguments on every rank, in the same order",
@@ -216,29 +261,50 @@ class DistNeighborLoader(EpochCursor):
         self.rank = dist.get_rank(service.group) if rank is None else rank
         self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
         self._init_cursor()
-        ids = getattr(getattr(service, "sampler", None), "ids", None)
-        # the seeds' new ids, one per seed, translated once here so no round looks them up
-        # (None: a service without id maps, whose sampler translates every round)
+        sampler = getattr(service, "sampler", None)
+        ids = getattr(sampler, "ids", None)
+        # the seeds' new ids, one per given seed, translated once here so no round looks them
+        # up; None: a seed set that is a rule (all nodes, a split: its rounds look the batch's
+        # seeds up), or a service without id maps, whose sampler translates every round
         self._new_nodes: np.ndarray | None = None
+        self._ids = ids
         if split == "owner":
-            # this rank's seeds, found and translated in its own ids (no id map, no exchange);
+            self._partition = manifest_fingerprint(sampler.part)
+            pos = self._owned_positions(ids)
+            if isinstance(self.input_nodes, NodeIds):
+                self._new_nodes = np.full(len(self.input_nodes), -1, np.int64)  # others: unsent
+                self._new_nodes[pos] = ids.to_new_local(self.input_nodes.ids(pos))
             # every rank's count with one all-reduce on the default group (construction is
             # collective there)
-            rows = ids.rows_of(self.input_nodes)
-            pos = np.flatnonzero(rows >= 0)
-            self._new_nodes = np.full(self.input_nodes.size, -1, np.int64)  # others: never sent
-            self._new_nodes[pos] = ids.to_new_local(self.input_nodes[pos])
             counts = torch.zeros(self.world_size, dtype=torch.int64, device=backend_device())
             counts[self.rank] = pos.size
             with peer_errors("the loader's count of seeds per owner"):
                 dist.all_reduce(counts, op=dist.ReduceOp.SUM)
             self._owned = (pos, counts.cpu().numpy())
-        elif ids is not None:
+        elif ids is not None and isinstance(self.input_nodes, NodeIds):
             # with the shared topology every part's original ids are mapped here: no lookup
             # (the same on every rank, so no rank waits in the lookup's collectives)
-            shared = getattr(service.sampler, "shared", None)
-            self._new_nodes = (shared.to_new(self.input_nodes) if shared is not None
-                               else translate_seeds(ids, self.input_nodes))
+            shared = getattr(sampler, "shared", None)
+            seeds = self.input_nodes.array
+            self._new_nodes = (shared.to_new(seeds) if shared is not None
+                               else translate_seeds(ids, seeds))
+
+    def _owned_positions(self, ids) -> np.ndarray:
+        """Positions (ascending) of the seeds this rank's partition owns, found in its own ids
+        (no id map, no exchange): an array of at most the part's node count."""
+        seeds = self.input_nodes
+        if isinstance(seeds, NodeIds):
+            return np.flatnonzero(ids.rows_of(seeds.array) >= 0)
+        own = (np.arange(ids.lo, ids.hi, dtype=np.int64) if ids.orig is None
+               else np.asarray(ids.orig, np.int64))  # a range partition keeps the ids
+        if isinstance(seeds, AllNodes):
+            return own  # position = id, and the part's ids are ascending
+        # in chunks, so the temporaries stay small next to the part
+        parts = [p[p >= 0] for p in (seeds.positions_of(own[i:i + _OWN_CHUNK])
+                                     for i in range(0, own.size, _OWN_CHUNK))]
+        pos = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        pos.sort()
+        return pos
 
     def _owner_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions of this rank's own seeds, seeds owned by each rank), from construction."""
@@ -249,39 +315,49 @@ class DistNeighborLoader(EpochCursor):
             return int(counts.min()) // self.batch_size
         return -(-int(counts.max()) // self.batch_size)  # no seed anywhere: no batch
 
-    def _my_batches(self) -> list[tuple[int, np.ndarray]]:
+    def _partition_fingerprint(self) -> list[int] | None:
+        return self._partition
+
+    def _num_my_batches(self) -> int:
+        if self.split == "owner":
+            return len(self)
+        nb = num_global_batches(len(self.input_nodes), self.batch_size, self.world_size,
+                                drop_last=self.drop_last)
+        return len(range(self.rank, nb, self.world_size))
+
+    def _my_batch(self, j: int, epoch: int) -> tuple[int, np.ndarray]:
         if self.split == "owner":
             pos, counts = self._owner_counts()
-            if self.shuffle:
-                g = np.random.default_rng([self.seed & 0xFFFFFFFF, self.epoch, 0x5EED, self.rank])
-                pos = pos[g.permutation(pos.size)]
             nb = self._owner_num_batches(counts)
-            if nb == 0:  # no seed on any rank (or, with drop_last, too few on one)
-                return []
-            B = self.batch_size
-            parts = ([pos[i * B:(i + 1) * B] for i in range(nb)] if self.drop_last
-                     else [np.ascontiguousarray(a) for a in np.array_split(pos, nb)])
-            return [(b * self.world_size + self.rank, p) for b, p in enumerate(parts)]
-        allb = global_batches(self.input_nodes.size, self.batch_size, self.world_size,
-                              shuffle=self.shuffle, drop_last=self.drop_last, seed=self.seed,
-                              epoch=self.epoch)
-        return [(g, allb[g]) for g in range(self.rank, len(allb), self.world_size)]
+            lo, hi = batch_span(j, pos.size, nb, self.batch_size, self.drop_last)
+            keys = shuffle_keys(self.shuffle, self.seed, epoch, self.rank)
+            return j * self.world_size + self.rank, pos[epoch_order(lo, hi, pos.size, keys)]
+        g = self.rank + j * self.world_size
+        return g, batch_positions(g, len(self.input_nodes), self.batch_size, self.world_size,
+                                  shuffle=self.shuffle, drop_last=self.drop_last,
+                                  seed=self.seed, epoch=epoch)
 
     def __len__(self) -> int:
         if self.split == "owner":
             return self._owner_num_batches(self._owner_counts()[1])
-        n, per = self.input_nodes.size, self.batch_size * self.world_size
+        n, per = len(self.input_nodes), self.batch_size * self.world_size
         return n // per if self.drop_last else -(-n // per)
 
-    def request(self, g: int, pos: np.ndarray) -> SampleRequest:
+    def request(self, g: int, pos: np.ndarray, epoch: int | None = None) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
-        return SampleRequest(self.input_nodes[pos], self.num_neighbors,
-                             request_key(self.seed, self.epoch, g), self.replace, input_id=pos,
-                             edge_ids=self.edge_ids,
-                             new_seeds=None if self._new_nodes is None else self._new_nodes[pos])
+        seeds = self.input_nodes.ids(pos)
+        if self._new_nodes is not None:
+            new = self._new_nodes[pos]
+        elif self.split == "owner":  # this rank's own seeds: translated in its own ids
+            new = self._ids.to_new_local(seeds)
+        else:
+            new = None
+        epoch = self.epoch if epoch is None else epoch
+        return SampleRequest(seeds, self.num_neighbors, request_key(self.seed, epoch, g),
+                             self.replace, input_id=pos, edge_ids=self.edge_ids, new_seeds=new)
 
     def _num_seeds(self) -> int:
-        return int(self.input_nodes.size)
+        return len(self.input_nodes)
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        return self._iterate(lambda g, pos: (self.request(g, pos), None), lambda b, _: b)
+        return self._iterate(lambda g, pos, e: (self.request(g, pos, e), None), lambda b, _: b)

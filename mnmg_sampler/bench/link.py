@@ -61,7 +61,7 @@ class LinkBench(TimedBatches):
     def __init__(self, graph, seed_pos, fanouts, args) -> None:
         import numpy as np
 
-        from ..link_loader import build_link_request, finish_link_batch
+        from ..link_sampler import build_link_request, finish_link_batch
         from ..ops.negative import NegativeSampling, csr_has_edges
         from ..sampler import MultiHopSampler, local_hop_fn
 

@@ -62,3 +62,30 @@ def permute_ids(ids, n, bits, adds, muls, out):  # pragma: no cover - jitted
             if x < nn:
                 break
         out[i] = np.int64(x)
+
+
+@numba.njit(cache=True, nogil=True)
+def feistel_ids(ids, n, half, keys, inverse, out):  # pragma: no cover - jitted
+    """``out[i]`` = image (or preimage, ``inverse``) of ``ids[i]`` under the keyed Feistel
+    permutation of ``[0, n)``: a balanced network on ``2 * half`` bits, round ``k`` mapping
+    ``(l, r)`` to ``(r, l ^ F_k(r))`` with ``F_k(r) = mix64(r ^ keys[k])``, walked until the
+    value falls in ``[0, n)``."""
+    hmask = np.uint64((1 << half) - 1)
+    sh = np.uint64(half)
+    nn = np.uint64(n)
+    rounds = keys.shape[0]
+    for i in range(ids.shape[0]):
+        x = np.uint64(ids[i])
+        while True:
+            left = x >> sh
+            right = x & hmask
+            if inverse:
+                for k in range(rounds - 1, -1, -1):
+                    right, left = left, right ^ (_mix64(left ^ keys[k]) & hmask)
+            else:
+                for k in range(rounds):
+                    left, right = right, left ^ (_mix64(right ^ keys[k]) & hmask)
+            x = (left << sh) | right
+            if x < nn:
+                break
+        out[i] = np.int64(x)

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from ..distributed.collective import Exchanger, backend_device
 from ..errors import MemoryBudgetError
+from ..seeds import SeedSet
 from .model import GraphSAGE, inference_layer
 
 __all__ = ["check_budget", "estimate_layerwise_bytes", "estimate_sampled_bytes",
@@ -136,17 +137,19 @@ def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray],
+def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray | SeedSet],
                        device: torch.device, batch_size: int,
                        group=None) -> dict[str, tuple[float, float]]:
     """Collective: ``{split: (accuracy, mean loss)}`` over every rank's nodes of each split
-    (sorted original ids), from :func:`layerwise_logits`."""
+    (sorted original ids, or a :class:`~mnmg_sampler.seeds.SeedSet`), from
+    :func:`layerwise_logits`."""
     logits = layerwise_logits(model, part, device, batch_size, group)
     orig = part.input_ids(part.orig_ids)  # the ids splits speak (the input's, if renumbered)
     y = torch.from_numpy(np.array(part.y, dtype=np.int64))
     acc = torch.zeros((len(splits), 3), dtype=torch.float64, device=backend_device(group))
     for k, ids in enumerate(splits.values()):
-        mask = torch.from_numpy(_member(np.asarray(ids), orig))
+        mask = torch.from_numpy(ids.contains(orig) if isinstance(ids, SeedSet)
+                                else _member(np.asarray(ids), orig))
         out, lab = logits[mask], y[mask]
         acc[k, 0] = float((out.argmax(-1) == lab).sum())
         acc[k, 1] = float(mask.sum())

@@ -30,14 +30,13 @@ from .setup import job_edge_weights, load_dataset, make_optimizer, resume_point,
 log = logging.getLogger(__name__)
 
 
-def split_ids(num_nodes: int, fractions, seed: int) -> dict[str, np.ndarray]:
-    """Random train/val/test split of node ids (original ids), the same on every rank."""
-    perm = np.random.default_rng([seed, 0x5B117]).permutation(num_nodes)
-    f = np.asarray(fractions, np.float64)
-    f = f / f.sum() if f.sum() > 1 else f
-    a, b = int(round(f[0] * num_nodes)), int(round((f[0] + f[1]) * num_nodes))
-    c = int(round(min(1.0, f.sum()) * num_nodes))
-    return {"train": np.sort(perm[:a]), "val": np.sort(perm[a:b]), "test": np.sort(perm[b:c])}
+def split_ids(num_nodes: int, fractions, seed: int) -> dict:
+    """Random train/val/test split of node ids (original ids), the same on every rank: ranges of
+    a keyed permutation (:func:`~mnmg_sampler.seeds.random_node_split`, a
+    :class:`~mnmg_sampler.seeds.NodeSplit` per name), no array of ``num_nodes`` on any rank."""
+    from ..seeds import random_node_split
+
+    return random_node_split(num_nodes, fractions, seed)
 
 
 def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:

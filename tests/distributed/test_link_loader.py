@@ -7,7 +7,7 @@ import pytest
 
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.link_loader import build_link_request, finish_link_batch
+from mnmg_sampler.link_sampler import build_link_request, finish_link_batch
 from mnmg_sampler.loader import global_batches
 from mnmg_sampler.ops.negative import NegativeSampling, csr_has_edges
 from mnmg_sampler.sampler import MultiHopSampler, local_hop_fn

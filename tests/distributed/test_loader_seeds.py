@@ -49,7 +49,8 @@ def _loader_rounds(rank, world, d, nodes):
     # the same requests without their translated seeds: the sampler looks them up per round
     loader.set_epoch(1)
     plain = []
-    for g, pos in loader._my_batches():
+    for j in range(loader._num_my_batches()):
+        g, pos = loader._my_batch(j, loader.epoch)
         r = dataclasses.replace(loader.request(g, pos), new_seeds=None)
         plain.append(as_arrays(svc.result(svc.submit(r))))
     after_plain = _id_bytes(ex)

@@ -36,7 +36,7 @@ def _inline(rank, world, d):
     loaders = [DistNeighborLoader(svc, nodes, fan, 8, seed=k) for k, (nodes, fan) in
                enumerate(LOADERS)]
     # each loader's first batch on this rank (global batch `rank`), submitted together
-    futs = [svc.submit(ld.request(*ld._my_batches()[0])) for ld in loaders]
+    futs = [svc.submit(ld.request(*ld._my_batch(0, ld.epoch))) for ld in loaders]
     got = [as_arrays(svc.result(f)) for f in futs]
     svc.shutdown()
     st = svc.stats()

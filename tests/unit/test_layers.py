@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "mnmg_sampler"
-LAYERS = {"graph": 0, "ops": 1, "sampler": 2, "distributed": 3, "loader": 4, "link_loader": 4,
-          "epoch_cursor": 4,
+LAYERS = {"graph": 0, "ops": 1, "sampler": 2, "link_sampler": 2, "distributed": 3, "loader": 4,
+          "link_loader": 4, "epoch_cursor": 4, "seeds": 4,
           "train": 5, "commands": 5}
 LEAVES = ("rng", "errors", "host_malloc")
 

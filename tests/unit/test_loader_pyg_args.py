@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mnmg_sampler import DistNeighborLoader, SamplingInputError
+from mnmg_sampler.seeds import AllNodes
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +33,9 @@ def test_pyg_keywords_and_defaults():
                      drop_last=False, replace=True, subgraph_type="directional",
                      directed=True, disjoint=False, num_workers=0, transform=None,
                      input_time=None, is_sorted=False, filter_per_worker=None)
-    assert np.array_equal(loader.input_nodes, np.arange(10))  # None = every node, as in PyG
+    # None = every node, as in PyG: a rule (position i is node i), never an array of num_nodes
+    assert isinstance(loader.input_nodes, AllNodes) and len(loader.input_nodes) == 10
+    assert np.array_equal(loader.input_nodes.ids(np.arange(10)), np.arange(10))
     assert loader.num_neighbors == [5, 0] and len(loader) == 3 and loader.replace
     assert _loader(num_neighbors=[3]).batch_size == 1  # PyG's DataLoader default
 

@@ -1,0 +1,171 @@
+"""Seed sets read position by position: every node, a random split of the nodes, or given ids.
+
+A loader needs the ids of one batch at a time (at the batch's positions in the set), never the
+whole set, so a seed set over all nodes is a rule, not an array: :class:`AllNodes` (position
+``i`` is node ``i``, PyG's ``input_nodes=None``) and :class:`NodeSplit` (positions
+``start .. stop`` of a keyed permutation of ``[0, num_nodes)``: a random train/val/test split,
+:func:`random_node_split`) hold a few integers whatever the graph's size. :class:`NodeIds` holds
+the user's own ids (an array of their size, checked by :func:`check_input_nodes`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .distributed.consistency import fingerprint_array
+from .errors import SamplingInputError
+from .graph.permute import feistel, feistel_keys
+from .sampler import check_input_nodes
+
+__all__ = ["SeedSet", "AllNodes", "NodeIds", "NodeSplit", "as_seed_set", "check_input_nodes",
+           "random_node_split"]
+
+_SPLIT_SALT = 0x5B117
+
+
+class SeedSet:
+    """``len(s)`` seeds; :meth:`ids` reads them at positions, :meth:`positions_of` back."""
+
+    num_nodes: int
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    def ids(self, pos: np.ndarray) -> np.ndarray:
+        """Node ids (int64) at positions ``pos`` (each in ``[0, len(self))``)."""
+        raise NotImplementedError
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray:
+        """Position of every node id in the set, ``-1`` for ids not in it."""
+        raise NotImplementedError
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """bool per node id: is it a seed."""
+        return self.positions_of(ids) >= 0
+
+    def fingerprint(self) -> list[int]:
+        """Two int64 words that differ between different seed sets (compared across ranks)."""
+        raise NotImplementedError
+
+
+class AllNodes(SeedSet):
+    """Every node of a graph of ``num_nodes`` nodes; position ``i`` is node ``i``."""
+
+    def __init__(self, num_nodes: int) -> None:
+        self.num_nodes = int(num_nodes)
+
+    def __len__(self) -> int:
+        return self.num_nodes
+
+    def ids(self, pos: np.ndarray) -> np.ndarray:
+        return np.asarray(pos, np.int64)
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        return np.where((ids >= 0) & (ids < self.num_nodes), ids, -1)
+
+    def fingerprint(self) -> list[int]:
+        return fingerprint_array(np.array([1, self.num_nodes], np.int64))
+
+    def __repr__(self) -> str:
+        return f"AllNodes({self.num_nodes})"
+
+
+class NodeSplit(SeedSet):
+    """Positions ``start .. stop - 1`` of the permutation of ``[0, num_nodes)`` keyed by ``seed``
+    (:func:`~mnmg_sampler.graph.permute.feistel`): splits with one seed and adjacent ranges are
+    disjoint, and together cover ``[0, num_nodes)``. Position ``i`` is node
+    ``feistel(start + i)``, so the order within the split is the permutation's, not ascending."""
+
+    def __init__(self, num_nodes: int, seed: int, start: int, stop: int) -> None:
+        self.num_nodes, self.seed = int(num_nodes), int(seed)
+        self.start, self.stop = int(start), int(stop)
+        if not 0 <= self.start <= self.stop <= self.num_nodes:
+            raise SamplingInputError(
+                f"node split [{start}, {stop}) is not within [0, {num_nodes}]",
+                "it names positions the graph does not have",
+                "build splits with random_node_split(num_nodes, fractions, seed)")
+        self._keys = feistel_keys(self.seed, _SPLIT_SALT)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def ids(self, pos: np.ndarray) -> np.ndarray:
+        return feistel(np.asarray(pos, np.int64) + self.start, self.num_nodes, self._keys)
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        ok = (ids >= 0) & (ids < self.num_nodes)
+        p = feistel(np.where(ok, ids, 0), self.num_nodes, self._keys, inverse=True) - self.start
+        return np.where(ok & (p >= 0) & (p < len(self)), p, -1)
+
+    def fingerprint(self) -> list[int]:
+        return fingerprint_array(np.array([2, self.num_nodes, self.seed, self.start, self.stop],
+                                          np.int64))
+
+    def __repr__(self) -> str:
+        return f"NodeSplit({self.num_nodes}, seed={self.seed}, [{self.start}, {self.stop}))"
+
+
+class NodeIds(SeedSet):
+    """Given node ids (distinct, in ``[0, num_nodes)``); position ``i`` is ``array[i]``."""
+
+    def __init__(self, array: np.ndarray, num_nodes: int) -> None:
+        self.array = np.asarray(array, np.int64)
+        self.num_nodes = int(num_nodes)
+        self._order: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.array.size)
+
+    def ids(self, pos: np.ndarray) -> np.ndarray:
+        return self.array[pos]
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        if self.array.size == 0:
+            return np.full(ids.shape, -1, np.int64)
+        if self._order is None:
+            self._order = np.argsort(self.array, kind="stable")
+        srt = self.array[self._order]
+        at = np.minimum(np.searchsorted(srt, ids), srt.size - 1)
+        return np.where(srt[at] == ids, self._order[at], -1)
+
+    def fingerprint(self) -> list[int]:
+        return fingerprint_array(self.array)
+
+    def __repr__(self) -> str:
+        return f"NodeIds({self.array.size} of {self.num_nodes})"
+
+
+def random_node_split(num_nodes: int, fractions, seed: int) -> dict[str, NodeSplit]:
+    """A random train/val/test split of ``[0, num_nodes)`` (fractions normalised when they sum
+    above 1), the same on every rank, in a few integers: no array of ``num_nodes``."""
+    n = int(num_nodes)
+    f = np.asarray(fractions, np.float64)
+    f = f / f.sum() if f.sum() > 1 else f
+    a, b = int(round(f[0] * n)), int(round((f[0] + f[1]) * n))
+    c = int(round(min(1.0, f.sum()) * n))
+    return {k: NodeSplit(n, seed, lo, hi)
+            for k, lo, hi in (("train", 0, a), ("val", a, b), ("test", b, c))}
+
+
+def as_seed_set(input_nodes, num_nodes: int, node_ids: np.ndarray | None = None) -> SeedSet:
+    """A loader's ``input_nodes`` as a :class:`SeedSet`: ``None`` is :class:`AllNodes`, a seed
+    set is taken as is (for a graph of ``num_nodes`` nodes), anything else is checked by
+    :func:`check_input_nodes` into :class:`NodeIds` (ids in the input's own ids when the graph
+    was renumbered: ``node_ids``)."""
+    if input_nodes is None:
+        return AllNodes(num_nodes)
+    if isinstance(input_nodes, SeedSet):
+        if input_nodes.num_nodes != int(num_nodes):
+            raise SamplingInputError(
+                f"input_nodes is {input_nodes!r}, made for {input_nodes.num_nodes} nodes, but "
+                f"the graph has {num_nodes}", "its positions do not name this graph's nodes",
+                f"make the seed set with num_nodes={num_nodes}")
+        return input_nodes
+    return NodeIds(check_input_nodes(input_nodes, num_nodes, node_ids=node_ids), num_nodes)
