@@ -140,6 +140,8 @@ def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
         types = g.type_of(v)
         b.batch = {name: torch.from_numpy(tree[types == t])
                    for t, name in enumerate(g.node_types)}
+        if temporal:
+            b.seed_time = torch.from_numpy(times[i])
         out.append(b)
     return out
 

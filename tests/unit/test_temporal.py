@@ -258,7 +258,10 @@ def test_unbounded_time_equals_non_temporal_disjoint(kind):
     s2 = HeteroSampler(g, 4, disjoint=True)
     r1 = [HeteroSampleRequest("a", ids, [4, 3], 9, input_time=it)]
     r2 = [HeteroSampleRequest("a", ids, [4, 3], 9)]
-    assert s1.sample(r1)[0].equal(s2.sample(r2)[0])
+    got = s1.sample(r1)[0]
+    assert got.seed_time.tolist() == it.tolist()
+    got.seed_time = None  # the one field only temporal sampling fills
+    assert got.equal(s2.sample(r2)[0])
     assert s1.kernel_calls == 2
 
 
@@ -280,6 +283,7 @@ def test_one_type_graph_from_data_dict():
     a = sample_hetero(plain, ("node", [0, 1, 2]), [5, 5], disjoint=True)
     c = sample_hetero(same, ("node", [0, 1, 2]), [5, 5], time_attr="time",
                       input_time=[0, 0, 0])
+    c.seed_time = None
     assert a.equal(c)
 
 
@@ -298,3 +302,33 @@ def test_temporal_user_errors():
         HeteroSampler(plain, time_attr="time")
     with pytest.raises(SamplingInputError, match="one integer time per seed"):
         sample_hetero(g, ("a", [0, 1]), [2], time_attr="time", input_time=[1])
+
+
+def test_pyg_inputs_and_output():
+    pyg = pytest.importorskip("torch_geometric.data")
+    spec, et, nt = _spec()
+    data = pyg.HeteroData()
+    for t, n in N.items():
+        data[t].num_nodes = n
+        data[t].time = torch.from_numpy(nt[t])
+    for r in RELS:
+        data[r].edge_index = torch.from_numpy(spec["edge_index"][r])
+        data[r].time = torch.from_numpy(et[r])
+    from mnmg_sampler import load_temporal_graph
+
+    g = load_temporal_graph(data, time_attr="time")
+    want, _, _ = _graph("both")
+    assert np.array_equal(g.edge_time, want.edge_time)
+    assert np.array_equal(g.node_time, want.node_time)
+    b = sample_hetero(g, ("a", [1, 2]), [3, 3], time_attr="time")  # default: seeds' node time
+    out = b.to_pyg()
+    assert out["a"].seed_time.tolist() == nt["a"][[1, 2]].tolist()
+    assert out["b"].batch.numel() == out["b"].num_nodes
+    with pytest.raises(GraphFormatError, match="no attribute 'ts'"):
+        load_temporal_graph(data, time_attr="ts")
+    ei = torch.from_numpy(spec["edge_index"][RELS[0]])
+    homo = pyg.Data(edge_index=ei, num_nodes=40, time=torch.from_numpy(et[RELS[0]]))
+    h = load_temporal_graph(homo)
+    assert h.edge_time is not None and h.num_edges == 300
+    homo_nt = pyg.Data(edge_index=ei, num_nodes=40, time=torch.from_numpy(nt["a"]))
+    assert load_temporal_graph(homo_nt).node_time is not None
