@@ -37,9 +37,16 @@ weighted_positions = weighted.weighted_positions
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def admissible_count(etime, ntime, indices, by_node, s, d, bound):
-    """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``."""
-    lo = 0
-    hi = d
+    """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``: one
+    read when all or none are admissible, else a binary search between the two ends."""
+    if d == 0:
+        return 0
+    if (ntime[indices[s + d - 1]] if by_node else etime[s + d - 1]) <= bound:
+        return d
+    if (ntime[indices[s]] if by_node else etime[s]) > bound:
+        return 0
+    lo = 1  # entry 0 is admissible, entry d - 1 is not
+    hi = d - 1
     while lo < hi:
         mid = (lo + hi) >> 1
         t = ntime[indices[s + mid]] if by_node else etime[s + mid]

@@ -17,4 +17,5 @@ def test_bench_temporal_runs():
     k = res["kernels"]
     assert 0 < k["temporal uniform"]["edges"] < k["uniform (no time)"]["edges"]
     assert k["temporal last"]["edges"] == k["temporal uniform"]["edges"]
+    assert k["uniform on admissible edges"]["edges"] == k["temporal uniform"]["edges"]
     assert set(res["cost_ratio"]) == set(k)
