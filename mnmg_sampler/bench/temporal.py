@@ -77,12 +77,16 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
             f()
             runs[name].append(time.perf_counter() - t)
     res = {name: _per_edge(runs[name], edges[name]) for name in fns}
+    for name, r in res.items():  # on shared cores the fastest repeat is the least disturbed
+        r["ns_per_edge_min"] = 1e9 * min(runs[name]) / max(edges[name], 1)
     base = res["uniform (no time)"]["ns_per_edge"]
     same = res["uniform on admissible edges"]["ns_per_edge"]
     return {"build_s": build_s, "nodes": int(nodes.size), "fanout": k, "bound": bound,
             "kernels": res,
             "cost_ratio": {name: res[name]["ns_per_edge"] / base for name in fns},
-            "cost_ratio_admissible": {name: res[name]["ns_per_edge"] / same for name in fns}}
+            "cost_ratio_admissible": {name: res[name]["ns_per_edge"] / same for name in fns},
+            "cost_ratio_min": {name: res[name]["ns_per_edge_min"]
+                               / res["uniform (no time)"]["ns_per_edge_min"] for name in fns}}
 
 
 def print_temporal(res: dict) -> None:
@@ -97,3 +101,5 @@ def print_temporal(res: dict) -> None:
             f"{res['cost_ratio_admissible'][name]:.2f}x uniform on admissible edges")
         print(f"  {name:<27} {r['per_s'] / 1e6:,.2f} M edges/s, {r['ns_per_edge']:.1f} "
               f"ns/edge, {r['edges']:,} edges{verdict}")
+    print("  fastest repeat, cost per edge against uniform (no time): " + ", ".join(
+        f"{name} {ratio:.2f}x" for name, ratio in res["cost_ratio_min"].items()))
