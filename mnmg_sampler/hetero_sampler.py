@@ -109,7 +109,7 @@ class HeteroSampler:
 
     def sample(self, requests: Sequence[HeteroSampleRequest]) -> list[HeteroMiniBatch]:
         """Sample every request; each result equals sampling that request alone."""
-        if self.disjoint:
+        if self.disjoint or any(r.input_time is not None for r in requests):
             from .temporal_sampler import sample_disjoint
 
             return sample_disjoint(self, requests)

@@ -83,6 +83,10 @@ def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
     g = sampler.graph
     N = max(g.num_nodes, 1)
     temporal = sampler.time_attr is not None
+    if not temporal and any(r.input_time is not None for r in requests):
+        raise SamplingInputError("input_time is given but time_attr is not set",
+                                 "the times would be ignored and the future sampled",
+                                 "pass time_attr (the graph's time name) with input_time")
     Q = len(requests)
     seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
     for s in seeds:

@@ -300,6 +300,8 @@ def test_temporal_user_errors():
     plain = typed_graph(_spec()[0])
     with pytest.raises(SamplingInputError, match="no time"):
         HeteroSampler(plain, time_attr="time")
+    with pytest.raises(SamplingInputError, match="time_attr is not set"):
+        sample_hetero(g, ("a", [0, 1]), [2], input_time=[1, 2])
     with pytest.raises(SamplingInputError, match="one integer time per seed"):
         sample_hetero(g, ("a", [0, 1]), [2], time_attr="time", input_time=[1])
 
