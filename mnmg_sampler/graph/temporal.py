@@ -21,22 +21,11 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from ..host_limits import check_allocation
-from .typed import TypedGraph, edge_type_of, typed_graph
+from .typed import TypedGraph, _arr, edge_type_of, typed_graph
 
 __all__ = ["attach_time", "check_time", "load_temporal_graph", "temporal_graph_from_data"]
 
 TIME_MAX = np.iinfo(np.int64).max
-
-
-def _arr(v) -> np.ndarray:
-    try:
-        import torch
-
-        if torch.is_tensor(v):
-            return v.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        pass
-    return np.asarray(v)
 
 
 def check_time(values, n: int, what: str) -> np.ndarray:
