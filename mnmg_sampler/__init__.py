@@ -14,7 +14,9 @@ sampling                     ``SamplingService``, ``DistNeighborLoader``, ``Samp
                              ``MiniBatch``, ``MultiHopSampler``, ``sample``, ``request_key``
 typed graphs (one process)   ``TypedGraph``, ``typed_graph``, ``load_typed_graph``,
                              ``HeteroSampler``, ``HeteroSampleRequest``, ``HeteroMiniBatch``,
-                             ``sample_hetero`` (docs/hetero.md)
+                             ``sample_hetero`` (docs/hetero.md); with time
+                             ``load_temporal_graph``, ``temporal_graph_from_data``
+                             (docs/temporal.md)
 link prediction              ``DistLinkNeighborLoader``, ``LinkMiniBatch``, ``NegativeSampling``
 training                     ``init_distributed``, ``set_threads``, ``GraphSAGE``,
                              ``num_correct``, ``accuracy``
@@ -65,6 +67,8 @@ _LAZY = {
     "HeteroSampleRequest": "mnmg_sampler.hetero_sampler",
     "sample_hetero": "mnmg_sampler.hetero_sampler",
     "HeteroMiniBatch": "mnmg_sampler.hetero_batch",
+    "load_temporal_graph": "mnmg_sampler.graph.temporal",
+    "temporal_graph_from_data": "mnmg_sampler.graph.temporal",
     "PartitionBook": "mnmg_sampler.distributed.partition_book",
     # sampling
     "SamplingService": "mnmg_sampler.distributed.service",
@@ -112,6 +116,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph.partition import PartitionPlan, partition, write_partitions  # noqa: F401
     from .graph.partition import partition_graph as plan_partitions  # noqa: F401
     from .graph.partition_io import Partition, load_partition  # noqa: F401
+    from .graph.temporal import load_temporal_graph, temporal_graph_from_data  # noqa: F401
     from .graph.typed import TypedGraph, typed_graph  # noqa: F401
     from .graph.typed_io import load_typed_graph  # noqa: F401
     from .hetero_batch import HeteroMiniBatch  # noqa: F401

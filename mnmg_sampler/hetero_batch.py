@@ -28,6 +28,9 @@ class HeteroMiniBatch:
         num_sampled_edges: per edge type, edges per hop ``[hop 1, hop 2, ...]``.
         x, y: per node type with features / labels, rows of ``n_id``.
         key: the request key the RNG used (reproduces this batch).
+        batch: disjoint sampling only: per node type, the seed (0 .. batch_size - 1) whose
+            subgraph each node belongs to (PyG's ``batch`` vector); empty otherwise.
+        seed_time: temporal sampling only: the time of each seed (PyG's ``seed_time``).
     """
 
     n_id: dict[str, torch.Tensor]
@@ -41,6 +44,8 @@ class HeteroMiniBatch:
     x: dict[str, torch.Tensor] = field(default_factory=dict)
     y: dict[str, torch.Tensor] = field(default_factory=dict)
     key: int = 0
+    batch: dict[str, torch.Tensor] = field(default_factory=dict)
+    seed_time: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> dict[str, int]:
@@ -69,7 +74,8 @@ class HeteroMiniBatch:
         """A ``torch_geometric.data.HeteroData`` laid out as PyG's hetero ``NeighborLoader``
         returns it (needs the ``pyg`` extra): ``data[t].n_id``, ``data[t].x``, ``data[t].y``,
         ``data[t].num_sampled_nodes``, ``data[et].edge_index``, ``data[et].e_id``,
-        ``data[et].num_sampled_edges``, ``data[input_type].input_id`` and ``.batch_size``."""
+        ``data[et].num_sampled_edges``, ``data[input_type].input_id`` and ``.batch_size``, and with
+        ``disjoint`` ``data[t].batch`` (with time ``data[input_type].seed_time``)."""
         try:
             from torch_geometric.data import HeteroData
         except ImportError as e:
@@ -87,6 +93,8 @@ class HeteroMiniBatch:
             if t in self.y:
                 store.y = self.y[t]
             store.n_id = nid
+            if t in self.batch:
+                store.batch = self.batch[t]
             store.num_nodes = int(nid.numel())
         for et, ei in self.edge_index.items():
             data[et].edge_index = ei
@@ -95,4 +103,6 @@ class HeteroMiniBatch:
         data.set_value_dict("num_sampled_edges", self.num_sampled_edges)
         data[self.input_type].input_id = self.input_id
         data[self.input_type].batch_size = self.batch_size
+        if self.seed_time is not None:
+            data[self.input_type].seed_time = self.seed_time
         return data

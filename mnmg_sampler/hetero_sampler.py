@@ -67,6 +67,7 @@ class HeteroSampleRequest:
     key: int
     replace: bool = False
     input_id: np.ndarray | None = None
+    input_time: np.ndarray | None = None  # per seed, for temporal sampling (docs/temporal.md)
 
     def __post_init__(self) -> None:
         if torch.is_tensor(self.seeds):
@@ -90,17 +91,28 @@ class HeteroSampler:
     per hop for all of them (``kernel_calls`` counts the calls).
 
     Each request's batch equals sampling it alone: every draw is keyed on (seed, request key,
-    hop, relation, node, slot).
+    hop, relation, node, slot). ``disjoint``, ``time_attr`` and ``temporal_strategy`` are
+    PyG's (:mod:`mnmg_sampler.temporal_sampler`, ``docs/temporal.md``).
     """
 
-    def __init__(self, graph: TypedGraph, seed: int = 0) -> None:
+    def __init__(self, graph: TypedGraph, seed: int = 0, *, disjoint: bool | None = None,
+                 time_attr: str | None = None, temporal_strategy: str = "uniform") -> None:
+        from .temporal_sampler import check_temporal_options
+
         tune_host_malloc()
         self.graph = graph
         self.seed = check_seed(seed)
         self.kernel_calls = 0
+        self.disjoint = check_temporal_options(graph, time_attr, temporal_strategy, disjoint)
+        self.time_attr = time_attr
+        self.temporal_strategy = temporal_strategy
 
     def sample(self, requests: Sequence[HeteroSampleRequest]) -> list[HeteroMiniBatch]:
         """Sample every request; each result equals sampling that request alone."""
+        if self.disjoint or any(r.input_time is not None for r in requests):
+            from .temporal_sampler import sample_disjoint
+
+            return sample_disjoint(self, requests)
         g = self.graph
         seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
         tables = [fanout_table(g, r.num_neighbors) for r in requests]
@@ -178,14 +190,19 @@ class HeteroSampler:
 
 
 def sample_hetero(graph: TypedGraph, input_nodes: tuple[str, object], num_neighbors, *,
-                  seed: int = 0, key: int = 0, replace: bool = False) -> HeteroMiniBatch:
+                  seed: int = 0, key: int = 0, replace: bool = False,
+                  disjoint: bool | None = None, time_attr: str | None = None,
+                  input_time=None, temporal_strategy: str = "uniform") -> HeteroMiniBatch:
     """Sample one minibatch of ``graph`` in this process: ``input_nodes=(type, ids)``,
-    ``num_neighbors`` a list (every relation) or a dict per edge type (PyG's)."""
+    ``num_neighbors`` a list (every relation) or a dict per edge type (PyG's); ``disjoint``,
+    ``time_attr``, ``input_time`` and ``temporal_strategy`` as PyG's (docs/temporal.md)."""
     if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
             and isinstance(input_nodes[0], str)):
         raise SamplingInputError(f"input_nodes is {type(input_nodes).__name__}, not a "
                                  "(node type, ids) pair", "the seeds' type is unknown",
                                  "pass input_nodes=('paper', ids), as PyG's NeighborLoader")
     t, ids = input_nodes
-    return HeteroSampler(graph, seed).sample(
-        [HeteroSampleRequest(t, ids, num_neighbors, key, replace)])[0]
+    sampler = HeteroSampler(graph, seed, disjoint=disjoint, time_attr=time_attr,
+                            temporal_strategy=temporal_strategy)
+    return sampler.sample([HeteroSampleRequest(t, ids, num_neighbors, key, replace,
+                                               input_time=input_time)])[0]

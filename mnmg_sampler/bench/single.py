@@ -71,6 +71,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="instead: the typed kernel and sampler against the homogeneous ones on "
                         "the same edges, typed into 3 node types and 9 relations "
                         "(mnmg_sampler/bench/hetero.py)")
+    p.add_argument("--temporal", action="store_true",
+                   help="instead: the temporal kernel (random edge times, seeds at the median "
+                        "time) against the non-temporal typed kernel, cost per sampled edge "
+                        "(mnmg_sampler/bench/temporal.py)")
     p.add_argument("--json", metavar="OUT", nargs="?", const="-", help=JSON_OUT_HELP)
     p.set_defaults(bench_run=run)
     return p
@@ -276,6 +280,14 @@ def run(args: argparse.Namespace) -> int:
           f"replace {args.replace}, median of {args.repeats}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {os.cpu_count()} cores")
 
+    if args.temporal:
+        from .temporal import bench_temporal, print_temporal
+
+        res["temporal"] = bench_temporal(graph, seeds, fanouts, args.replace, args.seed,
+                                         args.batch_size, args.kernel_nodes, args.repeats)
+        print_temporal(res["temporal"])
+        write_json(args.json, res)
+        return 0
     if args.hetero:
         from .hetero import bench_hetero, print_hetero
 

@@ -76,6 +76,8 @@ class TypedGraph:
         x, y: per-type features (own width and dtype) and labels, where given.
         masks: per-type boolean split masks (``train``, ``val``, ``test``).
         name: where the graph came from, for messages.
+        edge_time: int64 ``[E]`` time of every CSR entry, or ``None``; node_time: int64 ``[N]``
+            per internal id, or ``None``; time_attr: their name (``docs/temporal.md``).
     """
 
     node_types: tuple[str, ...]
@@ -94,6 +96,9 @@ class TypedGraph:
     y: dict[str, np.ndarray] = field(default_factory=dict)
     masks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     name: str = "graph"
+    edge_time: np.ndarray | None = None
+    node_time: np.ndarray | None = None
+    time_attr: str | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -270,7 +275,9 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     ``edge_index`` (``{(src, rel, dst): (2, E) ints}``, per-type ids, row 0 of type ``src``,
     row 1 of type ``dst``), and optionally ``x`` / ``y`` (``{type: array}``, one row per node),
     ``masks`` (``{type: {"train"|"val"|"test": bool mask or ids}}``) and ``edge_weight``
-    (``{(src, rel, dst): E floats}``). Edge types may be ``"src__rel__dst"`` strings. Bad input
+    (``{(src, rel, dst): E floats}``), ``edge_time`` / ``node_time`` (int64 per relation / per
+    node type, named ``time_attr``, default ``"time"``: :mod:`mnmg_sampler.graph.temporal`
+    sorts each segment by time). Edge types may be ``"src__rel__dst"`` strings. Bad input
     raises :class:`~mnmg_sampler.errors.GraphFormatError` naming the type or relation.
     """
     if not isinstance(spec, Mapping) or "edge_index" not in spec:
@@ -342,5 +349,11 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     indices = _cat(srcs, np.int64)[order]
     edge_ids = _cat(eids, np.int64)[order]
     weights = _cat(ws, np.float32)[order] if weighted.any() else None
-    return TypedGraph(node_types, edge_types, off, rel_offset, seg_base, indptr, indices,
-                      edge_ids, rel_src, rel_dst, weights, weighted, x, y, masks, name)
+    graph = TypedGraph(node_types, edge_types, off, rel_offset, seg_base, indptr, indices,
+                       edge_ids, rel_src, rel_dst, weights, weighted, x, y, masks, name)
+    if spec.get("edge_time") or spec.get("node_time"):
+        from .temporal import attach_time
+
+        attach_time(graph, spec.get("edge_time"), spec.get("node_time"),
+                    str(spec.get("time_attr") or "time"))
+    return graph
