@@ -13,7 +13,8 @@ graph and partitions         ``load_graph``, ``partition_graph``, ``partition``,
 sampling                     ``SamplingService``, ``DistNeighborLoader``, ``SampleRequest``,
                              ``MiniBatch``, ``MultiHopSampler``, ``sample``, ``request_key``
 seed sets                    ``random_node_split``, ``SeedSet``, ``AllNodes``, ``NodeIds``,
-                             ``NodeSplit`` (read batch by batch: no array of ``num_nodes``)
+                             ``NodeSplit``, ``NodeBits`` (read batch by batch: no array of
+                             ``num_nodes``)
 typed graphs (one process)   ``TypedGraph``, ``typed_graph``, ``load_typed_graph``,
                              ``HeteroSampler``, ``HeteroSampleRequest``, ``HeteroMiniBatch``,
                              ``sample_hetero`` (docs/hetero.md)
@@ -83,6 +84,7 @@ _LAZY = {
     "SeedSet": "mnmg_sampler.seeds",
     "AllNodes": "mnmg_sampler.seeds",
     "NodeIds": "mnmg_sampler.seeds",
+    "NodeBits": "mnmg_sampler.seeds",
     "NodeSplit": "mnmg_sampler.seeds",
     "random_node_split": "mnmg_sampler.seeds",
     # training
@@ -130,7 +132,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .ops.rng import request_key  # noqa: F401
     from .runtime import init_distributed, set_threads  # noqa: F401
     from .sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401
-    from .seeds import AllNodes, NodeIds, NodeSplit, SeedSet, random_node_split  # noqa: F401
+    from .seeds import (  # noqa: F401
+        AllNodes,
+        NodeBits,
+        NodeIds,
+        NodeSplit,
+        SeedSet,
+        random_node_split,
+    )
     from .train.model import GraphSAGE, accuracy, num_correct  # noqa: F401
 
 
