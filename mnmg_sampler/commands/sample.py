@@ -24,12 +24,16 @@ import argparse
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
 from .partition import add_weights_argument, check_weights_file
+
+if TYPE_CHECKING:
+    from ..seeds import SeedSet
 
 HELP = "sample one epoch of minibatches and print the throughput"
 
@@ -188,7 +192,7 @@ def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.nd
                              what="there are no seeds to sample")
 
 
-def batch_seeds(seeds, i: int, batch_size: int, seed: int):
+def batch_seeds(seeds: SeedSet, i: int, batch_size: int, seed: int) -> np.ndarray:
     """Seed ids of batch ``i`` of epoch 0: positions ``i*B .. (i+1)*B - 1`` of the keyed shuffle
     of the seed set ``seeds`` (the loaders' :func:`~mnmg_sampler.loader.epoch_order`), in
     ``O(batch_size)`` memory."""
@@ -199,7 +203,7 @@ def batch_seeds(seeds, i: int, batch_size: int, seed: int):
     return seeds.ids(epoch_order(lo, hi, n, shuffle_keys(True, seed, 0)))
 
 
-def epoch_seeds(graph, args):
+def epoch_seeds(graph, args: argparse.Namespace) -> SeedSet:
     """The seed set of the epoch (see the module docstring): a
     :class:`~mnmg_sampler.seeds.SeedSet`, read batch by batch with :func:`batch_seeds`."""
     from ..seeds import AllNodes, NodeBits, NodeIds
