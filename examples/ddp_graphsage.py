@@ -12,7 +12,6 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -28,6 +27,7 @@ from mnmg_sampler import (
     load_partition,
     num_correct,
     partition,
+    random_node_split,
     set_threads,
 )
 
@@ -76,10 +76,9 @@ def main() -> None:
     part = load_partition(parts, rank, world)
     service = SamplingService(part, seed=args.seed)
 
-    # the same random 60/20/20 split on every rank (ids are the original node ids)
-    perm = np.random.default_rng(args.seed).permutation(part.num_nodes)
-    n_train, n_val = int(0.6 * perm.size), int(0.2 * perm.size)
-    train, val, test = np.split(perm, [n_train, n_train + n_val])
+    # the same random 60/20/20 split on every rank, held as a rule (no array of num_nodes)
+    split = random_node_split(part.num_nodes, [0.6, 0.2, 0.2], seed=args.seed)
+    train, val, test = split["train"], split["val"], split["test"]
     fanouts = [int(f) for f in args.fanouts.split(",")]
     train_loader = DistNeighborLoader(service, train, fanouts, args.batch_size, shuffle=True,
                                       seed=args.seed)

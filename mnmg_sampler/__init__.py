@@ -12,6 +12,9 @@ graph and partitions         ``load_graph``, ``partition_graph``, ``partition``,
                              ``CSRGraph``, ``supported_formats``
 sampling                     ``SamplingService``, ``DistNeighborLoader``, ``SampleRequest``,
                              ``MiniBatch``, ``MultiHopSampler``, ``sample``, ``request_key``
+seed sets                    ``random_node_split``, ``SeedSet``, ``AllNodes``, ``NodeIds``,
+                             ``NodeSplit``, ``NodeBits`` (read batch by batch: no array of
+                             ``num_nodes``)
 typed graphs (one process)   ``TypedGraph``, ``typed_graph``, ``load_typed_graph``,
                              ``HeteroSampler``, ``HeteroSampleRequest``, ``HeteroMiniBatch``,
                              ``sample_hetero`` (docs/hetero.md); with time
@@ -81,6 +84,13 @@ _LAZY = {
     "SampleRequest": "mnmg_sampler.sampler",
     "sample": "mnmg_sampler.sampler",
     "request_key": "mnmg_sampler.ops.rng",
+    # seed sets (read batch by batch, no array of num_nodes)
+    "SeedSet": "mnmg_sampler.seeds",
+    "AllNodes": "mnmg_sampler.seeds",
+    "NodeIds": "mnmg_sampler.seeds",
+    "NodeBits": "mnmg_sampler.seeds",
+    "NodeSplit": "mnmg_sampler.seeds",
+    "random_node_split": "mnmg_sampler.seeds",
     # training
     "init_distributed": "mnmg_sampler.runtime",
     "set_threads": "mnmg_sampler.runtime",
@@ -127,6 +137,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .ops.rng import request_key  # noqa: F401
     from .runtime import init_distributed, set_threads  # noqa: F401
     from .sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401
+    from .seeds import (  # noqa: F401
+        AllNodes,
+        NodeBits,
+        NodeIds,
+        NodeSplit,
+        SeedSet,
+        random_node_split,
+    )
     from .train.model import GraphSAGE, accuracy, num_correct  # noqa: F401
 
 

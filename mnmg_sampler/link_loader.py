@@ -24,7 +24,7 @@ from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
 from .link_sampler import LinkPlan, NegativeSampling, build_link_request, finish_link_batch
 from .loader import batch_positions, check_batching, num_global_batches
-from .sampler import SampleRequest, check_fanouts
+from .sampler import SampleRequest, check_fanouts, renumbered_ids
 
 __all__ = ["LinkMiniBatch", "DistLinkNeighborLoader"]
 
@@ -45,8 +45,9 @@ class DistLinkNeighborLoader(EpochCursor):
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
         num_neighbors: fanouts per hop, hop 1 first; ``-1`` = all neighbors.
-        edge_label_index: ``[2, E]`` seed edges ``src -> dst`` (original ids), the same on
-            every rank.
+        edge_label_index: ``[2, E]`` seed edges ``src -> dst`` (original ids: the input's own
+            for a renumbered graph, translated here as ``input_nodes`` is), the same on every
+            rank. ``n_id`` holds original ids; ``edge_label_index`` of a batch is local.
         edge_label: optional ``[E]`` labels (binary mode: incremented by one when their minimum
             is 0, so that 0 means "negative", as PyG does; not allowed in triplet mode).
         batch_size: positive seed edges per minibatch (at most).
@@ -98,7 +99,11 @@ class DistLinkNeighborLoader(EpochCursor):
         if eli.ndim != 2 or eli.shape[0] != 2:
             raise SamplingInputError(f"edge_label_index has shape {list(eli.shape)}",
                                      "seed edges are columns (src, dst)", "pass a [2, E] array")
-        if eli.size and (int(eli.min()) < 0 or int(eli.max()) >= self.num_nodes):
+        node_ids = getattr(service, "node_ids", None)
+        if node_ids is not None and eli.size:  # a renumbered graph: the input's own ids
+            eli = renumbered_ids(eli.ravel(), node_ids, "edge_label_index",
+                                 "its edges cannot be sampled").reshape(2, -1)
+        elif eli.size and (int(eli.min()) < 0 or int(eli.max()) >= self.num_nodes):
             bad = int(eli.min()) if int(eli.min()) < 0 else int(eli.max())
             raise SamplingInputError(f"edge_label_index holds node id {bad}, out of range for "
                                      f"{self.num_nodes} nodes", "its edges cannot be sampled",
@@ -153,7 +158,7 @@ class DistLinkNeighborLoader(EpochCursor):
 
     def __len__(self) -> int:
         n, per = self.num_edges, self.batch_size * self.world_size
-        return n // per if self.drop_last else max(1, -(-n // per))
+        return n // per if self.drop_last else -(-n // per)  # no seed edge: no batch
 
     def _num_my_batches(self) -> int:
         nb = num_global_batches(self.num_edges, self.batch_size, self.world_size,

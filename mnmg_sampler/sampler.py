@@ -331,7 +331,7 @@ def check_input_nodes(input_nodes, num_nodes: int, *, node_ids: np.ndarray | Non
             f"{name} has dtype {arr.dtype}; node ids must be integers", what,
             "pass integer ids (e.g. ids.long() or ids.astype(np.int64)) or a bool mask")
     if node_ids is not None:
-        arr = _renumbered(arr, node_ids, name, what)
+        arr = renumbered_ids(arr, node_ids, name, what)
     lo, hi = arr.min(), arr.max()
     if lo < 0 or hi >= num_nodes:
         bad = lo if lo < 0 else hi
@@ -348,8 +348,9 @@ def check_input_nodes(input_nodes, num_nodes: int, *, node_ids: np.ndarray | Non
     return ids
 
 
-def _renumbered(arr: np.ndarray, node_ids: np.ndarray, name: str, what: str) -> np.ndarray:
-    """Node ids of the original ids ``arr`` (``node_ids`` ascending, memory-mapped is fine)."""
+def renumbered_ids(arr: np.ndarray, node_ids: np.ndarray, name: str, what: str) -> np.ndarray:
+    """Node ids of the original ids ``arr`` (``node_ids`` ascending, memory-mapped is fine); a
+    :class:`SamplingInputError` naming ``name`` for an id that is not a node of the graph."""
     if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:
         raise SamplingInputError(f"{name} holds id {int(arr.max())}, above 2**63 - 1", what,
                                  "pass original node ids of the graph")

@@ -5,7 +5,9 @@ whole set, so a seed set over all nodes is a rule, not an array: :class:`AllNode
 ``i`` is node ``i``, PyG's ``input_nodes=None``) and :class:`NodeSplit` (positions
 ``start .. stop`` of a keyed permutation of ``[0, num_nodes)``: a random train/val/test split,
 :func:`random_node_split`) hold a few integers whatever the graph's size. :class:`NodeIds` holds
-the user's own ids (an array of their size, checked by :func:`check_input_nodes`).
+the user's own ids (an array of their size, checked by :func:`check_input_nodes`);
+:class:`NodeBits` a subset of the nodes as a bitmap (one bit per node: ``mnmg-sampler sample``'s
+nodes with a neighbor).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from .errors import SamplingInputError
 from .graph.permute import feistel, feistel_keys
 from .sampler import check_input_nodes
 
-__all__ = ["SeedSet", "AllNodes", "NodeIds", "NodeSplit", "as_seed_set", "check_input_nodes",
-           "random_node_split"]
+__all__ = ["SeedSet", "AllNodes", "NodeBits", "NodeIds", "NodeSplit", "as_seed_set",
+           "check_input_nodes", "random_node_split"]
 
 _SPLIT_SALT = 0x5B117
 
@@ -169,3 +171,61 @@ def as_seed_set(input_nodes, num_nodes: int, node_ids: np.ndarray | None = None)
                 f"make the seed set with num_nodes={num_nodes}")
         return input_nodes
     return NodeIds(check_input_nodes(input_nodes, num_nodes, node_ids=node_ids), num_nodes)
+
+
+class NodeBits(SeedSet):
+    """The nodes whose bit is set in a bitmap (:mod:`mnmg_sampler.graph.node_bits`), ascending:
+    position ``i`` is the ``i``-th such node. It holds one bit per node and a count per 64 nodes
+    (``num_nodes / 4`` bytes, 1/32 of an int64 array of ``num_nodes``); reading a batch costs
+    ``O(batch)`` (a binary search over the counts, then the bits of one word per seed).
+
+    ``mnmg-sampler sample`` draws its seeds from :meth:`nonisolated` (nodes with a neighbor)."""
+
+    def __init__(self, words: np.ndarray, num_nodes: int) -> None:
+        self.num_nodes = int(num_nodes)
+        self.words = np.ascontiguousarray(words, "<u8")
+        self._cum = np.zeros(self.words.size + 1, np.int64)  # set bits before each word
+        np.cumsum(np.bitwise_count(self.words), out=self._cum[1:])
+
+    @classmethod
+    def nonisolated(cls, graph) -> NodeBits:
+        """The nodes of a :class:`~mnmg_sampler.graph.csr.CSRGraph` with at least one neighbor
+        (``graph.degrees() >= 1``), built a chunk of rows at a time."""
+        from .graph.node_bits import nonisolated_bits
+
+        return cls(nonisolated_bits(graph.indptr, graph.num_nodes), graph.num_nodes)
+
+    def __len__(self) -> int:
+        return int(self._cum[-1])
+
+    def ids(self, pos: np.ndarray) -> np.ndarray:
+        pos = np.asarray(pos, np.int64)
+        w = np.searchsorted(self._cum, pos, side="right") - 1  # the word holding each seed
+        r = pos - self._cum[w]  # its rank among the word's set bits
+        # the byte holding it, then the bit (8 bytes per seed, never 64)
+        by = self.words[w].view(np.uint8).reshape(-1, 8)
+        upto = np.cumsum(np.bitwise_count(by), axis=1, dtype=np.uint8)
+        k = np.argmax(upto > r[:, None], axis=1)
+        rows = np.arange(k.size)
+        r = r - (upto[rows, k] - np.bitwise_count(by[rows, k]))
+        bits = np.unpackbits(by[rows, k][:, None], axis=1, bitorder="little")
+        j = np.argmax(np.cumsum(bits, axis=1, dtype=np.uint8) > r[:, None], axis=1)
+        return (w * 64 + k * 8 + j).astype(np.int64).reshape(pos.shape)
+
+    def positions_of(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        ok = (ids >= 0) & (ids < self.num_nodes)
+        safe = np.where(ok, ids, 0)
+        word = self.words[safe >> 6]
+        b = (safe & 63).astype(np.uint64)
+        one = np.uint64(1)
+        is_set = ((word >> b) & one).astype(bool)
+        below = np.bitwise_count(word & ((one << b) - one)).astype(np.int64)
+        return np.where(ok & is_set, self._cum[safe >> 6] + below, -1)
+
+    def fingerprint(self) -> list[int]:
+        a, b = fingerprint_array(self.words.view(np.int64))
+        return [a ^ self.num_nodes, b]
+
+    def __repr__(self) -> str:
+        return f"NodeBits({len(self)} of {self.num_nodes})"

@@ -132,6 +132,9 @@ def _typed_graph(args: argparse.Namespace):
                 f"{args.graph} is a typed graph; --{given[0].replace('_', '-')} applies to "
                 "homogeneous graphs only", "it would be ignored",
                 "drop the option (typed graphs carry their node data per type, docs/hetero.md)")
+        from .partition import check_typed_renumber
+
+        check_typed_renumber(args.graph, getattr(args, "renumber", "auto"), typed=True)
     return g
 
 

@@ -113,6 +113,26 @@ def node_data_kwargs(args: argparse.Namespace) -> dict:
             "masks": {k: v for k, v in masks.items() if v is not None}}
 
 
+def check_typed_renumber(name: str, renumber, typed: bool | None = None) -> None:
+    """``--renumber true`` on a typed graph (``typed``: known already, else looked up): a
+    :class:`GraphFormatError`. Typed graphs keep their per-type ids and are never renumbered, so
+    the flag would be silently ignored."""
+    from ..errors import GraphFormatError
+
+    if str(renumber).lower() != "true":
+        return
+    if typed is None:
+        from ..graph.typed_io import typed_graph_at
+
+        typed = (":" not in name or name.startswith(("/", "."))) and \
+            typed_graph_at(name) is not None
+    if typed:
+        raise GraphFormatError(
+            f"{name} is a typed graph; --renumber true applies to homogeneous graphs only",
+            "typed graphs keep their per-type ids 0..N_t-1 and are not renumbered, so the flag "
+            "would be ignored", "drop --renumber (or pass --renumber auto)")
+
+
 def _distributed() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
@@ -136,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import PartitionError
 
     check_weights_file(args.weights)
+    check_typed_renumber(args.input, args.renumber)  # before torchrun's ranks start
     if _distributed():
         return _run_distributed(args)
     if args.parts is None:

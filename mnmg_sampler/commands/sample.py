@@ -5,8 +5,13 @@ kernel. The epoch's seed order and each batch's request key are the ones a distr
 so ``--out`` files from both can be compared bit for bit:
 
 * seeds: every node with at least one neighbor (``--include-isolated``: every node), or the ids
-  in ``--seeds-file`` (in file order), shuffled by :func:`seed_order` with ``--seed``;
-* batch ``i`` = ``seeds[i*B:(i+1)*B]``, request key ``request_key(seed, epoch=0, batch=i)``.
+  in ``--seeds-file`` (in file order), as a seed set (:mod:`mnmg_sampler.seeds`): the nodes with a
+  neighbor are a bitmap (one bit per node, built a part at a time with ``--partitions``), every
+  node a rule, so no rank holds an id array of ``num_nodes``;
+* the epoch's order: the loaders' keyed shuffle of the seed positions
+  (:func:`~mnmg_sampler.loader.epoch_order` with ``shuffle_keys(True, seed, 0)``), batch ``i``
+  = positions ``i*B .. (i+1)*B - 1`` of it (:func:`batch_seeds`, ``O(B)``), request key
+  ``request_key(seed, epoch=0, batch=i)``.
 
 Weighted sampling: ``--weights NAME|FILE`` (a job's ``sampler.weights``) in one process; with
 ``--partitions`` the weights stored by ``partition --weights`` are used (``--weights``, if given,
@@ -19,12 +24,16 @@ import argparse
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
 from .partition import add_weights_argument, check_weights_file
+
+if TYPE_CHECKING:
+    from ..seeds import SeedSet
 
 HELP = "sample one epoch of minibatches and print the throughput"
 
@@ -109,7 +118,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def seed_order(nodes: np.ndarray, seed: int, epoch: int = 0) -> np.ndarray:
-    """The epoch's seed order: a permutation of ``nodes`` that depends only on (seed, epoch)."""
+    """A permutation of ``nodes`` that depends only on (seed, epoch): the benchmarks' seed order
+    (``sample`` reads its seeds batch by batch instead: :func:`batch_seeds`)."""
     nodes = np.asarray(nodes, np.int64)
     return nodes[np.random.default_rng([int(seed), int(epoch)]).permutation(nodes.size)]
 
@@ -182,22 +192,35 @@ def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.nd
                              what="there are no seeds to sample")
 
 
-def epoch_seeds(graph, args) -> np.ndarray:
-    """The seeds of epoch 0, in sampling order (see the module docstring)."""
-    from ..graph.datasets import nonisolated_nodes
+def batch_seeds(seeds: SeedSet, i: int, batch_size: int, seed: int) -> np.ndarray:
+    """Seed ids of batch ``i`` of epoch 0: positions ``i*B .. (i+1)*B - 1`` of the keyed shuffle
+    of the seed set ``seeds`` (the loaders' :func:`~mnmg_sampler.loader.epoch_order`), in
+    ``O(batch_size)`` memory."""
+    from ..loader import epoch_order, shuffle_keys
+
+    n = len(seeds)
+    lo, hi = i * batch_size, min(n, (i + 1) * batch_size)
+    return seeds.ids(epoch_order(lo, hi, n, shuffle_keys(True, seed, 0)))
+
+
+def epoch_seeds(graph, args: argparse.Namespace) -> SeedSet:
+    """The seed set of the epoch (see the module docstring): a
+    :class:`~mnmg_sampler.seeds.SeedSet`, read batch by batch with :func:`batch_seeds`."""
+    from ..seeds import AllNodes, NodeBits, NodeIds
 
     if args.seeds_file:
         nodes = input_seeds(read_seeds_file(args.seeds_file), graph.num_nodes, graph.node_ids,
                             args.seeds_file)
         graph.check_ids(nodes, "seed")
+        seeds = NodeIds(nodes, graph.num_nodes)
     elif args.include_isolated:
-        nodes = np.arange(graph.num_nodes, dtype=np.int64)
+        seeds = AllNodes(graph.num_nodes)
     else:
-        nodes = nonisolated_nodes(graph)
-    if nodes.size == 0:
+        seeds = NodeBits.nonisolated(graph)
+    if len(seeds) == 0:
         raise SamplingInputError(f"graph '{graph.name}' has no seed nodes", "nothing to sample",
                                  "pass --include-isolated or a graph with edges")
-    return seed_order(nodes, args.seed)
+    return seeds
 
 
 _OUR_FILE = re.compile(r"^(batch_\d+\.npz|meta\.json|\.batch_\d+\.tmp-\d+\.npz|"
@@ -284,8 +307,9 @@ def partition_weights(part, spec: str | None, where: str) -> str | None:
 def run_distributed(args: argparse.Namespace) -> int:
     """Sample one epoch under torchrun over a partition directory; rank 0 prints a summary.
 
-    Global batch ``i`` takes ``seeds[i*B:(i+1)*B]`` of the epoch's seed order and is sampled by
-    rank ``i % W`` with key ``request_key(seed, 0, i)``; each rank writes its batches as
+    Global batch ``i`` takes positions ``i*B .. (i+1)*B - 1`` of the epoch's seed order
+    (:func:`batch_seeds`, computed by the rank that samples it) and is sampled by rank
+    ``i % W`` with key ``request_key(seed, 0, i)``; each rank writes its batches as
     ``OUT/batch_{i:06d}.npz`` (original node ids; layout in ``docs/formats.md``), atomically.
     A peer that dies or stops answering is a :class:`~mnmg_sampler.errors.PeerError` naming the
     step (start-up, round, summary), as in ``train``.
@@ -297,11 +321,12 @@ def run_distributed(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from ..distributed.collective import agree, is_peer_failure, peer_error
-    from ..distributed.offline import global_nonisolated
+    from ..distributed.offline import nonisolated_bits_everywhere
     from ..distributed.sampler import DistSampler
     from ..graph.partition_io import load_partition
     from ..runtime import init_distributed
     from ..sampler import SampleRequest, request_key
+    from ..seeds import AllNodes, NodeBits, NodeIds
 
     fanouts = parse_fanouts(args.fanouts)
     env, _ = init_distributed("gloo", "cpu", args.collective_timeout)
@@ -315,17 +340,16 @@ def run_distributed(args: argparse.Namespace) -> int:
             import numba
 
             numba.set_num_threads(args.threads)
+        n = int(part.num_nodes)
         if args.seeds_file:
-            nodes = agree(lambda: input_seeds(read_seeds_file(args.seeds_file),
-                                              int(part.num_nodes), part.node_ids,
-                                              args.seeds_file))
+            seeds = NodeIds(agree(lambda: input_seeds(read_seeds_file(args.seeds_file), n,
+                                                      part.node_ids, args.seeds_file)), n)
         elif getattr(args, "include_isolated", False):
-            nodes = np.arange(int(part.num_nodes), dtype=np.int64)
-        else:
-            nodes = global_nonisolated(part)
-        seeds = seed_order(nodes, args.seed)
+            seeds = AllNodes(n)
+        else:  # the union of the parts' bitmaps: N / 8 bytes per rank, no id array
+            seeds = NodeBits(nonisolated_bits_everywhere(part), n)
         B = args.batch_size
-        n_batches, out = epoch_plan(seeds.size, args)
+        n_batches, out = epoch_plan(len(seeds), args)
         shared = {"auto": "auto", "true": True, "false": False}[args.shared_topology]
         sampler = DistSampler(part, seed=args.seed, shared_topology=shared)
         mine = list(range(rank, n_batches, world))
@@ -335,7 +359,7 @@ def run_distributed(args: argparse.Namespace) -> int:
         for r in range(rounds):
             step = f"sampling round {r + 1} of {rounds}"
             todo = mine[r:r + 1]
-            reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
+            reqs = [SampleRequest(batch_seeds(seeds, i, B, args.seed), fanouts,
                                   request_key(args.seed, 0, i), replace=args.replace)
                     for i in todo]
             for i, b in zip(todo, sampler.sample(reqs), strict=True):
@@ -391,13 +415,13 @@ def run_single(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - t0
     seeds = epoch_seeds(graph, args)
     B = args.batch_size
-    n_batches, out = epoch_plan(seeds.size, args)
+    n_batches, out = epoch_plan(len(seeds), args)
 
     sampler = MultiHopSampler(hop, graph.num_nodes)
 
     def request(i: int) -> SampleRequest:
-        return SampleRequest(seeds[i * B:(i + 1) * B], fanouts, request_key(args.seed, 0, i),
-                             replace=args.replace)
+        return SampleRequest(batch_seeds(seeds, i, B, args.seed), fanouts,
+                             request_key(args.seed, 0, i), replace=args.replace)
 
     sampler.sample([request(0)])  # warm-up: loads the compiled kernels; not timed
     edges = nodes = 0
@@ -414,7 +438,7 @@ def run_single(args: argparse.Namespace) -> int:
             save_batch_atomic(out / f"batch_{i:06d}.npz", batch)
     busy = max(busy, 1e-9)
     data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
-            "load_s": load_s, "seeds": int(seeds.size), "batch_size": B, "fanouts": fanouts,
+            "load_s": load_s, "seeds": len(seeds), "batch_size": B, "fanouts": fanouts,
             "replace": bool(args.replace), "seed": args.seed, "threads": threads,
             "weights": spec or None,
             "batches": n_batches, "sampled_edges": edges, "sampled_nodes": nodes,
@@ -423,7 +447,7 @@ def run_single(args: argparse.Namespace) -> int:
     rows = [
         ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
                   f"(loaded in {load_s:.1f}s)"),
-        ("seeds", f"{seeds.size:,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
+        ("seeds", f"{len(seeds):,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
                   f"seed {args.seed}, threads {threads}" + (f", weights {spec}" if spec else "")),
         ("batches", f"{n_batches:,}"),
         ("sampled edges", f"{edges:,}"),

@@ -144,11 +144,12 @@ def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray | Se
     (sorted original ids, or a :class:`~mnmg_sampler.seeds.SeedSet`), from
     :func:`layerwise_logits`."""
     logits = layerwise_logits(model, part, device, batch_size, group)
-    orig = part.input_ids(part.orig_ids)  # the ids splits speak (the input's, if renumbered)
+    own = np.asarray(part.orig_ids)  # the ids a seed set speaks (the graph's nodes 0..N-1)
+    orig = part.input_ids(own)  # the ids arrays speak (the input's, if renumbered)
     y = torch.from_numpy(np.array(part.y, dtype=np.int64))
     acc = torch.zeros((len(splits), 3), dtype=torch.float64, device=backend_device(group))
     for k, ids in enumerate(splits.values()):
-        mask = torch.from_numpy(ids.contains(orig) if isinstance(ids, SeedSet)
+        mask = torch.from_numpy(ids.contains(own) if isinstance(ids, SeedSet)
                                 else _member(np.asarray(ids), orig))
         out, lab = logits[mask], y[mask]
         acc[k, 0] = float((out.argmax(-1) == lab).sum())

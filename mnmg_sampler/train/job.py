@@ -215,8 +215,10 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     from ..graph.api import split_from_partitions
 
     # masks stored with the graph (file or dataset.*_mask) win over the random split
-    ids = split_from_partitions(pdir) or {k: part.input_ids(v) for k, v in split_ids(
-        int(part.num_nodes), cfg.dataset.split, cfg.dataset.split_seed).items()}
+    # (a random split is a seed set over the graph's nodes 0..N-1, taken by the loaders as is,
+    # renumbered or not; stored masks are the input's ids, translated by the loaders)
+    ids = split_from_partitions(pdir) or split_ids(int(part.num_nodes), cfg.dataset.split,
+                                                   cfg.dataset.split_seed)
     train_loader = DistNeighborLoader(service, ids["train"], s.fanouts, s.batch_size,
                                       shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
                                       prefetch=s.prefetch, replace=s.replace, split=s.split,

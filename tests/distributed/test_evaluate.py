@@ -83,3 +83,29 @@ def test_budget_overflow_raises_on_every_rank():
     assert set(e.value.errors) == {0, 1}
     for err, _ in e.value.errors.values():
         assert isinstance(err, MemoryBudgetError) and "160 MB" in str(err)
+
+
+def _renumbered_rank(rank, world, path):
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.seeds import NodeSplit
+    from mnmg_sampler.train.evaluate import evaluate_layerwise
+
+    part = load_partition(path, rank, world)
+    split = NodeSplit(int(part.num_nodes), 4, 0, 60)  # a random split: the graph's ids
+    as_input = np.sort(np.asarray(part.node_ids)[split.ids(np.arange(60))])  # the input's ids
+    return evaluate_layerwise(_model("mean", False), part, {"set": split, "ids": as_input},
+                              torch.device("cpu"), 32)
+
+
+def test_layerwise_splits_of_a_renumbered_graph(tmp_path):
+    # a seed set speaks the graph's ids 0..N-1, an id array the input's: the same nodes either way
+    from mnmg_sampler.seeds import NodeSplit
+
+    g = small_graph()
+    g.node_ids = np.sort(np.random.default_rng(5).choice(2**62, g.num_nodes, replace=False))
+    path = partition(g, 2, "random", tmp_path / "p", seed=2)
+    val = NodeSplit(g.num_nodes, 4, 0, 60).ids(np.arange(60))
+    ref = _reference(g, "mean", False)
+    acc = float((ref[val].argmax(-1) == g.y[val]).mean())
+    for res in run_ranks(_renumbered_rank, 2, str(path), timeout=180):
+        assert res["set"] == res["ids"] and res["set"][0] == pytest.approx(acc)

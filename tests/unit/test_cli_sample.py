@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from mnmg_sampler import cli
-from mnmg_sampler.commands.sample import read_seeds_file, seed_order
+from mnmg_sampler.commands.sample import batch_seeds, read_seeds_file
 from mnmg_sampler.graph.datasets import load_graph, nonisolated_nodes
 from mnmg_sampler.ops.rng import request_key
 from mnmg_sampler.sampler import sample
+from mnmg_sampler.seeds import NodeBits
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -53,12 +54,12 @@ def test_sample_subprocess_matches_in_process(tiny_npz, tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)  # --json: one JSON document, nothing else on stdout
     graph = load_graph(str(tiny_npz))
-    seeds = seed_order(nonisolated_nodes(graph), 5)
-    n_batches = -(-seeds.size // 32)
-    assert res["batches"] == n_batches and res["seeds"] == seeds.size
+    seeds = NodeBits.nonisolated(graph)  # the nodes with a neighbor, as a bitmap
+    n_batches = -(-len(seeds) // 32)
+    assert res["batches"] == n_batches and res["seeds"] == len(seeds)
     edges = nodes = 0
     for i in range(n_batches):
-        s = seeds[i * 32:(i + 1) * 32]
+        s = batch_seeds(seeds, i, 32, 5)
         b = sample(graph, s, [4, 3], seed=5, key=request_key(5, 0, i))
         edges += b.e_id.numel()
         nodes += b.num_nodes
@@ -76,6 +77,12 @@ def test_sample_subprocess_matches_in_process(tiny_npz, tmp_path):
     saved = [np.load(out_dir / f"batch_{i:06d}.npz") for i in range(n_batches)]
     all_seeds = np.concatenate([b["n_id"][:int(b["batch_size"])] for b in saved])
     np.testing.assert_array_equal(np.sort(all_seeds), nonisolated_nodes(graph))
+    # in the order of the loaders' keyed shuffle of the seed positions (one batch of them all)
+    from mnmg_sampler.loader import global_batches
+
+    (order,) = global_batches(len(seeds), len(seeds), 1, shuffle=True, drop_last=False, seed=5,
+                              epoch=0)
+    np.testing.assert_array_equal(all_seeds, nonisolated_nodes(graph)[order])
 
 
 def test_sample_num_batches_include_isolated_and_seeds_file(tiny_npz, tmp_path, capsys):

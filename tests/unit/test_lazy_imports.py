@@ -196,3 +196,18 @@ def test_new_top_level_names_are_the_documented_objects():
             "print('ok')")
     proc = _run(code)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_seed_sets_are_exported_lazily():
+    # the seed sets load with mnmg_sampler.seeds on first use, and are its objects
+    code = ("import sys, mnmg_sampler as m\n"
+            "assert 'mnmg_sampler.seeds' not in sys.modules\n"
+            "from mnmg_sampler import seeds\n"
+            "for n in ('SeedSet', 'AllNodes', 'NodeIds', 'NodeSplit', 'NodeBits',\n"
+            "          'random_node_split'):\n"
+            "    assert getattr(m, n) is getattr(seeds, n) and n in m.__all__, n\n"
+            "s = m.random_node_split(10, [0.6, 0.2, 0.2], seed=1)\n"
+            "assert isinstance(s['train'], m.NodeSplit) and len(s['train']) == 6\n"
+            "print('ok')")
+    proc = _run(code)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

@@ -48,3 +48,23 @@ def test_as_seed_set():
         as_seed_set(s, 6)
     with pytest.raises(SamplingInputError, match="not within"):
         NodeSplit(5, 0, 3, 6)
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, (1 << 16) + 77])
+@pytest.mark.parametrize("density", [0.2, 1.0, 3.0])
+def test_node_bits_read_the_nodes_with_a_neighbor(n, density):
+    # sample's seeds as a bitmap: position i is the i-th node with a neighbor, and back
+    from mnmg_sampler.graph.csr import CSRGraph
+    from mnmg_sampler.graph.datasets import nonisolated_nodes
+    from mnmg_sampler.seeds import NodeBits
+
+    rng = np.random.default_rng(n)
+    m = max(1, int(n * density))
+    g = CSRGraph.from_edges(rng.integers(0, n, m), rng.integers(0, n, m), n)
+    bits, want = NodeBits.nonisolated(g), nonisolated_nodes(g)
+    assert len(bits) == want.size and bits.words.nbytes == 8 * -(-n // 64)
+    pos = rng.permutation(want.size)
+    assert np.array_equal(bits.ids(pos), want[pos])
+    expect = np.full(n + 2, -1)
+    expect[want] = np.arange(want.size)
+    assert np.array_equal(bits.positions_of(np.arange(-1, n + 1)), np.r_[-1, expect[:n], -1])

@@ -180,3 +180,23 @@ def test_info_prints_types_and_relations(tmp_path, capsys):
     with pytest.raises(SystemExit) as ei:
         main(["info", str(tmp_path / "h.pt"), "--undirected"])
     assert ei.value.code == 2 and "typed graph" in capsys.readouterr().err
+
+
+def test_renumber_true_on_a_typed_graph_is_refused(tmp_path, capsys):
+    # typed graphs keep per-type ids: --renumber true would be ignored, so it is refused in one
+    # line (info and partition alike); auto and false are what happens anyway
+    from mnmg_sampler.cli import main
+
+    torch.save(_hetero_data(), tmp_path / "h.pt")
+    for argv in (["info", str(tmp_path / "h.pt"), "--renumber", "true"],
+                 ["partition", str(tmp_path / "h.pt"), "--parts", "2", "--out",
+                  str(tmp_path / "parts"), "--method", "random", "--renumber", "true"]):
+        with pytest.raises(SystemExit) as ei:
+            main(argv)
+        err = capsys.readouterr().err
+        assert ei.value.code == 2 and "--renumber true" in err and "typed graph" in err, err
+        assert "Traceback" not in err and "Fix:" in err
+    assert not (tmp_path / "parts").exists()
+    with pytest.raises(SystemExit) as ei:
+        main(["info", str(tmp_path / "h.pt"), "--renumber", "false", "--json"])
+    assert ei.value.code == 0 and json.loads(capsys.readouterr().out)["node_types"]
