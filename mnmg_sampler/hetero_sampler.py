@@ -118,7 +118,7 @@ class HeteroSampler:
         seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
         tables = [fanout_table(g, r.num_neighbors) for r in requests]
         n_hops = max((t.shape[0] for t in tables), default=0)
-        out = multi_hop(self._hop, seeds, tables, requests, n_hops)
+        out = multi_hop(self._hop, seeds, tables, requests, n_hops, len(g.edge_types))
         return [self._batch(r, *o) for r, o in zip(requests, out, strict=True)]
 
     def _hop(self, rows, keys, req, fan, rep, hop):
@@ -141,18 +141,18 @@ class HeteroSampler:
 
 
 def multi_hop(hop_fn, seeds: list[np.ndarray], tables: list[np.ndarray],
-              requests: Sequence[HeteroSampleRequest], n_hops: int) -> list[tuple]:
+              requests: Sequence[HeteroSampleRequest], n_hops: int, n_rel: int) -> list[tuple]:
     """Every request's ``(n_id, nodes per hop, edges per hop)`` with ONE ``hop_fn`` call per
     hop for all of them: ``hop_fn(rows, keys, req, fanouts, replace, hop)`` returns the typed
     kernel's ``(counts, neighbors, relations, edge ids)`` for the frontier ``rows`` (ids of any
-    space the caller dedups in: internal ids here, new ids over ranks)."""
+    space the caller dedups in: internal ids here, new ids over ranks); ``fanouts`` is
+    ``[active requests, n_rel]`` even when no request is active."""
     R = len(requests)
     nid = list(seeds)
     frontier = list(seeds)
     front_start = [0] * R
     n_nodes = [[s.size] for s in seeds]
     edges: list[list[tuple]] = [[] for _ in requests]
-    n_rel = tables[0].shape[1] if tables else 0
     for hop in range(n_hops):
         active = [i for i in range(R) if hop < tables[i].shape[0]]
         sizes = np.array([frontier[i].size for i in active], np.int64)

@@ -17,29 +17,7 @@ from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.graph.typed_partition import part_graph, typed_plan
 from mnmg_sampler.ops.typed import sample_typed_neighbors
 
-
-def typed_spec(seed: int = 0) -> dict:
-    """Three node types (one featureless), five relations (one weighted, one empty-ish),
-    features of different widths and dtypes, labels and masks."""
-    g = np.random.default_rng(seed)
-    n = {"author": 23, "field": 5, "paper": 31}
-
-    def edges(s, d, m):
-        return np.stack([g.integers(0, n[s], m), g.integers(0, n[d], m)])
-
-    return {
-        "num_nodes": n,
-        "edge_index": {("author", "writes", "paper"): edges("author", "paper", 70),
-                       ("paper", "rev_writes", "author"): edges("paper", "author", 70),
-                       ("paper", "cites", "paper"): edges("paper", "paper", 90),
-                       ("paper", "has", "field"): edges("paper", "field", 40),
-                       ("field", "of", "paper"): edges("field", "paper", 3)},
-        "x": {"paper": g.random((31, 4), dtype=np.float32),
-              "author": g.random((23, 3)).astype(np.float16)},
-        "y": {"paper": g.integers(0, 3, 31)},
-        "masks": {"paper": {"train": np.arange(31) < 20, "test": np.arange(31) >= 25}},
-        "edge_weight": {("paper", "cites", "paper"): g.random(90).astype(np.float32) + 0.1},
-    }
+from ..typed_graphs import typed_spec
 
 
 def _segments(g, owner_rows=None):
