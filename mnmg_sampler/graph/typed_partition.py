@@ -37,11 +37,13 @@ from .partition import (
     PartitionPlan,
     _assign_metis,
     _check_args,
+    _entry_positions,
     _even_boundaries,
     _save,
     assign_nodes,
     build_manifest,
     install_directory,
+    plan_from_assignment,
 )
 from .partition_io import TMP_PREFIX, check_replaceable, write_manifest
 from .typed import TypedGraph
@@ -74,7 +76,6 @@ def typed_plan(g: TypedGraph, parts: int, method: str, seed: int = 0, *,
     view = homogeneous_view(g)
     _check_args(view, parts, method)
     parts = int(parts)
-    n = g.num_nodes
     if method == "metis" and parts > 1:
         assignment = _assign_metis(view, parts, seed, metis_max_edges)
     else:
@@ -88,26 +89,7 @@ def typed_plan(g: TypedGraph, parts: int, method: str, seed: int = 0, *,
             else:
                 chunks.append(assign_nodes(ids, nt, parts, method, seed))
         assignment = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
-    new_to_orig = np.argsort(assignment, kind="stable").astype(np.int64)
-    orig_to_new = np.empty(n, np.int64)
-    orig_to_new[new_to_orig] = np.arange(n, dtype=np.int64)
-    part_nodes = np.bincount(assignment, minlength=parts).astype(np.int64)
-    boundaries = np.zeros(parts + 1, np.int64)
-    np.cumsum(part_nodes, out=boundaries[1:])
-    part_edges = np.bincount(assignment, weights=view.degrees(),
-                             minlength=parts).astype(np.int64)
-    dst = np.repeat(np.arange(n, dtype=np.int64), view.degrees())
-    cut = float(np.count_nonzero(assignment[view.indices] != assignment[dst]) / view.num_edges
-                ) if view.num_edges else 0.0
-    plan = PartitionPlan(
-        method=method, seed=int(seed), parts=parts, assignment=assignment,
-        boundaries=boundaries, new_to_orig=new_to_orig, orig_to_new=orig_to_new,
-        edge_cut=cut, imbalance=float(part_nodes.max() / (n / parts)) if n else 1.0,
-        edge_imbalance=float(part_edges.max() / (view.num_edges / parts))
-        if view.num_edges else 1.0, part_nodes=part_nodes, part_edges=part_edges)
-    log.info("partitioned typed '%s' into %d parts with %s: edge cut %.4f", g.name, parts,
-             method, plan.edge_cut)
-    return plan
+    return plan_from_assignment(view, assignment, method, seed, parts)
 
 
 def typed_part_arrays(g: TypedGraph, plan: PartitionPlan, rank: int) -> dict[str, np.ndarray]:
@@ -120,11 +102,7 @@ def typed_part_arrays(g: TypedGraph, plan: PartitionPlan, rank: int) -> dict[str
     seg = (_seg_start(g)[owned][:, None] + np.arange(int(per_type.max(initial=0)))[None, :])
     t_of = np.repeat(np.arange(len(g.node_types)), np.diff(type_offset))
     seg = seg[np.arange(seg.shape[1])[None, :] < per_type[t_of][:, None]]
-    deg = g.indptr[seg + 1] - g.indptr[seg]
-    indptr = np.zeros(seg.size + 1, np.int64)
-    np.cumsum(deg, out=indptr[1:])
-    pos = np.repeat(g.indptr[seg] - indptr[:-1], deg) + np.arange(int(indptr[-1]),
-                                                                  dtype=np.int64)
+    indptr, pos = _entry_positions(g, seg)  # segments play the rows
     out = {"indptr": indptr, "indices": plan.orig_to_new[g.indices[pos]],
            "edge_ids": np.asarray(g.edge_ids[pos], np.int64), "orig_ids": owned,
            "type_offset": type_offset}
