@@ -177,3 +177,26 @@ def test_cli_partitions_a_saved_hetero_data(tmp_path):
     part = load_partition(tmp_path / "p", 1, 2)
     assert part.typed.node_types == ("author", "field", "paper")
     assert set(part.typed.x) == {"author", "paper"}
+
+
+def test_damaged_typed_section_is_a_partition_error(tmp_path):
+    out = partition_graph(typed_spec(), num_parts=2, out=tmp_path / "p", method="random")
+    path = out / "manifest.json"
+    m = json.loads(path.read_text())
+    m["typed"]["node_type_offset"] = m["typed"]["node_type_offset"][:-1]
+    path.write_text(json.dumps(m))
+    with pytest.raises(PartitionError, match="typed"):
+        load_partition(out, 0, 2)
+    del m["typed"]["edge_types"]
+    path.write_text(json.dumps(m))
+    with pytest.raises(PartitionError, match="typed"):
+        load_partition(out, 0, 2)
+
+
+def test_homogeneous_sampler_refuses_a_typed_part(tmp_path):
+    from mnmg_sampler.distributed.sampler import DistSampler
+    from mnmg_sampler.errors import ConfigError
+
+    out = partition_graph(typed_spec(), num_parts=1, out=tmp_path / "p", method="range")
+    with pytest.raises(ConfigError, match="typed part"):
+        DistSampler(load_partition(out, 0, 1))
