@@ -80,7 +80,8 @@ def partition_graph(
     if typed is not None:
         given = [k for k, v in (("x", x), ("y", y), ("masks", masks), ("num_nodes", num_nodes),
                                 ("undirected", undirected), ("drop_self_loops", drop_self_loops),
-                                ("drop_duplicates", drop_duplicates))
+                                ("drop_duplicates", drop_duplicates),
+                                ("renumber", None if renumber == "auto" else renumber))
                  if v is not None and v is not False]
         if given:
             from ..errors import GraphFormatError
