@@ -400,6 +400,8 @@ class TypedPart:
         rel_offset, rel_src, rel_dst, weighted, seg_base: the kernel's tables (``seg_base`` for
             the local rows).
         x, y: owned rows per type; masks: ``{type: {split: bool}}`` of owned rows.
+        edge_time, node_time, time_attr: the graph's times (per local entry, per owned node)
+            and their name, or ``None``.
     """
 
     node_types: tuple[str, ...]
@@ -414,6 +416,9 @@ class TypedPart:
     x: dict[str, np.ndarray] = field(default_factory=dict)
     y: dict[str, np.ndarray] = field(default_factory=dict)
     masks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    edge_time: np.ndarray | None = None
+    node_time: np.ndarray | None = None
+    time_attr: str | None = None
 
     @property
     def num_segments(self) -> int:
@@ -454,7 +459,10 @@ def _typed_part(section: dict, files: dict, get) -> TypedPart:
             t, _, split = rest.rpartition(".")
             masks.setdefault(t, {})[split] = get(key)
     return TypedPart(node_types, edge_types, node_off, type_offset, rel_offset, rel_src,
-                     rel_dst, weighted, seg_base, x, y, masks)
+                     rel_dst, weighted, seg_base, x, y, masks,
+                     get("edge_time") if "edge_time" in files else None,
+                     get("node_time") if "node_time" in files else None,
+                     section.get("time_attr"))
 
 
 @dataclass(eq=False)

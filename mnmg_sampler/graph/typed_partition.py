@@ -12,8 +12,10 @@ A part is a typed CSR over its owned nodes (:class:`~.typed.TypedGraph`'s layout
 rows): ``indptr`` over (node, relation) segments, ``indices`` (new global ids), ``edge_ids``
 (per relation), ``orig_ids`` (the *internal* ids, on which the RNG is keyed: fixed by the
 graph, not by the partitioning, so a minibatch is the same for every world size and method),
-``type_offset`` (first local row of each type) and, per node type, ``x.<type>``, ``y.<type>``
-and ``mask.<type>.<split>`` with their own width and dtype. The manifest, checksums and atomic
+``type_offset`` (first local row of each type), ``edge_time`` / ``node_time`` where the graph
+has times (stored for tools and later use: sampling over ranks does not filter by time yet) and,
+per node type, ``x.<type>``, ``y.<type>`` and ``mask.<type>.<split>`` with their own width and
+dtype. The manifest, checksums and atomic
 write are the homogeneous ones (:func:`~.partition.write_partitions`); the manifest's ``typed``
 section names the types and relations. With one node type and one relation the part's
 ``indptr``, ``indices``, ``edge_ids`` and ``orig_ids`` are byte-identical to the homogeneous
@@ -108,6 +110,10 @@ def typed_part_arrays(g: TypedGraph, plan: PartitionPlan, rank: int) -> dict[str
            "type_offset": type_offset}
     if g.weighted.any():
         out["weights"] = np.ascontiguousarray(g.weights[pos], np.float32)
+    if g.edge_time is not None:  # per entry, in the (time-sorted) segment order
+        out["edge_time"] = np.ascontiguousarray(g.edge_time[pos], np.int64)
+    if g.node_time is not None:
+        out["node_time"] = np.ascontiguousarray(g.node_time[owned], np.int64)
     for t, name in enumerate(g.node_types):
         ids = owned[type_offset[t]:type_offset[t + 1]] - g.node_type_offset[t]
         if name in g.x:
@@ -150,6 +156,8 @@ def typed_manifest_section(g: TypedGraph, plan: PartitionPlan) -> dict:
         "y": {t: np.dtype(np.asarray(a).dtype).str for t, a in g.y.items()},
         "masks": {t: sorted(m) for t, m in g.masks.items() if m},
         "part_type_nodes": [[int(v) for v in row] for row in counts],
+        "time_attr": g.time_attr if (g.edge_time is not None or g.node_time is not None)
+        else None,
     }
 
 

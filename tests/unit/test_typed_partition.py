@@ -200,3 +200,31 @@ def test_homogeneous_sampler_refuses_a_typed_part(tmp_path):
     out = partition_graph(typed_spec(), num_parts=1, out=tmp_path / "p", method="range")
     with pytest.raises(ConfigError, match="typed part"):
         DistSampler(load_partition(out, 0, 1))
+
+
+def test_times_go_with_their_rows(tmp_path):
+    spec = typed_spec()
+    rng = np.random.default_rng(4)
+    spec["edge_time"] = {et: rng.integers(0, 50, ei.shape[1]) for et, ei in
+                         spec["edge_index"].items()}
+    spec["node_time"] = {t: rng.integers(0, 50, n) for t, n in spec["num_nodes"].items()}
+    g = typed_graph(spec)
+    out = partition_graph(spec, num_parts=2, out=tmp_path / "p", method="hash")
+    for r in range(2):
+        part = load_partition(out, r, 2)
+        tp = part.typed
+        assert tp.time_attr == "time"
+        np.testing.assert_array_equal(tp.node_time, g.node_time[np.asarray(part.orig_ids)])
+        # each local entry keeps its time: (relation, edge id) names the input edge
+        assert tp.edge_time.shape == part.indices.shape
+        pg = part_graph(part)
+        for t in range(len(g.node_types)):
+            lo, hi = int(pg.rel_offset[t]), int(pg.rel_offset[t + 1])
+            n_t = int(tp.type_offset[t + 1] - tp.type_offset[t])
+            for i in range(n_t):
+                for j in range(hi - lo):
+                    s = int(pg.seg_base[t] + i * (hi - lo) + j)
+                    a, b = part.indptr[s], part.indptr[s + 1]
+                    et = g.edge_types[lo + j]
+                    np.testing.assert_array_equal(
+                        tp.edge_time[a:b], spec["edge_time"][et][part.edge_ids[a:b]])
