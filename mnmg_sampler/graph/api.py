@@ -81,7 +81,7 @@ def partition_graph(
         given = [k for k, v in (("x", x), ("y", y), ("masks", masks), ("num_nodes", num_nodes),
                                 ("undirected", undirected), ("drop_self_loops", drop_self_loops),
                                 ("drop_duplicates", drop_duplicates),
-                                ("renumber", None if renumber == "auto" else renumber))
+                                ("renumber", renumber if str(renumber).lower() == "true" else None))
                  if v is not None and v is not False]
         if given:
             from ..errors import GraphFormatError
