@@ -15,10 +15,11 @@ sampling                     ``SamplingService``, ``DistNeighborLoader``, ``Samp
 seed sets                    ``random_node_split``, ``SeedSet``, ``AllNodes``, ``NodeIds``,
                              ``NodeSplit``, ``NodeBits`` (read batch by batch: no array of
                              ``num_nodes``)
-typed graphs (one process)   ``TypedGraph``, ``typed_graph``, ``load_typed_graph``,
+typed graphs                 ``TypedGraph``, ``typed_graph``, ``load_typed_graph``,
                              ``HeteroSampler``, ``HeteroSampleRequest``, ``HeteroMiniBatch``,
-                             ``sample_hetero`` (docs/hetero.md); with time
-                             ``load_temporal_graph``, ``temporal_graph_from_data``
+                             ``sample_hetero``; ``partition_graph``, ``SamplingService`` and
+                             ``DistNeighborLoader`` take typed graphs too (docs/hetero.md);
+                             with time ``load_temporal_graph``, ``temporal_graph_from_data``
                              (docs/temporal.md)
 link prediction              ``DistLinkNeighborLoader``, ``LinkMiniBatch``, ``NegativeSampling``
 training                     ``init_distributed``, ``set_threads``, ``GraphSAGE``,
@@ -62,7 +63,7 @@ _LAZY = {
     "write_partitions": "mnmg_sampler.graph.partition",
     "load_partition": "mnmg_sampler.graph.partition_io",
     "Partition": "mnmg_sampler.graph.partition_io",
-    # typed (heterogeneous) graphs, single process
+    # typed (heterogeneous) graphs
     "TypedGraph": "mnmg_sampler.graph.typed",
     "typed_graph": "mnmg_sampler.graph.typed",
     "load_typed_graph": "mnmg_sampler.graph.typed_io",

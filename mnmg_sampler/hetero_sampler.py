@@ -23,7 +23,8 @@ from .host_malloc import tune_host_malloc
 from .ops import typed as typed_ops
 from .sampler import check_fanouts, check_seed, renumber_hop
 
-__all__ = ["HeteroSampleRequest", "HeteroSampler", "fanout_table", "sample_hetero"]
+__all__ = ["HeteroSampleRequest", "HeteroSampler", "assemble_batch", "fanout_table",
+           "multi_hop", "sample_hetero"]
 
 
 def fanout_table(graph: TypedGraph, num_neighbors) -> np.ndarray:
@@ -116,77 +117,104 @@ class HeteroSampler:
         g = self.graph
         seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
         tables = [fanout_table(g, r.num_neighbors) for r in requests]
-        R = len(requests)
         n_hops = max((t.shape[0] for t in tables), default=0)
-        nid = list(seeds)
-        frontier = list(seeds)
-        front_start = [0] * R
-        n_nodes = [[s.size] for s in seeds]
-        edges: list[list[tuple]] = [[] for _ in requests]
-        for hop in range(n_hops):
-            active = [i for i in range(R) if hop < tables[i].shape[0]]
-            sizes = np.array([frontier[i].size for i in active], np.int64)
-            rows = np.concatenate([frontier[i] for i in active]) if active else np.zeros(0,
-                                                                                         np.int64)
-            keys = np.repeat(np.array([requests[i].key for i in active], np.int64), sizes)
-            req = np.repeat(np.arange(len(active), dtype=np.int64), sizes)
-            fan = np.stack([tables[i][hop] for i in active]) if active else np.zeros(
-                (0, len(g.edge_types)), np.int64)
-            rep = np.array([requests[i].replace for i in active], np.uint8)
-            counts, nbr, rel, eid = typed_ops.sample_typed_neighbors(
-                g, rows, rows, keys, req, fan, rep, self.seed, hop)
-            self.kernel_calls += 1
-            node_off, cand_off, new, new_off, local = renumber_hop(
-                [nid[i] for i in active], sizes, counts, nbr)
-            for j, i in enumerate(active):
-                c0, c1 = cand_off[j], cand_off[j + 1]
-                cnt = counts[node_off[j]:node_off[j + 1]]
-                dst = np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt)
-                edges[i].append((local[c0:c1], dst, rel[c0:c1], eid[c0:c1]))
-                fresh = new[new_off[j]:new_off[j + 1]]
-                front_start[i] = nid[i].size
-                nid[i] = np.concatenate([nid[i], fresh])
-                frontier[i] = fresh
-                n_nodes[i].append(int(fresh.size))
-        return [self._batch(requests[i], nid[i], n_nodes[i], edges[i]) for i in range(R)]
+        out = multi_hop(self._hop, seeds, tables, requests, n_hops, len(g.edge_types))
+        return [self._batch(r, *o) for r, o in zip(requests, out, strict=True)]
+
+    def _hop(self, rows, keys, req, fan, rep, hop):
+        self.kernel_calls += 1
+        return typed_ops.sample_typed_neighbors(self.graph, rows, rows, keys, req, fan, rep,
+                                                self.seed, hop)
 
     def _batch(self, req: HeteroSampleRequest, nid: np.ndarray, n_nodes: list[int],
                hops: list[tuple]) -> HeteroMiniBatch:
         g = self.graph
-        R, H = len(g.edge_types), len(hops)
-        types = g.type_of(nid)
-        node_hop = np.repeat(np.arange(H + 1), n_nodes)
-        loc = np.empty(nid.size, np.int64)
-        n_id, x, y, n_sampled = {}, {}, {}, {}
-        for t, name in enumerate(g.node_types):
-            idx = np.flatnonzero(types == t)
-            loc[idx] = np.arange(idx.size)
-            ids = nid[idx] - g.node_type_offset[t]
-            n_id[name] = torch.from_numpy(ids)
-            n_sampled[name] = np.bincount(node_hop[idx], minlength=H + 1).tolist()
+        b = assemble_batch(g.node_types, g.edge_types, g.node_type_offset, req, nid, n_nodes,
+                           hops)
+        for name, ids in b.n_id.items():
+            ids = ids.numpy()
             if name in g.x:
-                x[name] = torch.from_numpy(np.ascontiguousarray(g.x[name][ids]))
+                b.x[name] = torch.from_numpy(np.ascontiguousarray(g.x[name][ids]))
             if name in g.y:
-                y[name] = torch.from_numpy(np.ascontiguousarray(g.y[name][ids]))
-        src, dst, rel, eid = (np.concatenate([h[k] for h in hops]) if hops
-                              else np.zeros(0, np.int64) for k in range(4))
-        edge_hop = np.repeat(np.arange(H), [h[0].size for h in hops])
-        # per relation, in sampling order (numpy's stable sort of int16 is a radix sort)
-        order = np.argsort(rel.astype(np.int16) if R < 2**15 else rel, kind="stable")
-        bounds = np.zeros(R + 1, np.int64)
-        np.cumsum(np.bincount(rel, minlength=R), out=bounds[1:])
-        edge_index, e_id, e_sampled = {}, {}, {}
-        for r, et in enumerate(g.edge_types):
-            sel = order[bounds[r]:bounds[r + 1]]
-            edge_index[et] = torch.from_numpy(np.stack([loc[src[sel]], loc[dst[sel]]]))
-            e_id[et] = torch.from_numpy(eid[sel])
-            e_sampled[et] = np.bincount(edge_hop[sel], minlength=H).tolist()
-        input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
-        return HeteroMiniBatch(
-            n_id=n_id, edge_index=edge_index, e_id=e_id, input_type=req.input_type,
-            input_id=torch.as_tensor(np.asarray(input_id, np.int64)),
-            batch_size=int(req.seeds.size), num_sampled_nodes=n_sampled,
-            num_sampled_edges=e_sampled, x=x, y=y, key=int(req.key))
+                b.y[name] = torch.from_numpy(np.ascontiguousarray(g.y[name][ids]))
+        return b
+
+
+def multi_hop(hop_fn, seeds: list[np.ndarray], tables: list[np.ndarray],
+              requests: Sequence[HeteroSampleRequest], n_hops: int, n_rel: int) -> list[tuple]:
+    """Every request's ``(n_id, nodes per hop, edges per hop)`` with ONE ``hop_fn`` call per
+    hop for all of them: ``hop_fn(rows, keys, req, fanouts, replace, hop)`` returns the typed
+    kernel's ``(counts, neighbors, relations, edge ids)`` for the frontier ``rows`` (ids of any
+    space the caller dedups in: internal ids here, new ids over ranks); ``fanouts`` is
+    ``[active requests, n_rel]`` even when no request is active."""
+    R = len(requests)
+    nid = list(seeds)
+    frontier = list(seeds)
+    front_start = [0] * R
+    n_nodes = [[s.size] for s in seeds]
+    edges: list[list[tuple]] = [[] for _ in requests]
+    for hop in range(n_hops):
+        active = [i for i in range(R) if hop < tables[i].shape[0]]
+        sizes = np.array([frontier[i].size for i in active], np.int64)
+        rows = np.concatenate([frontier[i] for i in active]) if active else np.zeros(0,
+                                                                                     np.int64)
+        keys = np.repeat(np.array([requests[i].key for i in active], np.int64), sizes)
+        req = np.repeat(np.arange(len(active), dtype=np.int64), sizes)
+        fan = np.stack([tables[i][hop] for i in active]) if active else np.zeros(
+            (0, n_rel), np.int64)
+        rep = np.array([requests[i].replace for i in active], np.uint8)
+        counts, nbr, rel, eid = hop_fn(rows, keys, req, fan, rep, hop)
+        node_off, cand_off, new, new_off, local = renumber_hop(
+            [nid[i] for i in active], sizes, counts, nbr)
+        for j, i in enumerate(active):
+            c0, c1 = cand_off[j], cand_off[j + 1]
+            cnt = counts[node_off[j]:node_off[j + 1]]
+            dst = np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt)
+            edges[i].append((local[c0:c1], dst, rel[c0:c1], eid[c0:c1]))
+            fresh = new[new_off[j]:new_off[j + 1]]
+            front_start[i] = nid[i].size
+            nid[i] = np.concatenate([nid[i], fresh])
+            frontier[i] = fresh
+            n_nodes[i].append(int(fresh.size))
+    return list(zip(nid, n_nodes, edges, strict=True))
+
+
+def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,
+                   req: HeteroSampleRequest, nid: np.ndarray, n_nodes: list[int],
+                   hops: list[tuple]) -> HeteroMiniBatch:
+    """A :class:`HeteroMiniBatch` (without ``x``/``y``) from one request's internal ``n_id``
+    (seeds first, then hop by hop; ``n_nodes`` per hop) and its sampled edges per hop
+    ``(local src, local dst, relation, edge id)``, as the single-process and distributed
+    samplers both collect them."""
+    R, H = len(edge_types), len(hops)
+    types = np.searchsorted(node_type_offset, nid, side="right") - 1
+    node_hop = np.repeat(np.arange(H + 1), n_nodes)
+    loc = np.empty(nid.size, np.int64)
+    n_id, n_sampled = {}, {}
+    for t, name in enumerate(node_types):
+        idx = np.flatnonzero(types == t)
+        loc[idx] = np.arange(idx.size)
+        n_id[name] = torch.from_numpy(nid[idx] - node_type_offset[t])
+        n_sampled[name] = np.bincount(node_hop[idx], minlength=H + 1).tolist()
+    src, dst, rel, eid = (np.concatenate([h[k] for h in hops]) if hops
+                          else np.zeros(0, np.int64) for k in range(4))
+    edge_hop = np.repeat(np.arange(H), [h[0].size for h in hops])
+    # per relation, in sampling order (numpy's stable sort of int16 is a radix sort)
+    order = np.argsort(rel.astype(np.int16) if R < 2**15 else rel, kind="stable")
+    bounds = np.zeros(R + 1, np.int64)
+    np.cumsum(np.bincount(rel, minlength=R), out=bounds[1:])
+    edge_index, e_id, e_sampled = {}, {}, {}
+    for r, et in enumerate(edge_types):
+        sel = order[bounds[r]:bounds[r + 1]]
+        edge_index[et] = torch.from_numpy(np.stack([loc[src[sel]], loc[dst[sel]]]))
+        e_id[et] = torch.from_numpy(eid[sel])
+        e_sampled[et] = np.bincount(edge_hop[sel], minlength=H).tolist()
+    input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
+    return HeteroMiniBatch(
+        n_id=n_id, edge_index=edge_index, e_id=e_id, input_type=req.input_type,
+        input_id=torch.as_tensor(np.asarray(input_id, np.int64)),
+        batch_size=int(req.seeds.size), num_sampled_nodes=n_sampled,
+        num_sampled_edges=e_sampled, key=int(req.key))
 
 
 def sample_hetero(graph: TypedGraph, input_nodes: tuple[str, object], num_neighbors, *,

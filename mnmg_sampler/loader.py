@@ -58,6 +58,35 @@ __all__ = ["DistNeighborLoader", "batch_positions", "batch_span", "check_batchin
 SPLITS = ("global", "owner")
 
 
+def typed_input(sampler, input_nodes, num_neighbors, split: str):
+    """``(input type, seed set, num_neighbors)`` of a loader on a typed part: ``input_nodes``
+    is PyG's ``(node type, ids or bool mask or None)``; ``num_neighbors`` a list (every
+    relation) or a dict per edge type, checked against the graph's relations."""
+    from .hetero_sampler import fanout_table
+
+    what = "the loader cannot be built; every rank raises this before sampling"
+    tp = sampler.tp
+    if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
+            and isinstance(input_nodes[0], str)):
+        raise SamplingInputError(
+            f"input_nodes is a {type(input_nodes).__name__}, not a (node type, ids) pair", what,
+            f"pass input_nodes=(type, ids) with type one of {list(tp.node_types)} "
+            "(ids None = every node of the type), as PyG's NeighborLoader on HeteroData")
+    name, ids = input_nodes
+    if name not in tp.node_types:
+        raise SamplingInputError(f"input_nodes names node type {name!r}, not in the graph",
+                                 what, f"use one of {list(tp.node_types)}")
+    if split != "global":
+        raise SamplingInputError(f"split={split!r} is not supported on typed graphs yet", what,
+                                 "use split='global'")
+    t = tp.node_types.index(name)
+    nodes = as_seed_set(ids, int(tp.node_type_offset[t + 1] - tp.node_type_offset[t]))
+    fanout_table(sampler.graph, num_neighbors)
+    if not isinstance(num_neighbors, dict):
+        num_neighbors = check_fanouts(num_neighbors)
+    return name, nodes, num_neighbors
+
+
 def translate_seeds(ids: IdMaps, seeds: np.ndarray) -> np.ndarray:
     """Collective on the default group: the new ids of ``seeds`` (original ids), translated by
     the sampler's id maps over an exchanger of the default group (the service thread owns the
@@ -202,6 +231,11 @@ class DistNeighborLoader(EpochCursor):
             module docstring for what it changes).
         edge_ids: return ``e_id``; off, ``e_id`` is empty and no edge id is fetched.
 
+    On a typed part (a service over a typed partition, ``docs/hetero.md``) ``input_nodes`` is
+    PyG's ``(node type, ids or bool mask)`` (``(type, None)``: every node of the type),
+    ``num_neighbors`` a list (every relation) or a dict per edge type, ``split`` ``global``, and
+    each item a :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` with ``x``/``y`` per type.
+
     Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
     ``input_nodes``), ``batch_size``, ``num_sampled_nodes``, ``num_sampled_edges``, ``x``, ``y``.
@@ -229,6 +263,8 @@ class DistNeighborLoader(EpochCursor):
         self.split, self.edge_ids = split, bool(edge_ids)
         self._owned: tuple[np.ndarray, np.ndarray] | None = None
         self._partition: list[int] | None = None
+        typed = getattr(getattr(service, "sampler", None), "tp", None)  # a typed part's types
+        self.input_type: str | None = None
 
         def check() -> tuple[SeedSet, list[int]]:
             check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
@@ -236,6 +272,11 @@ class DistNeighborLoader(EpochCursor):
                 raise SamplingInputError(f"unknown seed split {split!r}",
                                          "the loader cannot assign seeds to ranks",
                                          f"use one of {SPLITS}")
+            if typed is not None:
+                self.input_type, nodes, nn = typed_input(service.sampler, input_nodes,
+                                                         num_neighbors, split)
+                check_batching(batch_size, prefetch)
+                return nodes, nn
             # PyG: input_nodes=None is every node of the graph (a rule, not an array)
             nodes = as_seed_set(input_nodes, int(service.num_nodes),
                                 node_ids=getattr(service, "node_ids", None))
@@ -254,6 +295,7 @@ class DistNeighborLoader(EpochCursor):
             "build every loader with the same arguments on every rank, in the same order",
             error=SamplingInputError)
         self.service = service
+        self._typed = typed is not None
         self.batch_size = int(batch_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         # prefetch 0 = synchronous: one request in flight, submitted when the batch is wanted
@@ -281,7 +323,7 @@ class DistNeighborLoader(EpochCursor):
             with peer_errors("the loader's count of seeds per owner"):
                 dist.all_reduce(counts, op=dist.ReduceOp.SUM)
             self._owned = (pos, counts.cpu().numpy())
-        elif ids is not None and isinstance(self.input_nodes, NodeIds):
+        elif ids is not None and isinstance(self.input_nodes, NodeIds) and not self._typed:
             # with the shared topology every part's original ids are mapped here: no lookup
             # (the same on every rank, so no rank waits in the lookup's collectives)
             shared = getattr(sampler, "shared", None)
@@ -346,6 +388,13 @@ class DistNeighborLoader(EpochCursor):
     def request(self, g: int, pos: np.ndarray, epoch: int | None = None) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         seeds = self.input_nodes.ids(pos)
+        if self._typed:  # per-type ids, translated by the typed sampler every round
+            from .hetero_sampler import HeteroSampleRequest
+
+            return HeteroSampleRequest(self.input_type, seeds, self.num_neighbors,
+                                       request_key(self.seed, self.epoch if epoch is None
+                                                   else epoch, g),
+                                       self.replace, input_id=pos)
         if self._new_nodes is not None:
             new = self._new_nodes[pos]
         elif self.split == "owner":  # this rank's own seeds: translated in its own ids

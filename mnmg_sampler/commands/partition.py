@@ -11,6 +11,10 @@ Under torchrun (``torchrun --nproc-per-node N -m mnmg_sampler partition INPUT --
 (:mod:`mnmg_sampler.distributed.ingest`): each rank reads 1/N of the input and writes its own
 part, the same files as one process writes. ``metis``, edge weights, and node data other than
 ``.npy`` features and labels, run on rank 0 alone while the others wait.
+
+A typed INPUT (a saved ``HeteroData`` ``.pt`` or an OGB hetero directory) writes typed parts
+(:mod:`mnmg_sampler.graph.typed_partition`, ``docs/hetero.md``) in one process (rank 0 under
+torchrun); its node data comes with it, so the homogeneous-only options are refused.
 """
 
 from __future__ import annotations
@@ -184,7 +188,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
         node_files = [args.features, args.labels, args.train_mask, args.val_mask,
                       args.test_mask]
         npy_only = all(f is None or f.lower().endswith(".npy") for f in node_files[:2])
-        if (args.method == "metis" or args.weights or not npy_only
+        if (args.method == "metis" or args.weights or not npy_only or _is_typed_path(args.input)
                 or any(f is not None for f in node_files[2:])):
             def single() -> None:  # one process; the others wait for it
                 if env.rank == 0:
@@ -225,16 +229,65 @@ def _run_distributed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_typed_path(spec: str) -> bool:
+    from pathlib import Path
+
+    from ..graph.typed_io import is_ogb_hetero_dir
+
+    p = Path(spec)
+    return is_ogb_hetero_dir(p) or (p.suffix in (".pt", ".pth") and p.is_file())
+
+
+def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
+    import time
+
+    from ..graph.typed_partition import partition_typed
+
+    if args.weights:
+        from ..errors import GraphFormatError
+
+        raise GraphFormatError(f"{args.input} is a typed graph; --weights applies to "
+                               "homogeneous graphs only", "it would be ignored",
+                               "give edge weights per relation inside the typed graph "
+                               "(edge_weight, docs/hetero.md)")
+    t0 = time.perf_counter()
+    source = _source(args, args.parts)
+    out, plan = partition_typed(g, args.parts, args.method, args.out, args.seed,
+                                overwrite=args.overwrite, source=source,
+                                metis_max_edges=args.metis_max_edges)
+    rows = [
+        ("graph", f"{g.name}: {g.num_nodes:,} nodes of {len(g.node_types)} types, "
+         f"{g.num_edges:,} edges of {len(g.edge_types)} relations"),
+        ("method", f"{plan.method} (seed {plan.seed}), {plan.parts} parts, every type split"),
+        ("edge cut", f"{plan.edge_cut:.4f} of edges cross parts"),
+        ("imbalance", f"{plan.imbalance:.3f} nodes, {plan.edge_imbalance:.3f} edges (max/mean)"),
+        ("part nodes", ", ".join(f"{v:,}" for v in plan.part_nodes)),
+        ("time", f"load {load_s:.2f}s, partition and write {time.perf_counter() - t0:.2f}s"),
+        ("output", args.out),
+    ]
+    data = {"graph": g.name, "nodes": int(g.num_nodes), "edges": int(g.num_edges),
+            "node_types": g.num_nodes_dict(), "method": plan.method, "seed": plan.seed,
+            "parts": plan.parts, "edge_cut": float(plan.edge_cut),
+            "imbalance": float(plan.imbalance), "edge_imbalance": float(plan.edge_imbalance),
+            "part_nodes": [int(v) for v in plan.part_nodes], "output": str(out)}
+    report(rows, data, args.json)
+    return 0
+
+
 def _run_single(args: argparse.Namespace) -> int:
     import time
 
     from ..graph.datasets import load_graph
     from ..graph.partition import partition_graph, write_partitions
     from ..graph.partition_io import check_replaceable
+    from .info import _typed_graph
 
     if args.overwrite:  # refuse a foreign DIR before the (long) load and partitioning
         check_replaceable(args.out)
     t0 = time.perf_counter()
+    typed = _typed_graph(argparse.Namespace(**{**vars(args), "graph": args.input}))
+    if typed is not None:
+        return _run_typed(args, typed, time.perf_counter() - t0)
     graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
                        drop_self_loops=args.drop_self_loops,
                        drop_duplicates=args.drop_duplicates, renumber=args.renumber,

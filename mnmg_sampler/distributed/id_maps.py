@@ -49,8 +49,10 @@ TAG = "id_maps"
 
 
 def identity_ids(part) -> bool:
-    """True when the partitioning kept every node's id (``range``): no id map is needed."""
-    return (getattr(part, "manifest", None) or {}).get("stats", {}).get("method") == "range"
+    """True when the partitioning kept every node's id (homogeneous ``range``): no id map is
+    needed. A typed ``range`` split cuts each type on its own, so it relabels."""
+    m = getattr(part, "manifest", None) or {}
+    return m.get("stats", {}).get("method") == "range" and "typed" not in m
 
 
 def _cat(arrays: Sequence[np.ndarray]) -> np.ndarray:

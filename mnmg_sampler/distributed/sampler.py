@@ -84,6 +84,11 @@ class DistSampler:
                  kernel: str = "cpu", device: torch.device | None = None,
                  id_maps: str = "sharded", topology_cache: float = 0.0,
                  shared_topology: bool | str = "auto") -> None:
+        if getattr(part, "typed", None) is not None:  # before any collective
+            raise ConfigError("DistSampler got a typed part", "its rows are (node, relation) "
+                              "segments, which the homogeneous sampler cannot read",
+                              "use SamplingService(part) (it runs DistTypedSampler for a "
+                              "typed part) or mnmg_sampler.distributed.typed_sampler")
         topology_cache = check_fraction(topology_cache)  # before any collective
         if topology_cache > 0 and kernel == "cuda":
             raise ConfigError("sampler.topology_cache is not supported with kernel='cuda'",

@@ -82,6 +82,11 @@ class SamplingService:
             every hop itself, off the wire (:mod:`~mnmg_sampler.distributed.shared_topology`;
             the same on every rank; ``"auto"``: exactly when it can; results do not change);
             its use in :meth:`stats` under ``shared_topology``.
+
+    On a typed part (``part.typed``) the service runs
+    :class:`~mnmg_sampler.distributed.typed_sampler.DistTypedSampler`: typed requests, one
+    typed kernel call per hop per rank, ``x``/``y`` per node type; no topology cache, shared
+    topology or CUDA kernel there yet (asking for one is a ``ConfigError``).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -112,10 +117,18 @@ class SamplingService:
             raise ServiceError(f"unknown service mode {self.mode!r}", "", f"use one of {MODES}")
         if kernel == "auto":
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
-        self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
-                                   device=device if kernel == "cuda" else None,
-                                   topology_cache=topology_cache,
-                                   shared_topology=shared_topology)
+        if getattr(part, "typed", None) is not None:  # a typed part: typed requests
+            from .typed_sampler import typed_sampler_for
+
+            self.sampler = typed_sampler_for(part, seed, group, kernel=kernel,
+                                             features=features, id_maps=id_maps,
+                                             topology_cache=topology_cache,
+                                             shared_topology=shared_topology)
+        else:
+            self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
+                                       device=device if kernel == "cuda" else None,
+                                       topology_cache=topology_cache,
+                                       shared_topology=shared_topology)
         self.features = None
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
@@ -149,7 +162,9 @@ class SamplingService:
 
     # -- clients -------------------------------------------------------------------------------
     def submit(self, request: SampleRequest) -> Future:
-        """Queue one request; its future resolves to a :class:`MiniBatch` (or raises)."""
+        """Queue one request; its future resolves to a :class:`MiniBatch` (or raises). On a
+        typed part, requests are :class:`~mnmg_sampler.hetero_sampler.HeteroSampleRequest`
+        and batches :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch`."""
         fut: Future = Future()
         if self._failed is not None:
             fut.set_exception(self._failure())

@@ -44,12 +44,16 @@ def partition_graph(
     Args:
         data: the graph: an ``edge_index`` (``2 x E`` tensor or array, row 0 = source), a
             ``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, a ``CSRGraph``, or a spec
-            string / path that :func:`~mnmg_sampler.graph.datasets.load_graph` reads.
+            string / path that :func:`~mnmg_sampler.graph.datasets.load_graph` reads. A typed
+            graph (a PyG ``HeteroData``, the plain dict form, a ``TypedGraph``, a saved one or
+            an OGB hetero directory) writes typed parts (:mod:`.typed_partition`,
+            ``docs/hetero.md``); its node data comes with it, so ``x``, ``y``, ``masks`` and the
+            clean-up options are refused for it.
         x, y: node features ``[N, F]`` and labels ``[N]`` (arrays or file paths); they
             replace those the input carries.
         num_parts: number of parts: the world size of the job that loads them.
         out: output directory, written atomically (see ``docs/formats.md``).
-        method: ``random``, ``range`` or ``metis``; ``seed`` seeds ``random`` and ``metis``.
+        method: ``random``, ``range``, ``hash`` or ``metis``; ``seed`` seeds all but ``range``.
         masks: ``{"train": ..., "val": ..., "test": ...}`` bool masks or node-id arrays (or
             paths). Stored with the parts; a YAML job trains on them instead of a random split.
         num_nodes: for arrays: the node count when the largest id is not ``N - 1``.
@@ -72,11 +76,44 @@ def partition_graph(
     from .partition import partition_graph as make_plan
     from .partition import write_partitions
 
+    typed = _typed_input(data)
+    if typed is not None:
+        given = [k for k, v in (("x", x), ("y", y), ("masks", masks), ("num_nodes", num_nodes),
+                                ("undirected", undirected), ("drop_self_loops", drop_self_loops),
+                                ("drop_duplicates", drop_duplicates),
+                                ("renumber", renumber if str(renumber).lower() == "true" else None))
+                 if v is not None and v is not False]
+        if given:
+            from ..errors import GraphFormatError
+
+            raise GraphFormatError(
+                f"partition_graph got a typed graph and {given[0]}=", "it would be ignored",
+                "give node data per type inside the typed graph (docs/hetero.md) and drop "
+                f"{given[0]}=")
+        from .typed_partition import partition_typed
+
+        return partition_typed(typed, int(num_parts), method, out, seed,
+                               overwrite=overwrite)[0]
     g = load_graph(data, undirected=undirected, drop_self_loops=drop_self_loops,
                    drop_duplicates=drop_duplicates, seed=seed, x=x, y=y, masks=masks,
                    num_nodes=num_nodes, max_node_id=max_node_id, renumber=renumber)
     plan = make_plan(g, int(num_parts), method, seed=seed)
     return write_partitions(g, plan, out, overwrite=overwrite)
+
+
+def _typed_input(data):
+    """The :class:`~.typed.TypedGraph` ``data`` is or names, else ``None`` (homogeneous)."""
+    from .typed import TypedGraph
+    from .typed_io import _is_typed_object, load_typed_graph, typed_graph_at
+
+    if isinstance(data, TypedGraph):
+        return data
+    if _is_typed_object(data):
+        return load_typed_graph(data)
+    if isinstance(data, (str, os.PathLike)) and not (isinstance(data, str) and ":" in data
+                                                     and not data.startswith(("/", "."))):
+        return typed_graph_at(data)
+    return None
 
 
 def split_from_partitions(path: str | os.PathLike) -> dict[str, np.ndarray] | None:

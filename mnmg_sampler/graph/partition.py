@@ -283,6 +283,13 @@ def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
         assignment = assign_nodes(np.arange(n, dtype=np.int64), n, parts, method, seed)
     else:
         assignment = _assign_metis(graph, parts, seed, metis_max_edges)
+    return plan_from_assignment(graph, assignment, method, seed, parts)
+
+
+def plan_from_assignment(graph: CSRGraph, assignment: np.ndarray, method: str, seed: int,
+                         parts: int) -> PartitionPlan:
+    """The :class:`PartitionPlan` of a part per node: relabelling and statistics."""
+    n = graph.num_nodes
     # Stable sort: parts in order, original-id order within a part.
     new_to_orig = np.argsort(assignment, kind="stable").astype(np.int64)
     orig_to_new = np.empty(n, np.int64)

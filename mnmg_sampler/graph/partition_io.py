@@ -27,6 +27,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MANIFEST",
     "Partition",
+    "TypedPart",
     "load_partition",
     "read_manifest",
     "file_checksum",
@@ -387,6 +388,84 @@ class _GlobalMap:
 
 
 @dataclass(eq=False)
+class TypedPart:
+    """The typed half of a typed part (:mod:`.typed_partition`): local rows are grouped by
+    type (``type_offset``), each row cut into one segment per relation of its type.
+
+    Attributes:
+        node_types, edge_types: as :class:`~.typed.TypedGraph` (sorted the same way).
+        node_type_offset: int64 ``[T + 1]`` of the whole graph (internal id = offset + per-type
+            id; ``orig_ids`` of the part are internal ids).
+        type_offset: int64 ``[T + 1]`` first local row of each type.
+        rel_offset, rel_src, rel_dst, weighted, seg_base: the kernel's tables (``seg_base`` for
+            the local rows).
+        x, y: owned rows per type; masks: ``{type: {split: bool}}`` of owned rows.
+        edge_time, node_time, time_attr: the graph's times (per local entry, per owned node)
+            and their name, or ``None``.
+    """
+
+    node_types: tuple[str, ...]
+    edge_types: tuple[tuple[str, str, str], ...]
+    node_type_offset: np.ndarray
+    type_offset: np.ndarray
+    rel_offset: np.ndarray
+    rel_src: np.ndarray
+    rel_dst: np.ndarray
+    weighted: np.ndarray
+    seg_base: np.ndarray
+    x: dict[str, np.ndarray] = field(default_factory=dict)
+    y: dict[str, np.ndarray] = field(default_factory=dict)
+    masks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    edge_time: np.ndarray | None = None
+    node_time: np.ndarray | None = None
+    time_attr: str | None = None
+
+    @property
+    def num_segments(self) -> int:
+        return int((np.diff(self.type_offset) * np.diff(self.rel_offset)).sum())
+
+
+def _typed_part(section: dict, files: dict, get) -> TypedPart:
+    """The :class:`TypedPart` of a manifest's ``typed`` section (structure checked first)."""
+    try:
+        node_types = tuple(str(t) for t in section["node_types"])
+        edge_types = tuple((str(a), str(b), str(c)) for a, b, c in section["edge_types"])
+        node_off = np.asarray(section["node_type_offset"], np.int64)
+        tix = {t: i for i, t in enumerate(node_types)}
+        rel_src = np.array([tix[e[0]] for e in edge_types], np.int64)
+        rel_dst = np.array([tix[e[2]] for e in edge_types], np.int64)
+        weighted = np.asarray(section["weighted"], np.uint8)
+    except (KeyError, TypeError, ValueError) as e:
+        raise PartitionError(f"the manifest's 'typed' section is damaged ({e!r})",
+                             "the typed part cannot be loaded", _REDO) from e
+    T = len(node_types)
+    if (node_off.shape != (T + 1,) or weighted.shape != (len(edge_types),)
+            or "type_offset" not in files or np.any(np.diff(rel_dst) < 0)):
+        raise PartitionError("the manifest's 'typed' section does not match its types",
+                             "the typed part cannot be loaded", _REDO)
+    type_offset = np.asarray(get("type_offset"), np.int64)
+    rel_offset = np.zeros(T + 1, np.int64)
+    np.cumsum(np.bincount(rel_dst, minlength=T), out=rel_offset[1:])
+    seg_base = np.zeros(T, np.int64)
+    np.cumsum((np.diff(type_offset) * np.diff(rel_offset))[:-1], out=seg_base[1:])
+    x, y, masks = {}, {}, {}
+    for key in files:
+        kind, _, rest = key.partition(".")
+        if kind == "x":
+            x[rest] = get(key)
+        elif kind == "y":
+            y[rest] = get(key)
+        elif kind == "mask":
+            t, _, split = rest.rpartition(".")
+            masks.setdefault(t, {})[split] = get(key)
+    return TypedPart(node_types, edge_types, node_off, type_offset, rel_offset, rel_src,
+                     rel_dst, weighted, seg_base, x, y, masks,
+                     get("edge_time") if "edge_time" in files else None,
+                     get("node_time") if "node_time" in files else None,
+                     section.get("time_attr"))
+
+
+@dataclass(eq=False)
 class Partition:
     """One rank's part of a partitioned graph, memory-mapped.
 
@@ -414,6 +493,9 @@ class Partition:
             original id, ascending (memory-mapped on first access; ``None`` otherwise).
             Samplers show these in ``n_id`` and loaders take seeds in them.
         path, manifest: where it came from.
+        typed: a typed part's types and per-type node data (:class:`TypedPart`; ``indptr``
+            is then over (node, relation) segments and ``orig_ids`` are internal ids), or
+            ``None`` for a homogeneous part.
     """
 
     def __repr__(self) -> str:
@@ -439,6 +521,7 @@ class Partition:
     weights: np.ndarray | None = None
     path: Path | None = None
     manifest: dict = field(default_factory=dict, repr=False)
+    typed: TypedPart | None = None
 
     @property
     def start(self) -> int:
@@ -561,7 +644,16 @@ def load_partition(
         manifest=manifest,
     )
     n_local = int(b[rank + 1] - b[rank])
-    if (part.indptr.shape[0] != n_local + 1 or part.orig_ids.shape[0] != n_local
+    rows = n_local
+    if "typed" in manifest:
+        part.typed = _typed_part(manifest["typed"], files, get)
+        tp = part.typed
+        rows = tp.num_segments
+        if (tp.type_offset.shape != tp.node_type_offset.shape or tp.type_offset[0] != 0
+                or tp.type_offset[-1] != n_local or np.any(np.diff(tp.type_offset) < 0)):
+            raise PartitionError(f"part {rank} of {d}: type_offset does not match its "
+                                 "boundaries", "the part cannot be loaded", _REDO)
+    if (part.indptr.shape[0] != rows + 1 or part.orig_ids.shape[0] != n_local
             or int(part.indptr[-1]) != part.indices.shape[0]
             or part.edge_ids.shape[0] != part.indices.shape[0]
             or (part.weights is not None and (part.weights.shape != part.indices.shape
