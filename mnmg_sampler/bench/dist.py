@@ -205,7 +205,8 @@ def _worker(work: str) -> int:
         if task.get("topology_cache", 0.0) > 0 and world > 1 else None
     store = None
     if task["features"] and part.x is not None:
-        store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
+        store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"],
+                                 shared=sampler.shared)
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0

@@ -23,6 +23,7 @@ order is the simple start).
 
 from __future__ import annotations
 
+import logging
 import mmap
 from collections.abc import Sequence
 
@@ -32,6 +33,9 @@ import torch
 from ..ops.dedup import unique_first
 from .collective import Exchanger
 from .id_maps import identity_ids
+from .shared_topology import SharedTopology
+
+log = logging.getLogger(__name__)
 
 PLACEMENTS = ("host", "pinned", "device")
 
@@ -58,7 +62,8 @@ class DistFeatureStore:
     """
 
     def __init__(self, part, exchanger: Exchanger, placement: str = "host",
-                 device: torch.device | None = None, cache_rows: int = 0) -> None:
+                 device: torch.device | None = None, cache_rows: int = 0,
+                 shared: SharedTopology | None = None) -> None:
         from ..errors import ConfigError
 
         if placement not in PLACEMENTS:
@@ -78,6 +83,21 @@ class DistFeatureStore:
         # original ids ride along unless the partitioning kept them (new == original)
         self.carries_orig = not identity_ids(part)
         C = F + 2 + (2 if self.carries_orig else 0)
+        self.num_features = F
+        self.placement = placement
+        self.row_bytes = C * 4
+        self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "mapped_rows": 0,
+                      "distinct_remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
+                      "duplicate_rows_fetched": 0, "fetches": 0}
+        self._cache_ids = np.empty(0, np.int64)
+        self._cache_rows = np.empty((0, C), np.float32)
+        self.shared = shared
+        if shared is not None:  # every part's rows are mapped here: no table, no cache
+            self._host = self.table = None
+            if int(cache_rows) > 0 and self.ex.rank == 0:
+                log.info("features.cache_rows=%d unused: every part's feature rows are "
+                         "mapped on this host (shared topology)", int(cache_rows))
+            return
         # One row table (one copy of the mapped arrays): features, then the label's 8 bytes as
         # two float32 columns, then the original id's, so one exchange carries all, bit-exact.
         table = np.empty((n_local, C), np.float32)
@@ -99,14 +119,6 @@ class DistFeatureStore:
         elif placement == "device":
             table = table.to(device)
         self.table = table
-        self.num_features = F
-        self.placement = placement
-        self.row_bytes = C * 4
-        self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "distinct_remote_rows": 0,
-                      "cache_hits": 0, "rows_fetched": 0, "duplicate_rows_fetched": 0,
-                      "fetches": 0}
-        self._cache_ids = np.empty(0, np.int64)
-        self._cache_rows = np.empty((0, C), np.float32)
         if int(cache_rows) > 0 and self.enabled:
             self._fill_cache(part, int(cache_rows))
 
@@ -165,6 +177,8 @@ class DistFeatureStore:
         return self._fetch(n_ids)
 
     def _fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
+        if self.shared is not None:
+            return [self._read_mapped(np.asarray(a, np.int64)) for a in n_ids]
         sizes = [int(a.size) for a in n_ids]
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
         ids = ids.astype(np.int64, copy=False)
@@ -213,6 +227,31 @@ class DistFeatureStore:
                 if self.carries_orig else None
             res.append((x, y, orig))
         return res
+
+    def _read_mapped(self, ids: np.ndarray) -> tuple:
+        """``(x, y, original ids)`` of ``ids`` read in place from every part's mapped files
+        (no collective); the same values and dtypes as the table's rows."""
+        sh = self.shared
+        x = y = orig = None
+        if self.has_x:
+            x = sh.rows(ids, sh.x)
+            if x.dtype != np.float32:
+                x = x.astype(np.float32)
+            x = torch.from_numpy(x)
+            if self.placement != "host":  # on CUDA: batches leave from page-locked memory
+                x = x.pin_memory()
+        if self.has_y:
+            y = torch.from_numpy(sh.rows(ids, sh.y).astype(np.int64, copy=False))
+        if self.carries_orig:
+            orig = sh.to_orig(ids)
+        mine = int(np.count_nonzero(self._owner(ids) == self.ex.rank))
+        st = self.stats
+        st["fetches"] += 1
+        st["rows"] += int(ids.size)
+        st["local_rows"] += mine
+        st["remote_rows"] += int(ids.size) - mine
+        st["mapped_rows"] += int(ids.size) - mine
+        return x, y, orig
 
     def cache_stats(self) -> dict:
         """Cache size, hit rate and the feature bytes the cache saved so far."""

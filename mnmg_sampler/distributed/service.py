@@ -121,7 +121,8 @@ class SamplingService:
             from .features import DistFeatureStore
 
             self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
-                                             cache_rows=feature_cache_rows)
+                                             cache_rows=feature_cache_rows,
+                                             shared=self.sampler.shared)
         self.num_nodes = int(part.num_nodes)
         self._q: queue.Queue = queue.Queue()
         self._closing = threading.Event()

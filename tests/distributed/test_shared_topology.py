@@ -92,28 +92,85 @@ def test_shared_equals_wire_and_one_process(tmp_path, world, method, translated)
     assert peer > 0 and sum(r[2] for r in off) > 0
 
 
+GLOO_CALLS = ("all_reduce", "all_to_all_single", "all_gather", "broadcast", "barrier", "isend",
+              "irecv")
+
+
+def _mapped(a) -> bool:
+    """True when ``a`` is a view of a memory-mapped file (page cache), not a copy."""
+    import mmap
+
+    while a is not None:
+        if isinstance(a, mmap.mmap):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
 def _features(rank, world, d):
+    """The same round with features read in place (the shared topology's store) and fetched
+    over the wire: batches, gloo calls per round, feature bytes on the wire, store stats."""
+    import torch.distributed as dist
+
     from mnmg_sampler.distributed.features import DistFeatureStore
     from mnmg_sampler.distributed.sampler import DistSampler
 
     part = load_partition(d, rank, world)
     s = DistSampler(part, seed=SEED, shared_topology=True)
-    store = DistFeatureStore(part, s.ex)
+    # the cache has nothing to hold when every part is mapped (and no fill collective)
+    stores = {"mapped": DistFeatureStore(part, s.ex, cache_rows=20, shared=s.shared),
+              "wire": DistFeatureStore(part, s.ex)}
     rng = np.random.default_rng(rank)
     reqs = [SampleRequest(rng.choice(int(part.num_nodes), 10, replace=False), FANOUTS,
-                          request_key(SEED, 5, rank))]
-    return [(r.seeds, r.key, as_arrays(b), b.x.numpy(), b.y.numpy())
-            for r, b in zip(reqs, s.sample(reqs, store), strict=True)]
+                          request_key(SEED, 5, 2 * rank + j)) for j in range(2)]
+    calls: dict[str, int] = {}
+    real = {n: getattr(dist, n) for n in GLOO_CALLS}
+
+    def count(name):
+        def call(*a, **k):
+            calls[name] = calls.get(name, 0) + 1
+            return real[name](*a, **k)
+        return call
+
+    res = {}
+    for how, store in stores.items():
+        calls.clear()
+        b0 = s.ex.bytes.get("features", [0, 0])[1]
+        for n in GLOO_CALLS:
+            setattr(dist, n, count(n))
+        try:
+            out = s.sample(reqs, store)
+        finally:
+            for n in GLOO_CALLS:
+                setattr(dist, n, real[n])
+        res[how] = ([(r.seeds, r.key, as_arrays(b)) for r, b in zip(reqs, out, strict=True)],
+                    dict(calls), s.ex.bytes.get("features", [0, 0])[1] - b0, dict(store.stats),
+                    store.cache_size)
+    in_place = all(_mapped(a) for a in (*s.shared.x, *s.shared.y)) and \
+        stores["mapped"].table is None
+    return res, in_place
 
 
-def test_features_come_with_the_shared_topology(tmp_path):
+def test_features_read_in_place_with_the_shared_topology(tmp_path):
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
-    for out in run_ranks(_features, 2, d, timeout=150):
-        for seeds, key, mb, x, y in out:
-            assert_same(mb, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))
-            assert np.array_equal(x, g.x[mb["n_id"]]) and np.array_equal(y, g.y[mb["n_id"]])
+    for res, in_place in run_ranks(_features, 2, d, timeout=150):
+        assert in_place  # every part's rows are the mapped files' pages, not copies
+        (mapped, calls, fbytes, st, cache), (wire, wcalls, wbytes, wst, _) = \
+            res["mapped"], res["wire"]
+        # features read in place: no collective at all in the round (its agreement goes over
+        # the host's sockets), no feature byte on the wire, no cache
+        assert calls == {} and fbytes == 0 and cache == 0
+        assert st["mapped_rows"] == st["remote_rows"] > 0 and st["rows_fetched"] == 0
+        # over the wire: the rows come in exchanges
+        assert wcalls and wbytes > 0 and wst["rows_fetched"] > 0
+        for (seeds, key, mb), (_, _, wb) in zip(mapped, wire, strict=True):
+            want = as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0])
+            assert_same(mb, want)
+            assert_same(mb, wb, keys=("n_id", "x", "y"))
+            assert np.array_equal(mb["x"], g.x[mb["n_id"]])
+            assert np.array_equal(mb["y"], g.y[mb["n_id"]])
 
 
 def test_weighted_partition(tmp_path):
