@@ -1,6 +1,12 @@
-"""Distributed feature store: each rank holds the feature rows and labels of its own nodes.
+"""Distributed feature store: the feature rows and labels of a round's nodes, wherever they live.
 
-:meth:`DistFeatureStore.fetch` is collective and runs once per round for all merged requests:
+With the shared topology (every rank on one host, :mod:`.shared_topology`), every part's rows,
+labels and original ids are mapped on every rank and :meth:`DistFeatureStore.fetch` reads
+them in place, this rank's part and the others' alike: no exchange, no copy of the rows (they
+stay the page cache's), and no cache (``cache_rows`` is unused: there is nothing to cache).
+
+Otherwise each rank holds the rows of its own nodes and :meth:`DistFeatureStore.fetch` is
+collective, once per round for all merged requests:
 
 1. rows this rank owns are read in place, never sent;
 2. the remote ids of all requests are de-duplicated (one hash pass), so a row needed by several
@@ -58,7 +64,12 @@ class DistFeatureStore:
             CUDA only) or ``device`` (on ``device``). Decided once, here, in the owning process.
         device: the device for ``placement='device'``.
         cache_rows: remote rows this rank keeps (0: no cache). Collective when > 0: every rank
-            must pass the same value, as the fill fetches rows from their owners.
+            must pass the same value, as the fill fetches rows from their owners. Unused with
+            ``shared``.
+        shared: the sampler's :class:`~.shared_topology.SharedTopology` (``DistSampler.shared``):
+            rows of every part are read in place from its mappings, with no collective. With
+            placement ``pinned`` or ``device`` the rows read are copied to page-locked memory
+            (this path never ran on a GPU).
     """
 
     def __init__(self, part, exchanger: Exchanger, placement: str = "host",
@@ -165,13 +176,13 @@ class DistFeatureStore:
 
     def fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple[torch.Tensor | None,
                                                               torch.Tensor | None]]:
-        """Collective: ``(x, y)`` rows of each array of new ids, in order."""
+        """Collective (unless ``shared``): ``(x, y)`` rows of each array of new ids, in order."""
         return [(x, y) for x, y, _ in self._fetch(n_ids)]
 
     def fetch_with_orig(self, n_ids: Sequence[np.ndarray]
                         ) -> list[tuple[torch.Tensor | None, torch.Tensor | None, np.ndarray]]:
-        """Collective: ``(x, y, original ids)`` of each array of new ids, in order (needs
-        :attr:`carries_orig`)."""
+        """Collective (unless ``shared``): ``(x, y, original ids)`` of each array of new ids, in
+        order (needs :attr:`carries_orig`)."""
         if not self.carries_orig:
             raise ValueError("this store's rows carry no original ids (range partitioning)")
         return self._fetch(n_ids)

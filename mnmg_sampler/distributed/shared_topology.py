@@ -7,15 +7,18 @@ too. A hop's frontier is then sampled here in one compiled pass over all parts
 (:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`; weighted parts: one kernel call per part
 that owns some of the frontier, put back in frontier order): no ids or neighbors go on the
 wire, and the original ids of ``n_id`` (and of seeds given in original ids) are read from the
-parts' own sorted ``orig_ids``, so no id lookup is exchanged either. A round of sampling costs
-one collective, its agreement; feature rows still come from their owners over the wire.
+parts' own sorted ``orig_ids``, so no id lookup is exchanged either. The parts' feature rows
+and labels are mapped too (:attr:`SharedTopology.x`, :attr:`SharedTopology.y`): the feature
+store reads a round's rows of every part in place from them (:meth:`SharedTopology.rows`), so
+a round with features also costs one collective, its agreement.
 
 The RNG is keyed on original ids and every part keeps its rows' canonical order, so results
 are bit-identical to the wire path and to the single process. It needs every rank of the
 group on one host (checked at construction by a hash of the host name and boot id), a
 partition loaded from a directory, the CPU kernel, and no topology cache (which it
-supersedes). Memory: a rank's resident set counts the pages of other parts it touches;
-they are shared with the ranks that own them, not copied.
+supersedes). A part of another rank that does not open (features and labels included)
+turns it off on every rank with ``auto``. Memory: a rank's resident set counts the pages of
+other parts it touches; they are shared with the ranks that own them, not copied.
 """
 
 from __future__ import annotations
@@ -247,6 +250,8 @@ class SharedTopology:
 
     Attributes:
         parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
+        x, y: per rank, read-only views of the part's mapped feature rows and labels
+            (``None``: the partition has none).
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
 
