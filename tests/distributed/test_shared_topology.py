@@ -1,6 +1,7 @@
-"""Shared topology (``sampler.shared_topology``) on real gloo ranks: every rank maps every part
-and samples every hop itself; minibatches equal the wire path and the single process bit for
-bit, a sampling round is one collective (its agreement) and no id crosses the wire; refusals
+"""Shared topology (``sampler.shared_topology``) on real gloo ranks: every rank maps every part,
+samples every hop and reads every feature row itself; minibatches (features included) equal the
+wire path and the single process bit for bit, a sampling round is one collective (its
+agreement) and no id or feature row crosses the wire; refusals
 (mixed settings, CUDA kernel, topology cache, no directory, several hosts) are typed errors on
 every rank."""
 
@@ -265,8 +266,10 @@ def test_refusals_fail_typed_on_every_rank(tmp_path, case, words):
 
 def _auto(rank, world, d, case):
     """``shared_topology='auto'``: on where it can be, off on every rank (no error) where one
-    rank cannot, the ranks run on several hosts, or a part does not open."""
+    rank cannot, the ranks run on several hosts, or a part (or its feature rows) does not open;
+    features follow: read in place where it is on, over the wire where it is off."""
     from mnmg_sampler.distributed import shared_topology
+    from mnmg_sampler.distributed.features import DistFeatureStore
     from mnmg_sampler.distributed.sampler import DistSampler
 
     part = load_partition(d, rank, world)
@@ -280,18 +283,24 @@ def _auto(rank, world, d, case):
     elif case == "part missing" and rank == 1:
         shared_topology.load_partition = lambda *a, **k: (_ for _ in ()).throw(
             OSError("no such part"))
+    elif case == "rows missing" and rank == 1:  # another part's feature rows do not map
+        real = shared_topology.load_partition
+        shared_topology.load_partition = lambda *a, **k: dataclasses.replace(real(*a, **k),
+                                                                             x=None)
     s = DistSampler(part, seed=SEED, shared_topology="auto", **kw)
+    store = DistFeatureStore(part, s.ex, shared=s.shared)
     n = int(part.num_nodes)
     req = SampleRequest(np.random.default_rng([rank, 1]).choice(n, 8, replace=False), FANOUTS,
                         request_key(SEED, 0, rank))
-    (b,) = s.sample([req])
+    (b,) = s.sample([req], store)
     return s.shared_stats()["enabled"], s.shared_stats()["agreement"], \
-        ((req.seeds, FANOUTS, req.key, False), False, as_arrays(b))
+        ((req.seeds, FANOUTS, req.key, False), False, as_arrays(b)), \
+        s.ex.bytes.get("features", [0, 0])[1]
 
 
 @pytest.mark.parametrize("case, on", [("one host", True), ("cache", False),
                                       ("no directory", False), ("hosts", False),
-                                      ("part missing", False)])
+                                      ("part missing", False), ("rows missing", False)])
 def test_auto_is_on_exactly_where_it_can_be(tmp_path, case, on):
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
@@ -299,6 +308,10 @@ def test_auto_is_on_exactly_where_it_can_be(tmp_path, case, on):
     assert [r[0] for r in res] == [on, on]
     assert [r[1] for r in res] == ["host sockets" if on else "gloo"] * 2
     assert _check(g, [[r[2]] for r in res]) > 0  # the same minibatches either way
+    for *_, (_, _, mb), fbytes in res:  # and the same rows, off the wire exactly when on
+        assert np.array_equal(mb["x"], g.x[mb["n_id"]])
+        assert np.array_equal(mb["y"], g.y[mb["n_id"]])
+        assert (fbytes == 0) == on
 
 
 def test_config_key_is_checked():
