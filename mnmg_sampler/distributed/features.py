@@ -189,6 +189,7 @@ class DistFeatureStore:
 
     def _fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
         if self.shared is not None:
+            self.stats["fetches"] += 1
             return [self._read_mapped(np.asarray(a, np.int64)) for a in n_ids]
         sizes = [int(a.size) for a in n_ids]
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
@@ -257,7 +258,6 @@ class DistFeatureStore:
             orig = sh.to_orig(ids)
         mine = int(np.count_nonzero(self._owner(ids) == self.ex.rank))
         st = self.stats
-        st["fetches"] += 1
         st["rows"] += int(ids.size)
         st["local_rows"] += mine
         st["remote_rows"] += int(ids.size) - mine
