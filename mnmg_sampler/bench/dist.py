@@ -27,8 +27,9 @@ ranks** (process CPU time, comparable across world sizes on shared cores); bytes
 edge of node ids (sampling traffic) and of features (feature traffic: ids, counts, rows), each to
 self and to other ranks; with ``--features``: the fraction of fetched rows that duplicate a row
 already fetched in the same round, and feature bytes on the wire against distinct remote rows x
-row size. Edge ids are not fetched unless ``--edge-ids``. Every time is the median over
-``--repeats``.
+row size (with ``--shared-topology``: the rows of other ranks' parts read in place from the
+mapped parts instead, none on the wire). Edge ids are not fetched unless ``--edge-ids``. Every
+time is the median over ``--repeats``.
 
 Per hop (the requesting side of each rank's hop calls, summed over ranks): frontier nodes, the
 fraction of them owned by another rank, and the id bytes sent to other ranks per sampled edge
@@ -205,7 +206,8 @@ def _worker(work: str) -> int:
         if task.get("topology_cache", 0.0) > 0 and world > 1 else None
     store = None
     if task["features"] and part.x is not None:
-        store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"])
+        store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"],
+                                 shared=sampler.shared)
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
@@ -256,7 +258,8 @@ def _worker(work: str) -> int:
                  "remote_bytes": ex.remote_bytes - b0}
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
-            "kernel_nodes", "remote_rows", "distinct_remote_rows", "rows_fetched", "cache_hits",
+            "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
+            "cache_hits",
             "duplicate_rows_fetched")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
                  "transport": "fused" if ex.fused else "alltoall",
@@ -275,7 +278,7 @@ def _worker(work: str) -> int:
                 "feat_remote": ex.bytes.get("features", [0, 0])[1],
                 "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
                 "exchange_calls": ex.calls, "kernel_nodes": sampler.kernel_nodes,
-                **{k: fs.get(k, 0) for k in ("remote_rows", "distinct_remote_rows",
+                **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
                                               "rows_fetched", "cache_hits",
                                               "duplicate_rows_fetched")}}
 
@@ -368,6 +371,7 @@ def summarize(ranks: list[dict]) -> dict:
                                    sum(p["edges_per_s"] for p in per_rank) / world)
     fetched, row_bytes = tot("rows_fetched"), ranks[0]["row_bytes"]
     feat_wire = tot("feat_remote") + tot("feat_self")
+    wired = tot("remote_rows") - tot("mapped_rows")  # remote rows the wire path served
     return {
         "world_size": world, "ranks": per_rank,
         "transport": sorted({r.get("transport", "?") for r in ranks}),
@@ -394,14 +398,16 @@ def summarize(ranks: list[dict]) -> dict:
                                        for r in ranks),
         # every remote row requested, the distinct ones, and what crossed the wire
         "feature_rows_remote": tot("remote_rows"),
+        # rows of other ranks' parts read in place (shared topology): never on the wire
+        "feature_rows_mapped": tot("mapped_rows"),
         "feature_rows_distinct_remote": tot("distinct_remote_rows"),
         "feature_rows_fetched": fetched, "feature_cache_hits": tot("cache_hits"),
         "feature_cache_rows": [r["cache_size"] for r in ranks],
         # fetched rows that duplicate another fetched row of the same round (0 by construction)
         "duplicate_rows_fetched_fraction": tot("duplicate_rows_fetched") / fetched
         if fetched else 0.0,
-        "duplicate_rows_avoided_fraction": (1 - tot("distinct_remote_rows") / tot("remote_rows"))
-        if tot("remote_rows") else 0.0,
+        "duplicate_rows_avoided_fraction": (1 - tot("distinct_remote_rows") / wired)
+        if wired else 0.0,
         "feature_wire_vs_distinct_rows": feat_wire / (tot("distinct_remote_rows") * row_bytes)
         if tot("distinct_remote_rows") and row_bytes else 0.0,
         "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
@@ -645,7 +651,12 @@ def print_table(res: dict) -> None:
               f"per rank, {p['cpu_s_per_m_edges']:.3f} CPU s/M edges, {calls} collectives per "
               f"rank per repeat; translated once: {p['once_per_rank_edges_per_s_ratio']:.2f}x "
               f"edges/s per rank, {p['once_cpu_ratio']:.2f}x CPU per edge, {mine} collectives")
-    if res["features"]:
+    if res["features"] and res.get("shared_topology"):
+        print("\nfeatures: " + "; ".join(
+            f"W={w}: {s['feature_rows_mapped']:,} rows of other ranks' parts read in place from "
+            f"the mapped parts, {s['feature_bytes_per_edge_remote']:.2f} feature B/edge to others"
+            for w, s in res["dist"].items()))
+    elif res["features"]:
         print("\nfeatures: " + "; ".join(
             f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "
             f"(avoided {s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "

@@ -227,7 +227,8 @@ class FeaturesConfig:
         "CPU.")
     cache_rows: int = _opt(
         0, "Feature rows of other ranks' nodes each rank caches (filled once at start by degree "
-        "into its part); 0 = no cache.", _NONNEG_INT)
+        "into its part); 0 = no cache. Unused with the shared topology (every part's rows are "
+        "mapped on the host).", _NONNEG_INT)
 
 
 @dataclass

@@ -1,6 +1,12 @@
-"""Distributed feature store: each rank holds the feature rows and labels of its own nodes.
+"""Distributed feature store: the feature rows and labels of a round's nodes, wherever they live.
 
-:meth:`DistFeatureStore.fetch` is collective and runs once per round for all merged requests:
+With the shared topology (every rank on one host, :mod:`.shared_topology`), every part's rows,
+labels and original ids are mapped on every rank and :meth:`DistFeatureStore.fetch` reads
+them in place, this rank's part and the others' alike: no exchange, no copy of the rows (they
+stay the page cache's), and no cache (``cache_rows`` is unused: there is nothing to cache).
+
+Otherwise each rank holds the rows of its own nodes and :meth:`DistFeatureStore.fetch` is
+collective, once per round for all merged requests:
 
 1. rows this rank owns are read in place, never sent;
 2. the remote ids of all requests are de-duplicated (one hash pass), so a row needed by several
@@ -23,6 +29,7 @@ order is the simple start).
 
 from __future__ import annotations
 
+import logging
 import mmap
 from collections.abc import Sequence
 
@@ -32,6 +39,9 @@ import torch
 from ..ops.dedup import unique_first
 from .collective import Exchanger
 from .id_maps import identity_ids
+from .shared_topology import SharedTopology
+
+log = logging.getLogger(__name__)
 
 PLACEMENTS = ("host", "pinned", "device")
 
@@ -54,11 +64,17 @@ class DistFeatureStore:
             CUDA only) or ``device`` (on ``device``). Decided once, here, in the owning process.
         device: the device for ``placement='device'``.
         cache_rows: remote rows this rank keeps (0: no cache). Collective when > 0: every rank
-            must pass the same value, as the fill fetches rows from their owners.
+            must pass the same value, as the fill fetches rows from their owners. Unused with
+            ``shared``.
+        shared: the sampler's :class:`~.shared_topology.SharedTopology` (``DistSampler.shared``):
+            rows of every part are read in place from its mappings, with no collective. With
+            placement ``pinned`` or ``device`` the rows read are copied to page-locked memory
+            (this path never ran on a GPU).
     """
 
     def __init__(self, part, exchanger: Exchanger, placement: str = "host",
-                 device: torch.device | None = None, cache_rows: int = 0) -> None:
+                 device: torch.device | None = None, cache_rows: int = 0,
+                 shared: SharedTopology | None = None) -> None:
         from ..errors import ConfigError
 
         if placement not in PLACEMENTS:
@@ -78,6 +94,21 @@ class DistFeatureStore:
         # original ids ride along unless the partitioning kept them (new == original)
         self.carries_orig = not identity_ids(part)
         C = F + 2 + (2 if self.carries_orig else 0)
+        self.num_features = F
+        self.placement = placement
+        self.row_bytes = C * 4
+        self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "mapped_rows": 0,
+                      "distinct_remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
+                      "duplicate_rows_fetched": 0, "fetches": 0}
+        self._cache_ids = np.empty(0, np.int64)
+        self._cache_rows = np.empty((0, C), np.float32)
+        self.shared = shared
+        if shared is not None:  # every part's rows are mapped here: no table, no cache
+            self._host = self.table = None
+            if int(cache_rows) > 0 and self.ex.rank == 0:
+                log.info("features.cache_rows=%d unused: every part's feature rows are "
+                         "mapped on this host (shared topology)", int(cache_rows))
+            return
         # One row table (one copy of the mapped arrays): features, then the label's 8 bytes as
         # two float32 columns, then the original id's, so one exchange carries all, bit-exact.
         table = np.empty((n_local, C), np.float32)
@@ -99,14 +130,6 @@ class DistFeatureStore:
         elif placement == "device":
             table = table.to(device)
         self.table = table
-        self.num_features = F
-        self.placement = placement
-        self.row_bytes = C * 4
-        self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "distinct_remote_rows": 0,
-                      "cache_hits": 0, "rows_fetched": 0, "duplicate_rows_fetched": 0,
-                      "fetches": 0}
-        self._cache_ids = np.empty(0, np.int64)
-        self._cache_rows = np.empty((0, C), np.float32)
         if int(cache_rows) > 0 and self.enabled:
             self._fill_cache(part, int(cache_rows))
 
@@ -153,18 +176,21 @@ class DistFeatureStore:
 
     def fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple[torch.Tensor | None,
                                                               torch.Tensor | None]]:
-        """Collective: ``(x, y)`` rows of each array of new ids, in order."""
+        """Collective (unless ``shared``): ``(x, y)`` rows of each array of new ids, in order."""
         return [(x, y) for x, y, _ in self._fetch(n_ids)]
 
     def fetch_with_orig(self, n_ids: Sequence[np.ndarray]
                         ) -> list[tuple[torch.Tensor | None, torch.Tensor | None, np.ndarray]]:
-        """Collective: ``(x, y, original ids)`` of each array of new ids, in order (needs
-        :attr:`carries_orig`)."""
+        """Collective (unless ``shared``): ``(x, y, original ids)`` of each array of new ids, in
+        order (needs :attr:`carries_orig`)."""
         if not self.carries_orig:
             raise ValueError("this store's rows carry no original ids (range partitioning)")
         return self._fetch(n_ids)
 
     def _fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
+        if self.shared is not None:
+            self.stats["fetches"] += 1
+            return [self._read_mapped(np.asarray(a, np.int64)) for a in n_ids]
         sizes = [int(a.size) for a in n_ids]
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
         ids = ids.astype(np.int64, copy=False)
@@ -213,6 +239,30 @@ class DistFeatureStore:
                 if self.carries_orig else None
             res.append((x, y, orig))
         return res
+
+    def _read_mapped(self, ids: np.ndarray) -> tuple:
+        """``(x, y, original ids)`` of ``ids`` read in place from every part's mapped files
+        (no collective); the same values and dtypes as the table's rows."""
+        sh = self.shared
+        x = y = orig = None
+        if self.has_x:
+            x = sh.rows(ids, sh.x)
+            if x.dtype != np.float32:
+                x = x.astype(np.float32)
+            x = torch.from_numpy(x)
+            if self.placement != "host":  # on CUDA: batches leave from page-locked memory
+                x = x.pin_memory()
+        if self.has_y:
+            y = torch.from_numpy(sh.rows(ids, sh.y).astype(np.int64, copy=False))
+        if self.carries_orig:
+            orig = sh.to_orig(ids)
+        mine = int(np.count_nonzero(self._owner(ids) == self.ex.rank))
+        st = self.stats
+        st["rows"] += int(ids.size)
+        st["local_rows"] += mine
+        st["remote_rows"] += int(ids.size) - mine
+        st["mapped_rows"] += int(ids.size) - mine
+        return x, y, orig
 
     def cache_stats(self) -> dict:
         """Cache size, hit rate and the feature bytes the cache saved so far."""

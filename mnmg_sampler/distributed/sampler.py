@@ -12,7 +12,9 @@ features) the nodes' original ids go back in one more exchange, padded to sizes 
 compute when no request of the round has a fanout of -1 (so without a size exchange), and the
 requester puts them back in frontier order. With the opt-in topology cache
 (:mod:`.topology_cache`) a rank also holds the rows of chosen remote nodes and samples those
-itself, off the wire. The requester deduplicates and
+itself, off the wire; with the shared topology (:mod:`.shared_topology`, every rank on one
+host) it maps every part and samples every hop itself, and the feature store reads every
+part's rows in place: a round is then its agreement alone. The requester deduplicates and
 renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
 :meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
@@ -383,8 +385,9 @@ class DistSampler:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way), and the rows
-        carry the nodes' original ids; without one, the owners return the original ids of the
+        every minibatch are fetched in the same call (one more exchange each way; none when the
+        store reads the shared topology's mapped parts), and the rows carry the nodes' original
+        ids; without one, the owners return the original ids of the
         frontier nodes in the hop replies and only the remote nodes of each request's last hop
         are translated, by one lookup to their owners. Seeds come translated (``new_seeds``) or
         are translated locally, unless some rank has an untranslated seed it does not own: then

@@ -60,7 +60,9 @@ class SamplingService:
         group: process group for sampling traffic; default: a new group made from the default
             group (collective: every rank constructs its service at the same point).
         mode: ``thread`` or ``inline`` (see module docstring); ``None`` picks by backend.
-        features: fetch ``x``/``y`` rows with each minibatch (needs them in the partition).
+        features: fetch ``x``/``y`` rows with each minibatch (needs them in the partition;
+            with the shared topology they are read in place from every part's mapped files,
+            with no collective).
         placement: feature placement, ``host``, ``pinned`` or ``device``.
         device: device for ``placement='device'``.
         kernel: ``cpu`` (numba njit), ``cuda`` (numba.cuda, the partition's CSR on ``device``;
@@ -71,17 +73,19 @@ class SamplingService:
             (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
         feature_cache_rows: remote feature rows each rank caches (same value on every rank; see
             :class:`~mnmg_sampler.distributed.features.DistFeatureStore`); hit rate and bytes
-            saved in :meth:`stats` under ``features``.
+            saved in :meth:`stats` under ``features``. Unused with the shared topology (every
+            part's rows are mapped: nothing to cache).
         id_maps: ``sharded`` (default; no num_nodes-sized array on any rank) or
             ``replicated`` (both global id maps on every rank, no lookup exchanges); the same on
             every rank (see :mod:`~mnmg_sampler.distributed.id_maps`).
         topology_cache: fraction of this rank's part edges to spend on caching remote nodes'
             rows (:mod:`~mnmg_sampler.distributed.topology_cache`; 0 = none; results do not
             change); its size and hits in :meth:`stats` under ``topology_cache``.
-        shared_topology: every rank (all on one host) maps the other ranks' parts and samples
-            every hop itself, off the wire (:mod:`~mnmg_sampler.distributed.shared_topology`;
-            the same on every rank; ``"auto"``: exactly when it can; results do not change);
-            its use in :meth:`stats` under ``shared_topology``.
+        shared_topology: every rank (all on one host) maps the other ranks' parts, samples
+            every hop and reads every feature row itself, off the wire
+            (:mod:`~mnmg_sampler.distributed.shared_topology`; the same on every rank;
+            ``"auto"``: exactly when it can; results do not change); its use in :meth:`stats`
+            under ``shared_topology``.
 
     On a typed part (``part.typed``) the service runs
     :class:`~mnmg_sampler.distributed.typed_sampler.DistTypedSampler`: typed requests, one
@@ -134,7 +138,8 @@ class SamplingService:
             from .features import DistFeatureStore
 
             self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
-                                             cache_rows=feature_cache_rows)
+                                             cache_rows=feature_cache_rows,
+                                             shared=self.sampler.shared)
         self.num_nodes = int(part.num_nodes)
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)

@@ -7,15 +7,18 @@ too. A hop's frontier is then sampled here in one compiled pass over all parts
 (:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`; weighted parts: one kernel call per part
 that owns some of the frontier, put back in frontier order): no ids or neighbors go on the
 wire, and the original ids of ``n_id`` (and of seeds given in original ids) are read from the
-parts' own sorted ``orig_ids``, so no id lookup is exchanged either. A round of sampling costs
-one collective, its agreement; feature rows still come from their owners over the wire.
+parts' own sorted ``orig_ids``, so no id lookup is exchanged either. The parts' feature rows
+and labels are mapped too (:attr:`SharedTopology.x`, :attr:`SharedTopology.y`): the feature
+store reads a round's rows of every part in place from them (:meth:`SharedTopology.rows`), so
+a round with features also costs one collective, its agreement.
 
 The RNG is keyed on original ids and every part keeps its rows' canonical order, so results
 are bit-identical to the wire path and to the single process. It needs every rank of the
 group on one host (checked at construction by a hash of the host name and boot id), a
 partition loaded from a directory, the CPU kernel, and no topology cache (which it
-supersedes). Memory: a rank's resident set counts the pages of other parts it touches;
-they are shared with the ranks that own them, not copied.
+supersedes). A part of another rank that does not open (features and labels included)
+turns it off on every rank with ``auto``. Memory: a rank's resident set counts the pages of
+other parts it touches; they are shared with the ranks that own them, not copied.
 """
 
 from __future__ import annotations
@@ -178,18 +181,61 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return v
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _part_of(v, bounds, last):
+    r = 0
+    while r < last and v >= bounds[r + 1]:
+        r += 1
+    return r
+
+
 @numba.njit(cache=True, nogil=True)
+def _gather(ids, bounds, arrays, out):
+    """``out[i] = arrays[r][v - bounds[r]]`` for each id ``v = ids[i]`` of part ``r``: one
+    pass over the mapped 1-d arrays of every part."""
+    last = len(arrays) - 1
+    for i in range(ids.shape[0]):
+        r = _part_of(ids[i], bounds, last)
+        out[i] = arrays[r][ids[i] - bounds[r]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_rows(ids, bounds, arrays, out):
+    """:func:`_gather` for 2-d arrays, row by row (an explicit loop: twice numpy's fancy
+    indexing on this machine)."""
+    last = len(arrays) - 1
+    for i in range(ids.shape[0]):
+        r = _part_of(ids[i], bounds, last)
+        src = arrays[r]
+        row = ids[i] - bounds[r]
+        for j in range(out.shape[1]):
+            out[i, j] = src[row, j]
+    return out
+
+
 def _to_orig(ids, bounds, origs):
     """``origs[r][v - bounds[r]]`` for each id ``v`` of part ``r``."""
-    out = np.empty(ids.shape[0], np.int64)
-    last = len(origs) - 1
-    for i in range(ids.shape[0]):
-        v = ids[i]
-        r = 0
-        while r < last and v >= bounds[r + 1]:
-            r += 1
-        out[i] = origs[r][v - bounds[r]]
-    return out
+    return _gather(ids, bounds, origs, np.empty(ids.shape[0], np.int64))
+
+
+def _rows_of(arrays: list, what: str) -> tuple | None:
+    """Read-only views of every part's mapped ``arrays`` (one numba type), or ``None`` when
+    the partition has none; parts that disagree in presence, dtype or width are an error."""
+    if all(a is None for a in arrays):
+        return None
+    first = next(a for a in arrays if a is not None)
+    if any(a is None or a.dtype != first.dtype or a.shape[1:] != first.shape[1:]
+           for a in arrays):
+        raise ConfigError(f"the parts of the partition do not all hold {what} of one dtype "
+                          "and width", f"the {what} of other parts cannot be read in place",
+                          "partition the graph again (every part is written alike)")
+    views = []
+    for a in arrays:
+        v = np.ascontiguousarray(a).view()  # a mapped file is contiguous: no copy
+        v.flags.writeable = False
+        views.append(v)
+    return tuple(views)
 
 
 def _by_owner(nodes: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,6 +250,8 @@ class SharedTopology:
 
     Attributes:
         parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
+        x, y: per rank, read-only views of the part's mapped feature rows and labels
+            (``None``: the partition has none).
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
 
@@ -211,8 +259,9 @@ class SharedTopology:
         self.rank = rank
         self.bounds = np.asarray(part.boundaries, _I64)
         self.parts = []
-        for r in range(world_size):
-            p = part if r == rank else load_partition(part.path, r, world_size, verify="off")
+        mapped = [part if r == rank else load_partition(part.path, r, world_size, verify="off")
+                  for r in range(world_size)]
+        for p in mapped:
             csr = tuple(np.asarray(a) for a in (p.indptr, p.indices, p.edge_ids, p.orig_ids))
             w = getattr(p, "weights", None)
             self.parts.append((csr, None if w is None else np.asarray(w)))
@@ -224,6 +273,9 @@ class SharedTopology:
             raise ConfigError("the parts of the partition are not all weighted (or unweighted)",
                               "the shared topology cannot sample them alike",
                               "partition again with --weights for every part")
+        # every part's feature rows and labels, mapped (read in place by the feature store)
+        self.x = _rows_of([p.x for p in mapped], "feature rows")
+        self.y = _rows_of([p.y for p in mapped], "labels")
         self.peer_nodes = 0
         self.peer_edges = 0
 
@@ -250,6 +302,13 @@ class SharedTopology:
         if out.size and int(out.min()) < 0:
             raise RuntimeError("an original id is in no part of the shared topology")
         return out
+
+    def rows(self, ids: np.ndarray, arrays: tuple) -> np.ndarray:
+        """Rows of new ids read in place from every part's mapped ``arrays`` (:attr:`x` or
+        :attr:`y`), in ``ids`` order and the files' dtype (no collective)."""
+        out = np.empty((ids.shape[0], *arrays[0].shape[1:]), arrays[0].dtype)
+        fn = _gather_rows if out.ndim == 2 else _gather
+        return fn(np.ascontiguousarray(ids, _I64), self.bounds, arrays, out)
 
     # -- one hop ---------------------------------------------------------------------------
     def hop(self, h: HopSegments, kernel: Callable, seed: int):

@@ -1,6 +1,7 @@
-"""Shared topology (``sampler.shared_topology``) on real gloo ranks: every rank maps every part
-and samples every hop itself; minibatches equal the wire path and the single process bit for
-bit, a sampling round is one collective (its agreement) and no id crosses the wire; refusals
+"""Shared topology (``sampler.shared_topology``) on real gloo ranks: every rank maps every part,
+samples every hop and reads every feature row itself; minibatches (features included) equal the
+wire path and the single process bit for bit, a sampling round is one collective (its
+agreement) and no id or feature row crosses the wire; refusals
 (mixed settings, CUDA kernel, topology cache, no directory, several hosts) are typed errors on
 every rank."""
 
@@ -92,28 +93,85 @@ def test_shared_equals_wire_and_one_process(tmp_path, world, method, translated)
     assert peer > 0 and sum(r[2] for r in off) > 0
 
 
+GLOO_CALLS = ("all_reduce", "all_to_all_single", "all_gather", "broadcast", "barrier", "isend",
+              "irecv")
+
+
+def _mapped(a) -> bool:
+    """True when ``a`` is a view of a memory-mapped file (page cache), not a copy."""
+    import mmap
+
+    while a is not None:
+        if isinstance(a, mmap.mmap):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
 def _features(rank, world, d):
+    """The same round with features read in place (the shared topology's store) and fetched
+    over the wire: batches, gloo calls per round, feature bytes on the wire, store stats."""
+    import torch.distributed as dist
+
     from mnmg_sampler.distributed.features import DistFeatureStore
     from mnmg_sampler.distributed.sampler import DistSampler
 
     part = load_partition(d, rank, world)
     s = DistSampler(part, seed=SEED, shared_topology=True)
-    store = DistFeatureStore(part, s.ex)
+    # the cache has nothing to hold when every part is mapped (and no fill collective)
+    stores = {"mapped": DistFeatureStore(part, s.ex, cache_rows=20, shared=s.shared),
+              "wire": DistFeatureStore(part, s.ex)}
     rng = np.random.default_rng(rank)
     reqs = [SampleRequest(rng.choice(int(part.num_nodes), 10, replace=False), FANOUTS,
-                          request_key(SEED, 5, rank))]
-    return [(r.seeds, r.key, as_arrays(b), b.x.numpy(), b.y.numpy())
-            for r, b in zip(reqs, s.sample(reqs, store), strict=True)]
+                          request_key(SEED, 5, 2 * rank + j)) for j in range(2)]
+    calls: dict[str, int] = {}
+    real = {n: getattr(dist, n) for n in GLOO_CALLS}
+
+    def count(name):
+        def call(*a, **k):
+            calls[name] = calls.get(name, 0) + 1
+            return real[name](*a, **k)
+        return call
+
+    res = {}
+    for how, store in stores.items():
+        calls.clear()
+        b0 = s.ex.bytes.get("features", [0, 0])[1]
+        for n in GLOO_CALLS:
+            setattr(dist, n, count(n))
+        try:
+            out = s.sample(reqs, store)
+        finally:
+            for n in GLOO_CALLS:
+                setattr(dist, n, real[n])
+        res[how] = ([(r.seeds, r.key, as_arrays(b)) for r, b in zip(reqs, out, strict=True)],
+                    dict(calls), s.ex.bytes.get("features", [0, 0])[1] - b0, dict(store.stats),
+                    store.cache_size)
+    in_place = all(_mapped(a) for a in (*s.shared.x, *s.shared.y)) and \
+        stores["mapped"].table is None
+    return res, in_place
 
 
-def test_features_come_with_the_shared_topology(tmp_path):
+def test_features_read_in_place_with_the_shared_topology(tmp_path):
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
-    for out in run_ranks(_features, 2, d, timeout=150):
-        for seeds, key, mb, x, y in out:
-            assert_same(mb, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))
-            assert np.array_equal(x, g.x[mb["n_id"]]) and np.array_equal(y, g.y[mb["n_id"]])
+    for res, in_place in run_ranks(_features, 2, d, timeout=150):
+        assert in_place  # every part's rows are the mapped files' pages, not copies
+        (mapped, calls, fbytes, st, cache), (wire, wcalls, wbytes, wst, _) = \
+            res["mapped"], res["wire"]
+        # features read in place: no collective at all in the round (its agreement goes over
+        # the host's sockets), no feature byte on the wire, no cache
+        assert calls == {} and fbytes == 0 and cache == 0
+        assert st["mapped_rows"] == st["remote_rows"] > 0 and st["rows_fetched"] == 0
+        # over the wire: the rows come in exchanges
+        assert wcalls and wbytes > 0 and wst["rows_fetched"] > 0
+        for (seeds, key, mb), (_, _, wb) in zip(mapped, wire, strict=True):
+            want = as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0])
+            assert_same(mb, want)
+            assert_same(mb, wb, keys=("n_id", "x", "y"))
+            assert np.array_equal(mb["x"], g.x[mb["n_id"]])
+            assert np.array_equal(mb["y"], g.y[mb["n_id"]])
 
 
 def test_weighted_partition(tmp_path):
@@ -208,8 +266,10 @@ def test_refusals_fail_typed_on_every_rank(tmp_path, case, words):
 
 def _auto(rank, world, d, case):
     """``shared_topology='auto'``: on where it can be, off on every rank (no error) where one
-    rank cannot, the ranks run on several hosts, or a part does not open."""
+    rank cannot, the ranks run on several hosts, or a part (or its feature rows) does not open;
+    features follow: read in place where it is on, over the wire where it is off."""
     from mnmg_sampler.distributed import shared_topology
+    from mnmg_sampler.distributed.features import DistFeatureStore
     from mnmg_sampler.distributed.sampler import DistSampler
 
     part = load_partition(d, rank, world)
@@ -223,18 +283,24 @@ def _auto(rank, world, d, case):
     elif case == "part missing" and rank == 1:
         shared_topology.load_partition = lambda *a, **k: (_ for _ in ()).throw(
             OSError("no such part"))
+    elif case == "rows missing" and rank == 1:  # another part's feature rows do not map
+        real = shared_topology.load_partition
+        shared_topology.load_partition = lambda *a, **k: dataclasses.replace(real(*a, **k),
+                                                                             x=None)
     s = DistSampler(part, seed=SEED, shared_topology="auto", **kw)
+    store = DistFeatureStore(part, s.ex, shared=s.shared)
     n = int(part.num_nodes)
     req = SampleRequest(np.random.default_rng([rank, 1]).choice(n, 8, replace=False), FANOUTS,
                         request_key(SEED, 0, rank))
-    (b,) = s.sample([req])
+    (b,) = s.sample([req], store)
     return s.shared_stats()["enabled"], s.shared_stats()["agreement"], \
-        ((req.seeds, FANOUTS, req.key, False), False, as_arrays(b))
+        ((req.seeds, FANOUTS, req.key, False), False, as_arrays(b)), \
+        s.ex.bytes.get("features", [0, 0])[1]
 
 
 @pytest.mark.parametrize("case, on", [("one host", True), ("cache", False),
                                       ("no directory", False), ("hosts", False),
-                                      ("part missing", False)])
+                                      ("part missing", False), ("rows missing", False)])
 def test_auto_is_on_exactly_where_it_can_be(tmp_path, case, on):
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
@@ -242,6 +308,10 @@ def test_auto_is_on_exactly_where_it_can_be(tmp_path, case, on):
     assert [r[0] for r in res] == [on, on]
     assert [r[1] for r in res] == ["host sockets" if on else "gloo"] * 2
     assert _check(g, [[r[2]] for r in res]) > 0  # the same minibatches either way
+    for *_, (_, _, mb), fbytes in res:  # and the same rows, off the wire exactly when on
+        assert np.array_equal(mb["x"], g.x[mb["n_id"]])
+        assert np.array_equal(mb["y"], g.y[mb["n_id"]])
+        assert (fbytes == 0) == on
 
 
 def test_config_key_is_checked():
