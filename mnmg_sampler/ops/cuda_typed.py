@@ -5,8 +5,10 @@ One thread per frontier node walks the relations of its type in order, with the 
 draws, gather), so the output is bit-identical to the CPU kernel's: same streams
 (``hop + r * 2**32`` for relation ``r``), same slots, same node-then-relation order. Two
 launches, as the homogeneous twin: ``counts`` sizes each node's output (all its relations) and
-weighted scratch, then ``fill`` draws and gathers. Tested under Numba's CUDA simulator
-(``tests/gpu_sim/test_cuda_typed.py``).
+weighted scratch, then ``fill`` draws and gathers. With ``bounds`` it is also the twin of
+:mod:`mnmg_sampler.ops.temporal` (degrees cut to the admissible prefix, ``"last"`` the tail),
+switched by one flag per launch. Tested under Numba's CUDA simulator
+(``tests/gpu_sim/test_cuda_typed.py``, ``tests/gpu_sim/test_cuda_temporal.py``).
 """
 
 from __future__ import annotations
@@ -140,11 +142,12 @@ def sample_typed_neighbors_cuda(graph, rows, nodes, keys, req, fanouts, replace,
         return torch.as_tensor(np.asarray(x)).to(a.device, dt).contiguous()
 
     timed = bounds is not None
-    etime_h, ntime_h, by_node = typed.time_arrays(graph) if timed else (_NONE, _NONE, False)
-    etime, ntime = dev(etime_h), dev(ntime_h)
-    bnd = dev(bounds if timed else _NONE)
-    lst = dev(last if timed and last is not None else np.zeros(len(replace) if timed else 0),
-              torch.uint8)
+    if timed:
+        etime_h, ntime_h, by_node = typed.time_arrays(graph)
+        last_h = np.zeros(len(replace), np.uint8) if last is None else last
+    else:
+        etime_h, ntime_h, by_node, bounds, last_h = _NONE, _NONE, False, _NONE, _NONE
+    etime, ntime, bnd, lst = dev(etime_h), dev(ntime_h), dev(bounds), dev(last_h, torch.uint8)
     node_off, rel_off, seg_base = (dev(x) for x in (graph.node_type_offset, graph.rel_offset,
                                                     graph.seg_base))
     w = dev(np.zeros(0, np.float32) if graph.weights is None else graph.weights, torch.float32)

@@ -17,6 +17,11 @@ Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and
 (the only random reads of ``indptr``); (1) the draws' CSR positions; (2) the gather of neighbors
 and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
 most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
+
+Time (:mod:`mnmg_sampler.ops.temporal`): with ``bounds`` (one time per node) each degree is cut
+to the admissible prefix of the time-sorted segment (``admissible_count``) and ``last`` selects,
+per request, the prefix's tail instead of the draws. ``bounds=None`` is the untimed case: numba
+compiles a specialisation in which the time branches are pruned, so it pays nothing for them.
 """
 
 from __future__ import annotations
