@@ -9,8 +9,9 @@ dedups within each tree. Draws are keyed on ``v`` as without ``disjoint``, so ea
 that seed sampled alone with the same key.
 
 Temporal: every node of tree ``b`` is bounded by the seed's time (``input_time``, default the
-seed's node time) and one call of :func:`~mnmg_sampler.ops.temporal.sample_temporal_neighbors`
-per hop serves every relation and request. Temporal sampling is disjoint (as PyG requires).
+seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`
+(with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
+(as PyG requires).
 """
 
 from __future__ import annotations
@@ -114,15 +115,12 @@ def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
         fan = np.stack([tables[i][hop] for i in active]) if active else np.zeros(
             (0, len(g.edge_types)), np.int64)
         rep = np.array([requests[i].replace for i in active], np.uint8)
-        if temporal:
-            bound = _cat([times[i][tree[a:b]] for i, a, b in
-                          zip(active, np.r_[0, np.cumsum(sizes)[:-1]], np.cumsum(sizes),
-                              strict=True)])
-            counts, nbr, rel, eid = temporal_ops.sample_temporal_neighbors(
-                g, rows, rows, keys, bound, req, fan, rep, last[active], sampler.seed, hop)
-        else:
-            counts, nbr, rel, eid = typed_ops.sample_typed_neighbors(
-                g, rows, rows, keys, req, fan, rep, sampler.seed, hop)
+        bound = _cat([times[i][tree[a:b]] for i, a, b in
+                      zip(active, np.r_[0, np.cumsum(sizes)[:-1]], np.cumsum(sizes),
+                          strict=True)]) if temporal else None
+        counts, nbr, rel, eid = typed_ops.sample_typed_neighbors(
+            g, rows, rows, keys, req, fan, rep, sampler.seed, hop, bounds=bound,
+            last=last[active] if temporal else None)
         sampler.kernel_calls += 1
         nbr_pairs = np.repeat(tree, counts) * N + nbr
         node_off, cand_off, new, new_off, local = renumber_hop(

@@ -17,6 +17,11 @@ Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and
 (the only random reads of ``indptr``); (1) the draws' CSR positions; (2) the gather of neighbors
 and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
 most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
+
+Time (:mod:`mnmg_sampler.ops.temporal`): with ``bounds`` (one time per node) each degree is cut
+to the admissible prefix of the time-sorted segment (``admissible_count``) and ``last`` selects,
+per request, the prefix's tail instead of the draws. ``bounds=None`` is the untimed case: numba
+compiles a specialisation in which the time branches are pruned, so it pays nothing for them.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import numpy as np
 
 from . import cpu, weighted
 
-__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT"]
+__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
 
@@ -73,24 +78,55 @@ def usable_count(w, s, d):
     return nz
 
 
-def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, req, fan,
-                    replace, width, starts, degs, nzs, counts, scounts):
+@numba.njit(cache=True, nogil=True, inline="always")
+def admissible_count(etime, ntime, indices, by_node, s, d, bound):
+    """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``: one
+    read when all or none are admissible, else a binary search between the two ends."""
+    if d == 0:
+        return 0
+    if (ntime[indices[s + d - 1]] if by_node else etime[s + d - 1]) <= bound:
+        return d
+    if (ntime[indices[s]] if by_node else etime[s]) > bound:
+        return 0
+    lo = 1  # entry 0 is admissible, entry d - 1 is not
+    hi = d - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        t = ntime[indices[s + mid]] if by_node else etime[s + mid]
+        if t <= bound:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
+                    wflag, rows, bounds, req, fan, replace, last, width, starts, degs, nzs,
+                    counts, scounts):
     # Phase 0: node i's relation j is pair i * width + j (width: the most relations of a type),
     # so no pass is needed to place the pairs; a type with fewer relations leaves count 0.
+    # ``bounds is None`` (no time) is pruned at compile time: the prefix is the whole segment.
     n = rows.shape[0]
     for i in numba.prange(n):
         r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
         q = req[i]
         rep = replace[q] != 0
+        tail = False
+        if bounds is not None:
+            tail = last[q] != 0
         for j in range(R_t):
             p = i * width + j
             r = r0 + j
             s = indptr[s0 + j]
             d = indptr[s0 + j + 1] - s
+            if bounds is not None:
+                d = admissible_count(etime, ntime, indices, by_node, s, d, bounds[i])
             f = fan[q, r]
             starts[p] = s
             degs[p] = d
-            if wflag[r] != 0:
+            if tail:
+                k = d if f < 0 else min(f, d)
+            elif wflag[r] != 0:
                 nz = usable_count(w, s, d)
                 nzs[p] = nz
                 k = weighted_count(nz, f, rep)
@@ -100,15 +136,19 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, w, wflag, rows, req, fa
             counts[p + 1] = k
 
 
-def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, replace, seed, hop,
-                  width, starts, degs, nzs, offsets, soffs, c, pos, rel_out):
-    # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32).
+def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, replace, last, seed,
+                  hop, width, starts, degs, nzs, offsets, soffs, c, pos, rel_out):
+    # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32); "last"
+    # (only with time; ``last is None`` is pruned) takes the prefix's tail.
     n = rows.shape[0]
     for i in numba.prange(n):
         t = type_of(node_off, rows[i])
         r0 = rel_off[t]
         q = req[i]
         rep = replace[q]
+        tail = False
+        if last is not None:
+            tail = last[q] != 0
         for j in range(rel_off[t + 1] - r0):
             p = i * width + j
             o = offsets[p]
@@ -119,7 +159,11 @@ def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, repl
             hop_r = hop + (np.uint64(r) << np.uint64(HOP_RELATION_SHIFT))
             start = starts[p]
             f = fan[q, r]
-            if wflag[r] != 0:
+            if tail:
+                first = start + degs[p] - k
+                for m in range(k):
+                    pos[o + m] = first + m
+            elif wflag[r] != 0:
                 base = stream_base(seed, keys[i], hop_r, nodes[i])
                 weighted_positions(pos, o, w, start, degs[p], nzs[p], k, f, rep != 0, base, c,
                                    soffs[p])
@@ -135,11 +179,26 @@ def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, repl
 _KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
             for par in (True, False)}
 _NO_WEIGHTS = np.zeros(0, np.float32)
+_NO_TIMES = np.zeros(0, np.int64)
+
+
+def time_arrays(graph) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(edge time per entry, node time, by_node)`` the kernels read for ``graph``."""
+    if graph.edge_time is not None:
+        return graph.edge_time, _NO_TIMES, False
+    if graph.node_time is not None:
+        return _NO_TIMES, graph.node_time, True
+    from ..errors import SamplingInputError
+
+    raise SamplingInputError(f"graph '{graph.name}' has no edge or node time",
+                             "temporal sampling has nothing to compare seeds' times with",
+                             "load it with time (docs/temporal.md) or sample without time")
 
 
 def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.ndarray,
                            req: np.ndarray, fanouts: np.ndarray, replace: np.ndarray, seed: int,
-                           hop: int, *, with_eids: bool = True
+                           hop: int, *, with_eids: bool = True, bounds: np.ndarray | None = None,
+                           last: np.ndarray | None = None
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sample one hop of a typed graph for every ``rows[i]``, along every relation of its type.
 
@@ -153,6 +212,10 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
         replace: uint8 ``[Q]``: with replacement, per request.
         seed, hop: RNG counters shared by the call.
         with_eids: ``False`` skips the edge-id reads (``edge_ids`` comes back empty).
+        bounds: int64 ``[n]`` or ``None``: the latest admissible time of each node (the graph
+            must be timed); ``None`` samples without time.
+        last: uint8 ``[Q]`` with ``bounds``: ``"last"`` (1) or ``"uniform"`` (0) per request
+            (zeros when omitted).
 
     Returns:
         ``(counts, neighbors, relations, edge_ids)``: per-node sample counts (all relations),
@@ -165,6 +228,14 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     req = np.ascontiguousarray(req, dtype=np.int64)
     fan = np.ascontiguousarray(fanouts, dtype=np.int64)
     repl = np.ascontiguousarray(replace, dtype=np.uint8)
+    etime, ntime, by_node = _NO_TIMES, _NO_TIMES, False
+    if bounds is not None:
+        bounds = np.ascontiguousarray(bounds, dtype=np.int64)
+        last = np.ascontiguousarray(np.zeros(repl.shape[0], np.uint8) if last is None else last,
+                                    dtype=np.uint8)
+        etime, ntime, by_node = time_arrays(graph)
+    else:
+        last = None
     n = rows.shape[0]
     counts_k, positions_k = _KERNELS[cpu._parallel(n)]
     w = _NO_WEIGHTS if graph.weights is None else graph.weights
@@ -174,8 +245,9 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     starts, degs, nzs = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
     offsets = np.zeros(m + 1, np.int64)
     soffs = np.zeros(m + 1, np.int64)
-    counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr, w, wflag,
-             rows, req, fan, repl, width, starts, degs, nzs, offsets, soffs)
+    counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr,
+             graph.indices, etime, ntime, by_node, w, wflag, rows, bounds, req, fan, repl, last,
+             width, starts, degs, nzs, offsets, soffs)
     np.cumsum(offsets, out=offsets)
     if wflag.any():
         np.cumsum(soffs, out=soffs)
@@ -185,8 +257,8 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     eid_out = np.empty(total if with_eids else 0, np.int64)
     c = weighted._scratch(int(soffs[-1]))
     positions_k(graph.node_type_offset, graph.rel_offset, w, wflag, rows, nodes, keys, req, fan,
-                repl, np.uint64(seed), np.uint64(hop), width, starts, degs, nzs, offsets, soffs,
-                c, pos, rel_out)
+                repl, last, np.uint64(seed), np.uint64(hop), width, starts, degs, nzs, offsets,
+                soffs, c, pos, rel_out)
     gather_k = cpu._KERNELS[cpu._parallel(n)][2]
     gather_k(graph.indices, graph.edge_ids, pos, pos, eid_out, with_eids)
     counts = np.diff(offsets[::width]) if width else np.zeros(n, np.int64)
