@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--drop-duplicates", action="store_true",
                    help="keep one copy of each repeated (src, dst) edge")
     p.add_argument("--seed", type=int, default=0, help="seed of rmat: graphs (default 0)")
-    from .partition import add_node_data_arguments, add_renumber_argument
+    from .graph_args import add_node_data_arguments, add_renumber_argument
 
     add_renumber_argument(p)
     add_node_data_arguments(p)
@@ -42,10 +42,10 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..graph.datasets import load_graph
-    from .partition import node_data_kwargs
+    from .graph_args import node_data_kwargs, typed_graph_of
 
     t0 = time.perf_counter()
-    typed = _typed_graph(args)
+    typed = typed_graph_of(args)
     if typed is not None:
         return _run_typed(args, typed, time.perf_counter() - t0)
     g = load_graph(args.graph, undirected=args.undirected, drop_self_loops=args.drop_self_loops,
@@ -111,31 +111,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # --- typed (heterogeneous) inputs: node counts per type, edges per relation, features per type ---
-
-_HOMOGENEOUS_ONLY = ("undirected", "drop_self_loops", "drop_duplicates", "features", "labels",
-                     "train_mask", "val_mask", "test_mask")
-
-
-def _typed_graph(args: argparse.Namespace):
-    """The typed graph ``args.graph`` names (a saved HeteroData or an OGB hetero directory),
-    else ``None``; options that only apply to homogeneous graphs are refused for it."""
-    from ..errors import GraphFormatError
-    from ..graph.typed_io import typed_graph_at
-
-    if ":" in args.graph and not args.graph.startswith(("/", ".")):
-        return None  # a spec such as rmat:10
-    g = typed_graph_at(args.graph)
-    if g is not None:
-        given = [a for a in _HOMOGENEOUS_ONLY if getattr(args, a, None) not in (None, False)]
-        if given:
-            raise GraphFormatError(
-                f"{args.graph} is a typed graph; --{given[0].replace('_', '-')} applies to "
-                "homogeneous graphs only", "it would be ignored",
-                "drop the option (typed graphs carry their node data per type, docs/hetero.md)")
-        from .partition import check_typed_renumber
-
-        check_typed_renumber(args.graph, getattr(args, "renumber", "auto"), typed=True)
-    return g
 
 
 def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:

@@ -23,6 +23,15 @@ import argparse
 import os
 
 from ..console import add_json_flag, report
+from .graph_args import (
+    add_node_data_arguments,
+    add_renumber_argument,
+    add_weights_argument,
+    check_typed_renumber,
+    check_weights_file,
+    node_data_kwargs,
+    typed_graph_of,
+)
 
 METHODS = ("random", "range", "hash", "metis")
 
@@ -68,73 +77,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_json_flag(p)
     p.set_defaults(func=run)
     return p
-
-
-def add_weights_argument(p: argparse.ArgumentParser, what: str) -> None:
-    """``--weights NAME|FILE``: the CLI's ``sampler.weights`` (shared with ``sample``)."""
-    p.add_argument("--weights", metavar="NAME|FILE",
-                   help="edge weights, as sampler.weights in a job file: the name of an array "
-                   "of the dataset's .npz (e.g. adj_data) or a .npy file, one value per input "
-                   f"edge in the input's order; {what} (default: none, uniform sampling)")
-
-
-def check_weights_file(spec: str | None) -> None:
-    """A ``--weights`` naming a ``.npy`` that does not exist: a typed error before any load."""
-    from pathlib import Path
-
-    from ..errors import GraphFormatError
-
-    if spec and spec.lower().endswith(".npy") and not Path(spec).expanduser().is_file():
-        raise GraphFormatError(f"--weights: file {spec!r} not found", "no edge weights can be "
-                               "loaded", "fix the path, or name an array of the dataset's .npz "
-                               "(e.g. adj_data)")
-
-
-def add_renumber_argument(p: argparse.ArgumentParser) -> None:
-    """``--renumber auto|true|false``: the CLI's ``dataset.renumber`` (shared with ``info``)."""
-    p.add_argument("--renumber", choices=("auto", "true", "false"), default="auto",
-                   help="number the nodes 0..N-1 by ascending input id, keeping the input's ids "
-                   "for n_id and seeds; auto (default): when the largest id is far above the "
-                   "node count (docs/formats.md)")
-
-
-def add_node_data_arguments(p: argparse.ArgumentParser) -> None:
-    """Separate node-data files and the node-id bound (shared with ``info``)."""
-    p.add_argument("--features", metavar="FILE",
-                   help="node features, one row per node (.npy, .npz, .pt, .csv)")
-    p.add_argument("--labels", metavar="FILE", help="node labels, one per node")
-    for split in ("train", "val", "test"):
-        p.add_argument(f"--{split}-mask", metavar="FILE",
-                       help=f"the {split} split: bool per node, or node ids")
-    p.add_argument("--max-node-id", type=int, default=1 << 40, metavar="N",
-                   help="refuse node ids above N (default 2**40)")
-
-
-def node_data_kwargs(args: argparse.Namespace) -> dict:
-    """``load_graph`` keyword arguments from :func:`add_node_data_arguments`."""
-    masks = {s: getattr(args, f"{s}_mask") for s in ("train", "val", "test")}
-    return {"x": args.features, "y": args.labels, "max_node_id": args.max_node_id,
-            "masks": {k: v for k, v in masks.items() if v is not None}}
-
-
-def check_typed_renumber(name: str, renumber, typed: bool | None = None) -> None:
-    """``--renumber true`` on a typed graph (``typed``: known already, else looked up): a
-    :class:`GraphFormatError`. Typed graphs keep their per-type ids and are never renumbered, so
-    the flag would be silently ignored."""
-    from ..errors import GraphFormatError
-
-    if str(renumber).lower() != "true":
-        return
-    if typed is None:
-        from ..graph.typed_io import typed_graph_at
-
-        typed = (":" not in name or name.startswith(("/", "."))) and \
-            typed_graph_at(name) is not None
-    if typed:
-        raise GraphFormatError(
-            f"{name} is a typed graph; --renumber true applies to homogeneous graphs only",
-            "typed graphs keep their per-type ids 0..N_t-1 and are not renumbered, so the flag "
-            "would be ignored", "drop --renumber (or pass --renumber auto)")
 
 
 def _distributed() -> bool:
@@ -280,12 +222,11 @@ def _run_single(args: argparse.Namespace) -> int:
     from ..graph.datasets import load_graph
     from ..graph.partition import partition_graph, write_partitions
     from ..graph.partition_io import check_replaceable
-    from .info import _typed_graph
 
     if args.overwrite:  # refuse a foreign DIR before the (long) load and partitioning
         check_replaceable(args.out)
     t0 = time.perf_counter()
-    typed = _typed_graph(argparse.Namespace(**{**vars(args), "graph": args.input}))
+    typed = typed_graph_of(argparse.Namespace(**{**vars(args), "graph": args.input}))
     if typed is not None:
         return _run_typed(args, typed, time.perf_counter() - t0)
     graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
-from .partition import add_weights_argument, check_weights_file
+from .graph_args import add_weights_argument, check_weights_file
 
 if TYPE_CHECKING:
     from ..seeds import SeedSet
