@@ -34,7 +34,8 @@ def _sample_ranks(rank, world, dirs, seeds, batch):
     return out
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
+# W=4 oversubscribes the 2 cores of CI; W=1, 2, 3 cover the same path
+@pytest.mark.parametrize("world", [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_bit_identical_any_world_size_and_partitioning(tmp_path, world):
     g = small_graph()
     seeds = np.random.default_rng(0).permutation(g.num_nodes)[:150]
