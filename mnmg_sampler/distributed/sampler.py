@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from ..batch import MiniBatch
 from ..errors import ConfigError, SamplingInputError
+from ..host_malloc import tune_host_malloc
 from ..ops import wire
 from ..sampler import (
     HopSegments,
@@ -92,6 +93,7 @@ class DistSampler:
                               "use SamplingService(part) (it runs DistTypedSampler for a "
                               "typed part) or mnmg_sampler.distributed.typed_sampler")
         topology_cache = check_fraction(topology_cache)  # before any collective
+        tune_host_malloc()  # a round's buffers are reused, not faulted in again (host_malloc)
         if topology_cache > 0 and kernel == "cuda":
             raise ConfigError("sampler.topology_cache is not supported with kernel='cuda'",
                               "no rank builds its sampler",
