@@ -23,7 +23,7 @@ from ..config import JobConfig, config_to_dict
 from .checkpoint import save_checkpoint
 from .report import RunReport, epoch_record
 
-__all__ = ["checkpoint_dir", "run_epochs"]
+__all__ = ["batch_edges", "checkpoint_dir", "run_epochs"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 def checkpoint_dir(cfg: JobConfig) -> Path:
     """Where a job writes and finds its checkpoints."""
     return Path(cfg.output.dir) / "checkpoints"
+
+
+def batch_edges(b) -> int:
+    """Sampled edges of a minibatch: its ``edge_index`` columns, summed over the relations of a
+    typed one."""
+    ei = b.edge_index
+    if isinstance(ei, dict):
+        return sum(int(v.shape[1]) for v in ei.values())
+    return int(ei.shape[1])
 
 
 def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
@@ -60,7 +69,7 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
             loss.backward()
             opt.step()
             batch_loss = loss.item()
-            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(b.edge_index.shape[1])],
+            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(batch_edges(b))],
                                 dtype=torch.float64)
             report.step(epoch, step + 1, batch_loss, correct, n)
         dist.all_reduce(tot)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import ConfigError, PartitionError
-from .epochs import run_epochs
+from .epochs import batch_edges, run_epochs
 from .report import RunReport, epoch_record
 from .setup import job_edge_weights, load_dataset, make_optimizer, resume_point, start_rank
 
@@ -39,7 +39,7 @@ def split_ids(num_nodes: int, fractions, seed: int) -> dict:
     return random_node_split(num_nodes, fractions, seed)
 
 
-def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
+def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False) -> Path:
     """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
     partitioning (collective).
 
@@ -49,7 +49,9 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
     is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
     rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
     the input and writes its own part) unless the job names separate node-data files or edge
-    weights; otherwise (and for ``metis``) rank 0 partitions while the others wait.
+    weights; otherwise (for ``metis``, and for a ``typed`` graph:
+    :func:`~.typed_setup.load_typed_dataset`, typed parts) rank 0 partitions while the others
+    wait.
     """
     from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
@@ -85,7 +87,7 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
     if not int(flag.item()):
         return out
-    distributed = (p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
+    distributed = (not typed and p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
                    and all(v is None for v in node_files.values()))
     if distributed:
         from ..distributed.ingest import partition_distributed
@@ -104,6 +106,13 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
             return
         log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
+        if typed:
+            from ..graph.typed_partition import partition_typed
+            from .typed_setup import load_typed_dataset
+
+            partition_typed(load_typed_dataset(cfg), world, p.method, out, seed=p.seed,
+                            overwrite=True, source=want, metis_max_edges=p.metis_max_edges)
+            return
         g = load_dataset(cfg)
         partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
                   weights=job_edge_weights(cfg, g), metis_max_edges=p.metis_max_edges)
@@ -178,6 +187,13 @@ def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """Run the configured job on this rank (inside torchrun); returns the final metrics
     (the ``final`` record of metrics.jsonl)."""
+    from .typed_setup import check_homogeneous_job, dataset_is_typed
+
+    if dataset_is_typed(cfg):  # the same files on every rank, so the same answer
+        from .hetero import run_typed_job
+
+        return run_typed_job(cfg, resume=resume, progress=progress)
+    check_homogeneous_job(cfg)
     if cfg.task == "link":
         from .link import run_link_job
 
@@ -259,7 +275,7 @@ def _sample_only(cfg: JobConfig, loader, world: int, report: RunReport,
         for step, b in enumerate(loader):
             if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
                 break
-            cnt += torch.tensor([1.0, float(b.edge_index.shape[1])], dtype=torch.float64)
+            cnt += torch.tensor([1.0, float(batch_edges(b))], dtype=torch.float64)
             report.step(epoch, step + 1)
         dist.all_reduce(cnt)
         total += cnt
