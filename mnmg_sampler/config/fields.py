@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import types
 import typing
 from collections.abc import Iterator
@@ -39,7 +41,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
         if len(args) == 1:
             return args[0], optional
         if optional:
-            return typing.Union[tuple(args)], True
+            return functools.reduce(operator.or_, args), True
     return tp, False
 
 

@@ -25,9 +25,9 @@ import torch.distributed as dist
 
 from ..config import JobConfig, config_to_dict
 from ..distributed.collective import agree
-from .epochs import run_epochs
+from .epochs import run_epochs, sample_epochs
 from .report import RunReport
-from .setup import make_optimizer, resume_point, start_rank
+from .setup import ensure_partitions, make_optimizer, resume_point, start_rank
 from .typed_setup import (
     TypedMeta,
     check_typed_job,
@@ -63,7 +63,6 @@ def start_typed_job(cfg: JobConfig) -> TypedJob:
     the manifest, before the service starts), load this rank's part and start the service."""
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition, read_manifest
-    from .job import ensure_partitions
 
     env, device = start_rank(cfg)
     rank, world = env.rank, env.world_size
@@ -128,7 +127,6 @@ def run_typed_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -
     """The typed counterpart of :func:`.job.run_job` (inside torchrun); returns the final
     metrics."""
     from ..loader import DistNeighborLoader
-    from .job import _sample_only
 
     job = start_typed_job(cfg)
     s, tr = cfg.sampler, cfg.training
@@ -144,7 +142,7 @@ def run_typed_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -
                            Path(cfg.output.dir) / cfg.output.metrics_file)
         try:
             if tr.mode == "sample":
-                final, line = _sample_only(cfg, train_loader, job.world, report, job.t_start)
+                final, line = sample_epochs(cfg, train_loader, job.world, report, job.t_start)
             else:
                 final, line = _train_node(job, train_loader, ids, resume, report)
         finally:
