@@ -27,7 +27,7 @@ from ..config import JobConfig, config_to_dict
 from ..distributed.collective import agree
 from .epochs import run_epochs, sample_epochs
 from .report import RunReport
-from .setup import ensure_partitions, make_optimizer, resume_point, start_rank
+from .setup import ensure_partitions, feature_placement, make_optimizer, resume_point, start_rank
 from .typed_setup import (
     TypedMeta,
     check_typed_job,
@@ -76,9 +76,7 @@ def start_typed_job(cfg: JobConfig) -> TypedJob:
     meta, input_type = agree(check)
     part = agree(lambda: load_partition(pdir, rank, world, verify=cfg.partition.verify))
     s, rt = cfg.sampler, cfg.runtime
-    placement = cfg.features.placement
-    if placement == "auto":
-        placement = "pinned" if device.type == "cuda" else "host"
+    placement = feature_placement(cfg, device)
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,

@@ -26,7 +26,7 @@ from ..distributed.collective import agree
 from ..errors import ConfigError
 from .epochs import run_epochs, sample_epochs
 from .report import RunReport
-from .setup import ensure_partitions, make_optimizer, resume_point, start_rank
+from .setup import ensure_partitions, feature_placement, make_optimizer, resume_point, start_rank
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                                                            else "no features"),
                           "GraphSAGE cannot be trained on it",
                           "use training.mode=sample for a sampling run, or a labelled dataset")
-    placement = cfg.features.placement
-    if placement == "auto":
-        placement = "pinned" if device.type == "cuda" else "host"
+    placement = feature_placement(cfg, device)
     s = cfg.sampler
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               features=mode == "train" or part.x is not None,

@@ -23,8 +23,8 @@ from .report import RunReport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["start_rank", "load_dataset", "job_edge_weights", "ensure_partitions", "make_optimizer",
-           "resume_point"]
+__all__ = ["start_rank", "load_dataset", "job_edge_weights", "ensure_partitions",
+           "feature_placement", "make_optimizer", "resume_point"]
 
 
 def start_rank(cfg: JobConfig):
@@ -162,6 +162,14 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
+
+
+def feature_placement(cfg: JobConfig, device: torch.device) -> str:
+    """``features.placement`` with ``auto`` resolved: pinned host memory on CUDA, else host."""
+    placement = cfg.features.placement
+    if placement == "auto":
+        placement = "pinned" if device.type == "cuda" else "host"
+    return placement
 
 
 def make_optimizer(params, o) -> torch.optim.Optimizer:

@@ -159,3 +159,29 @@ def test_validate_cli(capsys):
         cli.main(["validate", "-q", str(HETERO), "sampler.fanouts.paper__cites__paper=4,4"])
     assert (e.value.code or 0) == 0
     assert capsys.readouterr().out.strip() == "ok"
+
+
+def test_split_from_the_input_types_masks(tmp_path):
+    # the graph's masks of the input type, gathered from every part in per-type ids; without a
+    # train mask, a random split of the type's nodes
+    from mnmg_sampler.graph.typed import typed_graph
+    from mnmg_sampler.graph.typed_partition import partition_typed
+    from mnmg_sampler.train.typed_setup import typed_node_split
+
+    rng = np.random.default_rng(0)
+    writes = np.stack([rng.integers(0, 7, 40), rng.integers(0, 30, 40)])
+    train = np.zeros(30, bool)
+    train[[1, 4, 9, 22]] = True
+    spec = {"num_nodes": {"paper": 30, "author": 7},
+            "edge_index": {("author", "writes", "paper"): writes,
+                           ("paper", "rev_writes", "author"): writes[::-1]},
+            "y": {"paper": np.arange(30) % 3},
+            "masks": {"paper": {"train": train, "test": np.array([0, 29])}}}
+    partition_typed(typed_graph(spec), 2, "random", tmp_path / "p", seed=3)
+    cfg = _cfg()
+    got = typed_node_split(tmp_path / "p", "paper", cfg)
+    assert got["train"].tolist() == [1, 4, 9, 22]
+    assert got["test"].tolist() == [0, 29] and got["val"].tolist() == []
+    rand = typed_node_split(tmp_path / "p", "author", cfg)  # no masks of author
+    ids = np.concatenate([rand[k].ids(np.arange(len(rand[k]))) for k in ("train", "val", "test")])
+    assert sorted(ids.tolist()) == list(range(7))
