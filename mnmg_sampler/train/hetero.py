@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..config import JobConfig, config_to_dict
+from ..config import JobConfig, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from .epochs import run_epochs, sample_epochs
 from .report import RunReport
@@ -34,6 +34,7 @@ from .typed_setup import (
     embedding_dim,
     meta_of_manifest,
     num_neighbors,
+    typed_meta,
     typed_node_split,
 )
 
@@ -126,6 +127,8 @@ def run_typed_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -
     metrics."""
     from ..loader import DistNeighborLoader
 
+    if parse_dataset_name(cfg.dataset.name).kind == "typed-sbm":
+        check_typed_job(cfg, typed_meta(cfg))  # known without the graph: before any collective
     job = start_typed_job(cfg)
     s, tr = cfg.sampler, cfg.training
     try:
