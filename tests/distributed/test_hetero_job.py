@@ -48,3 +48,34 @@ def test_hetero_job_resumes_from_its_checkpoint(tmp_path):
     assert "resumed from" in r.stdout
     epochs = [x for x in _records(out) if x["event"] == "epoch"]
     assert [e["epoch"] for e in epochs] == [0, 1, 2, 3]
+
+
+def test_bad_typed_key_fails_every_rank_with_one_line(tmp_path):
+    # both ranks as plain processes with torchrun's environment (as test_train_job.py does), so
+    # each one's own exit is seen: a typed ConfigError before any collective, exit code 2
+    import subprocess
+    import sys
+
+    from .torchrun import REPO, env, free_port
+
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        e = env()
+        e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "mnmg_sampler", "train", "--config", "configs/hetero.yaml",
+             "sampler.fanouts.paper__cite__paper=2,2", f"output.dir={tmp_path}"], cwd=REPO,
+            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for rank, p in enumerate(procs):
+        try:
+            _, err = p.communicate(timeout=180)
+        finally:
+            p.kill()
+        assert p.returncode == 2, err[-2000:]
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert lines[0].startswith(f"[rank{rank}] mnmg-sampler train: error: "
+                                   "sampler.fanouts.paper__cite__paper: not a relation")
+        assert "did you mean paper__cites__paper?" in lines[0]
