@@ -150,11 +150,10 @@ def _check_time(name, b, cols, times, it, seeds, itype):
     assert n_edges > 0
 
 
-def _check_last(b, cols[et], times, et, ei, st, itype):
+def _check_last(b, cols, times, et, ei, st, itype):
     """Hop 1: the edges sampled into each seed along ``et`` are the k latest admissible."""
     if et[2] != itype:
         return
-    cols = g_edge_index[et]
     for s in range(st.size):
         v = b["n_id"][itype][s]
         adm = np.flatnonzero((cols[1] == v) & (times[et] <= st[s]))
