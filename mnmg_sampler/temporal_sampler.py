@@ -1,5 +1,6 @@
-"""Disjoint and temporal multi-hop sampling of a typed graph in one process (PyG's ``disjoint``,
-``time_attr``, ``input_time``, ``temporal_strategy``).
+"""Disjoint and temporal multi-hop sampling of a typed graph (PyG's ``disjoint``, ``time_attr``,
+``input_time``, ``temporal_strategy``), in one process and, through :func:`sample_trees`, over
+ranks (:mod:`mnmg_sampler.distributed.typed_sampler`, in new ids).
 
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
 twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).
@@ -11,7 +12,9 @@ that seed sampled alone with the same key.
 Temporal: every node of tree ``b`` is bounded by the seed's time (``input_time``, default the
 seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`
 (with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
-(as PyG requires).
+(as PyG requires). Over ranks the options travel with each request (``time_attr``,
+``temporal_strategy``, ``disjoint`` of :class:`~mnmg_sampler.hetero_sampler.HeteroSampleRequest`,
+checked by :func:`check_request_time`).
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from .errors import SamplingInputError
 from .hetero_batch import HeteroMiniBatch
 from .ops import temporal as temporal_ops
 from .ops import typed as typed_ops
-from .sampler import renumber_hop
 
-__all__ = ["check_request_time", "check_temporal_options", "check_time_options", "check_tree_ids", "input_times", "mark_trees", "sample_disjoint",
-           "sample_trees", "seed_times"]
+__all__ = ["check_request_time", "check_temporal_options", "check_time_options",
+           "check_tree_ids", "input_times", "mark_trees", "sample_disjoint", "sample_trees",
+           "seed_times"]
 
 TIME_MAX = np.iinfo(np.int64).max
 
@@ -166,9 +169,10 @@ def sample_trees(hop_fn, seeds: list[np.ndarray], requests: Sequence, tables: li
     ``hop_fn(rows, keys, req, fanouts, replace, hop, bounds, last)`` is the typed kernel's
     call (``bounds``, ``last`` as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` takes
     them; ``None`` when no active request has time, ``TIME_MAX`` for the untimed ones);
-    ``tables`` the requests' fanout tables; ``seeds`` are ids of ``hop_fn``'s space (``N = num_nodes`` of them); ``last`` per request
-    or for all: ``"last"`` instead of ``"uniform"``; ``n_hops`` (default: the deepest table)
-    as over ranks, where every rank runs the deepest request of any rank."""
+    ``tables`` are the requests' fanout tables; ``seeds`` ids of ``hop_fn``'s space
+    (``N = num_nodes`` of them); ``last`` per request or for all: ``"last"`` instead of
+    ``"uniform"``; ``n_hops`` (default: the deepest table) is given over ranks, where every
+    rank runs the deepest request of any rank."""
     from .hetero_sampler import multi_hop
 
     N = max(int(num_nodes), 1)

@@ -4,7 +4,8 @@ and every merged request in it, frontier nodes of other parts over the wire.
 Each rank owns one typed part (:mod:`mnmg_sampler.graph.typed_partition`). Per hop, a rank
 splits the frontier of all its requests by owner; its own nodes go straight to the kernel, the
 others to their owners in one exchange: per destination, a header per request (node count, key,
-replace flag, the hop's fanout per relation) then the nodes' new ids. The owner runs **one**
+flags, the hop's fanout per relation) then the nodes' new ids and, when the requester's round has
+time, each node's time bound (:mod:`.typed_time`). The owner runs **one**
 typed kernel call (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`) over its own nodes
 and every node received, keyed on the nodes' internal ids, and sends back per node its count and
 per sampled edge the neighbor's new id, relation and edge id (one more exchange). The requester
@@ -20,6 +21,10 @@ Calls are collective: every rank calls :meth:`DistTypedSampler.sample` the same 
 with any number of requests, including none. The wire words are int64 (the homogeneous path's
 int32 words and padded replies are not used here yet); no shared topology, topology cache or
 CUDA kernel yet.
+
+Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
+:func:`~mnmg_sampler.temporal_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
+bounded by its seed's time), so they equal the one-process temporal sampler's batches too.
 """
 
 from __future__ import annotations
