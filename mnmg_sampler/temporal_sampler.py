@@ -79,6 +79,12 @@ def input_times(t, n: int) -> np.ndarray | None:
     return np.ascontiguousarray(t, dtype=np.int64).ravel()
 
 
+def _untimed_input() -> SamplingInputError:
+    return SamplingInputError("input_time is given but time_attr is not set",
+                              "the times would be ignored and the future sampled",
+                              "pass time_attr (the graph's time name) with input_time")
+
+
 def _no_seed_time() -> SamplingInputError:
     return SamplingInputError("temporal sampling without input_time on a graph with edge "
                               "time only", "the seeds have no time to bound their neighbors",
@@ -104,9 +110,7 @@ def check_time_options(graph, time_attr: str | None, temporal_strategy: str,
     dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint)
     t = input_times(input_time, n)
     if time_attr is None and t is not None:
-        raise SamplingInputError("input_time is given but time_attr is not set",
-                                 "the times would be ignored and the future sampled",
-                                 "pass time_attr (the graph's time name) with input_time")
+        raise _untimed_input()
     if time_attr is not None and t is None and graph.node_time is None:
         raise _no_seed_time()
     return dj
@@ -125,9 +129,7 @@ def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
     g = sampler.graph
     temporal = sampler.time_attr is not None
     if not temporal and any(r.input_time is not None for r in requests):
-        raise SamplingInputError("input_time is given but time_attr is not set",
-                                 "the times would be ignored and the future sampled",
-                                 "pass time_attr (the graph's time name) with input_time")
+        raise _untimed_input()
     seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
     times = [seed_times(g, r, s) if temporal else None for r, s in zip(requests, seeds,
                                                                         strict=True)]

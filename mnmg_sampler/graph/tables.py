@@ -65,25 +65,34 @@ def _delimiter(path: Path, first: str) -> str | None:
     return None  # any whitespace
 
 
-def _bad_row(name: str, lines: list[str], skip: int, delim: str | None, cols: tuple[int, int],
-             err: Exception) -> GraphFormatError:
-    """The first data line whose source or target is not an integer id, as a typed error."""
+def _first_bad_line(lines: list[str], skip: int, delim: str | None, cols: tuple[int, ...],
+                    ok) -> tuple[int, str] | None:
+    """``(line number, text)`` of the first data line whose ``cols`` are not integers passing
+    ``ok(values)``, or ``None``."""
     for no in range(skip, len(lines)):
         body = lines[no].split("#", 1)[0]
         if not body.strip():
             continue
         fields = body.split(delim) if delim else body.split()
         try:
-            vals = [int(fields[c].strip().strip('"')) for c in cols]
+            good = ok([int(fields[c].strip().strip('"')) for c in cols])
         except (ValueError, IndexError):
-            vals = None
-        if vals is None or not all(0 <= v < 2**63 for v in vals):
-            text = lines[no] if len(lines[no]) <= 80 else lines[no][:77] + "..."
-            return GraphFormatError(
-                f"{name}, line {no + 1}: not a source and target integer node id in {text!r}",
-                "the edge table cannot be read",
-                "write integer node ids >= 0 in the source and target columns, one edge per "
-                "line (a header row has no number in it)")
+            good = False
+        if not good:
+            return no + 1, lines[no] if len(lines[no]) <= 80 else lines[no][:77] + "..."
+    return None
+
+
+def _bad_row(name: str, lines: list[str], skip: int, delim: str | None, cols: tuple[int, int],
+             err: Exception) -> GraphFormatError:
+    """The first data line whose source or target is not an integer id, as a typed error."""
+    bad = _first_bad_line(lines, skip, delim, cols, lambda v: all(0 <= x < 2**63 for x in v))
+    if bad is not None:
+        return GraphFormatError(
+            f"{name}, line {bad[0]}: not a source and target integer node id in {bad[1]!r}",
+            "the edge table cannot be read",
+            "write integer node ids >= 0 in the source and target columns, one edge per "
+            "line (a header row has no number in it)")
     return GraphFormatError(f"{name}: {err}", "the edge table cannot be read",
                             "write integer node ids in the source and target columns")
 
@@ -210,22 +219,13 @@ def read_table_times(path: str | PathLike, column: str
 def _bad_time_row(name: str, lines: list[str], skip: int, delim: str | None,
                   cols: tuple[int, ...], column: str) -> GraphFormatError:
     """The first data line without integer ids and an integer time, as a typed error."""
-    for no in range(skip, len(lines)):
-        body = lines[no].split("#", 1)[0]
-        if not body.strip():
-            continue
-        fields = body.split(delim) if delim else body.split()
-        try:
-            vals = [int(fields[c].strip().strip('"')) for c in cols]
-            ok = vals[0] >= 0 and vals[1] >= 0 and all(-2**63 <= v < 2**63 for v in vals)
-        except (ValueError, IndexError):
-            ok = False
-        if not ok:
-            text = lines[no] if len(lines[no]) <= 80 else lines[no][:77] + "..."
-            return GraphFormatError(
-                f"{name}, line {no + 1}: not integer node ids and an integer time in {text!r}",
-                "the edge table cannot be read with time",
-                f"write node ids >= 0 and an integer {column!r} (e.g. Unix seconds) per line")
+    bad = _first_bad_line(lines, skip, delim, cols,
+                          lambda v: v[0] >= 0 and v[1] >= 0 and -2**63 <= v[2] < 2**63)
+    if bad is not None:
+        return GraphFormatError(
+            f"{name}, line {bad[0]}: not integer node ids and an integer time in {bad[1]!r}",
+            "the edge table cannot be read with time",
+            f"write node ids >= 0 and an integer {column!r} (e.g. Unix seconds) per line")
     return GraphFormatError(f"{name}: unreadable edge times", "the edge table cannot be read",
                             f"write integer node ids and an integer {column!r}")
 

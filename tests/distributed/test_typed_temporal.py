@@ -54,6 +54,24 @@ CASES = [("uniform", "hetero", {"time_attr": "time", "temporal_strategy": "unifo
          ("homo", "homo", {"time_attr": "time", "temporal_strategy": "uniform"})]
 
 
+# merged rounds: every rank submits these at once (rank r: those with i % W == r), so one
+# kernel call serves timed, untimed and disjoint requests of several ranks together (W = 2:
+# rank 0's blocks carry no time, rank 1's do)
+MIXED = [{}, {"time_attr": "time"}, {"disjoint": True}, {"time_attr": "time", "last": True},
+         {}, {"time_attr": "time"}, {"disjoint": True}, {"time_attr": "time", "last": True}]
+
+
+def _mixed_request(i: int, opts: dict) -> HeteroSampleRequest:
+    seeds = np.arange(3 * i, 3 * i + 4) % N["a"]
+    kw = {}
+    if "time_attr" in opts:
+        kw = {"input_time": _input_time()[seeds], "time_attr": "time",
+              "temporal_strategy": "last" if opts.get("last") else "uniform"}
+    elif opts.get("disjoint"):
+        kw = {"disjoint": True}
+    return HeteroSampleRequest("a", seeds, NUM, request_key(SEED, 3, i), **kw)
+
+
 def _plain(b) -> dict:
     d = {k: {n: v.numpy() for n, v in getattr(b, k).items()}
          for k in ("n_id", "edge_index", "e_id", "x", "batch")}
@@ -84,6 +102,15 @@ def _ranks(rank, world, dirs):
             loader.set_epoch(EPOCH)
             out[name] = [_plain(b) for b in loader]
         if graph == "hetero":
+            futs = [(i, svc.submit(_mixed_request(i, o))) for i, o in enumerate(MIXED)
+                    if i % world == rank]
+            out["mixed"] = {i: _plain(svc.result(f)) for i, f in futs}
+            bad = _mixed_request(0, MIXED[0])
+            bad.time_attr = "ts"  # not the graph's time: refused when submitted
+            try:
+                svc.result(svc.submit(bad))
+            except SamplingInputError as e:
+                errors.append(str(e).split(".")[0])
             for bad in ({"time_attr": "ts"}, {"time_attr": "time"},  # no node time: input_time
                         {"time_attr": "time", "input_time": np.zeros(3, np.int64)},
                         {"time_attr": "time", "input_time": np.zeros(N["a"])},
@@ -179,4 +206,16 @@ def test_temporal_loader_over_ranks_equals_one_process(tmp_path, world, method):
         times = et if graph == "hetero" else homo_data["node_time"]
         _check_case(name, kw, g, res, world, times, spec["edge_index"])
     for _, errors in res:
-        assert len(errors) == 6, errors  # each bad argument: a typed error on every rank
+        assert len(errors) == 7, errors  # each bad argument: a typed error on every rank
+    mixed = {i: b for out, _ in res for i, b in out["mixed"].items()}
+    assert sorted(mixed) == list(range(len(MIXED)))
+    for i, o in enumerate(MIXED):
+        r = _mixed_request(i, o)
+        opts = {"time_attr": r.time_attr, "temporal_strategy": r.temporal_strategy,
+                "disjoint": r.disjoint}
+        r.time_attr, r.temporal_strategy, r.disjoint = None, "uniform", None
+        want = _plain(HeteroSampler(hetero, SEED, **opts).sample([r])[0])
+        for key in ("n_id", "edge_index", "e_id", "batch"):
+            assert mixed[i][key].keys() == want[key].keys(), (i, key)
+            for k in want[key]:
+                np.testing.assert_array_equal(mixed[i][key][k], want[key][k])

@@ -115,3 +115,30 @@ def test_split_edges_by_time_arrays_and_errors():
         temporal_edge_split(t, [0.5, -0.1, 0.1])
     with pytest.raises(GraphFormatError):
         temporal_edge_split(np.full(5, np.nan), [0.8, 0.1, 0.1])
+
+
+def test_cli_partition_reads_the_time_column(tmp_path, capsys):
+    from mnmg_sampler.cli import main
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    src, dst, t = _edges()
+    p = tmp_path / "e.csv"
+    p.write_text("src,dst,ts\n" + "".join(f"{s},{d},{x}\n" for s, d, x in
+                                          zip(src, dst, t, strict=True)))
+    with pytest.raises(SystemExit) as ei:
+        main(["partition", str(p), "--time-column", "ts", "--parts", "2", "--method", "random",
+              "--out", str(tmp_path / "parts")])
+    assert ei.value.code == 0, capsys.readouterr()
+    seen = []
+    for r in range(2):
+        part = load_partition(tmp_path / "parts", r, 2)
+        assert part.typed.time_attr == "ts"
+        e = np.asarray(part.edge_ids)
+        np.testing.assert_array_equal(np.asarray(part.typed.edge_time), t[e])
+        seen.append(e)
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(t.size))
+    with pytest.raises(SystemExit) as ei:  # a typed error, not a traceback
+        main(["partition", str(p), "--time-column", "when", "--parts", "2", "--method",
+              "random", "--out", str(tmp_path / "p2")])
+    assert ei.value.code != 0
+    assert "no column 'when'" in capsys.readouterr().err
