@@ -42,7 +42,13 @@ from ..hetero_batch import HeteroMiniBatch
 from ..hetero_sampler import HeteroSampleRequest, assemble_batch, fanout_table, multi_hop
 from ..ops import typed as typed_ops
 from ..sampler import check_seed
-from ..temporal_sampler import check_request_time, mark_trees, sample_trees, seed_times
+from ..temporal_sampler import (
+    check_request_time,
+    check_tree_ids,
+    mark_trees,
+    sample_trees,
+    seed_times,
+)
 from .collective import Exchanger, raise_agreed
 from .consistency import check_same_partitioning
 from .id_maps import IdMaps
@@ -119,7 +125,8 @@ class DistTypedSampler:
                                      f"{r.input_type} nodes", consequence,
                                      f"pass {r.input_type} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
-        check_request_time(self.graph, r)
+        if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
+            check_tree_ids(r.seeds.size, int(np.asarray(self.part.boundaries)[-1]))
 
     def round_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
         """Local half of a round's agreement: ``([error, deepest request], error or None)``,
