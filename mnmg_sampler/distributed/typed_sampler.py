@@ -285,7 +285,7 @@ class DistTypedSampler:
         seeds = self.ids.to_new_many(internal)  # collective
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
         trees, times = None, None
-        if any(r.time_attr is not None or r.disjoint for r in requests):
+        if any(_grows_trees(r) for r in requests):
             got, trees, times = self._sample_trees(requests, seeds, tables, hops)
         else:
             got = multi_hop(self._hop, seeds, tables, requests, hops, len(tp.edge_types))
@@ -294,7 +294,7 @@ class DistTypedSampler:
                for r, nid, (_, n, e) in zip(requests, nids, got, strict=True)]
         if trees is not None:
             for b, r, tree, nid, t in zip(out, requests, trees, nids, times, strict=True):
-                if r.time_attr is not None or r.disjoint:
+                if _grows_trees(r):
                     mark_trees(b, tree, nid, tp.node_types, tp.node_type_offset, t)
         if self.features:
             self._fetch_rows([g[0] for g in got], nids, out)
@@ -306,7 +306,7 @@ class DistTypedSampler:
         bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
         times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
                  for r, s in zip(requests, seeds, strict=True)]
-        disjoint = [r.time_attr is not None or bool(r.disjoint) for r in requests]
+        disjoint = [_grows_trees(r) for r in requests]
         last = [r.temporal_strategy == "last" for r in requests]
         n = int(np.asarray(self.part.boundaries)[-1])
         got = sample_trees(self._hop, seeds, requests, tables, times, disjoint, last, n,
@@ -364,6 +364,11 @@ class DistTypedSampler:
                 rows[remote] = back.view(src.dtype).reshape(-1, *src.shape[1:])
             res[k] = rows[inv]
         return res
+
+
+def _grows_trees(r: HeteroSampleRequest) -> bool:
+    """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
+    return r.time_attr is not None or bool(r.disjoint)
 
 
 def _bounds_of(rows: list, bnds: list, lasts: list) -> tuple:
