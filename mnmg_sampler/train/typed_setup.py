@@ -96,15 +96,16 @@ def typed_meta(cfg: JobConfig) -> TypedMeta | None:
     graph's comes without building it; a file is read."""
     spec = parse_dataset_name(cfg.dataset.name)
     if spec.kind == "typed-sbm":
-        from ..graph.typed_generate import typed_sbm_metadata
+        from ..graph.typed_generate import FEATURE_DIM, typed_sbm_metadata
 
         counts, ets = typed_sbm_metadata(spec.papers, spec.classes)
-        from ..graph.typed_generate import FEATURE_DIM
-
         return TypedMeta(counts, ets, {"paper": FEATURE_DIM}, ["paper"])
-    if not dataset_is_typed(cfg):
+    if spec.kind != "path":
         return None
-    return meta_of_graph(load_typed_dataset(cfg))
+    from ..graph.typed_io import typed_graph_at
+
+    g = typed_graph_at(spec.path)  # None: a homogeneous file
+    return None if g is None else meta_of_graph(g)
 
 
 _HOMOGENEOUS_ONLY = (
