@@ -185,3 +185,19 @@ def test_split_from_the_input_types_masks(tmp_path):
     rand = typed_node_split(tmp_path / "p", "author", cfg)  # no masks of author
     ids = np.concatenate([rand[k].ids(np.arange(len(rand[k]))) for k in ("train", "val", "test")])
     assert sorted(ids.tolist()) == list(range(7))
+
+
+def test_ogb_hetero_directory_is_a_typed_dataset(tmp_path, capsys):
+    from tests.unit.test_typed_graph import _ogb_dir
+
+    root = _ogb_dir(tmp_path / "mag")
+    cfg = _cfg(f"dataset.name={root}", "sampler.fanouts=[2, 2]")
+    meta = typed_meta(cfg)
+    assert meta.num_nodes == {"author": 5, "paper": 8}
+    assert meta.x_dims["author"] == 3 and meta.labelled == ["paper"]
+    assert check_typed_job(cfg, meta) == "paper"
+    with pytest.raises(SystemExit) as e:  # check_paths takes the directory, then the checks
+        cli.main(["validate", "-q", str(HETERO), f"dataset.name={root}",
+                  "sampler.fanouts=[2, 2]", "sampler.input_type=venue"])
+    assert e.value.code == 2
+    assert "sampler.input_type: node type 'venue' is not in the graph" in capsys.readouterr().err
