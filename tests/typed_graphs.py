@@ -27,3 +27,21 @@ def typed_spec(seed: int = 0) -> dict:
         "masks": {"paper": {"train": np.arange(31) < 20, "test": np.arange(31) >= 25}},
         "edge_weight": {("paper", "cites", "paper"): g.random(90).astype(np.float32) + 0.1},
     }
+
+
+def link_spec(seed: int = 0) -> dict:
+    """A user-item graph for link tests: ``rates`` and its PyG reverse ``rev_rates`` (the same
+    edges flipped), a user-user relation, features on both types, labels on users."""
+    g = np.random.default_rng(seed)
+    n = {"movie": 19, "user": 27}
+    rates = np.stack([g.integers(0, 27, 110), g.integers(0, 19, 110)])
+    return {
+        "num_nodes": n,
+        "edge_index": {("user", "rates", "movie"): rates,
+                       ("movie", "rev_rates", "user"): rates[::-1].copy(),
+                       ("user", "follows", "user"): np.stack([g.integers(0, 27, 60),
+                                                              g.integers(0, 27, 60)])},
+        "x": {"user": g.random((27, 3), dtype=np.float32),
+              "movie": g.random((19, 5), dtype=np.float32)},
+        "y": {"user": g.integers(0, 2, 27)},
+    }
