@@ -14,7 +14,7 @@ partitioning and merge pattern.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ import torch
 from .batch import LinkMiniBatch
 from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
-from .link_sampler import LinkPlan, NegativeSampling, build_link_request, finish_link_batch
+from .link_sampler import NegativeSampling, build_link_request, finish_link_batch
 from .loader import batch_positions, check_batching, num_global_batches
 from .sampler import check_fanouts, renumbered_ids
 

@@ -12,8 +12,11 @@ import torch
 from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.hetero_batch import HeteroLinkMiniBatch
-from mnmg_sampler.hetero_link_sampler import (build_typed_link_request, finish_typed_link_batch,
-                                              reverse_relation)
+from mnmg_sampler.hetero_link_sampler import (
+    build_typed_link_request,
+    finish_typed_link_batch,
+    reverse_relation,
+)
 from mnmg_sampler.hetero_sampler import HeteroSampler
 from mnmg_sampler.loader import global_batches
 from mnmg_sampler.ops.negative import NEG_SRC_HOP, NegativeSampling, negative_candidates
