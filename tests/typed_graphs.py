@@ -45,3 +45,55 @@ def link_spec(seed: int = 0) -> dict:
               "movie": g.random((19, 5), dtype=np.float32)},
         "y": {"user": g.integers(0, 2, 27)},
     }
+
+
+def take_all(data, seed_dict: dict, hops: int):
+    """A PyG ``HeteroSamplerOutput`` taking every neighbor of ``seed_dict``'s nodes (per type,
+    first in ``node``) for ``hops`` hops: a reference sampler for PyG's own loaders, which need
+    pyg-lib or torch-sparse for theirs; with all neighbors the subgraph is fixed, so outputs can
+    be compared as sets."""
+    import torch
+    from torch_geometric.sampler import HeteroSamplerOutput
+
+    nodes = {t: [] for t in data.node_types}
+    index = {t: {} for t in data.node_types}
+    rows = {et: [] for et in data.edge_types}
+    cols = {et: [] for et in data.edge_types}
+    eids = {et: [] for et in data.edge_types}
+    n_nodes = {t: [0] * (hops + 1) for t in data.node_types}
+    n_edges = {et: [0] * hops for et in data.edge_types}
+    for t, seeds in seed_dict.items():
+        for v in seeds.tolist():
+            index[t][v] = len(nodes[t])
+            nodes[t].append(v)
+        n_nodes[t][0] = len(nodes[t])
+    frontier = {t: list(nodes[t]) for t in data.node_types}
+    for h in range(hops):
+        new = {t: [] for t in data.node_types}
+        for et in data.edge_types:
+            s, _, d = et
+            src, dst = data[et].edge_index
+            for v in frontier[d]:
+                for e in torch.nonzero(dst == v).flatten().tolist():
+                    u = int(src[e])
+                    if u not in index[s]:
+                        index[s][u] = len(nodes[s])
+                        nodes[s].append(u)
+                        new[s].append(u)
+                    rows[et].append(index[s][u])
+                    cols[et].append(index[d][v])
+                    eids[et].append(e)
+                    n_edges[et][h] += 1
+        for t in data.node_types:
+            n_nodes[t][h + 1] = len(new[t])
+        frontier = new
+
+    def as_t(a):
+        return torch.tensor(a, dtype=torch.long)
+
+    return HeteroSamplerOutput(
+        node={t: as_t(v) for t, v in nodes.items()},
+        row={et: as_t(v) for et, v in rows.items()},
+        col={et: as_t(v) for et, v in cols.items()},
+        edge={et: as_t(v) for et, v in eids.items()},
+        num_sampled_nodes=n_nodes, num_sampled_edges=n_edges)

@@ -16,8 +16,7 @@ from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.hetero_batch import HeteroLinkMiniBatch
 
 from ..typed_graphs import link_spec
-from ..unit.test_hetero_link import CASES, FAN, RATES, SEED, check_invariants, reference, \
-    seed_edges
+from ..unit.test_hetero_link import CASES, FAN, RATES, SEED, check_invariants, reference, seed_edges
 from .harness import run_ranks
 
 

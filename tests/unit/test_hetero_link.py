@@ -22,7 +22,7 @@ from mnmg_sampler.loader import global_batches
 from mnmg_sampler.ops.negative import NEG_SRC_HOP, NegativeSampling, negative_candidates
 from mnmg_sampler.ops.rng import request_key
 
-from ..typed_graphs import link_spec
+from ..typed_graphs import link_spec, take_all
 
 RATES = ("user", "rates", "movie")
 REV = ("movie", "rev_rates", "user")
@@ -202,92 +202,24 @@ def test_reverse_relation_errors():
 
 pyg = pytest.importorskip("torch_geometric")
 
-
-def _hetero_data(spec):
-    from torch_geometric.data import HeteroData
-
-    d = HeteroData()
-    for t, n in spec["num_nodes"].items():
-        d[t].num_nodes = n
-        if t in spec["x"]:
-            d[t].x = torch.from_numpy(spec["x"][t])
-        if t in spec["y"]:
-            d[t].y = torch.from_numpy(spec["y"][t])
-    for et, ei in spec["edge_index"].items():
-        d[et].edge_index = torch.from_numpy(ei)
-    return d
+from .test_hetero_sampler import _attrs, _edges, _hetero_data  # noqa: E402
 
 
 def _full_link_sampler(data, hops):
     """PyG's ``edge_sample`` (negatives, seed_dict, link metadata) around a sampler taking
     every neighbor for ``hops`` hops (PyG's own needs pyg-lib or torch-sparse)."""
-    from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput
+    from torch_geometric.sampler import BaseSampler
     from torch_geometric.sampler.neighbor_sampler import edge_sample
-
-    def sample_nodes(seed_dict, _time=None):
-        nodes = {t: [] for t in data.node_types}
-        index = {t: {} for t in data.node_types}
-        rows = {et: [] for et in data.edge_types}
-        cols = {et: [] for et in data.edge_types}
-        eids = {et: [] for et in data.edge_types}
-        n_nodes = {t: [0] * (hops + 1) for t in data.node_types}
-        n_edges = {et: [0] * hops for et in data.edge_types}
-        for t, seeds in seed_dict.items():
-            for v in seeds.tolist():
-                index[t][v] = len(nodes[t])
-                nodes[t].append(v)
-            n_nodes[t][0] = len(nodes[t])
-        frontier = {t: list(nodes[t]) for t in data.node_types}
-        for h in range(hops):
-            new = {t: [] for t in data.node_types}
-            for et in data.edge_types:
-                s, _, d = et
-                src, dst = data[et].edge_index
-                for v in frontier[d]:
-                    for e in torch.nonzero(dst == v).flatten().tolist():
-                        u = int(src[e])
-                        if u not in index[s]:
-                            index[s][u] = len(nodes[s])
-                            nodes[s].append(u)
-                            new[s].append(u)
-                        rows[et].append(index[s][u])
-                        cols[et].append(index[d][v])
-                        eids[et].append(e)
-                        n_edges[et][h] += 1
-            for t in data.node_types:
-                n_nodes[t][h + 1] = len(new[t])
-            frontier = new
-
-        def as_t(a):
-            return torch.tensor(a, dtype=torch.long)
-
-        return HeteroSamplerOutput(
-            node={t: as_t(v) for t, v in nodes.items()},
-            row={et: as_t(v) for et, v in rows.items()},
-            col={et: as_t(v) for et, v in cols.items()},
-            edge={et: as_t(v) for et, v in eids.items()},
-            num_sampled_nodes=n_nodes, num_sampled_edges=n_edges)
 
     class FullLink(BaseSampler):
         def sample_from_nodes(self, inputs, **kw):
             raise NotImplementedError
 
         def sample_from_edges(self, inputs, neg_sampling=None):
-            return edge_sample(inputs, sample_nodes, dict(data.num_nodes_dict), False, None,
-                               neg_sampling)
+            return edge_sample(inputs, lambda seeds, _time: take_all(data, seeds, hops),
+                               dict(data.num_nodes_dict), False, None, neg_sampling)
 
     return FullLink()
-
-
-def _attrs(store):
-    return {k: (v.dtype if torch.is_tensor(v) else type(v)) for k, v in store.items()}
-
-
-def _edges(b, et):
-    s, _, d = et
-    ei, e = b[et].edge_index, b[et].e_id
-    return set(zip(b[s].n_id[ei[0]].tolist(), b[d].n_id[ei[1]].tolist(), e.tolist(),
-                   strict=True))
 
 
 @pytest.mark.parametrize("mode", [None, "binary", "triplet"])
