@@ -14,7 +14,7 @@ partitioning and merge pattern.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -94,7 +94,7 @@ class DistLinkNeighborLoader(EpochCursor):
 
     _seeds_word = _seeds_fix = "seed edges"
 
-    def __init__(self, service, num_neighbors, edge_label_index,
+    def __init__(self, service, num_neighbors: Sequence[int] | Mapping, edge_label_index,
                  edge_label=None, batch_size: int = 1, shuffle: bool = False,
                  drop_last: bool = False, neg_sampling=None,
                  neg_sampling_ratio: float | None = None, exclude_seed_edges: bool = False,
