@@ -31,7 +31,7 @@ import torch
 from .errors import GraphFormatError, SamplingInputError
 from .hetero_batch import EdgeType, HeteroLinkMiniBatch, HeteroMiniBatch
 from .hetero_sampler import HeteroSampleRequest
-from .ops.negative import NEG_SRC_HOP, NegativeSampling, sample_negatives
+from .ops.negative import NEG_SRC_HOP, KnownFn, NegativeSampling, sample_negatives
 from .sampler import request_key
 
 __all__ = ["HeteroLinkPlan", "build_typed_link_request", "finish_typed_link_batch",
@@ -55,21 +55,29 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
                              edge_label: np.ndarray | None, pos: np.ndarray, *, g: int,
                              epoch: int, seed: int, num_neighbors: Sequence[int] | Mapping,
                              replace: bool, num_src_nodes: int, num_dst_nodes: int,
-                             neg: NegativeSampling | None) -> HeteroLinkPlan:
-    """Draw the negatives of global batch ``g`` and form its typed node request (step 1)."""
+                             neg: NegativeSampling | None, known: KnownFn | None = None,
+                             more=None) -> HeteroLinkPlan:
+    """Draw the negatives of global batch ``g`` and form its typed node request (step 1).
+
+    With ``reject_known``, ``known(src ids, dst ids)`` (per-type ids; in a distributed loader
+    a collective exchange to the destinations' owners, ``more`` its agreement) tells which
+    candidates are edges of the relation; a rejected destination is drawn again (a binary
+    negative's drawn source is kept)."""
     key = request_key(seed, epoch, g)
     src = edge_label_index[0, pos]
     dst = edge_label_index[1, pos]
     srcs, dsts = src, dst
     if neg is not None:
-        negs = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
-                                num_nodes=num_dst_nodes, max_attempts=neg.max_attempts)
-        dsts = np.concatenate([dst, negs.ravel()])
+        neg_src = None
         if neg.mode == "binary":
             neg_src = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
-                                       num_nodes=num_src_nodes, max_attempts=neg.max_attempts,
-                                       hop=NEG_SRC_HOP)
+                                       num_nodes=num_src_nodes, hop=NEG_SRC_HOP)
             srcs = np.concatenate([src, neg_src.ravel()])
+        negs = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
+                                num_nodes=num_dst_nodes,
+                                known=known if neg.reject_known else None, more=more,
+                                max_attempts=neg.max_attempts, draw_src=neg_src)
+        dsts = np.concatenate([dst, negs.ravel()])
     s_type, _, d_type = edge_type
     if s_type != d_type:
         s_seeds, s_loc = np.unique(srcs, return_inverse=True)

@@ -72,8 +72,9 @@ class DistLinkNeighborLoader(EpochCursor):
     ``(edge_type, [2, E] per-type ids)``, ``num_neighbors`` a list (every relation) or a dict
     per edge type, and negatives are drawn on the relation's types (binary: a random source of
     type ``S`` and destination of type ``D``; triplet: destinations of type ``D``); construction
-    is collective on the default group (a bad argument on any rank raises on every rank), and
-    ``reject_known`` and ``exclude_reverse_edges`` are refused. Each item is then a
+    is collective on the default group (a bad argument on any rank raises on every rank),
+    ``reject_known`` asks the destination's owner about the target relation only, and
+    ``exclude_reverse_edges`` is refused. Each item is then a
     :class:`~mnmg_sampler.hetero_batch.HeteroLinkMiniBatch`.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
@@ -129,10 +130,6 @@ class DistLinkNeighborLoader(EpochCursor):
             label = self._labels(edge_label, eli, neg)
             check_batching(batch_size, prefetch)
             reject = neg is not None and neg.reject_known
-            if reject and typed is not None:
-                raise SamplingInputError("reject_known is not supported on typed graphs yet",
-                                         "negatives cannot be checked against a relation",
-                                         "use reject_known=False")
             if reject and part is None:
                 raise SamplingInputError("reject_known needs this rank's partition (part=...)",
                                          "known edges cannot be looked up",
@@ -163,8 +160,9 @@ class DistLinkNeighborLoader(EpochCursor):
             if membership_group is None:
                 membership_group = dist.new_group(backend=dist.get_backend())
             # the sampler's id map shards, shared (no second copy, no second build)
-            self.membership = EdgeMembership(part, membership_group,
-                                             getattr(service.sampler, "ids", None))
+            self.membership = EdgeMembership(
+                part, membership_group, getattr(service.sampler, "ids", None),
+                relation=None if typed is None else list(typed.edge_types).index(self.edge_type))
         self._init_cursor()
 
     def _homogeneous_index(self, edge_label_index, reverse_edge_type) -> np.ndarray:
@@ -231,15 +229,24 @@ class DistLinkNeighborLoader(EpochCursor):
         :class:`LinkPlan`, or on a typed graph a
         :class:`~mnmg_sampler.hetero_link_sampler.HeteroLinkPlan`."""
         epoch = self.epoch if epoch is None else epoch
+        m = self.membership
         if self._typed:
             from .hetero_link_sampler import build_typed_link_request
+
+            known = None
+            if m is not None:  # per-type ids -> internal ids, asked of the owners
+                tp = self.service.sampler.tp
+                off_s, off_d = (int(tp.node_type_offset[tp.node_types.index(t)])
+                                for t in (self.edge_type[0], self.edge_type[2]))
+
+                def known(s, d):
+                    return m.known(s + off_s, d + off_d)
 
             return build_typed_link_request(
                 self.edge_type, self.edge_label_index, self.edge_label, pos, g=g, epoch=epoch,
                 seed=self.seed, num_neighbors=self.num_neighbors, replace=self.replace,
                 num_src_nodes=self._num_src_dst[0], num_dst_nodes=self._num_src_dst[1],
-                neg=self.neg)
-        m = self.membership
+                neg=self.neg, known=known, more=None if m is None else m.any)
         return build_link_request(self.edge_label_index, self.edge_label, pos, g=g,
                                   epoch=epoch, seed=self.seed,
                                   num_neighbors=self.num_neighbors, replace=self.replace,

@@ -111,7 +111,8 @@ def negative_candidates(seed: int, key: int, pos_index: np.ndarray, slot: np.nda
 def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: int,
                      amount: int, num_nodes: int, known: KnownFn | None = None,
                      more: Callable[[bool], bool] | None = None,
-                     max_attempts: int = 64, hop: int = NEG_HOP) -> np.ndarray:
+                     max_attempts: int = 64, hop: int = NEG_HOP,
+                     draw_src: np.ndarray | None = None) -> np.ndarray:
     """Negative destinations ``[P, amount]`` for positives with sources ``src`` at positions
     ``pos_index``.
 
@@ -124,12 +125,15 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
             on every rank together, as the attempt count is agreed).
         hop: the stream's hop counter (:data:`NEG_SRC_HOP` draws a typed graph's random
             sources of binary negatives).
+        draw_src: ``[P, amount]`` source of each draw for ``known`` (a typed graph's binary
+            negatives, whose sources are drawn too); default the positive's ``src``.
     """
     src = np.ascontiguousarray(src, np.int64)
     pos_index = np.ascontiguousarray(pos_index, np.int64)
     total = src.size * amount
     flat_pos = np.repeat(pos_index, amount)
-    flat_src = np.repeat(src, amount)
+    flat_src = np.repeat(src, amount) if draw_src is None else \
+        np.ascontiguousarray(draw_src, np.int64).ravel()
     flat_draw = np.tile(np.arange(amount, dtype=np.int64), src.size)
     out = np.empty(total, np.int64)
     pend = np.arange(total, dtype=np.int64)
@@ -179,3 +183,15 @@ def csr_has_edges(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
     out = np.empty(rows.size, np.uint8)
     _has_edges(indptr, indices, rows, np.ascontiguousarray(nbrs, np.int64), out)
     return out.astype(bool)
+
+
+def typed_has_edges(graph, relation: int, rows: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
+    """Whether ``nbrs[i] -> rows[i]`` is an edge of relation ``relation`` of a
+    :class:`~mnmg_sampler.graph.typed.TypedGraph` (``rows`` in the graph's row space, of the
+    relation's destination type: internal ids of a whole graph, local rows of a part): a scan
+    of the row's segment of that relation."""
+    t = int(graph.rel_dst[relation])
+    lo, hi = int(graph.rel_offset[t]), int(graph.rel_offset[t + 1])
+    rows = np.ascontiguousarray(rows, np.int64)
+    segs = graph.seg_base[t] + (rows - graph.node_type_offset[t]) * (hi - lo) + (relation - lo)
+    return csr_has_edges(graph.indptr, graph.indices, segs, nbrs)

@@ -1,7 +1,8 @@
 """DistLinkNeighborLoader on typed parts, real gloo ranks: every batch equals the single-process
 reference (so batches are identical for W = 1, 2, 3 and any partitioning), every seed edge once
 per epoch, sampled edges exist in their relation, no seed edge nor its reverse with
-exclude_seed_edges, negatives on the destination type; bad arguments are typed errors on every
+exclude_seed_edges, negatives on the destination type and, with reject_known (asked of the
+destinations' owners), none an edge of the relation; bad arguments are typed errors on every
 rank, also when only one rank passes them. One spawn per world size keeps the CI time small."""
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _errors(svc, rank, eli):
              ({"reverse_edge_type": ("movie", "rev_likes", "user")}, "not a relation"),
              ({"reverse_edge_type": ("user", "follows", "user")}, "does not go from"),
              ({"exclude_reverse_edges": True}, "homogeneous"),
-             ({"neg_sampling": {"mode": "binary", "reject_known": True}}, "reject_known"),
+             ({"neg_sampling": {"mode": "binary", "reject_known": True}}, "part="),
              ({"num_neighbors": {RATES: [2]}}, "no fanouts"),
              ({"edge_label_index": (RATES, bad_range if rank == 1 else eli)}, "rank 1|out of")]
     got = []
@@ -69,11 +70,12 @@ def _run(rank, world, d, eli, label, opts, epochs, errors):
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.link_loader import DistLinkNeighborLoader
 
-    svc = SamplingService(load_partition(d, rank, world), seed=SEED)
+    part = load_partition(d, rank, world)
+    svc = SamplingService(part, seed=SEED)
     errs = _errors(svc, rank, eli) if errors else []
     loader = DistLinkNeighborLoader(svc, FAN, (RATES, torch.from_numpy(eli)),
                                     edge_label=None if label is None else torch.from_numpy(label),
-                                    batch_size=8, seed=SEED, **opts)
+                                    batch_size=8, seed=SEED, part=part, **opts)
     out = []
     for e in epochs:
         loader.set_epoch(e)
@@ -81,7 +83,8 @@ def _run(rank, world, d, eli, label, opts, epochs, errors):
             b.to_pyg()  # PyG's layout (compared with PyG's loader in the unit tests)
             out.append((e, {f.name: _plain(getattr(b, f.name)) for f in fields(b)}))
     svc.shutdown()
-    return out, len(loader), errs
+    calls = 0 if loader.membership is None else loader.membership.calls
+    return out, len(loader), errs, calls
 
 
 @pytest.mark.parametrize("world, method, case, errors", [
@@ -107,7 +110,9 @@ def test_typed_link_loader_equals_single_process(tmp_path, world, method, case, 
         for a, b in zip(mine, want, strict=True):
             assert a.equal(b)
         check_invariants(spec, RATES, eli, mine, opts)
-    for _, _, errs in res:  # every bad argument a typed error on every rank
+    if opts["neg_sampling"].get("reject_known"):
+        assert all(r[3] > 0 for r in res)  # every rank joined the membership exchanges
+    for _, _, errs, _ in res:  # every bad argument a typed error on every rank
         for got in errs:
             assert got is not None
             match, msg = got

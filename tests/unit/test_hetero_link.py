@@ -19,7 +19,12 @@ from mnmg_sampler.hetero_link_sampler import (
 )
 from mnmg_sampler.hetero_sampler import HeteroSampler
 from mnmg_sampler.loader import global_batches
-from mnmg_sampler.ops.negative import NEG_SRC_HOP, NegativeSampling, negative_candidates
+from mnmg_sampler.ops.negative import (
+    NEG_SRC_HOP,
+    NegativeSampling,
+    negative_candidates,
+    typed_has_edges,
+)
 from mnmg_sampler.ops.rng import request_key
 
 from ..typed_graphs import link_spec, take_all
@@ -45,6 +50,8 @@ def reference(spec, et, eli, label, opts, epoch: int, world: int, *, fan=FAN, se
     lab = None if label is None else (label + 1 if neg is not None and label.min() == 0
                                       else label)
     rev = reverse_relation(et, g.edge_types, opts.get("reverse_edge_type", "auto"))
+    r = list(g.edge_types).index(et)
+    off_s, off_d = (int(g.node_type_offset[g.type_index(t)]) for t in (et[0], et[2]))
     sampler = HeteroSampler(g, seed)
     out = []
     for gi, pos in enumerate(global_batches(eli.shape[1], batch, world,
@@ -53,7 +60,9 @@ def reference(spec, et, eli, label, opts, epoch: int, world: int, *, fan=FAN, se
         plan = build_typed_link_request(et, eli, lab, pos, g=gi, epoch=epoch, seed=seed,
                                         num_neighbors=fan, replace=False,
                                         num_src_nodes=g.num_nodes_of(et[0]),
-                                        num_dst_nodes=g.num_nodes_of(et[2]), neg=neg)
+                                        num_dst_nodes=g.num_nodes_of(et[2]), neg=neg,
+                                        known=lambda s, d: typed_has_edges(g, r, d + off_d,
+                                                                           s + off_s))
         mb = sampler.sample([plan.request])[0]
         out.append(finish_typed_link_batch(mb, plan,
                                            exclude_seed_edges=opts.get("exclude_seed_edges",
@@ -71,7 +80,8 @@ def check_invariants(spec, et, eli, batches, opts, rev=REV, rev_excluded: bool =
     neg = NegativeSampling.cast(opts.get("neg_sampling"))
     used = np.concatenate([b.input_id.numpy() for b in batches])
     assert np.array_equal(np.sort(used), np.arange(eli.shape[1]))  # every seed edge once
-    seen = {"seed": 0, "reverse": 0}
+    seen = {"seed": 0, "reverse": 0, "negative_edges": 0}
+    edges = set(zip(*spec["edge_index"][et].tolist(), strict=True))
     for b in batches:
         nid = {t: v.numpy() for t, v in b.n_id.items()}
         for r, ei in b.edge_index.items():  # every sampled edge exists in its relation
@@ -92,11 +102,13 @@ def check_invariants(spec, et, eli, batches, opts, rev=REV, rev_excluded: bool =
             dn = b.dst_neg_index.reshape(P, -1)
             assert dn.shape[1] == neg.amount
             srcs, dsts = src, np.concatenate([dst, nid[d_t][dn.numpy()].ravel()])
+            negs = zip(np.repeat(src, neg.amount).tolist(), dsts[P:].tolist(), strict=True)
         else:
             srcs, dsts = src, dst
             if neg is not None:
                 assert src.size == dst.size == P * (1 + neg.amount)
                 assert torch.equal(b.edge_label[P:], torch.zeros(P * neg.amount))
+                negs = zip(src[P:].tolist(), dst[P:].tolist(), strict=True)
         if s_t != d_t:
             for t, ends in ((s_t, srcs), (d_t, dsts)):
                 k = b.num_sampled_nodes[t][0]
@@ -105,6 +117,8 @@ def check_invariants(spec, et, eli, batches, opts, rev=REV, rev_excluded: bool =
             k = b.num_sampled_nodes[s_t][0]
             assert np.array_equal(nid[s_t][:k], np.unique(np.concatenate([srcs, dsts])))
         assert ((dsts >= 0) & (dsts < n[d_t])).all()  # negatives: of the destination type
+        if neg is not None:
+            seen["negative_edges"] += sum(e in edges for e in negs)
         got = set(zip(nid[s_t][b.edge_index[et][0].numpy()].tolist(),
                       nid[d_t][b.edge_index[et][1].numpy()].tolist(), strict=True))
         back = set() if rev is None else set(zip(
@@ -115,15 +129,18 @@ def check_invariants(spec, et, eli, batches, opts, rev=REV, rev_excluded: bool =
             seen["reverse"] += (d, s) in back
     if opts.get("exclude_seed_edges"):
         assert seen["seed"] == 0 and (not rev_excluded or seen["reverse"] == 0)
+    if neg is not None and neg.reject_known:  # no negative is an edge of the relation
+        assert seen["negative_edges"] == 0
     return seen
 
 
 CASES = {
     "none": {},
     "binary": {"neg_sampling": {"mode": "binary", "amount": 2}, "shuffle": True},
-    "triplet_exclude": {"neg_sampling": {"mode": "triplet", "amount": 3},
+    "triplet_exclude": {"neg_sampling": {"mode": "triplet", "amount": 3, "reject_known": True},
                         "exclude_seed_edges": True},
-    "binary_exclude": {"neg_sampling": "binary", "exclude_seed_edges": True, "shuffle": True},
+    "binary_exclude": {"neg_sampling": {"mode": "binary", "reject_known": True},
+                       "exclude_seed_edges": True, "shuffle": True},
 }
 
 
@@ -137,6 +154,13 @@ def test_invariants_in_one_process(case):
     seen = check_invariants(spec, RATES, eli, batches, opts)
     if not opts.get("exclude_seed_edges"):  # exclusion is not vacuous: they are sampled
         assert seen["seed"] > 0 and seen["reverse"] > 0
+    if case in ("binary", "triplet_exclude", "binary_exclude"):  # rejection is not vacuous:
+        # the same draws without it hit edges of the relation (about 20% of the pairs)
+        plain = {k: v for k, v in opts.items()}
+        plain["neg_sampling"] = NegativeSampling.cast(opts["neg_sampling"]).__dict__ | {
+            "reject_known": False}
+        free = reference(spec, RATES, eli, label, plain, epoch=1, world=2)
+        assert check_invariants(spec, RATES, eli, free, plain)["negative_edges"] > 0
     if case == "binary":  # labels 0/1 become 1/2, negatives 0
         lab = np.concatenate([b.edge_label.numpy()[:b.input_id.numel()] for b in batches])
         ids = np.concatenate([b.input_id.numpy() for b in batches])
