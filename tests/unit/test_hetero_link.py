@@ -212,6 +212,19 @@ def test_one_type_relation_and_explicit_reverse():
         assert (seen["reverse"] == 0) == (rev is not None)
 
 
+def test_link_requests_are_not_sampled_disjoint():
+    """Seeds of two types grow no disjoint trees here: a typed error, not a wrong batch."""
+    from mnmg_sampler.hetero_sampler import HeteroSampleRequest
+
+    g = typed_graph(link_spec())
+    req = HeteroSampleRequest("user", [1, 2], [2], 0, other_seeds={"movie": [3]})
+    assert HeteroSampler(g).sample([req])[0].num_sampled_nodes["movie"][0] == 1
+    with pytest.raises(SamplingInputError, match="several node types"):
+        HeteroSampler(g, disjoint=True).sample([req])
+    with pytest.raises(SamplingInputError, match="repeats the input type"):
+        HeteroSampleRequest("user", [1], [2], 0, other_seeds={"user": [3]})
+
+
 def test_reverse_relation_errors():
     g = typed_graph(link_spec())
     with pytest.raises(SamplingInputError, match="not a relation"):
