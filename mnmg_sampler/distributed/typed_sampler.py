@@ -114,17 +114,21 @@ class DistTypedSampler:
                 f"a {type(r).__name__} was sent to the sampler of a typed graph", consequence,
                 "send HeteroSampleRequest(input_type, seeds, num_neighbors, key) (or use "
                 "DistNeighborLoader(service, input_nodes=(type, ids), ...))")
-        if r.input_type not in self.tp.node_types:
-            raise SamplingInputError(f"node type {r.input_type!r} is not in the graph",
-                                     consequence, f"use one of {list(self.tp.node_types)}")
-        t = self.tp.node_types.index(r.input_type)
-        n = int(self.tp.node_type_offset[t + 1] - self.tp.node_type_offset[t])
-        if r.seeds.size and (int(r.seeds.min()) < 0 or int(r.seeds.max()) >= n):
-            bad = int(r.seeds.min()) if int(r.seeds.min()) < 0 else int(r.seeds.max())
-            raise SamplingInputError(f"{r.input_type} id {bad} is out of range for {n} "
-                                     f"{r.input_type} nodes", consequence,
-                                     f"pass {r.input_type} ids in [0, {n})")
+        for name, seeds in r.seed_groups():  # input_type's, then a link batch's other type
+            if name not in self.tp.node_types:
+                raise SamplingInputError(f"node type {name!r} is not in the graph",
+                                         consequence, f"use one of {list(self.tp.node_types)}")
+            t = self.tp.node_types.index(name)
+            n = int(self.tp.node_type_offset[t + 1] - self.tp.node_type_offset[t])
+            if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
+                bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
+                raise SamplingInputError(f"{name} id {bad} is out of range for {n} {name} "
+                                         "nodes", consequence, f"pass {name} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
+        if r.other_seeds and _grows_trees(r):
+            raise SamplingInputError("a request with seeds of several node types asks for "
+                                     "disjoint or temporal sampling", consequence,
+                                     "sample typed link batches without time_attr or disjoint")
         if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
             check_tree_ids(r.seeds.size, int(np.asarray(self.part.boundaries)[-1]))
 
@@ -280,8 +284,7 @@ class DistTypedSampler:
             raise_agreed(err, self.group)
         hops = int(flags[1])
         tp = self.tp
-        internal = [r.seeds + tp.node_type_offset[tp.node_types.index(r.input_type)]
-                    for r in requests]
+        internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
         seeds = self.ids.to_new_many(internal)  # collective
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
         trees, times = None, None
