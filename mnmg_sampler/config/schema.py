@@ -205,6 +205,11 @@ class LinkConfig:
         "(undirected graphs: of the node pairs); val/test edges leave the sampling graph.",
         _SPLIT)
     split_seed: int = _opt(0, "Seed of the random edge split.", _SEED)
+    edge_type: list[str] | None = _opt(
+        None, "Typed graphs: the relation to predict, [src, rel, dst]; its edges are split, and "
+        "held-out ones leave it and its reverse (PyG's rev_ relation). null = the only "
+        "relation of a graph with one (or with one and its reverse).",
+        (lambda v: len(v) == 3, "a list of 3 names [src, rel, dst]"))
     neg_sampling: Literal["binary", "triplet"] = _opt(
         "binary", "Training negatives: binary (extra label-0 edges) or triplet (a negative "
         "destination beside each positive).")
