@@ -1,5 +1,6 @@
 """The jobs of ``mnmg-sampler train`` on a typed (heterogeneous) graph: node classification of
-``sampler.input_type`` with the built-in :class:`~.hetero_model.HeteroGraphSAGE`.
+``sampler.input_type`` with the built-in :class:`~.hetero_model.HeteroGraphSAGE` (link
+prediction, ``task: link``, is :mod:`.hetero_link`).
 
 The same steps, console lines, metrics, checkpoints and resume as the homogeneous job
 (:mod:`.job`): the config is checked against the graph's types and relations on every rank

@@ -1,9 +1,10 @@
 """What a job on a typed (heterogeneous) graph needs before it trains, for every task on it.
 
-A dataset is typed when ``dataset.name`` is the generated ``typed-sbm:PAPERS[:CLASSES]``
-(:mod:`mnmg_sampler.graph.typed_generate`), a saved ``HeteroData`` (``.pt``) or an OGB
-heterogeneous directory. The config's typed keys (``sampler.input_type``, fanouts per relation,
-``model.embedding_dim``) are checked against the graph's types and relations
+A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLASSES]`` or
+``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
+``HeteroData`` (``.pt``) or an OGB heterogeneous directory. The config's typed keys
+(``sampler.input_type``, ``link.edge_type``, fanouts per relation, ``model.embedding_dim``) are
+checked against the graph's types and relations
 (:class:`TypedMeta`): by ``validate`` from the dataset, and by every rank at job start from the
 partition manifest, before the sampling service or any loader starts. The homogeneous-only keys
 are refused for a typed graph, and the typed-only keys for a homogeneous one, naming the key.
