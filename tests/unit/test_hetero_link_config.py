@@ -104,3 +104,30 @@ def test_training_graph_holds_no_held_out_edge():
     assert set(map(tuple, relation_edge_index(t, RATES).T.tolist())) == pairs["train"]
     assert set(map(tuple, relation_edge_index(t, REV)[::-1].T.tolist())) == pairs["train"]
     assert np.array_equal(t.x["item"], g.x["item"])
+
+
+def test_encoder_outputs_both_endpoint_types():
+    import torch
+
+    from mnmg_sampler.hetero_sampler import sample_hetero
+    from mnmg_sampler.train.hetero_link import HeteroLinkModel
+    from mnmg_sampler.train.hetero_model import HeteroGraphSAGE
+
+    g = typed_useritem_graph(200, 50, seed=0)
+    b = sample_hetero(g, ("user", np.arange(12)), [4, 3], seed=1, key=2)
+    torch.manual_seed(0)
+    enc = HeteroGraphSAGE(g.edge_types, g.num_nodes_dict(), {"item": 16}, 8, 8, 2,
+                          ("user", "item"), 6, dropout=0.0)
+    assert set(enc.embeddings) == {"user"}  # items have features
+    net = HeteroLinkModel(enc, RATES, 8)
+    h = net(b.x, b.edge_index, b.n_id)
+    assert {t: v.shape for t, v in h.items()} == {
+        "user": (b.n_id["user"].numel(), 8), "item": (b.n_id["item"].numel(), 8)}
+    src, dst = torch.arange(4), torch.arange(4) % b.n_id["item"].numel()
+    logits = net.score(h, src, dst)
+    assert torch.allclose(logits, (h["user"][src] * h["item"][dst]).sum(-1))
+    logits.sum().backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    with pytest.raises(ConfigError, match="^link.decoder is 'cosine'"):
+        HeteroLinkModel(enc, RATES, 8, decoder="cosine")
