@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .torchrun import torchrun
 
 SMALL = ["dataset.name=typed-useritem:600:200", "training.epochs=4", "model.hidden=32",
-         "sampler.batch_size=128", "training.eval_every=2", "output.checkpoint_every=0"]
+         "sampler.batch_size=128", "training.eval_every=2"]
 
 
 def test_hetero_link_job_learns_on_two_ranks(tmp_path):
@@ -32,3 +34,27 @@ def test_hetero_link_job_learns_on_two_ranks(tmp_path):
     assert [e["epoch"] for e in epochs] == [0, 1, 2, 3]
     assert all(e["sampled_edges"] > 0 for e in epochs)
     assert [e["epoch"] for e in epochs if "val_auc" in e] == [1, 3]
+
+
+def _final(outdir) -> dict:
+    records = [json.loads(ln) for ln in (outdir / "metrics.jsonl").read_text().splitlines()]
+    return [x for x in records if x["event"] == "final"][-1]
+
+
+@pytest.mark.slow  # three 2-rank runs; the resume path is the homogeneous job's
+def test_hetero_link_job_resumes_to_the_same_metrics(tmp_path):
+    parts = f"partition.dir={tmp_path / 'parts'}"
+    base = ["train", "--config", "configs/hetero_link.yaml", "--no-progress", *SMALL, parts,
+            "output.checkpoint_every=2"]
+    whole = tmp_path / "whole"
+    r = torchrun([*base, f"output.dir={whole}"], nproc=2, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    cut = tmp_path / "cut"
+    r = torchrun([*base, f"output.dir={cut}", "training.epochs=2"], nproc=2, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    r = torchrun([*base, f"output.dir={cut}", "--resume"], nproc=2, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "resumed from" in r.stdout
+    a, b = _final(whole), _final(cut)
+    assert [a[k] for k in ("test_auc", "test_mrr", "val_auc")] == \
+        [b[k] for k in ("test_auc", "test_mrr", "val_auc")]
