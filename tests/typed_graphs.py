@@ -27,3 +27,73 @@ def typed_spec(seed: int = 0) -> dict:
         "masks": {"paper": {"train": np.arange(31) < 20, "test": np.arange(31) >= 25}},
         "edge_weight": {("paper", "cites", "paper"): g.random(90).astype(np.float32) + 0.1},
     }
+
+
+def link_spec(seed: int = 0) -> dict:
+    """A user-item graph for link tests: ``rates`` and its PyG reverse ``rev_rates`` (the same
+    edges flipped), a user-user relation, features on both types, labels on users."""
+    g = np.random.default_rng(seed)
+    n = {"movie": 19, "user": 27}
+    rates = np.stack([g.integers(0, 27, 110), g.integers(0, 19, 110)])
+    return {
+        "num_nodes": n,
+        "edge_index": {("user", "rates", "movie"): rates,
+                       ("movie", "rev_rates", "user"): rates[::-1].copy(),
+                       ("user", "follows", "user"): np.stack([g.integers(0, 27, 60),
+                                                              g.integers(0, 27, 60)])},
+        "x": {"user": g.random((27, 3), dtype=np.float32),
+              "movie": g.random((19, 5), dtype=np.float32)},
+        "y": {"user": g.integers(0, 2, 27)},
+    }
+
+
+def take_all(data, seed_dict: dict, hops: int):
+    """A PyG ``HeteroSamplerOutput`` taking every neighbor of ``seed_dict``'s nodes (per type,
+    first in ``node``) for ``hops`` hops: a reference sampler for PyG's own loaders, which need
+    pyg-lib or torch-sparse for theirs; with all neighbors the subgraph is fixed, so outputs can
+    be compared as sets."""
+    import torch
+    from torch_geometric.sampler import HeteroSamplerOutput
+
+    nodes = {t: [] for t in data.node_types}
+    index = {t: {} for t in data.node_types}
+    rows = {et: [] for et in data.edge_types}
+    cols = {et: [] for et in data.edge_types}
+    eids = {et: [] for et in data.edge_types}
+    n_nodes = {t: [0] * (hops + 1) for t in data.node_types}
+    n_edges = {et: [0] * hops for et in data.edge_types}
+    for t, seeds in seed_dict.items():
+        for v in seeds.tolist():
+            index[t][v] = len(nodes[t])
+            nodes[t].append(v)
+        n_nodes[t][0] = len(nodes[t])
+    frontier = {t: list(nodes[t]) for t in data.node_types}
+    for h in range(hops):
+        new = {t: [] for t in data.node_types}
+        for et in data.edge_types:
+            s, _, d = et
+            src, dst = data[et].edge_index
+            for v in frontier[d]:
+                for e in torch.nonzero(dst == v).flatten().tolist():
+                    u = int(src[e])
+                    if u not in index[s]:
+                        index[s][u] = len(nodes[s])
+                        nodes[s].append(u)
+                        new[s].append(u)
+                    rows[et].append(index[s][u])
+                    cols[et].append(index[d][v])
+                    eids[et].append(e)
+                    n_edges[et][h] += 1
+        for t in data.node_types:
+            n_nodes[t][h + 1] = len(new[t])
+        frontier = new
+
+    def as_t(a):
+        return torch.tensor(a, dtype=torch.long)
+
+    return HeteroSamplerOutput(
+        node={t: as_t(v) for t, v in nodes.items()},
+        row={et: as_t(v) for et, v in rows.items()},
+        col={et: as_t(v) for et, v in cols.items()},
+        edge={et: as_t(v) for et, v in eids.items()},
+        num_sampled_nodes=n_nodes, num_sampled_edges=n_edges)

@@ -229,6 +229,12 @@ def input_identity(spec: str | os.PathLike) -> dict:
     if key.startswith("rmat:"):
         scale, edge_factor = _parse_rmat(key)
         return {"kind": "generator", "name": "rmat", "scale": scale, "edge_factor": edge_factor}
+    if key.startswith("typed-sbm:"):
+        from ..config import parse_dataset_name
+
+        spec = parse_dataset_name(key)
+        return {"kind": "generator", "name": "typed-sbm", "papers": spec.papers,
+                "classes": spec.classes}
     path = Path(text).expanduser()
     if path.is_file():
         st = path.stat()
