@@ -28,8 +28,16 @@ def bench(mode: str, tmp_path, *extra: str, timeout: float = 90) -> dict:
     return json.loads(out.read_text())
 
 
-def test_bench_dist_one_and_two_ranks_beside_single(tmp_path):
-    res = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3")
+@pytest.fixture(scope="module")
+def dist_both(tmp_path_factory) -> dict:
+    """``bench dist`` on 1 and 2 ranks with ``--seed-lookup both``: its main run translates
+    seeds once (the default), its alternate repeats look them up per round. Two tests read it."""
+    return bench("dist", tmp_path_factory.mktemp("dist"), "--batch-size", "16", "--batches",
+                 "3", "--seed-lookup", "both")
+
+
+def test_bench_dist_one_and_two_ranks_beside_single(dist_both):
+    res = dist_both
     assert res["mode"] == "dist" and res["single"]["edges"] > 0
     assert set(res["dist"]) == {"1", "2"}
     one, two = res["dist"]["1"], res["dist"]["2"]
@@ -63,10 +71,10 @@ def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
     assert sum(two["owned_seeds_per_rank"]) == res["nonisolated_nodes"]
 
 
-def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path):
-    extra = ("--batch-size", "16", "--batches", "3", "--world-sizes", "2")
-    both = bench("dist", tmp_path, *extra, "--seed-lookup", "both")
-    per = bench("dist", tmp_path, *extra, "--seed-lookup", "per-round")
+def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path, dist_both):
+    both = dist_both
+    per = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
+                "--seed-lookup", "per-round")
     assert (both["seed_lookup"], per["seed_lookup"]) == ("both", "per-round")
     a, b = both["dist"]["2"], per["dist"]["2"]
     # translated once: one lookup before the timed rounds (random partitioning: remote seeds);
