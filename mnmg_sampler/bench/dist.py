@@ -188,7 +188,8 @@ class _HopTally:
         ex = self.ds.ex
         # remote nodes served from the topology cache (or, with the shared topology, every
         # remote node: sampled from its owner's mapped part) never went on the wire
-        local = self.ds.topo if self.ds.topo is not None else self.ds.shared
+        local = self.ds.topo if self.ds.topo is not None else \
+            self.ds.shared or getattr(self.ds.host, "shared", None)
         b0 = ex.bytes.get("ids", [0, 0])[1]
         c0 = _local_counts(local)
         counts, nbr, eids = self.inner(h)
