@@ -221,12 +221,24 @@ def _emulate_hosts(task: dict, rank: int, world: int):
     return "auto"
 
 
-def _cross_host(ex) -> dict:
-    """Bytes this rank sent to other hosts' ranks so far: ids (every traffic class but the
-    feature rows') and feature rows."""
+def _counters(sampler, store) -> dict:
+    """A rank's running totals of bytes (to self, to others, to other hosts: ids are every
+    traffic class but the feature rows'), exchange calls, times and feature rows."""
+    ex = sampler.ex
+    fs = store.stats if store else {}
     cb = ex.cross_bytes
-    return {"cross_ids": sum(v for k, v in cb.items() if k != "features"),
-            "cross_feat": cb.get("features", 0)}
+    return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes,
+            "id_self": ex.bytes.get("ids", [0, 0])[0],
+            "id_remote": ex.bytes.get("ids", [0, 0])[1],
+            "feat_self": ex.bytes.get("features", [0, 0])[0],
+            "feat_remote": ex.bytes.get("features", [0, 0])[1],
+            "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
+            "exchange_calls": ex.calls,
+            "cross_ids": sum(v for k, v in cb.items() if k != "features"),
+            "cross_feat": cb.get("features", 0),
+            **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
+                                          "rows_fetched", "cache_hits",
+                                          "duplicate_rows_fetched")}}
 
 
 def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, cache_rows: int,
@@ -260,17 +272,7 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
                      "row_bytes": fs.row_bytes if fs else 0, "hops": []}
 
         def snap() -> dict:
-            st = fs.stats if fs else {}
-            return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes,
-                    "id_self": ex.bytes.get("ids", [0, 0])[0],
-                    "id_remote": ex.bytes.get("ids", [0, 0])[1],
-                    "feat_self": ex.bytes.get("features", [0, 0])[0],
-                    "feat_remote": ex.bytes.get("features", [0, 0])[1],
-                    "t_kernel": ds.t_kernel, "t_exchange": ex.t_exchange,
-                    "exchange_calls": ex.calls, "rounds": svc._stats["rounds"],
-                    **_cross_host(ex), **{k: st.get(k, 0) for k in (
-                        "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
-                        "cache_hits", "duplicate_rows_fetched")}}
+            return {**_counters(ds, fs), "rounds": svc._stats["rounds"]}
 
         def epoch() -> int:
             return sum(int(b.edge_index.shape[1]) for b in loader)
@@ -386,18 +388,7 @@ def _worker(work: str) -> int:
                  "row_bytes": store.row_bytes if store else 0, "rounds": rounds}
 
     def snap() -> dict:
-        fs = store.stats if store else {}
-        return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes,
-                "id_self": ex.bytes.get("ids", [0, 0])[0],
-                "id_remote": ex.bytes.get("ids", [0, 0])[1],
-                "feat_self": ex.bytes.get("features", [0, 0])[0],
-                "feat_remote": ex.bytes.get("features", [0, 0])[1],
-                "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
-                "exchange_calls": ex.calls, "kernel_nodes": sampler.kernel_nodes,
-                **_cross_host(ex),
-                **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
-                                              "rows_fetched", "cache_hits",
-                                              "duplicate_rows_fetched")}}
+        return {**_counters(sampler, store), "kernel_nodes": sampler.kernel_nodes}
 
     def per_round_lookup() -> None:
         """``--seed-lookup both``: the same rounds with their seeds looked up in the round."""

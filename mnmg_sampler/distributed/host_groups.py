@@ -32,7 +32,7 @@ import numpy as np
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 from .shared_topology import SharedTopology
-from .topology_cache import _interleave
+from .topology_cache import interleave
 
 __all__ = ["HostGroup", "share_slices"]
 
@@ -92,14 +92,8 @@ class HostGroup:
         c_miss, nb_miss, e_miss = wire_hop(miss)
         c_hit, nb_hit, e_hit = self.shared.hop(mine, kernel, seed)
         self.last = (hit, self.shared.to_orig(mine.nodes))
-        with_e = bool(h.edge_ids)
-        empty = np.empty(0, _I64)
-        c, nb, e = _interleave(hit, np.asarray(c_miss, _I64), np.asarray(nb_miss, _I64),
-                               np.asarray(e_miss, _I64) if with_e and e_miss is not None
-                               else empty, np.asarray(c_hit, _I64), np.asarray(nb_hit, _I64),
-                               np.asarray(e_hit, _I64) if with_e and e_hit is not None
-                               else empty, with_e)
-        return c, nb, (e if with_e else None)
+        return interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
+                          bool(h.edge_ids))
 
 
 def _shm_dir() -> Path:
