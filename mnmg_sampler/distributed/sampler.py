@@ -286,7 +286,10 @@ class DistSampler:
 
     def shared_stats(self) -> dict:
         """Use of the shared topology: frontier nodes of other ranks sampled here, their
-        edges, and what a round's agreement goes over (``enabled`` False without it)."""
+        edges, and what a round's agreement goes over (``enabled`` False without it; with host
+        groups, ``parts`` and ``host_ranks`` are the host's)."""
+        if self.host is not None:  # host groups: the host's parts only
+            return {**self.host.stats(), "agreement": "gloo"}
         if self.shared is None:
             return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
                     "agreement": "gloo"}
