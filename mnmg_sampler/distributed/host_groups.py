@@ -45,8 +45,7 @@ class HostGroup:
     Attributes:
         shared: the mapped parts of the host's ranks.
         ranks: the host's ranks.
-        hits, hit_edges: frontier nodes of the host's other ranks sampled here, their edges.
-        last: the last hop's ``(hit mask, original ids of the hits)`` (``None``: no hit).
+        last: the last hop's ``(hit mask, the hits' new ids)`` (``None``: no hit).
     """
 
     def __init__(self, shared: SharedTopology) -> None:
@@ -67,9 +66,9 @@ class HostGroup:
     def frontier_orig(self, miss_orig: np.ndarray) -> np.ndarray:
         """Original ids of the last hop's whole frontier from those of the nodes that went
         over the wire (in frontier order among themselves) and the host's own."""
-        hit, orig = self.last
+        hit, nodes = self.last
         out = np.empty(hit.size, _I64)
-        out[hit] = orig
+        out[hit] = self.shared.to_orig(nodes)
         out[~hit] = miss_orig
         return out
 
@@ -91,7 +90,7 @@ class HostGroup:
                            h.fanouts, h.replace, h.hop, h.edge_ids)
         c_miss, nb_miss, e_miss = wire_hop(miss)
         c_hit, nb_hit, e_hit = self.shared.hop(mine, kernel, seed)
-        self.last = (hit, self.shared.to_orig(mine.nodes))
+        self.last = (hit, mine.nodes)
         return interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
                           bool(h.edge_ids))
 
