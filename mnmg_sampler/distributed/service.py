@@ -139,7 +139,8 @@ class SamplingService:
 
             self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
                                              cache_rows=feature_cache_rows,
-                                             shared=self.sampler.shared)
+                                             shared=self.sampler.shared,
+                                             host=getattr(self.sampler, "host", None))
         self.num_nodes = int(part.num_nodes)
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)

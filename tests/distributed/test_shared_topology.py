@@ -2,8 +2,8 @@
 samples every hop and reads every feature row itself; minibatches (features included) equal the
 wire path and the single process bit for bit, a sampling round is one collective (its
 agreement) and no id or feature row crosses the wire; refusals
-(mixed settings, CUDA kernel, topology cache, no directory, several hosts) are typed errors on
-every rank."""
+(mixed settings, CUDA kernel, topology cache, no directory) are typed errors on every rank.
+Ranks on several hosts: see test_host_groups.py."""
 
 from __future__ import annotations
 
@@ -228,7 +228,6 @@ def test_service_and_loader(tmp_path):
 
 
 def _bad(rank, world, d, case):
-    from mnmg_sampler.distributed import shared_topology
     from mnmg_sampler.distributed.sampler import DistSampler
 
     part = load_partition(d, rank, world)
@@ -245,8 +244,6 @@ def _bad(rank, world, d, case):
         kw["shared_topology"] = "yes"
     elif case == "no directory" and rank == 0:
         part = dataclasses.replace(part, path=None)
-    elif case == "hosts":  # as if each rank ran on a host of its own
-        shared_topology.host_id = lambda: 1000 + rank
     try:
         DistSampler(part, seed=SEED, **kw)
     except ConfigError as e:
@@ -272,8 +269,7 @@ def _each(rank, world, fn, d, cases) -> list:
 
 REFUSALS = [("mixed", "differs between ranks"), ("mixed auto", "differs between ranks"),
             ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
-            ("not bool", "true, false or 'auto'"), ("no directory", "directory"),
-            ("hosts", "one host")]
+            ("not bool", "true, false or 'auto'"), ("no directory", "directory")]
 
 
 def test_refusals_fail_typed_on_every_rank(tmp_path):
