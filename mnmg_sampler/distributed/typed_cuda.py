@@ -37,7 +37,10 @@ class TypedCudaHop:
         def dev(a):  # a writable host copy first: the simulator writes kernel arguments back
             return torch.from_numpy(np.array(a, np.int64)).to(device)
 
-        self.graph = copy.copy(graph)  # the typed tables stay on the host (small)
+        self.graph = copy.copy(graph)  # the typed tables stay on the host (small), writable
+        for name in ("node_type_offset", "rel_offset", "seg_base", "weighted", "weights"):
+            a = getattr(graph, name)
+            setattr(self.graph, name, None if a is None else np.array(a))
         self.graph.indptr, self.graph.indices, self.graph.edge_ids = (
             dev(graph.indptr), dev(graph.indices), dev(graph.edge_ids))
         self.orig = dev(orig)
