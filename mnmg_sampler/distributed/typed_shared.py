@@ -8,9 +8,10 @@ already maps every part's ``indptr``, ``indices``, ``edge_ids`` and ``orig_ids``
 ascending per part) and translates ids in place. :class:`TypedSharedTopology` adds each part's
 typed tables (``type_offset``, ``seg_base``) and its per-type ``x``/``y`` files, mapped
 read-only. A hop is one call of :func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over
-every part (every relation, every merged request); the RNG is keyed on internal ids and each
-part keeps the canonical neighbor order, so results equal the wire path's and
-:class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s bit for bit.
+every part (every relation, every merged request; no time bounds: a graph with times keeps the
+wire); the RNG is keyed on internal ids and each part keeps the canonical neighbor order, so
+results equal the wire path's and :class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s bit
+for bit.
 """
 
 from __future__ import annotations
@@ -148,7 +149,19 @@ class TypedSharedTopology:
 def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
                       topology_cache: float = 0.0) -> TypedSharedTopology | None:
     """Collective: the typed shared topology when every rank gets the homogeneous one (same
-    rules and errors, :func:`~.shared_topology.open_shared_topology`), else ``None``."""
+    rules and errors, :func:`~.shared_topology.open_shared_topology`), else ``None``.
+
+    A graph with edge or node times keeps the wire (``auto``: off; ``True``: a
+    :class:`ConfigError`): the kernel over parts has no time bounds. Every rank decides alike
+    (the times are in the manifest every rank checked)."""
+    tp = part.typed
+    if tp.edge_time is not None or tp.node_time is not None:
+        if enabled is True:
+            raise ConfigError("sampler.shared_topology is not supported on a typed graph with "
+                              "times yet", "no rank builds its sampler",
+                              "set sampler.shared_topology to auto or false")
+        if enabled == "auto":
+            enabled = False
     base = open_shared_topology(part, ex, enabled, kernel, topology_cache)
     if base is None:
         return None

@@ -75,3 +75,16 @@ def test_rows_of_every_type_read_in_place(shared):
             whole = np.concatenate([np.asarray(getattr(p.typed, key)[name]) for p in parts])
             assert rows[key].dtype == whole.dtype and rows[key].shape == whole[perm].shape
             np.testing.assert_array_equal(rows[key], whole[perm])
+
+
+def test_a_graph_with_times_keeps_the_wire(tmp_path):
+    """The kernel over parts has no time bounds: shared_topology=True on a timed typed graph
+    is a ConfigError (before any collective), auto keeps the wire."""
+    from mnmg_sampler.distributed.typed_shared import open_typed_shared
+    from mnmg_sampler.errors import ConfigError
+
+    spec = typed_spec()
+    spec["edge_time"] = {et: np.arange(ei.shape[1]) for et, ei in spec["edge_index"].items()}
+    part = load_partition(partition_graph(spec, num_parts=2, out=tmp_path / "p"), 0, 2)
+    with pytest.raises(ConfigError, match="times"):
+        open_typed_shared(part, None, True)
