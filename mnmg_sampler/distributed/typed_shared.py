@@ -22,7 +22,7 @@ from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
 from ..ops.typed_parts import sample_typed_parts
 from .collective import Exchanger, agree
-from .shared_topology import SharedTopology, _gather_rows, open_shared_topology
+from .shared_topology import SharedTopology, _gather_rows, _rows_of, open_shared_topology
 
 __all__ = ["TypedSharedTopology", "open_typed_shared"]
 
@@ -39,22 +39,13 @@ def _per_type(mapped: list, attr: str, name: str) -> tuple | None:
     """Every part's ``typed.<attr>[name]`` as read-only ``uint8 [rows, row bytes]`` views (one
     numba type whatever the dtype, e.g. float16), then the dtype and row shape; ``None`` when
     no part holds it. Parts that disagree in presence, dtype or row shape are an error."""
-    arrays = [getattr(p.typed, attr).get(name) for p in mapped]
-    if all(a is None for a in arrays):
+    views = _rows_of([getattr(p.typed, attr).get(name) for p in mapped], f"{attr}.{name}")
+    if views is None:
         return None
-    first = next(a for a in arrays if a is not None)
-    if any(a is None or a.dtype != first.dtype or a.shape[1:] != first.shape[1:]
-           for a in arrays):
-        raise ConfigError(f"the parts of the partition do not all hold {attr}.{name} of one "
-                          "dtype and width", f"the {attr} rows of other parts cannot be read "
-                          "in place", "partition the graph again (every part is written alike)")
+    first = views[0]
     width = first.dtype.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
-    views = []
-    for a in arrays:
-        v = np.ascontiguousarray(a).view(np.uint8).reshape(a.shape[0], width)  # no copy
-        v.flags.writeable = False
-        views.append(v)
-    return tuple(views), first.dtype, first.shape[1:]
+    return tuple(v.view(np.uint8).reshape(v.shape[0], width) for v in views), first.dtype, \
+        first.shape[1:]
 
 
 class TypedSharedTopology:

@@ -18,17 +18,19 @@ import numba
 import numpy as np
 
 from . import cpu, typed, weighted
+from .typed import (
+    draws_needed,
+    node_positions,
+    node_relations,
+    sample_count,
+    stream_base,
+    usable_count,
+    weighted_count,
+    weighted_positions,
+)
 
 __all__ = ["sample_typed_parts"]
 
-node_relations = typed.node_relations
-usable_count = typed.usable_count
-sample_count = cpu.sample_count
-node_positions = cpu.node_positions
-stream_base = cpu.stream_base
-weighted_count = weighted.weighted_count
-draws_needed = weighted.draws_needed
-weighted_positions = weighted.weighted_positions
 SHIFT = np.uint64(typed.HOP_RELATION_SHIFT)
 
 
