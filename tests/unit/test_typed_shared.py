@@ -1,6 +1,6 @@
 """The typed kernel over every mapped part (the typed shared topology), in one process: one
-call equals the typed kernel on each node's own part, bit for bit (weighted relation, -1, 0,
-with and without replacement, several requests); x/y rows of every type (float16 included)
+call (serial or parallel) equals the typed kernel on each node's own part, bit for bit
+(weighted relation, -1, 0, with and without replacement, several requests); x/y rows of every type (float16 included)
 are read in place from the parts in any order."""
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ def shared(tmp_path_factory):
     return parts, TypedSharedTopology(SharedTopology(parts[1], 1, 3), parts[1])
 
 
-def test_one_call_over_parts_equals_the_kernel_on_each_part(shared):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, monkeypatch):
+    from mnmg_sampler.ops import cpu
+
+    if parallel:  # the parallel kernels (large frontiers) on this small one
+        monkeypatch.setattr(cpu, "PARALLEL_MIN_NODES", 1)
     parts, ts = shared
     b = parts[0].boundaries
     rng = np.random.default_rng(0)
