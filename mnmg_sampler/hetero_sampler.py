@@ -69,6 +69,11 @@ class HeteroSampleRequest:
     replace: bool = False
     input_id: np.ndarray | None = None
     input_time: np.ndarray | None = None  # per seed, for temporal sampling (docs/temporal.md)
+    # PyG's loader options, per request for the distributed sampler (one service serves every
+    # loader); the one-process HeteroSampler takes them at construction instead
+    time_attr: str | None = None
+    temporal_strategy: str = "uniform"
+    disjoint: bool | None = None
 
     def __post_init__(self) -> None:
         if torch.is_tensor(self.seeds):
@@ -110,6 +115,12 @@ class HeteroSampler:
 
     def sample(self, requests: Sequence[HeteroSampleRequest]) -> list[HeteroMiniBatch]:
         """Sample every request; each result equals sampling that request alone."""
+        for r in requests:
+            if (r.time_attr, r.temporal_strategy, r.disjoint) != (None, "uniform", None):
+                raise SamplingInputError(
+                    "a HeteroSampleRequest carries time_attr / temporal_strategy / disjoint",
+                    "the one-process sampler takes them at construction, not per request",
+                    "pass them to HeteroSampler(...) (or sample_hetero)")
         if self.disjoint or any(r.input_time is not None for r in requests):
             from .temporal_sampler import sample_disjoint
 

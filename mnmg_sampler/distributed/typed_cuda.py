@@ -22,8 +22,9 @@ __all__ = ["TypedCudaHop"]
 
 
 class TypedCudaHop:
-    """Call with ``(ex, rows, keys, req, fanouts, replace, seed, hop)``: the typed kernel's
-    four host arrays (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`)."""
+    """Call with ``(ex, rows, keys, req, fanouts, replace, seed, hop, bounds, last)``: the
+    typed kernel's four host arrays (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`;
+    ``bounds``/``last`` for time, passed to the twin as they are: not tested over ranks)."""
 
     def __init__(self, graph, orig: np.ndarray, device: torch.device | None = None) -> None:
         from ..gpu import require_numba_cuda, simulator_enabled
@@ -38,14 +39,16 @@ class TypedCudaHop:
             return torch.from_numpy(np.array(a, np.int64)).to(device)
 
         self.graph = copy.copy(graph)  # the typed tables stay on the host (small), writable
-        for name in ("node_type_offset", "rel_offset", "seg_base", "weighted", "weights"):
+        for name in ("node_type_offset", "rel_offset", "seg_base", "weighted", "weights",
+                     "edge_time", "node_time"):
             a = getattr(graph, name)
             setattr(self.graph, name, None if a is None else np.array(a))
         self.graph.indptr, self.graph.indices, self.graph.edge_ids = (
             dev(graph.indptr), dev(graph.indices), dev(graph.edge_ids))
         self.orig = dev(orig)
 
-    def __call__(self, ex, rows, keys, req, fanouts, replace, seed: int, hop: int):
+    def __call__(self, ex, rows, keys, req, fanouts, replace, seed: int, hop: int, bounds=None,
+                 last=None):
         from ..ops.cuda_typed import sample_typed_neighbors_cuda
 
         n = rows.shape[0]
@@ -54,7 +57,8 @@ class TypedCudaHop:
         t = ex.h2d(torch.from_numpy(packed), self.device)
         r = t[0]
         c, nb, rel, eid = sample_typed_neighbors_cuda(self.graph, r, self.orig[r], t[1], t[2],
-                                                      fanouts, replace, seed, hop)
+                                                      fanouts, replace, seed, hop,
+                                                      bounds=bounds, last=last)
         out = ex.d2h(torch.cat([c, nb, rel, eid])).numpy()
         E = nb.shape[0]
         return out[:n], out[n:n + E], out[n + E:n + 2 * E], out[n + 2 * E:]

@@ -4,7 +4,8 @@ and every merged request in it, frontier nodes of other parts over the wire.
 Each rank owns one typed part (:mod:`mnmg_sampler.graph.typed_partition`). Per hop, a rank
 splits the frontier of all its requests by owner; its own nodes go straight to the kernel, the
 others to their owners in one exchange: per destination, a header per request (node count, key,
-replace flag, the hop's fanout per relation) then the nodes' new ids. The owner runs **one**
+flags, the hop's fanout per relation) then the nodes' new ids and, when the requester's round has
+time, each node's time bound (:mod:`.typed_time`). The owner runs **one**
 typed kernel call (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`) over its own nodes
 and every node received, keyed on the nodes' internal ids, and sends back per node its count and
 per sampled edge the neighbor's new id, relation and edge id (one more exchange). The requester
@@ -20,11 +21,15 @@ Calls are collective: every rank calls :meth:`DistTypedSampler.sample` the same 
 with any number of requests, including none. The wire words are int64 (the homogeneous path's
 int32 words and padded replies are not used here yet); no topology cache yet.
 
-With the shared topology (:mod:`.typed_shared`, every rank on one host, the homogeneous rules)
-a rank maps every typed part and runs each hop itself in one kernel call over all parts, and
-translates ids and reads ``x``/``y`` rows in place: no exchange of ids or rows. With
-``kernel="cuda"`` the owner's kernel call is the typed CUDA twin (:mod:`.typed_cuda`; tested
-under Numba's CUDA simulator only).
+Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
+:func:`~mnmg_sampler.temporal_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
+bounded by its seed's time), so they equal the one-process temporal sampler's batches too.
+
+With the shared topology (:mod:`.typed_shared`, every rank on one host, the homogeneous rules;
+not on a graph with times) a rank maps every typed part and runs each hop itself in one kernel
+call over all parts, and translates ids and reads ``x``/``y`` rows in place: no exchange of ids
+or rows. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
+(:mod:`.typed_cuda`; tested under Numba's CUDA simulator only).
 """
 
 from __future__ import annotations
@@ -42,15 +47,23 @@ from ..hetero_batch import HeteroMiniBatch
 from ..hetero_sampler import HeteroSampleRequest, assemble_batch, fanout_table, multi_hop
 from ..ops import typed as typed_ops
 from ..sampler import check_seed
+from ..temporal_sampler import (
+    check_request_time,
+    check_tree_ids,
+    mark_trees,
+    sample_trees,
+    seed_times,
+)
 from .collective import Exchanger, raise_agreed
 from .consistency import check_same_partitioning
 from .host_channel import open_host_channel
 from .id_maps import IdMaps
 from .typed_shared import open_typed_shared
+from .typed_time import attach_part_time, pack_block, unpack_block
 
 __all__ = ["DistTypedSampler"]
 
-_HEAD = 3  # per request and destination: node count, key, replace; then R fanouts
+TIME_MAX = np.iinfo(np.int64).max
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -99,6 +112,7 @@ class DistTypedSampler:
         self.lo, self.hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
         self.orig = np.asarray(part.orig_ids)
         self.ids = IdMaps(part, self.ex, id_maps)  # collective
+        attach_part_time(self.graph, part, self.ex, group)  # collective with node time
         typed = part.manifest.get("typed", {}) if part.manifest else {}
         # node types with rows to fetch: the same list on every rank (from the manifest)
         self._data_types = [t for t in self.tp.node_types
@@ -139,6 +153,8 @@ class DistTypedSampler:
                                      f"{r.input_type} nodes", consequence,
                                      f"pass {r.input_type} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
+        if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
+            check_tree_ids(r.seeds.size, int(np.asarray(self.part.boundaries)[-1]))
 
     def round_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
         """Local half of a round's agreement: ``([error, deepest request], error or None)``,
@@ -153,33 +169,34 @@ class DistTypedSampler:
         return [0, hops], None
 
     # -- one hop -------------------------------------------------------------------------
-    def _kernel(self, rows, keys, req, fan, rep, hop):
+    def _kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None):
         t0 = time.perf_counter()
         if self._cuda is not None:
-            out = self._cuda(self.ex, rows, keys, req, fan, rep, self.seed, hop)
+            out = self._cuda(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds, last)
         else:
             out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
-                                                   fan, rep, self.seed, hop)
+                                                   fan, rep, self.seed, hop, bounds=bounds,
+                                                   last=last)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
         self.kernel_edges += int(out[1].size)
         return out
 
-    def _hop(self, nodes, keys, req, fan, rep, hop):
-        """One hop of every request (frontier ``nodes`` in new ids): the typed kernel's four
-        arrays in frontier order."""
+    def _hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
+        """One hop of every request (frontier ``nodes`` in new ids, each with its time bound
+        when ``bounds`` is given): the typed kernel's four arrays in frontier order."""
         W, me = self.ex.world_size, self.rank
         if self.shared is not None:  # every part mapped here: one call, no exchange
             t0 = time.perf_counter()
-            out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop)
+            out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds)
             self.t_kernel += time.perf_counter() - t0
             self.kernel_calls += 1
             self.kernel_nodes += int(nodes.size)
             self.kernel_edges += int(out[1].size)
             return out
         if W == 1:
-            return self._kernel(nodes - self.lo, keys, req, fan, rep, hop)
+            return self._kernel(nodes - self.lo, keys, req, fan, rep, hop, bounds, last)
         Q, R = fan.shape
         owner = np.searchsorted(self._inner, nodes, side="right")
         order = np.argsort(owner, kind="stable")  # by owner, request order within an owner
@@ -188,18 +205,14 @@ class DistTypedSampler:
         np.cumsum(per_dest, out=dest_at[1:])
         key_q = np.zeros(Q, np.int64)
         key_q[req] = keys  # every node of a request has its key
-        # outbound: per destination, Q headers then the ids (int64 words)
+        # outbound: per destination, Q headers then the ids (and time bounds), int64 words
         blocks, sizes = [], np.zeros(W, np.int64)
         for d in range(W):
             if d == me:
                 continue
             sel = order[dest_at[d]:dest_at[d + 1]]
-            head = np.empty((Q, _HEAD + R), np.int64)
-            head[:, 0] = np.bincount(req[sel], minlength=Q)
-            head[:, 1] = key_q
-            head[:, 2] = rep
-            head[:, _HEAD:] = fan
-            blk = np.concatenate([[Q], head.ravel(), nodes[sel]]).astype(np.int64)
+            blk = pack_block(np.bincount(req[sel], minlength=Q), key_q, rep, last, fan,
+                             nodes[sel], None if bounds is None else bounds[sel])
             blocks.append(blk)
             sizes[d] = blk.size
         send = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
@@ -209,25 +222,27 @@ class DistTypedSampler:
         mine = order[dest_at[me]:dest_at[me + 1]]
         rows, kk, qq, fans, reps, src_n = [nodes[mine] - self.lo], [keys[mine]], [req[mine]], \
             [fan], [rep], np.zeros(W, np.int64)
+        lasts = [np.zeros(Q, np.uint8) if last is None else last]
+        bnds = [None if bounds is None else bounds[mine]]
         q0, at = Q, 0
         for s in range(W):
             if rsizes[s] == 0:
                 continue
             blk = recv[at:at + rsizes[s]]
             at += int(rsizes[s])
-            qs = int(blk[0])
-            head = blk[1:1 + qs * (_HEAD + R)].reshape(qs, _HEAD + R)
-            ids = blk[1 + qs * (_HEAD + R):]
+            ids, k_s, q_s, f_s, r_s, l_s, b_s = unpack_block(blk, R)
             rows.append(ids - self.lo)
-            kk.append(np.repeat(head[:, 1], head[:, 0]))
-            qq.append(np.repeat(np.arange(q0, q0 + qs, dtype=np.int64), head[:, 0]))
-            fans.append(head[:, _HEAD:])
-            reps.append(head[:, 2].astype(np.uint8))
+            kk.append(k_s)
+            qq.append(q_s + q0)
+            fans.append(f_s)
+            reps.append(r_s)
+            lasts.append(l_s)
+            bnds.append(b_s)
             src_n[s] = ids.size
-            q0 += qs
+            q0 += f_s.shape[0]
         c, nb, rel, eid = self._kernel(np.concatenate(rows), np.concatenate(kk),
                                        np.concatenate(qq), np.concatenate(fans),
-                                       np.concatenate(reps), hop)
+                                       np.concatenate(reps), hop, *_bounds_of(rows, bnds, lasts))
         # back: per source, [counts, neighbors, relations, edge ids] of its nodes
         n_own = mine.size
         node_at = np.concatenate([[n_own], n_own + np.cumsum(src_n)])
@@ -314,14 +329,35 @@ class DistTypedSampler:
         seeds = self.ids.to_new_many(internal) if sh is None else [sh.to_new(a)
                                                                    for a in internal]
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
-        got = multi_hop(self._hop, seeds, tables, requests, hops, len(tp.edge_types))
+        trees, times = None, None
+        if any(_grows_trees(r) for r in requests):
+            got, trees, times = self._sample_trees(requests, seeds, tables, hops)
+        else:
+            got = multi_hop(self._hop, seeds, tables, requests, hops, len(tp.edge_types))
         nids = self.ids.to_orig_many([g[0] for g in got]) if sh is None else [
             sh.to_orig(g[0]) for g in got]
         out = [assemble_batch(tp.node_types, tp.edge_types, tp.node_type_offset, r, nid, n, e)
                for r, nid, (_, n, e) in zip(requests, nids, got, strict=True)]
+        if trees is not None:
+            for b, r, tree, nid, t in zip(out, requests, trees, nids, times, strict=True):
+                if _grows_trees(r):
+                    mark_trees(b, tree, nid, tp.node_types, tp.node_type_offset, t)
         if self.features:
             self._fetch_rows([g[0] for g in got], nids, out)
         return out
+
+    def _sample_trees(self, requests, seeds, tables, hops):
+        """The hops of a round with disjoint or temporal requests
+        (:func:`~mnmg_sampler.temporal_sampler.sample_trees` over new ids, every node's time
+        bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
+        times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
+                 for r, s in zip(requests, seeds, strict=True)]
+        disjoint = [_grows_trees(r) for r in requests]
+        last = [r.temporal_strategy == "last" for r in requests]
+        n = int(np.asarray(self.part.boundaries)[-1])
+        got = sample_trees(self._hop, seeds, requests, tables, times, disjoint, last, n,
+                           len(self.tp.edge_types), n_hops=hops)
+        return [(v, nn, e) for _, v, nn, e in got], [g[0] for g in got], times
 
     # -- node data per type -----------------------------------------------------------------
     def _fetch_rows(self, new_ids: list[np.ndarray], nids: list[np.ndarray],
@@ -377,6 +413,21 @@ class DistTypedSampler:
                 rows[remote] = back.view(src.dtype).reshape(-1, *src.shape[1:])
             res[k] = rows[inv]
         return res
+
+
+def _grows_trees(r: HeteroSampleRequest) -> bool:
+    """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
+    return r.time_attr is not None or bool(r.disjoint)
+
+
+def _bounds_of(rows: list, bnds: list, lasts: list) -> tuple:
+    """The kernel's ``(bounds, last)`` for the concatenated ``rows`` of a hop: ``(None, None)``
+    when no block has time, else every node's bound (``TIME_MAX`` for untimed blocks)."""
+    if all(b is None for b in bnds):
+        return None, None
+    full = [np.full(r.size, TIME_MAX, np.int64) if b is None else b
+            for r, b in zip(rows, bnds, strict=True)]
+    return np.concatenate(full), np.concatenate(lasts)
 
 
 def typed_sampler_for(part, seed: int, group, *, kernel: str, features: bool, id_maps: str,

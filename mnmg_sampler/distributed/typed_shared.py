@@ -105,9 +105,12 @@ class TypedSharedTopology:
         return self.base.to_orig(new_ids)
 
     # -- one hop -----------------------------------------------------------------------------
-    def hop(self, nodes, keys, req, fan, rep, seed: int, hop: int):
+    def hop(self, nodes, keys, req, fan, rep, seed: int, hop: int, bounds=None):
         """The typed kernel's four arrays for frontier ``nodes`` (new ids), in frontier order:
-        one call over every part."""
+        one call over every part. No time ``bounds``: a graph with times never gets here
+        (:func:`open_typed_shared`)."""
+        if bounds is not None:
+            raise RuntimeError("time bounds reached the shared topology of typed parts")
         nodes = np.ascontiguousarray(nodes, _I64)
         out = sample_typed_parts(self.bounds, self._type_offs, self._seg_bases, self.rel_offset,
                                  self.weighted, self._indptrs, self._indices, self._eids,

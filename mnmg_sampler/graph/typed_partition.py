@@ -13,7 +13,7 @@ rows): ``indptr`` over (node, relation) segments, ``indices`` (new global ids), 
 (per relation), ``orig_ids`` (the *internal* ids, on which the RNG is keyed: fixed by the
 graph, not by the partitioning, so a minibatch is the same for every world size and method),
 ``type_offset`` (first local row of each type), ``edge_time`` / ``node_time`` where the graph
-has times (stored for tools and later use: sampling over ranks does not filter by time yet) and,
+has times (read by the typed sampler over ranks, ``docs/temporal.md``) and,
 per node type, ``x.<type>``, ``y.<type>`` and ``mask.<type>.<split>`` with their own width and
 dtype. The manifest, checksums and atomic
 write are the homogeneous ones (:func:`~.partition.write_partitions`); the manifest's ``typed``

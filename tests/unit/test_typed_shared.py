@@ -1,7 +1,8 @@
 """The typed kernel over every mapped part (the typed shared topology), in one process: one
 call (serial or parallel) equals the typed kernel on each node's own part, bit for bit
-(weighted relation, -1, 0, with and without replacement, several requests); x/y rows of every type (float16 included)
-are read in place from the parts in any order."""
+(weighted relation, -1, 0, with and without replacement, several requests); x/y rows of every
+type (float16 included) are read in place from the parts in any order; a graph with times
+keeps the wire."""
 
 from __future__ import annotations
 
