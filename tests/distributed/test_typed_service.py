@@ -29,14 +29,26 @@ NUM = {("author", "writes", "paper"): [3, 2], ("paper", "rev_writes", "author"):
        ("field", "of", "paper"): [2, 2]}
 
 
+DISJOINT = 5  # this request grows disjoint trees (merged with the others: one call per hop)
+
+
 def _requests(n_batches: int) -> list[HeteroSampleRequest]:
     out = []
     for i in range(n_batches):
         t, lo = ("paper", 3 * i) if i % 3 else ("author", 2 * i)
         num = NUM if i % 2 else [2, 2]
         out.append(HeteroSampleRequest(t, np.arange(lo, lo + 4), num, request_key(SEED, 0, i),
-                                       replace=(i == 4)))
+                                       replace=(i == 4), disjoint=(i == DISJOINT) or None))
     return out
+
+
+def _reference(g, reqs: list[HeteroSampleRequest]) -> list:
+    """HeteroSampler's batch of each request alone (disjoint ones from a disjoint sampler)."""
+    import dataclasses
+
+    plain, trees = HeteroSampler(g, SEED), HeteroSampler(g, SEED, disjoint=True)
+    return [(trees if r.disjoint else plain).sample([dataclasses.replace(r, disjoint=None)])[0]
+            for r in reqs]
 
 
 def _plain(b) -> dict:
@@ -159,7 +171,7 @@ def test_typed_service_and_loader_equal_single_process(tmp_path, world, method, 
     g = typed_graph(spec)
     d = str(partition_graph(spec, num_parts=world, out=tmp_path / "p", method=method, seed=2))
     n_batches = 7
-    ref = HeteroSampler(g, SEED).sample(_requests(n_batches))
+    ref = _reference(g, _requests(n_batches))
     mask = spec["masks"]["paper"]["train"] if loader else None
     res = run_ranks(_serve, world, d, n_batches, mask, timeout=300)
     if loader:
@@ -223,7 +235,7 @@ def test_typed_cuda_kernel_over_ranks_in_simulator_equals_cpu(tmp_path, monkeypa
     spec = typed_spec(3)
     d = str(partition_graph(spec, num_parts=2, out=tmp_path / "p", method="random", seed=2))
     n_batches = 4
-    ref = HeteroSampler(typed_graph(spec), SEED).sample(_requests(n_batches))
+    ref = _reference(typed_graph(spec), _requests(n_batches))
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # spawned ranks import numba afresh
     res = run_ranks(_cuda_sim, 2, d, n_batches, timeout=300)
     seen = []
