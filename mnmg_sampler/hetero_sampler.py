@@ -149,12 +149,6 @@ class HeteroSampler:
         if self.disjoint or any(r.input_time is not None for r in requests):
             from .temporal_sampler import sample_disjoint
 
-            if any(r.other_seeds for r in requests):
-                raise SamplingInputError("a request with seeds of several node types was "
-                                         "sampled disjoint or temporal",
-                                         "disjoint subgraphs grow from one seed type here",
-                                         "sample link batches of typed graphs without "
-                                         "disjoint or time_attr")
             return sample_disjoint(self, requests)
         g = self.graph
         seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])

@@ -29,7 +29,7 @@ from .hetero_batch import HeteroMiniBatch
 from .ops import temporal as temporal_ops
 from .ops import typed as typed_ops
 
-__all__ = ["check_request_time", "check_temporal_options", "check_time_options",
+__all__ = ["check_request_time", "num_seeds", "check_temporal_options", "check_time_options",
            "check_tree_ids", "input_times", "mark_trees", "sample_disjoint", "sample_trees",
            "seed_times"]
 
@@ -120,7 +120,13 @@ def check_request_time(graph, req) -> bool:
     """:func:`check_time_options` of a request carrying its own options (the distributed
     sampler's)."""
     return check_time_options(graph, req.time_attr, req.temporal_strategy, req.disjoint,
-                              req.input_time, req.seeds.size)
+                              req.input_time, num_seeds(req))
+
+
+def num_seeds(req) -> int:
+    """Seeds of a request over every type (a link batch's sources, then its destinations of
+    another type): the trees of disjoint sampling, one time each."""
+    return sum(int(ids.size) for _, ids in req.seed_groups())
 
 
 def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
@@ -130,7 +136,8 @@ def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
     temporal = sampler.time_attr is not None
     if not temporal and any(r.input_time is not None for r in requests):
         raise _untimed_input()
-    seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
+    seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])
+             for r in requests]
     times = [seed_times(g, r, s) if temporal else None for r, s in zip(requests, seeds,
                                                                         strict=True)]
 
