@@ -29,9 +29,9 @@ from .hetero_batch import HeteroMiniBatch
 from .ops import temporal as temporal_ops
 from .ops import typed as typed_ops
 
-__all__ = ["check_request_time", "num_seeds", "check_temporal_options", "check_time_options",
-           "check_tree_ids", "input_times", "mark_trees", "sample_disjoint", "sample_trees",
-           "seed_times"]
+__all__ = ["check_request_time", "check_temporal_options", "check_time_options",
+           "check_tree_ids", "input_times", "link_time_options", "mark_trees", "num_seeds",
+           "sample_disjoint", "sample_trees", "seed_times"]
 
 TIME_MAX = np.iinfo(np.int64).max
 
@@ -114,6 +114,32 @@ def check_time_options(graph, time_attr: str | None, temporal_strategy: str,
     if time_attr is not None and t is None and graph.node_time is None:
         raise _no_seed_time()
     return dj
+
+
+def link_time_options(graph, n_edges: int, edge_label_time, time_attr: str | None,
+                      temporal_strategy: str, disjoint: bool | None) -> dict:
+    """A link loader's temporal options, checked (PyG's ``edge_label_time``: one integer per
+    seed edge, required with ``time_attr`` and only with it): keyword arguments of
+    :func:`~mnmg_sampler.hetero_link_sampler.build_typed_link_request`."""
+    # as PyG's loaders: temporal sampling is disjoint whatever ``disjoint`` (default False) says
+    dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint or None)
+    try:
+        t = input_times(edge_label_time, n_edges)
+    except SamplingInputError as e:
+        raise SamplingInputError(str(e).replace("input_time", "edge_label_time").replace(
+            "seeds", "seed edges"), "the loader cannot be built",
+            "pass one integer time per column of edge_label_index") from e
+    if time_attr is None and t is not None:
+        raise SamplingInputError("edge_label_time is given but time_attr is not set",
+                                 "the times would be ignored and the future sampled",
+                                 "pass time_attr (the graph's time name) with edge_label_time")
+    if time_attr is not None and t is None:
+        raise SamplingInputError("time_attr is set but edge_label_time is not given",
+                                 "the seed edges have no time to bound their subgraphs",
+                                 "pass edge_label_time (one time per seed edge), as PyG's "
+                                 "LinkNeighborLoader")
+    return {"edge_label_time": t, "time_attr": time_attr,
+            "temporal_strategy": temporal_strategy, "disjoint": dj}
 
 
 def check_request_time(graph, req) -> bool:
