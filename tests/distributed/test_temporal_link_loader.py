@@ -28,6 +28,7 @@ from mnmg_sampler.ops.negative import NegativeSampling
 
 from ..typed_graphs import link_spec
 from .harness import run_ranks
+from .test_hetero_link_loader import _batch, _plain
 
 SEED, B, EPOCH = 5, 6, 1
 RATES, REV = ("user", "rates", "movie"), ("movie", "rev_rates", "user")
@@ -154,21 +155,6 @@ def _rel_time(r) -> torch.Tensor:
     if r == HOMO:
         return torch.from_numpy(_homo_data()["time"])
     return torch.from_numpy(_hetero_spec()["edge_time"][r])
-
-
-def _plain(v):
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v.numpy() if torch.is_tensor(v) else v
-
-
-def _batch(d: dict) -> HeteroLinkMiniBatch:
-    def back(v):
-        if isinstance(v, dict):
-            return {k: back(x) for k, x in v.items()}
-        return torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-
-    return HeteroLinkMiniBatch(**{k: back(v) for k, v in d.items()})
 
 
 def _errors(svc, graph_name: str, rank: int) -> list:
