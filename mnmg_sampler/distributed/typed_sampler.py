@@ -51,6 +51,7 @@ from ..temporal_sampler import (
     check_request_time,
     check_tree_ids,
     mark_trees,
+    num_seeds,
     sample_trees,
     seed_times,
 )
@@ -153,12 +154,8 @@ class DistTypedSampler:
                 raise SamplingInputError(f"{name} id {bad} is out of range for {n} {name} "
                                          "nodes", consequence, f"pass {name} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
-        if r.other_seeds and _grows_trees(r):
-            raise SamplingInputError("a request with seeds of several node types asks for "
-                                     "disjoint or temporal sampling", consequence,
-                                     "sample typed link batches without time_attr or disjoint")
         if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
-            check_tree_ids(r.seeds.size, int(np.asarray(self.part.boundaries)[-1]))
+            check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
 
     def round_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
         """Local half of a round's agreement: ``([error, deepest request], error or None)``,
