@@ -129,6 +129,14 @@ class HeteroLinkMiniBatch(HeteroMiniBatch):
         dst_pos_index, dst_neg_index: triplet, ``[P]`` and ``[P, amount]`` (``[P]`` when
             ``amount == 1``) local ids into ``n_id[dst]``.
         input_id: positions of the positive edges in the loader's ``edge_label_index``.
+        edge_label_time: temporal: the time of each label edge (binary: ``[L]``, a negative at
+            its positive's time; triplet: ``[P]``); ``to_pyg`` puts it where PyG's
+            ``LinkLoader`` does (``data[edge_type].edge_label_time``, triplet
+            ``data[src].seed_time`` and ``data[dst].seed_time``).
+
+    Disjoint or temporal (``docs/temporal.md``): every endpoint of every label edge grows its own
+    tree (sources, then destinations, not de-duplicated); ``batch[t]`` gives each node's positive
+    (0 .. P - 1, PyG's ``batch % num_pos``) and ``seed_time`` each tree's time.
     """
 
     edge_type: EdgeType = ("", "", "")
@@ -137,6 +145,7 @@ class HeteroLinkMiniBatch(HeteroMiniBatch):
     src_index: torch.Tensor | None = None
     dst_pos_index: torch.Tensor | None = None
     dst_neg_index: torch.Tensor | None = None
+    edge_label_time: torch.Tensor | None = None
 
     def to_pyg(self):
         """A ``HeteroData`` laid out as PyG's hetero ``LinkNeighborLoader`` returns it: the node
@@ -145,14 +154,20 @@ class HeteroLinkMiniBatch(HeteroMiniBatch):
         ``data[src].src_index``, ``data[dst].dst_pos_index``, ``data[dst].dst_neg_index``."""
         data = super().to_pyg()
         del data[self.input_type].input_id, data[self.input_type].batch_size
+        if self.seed_time is not None:  # PyG's link batches carry the label times instead
+            del data[self.input_type].seed_time
         s, _, d = self.edge_type
         data[self.edge_type].input_id = self.input_id
         if self.src_index is not None:  # triplet
             data[s].src_index = self.src_index
             data[d].dst_pos_index = self.dst_pos_index
             data[d].dst_neg_index = self.dst_neg_index
+            if self.edge_label_time is not None:
+                data[s].seed_time = data[d].seed_time = self.edge_label_time
             return data
         data[self.edge_type].edge_label_index = self.edge_label_index
         if self.edge_label is not None:
             data[self.edge_type].edge_label = self.edge_label
+        if self.edge_label_time is not None:
+            data[self.edge_type].edge_label_time = self.edge_label_time
         return data

@@ -49,6 +49,8 @@ class HeteroLinkPlan:
     dst_local: np.ndarray  # local id in n_id[D] of every destination, in the same order
     label: np.ndarray | None
     neg: NegativeSampling | None
+    edge_label_time: np.ndarray | None = None  # the positives' times (temporal)
+    trees: int = 0  # disjoint: positives per batch (PyG's batch % num_pos); 0 = not disjoint
 
 
 def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
@@ -56,14 +58,22 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
                              epoch: int, seed: int, num_neighbors: Sequence[int] | Mapping,
                              replace: bool, num_src_nodes: int, num_dst_nodes: int,
                              neg: NegativeSampling | None, known: KnownFn | None = None,
-                             more=None) -> HeteroLinkPlan:
+                             more=None, edge_label_time: np.ndarray | None = None,
+                             time_attr: str | None = None, temporal_strategy: str = "uniform",
+                             disjoint: bool = False) -> HeteroLinkPlan:
     """Draw the negatives of global batch ``g`` and form its typed node request (step 1).
 
     With ``reject_known``, ``known(src ids, dst ids)`` (per-type ids; in a distributed loader
     a collective exchange to the destinations' owners, ``more`` its agreement) tells which
     candidates are edges of the relation; a rejected destination is drawn again (a binary
-    negative's drawn source is kept)."""
+    negative's drawn source is kept).
+
+    ``disjoint`` (implied by ``time_attr``, then ``edge_label_time`` ``[E]`` is required): as
+    PyG's ``edge_sample``, every endpoint is a seed of its own, not de-duplicated (sources, then
+    destinations; one list when both are of one type), negatives ordered by draw then positive,
+    so that tree ``b`` belongs to positive ``b % P`` and is bounded by its time."""
     key = request_key(seed, epoch, g)
+    disjoint = bool(disjoint) or time_attr is not None  # temporal sampling is disjoint
     src = edge_label_index[0, pos]
     dst = edge_label_index[1, pos]
     srcs, dsts = src, dst
@@ -77,8 +87,15 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
                                 num_nodes=num_dst_nodes,
                                 known=known if neg.reject_known else None, more=more,
                                 max_attempts=neg.max_attempts, draw_src=neg_src)
+        if disjoint:  # draw-major: negative a of positive i at P + a * P + i
+            negs = negs.T
+            neg_src = None if neg_src is None else neg_src.T
+            srcs = srcs if neg_src is None else np.concatenate([src, neg_src.ravel()])
         dsts = np.concatenate([dst, negs.ravel()])
     s_type, _, d_type = edge_type
+    if disjoint:
+        return _disjoint_plan(edge_type, srcs, dsts, pos, key, num_neighbors, replace,
+                              edge_label, neg, edge_label_time, time_attr, temporal_strategy)
     if s_type != d_type:
         s_seeds, s_loc = np.unique(srcs, return_inverse=True)
         d_seeds, d_loc = np.unique(dsts, return_inverse=True)
@@ -94,15 +111,40 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
                           d_loc.astype(np.int64).ravel(), label, neg)
 
 
-def _drop_pairs(mb_edges: dict, mb_eid: dict, n_edges: dict, et: EdgeType, rows: np.ndarray,
-                cols: np.ndarray, n_rows: int) -> None:
-    """Remove the hop-1 edges ``rows[i] -> cols[i]`` (local ids) of relation ``et``, in place."""
+def _disjoint_plan(edge_type: EdgeType, srcs: np.ndarray, dsts: np.ndarray, pos: np.ndarray,
+                   key: int, num_neighbors, replace: bool, edge_label: np.ndarray | None,
+                   neg: NegativeSampling | None, edge_label_time: np.ndarray | None,
+                   time_attr: str | None, temporal_strategy: str) -> HeteroLinkPlan:
+    """The request of a disjoint (or temporal) link batch: one tree per endpoint, each bounded
+    by its positive's time; local ids are positions (each seed is first in its own tree)."""
+    s_type, _, d_type = edge_type
+    P = pos.size
+    two = s_type != d_type
+    s_loc = np.arange(srcs.size, dtype=np.int64)
+    d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
+    t_pos = None if edge_label_time is None else edge_label_time[pos]
+    n_trees = srcs.size + dsts.size
+    times = None if t_pos is None else np.tile(t_pos, n_trees // max(P, 1))
+    seeds = srcs if two else np.concatenate([srcs, dsts])
+    request = HeteroSampleRequest(s_type, seeds, num_neighbors, key, replace, input_id=pos,
+                                  input_time=times, time_attr=time_attr,
+                                  temporal_strategy=temporal_strategy, disjoint=True,
+                                  other_seeds={d_type: dsts} if two else None)
+    label = None if edge_label is None else edge_label[pos]
+    return HeteroLinkPlan(request, edge_type, pos, s_loc, d_loc, label, neg, t_pos, P)
+
+
+def _drop_pairs(mb_edges: dict, mb_eid: dict, n_edges: dict, et: EdgeType, row_nid: np.ndarray,
+                rows: np.ndarray, cols: np.ndarray, n_cols: int) -> None:
+    """Remove the hop-1 edges of relation ``et`` from a node of original id ``rows[i]``
+    (``row_nid``: ``n_id`` of the row type) into local node ``cols[i]``, in place. By original
+    source id, so that in a disjoint tree the source's own copy matches too."""
     h1 = n_edges[et][0] if n_edges[et] else 0
     if not h1 or not rows.size:
         return
     ei = mb_edges[et].numpy()
-    n = np.int64(max(n_rows, 1))
-    bad = np.isin(ei[1, :h1] * n + ei[0, :h1], cols * n + rows)
+    n = np.int64(max(n_cols, 1))
+    bad = np.isin(row_nid[ei[0, :h1]] * n + ei[1, :h1], rows * n + cols)
     if not bad.any():
         return
     keep = np.ones(ei.shape[1], bool)
@@ -122,20 +164,28 @@ def finish_typed_link_batch(mb: HeteroMiniBatch, plan: HeteroLinkPlan, *,
     n_edges = {k: list(v) for k, v in mb.num_sampled_edges.items()}
     if exclude_seed_edges and P:
         s_loc, d_loc = plan.src_local[:P], plan.dst_local[:P]
-        _drop_pairs(edge_index, e_id, n_edges, et, s_loc, d_loc, mb.n_id[et[0]].numel())
+        s_nid, d_nid = mb.n_id[et[0]].numpy(), mb.n_id[et[2]].numpy()
+        _drop_pairs(edge_index, e_id, n_edges, et, s_nid, s_nid[s_loc], d_loc, d_nid.size)
         if reverse_edge_type is not None:
-            _drop_pairs(edge_index, e_id, n_edges, reverse_edge_type, d_loc, s_loc,
-                        mb.n_id[et[2]].numel())
+            _drop_pairs(edge_index, e_id, n_edges, reverse_edge_type, d_nid, d_nid[d_loc],
+                        s_loc, s_nid.size)
     base = {f.name: getattr(mb, f.name) for f in fields(mb)}
     base.update(edge_index=edge_index, e_id=e_id, num_sampled_edges=n_edges)
+    if plan.trees:  # PyG: a node's batch is its positive (tree % P)
+        base["batch"] = {t: v % plan.trees for t, v in mb.batch.items()}
     out = HeteroLinkMiniBatch(**base, edge_type=et)
+    if plan.edge_label_time is not None:  # PyG's edge_label_time: one per label edge
+        t = torch.from_numpy(np.ascontiguousarray(plan.edge_label_time))
+        reps = 1 if neg is None or neg.mode == "triplet" else 1 + neg.amount
+        out.edge_label_time = t.repeat(reps)
     label = None if plan.label is None else torch.from_numpy(np.ascontiguousarray(plan.label))
     s_loc, d_loc = torch.from_numpy(plan.src_local), torch.from_numpy(plan.dst_local)
     if neg is not None and neg.mode == "triplet":
         out.edge_label_index = torch.stack([s_loc, d_loc[:P]])
         out.src_index = s_loc
         out.dst_pos_index = d_loc[:P]
-        dn = d_loc[P:].reshape(P, neg.amount)
+        dn = d_loc[P:].reshape(neg.amount, P).t() if plan.trees else \
+            d_loc[P:].reshape(P, neg.amount)
         out.dst_neg_index = dn[:, 0].contiguous() if neg.amount == 1 else dn
         return out
     out.edge_label_index = torch.stack([s_loc, d_loc])

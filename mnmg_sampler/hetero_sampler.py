@@ -79,13 +79,16 @@ class HeteroSampleRequest:
     other_seeds: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
-        self.seeds = _seed_ids(self.seeds)
+        # disjoint / temporal trees may repeat a seed (each its own tree: a link batch's
+        # endpoints, as PyG's); otherwise each seed once
+        once = not (self.disjoint or self.time_attr is not None or self.input_time is not None)
+        self.seeds = _seed_ids(self.seeds, once)
         if self.other_seeds:
             if self.input_type in self.other_seeds:
                 raise SamplingInputError(f"other_seeds repeats the input type "
                                          f"{self.input_type!r}", "its seeds would come twice",
                                          "put every seed of input_type in seeds")
-            self.other_seeds = {t: _seed_ids(v) for t, v in self.other_seeds.items()}
+            self.other_seeds = {t: _seed_ids(v, once) for t, v in self.other_seeds.items()}
         if not (int(self.key) == self.key and 0 <= int(self.key) < 2**63):
             raise SamplingInputError(f"request key {self.key!r} is not in [0, 2**63)", "",
                                      "use a key in [0, 2**63)")
@@ -101,8 +104,8 @@ class HeteroSampleRequest:
                                for t, ids in self.seed_groups()])
 
 
-def _seed_ids(seeds) -> np.ndarray:
-    """Per-type seed ids as int64, each once."""
+def _seed_ids(seeds, once: bool = True) -> np.ndarray:
+    """Per-type seed ids as int64 (each once when ``once``)."""
     if torch.is_tensor(seeds):
         seeds = seeds.detach().cpu().numpy()
     seeds = np.asarray(seeds)
@@ -110,7 +113,7 @@ def _seed_ids(seeds) -> np.ndarray:
         raise SamplingInputError(f"seeds have dtype {seeds.dtype}; ids are integers",
                                  "they cannot index nodes", "pass integer per-type ids")
     seeds = np.ascontiguousarray(seeds, dtype=np.int64).ravel()
-    if seeds.size and np.unique(seeds).size != seeds.size:
+    if once and seeds.size and np.unique(seeds).size != seeds.size:
         raise SamplingInputError("a request has duplicate seed ids",
                                  "n_id[input_type][:batch_size] could not equal the seeds",
                                  "deduplicate the seeds of each minibatch")
@@ -149,12 +152,6 @@ class HeteroSampler:
         if self.disjoint or any(r.input_time is not None for r in requests):
             from .temporal_sampler import sample_disjoint
 
-            if any(r.other_seeds for r in requests):
-                raise SamplingInputError("a request with seeds of several node types was "
-                                         "sampled disjoint or temporal",
-                                         "disjoint subgraphs grow from one seed type here",
-                                         "sample link batches of typed graphs without "
-                                         "disjoint or time_attr")
             return sample_disjoint(self, requests)
         g = self.graph
         seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])

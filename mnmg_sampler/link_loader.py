@@ -25,6 +25,7 @@ from .errors import SamplingInputError
 from .link_sampler import NegativeSampling, build_link_request, finish_link_batch
 from .loader import batch_positions, check_batching, num_global_batches
 from .sampler import check_fanouts, renumbered_ids
+from .temporal_sampler import link_time_options
 
 __all__ = ["LinkMiniBatch", "DistLinkNeighborLoader"]
 
@@ -67,6 +68,11 @@ class DistLinkNeighborLoader(EpochCursor):
         reverse_edge_type: typed graphs: the relation whose edges ``d -> s`` are removed with
             ``exclude_seed_edges``; ``"auto"`` (default) = PyG's ``rev_`` relation when the
             graph has one, ``None`` = none, or an edge type from ``D`` to ``S``.
+        edge_label_time, time_attr, temporal_strategy, disjoint: typed graphs, PyG's
+            temporal link sampling (``docs/temporal.md``): ``edge_label_time`` one int time
+            per seed edge (required with ``time_attr``); every endpoint of a seed edge and of
+            its negatives grows a tree bounded by that edge's time. Temporal sampling is
+            disjoint; ``disjoint=True`` alone gives the trees without time.
 
     On a typed part (``docs/hetero.md``), ``edge_label_index`` is PyG's
     ``(edge_type, [2, E] per-type ids)``, ``num_neighbors`` a list (every relation) or a dict
@@ -103,7 +109,8 @@ class DistLinkNeighborLoader(EpochCursor):
                  membership_group=None, seed: int = 0, prefetch: int = 2,
                  replace: bool = False, rank: int | None = None,
                  world_size: int | None = None, edge_ids: bool = True,
-                 reverse_edge_type="auto") -> None:
+                 reverse_edge_type="auto", edge_label_time=None, time_attr: str | None = None,
+                 temporal_strategy: str = "uniform", disjoint: bool = False) -> None:
         import torch.distributed as dist
 
         self.service = service
@@ -112,6 +119,7 @@ class DistLinkNeighborLoader(EpochCursor):
         typed = getattr(getattr(service, "sampler", None), "tp", None)  # a typed part's types
         self._typed = typed is not None
         self.edge_type = self.reverse_edge_type = None
+        self._time = {}
 
         def check():
             if typed is not None:
@@ -120,7 +128,16 @@ class DistLinkNeighborLoader(EpochCursor):
                 (self.edge_type, eli, self._num_src_dst, self.reverse_edge_type,
                  fanouts) = typed_link_input(service.sampler, edge_label_index, num_neighbors,
                                              reverse_edge_type, exclude_reverse_edges)
+                self._time = link_time_options(service.sampler.graph, eli.shape[1],
+                                               edge_label_time, time_attr,
+                                               temporal_strategy, disjoint)
             else:
+                if edge_label_time is not None or time_attr is not None or disjoint:
+                    raise SamplingInputError(
+                        "edge_label_time / time_attr / disjoint on a homogeneous (CSR) part",
+                        "the homogeneous link sampler has no time nor disjoint trees",
+                        "partition the graph with its time as a typed graph "
+                        "(load_temporal_graph, docs/temporal.md)")
                 eli = self._homogeneous_index(edge_label_index, reverse_edge_type)
                 fanouts = check_fanouts(num_neighbors)
             neg = neg_sampling
@@ -246,7 +263,7 @@ class DistLinkNeighborLoader(EpochCursor):
                 self.edge_type, self.edge_label_index, self.edge_label, pos, g=g, epoch=epoch,
                 seed=self.seed, num_neighbors=self.num_neighbors, replace=self.replace,
                 num_src_nodes=self._num_src_dst[0], num_dst_nodes=self._num_src_dst[1],
-                neg=self.neg, known=known, more=None if m is None else m.any)
+                neg=self.neg, known=known, more=None if m is None else m.any, **self._time)
         return build_link_request(self.edge_label_index, self.edge_label, pos, g=g,
                                   epoch=epoch, seed=self.seed,
                                   num_neighbors=self.num_neighbors, replace=self.replace,

@@ -30,8 +30,8 @@ from .ops import temporal as temporal_ops
 from .ops import typed as typed_ops
 
 __all__ = ["check_request_time", "check_temporal_options", "check_time_options",
-           "check_tree_ids", "input_times", "mark_trees", "sample_disjoint", "sample_trees",
-           "seed_times"]
+           "check_tree_ids", "input_times", "link_time_options", "mark_trees", "num_seeds",
+           "sample_disjoint", "sample_trees", "seed_times"]
 
 TIME_MAX = np.iinfo(np.int64).max
 
@@ -116,11 +116,43 @@ def check_time_options(graph, time_attr: str | None, temporal_strategy: str,
     return dj
 
 
+def link_time_options(graph, n_edges: int, edge_label_time, time_attr: str | None,
+                      temporal_strategy: str, disjoint: bool | None) -> dict:
+    """A link loader's temporal options, checked (PyG's ``edge_label_time``: one integer per
+    seed edge, required with ``time_attr`` and only with it): keyword arguments of
+    :func:`~mnmg_sampler.hetero_link_sampler.build_typed_link_request`."""
+    # as PyG's loaders: temporal sampling is disjoint whatever ``disjoint`` (default False) says
+    dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint or None)
+    try:
+        t = input_times(edge_label_time, n_edges)
+    except SamplingInputError as e:
+        raise SamplingInputError(str(e).replace("input_time", "edge_label_time").replace(
+            "seeds", "seed edges"), "the loader cannot be built",
+            "pass one integer time per column of edge_label_index") from e
+    if time_attr is None and t is not None:
+        raise SamplingInputError("edge_label_time is given but time_attr is not set",
+                                 "the times would be ignored and the future sampled",
+                                 "pass time_attr (the graph's time name) with edge_label_time")
+    if time_attr is not None and t is None:
+        raise SamplingInputError("time_attr is set but edge_label_time is not given",
+                                 "the seed edges have no time to bound their subgraphs",
+                                 "pass edge_label_time (one time per seed edge), as PyG's "
+                                 "LinkNeighborLoader")
+    return {"edge_label_time": t, "time_attr": time_attr,
+            "temporal_strategy": temporal_strategy, "disjoint": dj}
+
+
 def check_request_time(graph, req) -> bool:
     """:func:`check_time_options` of a request carrying its own options (the distributed
     sampler's)."""
     return check_time_options(graph, req.time_attr, req.temporal_strategy, req.disjoint,
-                              req.input_time, req.seeds.size)
+                              req.input_time, num_seeds(req))
+
+
+def num_seeds(req) -> int:
+    """Seeds of a request over every type (a link batch's sources, then its destinations of
+    another type): the trees of disjoint sampling, one time each."""
+    return sum(int(ids.size) for _, ids in req.seed_groups())
 
 
 def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
@@ -130,7 +162,8 @@ def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
     temporal = sampler.time_attr is not None
     if not temporal and any(r.input_time is not None for r in requests):
         raise _untimed_input()
-    seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
+    seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])
+             for r in requests]
     times = [seed_times(g, r, s) if temporal else None for r, s in zip(requests, seeds,
                                                                         strict=True)]
 

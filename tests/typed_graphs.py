@@ -97,3 +97,34 @@ def take_all(data, seed_dict: dict, hops: int):
         col={et: as_t(v) for et, v in cols.items()},
         edge={et: as_t(v) for et, v in eids.items()},
         num_sampled_nodes=n_nodes, num_sampled_edges=n_edges)
+
+
+def check_batch_invariants(b: dict, spec: dict, seeds, num_neighbors, replace: bool) -> None:
+    """The sampling invariants of one typed minibatch (``b`` as plain numpy dicts: ``n_id``,
+    ``edge_index``, ``e_id``, ``num_sampled_nodes``, ``num_sampled_edges``, ``batch_size``,
+    ``input_type``) drawn from ``spec`` (:func:`typed_spec`'s dict form): seeds first in
+    ``n_id[input_type]``; every sampled edge of relation r is an edge of r (its ``e_id``
+    column); at hop h each frontier node of r's destination type gets min(k, its degree in r)
+    neighbors in r (k of them with replacement, all for k = -1, none for 0), distinct edges
+    without replacement, and no edge goes to a node outside the frontier."""
+    np.testing.assert_array_equal(b["n_id"][b["input_type"]][:b["batch_size"]], seeds)
+    for et, ei in spec["edge_index"].items():
+        src_t, _, dst_t = et
+        ks = num_neighbors[et] if isinstance(num_neighbors, dict) else num_neighbors
+        loc, e = b["edge_index"][et], b["e_id"][et]
+        nsrc, ndst = b["n_id"][src_t], b["n_id"][dst_t]
+        np.testing.assert_array_equal(ei[:, e], np.stack([nsrc[loc[0]], ndst[loc[1]]]))
+        deg = np.bincount(ei[1], minlength=spec["num_nodes"][dst_t])
+        e_at = np.cumsum([0, *b["num_sampled_edges"][et]])
+        n_at = np.cumsum([0, *b["num_sampled_nodes"][dst_t]])
+        assert e_at[-1] == e.size and len(ks) == e_at.size - 1
+        for h, k in enumerate(ks):
+            dl = loc[1, e_at[h]:e_at[h + 1]]
+            assert np.all((dl >= n_at[h]) & (dl < n_at[h + 1])), (et, h)  # the hop's frontier
+            got = np.bincount(dl - n_at[h], minlength=n_at[h + 1] - n_at[h])
+            d = deg[ndst[n_at[h]:n_at[h + 1]]]
+            want = d if k < 0 else (np.where(d > 0, k, 0) if replace else np.minimum(k, d))
+            np.testing.assert_array_equal(got, want, err_msg=f"{et} hop {h}")
+            if not replace:  # without replacement: distinct edges per frontier node
+                pairs = np.stack([dl, e[e_at[h]:e_at[h + 1]]])
+                assert np.unique(pairs, axis=1).shape[1] == dl.size, (et, h)

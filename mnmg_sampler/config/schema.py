@@ -237,9 +237,9 @@ class FeaturesConfig:
         "auto", "host memory, pinned host memory, or GPU memory; auto = pinned on CUDA, host on "
         "CPU.")
     cache_rows: int = _opt(
-        0, "Feature rows of other ranks' nodes each rank caches (filled once at start by degree "
-        "into its part); 0 = no cache. Unused with the shared topology (every part's rows are "
-        "mapped on the host).", _NONNEG_INT)
+        0, "Feature rows of other hosts' nodes each host caches, shared by its ranks (filled "
+        "once at start by degree into the host's parts); 0 = no cache. Unused on one host "
+        "(every part's rows are mapped there).", _NONNEG_INT)
 
 
 @dataclass

@@ -19,12 +19,17 @@ partitioning) and neighbor lists keep their order, so every minibatch equals
 :class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s for any world size and partitioning.
 Calls are collective: every rank calls :meth:`DistTypedSampler.sample` the same number of times,
 with any number of requests, including none. The wire words are int64 (the homogeneous path's
-int32 words and padded replies are not used here yet); no shared topology, topology cache or
-CUDA kernel yet.
+int32 words and padded replies are not used here yet); no topology cache yet.
 
 Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
 :func:`~mnmg_sampler.temporal_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
 bounded by its seed's time), so they equal the one-process temporal sampler's batches too.
+
+With the shared topology (:mod:`.typed_shared`, every rank on one host, the homogeneous rules;
+not on a graph with times) a rank maps every typed part and runs each hop itself in one kernel
+call over all parts, and translates ids and reads ``x``/``y`` rows in place: no exchange of ids
+or rows. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
+(:mod:`.typed_cuda`; tested under Numba's CUDA simulator only).
 """
 
 from __future__ import annotations
@@ -46,12 +51,15 @@ from ..temporal_sampler import (
     check_request_time,
     check_tree_ids,
     mark_trees,
+    num_seeds,
     sample_trees,
     seed_times,
 )
 from .collective import Exchanger, raise_agreed
 from .consistency import check_same_partitioning
+from .host_channel import open_host_channel
 from .id_maps import IdMaps
+from .typed_shared import open_typed_shared
 from .typed_time import attach_part_time, pack_block, unpack_block
 
 __all__ = ["DistTypedSampler"]
@@ -76,11 +84,23 @@ class DistTypedSampler:
         group: the process group to exchange over.
         features: fetch each batch's ``x``/``y`` per node type from the owners.
         id_maps: ``sharded`` or ``replicated`` (:mod:`.id_maps`).
+        kernel: ``cpu`` or ``cuda`` (the typed CUDA twin, CSR on ``device``).
+        shared_topology: ``True``, ``False`` or ``"auto"``, as for homogeneous parts
+            (:mod:`.typed_shared`). Results do not change.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 features: bool = True, id_maps: str = "sharded") -> None:
+                 features: bool = True, id_maps: str = "sharded", kernel: str = "cpu",
+                 device=None, shared_topology: bool | str = "auto") -> None:
         self.graph = part_graph(part)  # PartitionError for a homogeneous part
+        if kernel not in ("cpu", "cuda"):  # before any collective
+            raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
+                                     "use kernel='cpu' or kernel='cuda'")
+        if shared_topology is True and kernel == "cuda":
+            raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+                              "no rank builds its sampler",
+                              "set sampler.shared_topology to false, or use kernel='cpu'")
+        self.kernel = kernel
         self.part = part
         self.tp = part.typed
         self.seed = check_seed(seed)
@@ -103,7 +123,16 @@ class DistTypedSampler:
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
-        self.shared = None
+        self._cuda = None
+        if kernel == "cuda":
+            from .typed_cuda import TypedCudaHop
+
+            self._cuda = TypedCudaHop(self.graph, self.orig, device)
+        # collective: every rank maps every typed part, or none does
+        self.shared = open_typed_shared(part, self.ex, shared_topology, kernel)
+        # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
+        self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
+        self.ex.host_channel = self.host_channel
 
     # -- checks --------------------------------------------------------------------------
     def check_request(self, r, consequence: str = "no neighbors can be sampled for it; every "
@@ -125,12 +154,8 @@ class DistTypedSampler:
                 raise SamplingInputError(f"{name} id {bad} is out of range for {n} {name} "
                                          "nodes", consequence, f"pass {name} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
-        if r.other_seeds and _grows_trees(r):
-            raise SamplingInputError("a request with seeds of several node types asks for "
-                                     "disjoint or temporal sampling", consequence,
-                                     "sample typed link batches without time_attr or disjoint")
         if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
-            check_tree_ids(r.seeds.size, int(np.asarray(self.part.boundaries)[-1]))
+            check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
 
     def round_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
         """Local half of a round's agreement: ``([error, deepest request], error or None)``,
@@ -147,9 +172,12 @@ class DistTypedSampler:
     # -- one hop -------------------------------------------------------------------------
     def _kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None):
         t0 = time.perf_counter()
-        out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
-                                               fan, rep, self.seed, hop, bounds=bounds,
-                                               last=last)
+        if self._cuda is not None:
+            out = self._cuda(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds, last)
+        else:
+            out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
+                                                   fan, rep, self.seed, hop, bounds=bounds,
+                                                   last=last)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
@@ -160,6 +188,14 @@ class DistTypedSampler:
         """One hop of every request (frontier ``nodes`` in new ids, each with its time bound
         when ``bounds`` is given): the typed kernel's four arrays in frontier order."""
         W, me = self.ex.world_size, self.rank
+        if self.shared is not None:  # every part mapped here: one call, no exchange
+            t0 = time.perf_counter()
+            out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds)
+            self.t_kernel += time.perf_counter() - t0
+            self.kernel_calls += 1
+            self.kernel_nodes += int(nodes.size)
+            self.kernel_edges += int(out[1].size)
+            return out
         if W == 1:
             return self._kernel(nodes - self.lo, keys, req, fan, rep, hop, bounds, last)
         Q, R = fan.shape
@@ -253,9 +289,12 @@ class DistTypedSampler:
         return counts, nb_c[take], rel_c[take], eid_c[take]
 
     def shared_stats(self) -> dict:
-        """No shared topology for typed graphs yet (the service's statistics ask)."""
-        return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
-                "agreement": "gloo"}
+        """Use of the shared topology (the service's statistics ask), as ``DistSampler``'s."""
+        if self.shared is None:
+            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
+                    "agreement": "gloo"}
+        host = self.host_channel is not None
+        return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
 
     def topology_stats(self) -> dict:
         """No topology cache for typed graphs yet (zeros)."""
@@ -285,14 +324,18 @@ class DistTypedSampler:
         hops = int(flags[1])
         tp = self.tp
         internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
-        seeds = self.ids.to_new_many(internal)  # collective
+        sh = self.shared
+        # collective without the shared topology; with it, read from the mapped parts
+        seeds = self.ids.to_new_many(internal) if sh is None else [sh.to_new(a)
+                                                                   for a in internal]
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
         trees, times = None, None
         if any(_grows_trees(r) for r in requests):
             got, trees, times = self._sample_trees(requests, seeds, tables, hops)
         else:
             got = multi_hop(self._hop, seeds, tables, requests, hops, len(tp.edge_types))
-        nids = self.ids.to_orig_many([g[0] for g in got])  # collective
+        nids = self.ids.to_orig_many([g[0] for g in got]) if sh is None else [
+            sh.to_orig(g[0]) for g in got]
         out = [assemble_batch(tp.node_types, tp.edge_types, tp.node_type_offset, r, nid, n, e)
                for r, nid, (_, n, e) in zip(requests, nids, got, strict=True)]
         if trees is not None:
@@ -342,8 +385,11 @@ class DistTypedSampler:
                 if name in src}
 
     def _rows_of(self, name: str, t: int, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Collective: rows of ``ids`` (new ids of type ``name``), in order."""
+        """Collective (unless the shared topology reads them in place): rows of ``ids`` (new
+        ids of type ``name``), in order."""
         W = self.ex.world_size
+        if self.shared is not None:
+            return self.shared.rows(name, t, ids)
         if W == 1:
             return self._local_rows(name, t, ids)
         uniq, inv = np.unique(ids, return_inverse=True)
@@ -385,16 +431,11 @@ def _bounds_of(rows: list, bnds: list, lasts: list) -> tuple:
 
 
 def typed_sampler_for(part, seed: int, group, *, kernel: str, features: bool, id_maps: str,
-                      topology_cache: float, shared_topology) -> DistTypedSampler:
+                      topology_cache: float, shared_topology, device=None) -> DistTypedSampler:
     """The service's sampler for a typed part; options the typed path lacks are refused."""
-    if kernel not in ("cpu", "auto"):
-        raise ConfigError("kernel='cuda' over ranks is not supported for typed graphs yet",
-                          "no rank builds its sampler", "use kernel='cpu'")
     if topology_cache:
         raise ConfigError("sampler.topology_cache is not supported for typed graphs yet",
                           "no rank builds its sampler", "set sampler.topology_cache to 0")
-    if shared_topology is True:
-        raise ConfigError("sampler.shared_topology is not supported for typed graphs yet",
-                          "no rank builds its sampler",
-                          "set sampler.shared_topology to auto or false")
-    return DistTypedSampler(part, seed, group, features=features, id_maps=id_maps)
+    return DistTypedSampler(part, seed, group, features=features, id_maps=id_maps,
+                            kernel="cpu" if kernel == "auto" else kernel, device=device,
+                            shared_topology=shared_topology)

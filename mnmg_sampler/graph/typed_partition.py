@@ -47,7 +47,7 @@ from .partition import (
     install_directory,
     plan_from_assignment,
 )
-from .partition_io import TMP_PREFIX, check_replaceable, write_manifest
+from .partition_io import TMP_PREFIX, TYPED_FORMAT_VERSION, check_replaceable, write_manifest
 from .typed import TypedGraph
 
 __all__ = ["homogeneous_view", "part_graph", "partition_typed", "typed_plan", "typed_part_arrays",
@@ -194,6 +194,7 @@ def write_typed_partitions(g: TypedGraph, plan: PartitionPlan, out_dir: str | os
                                   False, [], plan.summary(), parts_meta, files,
                                   has_weights=bool(g.weighted.any()), source=source)
         manifest["typed"] = typed_manifest_section(g, plan)
+        manifest["format_version"] = TYPED_FORMAT_VERSION  # a homogeneous-only reader refuses it
         write_manifest(tmp, manifest)  # last: a directory without it never loads
         install_directory(tmp, out)
     except BaseException:

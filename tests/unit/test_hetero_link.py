@@ -212,15 +212,21 @@ def test_one_type_relation_and_explicit_reverse():
         assert (seen["reverse"] == 0) == (rev is not None)
 
 
-def test_link_requests_are_not_sampled_disjoint():
-    """Seeds of two types grow no disjoint trees here: a typed error, not a wrong batch."""
+def test_link_requests_grow_one_tree_per_seed_of_either_type():
+    """Seeds of two types (a link batch's) are sampled disjoint as PyG's seed_dict: trees
+    numbered over the input type's seeds, then the other type's; each as its seed alone."""
     from mnmg_sampler.hetero_sampler import HeteroSampleRequest
 
     g = typed_graph(link_spec())
     req = HeteroSampleRequest("user", [1, 2], [2], 0, other_seeds={"movie": [3]})
     assert HeteroSampler(g).sample([req])[0].num_sampled_nodes["movie"][0] == 1
-    with pytest.raises(SamplingInputError, match="several node types"):
-        HeteroSampler(g, disjoint=True).sample([req])
+    b = HeteroSampler(g, disjoint=True).sample([req])[0]
+    assert b.n_id["movie"][0] == 3 and b.batch["movie"][0] == 2
+    assert b.batch["user"][:2].tolist() == [0, 1]
+    alone = HeteroSampler(g, disjoint=True).sample(
+        [HeteroSampleRequest("movie", [3], [2], 0)])[0]
+    for t in alone.n_id:  # tree 2 is the movie seed sampled alone
+        assert np.array_equal(alone.n_id[t].numpy(), b.n_id[t].numpy()[b.batch[t] == 2])
     with pytest.raises(SamplingInputError, match="repeats the input type"):
         HeteroSampleRequest("user", [1], [2], 0, other_seeds={"user": [3]})
 
