@@ -24,6 +24,7 @@ from .schema import BUILTIN_DATASETS, JobConfig
 _RMAT = re.compile(r"^rmat:(?P<scale>[^:]*)(?::(?P<ef>[^:]*))?$")
 _TYPED_SBM = re.compile(r"^typed-sbm:(?P<papers>[^:]*)(?::(?P<classes>[^:]*))?$")
 TYPED_SBM_MAX_PAPERS = 1 << 24
+_TYPED_UI = re.compile(r"^typed-useritem:(?P<users>[^:]*)(?::(?P<items>[^:]*))?$")
 
 # --------------------------------------------------------------------------- datasets
 
@@ -31,15 +32,18 @@ TYPED_SBM_MAX_PAPERS = 1 << 24
 @dataclass(frozen=True)
 class DatasetSpec:
     """What ``dataset.name`` denotes: a built-in graph, an R-MAT graph, the generated typed graph
-    (``typed-sbm``: ``papers`` papers in ``classes`` classes) or a file."""
+    (``typed-sbm``: ``papers`` papers in ``classes`` classes; ``typed-useritem``: ``users`` users
+    rating ``items`` items) or a file."""
 
-    kind: Literal["builtin", "rmat", "typed-sbm", "path"]
+    kind: Literal["builtin", "rmat", "typed-sbm", "typed-useritem", "path"]
     name: str
     scale: int | None = None
     edge_factor: int | None = None
     path: str | None = None
     papers: int | None = None
     classes: int | None = None
+    users: int | None = None
+    items: int | None = None
 
 
 def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
@@ -73,6 +77,21 @@ def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
                        "authors and 4 * CLASSES fields")
         return DatasetSpec("typed-sbm", f"typed-sbm:{papers}:{classes}", papers=papers,
                            classes=classes)
+    m = _TYPED_UI.match(name)
+    if m:
+        try:
+            users = int(m["users"])
+            items = int(m["items"]) if m["items"] is not None else users
+        except ValueError:
+            users = items = -1
+        if not (2 <= users <= TYPED_SBM_MAX_PAPERS and 8 <= items <= TYPED_SBM_MAX_PAPERS):
+            raise _err(key, f"bad typed-useritem spec {name!r}",
+                       f"use typed-useritem:USERS[:ITEMS] with 2 <= USERS <= 2**24 and 8 <= "
+                       f"ITEMS <= 2**24, e.g. {key}=typed-useritem:2000:1000",
+                       "The generated typed graph has USERS users rating ITEMS items (ITEMS "
+                       "defaults to USERS)")
+        return DatasetSpec("typed-useritem", f"typed-useritem:{users}:{items}", users=users,
+                           items=items)
     return DatasetSpec("path", name, path=name)
 
 
@@ -116,7 +135,8 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise _err(key, f"unknown dataset {spec.path!r}{hint}",
                    f"use a built-in name ({', '.join(BUILTIN_DATASETS)}), rmat:SCALE[:EDGE_FACTOR]"
-                   ", typed-sbm:PAPERS[:CLASSES] or the path of a graph file")
+                   ", typed-sbm:PAPERS[:CLASSES], typed-useritem:USERS[:ITEMS] or the path of a "
+                   "graph file")
     where = ""
     if not p.is_absolute():
         where += f" (relative to the working directory {os.getcwd()})"

@@ -205,6 +205,11 @@ class LinkConfig:
         "(undirected graphs: of the node pairs); val/test edges leave the sampling graph.",
         _SPLIT)
     split_seed: int = _opt(0, "Seed of the random edge split.", _SEED)
+    edge_type: list[str] | None = _opt(
+        None, "Typed graphs: the relation to predict, [src, rel, dst]; its edges are split, and "
+        "held-out ones leave it and its reverse (PyG's rev_ relation). null = the only "
+        "relation of a graph with one (or with one and its reverse).",
+        (lambda v: len(v) == 3, "a list of 3 names [src, rel, dst]"))
     neg_sampling: Literal["binary", "triplet"] = _opt(
         "binary", "Training negatives: binary (extra label-0 edges) or triplet (a negative "
         "destination beside each positive).")
@@ -372,7 +377,9 @@ CROSS_FIELD_RULES = (
     "`sampler.split: owner` needs `task: node`: the link loader splits seed edges in one global "
     "order only.",
     "`dataset.name` `typed-sbm:PAPERS[:CLASSES]` needs 2 <= CLASSES <= 64 and CLASSES <= PAPERS "
-    "<= 2**24.",
+    "<= 2**24; `typed-useritem:USERS[:ITEMS]` needs 2 <= USERS <= 2**24 and 8 <= ITEMS <= 2**24.",
+    "`link.edge_type` is for typed graphs, where it names a relation of the graph; `task: link` "
+    "on a typed graph needs `training.mode: train` and no `sampler.input_type`.",
     "A mapping of `sampler.fanouts` / `sampler.eval_fanouts` gives every relation equally many "
     "hops; on a typed graph (checked by `validate` and at job start) it names every relation "
     "of the graph and no other, and `sampler.input_type` names a node type with labels.",

@@ -25,7 +25,8 @@ import numpy as np
 
 from .typed import TypedGraph, typed_graph
 
-__all__ = ["FEATURE_DIM", "FEATURE_SIGNAL", "PLANTED", "typed_sbm_graph", "typed_sbm_metadata"]
+__all__ = ["FEATURE_DIM", "FEATURE_SIGNAL", "PLANTED", "USERITEM_COMMUNITIES", "typed_sbm_graph",
+           "typed_sbm_metadata", "typed_useritem_graph", "typed_useritem_metadata"]
 
 FEATURE_DIM = 16
 """Width of the paper features."""
@@ -98,3 +99,43 @@ def typed_sbm_graph(papers: int, classes: int = 4, seed: int = 0) -> TypedGraph:
         "y": {"paper": y},
     }
     return typed_graph(spec, f"typed-sbm:{papers}:{classes}")
+
+
+USERITEM_COMMUNITIES = 8
+"""Latent communities of the user-item graph."""
+USERITEM_PLANTED = 0.8
+"""Probability that a user rates an item of its own community."""
+RATINGS_PER_USER = 10
+
+
+def typed_useritem_metadata(users: int, items: int) -> tuple[dict[str, int], list[tuple]]:
+    """``(node counts per type, edge types)`` of :func:`typed_useritem_graph`."""
+    return ({"user": users, "item": items},
+            [("user", "rates", "item"), ("item", "rev_rates", "user")])
+
+
+def typed_useritem_graph(users: int, items: int, seed: int = 0) -> TypedGraph:
+    """A user-item graph for link prediction (``dataset.name: typed-useritem:USERS[:ITEMS]``).
+
+    Users (no features: a model learns embeddings) and items (weak features: community centre
+    times :data:`FEATURE_SIGNAL` plus unit noise) each belong to one of
+    :data:`USERITEM_COMMUNITIES` latent communities; every user rates
+    :data:`RATINGS_PER_USER` items, each of its own community with probability
+    :data:`USERITEM_PLANTED`, else of a uniformly drawn one (repeats merged). Relations
+    ``(user, rates, item)`` and its reverse ``(item, rev_rates, user)``. So whether a user rates
+    an item is predictable from who rated what, and a link predictor clearly beats chance. A pure
+    function of ``(users, items, seed)`` (``items`` >= the communities)."""
+    c = USERITEM_COMMUNITIES
+    rng = np.random.default_rng([int(seed), int(users), int(items), 0x5E1])
+    user_c = rng.integers(0, c, users).astype(np.int64)
+    item_c = rng.integers(0, c, items).astype(np.int64)
+    item_c[:c] = np.arange(c)  # every community has an item
+    centre = rng.standard_normal((c, FEATURE_DIM))
+    x = FEATURE_SIGNAL * centre[item_c] + rng.standard_normal((items, FEATURE_DIM))
+    u, i = _draw(rng, user_c, RATINGS_PER_USER, USERITEM_PLANTED, item_c, c)
+    rates = _unique_pairs(u, i, items)
+    spec = {"num_nodes": {"user": users, "item": items},
+            "edge_index": {("user", "rates", "item"): rates,
+                           ("item", "rev_rates", "user"): rates[::-1].copy()},
+            "x": {"item": x.astype(np.float32)}}
+    return typed_graph(spec, f"typed-useritem:{users}:{items}")

@@ -218,14 +218,20 @@ def _is_typed_object(obj) -> bool:
 def typed_graph_at(path: str | PathLike) -> TypedGraph | None:
     """The typed graph at ``path`` if it holds one (an OGB hetero directory, or a ``.pt`` of a
     HeteroData, its ``to_dict()`` or the plain dict form), else ``None``: it is then for the
-    homogeneous readers. ``typed-sbm:PAPERS[:CLASSES]`` is the generated typed graph
-    (:mod:`.typed_generate`, seed 0)."""
+    homogeneous readers. ``typed-sbm:PAPERS[:CLASSES]`` and ``typed-useritem:USERS[:ITEMS]`` are
+    the generated typed graphs (:mod:`.typed_generate`, seed 0)."""
     if str(path).startswith("typed-sbm:"):
         from ..config import parse_dataset_name
         from .typed_generate import typed_sbm_graph
 
         spec = parse_dataset_name(str(path), "graph")
         return typed_sbm_graph(spec.papers, spec.classes, 0)
+    if str(path).startswith("typed-useritem:"):
+        from ..config import parse_dataset_name
+        from .typed_generate import typed_useritem_graph
+
+        spec = parse_dataset_name(str(path), "graph")
+        return typed_useritem_graph(spec.users, spec.items, 0)
     p = Path(path)
     if is_ogb_hetero_dir(p):
         return read_ogb_hetero_dir(p)

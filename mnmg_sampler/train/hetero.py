@@ -1,5 +1,6 @@
 """The jobs of ``mnmg-sampler train`` on a typed (heterogeneous) graph: node classification of
-``sampler.input_type`` with the built-in :class:`~.hetero_model.HeteroGraphSAGE`.
+``sampler.input_type`` with the built-in :class:`~.hetero_model.HeteroGraphSAGE` (link
+prediction, ``task: link``, is :mod:`.hetero_link`).
 
 The same steps, console lines, metrics, checkpoints and resume as the homogeneous job
 (:mod:`.job`): the config is checked against the graph's types and relations on every rank
@@ -59,16 +60,21 @@ class TypedJob:
     t_start: float
 
 
-def start_typed_job(cfg: JobConfig) -> TypedJob:
+def start_typed_job(cfg: JobConfig, training_graph=None) -> TypedJob:
     """Join the job, partition if needed, check the config against the graph (every rank, from
-    the manifest, before the service starts), load this rank's part and start the service."""
+    the manifest, before the service starts), load this rank's part and start the service.
+
+    ``training_graph``, a callable run on every rank once the job is joined, returns
+    ``(build, load)``: the graph to partition instead of the dataset (``build()``, called on
+    rank 0 when partitioning) and what its manifest source records besides the dataset."""
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition, read_manifest
 
     env, device = start_rank(cfg)
     rank, world = env.rank, env.world_size
     t_start = time.perf_counter()
-    pdir = ensure_partitions(cfg, rank, world, typed=True)
+    build, load = agree(training_graph) if training_graph is not None else (None, None)
+    pdir = ensure_partitions(cfg, rank, world, typed=True, typed_graph=build, load=load)
 
     def check() -> tuple[TypedMeta, str]:
         meta = meta_of_manifest(read_manifest(pdir))
@@ -85,15 +91,16 @@ def start_typed_job(cfg: JobConfig) -> TypedJob:
     return TypedJob(cfg, rank, world, device, pdir, part, meta, input_type, service, t_start)
 
 
-def typed_model(job: TypedJob, out_dim: int):
+def typed_model(job: TypedJob, out_dim: int, target=None):
     """The :class:`~.hetero_model.HeteroGraphSAGE` of the config for ``job``'s graph, on its
-    device (seeded with ``sampler.seed``: the same initial weights on every rank)."""
+    device (seeded with ``sampler.seed``: the same initial weights on every rank); its output
+    is of ``target`` (default the input type)."""
     from .hetero_model import HeteroGraphSAGE
 
     m = job.cfg.model
     torch.manual_seed(job.cfg.sampler.seed)
     return HeteroGraphSAGE(job.meta.edge_types, job.meta.num_nodes, job.meta.x_dims, m.hidden,
-                           out_dim, m.layers, job.input_type, embedding_dim(job.cfg),
+                           out_dim, m.layers, target or job.input_type, embedding_dim(job.cfg),
                            dropout=m.dropout, aggr=m.aggr,
                            embedding_memory_mb=m.embedding_memory_mb).to(job.device)
 
@@ -127,8 +134,12 @@ def run_typed_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -
     metrics."""
     from ..loader import DistNeighborLoader
 
-    if parse_dataset_name(cfg.dataset.name).kind == "typed-sbm":
+    if parse_dataset_name(cfg.dataset.name).kind in ("typed-sbm", "typed-useritem"):
         check_typed_job(cfg, typed_meta(cfg))  # known without the graph: before any collective
+    if cfg.task == "link":
+        from .hetero_link import run_typed_link_job
+
+        return run_typed_link_job(cfg, resume=resume, progress=progress)
     job = start_typed_job(cfg)
     s, tr = cfg.sampler, cfg.training
     try:

@@ -36,10 +36,12 @@ def relation_key(et: EdgeType) -> str:
     return "__".join(et)
 
 
-def relations_per_layer(edge_types: Sequence[EdgeType], target: str,
+def relations_per_layer(edge_types: Sequence[EdgeType], target: str | Sequence[str],
                         layers: int) -> list[list[EdgeType]]:
-    """Per layer (first first), the relations whose output reaches ``target`` at the end and
-    whose inputs exist: a type no relation points to has no representation after layer 0."""
+    """Per layer (first first), the relations whose output reaches ``target`` (a type, or
+    several) at the end and whose inputs exist: a type no relation points to has no
+    representation after layer 0."""
+    targets = {target} if isinstance(target, str) else set(target)
     every = {t for et in edge_types for t in (et[0], et[2])}
     rels = [list(edge_types) for _ in range(layers)]
     while True:
@@ -48,7 +50,7 @@ def relations_per_layer(edge_types: Sequence[EdgeType], target: str,
             layer = [et for et in layer if et[0] in have and et[2] in have]
             out.append(layer)
             have = {et[2] for et in layer}
-        need = {target}
+        need = set(targets)
         for i in range(layers - 1, -1, -1):  # backward: read by the layer after
             out[i] = [et for et in out[i] if et[2] in need]
             need = {t for et in out[i] for t in (et[0], et[2])}
@@ -86,7 +88,8 @@ class HeteroGraphSAGE(nn.Module):
         hidden: width of the hidden layers.
         out_dim: number of classes.
         layers: number of layers (as many as the loader samples hops).
-        target: the node type whose logits are returned.
+        target: the node type whose logits are returned, or several (link prediction:
+            both endpoint types), then ``forward`` returns ``{type: output}``.
         embedding_dim: width of the embeddings of featureless types.
         dropout, aggr: as :class:`~.model.GraphSAGE`.
 
@@ -99,7 +102,7 @@ class HeteroGraphSAGE(nn.Module):
 
     def __init__(self, edge_types: Sequence[EdgeType], num_nodes: Mapping[str, int],
                  in_dims: Mapping[str, int], hidden: int, out_dim: int, layers: int,
-                 target: str, embedding_dim: int, dropout: float = 0.5,
+                 target: str | Sequence[str], embedding_dim: int, dropout: float = 0.5,
                  aggr: str = "mean", embedding_memory_mb: float | None = None) -> None:
         super().__init__()
         hidden, out_dim = _positive("hidden", hidden), _positive("out_dim", out_dim)
@@ -109,10 +112,13 @@ class HeteroGraphSAGE(nn.Module):
             raise ConfigError(f"model.dropout is {dropout!r}", "the model cannot be built",
                               "set model.dropout in [0, 1)")
         _check_aggr(aggr)
-        self.target, self.dropout = str(target), float(dropout)
+        self.target = target if isinstance(target, str) else tuple(target)
+        self.dropout = float(dropout)
         self.edge_types = [tuple(et) for et in edge_types]
         self.layer_relations = relations_per_layer(self.edge_types, self.target, layers)
-        if not self.layer_relations[-1]:
+        ends = {et[2] for et in self.layer_relations[-1]}
+        if not ends or not all(t in ends for t in ([target] if isinstance(target, str)
+                                                   else target)):
             raise ConfigError(f"sampler.input_type: no chain of {layers} relations ends at node "
                               f"type {target!r}", "its nodes would never read a neighbor",
                               "classify a node type relations point to, and give every type "
@@ -164,10 +170,10 @@ class HeteroGraphSAGE(nn.Module):
 
     def forward(self, x: Mapping[str, torch.Tensor],
                 edge_index: Mapping[EdgeType, torch.Tensor],
-                n_id: Mapping[str, torch.Tensor]) -> torch.Tensor:
+                n_id: Mapping[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
         """Logits of every ``target`` node of the minibatch (seeds first: slice
-        ``[:batch_size]``). ``x``, ``edge_index`` and ``n_id`` are the
-        :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts."""
+        ``[:batch_size]``), or ``{type: output}`` for several targets. ``x``, ``edge_index``
+        and ``n_id`` are the :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts."""
         dev = next(self.parameters()).device
         h = self.inputs(x, n_id, dev)
         for i, rels in enumerate(self.layer_relations):
@@ -181,4 +187,6 @@ class HeteroGraphSAGE(nn.Module):
                 out = {t: F.dropout(F.relu(v), self.dropout, self.training)
                        for t, v in out.items()}
             h = out
-        return h[self.target]
+        if isinstance(self.target, str):
+            return h[self.target]
+        return {t: h[t] for t in self.target}

@@ -82,7 +82,8 @@ def job_edge_weights(cfg: JobConfig, graph) -> np.ndarray | None:
                                 seed=cfg.dataset.seed)
 
 
-def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False) -> Path:
+def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False,
+                      typed_graph=None, load: dict | None = None) -> Path:
     """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
     partitioning (collective).
 
@@ -94,7 +95,9 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     the input and writes its own part) unless the job names separate node-data files or edge
     weights; otherwise (for ``metis``, and for a ``typed`` graph:
     :func:`~.typed_setup.load_typed_dataset`, typed parts) rank 0 partitions while the others
-    wait.
+    wait. ``typed_graph`` (a callable, run on rank 0 only when partitioning) replaces the
+    dataset's typed graph, and ``load`` is recorded in the source beside the load options (a
+    link job's training graph and its edge split).
     """
     from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
@@ -111,6 +114,7 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
         want["load"]["weights"] = cfg.sampler.weights
     if d.num_classes:
         want["load"]["num_classes"] = int(d.num_classes)
+    want["load"].update(load or {})
 
     def needed() -> bool:
         if rank != 0:
@@ -153,7 +157,8 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
             from ..graph.typed_partition import partition_typed
             from .typed_setup import load_typed_dataset
 
-            partition_typed(load_typed_dataset(cfg), world, p.method, out, seed=p.seed,
+            g = typed_graph() if typed_graph is not None else load_typed_dataset(cfg)
+            partition_typed(g, world, p.method, out, seed=p.seed,
                             overwrite=True, source=want, metis_max_edges=p.metis_max_edges)
             return
         g = load_dataset(cfg)

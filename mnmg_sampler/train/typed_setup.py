@@ -1,9 +1,10 @@
 """What a job on a typed (heterogeneous) graph needs before it trains, for every task on it.
 
-A dataset is typed when ``dataset.name`` is the generated ``typed-sbm:PAPERS[:CLASSES]``
-(:mod:`mnmg_sampler.graph.typed_generate`), a saved ``HeteroData`` (``.pt``) or an OGB
-heterogeneous directory. The config's typed keys (``sampler.input_type``, fanouts per relation,
-``model.embedding_dim``) are checked against the graph's types and relations
+A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLASSES]`` or
+``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
+``HeteroData`` (``.pt``) or an OGB heterogeneous directory. The config's typed keys
+(``sampler.input_type``, ``link.edge_type``, fanouts per relation, ``model.embedding_dim``) are
+checked against the graph's types and relations
 (:class:`TypedMeta`): by ``validate`` from the dataset, and by every rank at job start from the
 partition manifest, before the sampling service or any loader starts. The homogeneous-only keys
 are refused for a typed graph, and the typed-only keys for a homogeneous one, naming the key.
@@ -21,8 +22,8 @@ from ..config import JobConfig, num_hops, parse_dataset_name
 from ..config.parse import _err
 
 __all__ = ["TypedMeta", "check_homogeneous_job", "check_typed_job", "dataset_is_typed",
-           "embedding_rows", "load_typed_dataset", "meta_of_graph", "meta_of_manifest",
-           "num_neighbors", "typed_meta", "typed_node_split"]
+           "embedding_rows", "link_edge_type", "load_typed_dataset", "meta_of_graph",
+           "meta_of_manifest", "num_neighbors", "typed_meta", "typed_node_split"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def dataset_is_typed(cfg: JobConfig) -> bool:
     """True for the generated typed graph, an OGB hetero directory, or a ``.pt`` holding a
     ``HeteroData`` (its ``to_dict()`` or the plain dict form; the file is read to tell)."""
     spec = parse_dataset_name(cfg.dataset.name)
-    if spec.kind == "typed-sbm":
+    if spec.kind in ("typed-sbm", "typed-useritem"):
         return True
     if spec.kind != "path":
         return False
@@ -86,6 +87,10 @@ def load_typed_dataset(cfg: JobConfig):
         from ..graph.typed_generate import typed_sbm_graph
 
         return typed_sbm_graph(spec.papers, spec.classes, cfg.dataset.seed)
+    if spec.kind == "typed-useritem":
+        from ..graph.typed_generate import typed_useritem_graph
+
+        return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed)
     from ..graph.typed_io import load_typed_graph
 
     return load_typed_graph(spec.path)
@@ -100,6 +105,11 @@ def typed_meta(cfg: JobConfig) -> TypedMeta | None:
 
         counts, ets = typed_sbm_metadata(spec.papers, spec.classes)
         return TypedMeta(counts, ets, {"paper": FEATURE_DIM}, ["paper"])
+    if spec.kind == "typed-useritem":
+        from ..graph.typed_generate import FEATURE_DIM, typed_useritem_metadata
+
+        counts, ets = typed_useritem_metadata(spec.users, spec.items)
+        return TypedMeta(counts, ets, {"item": FEATURE_DIM}, [])
     if spec.kind != "path":
         return None
     from ..graph.typed_io import typed_graph_at
@@ -156,9 +166,8 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
             raise _err(key, f"{cfg.dataset.name} is a typed graph, and {key} applies to "
                        "homogeneous graphs only", f"remove {key} (typed graphs carry their node "
                        "data per type: docs/hetero.md)", "It would be ignored")
-    if cfg.task != "node":
-        raise _err("task", f"task {cfg.task} is not supported on typed graphs yet",
-                   "use task: node (classification of sampler.input_type)")
+    if cfg.task == "link":  # evaluated on sampled minibatches of held-out edges
+        return _check_typed_link(cfg, meta)
     if cfg.training.mode == "train" and cfg.training.eval_mode != "sampled":
         raise _err("training.eval_mode", f"{cfg.training.eval_mode} evaluation is homogeneous "
                    "only", "set training.eval_mode=sampled (minibatches sampled with "
@@ -200,6 +209,58 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
     return t
 
 
+def link_edge_type(cfg: JobConfig, meta: TypedMeta) -> EdgeType:
+    """The relation a typed link job predicts: ``link.edge_type`` checked against the graph,
+    or, when null, its only relation that is not a ``rev_`` reverse of another."""
+    given = cfg.link.edge_type
+    names = ", ".join(f"[{', '.join(et)}]" for et in meta.edge_types)
+    if given is None:
+        fwd = [et for et in meta.edge_types if not (
+            et[1].startswith("rev_") and (et[2], et[1][4:], et[0]) in meta.edge_types)]
+        if len(fwd) != 1:
+            raise _err("link.edge_type", f"not set, and the graph has {len(fwd)} relations "
+                       "besides reverse ones", f"set link.edge_type to one of {names}")
+        return fwd[0]
+    et = tuple(str(v) for v in given)
+    if et not in meta.edge_types:
+        import difflib
+
+        keys = {"__".join(e): e for e in meta.edge_types}
+        close = difflib.get_close_matches("__".join(et), list(keys), n=1, cutoff=0.6)
+        hint = f" (did you mean [{', '.join(keys[close[0]])}]?)" if close else ""
+        raise _err("link.edge_type", f"[{', '.join(et)}] is not a relation of the graph{hint}",
+                   f"use one of {names}")
+    return et
+
+
+def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
+    """:func:`check_typed_job` for ``task: link``; returns the predicted relation's source
+    type."""
+    et = link_edge_type(cfg, meta)
+    if cfg.training.mode != "train":
+        raise _err("training.mode", f"{cfg.training.mode} with task link",
+                   "use training.mode=train (the link job only trains), or task=node for a "
+                   "sampling run")
+    if cfg.sampler.input_type is not None:
+        raise _err("sampler.input_type", "set with task link",
+                   "drop it: the seeds are the edges of link.edge_type, whose endpoint types "
+                   "are both encoded")
+    _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
+    _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
+    from .hetero_model import check_embedding_budget, relations_per_layer
+
+    layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
+    rels = relations_per_layer(meta.edge_types, (et[0], et[2]), layers)
+    ends = {r[2] for r in rels[-1]}
+    if et[0] not in ends or et[2] not in ends:
+        raise _err("link.edge_type", f"no chain of {layers} relations ends at both node types "
+                   f"of [{', '.join(et)}]", "give both endpoint types incoming relations "
+                   "(the reverse relation, PyG's rev_ naming)")
+    check_embedding_budget(embedding_rows(meta, rels), embedding_dim(cfg),
+                           cfg.model.embedding_memory_mb)
+    return et[0]
+
+
 def embedding_rows(meta: TypedMeta, rels: list[list[EdgeType]]) -> dict[str, int]:
     """Rows of every embedding table the model builds: the featureless types its first layer
     reads."""
@@ -215,6 +276,9 @@ def embedding_dim(cfg: JobConfig) -> int:
 def check_homogeneous_job(cfg: JobConfig) -> None:
     """The typed-only keys on a homogeneous graph: a ConfigError naming the key."""
     s = cfg.sampler
+    if cfg.link.edge_type is not None:
+        raise _err("link.edge_type", f"{cfg.dataset.name} is a homogeneous graph; a relation "
+                   "to predict applies to typed graphs only", "drop it")
     for key, given in (("sampler.input_type", s.input_type is not None),
                        ("sampler.fanouts", isinstance(s.fanouts, dict)),
                        ("sampler.eval_fanouts", isinstance(s.eval_fanouts, dict))):

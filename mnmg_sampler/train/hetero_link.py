@@ -1,0 +1,196 @@
+"""The link-prediction job on a typed graph (``task: link``, ``link.edge_type: [src, rel, dst]``).
+
+The homogeneous link job's steps (:mod:`.link`) on one relation of a typed graph: its edges are
+split into train/val/test on every rank alike (``link.split``, ``link.split_seed``,
+:func:`~mnmg_sampler.graph.typed_link_split.split_relation`); the *training graph*, partitioned
+once, holds only the train edges of the relation and no reverse of a held-out edge in its
+reverse relation (PyG's ``rev_`` naming), so held-out edges are never read as messages; a
+typed :class:`~mnmg_sampler.link_loader.DistLinkNeighborLoader` draws the training negatives
+(binary or triplet, of the relation's types) and removes the seed edges and their reverses from
+their own subgraphs; evaluation ranks each held-out edge among ``link.eval_negatives`` negative
+destinations and reports AUC, MRR and Hits@K as the homogeneous job does. The encoder is the
+:class:`~.hetero_model.HeteroGraphSAGE` with outputs for both endpoint types (featureless types
+read learned embeddings), the decoder ``link.decoder``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import JobConfig, config_to_dict
+from ..errors import ConfigError
+from .epochs import run_epochs
+from .hetero import TypedJob, start_typed_job, typed_model
+from .link import _gather_scores, auc, rank_metrics
+from .report import RunReport
+from .setup import make_optimizer, resume_point
+from .typed_setup import link_edge_type, load_typed_dataset, meta_of_graph, num_neighbors
+
+__all__ = ["HeteroLinkModel", "run_typed_link_job"]
+
+
+class HeteroLinkModel(nn.Module):
+    """A :class:`~.hetero_model.HeteroGraphSAGE` encoding both endpoint types of ``edge_type``
+    and an edge decoder: ``dot`` (``<h_s, h_d>``) or ``mlp`` of ``h_s * h_d``; :meth:`score`
+    returns logits."""
+
+    def __init__(self, encoder: nn.Module, edge_type, hidden: int, decoder: str = "dot") -> None:
+        super().__init__()
+        if decoder not in ("dot", "mlp"):
+            raise ConfigError(f"link.decoder is {decoder!r}", "edges cannot be scored",
+                              "use dot or mlp")
+        self.encoder, self.edge_type = encoder, tuple(edge_type)
+        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) \
+            if decoder == "mlp" else None
+
+    def forward(self, x, edge_index, n_id) -> dict[str, torch.Tensor]:
+        return self.encoder(x, edge_index, n_id)
+
+    def score(self, h: dict[str, torch.Tensor], src: torch.Tensor,
+              dst: torch.Tensor) -> torch.Tensor:
+        """Logits of the edges ``src[i] -> dst[i]`` (local ids into the source and destination
+        types' rows of ``h``)."""
+        z = h[self.edge_type[0]][src] * h[self.edge_type[2]][dst]
+        return z.sum(-1) if self.mlp is None else self.mlp(z).squeeze(-1)
+
+
+@torch.no_grad()
+def evaluate_link(model, net: HeteroLinkModel, loader, device, hits_k: int) -> dict:
+    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
+    (collective), as :func:`.link.evaluate`."""
+    model.eval()
+    pos_all, neg_all = [], []
+    acc = torch.zeros(4, dtype=torch.float64)  # rr sum, hits sum, positives, loss sum
+    for b in loader:
+        h = model(b.x, b.edge_index, b.n_id)
+        s, d = b.src_index.to(device), b.dst_pos_index.to(device)
+        dn = b.dst_neg_index.to(device).reshape(s.numel(), -1)
+        pos = net.score(h, s, d)
+        neg = net.score(h, s.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
+        rr, hits = rank_metrics(pos, neg, hits_k)
+        loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
+            F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
+        acc += torch.tensor([rr, hits, pos.numel(), float(loss)], dtype=torch.float64)
+        pos_all.append(pos.cpu())
+        neg_all.append(neg.reshape(-1).cpu())
+    model.train()
+    dist.all_reduce(acc)
+    pos_g = _gather_scores(torch.cat(pos_all) if pos_all else torch.zeros(0))
+    neg_g = _gather_scores(torch.cat(neg_all) if neg_all else torch.zeros(0))
+    n = max(float(acc[2]), 1.0)
+    return {"auc": auc(pos_g, neg_g), "mrr": float(acc[0]) / n, "hits": float(acc[1]) / n,
+            "loss": float(acc[3]) / max(pos_g.size + neg_g.size, 1)}
+
+
+def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
+    """The typed link job on this rank (inside torchrun); returns the final metrics."""
+    from ..graph.typed_link_split import split_relation, typed_training_graph
+    from ..hetero_link_sampler import reverse_relation
+    from ..link_loader import DistLinkNeighborLoader
+
+    lk, s = cfg.link, cfg.sampler
+    split: dict[str, np.ndarray] = {}
+
+    def training_graph():
+        g = load_typed_dataset(cfg)
+        et = link_edge_type(cfg, meta_of_graph(g))
+        split.update(split_relation(g, et, lk.split, lk.split_seed), edge_type=et)
+        rev = reverse_relation(et, list(g.edge_types))
+        load = {"task": "link", "link_edge_type": list(et),
+                "link_split": [float(f) for f in lk.split], "link_split_seed": int(lk.split_seed)}
+        return (lambda: typed_training_graph(g, et, split, rev)), load
+
+    job = start_typed_job(cfg, training_graph)
+    et = split["edge_type"]
+    try:
+        mgroup = dist.new_group(backend=dist.get_backend())  # one for every loader
+        fan, eval_fan = num_neighbors(s.fanouts), num_neighbors(s.eval_fanouts)
+        train_loader = DistLinkNeighborLoader(
+            job.service, fan, (et, split["train"]), batch_size=s.batch_size, shuffle=s.shuffle,
+            drop_last=s.drop_last,
+            neg_sampling={"mode": lk.neg_sampling, "amount": lk.neg_amount,
+                          "reject_known": lk.reject_known},
+            exclude_seed_edges=lk.exclude_seed_edges, part=job.part, membership_group=mgroup,
+            seed=s.seed, prefetch=s.prefetch, replace=s.replace, edge_ids=s.edge_ids)
+        evals = {k: DistLinkNeighborLoader(
+            job.service, eval_fan, (et, split[k]), batch_size=s.eval_batch_size,
+            neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
+            part=job.part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch,
+            edge_ids=s.edge_ids) for k in ("val", "test")}
+        tr = cfg.training
+        steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
+        report = RunReport(job.rank, tr.epochs, steps, tr.log_every, progress,
+                           Path(cfg.output.dir) / cfg.output.metrics_file)
+        try:
+            final, line = _train(job, et, train_loader, evals, resume, report)
+        finally:
+            report.close()
+    finally:
+        job.service.shutdown()
+    report.service(job.service.stats())
+    report.final(final, line)
+    return final
+
+
+def _train(job: TypedJob, et, train_loader, evals: dict, resume: bool,
+           report: RunReport) -> tuple[dict, str]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    cfg, device = job.cfg, job.device
+    lk, m = cfg.link, cfg.model
+    net = HeteroLinkModel(typed_model(job, m.hidden, target=(et[0], et[2])), et, m.hidden,
+                          lk.decoder).to(device)
+    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = make_optimizer(model.parameters(), cfg.optimizer)
+    first_epoch = resume_point(cfg, resume, job.rank, job.world, device, net, opt, train_loader,
+                               report)
+    report.start(mode="train", task="link", world_size=job.world, first_epoch=first_epoch,
+                 config=config_to_dict(cfg))
+    report.print(f"link prediction of {list(et)} on {job.world} rank(s): {report.steps} batches "
+                 "per epoch and rank; acc = binary accuracy of the edge scores")
+    report.open_bar(first_epoch)
+    triplet = lk.neg_sampling == "triplet"
+
+    def forward(b) -> tuple[torch.Tensor, float, int]:
+        h = model(b.x, b.edge_index, b.n_id)
+        if triplet:
+            src = b.src_index.to(device)
+            dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
+            pos = net.score(h, src, b.dst_pos_index.to(device))
+            neg = net.score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
+            logits = torch.cat([pos, neg])
+            target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+        else:
+            eli = b.edge_label_index.to(device)
+            logits = net.score(h, eli[0], eli[1])
+            target = b.edge_label.to(device).float()
+        correct = float(((logits > 0).float() == target).sum())
+        return F.binary_cross_entropy_with_logits(logits, target), correct, logits.numel()
+
+    def validate(rec: dict) -> str:
+        v = evaluate_link(model, net, evals["val"], device, lk.hits_k)
+        rec.update({f"val_{k}": x for k, x in v.items()})
+        return (f"  val AUC {rec['val_auc']:.4f}  MRR {rec['val_mrr']:.4f}  "
+                f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
+
+    run_epochs(cfg, model, opt, train_loader, job.rank, job.world, report, first_epoch, forward,
+               validate, metrics=("val_acc", "val_loss", "val_auc", "val_mrr"))
+    report.close()
+    test = evaluate_link(model, net, evals["test"], device, lk.hits_k)
+    val = evaluate_link(model, net, evals["val"], device, lk.hits_k)
+    wall = time.perf_counter() - job.t_start
+    k = lk.hits_k
+    final = {"event": "final", "task": "link", "edge_type": list(et),
+             **{f"test_{n}": x for n, x in test.items()},
+             **{f"val_{n}": x for n, x in val.items()}, "hits_k": k, "wall_s": wall,
+             "world_size": job.world}
+    return final, (f"val AUC {val['auc']:.4f}  test AUC {test['auc']:.4f}  test MRR "
+                   f"{test['mrr']:.4f}  test Hits@{k} {test['hits']:.4f}  ({job.world} "
+                   f"rank(s), {wall:.1f}s)")
