@@ -20,7 +20,9 @@ DGL's heterograph sampler is not measured here.
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -58,12 +60,13 @@ def _per_edge(seconds: list[float], edges: int) -> dict:
 
 
 def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
-                 batches: int, kernel_nodes: int, repeats: int) -> dict:
-    """The measurements of the module docstring, as a dict."""
-    from ..hetero_sampler import HeteroSampler, HeteroSampleRequest
+                 batches: int, kernel_nodes: int, repeats: int, *, peer=None,
+                 peer_repeats: int = 3, threads: int = 1,
+                 peer_missing: str = "not measured") -> dict:
+    """The measurements of the module docstring, as a dict; ``peer``: the Python of a DGL peer
+    venv (``None``: DGL not measured, ``peer_missing`` says why)."""
     from ..ops import cpu, typed
     from ..ops.rng import request_key
-    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
     t0 = time.perf_counter()
     tg, bounds = typed_view(graph)
@@ -99,32 +102,120 @@ def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: in
 
     t0_seeds = seeds[seeds < bounds[1]]
     nb = min(batches, -(-t0_seeds.size // batch_size))
-    chunks = [t0_seeds[i * batch_size:(i + 1) * batch_size] for i in range(nb)]
-    hs = HeteroSampler(tg, seed)
-    ms = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
-    h_reqs = [HeteroSampleRequest("t0", c, fanouts, request_key(seed, 0, i), replace)
-              for i, c in enumerate(chunks)]
-    m_reqs = [SampleRequest(c, fanouts, request_key(seed, 0, i), replace)
-              for i, c in enumerate(chunks)]
-    hs.sample(h_reqs[:1])
-    ms.sample(m_reqs[:1])
-    mh: dict[str, list[float]] = {"homogeneous": [], "typed": []}
-    edges = {"homogeneous": 0, "typed": 0}
-    for _ in range(repeats):
-        t = time.perf_counter()
-        e = sum(int(b.e_id.numel()) for r in m_reqs for b in ms.sample([r]))
-        mh["homogeneous"].append(time.perf_counter() - t)
-        edges["homogeneous"] = e
-        t = time.perf_counter()
-        e = sum(sum(v.numel() for v in b.e_id.values()) for r in h_reqs for b in hs.sample([r]))
-        mh["typed"].append(time.perf_counter() - t)
-        edges["typed"] = int(e)
-    multi = {name: _per_edge(mh[name], edges[name]) for name in mh}
-    multi.update(batches=nb, cost_ratio=multi["typed"]["ns_per_edge"]
-                 / multi["homogeneous"]["ns_per_edge"])
+    mh = HeteroMultiHop(tg, graph, t0_seeds[:nb * batch_size], fanouts, replace, seed,
+                        batch_size)
+    dgl: dict = {"available": False, "error": peer_missing}
+    if peer:
+        dgl = bench_dgl_hetero(tg, "t0", t0_seeds[:nb * batch_size], peer, fanouts, replace,
+                               batch_size, nb, threads, peer_repeats, mh.run_once)
+    while len(mh.seconds["typed"]) < repeats:
+        mh.run_once()
+    multi = mh.result()
+    if dgl.get("available"):
+        dgl["typed_vs_dgl"] = multi["typed"]["per_s"] / dgl["sampled_edges_per_s"]
+        dgl["typed_vs_dgl_best"] = multi["typed"]["best_per_s"] / dgl["best_per_s"]
     return {"num_types": NUM_TYPES, "relations": [list(e) for e in tg.edge_types],
-            "typed_build_s": build_s, "kernel": kern, "multihop": multi,
-            "dgl": {"available": False, "error": "not measured: no DGL heterograph peer"}}
+            "typed_build_s": build_s, "kernel": kern, "multihop": multi, "dgl": dgl}
+
+
+class HeteroMultiHop:
+    """Timed multi-hop minibatches of the same seeds (batches of ``batch_size`` of type
+    ``t0``): :class:`~mnmg_sampler.hetero_sampler.HeteroSampler` on the typed view and
+    :class:`~mnmg_sampler.sampler.MultiHopSampler` on the graph, one request per call. Each
+    :meth:`run_once` is one timed repeat of both, so DGL's runs can be interleaved with them."""
+
+    def __init__(self, tg, graph, seeds, fanouts, replace: bool, seed: int,
+                 batch_size: int) -> None:
+        from ..hetero_sampler import HeteroSampler, HeteroSampleRequest
+        from ..ops.rng import request_key
+        from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+        chunks = [seeds[i:i + batch_size] for i in range(0, seeds.size, batch_size)]
+        self.batches = len(chunks)
+        self.hs = HeteroSampler(tg, seed)
+        self.ms = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
+        self.h_reqs = [HeteroSampleRequest("t0", c, fanouts, request_key(seed, 0, i), replace)
+                       for i, c in enumerate(chunks)]
+        self.m_reqs = [SampleRequest(c, fanouts, request_key(seed, 0, i), replace)
+                       for i, c in enumerate(chunks)]
+        self.hs.sample(self.h_reqs[:1])  # warm-up
+        self.ms.sample(self.m_reqs[:1])
+        self.seconds: dict[str, list[float]] = {"homogeneous": [], "typed": []}
+        self.edges = {"homogeneous": 0, "typed": 0}
+
+    def run_once(self) -> None:
+        t = time.perf_counter()
+        e = sum(int(b.e_id.numel()) for r in self.m_reqs for b in self.ms.sample([r]))
+        self.seconds["homogeneous"].append(time.perf_counter() - t)
+        self.edges["homogeneous"] = e
+        t = time.perf_counter()
+        e = sum(sum(int(v.numel()) for v in b.e_id.values())
+                for r in self.h_reqs for b in self.hs.sample([r]))
+        self.seconds["typed"].append(time.perf_counter() - t)
+        self.edges["typed"] = e
+
+    def result(self) -> dict:
+        multi = {name: _per_edge(s, self.edges[name]) for name, s in self.seconds.items()}
+        for name, s in self.seconds.items():
+            multi[name]["best_per_s"] = self.edges[name] / min(s)
+        multi.update(batches=self.batches, cost_ratio=multi["typed"]["ns_per_edge"]
+                     / multi["homogeneous"]["ns_per_edge"])
+        return multi
+
+
+def save_typed_graph(tg, path, input_type: str, seeds: np.ndarray) -> None:
+    """Write ``tg`` for :mod:`mnmg_sampler.bench.dgl_hetero_peer` (its docstring has the keys):
+    per relation its edges in per-type ids, edge ``i`` being our per-relation edge id ``i``."""
+    T = len(tg.node_types)
+    seg_len = np.diff(tg.indptr)
+    arrays: dict = {}
+    for r, (s_t, _, d_t) in enumerate(tg.edge_types):
+        t = tg.node_types.index(d_t)
+        lo, hi = int(tg.rel_offset[t]), int(tg.rel_offset[t + 1])
+        n = int(tg.node_type_offset[t + 1] - tg.node_type_offset[t])
+        segs = tg.seg_base[t] + np.arange(n, dtype=np.int64) * (hi - lo) + (r - lo)
+        deg = seg_len[segs]
+        entries = np.repeat(tg.indptr[segs] - np.cumsum(deg) + deg, deg) + np.arange(
+            int(deg.sum()), dtype=np.int64)
+        src = np.empty(entries.size, np.int64)
+        dst = np.empty(entries.size, np.int64)
+        eid = tg.edge_ids[entries]
+        src[eid] = tg.indices[entries] - tg.node_type_offset[tg.node_types.index(s_t)]
+        dst[eid] = np.repeat(np.arange(n, dtype=np.int64), deg)
+        arrays[f"src_{r}"], arrays[f"dst_{r}"] = src, dst
+    np.savez(path, node_types=np.array(tg.node_types), rel_src=np.array([e[0] for e in
+                                                                          tg.edge_types]),
+             rel_name=np.array([e[1] for e in tg.edge_types]),
+             rel_dst=np.array([e[2] for e in tg.edge_types]),
+             num_nodes=np.diff(tg.node_type_offset).astype(np.int64)[:T],
+             input_type=np.array(input_type), seeds=np.asarray(seeds, np.int64), **arrays)
+
+
+def peer_command(python, path, fanouts, replace: bool, batch_size: int, batches: int,
+                 threads: int) -> list[str]:
+    """The command line of :mod:`mnmg_sampler.bench.dgl_hetero_peer` on the saved ``path``."""
+    cmd = [str(python), str(Path(__file__).with_name("dgl_hetero_peer.py")), "--graph",
+           str(path), "--fanouts", ",".join(str(f) for f in fanouts), "--batch-size",
+           str(batch_size), "--batches", str(batches), "--threads", str(threads)]
+    return cmd + (["--replace"] if replace else [])
+
+
+def bench_dgl_hetero(tg, input_type: str, seeds, python, fanouts, replace: bool,
+                     batch_size: int, batches: int, threads: int, repeats: int,
+                     before_each=None) -> dict:
+    """DGL's heterograph ``NeighborSampler`` on ``tg`` with the same seeds and per-relation
+    fanouts, ``repeats`` subprocesses of the peer venv's ``python`` (median run), each after
+    ``before_each()``; or ``{"available": False, "error": ...}``."""
+    from .peers import median_run, peer_runs
+
+    with tempfile.TemporaryDirectory(prefix="mnmg-bench-") as tmp:
+        path = Path(tmp) / "typed.npz"
+        save_typed_graph(tg, path, input_type, seeds)
+        cmd = peer_command(python, path, fanouts, replace, batch_size, batches, threads)
+        runs, error = peer_runs(cmd, threads, repeats, before_each)
+    if error is not None:
+        return {"available": False, "error": error, "command": cmd}
+    return median_run(runs, python=str(python))
 
 
 def print_hetero(res: dict) -> None:

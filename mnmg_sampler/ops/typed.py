@@ -26,6 +26,8 @@ compiles a specialisation in which the time branches are pruned, so it pays noth
 
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 
@@ -124,16 +126,22 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
             f = fan[q, r]
             starts[p] = s
             degs[p] = d
+            sc = 0
             if tail:
                 k = d if f < 0 else min(f, d)
             elif wflag[r] != 0:
                 nz = usable_count(w, s, d)
                 nzs[p] = nz
                 k = weighted_count(nz, f, rep)
-                scounts[p + 1] = d if draws_needed(nz, k, f, rep) else 0
+                if draws_needed(nz, k, f, rep):
+                    sc = d
             else:
                 k = sample_count(d, f, rep)
             counts[p + 1] = k
+            scounts[p + 1] = sc
+        for j in range(R_t, width):  # the scratch is reused: unused slots count nothing
+            counts[i * width + j + 1] = 0
+            scounts[i * width + j + 1] = 0
 
 
 def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, replace, last, seed,
@@ -179,6 +187,17 @@ def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, repl
 _KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
             for par in (True, False)}
 _NO_WEIGHTS = np.zeros(0, np.float32)
+_SCRATCH = threading.local()
+
+
+def _scratch(m: int) -> np.ndarray:
+    """``(5, m)`` int64 per-pair scratch (starts, degrees, usable weights, offsets, scratch
+    offsets) reused by the calls of one thread, as ``cpu.scratch_int64``: fresh buffers paid
+    their page faults on every call (5 arrays of 8 bytes per node and relation)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.shape[1] < m:
+        buf = _SCRATCH.buf = np.empty((5, max(m, 1024)), np.int64)
+    return buf[:, :m]
 _NO_TIMES = np.zeros(0, np.int64)
 
 
@@ -242,9 +261,9 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     wflag = np.ascontiguousarray(graph.weighted, dtype=np.uint8)
     width = int(np.diff(graph.rel_offset).max(initial=0))
     m = n * width
-    starts, degs, nzs = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
-    offsets = np.zeros(m + 1, np.int64)
-    soffs = np.zeros(m + 1, np.int64)
+    starts, degs, nzs, offsets, soffs = _scratch(m + 1)
+    starts, degs, nzs = starts[:m], degs[:m], nzs[:m]
+    offsets[0] = soffs[0] = 0
     counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr,
              graph.indices, etime, ntime, by_node, w, wflag, rows, bounds, req, fan, repl, last,
              width, starts, degs, nzs, offsets, soffs)
