@@ -48,7 +48,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--replace", action="store_true")
     a = p.parse_args(argv)
-    a.fanouts = [int(x) for x in a.fanouts.split(",")]
+    try:
+        a.fanouts = [int(x) for x in a.fanouts.split(",")]
+    except ValueError:
+        p.error(f"--fanouts {a.fanouts!r}: integers separated by commas")
     if a.batch_size <= 0 or a.batches <= 0 or a.warmup < 0 or a.threads <= 0:
         p.error("--batch-size, --batches and --threads must be positive, --warmup >= 0")
     return a
