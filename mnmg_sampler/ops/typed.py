@@ -33,7 +33,8 @@ import numpy as np
 
 from . import cpu, weighted
 
-__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays"]
+__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays",
+           "group_by_relation"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
 
@@ -293,3 +294,39 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     gather_k(graph.indices, graph.edge_ids, pos, pos, eid_out, with_eids)
     counts = np.diff(offsets[::width]) if width else np.zeros(n, np.int64)
     return counts, pos, rel_out, eid_out
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_by_relation(src, dst, rel, eid, edge_hop, loc, per_hop, bounds, ei, eid_out):
+    for e in range(rel.shape[0]):
+        per_hop[rel[e], edge_hop[e]] += 1
+    R = per_hop.shape[0]
+    for r in range(R):
+        bounds[r + 1] = bounds[r] + per_hop[r].sum()
+    cursor = bounds[:R].copy()
+    for e in range(rel.shape[0]):  # a stable counting sort: sampling order within a relation
+        r = rel[e]
+        p = cursor[r]
+        cursor[r] = p + 1
+        a = bounds[r]
+        base = 2 * a + (p - a)
+        ei[base] = loc[src[e]]
+        ei[base + bounds[r + 1] - a] = loc[dst[e]]
+        eid_out[p] = eid[e]
+
+
+def group_by_relation(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, eid: np.ndarray,
+                      edge_hop: np.ndarray, loc: np.ndarray, num_relations: int, num_hops: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's sampled edges grouped by relation, in sampling order within each, in one pass
+    (a counting sort): ``(edge_index buffer, edge ids, per-relation offsets [R + 1], edges per
+    relation and hop [R, H])``. Relation ``r``'s edges are ``a, b = offsets[r], offsets[r + 1]``:
+    its ``edge_index`` is ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1
+    ``loc[dst]``), its edge ids ``eid[a:b]``."""
+    E = rel.shape[0]
+    per_hop = np.zeros((num_relations, num_hops), np.int64)
+    bounds = np.zeros(num_relations + 1, np.int64)
+    ei = np.empty(2 * E, np.int64)
+    eid_out = np.empty(E, np.int64)
+    _group_by_relation(src, dst, rel, eid, edge_hop, loc, per_hop, bounds, ei, eid_out)
+    return ei, eid_out, bounds, per_hop
