@@ -106,3 +106,68 @@ class HeteroMiniBatch:
         if self.seed_time is not None:
             data[self.input_type].seed_time = self.seed_time
         return data
+
+
+@dataclass
+class HeteroLinkMiniBatch(HeteroMiniBatch):
+    """A sampled subgraph around a batch of seed edges of one relation (PyG's hetero
+    ``LinkNeighborLoader`` output).
+
+    The seeds of the node sampling are the distinct endpoints (ascending) of the batch's positive
+    and negative edges: sources first in ``n_id[edge_type[0]]``, destinations first in
+    ``n_id[edge_type[2]]`` (one sorted list when both are of one type); ``num_sampled_nodes[t][0]``
+    counts them. ``input_type`` is the source type, ``batch_size`` its seed count (``to_pyg`` sets
+    neither, as PyG's link loader).
+
+    Attributes:
+        edge_type: the target relation ``(src, rel, dst)`` of the seed edges.
+        edge_label_index: ``[2, L]``: row 0 local ids into ``n_id[src]``, row 1 into
+            ``n_id[dst]``; positives first, then (binary) ``amount`` negatives per positive.
+        edge_label: ``[L]`` (binary: positives' labels, or 1, then 0 per negative); ``None``
+            without labels and negatives.
+        src_index: triplet, ``[P]`` local ids into ``n_id[src]``.
+        dst_pos_index, dst_neg_index: triplet, ``[P]`` and ``[P, amount]`` (``[P]`` when
+            ``amount == 1``) local ids into ``n_id[dst]``.
+        input_id: positions of the positive edges in the loader's ``edge_label_index``.
+        edge_label_time: temporal: the time of each label edge (binary: ``[L]``, a negative at
+            its positive's time; triplet: ``[P]``); ``to_pyg`` puts it where PyG's
+            ``LinkLoader`` does (``data[edge_type].edge_label_time``, triplet
+            ``data[src].seed_time`` and ``data[dst].seed_time``).
+
+    Disjoint or temporal (``docs/temporal.md``): every endpoint of every label edge grows its own
+    tree (sources, then destinations, not de-duplicated); ``batch[t]`` gives each node's positive
+    (0 .. P - 1, PyG's ``batch % num_pos``) and ``seed_time`` each tree's time.
+    """
+
+    edge_type: EdgeType = ("", "", "")
+    edge_label_index: torch.Tensor | None = None
+    edge_label: torch.Tensor | None = None
+    src_index: torch.Tensor | None = None
+    dst_pos_index: torch.Tensor | None = None
+    dst_neg_index: torch.Tensor | None = None
+    edge_label_time: torch.Tensor | None = None
+
+    def to_pyg(self):
+        """A ``HeteroData`` laid out as PyG's hetero ``LinkNeighborLoader`` returns it: the node
+        fields of :meth:`HeteroMiniBatch.to_pyg`, then ``data[edge_type].input_id``; binary or
+        no negatives: ``data[edge_type].edge_label_index`` and ``.edge_label``; triplet:
+        ``data[src].src_index``, ``data[dst].dst_pos_index``, ``data[dst].dst_neg_index``."""
+        data = super().to_pyg()
+        del data[self.input_type].input_id, data[self.input_type].batch_size
+        if self.seed_time is not None:  # PyG's link batches carry the label times instead
+            del data[self.input_type].seed_time
+        s, _, d = self.edge_type
+        data[self.edge_type].input_id = self.input_id
+        if self.src_index is not None:  # triplet
+            data[s].src_index = self.src_index
+            data[d].dst_pos_index = self.dst_pos_index
+            data[d].dst_neg_index = self.dst_neg_index
+            if self.edge_label_time is not None:
+                data[s].seed_time = data[d].seed_time = self.edge_label_time
+            return data
+        data[self.edge_type].edge_label_index = self.edge_label_index
+        if self.edge_label is not None:
+            data[self.edge_type].edge_label = self.edge_label
+        if self.edge_label_time is not None:
+            data[self.edge_type].edge_label_time = self.edge_label_time
+        return data

@@ -69,22 +69,55 @@ class HeteroSampleRequest:
     replace: bool = False
     input_id: np.ndarray | None = None
     input_time: np.ndarray | None = None  # per seed, for temporal sampling (docs/temporal.md)
+    # PyG's loader options, per request for the distributed sampler (one service serves every
+    # loader); the one-process HeteroSampler takes them at construction instead
+    time_attr: str | None = None
+    temporal_strategy: str = "uniform"
+    disjoint: bool | None = None
+    # seeds of further node types (a link batch's destination type when it differs from the
+    # source type: PyG's seed_dict); each type's seeds come first in its n_id
+    other_seeds: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
-        if torch.is_tensor(self.seeds):
-            self.seeds = self.seeds.detach().cpu().numpy()
-        seeds = np.asarray(self.seeds)
-        if seeds.size and not np.issubdtype(seeds.dtype, np.integer):
-            raise SamplingInputError(f"seeds have dtype {seeds.dtype}; ids are integers",
-                                     "they cannot index nodes", "pass integer per-type ids")
-        self.seeds = np.ascontiguousarray(seeds, dtype=np.int64).ravel()
-        if self.seeds.size and np.unique(self.seeds).size != self.seeds.size:
-            raise SamplingInputError("a request has duplicate seed ids",
-                                     "n_id[input_type][:batch_size] could not equal the seeds",
-                                     "deduplicate the seeds of each minibatch")
+        # disjoint / temporal trees may repeat a seed (each its own tree: a link batch's
+        # endpoints, as PyG's); otherwise each seed once
+        once = not (self.disjoint or self.time_attr is not None or self.input_time is not None)
+        self.seeds = _seed_ids(self.seeds, once)
+        if self.other_seeds:
+            if self.input_type in self.other_seeds:
+                raise SamplingInputError(f"other_seeds repeats the input type "
+                                         f"{self.input_type!r}", "its seeds would come twice",
+                                         "put every seed of input_type in seeds")
+            self.other_seeds = {t: _seed_ids(v, once) for t, v in self.other_seeds.items()}
         if not (int(self.key) == self.key and 0 <= int(self.key) < 2**63):
             raise SamplingInputError(f"request key {self.key!r} is not in [0, 2**63)", "",
                                      "use a key in [0, 2**63)")
+
+    def seed_groups(self) -> list[tuple[str, np.ndarray]]:
+        """``(node type, per-type ids)`` of every seed: ``input_type``'s, then ``other_seeds``."""
+        return [(self.input_type, self.seeds), *(self.other_seeds or {}).items()]
+
+    def internal_seeds(self, node_types: Sequence[str],
+                       node_type_offset: np.ndarray) -> np.ndarray:
+        """Every seed in the graph's internal ids (types already checked by the caller)."""
+        return np.concatenate([ids + node_type_offset[list(node_types).index(t)]
+                               for t, ids in self.seed_groups()])
+
+
+def _seed_ids(seeds, once: bool = True) -> np.ndarray:
+    """Per-type seed ids as int64 (each once when ``once``)."""
+    if torch.is_tensor(seeds):
+        seeds = seeds.detach().cpu().numpy()
+    seeds = np.asarray(seeds)
+    if seeds.size and not np.issubdtype(seeds.dtype, np.integer):
+        raise SamplingInputError(f"seeds have dtype {seeds.dtype}; ids are integers",
+                                 "they cannot index nodes", "pass integer per-type ids")
+    seeds = np.ascontiguousarray(seeds, dtype=np.int64).ravel()
+    if once and seeds.size and np.unique(seeds).size != seeds.size:
+        raise SamplingInputError("a request has duplicate seed ids",
+                                 "n_id[input_type][:batch_size] could not equal the seeds",
+                                 "deduplicate the seeds of each minibatch")
+    return seeds
 
 
 class HeteroSampler:
@@ -110,12 +143,19 @@ class HeteroSampler:
 
     def sample(self, requests: Sequence[HeteroSampleRequest]) -> list[HeteroMiniBatch]:
         """Sample every request; each result equals sampling that request alone."""
+        for r in requests:
+            if (r.time_attr, r.temporal_strategy, r.disjoint) != (None, "uniform", None):
+                raise SamplingInputError(
+                    "a HeteroSampleRequest carries time_attr / temporal_strategy / disjoint",
+                    "the one-process sampler takes them at construction, not per request",
+                    "pass them to HeteroSampler(...) (or sample_hetero)")
         if self.disjoint or any(r.input_time is not None for r in requests):
             from .temporal_sampler import sample_disjoint
 
             return sample_disjoint(self, requests)
         g = self.graph
-        seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
+        seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])
+                 for r in requests]
         tables = [fanout_table(g, r.num_neighbors) for r in requests]
         n_hops = max((t.shape[0] for t in tables), default=0)
         out = multi_hop(self._hop, seeds, tables, requests, n_hops, len(g.edge_types))

@@ -14,7 +14,7 @@ partitioning and merge pattern.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -22,9 +22,10 @@ import torch
 from .batch import LinkMiniBatch
 from .epoch_cursor import EpochCursor
 from .errors import SamplingInputError
-from .link_sampler import LinkPlan, NegativeSampling, build_link_request, finish_link_batch
+from .link_sampler import NegativeSampling, build_link_request, finish_link_batch
 from .loader import batch_positions, check_batching, num_global_batches
-from .sampler import SampleRequest, check_fanouts, renumbered_ids
+from .sampler import check_fanouts, renumbered_ids
+from .temporal_sampler import link_time_options
 
 __all__ = ["LinkMiniBatch", "DistLinkNeighborLoader"]
 
@@ -62,7 +63,25 @@ class DistLinkNeighborLoader(EpochCursor):
         membership_group: process group of the membership exchange; default a new group made
             here (then the constructor is collective: every rank builds its loader together).
         seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
-            (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
+            (``edge_ids=False``: ``e_id`` empty, no edge id fetched; typed parts always
+            return ``e_id``).
+        reverse_edge_type: typed graphs: the relation whose edges ``d -> s`` are removed with
+            ``exclude_seed_edges``; ``"auto"`` (default) = PyG's ``rev_`` relation when the
+            graph has one, ``None`` = none, or an edge type from ``D`` to ``S``.
+        edge_label_time, time_attr, temporal_strategy, disjoint: typed graphs, PyG's
+            temporal link sampling (``docs/temporal.md``): ``edge_label_time`` one int time
+            per seed edge (required with ``time_attr``); every endpoint of a seed edge and of
+            its negatives grows a tree bounded by that edge's time. Temporal sampling is
+            disjoint; ``disjoint=True`` alone gives the trees without time.
+
+    On a typed part (``docs/hetero.md``), ``edge_label_index`` is PyG's
+    ``(edge_type, [2, E] per-type ids)``, ``num_neighbors`` a list (every relation) or a dict
+    per edge type, and negatives are drawn on the relation's types (binary: a random source of
+    type ``S`` and destination of type ``D``; triplet: destinations of type ``D``); construction
+    is collective on the default group (a bad argument on any rank raises on every rank),
+    ``reject_known`` asks the destination's owner about the target relation only, and
+    ``exclude_reverse_edges`` is refused. Each item is then a
+    :class:`~mnmg_sampler.hetero_batch.HeteroLinkMiniBatch`.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,
@@ -82,58 +101,68 @@ class DistLinkNeighborLoader(EpochCursor):
 
     _seeds_word = _seeds_fix = "seed edges"
 
-    def __init__(self, service, num_neighbors: Sequence[int], edge_label_index,
+    def __init__(self, service, num_neighbors: Sequence[int] | Mapping, edge_label_index,
                  edge_label=None, batch_size: int = 1, shuffle: bool = False,
                  drop_last: bool = False, neg_sampling=None,
                  neg_sampling_ratio: float | None = None, exclude_seed_edges: bool = False,
                  exclude_reverse_edges: bool = False, part=None,
                  membership_group=None, seed: int = 0, prefetch: int = 2,
                  replace: bool = False, rank: int | None = None,
-                 world_size: int | None = None, edge_ids: bool = True) -> None:
+                 world_size: int | None = None, edge_ids: bool = True,
+                 reverse_edge_type="auto", edge_label_time=None, time_attr: str | None = None,
+                 temporal_strategy: str = "uniform", disjoint: bool = False) -> None:
         import torch.distributed as dist
 
         self.service = service
         self.edge_ids = bool(edge_ids)
         self.num_nodes = int(service.num_nodes)
-        eli = _as_numpy(edge_label_index, "edge_label_index", np.int64)
-        if eli.ndim != 2 or eli.shape[0] != 2:
-            raise SamplingInputError(f"edge_label_index has shape {list(eli.shape)}",
-                                     "seed edges are columns (src, dst)", "pass a [2, E] array")
-        node_ids = getattr(service, "node_ids", None)
-        if node_ids is not None and eli.size:  # a renumbered graph: the input's own ids
-            eli = renumbered_ids(eli.ravel(), node_ids, "edge_label_index",
-                                 "its edges cannot be sampled").reshape(2, -1)
-        elif eli.size and (int(eli.min()) < 0 or int(eli.max()) >= self.num_nodes):
-            bad = int(eli.min()) if int(eli.min()) < 0 else int(eli.max())
-            raise SamplingInputError(f"edge_label_index holds node id {bad}, out of range for "
-                                     f"{self.num_nodes} nodes", "its edges cannot be sampled",
-                                     f"pass original node ids in [0, {self.num_nodes})")
-        self.edge_label_index = eli
-        if neg_sampling is None and neg_sampling_ratio is not None and neg_sampling_ratio > 0:
-            neg_sampling = NegativeSampling("binary", neg_sampling_ratio)
-        self.neg = NegativeSampling.cast(neg_sampling)
-        self.edge_label = None
-        if edge_label is not None:
-            lab = edge_label.detach().cpu().numpy() if torch.is_tensor(edge_label) else \
-                np.asarray(edge_label)
-            if lab.shape != (eli.shape[1],):
-                raise SamplingInputError(f"edge_label has shape {list(lab.shape)} for "
-                                         f"{eli.shape[1]} seed edges", "",
-                                         "pass one label per column of edge_label_index")
-            if self.neg is not None and self.neg.mode == "triplet":
-                raise SamplingInputError("edge_label was given in triplet mode",
-                                         "triplet batches have no edge labels (PyG's rule)",
-                                         "drop edge_label or use binary negatives")
-            if self.neg is not None and lab.size and lab.min() == 0:
-                lab = lab + 1  # 0 now means "negative"
-            self.edge_label = np.ascontiguousarray(lab)
-        check_batching(batch_size, prefetch)
+        typed = getattr(getattr(service, "sampler", None), "tp", None)  # a typed part's types
+        self._typed = typed is not None
+        self.edge_type = self.reverse_edge_type = None
+        self._time = {}
+
+        def check():
+            if typed is not None:
+                from .hetero_link_sampler import typed_link_input
+
+                (self.edge_type, eli, self._num_src_dst, self.reverse_edge_type,
+                 fanouts) = typed_link_input(service.sampler, edge_label_index, num_neighbors,
+                                             reverse_edge_type, exclude_reverse_edges)
+                self._time = link_time_options(service.sampler.graph, eli.shape[1],
+                                               edge_label_time, time_attr,
+                                               temporal_strategy, disjoint)
+            else:
+                if edge_label_time is not None or time_attr is not None or disjoint:
+                    raise SamplingInputError(
+                        "edge_label_time / time_attr / disjoint on a homogeneous (CSR) part",
+                        "the homogeneous link sampler has no time nor disjoint trees",
+                        "partition the graph with its time as a typed graph "
+                        "(load_temporal_graph, docs/temporal.md)")
+                eli = self._homogeneous_index(edge_label_index, reverse_edge_type)
+                fanouts = check_fanouts(num_neighbors)
+            neg = neg_sampling
+            if neg is None and neg_sampling_ratio is not None and neg_sampling_ratio > 0:
+                neg = NegativeSampling("binary", neg_sampling_ratio)
+            neg = NegativeSampling.cast(neg)
+            label = self._labels(edge_label, eli, neg)
+            check_batching(batch_size, prefetch)
+            reject = neg is not None and neg.reject_known
+            if reject and part is None:
+                raise SamplingInputError("reject_known needs this rank's partition (part=...)",
+                                         "known edges cannot be looked up",
+                                         "pass part=load_partition(dir, rank)")
+            return eli, label, neg, fanouts
+
+        # typed: collective on the default group, as DistNeighborLoader's, so a bad input on
+        # any rank raises on every rank before any sampling round
+        if typed is not None:
+            from .distributed.collective import agree
+
+            checked = agree(check, step="DistLinkNeighborLoader's argument checks")
+        else:
+            checked = check()
+        self.edge_label_index, self.edge_label, self.neg, self.num_neighbors = checked
         reject = self.neg is not None and self.neg.reject_known
-        if reject and part is None:
-            raise SamplingInputError("reject_known needs this rank's partition (part=...)",
-                                     "known edges cannot be looked up",
-                                     "pass part=load_partition(dir, rank)")
-        self.num_neighbors = check_fanouts(num_neighbors)
         self.batch_size = int(batch_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.exclude_seed_edges = bool(exclude_seed_edges)
@@ -148,9 +177,50 @@ class DistLinkNeighborLoader(EpochCursor):
             if membership_group is None:
                 membership_group = dist.new_group(backend=dist.get_backend())
             # the sampler's id map shards, shared (no second copy, no second build)
-            self.membership = EdgeMembership(part, membership_group,
-                                             getattr(service.sampler, "ids", None))
+            self.membership = EdgeMembership(
+                part, membership_group, getattr(service.sampler, "ids", None),
+                relation=None if typed is None else list(typed.edge_types).index(self.edge_type))
         self._init_cursor()
+
+    def _homogeneous_index(self, edge_label_index, reverse_edge_type) -> np.ndarray:
+        """``edge_label_index`` of a homogeneous graph, checked (and translated when renumbered)."""
+        if reverse_edge_type not in ("auto", None):
+            raise SamplingInputError("reverse_edge_type was given for a homogeneous graph",
+                                     "it names a relation of a typed graph",
+                                     "use exclude_reverse_edges=True for reverses")
+        eli = _as_numpy(edge_label_index, "edge_label_index", np.int64)
+        if eli.ndim != 2 or eli.shape[0] != 2:
+            raise SamplingInputError(f"edge_label_index has shape {list(eli.shape)}",
+                                     "seed edges are columns (src, dst)", "pass a [2, E] array")
+        node_ids = getattr(self.service, "node_ids", None)
+        if node_ids is not None and eli.size:  # a renumbered graph: the input's own ids
+            eli = renumbered_ids(eli.ravel(), node_ids, "edge_label_index",
+                                 "its edges cannot be sampled").reshape(2, -1)
+        elif eli.size and (int(eli.min()) < 0 or int(eli.max()) >= self.num_nodes):
+            bad = int(eli.min()) if int(eli.min()) < 0 else int(eli.max())
+            raise SamplingInputError(f"edge_label_index holds node id {bad}, out of range for "
+                                     f"{self.num_nodes} nodes", "its edges cannot be sampled",
+                                     f"pass original node ids in [0, {self.num_nodes})")
+        return eli
+
+    @staticmethod
+    def _labels(edge_label, eli: np.ndarray, neg: NegativeSampling | None) -> np.ndarray | None:
+        """The seed edges' labels, checked; incremented when negatives come and 0 is a label."""
+        if edge_label is None:
+            return None
+        lab = edge_label.detach().cpu().numpy() if torch.is_tensor(edge_label) else \
+            np.asarray(edge_label)
+        if lab.shape != (eli.shape[1],):
+            raise SamplingInputError(f"edge_label has shape {list(lab.shape)} for "
+                                     f"{eli.shape[1]} seed edges", "",
+                                     "pass one label per column of edge_label_index")
+        if neg is not None and neg.mode == "triplet":
+            raise SamplingInputError("edge_label was given in triplet mode",
+                                     "triplet batches have no edge labels (PyG's rule)",
+                                     "drop edge_label or use binary negatives")
+        if neg is not None and lab.size and lab.min() == 0:
+            lab = lab + 1  # 0 now means "negative"
+        return np.ascontiguousarray(lab)
 
     @property
     def num_edges(self) -> int:
@@ -171,11 +241,31 @@ class DistLinkNeighborLoader(EpochCursor):
                                   shuffle=self.shuffle, drop_last=self.drop_last,
                                   seed=self.seed, epoch=epoch)
 
-    def plan(self, g: int, pos: np.ndarray, epoch: int | None = None) -> LinkPlan:
-        """Negatives and node request of global batch ``g`` (collective with reject_known)."""
+    def plan(self, g: int, pos: np.ndarray, epoch: int | None = None):
+        """Negatives and node request of global batch ``g`` (collective with reject_known): a
+        :class:`LinkPlan`, or on a typed graph a
+        :class:`~mnmg_sampler.hetero_link_sampler.HeteroLinkPlan`."""
+        epoch = self.epoch if epoch is None else epoch
         m = self.membership
+        if self._typed:
+            from .hetero_link_sampler import build_typed_link_request
+
+            known = None
+            if m is not None:  # per-type ids -> internal ids, asked of the owners
+                tp = self.service.sampler.tp
+                off_s, off_d = (int(tp.node_type_offset[tp.node_types.index(t)])
+                                for t in (self.edge_type[0], self.edge_type[2]))
+
+                def known(s, d):
+                    return m.known(s + off_s, d + off_d)
+
+            return build_typed_link_request(
+                self.edge_type, self.edge_label_index, self.edge_label, pos, g=g, epoch=epoch,
+                seed=self.seed, num_neighbors=self.num_neighbors, replace=self.replace,
+                num_src_nodes=self._num_src_dst[0], num_dst_nodes=self._num_src_dst[1],
+                neg=self.neg, known=known, more=None if m is None else m.any, **self._time)
         return build_link_request(self.edge_label_index, self.edge_label, pos, g=g,
-                                  epoch=self.epoch if epoch is None else epoch, seed=self.seed,
+                                  epoch=epoch, seed=self.seed,
                                   num_neighbors=self.num_neighbors, replace=self.replace,
                                   num_nodes=self.num_nodes, neg=self.neg,
                                   known=None if m is None else m.known,
@@ -185,10 +275,16 @@ class DistLinkNeighborLoader(EpochCursor):
         return self.num_edges
 
     def __iter__(self) -> Iterator[LinkMiniBatch]:
-        def plan(g: int, pos: np.ndarray, epoch: int) -> tuple[SampleRequest, LinkPlan]:
+        def plan(g: int, pos: np.ndarray, epoch: int):
             p = self.plan(g, pos, epoch)
             return p.request, p
 
+        if self._typed:
+            from .hetero_link_sampler import finish_typed_link_batch
+
+            return self._iterate(plan, lambda mb, p: finish_typed_link_batch(
+                mb, p, exclude_seed_edges=self.exclude_seed_edges,
+                reverse_edge_type=self.reverse_edge_type))
         return self._iterate(plan, lambda mb, p: finish_link_batch(
             mb, p, num_nodes=self.num_nodes, exclude_seed_edges=self.exclude_seed_edges,
             exclude_reverse_edges=self.exclude_reverse_edges))

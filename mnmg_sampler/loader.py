@@ -66,6 +66,8 @@ def typed_input(sampler, input_nodes, num_neighbors, split: str):
 
     what = "the loader cannot be built; every rank raises this before sampling"
     tp = sampler.tp
+    if len(tp.node_types) == 1 and not isinstance(input_nodes, tuple):
+        input_nodes = (tp.node_types[0], input_nodes)  # a one-type graph: plain ids
     if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
             and isinstance(input_nodes[0], str)):
         raise SamplingInputError(
@@ -94,6 +96,27 @@ def translate_seeds(ids: IdMaps, seeds: np.ndarray) -> np.ndarray:
     rank; otherwise one lookup (3 collectives), whose arrays are at most ``seeds``-sized."""
     with peer_errors("the loader's translation of its seeds to the partitioning's ids"):
         return ids.with_exchanger(Exchanger(None)).to_new(seeds)
+
+
+TEMPORAL_ARGS = ("time_attr", "input_time", "temporal_strategy", "disjoint")
+"""PyG's temporal loader arguments, taken on typed parts (``docs/temporal.md``)."""
+
+
+def typed_time_options(sampler, options: dict, n: int) -> dict:
+    """The request fields of PyG's temporal ``options`` for ``n`` seeds, checked
+    (:class:`SamplingInputError`); ``input_time`` as int64 per seed. As PyG, temporal sampling
+    is disjoint whatever ``disjoint`` says."""
+    from .temporal_sampler import check_time_options, input_times
+
+    time_attr = options.get("time_attr")
+    strategy = options.get("temporal_strategy", "uniform")
+    disjoint = bool(options.get("disjoint", False)) or None
+    if time_attr is not None:
+        disjoint = None
+    check_time_options(sampler.graph, time_attr, strategy, disjoint,
+                       options.get("input_time"), n)
+    return {"time_attr": time_attr, "temporal_strategy": strategy, "disjoint": disjoint,
+            "input_time": input_times(options.get("input_time"), n)}
 
 
 SHUFFLE_SALT = 0x5EED
@@ -235,6 +258,9 @@ class DistNeighborLoader(EpochCursor):
     PyG's ``(node type, ids or bool mask)`` (``(type, None)``: every node of the type),
     ``num_neighbors`` a list (every relation) or a dict per edge type, ``split`` ``global``, and
     each item a :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` with ``x``/``y`` per type.
+    There PyG's ``time_attr``, ``input_time`` (one int per seed of ``input_nodes``),
+    ``temporal_strategy`` and ``disjoint`` are taken (``docs/temporal.md``); a one-type graph
+    also takes plain ids as ``input_nodes``.
 
     Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
@@ -265,6 +291,9 @@ class DistNeighborLoader(EpochCursor):
         self._partition: list[int] | None = None
         typed = getattr(getattr(service, "sampler", None), "tp", None)  # a typed part's types
         self.input_type: str | None = None
+        temporal = {k: pyg_kwargs.pop(k) for k in TEMPORAL_ARGS
+                    if typed is not None and k in pyg_kwargs}
+        self._time: dict = {}
 
         def check() -> tuple[SeedSet, list[int]]:
             check_pyg_arguments(num_neighbors, subgraph_type, pyg_kwargs)
@@ -275,6 +304,7 @@ class DistNeighborLoader(EpochCursor):
             if typed is not None:
                 self.input_type, nodes, nn = typed_input(service.sampler, input_nodes,
                                                          num_neighbors, split)
+                self._time = typed_time_options(service.sampler, temporal, len(nodes))
                 check_batching(batch_size, prefetch)
                 return nodes, nn
             # PyG: input_nodes=None is every node of the graph (a rule, not an array)
@@ -391,10 +421,16 @@ class DistNeighborLoader(EpochCursor):
         if self._typed:  # per-type ids, translated by the typed sampler every round
             from .hetero_sampler import HeteroSampleRequest
 
+            t = self._time.get("input_time")
             return HeteroSampleRequest(self.input_type, seeds, self.num_neighbors,
                                        request_key(self.seed, self.epoch if epoch is None
                                                    else epoch, g),
-                                       self.replace, input_id=pos)
+                                       self.replace, input_id=pos,
+                                       input_time=None if t is None else t[pos],
+                                       time_attr=self._time.get("time_attr"),
+                                       temporal_strategy=self._time.get("temporal_strategy",
+                                                                        "uniform"),
+                                       disjoint=self._time.get("disjoint"))
         if self._new_nodes is not None:
             new = self._new_nodes[pos]
         elif self.split == "owner":  # this rank's own seeds: translated in its own ids

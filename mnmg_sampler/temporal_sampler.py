@@ -1,5 +1,6 @@
-"""Disjoint and temporal multi-hop sampling of a typed graph in one process (PyG's ``disjoint``,
-``time_attr``, ``input_time``, ``temporal_strategy``).
+"""Disjoint and temporal multi-hop sampling of a typed graph (PyG's ``disjoint``, ``time_attr``,
+``input_time``, ``temporal_strategy``), in one process and, through :func:`sample_trees`, over
+ranks (:mod:`mnmg_sampler.distributed.typed_sampler`, in new ids).
 
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
 twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).
@@ -11,7 +12,9 @@ that seed sampled alone with the same key.
 Temporal: every node of tree ``b`` is bounded by the seed's time (``input_time``, default the
 seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`
 (with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
-(as PyG requires).
+(as PyG requires). Over ranks the options travel with each request (``time_attr``,
+``temporal_strategy``, ``disjoint`` of :class:`~mnmg_sampler.hetero_sampler.HeteroSampleRequest`,
+checked by :func:`check_request_time`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from .errors import SamplingInputError
 from .hetero_batch import HeteroMiniBatch
 from .ops import temporal as temporal_ops
 from .ops import typed as typed_ops
-from .sampler import renumber_hop
 
-__all__ = ["check_temporal_options", "sample_disjoint", "seed_times"]
+__all__ = ["check_request_time", "check_temporal_options", "check_time_options",
+           "check_tree_ids", "input_times", "link_time_options", "mark_trees", "num_seeds",
+           "sample_disjoint", "sample_trees", "seed_times"]
 
 TIME_MAX = np.iinfo(np.int64).max
 
@@ -57,96 +61,189 @@ def check_temporal_options(graph, time_attr: str | None, temporal_strategy: str,
     return bool(disjoint)
 
 
-def seed_times(graph, req, internal: np.ndarray) -> np.ndarray:
-    """int64 time of each seed: ``req.input_time`` or, by default, the seed's node time."""
-    if req.input_time is not None:
-        t = req.input_time
-        if torch.is_tensor(t):
-            t = t.detach().cpu().numpy()
-        t = np.asarray(t)
-        if t.dtype.kind not in "iu" or t.ravel().size != internal.size:
-            raise SamplingInputError(
-                f"input_time is a {t.dtype} array of {t.size} values for {internal.size} seeds",
-                "each seed needs one int64 time", "pass one integer time per seed")
-        return np.ascontiguousarray(t, dtype=np.int64).ravel()
+def input_times(t, n: int) -> np.ndarray | None:
+    """``input_time`` ``t`` as int64 ``[n]`` (``None`` when not given), or
+    :class:`SamplingInputError` for another length or a non-integer dtype."""
+    if t is None:
+        return None
+    if torch.is_tensor(t):
+        t = t.detach().cpu().numpy()
+    t = np.asarray(t)
+    if t.dtype.kind not in "iu" or t.ravel().size != n:
+        raise SamplingInputError(
+            f"input_time is a {t.dtype} array of {t.size} values for {n} seeds",
+            "each seed needs one int64 time", "pass one integer time per seed")
+    if t.dtype == np.uint64 and t.size and int(t.max()) > TIME_MAX:
+        raise SamplingInputError("input_time has values above int64's range",
+                                 "times are int64", "pass int64 times")
+    return np.ascontiguousarray(t, dtype=np.int64).ravel()
+
+
+def _untimed_input() -> SamplingInputError:
+    return SamplingInputError("input_time is given but time_attr is not set",
+                              "the times would be ignored and the future sampled",
+                              "pass time_attr (the graph's time name) with input_time")
+
+
+def _no_seed_time() -> SamplingInputError:
+    return SamplingInputError("temporal sampling without input_time on a graph with edge "
+                              "time only", "the seeds have no time to bound their neighbors",
+                              "pass input_time (one time per seed), as PyG's NeighborLoader")
+
+
+def seed_times(graph, req, ids: np.ndarray) -> np.ndarray:
+    """int64 time of each seed: ``req.input_time`` or, by default, the seed's node time
+    (``graph.node_time[ids]``: ``ids`` in the space ``graph.node_time`` is indexed by)."""
+    t = input_times(req.input_time, ids.size)
+    if t is not None:
+        return t
     if graph.node_time is None:
-        raise SamplingInputError("temporal sampling without input_time on a graph with edge "
-                                 "time only", "the seeds have no time to bound their neighbors",
-                                 "pass input_time (one time per seed), as PyG's NeighborLoader")
-    return graph.node_time[internal]
+        raise _no_seed_time()
+    return graph.node_time[ids]
+
+
+def check_time_options(graph, time_attr: str | None, temporal_strategy: str,
+                       disjoint: bool | None, input_time, n: int) -> bool:
+    """Every check of PyG's temporal options for ``n`` seeds (:func:`check_temporal_options`,
+    ``input_time`` only with ``time_attr``, one integer per seed, required without node time);
+    returns the effective ``disjoint``."""
+    dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint)
+    t = input_times(input_time, n)
+    if time_attr is None and t is not None:
+        raise _untimed_input()
+    if time_attr is not None and t is None and graph.node_time is None:
+        raise _no_seed_time()
+    return dj
+
+
+def link_time_options(graph, n_edges: int, edge_label_time, time_attr: str | None,
+                      temporal_strategy: str, disjoint: bool | None) -> dict:
+    """A link loader's temporal options, checked (PyG's ``edge_label_time``: one integer per
+    seed edge, required with ``time_attr`` and only with it): keyword arguments of
+    :func:`~mnmg_sampler.hetero_link_sampler.build_typed_link_request`."""
+    # as PyG's loaders: temporal sampling is disjoint whatever ``disjoint`` (default False) says
+    dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint or None)
+    try:
+        t = input_times(edge_label_time, n_edges)
+    except SamplingInputError as e:
+        raise SamplingInputError(str(e).replace("input_time", "edge_label_time").replace(
+            "seeds", "seed edges"), "the loader cannot be built",
+            "pass one integer time per column of edge_label_index") from e
+    if time_attr is None and t is not None:
+        raise SamplingInputError("edge_label_time is given but time_attr is not set",
+                                 "the times would be ignored and the future sampled",
+                                 "pass time_attr (the graph's time name) with edge_label_time")
+    if time_attr is not None and t is None:
+        raise SamplingInputError("time_attr is set but edge_label_time is not given",
+                                 "the seed edges have no time to bound their subgraphs",
+                                 "pass edge_label_time (one time per seed edge), as PyG's "
+                                 "LinkNeighborLoader")
+    return {"edge_label_time": t, "time_attr": time_attr,
+            "temporal_strategy": temporal_strategy, "disjoint": dj}
+
+
+def check_request_time(graph, req) -> bool:
+    """:func:`check_time_options` of a request carrying its own options (the distributed
+    sampler's)."""
+    return check_time_options(graph, req.time_attr, req.temporal_strategy, req.disjoint,
+                              req.input_time, num_seeds(req))
+
+
+def num_seeds(req) -> int:
+    """Seeds of a request over every type (a link batch's sources, then its destinations of
+    another type): the trees of disjoint sampling, one time each."""
+    return sum(int(ids.size) for _, ids in req.seed_groups())
 
 
 def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
     """Sample ``requests`` as disjoint trees (with time when ``sampler.time_attr`` is set): one
     kernel call per hop for all of them; ``sampler`` is a :class:`HeteroSampler`."""
-    from .hetero_sampler import fanout_table
-
     g = sampler.graph
-    N = max(g.num_nodes, 1)
     temporal = sampler.time_attr is not None
     if not temporal and any(r.input_time is not None for r in requests):
-        raise SamplingInputError("input_time is given but time_attr is not set",
-                                 "the times would be ignored and the future sampled",
-                                 "pass time_attr (the graph's time name) with input_time")
-    Q = len(requests)
-    seeds = [g.to_internal(r.input_type, r.seeds) for r in requests]
-    for s in seeds:
-        if s.size and s.size > (2**62) // N:
-            raise SamplingInputError(f"{s.size} seeds on a graph of {N} nodes",
-                                     "disjoint tree ids (seed * nodes + node) overflow int64",
-                                     "use fewer seeds per minibatch")
+        raise _untimed_input()
+    seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])
+             for r in requests]
     times = [seed_times(g, r, s) if temporal else None for r, s in zip(requests, seeds,
                                                                         strict=True)]
-    tables = [fanout_table(g, r.num_neighbors) for r in requests]
-    last = np.full(Q, sampler.temporal_strategy == "last", np.uint8)
-    n_hops = max((t.shape[0] for t in tables), default=0)
-    nid = [np.arange(s.size, dtype=np.int64) * N + s for s in seeds]  # pair ids b * N + v
-    frontier = list(nid)
-    front_start = [0] * Q
-    n_nodes = [[s.size] for s in seeds]
-    edges: list[list[tuple]] = [[] for _ in requests]
-    for hop in range(n_hops):
-        active = [i for i in range(Q) if hop < tables[i].shape[0]]
-        sizes = np.array([frontier[i].size for i in active], np.int64)
-        pairs = _cat([frontier[i] for i in active])
-        tree, rows = np.divmod(pairs, N)
-        keys = np.repeat(np.array([requests[i].key for i in active], np.int64), sizes)
-        req = np.repeat(np.arange(len(active), dtype=np.int64), sizes)
-        fan = np.stack([tables[i][hop] for i in active]) if active else np.zeros(
-            (0, len(g.edge_types)), np.int64)
-        rep = np.array([requests[i].replace for i in active], np.uint8)
-        bound = _cat([times[i][tree[a:b]] for i, a, b in
-                      zip(active, np.r_[0, np.cumsum(sizes)[:-1]], np.cumsum(sizes),
-                          strict=True)]) if temporal else None
-        counts, nbr, rel, eid = typed_ops.sample_typed_neighbors(
-            g, rows, rows, keys, req, fan, rep, sampler.seed, hop, bounds=bound,
-            last=last[active] if temporal else None)
+
+    def hop(rows, keys, req, fan, rep, hop, bounds, last):
         sampler.kernel_calls += 1
-        nbr_pairs = np.repeat(tree, counts) * N + nbr
-        node_off, cand_off, new, new_off, local = renumber_hop(
-            [nid[i] for i in active], sizes, counts, nbr_pairs)
-        for j, i in enumerate(active):
-            c0, c1 = cand_off[j], cand_off[j + 1]
-            cnt = counts[node_off[j]:node_off[j + 1]]
-            dst = np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt)
-            edges[i].append((local[c0:c1], dst, rel[c0:c1], eid[c0:c1]))
-            fresh = new[new_off[j]:new_off[j + 1]]
-            front_start[i] = nid[i].size
-            nid[i] = np.concatenate([nid[i], fresh])
-            frontier[i] = fresh
-            n_nodes[i].append(int(fresh.size))
+        return typed_ops.sample_typed_neighbors(g, rows, rows, keys, req, fan, rep,
+                                                sampler.seed, hop, bounds=bounds, last=last)
+
+    from .hetero_sampler import fanout_table
+
+    tables = [fanout_table(g, r.num_neighbors) for r in requests]
+    got = sample_trees(hop, seeds, requests, tables, times, [True] * len(requests),
+                       sampler.temporal_strategy == "last", g.num_nodes, len(g.edge_types))
     out = []
-    for i in range(Q):
-        tree, v = np.divmod(nid[i], N)
-        b = sampler._batch(requests[i], v, n_nodes[i], edges[i])
-        types = g.type_of(v)
-        b.batch = {name: torch.from_numpy(tree[types == t])
-                   for t, name in enumerate(g.node_types)}
-        if temporal:
-            b.seed_time = torch.from_numpy(times[i])
+    for r, t, (tree, v, n, e) in zip(requests, times, got, strict=True):
+        b = sampler._batch(r, v, n, e)
+        mark_trees(b, tree, v, g.node_types, g.node_type_offset, t)
         out.append(b)
     return out
 
 
-def _cat(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+def check_tree_ids(n_seeds: int, num_nodes: int) -> None:
+    """:class:`SamplingInputError` when tree pair ids ``seed * nodes + node`` overflow."""
+    if n_seeds and n_seeds > (2**62) // max(num_nodes, 1):
+        raise SamplingInputError(f"{n_seeds} seeds on a graph of {num_nodes} nodes",
+                                 "disjoint tree ids (seed * nodes + node) overflow int64",
+                                 "use fewer seeds per minibatch")
+
+
+def sample_trees(hop_fn, seeds: list[np.ndarray], requests: Sequence, tables: list, times: list,
+                 disjoint: Sequence[bool], last, num_nodes: int, n_rel: int,
+                 n_hops: int | None = None) -> list[tuple]:
+    """Every request's ``(tree, node, nodes per hop, edges per hop)`` with one ``hop_fn`` call
+    per hop: :func:`~mnmg_sampler.hetero_sampler.multi_hop` over pair ids ``b * N + v`` for the
+    ``disjoint`` requests (plain ids for the others: tree 0), each node bounded by its seed's
+    time for the requests with ``times`` (``None``: no time).
+
+    ``hop_fn(rows, keys, req, fanouts, replace, hop, bounds, last)`` is the typed kernel's
+    call (``bounds``, ``last`` as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` takes
+    them; ``None`` when no active request has time, ``TIME_MAX`` for the untimed ones);
+    ``tables`` are the requests' fanout tables; ``seeds`` ids of ``hop_fn``'s space
+    (``N = num_nodes`` of them); ``last`` per request or for all: ``"last"`` instead of
+    ``"uniform"``; ``n_hops`` (default: the deepest table) is given over ranks, where every
+    rank runs the deepest request of any rank."""
+    from .hetero_sampler import multi_hop
+
+    N = max(int(num_nodes), 1)
+    Q = len(requests)
+    last = np.broadcast_to(np.asarray(last, np.uint8), (Q,))
+    pairs = []
+    for s, dj in zip(seeds, disjoint, strict=True):
+        if dj:
+            check_tree_ids(s.size, N)
+        pairs.append(np.arange(s.size, dtype=np.int64) * N + s if dj else s)
+
+    def hop(rows, keys, req, fan, rep, h):
+        active = [i for i in range(Q) if h < tables[i].shape[0]]
+        tree, v = np.divmod(rows, N)
+        bounds = lasts = None
+        if any(times[i] is not None for i in active):
+            bounds = np.full(rows.size, TIME_MAX, np.int64)
+            at = np.searchsorted(req, np.arange(len(active) + 1))  # req ascends by request
+            for j, i in enumerate(active):
+                if times[i] is not None:
+                    bounds[at[j]:at[j + 1]] = times[i][tree[at[j]:at[j + 1]]]
+            lasts = np.ascontiguousarray(last[active])
+        counts, nbr, rel, eid = hop_fn(v, keys, req, fan, rep, h, bounds, lasts)
+        return counts, np.repeat(tree, counts) * N + nbr, rel, eid
+
+    if n_hops is None:
+        n_hops = max((t.shape[0] for t in tables), default=0)
+    out = multi_hop(hop, pairs, tables, requests, n_hops, n_rel)
+    return [(*np.divmod(nid, N), n, e) for nid, n, e in out]
+
+
+def mark_trees(b: HeteroMiniBatch, tree: np.ndarray, internal: np.ndarray, node_types,
+               node_type_offset: np.ndarray, times: np.ndarray | None) -> None:
+    """Set PyG's ``batch`` vector per node type (the seed of every node, ``tree``, in ``n_id``
+    order given the nodes' ``internal`` ids) and ``seed_time`` (``times``, if any) on ``b``."""
+    types = np.searchsorted(node_type_offset, internal, side="right") - 1
+    b.batch = {name: torch.from_numpy(tree[types == t]) for t, name in enumerate(node_types)}
+    if times is not None:
+        b.seed_time = torch.from_numpy(times)

@@ -85,8 +85,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--features", type=int, default=0, metavar="D",
                    help="fetch feature rows with every batch; synthetic D-dim float32 rows when "
                         "the graph has none (default: 0 = no features)")
-    p.add_argument("--cache-rows", type=int, default=0,
-                   help="per-rank cache of remote feature rows, in rows (default: 0)")
+    p.add_argument("--cache-rows", type=_cache_rows_arg, default=0, metavar="N|F",
+                   help="host cache of other hosts' feature rows (features.cache_rows): N rows, "
+                        "or below 1 a fraction F of a part's rows (default: 0)")
+    p.add_argument("--hosts", type=positive_int, default=None, metavar="H",
+                   help="split each world size into H emulated hosts of contiguous ranks "
+                        "(MNMG_HOST_ID per rank; the shared topology on, auto): a host's ranks "
+                        "map its parts, only other hosts' nodes and rows go over the wire "
+                        "(default: off, every rank on its own part)")
+    p.add_argument("--loader", action="store_true",
+                   help="drive the rounds with a DistNeighborLoader per rank through a "
+                        "SamplingService at default settings (thread, merging, prefetch, the "
+                        "shared topology auto, features when --features), instead of calling "
+                        "the sampler directly")
     p.add_argument("--split", choices=["global", "owner"], default="global",
                    help="seeds of each rank: global batch order, or the seeds it owns "
                         "(default: global)")
@@ -118,6 +129,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(needs matplotlib)")
     p.set_defaults(bench_run=run)
     return p
+
+
+def _cache_rows_arg(text: str) -> float:
+    """``--cache-rows``: a row count (integer) or a fraction of a part's rows in (0, 1)."""
+    v = float(text)
+    if v < 0 or (v >= 1 and v != int(v)):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a row count nor a fraction < 1")
+    return v
+
+
+def cache_rows_for(value: float, num_nodes: int, world: int) -> int:
+    """Rows of ``--cache-rows``: ``value`` itself, or below 1 that fraction of a part's rows
+    (the mean part: the same count on every rank)."""
+    return int(value * num_nodes / world) if 0 < value < 1 else int(value)
 
 
 def parse_world_sizes(text: str) -> list[int]:
@@ -163,7 +188,8 @@ class _HopTally:
         ex = self.ds.ex
         # remote nodes served from the topology cache (or, with the shared topology, every
         # remote node: sampled from its owner's mapped part) never went on the wire
-        local = self.ds.topo if self.ds.topo is not None else self.ds.shared
+        local = self.ds.topo if self.ds.topo is not None else \
+            self.ds.shared or getattr(self.ds.host, "shared", None)
         b0 = ex.bytes.get("ids", [0, 0])[1]
         c0 = _local_counts(local)
         counts, nbr, eids = self.inner(h)
@@ -183,6 +209,94 @@ class _HopTally:
         return [dict(self.per_hop[k]) for k in sorted(self.per_hop)]
 
 
+def _emulate_hosts(task: dict, rank: int, world: int):
+    """``--hosts H``: this rank's forced host (contiguous ranks) and the shared topology
+    ``auto``; else the task's shared topology setting."""
+    from ..distributed.shared_topology import HOST_ENV
+
+    hosts = task.get("hosts")
+    if not hosts:
+        return "auto" if task.get("loader") else task.get("shared_topology", False)
+    os.environ[HOST_ENV] = f"bench-host-{rank * min(hosts, world) // world}"
+    return "auto"
+
+
+def _counters(sampler, store) -> dict:
+    """A rank's running totals of bytes (to self, to others, to other hosts: ids are every
+    traffic class but the feature rows'), exchange calls, times and feature rows."""
+    ex = sampler.ex
+    fs = store.stats if store else {}
+    cb = ex.cross_bytes
+    return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes,
+            "id_self": ex.bytes.get("ids", [0, 0])[0],
+            "id_remote": ex.bytes.get("ids", [0, 0])[1],
+            "feat_self": ex.bytes.get("features", [0, 0])[0],
+            "feat_remote": ex.bytes.get("features", [0, 0])[1],
+            "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
+            "exchange_calls": ex.calls,
+            "cross_ids": sum(v for k, v in cb.items() if k != "features"),
+            "cross_feat": cb.get("features", 0),
+            **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
+                                          "rows_fetched", "cache_hits",
+                                          "duplicate_rows_fetched")}}
+
+
+def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, cache_rows: int,
+                   shared) -> int:
+    """``--loader``: each rank iterates a :class:`~mnmg_sampler.loader.DistNeighborLoader`
+    through a :class:`~mnmg_sampler.distributed.service.SamplingService` at default settings
+    (prefetch, merging, thread mode), ``--batches`` batches per rank per repeat."""
+    import torch.distributed as dist
+
+    from ..distributed.service import SamplingService
+    from ..loader import DistNeighborLoader
+
+    B = task["batch_size"]
+    svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
+                          feature_cache_rows=cache_rows, shared_topology=shared)
+    try:
+        n = min(task["batches"] * world * B, int(seeds.size))
+        loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
+                                    replace=task["replace"], edge_ids=task["edge_ids"])
+        ex, ds, fs = svc.sampler.ex, svc.sampler, svc.features
+        keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
+                "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
+                "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
+                "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat")
+        res: dict = {"rank": rank, "world": world, "batches": len(loader),
+                     **{k: [] for k in keys}, "transport": "fused" if ex.fused else "alltoall",
+                     "owned_seeds": 0, "wire_bytes": int(getattr(ds, "wire", None).itemsize
+                                                         if hasattr(ds, "wire") else 4),
+                     "edge_id_bytes": 8 if task["edge_ids"] else 0,
+                     "cache_size": fs.cache_size if fs else 0,
+                     "row_bytes": fs.row_bytes if fs else 0, "hops": []}
+
+        def snap() -> dict:
+            return {**_counters(ds, fs), "rounds": svc._stats["rounds"]}
+
+        def epoch() -> int:
+            return sum(int(b.edge_index.shape[1]) for b in loader)
+
+        epoch()  # warm-up: compiled code, page cache, buffers
+        for _ in range(task["repeats"]):
+            dist.barrier()
+            s0 = snap()
+            t, c = time.perf_counter(), time.process_time()
+            res["edges"].append(epoch())
+            res["seconds"].append(time.perf_counter() - t)
+            res["cpu_s"].append(time.process_time() - c)
+            s1 = snap()
+            for key in s0:
+                res[key].append(s1[key] - s0[key])
+        res["seed_setup"] = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
+        res["idle_rounds"] = svc._stats["idle_rounds"]
+        dist.barrier()
+    finally:
+        svc.shutdown()
+    worker_finish(work, rank, res)
+    return 0
+
+
 def _worker(work: str) -> int:
     import torch
     import torch.distributed as dist
@@ -196,9 +310,13 @@ def _worker(work: str) -> int:
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     os.environ[EXCHANGE_ENV] = task.get("exchange", "alltoall")
+    shared = _emulate_hosts(task, rank, world)
+    cache_rows = cache_rows_for(task["cache_rows"], int(part.num_nodes), world)
+    if task.get("loader"):
+        return _loader_worker(work, task, part, rank, world, seeds, cache_rows, shared)
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
                           topology_cache=task.get("topology_cache", 0.0),
-                          shared_topology=task.get("shared_topology", False))
+                          shared_topology=shared)
     ex = sampler.ex
     # with a topology cache, the same ranks also time a sampler without one, repeats alternating
     base = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
@@ -206,8 +324,8 @@ def _worker(work: str) -> int:
         if task.get("topology_cache", 0.0) > 0 and world > 1 else None
     store = None
     if task["features"] and part.x is not None:
-        store = DistFeatureStore(part, ex, cache_rows=task["cache_rows"],
-                                 shared=sampler.shared)
+        store = DistFeatureStore(part, ex, cache_rows=cache_rows, shared=sampler.shared,
+                                 host=sampler.host)
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
@@ -260,27 +378,17 @@ def _worker(work: str) -> int:
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
             "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
             "cache_hits",
-            "duplicate_rows_fetched")
+            "duplicate_rows_fetched", "cross_ids", "cross_feat")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
                  "transport": "fused" if ex.fused else "alltoall",
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
                  "seed_setup": setup,
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
-                 "row_bytes": store.row_bytes if store else 0}
+                 "row_bytes": store.row_bytes if store else 0, "rounds": rounds}
 
     def snap() -> dict:
-        fs = store.stats if store else {}
-        return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes,
-                "id_self": ex.bytes.get("ids", [0, 0])[0],
-                "id_remote": ex.bytes.get("ids", [0, 0])[1],
-                "feat_self": ex.bytes.get("features", [0, 0])[0],
-                "feat_remote": ex.bytes.get("features", [0, 0])[1],
-                "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
-                "exchange_calls": ex.calls, "kernel_nodes": sampler.kernel_nodes,
-                **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
-                                              "rows_fetched", "cache_hits",
-                                              "duplicate_rows_fetched")}}
+        return {**_counters(sampler, store), "kernel_nodes": sampler.kernel_nodes}
 
     def per_round_lookup() -> None:
         """``--seed-lookup both``: the same rounds with their seeds looked up in the round."""
@@ -366,6 +474,11 @@ def summarize(ranks: list[dict]) -> dict:
     def tot(key: str) -> int:
         return sum(sum(r[key]) for r in ranks)
 
+    def per_round_of(r: dict) -> tuple[float, float]:
+        n = r["rounds"][0] if isinstance(r["rounds"], list) else r["rounds"]
+        return r["exchange_calls"][0] / max(n, 1), r["remote_bytes"][0] / max(n, 1)
+
+    rounds = [per_round_of(r) for r in ranks]
     hops = _hop_summary(ranks)
     per_round = _per_round_summary(ranks, median(cpu),
                                    sum(p["edges_per_s"] for p in per_rank) / world)
@@ -386,6 +499,12 @@ def summarize(ranks: list[dict]) -> dict:
         "id_bytes_per_edge_remote": per_edge("id_remote"),
         "feature_bytes_per_edge_self": per_edge("feat_self"),
         "feature_bytes_per_edge_remote": per_edge("feat_remote"),
+        # collectives (agreements included) and bytes to other ranks per round, mean of ranks
+        "exchanges_per_round": sum(c for c, _ in rounds) / world,
+        "bytes_per_round": sum(b for _, b in rounds) / world,
+        # bytes sent to ranks of other hosts (--hosts; 0 on one host) per sampled edge
+        "cross_host_id_bytes_per_edge": per_edge("cross_ids"),
+        "cross_host_feature_bytes_per_edge": per_edge("cross_feat"),
         "bytes_exchanged": sum(r["bytes"][0] for r in ranks),
         **hops,
         "owned_seeds_per_rank": [r.get("owned_seeds", 0) for r in ranks],
@@ -559,7 +678,8 @@ def run(args: argparse.Namespace) -> int:
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
         "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
-        "shared_topology": bool(args.shared_topology), "machine": machine_info(threads),
+        "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
+        "loader": bool(args.loader), "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
@@ -570,7 +690,9 @@ def run(args: argparse.Namespace) -> int:
           f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
           f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, topology cache "
           f"{args.topology_cache:g}, shared topology "
-          f"{'on' if args.shared_topology else 'off'}; "
+          f"{'on' if args.shared_topology else 'off'}, "
+          f"{f'{args.hosts} emulated host(s)' if args.hosts else 'no emulated hosts'}, "
+          f"{'loader through a service' if args.loader else 'sampler calls'}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
@@ -583,7 +705,8 @@ def run(args: argparse.Namespace) -> int:
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
             "exchange": args.exchange, "id_maps": args.id_maps,
             "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
-            "shared_topology": bool(args.shared_topology)}
+            "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
+            "loader": bool(args.loader)}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:
@@ -629,6 +752,11 @@ def print_table(res: dict) -> None:
         print(f"{name:14}{each:>26}{s['total_edges_per_s'] / 1e6:>8.2f} M/s"
               f"{s['total_vs_single']:>8.2f}x{s['per_rank_vs_single']:>10.2f}x"
               f"{s['cpu_s_per_m_edges']:>14.3f}{s['cpu_vs_single']:>8.2f}x{ids:>14}{feat:>16}")
+    for w, s in res["dist"].items():
+        print(f"W={w}: {s['exchanges_per_round']:.1f} collectives and "
+              f"{s['bytes_per_round'] / 1024:.1f} KiB to others per round (per rank); crossing "
+              f"hosts per sampled edge: {s['cross_host_id_bytes_per_edge']:.2f} id B, "
+              f"{s['cross_host_feature_bytes_per_edge']:.2f} feature B")
     if any(s["oversubscribed"] for s in res["dist"].values()):
         print("* more rank threads than cores: ranks share cores, so per-rank edges/s drops; "
               "CPU s per edge stays comparable")

@@ -86,7 +86,7 @@ def _worker(work: str) -> int:
         warm = loaders[0]
         svc.result(svc.submit(warm.request(0, np.arange(min(B, inputs[0].size)))))  # warm-up
         dist.barrier()  # every warm-up served: from here to the next barrier, idle rounds only
-        st0 = svc.stats()
+        st0 = settled_stats(svc)
         dist.barrier()
         counts = [[0, 0] for _ in loaders]  # batches, edges per loader
         errors: list[BaseException] = []
@@ -121,6 +121,27 @@ def _worker(work: str) -> int:
             res[name].append(phase(limit))
     worker_finish(work, rank, res)
     return 0
+
+
+def settled_stats(svc) -> dict:
+    """Collective: ``svc.stats()`` once every rank's service has counted the same sampling rounds.
+
+    A rank's warm-up result can arrive while another rank's service thread is still finishing
+    that round (it takes part with no request of its own, and counts the round after its kernel
+    calls): a snapshot taken then would put the round's kernel calls before the snapshot and the
+    round itself after it. Rounds with requests are collective, so once every rank counts as
+    many, none is half-counted (only idle rounds run until the next request is submitted).
+    """
+    import torch
+    import torch.distributed as dist
+
+    while True:
+        st = svc.stats()
+        r = torch.tensor([st["rounds"], -st["rounds"]], dtype=torch.int64)
+        dist.all_reduce(r, op=dist.ReduceOp.MAX)  # [most rounds, -fewest rounds]
+        if int(r[0]) == -int(r[1]):
+            return st
+        time.sleep(0.01)
 
 
 # -- parent --------------------------------------------------------------------------------------

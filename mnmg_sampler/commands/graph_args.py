@@ -1,16 +1,18 @@
 """Command-line options that ``info``, ``partition`` and ``sample`` share for reading a graph.
 
 Kept apart from the commands so that none of them imports another: node-data files, the node-id
-bound, ``--renumber``, ``--weights``, and how a typed input (a saved ``HeteroData`` or an OGB
-hetero directory) refuses the options that only apply to homogeneous graphs.
+bound, ``--renumber``, ``--weights``, ``--time-column``, and how a typed input (a saved
+``HeteroData``, an OGB hetero directory or a table with a time column) refuses the options that
+only apply to homogeneous graphs.
 """
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_node_data_arguments", "add_renumber_argument", "add_weights_argument",
-           "check_typed_renumber", "check_weights_file", "node_data_kwargs", "typed_graph_of"]
+__all__ = ["add_node_data_arguments", "add_renumber_argument", "add_time_column_argument",
+           "add_weights_argument", "check_typed_renumber", "check_weights_file",
+           "node_data_kwargs", "typed_graph_of"]
 
 
 def add_weights_argument(p: argparse.ArgumentParser, what: str) -> None:
@@ -84,15 +86,39 @@ _HOMOGENEOUS_ONLY = ("undirected", "drop_self_loops", "drop_duplicates", "featur
                      "train_mask", "val_mask", "test_mask")
 
 
+def add_time_column_argument(p: argparse.ArgumentParser) -> None:
+    """``--time-column NAME``: read a table's edge time column (a one-type temporal graph)."""
+    p.add_argument("--time-column", metavar="NAME",
+                   help="a CSV/TSV/parquet edge table's int64 edge time column, by header "
+                   "name: the graph is one-type temporal, with time_attr NAME "
+                   "(docs/temporal.md)")
+
+
+def _time_table(path: str, column: str):
+    from ..errors import GraphFormatError
+    from ..graph.tables import TABLE_SUFFIXES
+    from ..graph.temporal import temporal_table_graph
+
+    if not path.lower().endswith(TABLE_SUFFIXES):
+        raise GraphFormatError(f"--time-column {column!r} with {path}",
+                               "only CSV / TSV / parquet edge tables have time columns",
+                               f"give a table ({', '.join(TABLE_SUFFIXES)}) or drop the option")
+    return temporal_table_graph(path, column)
+
+
 def typed_graph_of(args: argparse.Namespace):
     """The typed graph ``args.graph`` names (a saved HeteroData or an OGB hetero directory),
     else ``None``; options that only apply to homogeneous graphs are refused for it."""
     from ..errors import GraphFormatError
     from ..graph.typed_io import typed_graph_at
 
-    if ":" in args.graph and not args.graph.startswith(("/", ".")):
+    time_column = getattr(args, "time_column", None)
+    if time_column:
+        g = _time_table(args.graph, time_column)
+    elif ":" in args.graph and not args.graph.startswith(("/", ".")):
         return None  # a spec such as rmat:10
-    g = typed_graph_at(args.graph)
+    else:
+        g = typed_graph_at(args.graph)
     if g is not None:
         given = [a for a in _HOMOGENEOUS_ONLY if getattr(args, a, None) not in (None, False)]
         if given:

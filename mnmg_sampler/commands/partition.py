@@ -26,6 +26,7 @@ from ..console import add_json_flag, report
 from .graph_args import (
     add_node_data_arguments,
     add_renumber_argument,
+    add_time_column_argument,
     add_weights_argument,
     check_typed_renumber,
     check_weights_file,
@@ -74,6 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_node_data_arguments(p)
     add_weights_argument(p, "store them in every part (float32, checksummed) for weighted "
                          "sampling")
+    add_time_column_argument(p)
     add_json_flag(p)
     p.set_defaults(func=run)
     return p
@@ -104,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     check_weights_file(args.weights)
     check_typed_renumber(args.input, args.renumber)  # before torchrun's ranks start
     if _distributed():
+        if args.time_column:
+            raise PartitionError("--time-column under torchrun",
+                                 "the distributed partitioner reads no edge times",
+                                 "partition a table with time in one process (no torchrun)")
         return _run_distributed(args)
     if args.parts is None:
         raise PartitionError("--parts is missing", "the number of parts is unknown",

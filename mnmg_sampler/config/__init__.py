@@ -18,7 +18,7 @@ root); ``~`` and ``$VARS`` in path fields are expanded.
 
 from .cli import add_config_arguments
 from .datasets import DatasetSpec, check_paths, parse_dataset_name
-from .fields import FieldInfo, fields_epilog, format_value, iter_fields, section_docs
+from .fields import FieldInfo, fields_epilog, format_value, iter_fields, num_hops, section_docs
 from .load import config_from_dict, config_to_dict, config_to_yaml, load_config, validate_config
 from .parse import apply_overrides
 from .schema import (
@@ -61,6 +61,7 @@ __all__ = [
     "format_value",
     "iter_fields",
     "load_config",
+    "num_hops",
     "parse_dataset_name",
     "section_docs",
     "validate_config",

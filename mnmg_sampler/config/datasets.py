@@ -10,24 +10,36 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import GraphFormatError
-from .formats import GRAPH_SUFFIXES, is_ogb_dir, is_sharded, shard_files, supported_formats
+from .formats import (
+    GRAPH_SUFFIXES,
+    is_ogb_dir,
+    is_ogb_hetero_dir,
+    is_sharded,
+    shard_files,
+    supported_formats,
+)
 from .parse import _err
 from .schema import BUILTIN_DATASETS, JobConfig
 
 _RMAT = re.compile(r"^rmat:(?P<scale>[^:]*)(?::(?P<ef>[^:]*))?$")
+_TYPED_SBM = re.compile(r"^typed-sbm:(?P<papers>[^:]*)(?::(?P<classes>[^:]*))?$")
+TYPED_SBM_MAX_PAPERS = 1 << 24
 
 # --------------------------------------------------------------------------- datasets
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """What ``dataset.name`` denotes: a built-in graph, an R-MAT graph or a file."""
+    """What ``dataset.name`` denotes: a built-in graph, an R-MAT graph, the generated typed graph
+    (``typed-sbm``: ``papers`` papers in ``classes`` classes) or a file."""
 
-    kind: Literal["builtin", "rmat", "path"]
+    kind: Literal["builtin", "rmat", "typed-sbm", "path"]
     name: str
     scale: int | None = None
     edge_factor: int | None = None
     path: str | None = None
+    papers: int | None = None
+    classes: int | None = None
 
 
 def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
@@ -46,6 +58,21 @@ def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
                        f"use rmat:SCALE[:EDGE_FACTOR] with 1 <= SCALE <= 40, e.g. {key}=rmat:16:16",
                        "The graph has 2**SCALE nodes and EDGE_FACTOR * 2**SCALE edges")
         return DatasetSpec("rmat", f"rmat:{scale}:{ef}", scale=scale, edge_factor=ef)
+    m = _TYPED_SBM.match(name)
+    if m:
+        try:
+            papers = int(m["papers"])
+            classes = int(m["classes"]) if m["classes"] is not None else 4
+        except ValueError:
+            papers = classes = -1
+        if not (2 <= classes <= 64 and classes <= papers <= TYPED_SBM_MAX_PAPERS):
+            raise _err(key, f"bad typed-sbm spec {name!r}",
+                       f"use typed-sbm:PAPERS[:CLASSES] with 2 <= CLASSES <= 64 and CLASSES <= "
+                       f"PAPERS <= 2**24, e.g. {key}=typed-sbm:2000:4",
+                       "The generated typed graph has PAPERS papers (labelled), PAPERS / 2 "
+                       "authors and 4 * CLASSES fields")
+        return DatasetSpec("typed-sbm", f"typed-sbm:{papers}:{classes}", papers=papers,
+                           classes=classes)
     return DatasetSpec("path", name, path=name)
 
 
@@ -77,7 +104,8 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
                 raise _err(key, e.what, e.fix) from e
     p = Path(spec.path)
     if p.exists():  # the suffix (or an OGB layout) here; the content is read by the job
-        if not (is_ogb_dir(p) if p.is_dir() else p.name.lower().endswith(GRAPH_SUFFIXES)):
+        if not ((is_ogb_dir(p) or is_ogb_hetero_dir(p)) if p.is_dir()
+                else p.name.lower().endswith(GRAPH_SUFFIXES)):
             what = "the directory" if p.is_dir() else "the file type of"
             raise _err(key, f"{what} {p.name!r} is not recognised",
                        "give a file in one of these formats:\n" + supported_formats())
@@ -88,7 +116,7 @@ def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise _err(key, f"unknown dataset {spec.path!r}{hint}",
                    f"use a built-in name ({', '.join(BUILTIN_DATASETS)}), rmat:SCALE[:EDGE_FACTOR]"
-                   " or the path of a graph file")
+                   ", typed-sbm:PAPERS[:CLASSES] or the path of a graph file")
     where = ""
     if not p.is_absolute():
         where += f" (relative to the working directory {os.getcwd()})"

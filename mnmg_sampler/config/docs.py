@@ -30,7 +30,8 @@ comes from, in increasing precedence:
    `mnmg-sampler validate configs/quickstart.yaml sampler.batch_size=512 training.epochs=5`.
 
 Override values are read as YAML (`true`, `null`, `1e-3`, `[10, 10]`); a list key also takes a
-comma list (`sampler.fanouts=15,10,5`), and a string key takes the text as typed. The launch
+comma list (`sampler.fanouts=15,10,5`), one relation of a fanouts mapping is set as
+`sampler.fanouts.author__writes__paper=5,3`, and a string key takes the text as typed. The launch
 scripts forward their arguments as overrides (`bash launch/run.sh sampler.batch_size=512`).
 
 Check a config without starting any rank (prints the resolved config, then `ok`):

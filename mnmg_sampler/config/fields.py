@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import types
 import typing
 from collections.abc import Iterator
@@ -35,14 +37,27 @@ def _is_section(tp: Any) -> bool:
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(tp)) == 2:
-            return args[0], True
+        optional = len(args) < len(typing.get_args(tp))
+        if len(args) == 1:
+            return args[0], optional
+        if optional:
+            return functools.reduce(operator.or_, args), True
     return tp, False
+
+
+def per_relation(tp: Any) -> bool:
+    """True for a ``list[int] | dict[str, list[int]]`` field (fanouts: one list, or one per
+    relation of a typed graph)."""
+    inner, _ = _unwrap_optional(tp)
+    return (typing.get_origin(inner) in (typing.Union, types.UnionType)
+            and any(typing.get_origin(a) is dict for a in typing.get_args(inner)))
 
 
 def _type_text(tp: Any) -> str:
     inner, optional = _unwrap_optional(tp)
-    if typing.get_origin(inner) is Literal:
+    if per_relation(tp):
+        text = "list[int] or mapping"
+    elif typing.get_origin(inner) is Literal:
         text = " \\| ".join(format_value(c) for c in typing.get_args(inner))
     elif typing.get_origin(inner) is list:
         text = f"list[{typing.get_args(inner)[0].__name__}]"
@@ -83,7 +98,16 @@ def format_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, list):
         return "[" + ", ".join(format_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {format_value(x)}" for k, x in v.items()) + "}"
     return str(v)
+
+
+def num_hops(fanouts: list | dict) -> int:
+    """Hops of ``sampler.fanouts``: the list's length, or that of every relation's list."""
+    if isinstance(fanouts, dict):
+        return len(next(iter(fanouts.values()))) if fanouts else 0
+    return len(fanouts)
 
 
 def fields_epilog() -> str:

@@ -15,7 +15,7 @@ from ..errors import GraphFormatError
 
 __all__ = ["TEXT_SUFFIXES", "TABLE_SUFFIXES", "EDGE_LIST_SUFFIXES", "GRAPH_SUFFIXES",
            "SHARD_SUFFIXES", "FORMAT_DESCRIPTIONS", "supported_formats", "ogb_file",
-           "is_ogb_dir", "is_sharded", "shard_files"]
+           "is_ogb_dir", "is_ogb_hetero_dir", "is_sharded", "shard_files"]
 
 TEXT_SUFFIXES = (".txt", ".txt.gz", ".edges", ".edges.gz", ".el", ".el.gz")
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz")
@@ -66,6 +66,12 @@ def is_ogb_dir(path: str | PathLike) -> bool:
     """True if ``path`` is a directory with ``raw/edge.csv.gz`` (or ``raw/edge.csv``)."""
     p = Path(path)
     return p.is_dir() and (ogb_file(p / "raw", "edge") is not None)
+
+
+def is_ogb_hetero_dir(path: str | PathLike) -> bool:
+    """True if ``path`` is an OGB heterogeneous directory: ``raw/num-node-dict.csv(.gz)``."""
+    p = Path(path)
+    return p.is_dir() and ogb_file(p / "raw", "num-node-dict") is not None
 
 
 _GLOB = set("*?[")

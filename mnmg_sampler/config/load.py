@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .datasets import parse_dataset_name
-from .fields import format_value
+from .fields import format_value, num_hops
 from .parse import _build, _err, apply_overrides
 from .schema import JobConfig
 
@@ -110,11 +110,11 @@ def _resolve(cfg: JobConfig) -> None:
     if cfg.partition.dir is None:
         cfg.partition.dir = os.path.join(cfg.output.dir, "partitions")
     if cfg.sampler.eval_fanouts is None:
-        cfg.sampler.eval_fanouts = [-1] * len(cfg.sampler.fanouts)
+        cfg.sampler.eval_fanouts = [-1] * num_hops(cfg.sampler.fanouts)
     if cfg.sampler.eval_batch_size is None:
         cfg.sampler.eval_batch_size = cfg.sampler.batch_size
     if cfg.model.layers is None:
-        cfg.model.layers = len(cfg.sampler.fanouts)
+        cfg.model.layers = num_hops(cfg.sampler.fanouts)
     if cfg.training.target_metric is None:
         cfg.training.target_metric = "val_auc" if cfg.task == "link" else "val_acc"
 
@@ -126,7 +126,7 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
     """Checks that span several fields (see :data:`CROSS_FIELD_RULES`); ConfigError if broken."""
     parse_dataset_name(cfg.dataset.name)  # rmat:SCALE[:EDGE_FACTOR] syntax and range
     _check_name(cfg.name)
-    n_hops = len(cfg.sampler.fanouts)
+    n_hops = num_hops(cfg.sampler.fanouts)
     if cfg.model.layers is not None and cfg.model.layers != n_hops:
         raise _err("model.layers", f"{cfg.model.layers} layers but sampler.fanouts has {n_hops} "
                    f"hops {format_value(cfg.sampler.fanouts)}",
@@ -134,8 +134,9 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
                    f"{cfg.model.layers} entries",
                    "Each GraphSAGE layer consumes one sampled hop")
     ef = cfg.sampler.eval_fanouts
-    if ef is not None and len(ef) != n_hops:
-        raise _err("sampler.eval_fanouts", f"{len(ef)} hops but sampler.fanouts has {n_hops}",
+    if ef is not None and num_hops(ef) != n_hops:
+        raise _err("sampler.eval_fanouts", f"{num_hops(ef)} hops but sampler.fanouts has "
+                   f"{n_hops}",
                    f"give sampler.eval_fanouts {n_hops} entries, or null (all neighbors)",
                    "The model has one layer per hop in training and evaluation alike")
     rt = cfg.runtime

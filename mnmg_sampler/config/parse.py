@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from .fields import _all_keys, _hints, _is_section, _unwrap_optional, format_value
+from .fields import _all_keys, _hints, _is_section, _unwrap_optional, format_value, per_relation
 from .schema import JobConfig
 
 # --------------------------------------------------------------------------- errors
@@ -51,6 +51,8 @@ def _unknown_key(key: str, siblings: Sequence[str], parent: str) -> ConfigError:
 
 def _coerce(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any:
     """Check one value against its annotated type and range; return it normalised."""
+    if per_relation(tp):
+        return _coerce_per_relation(key, tp, v, check, example)
     inner, optional = _unwrap_optional(tp)
     checks = () if check is None else (check,) if callable(check[0]) else check
     if example is not None:
@@ -103,6 +105,32 @@ def _coerce(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any
     for pred, phrase in checks:
         if not pred(out):
             raise _err(key, f"expected {phrase}, got {_show(out)}", fix)
+    return out
+
+
+def _coerce_per_relation(key: str, tp: Any, v: Any, check: tuple | None, example: Any) -> Any:
+    """A fanouts value: a list (every relation) or a mapping ``{"src__rel__dst": list}`` whose
+    lists are checked as the list form is, and have equally many hops."""
+    _, optional = _unwrap_optional(tp)
+    as_list = list[int] | None if optional else list[int]
+    if not isinstance(v, Mapping):
+        return _coerce(key, as_list, v, check, example)
+    if not v:
+        raise _err(key, "expected a list, or a mapping of relations to lists, got {}",
+                   f"e.g. {key}=[10, 10], or {key}.author__writes__paper=10,10 per relation")
+    out = {}
+    for rel, lst in v.items():
+        rel = str(rel)
+        parts = rel.split("__")
+        if len(parts) != 3 or not all(parts):
+            raise _err(f"{key}.{rel}", "not a relation name",
+                       "name relations src__rel__dst, e.g. author__writes__paper")
+        out[rel] = _coerce(f"{key}.{rel}", list[int], lst, check, example)
+    hops = {len(x) for x in out.values()}
+    if len(hops) > 1:
+        raise _err(key, f"relations have lists of {sorted(hops)} hops",
+                   "give every relation as many fanouts (0 for none at a hop)",
+                   "Each GraphSAGE layer consumes one hop of every relation")
     return out
 
 
@@ -180,6 +208,8 @@ def _field_at(key: str) -> tuple[Any, bool]:
         if part not in names:
             raise _unknown_key(key, names, ".".join(parts[:i]) + ("." if i else ""))
         tp = hints[part]
+        if i == len(parts) - 2 and per_relation(tp):  # sampler.fanouts.src__rel__dst
+            return list[int], False
         if i < len(parts) - 1:
             if not _is_section(tp):
                 raise _err(key, f"{'.'.join(parts[:i + 1])} is a value, not a section",
@@ -213,8 +243,13 @@ def _parse_override(text: str) -> tuple[str, Any]:
 def _set_dotted(data: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     node = data
-    for part in parts[:-1]:
+    for i, part in enumerate(parts[:-1]):
         child = node.get(part)
+        if isinstance(child, list) and i == len(parts) - 2:  # one relation of list fanouts
+            raise _err(key, f"{'.'.join(parts[:-1])} is a list {format_value(child)}, "
+                       "which applies to every relation",
+                       f"give {'.'.join(parts[:-1])} as a mapping of every relation (in the "
+                       "file or as one override), then override single relations")
         if not isinstance(child, dict):  # missing, null or (invalid) scalar: replace
             child = {}
             node[part] = child

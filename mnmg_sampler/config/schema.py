@@ -145,13 +145,19 @@ class PartitionConfig:
 class SamplerConfig:
     """Neighbor sampling and minibatching (PyG NeighborLoader conventions)."""
 
-    fanouts: list[int] = _opt(
+    fanouts: list[int] | dict[str, list[int]] = _opt(
         [10, 10], "Neighbors per hop, hop 1 (nearest the seeds) first; -1 = all neighbors; "
-        "at most 2**31 - 1.", (_FANOUTS, _FANOUTS_MAX))
+        "at most 2**31 - 1. On a typed graph a list applies to every relation, or a mapping "
+        "gives each relation its own list (keys src__rel__dst, every relation, equally many "
+        "hops; override one with sampler.fanouts.src__rel__dst=5,3).", (_FANOUTS, _FANOUTS_MAX))
     batch_size: int = _opt(512, "Seed nodes per training minibatch on each rank.", _BATCH)
-    eval_fanouts: list[int] | None = _opt(
-        None, "Neighbors per hop when evaluating; null = all neighbors (-1 at every hop), exact "
-        "and deterministic.", (_FANOUTS, _FANOUTS_MAX))
+    eval_fanouts: list[int] | dict[str, list[int]] | None = _opt(
+        None, "Neighbors per hop when evaluating (a list, or a mapping per relation as "
+        "sampler.fanouts); null = all neighbors (-1 at every hop), exact and deterministic.",
+        (_FANOUTS, _FANOUTS_MAX))
+    input_type: str | None = _opt(
+        None, "Typed graphs: the node type whose nodes are classified (the seeds' type); "
+        "null = the only node type with labels.")
     eval_batch_size: int | None = _opt(
         None, "Seed nodes per evaluation minibatch; null = sampler.batch_size.", _BATCH)
     replace: bool = _opt(False, "Sample neighbors with replacement.")
@@ -226,9 +232,9 @@ class FeaturesConfig:
         "auto", "host memory, pinned host memory, or GPU memory; auto = pinned on CUDA, host on "
         "CPU.")
     cache_rows: int = _opt(
-        0, "Feature rows of other ranks' nodes each rank caches (filled once at start by degree "
-        "into its part); 0 = no cache. Unused with the shared topology (every part's rows are "
-        "mapped on the host).", _NONNEG_INT)
+        0, "Feature rows of other hosts' nodes each host caches, shared by its ranks (filled "
+        "once at start by degree into the host's parts); 0 = no cache. Unused on one host "
+        "(every part's rows are mapped there).", _NONNEG_INT)
 
 
 @dataclass
@@ -246,6 +252,14 @@ class ModelConfig:
     use_pyg: bool = _opt(
         False, "Use PyG's SAGEConv (needs the pyg extra); false = the built-in layer (same "
         "math), so results do not depend on whether PyG is installed.")
+    embedding_dim: int | None = _opt(
+        None, "Typed graphs: width of the learned embedding of every node of a type without "
+        "features (one table row per node, on every rank); null = model.hidden; at most 2**20.",
+        _WIDTH)
+    embedding_memory_mb: float | None = _opt(
+        None, "Typed graphs: budget in MB of the embedding tables with their gradients and "
+        "optimizer state (16 bytes per value) per rank; above it the job refuses to start "
+        "(MemoryBudgetError); null = only the check against the memory at hand.", _POS_FLOAT)
 
 
 @dataclass
@@ -357,4 +371,9 @@ CROSS_FIELD_RULES = (
     "`dataset.name` `rmat:SCALE[:EDGE_FACTOR]` needs 1 <= SCALE <= 40 and EDGE_FACTOR >= 1.",
     "`sampler.split: owner` needs `task: node`: the link loader splits seed edges in one global "
     "order only.",
+    "`dataset.name` `typed-sbm:PAPERS[:CLASSES]` needs 2 <= CLASSES <= 64 and CLASSES <= PAPERS "
+    "<= 2**24.",
+    "A mapping of `sampler.fanouts` / `sampler.eval_fanouts` gives every relation equally many "
+    "hops; on a typed graph (checked by `validate` and at job start) it names every relation "
+    "of the graph and no other, and `sampler.input_type` names a node type with labels.",
 )

@@ -89,6 +89,10 @@ class Exchanger:
         # (:mod:`.host_channel`, with the shared topology): no gloo threads involved
         self.host_channel = None
         self._bufs: dict = {}
+        # bool per rank, True for ranks on another host (set with the host layout,
+        # :mod:`.host_groups`): ``cross_bytes[tag]`` counts the bytes sent to them
+        self.far: np.ndarray | None = None
+        self.cross_bytes: dict[str, int] = {}
 
     # -- accounting ---------------------------------------------------------------------------
     def _count(self, tag: str, row_bytes: int, send_counts: Sequence[int]) -> None:
@@ -98,6 +102,9 @@ class Exchanger:
         b[0] += mine
         b[1] += total - mine
         self.bytes_sent += total
+        if self.far is not None and total > mine:
+            far = sum(int(c) for c, f in zip(send_counts, self.far, strict=True) if f)
+            self.cross_bytes[tag] = self.cross_bytes.get(tag, 0) + far * row_bytes
 
     @property
     def remote_bytes(self) -> int:

@@ -8,10 +8,11 @@ stay the page cache's), and no cache (``cache_rows`` is unused: there is nothing
 Otherwise each rank holds the rows of its own nodes and :meth:`DistFeatureStore.fetch` is
 collective, once per round for all merged requests:
 
-1. rows this rank owns are read in place, never sent;
-2. the remote ids of all requests are de-duplicated (one hash pass), so a row needed by several
-   requests of the round, or several times by one, is fetched once;
-3. rows held in the per-rank cache (``cache_rows``) are read from it;
+1. rows this rank owns are read in place, never sent; with host groups (ranks on several
+   hosts, :mod:`.host_groups`), so are the rows of every part of this rank's host (mapped);
+2. the ids of other hosts' nodes of all requests are de-duplicated (one hash pass), so a row
+   needed by several requests of the round, or several times by one, is fetched once;
+3. rows held in the host cache (``cache_rows``) are read from it;
 4. the remaining ids go to their owners in one exchange (wire ids, int32 when they fit) and the
    rows come back in one more; everything is scattered back to each request's ``n_id`` order.
 
@@ -21,10 +22,12 @@ kept ids, ``range``): the owner of a node returns its original id with its row, 
 translates a minibatch's ``n_id`` back to original ids with no exchange of its own
 (:meth:`DistFeatureStore.fetch_with_orig`).
 
-The cache is filled once, at construction (collective), with the remote nodes that occur most
-often in this part's neighbor lists: their degree into this part, a proxy for how often sampling
-from this rank's nodes reaches them (SALIENT++ computes exact inclusion probabilities; a degree
-order is the simple start).
+The host cache is filled once, at construction (collective), with the nodes of other hosts
+that occur most often in the host's parts' neighbor lists: their degree into the host, a proxy
+for how often sampling from the host's nodes reaches them (SALIENT++ computes exact inclusion
+probabilities; a degree order is the simple start). Each rank of the host fetches a disjoint
+share and every rank of the host maps all shares (:func:`~.host_groups.share_slices`): one copy
+per host. With one rank per host it is that rank's own cache.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import torch
 
 from ..ops.dedup import unique_first
 from .collective import Exchanger
+from .host_groups import HostGroup, share_slices
 from .id_maps import identity_ids
 from .shared_topology import SharedTopology
 
@@ -63,18 +67,22 @@ class DistFeatureStore:
         placement: ``host`` (memory-mapped / host memory), ``pinned`` (page-locked host memory,
             CUDA only) or ``device`` (on ``device``). Decided once, here, in the owning process.
         device: the device for ``placement='device'``.
-        cache_rows: remote rows this rank keeps (0: no cache). Collective when > 0: every rank
-            must pass the same value, as the fill fetches rows from their owners. Unused with
-            ``shared``.
+        cache_rows: rows of other hosts the host keeps (0: no cache), shared by the host's
+            ranks (each fetches its share; see :mod:`.host_groups`). Collective when > 0:
+            every rank must pass the same value, as the fill fetches rows from their owners.
+            Unused with ``shared``.
         shared: the sampler's :class:`~.shared_topology.SharedTopology` (``DistSampler.shared``):
             rows of every part are read in place from its mappings, with no collective. With
             placement ``pinned`` or ``device`` the rows read are copied to page-locked memory
             (this path never ran on a GPU).
+        host: the sampler's :class:`~.host_groups.HostGroup` (``DistSampler.host``, ranks on
+            several hosts): rows of the host's parts are read in place from its mappings, only
+            other hosts' rows are fetched.
     """
 
     def __init__(self, part, exchanger: Exchanger, placement: str = "host",
                  device: torch.device | None = None, cache_rows: int = 0,
-                 shared: SharedTopology | None = None) -> None:
+                 shared: SharedTopology | None = None, host: HostGroup | None = None) -> None:
         from ..errors import ConfigError
 
         if placement not in PLACEMENTS:
@@ -100,9 +108,10 @@ class DistFeatureStore:
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "mapped_rows": 0,
                       "distinct_remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
                       "duplicate_rows_fetched": 0, "fetches": 0}
-        self._cache_ids = np.empty(0, np.int64)
-        self._cache_rows = np.empty((0, C), np.float32)
+        # the host cache: (sorted ids, their rows) per slice (one per rank of the host)
+        self._cache: list[tuple[np.ndarray, np.ndarray]] = []
         self.shared = shared
+        self.host = host
         if shared is not None:  # every part's rows are mapped here: no table, no cache
             self._host = self.table = None
             if int(cache_rows) > 0 and self.ex.rank == 0:
@@ -139,23 +148,35 @@ class DistFeatureStore:
 
     @property
     def cache_size(self) -> int:
-        """Rows held in the cache."""
-        return int(self._cache_ids.size)
+        """Rows held in the host cache (every slice of the host)."""
+        return int(sum(ids.size for ids, _ in self._cache))
 
     def _owner(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._inner, ids, side="right")
 
+    def _near(self, ids: np.ndarray) -> np.ndarray:
+        """bool per new id: owned by this host (this rank without a host group)."""
+        return self.host.on_host(ids) if self.host is not None else \
+            self._owner(ids) == self.ex.rank
+
     def _fill_cache(self, part, rows: int) -> None:
-        """Collective: cache the ``rows`` remote nodes most frequent in this part's lists."""
+        """Collective: the host caches the ``rows`` nodes of other hosts most frequent in its
+        parts' neighbor lists. Rank ``j`` of a host of ``G`` ranks takes ``rows / G`` of them
+        among the ids ``== j (mod G)``, counted in its own part, so slices never overlap."""
+        ranks = self.host.ranks if self.host is not None else (self.ex.rank,)
+        G, j = len(ranks), ranks.index(self.ex.rank)
+        share = rows // G + (1 if j < rows % G else 0)
         idx = np.asarray(part.indices)
-        remote = idx[self._owner(idx) != self.ex.rank]
-        cand, freq = np.unique(remote, return_counts=True)
-        if cand.size > rows:
-            top = np.argpartition(-freq, rows - 1)[:rows]
-            cand = cand[top]
+        far = idx[~self._near(idx)]
+        far = far[far % G == j]
+        cand, freq = np.unique(far, return_counts=True)
+        del far
+        if cand.size > share:
+            cand = cand[np.argpartition(-freq, share - 1)[:share]] if share else cand[:0]
         ids = np.sort(cand)
-        self._cache_rows = self._exchange_rows(ids)
-        self._cache_ids = ids
+        got = self._exchange_rows(ids)
+        self._cache = share_slices(self.ex, ranks, ids, got) if self.host is not None \
+            else [(ids, got)]
 
     def _exchange_rows(self, ids: np.ndarray) -> np.ndarray:
         """Collective: rows of remote new ids (none of them this rank's), in ``ids`` order."""
@@ -203,25 +224,34 @@ class DistFeatureStore:
         else:
             out[li] = self.ex.to_host(
                 self.table[torch.from_numpy(ids[li] - self.lo).to(self.table.device)]).numpy()
+        mapped = 0
+        if self.host is not None:  # the host's other parts: read in place, never on the wire
+            hi = np.flatnonzero(~local & self.host.on_host(ids))
+            out[hi] = self._host_rows(ids[hi])
+            mapped = int(hi.size)
+            local[hi] = True
         ri = np.flatnonzero(~local)
         uniq, inv = unique_first(ids[ri])
         rows_u = np.empty((uniq.size, out.shape[1]), np.float32)
-        if self._cache_ids.size and uniq.size:
-            pos = np.minimum(np.searchsorted(self._cache_ids, uniq), self._cache_ids.size - 1)
-            hit = self._cache_ids[pos] == uniq
-            rows_u[hit] = self._cache_rows[pos[hit]]
-            miss = np.flatnonzero(~hit)
-        else:
-            hit = np.zeros(uniq.size, bool)
-            miss = np.arange(uniq.size)
+        hit = np.zeros(uniq.size, bool)
+        for cids, crows in self._cache:
+            if not (cids.size and uniq.size):
+                continue
+            pos = np.minimum(np.searchsorted(cids, uniq), cids.size - 1)
+            h = (cids[pos] == uniq) & ~hit
+            rows_u[h] = crows[pos[h]]
+            hit |= h
+        miss = np.flatnonzero(~hit)
         fetch = uniq[miss]
         rows_u[miss] = self._exchange_rows(fetch)
         out[ri] = rows_u[inv]
+        li = np.flatnonzero(local)
         st = self.stats
+        st["mapped_rows"] += mapped
         st["fetches"] += 1
         st["rows"] += int(ids.size)
-        st["local_rows"] += int(li.size)
-        st["remote_rows"] += int(ri.size)
+        st["local_rows"] += int(li.size) - mapped
+        st["remote_rows"] += int(ri.size) + mapped
         st["distinct_remote_rows"] += int(uniq.size)
         st["cache_hits"] += int(hit.sum())
         st["rows_fetched"] += int(miss.size)
@@ -239,6 +269,20 @@ class DistFeatureStore:
                 if self.carries_orig else None
             res.append((x, y, orig))
         return res
+
+    def _host_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Table rows (features, label bits, original id bits) of ids of the host's other
+        parts, read in place from their mapped files (no collective)."""
+        sh = self.host.shared
+        F = self.num_features
+        out = np.empty((ids.size, self.row_bytes // 4), np.float32)
+        if self.has_x:
+            out[:, :F] = sh.rows(ids, sh.x)
+        y = sh.rows(ids, sh.y).astype(np.int64) if self.has_y else np.zeros(ids.size, np.int64)
+        out[:, F:F + 2] = y.view(np.float32).reshape(ids.size, 2)
+        if self.carries_orig:
+            out[:, F + 2:] = sh.to_orig(ids).view(np.float32).reshape(ids.size, 2)
+        return out
 
     def _read_mapped(self, ids: np.ndarray) -> tuple:
         """``(x, y, original ids)`` of ``ids`` read in place from every part's mapped files

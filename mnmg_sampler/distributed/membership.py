@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..ops.negative import csr_has_edges
+from ..ops.negative import csr_has_edges, typed_has_edges
 from .collective import Exchanger, backend_device
 from .id_maps import IdMaps
 from .partition_book import PartitionBook
@@ -31,10 +31,18 @@ class EdgeMembership:
             thread's collectives on a different group).
         ids: the sampler's :class:`~mnmg_sampler.distributed.id_maps.IdMaps` to share (its
             arrays, over this group); ``None`` builds this rank's share here (collective).
+        relation: on a typed part, the relation (index in its edge types) to test; pairs are
+            then internal ids (type offset + per-type id).
     """
 
     def __init__(self, part, group: dist.ProcessGroup | None = None,
-                 ids: IdMaps | None = None) -> None:
+                 ids: IdMaps | None = None, relation: int | None = None) -> None:
+        self.relation = relation
+        self.graph = None
+        if relation is not None:  # a typed part: the rows' segments of that relation
+            from ..graph.typed_partition import part_graph
+
+            self.graph = part_graph(part)
         self.indptr = np.asarray(part.indptr)
         self.indices = np.asarray(part.indices)
         self.lo = int(part.boundaries[part.rank])
@@ -56,7 +64,10 @@ class EdgeMembership:
                                    else np.empty((0, 2), np.int64))
         recv, recv_counts = self.ex.exchange(payload, send_counts)
         recv = recv.numpy()
-        flags = csr_has_edges(self.indptr, self.indices, recv[:, 0] - self.lo, recv[:, 1])
+        if self.graph is None:
+            flags = csr_has_edges(self.indptr, self.indices, recv[:, 0] - self.lo, recv[:, 1])
+        else:
+            flags = typed_has_edges(self.graph, self.relation, recv[:, 0] - self.lo, recv[:, 1])
         back = self.ex.payload(torch.from_numpy(flags.astype(np.uint8)), recv_counts.tolist(),
                                send_counts.tolist()).numpy()
         out = np.empty(d.size, bool)

@@ -53,6 +53,7 @@ from ..sampler import (
 from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
 from .host_channel import open_host_channel
+from .host_groups import HostGroup
 from .id_maps import IdMaps
 from .shared_topology import open_shared_topology
 from .topology_cache import TopologyCache, check_fraction
@@ -129,9 +130,12 @@ class DistSampler:
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
         self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
-        # collective: every rank maps every part, or none does
-        self.shared = open_shared_topology(part, self.ex, shared_topology, kernel,
-                                           topology_cache)
+        # collective: every rank maps every part (one host), or its host's parts (host
+        # groups, several hosts), or none
+        mapped = open_shared_topology(part, self.ex, shared_topology, kernel, topology_cache,
+                                      host_groups=True)
+        self.shared = mapped if mapped is not None and mapped.whole else None
+        self.host = HostGroup(mapped) if mapped is not None and not mapped.whole else None
         # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
         self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
         self.ex.host_channel = self.host_channel
@@ -217,6 +221,13 @@ class DistSampler:
             self.kernel_nodes += int(h.nodes.size)
             self.kernel_edges += int(nb.size)
             return c, nb, e
+        if self.host is not None and h.hop not in self._local_hops:  # host groups
+            out = self.host.hop(h, self._hop_wire, lambda rows, keys, fans, reps, e, arrays:
+                                self._kernel(rows, keys, h.hop, fans, reps, e, None, arrays),
+                                self.seed)
+            if self.host.last is not None and h.hop in self._front_orig:
+                self._front_orig[h.hop] = self.host.frontier_orig(self._front_orig[h.hop])
+            return out
         # topology cache (opt-in): cached remote nodes are sampled here, only the rest travel
         topo = self.topo
         if topo is not None and topo.num_nodes and h.hop not in self._local_hops:
@@ -275,7 +286,10 @@ class DistSampler:
 
     def shared_stats(self) -> dict:
         """Use of the shared topology: frontier nodes of other ranks sampled here, their
-        edges, and what a round's agreement goes over (``enabled`` False without it)."""
+        edges, and what a round's agreement goes over (``enabled`` False without it; with host
+        groups, ``parts`` and ``host_ranks`` are the host's)."""
+        if self.host is not None:  # host groups: the host's parts only
+            return {**self.host.stats(), "agreement": "gloo"}
         if self.shared is None:
             return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
                     "agreement": "gloo"}

@@ -89,8 +89,9 @@ class SamplingService:
 
     On a typed part (``part.typed``) the service runs
     :class:`~mnmg_sampler.distributed.typed_sampler.DistTypedSampler`: typed requests, one
-    typed kernel call per hop per rank, ``x``/``y`` per node type; no topology cache, shared
-    topology or CUDA kernel there yet (asking for one is a ``ConfigError``).
+    typed kernel call per hop per rank, ``x``/``y`` per node type, the shared topology and the
+    CUDA kernel as for homogeneous parts; no topology cache there yet (asking for one is a
+    ``ConfigError``).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -127,7 +128,8 @@ class SamplingService:
             self.sampler = typed_sampler_for(part, seed, group, kernel=kernel,
                                              features=features, id_maps=id_maps,
                                              topology_cache=topology_cache,
-                                             shared_topology=shared_topology)
+                                             shared_topology=shared_topology,
+                                             device=device if kernel == "cuda" else None)
         else:
             self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                        device=device if kernel == "cuda" else None,
@@ -139,7 +141,8 @@ class SamplingService:
 
             self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
                                              cache_rows=feature_cache_rows,
-                                             shared=self.sampler.shared)
+                                             shared=self.sampler.shared,
+                                             host=getattr(self.sampler, "host", None))
         self.num_nodes = int(part.num_nodes)
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numba
@@ -38,7 +39,7 @@ from ..ops.cpu import group_by_part, sample_neighbors_parts
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 
-__all__ = ["SharedTopology", "host_id", "open_shared_topology"]
+__all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "open_shared_topology"]
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,33 @@ _I64 = np.int64
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
+HOST_ENV = "MNMG_HOST_ID"
+"""Environment variable that forces this rank's host: ranks with the same value form one host
+group, whatever machine they run on (several torchrun nodes on loopback act as hosts)."""
+
+
 def host_id() -> int:
     """A 62-bit id of this host (its name and, on Linux, its boot id): equal on two ranks
-    exactly when they can share memory-mapped files' pages."""
-    try:
-        boot = _BOOT_ID.read_text().strip()
-    except OSError:
-        boot = ""
-    digest = hashlib.blake2b(f"{socket.gethostname()}|{boot}".encode(), digest_size=8).digest()
+    exactly when they can share memory-mapped files' pages; :data:`HOST_ENV`, when set, is
+    hashed instead (a forced host)."""
+    forced = os.environ.get(HOST_ENV, "").strip()
+    if forced:
+        text = f"forced|{forced}"
+    else:
+        try:
+            boot = _BOOT_ID.read_text().strip()
+        except OSError:
+            boot = ""
+        text = f"{socket.gethostname()}|{boot}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 2
+
+
+def host_layout(keys: Sequence[int]) -> np.ndarray:
+    """Host index of each rank (0, 1, ... in order of each host's first rank) from the ranks'
+    host ids."""
+    first: dict[int, int] = {}
+    return np.asarray([first.setdefault(int(k), len(first)) for k in keys], _I64)
 
 
 def _check_value(enabled) -> None:
@@ -95,45 +114,61 @@ def _check_local(part, enabled, kernel: str, topology_cache: float) -> None:
 
 
 def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-                         topology_cache: float = 0.0) -> SharedTopology | None:
+                         topology_cache: float = 0.0, host_groups: bool = False
+                         ) -> SharedTopology | None:
     """Collective: the shared topology when every rank asks for it, else ``None``.
 
     ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. With ``True``, a
-    rank that cannot use it (``kernel='cuda'``, a topology cache, no partition directory), ranks
-    on several hosts, or a part that does not open give a :class:`ConfigError` (or the part's
-    error) on every rank; with ``"auto"`` each of these turns it off on every rank instead. A
-    bad value, or ranks that disagree, are a ``ConfigError`` either way.
+    rank that cannot use it (``kernel='cuda'``, a topology cache, no partition directory) or a
+    part that does not open give a :class:`ConfigError` (or the part's error) on every rank;
+    with ``"auto"`` each of these turns it off on every rank instead. A bad value, or ranks
+    that disagree, are a ``ConfigError`` either way.
+
+    Ranks on several hosts (:func:`host_id`; ``ex.far`` is set from the layout whatever the
+    outcome): with ``host_groups``, each rank maps the parts of its host's ranks only
+    (:attr:`SharedTopology.whole` False; ``None`` on every rank when no host has two ranks),
+    see :mod:`.host_groups`; without, ``None`` under ``"auto"`` and a ``ConfigError`` under
+    ``True``.
     """
     agree(lambda: _check_local(part, enabled, kernel, topology_cache), ex.group,
           "checking sampler.shared_topology")
-    if ex.world_size == 1:
+    W = ex.world_size
+    if W == 1:
+        ex.far = np.zeros(1, bool)
         return None
     auto = isinstance(enabled, str)
     code = 2 if auto else int(bool(enabled))  # every rank must pass the same setting
     can = _why_not(part, kernel, topology_cache) is None
-    h = host_id()
+    slots = [0] * W
+    slots[ex.rank] = host_id()
     with peer_errors("agreeing on sampler.shared_topology"):
-        hi_code, neg_lo_code, cannot, hi, neg_lo = ex.agree_max(
-            [code, -code, int(not can), h, -h])
+        hi_code, neg_lo_code, cannot, *keys = ex.agree_max([code, -code, int(not can),
+                                                            *slots])
+    hosts = host_layout(keys)
+    ex.far = hosts != hosts[ex.rank]
     if hi_code != -neg_lo_code:
         raise ConfigError("sampler.shared_topology differs between ranks",
                           "no rank builds its sampler",
                           "give every rank the same sampler.shared_topology")
     if code == 0:
         return None
-    if hi != -neg_lo:
+    whole = int(hosts.max()) == 0
+    if not whole and not host_groups:
         if auto:
             _log_off(ex, "the ranks run on more than one host")
             return None
         raise ConfigError("sampler.shared_topology needs every rank on one host; this job's "
                           "ranks run on several", "no rank builds its sampler",
                           "set sampler.shared_topology to false (or auto) for a multi-node job")
+    if not whole and int(np.bincount(hosts).max()) == 1:
+        return None  # one rank per host: nothing to share, every hop goes over the wire
     if cannot:  # auto only: true has refused above
         why = _why_not(part, kernel, topology_cache)
         _log_off(ex, why.what if why is not None else "another rank cannot map parts")
         return None
+    ranks = None if whole else tuple(np.flatnonzero(hosts == hosts[ex.rank]).tolist())
     try:
-        return agree(lambda: SharedTopology(part, ex.rank, ex.world_size), ex.group,
+        return agree(lambda: SharedTopology(part, ex.rank, W, ranks), ex.group,
                      "opening the other ranks' parts for the shared topology")
     except (MnmgError, OSError) as e:  # raised on every rank alike
         if not auto:
@@ -238,6 +273,13 @@ def _rows_of(arrays: list, what: str) -> tuple | None:
     return tuple(views)
 
 
+def _stand_in(mapped: dict, attr: str, own, world_size: int) -> list:
+    """Every part's array ``attr`` (``x`` or ``y``): the mapped ones', and for the others an
+    empty array shaped like this rank's ``own`` (``None`` when it has none)."""
+    empty = None if own is None else np.empty((0, *own.shape[1:]), own.dtype)
+    return [getattr(mapped[r], attr) if r in mapped else empty for r in range(world_size)]
+
+
 def _by_owner(nodes: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Frontier nodes per part and the frontier positions grouped by part (stable)."""
     order = np.empty(nodes.size, _I64)
@@ -255,13 +297,24 @@ class SharedTopology:
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
 
-    def __init__(self, part, rank: int, world_size: int) -> None:
+    def __init__(self, part, rank: int, world_size: int,
+                 ranks: Sequence[int] | None = None) -> None:
         self.rank = rank
         self.bounds = np.asarray(part.boundaries, _I64)
+        # the ranks whose parts are mapped here (all, or this rank's host group); the others
+        # get empty stand-ins, never indexed: their nodes are sampled and read over the wire
+        self.ranks = tuple(range(world_size)) if ranks is None else tuple(int(r) for r in ranks)
+        self.whole = len(self.ranks) == world_size
         self.parts = []
-        mapped = [part if r == rank else load_partition(part.path, r, world_size, verify="off")
-                  for r in range(world_size)]
-        for p in mapped:
+        mapped = {r: part if r == rank else load_partition(part.path, r, world_size,
+                                                           verify="off") for r in self.ranks}
+        w0 = getattr(part, "weights", None)
+        for r in range(world_size):
+            p = mapped.get(r)
+            if p is None:
+                csr = (np.zeros(1, _I64), *(np.empty(0, _I64) for _ in range(3)))
+                self.parts.append((csr, None if w0 is None else np.empty(0, np.float32)))
+                continue
             csr = tuple(np.asarray(a) for a in (p.indptr, p.indices, p.edge_ids, p.orig_ids))
             w = getattr(p, "weights", None)
             self.parts.append((csr, None if w is None else np.asarray(w)))
@@ -273,14 +326,14 @@ class SharedTopology:
             raise ConfigError("the parts of the partition are not all weighted (or unweighted)",
                               "the shared topology cannot sample them alike",
                               "partition again with --weights for every part")
-        # every part's feature rows and labels, mapped (read in place by the feature store)
-        self.x = _rows_of([p.x for p in mapped], "feature rows")
-        self.y = _rows_of([p.y for p in mapped], "labels")
+        # every mapped part's feature rows and labels (read in place by the feature store)
+        self.x = _rows_of(_stand_in(mapped, "x", part.x, world_size), "feature rows")
+        self.y = _rows_of(_stand_in(mapped, "y", part.y, world_size), "labels")
         self.peer_nodes = 0
         self.peer_edges = 0
 
     def stats(self) -> dict:
-        return {"enabled": True, "parts": len(self.parts), "peer_nodes": self.peer_nodes,
+        return {"enabled": True, "parts": len(self.ranks), "peer_nodes": self.peer_nodes,
                 "peer_edges": self.peer_edges}
 
     # -- ids -------------------------------------------------------------------------------

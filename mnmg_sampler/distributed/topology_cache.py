@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..sampler import HopSegments
 from .collective import Exchanger, peer_errors
 
-__all__ = ["TAG", "TopologyCache", "check_fraction"]
+__all__ = ["TAG", "TopologyCache", "check_fraction", "interleave"]
 
 TAG = "topology_cache"
 """Traffic class of the cache's build in :attr:`Exchanger.bytes` (never ``ids``)."""
@@ -156,6 +156,20 @@ def _interleave(hit, c_miss, nb_miss, e_miss, c_hit, nb_hit, e_hit, with_e):
         out_c[i] = c
         o += c
     return out_c, out_n, out_e
+
+
+def interleave(hit: np.ndarray, miss: tuple, hits: tuple, with_e: bool) -> tuple:
+    """``(counts, neighbors, edge ids or None)`` in frontier order from the results
+    ``(counts, neighbors, edge ids)`` of the frontier's misses and of its hits (``hit[i]``:
+    node ``i`` is a hit), each in frontier order among themselves."""
+    empty = np.empty(0, _I64)
+
+    def arrays(c, nb, e):
+        return (np.asarray(c, _I64), np.asarray(nb, _I64),
+                np.asarray(e, _I64) if with_e and e is not None else empty)
+
+    c, nb, e = _interleave(hit, *arrays(*miss), *arrays(*hits), with_e)
+    return c, nb, (e if with_e else None)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -335,12 +349,7 @@ class TopologyCache:
         self.hits += int(hits)
         self.hit_edges += int(nb_hit.size)
         t0 = time.perf_counter()
-        with_e = bool(h.edge_ids)
-        empty = np.empty(0, _I64)
-        c, nb, e = _interleave(hit, np.asarray(c_miss, _I64), np.asarray(nb_miss, _I64),
-                               np.asarray(e_miss, _I64) if with_e and e_miss is not None
-                               else empty, np.asarray(c_hit, _I64), np.asarray(nb_hit, _I64),
-                               np.asarray(e_hit, _I64) if with_e and e_hit is not None
-                               else empty, with_e)
+        out = interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
+                         bool(h.edge_ids))
         self.t_merge += time.perf_counter() - t0
-        return c, nb, (e if with_e else None)
+        return out

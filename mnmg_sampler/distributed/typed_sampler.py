@@ -4,7 +4,8 @@ and every merged request in it, frontier nodes of other parts over the wire.
 Each rank owns one typed part (:mod:`mnmg_sampler.graph.typed_partition`). Per hop, a rank
 splits the frontier of all its requests by owner; its own nodes go straight to the kernel, the
 others to their owners in one exchange: per destination, a header per request (node count, key,
-replace flag, the hop's fanout per relation) then the nodes' new ids. The owner runs **one**
+flags, the hop's fanout per relation) then the nodes' new ids and, when the requester's round has
+time, each node's time bound (:mod:`.typed_time`). The owner runs **one**
 typed kernel call (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`) over its own nodes
 and every node received, keyed on the nodes' internal ids, and sends back per node its count and
 per sampled edge the neighbor's new id, relation and edge id (one more exchange). The requester
@@ -18,8 +19,17 @@ partitioning) and neighbor lists keep their order, so every minibatch equals
 :class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s for any world size and partitioning.
 Calls are collective: every rank calls :meth:`DistTypedSampler.sample` the same number of times,
 with any number of requests, including none. The wire words are int64 (the homogeneous path's
-int32 words and padded replies are not used here yet); no shared topology, topology cache or
-CUDA kernel yet.
+int32 words and padded replies are not used here yet); no topology cache yet.
+
+Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
+:func:`~mnmg_sampler.temporal_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
+bounded by its seed's time), so they equal the one-process temporal sampler's batches too.
+
+With the shared topology (:mod:`.typed_shared`, every rank on one host, the homogeneous rules;
+not on a graph with times) a rank maps every typed part and runs each hop itself in one kernel
+call over all parts, and translates ids and reads ``x``/``y`` rows in place: no exchange of ids
+or rows. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
+(:mod:`.typed_cuda`; tested under Numba's CUDA simulator only).
 """
 
 from __future__ import annotations
@@ -37,13 +47,24 @@ from ..hetero_batch import HeteroMiniBatch
 from ..hetero_sampler import HeteroSampleRequest, assemble_batch, fanout_table, multi_hop
 from ..ops import typed as typed_ops
 from ..sampler import check_seed
+from ..temporal_sampler import (
+    check_request_time,
+    check_tree_ids,
+    mark_trees,
+    num_seeds,
+    sample_trees,
+    seed_times,
+)
 from .collective import Exchanger, raise_agreed
 from .consistency import check_same_partitioning
+from .host_channel import open_host_channel
 from .id_maps import IdMaps
+from .typed_shared import open_typed_shared
+from .typed_time import attach_part_time, pack_block, unpack_block
 
 __all__ = ["DistTypedSampler"]
 
-_HEAD = 3  # per request and destination: node count, key, replace; then R fanouts
+TIME_MAX = np.iinfo(np.int64).max
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -63,11 +84,23 @@ class DistTypedSampler:
         group: the process group to exchange over.
         features: fetch each batch's ``x``/``y`` per node type from the owners.
         id_maps: ``sharded`` or ``replicated`` (:mod:`.id_maps`).
+        kernel: ``cpu`` or ``cuda`` (the typed CUDA twin, CSR on ``device``).
+        shared_topology: ``True``, ``False`` or ``"auto"``, as for homogeneous parts
+            (:mod:`.typed_shared`). Results do not change.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 features: bool = True, id_maps: str = "sharded") -> None:
+                 features: bool = True, id_maps: str = "sharded", kernel: str = "cpu",
+                 device=None, shared_topology: bool | str = "auto") -> None:
         self.graph = part_graph(part)  # PartitionError for a homogeneous part
+        if kernel not in ("cpu", "cuda"):  # before any collective
+            raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
+                                     "use kernel='cpu' or kernel='cuda'")
+        if shared_topology is True and kernel == "cuda":
+            raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+                              "no rank builds its sampler",
+                              "set sampler.shared_topology to false, or use kernel='cpu'")
+        self.kernel = kernel
         self.part = part
         self.tp = part.typed
         self.seed = check_seed(seed)
@@ -80,6 +113,7 @@ class DistTypedSampler:
         self.lo, self.hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
         self.orig = np.asarray(part.orig_ids)
         self.ids = IdMaps(part, self.ex, id_maps)  # collective
+        attach_part_time(self.graph, part, self.ex, group)  # collective with node time
         typed = part.manifest.get("typed", {}) if part.manifest else {}
         # node types with rows to fetch: the same list on every rank (from the manifest)
         self._data_types = [t for t in self.tp.node_types
@@ -89,7 +123,16 @@ class DistTypedSampler:
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
-        self.shared = None
+        self._cuda = None
+        if kernel == "cuda":
+            from .typed_cuda import TypedCudaHop
+
+            self._cuda = TypedCudaHop(self.graph, self.orig, device)
+        # collective: every rank maps every typed part, or none does
+        self.shared = open_typed_shared(part, self.ex, shared_topology, kernel)
+        # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
+        self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
+        self.ex.host_channel = self.host_channel
 
     # -- checks --------------------------------------------------------------------------
     def check_request(self, r, consequence: str = "no neighbors can be sampled for it; every "
@@ -100,17 +143,19 @@ class DistTypedSampler:
                 f"a {type(r).__name__} was sent to the sampler of a typed graph", consequence,
                 "send HeteroSampleRequest(input_type, seeds, num_neighbors, key) (or use "
                 "DistNeighborLoader(service, input_nodes=(type, ids), ...))")
-        if r.input_type not in self.tp.node_types:
-            raise SamplingInputError(f"node type {r.input_type!r} is not in the graph",
-                                     consequence, f"use one of {list(self.tp.node_types)}")
-        t = self.tp.node_types.index(r.input_type)
-        n = int(self.tp.node_type_offset[t + 1] - self.tp.node_type_offset[t])
-        if r.seeds.size and (int(r.seeds.min()) < 0 or int(r.seeds.max()) >= n):
-            bad = int(r.seeds.min()) if int(r.seeds.min()) < 0 else int(r.seeds.max())
-            raise SamplingInputError(f"{r.input_type} id {bad} is out of range for {n} "
-                                     f"{r.input_type} nodes", consequence,
-                                     f"pass {r.input_type} ids in [0, {n})")
+        for name, seeds in r.seed_groups():  # input_type's, then a link batch's other type
+            if name not in self.tp.node_types:
+                raise SamplingInputError(f"node type {name!r} is not in the graph",
+                                         consequence, f"use one of {list(self.tp.node_types)}")
+            t = self.tp.node_types.index(name)
+            n = int(self.tp.node_type_offset[t + 1] - self.tp.node_type_offset[t])
+            if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
+                bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
+                raise SamplingInputError(f"{name} id {bad} is out of range for {n} {name} "
+                                         "nodes", consequence, f"pass {name} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
+        if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
+            check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
 
     def round_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
         """Local half of a round's agreement: ``([error, deepest request], error or None)``,
@@ -125,22 +170,34 @@ class DistTypedSampler:
         return [0, hops], None
 
     # -- one hop -------------------------------------------------------------------------
-    def _kernel(self, rows, keys, req, fan, rep, hop):
+    def _kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None):
         t0 = time.perf_counter()
-        out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
-                                               fan, rep, self.seed, hop)
+        if self._cuda is not None:
+            out = self._cuda(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds, last)
+        else:
+            out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
+                                                   fan, rep, self.seed, hop, bounds=bounds,
+                                                   last=last)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
         self.kernel_edges += int(out[1].size)
         return out
 
-    def _hop(self, nodes, keys, req, fan, rep, hop):
-        """One hop of every request (frontier ``nodes`` in new ids): the typed kernel's four
-        arrays in frontier order."""
+    def _hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
+        """One hop of every request (frontier ``nodes`` in new ids, each with its time bound
+        when ``bounds`` is given): the typed kernel's four arrays in frontier order."""
         W, me = self.ex.world_size, self.rank
+        if self.shared is not None:  # every part mapped here: one call, no exchange
+            t0 = time.perf_counter()
+            out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds)
+            self.t_kernel += time.perf_counter() - t0
+            self.kernel_calls += 1
+            self.kernel_nodes += int(nodes.size)
+            self.kernel_edges += int(out[1].size)
+            return out
         if W == 1:
-            return self._kernel(nodes - self.lo, keys, req, fan, rep, hop)
+            return self._kernel(nodes - self.lo, keys, req, fan, rep, hop, bounds, last)
         Q, R = fan.shape
         owner = np.searchsorted(self._inner, nodes, side="right")
         order = np.argsort(owner, kind="stable")  # by owner, request order within an owner
@@ -149,18 +206,14 @@ class DistTypedSampler:
         np.cumsum(per_dest, out=dest_at[1:])
         key_q = np.zeros(Q, np.int64)
         key_q[req] = keys  # every node of a request has its key
-        # outbound: per destination, Q headers then the ids (int64 words)
+        # outbound: per destination, Q headers then the ids (and time bounds), int64 words
         blocks, sizes = [], np.zeros(W, np.int64)
         for d in range(W):
             if d == me:
                 continue
             sel = order[dest_at[d]:dest_at[d + 1]]
-            head = np.empty((Q, _HEAD + R), np.int64)
-            head[:, 0] = np.bincount(req[sel], minlength=Q)
-            head[:, 1] = key_q
-            head[:, 2] = rep
-            head[:, _HEAD:] = fan
-            blk = np.concatenate([[Q], head.ravel(), nodes[sel]]).astype(np.int64)
+            blk = pack_block(np.bincount(req[sel], minlength=Q), key_q, rep, last, fan,
+                             nodes[sel], None if bounds is None else bounds[sel])
             blocks.append(blk)
             sizes[d] = blk.size
         send = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
@@ -170,25 +223,27 @@ class DistTypedSampler:
         mine = order[dest_at[me]:dest_at[me + 1]]
         rows, kk, qq, fans, reps, src_n = [nodes[mine] - self.lo], [keys[mine]], [req[mine]], \
             [fan], [rep], np.zeros(W, np.int64)
+        lasts = [np.zeros(Q, np.uint8) if last is None else last]
+        bnds = [None if bounds is None else bounds[mine]]
         q0, at = Q, 0
         for s in range(W):
             if rsizes[s] == 0:
                 continue
             blk = recv[at:at + rsizes[s]]
             at += int(rsizes[s])
-            qs = int(blk[0])
-            head = blk[1:1 + qs * (_HEAD + R)].reshape(qs, _HEAD + R)
-            ids = blk[1 + qs * (_HEAD + R):]
+            ids, k_s, q_s, f_s, r_s, l_s, b_s = unpack_block(blk, R)
             rows.append(ids - self.lo)
-            kk.append(np.repeat(head[:, 1], head[:, 0]))
-            qq.append(np.repeat(np.arange(q0, q0 + qs, dtype=np.int64), head[:, 0]))
-            fans.append(head[:, _HEAD:])
-            reps.append(head[:, 2].astype(np.uint8))
+            kk.append(k_s)
+            qq.append(q_s + q0)
+            fans.append(f_s)
+            reps.append(r_s)
+            lasts.append(l_s)
+            bnds.append(b_s)
             src_n[s] = ids.size
-            q0 += qs
+            q0 += f_s.shape[0]
         c, nb, rel, eid = self._kernel(np.concatenate(rows), np.concatenate(kk),
                                        np.concatenate(qq), np.concatenate(fans),
-                                       np.concatenate(reps), hop)
+                                       np.concatenate(reps), hop, *_bounds_of(rows, bnds, lasts))
         # back: per source, [counts, neighbors, relations, edge ids] of its nodes
         n_own = mine.size
         node_at = np.concatenate([[n_own], n_own + np.cumsum(src_n)])
@@ -234,9 +289,12 @@ class DistTypedSampler:
         return counts, nb_c[take], rel_c[take], eid_c[take]
 
     def shared_stats(self) -> dict:
-        """No shared topology for typed graphs yet (the service's statistics ask)."""
-        return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
-                "agreement": "gloo"}
+        """Use of the shared topology (the service's statistics ask), as ``DistSampler``'s."""
+        if self.shared is None:
+            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
+                    "agreement": "gloo"}
+        host = self.host_channel is not None
+        return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
 
     def topology_stats(self) -> dict:
         """No topology cache for typed graphs yet (zeros)."""
@@ -265,17 +323,41 @@ class DistTypedSampler:
             raise_agreed(err, self.group)
         hops = int(flags[1])
         tp = self.tp
-        internal = [r.seeds + tp.node_type_offset[tp.node_types.index(r.input_type)]
-                    for r in requests]
-        seeds = self.ids.to_new_many(internal)  # collective
+        internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
+        sh = self.shared
+        # collective without the shared topology; with it, read from the mapped parts
+        seeds = self.ids.to_new_many(internal) if sh is None else [sh.to_new(a)
+                                                                   for a in internal]
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
-        got = multi_hop(self._hop, seeds, tables, requests, hops, len(tp.edge_types))
-        nids = self.ids.to_orig_many([g[0] for g in got])  # collective
+        trees, times = None, None
+        if any(_grows_trees(r) for r in requests):
+            got, trees, times = self._sample_trees(requests, seeds, tables, hops)
+        else:
+            got = multi_hop(self._hop, seeds, tables, requests, hops, len(tp.edge_types))
+        nids = self.ids.to_orig_many([g[0] for g in got]) if sh is None else [
+            sh.to_orig(g[0]) for g in got]
         out = [assemble_batch(tp.node_types, tp.edge_types, tp.node_type_offset, r, nid, n, e)
                for r, nid, (_, n, e) in zip(requests, nids, got, strict=True)]
+        if trees is not None:
+            for b, r, tree, nid, t in zip(out, requests, trees, nids, times, strict=True):
+                if _grows_trees(r):
+                    mark_trees(b, tree, nid, tp.node_types, tp.node_type_offset, t)
         if self.features:
             self._fetch_rows([g[0] for g in got], nids, out)
         return out
+
+    def _sample_trees(self, requests, seeds, tables, hops):
+        """The hops of a round with disjoint or temporal requests
+        (:func:`~mnmg_sampler.temporal_sampler.sample_trees` over new ids, every node's time
+        bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
+        times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
+                 for r, s in zip(requests, seeds, strict=True)]
+        disjoint = [_grows_trees(r) for r in requests]
+        last = [r.temporal_strategy == "last" for r in requests]
+        n = int(np.asarray(self.part.boundaries)[-1])
+        got = sample_trees(self._hop, seeds, requests, tables, times, disjoint, last, n,
+                           len(self.tp.edge_types), n_hops=hops)
+        return [(v, nn, e) for _, v, nn, e in got], [g[0] for g in got], times
 
     # -- node data per type -----------------------------------------------------------------
     def _fetch_rows(self, new_ids: list[np.ndarray], nids: list[np.ndarray],
@@ -303,8 +385,11 @@ class DistTypedSampler:
                 if name in src}
 
     def _rows_of(self, name: str, t: int, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Collective: rows of ``ids`` (new ids of type ``name``), in order."""
+        """Collective (unless the shared topology reads them in place): rows of ``ids`` (new
+        ids of type ``name``), in order."""
         W = self.ex.world_size
+        if self.shared is not None:
+            return self.shared.rows(name, t, ids)
         if W == 1:
             return self._local_rows(name, t, ids)
         uniq, inv = np.unique(ids, return_inverse=True)
@@ -330,17 +415,27 @@ class DistTypedSampler:
         return res
 
 
+def _grows_trees(r: HeteroSampleRequest) -> bool:
+    """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
+    return r.time_attr is not None or bool(r.disjoint)
+
+
+def _bounds_of(rows: list, bnds: list, lasts: list) -> tuple:
+    """The kernel's ``(bounds, last)`` for the concatenated ``rows`` of a hop: ``(None, None)``
+    when no block has time, else every node's bound (``TIME_MAX`` for untimed blocks)."""
+    if all(b is None for b in bnds):
+        return None, None
+    full = [np.full(r.size, TIME_MAX, np.int64) if b is None else b
+            for r, b in zip(rows, bnds, strict=True)]
+    return np.concatenate(full), np.concatenate(lasts)
+
+
 def typed_sampler_for(part, seed: int, group, *, kernel: str, features: bool, id_maps: str,
-                      topology_cache: float, shared_topology) -> DistTypedSampler:
+                      topology_cache: float, shared_topology, device=None) -> DistTypedSampler:
     """The service's sampler for a typed part; options the typed path lacks are refused."""
-    if kernel not in ("cpu", "auto"):
-        raise ConfigError("kernel='cuda' over ranks is not supported for typed graphs yet",
-                          "no rank builds its sampler", "use kernel='cpu'")
     if topology_cache:
         raise ConfigError("sampler.topology_cache is not supported for typed graphs yet",
                           "no rank builds its sampler", "set sampler.topology_cache to 0")
-    if shared_topology is True:
-        raise ConfigError("sampler.shared_topology is not supported for typed graphs yet",
-                          "no rank builds its sampler",
-                          "set sampler.shared_topology to auto or false")
-    return DistTypedSampler(part, seed, group, features=features, id_maps=id_maps)
+    return DistTypedSampler(part, seed, group, features=features, id_maps=id_maps,
+                            kernel="cpu" if kernel == "auto" else kernel, device=device,
+                            shared_topology=shared_topology)

@@ -25,6 +25,7 @@ from ..errors import PartitionError, WorldSizeError
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "TYPED_FORMAT_VERSION",
     "MANIFEST",
     "Partition",
     "TypedPart",
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 
 FORMAT_NAME = "mnmg-sampler-partitions"
 FORMAT_VERSION = 1
+TYPED_FORMAT_VERSION = 2
+"""Typed partition directories (a ``typed`` manifest section) carry this version, so a reader
+that knows only homogeneous parts (version 1) refuses them by their version, not later on a
+missing array or a misread ``indptr``."""
 MANIFEST = "manifest.json"
 TMP_PREFIX = ".mnmg-partial-"  # directories being written (or left by a killed writer)
 _CHUNK = 1 << 22
@@ -119,19 +124,33 @@ def read_manifest(path: str | os.PathLike) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise PartitionError(f"{mpath} is not an mnmg-sampler partition manifest",
                              "the directory cannot be loaded", _REDO)
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise PartitionError(
-            f"{mpath} has format version {version!r}; this mnmg-sampler reads version "
-            f"{FORMAT_VERSION}",
-            "the arrays may be laid out differently",
-            f"{_REDO} with this version, or install the mnmg-sampler that wrote it",
-        )
+    version_problem = _version_problem(manifest)
+    if version_problem:
+        raise PartitionError(f"{mpath}: {version_problem}", "the arrays may be laid out "
+                             "differently", f"{_REDO} with this version, or install the "
+                             "mnmg-sampler that wrote it")
     problem = _manifest_problem(manifest)
     if problem:
         raise PartitionError(f"{mpath} is inconsistent: {problem}",
                              "the directory cannot be loaded", _REDO)
     return manifest
+
+
+def _version_problem(m: dict) -> str:
+    """Why this reader cannot read manifest ``m``'s format version ('' when it can): version 1
+    is homogeneous, :data:`TYPED_FORMAT_VERSION` typed (a ``typed`` section), nothing else."""
+    version = m.get("format_version")
+    typed = "typed" in m
+    if typed and version != TYPED_FORMAT_VERSION:
+        return (f"this partition directory is typed (format {version!r}); this mnmg-sampler "
+                f"reads typed partitions of format {TYPED_FORMAT_VERSION}")
+    if not typed and version == TYPED_FORMAT_VERSION:
+        return (f"this partition directory says typed format {version} but its manifest has "
+                "no 'typed' section")
+    if not typed and version != FORMAT_VERSION:
+        return (f"has format version {version!r}; this mnmg-sampler reads version "
+                f"{FORMAT_VERSION} (homogeneous) and {TYPED_FORMAT_VERSION} (typed)")
+    return ""
 
 
 def _manifest_problem(m: dict) -> str:
@@ -229,6 +248,12 @@ def input_identity(spec: str | os.PathLike) -> dict:
     if key.startswith("rmat:"):
         scale, edge_factor = _parse_rmat(key)
         return {"kind": "generator", "name": "rmat", "scale": scale, "edge_factor": edge_factor}
+    if key.startswith("typed-sbm:"):
+        from ..config import parse_dataset_name
+
+        spec = parse_dataset_name(key)
+        return {"kind": "generator", "name": "typed-sbm", "papers": spec.papers,
+                "classes": spec.classes}
     path = Path(text).expanduser()
     if path.is_file():
         st = path.stat()

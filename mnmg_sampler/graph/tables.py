@@ -23,7 +23,11 @@ from .build import ReadOptions, build_graph
 from .csr import CSRGraph
 from .readers import as_ids, header_line, input_path, read_text_bytes
 
-__all__ = ["read_table", "read_parquet", "SRC_NAMES", "DST_NAMES"]
+__all__ = ["read_table", "read_parquet", "read_table_times", "SRC_NAMES", "DST_NAMES",
+           "TABLE_SUFFIXES"]
+
+TABLE_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".parquet", ".pq")
+"""File names :func:`read_table_times` reads."""
 
 log = logging.getLogger(__name__)
 
@@ -61,25 +65,34 @@ def _delimiter(path: Path, first: str) -> str | None:
     return None  # any whitespace
 
 
-def _bad_row(name: str, lines: list[str], skip: int, delim: str | None, cols: tuple[int, int],
-             err: Exception) -> GraphFormatError:
-    """The first data line whose source or target is not an integer id, as a typed error."""
+def _first_bad_line(lines: list[str], skip: int, delim: str | None, cols: tuple[int, ...],
+                    ok) -> tuple[int, str] | None:
+    """``(line number, text)`` of the first data line whose ``cols`` are not integers passing
+    ``ok(values)``, or ``None``."""
     for no in range(skip, len(lines)):
         body = lines[no].split("#", 1)[0]
         if not body.strip():
             continue
         fields = body.split(delim) if delim else body.split()
         try:
-            vals = [int(fields[c].strip().strip('"')) for c in cols]
+            good = ok([int(fields[c].strip().strip('"')) for c in cols])
         except (ValueError, IndexError):
-            vals = None
-        if vals is None or not all(0 <= v < 2**63 for v in vals):
-            text = lines[no] if len(lines[no]) <= 80 else lines[no][:77] + "..."
-            return GraphFormatError(
-                f"{name}, line {no + 1}: not a source and target integer node id in {text!r}",
-                "the edge table cannot be read",
-                "write integer node ids >= 0 in the source and target columns, one edge per "
-                "line (a header row has no number in it)")
+            good = False
+        if not good:
+            return no + 1, lines[no] if len(lines[no]) <= 80 else lines[no][:77] + "..."
+    return None
+
+
+def _bad_row(name: str, lines: list[str], skip: int, delim: str | None, cols: tuple[int, int],
+             err: Exception) -> GraphFormatError:
+    """The first data line whose source or target is not an integer id, as a typed error."""
+    bad = _first_bad_line(lines, skip, delim, cols, lambda v: all(0 <= x < 2**63 for x in v))
+    if bad is not None:
+        return GraphFormatError(
+            f"{name}, line {bad[0]}: not a source and target integer node id in {bad[1]!r}",
+            "the edge table cannot be read",
+            "write integer node ids >= 0 in the source and target columns, one edge per "
+            "line (a header row has no number in it)")
     return GraphFormatError(f"{name}: {err}", "the edge table cannot be read",
                             "write integer node ids in the source and target columns")
 
@@ -139,6 +152,85 @@ def read_table(path: str | PathLike, *, num_nodes: int | None = None, **opts) ->
 def read_parquet(path: str | PathLike, **opts) -> CSRGraph:
     """Read a parquet edge table (needs ``pyarrow``); columns chosen as for CSV."""
     p, name = input_path(path)
+    table = _parquet_table(p, name)
+    i, j = _pick_columns(table.column_names, name)
+    out = []
+    for k in (i, j):
+        out.append(as_ids(table.column(k).to_numpy(), name, table.column_names[k]))
+    src, dst = out
+    return build_graph(name, src, dst, ReadOptions(**opts))
+
+
+def _time_column(header: list[str], column: str, name: str) -> int:
+    low = [h.strip().strip('"').strip("'").lower() for h in header]
+    if column.lower() not in low:
+        raise GraphFormatError(f"{name} has no column {column!r} (columns: {header})",
+                               "the edges have no time", "name the time column in the header")
+    return low.index(column.lower())
+
+
+def read_table_times(path: str | PathLike, column: str
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(src, dst, time)`` of a CSV / TSV / parquet edge table whose header names the int64
+    edge time ``column`` (matched without case), in the file's row order. Source and target
+    columns are chosen as :func:`read_table` chooses them. A time that is not an integer (a
+    fraction, ``NaN``, an empty field) is a :class:`GraphFormatError` naming the file (and the
+    line, in text)."""
+    from .temporal import check_time
+
+    p = Path(path)
+    name = str(p)
+    if p.name.lower().endswith((".parquet", ".pq")):
+        table = _parquet_table(p, name)
+        i, j = _pick_columns(table.column_names, name)
+        k = _time_column(table.column_names, column, name)
+        src, dst = (as_ids(table.column(c).to_numpy(), name, table.column_names[c])
+                    for c in (i, j))
+        col = table.column(k)
+        if col.null_count:
+            raise GraphFormatError(f"{name}: time column {column!r} has {col.null_count} "
+                                   "missing values", "those edges have no time",
+                                   "give every edge an int64 time")
+        return src, dst, check_time(col.to_numpy(zero_copy_only=False), src.size,
+                                    f"{name}: time column {column!r}")
+    raw = read_text_bytes(p)
+    text = _decode(raw, name)
+    lines = text.splitlines()
+    first_i = next((i for i, ln in enumerate(lines) if ln.split("#", 1)[0].strip()), None)
+    first = "" if first_i is None else lines[first_i].split("#", 1)[0]
+    delim = _delimiter(p, first)
+    if first_i is None or header_line(raw, delim) is None:
+        raise GraphFormatError(f"{name} has no header row", f"no column is named {column!r}",
+                               f"write a header row naming the columns, e.g. src,dst,{column}")
+    fields = first.split(delim) if delim else first.split()
+    use = (*_pick_columns(fields, name), _time_column(fields, column, name))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy's warnings are errors, reported
+            arr = np.loadtxt(io.StringIO(text), dtype=np.int64, delimiter=delim, comments="#",
+                             skiprows=first_i + 1, usecols=use, ndmin=2)
+    except (ValueError, UserWarning) as e:
+        raise _bad_time_row(name, lines, first_i + 1, delim, use, column) from e
+    if arr.size and arr[:, :2].min() < 0:
+        raise _bad_time_row(name, lines, first_i + 1, delim, use, column)
+    return tuple(np.ascontiguousarray(arr[:, c]) for c in range(3))
+
+
+def _bad_time_row(name: str, lines: list[str], skip: int, delim: str | None,
+                  cols: tuple[int, ...], column: str) -> GraphFormatError:
+    """The first data line without integer ids and an integer time, as a typed error."""
+    bad = _first_bad_line(lines, skip, delim, cols,
+                          lambda v: v[0] >= 0 and v[1] >= 0 and -2**63 <= v[2] < 2**63)
+    if bad is not None:
+        return GraphFormatError(
+            f"{name}, line {bad[0]}: not integer node ids and an integer time in {bad[1]!r}",
+            "the edge table cannot be read with time",
+            f"write node ids >= 0 and an integer {column!r} (e.g. Unix seconds) per line")
+    return GraphFormatError(f"{name}: unreadable edge times", "the edge table cannot be read",
+                            f"write integer node ids and an integer {column!r}")
+
+
+def _parquet_table(p: Path, name: str):
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
@@ -146,14 +238,8 @@ def read_parquet(path: str | PathLike, **opts) -> CSRGraph:
             "pyarrow is not installed", f"{name} (parquet) cannot be read",
             "pip install 'mnmg-sampler[parquet]' (or pip install pyarrow)") from e
     try:
-        table = pq.read_table(p)
+        return pq.read_table(p)
     except Exception as e:  # pyarrow raises ArrowInvalid and OSError subclasses
         raise GraphFormatError(f"{name} is not a readable parquet file: {e}",
                                "the graph cannot be loaded",
                                "write it with pyarrow or pandas.DataFrame.to_parquet") from e
-    i, j = _pick_columns(table.column_names, name)
-    out = []
-    for k in (i, j):
-        out.append(as_ids(table.column(k).to_numpy(), name, table.column_names[k]))
-    src, dst = out
-    return build_graph(name, src, dst, ReadOptions(**opts))

@@ -16,6 +16,7 @@ converted only when every value is integral and fits int64, and refused otherwis
 from __future__ import annotations
 
 from collections.abc import Mapping
+from os import PathLike
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from ..errors import GraphFormatError
 from ..host_limits import check_allocation
 from .typed import TypedGraph, _arr, edge_type_of, typed_graph
 
-__all__ = ["attach_time", "check_time", "load_temporal_graph", "temporal_graph_from_data"]
+__all__ = ["attach_time", "check_time", "load_temporal_graph", "temporal_graph_from_data",
+           "temporal_table_graph"]
 
 TIME_MAX = np.iinfo(np.int64).max
 
@@ -184,13 +186,34 @@ def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") 
     return typed_graph(spec, name)
 
 
+def temporal_table_graph(path, time_column: str, name: str | None = None) -> TypedGraph:
+    """The one-type temporal graph of a CSV / TSV / parquet edge table whose header names the
+    edge time ``time_column`` (:func:`~.tables.read_table_times`; ids as in the file, nodes
+    ``0 .. max id``); ``time_attr`` is the column's name."""
+    from .build import check_id_bound
+    from .tables import read_table_times
+
+    name = name or str(path)
+    src, dst, t = read_table_times(path, time_column)
+    check_id_bound(name, src, dst)
+    n = int(max(src.max(), dst.max())) + 1 if src.size else 0
+    return typed_graph({"num_nodes": {NODE_TYPE: n},
+                        "edge_index": {EDGE_TYPE: np.stack([src, dst])},
+                        "edge_time": {EDGE_TYPE: t}, "time_attr": time_column}, name)
+
+
 def load_temporal_graph(source, time_attr: str = "time", name: str | None = None) -> TypedGraph:
     """A :class:`TypedGraph` with time from a PyG ``HeteroData`` (``data[node_type][time_attr]``
     and/or ``data[edge_type][time_attr]``, as PyG's ``time_attr``), a homogeneous ``Data``
-    (:func:`temporal_graph_from_data`) or the plain dict form (keys ``edge_time`` /
-    ``node_time``, see :func:`~mnmg_sampler.graph.typed.typed_graph`)."""
+    (:func:`temporal_graph_from_data`), the plain dict form (keys ``edge_time`` /
+    ``node_time``, see :func:`~mnmg_sampler.graph.typed.typed_graph`) or the path of a CSV /
+    TSV / parquet edge table whose column ``time_attr`` holds edge times
+    (:func:`temporal_table_graph`)."""
+    from .tables import TABLE_SUFFIXES
     from .typed_io import load_typed_graph
 
+    if isinstance(source, (str, PathLike)) and str(source).lower().endswith(TABLE_SUFFIXES):
+        return temporal_table_graph(source, time_attr, name)
     kind = type(source).__name__
     if kind == "Data":
         return temporal_graph_from_data(source, time_attr, name or "Data")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config.formats import is_ogb_hetero_dir
 from ..errors import GraphFormatError
 from .ogb import _find, _table
 from .readers import MASK_KEYS
@@ -109,11 +110,6 @@ def read_typed_torch(path: str | PathLike) -> TypedGraph:
                            "a typed graph is read from a HeteroData, its to_dict() or the "
                            "plain dict form",
                            "torch.save(hetero_data) or torch.save(hetero_data.to_dict())")
-
-
-def is_ogb_hetero_dir(path: str | PathLike) -> bool:
-    """True if ``path`` holds ``raw/num-node-dict.csv(.gz)``."""
-    return Path(path).is_dir() and _find(Path(path) / "raw", "num-node-dict") is not None
 
 
 def _node_count_dict(f: Path) -> dict[str, int]:
@@ -222,7 +218,14 @@ def _is_typed_object(obj) -> bool:
 def typed_graph_at(path: str | PathLike) -> TypedGraph | None:
     """The typed graph at ``path`` if it holds one (an OGB hetero directory, or a ``.pt`` of a
     HeteroData, its ``to_dict()`` or the plain dict form), else ``None``: it is then for the
-    homogeneous readers."""
+    homogeneous readers. ``typed-sbm:PAPERS[:CLASSES]`` is the generated typed graph
+    (:mod:`.typed_generate`, seed 0)."""
+    if str(path).startswith("typed-sbm:"):
+        from ..config import parse_dataset_name
+        from .typed_generate import typed_sbm_graph
+
+        spec = parse_dataset_name(str(path), "graph")
+        return typed_sbm_graph(spec.papers, spec.classes, 0)
     p = Path(path)
     if is_ogb_hetero_dir(p):
         return read_ogb_hetero_dir(p)

@@ -13,7 +13,7 @@ rows): ``indptr`` over (node, relation) segments, ``indices`` (new global ids), 
 (per relation), ``orig_ids`` (the *internal* ids, on which the RNG is keyed: fixed by the
 graph, not by the partitioning, so a minibatch is the same for every world size and method),
 ``type_offset`` (first local row of each type), ``edge_time`` / ``node_time`` where the graph
-has times (stored for tools and later use: sampling over ranks does not filter by time yet) and,
+has times (read by the typed sampler over ranks, ``docs/temporal.md``) and,
 per node type, ``x.<type>``, ``y.<type>`` and ``mask.<type>.<split>`` with their own width and
 dtype. The manifest, checksums and atomic
 write are the homogeneous ones (:func:`~.partition.write_partitions`); the manifest's ``typed``
@@ -47,7 +47,7 @@ from .partition import (
     install_directory,
     plan_from_assignment,
 )
-from .partition_io import TMP_PREFIX, check_replaceable, write_manifest
+from .partition_io import TMP_PREFIX, TYPED_FORMAT_VERSION, check_replaceable, write_manifest
 from .typed import TypedGraph
 
 __all__ = ["homogeneous_view", "part_graph", "partition_typed", "typed_plan", "typed_part_arrays",
@@ -194,6 +194,7 @@ def write_typed_partitions(g: TypedGraph, plan: PartitionPlan, out_dir: str | os
                                   False, [], plan.summary(), parts_meta, files,
                                   has_weights=bool(g.weighted.any()), source=source)
         manifest["typed"] = typed_manifest_section(g, plan)
+        manifest["format_version"] = TYPED_FORMAT_VERSION  # a homogeneous-only reader refuses it
         write_manifest(tmp, manifest)  # last: a directory without it never loads
         install_directory(tmp, out)
     except BaseException:

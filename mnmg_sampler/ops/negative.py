@@ -29,6 +29,10 @@ _bounded = _rng["bounded"]
 NEG_HOP = 0xFFFF_FFFF
 """The RNG's hop counter for negative draws: no neighbor-sampling hop uses it."""
 
+NEG_SRC_HOP = 0xFFFF_FFFE
+"""The hop counter for the random *sources* of binary negatives on typed graphs (PyG draws
+both endpoints there); no neighbor-sampling hop uses it either."""
+
 MODES = ("binary", "triplet")
 
 KnownFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -82,23 +86,24 @@ class NegativeSampling:
 
 
 @numba.njit(cache=True, nogil=True)
-def _candidates(seed, key, pos_index, slot, num_nodes, out):
+def _candidates(seed, key, hop, pos_index, slot, num_nodes, out):
     for i in range(pos_index.shape[0]):
-        base = _stream_base(seed, key, NEG_HOP, pos_index[i])
+        base = _stream_base(seed, key, hop, pos_index[i])
         out[i] = _bounded(_draw(base, slot[i]), num_nodes)
 
 
 def negative_candidates(seed: int, key: int, pos_index: np.ndarray, slot: np.ndarray,
-                        num_nodes: int) -> np.ndarray:
+                        num_nodes: int, hop: int = NEG_HOP) -> np.ndarray:
     """Destination draw number ``slot[j]`` of positive ``pos_index[j]``: int64 in
-    ``[0, num_nodes)``."""
+    ``[0, num_nodes)`` (``hop``: the stream's hop counter, :data:`NEG_HOP` or
+    :data:`NEG_SRC_HOP`)."""
     if not 0 < int(num_nodes) < 2**32:
         raise SamplingInputError(f"{num_nodes} nodes cannot be drawn from",
                                  "negatives are uniform over [0, num_nodes) with a 32-bit draw",
                                  "use a graph with 1 <= num_nodes < 2**32")
     pos_index = np.ascontiguousarray(pos_index, np.int64)
     out = np.empty(pos_index.size, np.int64)
-    _candidates(np.uint64(seed), np.uint64(key), pos_index,
+    _candidates(np.uint64(seed), np.uint64(key), np.uint64(hop), pos_index,
                 np.ascontiguousarray(slot, np.int64).astype(np.uint64), np.uint64(num_nodes), out)
     return out
 
@@ -106,7 +111,8 @@ def negative_candidates(seed: int, key: int, pos_index: np.ndarray, slot: np.nda
 def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: int,
                      amount: int, num_nodes: int, known: KnownFn | None = None,
                      more: Callable[[bool], bool] | None = None,
-                     max_attempts: int = 64) -> np.ndarray:
+                     max_attempts: int = 64, hop: int = NEG_HOP,
+                     draw_src: np.ndarray | None = None) -> np.ndarray:
     """Negative destinations ``[P, amount]`` for positives with sources ``src`` at positions
     ``pos_index``.
 
@@ -117,19 +123,24 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
             done), so collective membership tests stay in step. ``None`` in one process.
         max_attempts: rejected draws per negative before :class:`SamplingInputError` (raised
             on every rank together, as the attempt count is agreed).
+        hop: the stream's hop counter (:data:`NEG_SRC_HOP` draws a typed graph's random
+            sources of binary negatives).
+        draw_src: ``[P, amount]`` source of each draw for ``known`` (a typed graph's binary
+            negatives, whose sources are drawn too); default the positive's ``src``.
     """
     src = np.ascontiguousarray(src, np.int64)
     pos_index = np.ascontiguousarray(pos_index, np.int64)
     total = src.size * amount
     flat_pos = np.repeat(pos_index, amount)
-    flat_src = np.repeat(src, amount)
+    flat_src = np.repeat(src, amount) if draw_src is None else \
+        np.ascontiguousarray(draw_src, np.int64).ravel()
     flat_draw = np.tile(np.arange(amount, dtype=np.int64), src.size)
     out = np.empty(total, np.int64)
     pend = np.arange(total, dtype=np.int64)
     attempt = 0
     while True:
         cand = negative_candidates(seed, key, flat_pos[pend], attempt * amount + flat_draw[pend],
-                                   num_nodes)
+                                   num_nodes, hop)
         if known is None:
             out[pend] = cand
             break
@@ -172,3 +183,15 @@ def csr_has_edges(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
     out = np.empty(rows.size, np.uint8)
     _has_edges(indptr, indices, rows, np.ascontiguousarray(nbrs, np.int64), out)
     return out.astype(bool)
+
+
+def typed_has_edges(graph, relation: int, rows: np.ndarray, nbrs: np.ndarray) -> np.ndarray:
+    """Whether ``nbrs[i] -> rows[i]`` is an edge of relation ``relation`` of a
+    :class:`~mnmg_sampler.graph.typed.TypedGraph` (``rows`` in the graph's row space, of the
+    relation's destination type: internal ids of a whole graph, local rows of a part): a scan
+    of the row's segment of that relation."""
+    t = int(graph.rel_dst[relation])
+    lo, hi = int(graph.rel_offset[t]), int(graph.rel_offset[t + 1])
+    rows = np.ascontiguousarray(rows, np.int64)
+    segs = graph.seg_base[t] + (rows - graph.node_type_offset[t]) * (hi - lo) + (relation - lo)
+    return csr_has_edges(graph.indptr, graph.indices, segs, nbrs)

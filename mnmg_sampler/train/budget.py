@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import JobConfig, parse_dataset_name
+from ..config import JobConfig, num_hops, parse_dataset_name
 
 __all__ = ["BYTES_PER_PARAM", "sage_dims", "sage_param_count", "check_model_memory",
            "check_job_memory"]
@@ -60,6 +60,6 @@ def check_job_memory(cfg: JobConfig, world_size: int = 1, ranks_per_host: int = 
                           key="dataset.name")
     if cfg.training.mode == "train":
         m, d = cfg.model, cfg.dataset
-        layers = m.layers or len(cfg.sampler.fanouts)
+        layers = m.layers or num_hops(cfg.sampler.fanouts)
         dims = sage_dims(max(1, d.feature_dim), m.hidden, max(1, d.num_classes), layers)
         check_model_memory(dims, copies=ranks_per_host)

@@ -23,7 +23,7 @@ from ..config import JobConfig, config_to_dict
 from .checkpoint import save_checkpoint
 from .report import RunReport, epoch_record
 
-__all__ = ["checkpoint_dir", "run_epochs"]
+__all__ = ["batch_edges", "checkpoint_dir", "run_epochs", "sample_epochs"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 def checkpoint_dir(cfg: JobConfig) -> Path:
     """Where a job writes and finds its checkpoints."""
     return Path(cfg.output.dir) / "checkpoints"
+
+
+def batch_edges(b) -> int:
+    """Sampled edges of a minibatch: its ``edge_index`` columns, summed over the relations of a
+    typed one."""
+    ei = b.edge_index
+    if isinstance(ei, dict):
+        return sum(int(v.shape[1]) for v in ei.values())
+    return int(ei.shape[1])
 
 
 def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
@@ -60,7 +69,7 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
             loss.backward()
             opt.step()
             batch_loss = loss.item()
-            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(b.edge_index.shape[1])],
+            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(batch_edges(b))],
                                 dtype=torch.float64)
             report.step(epoch, step + 1, batch_loss, correct, n)
         dist.all_reduce(tot)
@@ -87,6 +96,39 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
         if tv is not None and tm in metrics and tm in rec and \
                 (rec[tm] <= tv if tm == "val_loss" else rec[tm] >= tv):
             break
+
+
+def sample_epochs(cfg: JobConfig, loader, world: int, report: RunReport,
+                 t_start: float) -> tuple[dict, str]:
+    """training.mode=sample: iterate the train loader without a model; same console/metrics."""
+    tr = cfg.training
+    report.start(mode="sample", world_size=world, first_epoch=0, config=config_to_dict(cfg))
+    report.print(f"sampling on {world} rank(s): {report.steps} batches per epoch and rank; "
+                 "epoch rates are totals over all ranks")
+    report.open_bar()
+    total = torch.zeros(2, dtype=torch.float64)
+    t0 = time.perf_counter()
+    for epoch in range(tr.epochs):
+        loader.set_epoch(epoch)
+        report.epoch_start()
+        cnt = torch.zeros(2, dtype=torch.float64)  # batches, sampled edges
+        te = time.perf_counter()
+        for step, b in enumerate(loader):
+            if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
+                break
+            cnt += torch.tensor([1.0, float(batch_edges(b))], dtype=torch.float64)
+            report.step(epoch, step + 1)
+        dist.all_reduce(cnt)
+        total += cnt
+        report.epoch(epoch_record(epoch, time.perf_counter() - te, float(cnt[0]), float(cnt[1])))
+    dt = time.perf_counter() - t0
+    batches, edges = int(total[0]), int(total[1])
+    res = {"event": "final", "mode": "sample", "batches": batches, "sampled_edges": edges,
+           "seconds": dt, "batches_per_s": batches / max(dt, 1e-9),
+           "edges_per_s": edges / max(dt, 1e-9), "world_size": world,
+           "wall_s": time.perf_counter() - t_start}
+    return res, (f"sampled {batches:,} batches, {edges:,} edges on {world} rank(s) in {dt:.1f}s "
+                 f"({res['batches_per_s']:.1f} batches/s, {res['edges_per_s']:,.0f} edges/s)")
 
 
 def _maybe_fault(epoch: int, rank: int) -> None:

@@ -3,7 +3,8 @@
 Order of events on every rank: load and check the config (a bad config fails every rank the same
 way, before any collective), start the process group, partition the dataset if its partition
 directory is missing (rank 0 writes atomically, the others wait), start the sampling service and
-loaders, train with DDP, evaluate, checkpoint atomically, print test accuracy on rank 0.
+loaders, train with DDP, evaluate, checkpoint atomically, print test accuracy on rank 0. A
+typed (heterogeneous) dataset runs the same steps in :mod:`.hetero`.
 
 Reproducibility: model init, dropout and sampling are seeded per (seed, epoch, rank), and
 checkpoints are taken at epoch ends, so a run resumed from a checkpoint continues exactly as an
@@ -22,10 +23,10 @@ import torch.distributed as dist
 
 from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
-from ..errors import ConfigError, PartitionError
-from .epochs import run_epochs
-from .report import RunReport, epoch_record
-from .setup import job_edge_weights, load_dataset, make_optimizer, resume_point, start_rank
+from ..errors import ConfigError
+from .epochs import run_epochs, sample_epochs
+from .report import RunReport
+from .setup import ensure_partitions, feature_placement, make_optimizer, resume_point, start_rank
 
 log = logging.getLogger(__name__)
 
@@ -37,79 +38,6 @@ def split_ids(num_nodes: int, fractions, seed: int) -> dict:
     from ..seeds import random_node_split
 
     return random_node_split(num_nodes, fractions, seed)
-
-
-def ensure_partitions(cfg: JobConfig, rank: int, world: int) -> Path:
-    """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
-    partitioning (collective).
-
-    The manifest records what it was made from (:func:`~..graph.partition_io.make_source`); a
-    directory made from another dataset, other load options or other partitioning settings, or
-    by an mnmg-sampler that recorded no source, is partitioned again. A non-empty directory that
-    is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
-    rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
-    the input and writes its own part) unless the job names separate node-data files or edge
-    weights; otherwise (and for ``metis``) rank 0 partitions while the others wait.
-    """
-    from ..graph.partition import DISTRIBUTED_METHODS, partition
-    from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
-
-    out = Path(cfg.partition.dir)
-    d, p = cfg.dataset, cfg.partition
-    node_files = {k: getattr(d, k) for k in ("features", "labels", "train_mask", "val_mask",
-                                             "test_mask")}
-    want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
-                       undirected=d.undirected, drop_self_loops=d.drop_self_loops,
-                       drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
-                       feature_dim=d.feature_dim, node_data=node_files, renumber=d.renumber)
-    if cfg.sampler.weights:
-        want["load"]["weights"] = cfg.sampler.weights
-    if d.num_classes:
-        want["load"]["num_classes"] = int(d.num_classes)
-
-    def needed() -> bool:
-        if rank != 0:
-            return False
-        if not (out / MANIFEST).exists():
-            return True
-        try:
-            stale = source_differences(read_manifest(out), want)
-        except PartitionError as e:
-            stale = [f"unreadable manifest ({e.what})"]
-        if stale:
-            log.warning("partition directory %s is stale (%s); partitioning again", out,
-                        "; ".join(stale))
-        return bool(stale)
-
-    flag = torch.tensor([1 if agree(needed) else 0], dtype=torch.int64)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
-    if not int(flag.item()):
-        return out
-    distributed = (p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
-                   and all(v is None for v in node_files.values()))
-    if distributed:
-        from ..distributed.ingest import partition_distributed
-
-        if rank == 0:
-            log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method, out)
-        partition_distributed(
-            d.name, out, p.method, p.seed, undirected=d.undirected,
-            drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
-            feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
-            graph_seed=d.seed, overwrite=True, source=want, renumber=d.renumber)
-        return out
-
-    def build() -> None:
-        if rank != 0:
-            return
-        log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        g = load_dataset(cfg)
-        partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
-                  weights=job_edge_weights(cfg, g), metis_max_edges=p.metis_max_edges)
-
-    agree(build)  # every rank waits here, and raises if rank 0 failed
-    return out
 
 
 @torch.no_grad()
@@ -178,6 +106,13 @@ def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """Run the configured job on this rank (inside torchrun); returns the final metrics
     (the ``final`` record of metrics.jsonl)."""
+    from .typed_setup import check_homogeneous_job, dataset_is_typed
+
+    if dataset_is_typed(cfg):  # the same files on every rank, so the same answer
+        from .hetero import run_typed_job
+
+        return run_typed_job(cfg, resume=resume, progress=progress)
+    check_homogeneous_job(cfg)
     if cfg.task == "link":
         from .link import run_link_job
 
@@ -201,9 +136,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                                                            else "no features"),
                           "GraphSAGE cannot be trained on it",
                           "use training.mode=sample for a sampling run, or a labelled dataset")
-    placement = cfg.features.placement
-    if placement == "auto":
-        placement = "pinned" if device.type == "cuda" else "host"
+    placement = feature_placement(cfg, device)
     s = cfg.sampler
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               features=mode == "train" or part.x is not None,
@@ -229,7 +162,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                        Path(cfg.output.dir) / cfg.output.metrics_file)
     try:
         if mode == "sample":
-            final, line = _sample_only(cfg, train_loader, world, report, t_start)
+            final, line = sample_epochs(cfg, train_loader, world, report, t_start)
         else:
             final, line = _train(cfg, service, train_loader, ids, part, device, rank, world,
                                  resume, report, t_start)
@@ -239,39 +172,6 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     report.service(service.stats())
     report.final(final, line)  # the last line on the console
     return final
-
-
-def _sample_only(cfg: JobConfig, loader, world: int, report: RunReport,
-                 t_start: float) -> tuple[dict, str]:
-    """training.mode=sample: iterate the train loader without a model; same console/metrics."""
-    tr = cfg.training
-    report.start(mode="sample", world_size=world, first_epoch=0, config=config_to_dict(cfg))
-    report.print(f"sampling on {world} rank(s): {report.steps} batches per epoch and rank; "
-                 "epoch rates are totals over all ranks")
-    report.open_bar()
-    total = torch.zeros(2, dtype=torch.float64)
-    t0 = time.perf_counter()
-    for epoch in range(tr.epochs):
-        loader.set_epoch(epoch)
-        report.epoch_start()
-        cnt = torch.zeros(2, dtype=torch.float64)  # batches, sampled edges
-        te = time.perf_counter()
-        for step, b in enumerate(loader):
-            if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
-                break
-            cnt += torch.tensor([1.0, float(b.edge_index.shape[1])], dtype=torch.float64)
-            report.step(epoch, step + 1)
-        dist.all_reduce(cnt)
-        total += cnt
-        report.epoch(epoch_record(epoch, time.perf_counter() - te, float(cnt[0]), float(cnt[1])))
-    dt = time.perf_counter() - t0
-    batches, edges = int(total[0]), int(total[1])
-    res = {"event": "final", "mode": "sample", "batches": batches, "sampled_edges": edges,
-           "seconds": dt, "batches_per_s": batches / max(dt, 1e-9),
-           "edges_per_s": edges / max(dt, 1e-9), "world_size": world,
-           "wall_s": time.perf_counter() - t_start}
-    return res, (f"sampled {batches:,} batches, {edges:,} edges on {world} rank(s) in {dt:.1f}s "
-                 f"({res['batches_per_s']:.1f} batches/s, {res['edges_per_s']:,.0f} edges/s)")
 
 
 def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,

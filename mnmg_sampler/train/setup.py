@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from ..config import JobConfig
 from ..distributed.collective import agree
-from ..errors import CheckpointError
+from ..errors import CheckpointError, PartitionError
 from .checkpoint import agree_on_checkpoint, check_model_state, load_latest
 from .epochs import checkpoint_dir
 from .report import RunReport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["start_rank", "load_dataset", "job_edge_weights", "make_optimizer", "resume_point"]
+__all__ = ["start_rank", "load_dataset", "job_edge_weights", "ensure_partitions",
+           "feature_placement", "make_optimizer", "resume_point"]
 
 
 def start_rank(cfg: JobConfig):
@@ -77,6 +80,96 @@ def job_edge_weights(cfg: JobConfig, graph) -> np.ndarray | None:
 
     return resolve_edge_weights(cfg.sampler.weights, cfg.dataset.name, graph,
                                 seed=cfg.dataset.seed)
+
+
+def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False) -> Path:
+    """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
+    partitioning (collective).
+
+    The manifest records what it was made from (:func:`~..graph.partition_io.make_source`); a
+    directory made from another dataset, other load options or other partitioning settings, or
+    by an mnmg-sampler that recorded no source, is partitioned again. A non-empty directory that
+    is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
+    rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
+    the input and writes its own part) unless the job names separate node-data files or edge
+    weights; otherwise (for ``metis``, and for a ``typed`` graph:
+    :func:`~.typed_setup.load_typed_dataset`, typed parts) rank 0 partitions while the others
+    wait.
+    """
+    from ..graph.partition import DISTRIBUTED_METHODS, partition
+    from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
+
+    out = Path(cfg.partition.dir)
+    d, p = cfg.dataset, cfg.partition
+    node_files = {k: getattr(d, k) for k in ("features", "labels", "train_mask", "val_mask",
+                                             "test_mask")}
+    want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
+                       undirected=d.undirected, drop_self_loops=d.drop_self_loops,
+                       drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
+                       feature_dim=d.feature_dim, node_data=node_files, renumber=d.renumber)
+    if cfg.sampler.weights:
+        want["load"]["weights"] = cfg.sampler.weights
+    if d.num_classes:
+        want["load"]["num_classes"] = int(d.num_classes)
+
+    def needed() -> bool:
+        if rank != 0:
+            return False
+        if not (out / MANIFEST).exists():
+            return True
+        try:
+            stale = source_differences(read_manifest(out), want)
+        except PartitionError as e:
+            stale = [f"unreadable manifest ({e.what})"]
+        if stale:
+            log.warning("partition directory %s is stale (%s); partitioning again", out,
+                        "; ".join(stale))
+        return bool(stale)
+
+    flag = torch.tensor([1 if agree(needed) else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
+    if not int(flag.item()):
+        return out
+    distributed = (not typed and p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
+                   and all(v is None for v in node_files.values()))
+    if distributed:
+        from ..distributed.ingest import partition_distributed
+
+        if rank == 0:
+            log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method, out)
+        partition_distributed(
+            d.name, out, p.method, p.seed, undirected=d.undirected,
+            drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
+            feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
+            graph_seed=d.seed, overwrite=True, source=want, renumber=d.renumber)
+        return out
+
+    def build() -> None:
+        if rank != 0:
+            return
+        log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if typed:
+            from ..graph.typed_partition import partition_typed
+            from .typed_setup import load_typed_dataset
+
+            partition_typed(load_typed_dataset(cfg), world, p.method, out, seed=p.seed,
+                            overwrite=True, source=want, metis_max_edges=p.metis_max_edges)
+            return
+        g = load_dataset(cfg)
+        partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
+                  weights=job_edge_weights(cfg, g), metis_max_edges=p.metis_max_edges)
+
+    agree(build)  # every rank waits here, and raises if rank 0 failed
+    return out
+
+
+def feature_placement(cfg: JobConfig, device: torch.device) -> str:
+    """``features.placement`` with ``auto`` resolved: pinned host memory on CUDA, else host."""
+    placement = cfg.features.placement
+    if placement == "auto":
+        placement = "pinned" if device.type == "cuda" else "host"
+    return placement
 
 
 def make_optimizer(params, o) -> torch.optim.Optimizer:

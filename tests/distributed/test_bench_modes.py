@@ -28,8 +28,16 @@ def bench(mode: str, tmp_path, *extra: str, timeout: float = 90) -> dict:
     return json.loads(out.read_text())
 
 
-def test_bench_dist_one_and_two_ranks_beside_single(tmp_path):
-    res = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3")
+@pytest.fixture(scope="module")
+def dist_both(tmp_path_factory) -> dict:
+    """``bench dist`` on 1 and 2 ranks with ``--seed-lookup both``: its main run translates
+    seeds once (the default), its alternate repeats look them up per round. Two tests read it."""
+    return bench("dist", tmp_path_factory.mktemp("dist"), "--batch-size", "16", "--batches",
+                 "3", "--seed-lookup", "both")
+
+
+def test_bench_dist_one_and_two_ranks_beside_single(dist_both):
+    res = dist_both
     assert res["mode"] == "dist" and res["single"]["edges"] > 0
     assert set(res["dist"]) == {"1", "2"}
     one, two = res["dist"]["1"], res["dist"]["2"]
@@ -63,10 +71,10 @@ def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
     assert sum(two["owned_seeds_per_rank"]) == res["nonisolated_nodes"]
 
 
-def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path):
-    extra = ("--batch-size", "16", "--batches", "3", "--world-sizes", "2")
-    both = bench("dist", tmp_path, *extra, "--seed-lookup", "both")
-    per = bench("dist", tmp_path, *extra, "--seed-lookup", "per-round")
+def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path, dist_both):
+    both = dist_both
+    per = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
+                "--seed-lookup", "per-round")
     assert (both["seed_lookup"], per["seed_lookup"]) == ("both", "per-round")
     a, b = both["dist"]["2"], per["dist"]["2"]
     # translated once: one lookup before the timed rounds (random partitioning: remote seeds);
@@ -156,3 +164,23 @@ def test_merge_and_overlap_on_a_graph_smaller_than_their_seed_windows(tmp_path):
     assert res["merged"]["requests"] == res["one_per_round"]["requests"] == 2 * per_loader
     res = bench("overlap", tmp_path, "--prefetch", "2", "--step-ms", "1", *small)
     assert sum(res["batches_per_rank"]) == per_loader
+
+
+def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
+    """``--hosts 2``: 2 hosts x 1 rank, ids and feature rows cross hosts (fewer rows with the
+    host cache); ``--hosts 1 --loader``: one host through loaders and a service, nothing
+    crosses hosts and no feature row is on the wire."""
+    keys = ("per_rank_vs_single", "cpu_vs_single", "exchanges_per_round",
+            "cross_host_id_bytes_per_edge", "cross_host_feature_bytes_per_edge")
+    common = ("--batch-size", "16", "--batches", "3", "--world-sizes", "2", "--features", "8")
+    two = bench("dist", tmp_path, *common, "--hosts", "2", "--cache-rows", "0.1")["dist"]["2"]
+    one = bench("dist", tmp_path, *common, "--hosts", "1", "--loader")["dist"]["2"]
+    for s in (two, one):
+        assert all(k in s for k in keys) and s["exchanges_per_round"] >= 1
+    # every rank is its own host: what goes to others crosses hosts
+    assert two["cross_host_id_bytes_per_edge"] > 0
+    assert 0 < two["cross_host_feature_bytes_per_edge"] <= two["feature_bytes_per_edge_remote"]
+    assert two["feature_cache_hits"] > 0 and all(n > 0 for n in two["feature_cache_rows"])
+    assert one["cross_host_id_bytes_per_edge"] == one["cross_host_feature_bytes_per_edge"] == 0
+    assert one["feature_bytes_per_edge_remote"] == 0 and one["feature_rows_mapped"] > 0
+    assert [r["batches"] for r in one["ranks"]] == [3, 3]

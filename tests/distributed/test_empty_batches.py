@@ -7,7 +7,6 @@ columns of the feature rows are viewed as int64, which must hold for zero rows t
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.graph.partition import partition
@@ -43,14 +42,24 @@ def _run(rank, world, d, width):
         svc.shutdown()
 
 
-@pytest.mark.parametrize("width", [1, 3, 5])
-def test_empty_batches_with_odd_feature_widths(tmp_path, width):
-    g = _graph(width)
-    d = partition(g, 2, "random", tmp_path / "p", seed=1)
-    results = run_ranks(_run, 2, str(d), width, timeout=180)
-    for rank, out in enumerate(results):
-        for n_id, x, y in out:
-            assert x.shape == (n_id.size, width) and y.shape == (n_id.size,)
-            assert np.array_equal(x, g.x[n_id]) and np.array_equal(y, g.y[n_id])
-        assert out[1][0].size == 0  # the empty request stays empty
-        assert (out[0][0].size == 0) == (rank == 0)
+WIDTHS = [1, 3, 5]
+
+
+def _run_each(rank, world, dirs):
+    """``_run`` on each width's partitions in turn, on the same ranks (one spawn for all)."""
+    return [_run(rank, world, d, w) for d, w in zip(dirs, WIDTHS, strict=True)]
+
+
+def test_empty_batches_with_odd_feature_widths(tmp_path):
+    graphs = [_graph(w) for w in WIDTHS]
+    dirs = [str(partition(g, 2, "random", tmp_path / f"p{w}", seed=1))
+            for g, w in zip(graphs, WIDTHS, strict=True)]
+    results = run_ranks(_run_each, 2, dirs, timeout=240)
+    for i, (g, width) in enumerate(zip(graphs, WIDTHS, strict=True)):
+        for rank, by_width in enumerate(results):
+            out = by_width[i]
+            for n_id, x, y in out:
+                assert x.shape == (n_id.size, width) and y.shape == (n_id.size,)
+                assert np.array_equal(x, g.x[n_id]) and np.array_equal(y, g.y[n_id])
+            assert out[1][0].size == 0  # the empty request stays empty
+            assert (out[0][0].size == 0) == (rank == 0)

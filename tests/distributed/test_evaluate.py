@@ -43,19 +43,42 @@ def _reference(g, aggr, use_pyg):
         return model(torch.from_numpy(g.x), ei).numpy()
 
 
-@pytest.mark.parametrize("world,method,aggr,use_pyg,batch", [
-    (1, "range", "mean", False, 1000),
-    (2, "random", "mean", False, 17),
-    (3, "hash", "max", False, 40),
-    (2, "random", "sum", True, 23),
-])
-def test_layerwise_equals_whole_graph_forward(tmp_path, world, method, aggr, use_pyg, batch):
+LAYERWISE = [(1, "range", "mean", False, 1000), (2, "random", "mean", False, 17),
+             (3, "hash", "max", False, 40), (2, "random", "sum", True, 23)]
+
+
+def _rank_each(rank, world, jobs):
+    """``_rank`` for each job's arguments in turn, on the same ranks (one spawn for all)."""
+    return [_rank(rank, world, *job) for job in jobs]
+
+
+@pytest.fixture(scope="module")
+def layerwise_runs(tmp_path_factory) -> dict:
+    """Results by rank of each case of ``LAYERWISE`` (PyG's only when installed): one spawn per
+    world size."""
+    g = small_graph()
+    tmp = tmp_path_factory.mktemp("layerwise")
+    cases = [c for c in LAYERWISE if not c[3] or pyg_available()]
+    out = {}
+    for world in sorted({c[0] for c in cases}):
+        mine = [c for c in cases if c[0] == world]
+        dirs = {m: str(partition(g, world, m, tmp / f"p{world}{m}", seed=2))
+                for m in {c[1] for c in mine}}
+        jobs = [(dirs[method], aggr, use_pyg, batch) for _, method, aggr, use_pyg, batch in mine]
+        by_rank = run_ranks(_rank_each, world, jobs, timeout=240)
+        for i, case in enumerate(mine):
+            out[case] = [r[i] for r in by_rank]
+    return out
+
+
+@pytest.mark.parametrize("world,method,aggr,use_pyg,batch", LAYERWISE)
+def test_layerwise_equals_whole_graph_forward(layerwise_runs, world, method, aggr, use_pyg,
+                                              batch):
     if use_pyg and not pyg_available():
         pytest.skip("torch_geometric is not installed")
     g = small_graph()
-    path = partition(g, world, method, tmp_path / "p", seed=2)
     ref = _reference(g, aggr, use_pyg)
-    out = run_ranks(_rank, world, str(path), aggr, use_pyg, batch, timeout=180)
+    out = layerwise_runs[world, method, aggr, use_pyg, batch]
     seen = np.concatenate([o for o, _, _ in out])
     assert np.array_equal(np.sort(seen), np.arange(g.num_nodes))
     for orig, logits, _ in out:

@@ -90,18 +90,22 @@ def _agree_raise(rank, world, kind):
     return out, float(t)
 
 
-@pytest.mark.parametrize("kind", ["typed", "other"])
-def test_agree_raises_on_every_rank_without_pickle(kind):
-    res = run_ranks(_agree_raise, 3, kind, timeout=120)
-    assert [t for _, t in res] == [3.0, 3.0, 3.0]
-    (n0, m0), (n1, m1), (n2, m2) = (o for o, _ in res)
-    if kind == "typed":
-        assert n0 == n1 == n2 == "WorldSizeError"
-        assert m0 == m1 and m0.startswith("rank 2: part 1 of 2 is missing")
-        assert m2.startswith("part 1 of 2 is missing")
-    else:
-        assert n0 == n1 == "ServiceError" and n2 == "OSError"
-        assert "rank 2 failed: OSError" in m0 and "No space left on device" in m0
+def _agree_raise_both(rank, world):
+    """A typed error, then another: the second agreement runs in the group the first left."""
+    return [_agree_raise(rank, world, kind) for kind in ("typed", "other")]
+
+
+def test_agree_raises_on_every_rank_without_pickle():
+    typed, other = zip(*run_ranks(_agree_raise_both, 3, timeout=180), strict=True)
+    for res in (typed, other):
+        assert [t for _, t in res] == [3.0, 3.0, 3.0]
+    (n0, m0), (n1, m1), (n2, m2) = (o for o, _ in typed)
+    assert n0 == n1 == n2 == "WorldSizeError"
+    assert m0 == m1 and m0.startswith("rank 2: part 1 of 2 is missing")
+    assert m2.startswith("part 1 of 2 is missing")
+    (n0, m0), (n1, m1), (n2, m2) = (o for o, _ in other)
+    assert n0 == n1 == "ServiceError" and n2 == "OSError"
+    assert "rank 2 failed: OSError" in m0 and "No space left on device" in m0
     assert issubclass(WorldSizeError, PartitionError)
 
 

@@ -12,7 +12,8 @@ victim rank 0 takes the store down with it.
 The victim SIGKILLs itself at its K-th torch.distributed collective call (``faultkit.arm``): K is
 drawn from the trial's seed, so the point in the round (agreement all-reduce, a hop's exchange,
 the feature fetch, a training all-reduce, start-up) varies from trial to trial and is
-reproducible. Four trials run in CI; the rest are marked ``faults`` (``FAULTS=1 launch/test.sh``).
+reproducible. Six trials run in CI (``CI_TRIALS``); the rest are marked ``faults``
+(``FAULTS=1 launch/test.sh``).
 Set ``MNMG_FAULT_TRIALS_LOG=FILE`` to get one JSON line per trial (docs/reliability.md's table).
 """
 
@@ -247,12 +248,18 @@ def test_exit_without_shutdown_is_clean(cora_parts):
         assert "was not shut down; stopping it at exit" in r.stdout
 
 
-def test_exit_after_ddp_and_destroy_process_group_is_clean():
+# the exit races below aborted a fraction of runs before their fixes: CI runs each once (a
+# regression still shows within a few CI runs), SLOW=1 repeats them to catch it in one run
+EXIT_RUNS = [1, pytest.param(4, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("runs", EXIT_RUNS)
+def test_exit_after_ddp_and_destroy_process_group_is_clean(runs):
     # DDP keeps the default group alive after destroy_process_group(); a gloo worker dropping
     # its last finished allreduce during interpreter finalization aborted the process ("terminate
     # called without an active exception") in 10 of 40 such 2-rank torchrun jobs before the exit
     # hook drained the workers, 0 of 20 after (pytorch/pytorch#190489)
-    for _ in range(4):
+    for _ in range(runs):
         cmd = [*TORCHRUN, "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                f"127.0.0.1:{free_port()}", *KIT[1:], "ddp"]
         r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=LIMIT_S,
@@ -276,10 +283,11 @@ def test_rank_that_never_joins_gives_a_typed_error():
                            f"127.0.0.1:{port} (rank 1"), r.stderr[-3000:]
 
 
-def test_exit_without_destroy_process_group_is_clean():
+@pytest.mark.parametrize("runs", EXIT_RUNS)
+def test_exit_without_destroy_process_group_is_clean(runs):
     # init_distributed, one collective, no destroy_process_group(): the store host aborted in
     # C++ static destruction about one run in ten before the exit hook of distributed.teardown
-    for _ in range(3):
+    for _ in range(runs):
         for r in _plain_ranks([*KIT, "nodestroy"], 2):
             assert r.returncode == 0, r.stdout[-3000:]
             assert "terminate called" not in r.stdout and "SUM 2" in r.stdout, r.stdout[-3000:]

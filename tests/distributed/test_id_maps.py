@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.graph.partition import partition
@@ -190,11 +191,25 @@ def _modes(rank, world, d, n, modes):
     return got, s.ex.calls
 
 
-def test_replicated_maps_give_the_same_batches_without_lookups(tmp_path):
+MODES = (["sharded"] * 2, ["replicated"] * 2, ["sharded", "replicated"])
+
+
+def _each_mode(rank, world, d, n):
+    """``_modes`` for each of ``MODES`` on the same ranks (one spawn for all; the refused mixed
+    modes last)."""
+    return [_modes(rank, world, d, n, m) for m in MODES]
+
+
+@pytest.fixture(scope="module")
+def mode_runs(tmp_path_factory):
+    """``(graph, results by rank for each of MODES)``."""
     g = small_graph()
-    d = str(partition(g, 2, "random", tmp_path / "p", seed=3))
-    sharded = run_ranks(_modes, 2, d, g.num_nodes, ["sharded"] * 2, timeout=300)
-    replicated = run_ranks(_modes, 2, d, g.num_nodes, ["replicated"] * 2, timeout=300)
+    d = str(partition(g, 2, "random", tmp_path_factory.mktemp("modes") / "p", seed=3))
+    return g, list(zip(*run_ranks(_each_mode, 2, d, g.num_nodes, timeout=300), strict=True))
+
+
+def test_replicated_maps_give_the_same_batches_without_lookups(mode_runs):
+    g, (sharded, replicated, _) = mode_runs
     for (got_s, calls_s), (got_r, calls_r) in zip(sharded, replicated, strict=True):
         _check(g, got_r)  # equal to the single process, hence to the sharded run
         for (_, _, a), (_, _, b) in zip(got_s, got_r, strict=True):
@@ -204,9 +219,7 @@ def test_replicated_maps_give_the_same_batches_without_lookups(tmp_path):
         assert calls_s - calls_r == 2 + 3 * 3
 
 
-def test_ranks_with_different_id_map_modes_fail_every_rank(tmp_path):
-    g = small_graph()
-    d = str(partition(g, 2, "random", tmp_path / "p", seed=3))
-    res = run_ranks(_modes, 2, d, g.num_nodes, ["sharded", "replicated"], timeout=300)
+def test_ranks_with_different_id_map_modes_fail_every_rank(mode_runs):
+    _, (_, _, res) = mode_runs
     for kind, msg in res:
         assert kind == "ConfigError" and "different id map modes" in msg

@@ -162,21 +162,60 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("world, method, case", [
-    (1, "range", "binary_reject_exclude"),
-    (2, "random", "binary_reject_exclude"),
-    (3, "range", "binary_reject_exclude"),
-    (2, "range", "binary"),
-    (3, "random", "triplet_reject_exclude"),
-])
-def test_link_loader_matches_single_process_and_invariants(tmp_path, world, method, case):
+def _run_each(rank, world, jobs):
+    """``_run`` for each job's arguments in turn, on the same ranks (one spawn for all)."""
+    return [_run(rank, world, *job) for job in jobs]
+
+
+LINK_RUNS = [(1, "range", "binary_reject_exclude"), (2, "random", "binary_reject_exclude"),
+             (3, "range", "binary_reject_exclude"), (2, "range", "binary"),
+             (3, "random", "triplet_reject_exclude")]
+IDENTICAL = [(1, "random"), (2, "range"), (3, "random"), (2, "metis")]
+UNIFORM = {"neg_sampling": {"mode": "triplet", "amount": 40}}
+
+
+def _jobs(g, tmp) -> dict:
+    """Every rank run of the tests below: ``key -> (world size, _run's arguments)``."""
+    eli, eli96 = seed_edges(g), seed_edges(g, 96)
+    jobs = {}
+    for world, method, case in LINK_RUNS:
+        opts = CASES[case]
+        label = None if opts["neg_sampling"]["mode"] == "triplet" else \
+            np.arange(eli.shape[1]) % 2
+        d = str(partition(g, world, method, tmp / f"p{world}{method}", seed=world))
+        jobs[world, method, case] = (world, (d, eli, label, opts, [0, 1]))
+    for world, method in IDENTICAL:
+        d = str(partition(g, world, method, tmp / f"i{world}{method}", seed=5))
+        jobs["identical", world, method] = (world, (d, eli96, None,
+                                                    CASES["triplet_reject_exclude"], [0]))
+    d = str(partition(g, 2, "random", tmp / "u", seed=3))
+    jobs["uniform"] = (2, (d, eli, None, UNIFORM, [0]))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def link_runs(tmp_path_factory) -> tuple:
+    """``(graph, results by rank of each job of _jobs)``: one spawn per world size, running
+    its jobs in turn (each with a service and a loader of its own)."""
     g = link_graph()
+    jobs = _jobs(g, tmp_path_factory.mktemp("link"))
+    out = {}
+    for world in sorted({w for w, _ in jobs.values()}):
+        keys = [k for k, (w, _) in jobs.items() if w == world]
+        by_rank = run_ranks(_run_each, world, [jobs[k][1] for k in keys], timeout=480)
+        for i, key in enumerate(keys):
+            out[key] = [r[i] for r in by_rank]
+    return g, out
+
+
+@pytest.mark.parametrize("world, method, case", LINK_RUNS)
+def test_link_loader_matches_single_process_and_invariants(link_runs, world, method, case):
+    g, runs = link_runs
+    res = runs[world, method, case]
     eli = seed_edges(g)
     opts = CASES[case]
     label = None if opts["neg_sampling"]["mode"] == "triplet" else \
         np.arange(eli.shape[1]) % 2
-    d = str(partition(g, world, method, tmp_path / "p", seed=world))
-    res = run_ranks(_run, world, d, eli, label, opts, [0, 1], timeout=240)
     assert len({r[1] for r in res}) == 1  # every rank has the same batch count
     for epoch in (0, 1):
         mine = by_global_batch(res, world, epoch)
@@ -192,20 +231,15 @@ def test_link_loader_matches_single_process_and_invariants(tmp_path, world, meth
         assert all(r[2] > 0 for r in res)  # every rank joined the membership exchanges
 
 
-def test_outputs_identical_across_world_sizes(tmp_path):
+def test_outputs_identical_across_world_sizes(link_runs):
     """The same batches, in global order, for W = 1, 2, 3 and the three partition methods.
 
     96 seed edges in batches of 16 make 6 global batches for each W, so batch g holds the same
     edges everywhere and every field must match bit for bit.
     """
-    g = link_graph()
-    eli = seed_edges(g, 96)
-    opts = CASES["triplet_reject_exclude"]
-    outs = []
-    for world, method in ((1, "random"), (2, "range"), (3, "random"), (2, "metis")):
-        d = str(partition(g, world, method, tmp_path / f"p{world}{method}", seed=5))
-        outs.append(by_global_batch(run_ranks(_run, world, d, eli, None, opts, [0],
-                                              timeout=240), world))
+    _, runs = link_runs
+    outs = [by_global_batch(runs["identical", world, method], world)
+            for world, method in IDENTICAL]
     assert len(outs[0]) == 6
     for other in outs[1:]:
         assert len(other) == len(outs[0])
@@ -213,20 +247,18 @@ def test_outputs_identical_across_world_sizes(tmp_path):
             same(a, b)
 
 
-def test_negatives_from_real_ranks_are_uniform(tmp_path):
+def test_negatives_from_real_ranks_are_uniform(link_runs):
     """Chi-square of the destinations of every negative of an epoch on 2 ranks (fixed seed, so
     deterministic): uniform over all nodes, and the same draws as in one process."""
     from tests.unit.test_negative import chi2_stat, chi2_upper
 
-    g = link_graph()
+    g, runs = link_runs
     eli = seed_edges(g)
-    opts = {"neg_sampling": {"mode": "triplet", "amount": 40}}
-    d = str(partition(g, 2, "random", tmp_path / "p", seed=3))
-    got = by_global_batch(run_ranks(_run, 2, d, eli, None, opts, [0], timeout=240), 2)
+    got = by_global_batch(runs["uniform"], 2)
     dst = np.concatenate([b["n_id"][b["dst_neg_index"]].ravel() for b in got])
     assert dst.size == eli.shape[1] * 40
     counts = np.bincount(dst, minlength=g.num_nodes)
     assert chi2_stat(counts) < chi2_upper(g.num_nodes - 1)
-    want = reference(g, eli, None, opts, 0, 2)
+    want = reference(g, eli, None, UNIFORM, 0, 2)
     assert np.array_equal(dst, np.concatenate([b["n_id"][b["dst_neg_index"]].ravel()
                                                for b in want]))

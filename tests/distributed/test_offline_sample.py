@@ -40,18 +40,28 @@ def _same(a: dict, b: dict) -> None:
             assert np.array_equal(a[name][k], b[name][k]), (name, k)
 
 
-def test_one_node_two_nodes_and_single_process_give_the_same_files(tmp_path):
-    gpath = _graph_file(tmp_path)
-    single = tmp_path / "single"
+@pytest.fixture(scope="module")
+def uniform_single(tmp_path_factory):
+    """``(graph file, files of one process's `sample GRAPH` with ARGS)``, made once."""
+    d = tmp_path_factory.mktemp("offline")
+    gpath = _graph_file(d)
+    single = d / "single"
     r = subprocess.run([sys.executable, "-m", "mnmg_sampler", "sample", str(gpath), *ARGS,
                         "--out", str(single)], capture_output=True, text=True, timeout=120,
                        cwd=REPO)
     assert r.returncode == 0, r.stderr
+    return gpath, single
+
+
+def test_one_node_two_nodes_and_single_process_give_the_same_files(tmp_path, uniform_single):
+    from mnmg_sampler.cli import main
+
+    gpath, single = uniform_single
     parts = tmp_path / "parts"
-    r = subprocess.run([sys.executable, "-m", "mnmg_sampler", "partition", str(gpath), "--parts",
-                        "2", "--method", "random", "--out", str(parts)], capture_output=True,
-                       text=True, timeout=120, cwd=REPO)
-    assert r.returncode == 0, r.stderr
+    with pytest.raises(SystemExit) as e:  # the CLI in this process (one interpreter less)
+        main(["partition", str(gpath), "--parts", "2", "--method", "random", "--out",
+              str(parts)])
+    assert e.value.code == 0
     one = tmp_path / "one_node"
     r = torchrun(["sample", "--partitions", str(parts), *ARGS, "--out", str(one)], nproc=2)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -123,7 +133,7 @@ def test_corrupt_file_raises_on_every_rank(tmp_path):
         assert victim.split("/")[-1] in str(exc)
 
 
-def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path):
+def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path, uniform_single):
     """``--weights`` (the CLI's ``sampler.weights``): ``partition --weights`` stores them, and
     ``sample --partitions`` on 2 ranks writes the files ``sample GRAPH --weights`` writes in one
     process; they differ from uniform sampling. ``--weights`` naming other weights than the
@@ -131,7 +141,7 @@ def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path):
     from mnmg_sampler.cli import main
     from mnmg_sampler.graph.partition_io import load_partition
 
-    gpath = _graph_file(tmp_path)
+    gpath, uniform = uniform_single
     m = int(np.load(gpath)["src"].size)
     w = np.random.default_rng(1).exponential(1.0, m).astype(np.float32)
     w[::4] = 0.0
@@ -142,12 +152,10 @@ def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path):
         return subprocess.run([sys.executable, "-m", "mnmg_sampler", *args], capture_output=True,
                               text=True, timeout=120, cwd=REPO)
 
-    single, uniform = tmp_path / "single", tmp_path / "uniform"
+    single = tmp_path / "single"
     r = cli("sample", str(gpath), *ARGS, "--weights", str(wpath), "--out", str(single))
     assert r.returncode == 0, r.stderr
     assert f"weights {wpath}" in r.stdout
-    r = cli("sample", str(gpath), *ARGS, "--out", str(uniform))
-    assert r.returncode == 0, r.stderr
     parts = tmp_path / "parts"
     with pytest.raises(SystemExit) as e:
         main(["partition", str(gpath), "--parts", "2", "--method", "random", "--out", str(parts),

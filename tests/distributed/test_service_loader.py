@@ -115,20 +115,28 @@ def _seeds_once(rank, world, d, n, shuffle, drop_last):
     return counts
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-@pytest.mark.parametrize("drop_last", [False, True])
-def test_every_seed_once_per_epoch(tmp_path, shuffle, drop_last):
+SHUFFLE_DROP_LAST = [(False, False), (True, False), (False, True), (True, True)]
+
+
+def _seeds_once_each(rank, world, d, n):
+    """``_seeds_once`` for every (shuffle, drop_last) on the same ranks (one spawn for four)."""
+    return [_seeds_once(rank, world, d, n, shuffle, drop_last)
+            for shuffle, drop_last in SHUFFLE_DROP_LAST]
+
+
+def test_every_seed_once_per_epoch(tmp_path):
     world, n = 3, 41  # 41 seeds: not divisible by the world size nor by batch * world
     d = str(partition(small_graph(), world, "range", tmp_path / "p"))
-    res = run_ranks(_seeds_once, world, d, n, shuffle, drop_last, timeout=120)
-    for counts in res:
-        for c in counts:
-            if drop_last:
-                assert set(np.unique(c)) <= {0, 1} and c.sum() == (n // 18) * 18
-            else:
-                assert np.array_equal(c, np.ones(n, np.int64))
-    if drop_last and shuffle:  # a different tail is skipped in each epoch
-        assert not np.array_equal(res[0][0], res[0][1])
+    res = run_ranks(_seeds_once_each, world, d, n, timeout=240)
+    for i, (shuffle, drop_last) in enumerate(SHUFFLE_DROP_LAST):
+        for by_rank in res:
+            for c in by_rank[i]:
+                if drop_last:
+                    assert set(np.unique(c)) <= {0, 1} and c.sum() == (n // 18) * 18
+                else:
+                    assert np.array_equal(c, np.ones(n, np.int64)), (shuffle, drop_last)
+        if drop_last and shuffle:  # a different tail is skipped in each epoch
+            assert not np.array_equal(res[0][i][0], res[0][i][1])
 
 
 def _resume(rank, world, d, stop_after):

@@ -2,8 +2,8 @@
 samples every hop and reads every feature row itself; minibatches (features included) equal the
 wire path and the single process bit for bit, a sampling round is one collective (its
 agreement) and no id or feature row crosses the wire; refusals
-(mixed settings, CUDA kernel, topology cache, no directory, several hosts) are typed errors on
-every rank."""
+(mixed settings, CUDA kernel, topology cache, no directory) are typed errors on every rank.
+Ranks on several hosts: see test_host_groups.py."""
 
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ def _sample(rank, world, d, shared, translated):
     return got, calls, s.ex.bytes.get("ids", [0, 0])[1] - b0, s.shared_stats()
 
 
+def _sample_off_on(rank, world, d, translated):
+    """``_sample`` over the wire, then with the shared topology, on the same ranks."""
+    return _sample(rank, world, d, False, translated), _sample(rank, world, d, True, translated)
+
+
 def _check(g, got, hop_fn=None) -> int:
     ref = MultiHopSampler(hop_fn or local_hop_fn(g, SEED), g.num_nodes)
     n = 0
@@ -75,8 +80,7 @@ def _check(g, got, hop_fn=None) -> int:
 def test_shared_equals_wire_and_one_process(tmp_path, world, method, translated):
     g = small_graph()
     d = str(partition(g, world, method, tmp_path / "p", seed=1))
-    off = run_ranks(_sample, world, d, False, translated, timeout=150)
-    on = run_ranks(_sample, world, d, True, translated, timeout=150)
+    off, on = zip(*run_ranks(_sample_off_on, world, d, translated, timeout=240), strict=True)
     peer = 0
     for (got_off, calls_off, _bytes_off, st_off), (got_on, calls_on, bytes_on, st_on) in zip(
             off, on, strict=True):
@@ -224,7 +228,6 @@ def test_service_and_loader(tmp_path):
 
 
 def _bad(rank, world, d, case):
-    from mnmg_sampler.distributed import shared_topology
     from mnmg_sampler.distributed.sampler import DistSampler
 
     part = load_partition(d, rank, world)
@@ -241,8 +244,6 @@ def _bad(rank, world, d, case):
         kw["shared_topology"] = "yes"
     elif case == "no directory" and rank == 0:
         part = dataclasses.replace(part, path=None)
-    elif case == "hosts":  # as if each rank ran on a host of its own
-        shared_topology.host_id = lambda: 1000 + rank
     try:
         DistSampler(part, seed=SEED, **kw)
     except ConfigError as e:
@@ -250,18 +251,36 @@ def _bad(rank, world, d, case):
     return None
 
 
-@pytest.mark.parametrize("case, words", [
-    ("mixed", "differs between ranks"), ("mixed auto", "differs between ranks"),
-    ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
-    ("not bool", "true, false or 'auto'"), ("no directory", "directory"),
-    ("hosts", "one host")])
-def test_refusals_fail_typed_on_every_rank(tmp_path, case, words):
+def _each(rank, world, fn, d, cases) -> list:
+    """``fn(rank, world, d, case)`` for every case in turn on the same ranks (one spawn for
+    all), the module functions a case replaces put back after it. A refusal leaves the group
+    usable: every rank raises it, after the same collectives."""
+    from mnmg_sampler.distributed import shared_topology
+
+    saved = shared_topology.host_id, shared_topology.load_partition
+    out = []
+    for case in cases:
+        try:
+            out.append(fn(rank, world, d, case))
+        finally:
+            shared_topology.host_id, shared_topology.load_partition = saved
+    return out
+
+
+REFUSALS = [("mixed", "differs between ranks"), ("mixed auto", "differs between ranks"),
+            ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
+            ("not bool", "true, false or 'auto'"), ("no directory", "directory")]
+
+
+def test_refusals_fail_typed_on_every_rank(tmp_path):
     d = str(partition(small_graph(), 2, "random", tmp_path / "p", seed=1))
     try:
-        res = run_ranks(_bad, 2, d, case, timeout=120)
+        res = run_ranks(_each, 2, _bad, d, [c for c, _ in REFUSALS], timeout=240)
     except RankFailure as e:  # only a typed error may come back, never a hang
         raise AssertionError(str(e)) from e
-    assert all(r is not None and words in r for r in res), res
+    for i, (case, words) in enumerate(REFUSALS):
+        got = [r[i] for r in res]
+        assert all(m is not None and words in m for m in got), (case, got)
 
 
 def _auto(rank, world, d, case):
@@ -298,20 +317,23 @@ def _auto(rank, world, d, case):
         s.ex.bytes.get("features", [0, 0])[1]
 
 
-@pytest.mark.parametrize("case, on", [("one host", True), ("cache", False),
-                                      ("no directory", False), ("hosts", False),
-                                      ("part missing", False), ("rows missing", False)])
-def test_auto_is_on_exactly_where_it_can_be(tmp_path, case, on):
+AUTO = [("one host", True), ("cache", False), ("no directory", False), ("hosts", False),
+        ("part missing", False), ("rows missing", False)]
+
+
+def test_auto_is_on_exactly_where_it_can_be(tmp_path):
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=1))
-    res = run_ranks(_auto, 2, d, case, timeout=150)
-    assert [r[0] for r in res] == [on, on]
-    assert [r[1] for r in res] == ["host sockets" if on else "gloo"] * 2
-    assert _check(g, [[r[2]] for r in res]) > 0  # the same minibatches either way
-    for *_, (_, _, mb), fbytes in res:  # and the same rows, off the wire exactly when on
-        assert np.array_equal(mb["x"], g.x[mb["n_id"]])
-        assert np.array_equal(mb["y"], g.y[mb["n_id"]])
-        assert (fbytes == 0) == on
+    by_rank = run_ranks(_each, 2, _auto, d, [c for c, _ in AUTO], timeout=300)
+    for i, (case, on) in enumerate(AUTO):
+        res = [r[i] for r in by_rank]
+        assert [r[0] for r in res] == [on, on], case
+        assert [r[1] for r in res] == ["host sockets" if on else "gloo"] * 2, case
+        assert _check(g, [[r[2]] for r in res]) > 0  # the same minibatches either way
+        for *_, (_, _, mb), fbytes in res:  # and the same rows, off the wire exactly when on
+            assert np.array_equal(mb["x"], g.x[mb["n_id"]])
+            assert np.array_equal(mb["y"], g.y[mb["n_id"]])
+            assert (fbytes == 0) == on, case
 
 
 def test_config_key_is_checked():

@@ -28,19 +28,26 @@ def _epochs(outdir) -> list[dict]:
     return [r for r in recs if r["event"] == "epoch"]
 
 
-def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=300):
+def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=300, parts=None):
+    """The quickstart job with ``QUICK``, output in ``tmp/name``, partitions in ``parts``
+    (default ``tmp/parts``)."""
     out = tmp / name
     args = ["train", "--config", "configs/quickstart.yaml", "--no-progress", *QUICK,
-            f"output.dir={out}", f"partition.dir={tmp / 'parts'}", *extra]
+            f"output.dir={out}", f"partition.dir={parts or tmp / 'parts'}", *extra]
     fault_env = None if fault is None else {"MNMG_FAULT_AFTER_EPOCH": str(fault)}
     r = torchrun(args, nproc, timeout, launcher_args=torchrun_args, extra_env=fault_env)
     return r, out
 
 
+# a config error (parsed before any collective) and a dataset error (found when loading);
+# the other messages are the same path as the first, each checked in tests/unit/test_config.py
+# and sampler.batch_size=-3 under torchrun below
 @pytest.mark.parametrize("override, key, text", [
     ("sampler.batch_sise=3", "sampler.batch_sise", "did you mean sampler.batch_size?"),
-    ("sampler.batch_size=abc", "sampler.batch_size", "integer"),
-    ("sampler.batch_size=-3", "sampler.batch_size", "positive"),
+    pytest.param("sampler.batch_size=abc", "sampler.batch_size", "integer",
+                 marks=pytest.mark.slow),
+    pytest.param("sampler.batch_size=-3", "sampler.batch_size", "positive",
+                 marks=pytest.mark.slow),
     ("dataset.name=/nonexistent/graph.txt", "dataset.name", "not found"),
 ])
 def test_config_errors_every_rank_exit_2(tmp_path, override, key, text):
@@ -86,19 +93,18 @@ def test_missing_config_file_exit_2(tmp_path):
     assert len(lines) == 1 and "nope.yaml" in lines[0], r.stderr
 
 
-def test_resume_after_crash_equals_uninterrupted(tmp_path):
-    full, full_out = _train(tmp_path, "full")
-    assert full.returncode == 0, full.stderr[-3000:]
+def test_resume_after_crash_equals_uninterrupted(tmp_path, quickstart_run):
+    full_out, parts = quickstart_run  # the uninterrupted run, on the same partitions
     want = _final(full_out)
     assert want["test_acc"] > 0.5
 
-    crashed, out = _train(tmp_path, "resumed", fault=0)
+    crashed, out = _train(tmp_path, "resumed", fault=0, parts=parts)
     assert crashed.returncode != 0
     ckpts = sorted(os.listdir(out / "checkpoints"))
     assert ckpts == ["checkpoint-epoch00000.pt"], ckpts
     assert not (out / "metrics.jsonl").read_text().count('"final"')
 
-    resumed, out = _train(tmp_path, "resumed", extra=["--resume"])
+    resumed, out = _train(tmp_path, "resumed", extra=["--resume"], parts=parts)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout + resumed.stderr
     got = _final(out)
@@ -110,10 +116,10 @@ def test_resume_after_crash_equals_uninterrupted(tmp_path):
     assert [r["train_loss"] for r in ep] == [r["train_loss"] for r in _epochs(full_out)]
 
 
-def test_torchrun_restart_resumes_by_itself(tmp_path):
-    full, full_out = _train(tmp_path, "full")
-    assert full.returncode == 0, full.stderr[-3000:]
-    r, out = _train(tmp_path, "restarted", fault=1, torchrun_args=["--max-restarts", "1"])
+def test_torchrun_restart_resumes_by_itself(tmp_path, quickstart_run):
+    full_out, parts = quickstart_run
+    r, out = _train(tmp_path, "restarted", fault=1, torchrun_args=["--max-restarts", "1"],
+                    parts=parts)
     assert r.returncode == 0, r.stderr[-3000:]
     assert [e["epoch"] for e in _epochs(out)] == [0, 1, 2]
     assert _final(out)["test_acc"] == _final(full_out)["test_acc"]

@@ -1,8 +1,11 @@
 """SamplingService and DistNeighborLoader on typed parts, real gloo ranks: typed minibatches
-equal the single-process HeteroSampler's for W = 1, 2, 3, random and range partitions, merged
-and alone; every sampled edge of relation r is an edge of r; one typed kernel call per hop per
+equal the single-process HeteroSampler's for W = 1, 2, 3, random, range and METIS partitions,
+over the wire and the shared topology, thread and inline service, merged and alone (so they
+equal each other); every sampled edge of relation r is an edge of r, per-relation fanouts are
+respected and seeds come first (tests/typed_graphs.py); one typed kernel call per hop per
 round; the loader yields HeteroMiniBatch with x/y per type and every seed once per epoch
-(all-reduced). One spawn per world size keeps the CI time small."""
+(all-reduced); kernel='cuda' under the CUDA simulator equals the CPU kernel. One spawn per
+world size keeps the CI time small."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from mnmg_sampler.hetero_sampler import HeteroSampler, HeteroSampleRequest
 from mnmg_sampler.loader import global_batches
 from mnmg_sampler.ops.rng import request_key
 
-from ..typed_graphs import typed_spec
+from ..typed_graphs import check_batch_invariants, typed_spec
 from .harness import run_ranks
 
 SEED = 9
@@ -26,14 +29,26 @@ NUM = {("author", "writes", "paper"): [3, 2], ("paper", "rev_writes", "author"):
        ("field", "of", "paper"): [2, 2]}
 
 
+DISJOINT = 5  # this request grows disjoint trees (merged with the others: one call per hop)
+
+
 def _requests(n_batches: int) -> list[HeteroSampleRequest]:
     out = []
     for i in range(n_batches):
         t, lo = ("paper", 3 * i) if i % 3 else ("author", 2 * i)
         num = NUM if i % 2 else [2, 2]
         out.append(HeteroSampleRequest(t, np.arange(lo, lo + 4), num, request_key(SEED, 0, i),
-                                       replace=(i == 4)))
+                                       replace=(i == 4), disjoint=(i == DISJOINT) or None))
     return out
+
+
+def _reference(g, reqs: list[HeteroSampleRequest]) -> list:
+    """HeteroSampler's batch of each request alone (disjoint ones from a disjoint sampler)."""
+    import dataclasses
+
+    plain, trees = HeteroSampler(g, SEED), HeteroSampler(g, SEED, disjoint=True)
+    return [(trees if r.disjoint else plain).sample([dataclasses.replace(r, disjoint=None)])[0]
+            for r in reqs]
 
 
 def _plain(b) -> dict:
@@ -79,6 +94,12 @@ def _load(rank, world, d, mask):
     return out, len(loader), seen.numpy(), n_every, errors
 
 
+# (name, sampler.shared_topology, service mode) x (merged, alone): every one equals HeteroSampler
+CONFIGS = [("wire", False, "thread"), ("shared", True, "thread"), ("inline", "auto", "inline")]
+RUNS = [(c, name, per_round) for c in CONFIGS for name, per_round in (("merged", None),
+                                                                        ("alone", 1))]
+
+
 def _serve(rank, world, d, n_batches, mask):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import ConfigError, SamplingInputError
@@ -89,25 +110,27 @@ def _serve(rank, world, d, n_batches, mask):
     mine = list(range(rank, n_batches, world))
     out = {}
     part = load_partition(d, rank, world)
-    try:
-        SamplingService(part, seed=SEED, topology_cache=0.1)
-        raise AssertionError("a topology cache on a typed part was accepted")
-    except ConfigError:
-        pass
-    for name, per_round in (("merged", None), ("alone", 1)):
-        svc = SamplingService(load_partition(d, rank, world), seed=SEED,
-                              max_requests_per_round=per_round)
+    for bad_opts in ({"topology_cache": 0.1}, {"shared_topology": True, "kernel": "cuda"}):
+        try:
+            SamplingService(part, seed=SEED, **bad_opts)
+            raise AssertionError(f"{bad_opts} on a typed part was accepted")
+        except ConfigError:
+            pass
+    for (cname, shared, mode), name, per_round in RUNS:
+        svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode=mode,
+                              max_requests_per_round=per_round, shared_topology=shared)
         bad = svc.submit(SampleRequest(np.arange(3), [2], 0))  # homogeneous: refused alone
         futs = [svc.submit(reqs[i]) for i in mine]
         try:
-            bad.result(timeout=60)
+            svc.result(bad, timeout=60)
             raise AssertionError("a homogeneous request was served by a typed part")
         except SamplingInputError:
             pass
-        out[name] = [_plain(svc.result(f)) for f in futs]
+        out[cname, name] = [_plain(svc.result(f)) for f in futs]
         svc.shutdown()
         st = svc.stats()
-        out[name + "_stats"] = (st["rounds"], st["kernel_calls"], st["hops"])
+        out[cname, name, "stats"] = (st["rounds"], st["kernel_calls"], st["hops"],
+                                     st["shared_topology"])
     loaded = _load(rank, world, d, mask) if mask is not None else None
     return mine, out, loaded
 
@@ -139,22 +162,28 @@ def _check_loader(res, spec, world):
     # one rank never uses the wire; the kernel on parts of any partitioning is covered by
     # tests/unit/test_typed_partition.py
     pytest.param(1, "random", False, marks=pytest.mark.slow),
-    (2, "range", True), (3, "random", False)])
+    (2, "range", True), (3, "random", False), (2, "metis", False),
+    pytest.param(3, "metis", False, marks=pytest.mark.slow)])
 def test_typed_service_and_loader_equal_single_process(tmp_path, world, method, loader):
+    if method == "metis":
+        pytest.importorskip("pymetis", reason="METIS partitions need pymetis (not installed)")
     spec = typed_spec(3)
     g = typed_graph(spec)
     d = str(partition_graph(spec, num_parts=world, out=tmp_path / "p", method=method, seed=2))
     n_batches = 7
-    ref = HeteroSampler(g, SEED).sample(_requests(n_batches))
+    ref = _reference(g, _requests(n_batches))
     mask = spec["masks"]["paper"]["train"] if loader else None
     res = run_ranks(_serve, world, d, n_batches, mask, timeout=300)
     if loader:
         _check_loader([r[2] for r in res], spec, world)
     seen = []
+    reqs = _requests(n_batches)
     for mine, out, _ in res:
-        for name in ("merged", "alone"):
-            assert len(out[name]) == len(mine)
-            for i, got in zip(mine, out[name], strict=True):
+        for (cname, shared, _mode), name, _ in RUNS:
+            assert len(out[cname, name]) == len(mine)
+            for i, got in zip(mine, out[cname, name], strict=True):
+                check_batch_invariants(got, spec, reqs[i].seeds, reqs[i].num_neighbors,
+                                       reqs[i].replace)
                 want = _plain(ref[i])
                 for key in ("n_id", "edge_index", "e_id", "x", "y"):
                     assert got[key].keys() == want[key].keys(), key
@@ -163,16 +192,62 @@ def test_typed_service_and_loader_equal_single_process(tmp_path, world, method, 
                 for key in ("num_sampled_nodes", "num_sampled_edges", "batch_size",
                             "input_type"):
                     assert got[key] == want[key]
-            rounds, calls, hops = out[name + "_stats"]
+            rounds, calls, hops, sh = out[cname, name, "stats"]
             assert calls == 2 * rounds == hops  # one typed kernel call per hop per round
+            # every rank on this host: the shared topology is on exactly when asked (auto too)
+            assert sh["enabled"] == (world > 1 and shared is not False), (cname, sh)
+            if sh["enabled"]:
+                assert sh["peer_nodes"] > 0 and sh["agreement"] == "host sockets"
             if name == "alone":
                 assert rounds >= len(mine)
         seen += mine
     assert sorted(seen) == list(range(n_batches))
-    # every sampled edge of relation r is an edge of r, with its e_id
-    for b in ref:
-        for et, ei in b.edge_index.items():
-            src = b.n_id[et[0]].numpy()[ei[0].numpy()]
-            dst = b.n_id[et[2]].numpy()[ei[1].numpy()]
-            cols = spec["edge_index"][et][:, b.e_id[et].numpy()]
-            np.testing.assert_array_equal(cols, np.stack([src, dst]))
+
+
+def _cuda_sim(rank, world, d, n_batches):
+    import numba.cuda
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    assert numba.cuda.simulator_init  # noqa: B018  the simulator, not a device, is in use
+    reqs = _requests(n_batches)
+    mine = list(range(rank, n_batches, world))
+    out = {}
+    for kernel in ("cuda", "cpu"):
+        svc = SamplingService(load_partition(d, rank, world), seed=SEED, kernel=kernel,
+                              shared_topology="auto")  # auto: off with the CUDA kernel
+        t0 = dict(svc.sampler.ex.transfers)
+        futs = [svc.submit(reqs[i]) for i in mine]
+        got = [_plain(svc.result(f)) for f in futs]
+        svc.shutdown()
+        st = svc.stats()
+        out[kernel] = (got, st["kernel_calls"], st["shared_topology"]["enabled"],
+                       svc.sampler.ex.transfers["h2d"] - t0["h2d"],
+                       svc.sampler.ex.transfers["d2h"] - t0["d2h"])
+    return mine, out
+
+
+def test_typed_cuda_kernel_over_ranks_in_simulator_equals_cpu(tmp_path, monkeypatch):
+    """kernel='cuda' on typed parts, 2 ranks under NUMBA_ENABLE_CUDASIM (never run on a real
+    GPU): the typed CUDA twin gives the CPU kernel's batches bit for bit, one counted copy each
+    way per kernel call, and the shared topology stays off."""
+    spec = typed_spec(3)
+    d = str(partition_graph(spec, num_parts=2, out=tmp_path / "p", method="random", seed=2))
+    n_batches = 4
+    ref = _reference(typed_graph(spec), _requests(n_batches))
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # spawned ranks import numba afresh
+    res = run_ranks(_cuda_sim, 2, d, n_batches, timeout=300)
+    seen = []
+    for mine, out in res:
+        got, calls, shared, h2d, d2h = out["cuda"]
+        assert calls > 0 and h2d == d2h == calls and not shared
+        assert out["cpu"][3:] == (0, 0)  # the CPU path copies nothing
+        for i, b, cpu_b in zip(mine, got, out["cpu"][0], strict=True):
+            want = _plain(ref[i])
+            for key in ("n_id", "edge_index", "e_id", "x", "y"):
+                for k in want[key]:
+                    np.testing.assert_array_equal(b[key][k], want[key][k], err_msg=key)
+                    np.testing.assert_array_equal(b[key][k], cpu_b[key][k], err_msg=key)
+        seen += mine
+    assert sorted(seen) == list(range(n_batches))

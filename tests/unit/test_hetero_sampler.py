@@ -17,6 +17,8 @@ from mnmg_sampler.hetero_sampler import (
 )
 from mnmg_sampler.ops import typed as typed_ops
 
+from ..typed_graphs import take_all
+
 COUNTS = {"paper": 120, "author": 80, "field": 10}
 RELS = [("author", "writes", "paper"), ("paper", "rev_writes", "author"),
         ("paper", "cites", "paper"), ("field", "topic_of", "paper"),
@@ -157,59 +159,17 @@ def _hetero_data(spec):
 
 
 def _full_sampler(data, hops):
-    """A BaseSampler taking every neighbor for ``hops`` hops (the PyG loader needs pyg-lib or
-    torch-sparse for its own sampler, which are not dependencies here; with all neighbors the
-    sampled subgraph is fixed, so the two outputs can be compared as sets)."""
-    from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput
+    """A BaseSampler taking every neighbor for ``hops`` hops (:func:`take_all`)."""
+    from torch_geometric.sampler import BaseSampler
 
     class Full(BaseSampler):
         def sample_from_edges(self, inputs, neg_sampling=None):
             raise NotImplementedError
 
         def sample_from_nodes(self, inputs, **kw):
-            t0 = inputs.input_type
-            nodes = {t: [] for t in data.node_types}
-            index = {t: {} for t in data.node_types}
-            rows = {et: [] for et in data.edge_types}
-            cols = {et: [] for et in data.edge_types}
-            eids = {et: [] for et in data.edge_types}
-            n_nodes = {t: [0] * (hops + 1) for t in data.node_types}
-            n_edges = {et: [0] * hops for et in data.edge_types}
-            for v in inputs.node.tolist():
-                index[t0][v] = len(nodes[t0])
-                nodes[t0].append(v)
-            n_nodes[t0][0] = len(nodes[t0])
-            frontier = {t: list(nodes[t]) for t in data.node_types}
-            for h in range(hops):
-                new = {t: [] for t in data.node_types}
-                for et in data.edge_types:
-                    s, _, d = et
-                    src, dst = data[et].edge_index
-                    for v in frontier[d]:
-                        for e in torch.nonzero(dst == v).flatten().tolist():
-                            u = int(src[e])
-                            if u not in index[s]:
-                                index[s][u] = len(nodes[s])
-                                nodes[s].append(u)
-                                new[s].append(u)
-                            rows[et].append(index[s][u])
-                            cols[et].append(index[d][v])
-                            eids[et].append(e)
-                            n_edges[et][h] += 1
-                for t in data.node_types:
-                    n_nodes[t][h + 1] = len(new[t])
-                frontier = new
-
-            def as_t(a):
-                return torch.tensor(a, dtype=torch.long)
-
-            return HeteroSamplerOutput(
-                node={t: as_t(v) for t, v in nodes.items()},
-                row={et: as_t(v) for et, v in rows.items()},
-                col={et: as_t(v) for et, v in cols.items()},
-                edge={et: as_t(v) for et, v in eids.items()},
-                num_sampled_nodes=n_nodes, num_sampled_edges=n_edges,
-                metadata=(inputs.input_id, inputs.time))
+            out = take_all(data, {inputs.input_type: inputs.node}, hops)
+            out.metadata = (inputs.input_id, inputs.time)
+            return out
 
     return Full()
 

@@ -334,3 +334,11 @@ def test_pyg_inputs_and_output():
     assert h.edge_time is not None and h.num_edges == 300
     homo_nt = pyg.Data(edge_index=ei, num_nodes=40, time=torch.from_numpy(nt["a"]))
     assert load_temporal_graph(homo_nt).node_time is not None
+
+
+def test_request_level_options_are_refused_by_the_one_process_sampler():
+    g, _, _ = _graph("edge")
+    req = HeteroSampleRequest("a", np.arange(3), [2], 0, time_attr="time",
+                              input_time=np.zeros(3, np.int64))
+    with pytest.raises(SamplingInputError, match="at construction"):
+        HeteroSampler(g, 0, time_attr="time").sample([req])

@@ -193,6 +193,32 @@ def test_damaged_typed_section_is_a_partition_error(tmp_path):
         load_partition(out, 0, 2)
 
 
+def test_typed_parts_have_their_own_format_version(tmp_path):
+    """Typed manifests carry TYPED_FORMAT_VERSION (a reader of version 1 only refuses them by
+    their version); homogeneous ones keep version 1; this reader checks the pair."""
+    from mnmg_sampler.graph.partition_io import FORMAT_VERSION, TYPED_FORMAT_VERSION
+
+    out = partition_graph(typed_spec(), num_parts=2, out=tmp_path / "p", method="random")
+    homo = partition_graph(CSRGraph.from_edges(np.arange(4), np.arange(1, 5), 5), num_parts=2,
+                           out=tmp_path / "h", method="range")
+    assert json.loads((homo / "manifest.json").read_text())["format_version"] == 1 == \
+        FORMAT_VERSION
+    path = out / "manifest.json"
+    m = json.loads(path.read_text())
+    assert m["format_version"] == TYPED_FORMAT_VERSION != FORMAT_VERSION
+    for version in (1, 3):  # typed, but not the typed format this reader knows
+        path.write_text(json.dumps(m | {"format_version": version}))
+        with pytest.raises(PartitionError, match=rf"is typed \(format {version}\)"):
+            load_partition(out, 0, 2)
+    path.write_text(json.dumps({k: v for k, v in m.items() if k != "typed"}))
+    with pytest.raises(PartitionError, match="no 'typed' section"):
+        load_partition(out, 0, 2)
+    hm = json.loads((homo / "manifest.json").read_text())
+    (homo / "manifest.json").write_text(json.dumps(hm | {"format_version": 3}))
+    with pytest.raises(PartitionError, match="format version 3"):
+        load_partition(homo, 0, 2)
+
+
 def test_homogeneous_sampler_refuses_a_typed_part(tmp_path):
     from mnmg_sampler.distributed.sampler import DistSampler
     from mnmg_sampler.errors import ConfigError

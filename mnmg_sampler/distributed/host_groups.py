@@ -1,0 +1,145 @@
+"""Host groups: the ranks of one host share its parts; only other hosts' nodes touch the wire.
+
+Ranks are grouped by host (:func:`~.shared_topology.host_id`: the host name and boot id, or
+the ``MNMG_HOST_ID`` environment variable, which forces a host per rank so that several
+torchrun nodes on one machine act as separate hosts). With the shared topology on and ranks on
+several hosts, each rank maps the parts of its own host's ranks
+(:class:`~.shared_topology.SharedTopology` with ``whole`` False) and:
+
+- a hop's frontier nodes owned by the host are sampled here, in one compiled pass over the
+  mapped parts (:meth:`HostGroup.hop`); only the nodes owned by another host enter the
+  exchange, so they go to that host's ranks only. One host is the whole shared topology; one
+  rank per host is the wire path: the same round either way;
+- the feature store reads the host's rows in place and fetches other hosts' rows over the
+  wire, through a per-host row cache (:func:`share_slices`): each rank of the host fetches a
+  slice of it once, writes it to a file every rank of the host maps (one copy in the page
+  cache), and its rows never cross the wire again.
+
+The RNG is keyed on original ids and every part keeps its rows' canonical order, so minibatches
+and features are bit-identical to the single process for any host layout.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..sampler import HopSegments
+from .collective import Exchanger, agree, peer_errors
+from .shared_topology import SharedTopology
+from .topology_cache import interleave
+
+__all__ = ["HostGroup", "share_slices"]
+
+_I64 = np.int64
+
+
+class HostGroup:
+    """This rank's view of its host's parts (a :class:`SharedTopology` mapping only them).
+
+    Attributes:
+        shared: the mapped parts of the host's ranks.
+        ranks: the host's ranks.
+        last: the last hop's ``(hit mask, the hits' new ids)`` (``None``: no hit).
+    """
+
+    def __init__(self, shared: SharedTopology) -> None:
+        self.shared = shared
+        self.ranks = shared.ranks
+        self.inner = np.ascontiguousarray(shared.bounds[1:-1])
+        self.mask = np.zeros(shared.bounds.size - 1, bool)
+        self.mask[list(self.ranks)] = True
+        self.last: tuple[np.ndarray, np.ndarray] | None = None
+
+    def on_host(self, ids: np.ndarray) -> np.ndarray:
+        """bool per new id: is it owned by a rank of this host."""
+        return self.mask[np.searchsorted(self.inner, ids, side="right")]
+
+    def stats(self) -> dict:
+        return {**self.shared.stats(), "host_ranks": list(self.ranks)}
+
+    def frontier_orig(self, miss_orig: np.ndarray) -> np.ndarray:
+        """Original ids of the last hop's whole frontier from those of the nodes that went
+        over the wire (in frontier order among themselves) and the host's own."""
+        hit, nodes = self.last
+        out = np.empty(hit.size, _I64)
+        out[hit] = self.shared.to_orig(nodes)
+        out[~hit] = miss_orig
+        return out
+
+    def hop(self, h: HopSegments, wire_hop: Callable, kernel: Callable, seed: int):
+        """One hop: ``wire_hop`` (collective, always called once) samples the frontier nodes of
+        other hosts, the mapped parts the host's own (``kernel``: the weighted per-part call of
+        :meth:`SharedTopology.hop`); results in frontier order."""
+        nodes = np.ascontiguousarray(h.nodes, _I64)
+        hit = self.on_host(nodes)
+        self.last = None
+        if not hit.any():
+            return wire_hop(h)
+        sizes = np.asarray(h.sizes, _I64)
+        seg = np.repeat(np.arange(sizes.size), sizes)
+        S = sizes.size
+        miss = HopSegments(nodes[~hit], np.bincount(seg[~hit], minlength=S), h.keys,
+                           h.fanouts, h.replace, h.hop, h.edge_ids)
+        mine = HopSegments(nodes[hit], np.bincount(seg[hit], minlength=S), h.keys,
+                           h.fanouts, h.replace, h.hop, h.edge_ids)
+        c_miss, nb_miss, e_miss = wire_hop(miss)
+        c_hit, nb_hit, e_hit = self.shared.hop(mine, kernel, seed)
+        self.last = (hit, mine.nodes)
+        return interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
+                          bool(h.edge_ids))
+
+
+def _shm_dir() -> Path:
+    """Where a host's shared cache files go: RAM-backed ``/dev/shm`` when it exists."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def share_slices(ex: Exchanger, ranks: tuple[int, ...], ids: np.ndarray, rows: np.ndarray
+                 ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Collective over every rank of ``ex``: this rank's slice of the host cache (``ids``
+    sorted, ``rows`` in their order) written once to a file, then every slice of the host's
+    ``ranks`` memory-mapped (read-only; one copy in the page cache for the whole host).
+
+    Returns ``(ids, rows)`` per slice of the host. The files are unlinked once every rank has
+    mapped them (the mappings stay valid), so none outlives the job.
+    """
+    with peer_errors("agreeing on the host cache's file name"):
+        token = ex.agree_max([secrets.randbits(62)])[0]
+    base = _shm_dir() / f"mnmg-rowcache-{token:016x}"
+
+    def write() -> list[Path]:
+        out = []
+        for name, a in (("ids", np.ascontiguousarray(ids, _I64)),
+                        ("rows", np.ascontiguousarray(rows))):
+            path = Path(f"{base}-{ex.rank}-{name}.npy")
+            tmp = Path(f"{path}.tmp")
+            with open(tmp, "wb") as f:
+                np.save(f, a, allow_pickle=False)
+            os.replace(tmp, path)
+            out.append(path)
+        return out
+
+    mine = agree(write, ex.group, "writing this rank's slice of the host cache")
+    try:
+        out = agree(lambda: [tuple(_map(Path(f"{base}-{r}-{name}.npy"))
+                                   for name in ("ids", "rows")) for r in ranks], ex.group,
+                    "mapping the host cache's slices")
+    finally:
+        with peer_errors("waiting for every rank to map the host cache"):
+            ex.agree_max([0])  # every rank has mapped its host's slices: the names can go
+        for path in mine:
+            path.unlink(missing_ok=True)
+    return out
+
+
+def _map(path: Path) -> np.ndarray:
+    """One slice array, memory-mapped read-only (an empty one is read: nothing to map)."""
+    a = np.load(path, mmap_mode="r", allow_pickle=False)
+    return a if a.size else np.load(path, allow_pickle=False)

@@ -1,0 +1,100 @@
+"""A generated typed graph with planted labels (``dataset.name: typed-sbm:PAPERS[:CLASSES]``).
+
+A small citation graph in ogbn-mag's shape, so a typed job has something to learn whose accuracy
+means something: ``paper`` (features, labels), ``author`` and ``field`` (no features: a model
+learns embeddings for them), and the relations
+
+    (author, writes, paper)    (paper, rev_writes, author)     3 authors per paper
+    (paper, has_topic, field)  (field, rev_has_topic, paper)   2 fields per paper
+    (paper, cites, paper)                                      4 citations per paper
+
+Every paper has a class in ``[0, CLASSES)``; every author a community and every field a class
+(field ``f`` is of class ``f % CLASSES``). A paper's authors come from its class's community, its
+fields and cited papers from its class, each with a planted probability (:data:`PLANTED`), else
+from anywhere. A paper's own features are weak (class centre times :data:`FEATURE_SIGNAL` plus
+unit noise), so a model that reads only them is clearly worse than one that reads the
+neighbours; the signal is in who wrote a paper, its fields and what it cites.
+
+A pure function of ``(papers, classes, seed)`` (NumPy's PCG64 generator), the same on every
+rank and run. One process builds it (typed graphs are partitioned by one process).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .typed import TypedGraph, typed_graph
+
+__all__ = ["FEATURE_DIM", "FEATURE_SIGNAL", "PLANTED", "typed_sbm_graph", "typed_sbm_metadata"]
+
+FEATURE_DIM = 16
+"""Width of the paper features."""
+FEATURE_SIGNAL = 0.35
+"""Scale of the class centre in a paper's features (noise has unit variance)."""
+PLANTED = {"writes": 0.85, "has_topic": 0.8, "cites": 0.6}
+"""Probability that a paper's author (field, cited paper) is drawn from its own class."""
+_PER_PAPER = {"writes": 3, "has_topic": 2, "cites": 4}
+
+
+def _counts(papers: int, classes: int) -> dict[str, int]:
+    return {"paper": papers, "author": max(classes, papers // 2), "field": 4 * classes}
+
+
+def typed_sbm_metadata(papers: int, classes: int) -> tuple[dict[str, int], list[tuple]]:
+    """``(node counts per type, edge types)`` of :func:`typed_sbm_graph`, without building it
+    (``validate`` checks a config's types and relations against these)."""
+    ets = [("author", "writes", "paper"), ("paper", "rev_writes", "author"),
+           ("paper", "has_topic", "field"), ("field", "rev_has_topic", "paper"),
+           ("paper", "cites", "paper")]
+    return _counts(papers, classes), ets
+
+
+def _draw(rng, own: np.ndarray, k: int, p_in: float, group: np.ndarray, classes: int):
+    """``k`` members per entry of ``own`` (a class each): from class ``own`` with probability
+    ``p_in``, else from a uniformly drawn class, uniformly among that class's members
+    (``group[i]`` = the class of member ``i``)."""
+    order = np.argsort(group, kind="stable")
+    count = np.bincount(group, minlength=classes)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    n = own.shape[0] * k
+    cls = np.repeat(own, k)
+    away = rng.random(n) >= p_in
+    cls[away] = rng.integers(0, classes, int(away.sum()))
+    pick = start[cls] + np.floor(rng.random(n) * count[cls]).astype(np.int64)
+    return np.repeat(np.arange(own.shape[0], dtype=np.int64), k), order[pick]
+
+
+def _unique_pairs(src: np.ndarray, dst: np.ndarray, n_dst: int) -> np.ndarray:
+    code = np.unique(src * n_dst + dst)
+    return np.stack([code // n_dst, code % n_dst]).astype(np.int64)
+
+
+def typed_sbm_graph(papers: int, classes: int = 4, seed: int = 0) -> TypedGraph:
+    """The typed graph of the module docstring (``papers`` >= ``classes`` >= 2)."""
+    n = _counts(papers, classes)
+    rng = np.random.default_rng([int(seed), int(papers), int(classes)])
+    y = rng.integers(0, classes, papers).astype(np.int64)
+    community = rng.integers(0, classes, n["author"]).astype(np.int64)
+    community[:classes] = np.arange(classes)  # every community has an author
+    y[:classes] = np.arange(classes)  # and every class a paper
+    field_class = np.arange(n["field"], dtype=np.int64) % classes
+    centre = rng.standard_normal((classes, FEATURE_DIM))
+    x = (FEATURE_SIGNAL * centre[y] + rng.standard_normal((papers, FEATURE_DIM)))
+    p, a = _draw(rng, y, _PER_PAPER["writes"], PLANTED["writes"], community, classes)
+    writes = _unique_pairs(a, p, papers)  # (author, paper)
+    p, f = _draw(rng, y, _PER_PAPER["has_topic"], PLANTED["has_topic"], field_class, classes)
+    topic = _unique_pairs(p, f, n["field"])  # (paper, field)
+    p, q = _draw(rng, y, _PER_PAPER["cites"], PLANTED["cites"], y, classes)
+    keep = p != q
+    cites = _unique_pairs(p[keep], q[keep], papers)
+    spec = {
+        "num_nodes": n,
+        "edge_index": {("author", "writes", "paper"): writes,
+                       ("paper", "rev_writes", "author"): writes[::-1].copy(),
+                       ("paper", "has_topic", "field"): topic,
+                       ("field", "rev_has_topic", "paper"): topic[::-1].copy(),
+                       ("paper", "cites", "paper"): cites},
+        "x": {"paper": x.astype(np.float32)},
+        "y": {"paper": y},
+    }
+    return typed_graph(spec, f"typed-sbm:{papers}:{classes}")

@@ -1,0 +1,284 @@
+"""Sampling around seed edges of one relation of a typed graph (PyG's hetero
+``sample_from_edges``): negatives on the relation's node types, the node request, the link fields.
+
+As in :mod:`mnmg_sampler.link_sampler`, everything is a function of ``(seed, epoch, g)``, the
+batch's seed edges and the graph, so a batch is bit-identical for any world size and partitioning:
+
+1. :func:`build_typed_link_request` draws the negatives of relation ``(S, rel, D)`` with the
+   counter-based RNG (:mod:`mnmg_sampler.ops.negative`, keyed on the positive's index in
+   ``edge_label_index``): a destination of type ``D`` per negative, and in binary mode also a
+   source of type ``S`` (PyG draws both endpoints of a binary negative; triplet keeps the
+   positive's source). As PyG, the sources (positives' then negatives') are de-duplicated and
+   sorted into the seeds of type ``S`` and the destinations into those of type ``D`` (one sorted
+   list when ``S == D``); they form one
+   :class:`~mnmg_sampler.hetero_sampler.HeteroSampleRequest` with key
+   ``request_key(seed, epoch, g)``, so each type's seeds come first in its ``n_id``.
+2. :func:`finish_typed_link_batch` turns the sampled subgraph into a
+   :class:`~mnmg_sampler.hetero_batch.HeteroLinkMiniBatch`; with ``exclude_seed_edges`` the
+   positive seed edges ``s -> d`` are removed from their relation and ``d -> s`` from the reverse
+   relation (by node pair, as the homogeneous path; only hop-1 edges can be either, since both
+   end at a seed and seeds are expanded at hop 1 only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from .errors import GraphFormatError, SamplingInputError
+from .hetero_batch import EdgeType, HeteroLinkMiniBatch, HeteroMiniBatch
+from .hetero_sampler import HeteroSampleRequest
+from .ops.negative import NEG_SRC_HOP, KnownFn, NegativeSampling, sample_negatives
+from .sampler import request_key
+
+__all__ = ["HeteroLinkPlan", "build_typed_link_request", "finish_typed_link_batch",
+           "reverse_relation", "typed_link_input"]
+
+
+@dataclass
+class HeteroLinkPlan:
+    """What a typed link batch needs after sampling: the request and how to read its result."""
+
+    request: HeteroSampleRequest
+    edge_type: EdgeType
+    pos: np.ndarray  # positions of the positives in edge_label_index
+    src_local: np.ndarray  # local id in n_id[S] of every source: positives', then negatives'
+    dst_local: np.ndarray  # local id in n_id[D] of every destination, in the same order
+    label: np.ndarray | None
+    neg: NegativeSampling | None
+    edge_label_time: np.ndarray | None = None  # the positives' times (temporal)
+    trees: int = 0  # disjoint: positives per batch (PyG's batch % num_pos); 0 = not disjoint
+
+
+def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
+                             edge_label: np.ndarray | None, pos: np.ndarray, *, g: int,
+                             epoch: int, seed: int, num_neighbors: Sequence[int] | Mapping,
+                             replace: bool, num_src_nodes: int, num_dst_nodes: int,
+                             neg: NegativeSampling | None, known: KnownFn | None = None,
+                             more=None, edge_label_time: np.ndarray | None = None,
+                             time_attr: str | None = None, temporal_strategy: str = "uniform",
+                             disjoint: bool = False) -> HeteroLinkPlan:
+    """Draw the negatives of global batch ``g`` and form its typed node request (step 1).
+
+    With ``reject_known``, ``known(src ids, dst ids)`` (per-type ids; in a distributed loader
+    a collective exchange to the destinations' owners, ``more`` its agreement) tells which
+    candidates are edges of the relation; a rejected destination is drawn again (a binary
+    negative's drawn source is kept).
+
+    ``disjoint`` (implied by ``time_attr``, then ``edge_label_time`` ``[E]`` is required): as
+    PyG's ``edge_sample``, every endpoint is a seed of its own, not de-duplicated (sources, then
+    destinations; one list when both are of one type), negatives ordered by draw then positive,
+    so that tree ``b`` belongs to positive ``b % P`` and is bounded by its time."""
+    key = request_key(seed, epoch, g)
+    disjoint = bool(disjoint) or time_attr is not None  # temporal sampling is disjoint
+    src = edge_label_index[0, pos]
+    dst = edge_label_index[1, pos]
+    srcs, dsts = src, dst
+    if neg is not None:
+        neg_src = None
+        if neg.mode == "binary":
+            neg_src = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
+                                       num_nodes=num_src_nodes, hop=NEG_SRC_HOP)
+            srcs = np.concatenate([src, neg_src.ravel()])
+        negs = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
+                                num_nodes=num_dst_nodes,
+                                known=known if neg.reject_known else None, more=more,
+                                max_attempts=neg.max_attempts, draw_src=neg_src)
+        if disjoint:  # draw-major: negative a of positive i at P + a * P + i
+            negs = negs.T
+            neg_src = None if neg_src is None else neg_src.T
+            srcs = srcs if neg_src is None else np.concatenate([src, neg_src.ravel()])
+        dsts = np.concatenate([dst, negs.ravel()])
+    s_type, _, d_type = edge_type
+    if disjoint:
+        return _disjoint_plan(edge_type, srcs, dsts, pos, key, num_neighbors, replace,
+                              edge_label, neg, edge_label_time, time_attr, temporal_strategy)
+    if s_type != d_type:
+        s_seeds, s_loc = np.unique(srcs, return_inverse=True)
+        d_seeds, d_loc = np.unique(dsts, return_inverse=True)
+        other = {d_type: d_seeds}
+    else:  # one node type: sources and destinations are one seed list
+        s_seeds, inv = np.unique(np.concatenate([srcs, dsts]), return_inverse=True)
+        s_loc, d_loc = inv[:srcs.size], inv[srcs.size:]
+        other = None
+    label = None if edge_label is None else edge_label[pos]
+    request = HeteroSampleRequest(s_type, s_seeds, num_neighbors, key, replace, input_id=pos,
+                                  other_seeds=other)
+    return HeteroLinkPlan(request, edge_type, pos, s_loc.astype(np.int64).ravel(),
+                          d_loc.astype(np.int64).ravel(), label, neg)
+
+
+def _disjoint_plan(edge_type: EdgeType, srcs: np.ndarray, dsts: np.ndarray, pos: np.ndarray,
+                   key: int, num_neighbors, replace: bool, edge_label: np.ndarray | None,
+                   neg: NegativeSampling | None, edge_label_time: np.ndarray | None,
+                   time_attr: str | None, temporal_strategy: str) -> HeteroLinkPlan:
+    """The request of a disjoint (or temporal) link batch: one tree per endpoint, each bounded
+    by its positive's time; local ids are positions (each seed is first in its own tree)."""
+    s_type, _, d_type = edge_type
+    P = pos.size
+    two = s_type != d_type
+    s_loc = np.arange(srcs.size, dtype=np.int64)
+    d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
+    t_pos = None if edge_label_time is None else edge_label_time[pos]
+    n_trees = srcs.size + dsts.size
+    times = None if t_pos is None else np.tile(t_pos, n_trees // max(P, 1))
+    seeds = srcs if two else np.concatenate([srcs, dsts])
+    request = HeteroSampleRequest(s_type, seeds, num_neighbors, key, replace, input_id=pos,
+                                  input_time=times, time_attr=time_attr,
+                                  temporal_strategy=temporal_strategy, disjoint=True,
+                                  other_seeds={d_type: dsts} if two else None)
+    label = None if edge_label is None else edge_label[pos]
+    return HeteroLinkPlan(request, edge_type, pos, s_loc, d_loc, label, neg, t_pos, P)
+
+
+def _drop_pairs(mb_edges: dict, mb_eid: dict, n_edges: dict, et: EdgeType, row_nid: np.ndarray,
+                rows: np.ndarray, cols: np.ndarray, n_cols: int) -> None:
+    """Remove the hop-1 edges of relation ``et`` from a node of original id ``rows[i]``
+    (``row_nid``: ``n_id`` of the row type) into local node ``cols[i]``, in place. By original
+    source id, so that in a disjoint tree the source's own copy matches too."""
+    h1 = n_edges[et][0] if n_edges[et] else 0
+    if not h1 or not rows.size:
+        return
+    ei = mb_edges[et].numpy()
+    n = np.int64(max(n_cols, 1))
+    bad = np.isin(row_nid[ei[0, :h1]] * n + ei[1, :h1], rows * n + cols)
+    if not bad.any():
+        return
+    keep = np.ones(ei.shape[1], bool)
+    keep[:h1] = ~bad
+    n_edges[et][0] = h1 - int(bad.sum())
+    mb_edges[et] = torch.from_numpy(np.ascontiguousarray(ei[:, keep]))
+    mb_eid[et] = torch.from_numpy(mb_eid[et].numpy()[keep])
+
+
+def finish_typed_link_batch(mb: HeteroMiniBatch, plan: HeteroLinkPlan, *,
+                            exclude_seed_edges: bool = False,
+                            reverse_edge_type: EdgeType | None = None) -> HeteroLinkMiniBatch:
+    """Turn the sampled typed minibatch of ``plan`` into a :class:`HeteroLinkMiniBatch`
+    (step 2); ``reverse_edge_type`` (``D -> S``) loses the seed edges' reverses too."""
+    et, P, neg = plan.edge_type, plan.pos.size, plan.neg
+    edge_index, e_id = dict(mb.edge_index), dict(mb.e_id)
+    n_edges = {k: list(v) for k, v in mb.num_sampled_edges.items()}
+    if exclude_seed_edges and P:
+        s_loc, d_loc = plan.src_local[:P], plan.dst_local[:P]
+        s_nid, d_nid = mb.n_id[et[0]].numpy(), mb.n_id[et[2]].numpy()
+        _drop_pairs(edge_index, e_id, n_edges, et, s_nid, s_nid[s_loc], d_loc, d_nid.size)
+        if reverse_edge_type is not None:
+            _drop_pairs(edge_index, e_id, n_edges, reverse_edge_type, d_nid, d_nid[d_loc],
+                        s_loc, s_nid.size)
+    base = {f.name: getattr(mb, f.name) for f in fields(mb)}
+    base.update(edge_index=edge_index, e_id=e_id, num_sampled_edges=n_edges)
+    if plan.trees:  # PyG: a node's batch is its positive (tree % P)
+        base["batch"] = {t: v % plan.trees for t, v in mb.batch.items()}
+    out = HeteroLinkMiniBatch(**base, edge_type=et)
+    if plan.edge_label_time is not None:  # PyG's edge_label_time: one per label edge
+        t = torch.from_numpy(np.ascontiguousarray(plan.edge_label_time))
+        reps = 1 if neg is None or neg.mode == "triplet" else 1 + neg.amount
+        out.edge_label_time = t.repeat(reps)
+    label = None if plan.label is None else torch.from_numpy(np.ascontiguousarray(plan.label))
+    s_loc, d_loc = torch.from_numpy(plan.src_local), torch.from_numpy(plan.dst_local)
+    if neg is not None and neg.mode == "triplet":
+        out.edge_label_index = torch.stack([s_loc, d_loc[:P]])
+        out.src_index = s_loc
+        out.dst_pos_index = d_loc[:P]
+        dn = d_loc[P:].reshape(neg.amount, P).t() if plan.trees else \
+            d_loc[P:].reshape(P, neg.amount)
+        out.dst_neg_index = dn[:, 0].contiguous() if neg.amount == 1 else dn
+        return out
+    out.edge_label_index = torch.stack([s_loc, d_loc])
+    if neg is None:
+        out.edge_label = label
+        return out
+    if label is None:
+        label = torch.ones(P, dtype=torch.float32)
+    out.edge_label = torch.cat([label, label.new_zeros(P * neg.amount)])
+    return out
+
+
+def _edge_type(key, what: str, edge_types: Sequence[EdgeType]) -> EdgeType:
+    """``key`` as one of ``edge_types`` (a tuple or ``"src__rel__dst"``), else a typed error."""
+    from .graph.typed import edge_type_of
+
+    try:
+        et = edge_type_of(key, what)
+    except GraphFormatError as e:
+        raise SamplingInputError(str(e), "the loader cannot be built",
+                                 f"use one of {list(edge_types)}") from e
+    if et not in edge_types:
+        raise SamplingInputError(f"{what} names {et}, not a relation of the graph",
+                                 "the loader cannot be built", f"use one of {list(edge_types)}")
+    return et
+
+
+def reverse_relation(edge_type: EdgeType, edge_types: Sequence[EdgeType],
+                     given="auto") -> EdgeType | None:
+    """The relation holding the reverses of ``edge_type``'s edges: ``"auto"`` finds PyG's
+    ``ToUndirected`` naming (``(D, "rev_" + rel, S)``, or ``(D, rel[4:], S)`` for a ``rev_``
+    relation) and gives ``None`` when the graph has none; ``None`` means none; an edge type must
+    be a relation of the graph from ``D`` to ``S`` (``edge_type`` itself for a one-type relation
+    stored both ways)."""
+    if given is None:
+        return None
+    s, rel, d = edge_type
+    if isinstance(given, str) and given == "auto":
+        cand = (d, rel[4:], s) if rel.startswith("rev_") else (d, "rev_" + rel, s)
+        return cand if cand in edge_types else None
+    rev = _edge_type(given, "reverse_edge_type", edge_types)
+    if (rev[0], rev[2]) != (d, s):
+        raise SamplingInputError(f"reverse_edge_type {rev} does not go from {d!r} to {s!r}",
+                                 f"it cannot hold the reverses of {edge_type}",
+                                 f"name a relation ({d!r}, ..., {s!r}), or pass None")
+    return rev
+
+
+def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type="auto",
+                     exclude_reverse_edges: bool = False):
+    """``(edge type, [2, E] int64 seed edges, (source count, destination count), reverse
+    relation, num_neighbors)`` of a link loader on a typed part, checked: ``edge_label_index``
+    is PyG's ``(edge type, [2, E] per-type ids)``, ids in their types' ranges."""
+    from .hetero_sampler import fanout_table
+    from .sampler import check_fanouts
+
+    tp = sampler.tp
+    ets = list(tp.edge_types)
+    what = "the loader cannot be built; every rank raises this before sampling"
+    if not (isinstance(edge_label_index, tuple) and len(edge_label_index) == 2):
+        raise SamplingInputError(
+            f"edge_label_index is a {type(edge_label_index).__name__}, not an (edge type, "
+            "[2, E] ids) pair", what,
+            f"pass edge_label_index=(edge_type, index) with edge_type one of {ets}, as PyG's "
+            "LinkNeighborLoader on HeteroData")
+    et = _edge_type(edge_label_index[0], "edge_label_index", ets)
+    index = edge_label_index[1]
+    if torch.is_tensor(index):
+        index = index.detach().cpu().numpy()
+    index = np.asarray(index)
+    if index.ndim != 2 or index.shape[0] != 2 or (index.size and not np.issubdtype(
+            index.dtype, np.integer)):
+        raise SamplingInputError(f"edge_label_index of {et} has shape {list(index.shape)} and "
+                                 f"dtype {index.dtype}", "seed edges are columns (src, dst)",
+                                 "pass a [2, E] integer array of per-type ids")
+    eli = np.ascontiguousarray(index, np.int64)
+    counts = []
+    for row, name in ((0, et[0]), (1, et[2])):
+        t = tp.node_types.index(name)
+        n = int(tp.node_type_offset[t + 1] - tp.node_type_offset[t])
+        counts.append(n)
+        ids = eli[row]
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise SamplingInputError(f"edge_label_index of {et} holds {name} id {bad}, out of "
+                                     f"range for {n} {name} nodes", what,
+                                     f"pass {name} ids in [0, {n}) in row {row}")
+    if exclude_reverse_edges:
+        raise SamplingInputError("exclude_reverse_edges is for homogeneous graphs",
+                                 "on a typed graph the reverses live in their own relation",
+                                 "pass reverse_edge_type (default 'auto': PyG's rev_ naming)")
+    rev = reverse_relation(et, ets, reverse_edge_type)
+    fanout_table(sampler.graph, num_neighbors)
+    fanouts = num_neighbors if isinstance(num_neighbors, Mapping) else \
+        check_fanouts(num_neighbors)
+    return et, eli, (counts[0], counts[1]), rev, fanouts

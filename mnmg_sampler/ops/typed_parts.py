@@ -1,0 +1,175 @@
+"""The typed kernel over several typed parts at once: one call samples a hop for every relation,
+every merged request and frontier nodes of any part (the shared topology of typed parts).
+
+Node ``v`` (a new id) is local row ``v - bounds[p]`` of part ``p`` (``bounds[p] <= v <
+bounds[p + 1]``); its relations and segments come from that part's ``type_offset`` and
+``seg_base`` (:mod:`mnmg_sampler.graph.typed_partition`), its RNG id is the part's
+``orig_ids[row]`` (the internal id). Per (node, relation) the draws are those of
+:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` (the same helpers, streams
+``hop + r * 2**32`` and node-then-relation order), so the output equals one call of that kernel
+per part put back in frontier order, bit for bit. Two passes, as the typed CUDA twin: counts per
+node (all its relations) and weighted scratch, then draws and gather. No time bounds (the
+shared topology of typed parts samples without time).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import cpu, typed, weighted
+from .typed import (
+    draws_needed,
+    node_positions,
+    node_relations,
+    sample_count,
+    stream_base,
+    usable_count,
+    weighted_count,
+    weighted_positions,
+)
+
+__all__ = ["sample_typed_parts"]
+
+SHIFT = np.uint64(typed.HOP_RELATION_SHIFT)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def part_of(v, bounds, last):
+    """The part ``p`` with ``bounds[p] <= v < bounds[p + 1]`` (empty parts skipped)."""
+    p = 0
+    while p < last and v >= bounds[p + 1]:
+        p += 1
+    return p
+
+
+def _counts_py(bounds, type_offs, seg_bases, rel_off, indptrs, ws, wflag, nodes, req, fan,
+               replace, counts, scounts):
+    # counts[i + 1]: node i's samples over all its relations; scounts[i + 1]: its weighted
+    # scratch (the degree of every relation that draws, as ops.typed sizes it per pair)
+    n = nodes.shape[0]
+    last = bounds.shape[0] - 2
+    for i in numba.prange(n):
+        v = nodes[i]
+        p = part_of(v, bounds, last)
+        r0, R_t, s0 = node_relations(type_offs[p], rel_off, seg_bases[p], v - bounds[p])
+        indptr = indptrs[p]
+        q = req[i]
+        rep = replace[q] != 0
+        total = 0
+        scratch = 0
+        for j in range(R_t):
+            r = r0 + j
+            s = indptr[s0 + j]
+            d = indptr[s0 + j + 1] - s
+            f = fan[q, r]
+            if wflag[r] != 0:
+                nz = usable_count(ws[p], s, d)
+                k = weighted_count(nz, f, rep)
+                if draws_needed(nz, k, f, rep):
+                    scratch += d
+            else:
+                k = sample_count(d, f, rep)
+            total += k
+        counts[i + 1] = total
+        scounts[i + 1] = scratch
+
+
+def _fill_py(bounds, type_offs, seg_bases, rel_off, indptrs, indices, eids, origs, ws, wflag,
+             nodes, keys, req, fan, replace, seed, hop, offsets, soffs, c, nbr, rel_out,
+             eid_out, with_eids):
+    n = nodes.shape[0]
+    last = bounds.shape[0] - 2
+    for i in numba.prange(n):
+        v = nodes[i]
+        p = part_of(v, bounds, last)
+        row = v - bounds[p]
+        r0, R_t, s0 = node_relations(type_offs[p], rel_off, seg_bases[p], row)
+        indptr = indptrs[p]
+        idx = indices[p]
+        eid = eids[p]
+        w = ws[p]
+        node = origs[p][row]
+        q = req[i]
+        rep = replace[q]
+        o = offsets[i]
+        so = soffs[i]
+        for j in range(R_t):
+            r = r0 + j
+            start = indptr[s0 + j]
+            d = indptr[s0 + j + 1] - start
+            f = fan[q, r]
+            hop_r = hop + (np.uint64(r) << SHIFT)
+            if wflag[r] != 0:
+                nz = usable_count(w, start, d)
+                k = weighted_count(nz, f, rep != 0)
+                if k > 0:
+                    base = stream_base(seed, keys[i], hop_r, node)
+                    weighted_positions(nbr, o, w, start, d, nz, k, f, rep != 0, base, c, so)
+                    for m in range(o, o + k):
+                        nbr[m] += start
+                if draws_needed(nz, k, f, rep != 0):
+                    so += d
+            else:
+                k = sample_count(d, f, rep != 0)
+                node_positions(nbr, o, k, start, d, f, rep, seed, keys[i], hop_r, node)
+            for m in range(o, o + k):
+                e = nbr[m]
+                if with_eids:
+                    eid_out[m] = eid[e]
+                nbr[m] = idx[e]
+                rel_out[m] = r
+            o += k
+
+
+_KERNELS = {par: tuple(cpu._compile(f, par) for f in (_counts_py, _fill_py))
+            for par in (True, False)}
+
+
+def sample_typed_parts(bounds: np.ndarray, type_offs: np.ndarray, seg_bases: np.ndarray,
+                       rel_offset: np.ndarray, weighted_rel: np.ndarray, indptrs: tuple,
+                       indices: tuple, eids: tuple, origs: tuple, weights: tuple,
+                       nodes: np.ndarray, keys: np.ndarray, req: np.ndarray,
+                       fanouts: np.ndarray, replace: np.ndarray, seed: int, hop: int, *,
+                       with_eids: bool = True
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One typed hop over every part (module docstring).
+
+    Args:
+        bounds: int64 ``[P + 1]``: part ``p`` owns new ids ``[bounds[p], bounds[p + 1])``.
+        type_offs, seg_bases: int64 ``[P, T + 1]`` and ``[P, T]``: each part's
+            ``type_offset`` and ``seg_base``.
+        rel_offset, weighted_rel: the graph's ``rel_offset`` ``[T + 1]`` and uint8 per relation.
+        indptrs, indices, eids, origs: one array per part, all of one type (e.g. read-only
+            contiguous int64); weights: one float32 array per part (empty when unweighted).
+        nodes: frontier new ids; keys, req, fanouts, replace: as
+            :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`.
+
+    Returns:
+        ``(counts, neighbors (new ids), relations, edge_ids)`` in frontier order (int64).
+    """
+    nodes = np.ascontiguousarray(nodes, np.int64)
+    keys = np.ascontiguousarray(keys, np.int64)
+    req = np.ascontiguousarray(req, np.int64)
+    fan = np.ascontiguousarray(fanouts, np.int64)
+    repl = np.ascontiguousarray(replace, np.uint8)
+    wflag = np.ascontiguousarray(weighted_rel, np.uint8)
+    n = nodes.shape[0]
+    counts_k, fill_k = _KERNELS[cpu._parallel(n)]
+    offsets = np.zeros(n + 1, np.int64)
+    soffs = np.zeros(n + 1, np.int64)
+    counts_k(bounds, type_offs, seg_bases, rel_offset, indptrs, weights, wflag, nodes, req, fan,
+             repl, offsets, soffs)
+    counts = offsets[1:].copy()
+    np.cumsum(offsets, out=offsets)
+    np.cumsum(soffs, out=soffs)
+    total = int(offsets[-1])
+    nbr = np.empty(total, np.int64)
+    rel = np.empty(total, np.int64)
+    eid = np.empty(total if with_eids else 0, np.int64)
+    c = weighted._scratch(int(soffs[-1]))
+    if total:
+        fill_k(bounds, type_offs, seg_bases, rel_offset, indptrs, indices, eids, origs, weights,
+               wflag, nodes, keys, req, fan, repl, np.uint64(seed), np.uint64(hop), offsets,
+               soffs, c, nbr, rel, eid, with_eids)
+    return counts, nbr, rel, eid

@@ -1,0 +1,184 @@
+"""Heterogeneous GraphSAGE for typed minibatches, in pure torch (PyG's ``to_hetero(GraphSAGE)``
+with ``aggr="sum"``, without needing PyG).
+
+Each layer runs one SAGE convolution per relation ``(src, rel, dst)``
+(``lin_l(aggr of src messages) + lin_r(x_dst)``, :class:`~.model.SAGELayer`'s math with its own
+input width per side) and sums the results per destination type. Node types without features
+get a learned embedding (``nn.Embedding`` indexed by the minibatch's per-type ``n_id``, which are
+the graph's original per-type ids), so they need no config.
+
+Only what can reach the target type's output is built: the last layer's relations end at the
+target type, layer ``i``'s at a type layer ``i + 1`` reads, and only featureless types read by
+the first layer get an embedding. So every parameter gets a gradient from every batch (DDP needs
+no ``find_unused_parameters``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError, MemoryBudgetError, SamplingInputError
+from ..host_limits import check_allocation
+from .budget import BYTES_PER_PARAM
+from .model import SAGELayer, _check_aggr, _positive
+
+__all__ = ["HeteroGraphSAGE", "check_embedding_budget", "relation_key", "relations_per_layer"]
+
+EdgeType = tuple[str, str, str]
+
+
+def relation_key(et: EdgeType) -> str:
+    """``"src__rel__dst"``: PyG's ``EdgeTypeStr``, the module key of a relation's layer."""
+    return "__".join(et)
+
+
+def relations_per_layer(edge_types: Sequence[EdgeType], target: str,
+                        layers: int) -> list[list[EdgeType]]:
+    """Per layer (first first), the relations whose output reaches ``target`` at the end and
+    whose inputs exist: a type no relation points to has no representation after layer 0."""
+    every = {t for et in edge_types for t in (et[0], et[2])}
+    rels = [list(edge_types) for _ in range(layers)]
+    while True:
+        out, have = [], every
+        for layer in rels:  # forward: both ends computed by the layer before
+            layer = [et for et in layer if et[0] in have and et[2] in have]
+            out.append(layer)
+            have = {et[2] for et in layer}
+        need = {target}
+        for i in range(layers - 1, -1, -1):  # backward: read by the layer after
+            out[i] = [et for et in out[i] if et[2] in need]
+            need = {t for et in out[i] for t in (et[0], et[2])}
+        if out == rels:
+            return out
+        rels = out
+
+
+def check_embedding_budget(rows: Mapping[str, int], dim: int, budget_mb: float | None) -> None:
+    """:class:`MemoryBudgetError` when the embedding tables of ``rows`` (nodes per featureless
+    type) of width ``dim``, with gradients and Adam's moments (16 bytes a value), exceed
+    ``model.embedding_memory_mb`` or the memory at hand. Run before anything is allocated."""
+    from ..host_limits import format_bytes
+
+    total = sum(int(n) for n in rows.values()) * int(dim)
+    nbytes = total * BYTES_PER_PARAM
+    what = (f"model.embedding_dim: embedding tables of width {dim} for the node types without "
+            f"features ({', '.join(f'{t}: {n:,} rows' for t, n in rows.items())}; "
+            f"{total:,} values, {format_bytes(nbytes)} with gradients and optimizer state)")
+    fix = ("lower model.embedding_dim, give those node types features, or raise "
+           "model.embedding_memory_mb")
+    if budget_mb is not None and nbytes > budget_mb * 2**20:
+        raise MemoryBudgetError(f"{what} exceed model.embedding_memory_mb = {budget_mb:g}",
+                                "nothing was allocated; every rank holds the whole tables", fix)
+    check_allocation(what, nbytes, fix)
+
+
+class HeteroGraphSAGE(nn.Module):
+    """GraphSAGE over typed minibatches (module docstring).
+
+    Args:
+        edge_types: the graph's relations ``(src, rel, dst)``.
+        num_nodes: nodes per type (rows of an embedding table).
+        in_dims: feature width per node type with features; the other types read embeddings.
+        hidden: width of the hidden layers.
+        out_dim: number of classes.
+        layers: number of layers (as many as the loader samples hops).
+        target: the node type whose logits are returned.
+        embedding_dim: width of the embeddings of featureless types.
+        dropout, aggr: as :class:`~.model.GraphSAGE`.
+
+    Example::
+
+        model = HeteroGraphSAGE(edge_types, num_nodes, {"paper": 16}, 64, 4, 2, "paper", 64)
+        out = model(batch.x, batch.edge_index, batch.n_id)[: batch.batch_size]
+        loss = F.cross_entropy(out, batch.y["paper"][: batch.batch_size])
+    """
+
+    def __init__(self, edge_types: Sequence[EdgeType], num_nodes: Mapping[str, int],
+                 in_dims: Mapping[str, int], hidden: int, out_dim: int, layers: int,
+                 target: str, embedding_dim: int, dropout: float = 0.5,
+                 aggr: str = "mean", embedding_memory_mb: float | None = None) -> None:
+        super().__init__()
+        hidden, out_dim = _positive("hidden", hidden), _positive("out_dim", out_dim)
+        layers, embedding_dim = _positive("layers", layers), _positive("embedding_dim",
+                                                                       embedding_dim)
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ConfigError(f"model.dropout is {dropout!r}", "the model cannot be built",
+                              "set model.dropout in [0, 1)")
+        _check_aggr(aggr)
+        self.target, self.dropout = str(target), float(dropout)
+        self.edge_types = [tuple(et) for et in edge_types]
+        self.layer_relations = relations_per_layer(self.edge_types, self.target, layers)
+        if not self.layer_relations[-1]:
+            raise ConfigError(f"sampler.input_type: no chain of {layers} relations ends at node "
+                              f"type {target!r}", "its nodes would never read a neighbor",
+                              "classify a node type relations point to, and give every type "
+                              "on the way incoming relations (reverse ones, PyG's rev_ naming)")
+        first = {t for et in self.layer_relations[0] for t in (et[0], et[2])}
+        featureless = {t: int(num_nodes[t]) for t in sorted(first) if t not in in_dims}
+        check_embedding_budget(featureless, embedding_dim, embedding_memory_mb)
+        self.embeddings = nn.ModuleDict({t: nn.Embedding(n, embedding_dim)
+                                         for t, n in featureless.items()})
+        dims = {t: int(in_dims[t]) for t in first if t in in_dims}
+        dims.update({t: embedding_dim for t in featureless})
+        shapes = []  # per layer and relation: (src width, dst width, out width)
+        for i, rels in enumerate(self.layer_relations):
+            out = out_dim if i == layers - 1 else hidden
+            shapes.append({et: (dims[et[0]], dims[et[2]], out) for et in rels})
+            dims = {et[2]: out for et in rels}
+        params = sum((a + 1 + b) * o for layer in shapes for a, b, o in layer.values())
+        check_allocation(f"model.hidden: a heterogeneous GraphSAGE of {params:,} parameters",
+                         4 * params, "lower model.hidden (or model.layers / the feature widths)")
+        self.convs = nn.ModuleList()
+        for layer_shapes in shapes:
+            layer = nn.ModuleDict()
+            for et, (a, b, o) in layer_shapes.items():
+                conv = SAGELayer(a, o, aggr)
+                conv.lin_r = nn.Linear(b, o, bias=False)  # the destination's own width
+                layer[relation_key(et)] = conv
+            self.convs.append(layer)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def inputs(self, x: Mapping[str, torch.Tensor], n_id: Mapping[str, torch.Tensor],
+               device: torch.device | None = None) -> dict[str, torch.Tensor]:
+        """Layer-0 inputs: features (as float32) where a type has them, else its embedding
+        rows of ``n_id``."""
+        h = {}
+        for t in {t for et in self.layer_relations[0] for t in (et[0], et[2])}:
+            if t in self.embeddings:
+                emb = self.embeddings[t]
+                h[t] = emb(n_id[t].to(emb.weight.device))
+            elif t in x:
+                h[t] = x[t].to(device, torch.float32) if device is not None else x[t].float()
+            else:
+                raise SamplingInputError(f"the minibatch has no features of node type {t!r}",
+                                         "the model cannot read its nodes",
+                                         "build the model with the graph's feature widths")
+        return h
+
+    def forward(self, x: Mapping[str, torch.Tensor],
+                edge_index: Mapping[EdgeType, torch.Tensor],
+                n_id: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Logits of every ``target`` node of the minibatch (seeds first: slice
+        ``[:batch_size]``). ``x``, ``edge_index`` and ``n_id`` are the
+        :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts."""
+        dev = next(self.parameters()).device
+        h = self.inputs(x, n_id, dev)
+        for i, rels in enumerate(self.layer_relations):
+            out: dict[str, torch.Tensor] = {}
+            for et in rels:
+                conv = self.convs[i][relation_key(et)]
+                ei = edge_index[et].to(dev)
+                y = conv((h[et[0]], h[et[2]]), ei)
+                out[et[2]] = out[et[2]] + y if et[2] in out else y
+            if i < self.num_layers - 1:
+                out = {t: F.dropout(F.relu(v), self.dropout, self.training)
+                       for t, v in out.items()}
+            h = out
+        return h[self.target]

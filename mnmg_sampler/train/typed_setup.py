@@ -1,0 +1,266 @@
+"""What a job on a typed (heterogeneous) graph needs before it trains, for every task on it.
+
+A dataset is typed when ``dataset.name`` is the generated ``typed-sbm:PAPERS[:CLASSES]``
+(:mod:`mnmg_sampler.graph.typed_generate`), a saved ``HeteroData`` (``.pt``) or an OGB
+heterogeneous directory. The config's typed keys (``sampler.input_type``, fanouts per relation,
+``model.embedding_dim``) are checked against the graph's types and relations
+(:class:`TypedMeta`): by ``validate`` from the dataset, and by every rank at job start from the
+partition manifest, before the sampling service or any loader starts. The homogeneous-only keys
+are refused for a typed graph, and the typed-only keys for a homogeneous one, naming the key.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import JobConfig, num_hops, parse_dataset_name
+from ..config.parse import _err
+
+__all__ = ["TypedMeta", "check_homogeneous_job", "check_typed_job", "dataset_is_typed",
+           "embedding_rows", "load_typed_dataset", "meta_of_graph", "meta_of_manifest",
+           "num_neighbors", "typed_meta", "typed_node_split"]
+
+log = logging.getLogger(__name__)
+
+EdgeType = tuple[str, str, str]
+
+
+@dataclass
+class TypedMeta:
+    """A typed graph's types and relations, as a config is checked against them."""
+
+    num_nodes: dict[str, int]
+    edge_types: list[EdgeType]
+    x_dims: dict[str, int]
+    """Feature width of each node type with features."""
+    labelled: list[str]
+    """Node types with labels."""
+
+
+def meta_of_graph(g) -> TypedMeta:
+    """The :class:`TypedMeta` of a :class:`~mnmg_sampler.graph.typed.TypedGraph`."""
+    return TypedMeta(g.num_nodes_dict(), [tuple(et) for et in g.edge_types],
+                     {t: int(np.prod(np.asarray(x).shape[1:], dtype=np.int64))
+                      for t, x in g.x.items()}, sorted(g.y))
+
+
+def meta_of_manifest(manifest: dict) -> TypedMeta:
+    """The :class:`TypedMeta` of a typed partition directory's manifest (no part is read)."""
+    tp = manifest["typed"]
+    off = tp["node_type_offset"]
+    return TypedMeta({t: int(off[i + 1] - off[i]) for i, t in enumerate(tp["node_types"])},
+                     [tuple(et) for et in tp["edge_types"]],
+                     {t: int(np.prod(v["shape"], dtype=np.int64)) for t, v in tp["x"].items()},
+                     sorted(tp["y"]))
+
+
+def dataset_is_typed(cfg: JobConfig) -> bool:
+    """True for the generated typed graph, an OGB hetero directory, or a ``.pt`` holding a
+    ``HeteroData`` (its ``to_dict()`` or the plain dict form; the file is read to tell)."""
+    spec = parse_dataset_name(cfg.dataset.name)
+    if spec.kind == "typed-sbm":
+        return True
+    if spec.kind != "path":
+        return False
+    from ..config.formats import is_ogb_hetero_dir
+
+    p = Path(spec.path)
+    if is_ogb_hetero_dir(p):
+        return True
+    if p.suffix in (".pt", ".pth") and p.is_file():
+        from ..graph.typed_io import typed_graph_at
+
+        return typed_graph_at(p) is not None
+    return False
+
+
+def load_typed_dataset(cfg: JobConfig):
+    """The job's :class:`~mnmg_sampler.graph.typed.TypedGraph` (generated with
+    ``dataset.seed``, or read from the file)."""
+    spec = parse_dataset_name(cfg.dataset.name)
+    if spec.kind == "typed-sbm":
+        from ..graph.typed_generate import typed_sbm_graph
+
+        return typed_sbm_graph(spec.papers, spec.classes, cfg.dataset.seed)
+    from ..graph.typed_io import load_typed_graph
+
+    return load_typed_graph(spec.path)
+
+
+def typed_meta(cfg: JobConfig) -> TypedMeta | None:
+    """The dataset's :class:`TypedMeta`, or ``None`` for a homogeneous dataset. The generated
+    graph's comes without building it; a file is read."""
+    spec = parse_dataset_name(cfg.dataset.name)
+    if spec.kind == "typed-sbm":
+        from ..graph.typed_generate import FEATURE_DIM, typed_sbm_metadata
+
+        counts, ets = typed_sbm_metadata(spec.papers, spec.classes)
+        return TypedMeta(counts, ets, {"paper": FEATURE_DIM}, ["paper"])
+    if spec.kind != "path":
+        return None
+    from ..graph.typed_io import typed_graph_at
+
+    g = typed_graph_at(spec.path)  # None: a homogeneous file
+    return None if g is None else meta_of_graph(g)
+
+
+_HOMOGENEOUS_ONLY = (
+    ("dataset.features", lambda c: c.dataset.features is not None),
+    ("dataset.labels", lambda c: c.dataset.labels is not None),
+    ("dataset.train_mask", lambda c: c.dataset.train_mask is not None),
+    ("dataset.val_mask", lambda c: c.dataset.val_mask is not None),
+    ("dataset.test_mask", lambda c: c.dataset.test_mask is not None),
+    ("dataset.feature_dim", lambda c: c.dataset.feature_dim != 0),
+    ("dataset.num_classes", lambda c: c.dataset.num_classes != 0),
+    ("dataset.undirected", lambda c: c.dataset.undirected is True),
+    ("dataset.renumber", lambda c: c.dataset.renumber is True),
+    ("sampler.weights", lambda c: c.sampler.weights is not None),
+    ("sampler.split", lambda c: c.sampler.split != "global"),
+    ("sampler.topology_cache", lambda c: c.sampler.topology_cache != 0),
+    ("features.cache_rows", lambda c: c.features.cache_rows != 0),
+    ("model.use_pyg", lambda c: c.model.use_pyg),
+    ("training.eval_memory_mb", lambda c: c.training.eval_memory_mb is not None),
+)
+
+
+def _check_fanouts(key: str, fanouts, meta: TypedMeta) -> None:
+    if not isinstance(fanouts, dict):
+        return
+    rels = {"__".join(et): et for et in meta.edge_types}
+    for k in fanouts:
+        if k not in rels:
+            import difflib
+
+            close = difflib.get_close_matches(k, list(rels), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise _err(f"{key}.{k}", f"not a relation of the graph{hint}",
+                       f"use the graph's relations: {', '.join(rels)}",
+                       "Its fanouts would be ignored")
+    missing = [k for k in rels if k not in fanouts]
+    if missing:
+        raise _err(key, f"no fanouts for relations {', '.join(missing)}",
+                   "give every relation a list (0 per hop samples none), or one list for all",
+                   "PyG's semantics need one list per relation")
+
+
+def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
+    """Check the config against a typed graph; returns the input node type. Raises
+    :class:`~mnmg_sampler.errors.ConfigError` naming the key (or
+    :class:`~mnmg_sampler.errors.MemoryBudgetError` for the embedding tables)."""
+    for key, given in _HOMOGENEOUS_ONLY:
+        if given(cfg):
+            raise _err(key, f"{cfg.dataset.name} is a typed graph, and {key} applies to "
+                       "homogeneous graphs only", f"remove {key} (typed graphs carry their node "
+                       "data per type: docs/hetero.md)", "It would be ignored")
+    if cfg.task != "node":
+        raise _err("task", f"task {cfg.task} is not supported on typed graphs yet",
+                   "use task: node (classification of sampler.input_type)")
+    if cfg.training.mode == "train" and cfg.training.eval_mode != "sampled":
+        raise _err("training.eval_mode", f"{cfg.training.eval_mode} evaluation is homogeneous "
+                   "only", "set training.eval_mode=sampled (minibatches sampled with "
+                   "sampler.eval_fanouts)")
+    t = cfg.sampler.input_type
+    need_labels = cfg.training.mode == "train"
+    if t is None:
+        choices = meta.labelled if need_labels else list(meta.num_nodes)
+        if len(choices) != 1:
+            raise _err("sampler.input_type", "not set, and the graph has "
+                       + (f"{len(choices)} labelled node types" if need_labels
+                          else f"{len(choices)} node types"),
+                       f"set sampler.input_type to one of {', '.join(choices) or '(none)'}")
+        t = choices[0]
+    elif t not in meta.num_nodes:
+        import difflib
+
+        close = difflib.get_close_matches(t, list(meta.num_nodes), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise _err("sampler.input_type", f"node type {t!r} is not in the graph{hint}",
+                   f"use one of {', '.join(meta.num_nodes)}")
+    if need_labels and t not in meta.labelled:
+        raise _err("sampler.input_type", f"node type {t!r} has no labels",
+                   f"classify a labelled type ({', '.join(meta.labelled) or 'none'}), or use "
+                   "training.mode=sample")
+    _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
+    _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
+    if need_labels:
+        from .hetero_model import check_embedding_budget, relations_per_layer
+
+        layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
+        rels = relations_per_layer(meta.edge_types, t, layers)
+        if not rels[-1]:
+            raise _err("sampler.input_type", f"no chain of {layers} relations ends at node type "
+                       f"{t!r}", "classify a node type relations point to, and give every "
+                       "type on the way incoming relations (reverse ones, PyG's rev_ naming)")
+        check_embedding_budget(embedding_rows(meta, rels), embedding_dim(cfg),
+                               cfg.model.embedding_memory_mb)
+    return t
+
+
+def embedding_rows(meta: TypedMeta, rels: list[list[EdgeType]]) -> dict[str, int]:
+    """Rows of every embedding table the model builds: the featureless types its first layer
+    reads."""
+    first = sorted({x for et in rels[0] for x in (et[0], et[2])})
+    return {t: meta.num_nodes[t] for t in first if t not in meta.x_dims}
+
+
+def embedding_dim(cfg: JobConfig) -> int:
+    """``model.embedding_dim``, or ``model.hidden`` when null."""
+    return int(cfg.model.embedding_dim or cfg.model.hidden)
+
+
+def check_homogeneous_job(cfg: JobConfig) -> None:
+    """The typed-only keys on a homogeneous graph: a ConfigError naming the key."""
+    s = cfg.sampler
+    for key, given in (("sampler.input_type", s.input_type is not None),
+                       ("sampler.fanouts", isinstance(s.fanouts, dict)),
+                       ("sampler.eval_fanouts", isinstance(s.eval_fanouts, dict))):
+        if given:
+            raise _err(key, f"{cfg.dataset.name} is a homogeneous graph; "
+                       + ("a node type applies" if key.endswith("input_type") else
+                          "fanouts per relation apply") + " to typed graphs only",
+                       "drop it" if key.endswith("input_type") else
+                       f"give {key} as one list, e.g. [10, 10]",
+                       "A homogeneous graph has one node type and one relation")
+
+
+def num_neighbors(fanouts):
+    """``sampler.fanouts`` as the loader takes it: a list, or ``{(src, rel, dst): list}``."""
+    if isinstance(fanouts, dict):
+        return {tuple(k.split("__")): list(v) for k, v in fanouts.items()}
+    return list(fanouts)
+
+
+def typed_node_split(pdir: str | Path, input_type: str, cfg: JobConfig) -> dict:
+    """Train/val/test seeds of ``input_type`` (per-type ids): the graph's own masks of that type
+    when it has a train mask (read from every part, small), else a random split of the type's
+    nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank without an
+    exchange."""
+    from ..graph.partition_io import load_partition, read_manifest
+    from ..seeds import random_node_split
+
+    manifest = read_manifest(pdir)
+    meta = meta_of_manifest(manifest)
+    names = manifest["typed"].get("masks", {}).get(input_type, [])
+    if "train" not in names:
+        return random_node_split(meta.num_nodes[input_type], cfg.dataset.split,
+                                 cfg.dataset.split_seed)
+    ids: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    for r in range(int(manifest["num_parts"])):
+        part = load_partition(pdir, r, verify=False)
+        tp = part.typed
+        t = tp.node_types.index(input_type)
+        rows = np.asarray(part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]]
+        for k in names:
+            ids[k].append(rows[np.asarray(tp.masks[input_type][k], bool)]
+                          - tp.node_type_offset[t])
+    out = {k: np.sort(np.concatenate(v)).astype(np.int64) for k, v in ids.items()}
+    for k in ("val", "test"):
+        out.setdefault(k, np.zeros(0, np.int64))
+    log.info("split of %s from the graph's masks: %s", input_type,
+             ", ".join(f"{k} {v.size}" for k, v in out.items()))
+    return out
+

@@ -1,0 +1,221 @@
+"""Temporal and disjoint sampling over ranks (SamplingService + DistNeighborLoader on typed
+parts, real gloo ranks): on every batch of an epoch, for a heterogeneous graph with edge time
+and a homogeneous (one-type) graph with node time, no sampled edge or node is later than its
+seed's time; "last" takes exactly the k latest admissible neighbors; disjoint trees without
+time; every batch equals the one-process sampler's (so W = 1, 2, 3 agree); every seed once per
+epoch; bad temporal arguments are typed errors on every rank. One spawn per world size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mnmg_sampler.graph.api import partition_graph
+from mnmg_sampler.graph.temporal import temporal_graph_from_data
+from mnmg_sampler.graph.typed import typed_graph
+from mnmg_sampler.hetero_sampler import HeteroSampler, HeteroSampleRequest
+from mnmg_sampler.loader import global_batches
+from mnmg_sampler.ops.rng import request_key
+
+from .harness import run_ranks
+
+SEED, LSEED, EPOCH, B = 5, 7, 1, 4
+N = {"a": 30, "b": 18}
+RELS = [("a", "x", "a"), ("b", "y", "a"), ("a", "z", "b")]
+NUM = [3, 2]
+N_HOMO = 40
+
+
+def _hetero_spec() -> tuple[dict, dict]:
+    g = np.random.default_rng(11)
+    ei = {r: np.stack([g.integers(0, N[r[0]], 160), g.integers(0, N[r[2]], 160)])
+          for r in RELS}
+    et = {r: g.integers(0, 50, 160) for r in RELS}
+    spec = {"num_nodes": N, "edge_index": ei, "edge_time": et,
+            "x": {"a": g.random((N["a"], 3), dtype=np.float32)}}
+    return spec, et
+
+
+def _homo_data() -> dict:
+    g = np.random.default_rng(12)
+    ei = np.stack([g.integers(0, N_HOMO, 200), g.integers(0, N_HOMO, 200)])
+    return {"edge_index": ei, "num_nodes": N_HOMO, "node_time": g.integers(0, 30, N_HOMO),
+            "x": g.random((N_HOMO, 2), dtype=np.float32)}
+
+
+def _input_time() -> np.ndarray:
+    return np.random.default_rng(13).integers(0, 60, N["a"])
+
+
+# (name, graph, loader arguments): the same list in the ranks and the check
+CASES = [("uniform", "hetero", {"time_attr": "time", "temporal_strategy": "uniform"}),
+         ("last", "hetero", {"time_attr": "time", "temporal_strategy": "last"}),
+         ("disjoint", "hetero", {"disjoint": True}),
+         ("homo", "homo", {"time_attr": "time", "temporal_strategy": "uniform"})]
+
+
+# merged rounds: every rank submits these at once (rank r: those with i % W == r), so one
+# kernel call serves timed, untimed and disjoint requests of several ranks together (W = 2:
+# rank 0's blocks carry no time, rank 1's do)
+MIXED = [{}, {"time_attr": "time"}, {"disjoint": True}, {"time_attr": "time", "last": True},
+         {}, {"time_attr": "time"}, {"disjoint": True}, {"time_attr": "time", "last": True}]
+
+
+def _mixed_request(i: int, opts: dict) -> HeteroSampleRequest:
+    seeds = np.arange(3 * i, 3 * i + 4) % N["a"]
+    kw = {}
+    if "time_attr" in opts:
+        kw = {"input_time": _input_time()[seeds], "time_attr": "time",
+              "temporal_strategy": "last" if opts.get("last") else "uniform"}
+    elif opts.get("disjoint"):
+        kw = {"disjoint": True}
+    return HeteroSampleRequest("a", seeds, NUM, request_key(SEED, 3, i), **kw)
+
+
+def _plain(b) -> dict:
+    d = {k: {n: v.numpy() for n, v in getattr(b, k).items()}
+         for k in ("n_id", "edge_index", "e_id", "x", "batch")}
+    d["seed_time"] = None if b.seed_time is None else b.seed_time.numpy()
+    d["input_id"] = b.input_id.numpy()
+    return d
+
+
+def _ranks(rank, world, dirs):
+    import torch
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.errors import SamplingInputError
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    out, errors = {}, []
+    for graph, d in dirs.items():
+        svc = SamplingService(load_partition(d, rank, world), seed=SEED)
+        for name, g, kw in CASES:
+            if g != graph:
+                continue
+            if graph == "hetero" and "time_attr" in kw:
+                kw = kw | {"input_time": torch.from_numpy(_input_time())}
+            nodes = ("a", None) if graph == "hetero" else None  # one type: plain ids
+            loader = DistNeighborLoader(svc, nodes, NUM, batch_size=B, shuffle=True,
+                                        seed=LSEED, **kw)
+            loader.set_epoch(EPOCH)
+            out[name] = [_plain(b) for b in loader]
+        if graph == "hetero":
+            futs = [(i, svc.submit(_mixed_request(i, o))) for i, o in enumerate(MIXED)
+                    if i % world == rank]
+            out["mixed"] = {i: _plain(svc.result(f)) for i, f in futs}
+            bad = _mixed_request(0, MIXED[0])
+            bad.time_attr = "ts"  # not the graph's time: refused when submitted
+            try:
+                svc.result(svc.submit(bad))
+            except SamplingInputError as e:
+                errors.append(str(e).split(".")[0])
+            for bad in ({"time_attr": "ts"}, {"time_attr": "time"},  # no node time: input_time
+                        {"time_attr": "time", "input_time": np.zeros(3, np.int64)},
+                        {"time_attr": "time", "input_time": np.zeros(N["a"])},
+                        {"input_time": np.zeros(N["a"], np.int64)},
+                        {"time_attr": "time", "temporal_strategy": "first",
+                         "input_time": np.zeros(N["a"], np.int64)}):
+                try:
+                    DistNeighborLoader(svc, ("a", None), NUM, batch_size=B, **bad)
+                except SamplingInputError as e:
+                    errors.append(str(e).split(".")[0])
+        svc.shutdown()
+    return out, errors
+
+
+def _check_case(name, kw, g, res, world, times, cols):
+    """Every batch of every rank: equal to one process, time-respecting, seeds once."""
+    homo = name == "homo"
+    itype = "node" if homo else "a"
+    n = g.num_nodes_of(itype)
+    gb = global_batches(n, B, world, shuffle=True, drop_last=False, seed=LSEED, epoch=EPOCH)
+    opts = {k: v for k, v in kw.items() if k != "input_time"}
+    ref = HeteroSampler(g, SEED, **opts)
+    it = _input_time() if (not homo and "time_attr" in kw) else None
+    seen = np.zeros(n, np.int64)
+    for rank, (out, _) in enumerate(res):
+        got_all = out[name]
+        assert len(got_all) == len(range(rank, len(gb), world))
+        for gidx, got in zip(range(rank, len(gb), world), got_all, strict=True):
+            seeds = gb[gidx]
+            want = _plain(ref.sample([HeteroSampleRequest(
+                itype, seeds, NUM, request_key(LSEED, EPOCH, gidx),
+                input_time=None if it is None else it[seeds])])[0])
+            for key in ("n_id", "edge_index", "e_id", "x", "batch"):
+                assert got[key].keys() == want[key].keys(), (name, key)
+                for k in want[key]:
+                    np.testing.assert_array_equal(got[key][k], want[key][k], err_msg=key)
+            np.testing.assert_array_equal(got["input_id"], seeds)
+            seen[got["n_id"][itype][:seeds.size]] += 1
+            _check_time(name, got, cols, times, it, seeds, itype)
+    np.testing.assert_array_equal(seen, np.ones(n, np.int64))  # every seed once per epoch
+
+
+def _check_time(name, b, cols, times, it, seeds, itype):
+    if name == "disjoint":
+        assert b["seed_time"] is None
+        for t, tree in b["batch"].items():  # a node appears at most once per tree
+            ids = b["n_id"][t]
+            assert np.unique(np.stack([tree, ids]), axis=1).shape[1] == ids.size
+        return
+    st = b["seed_time"]
+    if name == "homo":
+        np.testing.assert_array_equal(st, times[seeds])  # default: the seeds' node time
+        tree = b["batch"]["node"]
+        assert np.all(times[b["n_id"]["node"]] <= st[tree])  # no node from the future
+        return
+    np.testing.assert_array_equal(st, it[seeds])
+    n_edges = 0
+    for et, ei in b["edge_index"].items():
+        tree = b["batch"][et[2]][ei[1]]
+        assert np.all(times[et][b["e_id"][et]] <= st[tree])  # no edge from the future
+        n_edges += ei.shape[1]
+        if name == "last":
+            _check_last(b, cols[et], times, et, ei, st, itype)
+    assert n_edges > 0
+
+
+def _check_last(b, cols, times, et, ei, st, itype):
+    """Hop 1: the edges sampled into each seed along ``et`` are the k latest admissible."""
+    if et[2] != itype:
+        return
+    for s in range(st.size):
+        v = b["n_id"][itype][s]
+        adm = np.flatnonzero((cols[1] == v) & (times[et] <= st[s]))
+        adm = adm[np.lexsort((adm, times[et][adm]))]  # time order, ties by edge id
+        want = adm[max(0, adm.size - NUM[0]):]
+        hop1 = (ei[1] == s)
+        np.testing.assert_array_equal(np.sort(b["e_id"][et][hop1]), np.sort(want))
+
+
+@pytest.mark.parametrize("world, method", [pytest.param(1, "random", marks=pytest.mark.slow),
+                                           (2, "range"), (3, "random")])
+def test_temporal_loader_over_ranks_equals_one_process(tmp_path, world, method):
+    spec, et = _hetero_spec()
+    hetero = typed_graph(spec)
+    homo_data = _homo_data()
+    homo = temporal_graph_from_data(homo_data)
+    dirs = {k: str(partition_graph(gr, num_parts=world, out=tmp_path / k, method=method,
+                                   seed=3))
+            for k, gr in (("hetero", hetero), ("homo", homo))}
+    res = run_ranks(_ranks, world, dirs, timeout=300)
+    for name, graph, kw in CASES:
+        g = hetero if graph == "hetero" else homo
+        times = et if graph == "hetero" else homo_data["node_time"]
+        _check_case(name, kw, g, res, world, times, spec["edge_index"])
+    for _, errors in res:
+        assert len(errors) == 7, errors  # each bad argument: a typed error on every rank
+    mixed = {i: b for out, _ in res for i, b in out["mixed"].items()}
+    assert sorted(mixed) == list(range(len(MIXED)))
+    for i, o in enumerate(MIXED):
+        r = _mixed_request(i, o)
+        opts = {"time_attr": r.time_attr, "temporal_strategy": r.temporal_strategy,
+                "disjoint": r.disjoint}
+        r.time_attr, r.temporal_strategy, r.disjoint = None, "uniform", None
+        want = _plain(HeteroSampler(hetero, SEED, **opts).sample([r])[0])
+        for key in ("n_id", "edge_index", "e_id", "batch"):
+            assert mixed[i][key].keys() == want[key].keys(), (i, key)
+            for k in want[key]:
+                np.testing.assert_array_equal(mixed[i][key][k], want[key][k])

@@ -1,0 +1,96 @@
+"""The typed kernel over every mapped part (the typed shared topology), in one process: one
+call (serial or parallel) equals the typed kernel on each node's own part, bit for bit
+(weighted relation, -1, 0, with and without replacement, several requests); x/y rows of every
+type (float16 included) are read in place from the parts in any order; a graph with times
+keeps the wire."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mnmg_sampler.distributed.shared_topology import SharedTopology
+from mnmg_sampler.distributed.typed_shared import TypedSharedTopology
+from mnmg_sampler.graph.api import partition_graph
+from mnmg_sampler.graph.partition_io import load_partition
+from mnmg_sampler.graph.typed_partition import part_graph
+from mnmg_sampler.ops.typed import sample_typed_neighbors
+
+from ..typed_graphs import typed_spec
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    d = partition_graph(typed_spec(3), num_parts=3, out=tmp_path_factory.mktemp("t") / "p",
+                        method="random", seed=2)
+    parts = [load_partition(d, r, 3) for r in range(3)]
+    return parts, TypedSharedTopology(SharedTopology(parts[1], 1, 3), parts[1])
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, monkeypatch):
+    from mnmg_sampler.ops import cpu
+
+    if parallel:  # the parallel kernels (large frontiers) on this small one
+        monkeypatch.setattr(cpu, "PARALLEL_MIN_NODES", 1)
+    parts, ts = shared
+    b = parts[0].boundaries
+    rng = np.random.default_rng(0)
+    R = len(parts[0].typed.edge_types)
+    nodes = rng.integers(0, int(b[-1]), 300)
+    req = rng.integers(0, 3, nodes.size)
+    keys = req * 7 + 1
+    fan = rng.integers(-1, 4, (3, R))
+    fan[0, :] = [-1, 0, 2, 3, 1][:R]
+    rep = np.array([0, 1, 0], np.uint8)
+    peer0 = ts.peer_nodes
+    for hop in (0, 1):
+        got = ts.hop(nodes, keys, req, fan, rep, 5, hop)
+        ref = [[], [], [], []]
+        for i, v in enumerate(nodes):
+            p = int(np.searchsorted(b[1:-1], v, side="right"))
+            row = np.array([v - b[p]])
+            q = slice(req[i], req[i] + 1)
+            o = sample_typed_neighbors(part_graph(parts[p]), row,
+                                       np.asarray(parts[p].orig_ids)[row], keys[i:i + 1],
+                                       np.zeros(1, np.int64), fan[q], rep[q], 5, hop)
+            for k in range(4):
+                ref[k].append(o[k])
+        for k in range(4):
+            np.testing.assert_array_equal(got[k], np.concatenate(ref[k]))
+        assert set(np.unique(got[2]).tolist()) == set(range(R))  # every relation sampled
+    own = (nodes >= b[1]) & (nodes < b[2])
+    assert ts.peer_nodes - peer0 == 2 * int((~own).sum())
+
+
+def test_rows_of_every_type_read_in_place(shared):
+    parts, ts = shared
+    b = parts[0].boundaries
+    assert set(ts.x) == {"author", "paper"} and set(ts.y) == {"paper"}
+    for t, name in enumerate(ts.node_types):
+        ids = np.concatenate([np.arange(b[p] + parts[p].typed.type_offset[t],
+                                        b[p] + parts[p].typed.type_offset[t + 1])
+                              for p in range(3)])
+        perm = np.random.default_rng(t).permutation(ids.size)
+        rows = ts.rows(name, t, ids[perm])
+        for key in ("x", "y"):
+            src = getattr(parts[0].typed, key)
+            if name not in src:
+                assert key not in rows
+                continue
+            whole = np.concatenate([np.asarray(getattr(p.typed, key)[name]) for p in parts])
+            assert rows[key].dtype == whole.dtype and rows[key].shape == whole[perm].shape
+            np.testing.assert_array_equal(rows[key], whole[perm])
+
+
+def test_a_graph_with_times_keeps_the_wire(tmp_path):
+    """The kernel over parts has no time bounds: shared_topology=True on a timed typed graph
+    is a ConfigError (before any collective), auto keeps the wire."""
+    from mnmg_sampler.distributed.typed_shared import open_typed_shared
+    from mnmg_sampler.errors import ConfigError
+
+    spec = typed_spec()
+    spec["edge_time"] = {et: np.arange(ei.shape[1]) for et, ei in spec["edge_index"].items()}
+    part = load_partition(partition_graph(spec, num_parts=2, out=tmp_path / "p"), 0, 2)
+    with pytest.raises(ConfigError, match="times"):
+        open_typed_shared(part, None, True)
