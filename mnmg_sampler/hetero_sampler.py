@@ -239,16 +239,15 @@ def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,
     src, dst, rel, eid = (np.concatenate([h[k] for h in hops]) if hops
                           else np.zeros(0, np.int64) for k in range(4))
     edge_hop = np.repeat(np.arange(H), [h[0].size for h in hops])
-    # per relation, in sampling order (numpy's stable sort of int16 is a radix sort)
-    order = np.argsort(rel.astype(np.int16) if R < 2**15 else rel, kind="stable")
-    bounds = np.zeros(R + 1, np.int64)
-    np.cumsum(np.bincount(rel, minlength=R), out=bounds[1:])
+    # per relation, in sampling order, in one pass (a per-relation gather cost half the batch)
+    ei, eid_o, bounds, per_hop = typed_ops.group_by_relation(src, dst, rel, eid, edge_hop, loc,
+                                                             R, H)
     edge_index, e_id, e_sampled = {}, {}, {}
     for r, et in enumerate(edge_types):
-        sel = order[bounds[r]:bounds[r + 1]]
-        edge_index[et] = torch.from_numpy(np.stack([loc[src[sel]], loc[dst[sel]]]))
-        e_id[et] = torch.from_numpy(eid[sel])
-        e_sampled[et] = np.bincount(edge_hop[sel], minlength=H).tolist()
+        a, b = int(bounds[r]), int(bounds[r + 1])
+        edge_index[et] = torch.from_numpy(ei[2 * a:2 * b].reshape(2, b - a))
+        e_id[et] = torch.from_numpy(eid_o[a:b])
+        e_sampled[et] = per_hop[r].tolist()
     input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
     return HeteroMiniBatch(
         n_id=n_id, edge_index=edge_index, e_id=e_id, input_type=req.input_type,

@@ -8,24 +8,34 @@ Every relation gets the fanouts of ``--fanouts``.
 
 Measured, interleaved repeats on the same frontier:
 
-1. **one hop**: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` against
-   :func:`mnmg_sampler.ops.cpu.sample_neighbors` over the same ``--kernel-nodes`` nodes (with
-   edge ids), as seconds per sampled edge. They draw different edge sets (``min(k, degree)``
-   per relation against per node), so the cost per sampled edge is the comparable number.
+1. **one hop**: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` over ``--kernel-nodes``
+   nodes (with edge ids) against :func:`mnmg_sampler.ops.cpu.sample_neighbors` on the same
+   edges two ways: over the typed graph's (node, relation) segments (every segment of those
+   nodes a CSR row of its own, fanout ``k``), which samples exactly the typed kernel's edge
+   counts (``min(k, degree in r)`` per relation), so the ratio is the typed kernel's own cost
+   (the target); and over the nodes' whole rows (``k`` per node), which also carries the cost
+   of per-relation fanouts (three small segments per node instead of one row: more rows per
+   sampled edge, and more of them taken whole). CPU seconds per sampled edge (medians; wall
+   times beside them): on shared cores the wall time also counts other jobs.
 2. **multi-hop minibatches**: :class:`mnmg_sampler.hetero_sampler.HeteroSampler` with seeds of
-   type ``t0`` against :class:`mnmg_sampler.sampler.MultiHopSampler` with the same seeds.
-
-DGL's heterograph sampler is not measured here.
+   type ``t0`` against :class:`mnmg_sampler.sampler.MultiHopSampler` with the same seeds, and,
+   when a peer venv exists, **DGL 2.1's heterograph** ``NeighborSampler`` (a subprocess running
+   :mod:`mnmg_sampler.bench.dgl_hetero_peer`, its runs interleaved with our repeats) on the
+   same typed graph, seeds and per-relation fanouts. DGL re-samples every layer's destination
+   nodes, so its edges per batch differ: sampled edges per second is the comparable number.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 NUM_TYPES = 3
 COST_TARGET = 1.3  # typed cost per sampled edge <= 1.3x the homogeneous kernel's
+DGL_TARGET = 2.0  # typed multi-hop sampled edges/s >= 2x DGL's heterograph NeighborSampler's
 
 
 def typed_view(graph, num_types: int = NUM_TYPES, weights: np.ndarray | None = None):
@@ -51,19 +61,38 @@ def typed_view(graph, num_types: int = NUM_TYPES, weights: np.ndarray | None = N
     return typed_graph(spec, f"{graph.name} typed ({num_types} types)"), bounds
 
 
-def _per_edge(seconds: list[float], edges: int) -> dict:
+def _per_edge(seconds: list[float], edges: int, cpu: list[float] | None = None) -> dict:
     med = float(np.median(seconds))
-    return {"seconds": seconds, "median_s": med, "edges": edges,
-            "per_s": edges / med, "ns_per_edge": 1e9 * med / max(edges, 1)}
+    out = {"seconds": seconds, "median_s": med, "edges": edges, "per_s": edges / med,
+           "ns_per_edge": 1e9 * med / max(edges, 1)}
+    if cpu is not None:
+        out.update(cpu_seconds=cpu, cpu_ns_per_edge=1e9 * float(np.median(cpu)) / max(edges, 1))
+    return out
+
+
+def interleaved_runs(fns: dict, repeats: int) -> tuple[dict, dict]:
+    """``repeats`` interleaved runs of every function: their wall and CPU seconds (this
+    process's). On shared cores the wall time also holds the time other jobs held the core, so
+    the costs are compared in CPU time (the kernels run on this process's threads)."""
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, f in fns.items():
+            t, c = time.perf_counter(), time.process_time()
+            f()
+            cpu[name].append(time.process_time() - c)
+            wall[name].append(time.perf_counter() - t)
+    return wall, cpu
 
 
 def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
-                 batches: int, kernel_nodes: int, repeats: int) -> dict:
-    """The measurements of the module docstring, as a dict."""
-    from ..hetero_sampler import HeteroSampler, HeteroSampleRequest
+                 batches: int, kernel_nodes: int, repeats: int, *, peer=None,
+                 peer_repeats: int = 3, threads: int = 1,
+                 peer_missing: str = "not measured") -> dict:
+    """The measurements of the module docstring, as a dict; ``peer``: the Python of a DGL peer
+    venv (``None``: DGL not measured, ``peer_missing`` says why)."""
     from ..ops import cpu, typed
     from ..ops.rng import request_key
-    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
     t0 = time.perf_counter()
     tg, bounds = typed_view(graph)
@@ -78,73 +107,181 @@ def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: in
     req = np.zeros(nodes.size, np.int64)
     rows = nodes  # types are id ranges in order, so internal ids are the original ids
 
-    def homo():
-        return cpu.sample_neighbors(graph.indptr, graph.indices, graph.edge_ids, nodes, nodes,
-                                    keys, seed, 0, k, replace)
+    # the segments of every node, in node then relation order (all types have R_t relations)
+    t_of = np.searchsorted(tg.node_type_offset, rows, side="right") - 1
+    r_t = np.diff(tg.rel_offset)[t_of]
+    first = tg.seg_base[t_of] + (rows - tg.node_type_offset[t_of]) * r_t
+    segs = np.repeat(first - np.cumsum(r_t) + r_t, r_t) + np.arange(int(r_t.sum()))
+    seg_nodes, seg_keys = np.repeat(rows, r_t), np.repeat(keys, r_t)
 
-    def het():
-        return typed.sample_typed_neighbors(tg, rows, rows, keys, req, fan, [replace], seed, 0)
-
-    h_edges, t_edges = int(homo()[0].sum()), int(het()[0].sum())  # warm-up and edge counts
-    runs: dict[str, list[float]] = {"homogeneous": [], "typed": []}
-    for _ in range(repeats):
-        for name, f in (("homogeneous", homo), ("typed", het)):
-            t = time.perf_counter()
-            f()
-            runs[name].append(time.perf_counter() - t)
-    kern = {"homogeneous": _per_edge(runs["homogeneous"], h_edges),
-            "typed": _per_edge(runs["typed"], t_edges), "nodes": int(nodes.size),
-            "fanout": k, "relations": R}
-    kern["cost_ratio"] = kern["typed"]["ns_per_edge"] / kern["homogeneous"]["ns_per_edge"]
+    fns = {
+        "homogeneous": lambda: cpu.sample_neighbors(graph.indptr, graph.indices, graph.edge_ids,
+                                                    nodes, nodes, keys, seed, 0, k, replace),
+        "homogeneous_segments": lambda: cpu.sample_neighbors(
+            tg.indptr, tg.indices, tg.edge_ids, segs, seg_nodes, seg_keys, seed, 0, k, replace),
+        "typed": lambda: typed.sample_typed_neighbors(tg, rows, rows, keys, req, fan, [replace],
+                                                      seed, 0),
+    }
+    edges = {name: int(f()[0].sum()) for name, f in fns.items()}  # warm-up and edge counts
+    runs, cpu_s = interleaved_runs(fns, repeats)
+    kern: dict = {name: _per_edge(runs[name], edges[name], cpu_s[name]) for name in fns}
+    kern.update(nodes=int(nodes.size), segments=int(segs.size), fanout=k, relations=R)
+    for name, ref in (("cost_ratio", "homogeneous_segments"), ("cost_ratio_rows", "homogeneous")):
+        kern[name] = kern["typed"]["cpu_ns_per_edge"] / kern[ref]["cpu_ns_per_edge"]
+        kern[name + "_wall"] = kern["typed"]["ns_per_edge"] / kern[ref]["ns_per_edge"]
 
     t0_seeds = seeds[seeds < bounds[1]]
     nb = min(batches, -(-t0_seeds.size // batch_size))
-    chunks = [t0_seeds[i * batch_size:(i + 1) * batch_size] for i in range(nb)]
-    hs = HeteroSampler(tg, seed)
-    ms = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
-    h_reqs = [HeteroSampleRequest("t0", c, fanouts, request_key(seed, 0, i), replace)
-              for i, c in enumerate(chunks)]
-    m_reqs = [SampleRequest(c, fanouts, request_key(seed, 0, i), replace)
-              for i, c in enumerate(chunks)]
-    hs.sample(h_reqs[:1])
-    ms.sample(m_reqs[:1])
-    mh: dict[str, list[float]] = {"homogeneous": [], "typed": []}
-    edges = {"homogeneous": 0, "typed": 0}
-    for _ in range(repeats):
-        t = time.perf_counter()
-        e = sum(int(b.e_id.numel()) for r in m_reqs for b in ms.sample([r]))
-        mh["homogeneous"].append(time.perf_counter() - t)
-        edges["homogeneous"] = e
-        t = time.perf_counter()
-        e = sum(sum(v.numel() for v in b.e_id.values()) for r in h_reqs for b in hs.sample([r]))
-        mh["typed"].append(time.perf_counter() - t)
-        edges["typed"] = int(e)
-    multi = {name: _per_edge(mh[name], edges[name]) for name in mh}
-    multi.update(batches=nb, cost_ratio=multi["typed"]["ns_per_edge"]
-                 / multi["homogeneous"]["ns_per_edge"])
+    mh = HeteroMultiHop(tg, graph, t0_seeds[:nb * batch_size], fanouts, replace, seed,
+                        batch_size)
+    dgl: dict = {"available": False, "error": peer_missing}
+    if peer:
+        dgl = bench_dgl_hetero(tg, "t0", t0_seeds[:nb * batch_size], peer, fanouts, replace,
+                               batch_size, nb, threads, peer_repeats, mh.run_once)
+    while len(mh.seconds["typed"]) < repeats:
+        mh.run_once()
+    multi = mh.result()
+    if dgl.get("available"):
+        dgl["typed_vs_dgl"] = multi["typed"]["per_s"] / dgl["sampled_edges_per_s"]
+        dgl["typed_vs_dgl_best"] = multi["typed"]["best_per_s"] / dgl["best_per_s"]
     return {"num_types": NUM_TYPES, "relations": [list(e) for e in tg.edge_types],
-            "typed_build_s": build_s, "kernel": kern, "multihop": multi,
-            "dgl": {"available": False, "error": "not measured: no DGL heterograph peer"}}
+            "typed_build_s": build_s, "kernel": kern, "multihop": multi, "dgl": dgl}
+
+
+class HeteroMultiHop:
+    """Timed multi-hop minibatches of the same seeds (batches of ``batch_size`` of type
+    ``t0``): :class:`~mnmg_sampler.hetero_sampler.HeteroSampler` on the typed view and
+    :class:`~mnmg_sampler.sampler.MultiHopSampler` on the graph, one request per call. Each
+    :meth:`run_once` is one timed repeat of both, so DGL's runs can be interleaved with them."""
+
+    def __init__(self, tg, graph, seeds, fanouts, replace: bool, seed: int,
+                 batch_size: int) -> None:
+        from ..hetero_sampler import HeteroSampler, HeteroSampleRequest
+        from ..ops.rng import request_key
+        from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+        chunks = [seeds[i:i + batch_size] for i in range(0, seeds.size, batch_size)]
+        self.batches = len(chunks)
+        self.hs = HeteroSampler(tg, seed)
+        self.ms = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
+        self.h_reqs = [HeteroSampleRequest("t0", c, fanouts, request_key(seed, 0, i), replace)
+                       for i, c in enumerate(chunks)]
+        self.m_reqs = [SampleRequest(c, fanouts, request_key(seed, 0, i), replace)
+                       for i, c in enumerate(chunks)]
+        self.hs.sample(self.h_reqs[:1])  # warm-up
+        self.ms.sample(self.m_reqs[:1])
+        self.seconds: dict[str, list[float]] = {"homogeneous": [], "typed": []}
+        self.edges = {"homogeneous": 0, "typed": 0}
+
+    def run_once(self) -> None:
+        t = time.perf_counter()
+        e = sum(int(b.e_id.numel()) for r in self.m_reqs for b in self.ms.sample([r]))
+        self.seconds["homogeneous"].append(time.perf_counter() - t)
+        self.edges["homogeneous"] = e
+        t = time.perf_counter()
+        e = sum(sum(int(v.numel()) for v in b.e_id.values())
+                for r in self.h_reqs for b in self.hs.sample([r]))
+        self.seconds["typed"].append(time.perf_counter() - t)
+        self.edges["typed"] = e
+
+    def result(self) -> dict:
+        multi = {name: _per_edge(s, self.edges[name]) for name, s in self.seconds.items()}
+        for name, s in self.seconds.items():
+            multi[name]["best_per_s"] = self.edges[name] / min(s)
+        multi.update(batches=self.batches, cost_ratio=multi["typed"]["ns_per_edge"]
+                     / multi["homogeneous"]["ns_per_edge"])
+        return multi
+
+
+def save_typed_graph(tg, path, input_type: str, seeds: np.ndarray) -> None:
+    """Write ``tg`` for :mod:`mnmg_sampler.bench.dgl_hetero_peer` (its docstring has the keys):
+    per relation its edges in per-type ids, edge ``i`` being our per-relation edge id ``i``."""
+    T = len(tg.node_types)
+    seg_len = np.diff(tg.indptr)
+    arrays: dict = {}
+    for r, (s_t, _, d_t) in enumerate(tg.edge_types):
+        t = tg.node_types.index(d_t)
+        lo, hi = int(tg.rel_offset[t]), int(tg.rel_offset[t + 1])
+        n = int(tg.node_type_offset[t + 1] - tg.node_type_offset[t])
+        segs = tg.seg_base[t] + np.arange(n, dtype=np.int64) * (hi - lo) + (r - lo)
+        deg = seg_len[segs]
+        entries = np.repeat(tg.indptr[segs] - np.cumsum(deg) + deg, deg) + np.arange(
+            int(deg.sum()), dtype=np.int64)
+        src = np.empty(entries.size, np.int64)
+        dst = np.empty(entries.size, np.int64)
+        eid = tg.edge_ids[entries]
+        src[eid] = tg.indices[entries] - tg.node_type_offset[tg.node_types.index(s_t)]
+        dst[eid] = np.repeat(np.arange(n, dtype=np.int64), deg)
+        arrays[f"src_{r}"], arrays[f"dst_{r}"] = src, dst
+    np.savez(path, node_types=np.array(tg.node_types), rel_src=np.array([e[0] for e in
+                                                                          tg.edge_types]),
+             rel_name=np.array([e[1] for e in tg.edge_types]),
+             rel_dst=np.array([e[2] for e in tg.edge_types]),
+             num_nodes=np.diff(tg.node_type_offset).astype(np.int64)[:T],
+             input_type=np.array(input_type), seeds=np.asarray(seeds, np.int64), **arrays)
+
+
+def peer_command(python, path, fanouts, replace: bool, batch_size: int, batches: int,
+                 threads: int) -> list[str]:
+    """The command line of :mod:`mnmg_sampler.bench.dgl_hetero_peer` on the saved ``path``."""
+    cmd = [str(python), str(Path(__file__).with_name("dgl_hetero_peer.py")), "--graph",
+           str(path), "--fanouts", ",".join(str(f) for f in fanouts), "--batch-size",
+           str(batch_size), "--batches", str(batches), "--threads", str(threads)]
+    return cmd + (["--replace"] if replace else [])
+
+
+def bench_dgl_hetero(tg, input_type: str, seeds, python, fanouts, replace: bool,
+                     batch_size: int, batches: int, threads: int, repeats: int,
+                     before_each=None) -> dict:
+    """DGL's heterograph ``NeighborSampler`` on ``tg`` with the same seeds and per-relation
+    fanouts, ``repeats`` subprocesses of the peer venv's ``python`` (median run), each after
+    ``before_each()``; or ``{"available": False, "error": ...}``."""
+    from .peers import median_run, peer_runs
+
+    with tempfile.TemporaryDirectory(prefix="mnmg-bench-") as tmp:
+        path = Path(tmp) / "typed.npz"
+        save_typed_graph(tg, path, input_type, seeds)
+        cmd = peer_command(python, path, fanouts, replace, batch_size, batches, threads)
+        runs, error = peer_runs(cmd, threads, repeats, before_each)
+    if error is not None:
+        return {"available": False, "error": error, "command": cmd}
+    return median_run(runs, python=str(python))
 
 
 def print_hetero(res: dict) -> None:
     """The human-readable lines of :func:`bench_hetero`'s result."""
-    k, m = res["kernel"], res["multihop"]
+    k, m, d = res["kernel"], res["multihop"], res["dgl"]
     print(f"\ntyped view: {res['num_types']} node types, {len(res['relations'])} relations, "
           f"built in {res['typed_build_s']:.1f}s")
-    print(f"one hop, {k['nodes']:,} nodes, fanout {k['fanout']} per relation "
-          f"(homogeneous: per node)")
-    for name in ("homogeneous", "typed"):
+    print(f"one hop, {k['nodes']:,} nodes ({k['segments']:,} node-relation segments), fanout "
+          f"{k['fanout']} per relation")
+    for name, label in (("typed", "typed kernel"),
+                        ("homogeneous_segments", "homogeneous, segments as rows"),
+                        ("homogeneous", "homogeneous, whole rows")):
         r = k[name]
-        print(f"  {name:<12} kernel  {r['per_s'] / 1e6:,.2f} M edges/s, "
-              f"{r['ns_per_edge']:.1f} ns/edge, {r['edges']:,} edges")
+        print(f"  {label:<30} {r['cpu_ns_per_edge']:.1f} CPU ns/edge, {r['edges']:,} edges "
+              f"(wall: {r['per_s'] / 1e6:,.2f} M edges/s)")
     verdict = "met" if k["cost_ratio"] <= COST_TARGET else "MISSED"
-    print(f"  typed / homogeneous cost per edge  {k['cost_ratio']:.2f}x "
-          f"(target <= {COST_TARGET:g}x: {verdict})")
+    print(f"  typed / homogeneous on the same segments (same edge counts)  "
+          f"{k['cost_ratio']:.2f}x CPU time (target <= {COST_TARGET:g}x: {verdict}); wall "
+          f"{k['cost_ratio_wall']:.2f}x")
+    print(f"  typed / homogeneous on whole rows (k per node)  {k['cost_ratio_rows']:.2f}x CPU "
+          f"time; wall {k['cost_ratio_rows_wall']:.2f}x")
     print(f"multi-hop, {m['batches']} batches of t0 seeds")
     for name in ("homogeneous", "typed"):
         r = m[name]
         print(f"  {name:<12} sampler {r['per_s'] / 1e6:,.2f} M edges/s, "
               f"{r['ns_per_edge']:.1f} ns/edge, {r['edges']:,} edges")
     print(f"  typed / homogeneous cost per edge  {m['cost_ratio']:.2f}x")
-    print(f"  DGL heterograph sampler: {res['dgl']['error']}")
+    if d.get("available"):
+        ratio = d["typed_vs_dgl"]
+        print(f"  DGL {d.get('version', '?')} heterograph NeighborSampler "
+              f"{d['sampled_edges_per_s'] / 1e6:,.2f} M edges/s, {d['edges_per_batch']:,.0f} "
+              f"edges/batch (median run)")
+        print(f"  typed / DGL  {ratio:.2f}x (target >= {DGL_TARGET:g}x: "
+              f"{'met' if ratio >= DGL_TARGET else 'MISSED'}); best runs "
+              f"{d['typed_vs_dgl_best']:.2f}x")
+        print("  note: DGL re-samples every layer's destination nodes, so its edges per batch "
+              "differ; compare sampled edges per second")
+    else:
+        print(f"  DGL heterograph sampler: {d['error']}")

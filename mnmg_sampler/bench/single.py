@@ -69,8 +69,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
     p.add_argument("--hetero", action="store_true",
                    help="instead: the typed kernel and sampler against the homogeneous ones on "
-                        "the same edges, typed into 3 node types and 9 relations "
-                        "(mnmg_sampler/bench/hetero.py)")
+                        "the same edges, typed into 3 node types and 9 relations, and against "
+                        "DGL's heterograph NeighborSampler (mnmg_sampler/bench/hetero.py)")
     p.add_argument("--temporal", action="store_true",
                    help="instead: the temporal kernel (random edge times, seeds at the median "
                         "time) against the non-temporal typed kernel, cost per sampled edge "
@@ -291,9 +291,14 @@ def run(args: argparse.Namespace) -> int:
     if args.hetero:
         from .hetero import bench_hetero, print_hetero
 
-        res["hetero"] = bench_hetero(graph, seeds, fanouts, args.replace, args.seed,
-                                     args.batch_size, args.batches, args.kernel_nodes,
-                                     args.repeats)
+        peer = None if args.no_peers else peer_python(args.peers_venv)
+        if peer is not None:
+            print("\nmulti-hop: our repeats interleaved with DGL heterograph runs ...",
+                  flush=True)
+        res["hetero"] = bench_hetero(
+            graph, seeds, fanouts, args.replace, args.seed, args.batch_size, args.batches,
+            args.kernel_nodes, args.repeats, peer=peer, peer_repeats=args.peer_repeats,
+            threads=threads, peer_missing="skipped (--no-peers)" if args.no_peers else NO_PEER)
         print_hetero(res["hetero"])
         write_json(args.json, res)
         return 0

@@ -26,12 +26,15 @@ compiles a specialisation in which the time branches are pruned, so it pays noth
 
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 
 from . import cpu, weighted
 
-__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays"]
+__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays",
+           "group_by_relation"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
 
@@ -102,60 +105,75 @@ def admissible_count(etime, ntime, indices, by_node, s, d, bound):
 
 def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
                     wflag, rows, bounds, req, fan, replace, last, width, starts, degs, nzs,
-                    counts, scounts):
+                    counts, scounts, rels):
     # Phase 0: node i's relation j is pair i * width + j (width: the most relations of a type),
     # so no pass is needed to place the pairs; a type with fewer relations leaves count 0.
     # ``bounds is None`` (no time) is pruned at compile time: the prefix is the whole segment.
     n = rows.shape[0]
+    # (a) the arithmetic: each pair's segment (in ``starts``) and relation (-1: none), so the
+    # type lookup's branches do not stand between the CPU and the misses of (b) (measured:
+    # a quarter of this phase's time)
     for i in numba.prange(n):
         r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
+        for j in range(width):
+            p = i * width + j
+            starts[p] = s0 + j
+            rels[p] = r0 + j if j < R_t else -1
+    # (b) the random reads of indptr (and of the times), independent, so their misses overlap.
+    # The count is written out here: a helper returning (count, scratch) cost the timed kernel
+    # a third of its time (measured)
+    for i in numba.prange(n):
         q = req[i]
         rep = replace[q] != 0
         tail = False
         if bounds is not None:
             tail = last[q] != 0
-        for j in range(R_t):
+        for j in range(width):
             p = i * width + j
-            r = r0 + j
-            s = indptr[s0 + j]
-            d = indptr[s0 + j + 1] - s
-            if bounds is not None:
-                d = admissible_count(etime, ntime, indices, by_node, s, d, bounds[i])
-            f = fan[q, r]
-            starts[p] = s
-            degs[p] = d
-            if tail:
-                k = d if f < 0 else min(f, d)
-            elif wflag[r] != 0:
-                nz = usable_count(w, s, d)
-                nzs[p] = nz
-                k = weighted_count(nz, f, rep)
-                scounts[p + 1] = d if draws_needed(nz, k, f, rep) else 0
-            else:
-                k = sample_count(d, f, rep)
-            counts[p + 1] = k
+            r = rels[p]
+            k = 0
+            sc = 0
+            if r >= 0:
+                sg = starts[p]
+                s = indptr[sg]
+                d = indptr[sg + 1] - s
+                if bounds is not None:
+                    d = admissible_count(etime, ntime, indices, by_node, s, d, bounds[i])
+                starts[p] = s
+                degs[p] = d
+                f = fan[q, r]
+                if tail:
+                    k = d if f < 0 else min(f, d)
+                elif wflag[r] != 0:
+                    nz = usable_count(w, s, d)
+                    nzs[p] = nz
+                    k = weighted_count(nz, f, rep)
+                    if draws_needed(nz, k, f, rep):
+                        sc = d
+                else:
+                    k = sample_count(d, f, rep)
+            counts[p + 1] = k  # the scratch is reused: unused slots must count nothing
+            scounts[p + 1] = sc
 
 
-def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, replace, last, seed,
-                  hop, width, starts, degs, nzs, offsets, soffs, c, pos, rel_out):
+def _positions_py(w, wflag, nodes, keys, req, fan, replace, last, seed, hop, width, starts,
+                  degs, nzs, offsets, soffs, rels, c, pos, rel_out):
     # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32); "last"
     # (only with time; ``last is None`` is pruned) takes the prefix's tail.
-    n = rows.shape[0]
+    n = nodes.shape[0]
     for i in numba.prange(n):
-        t = type_of(node_off, rows[i])
-        r0 = rel_off[t]
         q = req[i]
         rep = replace[q]
         tail = False
         if last is not None:
             tail = last[q] != 0
-        for j in range(rel_off[t + 1] - r0):
+        for j in range(width):
             p = i * width + j
             o = offsets[p]
             k = offsets[p + 1] - o
             if k == 0:
                 continue
-            r = r0 + j
+            r = rels[p]
             hop_r = hop + (np.uint64(r) << np.uint64(HOP_RELATION_SHIFT))
             start = starts[p]
             f = fan[q, r]
@@ -179,6 +197,17 @@ def _positions_py(node_off, rel_off, w, wflag, rows, nodes, keys, req, fan, repl
 _KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
             for par in (True, False)}
 _NO_WEIGHTS = np.zeros(0, np.float32)
+_SCRATCH = threading.local()
+
+
+def _scratch(m: int) -> np.ndarray:
+    """``(6, m)`` int64 per-pair scratch (starts, degrees, usable weights, offsets, scratch
+    offsets, relations) reused by the calls of one thread, as ``cpu.scratch_int64``: fresh
+    buffers paid their page faults on every call (6 arrays of 8 bytes per node and relation)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.shape[1] < m:
+        buf = _SCRATCH.buf = np.empty((6, max(m, 1024)), np.int64)
+    return buf[:, :m]
 _NO_TIMES = np.zeros(0, np.int64)
 
 
@@ -242,12 +271,12 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     wflag = np.ascontiguousarray(graph.weighted, dtype=np.uint8)
     width = int(np.diff(graph.rel_offset).max(initial=0))
     m = n * width
-    starts, degs, nzs = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
-    offsets = np.zeros(m + 1, np.int64)
-    soffs = np.zeros(m + 1, np.int64)
+    starts, degs, nzs, offsets, soffs, rels = _scratch(m + 1)
+    starts, degs, nzs, rels = starts[:m], degs[:m], nzs[:m], rels[:m]
+    offsets[0] = soffs[0] = 0
     counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr,
              graph.indices, etime, ntime, by_node, w, wflag, rows, bounds, req, fan, repl, last,
-             width, starts, degs, nzs, offsets, soffs)
+             width, starts, degs, nzs, offsets, soffs, rels)
     np.cumsum(offsets, out=offsets)
     if wflag.any():
         np.cumsum(soffs, out=soffs)
@@ -256,10 +285,45 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     rel_out = np.empty(total, np.int64)
     eid_out = np.empty(total if with_eids else 0, np.int64)
     c = weighted._scratch(int(soffs[-1]))
-    positions_k(graph.node_type_offset, graph.rel_offset, w, wflag, rows, nodes, keys, req, fan,
-                repl, last, np.uint64(seed), np.uint64(hop), width, starts, degs, nzs, offsets,
-                soffs, c, pos, rel_out)
+    positions_k(w, wflag, nodes, keys, req, fan, repl, last, np.uint64(seed), np.uint64(hop),
+                width, starts, degs, nzs, offsets, soffs, rels, c, pos, rel_out)
     gather_k = cpu._KERNELS[cpu._parallel(n)][2]
     gather_k(graph.indices, graph.edge_ids, pos, pos, eid_out, with_eids)
     counts = np.diff(offsets[::width]) if width else np.zeros(n, np.int64)
     return counts, pos, rel_out, eid_out
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_by_relation(src, dst, rel, eid, edge_hop, loc, per_hop, bounds, ei, eid_out):
+    for e in range(rel.shape[0]):
+        per_hop[rel[e], edge_hop[e]] += 1
+    R = per_hop.shape[0]
+    for r in range(R):
+        bounds[r + 1] = bounds[r] + per_hop[r].sum()
+    cursor = bounds[:R].copy()
+    for e in range(rel.shape[0]):  # a stable counting sort: sampling order within a relation
+        r = rel[e]
+        p = cursor[r]
+        cursor[r] = p + 1
+        a = bounds[r]
+        base = 2 * a + (p - a)
+        ei[base] = loc[src[e]]
+        ei[base + bounds[r + 1] - a] = loc[dst[e]]
+        eid_out[p] = eid[e]
+
+
+def group_by_relation(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, eid: np.ndarray,
+                      edge_hop: np.ndarray, loc: np.ndarray, num_relations: int, num_hops: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's sampled edges grouped by relation, in sampling order within each, in one pass
+    (a counting sort): ``(edge_index buffer, edge ids, per-relation offsets [R + 1], edges per
+    relation and hop [R, H])``. Relation ``r``'s edges are ``a, b = offsets[r], offsets[r + 1]``:
+    its ``edge_index`` is ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1
+    ``loc[dst]``), its edge ids ``eid[a:b]``."""
+    E = rel.shape[0]
+    per_hop = np.zeros((num_relations, num_hops), np.int64)
+    bounds = np.zeros(num_relations + 1, np.int64)
+    ei = np.empty(2 * E, np.int64)
+    eid_out = np.empty(E, np.int64)
+    _group_by_relation(src, dst, rel, eid, edge_hop, loc, per_hop, bounds, ei, eid_out)
+    return ei, eid_out, bounds, per_hop

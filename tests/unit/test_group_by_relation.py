@@ -1,0 +1,45 @@
+"""``ops.typed.group_by_relation``: one counting-sort pass gives what a stable sort by relation
+and a gather per relation give (edge_index rows in local ids, edge ids, counts per hop)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mnmg_sampler.ops.typed import group_by_relation
+
+
+def _reference(src, dst, rel, eid, edge_hop, loc, R, H):
+    order = np.argsort(rel, kind="stable")
+    out = []
+    for r in range(R):
+        sel = order[rel[order] == r]
+        out.append((np.stack([loc[src[sel]], loc[dst[sel]]]), eid[sel],
+                    np.bincount(edge_hop[sel], minlength=H)))
+    return out
+
+
+def test_group_by_relation_equals_a_stable_sort_and_gathers():
+    g = np.random.default_rng(3)
+    R, H, E, N = 5, 3, 2000, 300
+    rel = g.integers(0, R - 1, E)  # relation R - 1 gets no edge
+    src, dst = g.integers(0, N, E), g.integers(0, N, E)
+    eid = g.permutation(E).astype(np.int64)
+    edge_hop = np.sort(g.integers(0, H, E))
+    loc = g.permutation(N).astype(np.int64)
+    ei, eid_o, bounds, per_hop = group_by_relation(src, dst, rel, eid, edge_hop, loc, R, H)
+    assert bounds[0] == 0 and bounds[-1] == E
+    for r, (ref_ei, ref_eid, ref_hop) in enumerate(_reference(src, dst, rel, eid, edge_hop, loc,
+                                                              R, H)):
+        a, b = bounds[r], bounds[r + 1]
+        got = ei[2 * a:2 * b].reshape(2, b - a)
+        np.testing.assert_array_equal(got, ref_ei)
+        np.testing.assert_array_equal(eid_o[a:b], ref_eid)
+        np.testing.assert_array_equal(per_hop[r], ref_hop)
+    assert bounds[R] - bounds[R - 1] == 0
+
+
+def test_group_by_relation_of_no_edges():
+    z = np.zeros(0, np.int64)
+    ei, eid_o, bounds, per_hop = group_by_relation(z, z, z, z, z, np.arange(4), 3, 2)
+    assert ei.size == 0 and eid_o.size == 0 and bounds.tolist() == [0, 0, 0, 0]
+    assert per_hop.shape == (3, 2) and not per_hop.any()
