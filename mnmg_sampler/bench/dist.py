@@ -102,10 +102,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
-    p.add_argument("--exchange", choices=["fused", "alltoall"], default="alltoall",
-                   help="gloo transport of the ranks' exchanges: the counts-then-payload "
-                        "all-to-alls, or one point-to-point message per peer (fused, opt-in) "
-                        "(default: alltoall)")
     p.add_argument("--seed-lookup", choices=["once", "per-round", "both"], default="once",
                    help="translate each rank's seeds to the partitioning's ids once before the "
                         "timed rounds, as the loader does, or in every round; both: each "
@@ -187,7 +183,6 @@ def _worker(work: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..distributed.collective import EXCHANGE_ENV
     from ..distributed.features import DistFeatureStore
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
@@ -195,7 +190,6 @@ def _worker(work: str) -> int:
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
-    os.environ[EXCHANGE_ENV] = task.get("exchange", "alltoall")
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
                           topology_cache=task.get("topology_cache", 0.0),
                           shared_topology=task.get("shared_topology", False))
@@ -262,7 +256,6 @@ def _worker(work: str) -> int:
             "cache_hits",
             "duplicate_rows_fetched")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
-                 "transport": "fused" if ex.fused else "alltoall",
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
                  "seed_setup": setup,
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
@@ -374,7 +367,6 @@ def summarize(ranks: list[dict]) -> dict:
     wired = tot("remote_rows") - tot("mapped_rows")  # remote rows the wire path served
     return {
         "world_size": world, "ranks": per_rank,
-        "transport": sorted({r.get("transport", "?") for r in ranks}),
         "edges_per_rank": [p["edges"] for p in per_rank],
         "edges_per_s_per_rank": [p["edges_per_s"] for p in per_rank],
         "mean_edges_per_s_per_rank": sum(p["edges_per_s"] for p in per_rank) / world,
@@ -557,7 +549,7 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
+        "merge": args.merge, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
         "shared_topology": bool(args.shared_topology), "machine": machine_info(threads),
     }
@@ -567,7 +559,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
-          f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
+          f"{args.merge} request(s) per rank per round, "
           f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, topology cache "
           f"{args.topology_cache:g}, shared topology "
           f"{'on' if args.shared_topology else 'off'}; "
@@ -581,7 +573,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "exchange": args.exchange, "id_maps": args.id_maps,
+            "id_maps": args.id_maps,
             "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
             "shared_topology": bool(args.shared_topology)}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
