@@ -47,6 +47,10 @@ from .teardown import at_exit
 log = logging.getLogger(__name__)
 MODES = ("thread", "inline")
 MARGIN_S = 5.0  # a wait gives up after the collective timeout plus this, without progress
+#: longest sleep of an idle service thread between agreements: idle, its rounds back off from
+#: ``idle_sleep_s``, doubling, to this (a peer's first request after a pause waits at most this
+#: long for the others to join; a local request wakes the thread at once)
+IDLE_MAX_S = 0.1
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # services whose rounds a fork waits for
 _POLL_S = 0.25  # how often a waiting caller checks the service's progress
 
@@ -151,6 +155,7 @@ class SamplingService:
         self._taken: list = []  # (request, future) pairs of the round in progress
         self._step = "idle"  # what the service is doing now, for error messages
         self._idle = idle_sleep_s
+        self._wake = threading.Event()  # a request or shutdown: end the idle sleep now
         self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
                        "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
         self._fork_held = False
@@ -186,6 +191,7 @@ class SamplingService:
             fut.set_exception(e)
             return fut
         self._q.put((request, fut))
+        self._wake.set()
         if self._failed is not None:  # the thread failed while we queued: never leave it waiting
             self._fail_all()
         return fut
@@ -305,12 +311,16 @@ class SamplingService:
                             "check the first error in the log on every rank")
 
     def _serve(self) -> None:
+        idle = 0  # idle rounds in a row (every rank's: the agreement says so)
         try:
             while True:
                 if self._q.empty() and not self._closing.is_set():
-                    time.sleep(self._idle)
+                    self._wake.wait(idle_sleep(self._idle, idle))
+                self._wake.clear()
+                n = self._stats["idle_rounds"]
                 if not self.run_round():
                     break
+                idle = idle + 1 if self._stats["idle_rounds"] > n else 0
         except BaseException as e:  # a broken collective: fail every waiter, never hang them
             self._failed = self._failed or self._round_error(e)
             log.error("sampling service stopped: %s", self._failed)
@@ -360,6 +370,7 @@ class SamplingService:
         if self._closed:
             return
         self._closing.set()
+        self._wake.set()
         if self._thread is not None:
             watch = _Watch(self)
             t0 = time.perf_counter()
@@ -416,6 +427,13 @@ class SamplingService:
         if self.features is not None:
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st
+
+
+def idle_sleep(first: float, idle_rounds: int) -> float:
+    """Sleep of the service thread before its next agreement after ``idle_rounds`` idle rounds
+    in a row: ``first``, doubling per idle round, at most :data:`IDLE_MAX_S` (``first`` when
+    it is longer). An idle minute costs at most about ``60 / IDLE_MAX_S`` agreements."""
+    return max(first, min(first * 2.0 ** min(idle_rounds, 30), IDLE_MAX_S))
 
 
 class _Watch:
