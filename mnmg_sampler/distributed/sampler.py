@@ -31,6 +31,7 @@ in one lookup after it.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 
@@ -161,6 +162,25 @@ class DistSampler:
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
+
+    def on_group(self, group: dist.ProcessGroup) -> DistSampler:
+        """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
+        another process group of the same ranks: a service's other round in flight, whose
+        collectives must not interleave with this one's. Its counters start at zero. The wire
+        path only: not with the shared topology, a topology cache or the CUDA kernel."""
+        if self.shared is not None or self.topo is not None or self.kernel != "cpu":
+            raise ConfigError("a second round in flight needs the wire path on the CPU kernel",
+                              "no second sampler is made",
+                              "turn off the shared topology and the topology cache")
+        other = copy.copy(self)
+        other.group = group
+        other.ex = Exchanger(group)
+        other.ids = self.ids.with_exchanger(other.ex)
+        other.sampler = MultiHopSampler(other._hop, int(self.part.num_nodes))
+        other._front_orig = {}
+        other.kernel_calls = other.kernel_nodes = other.kernel_edges = 0
+        other.t_kernel = 0.0
+        return other
 
     # -- one hop ------------------------------------------------------------------------
     def owner(self, nodes: np.ndarray) -> np.ndarray:
