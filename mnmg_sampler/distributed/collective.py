@@ -171,6 +171,7 @@ class Exchanger:
         sb, rb = [int(c) for c in send_bounds], [int(c) for c in recv_bounds]
         if any(c > b for c, b in zip(send, sb, strict=True)) or send[me] != rb[me]:
             raise RuntimeError(f"a block is longer than its bound: {send} rows, bounds {sb}")
+        sb[me] = send[me]  # rows to self are copied, never padded
         if W == 1:
             self._count(tag, _row_bytes(payload), send)
             return payload
