@@ -113,10 +113,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
-    p.add_argument("--exchange", choices=["fused", "alltoall"], default="alltoall",
-                   help="gloo transport of the ranks' exchanges: the counts-then-payload "
-                        "all-to-alls, or one point-to-point message per peer (fused, opt-in) "
-                        "(default: alltoall)")
     p.add_argument("--seed-lookup", choices=["once", "per-round", "both"], default="once",
                    help="translate each rank's seeds to the partitioning's ids once before the "
                         "timed rounds, as the loader does, or in every round; both: each "
@@ -258,13 +254,13 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
         n = min(task["batches"] * world * B, int(seeds.size))
         loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
                                     replace=task["replace"], edge_ids=task["edge_ids"])
-        ex, ds, fs = svc.sampler.ex, svc.sampler, svc.features
+        ds, fs = svc.sampler, svc.features
         keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
                 "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
                 "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
                 "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat")
         res: dict = {"rank": rank, "world": world, "batches": len(loader),
-                     **{k: [] for k in keys}, "transport": "fused" if ex.fused else "alltoall",
+                     **{k: [] for k in keys},
                      "owned_seeds": 0, "wire_bytes": int(getattr(ds, "wire", None).itemsize
                                                          if hasattr(ds, "wire") else 4),
                      "edge_id_bytes": 8 if task["edge_ids"] else 0,
@@ -301,7 +297,6 @@ def _worker(work: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from ..distributed.collective import EXCHANGE_ENV
     from ..distributed.features import DistFeatureStore
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
@@ -309,7 +304,6 @@ def _worker(work: str) -> int:
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
-    os.environ[EXCHANGE_ENV] = task.get("exchange", "alltoall")
     shared = _emulate_hosts(task, rank, world)
     cache_rows = cache_rows_for(task["cache_rows"], int(part.num_nodes), world)
     if task.get("loader"):
@@ -380,7 +374,6 @@ def _worker(work: str) -> int:
             "cache_hits",
             "duplicate_rows_fetched", "cross_ids", "cross_feat")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
-                 "transport": "fused" if ex.fused else "alltoall",
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
                  "seed_setup": setup,
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
@@ -487,7 +480,6 @@ def summarize(ranks: list[dict]) -> dict:
     wired = tot("remote_rows") - tot("mapped_rows")  # remote rows the wire path served
     return {
         "world_size": world, "ranks": per_rank,
-        "transport": sorted({r.get("transport", "?") for r in ranks}),
         "edges_per_rank": [p["edges"] for p in per_rank],
         "edges_per_s_per_rank": [p["edges_per_s"] for p in per_rank],
         "mean_edges_per_s_per_rank": sum(p["edges_per_s"] for p in per_rank) / world,
@@ -676,7 +668,7 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "merge": args.merge, "exchange": args.exchange, "id_maps": args.id_maps,
+        "merge": args.merge, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
         "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
         "loader": bool(args.loader), "machine": machine_info(threads),
@@ -687,7 +679,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
-          f"{args.merge} request(s) per rank per round, {args.exchange} exchanges, "
+          f"{args.merge} request(s) per rank per round, "
           f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, topology cache "
           f"{args.topology_cache:g}, shared topology "
           f"{'on' if args.shared_topology else 'off'}, "
@@ -703,7 +695,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "exchange": args.exchange, "id_maps": args.id_maps,
+            "id_maps": args.id_maps,
             "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
             "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
             "loader": bool(args.loader)}

@@ -1,8 +1,9 @@
 """Symmetric collectives: all-to-all-v exchange and error agreement.
 
 Two rules keep ranks from hanging: a receiver always knows how much to take (counts travel
-before payloads, or inside the same message on gloo, see :class:`Exchanger`), and an error found
-on one rank is shared with every rank (:func:`agree`) before anyone enters the next collective.
+before payloads, or a bound both sides compute sizes the receive, see :class:`Exchanger`), and
+an error found on one rank is shared with every rank (:func:`agree`) before anyone enters the
+next collective.
 Errors cross ranks as UTF-8 JSON in uint8 tensors (never pickled objects), and are rebuilt only as
 classes of :mod:`mnmg_sampler.errors`. A collective that fails because a peer died or stopped
 answering becomes a :class:`~mnmg_sampler.errors.PeerError` naming the step (:func:`peer_errors`).
@@ -11,13 +12,11 @@ answering becomes a :class:`~mnmg_sampler.errors.PeerError` naming the step (:fu
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -35,13 +34,6 @@ def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-#: ``fused`` makes gloo exchanges point-to-point messages (opt-in); ``alltoall`` (default): the
-#: collectives NCCL uses
-EXCHANGE_ENV = "MNMG_SAMPLER_EXCHANGE"
-_TAG = 0x4D4E  # point-to-point tag of fused exchanges; +1: overflow parts, +2: agreements
-_MIN_CAP = 1 << 16  # first receive capacity per peer (bytes); grows to the largest message
-
-
 class Exchanger:
     """All-to-all-v over one process group; the one place that counts what the data path sends.
 
@@ -49,18 +41,11 @@ class Exchanger:
     ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
     come back on the caller's device.
 
-    Two transports, chosen once per exchanger. By default (and always with NCCL) an exchange is
-    two all-to-alls: counts, then payload. With gloo and ``MNMG_SAMPLER_EXCHANGE=fused`` it is
-    *fused*: each peer gets one point-to-point message, an 8-byte row count followed by the
-    rows, and receives into a buffer of a capacity both sides know (the largest message of the
-    pair so far, at least 64 KiB); a gloo receive accepts a shorter message, and the rare longer
-    one sends its tail as a second message that the receiver expects from the count. Rows a
-    rank keeps never leave it, and ranks that exchange nothing with each other still send each
-    other their 8 bytes. The agreement (:meth:`agree_max`) is likewise W - 1 small messages
-    instead of an all-reduce. A gloo collective runs on one of the group's worker threads and
-    every payload of unknown size needs a size all-to-all first; the fused path does neither.
-    It is opt-in because it measured better only on a heavily loaded machine (less CPU, less
-    waiting) and worse in wall time at moderate load (``docs/performance.md``).
+    An exchange of unknown sizes (:meth:`exchange`) is two all-to-alls: counts, then payload.
+    The data path avoids it: :meth:`bounded` sends blocks that say their own size inside, at most
+    a bound both sides compute, in one all-to-all (on gloo only the rows travel, into a receive
+    of the bound; elsewhere each block is padded to its bound); :meth:`payload` sends rows whose
+    counts both sides know. The agreement (:meth:`agree_max`) is one all-reduce.
 
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
@@ -80,18 +65,15 @@ class Exchanger:
         self.transfers = {"h2d": 0, "d2h": 0}
         self.t_exchange = 0.0
         self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
-        self.fused = (self.world_size > 1 and self.device.type == "cpu"
-                      and str(dist.get_backend(group)).lower() == "gloo"
-                      and os.environ.get(EXCHANGE_ENV, "alltoall") == "fused"
-                      and (group is None or isinstance(group, dist.ProcessGroup)))
-        self._cap = [_MIN_CAP] * self.world_size  # receive capacity per peer (same both sides)
+        # gloo takes a message shorter than its receive (NCCL needs the exact size)
+        self.short_receives = (self.device.type == "cpu"
+                               and str(dist.get_backend(group)).lower() == "gloo")
         # agreements of ranks known to share a host go over a host channel when one is set
         # (:mod:`.host_channel`, with the shared topology): no gloo threads involved
         self.host_channel = None
-        self._bufs: dict = {}
         # bool per rank, True for ranks on another host (set with the host layout,
         # :mod:`.host_groups`): ``cross_bytes[tag]`` counts the bytes sent to them
-        self.far: np.ndarray | None = None
+        self.far: Sequence[bool] | None = None
         self.cross_bytes: dict[str, int] = {}
 
     # -- accounting ---------------------------------------------------------------------------
@@ -163,11 +145,6 @@ class Exchanger:
         if self.world_size == 1:  # a group of one: the exchange is the identity
             self.t_exchange += time.perf_counter() - t0
             return payload
-        if self.fused:
-            out = self._p2p_known(payload, [int(c) for c in send_counts],
-                                  [int(c) for c in recv_counts])
-            self.t_exchange += time.perf_counter() - t0
-            return out
         send = self._stage(payload).contiguous()
         out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
         c0 = time.thread_time()
@@ -181,152 +158,63 @@ class Exchanger:
 
     def exchange(self, payload: torch.Tensor, send_counts: torch.Tensor, tag: str = "data"
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Counts first, then payload (fused into one message per peer on gloo); returns
-        ``(received rows, received counts per rank)``."""
-        if self.fused:
-            t0 = time.perf_counter()
-            out = self._p2p_fused(payload, [int(c) for c in self.to_host(send_counts).tolist()],
-                                  tag)
-            self.t_exchange += time.perf_counter() - t0
-            return out
+        """Counts first, then payload; returns ``(received rows, received counts per rank)``."""
         recv_counts = self.to_host(self.counts(send_counts, tag))
         send_counts = self.to_host(send_counts)
         return self.payload(payload, send_counts.tolist(), recv_counts.tolist(), tag), \
             recv_counts
 
+    def bounded(self, payload: torch.Tensor, send_counts: Sequence[int],
+                send_bounds: Sequence[int], recv_bounds: Sequence[int], tag: str = "data"
+                ) -> torch.Tensor:
+        """One all-to-all of blocks that say their own size inside (the receiver parses them):
+        ``send_counts[r]`` rows to rank ``r``, at most ``send_bounds[r]``, which rank ``r``
+        passes as its ``recv_bounds``. Block ``r`` of the result starts after
+        ``recv_bounds[:r]`` rows; rows past a block's own size are undefined. On gloo only the
+        rows travel (a receive takes a shorter message); on other backends every block is
+        padded with zeros to its bound. Rows to self must equal their bound."""
+        W, me = self.world_size, self.rank
+        send = [int(c) for c in send_counts]
+        sb, rb = [int(c) for c in send_bounds], [int(c) for c in recv_bounds]
+        if any(c > b for c, b in zip(send, sb, strict=True)) or send[me] != rb[me]:
+            raise RuntimeError(f"a block is longer than its bound: {send} rows, bounds {sb}")
+        sb[me] = send[me]  # rows to self are copied, never padded
+        if W == 1:
+            self._count(tag, _row_bytes(payload), send)
+            return payload
+        t0 = time.perf_counter()
+        src_dev = payload.device
+        send_t = self._stage(payload).contiguous()
+        if not self.short_receives:  # pad every block to its bound
+            padded = send_t.new_zeros((sum(sb), *send_t.shape[1:]))
+            o = p = 0
+            for c, b in zip(send, sb, strict=True):
+                padded[p:p + c] = send_t[o:o + c]
+                o, p = o + c, p + b
+            send_t, send = padded, sb
+        self._count(tag, _row_bytes(payload), send)
+        out = send_t.new_empty((sum(rb), *send_t.shape[1:]))
+        c0 = time.thread_time()
+        dist.all_to_all_single(out, send_t, rb, send, group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+        out = self._unstage(out, src_dev)
+        self.t_exchange += time.perf_counter() - t0
+        return out
+
     def agree_max(self, values: Sequence[int]) -> list[int]:
         """Collective: the element-wise maximum of ``values`` (same length on every rank): an
-        all-reduce, or on gloo W - 1 point-to-point messages each way, or through the host
-        channel when one is set."""
+        all-reduce, or through the host channel when one is set."""
         if self.host_channel is not None:
             c0 = time.thread_time()
             out = self.host_channel.agree_max(values)
             self.cpu_exchange += time.thread_time() - c0
             self.calls += 1
             return out
-        mine = np.asarray([int(v) for v in values], np.int64)
-        if not self.fused:
-            t = torch.from_numpy(mine).to(self.device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-            self.calls += 1
-            return [int(v) for v in t.tolist()]
-        c0 = time.thread_time()
-        got = np.empty((self.world_size, mine.size), np.int64)
-        got[self.rank] = mine
-        works = [self._recv(got[p], p, _TAG + 2) for p in self._peers()]
-        works += [self._send(mine, p, _TAG + 2) for p in self._peers()]
-        self._wait(works)
-        self.cpu_exchange += time.thread_time() - c0
+        t = torch.tensor([int(v) for v in values], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         self.calls += 1
-        return [int(v) for v in got.max(0)]
-
-    # -- point-to-point transport (gloo) --------------------------------------------------------
-    def _peers(self) -> list[int]:
-        """Every other rank, starting after this one (spreads who is served first)."""
-        W, me = self.world_size, self.rank
-        return [(me + i) % W for i in range(1, W)]
-
-    def _send(self, a: np.ndarray, peer: int, tag: int):
-        """Post a send of ``a`` (kept alive by the caller until waited on)."""
-        return dist.isend(torch.from_numpy(a), group=self.group, tag=tag, group_dst=peer)
-
-    def _recv(self, a: np.ndarray, peer: int, tag: int):
-        """Post a receive into ``a``: a gloo receive takes any message up to ``a``'s size."""
-        return dist.irecv(torch.from_numpy(a), group=self.group, tag=tag, group_src=peer)
-
-    def _rbuf(self, p: int, n: int) -> np.ndarray:
-        b = self._bufs.get(("r", p))
-        if b is None or b.size < n:
-            b = self._bufs[("r", p)] = np.empty(n, np.uint8)
-        return b[:n]
-
-    def _sbuf(self, p: int, n: int) -> np.ndarray:
-        b = self._bufs.get(("s", p))
-        if b is None or b.size < n:
-            b = self._bufs[("s", p)] = np.empty(_pow2(n), np.uint8)
-        return b[:n]
-
-    @staticmethod
-    def _wait(works) -> None:
-        for w in works:
-            w.wait()
-
-    def _p2p_known(self, payload: torch.Tensor, send: list[int], recv: list[int]
-                   ) -> torch.Tensor:
-        """Rows to every peer in one message each; both sides know every count."""
-        c0 = time.thread_time()
-        payload = payload.contiguous()
-        row = _row_bytes(payload)
-        src = _bytes(payload)
-        dst = np.empty(sum(recv) * row, np.uint8)
-        soff, roff = _offsets(send, row), _offsets(recv, row)
-        works = []
-        for p in self._peers():
-            if recv[p]:
-                works.append(self._recv(dst[roff[p]:roff[p + 1]], p, _TAG))
-            if send[p]:
-                works.append(self._send(src[soff[p]:soff[p + 1]], p, _TAG))
-        me = self.rank
-        dst[roff[me]:roff[me + 1]] = src[soff[me]:soff[me + 1]]
-        self._wait(works)
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
-        return _rows(dst, payload)
-
-    def _p2p_fused(self, payload: torch.Tensor, send: list[int], tag: str
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One message per peer: its row count (int64), then its rows (see the class doc)."""
-        c0 = time.thread_time()
-        payload = payload.contiguous()
-        W, me, row = self.world_size, self.rank, _row_bytes(payload)
-        src = _bytes(payload)
-        soff = _offsets(send, row)
-        peers = self._peers()
-        msgs: dict[int, np.ndarray] = {}
-        # receive buffers live for one exchange: only the pages a message fills are touched
-        bufs = {p: self._rbuf(p, self._cap[p]) for p in peers}
-        works = []
-        for p in peers:
-            cap = self._cap[p]
-            works.append(self._recv(bufs[p], p, _TAG))
-            m = self._sbuf(p, 8 + soff[p + 1] - soff[p])
-            m[:8].view(np.int64)[0] = send[p]
-            m[8:] = src[soff[p]:soff[p + 1]]
-            msgs[p] = m
-            works.append(self._send(m[:cap], p, _TAG))
-        self._wait(works)
-        recv = [0] * W
-        recv[me] = send[me]
-        tails = []
-        for p in peers:
-            buf = bufs[p]
-            recv[p] = int(buf[:8].view(np.int64)[0])
-            n_in, n_out, cap = 8 + recv[p] * row, msgs[p].size, self._cap[p]
-            if n_in > cap:  # the tail of a message longer than any before: expected by count
-                grown = np.empty(n_in, np.uint8)
-                grown[:cap] = buf
-                bufs[p] = buf = grown
-                tails.append(self._recv(buf[cap:n_in], p, _TAG + 1))
-            if n_out > cap:
-                tails.append(self._send(msgs[p][cap:], p, _TAG + 1))
-            self._cap[p] = max(cap, _pow2(max(n_in, n_out)))  # both sides compute the same
-        self._wait(tails)
-        roff = _offsets(recv, row)
-        dst = np.empty(roff[-1], np.uint8)
-        for p in range(W):
-            if p == me:
-                dst[roff[p]:roff[p + 1]] = src[soff[p]:soff[p + 1]]
-            elif recv[p]:
-                dst[roff[p]:roff[p + 1]] = bufs[p][8:8 + recv[p] * row]
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
-        # rows to self and to others, plus the 8-byte row count of every message
-        mine, others = send[me] * row, (sum(send) - send[me]) * row + 8 * (W - 1)
-        b = self.bytes.setdefault(tag, [0, 0])
-        b[0] += mine
-        b[1] += others
-        self.bytes_sent += mine + others
-        return _rows(dst, payload), torch.from_numpy(np.asarray(recv, np.int64))
+        return [int(v) for v in t.tolist()]
 
 
 def _row_bytes(t: torch.Tensor) -> int:
@@ -334,30 +222,6 @@ def _row_bytes(t: torch.Tensor) -> int:
     for d in t.shape[1:]:
         row *= int(d)
     return row
-
-
-def _bytes(t: torch.Tensor) -> np.ndarray:
-    """A contiguous CPU tensor's storage as flat uint8 numpy (no copy)."""
-    a = np.ascontiguousarray(t.numpy()).reshape(-1)  # any strides of empty or 1-row tensors
-    return a.view(np.uint8)
-
-
-def _rows(raw: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """Flat bytes as rows shaped and typed like ``like`` (no copy)."""
-    t = torch.from_numpy(raw)
-    return t.view(like.dtype).reshape(-1, *like.shape[1:]) if raw.size else like.new_empty(
-        (0, *like.shape[1:]))
-
-
-def _offsets(counts: Sequence[int], row: int) -> list[int]:
-    out = [0]
-    for c in counts:
-        out.append(out[-1] + int(c) * row)
-    return out
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 1).bit_length()
 
 
 def agree(fn: Callable[[], T], group: dist.ProcessGroup | None = None,

@@ -214,8 +214,8 @@ class IdMaps:
                                  self.shard)
         return out
 
-    def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
-        """Collective: original ids of any new ids."""
+    def to_orig(self, new_ids: np.ndarray, bounds: tuple | None = None) -> np.ndarray:
+        """Collective: original ids of any new ids (``bounds``: see :meth:`_lookup`)."""
         new_ids = np.asarray(new_ids, np.int64)
         if self.identity:
             return new_ids
@@ -223,33 +223,77 @@ class IdMaps:
             return np.asarray(self.n2o[new_ids], np.int64)
         if self.ex.world_size == 1:
             return np.asarray(self.orig[new_ids - self.lo], np.int64)
-        return self._lookup(new_ids, self._inner, self.lo, self.orig)
+        return self._lookup(new_ids, self._inner, self.lo, self.orig, bounds)
 
     def to_new_many(self, orig_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Collective: :meth:`to_new` of several arrays in one exchange."""
         return _split(self.to_new(_cat(orig_ids)), orig_ids)
 
-    def to_orig_many(self, new_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def to_orig_many(self, new_ids: Sequence[np.ndarray], bounds: tuple | None = None
+                     ) -> list[np.ndarray]:
         """Collective: :meth:`to_orig` of several arrays in one exchange."""
-        return _split(self.to_orig(_cat(new_ids)), new_ids)
+        return _split(self.to_orig(_cat(new_ids), bounds), new_ids)
 
     def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
         """Collective (except for ``range``): owner rank of each original id."""
         return self.owner(self.to_new(orig_ids))
 
-    def _lookup(self, keys: np.ndarray, inner: np.ndarray, lo: int, table: np.ndarray
-                ) -> np.ndarray:
+    def _lookup(self, keys: np.ndarray, inner: np.ndarray, lo: int, table: np.ndarray,
+                bounds: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Collective: ``table[k - lo]`` as known on the rank of ``k``'s bucket of ``inner``,
         for every key. One compiled pass answers this rank's own keys and packs the others by
         rank (a key repeated travels again: cheaper than finding repeats); then counts, keys
-        and answers: three collectives."""
+        and answers: three collectives. With ``bounds = (send, receive)``, words per rank both
+        sides computed beforehand (a count word, then the keys), the keys carry their count and
+        the counts need no collective of their own: two."""
         out, send, counts, pos = wire.pack_lookup(keys, inner, self.ex.rank, lo, table,
                                                   self._word0)
-        recv, rcounts = self.ex.exchange(torch.from_numpy(send), torch.from_numpy(counts), TAG)
-        ans = wire.answer_lookup(recv.numpy(), lo, table, self._word0)
-        back = self.ex.payload(torch.from_numpy(ans), rcounts.tolist(), counts.tolist(), TAG)
+        if bounds is None:
+            recv, rcounts = self.ex.exchange(torch.from_numpy(send), torch.from_numpy(counts),
+                                             TAG)
+            ans = wire.answer_lookup(recv.numpy(), lo, table, self._word0)
+            rc = rcounts.tolist()
+        else:
+            me, (sb, rb) = self.ex.rank, bounds
+            blocks = _with_counts(send, counts, me, self._word0)
+            words = counts + 1
+            words[me] = 0
+            recv = self.ex.bounded(torch.from_numpy(blocks), words, sb, rb, TAG).numpy()
+            got, rc = _counted_keys(recv, rb)
+            ans = wire.answer_lookup(got, lo, table, self._word0)
+            rc[me] = 0
+        back = self.ex.payload(torch.from_numpy(ans), rc, counts.tolist(), TAG)
         out[pos] = back.numpy()
         return out
+
+
+def _with_counts(keys: np.ndarray, counts: np.ndarray, me: int, like: np.ndarray) -> np.ndarray:
+    """The keys of every other rank behind one count word each (rank ``me`` gets nothing)."""
+    W = counts.size
+    out = np.empty(keys.size + W - 1, like.dtype)
+    o = p = 0
+    for d in range(W):
+        if d == me:
+            continue
+        c = int(counts[d])
+        out[o] = c
+        out[o + 1:o + 1 + c] = keys[p:p + c]
+        o, p = o + 1 + c, p + c
+    return out
+
+
+def _counted_keys(recv: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """The keys of every block of ``recv`` (block ``r`` after ``bounds[:r]`` words: a count,
+    then that many keys), concatenated, and their count per rank."""
+    parts, counts, p = [], [], 0
+    for b in (int(v) for v in bounds):
+        c = int(recv[p]) if b > 0 else 0
+        if c + 1 > b and b > 0:
+            raise RuntimeError(f"a lookup block of {c} keys is longer than its bound {b}")
+        parts.append(recv[p + 1:p + 1 + c])
+        counts.append(c)
+        p += b
+    return np.concatenate(parts) if parts else recv[:0], counts
 
 
 def _agree_on_mode(mode: str, ex: Exchanger) -> None:

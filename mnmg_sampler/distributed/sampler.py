@@ -31,6 +31,7 @@ in one lookup after it.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 
@@ -150,13 +151,42 @@ class DistSampler:
             with peer_errors("agreeing on the graph's largest degree"):
                 deg = self.ex.agree_max([deg])[0]
         self._deg_cap = deg
-        self._bounded = False  # this round: replies padded to known sizes (every fanout >= 0)
+        # this round: every fanout >= 0, so every block has a bound both sides compute and no
+        # exchange sends its sizes first (see _hop_wire)
+        self._bounded = False
+        self._parts = np.diff(bounds)  # nodes per part: no block to a part holds more per request
+        self._lens = np.zeros(0, np.int64)  # this round: hops of each of this rank's requests
+        self._hop_full: HopSegments | None = None  # the hop's whole frontier (before the cache)
+        self._next_send = self._next_recv = np.zeros(0, np.int64)  # next block's bound per rank
+        self._carry = np.zeros(0, np.int64)  # lookup bound of requests that ended, per owner
+        self._last_hop = -1  # this round: its last hop
         self._want_orig = False  # this round: owners return their frontier nodes' original ids
         self._front_orig: dict[int, np.ndarray] = {}  # hop -> original ids of its frontier
         self.kernel_calls = 0
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
+
+    def on_group(self, group: dist.ProcessGroup) -> DistSampler:
+        """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
+        another process group of the same ranks: a service's other round in flight, whose
+        collectives must not interleave with this one's. Its counters start at zero. The wire
+        path only: not with the shared topology, a topology cache or the CUDA kernel."""
+        if (self.shared is not None or self.host is not None or self.topo is not None
+                or self.kernel != "cpu"):
+            raise ConfigError("a second round in flight needs the wire path on the CPU kernel",
+                              "no second sampler is made",
+                              "turn off the shared topology and the topology cache")
+        other = copy.copy(self)
+        other.group = group
+        other.ex = Exchanger(group)
+        other.ex.far = self.ex.far  # the host layout, for the bytes that cross hosts
+        other.ids = self.ids.with_exchanger(other.ex)
+        other.sampler = MultiHopSampler(other._hop, int(self.part.num_nodes))
+        other._front_orig = {}
+        other.kernel_calls = other.kernel_nodes = other.kernel_edges = 0
+        other.t_kernel = 0.0
+        return other
 
     # -- one hop ------------------------------------------------------------------------
     def owner(self, nodes: np.ndarray) -> np.ndarray:
@@ -210,6 +240,7 @@ class DistSampler:
         return c, nb, e
 
     def _hop(self, h: HopSegments):
+        self._hop_full = h
         if self.shared is not None:  # every part mapped here: no exchange at all
             if self.shared.weighted:  # one _kernel call per part (it keeps the statistics)
                 return self.shared.hop(h, lambda rows, keys, fans, reps, e, arrays: self._kernel(
@@ -239,10 +270,34 @@ class DistSampler:
             return out
         return self._hop_wire(h)
 
+    def _next_bounds(self, hop: int, last: int) -> np.ndarray:
+        """Words this rank may send each owner in its next exchange of the round, from the
+        whole frontier of hop ``hop`` (every fanout >= 0): a request's next frontier holds at
+        most ``frontier x fanout`` nodes (its fanout bounded by the graph's largest degree
+        without replacement) and at most a part's nodes per owner. After the round's last hop
+        ``last``, the next exchange is the lookup of every request's last new nodes (one count
+        word, then ids), which the requests that ended earlier add to (``_carry``)."""
+        h = self._hop_full
+        fan, cap = h.fanouts, self._deg_cap
+        grow = np.where((h.replace != 0) | (fan <= cap), fan, cap) * h.sizes
+        lens = self._lens[self._lens > hop]  # the requests of this hop, in order
+        goes_on = lens > hop + 1
+        P = self._parts[:, None]
+        self._carry += np.minimum(grow[~goes_on][None, :], P).sum(1)
+        if hop < last:
+            out = wire.header_words(int(goes_on.sum()), self._k) + np.minimum(
+                grow[goes_on][None, :], P).sum(1)
+        else:
+            out = 1 + self._carry
+        out[self.rank] = 0
+        return out.astype(np.int64)
+
     def _hop_wire(self, h: HopSegments):
         W, me, k = self.ex.world_size, self.rank, self._k
         nodes = h.nodes
         if W == 1 or h.hop in self._local_hops:  # all local (agreed): no exchange at all
+            if self._bounded and W > 1:  # requests that end here still add to the lookup
+                self._next_bounds(h.hop, self._last_hop)
             keys_n, fan_n, rep_n = h.per_node()
             # with a range partitioning a node's id is its original id: no orig_ids gather
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
@@ -250,26 +305,35 @@ class DistSampler:
         want_o = self._want_orig and h.hop > 0  # hop 1's frontier is the seeds: known
         flags = (h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
                  | (wire.ORIG_IDS if want_o else 0))
-        # outbound: per destination, one header per request, then the wire ids of its nodes
+        bounded = self._bounded
+        nxt = self._next_bounds(h.hop, self._last_hop) if bounded else np.zeros(W, np.int64)
+        # outbound: per destination, one header per request, then the wire ids of its nodes;
+        # bounded: every destination gets a block (its header carries the next bound)
         buf, sizes, ocount, where, mine = wire.pack_requests(
-            nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k)
-        recv, rsizes = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
+            nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k, nxt,
+            bounded)
+        if bounded:  # one all-to-all: the blocks say their sizes, the receive takes the bound
+            rsizes = self._next_recv
+            recv = self.ex.bounded(torch.from_numpy(buf), sizes, self._next_send, rsizes, "ids")
+        else:
+            recv, rs = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
+            rsizes = rs.numpy()
         # one kernel call: own nodes first, then every received block in rank order
-        rows, keys, fans, reps, src_nodes, src_flags = wire.gather_work(
-            nodes, h.sizes, h.keys, h.fanouts, flags, mine, recv.numpy(), rsizes.numpy(),
-            self.lo, k)
+        rows, keys, fans, reps, src_nodes, src_flags, src_next = wire.gather_work(
+            nodes, h.sizes, h.keys, h.fanouts, flags, mine, recv.numpy(), rsizes, self.lo, k)
+        if bounded:
+            self._next_send, self._next_recv = nxt, src_next
         want_e = h.edge_ids or bool((src_flags & wire.EDGE_IDS).any())
         c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
         e = e if e is not None else _EMPTY
-        # back, in one exchange: counts, original ids (when asked), neighbors, edge ids (when
-        # asked); with every fanout >= 0 (agreed per round) padded to sizes both sides know
         orig = self._csr[3]
-        out, rsz = wire.pack_replies(c, nb, e, rows, orig, fans, reps, mine.size, src_nodes,
-                                     src_flags, self._deg_cap, self._bounded, self._wire0, k)
-        if self._bounded:  # no size exchange
+        out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig, fans, reps, mine.size,
+                                             src_nodes, src_flags, self._deg_cap, bounded,
+                                             self._wire0, k)
+        if bounded:  # no size exchange: both sides know each reply's bound
             bsizes = wire.reply_bounds(h.sizes, h.fanouts, flags, where, ocount, me,
                                        self._deg_cap, k)
-            back = self.ex.payload(torch.from_numpy(out), rsz, bsizes, "ids").numpy()
+            back = self.ex.bounded(torch.from_numpy(out), rsz, rbound, bsizes, "ids").numpy()
         else:
             t, ts = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
             back, bsizes = t.numpy(), ts.numpy()
@@ -309,7 +373,9 @@ class DistSampler:
         """Local half of a round's agreement: ``(flags, this rank's input error or None)``.
 
         ``flags = [error, deepest request, any seed owned by another rank, any fanout -1, any
-        seed that needs the lookup]``, to be reduced with ``MAX`` over ranks. Callers that agree
+        seed that needs the lookup, requests, seeds, requests of 2 hops or more, their seeds x
+        hop 1's fanout bound]``, to be reduced with ``MAX`` over ranks (the last four bound
+        the first exchanged hop's blocks). Callers that agree
         on a round anyway (the service) put them in their own agreement and pass ``(error,
         reduced flags)`` to :meth:`sample` as ``agreed``, so a round costs one agreement
         collective, not two. When no rank has a remote seed (e.g. with a seed split by owner),
@@ -322,7 +388,7 @@ class DistSampler:
             for r in requests:
                 self.check_request(r)
         except SamplingInputError as e:
-            return [1, 0, 1, 1, 1], e
+            return [1, 0, 1, 1, 1, 0, 0, 0, 0], e
         hops = max((len(r.fanouts) for r in requests), default=0)
         lo, hi = self.lo, self.ids.hi
         remote = lookup = False
@@ -332,7 +398,14 @@ class DistSampler:
             elif not lookup and not bool(self.ids.owns(r.seeds).all()):
                 remote = lookup = True
         unbounded = any(f < 0 for r in requests for f in r.fanouts)
-        return [0, hops, int(remote), int(unbounded), int(lookup)], None
+        cap, n = self._deg_cap, int(self.part.num_nodes)
+        on = [r for r in requests if len(r.fanouts) > 0]
+        two = [r for r in on if len(r.fanouts) > 1]
+        grow = 0 if unbounded else sum(
+            min(r.seeds.size * (r.fanouts[0] if r.replace or r.fanouts[0] <= cap else cap), n)
+            for r in two)
+        return [0, hops, int(remote), int(unbounded), int(lookup), len(on),
+                sum(r.seeds.size for r in on), len(two), grow], None
 
     def check_request(self, r: SampleRequest,
                       consequence: str = "no neighbors can be sampled for it; every rank stops "
@@ -427,8 +500,18 @@ class DistSampler:
                 raise err
             raise_agreed(err, self.group)
         self._local_hops = () if remote else (0,)
-        # the fused transport sends a reply of unknown size in one message anyway: no padding
-        self._bounded = not unbounded and not self.ex.fused
+        self._bounded = (not unbounded and W > 1 and self.shared is None and len(flags) > 8
+                         and int(hops) > 0)
+        self._lens = np.array([len(r.fanouts) for r in requests], np.int64)
+        self._last_hop = int(hops) - 1
+        self._carry = np.zeros(W, np.int64)
+        if self._bounded:  # the first exchanged hop's blocks: bounded by the agreement
+            S, N = (int(flags[5]), int(flags[6])) if remote else (int(flags[7]), int(flags[8]))
+            top = wire.header_words(S, self._k) + np.minimum(N, S * self._parts)
+            self._next_send = top.astype(np.int64)
+            self._next_send[self.rank] = 0
+            self._next_recv = np.full(W, top[self.rank], np.int64)
+            self._next_recv[self.rank] = 0
         carried = features is not None and features.enabled and features.carries_orig
         # the frontier's original ids ride in the replies when they would otherwise need a
         # lookup collective (sharded maps) and no feature row carries them
@@ -486,7 +569,11 @@ class DistSampler:
                     ask_at.append((i, pos, pos + n))
                 pos += n
         ask = [n_ids[i][a:z] for i, a, z in ask_at]
-        for (i, a, z), orig in zip(ask_at, self.ids.to_orig_many(ask), strict=True):
+        # bounded: the last hop's blocks told each owner how many ids may come (one exchange
+        # fewer); without an exchanged hop, the lookup sends its sizes first
+        exchanged = self._bounded and self._last_hop >= (1 if self._local_hops else 0)
+        bounds = (self._next_send, self._next_recv) if exchanged else None
+        for (i, a, z), orig in zip(ask_at, self.ids.to_orig_many(ask, bounds), strict=True):
             res[i][a:z] = orig
         if any(taken.get(h, 0) != a.size for h, a in front.items()):  # after the collective
             raise RuntimeError("the original ids returned with a hop do not match its frontier")

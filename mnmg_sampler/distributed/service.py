@@ -47,6 +47,10 @@ from .teardown import at_exit
 log = logging.getLogger(__name__)
 MODES = ("thread", "inline")
 MARGIN_S = 5.0  # a wait gives up after the collective timeout plus this, without progress
+#: longest sleep of an idle service thread between agreements: idle, its rounds back off from
+#: ``idle_sleep_s``, doubling, to this (a peer's first request after a pause waits at most this
+#: long for the others to join; a local request wakes the thread at once)
+IDLE_MAX_S = 0.1
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # services whose rounds a fork waits for
 _POLL_S = 0.25  # how often a waiting caller checks the service's progress
 
@@ -69,6 +73,9 @@ class SamplingService:
             not yet run on a real GPU) or ``auto`` (``cuda`` when ``device`` is a CUDA device).
         timeout_s: collective timeout of the service's own group (default: the default group's);
             a rank that stops serving makes the others fail after this long instead of hanging.
+        idle_sleep_s: the service thread's first sleep before a round when its queue is empty;
+            while every rank stays idle the sleeps double up to :data:`IDLE_MAX_S`, and a local
+            request or :meth:`shutdown` ends one at once.
         max_requests_per_round: take at most this many pending local requests per round
             (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
         feature_cache_rows: remote feature rows each rank caches (same value on every rank; see
@@ -100,7 +107,8 @@ class SamplingService:
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
                  feature_cache_rows: int = 0, id_maps: str = "sharded",
-                 topology_cache: float = 0.0, shared_topology: bool | str = "auto") -> None:
+                 topology_cache: float = 0.0, shared_topology: bool | str = "auto",
+                 rounds_in_flight: int | str = "auto") -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
@@ -139,10 +147,21 @@ class SamplingService:
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
 
-            self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
-                                             cache_rows=feature_cache_rows,
-                                             shared=self.sampler.shared,
-                                             host=getattr(self.sampler, "host", None))
+            def store(ex):
+                return DistFeatureStore(part, ex, placement, device,
+                                        cache_rows=feature_cache_rows,
+                                        shared=self.sampler.shared,
+                                        host=getattr(self.sampler, "host", None))
+            self.features = store(self.sampler.ex)
+        self._lock = threading.Lock()  # one round at a time (inline mode, several clients)
+        self._slots = [_Slot(self.sampler, self.features, self._lock)]
+        self.rounds_in_flight = self._in_flight(rounds_in_flight, part)
+        for _ in range(1, self.rounds_in_flight):  # collective: every rank makes the groups
+            with peer_errors("creating a process group for another round in flight"):
+                g = dist.new_group(backend=dist.get_backend(), timeout=timeout)
+            sampler = self.sampler.on_group(g)
+            self._slots.append(_Slot(sampler, None if self.features is None else
+                                     store(sampler.ex), threading.Lock(), g))
         self.num_nodes = int(part.num_nodes)
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)
@@ -150,23 +169,54 @@ class SamplingService:
         self._closing = threading.Event()
         self._closed = False
         self._failed: MnmgError | None = None
-        self._lock = threading.Lock()  # one round at a time (inline mode, several clients)
-        self._taken: list = []  # (request, future) pairs of the round in progress
         self._step = "idle"  # what the service is doing now, for error messages
         self._idle = idle_sleep_s
+        self._wake = threading.Event()  # a request or shutdown: end the idle sleep now
         self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
                        "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
-        self._fork_held = False
+        self._fork_held: list = []  # round locks a fork holds
         _LIVE.add(self)
+        self._stats_lock = threading.Lock()  # rounds in flight update the statistics
         self._thread = None
+        self._threads: list[threading.Thread] = []
         self._exit_stop = None
-        if self.mode == "thread":
-            self._thread = threading.Thread(target=self._serve, name="mnmg-sampling-service",
-                                            daemon=True)
-            self._thread.start()
-            # never shut down: stop the thread at exit, before the group is torn down
+        if self.mode == "thread":  # one thread per round in flight, each on its own group
+            self._threads = [threading.Thread(target=self._serve, args=(slot,), daemon=True,
+                                              name=f"mnmg-sampling-service-{i}")
+                             for i, slot in enumerate(self._slots)]
+            self._thread = self._threads[0]
+            for t in self._threads:
+                t.start()
+            # never shut down: stop the threads at exit, before the groups are torn down
             self._exit_stop = at_exit(functools.partial(
-                _stop_at_exit, self._closing, self._thread, self.deadline_s))
+                _stop_at_exit, self._closing, self._threads, self.deadline_s))
+
+    def _in_flight(self, value: int | str, part) -> int:
+        """Rounds in flight: ``auto`` is 1 (a second round did not win on the 2-core gloo
+        machine where it was measured, ``docs/performance.md``); more need thread mode, the
+        homogeneous wire path (no shared topology, topology cache or CUDA kernel) and a group
+        of the service's own. Every rank must pass the same value (agreed: one all-reduce)."""
+        k = 1 if value == "auto" else value
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ServiceError(f"rounds_in_flight must be 'auto' or an integer >= 1, got "
+                               f"{value!r}", "no service is started", "pass 'auto' or e.g. 2")
+        s = self.sampler
+        if k > 1 and (self.mode != "thread" or not self._own_group
+                      or getattr(part, "typed", None) is not None
+                      or getattr(s, "shared", None) is not None or getattr(s, "topo", None)
+                      is not None or getattr(s, "kernel", "cpu") != "cpu"):
+            raise ServiceError(f"rounds_in_flight={k} needs thread mode, the service's own "
+                               "process groups, a homogeneous part, the CPU kernel and neither "
+                               "the shared topology nor a topology cache",
+                               "no service is started", "pass rounds_in_flight='auto'")
+        if s.ex.world_size > 1:
+            with peer_errors("agreeing on the rounds in flight"):
+                hi, lo = s.ex.agree_max([k, -k])
+            if hi != -lo:
+                raise ServiceError(f"the ranks keep different rounds in flight (this rank: {k})",
+                                   "their rounds could not be matched; no service is started",
+                                   "pass the same rounds_in_flight on every rank")
+        return k
 
     # -- clients -------------------------------------------------------------------------------
     def submit(self, request: SampleRequest) -> Future:
@@ -189,6 +239,7 @@ class SamplingService:
             fut.set_exception(e)
             return fut
         self._q.put((request, fut))
+        self._wake.set()
         if self._failed is not None:  # the thread failed while we queued: never leave it waiting
             self._fail_all()
         return fut
@@ -224,41 +275,48 @@ class SamplingService:
             self._stats["t_wait"] += time.perf_counter() - t0
 
     # -- rounds ----------------------------------------------------------------------------------
-    def run_round(self) -> bool:
+    def run_round(self, slot: _Slot | None = None) -> bool:
         """Collective: one round. Returns False when every rank is done (shutting down, idle).
 
         Three steps: agreement (one all-reduce of pending counts and done flags), sampling of
         every rank's requests together, resolution of this rank's futures. A typed error agreed
         by every rank fails only this round's requests; any other failure fails them and raises.
+        With rounds in flight, each ``slot`` (its own sampler and process group, default the
+        first) runs its rounds in its own thread, while the others' are in flight.
         """
-        if not self._lock.acquire(timeout=self.deadline_s):
+        slot = slot or self._slots[0]
+        if not slot.lock.acquire(timeout=self.deadline_s):
             raise self._stall_error("waiting for another thread's sampling round",
                                     self.deadline_s)
         try:
             if self._failed is not None:
                 raise self._failure()
             pending = self._take()
-            self._taken = pending
-            n = self._stats["rounds"] + self._stats["idle_rounds"]
+            slot.taken = pending
+            n = slot.rounds
+            slot.rounds += 1
+            sampler = slot.sampler
             try:
                 # 1. agreement, the round's only one: requests, is any rank still active, and
                 # the sampler's flags (input error, hops, remote seeds): one all-reduce, MAX
                 self._step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
-                mine, err = self.sampler.round_flags([r for r, _ in pending])
-                flags = self.sampler.ex.agree_max([len(pending), 0 if done else 1, *mine])
+                mine, err = sampler.round_flags([r for r, _ in pending])
+                flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine])
                 total, active = flags[0], flags[1]
                 agreed = (err, flags[2:])
                 if total == 0:
-                    self._stats["idle_rounds"] += 1
+                    with self._stats_lock:
+                        self._stats["idle_rounds"] += 1
                     return active > 0
+                slot.worked += 1
                 # 2. sampling: every rank's requests in one collective call
                 self._step = f"sampling round {n} (up to {total} requests per rank)"
                 t0 = time.perf_counter()
-                k0 = self.sampler.kernel_calls
+                k0 = sampler.kernel_calls
                 try:
-                    batches = self.sampler.sample([r for r, _ in pending], self.features,
-                                                  agreed=agreed)
+                    batches = sampler.sample([r for r, _ in pending], slot.features,
+                                             agreed=agreed)
                 except PeerError:
                     raise
                 except MnmgError as e:  # raised on every rank by agreement: fail these requests
@@ -268,10 +326,11 @@ class SamplingService:
                 # 3. resolution: statistics first, so a caller woken by its result reads
                 # counters that include this round
                 st = self._stats
-                st["rounds"] += 1
-                st["requests"] += len(pending)
-                st["hops"] += self.sampler.kernel_calls - k0
-                st["t_round"] += time.perf_counter() - t0
+                with self._stats_lock:
+                    st["rounds"] += 1
+                    st["requests"] += len(pending)
+                    st["hops"] += sampler.kernel_calls - k0
+                    st["t_round"] += time.perf_counter() - t0
                 for (_, f), b in zip(pending, batches, strict=True):
                     _settle(f, result=b)
                 return True
@@ -284,10 +343,10 @@ class SamplingService:
                     raise
                 raise err from e
             finally:
-                self._taken = []
+                slot.taken = []
                 self._step = "idle"
         finally:
-            self._lock.release()
+            slot.lock.release()
 
     def _take(self) -> list:
         pending = []
@@ -307,13 +366,17 @@ class SamplingService:
                             "the requests of this round fail and the service stops",
                             "check the first error in the log on every rank")
 
-    def _serve(self) -> None:
+    def _serve(self, slot: _Slot) -> None:
+        idle = 0  # idle rounds in a row (every rank's: the agreement says so)
         try:
             while True:
                 if self._q.empty() and not self._closing.is_set():
-                    time.sleep(self._idle)
-                if not self.run_round():
+                    self._wake.wait(idle_sleep(self._idle, idle))
+                self._wake.clear()
+                n = slot.rounds - slot.worked
+                if not self.run_round(slot):
                     break
+                idle = idle + 1 if slot.rounds - slot.worked > n else 0
         except BaseException as e:  # a broken collective: fail every waiter, never hang them
             self._failed = self._failed or self._round_error(e)
             log.error("sampling service stopped: %s", self._failed)
@@ -323,8 +386,9 @@ class SamplingService:
     def _fail_all(self) -> None:
         """Fail every request queued or taken by a round (the service has failed)."""
         err = self._failure()
-        for _, f in list(self._taken):
-            _settle(f, exc=err)
+        for slot in self._slots:
+            for _, f in list(slot.taken):
+                _settle(f, exc=err)
         while True:
             try:
                 _, f = self._q.get_nowait()
@@ -363,16 +427,19 @@ class SamplingService:
         if self._closed:
             return
         self._closing.set()
-        if self._thread is not None:
+        self._wake.set()
+        if self._threads:
             watch = _Watch(self)
             t0 = time.perf_counter()
-            while self._thread.is_alive():
-                self._thread.join(_POLL_S)
+            while any(t.is_alive() for t in self._threads):
+                self._wake.set()  # a thread back in its idle sleep: the next agreement now
+                for t in self._threads:
+                    t.join(_POLL_S / len(self._threads))
                 if timeout is not None and time.perf_counter() - t0 > timeout:
                     raise ServiceError("the sampling service did not stop in time",
                                        "another rank may not have called shutdown()",
                                        "call shutdown() on every rank")
-                if self._thread.is_alive():
+                if any(t.is_alive() for t in self._threads):
                     watch.check("shutting down the sampling service")
         elif self._failed is None:
             try:
@@ -389,6 +456,8 @@ class SamplingService:
         with peer_errors("the sampling service's shutdown barrier"):
             dist.barrier(group=self.group)
         if self._own_group:
+            for slot in self._slots[1:]:
+                dist.destroy_process_group(slot.group)
             dist.destroy_process_group(self.group)
 
     def __enter__(self) -> SamplingService:
@@ -399,26 +468,52 @@ class SamplingService:
 
     def _progress(self) -> tuple[int, int]:
         """Changes whenever a round or an exchange completes (read by waiting threads)."""
-        return (self._stats["rounds"] + self._stats["idle_rounds"], self.sampler.ex.calls)
+        return (self._stats["rounds"] + self._stats["idle_rounds"],
+                sum(slot.sampler.ex.calls for slot in self._slots))
 
     # -- stats -----------------------------------------------------------------------------------
     def stats(self) -> dict:
         """Plain-dict statistics: rounds, requests, merging, kernel calls, bytes, times."""
         st = dict(self._stats)
         st["requests_per_round"] = st["requests"] / st["rounds"] if st["rounds"] else 0.0
-        st["kernel_calls"] = self.sampler.kernel_calls
-        st["kernel_edges"] = self.sampler.kernel_edges
-        st["bytes_exchanged"] = self.sampler.ex.bytes_sent
-        st["exchange_calls"] = self.sampler.ex.calls
-        st["t_kernel"] = self.sampler.t_kernel
-        st["t_exchange"] = self.sampler.ex.t_exchange
-        st["bytes_by_kind"] = {k: {"self": v[0], "others": v[1]}
-                               for k, v in self.sampler.ex.bytes.items()}
+        samplers = [slot.sampler for slot in self._slots]
+        st["rounds_in_flight"] = len(samplers)
+        st["kernel_calls"] = sum(s.kernel_calls for s in samplers)
+        st["kernel_edges"] = sum(s.kernel_edges for s in samplers)
+        st["bytes_exchanged"] = sum(s.ex.bytes_sent for s in samplers)
+        st["exchange_calls"] = sum(s.ex.calls for s in samplers)
+        st["t_kernel"] = sum(s.t_kernel for s in samplers)
+        st["t_exchange"] = sum(s.ex.t_exchange for s in samplers)
+        kinds: dict[str, dict[str, int]] = {}
+        for s in samplers:
+            for k, v in s.ex.bytes.items():
+                b = kinds.setdefault(k, {"self": 0, "others": 0})
+                b["self"] += v[0]
+                b["others"] += v[1]
+        st["bytes_by_kind"] = kinds
         st["topology_cache"] = self.sampler.topology_stats()
         st["shared_topology"] = self.sampler.shared_stats()
-        if self.features is not None:
+        if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st
+
+
+def idle_sleep(first: float, idle_rounds: int) -> float:
+    """Sleep of the service thread before its next agreement after ``idle_rounds`` idle rounds
+    in a row: ``first``, doubling per idle round, at most :data:`IDLE_MAX_S` (``first`` when
+    it is longer). An idle minute costs at most about ``60 / IDLE_MAX_S`` agreements."""
+    return max(first, min(first * 2.0 ** min(idle_rounds, 30), IDLE_MAX_S))
+
+
+class _Slot:
+    """One round in flight: its sampler (own process group), feature store, lock and the
+    requests its round in progress took."""
+
+    def __init__(self, sampler, features, lock: threading.Lock, group=None) -> None:
+        self.sampler, self.features, self.lock, self.group = sampler, features, lock, group
+        self.taken: list = []  # (request, future) pairs of the round in progress
+        self.rounds = 0  # rounds started, idle ones included
+        self.worked = 0  # rounds with work (every rank's agreement said so)
 
 
 class _Watch:
@@ -456,8 +551,9 @@ def _before_fork() -> None:
     for svc in list(_LIVE):
         if svc._closed or svc._fork_held:
             continue
-        svc._fork_held = svc._lock.acquire(timeout=svc.deadline_s)
-        if not svc._fork_held:
+        held = [slot.lock for slot in svc._slots if slot.lock.acquire(timeout=svc.deadline_s)]
+        svc._fork_held = held
+        if len(held) < len(svc._slots):
             log.warning("fork during a sampling round that did not end within %.0f s",
                         svc.deadline_s)
 
@@ -466,8 +562,9 @@ def _after_fork() -> None:
     """Parent and child: the rounds may go on (in the child, the lock's copy is released)."""
     for svc in list(_LIVE):
         if svc._fork_held:
-            svc._fork_held = False
-            svc._lock.release()
+            held, svc._fork_held = svc._fork_held, []
+            for lock in held:
+                lock.release()
 
 
 if hasattr(os, "register_at_fork"):
@@ -475,19 +572,22 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_after_fork)
 
 
-def _stop_at_exit(closing: threading.Event, thread: threading.Thread, deadline_s: float) -> bool:
-    """Interpreter exit without shutdown(): let the service thread leave its rounds, bounded.
+def _stop_at_exit(closing: threading.Event, threads: list[threading.Thread],
+                  deadline_s: float) -> bool:
+    """Interpreter exit without shutdown(): let the service threads leave their rounds, bounded.
 
     Peers exiting too agree that every rank is done; a dead peer fails the round. Either way the
-    thread ends before torch's process groups are destroyed, so no C++ thread is torn down
+    threads end before torch's process groups are destroyed, so no C++ thread is torn down
     mid-collective (which aborts the process).
     """
-    if not thread.is_alive():
+    if not any(t.is_alive() for t in threads):
         return True
     log.warning("a SamplingService was not shut down; stopping it at exit")
     closing.set()
-    thread.join(deadline_s)
-    if thread.is_alive():
+    end = time.monotonic() + deadline_s
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threads):
         log.error("the sampling service thread did not stop within %.0f s at exit", deadline_s)
         return False
     return True

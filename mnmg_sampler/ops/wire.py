@@ -4,11 +4,16 @@ The layout (``docs/architecture.md``, "Wire format"): a buffer for destination `
 **block** per requester, in wire words (int32 when the graph fits, else int64; an int64 field
 takes ``k = 8 / word size`` words, low word first)::
 
-    request block:  S | S x (count, key, fanout, flags) | ids of every request, request order
+    request block:  S | next | S x (count, key, fanout, flags) | ids of every request, request
+                    order (``next``: the most words the sender may send this destination in its
+                    next exchange of the round, see :func:`pack_requests`)
     reply block:    counts (one per id received) | original ids (one per id received; only when
                     a request of the block set the original-id flag) | neighbor ids | edge ids
                     (k words each; only when a request of the block set the edge-id flag) |
-                    zero padding (only in a bounded exchange, see :func:`reply_bounds`)
+
+Every block says its own size inside (the counts of its header, or one count per node), so a
+receiver parses it from a buffer sized by a bound both sides compute (:func:`reply_bounds`, the
+``next`` word) and no exchange has to send its sizes first.
 
 Each function replaces a chain of numpy calls (search, bincount, argsort, fancy indexing,
 repeat, concatenate) whose per-call overhead dominated small hops. None of them knows about
@@ -53,11 +58,13 @@ def _bucket(inner, v):
 
 
 @numba.njit(cache=True, nogil=True)
-def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k):
+def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, every):
     """Bucket ``nodes`` (request segments of ``sizes``) by destination and pack remote ones.
 
-    Returns ``(buf, send_sizes, ocount, where, mine)``: the wire buffer for every other
-    destination, its per-destination size, nodes per destination, each node's position in
+    ``nxt[d]`` goes into destination ``d``'s header (the bound of the sender's next block to
+    ``d``); with ``every``, every other destination gets a block, even without nodes (it must
+    learn ``nxt``). Returns ``(buf, send_sizes, ocount, where, mine)``: the wire buffer for every
+    other destination, its per-destination size, nodes per destination, each node's position in
     destination order (stable), and the positions of the nodes of destination ``me``.
     """
     n = nodes.shape[0]
@@ -74,10 +81,10 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k):
             ocount[lo] += 1
             per[lo, s] += 1
             i += 1
-    hlen = (1 + 4 * S) * k
+    hlen = header_words(S, k)
     send = np.zeros(W, np.int64)
     for d in range(W):
-        if d != me and ocount[d] > 0:
+        if d != me and (every or ocount[d] > 0):
             send[d] = hlen + ocount[d]
     boff = np.zeros(W + 1, np.int64)  # block offsets in buf
     ooff = np.zeros(W + 1, np.int64)  # offsets in destination order
@@ -90,7 +97,8 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k):
             continue
         p = boff[d]
         _put64(buf, p, S, k)
-        p += k
+        _put64(buf, p + k, nxt[d], k)
+        p += 2 * k
         for s in range(S):
             _put64(buf, p, per[d, s], k)
             _put64(buf, p + k, keys[s], k)
@@ -112,12 +120,20 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k):
     return buf, send, ocount, where, mine
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def header_words(S, k):
+    """Words of a request block's header for ``S`` requests: S, next, then 4 fields each."""
+    return (2 + 4 * S) * k
+
+
 @numba.njit(cache=True, nogil=True)
 def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
     """Kernel inputs for own nodes (``mine``) then every received request block.
 
-    Returns ``(rows, keys, fanouts, replace, src_nodes, src_flags)``: per-node arrays (rows
-    relative to ``lo``) and, per source, its node count and OR of its request flags.
+    Block ``src`` starts at ``sum(rsizes[:src])``; its length is read from its header (a
+    block may end before ``rsizes[src]``, a bound). Returns ``(rows, keys, fanouts, replace,
+    src_nodes, src_flags, src_next)``: per-node arrays (rows relative to ``lo``) and, per
+    source, its node count, OR of its request flags and ``next`` word.
     """
     W = rsizes.shape[0]
     total = mine.shape[0]
@@ -125,7 +141,8 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
     for src in range(W):
         if rsizes[src] > 0:
             S2 = _get64(recv, p, k)
-            total += rsizes[src] - (1 + 4 * S2) * k
+            for s2 in range(S2):
+                total += _get64(recv, p + 2 * k + 4 * k * s2, k)
         p += rsizes[src]
     rows = np.empty(total, np.int64)
     kk = np.empty(total, np.int64)
@@ -133,6 +150,7 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
     rr = np.empty(total, np.uint8)
     src_nodes = np.zeros(W, np.int64)
     src_flags = np.zeros(W, np.int64)
+    src_next = np.zeros(W, np.int64)
     # own nodes: mine is increasing, so walk the segments alongside
     seg_end = np.empty(sizes.shape[0], np.int64)
     acc = 0
@@ -155,8 +173,11 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
         if size == 0:
             continue
         S2 = _get64(recv, p, k)
-        h = p + k
-        ids = p + (1 + 4 * S2) * k
+        src_next[src] = _get64(recv, p + k, k)
+        h = p + 2 * k
+        ids = p + header_words(S2, k)
+        if ids > p + size:
+            raise ValueError("a request block is longer than its bound")
         for _s2 in range(S2):
             cnt = _get64(recv, h, k)
             key = _get64(recv, h + k, k)
@@ -164,6 +185,8 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
             fl = _get64(recv, h + 3 * k, k)
             h += 4 * k
             src_flags[src] |= fl
+            if ids + cnt > p + size:
+                raise ValueError("a request block is longer than its bound")
             for _ in range(cnt):
                 rows[o] = np.int64(recv[ids]) - lo
                 kk[o] = key
@@ -171,9 +194,9 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
                 rr[o] = fl & REPLACE
                 o += 1
                 ids += 1
-        src_nodes[src] = ids - p - (1 + 4 * S2) * k
+        src_nodes[src] = ids - p - header_words(S2, k)
         p += size
-    return rows, kk, ff, rr, src_nodes, src_flags
+    return rows, kk, ff, rr, src_nodes, src_flags, src_next
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -194,8 +217,8 @@ def _reply_words(flags, k):
 
 @numba.njit(cache=True, nogil=True)
 def reply_bounds(sizes, fanouts, flags, where, ocount, me, cap, k):
-    """The requester's side of a bounded reply exchange: per destination, the size in words of
-    the reply block it will get back, padded to the most its nodes can get (every fanout must be
+    """The requester's side of a bounded reply exchange: per destination, the most words the
+    reply block it gets back can hold, from the most its nodes can get (every fanout must be
     ``>= 0``). The owner computes the same number from the headers (:func:`pack_replies`)."""
     W = ocount.shape[0]
     ooff = np.zeros(W + 1, np.int64)
@@ -231,14 +254,16 @@ def reply_bounds(sizes, fanouts, flags, where, ocount, me, cap, k):
 def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, src_flags, cap,
                  bounded, wire, k):
     """Reply blocks for every source: counts, original ids (if its flags ask), neighbors, edge
-    ids (if its flags ask); with ``bounded``, zero-padded to :func:`reply_bounds`.
+    ids (if its flags ask); with ``bounded``, also the bound of each block (what
+    :func:`reply_bounds` computes on the requester's side), checked.
 
     Sources' nodes follow each other in ``counts`` (and ``rows``, ``fans``, ``reps``: the kernel's
     inputs) from position ``first`` in rank order; ``orig[row]`` is a row's original id.
-    Returns ``(buf, sizes)``.
+    Returns ``(buf, sizes, bounds)`` (``bounds`` is ``sizes`` without ``bounded``).
     """
     W = src_nodes.shape[0]
     sizes = np.zeros(W, np.int64)
+    bounds = np.zeros(W, np.int64)
     a = first
     e = 0
     for i in range(first):
@@ -259,7 +284,8 @@ def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, sr
             node_w, edge_w = _reply_words(src_flags[src], k)
             if bounded and E > B:
                 raise ValueError("a node got more neighbors than its fanout allows")
-            sizes[src] = n * node_w + (B if bounded else E) * edge_w
+            sizes[src] = n * node_w + E * edge_w
+            bounds[src] = n * node_w + (B if bounded else E) * edge_w
         a += n
         e += E
     total = 0
@@ -293,9 +319,7 @@ def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, sr
                 _put64(buf, q + i * k, eids[e0 + i], k)
             q += E * k
         p += sizes[src]
-        for i in range(q, p):  # padding (bounded): on the wire, so deterministic
-            buf[i] = 0
-    return buf, sizes
+    return buf, sizes, bounds
 
 
 @numba.njit(cache=True, nogil=True)
@@ -304,8 +328,9 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, rows
     """Every node's neighbor list (and edge ids, and original id) in the original node order.
 
     Own results (``counts_own`` ..., kernel rows ``rows_own``) fill destination ``me``'s slots;
-    the reply blocks in ``back`` (block ``d`` is ``bsizes[d]`` words, padding included) fill the
-    others. ``where[j]`` is node ``j``'s position in destination order. Returns
+    the reply blocks in ``back`` (block ``d`` starts after ``bsizes[:d]`` words and may end
+    before ``bsizes[d]``) fill the others. ``where[j]`` is node ``j``'s position in destination
+    order. Returns
     ``(counts, neighbors, edge ids, original ids)``; the last two are empty unless asked for.
     """
     W = ocount.shape[0]

@@ -1,6 +1,6 @@
 """Processes for the kill trials: a rank that SIGKILLs itself at its K-th collective call.
 
-    python -m tests.distributed.faultkit api PARTS_DIR MODE [shared]  # Python API: loader
+    python -m tests.distributed.faultkit api PARTS_DIR MODE [shared|inflight]  # Python API: loader
     python -m tests.distributed.faultkit cli train ARGS...     # the mnmg-sampler CLI
     python -m tests.distributed.faultkit noshutdown PARTS_DIR  # exit without shutdown()
     python -m tests.distributed.faultkit nodestroy  # exit without destroy_process_group()
@@ -23,9 +23,7 @@ import signal
 import sys
 import threading
 
-# and the point-to-point posts of the fused gloo exchanges (one isend and one irecv per peer)
-COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather", "barrier", "broadcast", "isend",
-               "irecv")
+COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather", "barrier", "broadcast")
 
 
 def arm() -> None:
@@ -56,8 +54,9 @@ def arm() -> None:
     HostChannel.agree_max = wrap("host agree_max", HostChannel.agree_max)
 
 
-def api(parts: str, mode: str, shared: bool = False) -> int:
-    """The Python API as a training script uses it: service, loader, a per-batch all-reduce."""
+def api(parts: str, mode: str, shared: bool = False, in_flight: int = 1) -> int:
+    """The Python API as a training script uses it: service, loader, a per-batch all-reduce
+    (``in_flight``: rounds in flight of the service, on the wire path)."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -72,9 +71,10 @@ def api(parts: str, mode: str, shared: bool = False) -> int:
     try:
         env, _ = init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
         part = load_partition(parts, env.rank, env.world_size)
-        svc = SamplingService(part, seed=1, mode=mode, shared_topology=shared)
+        svc = SamplingService(part, seed=1, mode=mode, rounds_in_flight=in_flight,
+                              shared_topology=shared if in_flight == 1 else False)
         loader = DistNeighborLoader(svc, np.arange(int(part.num_nodes)), [5, 5], 32,
-                                    shuffle=True, prefetch=2)
+                                    shuffle=True, prefetch=2 * in_flight)
         print("READY", flush=True)
         for epoch in range(10_000):  # until a peer dies
             loader.set_epoch(epoch)
@@ -146,7 +146,7 @@ def ddp_steps() -> int:
 def main(argv: list[str]) -> int:
     arm()
     if argv[0] == "api":
-        return api(argv[1], argv[2], argv[3:] == ["shared"])
+        return api(argv[1], argv[2], argv[3:] == ["shared"], 2 if argv[3:] == ["inflight"] else 1)
     if argv[0] == "noshutdown":
         return no_shutdown(argv[1])
     if argv[0] == "nodestroy":

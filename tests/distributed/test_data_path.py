@@ -4,9 +4,7 @@ seed split by owner. Every output is checked against the single process bit for 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from mnmg_sampler.distributed.collective import EXCHANGE_ENV
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.ops.rng import request_key
 from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
@@ -34,11 +32,7 @@ def _merged_with_features(rank, world, d, reqs_by_rank, cache_rows):
         s.wire.itemsize
 
 
-@pytest.mark.parametrize("transport", ["fused", "alltoall"])
-def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path, transport):
-    # gloo exchanges are fused point-to-point messages; NCCL's counts-then-payload all-to-alls
-    # are forced on gloo here so both transports are checked
-    fused = transport == "fused"
+def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path):
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=3))
     rng = np.random.default_rng(1)
@@ -47,8 +41,7 @@ def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path,
                      for j in range(3)] for r in range(2)]
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
     for cache_rows in (0, 25):
-        res = run_ranks(_merged_with_features, 2, d, reqs_by_rank, cache_rows, timeout=180,
-                        env={EXCHANGE_ENV: transport})
+        res = run_ranks(_merged_with_features, 2, d, reqs_by_rank, cache_rows, timeout=180)
         # feature traffic to other ranks: request ids and rows of what was fetched (rounds and
         # cache fill), plus one count per exchange; each distinct row crosses once
         fetched = sum(r[1]["rows_fetched"] + r[2] for r in res)
@@ -58,10 +51,9 @@ def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path,
         for rank, (out, st, cache_size, fbytes, _row, word) in enumerate(res):
             assert word == 4  # int32 wire ids: the graph's node and edge counts fit
             (with_e, self_e, remote_e), (no_e, self_n, remote_n) = out
-            # own nodes never enter the all-to-all: to self go only the rank's own entries of
-            # the request size exchange of each hop (8 B each, 3 hops; every fanout is >= 0, so
-            # the replies have sizes both sides know); fused: nothing at all
-            assert self_e == self_n == (0 if fused else 3 * 8)
+            # own nodes never enter the all-to-all, and no hop sends its sizes first (every
+            # fanout is >= 0: requests and replies travel in blocks of bounds both sides know)
+            assert self_e == self_n == 0
             assert 0 < remote_n < remote_e  # edge ids cost bytes only when asked for
             for (seeds, key), a, b in zip(reqs_by_rank[rank], with_e, no_e, strict=True):
                 want = as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0])
@@ -79,7 +71,7 @@ def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path,
             assert cache_size == (25 if cache_rows else 0)
             assert (st["cache_hits"] > 0) == bool(cache_rows)
             # to self: only its entry of each size exchange (2 rounds, and the cache fill)
-            assert fbytes[0] == (0 if fused else 8 * (3 if cache_rows else 2))
+            assert fbytes[0] == 8 * (3 if cache_rows else 2)
 
 
 def _owner_split(rank, world, d, nodes):

@@ -43,7 +43,7 @@ TRAIN = ["--config", "configs/quickstart.yaml", "--no-progress", "training.epoch
 
 # (entry point, seed); victim rank = seed % world, kill point K from the seed
 CI_TRIALS = [("api-thread", 0), ("train", 1), ("sample", 2), ("api-stop", 3), ("api-shared", 4),
-             ("offline", 5)]
+             ("offline", 5), ("api-inflight", 6)]
 FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
                 + [("api-inline", s) for s in (20, 21)]
                 + [("train", s) for s in (30, 31, 32, 33, 34)]
@@ -51,7 +51,8 @@ FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
                 + [("torchrun-train", s) for s in (50, 51)]
                 + [("api-stop", s) for s in (60, 61)]
                 + [("offline", s) for s in (70, 71, 72)]
-                + [("api-shared", s) for s in (80, 81, 82)] + [("api-shared-stop", 84)])
+                + [("api-shared", s) for s in (80, 81, 82)] + [("api-shared-stop", 84)]
+                + [("api-inflight", s) for s in (90, 91, 92)])
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,8 @@ def _commands(kind: str, world: int, parts: dict, tmp) -> list[list[str]]:
     if kind.startswith("api"):
         mode = "inline" if kind == "api-inline" else "thread"
         shared = ["shared"] if "shared" in kind else []  # rounds agree over host sockets
-        return [[*KIT, "api", parts[world], mode, *shared]] * world
+        extra = ["inflight"] if "inflight" in kind else shared  # 2 rounds in flight, the wire
+        return [[*KIT, "api", parts[world], mode, *extra]] * world
     if kind == "offline":  # small batches: enough rounds for any kill point
         return [[*KIT, "cli", "sample", "--partitions", parts[world], "--batch-size", "4",
                  "--fanouts", "5,5", "--threads", "1", "--shared-topology", "false",

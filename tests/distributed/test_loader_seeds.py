@@ -8,7 +8,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mnmg_sampler.distributed.collective import EXCHANGE_ENV
 from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.loader import global_batches
@@ -59,12 +58,11 @@ def _loader_rounds(rank, world, d, nodes):
             loader._new_nodes.size)
 
 
-@pytest.mark.parametrize("transport", ["alltoall", "fused"])
-def test_loader_rounds_make_no_seed_lookup_and_equal_the_single_process(tmp_path, transport):
+def test_loader_rounds_make_no_seed_lookup_and_equal_the_single_process(tmp_path):
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=2))
     nodes = np.arange(3, 140)
-    res = run_ranks(_loader_rounds, 2, d, nodes, timeout=240, env={EXCHANGE_ENV: transport})
+    res = run_ranks(_loader_rounds, 2, d, nodes, timeout=240)
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
     gb = global_batches(nodes.size, 8, 2, shuffle=True, drop_last=False, seed=1, epoch=1)
     assert sum(r[6] for r in res) > 0  # seeds owned by another rank were requested
@@ -84,7 +82,7 @@ def test_loader_rounds_make_no_seed_lookup_and_equal_the_single_process(tmp_path
         # features carry the nodes' original ids, so with translated seeds a round makes no
         # id-map exchange at all; without them, every round looks its seeds up
         assert b2 == b1
-        assert b3[1] > b2[1] and b3[0] >= b2[0]  # fused: nothing is sent to self
+        assert b3[1] > b2[1] and b3[0] >= b2[0]
 
 
 def _bad_new_seeds(rank, world, d):

@@ -1,7 +1,8 @@
-"""The collectives of one DistSampler round, counted on real gloo ranks: a reply of a size both
-sides know needs no size exchange, a fanout of -1 anywhere falls back to one, and only each
-request's last new nodes are looked up for their original ids. Batches equal the single
-process bit for bit either way."""
+"""The collectives of one DistSampler round, counted on real gloo ranks: with every fanout >= 0
+a hop is one exchange (an all-to-all each way, blocks within bounds both sides compute, sizes
+inside), so a round is at most hops + 2 exchanges (the hops, the lookup of each request's last
+new nodes, the agreement); a fanout of -1 anywhere falls back to size exchanges. Batches equal
+the single process bit for bit either way."""
 
 from __future__ import annotations
 
@@ -81,20 +82,24 @@ def test_one_round_makes_the_expected_collectives_and_looks_up_only_last_hops(tm
             for a, want in zip(got, _reference(g, plans[rnd][rank]), strict=True):
                 assert_same(a, want)
             assert remote == (rnd == 0)
-            # 1 agreement (all-reduce); per hop: request sizes, requests, replies of known
-            # sizes (3 hops; round 1, all seeds own: hop 1 is local); the lookup of the last
-            # hops' remote nodes (sizes, ids, answers); round 0 adds the seed lookup (3)
-            assert calls == (1 + 3 * 3 + 3 + 3 if rnd == 0 else 1 + 2 * 3 + 3)
+            # 1 agreement (all-reduce); per hop one exchange: requests, replies (3 hops; round
+            # 1, all seeds own: hop 1 is local); the lookup of the last hops' remote nodes
+            # (ids with their counts, answers); round 0 adds the seed lookup (3: its seeds
+            # come untranslated, which no hop bounds)
+            hops = 3 if rnd == 0 else 2
+            assert calls == 1 + 2 * hops + 2 + (3 if rnd == 0 else 0)
+            if rnd == 1:  # hops + 2 exchanges: one all-to-all each way, and the agreement
+                assert calls == 2 * (hops + 2) - 1
     for rank in range(2):
         # round 1's lookup carries only the last hop's nodes owned by the other rank, 4 B
-        # each way (at most once per request, at least once per rank), and one 8-B size per
-        # rank: the other frontiers' original ids came back with the hop replies
+        # each way (at most once per request, at least once per rank), and one 4-B count
+        # word: the other frontiers' original ids came back with the hop replies
         leaves = [b["n_id"][sum(b["num_sampled_nodes"][:len(fan)]):]
                   for b, (_, fan, *_r) in zip(res[rank][1][0], plans[1][rank], strict=True)]
         remote = [v[np.searchsorted(bounds[1:-1], o2n[v], side="right") != rank]
                   for v in leaves]
-        most += 8 * sum(v.size for v in remote) + 8
-        least += 8 * np.unique(np.concatenate(remote)).size + 8
+        most += 8 * sum(v.size for v in remote) + 4
+        least += 8 * np.unique(np.concatenate(remote)).size + 4
     sent = sum(res[r][1][3] for r in range(2))
     assert least < most and least <= sent <= most
 

@@ -41,21 +41,28 @@ def test_bounded_reply_sizes_agree_and_unpack_in_frontier_order(word, bits):
     keys = np.array([11, 12, 13], np.int64)
     fans = np.array([3, cap + 4, 0], np.int64)
     flags = np.array([0, wire.REPLACE, 0], np.int64) | bits
+    nxt = np.array([0, 77], np.int64)  # the bound of rank 0's next block to rank 1
     buf, send, ocount, where, mine = wire.pack_requests(nodes, sizes, keys, fans, flags, inner,
-                                                        0, w0, k)
+                                                        0, w0, k, nxt, True)
     # rank 1 (owner, no frontier of its own) serves rank 0's block
     empty = np.empty(0, np.int64)
     lo1 = n // 2
-    rows, kk, ff, rr, src_nodes, src_flags = wire.gather_work(
-        empty, empty, empty, empty, empty, empty, buf, np.array([send[1], 0]), lo1, k)
+    # received into a buffer of a bound larger than the block: the block says its own size
+    recv = np.zeros(buf.size + 5, buf.dtype)
+    recv[:buf.size] = buf
+    rows, kk, ff, rr, src_nodes, src_flags, src_next = wire.gather_work(
+        empty, empty, empty, empty, empty, empty, recv, np.array([recv.size, 0]), lo1, k)
+    assert src_next.tolist() == [77, 0] and src_nodes[0] == ocount[1]
     edge = bool(bits & wire.EDGE_IDS)
     c, nb, e = run_cpu_kernel(g.indptr, g.indices, g.edge_ids, rows + lo1, rows + lo1, kk, SEED,
                               HOP, ff, rr, True)
-    out, rsz = wire.pack_replies(c, nb, e, rows, orig[lo1:], ff, rr, 0, src_nodes, src_flags,
-                                 cap, True, w0, k)
+    out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig[lo1:], ff, rr, 0, src_nodes,
+                                         src_flags, cap, True, w0, k)
     bound = wire.reply_bounds(sizes, fans, flags, where, ocount, 0, cap, k)
-    assert rsz.tolist() == bound[::-1].tolist()  # rank 1's reply to 0 == what 0 expects of 1
-    assert out.size == rsz.sum() > int(ocount[1]) + int(c.sum())  # padded
+    assert rbound.tolist() == bound[::-1].tolist()  # rank 1's bound to 0 == what 0 expects of 1
+    assert out.size == rsz.sum() <= rbound.sum()  # the block itself is not padded
+    back = np.zeros(int(bound.sum()), out.dtype)  # what rank 0 receives: a buffer of the bound
+    back[:out.size] = out
     # rank 0 samples its own nodes and unpacks
     lo0 = 0
     keys_n, fans_n, reps_n = (np.repeat(keys, sizes), np.repeat(fans, sizes),
@@ -64,7 +71,7 @@ def test_bounded_reply_sizes_agree_and_unpack_in_frontier_order(word, bits):
     oc, onb, oe = run_cpu_kernel(g.indptr, g.indices, g.edge_ids, own_rows, own_rows,
                                  keys_n[mine], SEED, HOP, fans_n[mine], reps_n[mine], True)
     want_o = bool(bits & wire.ORIG_IDS)
-    counts, nbr, eid, origs = wire.unpack_replies(out, bound, ocount, 0, oc, onb, oe, own_rows,
+    counts, nbr, eid, origs = wire.unpack_replies(back, bound, ocount, 0, oc, onb, oe, own_rows,
                                                   orig, where, edge, want_o, k)
     wc, wn, we = run_cpu_kernel(g.indptr, g.indices, g.edge_ids, nodes, nodes, keys_n, SEED, HOP,
                                 fans_n, reps_n, True)

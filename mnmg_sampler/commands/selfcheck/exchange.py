@@ -67,9 +67,10 @@ def _wire_once(ex, me: int, world: int, dtype, name: str) -> str | None:
     inner = np.arange(1, world, dtype=np.int64) * PER_RANK
     k = 8 // np.dtype(dtype).itemsize
     buf, send, _, _, mine = wire.pack_requests(nodes, sizes, keys, fanouts, flags, inner, me,
-                                               np.empty(0, dtype), k)
+                                               np.empty(0, dtype), k,
+                                               np.zeros(world, np.int64), False)
     recv, rsizes = ex.exchange(torch.from_numpy(buf), torch.from_numpy(send), "selfcheck")
-    rows, kk, ff, rr, src_nodes, _ = wire.gather_work(
+    rows, kk, ff, rr, src_nodes, _, _ = wire.gather_work(
         nodes, sizes, keys, fanouts, flags, mine, recv.numpy(), rsizes.numpy(),
         me * PER_RANK, k)
     want = _expected(me, world)
@@ -103,7 +104,7 @@ def all_to_all(rank: int, world: int, mib: float, repeats: int) -> Check:
     bw_s = median_seconds(lambda: ex.payload(payload, send, recv, "selfcheck"), repeats, sync)
     sent = per * 8 * (world - 1)
     backend = str(torch.distributed.get_backend()).lower()
-    how = "fused point-to-point" if ex.fused else "all_to_all_single"
+    how = "all_to_all_single"
     data = {"backend": backend, "transport": how, "device": str(ex.device),
             "latency_s": lat, "payload_bytes_per_peer": per * 8, "bandwidth_s": bw_s,
             "bytes_per_s_sent": sent / max(bw_s, 1e-12)}

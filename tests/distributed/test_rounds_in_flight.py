@@ -1,0 +1,82 @@
+"""Two rounds in flight (``SamplingService(rounds_in_flight=2)``): each on its own process group
+and thread, batches and features equal the single process whichever round carried them. Real
+gloo ranks; the second round's use is forced, not timed: while the first round's lock is held,
+only the second round's thread can take requests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mnmg_sampler.graph.partition import partition
+from mnmg_sampler.ops.rng import request_key
+from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+
+from .common import as_arrays, assert_same, small_graph
+from .harness import run_ranks
+
+SEED = 9
+FAN = [4, 3, 2]
+
+
+def _requests(rank: int, n: int) -> list[SampleRequest]:
+    rng = np.random.default_rng(100 + rank)
+    return [SampleRequest(rng.choice(240, 10, replace=False), FAN,
+                          request_key(SEED, 0, 10 * rank + j)) for j in range(n)]
+
+
+def _in_flight(rank, world, d):
+    import time
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, rounds_in_flight=2,
+                          shared_topology=False)
+    first, second = svc._slots
+    reqs = _requests(rank, 6)
+    with first.lock:  # the first round's thread waits: the second takes these
+        futs = [svc.submit(r) for r in reqs[:3]]
+        while not all(f.done() for f in futs):
+            time.sleep(0.01)
+    futs += [svc.submit(r) for r in reqs[3:]]  # either round may carry these
+    got = [as_arrays(svc.result(f)) for f in futs]
+    calls = second.sampler.kernel_calls
+    st = svc.stats()
+    svc.shutdown()
+    return got, calls, st["rounds_in_flight"], st["requests"]
+
+
+def test_two_rounds_in_flight_equal_the_single_process(tmp_path):
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=4))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    for rank, (got, calls, k, n) in enumerate(run_ranks(_in_flight, 2, d, timeout=300)):
+        assert k == 2 and n == 6
+        assert calls >= len(FAN)  # the second round's thread sampled (the forced requests)
+        for r, a in zip(_requests(rank, 6), got, strict=True):
+            assert_same(a, as_arrays(ref.sample([r])[0]))
+            assert np.array_equal(a["x"], g.x[a["n_id"]])
+            assert np.array_equal(a["y"], g.y[a["n_id"]])
+
+
+def _refused(rank, world, d):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.errors import ServiceError
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    part = load_partition(d, rank, world)
+    out = []
+    for kw in ({"mode": "inline"}, {"shared_topology": True}, {"rounds_in_flight": 0}):
+        try:
+            SamplingService(part, seed=SEED, **{"rounds_in_flight": 2, **kw}).shutdown()
+            out.append("")
+        except ServiceError as e:
+            out.append(str(e))
+    return out
+
+
+def test_rounds_in_flight_where_they_cannot_run_are_refused_on_every_rank(tmp_path):
+    d = str(partition(small_graph(), 2, "random", tmp_path / "p", seed=4))
+    for errs in run_ranks(_refused, 2, d, timeout=300):
+        assert "needs thread mode" in errs[0] and "needs thread mode" in errs[1]
+        assert "integer >= 1" in errs[2]
