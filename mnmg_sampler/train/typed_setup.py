@@ -90,7 +90,7 @@ def load_typed_dataset(cfg: JobConfig):
     if spec.kind == "typed-useritem":
         from ..graph.typed_generate import typed_useritem_graph
 
-        return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed)
+        return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed, spec.temporal)
     from ..graph.typed_io import load_typed_graph
 
     return load_typed_graph(spec.path)
@@ -241,6 +241,10 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
         raise _err("training.mode", f"{cfg.training.mode} with task link",
                    "use training.mode=train (the link job only trains), or task=node for a "
                    "sampling run")
+    if cfg.sampler.time_attr is not None and cfg.link.split_by != "time":
+        raise _err("sampler.time_attr", f"{cfg.sampler.time_attr!r} with link.split_by: "
+                   f"{cfg.link.split_by}", "set link.split_by=time (the edges of a random "
+                   "split have no time bound), or sampler.time_attr=null")
     if cfg.sampler.input_type is not None:
         raise _err("sampler.input_type", "set with task link",
                    "drop it: the seeds are the edges of link.edge_type, whose endpoint types "
