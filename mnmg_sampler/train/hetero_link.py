@@ -99,8 +99,11 @@ def evaluate_link(model, net: HeteroLinkModel, loader, device, hits_k: int) -> d
 
 def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """The typed link job on this rank (inside torchrun); returns the final metrics."""
-    from ..graph.typed_link_split import (split_relation, split_relation_by_time,
-                                          typed_training_graph)
+    from ..graph.typed_link_split import (
+        split_relation,
+        split_relation_by_time,
+        typed_training_graph,
+    )
     from ..hetero_link_sampler import reverse_relation
     from ..link_loader import DistLinkNeighborLoader
 

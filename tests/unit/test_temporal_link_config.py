@@ -35,7 +35,8 @@ def _times(g, et) -> dict:
     from mnmg_sampler.graph.typed_link_split import _relation_entries
 
     ei = relation_edge_index(g, et)
-    return dict(zip(map(tuple, ei.T.tolist()), g.edge_time[_relation_entries(g, et)[0]].tolist()))
+    t = g.edge_time[_relation_entries(g, et)[0]]
+    return dict(zip(map(tuple, ei.T.tolist()), t.tolist(), strict=True))
 
 
 def test_temporal_useritem_name_and_times():
@@ -63,12 +64,9 @@ def test_ratings_drift_to_a_second_community():
     rng.integers(0, tg.USERITEM_COMMUNITIES, 600)
     item_c = rng.integers(0, tg.USERITEM_COMMUNITIES, 200)
     item_c[:tg.USERITEM_COMMUNITIES] = np.arange(tg.USERITEM_COMMUNITIES)
-    same = []
-    for (u, i), t in sorted(_times(g, RATES).items(), key=lambda kv: (kv[0][0], kv[1])):
-        same.append((u, item_c[i]))
-    by_user: dict = {}
-    for u, c in same:
-        by_user.setdefault(u, []).append(c)
+    by_user: dict = {}  # each user's items' communities, in time order
+    for (u, i), _ in sorted(_times(g, RATES).items(), key=lambda kv: (kv[0][0], kv[1])):
+        by_user.setdefault(u, []).append(item_c[i])
     agree = [np.bincount(v[:len(v) // 2], minlength=8).argmax() ==
              np.bincount(v[len(v) // 2:], minlength=8).argmax() for v in by_user.values()]
     assert 0.2 < np.mean(agree) < 0.8  # static users would agree almost always
