@@ -168,6 +168,13 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
                        "data per type: docs/hetero.md)", "It would be ignored")
     if cfg.task == "link":  # evaluated on sampled minibatches of held-out edges
         return _check_typed_link(cfg, meta)
+    for key, given in (("sampler.time_attr", cfg.sampler.time_attr is not None),
+                       ("sampler.disjoint", cfg.sampler.disjoint),
+                       ("link.split_by", cfg.link.split_by != "random")):
+        if given:
+            raise _err(key, "set with task node", "drop it: the typed node job samples "
+                       "without time or disjoint trees (the link job takes them)",
+                       "It would be ignored")
     if cfg.training.mode == "train" and cfg.training.eval_mode != "sampled":
         raise _err("training.eval_mode", f"{cfg.training.eval_mode} evaluation is homogeneous "
                    "only", "set training.eval_mode=sampled (minibatches sampled with "
@@ -283,6 +290,12 @@ def check_homogeneous_job(cfg: JobConfig) -> None:
     if cfg.link.edge_type is not None:
         raise _err("link.edge_type", f"{cfg.dataset.name} is a homogeneous graph; a relation "
                    "to predict applies to typed graphs only", "drop it")
+    for key, given in (("sampler.time_attr", s.time_attr is not None),
+                       ("sampler.disjoint", s.disjoint),
+                       ("link.split_by", cfg.link.split_by != "random")):
+        if given:
+            raise _err(key, f"{cfg.dataset.name} is a homogeneous graph; time and disjoint "
+                       "sampling apply to typed graphs only (docs/temporal.md)", "drop it")
     for key, given in (("sampler.input_type", s.input_type is not None),
                        ("sampler.fanouts", isinstance(s.fanouts, dict)),
                        ("sampler.eval_fanouts", isinstance(s.eval_fanouts, dict))):

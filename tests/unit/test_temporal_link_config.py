@@ -116,3 +116,17 @@ def test_shipped_config_and_its_errors():
         load_config(CONFIG, ["link.split_by=latest"])
     with pytest.raises(ConfigError, match="sampler.temporal_strategy"):
         load_config(CONFIG, ["sampler.temporal_strategy=first"])
+
+
+@pytest.mark.parametrize("override", ["sampler.time_attr=time", "sampler.disjoint=true",
+                                      "link.split_by=time"])
+def test_time_keys_elsewhere_are_refused(override):
+    from mnmg_sampler.train.typed_setup import check_homogeneous_job
+
+    key = override.split("=")[0]
+    cfg = load_config(REPO / "configs" / "hetero.yaml", [override])
+    with pytest.raises(ConfigError, match=f"^{key}: set with task node"):
+        check_typed_job(cfg, typed_meta(cfg))
+    cfg = load_config(REPO / "configs" / "cora.yaml", [override])
+    with pytest.raises(ConfigError, match=f"^{key}: .* is a homogeneous graph"):
+        check_homogeneous_job(cfg)
