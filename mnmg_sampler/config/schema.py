@@ -391,7 +391,8 @@ CROSS_FIELD_RULES = (
     "`sampler.split: owner` needs `task: node`: the link loader splits seed edges in one global "
     "order only.",
     "`dataset.name` `typed-sbm:PAPERS[:CLASSES]` needs 2 <= CLASSES <= 64 and CLASSES <= PAPERS "
-    "<= 2**24; `typed-useritem:USERS[:ITEMS]` needs 2 <= USERS <= 2**24 and 8 <= ITEMS <= 2**24.",
+    "<= 2**24; `typed-useritem:USERS[:ITEMS]` (and `typed-useritem-t:`, with rating times) "
+    "needs 2 <= USERS <= 2**24 and 8 <= ITEMS <= 2**24.",
     "`link.edge_type` is for typed graphs, where it names a relation of the graph; `task: link` "
     "on a typed graph needs `training.mode: train` and no `sampler.input_type`.",
     "A mapping of `sampler.fanouts` / `sampler.eval_fanouts` gives every relation equally many "
