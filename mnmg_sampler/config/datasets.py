@@ -24,7 +24,7 @@ from .schema import BUILTIN_DATASETS, JobConfig
 _RMAT = re.compile(r"^rmat:(?P<scale>[^:]*)(?::(?P<ef>[^:]*))?$")
 _TYPED_SBM = re.compile(r"^typed-sbm:(?P<papers>[^:]*)(?::(?P<classes>[^:]*))?$")
 TYPED_SBM_MAX_PAPERS = 1 << 24
-_TYPED_UI = re.compile(r"^typed-useritem:(?P<users>[^:]*)(?::(?P<items>[^:]*))?$")
+_TYPED_UI = re.compile(r"^typed-useritem(?P<t>-t)?:(?P<users>[^:]*)(?::(?P<items>[^:]*))?$")
 
 # --------------------------------------------------------------------------- datasets
 
@@ -33,7 +33,7 @@ _TYPED_UI = re.compile(r"^typed-useritem:(?P<users>[^:]*)(?::(?P<items>[^:]*))?$
 class DatasetSpec:
     """What ``dataset.name`` denotes: a built-in graph, an R-MAT graph, the generated typed graph
     (``typed-sbm``: ``papers`` papers in ``classes`` classes; ``typed-useritem``: ``users`` users
-    rating ``items`` items) or a file."""
+    rating ``items`` items; ``typed-useritem-t``, ``temporal``: with rating times) or a file."""
 
     kind: Literal["builtin", "rmat", "typed-sbm", "typed-useritem", "path"]
     name: str
@@ -44,6 +44,7 @@ class DatasetSpec:
     classes: int | None = None
     users: int | None = None
     items: int | None = None
+    temporal: bool = False
 
 
 def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
@@ -90,8 +91,9 @@ def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
                        f"ITEMS <= 2**24, e.g. {key}=typed-useritem:2000:1000",
                        "The generated typed graph has USERS users rating ITEMS items (ITEMS "
                        "defaults to USERS)")
-        return DatasetSpec("typed-useritem", f"typed-useritem:{users}:{items}", users=users,
-                           items=items)
+        kind = "typed-useritem" + (m["t"] or "")
+        return DatasetSpec("typed-useritem", f"{kind}:{users}:{items}", users=users,
+                           items=items, temporal=bool(m["t"]))
     return DatasetSpec("path", name, path=name)
 
 

@@ -194,6 +194,16 @@ class SamplerConfig:
         "dataset's .npz (one value per input edge) or a path to a .npy file of them; "
         "null = uniform. The CLI's partition and sample take the same as --weights.",
         path=True)
+    time_attr: str | None = _opt(
+        None, "Typed graphs with time: temporal sampling, PyG's time_attr (the graph's edge "
+        "or node time, e.g. time); a link job's training and evaluation edges bound their "
+        "subgraphs by their own time (docs/temporal.md). null = no temporal sampling.")
+    temporal_strategy: Literal["uniform", "last"] = _opt(
+        "uniform", "With sampler.time_attr: uniform = draw among the admissible neighbors, "
+        "last = the most recent ones.")
+    disjoint: bool = _opt(
+        False, "Typed graphs: one subgraph per seed (PyG's disjoint); temporal sampling is "
+        "always disjoint.")
 
 
 @dataclass
@@ -205,6 +215,10 @@ class LinkConfig:
         "(undirected graphs: of the node pairs); val/test edges leave the sampling graph.",
         _SPLIT)
     split_seed: int = _opt(0, "Seed of the random edge split.", _SEED)
+    split_by: Literal["random", "time"] = _opt(
+        "random", "Typed graphs: random = a random split of link.edge_type's edges; time = "
+        "train on the earliest, validate on the next, test on the latest (the graph needs "
+        "edge times), the sampling graph holding only edges before the validation start.")
     edge_type: list[str] | None = _opt(
         None, "Typed graphs: the relation to predict, [src, rel, dst]; its edges are split, and "
         "held-out ones leave it and its reverse (PyG's rev_ relation). null = the only "
@@ -377,7 +391,8 @@ CROSS_FIELD_RULES = (
     "`sampler.split: owner` needs `task: node`: the link loader splits seed edges in one global "
     "order only.",
     "`dataset.name` `typed-sbm:PAPERS[:CLASSES]` needs 2 <= CLASSES <= 64 and CLASSES <= PAPERS "
-    "<= 2**24; `typed-useritem:USERS[:ITEMS]` needs 2 <= USERS <= 2**24 and 8 <= ITEMS <= 2**24.",
+    "<= 2**24; `typed-useritem:USERS[:ITEMS]` (and `typed-useritem-t:`, with rating times) "
+    "needs 2 <= USERS <= 2**24 and 8 <= ITEMS <= 2**24.",
     "`link.edge_type` is for typed graphs, where it names a relation of the graph; `task: link` "
     "on a typed graph needs `training.mode: train` and no `sampler.input_type`.",
     "A mapping of `sampler.fanouts` / `sampler.eval_fanouts` gives every relation equally many "

@@ -254,11 +254,11 @@ def input_identity(spec: str | os.PathLike) -> dict:
         spec = parse_dataset_name(key)
         return {"kind": "generator", "name": "typed-sbm", "papers": spec.papers,
                 "classes": spec.classes}
-    if key.startswith("typed-useritem:"):
+    if key.startswith(("typed-useritem:", "typed-useritem-t:")):
         from ..config import parse_dataset_name
 
         spec = parse_dataset_name(key)
-        return {"kind": "generator", "name": "typed-useritem", "users": spec.users,
+        return {"kind": "generator", "name": key.split(":")[0], "users": spec.users,
                 "items": spec.items}
     path = Path(text).expanduser()
     if path.is_file():

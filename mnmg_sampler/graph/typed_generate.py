@@ -114,7 +114,8 @@ def typed_useritem_metadata(users: int, items: int) -> tuple[dict[str, int], lis
             [("user", "rates", "item"), ("item", "rev_rates", "user")])
 
 
-def typed_useritem_graph(users: int, items: int, seed: int = 0) -> TypedGraph:
+def typed_useritem_graph(users: int, items: int, seed: int = 0,
+                         temporal: bool = False) -> TypedGraph:
     """A user-item graph for link prediction (``dataset.name: typed-useritem:USERS[:ITEMS]``).
 
     Users (no features: a model learns embeddings) and items (weak features: community centre
@@ -124,7 +125,8 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0) -> TypedGraph:
     :data:`USERITEM_PLANTED`, else of a uniformly drawn one (repeats merged). Relations
     ``(user, rates, item)`` and its reverse ``(item, rev_rates, user)``. So whether a user rates
     an item is predictable from who rated what, and a link predictor clearly beats chance. A pure
-    function of ``(users, items, seed)`` (``items`` >= the communities)."""
+    function of ``(users, items, seed)`` (``items`` >= the communities). ``temporal``: the
+    ratings of :func:`_drifting_ratings` instead, with their times."""
     c = USERITEM_COMMUNITIES
     rng = np.random.default_rng([int(seed), int(users), int(items), 0x5E1])
     user_c = rng.integers(0, c, users).astype(np.int64)
@@ -132,10 +134,46 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0) -> TypedGraph:
     item_c[:c] = np.arange(c)  # every community has an item
     centre = rng.standard_normal((c, FEATURE_DIM))
     x = FEATURE_SIGNAL * centre[item_c] + rng.standard_normal((items, FEATURE_DIM))
-    u, i = _draw(rng, user_c, RATINGS_PER_USER, USERITEM_PLANTED, item_c, c)
-    rates = _unique_pairs(u, i, items)
+    if temporal:
+        rates, t = _drifting_ratings(users, items, seed, user_c, item_c)
+    else:
+        u, i = _draw(rng, user_c, RATINGS_PER_USER, USERITEM_PLANTED, item_c, c)
+        rates = _unique_pairs(u, i, items)
+    et, rev = ("user", "rates", "item"), ("item", "rev_rates", "user")
     spec = {"num_nodes": {"user": users, "item": items},
-            "edge_index": {("user", "rates", "item"): rates,
-                           ("item", "rev_rates", "user"): rates[::-1].copy()},
+            "edge_index": {et: rates, rev: rates[::-1].copy()},
             "x": {"item": x.astype(np.float32)}}
+    if temporal:
+        spec.update(edge_time={et: t, rev: t.copy()}, time_attr="time")
+        return typed_graph(spec, f"typed-useritem-t:{users}:{items}")
     return typed_graph(spec, f"typed-useritem:{users}:{items}")
+
+
+USERITEM_HORIZON = 1_000_000
+"""Rating times of the temporal user-item graph are in ``[0, USERITEM_HORIZON)``."""
+RATINGS_PER_USER_T = 20
+
+
+def _drifting_ratings(users: int, items: int, seed: int, user_c: np.ndarray,
+                      item_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ratings whose community drifts (``typed-useritem-t:USERS[:ITEMS]``): each user moves from
+    its community to a second, uniformly drawn one at a uniform random time; each of its
+    :data:`RATINGS_PER_USER_T` ratings has a uniform time in ``[0, USERITEM_HORIZON)`` and an
+    item of the community the user was in at that time with probability
+    :data:`USERITEM_PLANTED`, else of a uniformly drawn one (a repeated pair keeps its earliest
+    time). So a user's recent ratings predict its next ones better than its old ones: a
+    temporal model can beat a static one. ``[2, E]`` (user, item) pairs and their int64 times."""
+    c = USERITEM_COMMUNITIES
+    rng = np.random.default_rng([int(seed), int(users), int(items), 0x7E1])
+    later_c = rng.integers(0, c, users).astype(np.int64)
+    switch = rng.integers(0, USERITEM_HORIZON, users).astype(np.int64)
+    u = np.repeat(np.arange(users, dtype=np.int64), RATINGS_PER_USER_T)
+    t = rng.integers(0, USERITEM_HORIZON, u.shape[0]).astype(np.int64)
+    own = np.where(t < switch[u], user_c[u], later_c[u])
+    _, i = _draw(rng, own, 1, USERITEM_PLANTED, item_c, c)
+    code = u * np.int64(items) + i
+    order = np.lexsort((t, code))  # by pair, earliest first
+    first = np.ones(order.shape[0], bool)
+    first[1:] = code[order][1:] != code[order][:-1]
+    keep = order[first]
+    return np.stack([u[keep], i[keep]]).astype(np.int64), t[keep]

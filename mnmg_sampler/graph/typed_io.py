@@ -226,12 +226,12 @@ def typed_graph_at(path: str | PathLike) -> TypedGraph | None:
 
         spec = parse_dataset_name(str(path), "graph")
         return typed_sbm_graph(spec.papers, spec.classes, 0)
-    if str(path).startswith("typed-useritem:"):
+    if str(path).startswith(("typed-useritem:", "typed-useritem-t:")):
         from ..config import parse_dataset_name
         from .typed_generate import typed_useritem_graph
 
         spec = parse_dataset_name(str(path), "graph")
-        return typed_useritem_graph(spec.users, spec.items, 0)
+        return typed_useritem_graph(spec.users, spec.items, 0, spec.temporal)
     p = Path(path)
     if is_ogb_hetero_dir(p):
         return read_ogb_hetero_dir(p)

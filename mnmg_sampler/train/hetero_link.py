@@ -11,6 +11,14 @@ their own subgraphs; evaluation ranks each held-out edge among ``link.eval_negat
 destinations and reports AUC, MRR and Hits@K as the homogeneous job does. The encoder is the
 :class:`~.hetero_model.HeteroGraphSAGE` with outputs for both endpoint types (featureless types
 read learned embeddings), the decoder ``link.decoder``.
+
+``link.split_by: time`` splits the relation by time instead
+(:func:`~mnmg_sampler.graph.typed_link_split.split_relation_by_time`): the training graph holds
+only edges before the validation start. With ``sampler.time_attr`` every training and
+evaluation edge bounds its subgraph by its own time minus one (``sampler.temporal_strategy``),
+so no edge sees itself, nor anything at or after its time; ``sampler.time_attr: null`` samples
+the same split without time (the static baseline). Validation and test edges are both
+evaluated on the training graph.
 """
 
 from __future__ import annotations
@@ -91,20 +99,28 @@ def evaluate_link(model, net: HeteroLinkModel, loader, device, hits_k: int) -> d
 
 def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """The typed link job on this rank (inside torchrun); returns the final metrics."""
-    from ..graph.typed_link_split import split_relation, typed_training_graph
+    from ..graph.typed_link_split import (
+        split_relation,
+        split_relation_by_time,
+        typed_training_graph,
+    )
     from ..hetero_link_sampler import reverse_relation
     from ..link_loader import DistLinkNeighborLoader
 
     lk, s = cfg.link, cfg.sampler
+    by_time = lk.split_by == "time"
     split: dict[str, np.ndarray] = {}
 
     def training_graph():
         g = load_typed_dataset(cfg)
         et = link_edge_type(cfg, meta_of_graph(g))
-        split.update(split_relation(g, et, lk.split, lk.split_seed), edge_type=et)
+        split.update(split_relation_by_time(g, et, lk.split) if by_time else
+                     split_relation(g, et, lk.split, lk.split_seed), edge_type=et)
         rev = reverse_relation(et, list(g.edge_types))
         load = {"task": "link", "link_edge_type": list(et),
                 "link_split": [float(f) for f in lk.split], "link_split_seed": int(lk.split_seed)}
+        if by_time:
+            load["link_split_by"] = "time"
         return (lambda: typed_training_graph(g, et, split, rev)), load
 
     job = start_typed_job(cfg, training_graph)
@@ -112,18 +128,27 @@ def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = Tr
     try:
         mgroup = dist.new_group(backend=dist.get_backend())  # one for every loader
         fan, eval_fan = num_neighbors(s.fanouts), num_neighbors(s.eval_fanouts)
+
+        def temporal(k: str) -> dict:  # each edge bounded by its time minus one
+            if s.time_attr is None:
+                return {"disjoint": s.disjoint}
+            return {"edge_label_time": torch.from_numpy(split[f"{k}_time"] - 1),
+                    "time_attr": s.time_attr, "temporal_strategy": s.temporal_strategy,
+                    "disjoint": s.disjoint}
+
         train_loader = DistLinkNeighborLoader(
             job.service, fan, (et, split["train"]), batch_size=s.batch_size, shuffle=s.shuffle,
             drop_last=s.drop_last,
             neg_sampling={"mode": lk.neg_sampling, "amount": lk.neg_amount,
                           "reject_known": lk.reject_known},
             exclude_seed_edges=lk.exclude_seed_edges, part=job.part, membership_group=mgroup,
-            seed=s.seed, prefetch=s.prefetch, replace=s.replace, edge_ids=s.edge_ids)
+            seed=s.seed, prefetch=s.prefetch, replace=s.replace, edge_ids=s.edge_ids,
+            **temporal("train"))
         evals = {k: DistLinkNeighborLoader(
             job.service, eval_fan, (et, split[k]), batch_size=s.eval_batch_size,
             neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
             part=job.part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch,
-            edge_ids=s.edge_ids) for k in ("val", "test")}
+            edge_ids=s.edge_ids, **temporal(k)) for k in ("val", "test")}
         tr = cfg.training
         steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
         report = RunReport(job.rank, tr.epochs, steps, tr.log_every, progress,

@@ -90,7 +90,7 @@ def load_typed_dataset(cfg: JobConfig):
     if spec.kind == "typed-useritem":
         from ..graph.typed_generate import typed_useritem_graph
 
-        return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed)
+        return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed, spec.temporal)
     from ..graph.typed_io import load_typed_graph
 
     return load_typed_graph(spec.path)
@@ -168,6 +168,13 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
                        "data per type: docs/hetero.md)", "It would be ignored")
     if cfg.task == "link":  # evaluated on sampled minibatches of held-out edges
         return _check_typed_link(cfg, meta)
+    for key, given in (("sampler.time_attr", cfg.sampler.time_attr is not None),
+                       ("sampler.disjoint", cfg.sampler.disjoint),
+                       ("link.split_by", cfg.link.split_by != "random")):
+        if given:
+            raise _err(key, "set with task node", "drop it: the typed node job samples "
+                       "without time or disjoint trees (the link job takes them)",
+                       "It would be ignored")
     if cfg.training.mode == "train" and cfg.training.eval_mode != "sampled":
         raise _err("training.eval_mode", f"{cfg.training.eval_mode} evaluation is homogeneous "
                    "only", "set training.eval_mode=sampled (minibatches sampled with "
@@ -241,6 +248,10 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
         raise _err("training.mode", f"{cfg.training.mode} with task link",
                    "use training.mode=train (the link job only trains), or task=node for a "
                    "sampling run")
+    if cfg.sampler.time_attr is not None and cfg.link.split_by != "time":
+        raise _err("sampler.time_attr", f"{cfg.sampler.time_attr!r} with link.split_by: "
+                   f"{cfg.link.split_by}", "set link.split_by=time (the edges of a random "
+                   "split have no time bound), or sampler.time_attr=null")
     if cfg.sampler.input_type is not None:
         raise _err("sampler.input_type", "set with task link",
                    "drop it: the seeds are the edges of link.edge_type, whose endpoint types "
@@ -279,6 +290,12 @@ def check_homogeneous_job(cfg: JobConfig) -> None:
     if cfg.link.edge_type is not None:
         raise _err("link.edge_type", f"{cfg.dataset.name} is a homogeneous graph; a relation "
                    "to predict applies to typed graphs only", "drop it")
+    for key, given in (("sampler.time_attr", s.time_attr is not None),
+                       ("sampler.disjoint", s.disjoint),
+                       ("link.split_by", cfg.link.split_by != "random")):
+        if given:
+            raise _err(key, f"{cfg.dataset.name} is a homogeneous graph; time and disjoint "
+                       "sampling apply to typed graphs only (docs/temporal.md)", "drop it")
     for key, given in (("sampler.input_type", s.input_type is not None),
                        ("sampler.fanouts", isinstance(s.fanouts, dict)),
                        ("sampler.eval_fanouts", isinstance(s.eval_fanouts, dict))):
