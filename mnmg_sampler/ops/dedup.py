@@ -100,7 +100,7 @@ def _dedup_dense(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local, maps):
                 pos[new_tmp[j]] = -1
 
 
-DENSE_FACTOR = 4
+DENSE_FACTOR = 8
 """The direct maps are used when their entries (ids' range x maps) are at most this many times
 the ids given: about the memory of the hash tables, and far fewer cache misses than them."""
 
