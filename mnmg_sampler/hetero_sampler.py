@@ -236,12 +236,9 @@ def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,
         loc[idx] = np.arange(idx.size)
         n_id[name] = torch.from_numpy(nid[idx] - node_type_offset[t])
         n_sampled[name] = np.bincount(node_hop[idx], minlength=H + 1).tolist()
-    src, dst, rel, eid = (np.concatenate([h[k] for h in hops]) if hops
-                          else np.zeros(0, np.int64) for k in range(4))
-    edge_hop = np.repeat(np.arange(H), [h[0].size for h in hops])
-    # per relation, in sampling order, in one pass (a per-relation gather cost half the batch)
-    ei, eid_o, bounds, per_hop = typed_ops.group_by_relation(src, dst, rel, eid, edge_hop, loc,
-                                                             R, H)
+    # per relation, in sampling order, in one pass over each hop's edges (a per-relation gather
+    # cost half the batch; concatenating the hops first, a tenth)
+    ei, eid_o, bounds, per_hop = typed_ops.group_hops_by_relation(hops, loc, R)
     edge_index, e_id, e_sampled = {}, {}, {}
     for r, et in enumerate(edge_types):
         a, b = int(bounds[r]), int(bounds[r + 1])

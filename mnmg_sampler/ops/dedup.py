@@ -68,6 +68,47 @@ def _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local):
         new_cnt[r] = k
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _dedup_dense(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local, maps):
+    """:func:`_dedup` with a direct map ``id -> local index`` (-1 = unseen) instead of a hash
+    table: ids are below ``maps.shape[1]``. Map ``m`` serves requests ``m, m + M, ...`` in
+    turn and is reset (only the entries set) after each."""
+    R, M = nid_off.shape[0] - 1, maps.shape[0]
+    for m in numba.prange(M):
+        pos = maps[m]
+        for r in range(m, R, M):
+            a, b = nid_off[r], nid_off[r + 1]
+            c0, c1 = cand_off[r], cand_off[r + 1]
+            for i in range(a, b):
+                if pos[nid[i]] < 0:
+                    pos[nid[i]] = i - a
+            n = b - a
+            k = 0
+            for j in range(c0, c1):
+                v = cand[j]
+                p = pos[v]
+                if p < 0:
+                    p = n + k
+                    pos[v] = p
+                    new_tmp[c0 + k] = v
+                    k += 1
+                local[j] = p
+            new_cnt[r] = k
+            for i in range(a, b):
+                pos[nid[i]] = -1
+            for j in range(c0, c0 + k):
+                pos[new_tmp[j]] = -1
+
+
+DENSE_FACTOR = 8
+"""The direct maps are used when their entries (ids' range x maps) are at most this many times
+the ids given: about the memory of the hash tables, and far fewer cache misses than them."""
+
+
+def _id_bound(nid: np.ndarray, cand: np.ndarray) -> int:
+    return int(max(nid.max() if nid.size else -1, cand.max() if cand.size else -1)) + 1
+
+
 def dedup_hop(
     nid: np.ndarray, nid_off: np.ndarray, cand: np.ndarray, cand_off: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,13 +116,21 @@ def dedup_hop(
 
     Returns ``(new, new_off, local)``: each request's newly reached nodes (flat, with offsets)
     and, for every candidate, its index in that request's ``n_id`` after the new nodes are
-    appended.
+    appended. Ids in a small range (a graph's node ids) go through direct maps, others through
+    hash tables; the results are the same.
     """
     R = nid_off.shape[0] - 1
     new_tmp = np.empty(cand.shape[0], np.int64)
     new_cnt = np.zeros(R, np.int64)
     local = np.empty(cand.shape[0], np.int64)
-    _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local)
+    n_ids = nid.shape[0] + cand.shape[0]
+    n_maps = min(R, numba.get_num_threads())
+    bound = _id_bound(nid, cand) if R else 0
+    if R and bound * n_maps <= DENSE_FACTOR * n_ids:
+        maps = np.full((n_maps, bound), -1, np.int64)
+        _dedup_dense(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local, maps)
+    else:
+        _dedup(nid, nid_off, cand, cand_off, new_tmp, new_cnt, local)
     new_off = np.zeros(R + 1, np.int64)
     np.cumsum(new_cnt, out=new_off[1:])
     starts = np.repeat(cand_off[:-1] - new_off[:-1], new_cnt)

@@ -34,7 +34,7 @@ import numpy as np
 from . import cpu, weighted
 
 __all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays",
-           "group_by_relation"]
+           "group_by_relation", "group_hops_by_relation"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
 
@@ -293,15 +293,29 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     return counts, pos, rel_out, eid_out
 
 
+def group_by_relation(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, eid: np.ndarray,
+                      edge_hop: np.ndarray, loc: np.ndarray, num_relations: int, num_hops: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's sampled edges grouped by relation, in sampling order within each, in one pass
+    (a counting sort): ``(edge_index buffer, edge ids, per-relation offsets [R + 1], edges per
+    relation and hop [R, H])``. Relation ``r``'s edges are ``a, b = offsets[r], offsets[r + 1]``:
+    its ``edge_index`` is ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1
+    ``loc[dst]``), its edge ids ``eid[a:b]``; ``edge_hop`` is in hop order, as sampled."""
+    cuts = np.searchsorted(edge_hop, np.arange(num_hops + 1), side="left")
+    cuts[-1] = rel.shape[0]  # edge_hop is in hop order (sampling order)
+    hops = [tuple(x[cuts[h]:cuts[h + 1]] for x in (src, dst, rel, eid)) for h in range(num_hops)]
+    return group_hops_by_relation(hops, loc, num_relations)
+
+
 @numba.njit(cache=True, nogil=True)
-def _group_by_relation(src, dst, rel, eid, edge_hop, loc, per_hop, bounds, ei, eid_out):
+def _count_hop(rel, h, per_hop):
     for e in range(rel.shape[0]):
-        per_hop[rel[e], edge_hop[e]] += 1
-    R = per_hop.shape[0]
-    for r in range(R):
-        bounds[r + 1] = bounds[r] + per_hop[r].sum()
-    cursor = bounds[:R].copy()
-    for e in range(rel.shape[0]):  # a stable counting sort: sampling order within a relation
+        per_hop[rel[e], h] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_hop(src, dst, rel, eid, loc, cursor, bounds, ei, eid_out):
+    for e in range(rel.shape[0]):
         r = rel[e]
         p = cursor[r]
         cursor[r] = p + 1
@@ -312,18 +326,20 @@ def _group_by_relation(src, dst, rel, eid, edge_hop, loc, per_hop, bounds, ei, e
         eid_out[p] = eid[e]
 
 
-def group_by_relation(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, eid: np.ndarray,
-                      edge_hop: np.ndarray, loc: np.ndarray, num_relations: int, num_hops: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's sampled edges grouped by relation, in sampling order within each, in one pass
-    (a counting sort): ``(edge_index buffer, edge ids, per-relation offsets [R + 1], edges per
-    relation and hop [R, H])``. Relation ``r``'s edges are ``a, b = offsets[r], offsets[r + 1]``:
-    its ``edge_index`` is ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1
-    ``loc[dst]``), its edge ids ``eid[a:b]``."""
-    E = rel.shape[0]
-    per_hop = np.zeros((num_relations, num_hops), np.int64)
+def group_hops_by_relation(hops, loc: np.ndarray, num_relations: int
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`group_by_relation` of edges given per hop, ``hops[h] = (src, dst, rel, eid)``,
+    without concatenating them first (hop ``h``'s edges have ``edge_hop == h``)."""
+    H = len(hops)
+    per_hop = np.zeros((num_relations, H), np.int64)
+    for h, (_, _, rel, _) in enumerate(hops):
+        _count_hop(rel, h, per_hop)
     bounds = np.zeros(num_relations + 1, np.int64)
+    np.cumsum(per_hop.sum(axis=1), out=bounds[1:])
+    E = int(bounds[-1])
     ei = np.empty(2 * E, np.int64)
     eid_out = np.empty(E, np.int64)
-    _group_by_relation(src, dst, rel, eid, edge_hop, loc, per_hop, bounds, ei, eid_out)
+    cursor = bounds[:num_relations].copy()
+    for src, dst, rel, eid in hops:
+        _scatter_hop(src, dst, rel, eid, loc, cursor, bounds, ei, eid_out)
     return ei, eid_out, bounds, per_hop
