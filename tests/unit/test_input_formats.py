@@ -21,7 +21,7 @@ from mnmg_sampler.config import check_paths, load_config
 from mnmg_sampler.errors import MemoryBudgetError
 from mnmg_sampler.graph.api import split_from_partitions
 from mnmg_sampler.graph.datasets import FORMATS
-from mnmg_sampler.train.job import load_dataset
+from mnmg_sampler.train.setup import load_dataset
 
 N, E, F = 30, 90, 4
 _rng = np.random.default_rng(5)
