@@ -214,9 +214,10 @@ def test_replicated_maps_give_the_same_batches_without_lookups(mode_runs):
         _check(g, got_r)  # equal to the single process, hence to the sharded run
         for (_, _, a), (_, _, b) in zip(got_s, got_r, strict=True):
             assert_same(a, b)
-        # building the shard: one exchange (2 collectives); round 0 (remote seeds): seed and
-        # n_id lookups, round 1 (own seeds): n_id lookup, 3 collectives each; none replicated
-        assert calls_s - calls_r == 2 + 3 * 3
+        # building the shard: one exchange (2 collectives); round 0 (remote seeds): the seed
+        # lookup (3 collectives) and the n_id lookup, round 1 (own seeds): the n_id lookup, 2
+        # collectives each (received into the bound the last hop's headers give); none replicated
+        assert calls_s - calls_r == 2 + 3 + 2 * 2
 
 
 def test_ranks_with_different_id_map_modes_fail_every_rank(mode_runs):
