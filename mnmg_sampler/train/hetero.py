@@ -39,7 +39,8 @@ from .typed_setup import (
     typed_node_split,
 )
 
-__all__ = ["TypedJob", "evaluate_typed", "run_typed_job", "start_typed_job", "typed_model"]
+__all__ = ["TypedJob", "evaluate_typed", "precheck_typed_job", "run_typed_job", "start_typed_job",
+           "typed_model"]
 
 log = logging.getLogger(__name__)
 
@@ -129,17 +130,18 @@ def evaluate_typed(model, loader, target: str, device) -> tuple[float, float]:
     return float(acc[0] / max(acc[1], 1)), float(acc[2] / max(acc[1], 1))
 
 
+def precheck_typed_job(cfg: JobConfig) -> None:
+    """A generated graph's job checked from its name alone: before any collective."""
+    if parse_dataset_name(cfg.dataset.name).kind in ("typed-sbm", "typed-useritem"):
+        check_typed_job(cfg, typed_meta(cfg))
+
+
 def run_typed_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """The typed counterpart of :func:`.job.run_job` (inside torchrun); returns the final
     metrics."""
     from ..loader import DistNeighborLoader
 
-    if parse_dataset_name(cfg.dataset.name).kind in ("typed-sbm", "typed-useritem"):
-        check_typed_job(cfg, typed_meta(cfg))  # known without the graph: before any collective
-    if cfg.task == "link":
-        from .hetero_link import run_typed_link_job
-
-        return run_typed_link_job(cfg, resume=resume, progress=progress)
+    precheck_typed_job(cfg)
     job = start_typed_job(cfg)
     s, tr = cfg.sampler, cfg.training
     try:

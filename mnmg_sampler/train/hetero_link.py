@@ -35,7 +35,7 @@ from torch import nn
 from ..config import JobConfig, config_to_dict
 from ..errors import ConfigError
 from .epochs import run_epochs
-from .hetero import TypedJob, start_typed_job, typed_model
+from .hetero import TypedJob, precheck_typed_job, start_typed_job, typed_model
 from .link import _gather_scores, auc, rank_metrics
 from .report import RunReport
 from .setup import make_optimizer, resume_point
@@ -107,6 +107,7 @@ def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = Tr
     from ..hetero_link_sampler import reverse_relation
     from ..link_loader import DistLinkNeighborLoader
 
+    precheck_typed_job(cfg)
     lk, s = cfg.link, cfg.sampler
     by_time = lk.split_by == "time"
     split: dict[str, np.ndarray] = {}

@@ -109,6 +109,10 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     from .typed_setup import check_homogeneous_job, dataset_is_typed
 
     if dataset_is_typed(cfg):  # the same files on every rank, so the same answer
+        if cfg.task == "link":
+            from .hetero_link import run_typed_link_job
+
+            return run_typed_link_job(cfg, resume=resume, progress=progress)
         from .hetero import run_typed_job
 
         return run_typed_job(cfg, resume=resume, progress=progress)
