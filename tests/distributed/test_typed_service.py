@@ -162,7 +162,8 @@ def _check_loader(res, spec, world):
     # one rank never uses the wire; the kernel on parts of any partitioning is covered by
     # tests/unit/test_typed_partition.py
     pytest.param(1, "random", False, marks=pytest.mark.slow),
-    (2, "range", True), (3, "random", False), (2, "metis", False),
+    (2, "range", True), pytest.param(3, "random", False, marks=pytest.mark.slow),
+    (2, "metis", False),
     pytest.param(3, "metis", False, marks=pytest.mark.slow)])
 def test_typed_service_and_loader_equal_single_process(tmp_path, world, method, loader):
     if method == "metis":

@@ -191,7 +191,8 @@ def _check_last(b, cols, times, et, ei, st, itype):
 
 
 @pytest.mark.parametrize("world, method", [pytest.param(1, "random", marks=pytest.mark.slow),
-                                           (2, "range"), (3, "random")])
+                                           (2, "range"),
+                                           pytest.param(3, "random", marks=pytest.mark.slow)])
 def test_temporal_loader_over_ranks_equals_one_process(tmp_path, world, method):
     spec, et = _hetero_spec()
     hetero = typed_graph(spec)
