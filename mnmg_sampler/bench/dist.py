@@ -249,7 +249,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
 
     B = task["batch_size"]
     svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
-                          feature_cache_rows=cache_rows, shared_topology=shared)
+                          feature_cache_rows=cache_rows, shared_topology=shared,
+                          feature_cache_plan=(task["fanouts"], task["batch_size"]))
     try:
         n = min(task["batches"] * world * B, int(seeds.size))
         loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
@@ -298,6 +299,7 @@ def _worker(work: str) -> int:
     import torch.distributed as dist
 
     from ..distributed.features import DistFeatureStore
+    from ..distributed.row_cache import CachePlan
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
     from ..sampler import SampleRequest
@@ -319,7 +321,8 @@ def _worker(work: str) -> int:
     store = None
     if task["features"] and part.x is not None:
         store = DistFeatureStore(part, ex, cache_rows=cache_rows, shared=sampler.shared,
-                                 host=sampler.host)
+                                 host=sampler.host,
+                                 cache_plan=CachePlan(task["fanouts"], task["batch_size"]))
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
