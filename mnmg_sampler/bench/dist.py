@@ -266,6 +266,7 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
                                                          if hasattr(ds, "wire") else 4),
                      "edge_id_bytes": 8 if task["edge_ids"] else 0,
                      "cache_size": fs.cache_size if fs else 0,
+                     "cache_choice": fs.cache_choice if fs else "none",
                      "row_bytes": fs.row_bytes if fs else 0, "hops": []}
 
         def snap() -> dict:
@@ -381,6 +382,7 @@ def _worker(work: str) -> int:
                  "seed_setup": setup,
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
+                 "cache_choice": store.cache_choice if store else "none",
                  "row_bytes": store.row_bytes if store else 0, "rounds": rounds}
 
     def snap() -> dict:
@@ -517,6 +519,8 @@ def summarize(ranks: list[dict]) -> dict:
         "feature_rows_distinct_remote": tot("distinct_remote_rows"),
         "feature_rows_fetched": fetched, "feature_cache_hits": tot("cache_hits"),
         "feature_cache_rows": [r["cache_size"] for r in ranks],
+        # how the cache's rows were chosen: inclusion (probability), degree or none
+        "feature_cache_choice": ranks[0].get("cache_choice", "none"),
         # fetched rows that duplicate another fetched row of the same round (0 by construction)
         "duplicate_rows_fetched_fraction": tot("duplicate_rows_fetched") / fetched
         if fetched else 0.0,
@@ -784,7 +788,8 @@ def print_table(res: dict) -> None:
             f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "
             f"(avoided {s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "
             f"{s['feature_wire_vs_distinct_rows']:.3f}x distinct remote rows x row size, "
-            f"cache hit rate {s['cache_hit_rate']:.0%}"
+            f"cache hit rate {s['cache_hit_rate']:.0%} (rows chosen by "
+            f"{s['feature_cache_choice']})"
             for w, s in res["dist"].items()))
     for w, s in res["dist"].items():
         if not s.get("hops") or int(w) < 2:
