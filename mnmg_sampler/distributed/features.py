@@ -328,7 +328,8 @@ class DistFeatureStore:
         # measured, not assumed: rows that crossed the wire twice in this round
         st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
         res = []
-        for a, z in zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes), strict=True):
+        ends = np.cumsum(sizes, dtype=np.int64)
+        for a, z in zip(ends - np.asarray(sizes, np.int64), ends, strict=True):
             # numpy views the label columns as int64 for any row count (torch refuses the view
             # of an empty slice whose strides are 0)
             x = torch.from_numpy(X[a:z]) if self.has_x else None

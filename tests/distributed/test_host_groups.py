@@ -20,13 +20,17 @@ CACHE = 40  # rows of other hosts each host keeps (of 240 nodes)
 
 
 def _rounds(rank: int, n: int) -> list[list[SampleRequest]]:
-    """Merged requests with seeds anywhere; one with replacement and all neighbors (-1)."""
+    """Merged requests with seeds anywhere; one with replacement and all neighbors (-1); a
+    round without requests on rank 1."""
     rng = np.random.default_rng([rank, 11])
     merged = [SampleRequest(rng.choice(n, 12, replace=False), FANOUTS,
                             request_key(SEED, 0, 10 * rank + j)) for j in range(3)]
     mixed = [SampleRequest(rng.choice(n, 6, replace=False), [3, -1, 2],
                            request_key(SEED, 2, rank), replace=True)]
-    return [merged, mixed]
+    # a round in which the last rank has no request at all (a service's rank with none pending)
+    alone = [] if rank == 1 else [SampleRequest(rng.choice(n, 8, replace=False), FANOUTS,
+                                                request_key(SEED, 3, rank))]
+    return [merged, mixed, alone]
 
 
 def _hosts(rank, world, d, layout):
