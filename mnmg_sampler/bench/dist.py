@@ -234,7 +234,8 @@ def _counters(sampler, store) -> dict:
             "cross_feat": cb.get("features", 0),
             **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
                                           "rows_fetched", "cache_hits",
-                                          "duplicate_rows_fetched")}}
+                                          "duplicate_rows_fetched", "fetch_cpu_s",
+                                          "fetch_exchange_cpu_s")}}
 
 
 def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, cache_rows: int,
@@ -259,7 +260,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
         keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
                 "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
                 "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
-                "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat")
+                "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat",
+                "fetch_cpu_s", "fetch_exchange_cpu_s")
         res: dict = {"rank": rank, "world": world, "batches": len(loader),
                      **{k: [] for k in keys},
                      "owned_seeds": 0, "wire_bytes": int(getattr(ds, "wire", None).itemsize
@@ -375,8 +377,8 @@ def _worker(work: str) -> int:
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
             "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
-            "cache_hits",
-            "duplicate_rows_fetched", "cross_ids", "cross_feat")
+            "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat", "fetch_cpu_s",
+            "fetch_exchange_cpu_s")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
                  "seed_setup": setup,
@@ -518,6 +520,12 @@ def summarize(ranks: list[dict]) -> dict:
         "feature_rows_mapped": tot("mapped_rows"),
         "feature_rows_distinct_remote": tot("distinct_remote_rows"),
         "feature_rows_fetched": fetched, "feature_cache_hits": tot("cache_hits"),
+        # CPU seconds of the feature fetches per million sampled edges (all ranks; the
+        # service thread's), and the part of them inside collectives
+        "fetch_cpu_s_per_m_edges": sum(sum(r.get("fetch_cpu_s", [0])) for r in ranks)
+        / edges * 1e6,
+        "fetch_exchange_cpu_s_per_m_edges": sum(sum(r.get("fetch_exchange_cpu_s", [0]))
+                                                for r in ranks) / edges * 1e6,
         "feature_cache_rows": [r["cache_size"] for r in ranks],
         # how the cache's rows were chosen: inclusion (probability), degree or none
         "feature_cache_choice": ranks[0].get("cache_choice", "none"),
@@ -789,7 +797,8 @@ def print_table(res: dict) -> None:
             f"(avoided {s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "
             f"{s['feature_wire_vs_distinct_rows']:.3f}x distinct remote rows x row size, "
             f"cache hit rate {s['cache_hit_rate']:.0%} (rows chosen by "
-            f"{s['feature_cache_choice']})"
+            f"{s['feature_cache_choice']}); fetch CPU {s['fetch_cpu_s_per_m_edges']:.3f} s per "
+            f"M edges ({s['fetch_exchange_cpu_s_per_m_edges']:.3f} in collectives)"
             for w, s in res["dist"].items()))
     for w, s in res["dist"].items():
         if not s.get("hops") or int(w) < 2:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -120,7 +121,8 @@ class DistFeatureStore:
         self.row_bytes = C * 4
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "mapped_rows": 0,
                       "distinct_remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
-                      "duplicate_rows_fetched": 0, "fetches": 0}
+                      "duplicate_rows_fetched": 0, "fetches": 0, "fetch_cpu_s": 0.0,
+                      "fetch_exchange_cpu_s": 0.0}
         # the host cache: (sorted ids, their rows) per slice (one per rank of the host)
         self._cache: list[tuple[np.ndarray, np.ndarray]] = []
         self.shared = shared
@@ -271,6 +273,14 @@ class DistFeatureStore:
         return self._fetch(n_ids)
 
     def _fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
+        c0, x0 = time.thread_time(), self.ex.cpu_exchange
+        try:
+            return self._fetch_rows(n_ids)
+        finally:  # this thread's CPU in fetches, and the part of it inside collectives
+            self.stats["fetch_cpu_s"] += time.thread_time() - c0
+            self.stats["fetch_exchange_cpu_s"] += self.ex.cpu_exchange - x0
+
+    def _fetch_rows(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
         if self.shared is not None:
             self.stats["fetches"] += 1
             return [self._read_mapped(np.asarray(a, np.int64)) for a in n_ids]
