@@ -67,9 +67,11 @@ def inclusion_scores(part, ex: Exchanger, plan: CachePlan) -> np.ndarray:
         # sum over in-neighbours u of log(1 - p(u) q(u)): each rank adds its own nodes' edges
         t = torch.from_numpy(np.bincount(indices, weights=np.repeat(w, indptr[1:] - indptr[:-1]),
                                          minlength=N))
-        if ex.world_size > 1:
+        if ex.world_size > 1:  # on the backend's device (NCCL reduces CUDA tensors only)
+            t = t.to(ex.device)
             with peer_errors("summing the feature cache's inclusion estimate"):
                 dist.all_reduce(t, op=dist.ReduceOp.SUM, group=ex.group)
+            t = t.cpu()
         logp = t.numpy()
         missed += logp
         p = -np.expm1(logp)  # P(in the next frontier)
