@@ -215,6 +215,13 @@ def _drifting_ratings(users: int, items: int, seed: int) -> tuple[np.ndarray, np
     ones point to communities it has left: a temporal sampler that takes the latest neighbors
     sees the current taste, a static one a mix of the past ones (docs/temporal.md#yaml-jobs).
     ``[2, E]`` (user, item) pairs and their int64 times."""
+    from ..host_limits import check_allocation
+
+    # per user: the communities' random order (8 + 8 bytes each) and, per rating, about ten
+    # int64-sized temporaries (user, time, item, pair code, sort order, phase)
+    check_allocation(f"typed-useritem-t: the ratings of {users:,} users",
+                     users * (16 * USERITEM_COMMUNITIES + 80 * RATINGS_PER_USER_T),
+                     "generate fewer users (dataset.name typed-useritem-t:USERS:ITEMS)")
     tastes = useritem_tastes(users, items, seed)
     rng = np.random.default_rng([int(seed), int(users), int(items), 0x7E1])
     u = np.repeat(np.arange(users, dtype=np.int64), RATINGS_PER_USER_T)

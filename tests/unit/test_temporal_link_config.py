@@ -155,3 +155,13 @@ def test_time_keys_elsewhere_are_refused(override):
     cfg = load_config(REPO / "configs" / "cora.yaml", [override])
     with pytest.raises(ConfigError, match=f"^{key}: .* is a homogeneous graph"):
         check_homogeneous_job(cfg)
+
+
+def test_generating_more_ratings_than_memory_holds_is_refused(monkeypatch):
+    from mnmg_sampler import host_limits
+    from mnmg_sampler.errors import MemoryBudgetError
+
+    monkeypatch.setattr(host_limits, "available_bytes", lambda: 2**20)
+    with pytest.raises(MemoryBudgetError, match="typed-useritem-t: the ratings of 20,000 users"):
+        typed_useritem_graph(20_000, 100, 0, temporal=True)
+    typed_useritem_graph(200, 100, 0, temporal=True)  # 0.3 MiB: fits
