@@ -3,7 +3,9 @@ parts, real gloo ranks): on every batch of an epoch, for a heterogeneous graph w
 and a homogeneous (one-type) graph with node time, no sampled edge or node is later than its
 seed's time; "last" takes exactly the k latest admissible neighbors; disjoint trees without
 time; every batch equals the one-process sampler's (so W = 1, 2, 3 agree); every seed once per
-epoch; bad temporal arguments are typed errors on every rank. One spawn per world size."""
+epoch; bad temporal arguments are typed errors on every rank. With W > 1 every case runs twice,
+over the wire and over the shared topology (time bounds in the kernel over mapped parts); the
+merged rounds run on the shared topology. One spawn per world size."""
 
 from __future__ import annotations
 
@@ -90,17 +92,27 @@ def _ranks(rank, world, dirs):
 
     out, errors = {}, []
     for graph, d in dirs.items():
-        svc = SamplingService(load_partition(d, rank, world), seed=SEED)
-        for name, g, kw in CASES:
-            if g != graph:
-                continue
-            if graph == "hetero" and "time_attr" in kw:
-                kw = kw | {"input_time": torch.from_numpy(_input_time())}
-            nodes = ("a", None) if graph == "hetero" else None  # one type: plain ids
-            loader = DistNeighborLoader(svc, nodes, NUM, batch_size=B, shuffle=True,
-                                        seed=LSEED, **kw)
-            loader.set_epoch(EPOCH)
-            out[name] = [_plain(b) for b in loader]
+        part = load_partition(d, rank, world)
+        # the same epoch over the wire, then (W > 1) over the shared topology
+        shared = {"wire": SamplingService(part, seed=SEED, shared_topology=False)}
+        if world > 1:
+            shared["shared"] = SamplingService(part, seed=SEED, shared_topology=True)
+        for how, s in shared.items():
+            for name, g, kw in CASES:
+                if g != graph:
+                    continue
+                if graph == "hetero" and "time_attr" in kw:
+                    kw = kw | {"input_time": torch.from_numpy(_input_time())}
+                nodes = ("a", None) if graph == "hetero" else None  # one type: plain ids
+                loader = DistNeighborLoader(s, nodes, NUM, batch_size=B, shuffle=True,
+                                            seed=LSEED, **kw)
+                loader.set_epoch(EPOCH)
+                out[name, how] = [_plain(b) for b in loader]
+            st = s.stats()["shared_topology"]
+            out["used", graph, how] = (st["enabled"], st["peer_nodes"])
+        svc = shared.pop("shared", None) or shared["wire"]
+        for s in shared.values():
+            s.shutdown()
         if graph == "hetero":
             futs = [(i, svc.submit(_mixed_request(i, o))) for i, o in enumerate(MIXED)
                     if i % world == rank]
@@ -125,7 +137,7 @@ def _ranks(rank, world, dirs):
     return out, errors
 
 
-def _check_case(name, kw, g, res, world, times, cols):
+def _check_case(name, kw, g, res, world, times, cols, how):
     """Every batch of every rank: equal to one process, time-respecting, seeds once."""
     homo = name == "homo"
     itype = "node" if homo else "a"
@@ -136,7 +148,7 @@ def _check_case(name, kw, g, res, world, times, cols):
     it = _input_time() if (not homo and "time_attr" in kw) else None
     seen = np.zeros(n, np.int64)
     for rank, (out, _) in enumerate(res):
-        got_all = out[name]
+        got_all = out[name, how]
         assert len(got_all) == len(range(rank, len(gb), world))
         for gidx, got in zip(range(rank, len(gb), world), got_all, strict=True):
             seeds = gb[gidx]
@@ -202,10 +214,18 @@ def test_temporal_loader_over_ranks_equals_one_process(tmp_path, world, method):
                                    seed=3))
             for k, gr in (("hetero", hetero), ("homo", homo))}
     res = run_ranks(_ranks, world, dirs, timeout=300)
-    for name, graph, kw in CASES:
-        g = hetero if graph == "hetero" else homo
-        times = et if graph == "hetero" else homo_data["node_time"]
-        _check_case(name, kw, g, res, world, times, spec["edge_index"])
+    hows = ("wire", "shared") if world > 1 else ("wire",)
+    for how in hows:  # both equal one process, so each other
+        for name, graph, kw in CASES:
+            g = hetero if graph == "hetero" else homo
+            times = et if graph == "hetero" else homo_data["node_time"]
+            _check_case(name, kw, g, res, world, times, spec["edge_index"], how)
+    for out, _ in res:  # the shared topology sampled other ranks' nodes; the wire did not
+        for graph in ("hetero", "homo"):
+            assert out["used", graph, "wire"] == (False, 0)
+            if world > 1:
+                enabled, peers = out["used", graph, "shared"]
+                assert enabled and peers > 0, (graph, enabled, peers)
     for _, errors in res:
         assert len(errors) == 7, errors  # each bad argument: a typed error on every rank
     mixed = {i: b for out, _ in res for i, b in out["mixed"].items()}
