@@ -110,8 +110,8 @@ def _ranks(rank, world, dirs):
                 out[name, how] = [_plain(b) for b in loader]
             st = s.stats()["shared_topology"]
             out["used", graph, how] = (st["enabled"], st["peer_nodes"])
-        svc = shared.pop("shared", None) or shared["wire"]
-        for s in shared.values():
+        svc = shared.pop("shared") if world > 1 else shared.pop("wire")
+        for s in shared.values():  # the other one
             s.shutdown()
         if graph == "hetero":
             futs = [(i, svc.submit(_mixed_request(i, o))) for i, o in enumerate(MIXED)
