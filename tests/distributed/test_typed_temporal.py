@@ -5,7 +5,9 @@ edge or node is later than its seed's time; "last" takes exactly the k latest ad
 neighbors (edge time and node time); uniform draws pass a chi-square test over the admissible
 set (fixed seeds); disjoint trees without time; every batch equals the one-process sampler's
 (so W = 1, 2, 3 agree); every seed once per epoch; bad temporal arguments are typed errors on
-every rank. One spawn per world size."""
+every rank. With W > 1 every case runs twice, over the wire and over the shared topology (time
+bounds in the kernel over mapped parts); the merged rounds run on the shared topology. One
+spawn per world size."""
 
 from __future__ import annotations
 
@@ -123,18 +125,28 @@ def _ranks(rank, world, dirs):
 
     out, errors = {}, []
     for graph, d in dirs.items():
-        svc = SamplingService(load_partition(d, rank, world), seed=SEED)
-        for name, g, kw in CASES:
-            if g != graph:
-                continue
-            if _loader_time(graph) is not None and "time_attr" in kw:
-                kw = kw | {"input_time": torch.from_numpy(_loader_time(graph))}
-            nodes = None if graph == "homo" else ("a", None)  # one type: plain ids
-            loader = DistNeighborLoader(svc, nodes, NUM_OF.get(name, NUM),
-                                        batch_size=B_OF.get(name, B), shuffle=True,
-                                        seed=LSEED, **kw)
-            loader.set_epoch(EPOCH)
-            out[name] = [_plain(b) for b in loader]
+        part = load_partition(d, rank, world)
+        # the same epoch over the wire, then (W > 1) over the shared topology
+        shared = {"wire": SamplingService(part, seed=SEED, shared_topology=False)}
+        if world > 1:
+            shared["shared"] = SamplingService(part, seed=SEED, shared_topology=True)
+        for how, s in shared.items():
+            for name, g, kw in CASES:
+                if g != graph:
+                    continue
+                if _loader_time(graph) is not None and "time_attr" in kw:
+                    kw = kw | {"input_time": torch.from_numpy(_loader_time(graph))}
+                nodes = None if graph == "homo" else ("a", None)  # one type: plain ids
+                loader = DistNeighborLoader(s, nodes, NUM_OF.get(name, NUM),
+                                            batch_size=B_OF.get(name, B), shuffle=True,
+                                            seed=LSEED, **kw)
+                loader.set_epoch(EPOCH)
+                out[name, how] = [_plain(b) for b in loader]
+            st = s.stats()["shared_topology"]
+            out["used", graph, how] = (st["enabled"], st["peer_nodes"])
+        svc = shared.pop("shared") if world > 1 else shared.pop("wire")
+        for s in shared.values():  # the other one
+            s.shutdown()
         if graph == "hetero":
             futs = [(i, svc.submit(_mixed_request(i, o))) for i, o in enumerate(MIXED)
                     if i % world == rank]
@@ -159,7 +171,7 @@ def _ranks(rank, world, dirs):
     return out, errors
 
 
-def _check_case(name, graph, kw, g, res, world, times, cols):
+def _check_case(name, graph, kw, g, res, world, times, cols, how):
     """Every batch of every rank: equal to one process, time-respecting, seeds once."""
     itype = "node" if graph == "homo" else "a"
     n = g.num_nodes_of(itype)
@@ -171,7 +183,7 @@ def _check_case(name, graph, kw, g, res, world, times, cols):
     seen = np.zeros(n, np.int64)
     drawn = np.zeros(CHI_DEG, np.int64)  # chi: how often each edge time was drawn
     for rank, (out, _) in enumerate(res):
-        got_all = out[name]
+        got_all = out[name, how]
         assert len(got_all) == len(range(rank, len(gb), world))
         for gidx, got in zip(range(rank, len(gb), world), got_all, strict=True):
             seeds = gb[gidx]
@@ -279,9 +291,17 @@ def test_temporal_loader_over_ranks_equals_one_process(tmp_path, world, method):
                                    seed=3))
             for k, gr in graphs.items()}
     res = run_ranks(_ranks, world, dirs, timeout=300)
-    for name, graph, kw in CASES:
-        cols = chi_spec["edge_index"] if graph == "chi" else spec["edge_index"]
-        _check_case(name, graph, kw, graphs[graph], res, world, times[graph], cols)
+    hows = ("wire", "shared") if world > 1 else ("wire",)
+    for how in hows:  # both equal one process, so each other
+        for name, graph, kw in CASES:
+            cols = chi_spec["edge_index"] if graph == "chi" else spec["edge_index"]
+            _check_case(name, graph, kw, graphs[graph], res, world, times[graph], cols, how)
+    for out, _ in res:  # the shared topology sampled other ranks' nodes; the wire did not
+        for graph in graphs:
+            assert out["used", graph, "wire"] == (False, 0)
+            if world > 1:
+                enabled, peers = out["used", graph, "shared"]
+                assert enabled and peers > 0, (graph, enabled, peers)
     for _, errors in res:
         assert len(errors) == 7, errors  # each bad argument: a typed error on every rank
     mixed = {i: b for out, _ in res for i, b in out["mixed"].items()}
