@@ -234,7 +234,8 @@ def _counters(sampler, store) -> dict:
             "cross_feat": cb.get("features", 0),
             **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
                                           "rows_fetched", "cache_hits",
-                                          "duplicate_rows_fetched")}}
+                                          "duplicate_rows_fetched", "fetch_cpu_s",
+                                          "fetch_exchange_cpu_s")}}
 
 
 def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, cache_rows: int,
@@ -249,7 +250,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
 
     B = task["batch_size"]
     svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
-                          feature_cache_rows=cache_rows, shared_topology=shared)
+                          feature_cache_rows=cache_rows, shared_topology=shared,
+                          feature_cache_plan=(task["fanouts"], task["batch_size"]))
     try:
         n = min(task["batches"] * world * B, int(seeds.size))
         loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
@@ -258,13 +260,15 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
         keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
                 "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
                 "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
-                "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat")
+                "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat",
+                "fetch_cpu_s", "fetch_exchange_cpu_s")
         res: dict = {"rank": rank, "world": world, "batches": len(loader),
                      **{k: [] for k in keys},
                      "owned_seeds": 0, "wire_bytes": int(getattr(ds, "wire", None).itemsize
                                                          if hasattr(ds, "wire") else 4),
                      "edge_id_bytes": 8 if task["edge_ids"] else 0,
                      "cache_size": fs.cache_size if fs else 0,
+                     "cache_choice": fs.cache_choice if fs else "none",
                      "row_bytes": fs.row_bytes if fs else 0, "hops": []}
 
         def snap() -> dict:
@@ -298,6 +302,7 @@ def _worker(work: str) -> int:
     import torch.distributed as dist
 
     from ..distributed.features import DistFeatureStore
+    from ..distributed.row_cache import CachePlan
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
     from ..sampler import SampleRequest
@@ -319,7 +324,8 @@ def _worker(work: str) -> int:
     store = None
     if task["features"] and part.x is not None:
         store = DistFeatureStore(part, ex, cache_rows=cache_rows, shared=sampler.shared,
-                                 host=sampler.host)
+                                 host=sampler.host,
+                                 cache_plan=CachePlan(task["fanouts"], task["batch_size"]))
     K = task.get("merge", 1)  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
@@ -371,13 +377,14 @@ def _worker(work: str) -> int:
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
             "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
-            "cache_hits",
-            "duplicate_rows_fetched", "cross_ids", "cross_feat")
+            "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat", "fetch_cpu_s",
+            "fetch_exchange_cpu_s")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
                  "seed_setup": setup,
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
+                 "cache_choice": store.cache_choice if store else "none",
                  "row_bytes": store.row_bytes if store else 0, "rounds": rounds}
 
     def snap() -> dict:
@@ -513,7 +520,15 @@ def summarize(ranks: list[dict]) -> dict:
         "feature_rows_mapped": tot("mapped_rows"),
         "feature_rows_distinct_remote": tot("distinct_remote_rows"),
         "feature_rows_fetched": fetched, "feature_cache_hits": tot("cache_hits"),
+        # CPU seconds of the feature fetches per million sampled edges (all ranks; the
+        # service thread's), and the part of them inside collectives
+        "fetch_cpu_s_per_m_edges": sum(sum(r.get("fetch_cpu_s", [0])) for r in ranks)
+        / edges * 1e6,
+        "fetch_exchange_cpu_s_per_m_edges": sum(sum(r.get("fetch_exchange_cpu_s", [0]))
+                                                for r in ranks) / edges * 1e6,
         "feature_cache_rows": [r["cache_size"] for r in ranks],
+        # how the cache's rows were chosen: inclusion (probability), degree or none
+        "feature_cache_choice": ranks[0].get("cache_choice", "none"),
         # fetched rows that duplicate another fetched row of the same round (0 by construction)
         "duplicate_rows_fetched_fraction": tot("duplicate_rows_fetched") / fetched
         if fetched else 0.0,
@@ -781,7 +796,9 @@ def print_table(res: dict) -> None:
             f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "
             f"(avoided {s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "
             f"{s['feature_wire_vs_distinct_rows']:.3f}x distinct remote rows x row size, "
-            f"cache hit rate {s['cache_hit_rate']:.0%}"
+            f"cache hit rate {s['cache_hit_rate']:.0%} (rows chosen by "
+            f"{s['feature_cache_choice']}); fetch CPU {s['fetch_cpu_s_per_m_edges']:.3f} s per "
+            f"M edges ({s['fetch_exchange_cpu_s_per_m_edges']:.3f} in collectives)"
             for w, s in res["dist"].items()))
     for w, s in res["dist"].items():
         if not s.get("hops") or int(w) < 2:

@@ -253,8 +253,9 @@ class FeaturesConfig:
         "CPU.")
     cache_rows: int = _opt(
         0, "Feature rows of other hosts' nodes each host caches, shared by its ranks (filled "
-        "once at start by degree into the host's parts); 0 = no cache. Unused on one host "
-        "(every part's rows are mapped there).", _NONNEG_INT)
+        "once at start with the rows of highest inclusion probability in rounds of "
+        "sampler.fanouts and sampler.batch_size); 0 = no cache. Unused on one host (every "
+        "part's rows are mapped there).", _NONNEG_INT)
 
 
 @dataclass

@@ -12,9 +12,13 @@ collective, once per round for all merged requests:
    hosts, :mod:`.host_groups`), so are the rows of every part of this rank's host (mapped);
 2. the ids of other hosts' nodes of all requests are de-duplicated (one hash pass), so a row
    needed by several requests of the round, or several times by one, is fetched once;
-3. rows held in the host cache (``cache_rows``) are read from it;
-4. the remaining ids go to their owners in one exchange (wire ids, int32 when they fit) and the
-   rows come back in one more; everything is scattered back to each request's ``n_id`` order.
+3. rows held in the host cache (``cache_rows``) are read from it and never asked for;
+4. the remaining ids go to their owners in one all-to-all (wire ids, int32 when they fit; each
+   block says its own size and is bounded by the owner's part, so no size exchange comes first
+   while those bounds keep the receive buffer small, else counts go first) and the rows come
+   back in one more, whose sizes both sides know. Every row is copied once, from its source
+   (table, cache, received buffer) to its place in the batch's features
+   (:func:`~mnmg_sampler.ops.rows.scatter_rows`).
 
 Labels travel in the same payload as features, their int64 bits reinterpreted as two float32
 columns (exact, no rounding), and so does each row's original node id (unless the partitioning
@@ -23,31 +27,38 @@ translates a minibatch's ``n_id`` back to original ids with no exchange of its o
 (:meth:`DistFeatureStore.fetch_with_orig`).
 
 The host cache is filled once, at construction (collective), with the nodes of other hosts
-that occur most often in the host's parts' neighbor lists: their degree into the host, a proxy
-for how often sampling from the host's nodes reaches them (SALIENT++ computes exact inclusion
-probabilities; a degree order is the simple start). Each rank of the host fetches a disjoint
-share and every rank of the host maps all shares (:func:`~.host_groups.share_slices`): one copy
-per host. With one rank per host it is that rank's own cache.
+that rounds touch most (:mod:`.row_cache`): by their inclusion probability in a round of the
+given fanouts and batch size (``cache_plan``, as SALIENT++ chooses), else by their degree into
+the host. Its bytes are checked against the memory at hand before anything is allocated. Each
+rank of the host fetches a disjoint share and every rank of the host maps all shares
+(:func:`~.host_groups.share_slices`): one copy per host. With one rank per host it is that
+rank's own cache.
 """
 
 from __future__ import annotations
 
 import logging
 import mmap
+import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from ..ops.dedup import unique_first
-from .collective import Exchanger
+from ..ops.rows import scatter_rows
+from .collective import Exchanger, agree
 from .host_groups import HostGroup, share_slices
 from .id_maps import identity_ids
+from .row_cache import CachePlan, choose_rows
 from .shared_topology import SharedTopology
 
 log = logging.getLogger(__name__)
 
 PLACEMENTS = ("host", "pinned", "device")
+# receive buffer of a fetch's id requests (every peer's block at its bound) up to which the ids
+# go in one bounded all-to-all instead of a size exchange and then the ids
+_BOUNDED_BYTES = 64 << 20
 
 
 def _release(arr) -> None:
@@ -78,11 +89,14 @@ class DistFeatureStore:
         host: the sampler's :class:`~.host_groups.HostGroup` (``DistSampler.host``, ranks on
             several hosts): rows of the host's parts are read in place from its mappings, only
             other hosts' rows are fetched.
+        cache_plan: the fanouts and batch size the loaders will ask for: the cache takes the
+            rows of highest inclusion probability (``None``: by degree).
     """
 
     def __init__(self, part, exchanger: Exchanger, placement: str = "host",
                  device: torch.device | None = None, cache_rows: int = 0,
-                 shared: SharedTopology | None = None, host: HostGroup | None = None) -> None:
+                 shared: SharedTopology | None = None, host: HostGroup | None = None,
+                 cache_plan: CachePlan | None = None) -> None:
         from ..errors import ConfigError
 
         if placement not in PLACEMENTS:
@@ -92,7 +106,7 @@ class DistFeatureStore:
             raise ConfigError(f"features.cache_rows must be >= 0, got {cache_rows}",
                               "the cache size is a row count", "pass 0 (no cache) or more")
         self.ex = exchanger
-        bounds = np.asarray(part.boundaries, np.int64)
+        bounds = self._bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo = int(bounds[part.rank])
         self.wire = np.dtype(np.int32 if int(part.num_nodes) < 2**31 else np.int64)
@@ -107,11 +121,14 @@ class DistFeatureStore:
         self.row_bytes = C * 4
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "mapped_rows": 0,
                       "distinct_remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
-                      "duplicate_rows_fetched": 0, "fetches": 0}
+                      "duplicate_rows_fetched": 0, "fetches": 0, "fetch_cpu_s": 0.0,
+                      "fetch_exchange_cpu_s": 0.0}
         # the host cache: (sorted ids, their rows) per slice (one per rank of the host)
         self._cache: list[tuple[np.ndarray, np.ndarray]] = []
         self.shared = shared
         self.host = host
+        self.cache_choice = "none"
+        self._bounded = False
         if shared is not None:  # every part's rows are mapped here: no table, no cache
             self._host = self.table = None
             if int(cache_rows) > 0 and self.ex.rank == 0:
@@ -139,8 +156,9 @@ class DistFeatureStore:
         elif placement == "device":
             table = table.to(device)
         self.table = table
+        self._bounded = self._bounded_ids()
         if int(cache_rows) > 0 and self.enabled:
-            self._fill_cache(part, int(cache_rows))
+            self._fill_cache(part, int(cache_rows), cache_plan)
 
     @property
     def enabled(self) -> bool:
@@ -159,41 +177,87 @@ class DistFeatureStore:
         return self.host.on_host(ids) if self.host is not None else \
             self._owner(ids) == self.ex.rank
 
-    def _fill_cache(self, part, rows: int) -> None:
-        """Collective: the host caches the ``rows`` nodes of other hosts most frequent in its
-        parts' neighbor lists. Rank ``j`` of a host of ``G`` ranks takes ``rows / G`` of them
-        among the ids ``== j (mod G)``, counted in its own part, so slices never overlap."""
+    def _fill_cache(self, part, rows: int, plan: CachePlan | None) -> None:
+        """Collective: the host caches the ``rows`` nodes of other hosts its rounds touch most
+        (:func:`~.row_cache.choose_rows`: by inclusion probability with a ``plan``, else by
+        degree). Rank ``j`` of a host of ``G`` ranks takes ``rows / G`` of them among the ids
+        ``== j (mod G)``, so slices never overlap. The host's cache bytes are checked against
+        the memory at hand on every rank before anything is allocated."""
+        from ..host_limits import check_allocation
+
         ranks = self.host.ranks if self.host is not None else (self.ex.rank,)
         G, j = len(ranks), ranks.index(self.ex.rank)
+        agree(lambda: check_allocation(
+            f"a feature row cache of {rows:,} rows of {self.row_bytes} B (features.cache_rows)",
+            rows * self.row_bytes, "lower features.cache_rows"), self.ex.group,
+            "checking the feature cache's memory")
         share = rows // G + (1 if j < rows % G else 0)
-        idx = np.asarray(part.indices)
-        far = idx[~self._near(idx)]
-        far = far[far % G == j]
-        cand, freq = np.unique(far, return_counts=True)
-        del far
-        if cand.size > share:
-            cand = cand[np.argpartition(-freq, share - 1)[:share]] if share else cand[:0]
-        ids = np.sort(cand)
-        got = self._exchange_rows(ids)
+
+        def far(ids: np.ndarray) -> np.ndarray:
+            return ~self._near(ids) & (ids % G == j)
+
+        ids, self.cache_choice = choose_rows(part, self.ex, far, share, plan)
+        back, perm = self._exchange_rows(ids)
+        got = np.empty_like(back)
+        got[perm] = back
+        del back
         self._cache = share_slices(self.ex, ranks, ids, got) if self.host is not None \
             else [(ids, got)]
 
-    def _exchange_rows(self, ids: np.ndarray) -> np.ndarray:
-        """Collective: rows of remote new ids (none of them this rank's), in ``ids`` order."""
-        W = self.ex.world_size
+    def _bounded_ids(self) -> bool:
+        """Whether the ids of a fetch go in one bounded all-to-all (a block per owner saying
+        its size, at most the owner's part: gloo takes the shorter message) instead of a size
+        exchange first; only when every receive buffer of a fetch stays small."""
+        largest = int(np.diff(self._bounds).max()) + 1  # the same decision on every rank
+        return (self.ex.short_receives and self.ex.world_size > 1
+                and largest * self.ex.world_size * self.wire.itemsize <= _BOUNDED_BYTES)
+
+    def _exchange_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Collective: rows of remote new ids (none of them this rank's) as received, and
+        ``perm``: received row ``k`` is the row of ``ids[perm[k]]``. The ids go in one bounded
+        all-to-all when :attr:`_bounded` (their counts inside), else counts then ids; the rows
+        come back in one all-to-all whose sizes both sides know."""
+        W, me = self.ex.world_size, self.ex.rank
         owner = self._owner(ids)
         perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
         send_counts = np.bincount(owner, minlength=W).astype(np.int64)
-        send = torch.from_numpy(ids[perm].astype(self.wire))
-        recv, recv_counts = self.ex.exchange(send, torch.from_numpy(send_counts), "features")
-        rows = torch.from_numpy(self._host[recv.numpy().astype(np.int64) - self.lo]) \
-            if self._host is not None else self.table[
-                (recv.to(torch.int64) - self.lo).to(self.table.device)]
+        wid = ids[perm].astype(self.wire)
+        if self._bounded:
+            parts = np.diff(np.asarray(self._bounds, np.int64))
+            sb = parts + 1
+            sb[me] = 0
+            rb = np.full(W, parts[me] + 1, np.int64)
+            rb[me] = 0
+            blocks = np.empty(wid.size + W - 1, self.wire)
+            starts = np.concatenate(([0], np.cumsum(send_counts)))
+            sizes, o = np.zeros(W, np.int64), 0
+            for r in range(W):
+                if r == me:
+                    continue
+                c = int(send_counts[r])
+                blocks[o] = c
+                blocks[o + 1:o + 1 + c] = wid[starts[r]:starts[r] + c]
+                sizes[r] = c + 1
+                o += c + 1
+            got = self.ex.bounded(torch.from_numpy(blocks), sizes.tolist(), sb.tolist(),
+                                  rb.tolist(), "features").numpy()
+            offs = np.concatenate(([0], np.cumsum(rb)))
+            recv_counts = np.array([int(got[offs[r]]) if r != me else 0 for r in range(W)],
+                                   np.int64)
+            if (recv_counts < 0).any() or (recv_counts > np.maximum(rb - 1, 0)).any():
+                raise RuntimeError(f"a feature request block says {recv_counts.tolist()} ids, "
+                                   f"above its bound {np.maximum(rb - 1, 0).tolist()}")
+            recv = np.concatenate([got[offs[r] + 1:offs[r] + 1 + recv_counts[r]]
+                                   for r in range(W)]).astype(np.int64)
+        else:
+            t, rc = self.ex.exchange(torch.from_numpy(wid), torch.from_numpy(send_counts),
+                                     "features")
+            recv, recv_counts = t.numpy().astype(np.int64), rc.numpy()
+        rows = torch.from_numpy(self._host[recv - self.lo]) if self._host is not None \
+            else self.table[torch.from_numpy(recv - self.lo).to(self.table.device)]
         back = self.ex.payload(self.ex.to_host(rows), recv_counts.tolist(),
                                send_counts.tolist(), "features").numpy()
-        out = np.empty_like(back)
-        out[perm] = back
-        return out
+        return back, perm
 
     def fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple[torch.Tensor | None,
                                                               torch.Tensor | None]]:
@@ -209,63 +273,79 @@ class DistFeatureStore:
         return self._fetch(n_ids)
 
     def _fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
+        c0, x0 = time.thread_time(), self.ex.cpu_exchange
+        try:
+            return self._fetch_rows(n_ids)
+        finally:  # this thread's CPU in fetches, and the part of it inside collectives
+            self.stats["fetch_cpu_s"] += time.thread_time() - c0
+            self.stats["fetch_exchange_cpu_s"] += self.ex.cpu_exchange - x0
+
+    def _fetch_rows(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
         if self.shared is not None:
             self.stats["fetches"] += 1
             return [self._read_mapped(np.asarray(a, np.int64)) for a in n_ids]
         sizes = [int(a.size) for a in n_ids]
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
         ids = ids.astype(np.int64, copy=False)
-        local = self._owner(ids) == self.ex.rank
-        out = np.empty((ids.size, self.row_bytes // 4), np.float32)
+        F = self.num_features
+        # every row is written once, straight into the batch's features and extra columns
+        X = np.empty((ids.size, F), np.float32)
+        M = np.empty((ids.size, self.row_bytes // 4 - F), np.float32)
+        owner = self._owner(ids)
+        local = owner == self.ex.rank
         li = np.flatnonzero(local)
-        src = self._host
-        if src is not None:
-            out[li] = src[ids[li] - self.lo]
+        if self._host is not None:
+            scatter_rows(X, M, li, self._host, ids[li] - self.lo)
         else:
-            out[li] = self.ex.to_host(
+            rows = self.ex.to_host(
                 self.table[torch.from_numpy(ids[li] - self.lo).to(self.table.device)]).numpy()
+            scatter_rows(X, M, li, rows, np.arange(li.size))
         mapped = 0
+        near = local
         if self.host is not None:  # the host's other parts: read in place, never on the wire
-            hi = np.flatnonzero(~local & self.host.on_host(ids))
-            out[hi] = self._host_rows(ids[hi])
+            hi = np.flatnonzero(~local & self.host.mask[owner])
+            scatter_rows(X, M, hi, self._host_rows(ids[hi]), np.arange(hi.size))
             mapped = int(hi.size)
-            local[hi] = True
-        ri = np.flatnonzero(~local)
+            near = local.copy()
+            near[hi] = True
+        ri = np.flatnonzero(~near)
         uniq, inv = unique_first(ids[ri])
-        rows_u = np.empty((uniq.size, out.shape[1]), np.float32)
         hit = np.zeros(uniq.size, bool)
         for cids, crows in self._cache:
             if not (cids.size and uniq.size):
                 continue
             pos = np.minimum(np.searchsorted(cids, uniq), cids.size - 1)
             h = (cids[pos] == uniq) & ~hit
-            rows_u[h] = crows[pos[h]]
+            sel = np.flatnonzero(h[inv])
+            scatter_rows(X, M, ri[sel], crows, pos[inv[sel]])
             hit |= h
         miss = np.flatnonzero(~hit)
-        fetch = uniq[miss]
-        rows_u[miss] = self._exchange_rows(fetch)
-        out[ri] = rows_u[inv]
-        li = np.flatnonzero(local)
+        fetch = uniq[miss]  # rows of cached nodes are never asked for
+        back, perm = self._exchange_rows(fetch)
+        where = np.empty(uniq.size, np.int64)  # distinct remote id -> its received row
+        where[miss[perm]] = np.arange(miss.size)
+        sel = np.flatnonzero(~hit[inv])
+        scatter_rows(X, M, ri[sel], back, where[inv[sel]])
         st = self.stats
         st["mapped_rows"] += mapped
         st["fetches"] += 1
         st["rows"] += int(ids.size)
-        st["local_rows"] += int(li.size) - mapped
+        st["local_rows"] += int(li.size)
         st["remote_rows"] += int(ri.size) + mapped
         st["distinct_remote_rows"] += int(uniq.size)
         st["cache_hits"] += int(hit.sum())
         st["rows_fetched"] += int(miss.size)
         # measured, not assumed: rows that crossed the wire twice in this round
         st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
-        F = self.num_features
         res = []
-        for chunk in np.split(out, np.cumsum(sizes)[:-1]) if sizes else []:
+        ends = np.cumsum(sizes, dtype=np.int64)
+        for a, z in zip(ends - np.asarray(sizes, np.int64), ends, strict=True):
             # numpy views the label columns as int64 for any row count (torch refuses the view
             # of an empty slice whose strides are 0)
-            x = torch.from_numpy(np.ascontiguousarray(chunk[:, :F])) if self.has_x else None
-            y = torch.from_numpy(np.ascontiguousarray(chunk[:, F:F + 2]).view(np.int64)
+            x = torch.from_numpy(X[a:z]) if self.has_x else None
+            y = torch.from_numpy(np.ascontiguousarray(M[a:z, :2]).view(np.int64)
                                  .reshape(-1)) if self.has_y else None
-            orig = np.ascontiguousarray(chunk[:, F + 2:]).view(np.int64).reshape(-1) \
+            orig = np.ascontiguousarray(M[a:z, 2:]).view(np.int64).reshape(-1) \
                 if self.carries_orig else None
             res.append((x, y, orig))
         return res

@@ -34,7 +34,7 @@ from .collective import Exchanger, agree, peer_errors
 from .shared_topology import SharedTopology
 from .topology_cache import interleave
 
-__all__ = ["HostGroup", "share_slices"]
+__all__ = ["HostGroup", "share_slices", "sweep_stale"]
 
 _I64 = np.int64
 
@@ -101,39 +101,75 @@ def _shm_dir() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
+_PREFIX = "mnmg-rowcache-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_stale(directory: Path) -> list[Path]:
+    """Remove host cache files whose writer is no longer running (its pid is in the name: a
+    rank killed between writing its slice and every rank mapping it); returns them. Files
+    are per host, and so are pids, so any later job on the host removes them."""
+    gone = []
+    for path in directory.glob(f"{_PREFIX}*"):
+        parts = path.name[len(_PREFIX):].split("-")
+        try:
+            pid = int(parts[2])
+        except (IndexError, ValueError):
+            continue
+        if not _alive(pid):
+            path.unlink(missing_ok=True)
+            gone.append(path)
+    return gone
+
+
 def share_slices(ex: Exchanger, ranks: tuple[int, ...], ids: np.ndarray, rows: np.ndarray
                  ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Collective over every rank of ``ex``: this rank's slice of the host cache (``ids``
     sorted, ``rows`` in their order) written once to a file, then every slice of the host's
     ``ranks`` memory-mapped (read-only; one copy in the page cache for the whole host).
 
-    Returns ``(ids, rows)`` per slice of the host. The files are unlinked once every rank has
-    mapped them (the mappings stay valid), so none outlives the job.
+    Returns ``(ids, rows)`` per slice of the host. The files are unlinked by their writer once
+    every rank has mapped them (the mappings stay valid), or as soon as a step fails; a writer
+    that is killed before that leaves files named with its pid, which the next fill on the
+    host removes (:func:`sweep_stale`).
     """
+    shm = _shm_dir()
+    sweep_stale(shm)
     with peer_errors("agreeing on the host cache's file name"):
         token = ex.agree_max([secrets.randbits(62)])[0]
-    base = _shm_dir() / f"mnmg-rowcache-{token:016x}"
+    base = f"{_PREFIX}{token:016x}"
+    mine: list[Path] = []
 
-    def write() -> list[Path]:
-        out = []
+    def write() -> None:
         for name, a in (("ids", np.ascontiguousarray(ids, _I64)),
                         ("rows", np.ascontiguousarray(rows))):
-            path = Path(f"{base}-{ex.rank}-{name}.npy")
+            path = shm / f"{base}-{ex.rank}-{os.getpid()}-{name}.npy"
             tmp = Path(f"{path}.tmp")
+            mine.extend((tmp, path))
             with open(tmp, "wb") as f:
                 np.save(f, a, allow_pickle=False)
             os.replace(tmp, path)
-            out.append(path)
-        return out
 
-    mine = agree(write, ex.group, "writing this rank's slice of the host cache")
+    def slice_of(r: int, name: str) -> np.ndarray:
+        (path,) = shm.glob(f"{base}-{r}-*-{name}.npy")  # one writer per rank
+        return _map(path)
+
     try:
-        out = agree(lambda: [tuple(_map(Path(f"{base}-{r}-{name}.npy"))
-                                   for name in ("ids", "rows")) for r in ranks], ex.group,
-                    "mapping the host cache's slices")
-    finally:
+        agree(write, ex.group, "writing this rank's slice of the host cache")
+        out = agree(lambda: [(slice_of(r, "ids"), slice_of(r, "rows")) for r in ranks],
+                    ex.group, "mapping the host cache's slices")
         with peer_errors("waiting for every rank to map the host cache"):
             ex.agree_max([0])  # every rank has mapped its host's slices: the names can go
+    finally:
         for path in mine:
             path.unlink(missing_ok=True)
     return out

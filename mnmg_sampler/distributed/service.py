@@ -82,6 +82,9 @@ class SamplingService:
             :class:`~mnmg_sampler.distributed.features.DistFeatureStore`); hit rate and bytes
             saved in :meth:`stats` under ``features``. Unused with the shared topology (every
             part's rows are mapped: nothing to cache).
+        feature_cache_plan: ``(fanouts, batch size)`` the loaders will ask for: the feature
+            cache takes the rows of highest inclusion probability in such rounds
+            (:mod:`~mnmg_sampler.distributed.row_cache`); ``None``: by degree.
         id_maps: ``sharded`` (default; no num_nodes-sized array on any rank) or
             ``replicated`` (both global id maps on every rank, no lookup exchanges); the same on
             every rank (see :mod:`~mnmg_sampler.distributed.id_maps`).
@@ -108,7 +111,8 @@ class SamplingService:
                  timeout_s: float | None = None, kernel: str = "auto",
                  feature_cache_rows: int = 0, id_maps: str = "sharded",
                  topology_cache: float = 0.0, shared_topology: bool | str = "auto",
-                 rounds_in_flight: int | str = "auto") -> None:
+                 rounds_in_flight: int | str = "auto",
+                 feature_cache_plan: tuple | None = None) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
                                f"{max_requests_per_round}", "no request could ever be served",
@@ -146,10 +150,13 @@ class SamplingService:
         self.features = None
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
+            from .row_cache import CachePlan
 
             def store(ex):
                 return DistFeatureStore(part, ex, placement, device,
                                         cache_rows=feature_cache_rows,
+                                        cache_plan=None if feature_cache_plan is None
+                                        else CachePlan(*feature_cache_plan),
                                         shared=self.sampler.shared,
                                         host=getattr(self.sampler, "host", None))
             self.features = store(self.sampler.ex)

@@ -20,6 +20,17 @@ def _merged_with_features(rank, world, d, reqs_by_rank, cache_rows):
 
     s = DistSampler(load_partition(d, rank, world), seed=SEED, shared_topology=False)
     store = DistFeatureStore(s.part, s.ex, cache_rows=cache_rows)
+    calls = []  # collectives of each feature fetch
+    fetch = store._fetch
+
+    def counted(n_ids):
+        c0 = s.ex.calls
+        try:
+            return fetch(n_ids)
+        finally:
+            calls.append(s.ex.calls - c0)
+
+    store._fetch = counted
     out = []
     for with_e in (True, False):
         b0 = list(s.ex.bytes.get("ids", [0, 0]))
@@ -29,7 +40,7 @@ def _merged_with_features(rank, world, d, reqs_by_rank, cache_rows):
         ids = s.ex.bytes.get("ids", [0, 0])
         out.append((got, ids[0] - b0[0], ids[1] - b0[1]))
     return out, dict(store.stats), store.cache_size, s.ex.bytes["features"], store.row_bytes, \
-        s.wire.itemsize
+        s.wire.itemsize, calls
 
 
 def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path):
@@ -43,12 +54,14 @@ def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path)
     for cache_rows in (0, 25):
         res = run_ranks(_merged_with_features, 2, d, reqs_by_rank, cache_rows, timeout=180)
         # feature traffic to other ranks: request ids and rows of what was fetched (rounds and
-        # cache fill), plus one count per exchange; each distinct row crosses once
+        # cache fill), plus one count word per block; each distinct row crosses once
         fetched = sum(r[1]["rows_fetched"] + r[2] for r in res)
         sent = sum(r[3][1] for r in res)
         row_bytes = res[0][4]
         assert fetched * row_bytes <= sent <= fetched * (row_bytes + 4) + 2 * 3 * 8
-        for rank, (out, st, cache_size, fbytes, _row, word) in enumerate(res):
+        for rank, (out, st, cache_size, fbytes, _row, word, calls) in enumerate(res):
+            # a fetch is two collectives: the ids (their sizes inside), then the rows
+            assert calls == [2, 2]
             assert word == 4  # int32 wire ids: the graph's node and edge counts fit
             (with_e, self_e, remote_e), (no_e, self_n, remote_n) = out
             # own nodes never enter the all-to-all, and no hop sends its sizes first (every
@@ -70,8 +83,9 @@ def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path)
             assert st["rows_fetched"] == st["distinct_remote_rows"] - st["cache_hits"]
             assert cache_size == (25 if cache_rows else 0)
             assert (st["cache_hits"] > 0) == bool(cache_rows)
-            # to self: only its entry of each size exchange (2 rounds, and the cache fill)
-            assert fbytes[0] == 8 * (3 if cache_rows else 2)
+            # nothing to self: no fetch sends its sizes first (the id blocks carry their sizes,
+            # bounded by the owner's part), and own rows never enter an exchange
+            assert fbytes[0] == 0
 
 
 def _owner_split(rank, world, d, nodes):

@@ -1,6 +1,7 @@
 """Host groups on real gloo ranks, hosts forced with ``MNMG_HOST_ID``: minibatches and features
 equal the single process for any host layout and host cache size; a rank never sends a node or
-a feature row to a rank of its own host; the host cache takes feature rows off the wire."""
+a feature row to a rank of its own host; the host cache (chosen by degree or by inclusion
+probability) takes feature rows off the wire, and a cached row is never asked for."""
 
 from __future__ import annotations
 
@@ -19,13 +20,17 @@ CACHE = 40  # rows of other hosts each host keeps (of 240 nodes)
 
 
 def _rounds(rank: int, n: int) -> list[list[SampleRequest]]:
-    """Merged requests with seeds anywhere; one with replacement and all neighbors (-1)."""
+    """Merged requests with seeds anywhere; one with replacement and all neighbors (-1); a
+    round without requests on rank 1."""
     rng = np.random.default_rng([rank, 11])
     merged = [SampleRequest(rng.choice(n, 12, replace=False), FANOUTS,
                             request_key(SEED, 0, 10 * rank + j)) for j in range(3)]
     mixed = [SampleRequest(rng.choice(n, 6, replace=False), [3, -1, 2],
                            request_key(SEED, 2, rank), replace=True)]
-    return [merged, mixed]
+    # a round in which the last rank has no request at all (a service's rank with none pending)
+    alone = [] if rank == 1 else [SampleRequest(rng.choice(n, 8, replace=False), FANOUTS,
+                                                request_key(SEED, 3, rank))]
+    return [merged, mixed, alone]
 
 
 def _hosts(rank, world, d, layout):
@@ -34,6 +39,7 @@ def _hosts(rank, world, d, layout):
     import os
 
     from mnmg_sampler.distributed.features import DistFeatureStore
+    from mnmg_sampler.distributed.row_cache import CachePlan
     from mnmg_sampler.distributed.sampler import DistSampler
 
     os.environ["MNMG_HOST_ID"] = f"host-{layout[rank]}"
@@ -50,15 +56,26 @@ def _hosts(rank, world, d, layout):
 
     s.ex.payload = payload
     res = {}
-    for cache in (0, CACHE):
-        store = DistFeatureStore(part, s.ex, cache_rows=cache, host=s.host)
+    for cache, plan in ((0, None), (CACHE, None), (CACHE, CachePlan(FANOUTS, 12))):
+        store = DistFeatureStore(part, s.ex, cache_rows=cache, host=s.host, cache_plan=plan)
+        asked = []  # every id whose row this rank asks another rank for, after the fill
+        real_rows = store._exchange_rows
+
+        def rows(ids, real_rows=real_rows, asked=asked):
+            asked.append(ids.copy())
+            return real_rows(ids)
+
+        store._exchange_rows = rows
         f0 = s.ex.cross_bytes.get("features", 0)
         got = []
         for reqs in _rounds(rank, int(part.num_nodes)):
             for r, b in zip(reqs, s.sample(reqs, store), strict=True):
                 got.append(((r.seeds, list(r.fanouts), r.key, r.replace), as_arrays(b)))
-        res[cache] = (got, s.ex.cross_bytes.get("features", 0) - f0, store.cache_size,
-                      store.stats["mapped_rows"])
+        cached = np.concatenate([np.asarray(i) for i, _ in store._cache]) if cache \
+            else np.empty(0, np.int64)
+        res[store.cache_choice] = (got, s.ex.cross_bytes.get("features", 0) - f0,
+                                   store.cache_size, store.stats["mapped_rows"], cached,
+                                   np.concatenate(asked), store.stats["cache_hits"])
     host = None if s.host is None else s.host.stats()
     return res, near_rows, host, s.ex.far.tolist()
 
@@ -84,8 +101,9 @@ def test_host_layouts_equal_one_process(tmp_path, layout):
     g = small_graph()
     W = len(layout)
     d = str(partition(g, W, "random", tmp_path / "p", seed=1))
+    bounds = load_partition(d, 0, W).boundaries
     out = run_ranks(_hosts, W, d, layout, timeout=240)
-    cross = {0: 0, CACHE: 0}
+    cross = {"none": 0, "degree": 0, "inclusion": 0}
     for rank, (res, near_rows, host, far) in enumerate(out):
         assert far == [layout[p] != layout[rank] for p in range(W)]
         # a host group on every rank once some host has two ranks, else the wire path
@@ -95,11 +113,49 @@ def test_host_layouts_equal_one_process(tmp_path, layout):
         # nothing of this host's ranks ever goes to them: every hop and row exchange sends
         # only to other hosts' ranks
         assert near_rows and sum(near_rows) == 0
-        for cache, (got, fbytes, size, mapped) in res.items():
+        assert sorted(res) == sorted(cross)  # no cache, by degree, by inclusion probability
+        same_host = [p for p in range(W) if layout[p] == layout[rank]]
+        for how, (got, fbytes, size, mapped, cached, asked, hits) in res.items():
             assert _check(g, got) > 0
-            assert size == (CACHE if cache else 0)  # the host's slices together
+            assert size == (0 if how == "none" else CACHE)  # the host's slices together
             assert (mapped > 0) == (layout.count(layout[rank]) > 1)
-            cross[cache] += fbytes
-        for (_, a), (_, b) in zip(res[0][0], res[CACHE][0], strict=True):
-            assert_same(a, b, keys=("n_id", "x", "y", "edge_index"))
-    assert 0 < cross[CACHE] < cross[0]  # the host cache takes rows off the wire
+            # cached rows are never asked for, nor rows of this host's parts
+            assert asked.size > 0 and not np.isin(asked, cached).any()
+            owners = np.searchsorted(np.asarray(bounds[1:-1]), asked, side="right")
+            assert not np.isin(owners, same_host).any()
+            assert (hits > 0) == (how != "none")
+            cross[how] += fbytes
+        for how in ("degree", "inclusion"):
+            for (_, a), (_, b) in zip(res["none"][0], res[how][0], strict=True):
+                assert_same(a, b, keys=("n_id", "x", "y", "edge_index"))
+    # the host cache takes rows off the wire, whichever way it was chosen
+    assert 0 < cross["degree"] < cross["none"] and 0 < cross["inclusion"] < cross["none"]
+
+
+def _cache_over_budget(rank, world, d):
+    """Rank 1 has almost no memory: its check fails before the fill allocates anything."""
+    import os
+
+    from mnmg_sampler import host_limits
+    from mnmg_sampler.distributed.features import DistFeatureStore
+    from mnmg_sampler.distributed.sampler import DistSampler
+
+    os.environ["MNMG_HOST_ID"] = f"host-{rank}"
+    part = load_partition(d, rank, world)
+    s = DistSampler(part, seed=SEED, shared_topology="auto")
+    if rank == 1:
+        host_limits.available_bytes = lambda: 1000
+    DistFeatureStore(part, s.ex, cache_rows=CACHE, host=s.host)
+
+
+def test_cache_over_memory_budget_raises_on_every_rank(tmp_path):
+    from mnmg_sampler.errors import MemoryBudgetError
+
+    from .harness import RankFailure
+
+    d = str(partition(small_graph(), 2, "random", tmp_path / "p", seed=1))
+    with pytest.raises(RankFailure) as e:
+        run_ranks(_cache_over_budget, 2, d, timeout=120)
+    assert set(e.value.errors) == {0, 1}
+    for err, _ in e.value.errors.values():
+        assert isinstance(err, MemoryBudgetError) and "features.cache_rows" in str(err)
