@@ -85,9 +85,6 @@ class SamplingService:
         id_maps: ``sharded`` (default; no num_nodes-sized array on any rank) or
             ``replicated`` (both global id maps on every rank, no lookup exchanges); the same on
             every rank (see :mod:`~mnmg_sampler.distributed.id_maps`).
-        topology_cache: fraction of this rank's part edges to spend on caching remote nodes'
-            rows (:mod:`~mnmg_sampler.distributed.topology_cache`; 0 = none; results do not
-            change); its size and hits in :meth:`stats` under ``topology_cache``.
         shared_topology: every rank (all on one host) maps the other ranks' parts, samples
             every hop and reads every feature row itself, off the wire
             (:mod:`~mnmg_sampler.distributed.shared_topology`; the same on every rank;
@@ -97,8 +94,7 @@ class SamplingService:
     On a typed part (``part.typed``) the service runs
     :class:`~mnmg_sampler.distributed.typed_sampler.DistTypedSampler`: typed requests, one
     typed kernel call per hop per rank, ``x``/``y`` per node type, the shared topology and the
-    CUDA kernel as for homogeneous parts; no topology cache there yet (asking for one is a
-    ``ConfigError``).
+    CUDA kernel as for homogeneous parts.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -107,7 +103,7 @@ class SamplingService:
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
                  feature_cache_rows: int = 0, id_maps: str = "sharded",
-                 topology_cache: float = 0.0, shared_topology: bool | str = "auto",
+                 shared_topology: bool | str = "auto",
                  rounds_in_flight: int | str = "auto") -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
             raise ServiceError(f"max_requests_per_round must be >= 1, got "
@@ -135,13 +131,11 @@ class SamplingService:
 
             self.sampler = typed_sampler_for(part, seed, group, kernel=kernel,
                                              features=features, id_maps=id_maps,
-                                             topology_cache=topology_cache,
                                              shared_topology=shared_topology,
                                              device=device if kernel == "cuda" else None)
         else:
             self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                        device=device if kernel == "cuda" else None,
-                                       topology_cache=topology_cache,
                                        shared_topology=shared_topology)
         self.features = None
         if features and (part.x is not None or part.y is not None):
@@ -194,7 +188,7 @@ class SamplingService:
     def _in_flight(self, value: int | str, part) -> int:
         """Rounds in flight: ``auto`` is 1 (a second round did not win on the 2-core gloo
         machine where it was measured, ``docs/performance.md``); more need thread mode, the
-        homogeneous wire path (no shared topology, topology cache or CUDA kernel) and a group
+        homogeneous wire path (no shared topology or CUDA kernel) and a group
         of the service's own. Every rank must pass the same value (agreed: one all-reduce)."""
         k = 1 if value == "auto" else value
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -203,11 +197,11 @@ class SamplingService:
         s = self.sampler
         if k > 1 and (self.mode != "thread" or not self._own_group
                       or getattr(part, "typed", None) is not None
-                      or getattr(s, "shared", None) is not None or getattr(s, "topo", None)
-                      is not None or getattr(s, "kernel", "cpu") != "cpu"):
+                      or getattr(s, "shared", None) is not None
+                      or getattr(s, "kernel", "cpu") != "cpu"):
             raise ServiceError(f"rounds_in_flight={k} needs thread mode, the service's own "
-                               "process groups, a homogeneous part, the CPU kernel and neither "
-                               "the shared topology nor a topology cache",
+                               "process groups, a homogeneous part, the CPU kernel and no "
+                               "shared topology",
                                "no service is started", "pass rounds_in_flight='auto'")
         if s.ex.world_size > 1:
             with peer_errors("agreeing on the rounds in flight"):
@@ -491,7 +485,6 @@ class SamplingService:
                 b["self"] += v[0]
                 b["others"] += v[1]
         st["bytes_by_kind"] = kinds
-        st["topology_cache"] = self.sampler.topology_stats()
         st["shared_topology"] = self.sampler.shared_stats()
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())

@@ -3,7 +3,7 @@ every hop, translate ids and read ``x``/``y`` of every node type themselves, off
 
 The decision is the homogeneous one (:func:`~.shared_topology.open_shared_topology`: the same
 ``sampler.shared_topology`` values, every rank on one host, a partition loaded from a
-directory, the CPU kernel, no topology cache); its :class:`~.shared_topology.SharedTopology`
+directory, the CPU kernel); its :class:`~.shared_topology.SharedTopology`
 already maps every part's ``indptr``, ``indices``, ``edge_ids`` and ``orig_ids`` (internal ids,
 ascending per part) and translates ids in place. :class:`TypedSharedTopology` adds each part's
 typed tables (``type_offset``, ``seg_base``) and its per-type ``x``/``y`` files, mapped
@@ -140,8 +140,8 @@ class TypedSharedTopology:
         return out
 
 
-def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-                      topology_cache: float = 0.0) -> TypedSharedTopology | None:
+def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu"
+                      ) -> TypedSharedTopology | None:
     """Collective: the typed shared topology when every rank gets the homogeneous one (same
     rules and errors, :func:`~.shared_topology.open_shared_topology`), else ``None``.
 
@@ -156,7 +156,7 @@ def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "c
                               "set sampler.shared_topology to auto or false")
         if enabled == "auto":
             enabled = False
-    base = open_shared_topology(part, ex, enabled, kernel, topology_cache)
+    base = open_shared_topology(part, ex, enabled, kernel)
     if base is None:
         return None
     try:

@@ -147,7 +147,6 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s,
                               feature_cache_rows=cfg.features.cache_rows, id_maps=s.id_maps,
-                              topology_cache=s.topology_cache,
                               shared_topology=s.shared_topology)
     from ..graph.api import split_from_partitions
 

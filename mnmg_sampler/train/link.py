@@ -246,7 +246,6 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
-                              topology_cache=s.topology_cache,
                               shared_topology=s.shared_topology)
     # one membership group for every loader: loaders are used one at a time in this thread
     mgroup = dist.new_group(backend=dist.get_backend())

@@ -2,7 +2,7 @@
 samples every hop and reads every feature row itself; minibatches (features included) equal the
 wire path and the single process bit for bit, a sampling round is one collective (its
 agreement) and no id or feature row crosses the wire; refusals
-(mixed settings, CUDA kernel, topology cache, no directory) are typed errors on every rank.
+(mixed settings, CUDA kernel, no directory) are typed errors on every rank.
 Ranks on several hosts: see test_host_groups.py."""
 
 from __future__ import annotations
@@ -238,8 +238,6 @@ def _bad(rank, world, d, case):
         kw["shared_topology"] = True if rank == 0 else "auto"
     elif case == "cuda":  # refused before any collective, as the same config on every rank
         kw["kernel"] = "cuda"
-    elif case == "cache" and rank == 0:
-        kw["topology_cache"] = 0.2
     elif case == "not bool" and rank == 1:
         kw["shared_topology"] = "yes"
     elif case == "no directory" and rank == 0:
@@ -268,7 +266,7 @@ def _each(rank, world, fn, d, cases) -> list:
 
 
 REFUSALS = [("mixed", "differs between ranks"), ("mixed auto", "differs between ranks"),
-            ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
+            ("cuda", "kernel='cuda'"),
             ("not bool", "true, false or 'auto'"), ("no directory", "directory")]
 
 
@@ -293,9 +291,7 @@ def _auto(rank, world, d, case):
 
     part = load_partition(d, rank, world)
     kw = {}
-    if case == "cache" and rank == 1:
-        kw["topology_cache"] = 0.2
-    elif case == "no directory" and rank == 0:
+    if case == "no directory" and rank == 0:
         part = dataclasses.replace(part, path=None)
     elif case == "hosts":
         shared_topology.host_id = lambda: 1000 + rank
@@ -317,7 +313,7 @@ def _auto(rank, world, d, case):
         s.ex.bytes.get("features", [0, 0])[1]
 
 
-AUTO = [("one host", True), ("cache", False), ("no directory", False), ("hosts", False),
+AUTO = [("one host", True), ("no directory", False), ("hosts", False),
         ("part missing", False), ("rows missing", False)]
 
 
