@@ -53,6 +53,7 @@ MARGIN_S = 5.0  # a wait gives up after the collective timeout plus this, withou
 IDLE_MAX_S = 0.1
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # services whose rounds a fork waits for
 _POLL_S = 0.25  # how often a waiting caller checks the service's progress
+_BUSY_TICKS = 10  # CPU clock ticks (10 ms) of the service threads that count as progress
 
 
 class SamplingService:
@@ -460,10 +461,14 @@ class SamplingService:
     def __exit__(self, *exc) -> None:
         self.shutdown()
 
-    def _progress(self) -> tuple[int, int]:
-        """Changes whenever a round or an exchange completes (read by waiting threads)."""
+    def _progress(self) -> tuple[int, int, int]:
+        """Changes whenever a round or an exchange completes, or the service threads compute
+        (read by waiting threads). A thread blocked on a peer uses no CPU; one that compiles
+        or samples for long (numba compiling a kernel on a loaded machine) is working, not
+        stalled, and must not be taken for a dead peer."""
         return (self._stats["rounds"] + self._stats["idle_rounds"],
-                sum(slot.sampler.ex.calls for slot in self._slots))
+                sum(slot.sampler.ex.calls for slot in self._slots),
+                _cpu_ticks(self._threads) // _BUSY_TICKS)
 
     # -- stats -----------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -523,6 +528,20 @@ class _Watch:
             self.mark, self.since = mark, now
         elif now - self.since > self.svc.deadline_s:
             raise self.svc._stall_error(waiting, now - self.since)
+
+
+def _cpu_ticks(threads: list[threading.Thread]) -> int:
+    """CPU time the live ``threads`` used so far, in clock ticks (Linux ``/proc``; 0 where it
+    cannot be read, so progress is then rounds and exchanges alone)."""
+    total = 0
+    for t in threads:
+        try:  # fields after the command's ")": state is field 3, utime 14, stime 15
+            with open(f"/proc/self/task/{t.native_id}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError, TypeError):  # ended, not Linux, not started
+            pass
+    return total
 
 
 def _settle(fut: Future, result=None, exc: BaseException | None = None) -> None:
