@@ -101,7 +101,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "rank (default: sharded)")
     p.add_argument("--shared-topology", action="store_true",
                    help="ranks map each other's parts and sample every hop off the wire "
-                        "(sampler.shared_topology; default: off)")
+                        "(what jobs do on one host; default: off, the wire path)")
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")

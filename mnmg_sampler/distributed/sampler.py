@@ -91,9 +91,9 @@ class DistSampler:
                               "typed part) or mnmg_sampler.distributed.typed_sampler")
         tune_host_malloc()  # a round's buffers are reused, not faulted in again (host_malloc)
         if shared_topology is True and kernel == "cuda":  # before the CUDA set-up
-            raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+            raise ConfigError("the shared topology is not supported with kernel='cuda'",
                               "no rank builds its sampler",
-                              "set sampler.shared_topology to false, or use kernel='cpu'")
+                              "pass shared_topology=False, or use kernel='cpu'")
         self.part = part
         # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,

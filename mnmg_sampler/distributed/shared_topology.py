@@ -1,7 +1,7 @@
 """Shared topology: ranks on one host read each other's parts and sample every hop themselves.
 
 The parts of a partition directory are memory-mapped files, so every process on the host that
-maps them shares one copy in the page cache. With ``sampler.shared_topology`` on, each rank
+maps them shares one copy in the page cache. With the shared topology on, each rank
 maps the CSR (indptr, indices, edge ids, original ids, weights) of every other rank's part
 too. A hop's frontier is then sampled here in one compiled pass over all parts
 (:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`; weighted parts: one kernel call per part
@@ -79,7 +79,7 @@ def host_layout(keys: Sequence[int]) -> np.ndarray:
 def _check_value(enabled) -> None:
     if not (isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, str)
                                                       and enabled == "auto")):
-        raise ConfigError(f"sampler.shared_topology must be true, false or 'auto', got "
+        raise ConfigError(f"shared_topology must be true, false or 'auto', got "
                           f"{enabled!r}", "no rank builds its sampler",
                           "pass true, false or 'auto'")
 
@@ -88,14 +88,14 @@ def _why_not(part, kernel: str) -> ConfigError | None:
     """Why this rank cannot map the other parts, as the error ``true`` raises (``None``: it
     can; ``auto`` logs the message and stays off)."""
     if kernel == "cuda":
-        return ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+        return ConfigError("the shared topology is not supported with kernel='cuda'",
                            "no rank builds its sampler",
-                           "set sampler.shared_topology to false, or use kernel='cpu'")
+                           "pass shared_topology=False, or use kernel='cpu'")
     if getattr(part, "path", None) is None:
-        return ConfigError("sampler.shared_topology needs a partition loaded from a directory",
+        return ConfigError("the shared topology needs a partition loaded from a directory",
                            "the other ranks' parts cannot be opened",
-                           "load the part with load_partition(DIR, rank), or set "
-                           "sampler.shared_topology to false")
+                           "load the part with load_partition(DIR, rank), or pass "
+                           "shared_topology=False")
     return None
 
 
@@ -126,7 +126,7 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
     ``True``.
     """
     agree(lambda: _check_local(part, enabled, kernel), ex.group,
-          "checking sampler.shared_topology")
+          "checking shared_topology")
     W = ex.world_size
     if W == 1:
         ex.far = np.zeros(1, bool)
@@ -136,15 +136,15 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
     can = _why_not(part, kernel) is None
     slots = [0] * W
     slots[ex.rank] = host_id()
-    with peer_errors("agreeing on sampler.shared_topology"):
+    with peer_errors("agreeing on shared_topology"):
         hi_code, neg_lo_code, cannot, *keys = ex.agree_max([code, -code, int(not can),
                                                             *slots])
     hosts = host_layout(keys)
     ex.far = hosts != hosts[ex.rank]
     if hi_code != -neg_lo_code:
-        raise ConfigError("sampler.shared_topology differs between ranks",
+        raise ConfigError("shared_topology differs between ranks",
                           "no rank builds its sampler",
-                          "give every rank the same sampler.shared_topology")
+                          "pass the same shared_topology on every rank")
     if code == 0:
         return None
     whole = int(hosts.max()) == 0
@@ -152,9 +152,9 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
         if auto:
             _log_off(ex, "the ranks run on more than one host")
             return None
-        raise ConfigError("sampler.shared_topology needs every rank on one host; this job's "
+        raise ConfigError("shared_topology=True needs every rank on one host; this job's "
                           "ranks run on several", "no rank builds its sampler",
-                          "set sampler.shared_topology to false (or auto) for a multi-node job")
+                          "pass shared_topology='auto' (or False) for a multi-node job")
     if not whole and int(np.bincount(hosts).max()) == 1:
         return None  # one rank per host: nothing to share, every hop goes over the wire
     if cannot:  # auto only: true has refused above
@@ -174,7 +174,7 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
 
 def _log_off(ex: Exchanger, why: str) -> None:
     if ex.rank == 0:
-        log.info("sampler.shared_topology auto: off (%s); hops go over the wire", why)
+        log.info("shared topology auto: off (%s); hops go over the wire", why)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -97,9 +97,9 @@ class DistTypedSampler:
             raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
                                      "use kernel='cpu' or kernel='cuda'")
         if shared_topology is True and kernel == "cuda":
-            raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+            raise ConfigError("the shared topology is not supported with kernel='cuda'",
                               "no rank builds its sampler",
-                              "set sampler.shared_topology to false, or use kernel='cpu'")
+                              "pass shared_topology=False, or use kernel='cpu'")
         self.kernel = kernel
         self.part = part
         self.tp = part.typed

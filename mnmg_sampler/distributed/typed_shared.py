@@ -2,7 +2,7 @@
 every hop, translate ids and read ``x``/``y`` of every node type themselves, off the wire.
 
 The decision is the homogeneous one (:func:`~.shared_topology.open_shared_topology`: the same
-``sampler.shared_topology`` values, every rank on one host, a partition loaded from a
+``shared_topology`` values, every rank on one host, a partition loaded from a
 directory, the CPU kernel); its :class:`~.shared_topology.SharedTopology`
 already maps every part's ``indptr``, ``indices``, ``edge_ids`` and ``orig_ids`` (internal ids,
 ascending per part) and translates ids in place. :class:`TypedSharedTopology` adds each part's
@@ -63,7 +63,7 @@ class TypedSharedTopology:
         if not getattr(base, "whole", True):
             raise ConfigError("the shared topology of typed parts needs every rank's part",
                               "hops of other hosts' nodes would need the wire",
-                              "set sampler.shared_topology to false or auto")
+                              "pass shared_topology='auto' or False")
         self.base = base
         self.rank = base.rank
         self.bounds = base.bounds
@@ -151,9 +151,9 @@ def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "c
     tp = part.typed
     if tp.edge_time is not None or tp.node_time is not None:
         if enabled is True:
-            raise ConfigError("sampler.shared_topology is not supported on a typed graph with "
+            raise ConfigError("the shared topology is not supported on a typed graph with "
                               "times yet", "no rank builds its sampler",
-                              "set sampler.shared_topology to auto or false")
+                              "pass shared_topology='auto' or False")
         if enabled == "auto":
             enabled = False
     base = open_shared_topology(part, ex, enabled, kernel)

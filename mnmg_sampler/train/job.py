@@ -146,8 +146,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                               features=mode == "train" or part.x is not None,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s,
-                              feature_cache_rows=cfg.features.cache_rows, id_maps=s.id_maps,
-                              shared_topology=s.shared_topology)
+                              feature_cache_rows=cfg.features.cache_rows, id_maps=s.id_maps)
     from ..graph.api import split_from_partitions
 
     # masks stored with the graph (file or dataset.*_mask) win over the random split

@@ -272,8 +272,7 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
         placement = "pinned" if device.type == "cuda" else "host"
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
-                              shared_topology=s.shared_topology)
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps)
     # one membership group for every loader: loaders are used one at a time in this thread
     mgroup = dist.new_group(backend=dist.get_backend())
     train_loader = DistLinkNeighborLoader(

@@ -1,8 +1,8 @@
-"""Shared topology (``sampler.shared_topology``) on real gloo ranks: every rank maps every part,
-samples every hop and reads every feature row itself; minibatches (features included) equal the
-wire path and the single process bit for bit, a sampling round is one collective (its
-agreement) and no id or feature row crosses the wire; refusals
-(mixed settings, CUDA kernel, no directory) are typed errors on every rank.
+"""Shared topology (``shared_topology``, always ``auto`` in jobs) on real gloo ranks: every
+rank maps every part, samples every hop and reads every feature row itself; minibatches
+(features included) equal the wire path and the single process bit for bit, a sampling round
+is one collective (its agreement) and no id or feature row crosses the wire; refusals (mixed
+settings, CUDA kernel, no directory) are typed errors on every rank.
 Ranks on several hosts: see test_host_groups.py."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mnmg_sampler.config import config_from_dict
 from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
@@ -331,11 +330,3 @@ def test_auto_is_on_exactly_where_it_can_be(tmp_path):
             assert np.array_equal(mb["y"], g.y[mb["n_id"]])
             assert (fbytes == 0) == on, case
 
-
-def test_config_key_is_checked():
-    assert config_from_dict({}).sampler.shared_topology == "auto"  # jobs: on where it can be
-    for v in (True, False, "auto"):
-        assert config_from_dict({"sampler": {"shared_topology": v}}).sampler.shared_topology == v
-    for bad in ("sometimes", 1, "true"):
-        with pytest.raises(ConfigError):
-            config_from_dict({"sampler": {"shared_topology": bad}})

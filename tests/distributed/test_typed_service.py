@@ -94,7 +94,7 @@ def _load(rank, world, d, mask):
     return out, len(loader), seen.numpy(), n_every, errors
 
 
-# (name, sampler.shared_topology, service mode) x (merged, alone): every one equals HeteroSampler
+# (name, shared_topology, service mode) x (merged, alone): every one equals HeteroSampler
 CONFIGS = [("wire", False, "thread"), ("shared", True, "thread"), ("inline", "auto", "inline")]
 RUNS = [(c, name, per_round) for c in CONFIGS for name, per_round in (("merged", None),
                                                                         ("alone", 1))]
