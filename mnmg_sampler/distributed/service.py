@@ -164,7 +164,6 @@ class SamplingService:
         self._closing = threading.Event()
         self._closed = False
         self._failed: MnmgError | None = None
-        self._step = "idle"  # what the service is doing now, for error messages
         self._idle = idle_sleep_s
         self._wake = threading.Event()  # a request or shutdown: end the idle sleep now
         self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
@@ -294,7 +293,7 @@ class SamplingService:
             try:
                 # 1. agreement, the round's only one: requests, is any rank still active, and
                 # the sampler's flags (input error, hops, remote seeds): one all-reduce, MAX
-                self._step = f"sampling round {n}: the agreement all-reduce"
+                slot.step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
                 mine, err = sampler.round_flags([r for r, _ in pending])
                 flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine])
@@ -306,7 +305,7 @@ class SamplingService:
                     return active > 0
                 slot.worked += 1
                 # 2. sampling: every rank's requests in one collective call
-                self._step = f"sampling round {n} (up to {total} requests per rank)"
+                slot.step = f"sampling round {n} (up to {total} requests per rank)"
                 t0 = time.perf_counter()
                 k0 = sampler.kernel_calls
                 try:
@@ -330,7 +329,7 @@ class SamplingService:
                     _settle(f, result=b)
                 return True
             except BaseException as e:  # a broken round: its callers must not wait forever
-                err = self._round_error(e)
+                err = self._round_error(e, slot.step)
                 self._failed = err  # the group's state is unknown: no more rounds
                 for _, f in pending:
                     _settle(f, exc=err)
@@ -339,7 +338,7 @@ class SamplingService:
                 raise err from e
             finally:
                 slot.taken = []
-                self._step = "idle"
+                slot.step = "idle"
         finally:
             slot.lock.release()
 
@@ -352,12 +351,19 @@ class SamplingService:
                 break
         return pending
 
-    def _round_error(self, e: BaseException) -> MnmgError:
+    @property
+    def _step(self) -> str:
+        """What the service is doing now, for error messages: each round in flight's step."""
+        return "; ".join(s.step for s in self._slots if s.step != "idle") or "idle"
+
+    def _round_error(self, e: BaseException, step: str | None = None) -> MnmgError:
+        """``e`` as a typed error naming ``step`` (default: every round's in progress)."""
+        step = step or self._step
         if isinstance(e, MnmgError):
             return e
         if is_peer_failure(e):
-            return peer_error(e, self._step)
-        return ServiceError(f"{self._step} failed: {type(e).__name__}: {e}",
+            return peer_error(e, step)
+        return ServiceError(f"{step} failed: {type(e).__name__}: {e}",
                             "the requests of this round fail and the service stops",
                             "check the first error in the log on every rank")
 
@@ -510,6 +516,7 @@ class _Slot:
     def __init__(self, sampler, features, lock: threading.Lock, group=None) -> None:
         self.sampler, self.features, self.lock, self.group = sampler, features, lock, group
         self.taken: list = []  # (request, future) pairs of the round in progress
+        self.step = "idle"  # what its round is doing now, for error messages
         self.rounds = 0  # rounds started, idle ones included
         self.worked = 0  # rounds with work (every rank's agreement said so)
 
