@@ -18,24 +18,12 @@ JSON line.
 
 import argparse
 import json
-import sys
 import time
-import types
 
-
-def _import_dgl():
-    # DGL 2.1 loads GraphBolt's native library (built only for older torch) on `import dgl`;
-    # the classic samplers do not use it, so a placeholder module stands in for it.
-    class _Placeholder(types.ModuleType):
-        def __getattr__(self, name):
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return type(name, (), {})
-
-    sys.modules.setdefault("dgl.graphbolt", _Placeholder("dgl.graphbolt"))
-    import dgl
-
-    return dgl
+try:  # run as a script (the peer venv's Python): the sibling file
+    from dgl_import import import_dgl
+except ImportError:  # imported from the package (tests)
+    from .dgl_import import import_dgl
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -73,7 +61,7 @@ def main(argv=None) -> None:
     a = parse_args(argv)
     import torch
 
-    dgl = _import_dgl()
+    dgl = import_dgl()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     num_nodes, rels, input_type, seeds = load(a.graph)

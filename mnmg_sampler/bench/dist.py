@@ -37,11 +37,6 @@ fraction of them owned by another rank, and the id bytes sent to other ranks per
 remote node (requested ids, reply counts), per remote edge (neighbor and edge ids) and the rest
 (request headers, size vectors, the padding of replies of known size, the original ids of
 frontier nodes in the replies). With ``--split owner`` also each rank's count of owned seeds.
-
-With ``--topology-cache F`` (each rank caches remote nodes' rows within ``F`` x its part's edges,
-:mod:`~mnmg_sampler.distributed.topology_cache`), the hops also count the frontier nodes served
-from the cache (never on the wire), and at W > 1 the same ranks time the same batches with a
-second sampler without the cache, repeats alternating, so the two compare in one run.
 """
 
 from __future__ import annotations
@@ -104,12 +99,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--id-maps", choices=["sharded", "replicated"], default="sharded",
                    help="original <-> new id maps: sharded (lookups) or replicated on every "
                         "rank (default: sharded)")
-    p.add_argument("--topology-cache", type=float, default=0.0, metavar="F",
-                   help="per-rank cache of remote nodes' adjacency rows, as a fraction of the "
-                        "part's edges (sampler.topology_cache; default: 0 = none)")
     p.add_argument("--shared-topology", action="store_true",
                    help="ranks map each other's parts and sample every hop off the wire "
-                        "(sampler.shared_topology; default: off)")
+                        "(what jobs do on one host; default: off, the wire path)")
     p.add_argument("--merge", type=positive_int, default=1, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
                         "loaders' requests (default: 1)")
@@ -157,12 +149,11 @@ def parse_world_sizes(text: str) -> list[int]:
 
 # -- one rank ------------------------------------------------------------------------------------
 def _local_counts(local) -> tuple[int, int]:
-    """Remote frontier nodes sampled on this rank so far, and their edges."""
+    """Remote frontier nodes sampled on this rank so far (from the mapped parts of the
+    shared topology or host group), and their edges."""
     if local is None:
         return 0, 0
-    if hasattr(local, "peer_nodes"):  # the shared topology
-        return local.peer_nodes, local.peer_edges
-    return local.hits, local.hit_edges
+    return local.peer_nodes, local.peer_edges
 
 
 class _HopTally:
@@ -170,7 +161,7 @@ class _HopTally:
     sends other ranks: frontier nodes, remote ones, their sampled edges and the exchanger's
     id bytes to others (its ``ids`` counter before and after the hop)."""
 
-    KEYS = ("nodes", "remote", "edges", "remote_edges", "id_remote", "cached")
+    KEYS = ("nodes", "remote", "edges", "remote_edges", "id_remote", "mapped")
 
     def __init__(self, sampler) -> None:
         self.ds, self.inner = sampler, sampler.sampler.hop_fn
@@ -182,10 +173,9 @@ class _HopTally:
         if not self.on:  # timed rounds: no counting work inside them
             return self.inner(h)
         ex = self.ds.ex
-        # remote nodes served from the topology cache (or, with the shared topology, every
-        # remote node: sampled from its owner's mapped part) never went on the wire
-        local = self.ds.topo if self.ds.topo is not None else \
-            self.ds.shared or getattr(self.ds.host, "shared", None)
+        # remote nodes sampled from their owner's mapped part (shared topology, host group)
+        # never went on the wire
+        local = self.ds.shared or getattr(self.ds.host, "shared", None)
         b0 = ex.bytes.get("ids", [0, 0])[1]
         c0 = _local_counts(local)
         counts, nbr, eids = self.inner(h)
@@ -193,7 +183,7 @@ class _HopTally:
         t = self.per_hop.setdefault(int(h.hop), dict.fromkeys(self.KEYS, 0))
         c1 = _local_counts(local)
         hits, hit_edges = c1[0] - c0[0], c1[1] - c0[1]
-        t["cached"] += hits
+        t["mapped"] += hits
         t["nodes"] += int(h.nodes.size)
         t["remote"] += int(remote.sum()) - hits
         t["edges"] += int(nbr.size)
@@ -314,13 +304,8 @@ def _worker(work: str) -> int:
     if task.get("loader"):
         return _loader_worker(work, task, part, rank, world, seeds, cache_rows, shared)
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
-                          topology_cache=task.get("topology_cache", 0.0),
                           shared_topology=shared)
     ex = sampler.ex
-    # with a topology cache, the same ranks also time a sampler without one, repeats alternating
-    base = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
-                       shared_topology=False) \
-        if task.get("topology_cache", 0.0) > 0 and world > 1 else None
     store = None
     if task["features"] and part.x is not None:
         store = DistFeatureStore(part, ex, cache_rows=cache_rows, shared=sampler.shared,
@@ -352,7 +337,7 @@ def _worker(work: str) -> int:
     rounds = -(-slots // K)
     new_seeds: list | None = None  # this rank's batches' seeds in new ids, once translated
 
-    def one_round(r: int, translated: bool = True, s=None) -> int:
+    def one_round(r: int, translated: bool = True) -> int:
         todo = [(b, x) for b, x in ((b, batch(b)) for b in range(r * K, (r + 1) * K))
                 if x is not None]
         use = new_seeds if translated else None
@@ -360,11 +345,9 @@ def _worker(work: str) -> int:
                               edge_ids=task["edge_ids"],
                               new_seeds=None if use is None else use[b])
                 for b, (sd, i) in todo]
-        return sum(int(mb.edge_index.shape[1]) for mb in (s or sampler).sample(reqs, store))
+        return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
 
     one_round(0)  # warm-up (seeds looked up in the round): compiled code, page cache, buffers
-    if base is not None:
-        one_round(0, s=base)
     setup = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
     if once:  # as a loader does when it is built: every seed of this rank's batches, one lookup
         dist.barrier()
@@ -405,23 +388,10 @@ def _worker(work: str) -> int:
         pr["exchange_calls"].append(ex.calls - c0)
         tally.per_hop = hops
 
-    def no_cache_round() -> None:
-        """``--topology-cache F``: the same rounds without the cache (a second sampler)."""
-        dist.barrier()
-        b0 = base.ex.bytes.get("ids", [0, 0])[1]
-        t, c = time.perf_counter(), time.process_time()
-        edges = sum(one_round(r, s=base) for r in range(rounds))
-        for key, v in (("seconds", time.perf_counter() - t), ("cpu_s", time.process_time() - c),
-                       ("edges", edges),
-                       ("id_remote", base.ex.bytes.get("ids", [0, 0])[1] - b0)):
-            res.setdefault("no_cache_" + key, []).append(v)
-
     tally.on = False  # per-hop counts come from one untimed pass after the timed repeats
     for k in range(task["repeats"]):
         if mode == "both" and k % 2 == 0:  # alternate which variant runs first
             per_round_lookup()
-        if base is not None and k % 2 == 0:
-            no_cache_round()
         dist.barrier()
         s0 = snap()
         t, c = time.perf_counter(), time.process_time()
@@ -434,15 +404,12 @@ def _worker(work: str) -> int:
             res[key].append(s1[key] - s0[key])
         if mode == "both" and k % 2 == 1:
             per_round_lookup()
-        if base is not None and k % 2 == 1:
-            no_cache_round()
     tally.per_hop.clear()
     tally.on = True
     dist.barrier()
     for r in range(rounds):  # the same rounds again (deterministic): counted, not timed
         one_round(r)
     res["edges_sampled_here"] = int(sampler.kernel_edges)
-    res["topology_cache"] = sampler.topology_stats()
     res["hops"] = tally.snapshot()
     worker_finish(work, rank, res)
     return 0
@@ -538,24 +505,6 @@ def summarize(ranks: list[dict]) -> dict:
         if tot("distinct_remote_rows") and row_bytes else 0.0,
         "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
         if tot("distinct_remote_rows") else 0.0,
-        "topology_cache": [r.get("topology_cache", {}) for r in ranks],
-        "without_topology_cache": _no_cache(ranks),
-    }
-
-
-def _no_cache(ranks: list[dict]) -> dict | None:
-    """The same ranks' figures without the topology cache (repeats alternating), if timed."""
-    if "no_cache_seconds" not in ranks[0]:
-        return None
-    reps = len(ranks[0]["no_cache_seconds"])
-    edges = max(sum(sum(r["no_cache_edges"]) for r in ranks), 1)
-    return {
-        "edges_per_s_per_rank": [r["no_cache_edges"][0] / median(r["no_cache_seconds"])
-                                 for r in ranks],
-        "cpu_s_per_m_edges": median([sum(r["no_cache_cpu_s"][k] for r in ranks)
-                                     / max(sum(r["no_cache_edges"][k] for r in ranks), 1) * 1e6
-                                     for k in range(reps)]),
-        "id_bytes_per_edge_remote": sum(sum(r["no_cache_id_remote"]) for r in ranks) / edges,
     }
 
 
@@ -590,16 +539,14 @@ def _hop_summary(ranks: list[dict]) -> dict:
     edges = max(sum(t["edges"] for t in tot), 1)
     w, e = ranks[0].get("wire_bytes", 4), ranks[0].get("edge_id_bytes", 0)
     remote = sum(t["remote"] for t in tot)
-    cached = sum(t.get("cached", 0) for t in tot)
     remote_edges = sum(t["remote_edges"] for t in tot)
     total = sum(t["id_remote"] for t in tot)
     per_node, per_edge = 2 * w * remote, (w + e) * remote_edges  # ids + counts; neighbors
     return {
         "hops": [{"frontier_nodes": t["nodes"], "sampled_edges": t["edges"],
                   "remote_fraction": t["remote"] / t["nodes"] if t["nodes"] else 0.0,
-                  "cached_fraction": t.get("cached", 0) / t["nodes"] if t["nodes"] else 0.0,
+                  "mapped_fraction": t.get("mapped", 0) / t["nodes"] if t["nodes"] else 0.0,
                   "id_bytes_per_edge_remote": t["id_remote"] / edges} for t in tot],
-        "topology_cache_hits": cached,
         "id_bytes_per_edge_remote_parts": {
             "per_remote_node": per_node / edges, "per_remote_edge": per_edge / edges,
             "headers_and_sizes": (total - per_node - per_edge) / edges},
@@ -666,11 +613,8 @@ def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
-    from ..distributed.topology_cache import check_fraction
-
     fanouts = parse_fanouts(args.fanouts)
     worlds = parse_world_sizes(args.world_sizes)
-    check_fraction(args.topology_cache)
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
     if args.features:
@@ -684,7 +628,7 @@ def run(args: argparse.Namespace) -> int:
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
         "merge": args.merge, "id_maps": args.id_maps,
-        "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
+        "seed_lookup": args.seed_lookup,
         "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
         "loader": bool(args.loader), "machine": machine_info(threads),
     }
@@ -695,8 +639,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
           f"{args.merge} request(s) per rank per round, "
-          f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, topology cache "
-          f"{args.topology_cache:g}, shared topology "
+          f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, shared topology "
           f"{'on' if args.shared_topology else 'off'}, "
           f"{f'{args.hosts} emulated host(s)' if args.hosts else 'no emulated hosts'}, "
           f"{'loader through a service' if args.loader else 'sampler calls'}; "
@@ -711,7 +654,7 @@ def run(args: argparse.Namespace) -> int:
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
             "id_maps": args.id_maps,
-            "seed_lookup": args.seed_lookup, "topology_cache": args.topology_cache,
+            "seed_lookup": args.seed_lookup,
             "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
             "loader": bool(args.loader)}
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
@@ -806,13 +749,13 @@ def print_table(res: dict) -> None:
         p = s["id_bytes_per_edge_remote_parts"]
         hops = ", ".join(f"hop {i + 1} {h['id_bytes_per_edge_remote']:.2f} "
                          f"({h['remote_fraction']:.0%} of {h['frontier_nodes']:,} frontier nodes "
-                         f"remote" + (f", {h['cached_fraction']:.0%} from the topology cache"
-                                      if h.get("cached_fraction") else "") + ")"
+                         f"remote" + (f", {h['mapped_fraction']:.0%} from the host's mapped "
+                                      "parts" if h.get("mapped_fraction") else "") + ")"
                          for i, h in enumerate(s["hops"]))
         if res.get("shared_topology"):
             print(f"W={w} shared topology: every hop sampled on the requesting rank, 0 id bytes "
                   "on the wire; frontier nodes in other ranks' parts, sampled from the mapped "
-                  "parts: " + ", ".join(f"hop {i + 1} {h.get('cached_fraction', 0):.0%} of "
+                  "parts: " + ", ".join(f"hop {i + 1} {h.get('mapped_fraction', 0):.0%} of "
                                         f"{h['frontier_nodes']:,}"
                                         for i, h in enumerate(s["hops"])))
             continue
@@ -824,28 +767,6 @@ def print_table(res: dict) -> None:
               f"{p['per_remote_edge']:.2f} neighbors (per remote edge), "
               f"{p['headers_and_sizes']:.3f} the rest (headers, sizes, reply padding, original "
               f"ids){owned}")
-    for w, s in res["dist"].items():
-        nc = s.get("without_topology_cache")
-        if nc:
-            rate = sum(nc["edges_per_s_per_rank"]) / len(nc["edges_per_s_per_rank"])
-            ids = s["id_bytes_per_edge_remote"] / max(nc["id_bytes_per_edge_remote"], 1e-12)
-            print(f"W={w} without the topology cache (same ranks and batches, repeats "
-                  f"alternating): edges/s per rank "
-                  + ", ".join(f"{v / 1e6:.2f}" for v in nc["edges_per_s_per_rank"])
-                  + f" M/s (with it {s['mean_edges_per_s_per_rank'] / rate:.2f}x), CPU s/M edges "
-                  f"{nc['cpu_s_per_m_edges']:.3f} (with it "
-                  f"{s['cpu_s_per_m_edges'] / nc['cpu_s_per_m_edges']:.2f}x), id B/edge to "
-                  f"others {nc['id_bytes_per_edge_remote']:.3f} (with it "
-                  f"{ids:.3f}x)")
-        tc = [t for t in s.get("topology_cache", []) if t.get("nodes")]
-        if not tc:
-            continue
-        print(f"W={w} topology cache per rank: " + "; ".join(
-            f"{t['nodes']:,} nodes, {t['edges']:,} edges "
-            f"({t['edges'] / max(t['budget_edges'], 1):.0%} of budget), "
-            f"{t['bytes'] / 2**20:.2f} MiB, {t['hits']:,} hits "
-            f"({t['hit_edges']:,} edges sampled from it), built with "
-            f"{t['build_bytes_to_others'] / 2**20:.2f} MiB sent" for t in tc))
     print(f"{single['edges_per_batch']:,.0f} edges/batch; id bytes: sampling traffic (headers, "
           "ids, counts, neighbors); feature bytes: ids and rows of the feature fetch; self = "
           "rows a rank hands its own collective (nodes it owns never enter one)")

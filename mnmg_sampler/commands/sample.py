@@ -108,8 +108,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(default: 600)")
     p.add_argument("--shared-topology", choices=("auto", "true", "false"), default="auto",
                    help="with --partitions: ranks on one host map each other's parts and sample "
-                        "off the wire, as sampler.shared_topology (default: auto, on exactly "
-                        "when every rank runs on this host)")
+                        "off the wire, as jobs always do where they can (default: auto, on "
+                        "exactly when every rank runs on this host; false: the wire path)")
     add_weights_argument(p, "sample with probability proportional to them; with --partitions "
                          "the partition's stored weights are used and this must name them")
     add_json_flag(p)

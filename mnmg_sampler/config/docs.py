@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .fields import FieldInfo, format_value, iter_fields, section_docs
-from .schema import CROSS_FIELD_RULES
+from .schema import CROSS_FIELD_RULES, REMOVED_KEYS
 
 _INTRO = """\
 # Configuration reference
@@ -83,6 +83,9 @@ def render_markdown() -> str:
     out[1:1] = head
     out.append("\n## Cross-field rules\n")
     out += [f"- {rule}" for rule in CROSS_FIELD_RULES]
+    out.append("\n## Removed keys\n\nA config that still sets one of these is refused with a "
+               "`ConfigError` that says so:\n")
+    out += [f"- `{key}`: {why}; {fix}." for key, (why, fix) in REMOVED_KEYS.items()]
     out.append("")
     return "\n".join(out)
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from .fields import _all_keys, _hints, _is_section, _unwrap_optional, format_value, per_relation
-from .schema import JobConfig
+from .schema import REMOVED_KEYS, JobConfig
 
 # --------------------------------------------------------------------------- errors
 
@@ -29,6 +29,9 @@ def _show(v: Any) -> str:
 
 
 def _unknown_key(key: str, siblings: Sequence[str], parent: str) -> ConfigError:
+    if key in REMOVED_KEYS:  # an old config: say what became of the key
+        why, fix = REMOVED_KEYS[key]
+        return ConfigError(f"{key}: removed: {why}", "the config is not applied", fix)
     leaf = key.rsplit(".", 1)[-1]
     close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)
     if close:

@@ -177,17 +177,6 @@ class SamplerConfig:
         "sharded", "Original <-> new id maps: sharded = each rank holds 1/W of them and asks "
         "the others (no num_nodes-sized array; without features a loader's round does one more "
         "exchange); replicated = both maps on every rank (16 bytes per node), no lookups.")
-    topology_cache: float = _opt(
-        0.0, "Fraction of each rank's part edges spent on caching the adjacency rows of other "
-        "ranks' nodes with most neighbors in its part (chosen once at start); cached nodes are "
-        "sampled locally, off the wire. Results do not change. 0 = no cache; at most 1024.",
-        (_NONNEG_FLOAT, _at_most(1024, "1024")))
-    shared_topology: Literal[True, False, "auto"] = _opt(
-        "auto", "Ranks on one host memory-map each other's partition files (shared page cache) "
-        "and sample every hop themselves: no ids cross the wire, a round's agreement goes over "
-        "Unix sockets. Needs every rank on one host, the CPU kernel and topology_cache 0: true "
-        "refuses to start without them, auto uses it exactly when they hold. Results do not "
-        "change.")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(
@@ -377,6 +366,22 @@ class JobConfig:
     runtime: RuntimeConfig = _section(RuntimeConfig, "Process group, device and threads.")
     output: OutputConfig = _section(OutputConfig, "Where results go.")
 
+
+#: Keys earlier versions had: a config that still sets one gets a ConfigError saying it was
+#: removed, why, and what to do (not "unknown key"); listed in docs/configuration.md.
+REMOVED_KEYS = {
+    "sampler.topology_cache": (
+        "the per-rank cache of other ranks' adjacency rows sent fewer id bytes but made "
+        "sampling slower (0.79x-0.93x the edges/s between hosts; docs/performance.md)",
+        "delete the key: ranks on one host share every part's rows (the shared topology), "
+        "other hosts' nodes go over the wire"),
+    "sampler.shared_topology": (
+        "ranks on one host always share its parts when they can (the wire path, forced with "
+        "false, cost 1.7x the CPU per sampled edge and 9 collectives per round instead of 1; "
+        "docs/performance.md)",
+        "delete the key; to rehearse the cross-host path on one machine, give the ranks "
+        "different MNMG_HOST_ID values (docs/multinode.md)"),
+}
 
 #: Cross-field rules checked by :func:`validate_config` (listed in docs/configuration.md).
 CROSS_FIELD_RULES = (

@@ -27,12 +27,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 from .shared_topology import SharedTopology
-from .topology_cache import interleave
 
 __all__ = ["HostGroup", "share_slices", "sweep_stale"]
 
@@ -93,6 +93,56 @@ class HostGroup:
         self.last = (hit, mine.nodes)
         return interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
                           bool(h.edge_ids))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_list(out_n, out_e, o, nb, e, p, c, with_e):
+    """Copy one node's ``c`` neighbors (and edge ids) from position ``p`` to ``o``."""
+    for j in range(c):
+        out_n[o + j] = nb[p + j]
+    if with_e:
+        for j in range(c):
+            out_e[o + j] = e[p + j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _interleave(hit, c_miss, nb_miss, e_miss, c_hit, nb_hit, e_hit, with_e):
+    """Counts, neighbors and edge ids in frontier order from the misses' and the hits' results
+    (each in frontier order among themselves)."""
+    n = hit.shape[0]
+    total = nb_miss.shape[0] + nb_hit.shape[0]
+    out_c = np.empty(n, np.int64)
+    out_n = np.empty(total, np.int64)
+    out_e = np.empty(total if with_e else 0, np.int64)
+    a = b = pa = pb = o = 0
+    for i in range(n):
+        if hit[i]:
+            c = c_hit[b]
+            b += 1
+            _put_list(out_n, out_e, o, nb_hit, e_hit, pb, c, with_e)
+            pb += c
+        else:
+            c = c_miss[a]
+            a += 1
+            _put_list(out_n, out_e, o, nb_miss, e_miss, pa, c, with_e)
+            pa += c
+        out_c[i] = c
+        o += c
+    return out_c, out_n, out_e
+
+
+def interleave(hit: np.ndarray, miss: tuple, hits: tuple, with_e: bool) -> tuple:
+    """``(counts, neighbors, edge ids or None)`` in frontier order from the results
+    ``(counts, neighbors, edge ids)`` of the frontier's misses and of its hits (``hit[i]``:
+    node ``i`` is a hit), each in frontier order among themselves."""
+    empty = np.empty(0, _I64)
+
+    def arrays(c, nb, e):
+        return (np.asarray(c, _I64), np.asarray(nb, _I64),
+                np.asarray(e, _I64) if with_e and e is not None else empty)
+
+    c, nb, e = _interleave(hit, *arrays(*miss), *arrays(*hits), with_e)
+    return c, nb, (e if with_e else None)
 
 
 def _shm_dir() -> Path:

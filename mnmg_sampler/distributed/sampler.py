@@ -10,13 +10,12 @@ kernel call per rank serves its own nodes and every node received from all ranks
 neighbor ids, (only when some request asked) edge ids and (when ``n_id`` is translated without
 features) the nodes' original ids go back in one more exchange, padded to sizes both sides
 compute when no request of the round has a fanout of -1 (so without a size exchange), and the
-requester puts them back in frontier order. With the opt-in topology cache
-(:mod:`.topology_cache`) a rank also holds the rows of chosen remote nodes and samples those
-itself, off the wire; with the shared topology (:mod:`.shared_topology`, every rank on one
-host) it maps every part and samples every hop itself, and the feature store reads every
-part's rows in place: a round is then its agreement alone. The requester deduplicates and
-renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
-:meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
+requester puts them back in frontier order. With the shared topology (:mod:`.shared_topology`,
+every rank on one host) a rank maps every part and samples every hop itself, and the feature
+store reads every part's rows in place: a round is then its agreement alone. The requester
+deduplicates and renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are
+collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any
+number of requests, including none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
@@ -57,7 +56,6 @@ from .host_channel import open_host_channel
 from .host_groups import HostGroup
 from .id_maps import IdMaps
 from .shared_topology import open_shared_topology
-from .topology_cache import TopologyCache, check_fraction
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
@@ -78,8 +76,6 @@ class DistSampler:
         kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
         id_maps: ``sharded`` (no num_nodes-sized array on any rank) or ``replicated`` (both
             global maps on every rank: no lookup collectives); see :mod:`.id_maps`.
-        topology_cache: fraction of this part's edges to spend on a cache of remote nodes'
-            rows (:mod:`.topology_cache`; 0 = none; ranks may differ). Results do not change.
         shared_topology: every rank on one host maps the other ranks' parts and samples every
             hop itself, off the wire (:mod:`.shared_topology`; all ranks alike; ``"auto"``:
             exactly when it can). Results do not change.
@@ -87,23 +83,17 @@ class DistSampler:
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
-                 id_maps: str = "sharded", topology_cache: float = 0.0,
-                 shared_topology: bool | str = "auto") -> None:
+                 id_maps: str = "sharded", shared_topology: bool | str = "auto") -> None:
         if getattr(part, "typed", None) is not None:  # before any collective
             raise ConfigError("DistSampler got a typed part", "its rows are (node, relation) "
                               "segments, which the homogeneous sampler cannot read",
                               "use SamplingService(part) (it runs DistTypedSampler for a "
                               "typed part) or mnmg_sampler.distributed.typed_sampler")
-        topology_cache = check_fraction(topology_cache)  # before any collective
         tune_host_malloc()  # a round's buffers are reused, not faulted in again (host_malloc)
-        if topology_cache > 0 and kernel == "cuda":
-            raise ConfigError("sampler.topology_cache is not supported with kernel='cuda'",
-                              "no rank builds its sampler",
-                              "set sampler.topology_cache to 0, or use kernel='cpu'")
         if shared_topology is True and kernel == "cuda":  # before the CUDA set-up
-            raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+            raise ConfigError("the shared topology is not supported with kernel='cuda'",
                               "no rank builds its sampler",
-                              "set sampler.shared_topology to false, or use kernel='cpu'")
+                              "pass shared_topology=False, or use kernel='cpu'")
         self.part = part
         # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
@@ -133,14 +123,12 @@ class DistSampler:
         self.identity_ids = self.ids.identity
         # collective: every rank maps every part (one host), or its host's parts (host
         # groups, several hosts), or none
-        mapped = open_shared_topology(part, self.ex, shared_topology, kernel, topology_cache,
-                                      host_groups=True)
+        mapped = open_shared_topology(part, self.ex, shared_topology, kernel, host_groups=True)
         self.shared = mapped if mapped is not None and mapped.whole else None
         self.host = HostGroup(mapped) if mapped is not None and not mapped.whole else None
         # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
         self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
         self.ex.host_channel = self.host_channel
-        self.topo = _topology_cache(part, self.ex, topology_cache)  # collective if any > 0
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
         # the graph's largest degree bounds a reply without replacement (agreed once: a
@@ -156,7 +144,7 @@ class DistSampler:
         self._bounded = False
         self._parts = np.diff(bounds)  # nodes per part: no block to a part holds more per request
         self._lens = np.zeros(0, np.int64)  # this round: hops of each of this rank's requests
-        self._hop_full: HopSegments | None = None  # the hop's whole frontier (before the cache)
+        self._hop_full: HopSegments | None = None  # the hop's whole frontier
         self._next_send = self._next_recv = np.zeros(0, np.int64)  # next block's bound per rank
         self._carry = np.zeros(0, np.int64)  # lookup bound of requests that ended, per owner
         self._last_hop = -1  # this round: its last hop
@@ -171,12 +159,11 @@ class DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
         another process group of the same ranks: a service's other round in flight, whose
         collectives must not interleave with this one's. Its counters start at zero. The wire
-        path only: not with the shared topology, a topology cache or the CUDA kernel."""
-        if (self.shared is not None or self.host is not None or self.topo is not None
-                or self.kernel != "cpu"):
+        path only: not with the shared topology or the CUDA kernel."""
+        if self.shared is not None or self.host is not None or self.kernel != "cpu":
             raise ConfigError("a second round in flight needs the wire path on the CPU kernel",
                               "no second sampler is made",
-                              "turn off the shared topology and the topology cache")
+                              "turn off the shared topology")
         other = copy.copy(self)
         other.group = group
         other.ex = Exchanger(group)
@@ -212,8 +199,8 @@ class DistSampler:
 
     def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None,
                 arrays=None):
-        """One kernel call on this part's CSR, or on ``arrays = (csr, weights)`` (the
-        topology cache's rows)."""
+        """One kernel call on this part's CSR, or on ``arrays = (csr, weights)`` (a mapped
+        part's); ``rng_nodes``: the rows' original ids when known (default: gathered)."""
         t0 = time.perf_counter()
         csr, weights = (self._csr, self._weights) if arrays is None else arrays
         if self.kernel == "cuda":
@@ -258,15 +245,6 @@ class DistSampler:
                                 self.seed)
             if self.host.last is not None and h.hop in self._front_orig:
                 self._front_orig[h.hop] = self.host.frontier_orig(self._front_orig[h.hop])
-            return out
-        # topology cache (opt-in): cached remote nodes are sampled here, only the rest travel
-        topo = self.topo
-        if topo is not None and topo.num_nodes and h.hop not in self._local_hops:
-            out = topo.hop(h, self._hop_wire, lambda rows, rng, keys, fans, reps, e, a:
-                           self._kernel(rows, keys, h.hop, fans, reps, e, rng, a))
-            if topo.last is not None and h.hop in self._front_orig:
-                # the exchanged nodes' original ids came back; the cached ones' are in the cache
-                self._front_orig[h.hop] = topo.frontier_orig(self._front_orig[h.hop])
             return out
         return self._hop_wire(h)
 
@@ -359,13 +337,6 @@ class DistSampler:
                     "agreement": "gloo"}
         host = self.host_channel is not None
         return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
-
-    def topology_stats(self) -> dict:
-        """Size and use of this rank's topology cache (zeros without one)."""
-        if self.topo is None:
-            return {"fraction": 0.0, "nodes": 0, "edges": 0, "bytes": 0, "hits": 0,
-                    "hit_edges": 0}
-        return self.topo.stats()
 
     # -- public ---------------------------------------------------------------------------
     def round_flags(self, requests: Sequence[SampleRequest]
@@ -590,17 +561,6 @@ class DistSampler:
                 consequence,
                 f"pass original node ids in [0, {n})",
             )
-
-
-def _topology_cache(part, ex: Exchanger, fraction: float) -> TopologyCache | None:
-    """Collective when any rank asks for a cache (one agreement, then every rank takes part
-    in the build); ``None`` when no rank does or the group has one rank."""
-    if ex.world_size == 1:
-        return None
-    with peer_errors("agreeing on building topology caches"):
-        if ex.agree_max([int(fraction > 0)])[0] == 0:
-            return None
-    return TopologyCache(part, ex, fraction)
 
 
 class _CudaHop:

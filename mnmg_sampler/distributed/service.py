@@ -53,6 +53,7 @@ MARGIN_S = 5.0  # a wait gives up after the collective timeout plus this, withou
 IDLE_MAX_S = 0.1
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # services whose rounds a fork waits for
 _POLL_S = 0.25  # how often a waiting caller checks the service's progress
+_BUSY_TICKS = 10  # CPU clock ticks (10 ms) of the service threads that count as progress
 
 
 class SamplingService:
@@ -88,9 +89,6 @@ class SamplingService:
         id_maps: ``sharded`` (default; no num_nodes-sized array on any rank) or
             ``replicated`` (both global id maps on every rank, no lookup exchanges); the same on
             every rank (see :mod:`~mnmg_sampler.distributed.id_maps`).
-        topology_cache: fraction of this rank's part edges to spend on caching remote nodes'
-            rows (:mod:`~mnmg_sampler.distributed.topology_cache`; 0 = none; results do not
-            change); its size and hits in :meth:`stats` under ``topology_cache``.
         shared_topology: every rank (all on one host) maps the other ranks' parts, samples
             every hop and reads every feature row itself, off the wire
             (:mod:`~mnmg_sampler.distributed.shared_topology`; the same on every rank;
@@ -100,8 +98,7 @@ class SamplingService:
     On a typed part (``part.typed``) the service runs
     :class:`~mnmg_sampler.distributed.typed_sampler.DistTypedSampler`: typed requests, one
     typed kernel call per hop per rank, ``x``/``y`` per node type, the shared topology and the
-    CUDA kernel as for homogeneous parts; no topology cache there yet (asking for one is a
-    ``ConfigError``).
+    CUDA kernel as for homogeneous parts.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -110,7 +107,7 @@ class SamplingService:
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
                  feature_cache_rows: int = 0, id_maps: str = "sharded",
-                 topology_cache: float = 0.0, shared_topology: bool | str = "auto",
+                 shared_topology: bool | str = "auto",
                  rounds_in_flight: int | str = "auto",
                  feature_cache_plan: tuple | None = None) -> None:
         if max_requests_per_round is not None and int(max_requests_per_round) < 1:
@@ -139,13 +136,11 @@ class SamplingService:
 
             self.sampler = typed_sampler_for(part, seed, group, kernel=kernel,
                                              features=features, id_maps=id_maps,
-                                             topology_cache=topology_cache,
                                              shared_topology=shared_topology,
                                              device=device if kernel == "cuda" else None)
         else:
             self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                        device=device if kernel == "cuda" else None,
-                                       topology_cache=topology_cache,
                                        shared_topology=shared_topology)
         self.features = None
         if features and (part.x is not None or part.y is not None):
@@ -176,7 +171,6 @@ class SamplingService:
         self._closing = threading.Event()
         self._closed = False
         self._failed: MnmgError | None = None
-        self._step = "idle"  # what the service is doing now, for error messages
         self._idle = idle_sleep_s
         self._wake = threading.Event()  # a request or shutdown: end the idle sleep now
         self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
@@ -201,7 +195,7 @@ class SamplingService:
     def _in_flight(self, value: int | str, part) -> int:
         """Rounds in flight: ``auto`` is 1 (a second round did not win on the 2-core gloo
         machine where it was measured, ``docs/performance.md``); more need thread mode, the
-        homogeneous wire path (no shared topology, topology cache or CUDA kernel) and a group
+        homogeneous wire path (no shared topology or CUDA kernel) and a group
         of the service's own. Every rank must pass the same value (agreed: one all-reduce)."""
         k = 1 if value == "auto" else value
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -210,11 +204,11 @@ class SamplingService:
         s = self.sampler
         if k > 1 and (self.mode != "thread" or not self._own_group
                       or getattr(part, "typed", None) is not None
-                      or getattr(s, "shared", None) is not None or getattr(s, "topo", None)
-                      is not None or getattr(s, "kernel", "cpu") != "cpu"):
+                      or getattr(s, "shared", None) is not None
+                      or getattr(s, "kernel", "cpu") != "cpu"):
             raise ServiceError(f"rounds_in_flight={k} needs thread mode, the service's own "
-                               "process groups, a homogeneous part, the CPU kernel and neither "
-                               "the shared topology nor a topology cache",
+                               "process groups, a homogeneous part, the CPU kernel and no "
+                               "shared topology",
                                "no service is started", "pass rounds_in_flight='auto'")
         if s.ex.world_size > 1:
             with peer_errors("agreeing on the rounds in flight"):
@@ -306,7 +300,7 @@ class SamplingService:
             try:
                 # 1. agreement, the round's only one: requests, is any rank still active, and
                 # the sampler's flags (input error, hops, remote seeds): one all-reduce, MAX
-                self._step = f"sampling round {n}: the agreement all-reduce"
+                slot.step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
                 mine, err = sampler.round_flags([r for r, _ in pending])
                 flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine])
@@ -318,7 +312,7 @@ class SamplingService:
                     return active > 0
                 slot.worked += 1
                 # 2. sampling: every rank's requests in one collective call
-                self._step = f"sampling round {n} (up to {total} requests per rank)"
+                slot.step = f"sampling round {n} (up to {total} requests per rank)"
                 t0 = time.perf_counter()
                 k0 = sampler.kernel_calls
                 try:
@@ -342,7 +336,7 @@ class SamplingService:
                     _settle(f, result=b)
                 return True
             except BaseException as e:  # a broken round: its callers must not wait forever
-                err = self._round_error(e)
+                err = self._round_error(e, slot.step)
                 self._failed = err  # the group's state is unknown: no more rounds
                 for _, f in pending:
                     _settle(f, exc=err)
@@ -351,7 +345,7 @@ class SamplingService:
                 raise err from e
             finally:
                 slot.taken = []
-                self._step = "idle"
+                slot.step = "idle"
         finally:
             slot.lock.release()
 
@@ -364,12 +358,19 @@ class SamplingService:
                 break
         return pending
 
-    def _round_error(self, e: BaseException) -> MnmgError:
+    @property
+    def _step(self) -> str:
+        """What the service is doing now, for error messages: each round in flight's step."""
+        return "; ".join(s.step for s in self._slots if s.step != "idle") or "idle"
+
+    def _round_error(self, e: BaseException, step: str | None = None) -> MnmgError:
+        """``e`` as a typed error naming ``step`` (default: every round's in progress)."""
+        step = step or self._step
         if isinstance(e, MnmgError):
             return e
         if is_peer_failure(e):
-            return peer_error(e, self._step)
-        return ServiceError(f"{self._step} failed: {type(e).__name__}: {e}",
+            return peer_error(e, step)
+        return ServiceError(f"{step} failed: {type(e).__name__}: {e}",
                             "the requests of this round fail and the service stops",
                             "check the first error in the log on every rank")
 
@@ -473,10 +474,14 @@ class SamplingService:
     def __exit__(self, *exc) -> None:
         self.shutdown()
 
-    def _progress(self) -> tuple[int, int]:
-        """Changes whenever a round or an exchange completes (read by waiting threads)."""
+    def _progress(self) -> tuple[int, int, int]:
+        """Changes whenever a round or an exchange completes, or the service threads compute
+        (read by waiting threads). A thread blocked on a peer uses no CPU; one that compiles
+        or samples for long (numba compiling a kernel on a loaded machine) is working, not
+        stalled, and must not be taken for a dead peer."""
         return (self._stats["rounds"] + self._stats["idle_rounds"],
-                sum(slot.sampler.ex.calls for slot in self._slots))
+                sum(slot.sampler.ex.calls for slot in self._slots),
+                _cpu_ticks(self._threads) // _BUSY_TICKS)
 
     # -- stats -----------------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -498,7 +503,6 @@ class SamplingService:
                 b["self"] += v[0]
                 b["others"] += v[1]
         st["bytes_by_kind"] = kinds
-        st["topology_cache"] = self.sampler.topology_stats()
         st["shared_topology"] = self.sampler.shared_stats()
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
@@ -519,6 +523,7 @@ class _Slot:
     def __init__(self, sampler, features, lock: threading.Lock, group=None) -> None:
         self.sampler, self.features, self.lock, self.group = sampler, features, lock, group
         self.taken: list = []  # (request, future) pairs of the round in progress
+        self.step = "idle"  # what its round is doing now, for error messages
         self.rounds = 0  # rounds started, idle ones included
         self.worked = 0  # rounds with work (every rank's agreement said so)
 
@@ -537,6 +542,20 @@ class _Watch:
             self.mark, self.since = mark, now
         elif now - self.since > self.svc.deadline_s:
             raise self.svc._stall_error(waiting, now - self.since)
+
+
+def _cpu_ticks(threads: list[threading.Thread]) -> int:
+    """CPU time the live ``threads`` used so far, in clock ticks (Linux ``/proc``; 0 where it
+    cannot be read, so progress is then rounds and exchanges alone)."""
+    total = 0
+    for t in threads:
+        try:  # fields after the command's ")": state is field 3, utime 14, stime 15
+            with open(f"/proc/self/task/{t.native_id}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError, TypeError):  # ended, not Linux, not started
+            pass
+    return total
 
 
 def _settle(fut: Future, result=None, exc: BaseException | None = None) -> None:

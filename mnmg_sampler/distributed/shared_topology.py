@@ -1,7 +1,7 @@
 """Shared topology: ranks on one host read each other's parts and sample every hop themselves.
 
 The parts of a partition directory are memory-mapped files, so every process on the host that
-maps them shares one copy in the page cache. With ``sampler.shared_topology`` on, each rank
+maps them shares one copy in the page cache. With the shared topology on, each rank
 maps the CSR (indptr, indices, edge ids, original ids, weights) of every other rank's part
 too. A hop's frontier is then sampled here in one compiled pass over all parts
 (:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`; weighted parts: one kernel call per part
@@ -15,10 +15,10 @@ a round with features also costs one collective, its agreement.
 The RNG is keyed on original ids and every part keeps its rows' canonical order, so results
 are bit-identical to the wire path and to the single process. It needs every rank of the
 group on one host (checked at construction by a hash of the host name and boot id), a
-partition loaded from a directory, the CPU kernel, and no topology cache (which it
-supersedes). A part of another rank that does not open (features and labels included)
-turns it off on every rank with ``auto``. Memory: a rank's resident set counts the pages of
-other parts it touches; they are shared with the ranks that own them, not copied.
+partition loaded from a directory and the CPU kernel. A part of another rank that does not
+open (features and labels included) turns it off on every rank with ``auto``. Memory: a rank's
+resident set counts the pages of other parts it touches; they are shared with the ranks that
+own them, not copied.
 """
 
 from __future__ import annotations
@@ -79,47 +79,42 @@ def host_layout(keys: Sequence[int]) -> np.ndarray:
 def _check_value(enabled) -> None:
     if not (isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, str)
                                                       and enabled == "auto")):
-        raise ConfigError(f"sampler.shared_topology must be true, false or 'auto', got "
+        raise ConfigError(f"shared_topology must be true, false or 'auto', got "
                           f"{enabled!r}", "no rank builds its sampler",
                           "pass true, false or 'auto'")
 
 
-def _why_not(part, kernel: str, topology_cache: float) -> ConfigError | None:
+def _why_not(part, kernel: str) -> ConfigError | None:
     """Why this rank cannot map the other parts, as the error ``true`` raises (``None``: it
     can; ``auto`` logs the message and stays off)."""
     if kernel == "cuda":
-        return ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+        return ConfigError("the shared topology is not supported with kernel='cuda'",
                            "no rank builds its sampler",
-                           "set sampler.shared_topology to false, or use kernel='cpu'")
-    if topology_cache > 0:
-        return ConfigError("sampler.shared_topology and sampler.topology_cache are both set",
-                           "no rank builds its sampler",
-                           "use one: the shared topology already samples every node locally")
+                           "pass shared_topology=False, or use kernel='cpu'")
     if getattr(part, "path", None) is None:
-        return ConfigError("sampler.shared_topology needs a partition loaded from a directory",
+        return ConfigError("the shared topology needs a partition loaded from a directory",
                            "the other ranks' parts cannot be opened",
-                           "load the part with load_partition(DIR, rank), or set "
-                           "sampler.shared_topology to false")
+                           "load the part with load_partition(DIR, rank), or pass "
+                           "shared_topology=False")
     return None
 
 
-def _check_local(part, enabled, kernel: str, topology_cache: float) -> None:
+def _check_local(part, enabled, kernel: str) -> None:
     """This rank's own reasons to refuse (no collective)."""
     _check_value(enabled)
     if isinstance(enabled, str) or not enabled:  # 'auto' never refuses
         return
-    err = _why_not(part, kernel, topology_cache)
+    err = _why_not(part, kernel)
     if err is not None:
         raise err
 
 
 def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-                         topology_cache: float = 0.0, host_groups: bool = False
-                         ) -> SharedTopology | None:
+                         host_groups: bool = False) -> SharedTopology | None:
     """Collective: the shared topology when every rank asks for it, else ``None``.
 
     ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. With ``True``, a
-    rank that cannot use it (``kernel='cuda'``, a topology cache, no partition directory) or a
+    rank that cannot use it (``kernel='cuda'``, no partition directory) or a
     part that does not open give a :class:`ConfigError` (or the part's error) on every rank;
     with ``"auto"`` each of these turns it off on every rank instead. A bad value, or ranks
     that disagree, are a ``ConfigError`` either way.
@@ -130,26 +125,26 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
     see :mod:`.host_groups`; without, ``None`` under ``"auto"`` and a ``ConfigError`` under
     ``True``.
     """
-    agree(lambda: _check_local(part, enabled, kernel, topology_cache), ex.group,
-          "checking sampler.shared_topology")
+    agree(lambda: _check_local(part, enabled, kernel), ex.group,
+          "checking shared_topology")
     W = ex.world_size
     if W == 1:
         ex.far = np.zeros(1, bool)
         return None
     auto = isinstance(enabled, str)
     code = 2 if auto else int(bool(enabled))  # every rank must pass the same setting
-    can = _why_not(part, kernel, topology_cache) is None
+    can = _why_not(part, kernel) is None
     slots = [0] * W
     slots[ex.rank] = host_id()
-    with peer_errors("agreeing on sampler.shared_topology"):
+    with peer_errors("agreeing on shared_topology"):
         hi_code, neg_lo_code, cannot, *keys = ex.agree_max([code, -code, int(not can),
                                                             *slots])
     hosts = host_layout(keys)
     ex.far = hosts != hosts[ex.rank]
     if hi_code != -neg_lo_code:
-        raise ConfigError("sampler.shared_topology differs between ranks",
+        raise ConfigError("shared_topology differs between ranks",
                           "no rank builds its sampler",
-                          "give every rank the same sampler.shared_topology")
+                          "pass the same shared_topology on every rank")
     if code == 0:
         return None
     whole = int(hosts.max()) == 0
@@ -157,13 +152,13 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
         if auto:
             _log_off(ex, "the ranks run on more than one host")
             return None
-        raise ConfigError("sampler.shared_topology needs every rank on one host; this job's "
+        raise ConfigError("shared_topology=True needs every rank on one host; this job's "
                           "ranks run on several", "no rank builds its sampler",
-                          "set sampler.shared_topology to false (or auto) for a multi-node job")
+                          "pass shared_topology='auto' (or False) for a multi-node job")
     if not whole and int(np.bincount(hosts).max()) == 1:
         return None  # one rank per host: nothing to share, every hop goes over the wire
     if cannot:  # auto only: true has refused above
-        why = _why_not(part, kernel, topology_cache)
+        why = _why_not(part, kernel)
         _log_off(ex, why.what if why is not None else "another rank cannot map parts")
         return None
     ranks = None if whole else tuple(np.flatnonzero(hosts == hosts[ex.rank]).tolist())
@@ -179,7 +174,7 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
 
 def _log_off(ex: Exchanger, why: str) -> None:
     if ex.rank == 0:
-        log.info("sampler.shared_topology auto: off (%s); hops go over the wire", why)
+        log.info("shared topology auto: off (%s); hops go over the wire", why)
 
 
 @numba.njit(cache=True, nogil=True)

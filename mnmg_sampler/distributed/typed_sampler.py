@@ -19,7 +19,7 @@ partitioning) and neighbor lists keep their order, so every minibatch equals
 :class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s for any world size and partitioning.
 Calls are collective: every rank calls :meth:`DistTypedSampler.sample` the same number of times,
 with any number of requests, including none. The wire words are int64 (the homogeneous path's
-int32 words and padded replies are not used here yet); no topology cache yet.
+int32 words and padded replies are not used here yet).
 
 Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
 :func:`~mnmg_sampler.temporal_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
@@ -97,9 +97,9 @@ class DistTypedSampler:
             raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
                                      "use kernel='cpu' or kernel='cuda'")
         if shared_topology is True and kernel == "cuda":
-            raise ConfigError("sampler.shared_topology is not supported with kernel='cuda'",
+            raise ConfigError("the shared topology is not supported with kernel='cuda'",
                               "no rank builds its sampler",
-                              "set sampler.shared_topology to false, or use kernel='cpu'")
+                              "pass shared_topology=False, or use kernel='cpu'")
         self.kernel = kernel
         self.part = part
         self.tp = part.typed
@@ -298,11 +298,6 @@ class DistTypedSampler:
         host = self.host_channel is not None
         return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
 
-    def topology_stats(self) -> dict:
-        """No topology cache for typed graphs yet (zeros)."""
-        return {"fraction": 0.0, "nodes": 0, "edges": 0, "bytes": 0, "hits": 0,
-                "hit_edges": 0}
-
     # -- public --------------------------------------------------------------------------
     def sample(self, requests: Sequence[HeteroSampleRequest], features=None,
                agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
@@ -433,11 +428,8 @@ def _bounds_of(rows: list, bnds: list, lasts: list) -> tuple:
 
 
 def typed_sampler_for(part, seed: int, group, *, kernel: str, features: bool, id_maps: str,
-                      topology_cache: float, shared_topology, device=None) -> DistTypedSampler:
-    """The service's sampler for a typed part; options the typed path lacks are refused."""
-    if topology_cache:
-        raise ConfigError("sampler.topology_cache is not supported for typed graphs yet",
-                          "no rank builds its sampler", "set sampler.topology_cache to 0")
+                      shared_topology, device=None) -> DistTypedSampler:
+    """The service's sampler for a typed part."""
     return DistTypedSampler(part, seed, group, features=features, id_maps=id_maps,
                             kernel="cpu" if kernel == "auto" else kernel, device=device,
                             shared_topology=shared_topology)

@@ -2,8 +2,8 @@
 every hop, translate ids and read ``x``/``y`` of every node type themselves, off the wire.
 
 The decision is the homogeneous one (:func:`~.shared_topology.open_shared_topology`: the same
-``sampler.shared_topology`` values, every rank on one host, a partition loaded from a
-directory, the CPU kernel, no topology cache); its :class:`~.shared_topology.SharedTopology`
+``shared_topology`` values, every rank on one host, a partition loaded from a
+directory, the CPU kernel); its :class:`~.shared_topology.SharedTopology`
 already maps every part's ``indptr``, ``indices``, ``edge_ids`` and ``orig_ids`` (internal ids,
 ascending per part) and translates ids in place. :class:`TypedSharedTopology` adds each part's
 typed tables (``type_offset``, ``seg_base``) and its per-type ``x``/``y`` files, mapped
@@ -70,7 +70,7 @@ class TypedSharedTopology:
         if not getattr(base, "whole", True):
             raise ConfigError("the shared topology of typed parts needs every rank's part",
                               "hops of other hosts' nodes would need the wire",
-                              "set sampler.shared_topology to false or auto")
+                              "pass shared_topology='auto' or False")
         self.base = base
         self.rank = base.rank
         self.bounds = base.bounds
@@ -157,11 +157,11 @@ class TypedSharedTopology:
         return out
 
 
-def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-                      topology_cache: float = 0.0) -> TypedSharedTopology | None:
+def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu"
+                      ) -> TypedSharedTopology | None:
     """Collective: the typed shared topology when every rank gets the homogeneous one (same
     rules and errors, :func:`~.shared_topology.open_shared_topology`), else ``None``."""
-    base = open_shared_topology(part, ex, enabled, kernel, topology_cache)
+    base = open_shared_topology(part, ex, enabled, kernel)
     if base is None:
         return None
     try:

@@ -87,8 +87,7 @@ def start_typed_job(cfg: JobConfig, training_graph=None) -> TypedJob:
     placement = feature_placement(cfg, device)
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
-                              shared_topology=s.shared_topology)
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps)
     return TypedJob(cfg, rank, world, device, pdir, part, meta, input_type, service, t_start)
 
 

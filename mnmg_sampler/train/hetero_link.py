@@ -29,14 +29,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import JobConfig, config_to_dict
 from ..errors import ConfigError
 from .epochs import run_epochs
 from .hetero import TypedJob, precheck_typed_job, start_typed_job, typed_model
-from .link import _gather_scores, auc, rank_metrics
+from .link import batch_loss, evaluate_scores
 from .report import RunReport
 from .setup import make_optimizer, resume_point
 from .typed_setup import link_edge_type, load_typed_dataset, meta_of_graph, num_neighbors
@@ -69,32 +68,11 @@ class HeteroLinkModel(nn.Module):
         return z.sum(-1) if self.mlp is None else self.mlp(z).squeeze(-1)
 
 
-@torch.no_grad()
 def evaluate_link(model, net: HeteroLinkModel, loader, device, hits_k: int) -> dict:
     """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
     (collective), as :func:`.link.evaluate`."""
-    model.eval()
-    pos_all, neg_all = [], []
-    acc = torch.zeros(4, dtype=torch.float64)  # rr sum, hits sum, positives, loss sum
-    for b in loader:
-        h = model(b.x, b.edge_index, b.n_id)
-        s, d = b.src_index.to(device), b.dst_pos_index.to(device)
-        dn = b.dst_neg_index.to(device).reshape(s.numel(), -1)
-        pos = net.score(h, s, d)
-        neg = net.score(h, s.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
-        rr, hits = rank_metrics(pos, neg, hits_k)
-        loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
-            F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
-        acc += torch.tensor([rr, hits, pos.numel(), float(loss)], dtype=torch.float64)
-        pos_all.append(pos.cpu())
-        neg_all.append(neg.reshape(-1).cpu())
-    model.train()
-    dist.all_reduce(acc)
-    pos_g = _gather_scores(torch.cat(pos_all) if pos_all else torch.zeros(0))
-    neg_g = _gather_scores(torch.cat(neg_all) if neg_all else torch.zeros(0))
-    n = max(float(acc[2]), 1.0)
-    return {"auc": auc(pos_g, neg_g), "mrr": float(acc[0]) / n, "hits": float(acc[1]) / n,
-            "loss": float(acc[3]) / max(pos_g.size + neg_g.size, 1)}
+    return evaluate_scores(model, loader, device, hits_k,
+                           lambda b: model(b.x, b.edge_index, b.n_id), net.score)
 
 
 def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
@@ -185,20 +163,7 @@ def _train(job: TypedJob, et, train_loader, evals: dict, resume: bool,
     triplet = lk.neg_sampling == "triplet"
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
-        h = model(b.x, b.edge_index, b.n_id)
-        if triplet:
-            src = b.src_index.to(device)
-            dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
-            pos = net.score(h, src, b.dst_pos_index.to(device))
-            neg = net.score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
-            logits = torch.cat([pos, neg])
-            target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
-        else:
-            eli = b.edge_label_index.to(device)
-            logits = net.score(h, eli[0], eli[1])
-            target = b.edge_label.to(device).float()
-        correct = float(((logits > 0).float() == target).sum())
-        return F.binary_cross_entropy_with_logits(logits, target), correct, logits.numel()
+        return batch_loss(model(b.x, b.edge_index, b.n_id), b, net.score, device, triplet)
 
     def validate(rec: dict) -> str:
         v = evaluate_link(model, net, evals["val"], device, lk.hits_k)

@@ -148,9 +148,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                               timeout_s=rt.collective_timeout_s,
                               feature_cache_rows=cfg.features.cache_rows, id_maps=s.id_maps,
                               feature_cache_plan=(s.fanouts, s.batch_size)
-                              if isinstance(s.fanouts, list) else None,
-                              topology_cache=s.topology_cache,
-                              shared_topology=s.shared_topology)
+                              if isinstance(s.fanouts, list) else None)
     from ..graph.api import split_from_partitions
 
     # masks stored with the graph (file or dataset.*_mask) win over the random split

@@ -140,19 +140,46 @@ def _gather_scores(t: torch.Tensor) -> np.ndarray:
     return torch.cat([g[:int(s)] for g, s in zip(got, sizes, strict=True)]).numpy()
 
 
-@torch.no_grad()
+def batch_loss(h, b, score, device, triplet: bool) -> tuple[torch.Tensor, float, int]:
+    """A training batch's BCE loss over its edges' logits (``score(h, src, dst)`` on the node
+    embeddings ``h``: positives and negatives of a triplet batch, or its labelled edges), with
+    the count of correct signs and of edges (homogeneous and typed models alike)."""
+    if triplet:
+        src = b.src_index.to(device)
+        dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
+        pos = score(h, src, b.dst_pos_index.to(device))
+        neg = score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
+        logits = torch.cat([pos, neg])
+        target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+    else:
+        eli = b.edge_label_index.to(device)
+        logits = score(h, eli[0], eli[1])
+        target = b.edge_label.to(device).float()
+    correct = float(((logits > 0).float() == target).sum())
+    return F.binary_cross_entropy_with_logits(logits, target), correct, logits.numel()
+
+
 def evaluate(model, loader, device, hits_k: int) -> dict:
     """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``."""
+    sc = model.module.score if hasattr(model, "module") else model.score
+    return evaluate_scores(model, loader, device, hits_k,
+                           lambda b: model(b.x.to(device), b.edge_index.to(device)), sc)
+
+
+@torch.no_grad()
+def evaluate_scores(model, loader, device, hits_k: int, embed, score) -> dict:
+    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
+    (collective): ``embed(batch)`` gives the node embeddings ``h``, ``score(h, src, dst)``
+    the edges' logits (homogeneous and typed models alike)."""
     model.eval()
     pos_all, neg_all = [], []
     acc = torch.zeros(4, dtype=torch.float64)  # rr sum, hits sum, positives, loss sum
     for b in loader:
-        h = model(b.x.to(device), b.edge_index.to(device))
+        h = embed(b)
         s, d = b.src_index.to(device), b.dst_pos_index.to(device)
         dn = b.dst_neg_index.to(device).reshape(s.numel(), -1)
-        sc = model.module.score if hasattr(model, "module") else model.score
-        pos = sc(h, s, d)
-        neg = sc(h, s.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
+        pos = score(h, s, d)
+        neg = score(h, s.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
         rr, hits = rank_metrics(pos, neg, hits_k)
         loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
             F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
@@ -245,9 +272,7 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
         placement = "pinned" if device.type == "cuda" else "host"
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
-                              topology_cache=s.topology_cache,
-                              shared_topology=s.shared_topology)
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps)
     # one membership group for every loader: loaders are used one at a time in this thread
     mgroup = dist.new_group(backend=dist.get_backend())
     train_loader = DistLinkNeighborLoader(
@@ -307,20 +332,8 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
     triplet = lk.neg_sampling == "triplet"
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
-        h = model(b.x.to(device), b.edge_index.to(device))
-        if triplet:
-            src = b.src_index.to(device)
-            dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
-            pos = net.score(h, src, b.dst_pos_index.to(device))
-            neg = net.score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
-            logits = torch.cat([pos, neg])
-            target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
-        else:
-            eli = b.edge_label_index.to(device)
-            logits = net.score(h, eli[0], eli[1])
-            target = b.edge_label.to(device).float()
-        correct = float(((logits > 0).float() == target).sum())
-        return F.binary_cross_entropy_with_logits(logits, target), correct, logits.numel()
+        return batch_loss(model(b.x.to(device), b.edge_index.to(device)), b, net.score, device,
+                          triplet)
 
     def validate(rec: dict) -> str | None:
         v = evaluate(model, eval_loaders["val"], device, lk.hits_k)

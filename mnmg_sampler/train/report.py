@@ -69,7 +69,7 @@ def service_line(stats: dict) -> str:
     if "t_wait" in stats:
         parts.append(f"waiting {g('t_wait'):.2f}s")
     shared = g("shared_topology") or {}
-    if shared.get("enabled"):  # sampler.shared_topology (auto: every rank on this host)
+    if shared.get("enabled"):  # the shared topology (every rank on this host)
         parts.append(f"shared topology ({shared.get('agreement', 'gloo')} agreement)")
     return ", ".join(parts)
 

@@ -10,7 +10,9 @@ Each rank runs with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTE
 0 hosts the TCP store. ``MNMG_TEST_KILL_AT=K`` arms this process: its K-th call of a
 torch.distributed collective or point-to-point post (any thread: the service's rounds, the
 training loop; and the host channel's agreements of the shared topology) SIGKILLs it just
-before the call, i.e. at a point of a round chosen by K.
+before the call, i.e. at a point of a round chosen by K. With ``MNMG_TEST_KILL_AFTER_READY=1``
+only the calls after the API worker printed ``READY`` count, so the kill lands in a round
+(with rounds in flight: while both are running), never in start-up.
 ``MNMG_TEST_TIMEOUT_S`` is the collective timeout of the API worker. A survivor prints
 ``TYPED <class>: <message>`` (API) or the CLI's one error line, and exits with 3 for a
 :class:`PeerError`.
@@ -24,6 +26,7 @@ import sys
 import threading
 
 COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather", "barrier", "broadcast")
+READY = threading.Event()  # the API worker's loader is built: rounds start
 
 
 def arm() -> None:
@@ -34,9 +37,12 @@ def arm() -> None:
     import torch.distributed as dist
 
     lock, count = threading.Lock(), [0]
+    after_ready = os.environ.get("MNMG_TEST_KILL_AFTER_READY") == "1"
 
     def wrap(name, real):
         def call(*a, **k):
+            if after_ready and not READY.is_set():
+                return real(*a, **k)
             with lock:
                 count[0] += 1
                 n = count[0]
@@ -76,6 +82,7 @@ def api(parts: str, mode: str, shared: bool = False, in_flight: int = 1) -> int:
         loader = DistNeighborLoader(svc, np.arange(int(part.num_nodes)), [5, 5], 32,
                                     shuffle=True, prefetch=2 * in_flight)
         print("READY", flush=True)
+        READY.set()
         for epoch in range(10_000):  # until a peer dies
             loader.set_epoch(epoch)
             for b in loader:

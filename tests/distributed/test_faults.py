@@ -178,6 +178,21 @@ def _stalled(rank, world, d):
     svc = SamplingService(load_partition(d, rank, world), seed=3, timeout_s=1)
     loader = DistNeighborLoader(svc, np.arange(30), [3], 6)
     svc.result(svc.submit(loader.request(0, np.arange(5))))  # works; nothing left in flight
+    # a round that computes longer than the deadline (a kernel compiling on a loaded machine:
+    # CPU, no exchange) is working, not stalled: its batch comes, no PeerError
+    kernel = svc.sampler._kernel
+
+    def slow(*a, **k):
+        t = time.monotonic()
+        while time.monotonic() - t < svc.deadline_s + 1:
+            pass
+        return kernel(*a, **k)
+
+    svc.sampler._kernel = slow
+    t0 = time.monotonic()
+    busy = svc.result(svc.submit(loader.request(1, np.arange(5)))).batch_size
+    busy_s = time.monotonic() - t0
+    svc.sampler._kernel = kernel
     real, release = dist.all_reduce, threading.Event()
 
     def stuck(*a, **k):  # a collective that never returns (a transport without a timeout)
@@ -185,7 +200,7 @@ def _stalled(rank, world, d):
         return real(*a, **k)
 
     dist.all_reduce = stuck
-    fut = svc.submit(loader.request(1, np.arange(5, 10)))
+    fut = svc.submit(loader.request(2, np.arange(5, 10)))
     t0 = time.monotonic()
     try:
         svc.result(fut)
@@ -197,13 +212,14 @@ def _stalled(rank, world, d):
     release.set()
     svc.result(fut)  # the service goes on once the collective returns
     svc.shutdown()
-    return msg, waited, svc.deadline_s, MARGIN_S
+    return msg, waited, svc.deadline_s, MARGIN_S, busy, busy_s
 
 
 def test_result_gives_up_after_timeout_plus_margin(tmp_path):
     d = str(partition(small_graph(), 1, "range", tmp_path / "p"))
-    ((msg, waited, deadline, margin),) = run_ranks(_stalled, 1, d, timeout=120)
+    ((msg, waited, deadline, margin, busy, busy_s),) = run_ranks(_stalled, 1, d, timeout=120)
     assert deadline == 1 + margin
+    assert busy == 5 and busy_s > deadline  # served after computing past the deadline
     assert msg is not None and "made no progress" in msg and "agreement all-reduce" in msg, msg
     assert waited >= deadline
 

@@ -12,8 +12,10 @@ victim rank 0 takes the store down with it.
 The victim SIGKILLs itself at its K-th torch.distributed collective call (``faultkit.arm``): K is
 drawn from the trial's seed, so the point in the round (agreement all-reduce, a hop's exchange,
 the feature fetch, a training all-reduce, start-up) varies from trial to trial and is
-reproducible. Six trials run in CI (``CI_TRIALS``); the rest are marked ``faults``
-(``FAULTS=1 launch/test.sh``).
+reproducible. ``api-inflight`` runs the service with two rounds in flight
+(``SamplingService(rounds_in_flight=2)``, the wire path) and counts K from the loader's start,
+so its victim dies inside a round while both are running. Seven trials run in CI
+(``CI_TRIALS``); the rest are marked ``faults`` (``FAULTS=1 launch/test.sh``).
 Set ``MNMG_FAULT_TRIALS_LOG=FILE`` to get one JSON line per trial (docs/reliability.md's table).
 """
 
@@ -73,6 +75,7 @@ def _rank_env(rank: int, world: int, port: int) -> dict:
              LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
              MNMG_TEST_TIMEOUT_S=f"{TIMEOUT_S:g}")
     e.pop("MNMG_TEST_KILL_AT", None)
+    e.pop("MNMG_TEST_KILL_AFTER_READY", None)
     return e
 
 
@@ -114,6 +117,8 @@ def run_trial(kind: str, seed: int, parts: dict, tmp) -> dict:
                 e.pop(k)
         if rank == victim and not stop:
             e["MNMG_TEST_KILL_AT"] = str(kill_at)
+            if kind == "api-inflight":  # killed in a round, while 2 rounds are in flight
+                e["MNMG_TEST_KILL_AFTER_READY"] = "1"
         log = open(tmp / f"rank{rank}.log", "w+")  # noqa: SIM115 (closed below)
         logs.append(log)
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=e, stdout=log,
@@ -197,6 +202,7 @@ def _check(rec: dict) -> None:
     for r, msg in rec["messages"].items():
         assert msg is not None, f"rank {r} exited without a typed error:\n{tail}"
         assert "PeerError" in msg or "did not complete" in msg or "made no progress" in msg, msg
+        assert "idle did not complete" not in msg, msg  # the step of the round that broke
         if not rec["kind"].startswith("api") and rec["kind"] != "torchrun-train":
             # the CLI: its one line, no traceback (plain torchrun's agent adds its own
             # ChildFailedError summary, a traceback, read below for the worker's exit code)

@@ -53,21 +53,10 @@ def test_hetero_job_resumes_from_its_checkpoint(tmp_path):
 def test_bad_typed_key_fails_every_rank_with_one_line(tmp_path):
     # both ranks as plain processes with torchrun's environment (as test_train_job.py does), so
     # each one's own exit is seen: a typed ConfigError before any collective, exit code 2
-    import subprocess
-    import sys
+    from .torchrun import plain_ranks
 
-    from .torchrun import REPO, env, free_port
-
-    port = free_port()
-    procs = []
-    for rank in range(2):
-        e = env()
-        e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "mnmg_sampler", "train", "--config", "configs/hetero.yaml",
-             "sampler.fanouts.paper__cite__paper=2,2", f"output.dir={tmp_path}"], cwd=REPO,
-            env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    procs = plain_ranks(["train", "--config", "configs/hetero.yaml",
+                         "sampler.fanouts.paper__cite__paper=2,2", f"output.dir={tmp_path}"])
     for rank, p in enumerate(procs):
         try:
             _, err = p.communicate(timeout=180)

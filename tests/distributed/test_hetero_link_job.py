@@ -3,23 +3,16 @@ user-item graph, 2 ranks under torchrun, ranking held-out edges well above chanc
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from .torchrun import torchrun
+from .torchrun import metrics, torchrun, train_job
 
 SMALL = ["dataset.name=typed-useritem:600:200", "training.epochs=4", "model.hidden=32",
          "sampler.batch_size=128", "training.eval_every=2"]
 
 
 def test_hetero_link_job_learns_on_two_ranks(tmp_path):
-    out = tmp_path / "run"
-    args = ["train", "--config", "configs/hetero_link.yaml", "--no-progress", *SMALL,
-            f"output.dir={out}", f"partition.dir={tmp_path / 'parts'}"]
-    r = torchrun(args, nproc=2, timeout=300)
-    assert r.returncode == 0, r.stderr[-4000:]
-    records = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    r, records = train_job("configs/hetero_link.yaml", SMALL, tmp_path)
     finals = [x for x in records if x["event"] == "final"]
     assert len(finals) == 1
     final = finals[0]
@@ -37,8 +30,7 @@ def test_hetero_link_job_learns_on_two_ranks(tmp_path):
 
 
 def _final(outdir) -> dict:
-    records = [json.loads(ln) for ln in (outdir / "metrics.jsonl").read_text().splitlines()]
-    return [x for x in records if x["event"] == "final"][-1]
+    return [x for x in metrics(outdir) if x["event"] == "final"][-1]
 
 
 @pytest.mark.slow  # three 2-rank runs; the resume path is the homogeneous job's

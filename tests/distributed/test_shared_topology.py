@@ -1,8 +1,8 @@
-"""Shared topology (``sampler.shared_topology``) on real gloo ranks: every rank maps every part,
-samples every hop and reads every feature row itself; minibatches (features included) equal the
-wire path and the single process bit for bit, a sampling round is one collective (its
-agreement) and no id or feature row crosses the wire; refusals
-(mixed settings, CUDA kernel, topology cache, no directory) are typed errors on every rank.
+"""Shared topology (``shared_topology``, always ``auto`` in jobs) on real gloo ranks: every
+rank maps every part, samples every hop and reads every feature row itself; minibatches
+(features included) equal the wire path and the single process bit for bit, a sampling round
+is one collective (its agreement) and no id or feature row crosses the wire; refusals (mixed
+settings, CUDA kernel, no directory) are typed errors on every rank.
 Ranks on several hosts: see test_host_groups.py."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from mnmg_sampler.config import config_from_dict
 from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
@@ -238,8 +237,6 @@ def _bad(rank, world, d, case):
         kw["shared_topology"] = True if rank == 0 else "auto"
     elif case == "cuda":  # refused before any collective, as the same config on every rank
         kw["kernel"] = "cuda"
-    elif case == "cache" and rank == 0:
-        kw["topology_cache"] = 0.2
     elif case == "not bool" and rank == 1:
         kw["shared_topology"] = "yes"
     elif case == "no directory" and rank == 0:
@@ -268,7 +265,7 @@ def _each(rank, world, fn, d, cases) -> list:
 
 
 REFUSALS = [("mixed", "differs between ranks"), ("mixed auto", "differs between ranks"),
-            ("cuda", "kernel='cuda'"), ("cache", "topology_cache"),
+            ("cuda", "kernel='cuda'"),
             ("not bool", "true, false or 'auto'"), ("no directory", "directory")]
 
 
@@ -293,9 +290,7 @@ def _auto(rank, world, d, case):
 
     part = load_partition(d, rank, world)
     kw = {}
-    if case == "cache" and rank == 1:
-        kw["topology_cache"] = 0.2
-    elif case == "no directory" and rank == 0:
+    if case == "no directory" and rank == 0:
         part = dataclasses.replace(part, path=None)
     elif case == "hosts":
         shared_topology.host_id = lambda: 1000 + rank
@@ -317,7 +312,7 @@ def _auto(rank, world, d, case):
         s.ex.bytes.get("features", [0, 0])[1]
 
 
-AUTO = [("one host", True), ("cache", False), ("no directory", False), ("hosts", False),
+AUTO = [("one host", True), ("no directory", False), ("hosts", False),
         ("part missing", False), ("rows missing", False)]
 
 
@@ -335,11 +330,3 @@ def test_auto_is_on_exactly_where_it_can_be(tmp_path):
             assert np.array_equal(mb["y"], g.y[mb["n_id"]])
             assert (fbytes == 0) == on, case
 
-
-def test_config_key_is_checked():
-    assert config_from_dict({}).sampler.shared_topology == "auto"  # jobs: on where it can be
-    for v in (True, False, "auto"):
-        assert config_from_dict({"sampler": {"shared_topology": v}}).sampler.shared_topology == v
-    for bad in ("sometimes", 1, "true"):
-        with pytest.raises(ConfigError):
-            config_from_dict({"sampler": {"shared_topology": bad}})

@@ -6,23 +6,16 @@ time, on every rank."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
-from .torchrun import REPO, torchrun
+from .torchrun import REPO, torchrun, train_job
 
 SMALL = ["dataset.name=typed-useritem-t:600:200", "training.epochs=2", "model.hidden=32",
          "sampler.batch_size=128", "training.eval_every=1"]
 
 
 def test_temporal_link_job_trains_on_two_ranks(tmp_path):
-    out = tmp_path / "run"
-    args = ["train", "--config", "configs/temporal_link.yaml", "--no-progress", *SMALL,
-            f"output.dir={out}", f"partition.dir={tmp_path / 'parts'}"]
-    r = torchrun(args, nproc=2, timeout=400)
-    assert r.returncode == 0, r.stderr[-4000:]
-    records = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    _, records = train_job("configs/temporal_link.yaml", SMALL, tmp_path, timeout=400)
     final = [x for x in records if x["event"] == "final"]
     assert len(final) == 1 and final[0]["world_size"] == 2
     epochs = [x for x in records if x["event"] == "epoch"]

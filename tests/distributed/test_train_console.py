@@ -42,7 +42,7 @@ def test_run_sh_console_one_prefix_epoch_and_step_lines(tmp_path):
     assert re.match(r"val accuracy 0\.\d{4}  test accuracy 0\.\d{4}  \(2 rank\(s\), [\d.]+s\)$",
                     body[-1]), body  # the last line, as the README shows it
     assert "%|" not in both  # no tqdm bar: stderr is not a terminal
-    # sampler.shared_topology defaults to auto: both ranks run here, so they share the topology
+    # jobs use the shared topology where they can: both ranks run here, so they share the topology
     svc = [ln for ln in body if ln.startswith("sampling service (rank 0)")]
     assert len(svc) == 1 and "shared topology (host sockets agreement)" in svc[0], body
     recs = _records(out)

@@ -3,29 +3,27 @@ crash (by hand and by torchrun restart) equals an uninterrupted run, two loopbac
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from .torchrun import REPO, env, free_port, torchrun
+from .torchrun import REPO, env, free_port, metrics, plain_ranks, torchrun
 
 QUICK = ["training.epochs=3", "training.eval_every=1", "output.checkpoint_every=1",
          "model.hidden=32", "sampler.batch_size=256", "sampler.fanouts=[5,5]"]
 
 
 def _final(outdir) -> dict:
-    recs = [json.loads(ln) for ln in (outdir / "metrics.jsonl").read_text().splitlines()]
+    recs = metrics(outdir)
     finals = [r for r in recs if r["event"] == "final"]
     assert len(finals) == 1, recs
     return finals[0]
 
 
 def _epochs(outdir) -> list[dict]:
-    recs = [json.loads(ln) for ln in (outdir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in recs if r["event"] == "epoch"]
+    return [r for r in metrics(outdir) if r["event"] == "epoch"]
 
 
 def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=300, parts=None):
@@ -53,16 +51,8 @@ def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=3
 def test_config_errors_every_rank_exit_2(tmp_path, override, key, text):
     # Both ranks as plain processes with torchrun's environment: torchrun's agent would stop
     # the slower rank as soon as the first one exits, hiding whether it failed cleanly too.
-    port = free_port()
-    procs = []
-    for rank in range(2):
-        e = env()
-        e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "mnmg_sampler", "train", "--config", "configs/quickstart.yaml",
-             override, f"output.dir={tmp_path}"], cwd=REPO, env=e, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True))
+    procs = plain_ranks(["train", "--config", "configs/quickstart.yaml", override,
+                         f"output.dir={tmp_path}"])
     for rank, p in enumerate(procs):
         try:
             out, err = p.communicate(timeout=120)

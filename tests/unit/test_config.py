@@ -203,6 +203,21 @@ def test_bad_overrides(override, start):
     assert str(exc.value).startswith(start), str(exc.value)
 
 
+def test_a_removed_key_says_it_was_removed_and_what_to_do(tmp_path):
+    from mnmg_sampler.config.schema import REMOVED_KEYS
+
+    assert REMOVED_KEYS
+    for key, (_, fix) in REMOVED_KEYS.items():
+        section, leaf = key.split(".")
+        for path, overrides in ((write(tmp_path, f"{section}:\n  {leaf}: 0\n"), []),
+                                (None, [f"{key}=0"])):  # an old config file, an old override
+            with pytest.raises(ConfigError) as exc:
+                load_config(path, overrides)
+            msg = str(exc.value)
+            assert msg.startswith(f"{key}: removed: "), msg
+            assert "unknown key" not in msg and fix in msg, msg
+
+
 def test_a_section_override_merges_into_the_file(tmp_path):
     p = write(tmp_path, "sampler:\n  seed: 7\n")
     cfg = load_config(p, ["sampler={batch_size: 3}"])
