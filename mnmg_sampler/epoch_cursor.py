@@ -81,13 +81,17 @@ class EpochCursor:
                 inflight.append((self.service.submit(request), extra))
 
         # The first batch is requested alone, so it is not delayed by a merged burst; the
-        # rest are requested as soon as a result arrives, before it is handed to the caller,
-        # so sampling runs while the caller trains.
+        # rest are requested when a result arrives, before it is handed to the caller, so
+        # sampling runs while the caller trains. Refills come in bursts (once at most half of
+        # `prefetch` is left in flight): a burst reaches the service before its next round
+        # starts, so its requests share one round (one agreement and one exchange per hop,
+        # whose fixed cost dominated rounds of one request over the wire).
         top_up(1)
         for j in range(max(0, count - start)):
             fut, extra = inflight.popleft()
             result = self.service.result(fut)
-            top_up(self.prefetch)
+            if len(inflight) <= self.prefetch // 2:
+                top_up(self.prefetch)
             self._next = start + j + 1
             yield finish(result, extra)
         self._next = 0

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from ..errors import ConfigError, PartitionError
 from ..graph.partition import _even_boundaries
 from ..ops import wire
+from ..ops.dedup import unique_first
 from .collective import Exchanger, backend_device, peer_errors, raise_if_any
 
 __all__ = ["ID_MAP_MODES", "IdMaps", "identity_ids"]
@@ -231,8 +232,16 @@ class IdMaps:
 
     def to_orig_many(self, new_ids: Sequence[np.ndarray], bounds: tuple | None = None
                      ) -> list[np.ndarray]:
-        """Collective: :meth:`to_orig` of several arrays in one exchange."""
-        return _split(self.to_orig(_cat(new_ids), bounds), new_ids)
+        """Collective: :meth:`to_orig` of several arrays in one exchange. When the ids go to
+        their owners (sharded maps), an id in several arrays (the merged requests of a round
+        reach many of the same nodes) is asked once."""
+        flat = _cat(new_ids)
+        if (len(new_ids) > 1 and flat.size and not self.identity and self.n2o is None
+                and self.ex.world_size > 1):
+            uniq, inv = unique_first(flat)
+            if uniq.size < flat.size:
+                return _split(self.to_orig(uniq, bounds)[inv], new_ids)
+        return _split(self.to_orig(flat, bounds), new_ids)
 
     def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
         """Collective (except for ``range``): owner rank of each original id."""
