@@ -84,23 +84,24 @@ def usable_count(w, s, d):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def admissible_count(etime, ntime, indices, by_node, s, d, bound):
-    """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``.
-
-    A branch-free binary search (the index of the first entry later than ``bound``): the
-    compares only move ``base`` by arithmetic, so the number of probes depends on ``d`` alone
-    and no branch waits on a time read. Branches on the times mispredicted on about half of the
-    rows, and each misprediction discarded the next rows' loads already in flight."""
-    base = s
-    n = d
-    while n > 1:
-        half = n >> 1
-        t = ntime[indices[base + half]] if by_node else etime[base + half]
-        base += half * (t <= bound)
-        n -= half
-    if d <= 0:
+    """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``: one
+    read when all or none are admissible, else a binary search between the two ends."""
+    if d == 0:
         return 0
-    t = ntime[indices[base]] if by_node else etime[base]
-    return base - s + (t <= bound)
+    if (ntime[indices[s + d - 1]] if by_node else etime[s + d - 1]) <= bound:
+        return d
+    if (ntime[indices[s]] if by_node else etime[s]) > bound:
+        return 0
+    lo = 1  # entry 0 is admissible, entry d - 1 is not
+    hi = d - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        t = ntime[indices[s + mid]] if by_node else etime[s + mid]
+        if t <= bound:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 PREFETCH_AHEAD = 16  # pairs between a segment's prefetch and its search (8 to 32 measured alike)

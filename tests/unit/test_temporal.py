@@ -157,8 +157,8 @@ def test_last_takes_the_k_latest_admissible(kind):
 
 @pytest.mark.parametrize("by_node", [False, True])
 def test_admissible_count_is_the_sorted_segments_upper_bound(by_node):
-    # the branch-free search against numpy's: empty, one-entry and long segments, ties at the
-    # bound, bounds below, among and above every time
+    # the search against numpy's: empty, one-entry and long segments, ties at the bound,
+    # bounds below, among and above every time
     g = np.random.default_rng(11)
     ntime = g.integers(0, 20, 50)
     for d in [0, 1, 2, 3, 7, 8, 9, 16, 33, 100]:
