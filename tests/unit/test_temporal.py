@@ -155,8 +155,9 @@ def test_last_takes_the_k_latest_admissible(kind):
             assert eid[off[i]:off[i + 1]].tolist() == want_e
 
 
+@pytest.mark.parametrize("search", [typed.admissible_count, typed.admissible_count_prefetched])
 @pytest.mark.parametrize("by_node", [False, True])
-def test_admissible_count_is_the_sorted_segments_upper_bound(by_node):
+def test_admissible_count_is_the_sorted_segments_upper_bound(search, by_node):
     # the search against numpy's: empty, one-entry and long segments, ties at the bound,
     # bounds below, among and above every time
     g = np.random.default_rng(11)
@@ -170,7 +171,7 @@ def test_admissible_count_is_the_sorted_segments_upper_bound(by_node):
             etime = np.r_[np.full(pad, 99), np.sort(g.integers(0, 20, d)), np.full(3, -1)]
             seg = ntime[indices] if by_node else etime[pad:pad + d]
             for bound in (-1, 0, 5, 10, 19, 25, *seg[:3].tolist()):
-                got = typed.admissible_count(etime, ntime, idx, by_node, pad, d, bound)
+                got = search(etime, ntime, idx, by_node, pad, d, bound)
                 assert got == np.searchsorted(seg, bound, side="right"), (d, bound)
 
 
