@@ -32,6 +32,7 @@ import numba
 import numpy as np
 
 from . import cpu, weighted
+from .prefetch import prefetch
 
 __all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays",
            "group_by_relation", "group_hops_by_relation"]
@@ -103,6 +104,27 @@ def admissible_count(etime, ntime, indices, by_node, s, d, bound):
     return lo
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def admissible_count_prefetched(etime, ntime, indices, by_node, s, d, bound):
+    """:func:`admissible_count` as a branch-free binary search (the compares move ``base`` by
+    arithmetic, so no branch waits on a time read), for segments prefetched ahead: there it was
+    about 5% faster (measured); without the prefetch it was slower."""
+    base = s
+    n = d
+    while n > 1:
+        half = n >> 1
+        t = ntime[indices[base + half]] if by_node else etime[base + half]
+        base += half * (t <= bound)
+        n -= half
+    if d <= 0:
+        return 0
+    t = ntime[indices[base]] if by_node else etime[base]
+    return base - s + (t <= bound)
+
+
+PREFETCH_AHEAD = 16  # pairs between a segment's prefetch and its search (8 to 32 measured alike)
+
+
 def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
                     wflag, rows, bounds, req, fan, replace, last, width, starts, degs, nzs,
                     counts, scounts, rels):
@@ -119,9 +141,48 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
             p = i * width + j
             starts[p] = s0 + j
             rels[p] = r0 + j if j < R_t else -1
-    # (b) the random reads of indptr (and of the times), independent, so their misses overlap.
-    # The count is written out here: a helper returning (count, scratch) cost the timed kernel
-    # a third of its time (measured)
+    if bounds is not None:
+        # (t) time: every pair's segment from indptr, then its degree cut to the admissible
+        # prefix. A search's loads depend on indptr's, so it waits for its own misses; the
+        # segment PREFETCH_AHEAD pairs on is prefetched (its middle, the first probe)
+        # meanwhile, so the misses of many rows overlap (measured: the time search's cost per
+        # row divided by about 3). Pairs of no relation get an empty segment at 0, which the
+        # search reads nothing of. Written out here, once per kind of time, with a constant
+        # ``by_node``: numba parallelises no prange of an inlined helper, and the search with
+        # the flag as a variable cost half as much again (measured). Across a thread's chunk
+        # end the read ahead may see a degree another thread already cut: only the prefetched
+        # address differs (a prefetch never faults and changes no value).
+        m = rels.shape[0]
+        for p in numba.prange(m):
+            s = 0
+            d = 0
+            if rels[p] >= 0:
+                sg = starts[p]
+                s = indptr[sg]
+                d = indptr[sg + 1] - s
+            starts[p] = s
+            degs[p] = d
+        if by_node:
+            for i in numba.prange(n):
+                for j in range(width):
+                    p = i * width + j
+                    a = p + PREFETCH_AHEAD
+                    if a < m:
+                        prefetch(indices, starts[a] + (degs[a] >> 1))
+                    degs[p] = admissible_count_prefetched(etime, ntime, indices, True,
+                                                          starts[p], degs[p], bounds[i])
+        else:
+            for i in numba.prange(n):
+                for j in range(width):
+                    p = i * width + j
+                    a = p + PREFETCH_AHEAD
+                    if a < m:
+                        prefetch(etime, starts[a] + (degs[a] >> 1))
+                    degs[p] = admissible_count_prefetched(etime, ntime, indices, False,
+                                                          starts[p], degs[p], bounds[i])
+    # (b) the random reads of indptr, independent, so their misses overlap (with time they
+    # were read by the cut above). The count is written out here: a helper returning (count,
+    # scratch) cost the timed kernel a third of its time (measured)
     for i in numba.prange(n):
         q = req[i]
         rep = replace[q] != 0
@@ -134,13 +195,15 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
             k = 0
             sc = 0
             if r >= 0:
-                sg = starts[p]
-                s = indptr[sg]
-                d = indptr[sg + 1] - s
-                if bounds is not None:
-                    d = admissible_count(etime, ntime, indices, by_node, s, d, bounds[i])
-                starts[p] = s
-                degs[p] = d
+                if bounds is None:
+                    sg = starts[p]
+                    s = indptr[sg]
+                    d = indptr[sg + 1] - s
+                    starts[p] = s
+                    degs[p] = d
+                else:
+                    s = starts[p]
+                    d = degs[p]
                 f = fan[q, r]
                 if tail:
                     k = d if f < 0 else min(f, d)

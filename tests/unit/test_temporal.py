@@ -155,6 +155,49 @@ def test_last_takes_the_k_latest_admissible(kind):
             assert eid[off[i]:off[i + 1]].tolist() == want_e
 
 
+@pytest.mark.parametrize("search", [typed.admissible_count, typed.admissible_count_prefetched])
+@pytest.mark.parametrize("by_node", [False, True])
+def test_admissible_count_is_the_sorted_segments_upper_bound(search, by_node):
+    # the search against numpy's: empty, one-entry and long segments, ties at the bound,
+    # bounds below, among and above every time
+    g = np.random.default_rng(11)
+    ntime = g.integers(0, 20, 50)
+    for d in [0, 1, 2, 3, 7, 8, 9, 16, 33, 100]:
+        for _ in range(20):
+            indices = g.integers(0, 50, d)
+            indices = indices[np.argsort(ntime[indices], kind="stable")]
+            pad = g.integers(0, 5)  # the segment starts inside the arrays
+            idx = np.r_[np.zeros(pad, np.int64), indices, np.zeros(3, np.int64)]
+            etime = np.r_[np.full(pad, 99), np.sort(g.integers(0, 20, d)), np.full(3, -1)]
+            seg = ntime[indices] if by_node else etime[pad:pad + d]
+            for bound in (-1, 0, 5, 10, 19, 25, *seg[:3].tolist()):
+                got = search(etime, ntime, idx, by_node, pad, d, bound)
+                assert got == np.searchsorted(seg, bound, side="right"), (d, bound)
+
+
+@pytest.mark.parametrize("kind", ["edge", "node"])
+def test_time_cut_of_a_large_frontier_equals_the_reference(kind):
+    # a frontier large enough for the parallel kernel (and for the prefetches ahead of the
+    # searches to cross rows of both types, whose relation counts differ): per node the
+    # admissible counts of the reference, and the same output as serial calls of few nodes
+    g, _, _ = _graph(kind)
+    gen = np.random.default_rng(5)
+    rows = gen.integers(0, g.num_nodes, 5000)
+    bounds = gen.integers(-5, 105, rows.size)
+    counts, nbr, rel, eid = got = _call(g, rows, bounds, -1, last=1)
+    want = [sum(p.size for p in _admissible_reference(g, int(v), b, kind).values())
+            for v, b in zip(rows, bounds, strict=True)]
+    assert counts.tolist() == want
+    for fan, last in ((-1, 1), (3, 0)):
+        whole = got if last else _call(g, rows, bounds, fan, last=last)
+        parts = [_call(g, rows[i:i + 700], bounds[i:i + 700], fan, last=last,
+                       keys=np.arange(i, min(i + 700, rows.size), dtype=np.int64))
+                 for i in range(0, rows.size, 700)]
+        for a, b in zip(whole, (np.concatenate(x) for x in zip(*parts, strict=True)),
+                        strict=True):
+            assert np.array_equal(a, b)
+
+
 def _chi_square(g, v, bound, fan, n_keys=3000, hop=1):
     """Chi-square of how often each admissible neighbor position of v's first relation is
     drawn, over ``n_keys`` keys, against uniform inclusion."""
