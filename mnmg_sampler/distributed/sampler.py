@@ -2,8 +2,7 @@
 
 Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
 owner. Nodes it owns never touch the wire; the others go to their owners in one exchange (an
-all-to-all; opt-in on gloo, one message per peer, see
-:class:`~mnmg_sampler.distributed.collective.Exchanger`), as wire ids (int32 whenever the graph's
+all-to-all, see :class:`~mnmg_sampler.distributed.collective.Exchanger`), as wire ids (int32 whenever the graph's
 node and edge counts fit, decided once per job) behind one small header per request and
 destination (node count, key, fanout, flags) instead of constants repeated per node. **One**
 kernel call per rank serves its own nodes and every node received from all ranks; counts,
