@@ -2,19 +2,19 @@
 
 Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
 owner. Nodes it owns never touch the wire; the others go to their owners in one exchange (an
-all-to-all, see :class:`~mnmg_sampler.distributed.collective.Exchanger`), as wire ids (int32 whenever the graph's
-node and edge counts fit, decided once per job) behind one small header per request and
-destination (node count, key, fanout, flags) instead of constants repeated per node. **One**
-kernel call per rank serves its own nodes and every node received from all ranks; counts,
+all-to-all, see :class:`~mnmg_sampler.distributed.collective.Exchanger`), as wire ids (int32
+whenever the graph's node and edge counts fit, decided once per job) behind one small header per
+request and destination (node count, key, fanout, flags) instead of constants repeated per node.
+**One** kernel call per rank serves its own nodes and every node received from all ranks; counts,
 neighbor ids, (only when some request asked) edge ids and (when ``n_id`` is translated without
-features) the nodes' original ids go back in one more exchange, padded to sizes both sides
-compute when no request of the round has a fanout of -1 (so without a size exchange), and the
-requester puts them back in frontier order. With the shared topology (:mod:`.shared_topology`,
-every rank on one host) a rank maps every part and samples every hop itself, and the feature
-store reads every part's rows in place: a round is then its agreement alone. The requester
-deduplicates and renumbers (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are
-collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any
-number of requests, including none.
+features) the nodes' original ids go back in one more exchange, received into a bound both sides
+compute when no request of the round has a fanout of -1 (so without a size exchange; on gloo only
+the rows travel, elsewhere blocks are padded to the bound), and the requester puts them back in
+frontier order. With the shared topology (:mod:`.shared_topology`, every rank on one host) a rank
+maps every part and samples every hop itself, and the feature store reads every part's rows in
+place: a round is then its agreement alone. The requester deduplicates and renumbers
+(:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
+:meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
