@@ -262,7 +262,10 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
                      "row_bytes": fs.row_bytes if fs else 0, "hops": []}
 
         def snap() -> dict:
-            return {**_counters(ds, fs), "rounds": svc._stats["rounds"]}
+            # collectives counted per working round by the service: the ranks' counters are
+            # read at slightly different times, and an idle service is always in an agreement
+            return {**_counters(ds, fs), "rounds": svc._stats["rounds"],
+                    "exchange_calls": svc._stats["round_calls"]}
 
         def epoch() -> int:
             return sum(int(b.edge_index.shape[1]) for b in loader)

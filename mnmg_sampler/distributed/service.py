@@ -173,7 +173,8 @@ class SamplingService:
         self._failed: MnmgError | None = None
         self._idle = idle_sleep_s
         self._wake = threading.Event()  # a request or shutdown: end the idle sleep now
-        self._stats = {"rounds": 0, "idle_rounds": 0, "requests": 0, "hops": 0,
+        # round_calls: collectives of working rounds (agreement included; idle ones apart)
+        self._stats = {"rounds": 0, "idle_rounds": 0, "round_calls": 0, "requests": 0, "hops": 0,
                        "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
         self._fork_held: list = []  # round locks a fork holds
         _LIVE.add(self)
@@ -302,6 +303,7 @@ class SamplingService:
                 # the sampler's flags (input error, hops, remote seeds): one all-reduce, MAX
                 slot.step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
+                calls0 = sampler.ex.calls  # this round's collectives, agreement included
                 mine, err = sampler.round_flags([r for r, _ in pending])
                 flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine])
                 total, active = flags[0], flags[1]
@@ -329,6 +331,7 @@ class SamplingService:
                 st = self._stats
                 with self._stats_lock:
                     st["rounds"] += 1
+                    st["round_calls"] += sampler.ex.calls - calls0
                     st["requests"] += len(pending)
                     st["hops"] += sampler.kernel_calls - k0
                     st["t_round"] += time.perf_counter() - t0
