@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
 from ..ops.cpu import group_by_part, sample_neighbors_parts
+from ..ops.typed_parts import part_of
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 
@@ -211,21 +212,13 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _part_of(v, bounds, last):
-    r = 0
-    while r < last and v >= bounds[r + 1]:
-        r += 1
-    return r
-
-
 @numba.njit(cache=True, nogil=True)
 def _gather(ids, bounds, arrays, out):
     """``out[i] = arrays[r][v - bounds[r]]`` for each id ``v = ids[i]`` of part ``r``: one
     pass over the mapped 1-d arrays of every part."""
     last = len(arrays) - 1
     for i in range(ids.shape[0]):
-        r = _part_of(ids[i], bounds, last)
+        r = part_of(ids[i], bounds, last)
         out[i] = arrays[r][ids[i] - bounds[r]]
     return out
 
@@ -236,7 +229,7 @@ def _gather_rows(ids, bounds, arrays, out):
     indexing on this machine)."""
     last = len(arrays) - 1
     for i in range(ids.shape[0]):
-        r = _part_of(ids[i], bounds, last)
+        r = part_of(ids[i], bounds, last)
         src = arrays[r]
         row = ids[i] - bounds[r]
         for j in range(out.shape[1]):
