@@ -17,13 +17,18 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from .. import errors as _errors
+from ..ops import bitpack
 from ..errors import MnmgError, PeerError, ServiceError
 
 T = TypeVar("T")
+
+import os  # TEMP measurement switch
+_PACK_FAR_ONLY = os.environ.get("MNMG_PACK_FAR_ONLY") == "1"
 
 
 def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
@@ -138,6 +143,8 @@ class Exchanger:
     def payload(self, payload: torch.Tensor, send_counts: Sequence[int],
                 recv_counts: Sequence[int], tag: str = "data") -> torch.Tensor:
         """Exchange rows whose per-rank counts both sides already know."""
+        if self._packs(payload):
+            return self._packed(payload, send_counts, send_counts, recv_counts, True, tag)
         t0 = time.perf_counter()
         src_dev = payload.device
         row = _row_bytes(payload)
@@ -182,6 +189,8 @@ class Exchanger:
         if W == 1:
             self._count(tag, _row_bytes(payload), send)
             return payload
+        if self._packs(payload):
+            return self._packed(payload, send, sb, rb, False, tag)
         t0 = time.perf_counter()
         src_dev = payload.device
         send_t = self._stage(payload).contiguous()
@@ -201,6 +210,73 @@ class Exchanger:
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
+
+    # -- bit-packed ids ----------------------------------------------------------------------
+    def _packs(self, payload: torch.Tensor) -> bool:
+        """Whether ``payload`` travels bit-packed (:mod:`..ops.bitpack`): integer words
+        (1-D int32/int64: ids, counts, headers, lookups) on gloo, to at least one peer."""
+        return (self.short_receives and self.world_size > 1 and payload.dim() == 1
+                and payload.dtype in (torch.int32, torch.int64)
+                and payload.device.type == "cpu" and bool(self._pack_peers().any()))
+
+    def _pack_peers(self) -> np.ndarray:
+        """Per rank, True where blocks to and from it are bit-packed (symmetric: rank ``a``
+        packs for ``b`` exactly when ``b`` packs for ``a``)."""
+        if _PACK_FAR_ONLY:
+            return (np.zeros(self.world_size, bool) if self.far is None
+                    else np.asarray(self.far, bool).copy())
+        out = np.ones(self.world_size, bool)
+        out[self.rank] = False
+        return out
+
+    def _packed(self, payload: torch.Tensor, send_counts: Sequence[int],
+                send_bounds: Sequence[int], recv_bounds: Sequence[int], exact: bool,
+                tag: str) -> torch.Tensor:
+        """:meth:`bounded` (``exact`` False) or :meth:`payload` (``exact``: each block is
+        exactly its bound) of integer words, bit-packed to the peers of :meth:`_pack_peers`:
+        byte bounds follow from the word bounds (:func:`~..ops.bitpack.encoded_bound`), so
+        nothing travels first; the block to self is copied, never sent. The counters count
+        the bytes that travel."""
+        t0 = time.perf_counter()
+        W, me = self.world_size, self.rank
+        vals = payload.contiguous().numpy()
+        isz = vals.itemsize
+        send = np.asarray([int(c) for c in send_counts], np.int64)
+        sb = np.asarray([int(c) for c in send_bounds], np.int64)
+        rb = np.asarray([int(c) for c in recv_bounds], np.int64)
+        if send[me] != rb[me]:
+            raise RuntimeError(f"{send[me]} rows to self, {rb[me]} expected")
+        packed = self._pack_peers()  # a block of bound 0 is empty: nothing travels
+        sbb = np.where(packed & (sb > 0), bitpack.encoded_bound(sb, isz), sb * isz)
+        rbb = np.where(packed & (rb > 0), bitpack.encoded_bound(rb, isz), rb * isz)
+        sbb[me] = rbb[me] = 0
+        buf, sizes = bitpack.encode_blocks(vals, send, packed & (sb > 0), sbb, me)
+        got = torch.empty(int(rbb.sum()), dtype=torch.uint8)
+        c0 = time.thread_time()
+        dist.all_to_all_single(got, torch.from_numpy(buf), rbb.tolist(), sizes.tolist(),
+                               group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+        sizes[me] = send[me] * isz
+        self._count(tag, 1, sizes)
+        got_b = got.numpy()
+        out = np.empty(int(rb.sum()), vals.dtype)
+        ro = np.concatenate(([0], np.cumsum(rb)))
+        bo = np.concatenate(([0], np.cumsum(rbb)))
+        s0 = int(send[:me].sum())
+        out[ro[me]:ro[me + 1]] = vals[s0:s0 + send[me]]
+        for r in range(W):
+            if r == me or rb[r] == 0:
+                continue
+            region = got_b[bo[r]:bo[r + 1]]
+            if not packed[r]:  # raw words (past the block's own size: undefined, as unpacked)
+                out[ro[r]:ro[r + 1]] = region.view(vals.dtype)
+                continue
+            n = bitpack.decode_block(region, out, int(ro[r]), int(rb[r]))
+            if exact and n != rb[r]:
+                raise RuntimeError(f"rank {r} sent {n} words, {rb[r]} expected")
+        self.t_exchange += time.perf_counter() - t0
+        return torch.from_numpy(out)
 
     def agree_max(self, values: Sequence[int]) -> list[int]:
         """Collective: the element-wise maximum of ``values`` (same length on every rank): an
