@@ -250,7 +250,7 @@ class Exchanger:
         sbb = np.where(packed & (sb > 0), bitpack.encoded_bound(sb, isz), sb * isz)
         rbb = np.where(packed & (rb > 0), bitpack.encoded_bound(rb, isz), rb * isz)
         sbb[me] = rbb[me] = 0
-        buf, sizes = bitpack.encode_blocks(vals, send, packed & (sb > 0), sbb, me)
+        buf, sizes = bitpack.encode_blocks(vals, send, packed & (sb > 0), me)
         got = torch.empty(int(rbb.sum()), dtype=torch.uint8)
         c0 = time.thread_time()
         dist.all_to_all_single(got, torch.from_numpy(buf), rbb.tolist(), sizes.tolist(),

@@ -135,44 +135,40 @@ def _decode(buf, p, end, cap, out, lo):
 
 
 @numba.njit(cache=True, nogil=True)
-def _encode_blocks(vals, starts, counts, packed, out, offs, sizes):
+def _encode_blocks(vals, raw, starts, counts, packed, skip, out, sizes):
+    p = 0
+    k = vals.itemsize
     for r in range(counts.size):
+        if r == skip:
+            continue
         if packed[r]:
-            sizes[r] = _encode(vals, starts[r], counts[r], out, offs[r]) - offs[r]
+            q = _encode(vals, starts[r], counts[r], out, p)
+        else:  # raw little-endian words
+            b = starts[r] * k
+            q = p + counts[r] * k
+            out[p:q] = raw[b:b + counts[r] * k]
+        sizes[r] = q - p
+        p = q
+    return p
 
 
-def encode_blocks(vals: np.ndarray, counts: np.ndarray, packed: np.ndarray, bounds: np.ndarray,
-                  skip: int = -1) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks of ``vals`` (``counts[r]`` words for destination ``r``, in order), each encoded
-    where ``packed[r]`` and copied as raw words elsewhere, block ``r`` at byte
-    ``sum(bounds[:r])`` of the result; block ``skip`` is left out (size 0). ``bounds[r]``
-    (bytes) must hold the block: :func:`encoded_bound` of at least ``counts[r]`` when packed,
-    ``counts[r]`` words when not. Returns ``(bytes, byte size of each block)``; the bytes past a
-    block's size are undefined."""
+def encode_blocks(vals: np.ndarray, counts: np.ndarray, packed: np.ndarray, skip: int = -1
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks of ``vals`` (``counts[r]`` words for destination ``r``, in order) one after the
+    other, each encoded where ``packed[r]`` and copied as raw little-endian words elsewhere;
+    block ``skip`` is left out (size 0). Returns ``(bytes, byte size of each block)``."""
     u = _unsigned(np.ascontiguousarray(vals))
     counts = np.asarray(counts, np.int64)
-    bounds = np.asarray(bounds, np.int64)
-    packed = np.asarray(packed, np.bool_).copy()
+    packed = np.asarray(packed, np.bool_)
     starts = np.zeros(counts.size, np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
-    offs = np.zeros(counts.size, np.int64)
-    np.cumsum(bounds[:-1], out=offs[1:])
-    need = np.where(packed, encoded_bound(counts, u.itemsize), counts * u.itemsize)
+    room = np.where(packed, encoded_bound(counts, u.itemsize), counts * u.itemsize)
     if skip >= 0:
-        packed[skip], need[skip] = False, 0
-    if (need > bounds).any():
-        raise RuntimeError(f"blocks of {counts.tolist()} words do not fit their bounds of "
-                           f"{bounds.tolist()} bytes")
-    out = np.empty(int(bounds.sum()), np.uint8)
+        room[skip] = 0
+    out = np.empty(int(room.sum()), np.uint8)
     sizes = np.zeros(counts.size, np.int64)
-    _encode_blocks(u, starts, counts, packed, out, offs, sizes)
-    raw = u.view(np.uint8)
-    for r in np.flatnonzero(~packed):
-        if r != skip and counts[r]:
-            k = int(counts[r]) * u.itemsize
-            out[offs[r]:offs[r] + k] = raw[starts[r] * u.itemsize:starts[r] * u.itemsize + k]
-            sizes[r] = k
-    return out, sizes
+    end = _encode_blocks(u, u.view(np.uint8), starts, counts, packed, skip, out, sizes)
+    return out[:end], sizes
 
 
 def decode_block(buf: np.ndarray, out: np.ndarray, lo: int, cap: int) -> int:
