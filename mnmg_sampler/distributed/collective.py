@@ -28,7 +28,7 @@ from ..errors import MnmgError, PeerError, ServiceError
 T = TypeVar("T")
 
 import os  # TEMP measurement switch
-_PACK_FAR_ONLY = os.environ.get("MNMG_PACK_FAR_ONLY") == "1"
+_PACK = os.environ.get("MNMG_PACK", "all")
 
 
 def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
@@ -222,7 +222,9 @@ class Exchanger:
     def _pack_peers(self) -> np.ndarray:
         """Per rank, True where blocks to and from it are bit-packed (symmetric: rank ``a``
         packs for ``b`` exactly when ``b`` packs for ``a``)."""
-        if _PACK_FAR_ONLY:
+        if _PACK == "off":
+            return np.zeros(self.world_size, bool)
+        if _PACK == "far":
             return (np.zeros(self.world_size, bool) if self.far is None
                     else np.asarray(self.far, bool).copy())
         out = np.ones(self.world_size, bool)
