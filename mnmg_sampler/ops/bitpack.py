@@ -175,7 +175,8 @@ def decode_block(buf: np.ndarray, out: np.ndarray, lo: int, cap: int) -> int:
     """Decode the encoded block filling ``buf`` (bytes past its end are ignored) into
     ``out[lo:lo + n]``; returns ``n``. A block that is malformed, runs past ``buf`` or says
     more than ``cap`` words raises ``RuntimeError``."""
-    n = int(_decode(buf, 0, buf.size, cap, _unsigned(out), lo))
+    cap = min(int(cap), out.size - int(lo))
+    n = int(_decode(buf, 0, buf.size, cap, _unsigned(out), lo)) if cap >= 0 else -1
     if n < 0 or lo + n > out.size:
         raise RuntimeError(f"a bit-packed block of {buf.size} bytes is malformed or holds more "
                            f"than its bound of {cap} words")
