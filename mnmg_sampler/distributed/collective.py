@@ -243,40 +243,29 @@ class Exchanger:
         W, me = self.world_size, self.rank
         vals = payload.contiguous().numpy()
         isz = vals.itemsize
-        send = np.asarray([int(c) for c in send_counts], np.int64)
-        sb = np.asarray([int(c) for c in send_bounds], np.int64)
-        rb = np.asarray([int(c) for c in recv_bounds], np.int64)
+        send = [int(c) for c in send_counts]
+        sb, rb = [int(c) for c in send_bounds], [int(c) for c in recv_bounds]
         if send[me] != rb[me]:
             raise RuntimeError(f"{send[me]} rows to self, {rb[me]} expected")
-        packed = self._pack_peers()  # a block of bound 0 is empty: nothing travels
-        sbb = np.where(packed & (sb > 0), bitpack.encoded_bound(sb, isz), sb * isz)
-        rbb = np.where(packed & (rb > 0), bitpack.encoded_bound(rb, isz), rb * isz)
-        sbb[me] = rbb[me] = 0
-        buf, sizes = bitpack.encode_blocks(vals, send, packed & (sb > 0), me)
-        got = torch.empty(int(rbb.sum()), dtype=torch.uint8)
+        peers = self._pack_peers().tolist()
+        # a block of bound 0 is empty: nothing travels; the block to self never travels
+        to = [p and b > 0 for p, b in zip(peers, sb, strict=True)]
+        frm = [p and b > 0 for p, b in zip(peers, rb, strict=True)]
+        rbb = bitpack.block_bytes(rb, frm, isz)
+        rbb[me] = 0
+        buf, sizes = bitpack.encode_blocks(vals, send, to, me)
+        got = torch.empty(sum(rbb), dtype=torch.uint8)
         c0 = time.thread_time()
-        dist.all_to_all_single(got, torch.from_numpy(buf), rbb.tolist(), sizes.tolist(),
+        dist.all_to_all_single(got, torch.from_numpy(buf), rbb, sizes.tolist(),
                                group=self.group)
         self.cpu_exchange += time.thread_time() - c0
         self.calls += 1
         sizes[me] = send[me] * isz
         self._count(tag, 1, sizes)
-        got_b = got.numpy()
-        out = np.empty(int(rb.sum()), vals.dtype)
-        ro = np.concatenate(([0], np.cumsum(rb)))
-        bo = np.concatenate(([0], np.cumsum(rbb)))
-        s0 = int(send[:me].sum())
-        out[ro[me]:ro[me + 1]] = vals[s0:s0 + send[me]]
-        for r in range(W):
-            if r == me or rb[r] == 0:
-                continue
-            region = got_b[bo[r]:bo[r + 1]]
-            if not packed[r]:  # raw words (past the block's own size: undefined, as unpacked)
-                out[ro[r]:ro[r + 1]] = region.view(vals.dtype)
-                continue
-            n = bitpack.decode_block(region, out, int(ro[r]), int(rb[r]))
-            if exact and n != rb[r]:
-                raise RuntimeError(f"rank {r} sent {n} words, {rb[r]} expected")
+        out = np.empty(sum(rb), vals.dtype)
+        bitpack.decode_blocks(got.numpy(), rbb, rb, frm, out, me, exact)
+        s0, r0 = sum(send[:me]), sum(rb[:me])
+        out[r0:r0 + rb[me]] = vals[s0:s0 + send[me]]
         self.t_exchange += time.perf_counter() - t0
         return torch.from_numpy(out)
 

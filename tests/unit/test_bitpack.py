@@ -37,10 +37,12 @@ def test_every_width_round_trips(dtype):
                 else raw.astype(np.uint32).view(np.int32).astype(dtype)
             got = _round_trip(vals)
             assert got.dtype == vals.dtype and np.array_equal(got, vals), (w, n)
-            # w bits per word, a byte per mini-block, each mini-block ending on a byte
+            # w bits per word, a byte per mini-block (rounded up to 4), each mini-block
+            # ending on a 32-bit word
             full, tail = divmod(n, bp.MINI)
-            assert _one(vals)[1] == (bp.HEADER + full + (tail > 0) + full * bp.MINI * w // 8
-                                     + -(-tail * w // 8))
+            widths = -(-(full + (tail > 0)) // 4) * 4
+            assert _one(vals)[1] == (bp.HEADER + widths + full * bp.MINI * w // 8
+                                     + 4 * -(-tail * w // 32))
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
@@ -58,16 +60,16 @@ def test_adversarial_words(dtype):
     ]
     for vals in cases:
         assert np.array_equal(_round_trip(vals), vals)
-    assert _one(np.zeros(1000, dtype))[1] == bp.HEADER + 8
+    assert _one(np.zeros(1000, dtype))[1] == bp.HEADER + 8  # 8 width bytes of 0, no data
 
 
 def test_the_format_on_a_small_block():
-    """Header: the word count in 8 little-endian bytes; then the width byte (2: the largest
-    word is 3) and the words 1, 2, 3 in 2 bits each from the least significant bit:
-    0b11_10_01 = 0x39."""
+    """Header: the word count in 8 little-endian bytes; the width byte (2: the largest word
+    is 3) padded to 4 bytes; the words 1, 2, 3 in 2 bits each from the least significant bit
+    of a little-endian 32-bit word: 0b11_10_01 = 0x39."""
     buf, size = _one(np.array([1, 2, 3], np.int32))
-    assert size == 10
-    assert buf.tolist() == [3, 0, 0, 0, 0, 0, 0, 0, 2, 0x39]
+    assert size == 16
+    assert buf.tolist() == [3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0x39, 0, 0, 0]
 
 
 def test_blocks_packed_raw_and_skipped():
@@ -97,7 +99,7 @@ def test_malformed_blocks_raise():
     buf, size = _one(vals)
     out = np.empty(1000, np.int32)
     with pytest.raises(RuntimeError, match="malformed"):  # cut short
-        bp.decode_block(buf[:size - 1], out, 0, 1000)
+        bp.decode_block(buf[:size - 4], out, 0, 1000)
     with pytest.raises(RuntimeError, match="malformed"):  # more words than the bound
         bp.decode_block(buf, out, 0, 999)
     with pytest.raises(RuntimeError, match="malformed"):  # no room in the output
@@ -107,6 +109,35 @@ def test_malformed_blocks_raise():
     with pytest.raises(RuntimeError, match="malformed"):
         bp.decode_block(bad, out, 0, 1000)
     with pytest.raises(RuntimeError, match="malformed"):  # no header at all
-        bp.decode_block(buf[:3], out, 0, 1000)
+        bp.decode_block(buf[:4], out, 0, 1000)
     with pytest.raises(TypeError):
         bp.encode_blocks(np.zeros(3, np.float32), np.array([3]), np.array([True]))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_decode_blocks_of_a_receive_buffer(dtype):
+    """Blocks laid out at their byte bounds (as a receive of bounds gets them): packed, raw,
+    skipped and empty ones, words written at their word bounds; ``exact`` refuses a block
+    shorter than its bound."""
+    rng = np.random.default_rng(9)
+    words = [5, 0, 200, 3]  # what each block holds
+    bounds = [9, 0, 200, 3]  # words both sides know (block 0 holds fewer than its bound)
+    packed = [True, False, True, False]
+    vals = [rng.integers(-9, 1 << 30, w).astype(dtype) for w in words]
+    bb = bp.block_bytes(bounds, packed, np.dtype(dtype).itemsize)
+    buf = np.zeros(sum(bb), np.uint8)
+    o = 0
+    for r in range(4):
+        if r != 3:  # block 3 is the skipped one (to self): never in the buffer
+            blk, size = bp.encode_blocks(vals[r], [words[r]], [packed[r]])
+            assert size[0] <= bb[r]
+            buf[o:o + size[0]] = blk
+        o += bb[r]
+    out = np.full(sum(bounds), 77, dtype)
+    bp.decode_blocks(buf, bb, bounds, packed, out, skip=3)
+    assert np.array_equal(out[:5], vals[0]) and (out[5:9] == 77).all()
+    assert np.array_equal(out[9:209], vals[2]) and (out[209:] == 77).all()
+    with pytest.raises(RuntimeError, match="rank 0 .* exactly its 9 words"):
+        bp.decode_blocks(buf, bb, bounds, packed, out, skip=3, exact=True)
+    with pytest.raises(RuntimeError, match="shorter"):
+        bp.decode_blocks(buf[:-4], bb, bounds, packed, out, skip=3)
