@@ -28,7 +28,7 @@ from ..errors import MnmgError, PeerError, ServiceError
 T = TypeVar("T")
 
 import os  # TEMP measurement switch
-_PACK = os.environ.get("MNMG_PACK", "all")
+_PACK = os.environ.get("MNMG_PACK", "far")
 
 
 def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
