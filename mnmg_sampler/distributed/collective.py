@@ -22,13 +22,10 @@ import torch
 import torch.distributed as dist
 
 from .. import errors as _errors
-from ..ops import bitpack
 from ..errors import MnmgError, PeerError, ServiceError
+from ..ops import bitpack
 
 T = TypeVar("T")
-
-import os  # TEMP measurement switch
-_PACK = os.environ.get("MNMG_PACK", "far")
 
 
 def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
@@ -220,16 +217,12 @@ class Exchanger:
                 and payload.device.type == "cpu" and bool(self._pack_peers().any()))
 
     def _pack_peers(self) -> np.ndarray:
-        """Per rank, True where blocks to and from it are bit-packed (symmetric: rank ``a``
-        packs for ``b`` exactly when ``b`` packs for ``a``)."""
-        if _PACK == "off":
+        """Per rank, True where blocks to and from it are bit-packed: the ranks of other hosts
+        (``far``, symmetric: rank ``a`` packs for ``b`` exactly when ``b`` packs for ``a``).
+        Ranks of one host exchange raw words: packing costs CPU and saves no scarce bytes."""
+        if self.far is None:
             return np.zeros(self.world_size, bool)
-        if _PACK == "far":
-            return (np.zeros(self.world_size, bool) if self.far is None
-                    else np.asarray(self.far, bool).copy())
-        out = np.ones(self.world_size, bool)
-        out[self.rank] = False
-        return out
+        return np.asarray(self.far, bool)
 
     def _packed(self, payload: torch.Tensor, send_counts: Sequence[int],
                 send_bounds: Sequence[int], recv_bounds: Sequence[int], exact: bool,
@@ -240,7 +233,7 @@ class Exchanger:
         nothing travels first; the block to self is copied, never sent. The counters count
         the bytes that travel."""
         t0 = time.perf_counter()
-        W, me = self.world_size, self.rank
+        me = self.rank
         vals = payload.contiguous().numpy()
         isz = vals.itemsize
         send = [int(c) for c in send_counts]

@@ -1,8 +1,8 @@
 """Bit-packed ids on real gloo ranks: ``Exchanger.payload`` and ``Exchanger.bounded`` deliver
 exactly the words sent (int32 and int64, empty blocks, full-width and negative words, blocks
-shorter than their bound), the counters count the encoded bytes that travel (to others and to
-other hosts), and sampling over the wire gives the one process's batches with fewer id bytes
-than raw words would cost."""
+shorter than their bound; packed to other hosts' ranks, raw to this host's), the counters count
+the bytes that travel (encoded ones to other hosts), and sampling between hosts gives the one
+process's batches with fewer id bytes than raw words would cost."""
 
 from __future__ import annotations
 
@@ -66,16 +66,19 @@ def _exchanges(rank, world, far):
             offs = np.concatenate(([0], np.cumsum(rb)))
             for r in range(world):
                 assert np.array_equal(out[offs[r]:offs[r] + got_from[r].size], got_from[r])
-            # what travels: each other rank's block encoded (a block of bound 0: nothing)
+            # what travels: blocks to other hosts encoded (a block of bound 0: nothing),
+            # raw words to this host's ranks
             for tag, bounds in (("pay", counts), ("bnd", sb)):
                 expect[tag][0] += counts[me] * isz
                 for r in range(world):
                     if r == me or bounds[r] == 0:
                         continue
-                    _, size = bitpack.encode_blocks(blocks[r], np.array([counts[r]]),
-                                                    np.array([True]))
+                    if not far[rank][r]:
+                        expect[tag][1] += counts[r] * isz
+                        continue
+                    _, size = bitpack.encode_blocks(blocks[r], [counts[r]], [True])
                     expect[tag][1] += int(size[0])
-                    cross[tag] += int(size[0]) if far[rank][r] else 0
+                    cross[tag] += int(size[0])
     return ({t: ex.bytes[t] for t in ("pay", "bnd")}, expect,
             {t: ex.cross_bytes.get(t, 0) for t in ("pay", "bnd")}, cross)
 
