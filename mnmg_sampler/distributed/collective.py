@@ -49,10 +49,19 @@ class Exchanger:
     of the bound; elsewhere each block is padded to its bound); :meth:`payload` sends rows whose
     counts both sides know. The agreement (:meth:`agree_max`) is one all-reduce.
 
+    Integer words between hosts travel bit-packed: on gloo, a 1-D int32/int64 payload of
+    :meth:`payload` or :meth:`bounded` (ids, counts, headers, lookups, the ids of a feature
+    fetch; not feature rows) goes to each rank of another host (``far``) as
+    :mod:`..ops.bitpack` blocks, whose byte bound follows from the word bound, so no size
+    travels first; the receiver gets exactly the words sent. Blocks to this host's ranks stay
+    raw words (packing costs CPU, and those bytes never leave the host), and so does everything
+    when the host layout is unknown (``far`` None) or on NCCL (blocks padded to their bounds).
+
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
-    row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
-    (``ids``, ``features``, ...), ``calls`` (collectives), ``transfers`` (host <-> device copies
-    of the data path: ``h2d`` and ``d2h``; every one goes through :meth:`h2d` / :meth:`d2h`).
+    byte handed to a collective, packed blocks at their encoded size), ``bytes[tag] = [to self,
+    to others]`` per traffic class (``ids``, ``features``, ...), ``cross_bytes[tag]`` (to other
+    hosts), ``calls`` (collectives), ``transfers`` (host <-> device copies of the data path:
+    ``h2d`` and ``d2h``; every one goes through :meth:`h2d` / :meth:`d2h`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -175,8 +184,9 @@ class Exchanger:
         ``send_counts[r]`` rows to rank ``r``, at most ``send_bounds[r]``, which rank ``r``
         passes as its ``recv_bounds``. Block ``r`` of the result starts after
         ``recv_bounds[:r]`` rows; rows past a block's own size are undefined. On gloo only the
-        rows travel (a receive takes a shorter message); on other backends every block is
-        padded with zeros to its bound. Rows to self must equal their bound."""
+        rows travel (a receive takes a shorter message; integer words to other hosts
+        bit-packed); on other backends every block is padded with zeros to its bound. Rows to
+        self must equal their bound."""
         W, me = self.world_size, self.rank
         send = [int(c) for c in send_counts]
         sb, rb = [int(c) for c in send_bounds], [int(c) for c in recv_bounds]
