@@ -17,11 +17,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from .. import errors as _errors
 from ..errors import MnmgError, PeerError, ServiceError
+from ..ops import bitpack
 
 T = TypeVar("T")
 
@@ -47,10 +49,19 @@ class Exchanger:
     of the bound; elsewhere each block is padded to its bound); :meth:`payload` sends rows whose
     counts both sides know. The agreement (:meth:`agree_max`) is one all-reduce.
 
+    Integer words between hosts travel bit-packed: on gloo, a 1-D int32/int64 payload of
+    :meth:`payload` or :meth:`bounded` (ids, counts, headers, lookups, the ids of a feature
+    fetch; not feature rows) goes to each rank of another host (``far``) as
+    :mod:`..ops.bitpack` blocks, whose byte bound follows from the word bound, so no size
+    travels first; the receiver gets exactly the words sent. Blocks to this host's ranks stay
+    raw words (packing costs CPU, and those bytes never leave the host), and so does everything
+    when the host layout is unknown (``far`` None) or on NCCL (blocks padded to their bounds).
+
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
-    row handed to a collective), ``bytes[tag] = [to self, to others]`` per traffic class
-    (``ids``, ``features``, ...), ``calls`` (collectives), ``transfers`` (host <-> device copies
-    of the data path: ``h2d`` and ``d2h``; every one goes through :meth:`h2d` / :meth:`d2h`).
+    byte handed to a collective, packed blocks at their encoded size), ``bytes[tag] = [to self,
+    to others]`` per traffic class (``ids``, ``features``, ...), ``cross_bytes[tag]`` (to other
+    hosts), ``calls`` (collectives), ``transfers`` (host <-> device copies of the data path:
+    ``h2d`` and ``d2h``; every one goes through :meth:`h2d` / :meth:`d2h`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -138,6 +149,8 @@ class Exchanger:
     def payload(self, payload: torch.Tensor, send_counts: Sequence[int],
                 recv_counts: Sequence[int], tag: str = "data") -> torch.Tensor:
         """Exchange rows whose per-rank counts both sides already know."""
+        if self._packs(payload):
+            return self._packed(payload, send_counts, send_counts, recv_counts, True, tag)
         t0 = time.perf_counter()
         src_dev = payload.device
         row = _row_bytes(payload)
@@ -171,8 +184,9 @@ class Exchanger:
         ``send_counts[r]`` rows to rank ``r``, at most ``send_bounds[r]``, which rank ``r``
         passes as its ``recv_bounds``. Block ``r`` of the result starts after
         ``recv_bounds[:r]`` rows; rows past a block's own size are undefined. On gloo only the
-        rows travel (a receive takes a shorter message); on other backends every block is
-        padded with zeros to its bound. Rows to self must equal their bound."""
+        rows travel (a receive takes a shorter message; integer words to other hosts
+        bit-packed); on other backends every block is padded with zeros to its bound. Rows to
+        self must equal their bound."""
         W, me = self.world_size, self.rank
         send = [int(c) for c in send_counts]
         sb, rb = [int(c) for c in send_bounds], [int(c) for c in recv_bounds]
@@ -182,6 +196,8 @@ class Exchanger:
         if W == 1:
             self._count(tag, _row_bytes(payload), send)
             return payload
+        if self._packs(payload):
+            return self._packed(payload, send, sb, rb, False, tag)
         t0 = time.perf_counter()
         src_dev = payload.device
         send_t = self._stage(payload).contiguous()
@@ -201,6 +217,60 @@ class Exchanger:
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
+
+    # -- bit-packed ids ----------------------------------------------------------------------
+    def _packs(self, payload: torch.Tensor) -> bool:
+        """Whether ``payload`` travels bit-packed (:mod:`..ops.bitpack`): integer words
+        (1-D int32/int64: ids, counts, headers, lookups) on gloo, to at least one peer."""
+        return (self.short_receives and self.world_size > 1 and payload.dim() == 1
+                and payload.dtype in (torch.int32, torch.int64)
+                and payload.device.type == "cpu" and bool(self._pack_peers().any()))
+
+    def _pack_peers(self) -> np.ndarray:
+        """Per rank, True where blocks to and from it are bit-packed: the ranks of other hosts
+        (``far``, symmetric: rank ``a`` packs for ``b`` exactly when ``b`` packs for ``a``).
+        Ranks of one host exchange raw words: packing costs CPU and saves no scarce bytes."""
+        if self.far is None:
+            return np.zeros(self.world_size, bool)
+        return np.asarray(self.far, bool)
+
+    def _packed(self, payload: torch.Tensor, send_counts: Sequence[int],
+                send_bounds: Sequence[int], recv_bounds: Sequence[int], exact: bool,
+                tag: str) -> torch.Tensor:
+        """:meth:`bounded` (``exact`` False) or :meth:`payload` (``exact``: each block is
+        exactly its bound) of integer words, bit-packed to the peers of :meth:`_pack_peers`:
+        byte bounds follow from the word bounds (:func:`~..ops.bitpack.encoded_bound`), so
+        nothing travels first; the block to self is copied, never sent. The counters count
+        the bytes that travel."""
+        t0 = time.perf_counter()
+        me = self.rank
+        vals = payload.contiguous().numpy()
+        isz = vals.itemsize
+        send = [int(c) for c in send_counts]
+        sb, rb = [int(c) for c in send_bounds], [int(c) for c in recv_bounds]
+        if send[me] != rb[me]:
+            raise RuntimeError(f"{send[me]} rows to self, {rb[me]} expected")
+        peers = self._pack_peers().tolist()
+        # a block of bound 0 is empty: nothing travels; the block to self never travels
+        to = [p and b > 0 for p, b in zip(peers, sb, strict=True)]
+        frm = [p and b > 0 for p, b in zip(peers, rb, strict=True)]
+        rbb = bitpack.block_bytes(rb, frm, isz)
+        rbb[me] = 0
+        buf, sizes = bitpack.encode_blocks(vals, send, to, me)
+        got = torch.empty(sum(rbb), dtype=torch.uint8)
+        c0 = time.thread_time()
+        dist.all_to_all_single(got, torch.from_numpy(buf), rbb, sizes.tolist(),
+                               group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+        sizes[me] = send[me] * isz
+        self._count(tag, 1, sizes)
+        out = np.empty(sum(rb), vals.dtype)
+        bitpack.decode_blocks(got.numpy(), rbb, rb, frm, out, me, exact)
+        s0, r0 = sum(send[:me]), sum(rb[:me])
+        out[r0:r0 + rb[me]] = vals[s0:s0 + send[me]]
+        self.t_exchange += time.perf_counter() - t0
+        return torch.from_numpy(out)
 
     def agree_max(self, values: Sequence[int]) -> list[int]:
         """Collective: the element-wise maximum of ``values`` (same length on every rank): an
