@@ -4,7 +4,10 @@ Any number of local clients (loaders, prefetched batches, threads) :meth:`~Sampl
 requests and get futures. Each **round** takes every pending local request; the ranks agree on
 the round with one small all-reduce (pending counts and done flags), then sample all merged
 requests with one kernel call per hop per rank and fetch their features. A rank with nothing to
-ask still joins every round, serving the others, until every rank has shut down.
+ask still joins every round, serving the others, until every rank has shut down. With the shared
+topology a round exchanges nothing, so merging saves nothing and the round is balanced instead:
+each rank samples as many of its requests as the rank with the fewest (at least one) and keeps
+the rest, oldest first, for its next rounds (a round lasts as long as its slowest rank).
 
 Modes:
     ``thread`` (default with gloo): a service thread runs rounds on the sampler's own process
@@ -32,6 +35,7 @@ import queue
 import threading
 import time
 import weakref
+from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -168,6 +172,14 @@ class SamplingService:
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)
         self._q: queue.Queue = queue.Queue()
+        # Balanced rounds: when a round exchanges nothing (every rank maps every part, one
+        # round in flight), a rank samples as many of its pending requests as the rank with
+        # the fewest (at least one) and holds the rest, oldest first, for its next round. A
+        # round lasts as long as its slowest rank, so a rank that took 4 requests beside a
+        # peer's 1 kept that peer waiting for 3 batches; merging saves no exchange here.
+        self._balanced = (getattr(self.sampler, "shared", None) is not None
+                          and len(self._slots) == 1)
+        self._held: deque = deque()  # (request, future) pairs taken but left for later
         self._closing = threading.Event()
         self._closed = False
         self._failed: MnmgError | None = None
@@ -305,9 +317,16 @@ class SamplingService:
                 done = self._closing.is_set() and not pending
                 calls0 = sampler.ex.calls  # this round's collectives, agreement included
                 mine, err = sampler.round_flags([r for r, _ in pending])
-                flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine])
+                # balanced rounds also agree on the fewest pending requests (as -max(-n))
+                extra = [-len(pending)] if self._balanced else []
+                flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine, *extra])
                 total, active = flags[0], flags[1]
-                agreed = (err, flags[2:])
+                agreed = (err, flags[2:2 + len(mine)])
+                if extra and not flags[2] and len(pending) > max(-flags[-1], 1):
+                    # flags of every pending request still bound this round's (hops, seeds)
+                    keep = max(-flags[-1], 1)
+                    self._held.extendleft(reversed(pending[keep:]))
+                    pending = slot.taken = pending[:keep]
                 if total == 0:
                     with self._stats_lock:
                         self._stats["idle_rounds"] += 1
@@ -343,6 +362,8 @@ class SamplingService:
                 self._failed = err  # the group's state is unknown: no more rounds
                 for _, f in pending:
                     _settle(f, exc=err)
+                while self._held:  # requests held for a later round: none will come
+                    _settle(self._held.popleft()[1], exc=err)
                 if err is e or not isinstance(e, Exception):
                     raise
                 raise err from e
@@ -354,6 +375,9 @@ class SamplingService:
 
     def _take(self) -> list:
         pending = []
+        while self._held and (self.max_requests_per_round is None
+                              or len(pending) < self.max_requests_per_round):
+            pending.append(self._held.popleft())
         while self.max_requests_per_round is None or len(pending) < self.max_requests_per_round:
             try:
                 pending.append(self._q.get_nowait())
@@ -381,7 +405,7 @@ class SamplingService:
         idle = 0  # idle rounds in a row (every rank's: the agreement says so)
         try:
             while True:
-                if self._q.empty() and not self._closing.is_set():
+                if self._q.empty() and not self._held and not self._closing.is_set():
                     self._wake.wait(idle_sleep(self._idle, idle))
                 self._wake.clear()
                 n = slot.rounds - slot.worked
@@ -400,6 +424,8 @@ class SamplingService:
         for slot in self._slots:
             for _, f in list(slot.taken):
                 _settle(f, exc=err)
+        while self._held:
+            _settle(self._held.popleft()[1], exc=err)
         while True:
             try:
                 _, f = self._q.get_nowait()

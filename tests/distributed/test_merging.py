@@ -110,3 +110,47 @@ def test_thread_mode_merges_concurrent_loaders(tmp_path, world):
                 want = ref.sample([SampleRequest(nodes[gb[gidx]], [3, 2],
                                                  request_key(k, 0, gidx))])[0]
                 assert_same(b, as_arrays(want))
+
+
+def _uneven(rank, world, d, shared):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode="inline",
+                          features=False, shared_topology=shared)
+    loaders = [DistNeighborLoader(svc, nodes, fan, 8, seed=k) for k, (nodes, fan) in
+               enumerate(LOADERS)]
+    # rank 0 queues its three loaders' first requests, rank 1 only the first loader's
+    mine = loaders if rank == 0 else loaders[:1]
+    futs = [svc.submit(ld.request(*ld._my_batch(0, ld.epoch))) for ld in mine]
+    got = [as_arrays(svc.result(f)) for f in futs]
+    svc.shutdown()
+    return got, svc.stats()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_rounds_without_exchanges_are_balanced(tmp_path, shared):
+    """With the shared topology a round exchanges nothing and lasts as long as its slowest
+    rank: a rank samples as many requests as the rank with the fewest (at least one) and keeps
+    the rest for its next rounds. Over the wire every pending request shares the round."""
+    g = small_graph()
+    world = 2
+    d = str(partition(g, world, "random", tmp_path / "p", seed=1))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    results = run_ranks(_uneven, world, d, shared, timeout=120)
+    for rank, (got, st) in enumerate(results):
+        assert st["shared_topology"]["enabled"] is shared
+        for k, b in enumerate(got):
+            nodes, fan = LOADERS[k]
+            pos = global_batches(nodes.size, 8, world, shuffle=False, drop_last=False, seed=k,
+                                 epoch=0)[rank]
+            want = ref.sample([SampleRequest(nodes[pos], fan, request_key(k, 0, rank))])[0]
+            assert_same(b, as_arrays(want))  # the round that carried a batch changes nothing
+    st0, st1 = results[0][1], results[1][1]
+    assert st0["requests"] == 3 and st1["requests"] == 1
+    if shared:  # rank 0's three requests in three rounds of one, beside rank 1's one
+        assert st0["rounds"] == st1["rounds"] == 3
+        assert st0["requests_per_round"] == 1.0
+    else:  # the wire path merges: one round took all three
+        assert st0["rounds"] == st1["rounds"] == 1
