@@ -3,19 +3,36 @@
 A child's exception comes back with its traceback and fails the test; a child that does not
 finish in time is killed and the test fails naming it. No ports are used, so parallel runs never
 collide.
+
+Spawned ranks are kept for the next call (a pool): starting a process, importing torch and
+loading numba's compiled kernels costs seconds per rank, more than most tests' sampling. Every
+call still runs on as many separate processes as it has ranks, in a new gloo process group over
+a new store, with the environment restored afterwards. A rank is not reused (it exits) when its
+call failed, left a thread running or changed the working directory; a call with ``env``, or
+made while the test process's environment or working directory differs from the pool's (e.g.
+``monkeypatch.setenv``), gets fresh ranks. ``MNMG_TEST_FRESH_RANKS=1`` spawns fresh ranks for
+every call (the behaviour without a pool).
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
 import tempfile
+import threading
+import time
 import traceback
 from collections.abc import Callable
+from multiprocessing.connection import wait
 from typing import Any
 
+FRESH_ENV = "MNMG_TEST_FRESH_RANKS"
+_VOLATILE = ("PYTEST_CURRENT_TEST",)  # changes per test, read by no rank
 
-def _child(fn, rank, world_size, store_path, args, q, env):
+
+def _run_one(fn, rank, world_size, store_path, args, env):
+    """One call on this rank: ``("ok", result)`` or ``("err", (exception?, traceback))``."""
     os.environ.update(env)
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                        "LOCAL_WORLD_SIZE": str(world_size)})
@@ -28,9 +45,43 @@ def _child(fn, rank, world_size, store_path, args, q, env):
             out = fn(rank, world_size, *args)
         finally:
             dist.destroy_process_group()
-        q.put((rank, "ok", out))
+        return "ok", out
     except BaseException as e:  # report everything, including typed errors, to the parent
-        q.put((rank, "err", (e if _picklable(e) else None, traceback.format_exc())))
+        return "err", (e if _picklable(e) else None, traceback.format_exc())
+
+
+def _serve(conn) -> None:
+    """A pooled rank: run calls until told to stop or until a call leaves it unfit for reuse."""
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        environ, cwd = dict(os.environ), os.getcwd()
+        threads = set(threading.enumerate())
+        status, out = _run_one(*task)
+        os.environ.clear()
+        os.environ.update(environ)
+        reuse = status == "ok" and os.getcwd() == cwd and not _new_threads(threads)
+        try:
+            conn.send((status, out, reuse))
+        except Exception:  # the result does not pickle: the call's error, not a hang
+            conn.send(("err", (None, traceback.format_exc()), False))
+            return
+        if not reuse:
+            return
+
+
+def _new_threads(before: set, grace: float = 2.0) -> list:
+    """Threads the call started that are still alive after ``grace`` seconds."""
+    end = time.monotonic() + grace
+    while True:
+        left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.05)
 
 
 def _picklable(obj) -> bool:
@@ -52,49 +103,104 @@ class RankFailure(AssertionError):
         super().__init__(msg)
 
 
+class _Rank:
+    """A spawned rank process and the parent's end of its pipe."""
+
+    def __init__(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child,), daemon=False)
+        self.proc.start()
+        child.close()
+
+    def stop(self, kill: bool = False) -> None:
+        if not kill:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+        self.conn.close()
+
+
+_idle: list[_Rank] = []
+_pool_key: list = [None]
+
+
+def _key() -> tuple:
+    return (os.getcwd(), tuple(sorted((k, v) for k, v in os.environ.items()
+                                      if k not in _VOLATILE)))
+
+
+def _take(n: int, pooled: bool) -> list[_Rank]:
+    if not pooled:
+        return [_Rank() for _ in range(n)]
+    key = _key()
+    if _pool_key[0] != key:  # the ranks inherited another environment: start afresh
+        _stop_idle()
+        _pool_key[0] = key
+    got = []
+    while _idle and len(got) < n:
+        w = _idle.pop()
+        if w.proc.is_alive():
+            got.append(w)
+        else:
+            w.stop(kill=True)
+    return got + [_Rank() for _ in range(n - len(got))]
+
+
+def _stop_idle() -> None:
+    while _idle:
+        _idle.pop().stop()
+
+
+atexit.register(_stop_idle)
+
+
 def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
               env: dict[str, str] | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks; return results by rank.
 
     Raises :class:`RankFailure` if any rank raised, ``TimeoutError`` if any rank hung.
     """
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+    pooled = env is None and os.environ.get(FRESH_ENV, "") in ("", "0")
+    ranks = _take(world_size, pooled)
+    results: dict[int, tuple] = {}
+    reusable: set[int] = set()
     with tempfile.TemporaryDirectory() as d:
         store = os.path.join(d, "store")
-        procs = [ctx.Process(target=_child, args=(fn, r, world_size, store, args, q, env or {}),
-                             daemon=False) for r in range(world_size)]
-        for p in procs:
-            p.start()
-        results: dict[int, tuple] = {}
-        import queue
-        import time
-
+        for r, w in enumerate(ranks):
+            w.conn.send((fn, r, world_size, store, args, env or {}))
+        pending = {w.conn: r for r, w in enumerate(ranks)}
         deadline = time.monotonic() + timeout
-        while len(results) < world_size:
+        while pending:
             left = deadline - time.monotonic()
-            try:
-                rank, status, out = q.get(timeout=max(0.1, min(left, 1.0)))
-                results[rank] = (status, out)
-            except queue.Empty:
-                dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in results]
-                if dead and all(not p.is_alive() for p in procs):
-                    time.sleep(0.5)
-                    if q.empty():
-                        break
-                if left <= 0:
-                    break
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
+            if left <= 0:
+                break
+            for c in wait(list(pending), timeout=min(left, 1.0)):
+                r = pending.pop(c)
+                try:
+                    status, out, reuse = c.recv()
+                except (EOFError, OSError):  # died without a result (its exit code below)
+                    continue
+                results[r] = (status, out)
+                if reuse:
+                    reusable.add(r)
+        failed = bool(pending) or any(s == "err" for s, _ in results.values())
+        for r, w in enumerate(ranks):
+            if pooled and not failed and r in reusable:
+                _idle.append(w)
+            else:  # a failed call's ranks may be stuck in a collective: never reused
+                w.stop(kill=r in pending.values())
     missing = [r for r in range(world_size) if r not in results]
     errors = {r: out for r, (status, out) in results.items() if status == "err"}
     if errors:
         raise RankFailure(errors)
     if missing:
-        codes = {r: procs[r].exitcode for r in missing}
+        codes = {r: ranks[r].proc.exitcode for r in missing}
         if all(c is not None and c != -9 for c in codes.values()):
             raise RankFailure({r: (None, f"exited with code {c} without a result")
                                for r, c in codes.items()})
