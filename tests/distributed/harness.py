@@ -7,11 +7,12 @@ collide.
 Spawned ranks are kept for the next call (a pool): starting a process, importing torch and
 loading numba's compiled kernels costs seconds per rank, more than most tests' sampling. Every
 call still runs on as many separate processes as it has ranks, in a new gloo process group over
-a new store, with the environment restored afterwards. A rank is not reused (it exits) when its
-call failed, left a thread running or changed the working directory; a call with ``env``, or
-made while the test process's environment or working directory differs from the pool's (e.g.
-``monkeypatch.setenv``), gets fresh ranks. ``MNMG_TEST_FRESH_RANKS=1`` spawns fresh ranks for
-every call (the behaviour without a pool).
+a new store, with the rank's environment restored afterwards. A rank is not reused (it exits)
+when its call failed, left a thread running or changed the working directory. Ranks inherit the
+test process's environment and working directory when spawned, so they are kept per environment
+(e.g. one with ``monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")``; the last ``KEEP`` ones); a
+call with ``env`` gets fresh ranks, and ``MNMG_TEST_FRESH_RANKS=1`` spawns fresh ranks for every
+call (the behaviour without a pool).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def _run_one(fn, rank, world_size, store_path, args, env):
 
         store = dist.FileStore(store_path, world_size)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+        # every rank's connections are up before any rank can finish and close its own (a
+        # call without collectives would otherwise race a slower rank's connect)
+        dist.barrier()
         try:
             out = fn(rank, world_size, *args)
         finally:
@@ -126,35 +130,37 @@ class _Rank:
         self.conn.close()
 
 
-_idle: list[_Rank] = []
-_pool_key: list = [None]
+_idle: dict[tuple, list[_Rank]] = {}  # environment -> ranks spawned in it, waiting for a call
+KEEP = 2  # environments whose ranks are kept (e.g. plain and NUMBA_ENABLE_CUDASIM=1)
 
 
 def _key() -> tuple:
+    """What a spawned rank inherits from this process and a call cannot reset."""
     return (os.getcwd(), tuple(sorted((k, v) for k, v in os.environ.items()
                                       if k not in _VOLATILE)))
 
 
-def _take(n: int, pooled: bool) -> list[_Rank]:
-    if not pooled:
-        return [_Rank() for _ in range(n)]
-    key = _key()
-    if _pool_key[0] != key:  # the ranks inherited another environment: start afresh
-        _stop_idle()
-        _pool_key[0] = key
+def _take(n: int, key: tuple | None) -> list[_Rank]:
+    """``n`` ranks: idle ones of this environment first, then new ones."""
     got = []
-    while _idle and len(got) < n:
-        w = _idle.pop()
-        if w.proc.is_alive():
-            got.append(w)
-        else:
-            w.stop(kill=True)
+    if key is not None:
+        idle = _idle.pop(key, [])
+        _idle[key] = idle  # the newest environment last: the oldest is stopped first
+        while len(_idle) > KEEP:
+            _stop_idle(next(iter(_idle)))
+        while idle and len(got) < n:
+            w = idle.pop()
+            if w.proc.is_alive():
+                got.append(w)
+            else:
+                w.stop(kill=True)
     return got + [_Rank() for _ in range(n - len(got))]
 
 
-def _stop_idle() -> None:
-    while _idle:
-        _idle.pop().stop()
+def _stop_idle(key: tuple | None = None) -> None:
+    for k in [key] if key is not None else list(_idle):
+        for w in _idle.pop(k, []):
+            w.stop()
 
 
 atexit.register(_stop_idle)
@@ -167,7 +173,8 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
     Raises :class:`RankFailure` if any rank raised, ``TimeoutError`` if any rank hung.
     """
     pooled = env is None and os.environ.get(FRESH_ENV, "") in ("", "0")
-    ranks = _take(world_size, pooled)
+    key = _key() if pooled else None
+    ranks = _take(world_size, key)
     results: dict[int, tuple] = {}
     reusable: set[int] = set()
     with tempfile.TemporaryDirectory() as d:
@@ -191,8 +198,8 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
                     reusable.add(r)
         failed = bool(pending) or any(s == "err" for s, _ in results.values())
         for r, w in enumerate(ranks):
-            if pooled and not failed and r in reusable:
-                _idle.append(w)
+            if key is not None and not failed and r in reusable:
+                _idle[key].append(w)
             else:  # a failed call's ranks may be stuck in a collective: never reused
                 w.stop(kill=r in pending.values())
     missing = [r for r in range(world_size) if r not in results]
