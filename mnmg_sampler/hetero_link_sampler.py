@@ -12,7 +12,10 @@ batch's seed edges and the graph, so a batch is bit-identical for any world size
    sorted into the seeds of type ``S`` and the destinations into those of type ``D`` (one sorted
    list when ``S == D``); they form one
    :class:`~mnmg_sampler.hetero_sampler.HeteroSampleRequest` with key
-   ``request_key(seed, epoch, g)``, so each type's seeds come first in its ``n_id``.
+   ``request_key(seed, epoch, g)``, so each type's seeds come first in its ``n_id``. With
+   time (``time_attr``) every endpoint, negatives' included, grows its own tree bounded by its
+   positive's time, and on a graph with node time each negative endpoint is drawn among the
+   nodes whose time is <= that time (PyG's rule; :class:`~.ops.negative.AdmissibleNodes`).
 2. :func:`finish_typed_link_batch` turns the sampled subgraph into a
    :class:`~mnmg_sampler.hetero_batch.HeteroLinkMiniBatch`; with ``exclude_seed_edges`` the
    positive seed edges ``s -> d`` are removed from their relation and ``d -> s`` from the reverse
@@ -31,7 +34,13 @@ import torch
 from .errors import GraphFormatError, SamplingInputError
 from .hetero_batch import EdgeType, HeteroLinkMiniBatch, HeteroMiniBatch
 from .hetero_sampler import HeteroSampleRequest
-from .ops.negative import NEG_SRC_HOP, KnownFn, NegativeSampling, sample_negatives
+from .ops.negative import (
+    NEG_SRC_HOP,
+    AdmissibleNodes,
+    KnownFn,
+    NegativeSampling,
+    sample_negatives,
+)
 from .sampler import request_key
 
 __all__ = ["HeteroLinkPlan", "build_typed_link_request", "finish_typed_link_batch",
@@ -60,7 +69,9 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
                              neg: NegativeSampling | None, known: KnownFn | None = None,
                              more=None, edge_label_time: np.ndarray | None = None,
                              time_attr: str | None = None, temporal_strategy: str = "uniform",
-                             disjoint: bool = False) -> HeteroLinkPlan:
+                             disjoint: bool = False,
+                             neg_times: tuple[AdmissibleNodes, AdmissibleNodes] | None = None
+                             ) -> HeteroLinkPlan:
     """Draw the negatives of global batch ``g`` and form its typed node request (step 1).
 
     With ``reject_known``, ``known(src ids, dst ids)`` (per-type ids; in a distributed loader
@@ -71,7 +82,11 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
     ``disjoint`` (implied by ``time_attr``, then ``edge_label_time`` ``[E]`` is required): as
     PyG's ``edge_sample``, every endpoint is a seed of its own, not de-duplicated (sources, then
     destinations; one list when both are of one type), negatives ordered by draw then positive,
-    so that tree ``b`` belongs to positive ``b % P`` and is bounded by its time."""
+    so that tree ``b`` belongs to positive ``b % P`` and is bounded by its time.
+
+    ``neg_times`` (with ``time_attr`` on a graph with node time: the source type's and the
+    destination type's :class:`~mnmg_sampler.ops.negative.AdmissibleNodes`): every drawn
+    negative endpoint has node time <= its positive's time (PyG's rule), as its tree."""
     key = request_key(seed, epoch, g)
     disjoint = bool(disjoint) or time_attr is not None  # temporal sampling is disjoint
     src = edge_label_index[0, pos]
@@ -79,14 +94,20 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
     srcs, dsts = src, dst
     if neg is not None:
         neg_src = None
+        a_src = a_dst = t_pos = None
+        if neg_times is not None:
+            a_src, a_dst = neg_times
+            t_pos = edge_label_time[pos]
         if neg.mode == "binary":
             neg_src = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
-                                       num_nodes=num_src_nodes, hop=NEG_SRC_HOP)
+                                       num_nodes=num_src_nodes, hop=NEG_SRC_HOP,
+                                       admissible=a_src, time=t_pos)
             srcs = np.concatenate([src, neg_src.ravel()])
         negs = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
                                 num_nodes=num_dst_nodes,
                                 known=known if neg.reject_known else None, more=more,
-                                max_attempts=neg.max_attempts, draw_src=neg_src)
+                                max_attempts=neg.max_attempts, draw_src=neg_src,
+                                admissible=a_dst, time=t_pos)
         if disjoint:  # draw-major: negative a of positive i at P + a * P + i
             negs = negs.T
             neg_src = None if neg_src is None else neg_src.T

@@ -71,8 +71,10 @@ class DistLinkNeighborLoader(EpochCursor):
         edge_label_time, time_attr, temporal_strategy, disjoint: typed graphs, PyG's
             temporal link sampling (``docs/temporal.md``): ``edge_label_time`` one int time
             per seed edge (required with ``time_attr``); every endpoint of a seed edge and of
-            its negatives grows a tree bounded by that edge's time. Temporal sampling is
-            disjoint; ``disjoint=True`` alone gives the trees without time.
+            its negatives grows a tree bounded by that edge's time; on a graph with node time
+            the negatives are drawn among the nodes whose time is <= it (PyG's rule; exactly
+            uniform over them). Temporal sampling is disjoint; ``disjoint=True`` alone gives
+            the trees without time.
 
     On a typed part (``docs/hetero.md``), ``edge_label_index`` is PyG's
     ``(edge_type, [2, E] per-type ids)``, ``num_neighbors`` a list (every relation) or a dict
@@ -162,6 +164,8 @@ class DistLinkNeighborLoader(EpochCursor):
         else:
             checked = check()
         self.edge_label_index, self.edge_label, self.neg, self.num_neighbors = checked
+        if self.neg is not None and self._time.get("time_attr") is not None:
+            self._negatives_by_time(service)
         reject = self.neg is not None and self.neg.reject_known
         self.batch_size = int(batch_size)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
@@ -181,6 +185,31 @@ class DistLinkNeighborLoader(EpochCursor):
                 part, membership_group, getattr(service.sampler, "ids", None),
                 relation=None if typed is None else list(typed.edge_types).index(self.edge_type))
         self._init_cursor()
+
+    def _negatives_by_time(self, service) -> None:
+        """With node time (PyG's rule): negatives are drawn among the nodes no later than their
+        positive's time. Collective on the default group when the graph has node time (the same
+        on every rank); a seed edge earlier than every node of a drawn type is a
+        :class:`SamplingInputError` on every rank."""
+        from .distributed.collective import agree
+        from .distributed.typed_time import node_time_of_types
+        from .ops.negative import AdmissibleNodes
+
+        sampler = service.sampler
+        if sampler.graph.node_time is None:  # edge time only: no node time to respect
+            return
+        s_t, _, d_t = self.edge_type
+        times = node_time_of_types(sampler.graph, sampler.part, sorted({s_t, d_t}))
+        adm = {t: AdmissibleNodes.of(v) for t, v in times.items()}
+        t_all = self._time["edge_label_time"]
+
+        def check():
+            adm[d_t].check(t_all, repr(d_t))
+            if self.neg.mode == "binary":  # PyG draws both endpoints of a binary negative
+                adm[s_t].check(t_all, repr(s_t))
+
+        agree(check, step="the seed edges' times against the negatives' node times")
+        self._time["neg_times"] = (adm[s_t], adm[d_t])
 
     def _homogeneous_index(self, edge_label_index, reverse_edge_type) -> np.ndarray:
         """``edge_label_index`` of a homogeneous graph, checked (and translated when renumbered)."""

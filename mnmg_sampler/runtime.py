@@ -12,10 +12,13 @@ whose rendezvous store does the same when the endpoint is loopback.
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import logging
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -236,6 +239,11 @@ def launch_local(argv: list[str]) -> None:
 
     _restore_worker_cpp_log_level()
     args = _loopback_args(list(argv))
+    log_dir = _arg_value(args, "--log-dir")
+    own_log_dir = None
+    if log_dir is None:  # torchrun's default is a temporary directory it never removes
+        own_log_dir = log_dir = tempfile.mkdtemp(prefix="mnmg-torchrun-")
+        args = ["--log-dir", log_dir, *args]
     stops = _StopRecords()
     api_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     api_log.addFilter(stops)
@@ -262,10 +270,17 @@ def launch_local(argv: list[str]) -> None:
         rank, code = got
         lost.held.clear()  # the store of a job that ended on a rank's error: nothing to add
         shown = _shown_local_ranks(args)
-        where = ("its error line is above" if shown is None
-                 or e.failures[rank].local_rank in shown
-                 else f"its error line is in rank {rank}'s output, which the console filter "
-                 "hides (LOG_RANK / --local-ranks-filter)")
+        failure = e.failures[rank]
+        where = "its error line is above"
+        if shown is not None and failure.local_rank not in shown:
+            line = _last_error_line(log_dir, failure.local_rank)
+            if line is None:
+                where = (f"its error line is in rank {rank}'s output, which the console filter "
+                         "hides (LOG_RANK / --local-ranks-filter)")
+            else:  # the console filter hid it: show it once, from the rank's log file
+                print(f"[rank{rank}]:{line}", file=sys.stderr)
+                where = (f"its error line, above, is from rank {rank}'s log: the console "
+                         "filter (LOG_RANK / --local-ranks-filter) hid it")
         stopped = "; torchrun stopped the other ranks" if stops.signalled else ""
         print(f"mnmg-sampler: rank {rank} exited with code {code} ({REPORTED_EXIT_CODES[code]}; "
               f"{where}){stopped}", file=sys.stderr)
@@ -273,8 +288,32 @@ def launch_local(argv: list[str]) -> None:
     finally:
         api_log.removeFilter(stops)
         rdzv_log.removeFilter(lost)
+        if own_log_dir is not None:
+            shutil.rmtree(own_log_dir, ignore_errors=True)
         for record in lost.held:  # a real crash: torchrun's own words
             rdzv_log.handle(record)
+
+
+def _last_error_line(log_dir: str, local_rank: int) -> str | None:
+    """The last non-empty line of local rank ``local_rank``'s ``stderr.log`` under torchrun's
+    ``log_dir`` (``<run id>/attempt_<n>/<local rank>/``, the newest attempt), written when torchrun
+    redirects or tees the rank's output; None without one.
+
+    A typed error ends a rank with exactly one line, so a rank whose output the console filter
+    hides still gets its reason shown, whichever rank exited first."""
+    logs = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", str(local_rank),
+                                  "stderr.log"))
+    if not logs:
+        return None
+    path = max(logs, key=os.path.getmtime)
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    return lines[-1] if lines else None
 
 
 class _HeldRecords(logging.Filter):

@@ -26,7 +26,7 @@ Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
 bounded by its seed's time), so they equal the one-process temporal sampler's batches too.
 
 With the shared topology (:mod:`.typed_shared`, every rank on one host, the homogeneous rules;
-not on a graph with times) a rank maps every typed part and runs each hop itself in one kernel
+with or without time) a rank maps every typed part and runs each hop itself in one kernel
 call over all parts, and translates ids and reads ``x``/``y`` rows in place: no exchange of ids
 or rows. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
 (:mod:`.typed_cuda`; tested under Numba's CUDA simulator only).
@@ -113,7 +113,11 @@ class DistTypedSampler:
         self.lo, self.hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
         self.orig = np.asarray(part.orig_ids)
         self.ids = IdMaps(part, self.ex, id_maps)  # collective
-        attach_part_time(self.graph, part, self.ex, group)  # collective with node time
+        # collective: every rank maps every typed part, or none does
+        self.shared = open_typed_shared(part, self.ex, shared_topology, kernel)
+        # collective with node time, unless the shared topology read every part's already
+        attach_part_time(self.graph, part, self.ex, group,
+                         None if self.shared is None else self.shared.node_time)
         typed = part.manifest.get("typed", {}) if part.manifest else {}
         # node types with rows to fetch: the same list on every rank (from the manifest)
         self._data_types = [t for t in self.tp.node_types
@@ -128,8 +132,6 @@ class DistTypedSampler:
             from .typed_cuda import TypedCudaHop
 
             self._cuda = TypedCudaHop(self.graph, self.orig, device)
-        # collective: every rank maps every typed part, or none does
-        self.shared = open_typed_shared(part, self.ex, shared_topology, kernel)
         # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
         self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
         self.ex.host_channel = self.host_channel
@@ -190,7 +192,7 @@ class DistTypedSampler:
         W, me = self.ex.world_size, self.rank
         if self.shared is not None:  # every part mapped here: one call, no exchange
             t0 = time.perf_counter()
-            out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds)
+            out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
             self.t_kernel += time.perf_counter() - t0
             self.kernel_calls += 1
             self.kernel_nodes += int(nodes.size)

@@ -8,10 +8,15 @@ already maps every part's ``indptr``, ``indices``, ``edge_ids`` and ``orig_ids``
 ascending per part) and translates ids in place. :class:`TypedSharedTopology` adds each part's
 typed tables (``type_offset``, ``seg_base``) and its per-type ``x``/``y`` files, mapped
 read-only. A hop is one call of :func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over
-every part (every relation, every merged request; no time bounds: a graph with times keeps the
-wire); the RNG is keyed on internal ids and each part keeps the canonical neighbor order, so
-results equal the wire path's and :class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s bit
-for bit.
+every part (every relation, every merged request, each node with its time bound when the round
+has time); the RNG is keyed on internal ids and each part keeps the canonical (time-sorted)
+neighbor order, so results equal the wire path's and
+:class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s bit for bit.
+
+Time: each part's edge times are mapped with its CSR; with node time only, the kernel reads the
+neighbors' node times by new id, so :attr:`TypedSharedTopology.node_time` concatenates the
+mapped parts' node times (8 bytes per node, the array the wire path exchanges; the sampler takes
+it instead of that exchange).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
+from ..host_limits import check_allocation
 from ..ops.typed_parts import sample_typed_parts
 from .collective import Exchanger, agree
 from .shared_topology import SharedTopology, _gather_rows, _rows_of, open_shared_topology
@@ -55,6 +61,7 @@ class TypedSharedTopology:
         base: the :class:`~.shared_topology.SharedTopology` of the same parts (ids, CSRs).
         x, y: per node type name, ``(one read-only byte view per part, dtype, row shape)``
             (types without them are absent).
+        node_time: int64 node time of every node by new id (read-only), or ``None``.
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
 
@@ -88,6 +95,17 @@ class TypedSharedTopology:
                               for _, w in base.parts)
         self.x = {t: v for t in tp.node_types if (v := _per_type(mapped, "x", t)) is not None}
         self.y = {t: v for t in tp.node_types if (v := _per_type(mapped, "y", t)) is not None}
+        self._edge_times = None
+        if tp.edge_time is not None:  # every part of a timed graph has it (the manifest's)
+            self._edge_times = tuple(_readonly(p.typed.edge_time, _I64) for p in mapped)
+        self.node_time = None
+        if tp.node_time is not None:
+            n = int(self.bounds[-1])
+            check_allocation(f"the node time of all {n:,} nodes", 8 * n,
+                             "use a machine with more memory, or edge time instead of node "
+                             "time")
+            self.node_time = _readonly(np.concatenate([p.typed.node_time for p in mapped]),
+                                       _I64)
         self.peer_nodes = 0
         self.peer_edges = 0
 
@@ -105,17 +123,16 @@ class TypedSharedTopology:
         return self.base.to_orig(new_ids)
 
     # -- one hop -----------------------------------------------------------------------------
-    def hop(self, nodes, keys, req, fan, rep, seed: int, hop: int, bounds=None):
+    def hop(self, nodes, keys, req, fan, rep, seed: int, hop: int, bounds=None, last=None):
         """The typed kernel's four arrays for frontier ``nodes`` (new ids), in frontier order:
-        one call over every part. No time ``bounds``: a graph with times never gets here
-        (:func:`open_typed_shared`)."""
-        if bounds is not None:
-            raise RuntimeError("time bounds reached the shared topology of typed parts")
+        one call over every part (``bounds``, ``last``: each node's time bound and each
+        request's strategy, as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`)."""
         nodes = np.ascontiguousarray(nodes, _I64)
         out = sample_typed_parts(self.bounds, self._type_offs, self._seg_bases, self.rel_offset,
                                  self.weighted, self._indptrs, self._indices, self._eids,
                                  self._origs, self._weights, nodes, keys, req, fan, rep, seed,
-                                 hop)
+                                 hop, time_bounds=bounds, last=last,
+                                 edge_times=self._edge_times, node_time=self.node_time)
         lo, hi = self.bounds[self.rank], self.bounds[self.rank + 1]
         peer = (nodes < lo) | (nodes >= hi)
         self.peer_nodes += int(peer.sum())
@@ -143,19 +160,7 @@ class TypedSharedTopology:
 def open_typed_shared(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
                       topology_cache: float = 0.0) -> TypedSharedTopology | None:
     """Collective: the typed shared topology when every rank gets the homogeneous one (same
-    rules and errors, :func:`~.shared_topology.open_shared_topology`), else ``None``.
-
-    A graph with edge or node times keeps the wire (``auto``: off; ``True``: a
-    :class:`ConfigError`): the kernel over parts has no time bounds. Every rank decides alike
-    (the times are in the manifest every rank checked)."""
-    tp = part.typed
-    if tp.edge_time is not None or tp.node_time is not None:
-        if enabled is True:
-            raise ConfigError("sampler.shared_topology is not supported on a typed graph with "
-                              "times yet", "no rank builds its sampler",
-                              "set sampler.shared_topology to auto or false")
-        if enabled == "auto":
-            enabled = False
+    rules and errors, :func:`~.shared_topology.open_shared_topology`), else ``None``."""
     base = open_shared_topology(part, ex, enabled, kernel, topology_cache)
     if base is None:
         return None

@@ -258,8 +258,11 @@ def input_identity(spec: str | os.PathLike) -> dict:
         from ..config import parse_dataset_name
 
         spec = parse_dataset_name(key)
-        return {"kind": "generator", "name": key.split(":")[0], "users": spec.users,
-                "items": spec.items}
+        out = {"kind": "generator", "name": key.split(":")[0], "users": spec.users,
+               "items": spec.items}
+        if spec.temporal:  # version 2: tastes through 4 communities (parts of 1 are stale)
+            out["version"] = 2
+        return out
     path = Path(text).expanduser()
     if path.is_file():
         st = path.stat()

@@ -204,26 +204,56 @@ def temporal_table_graph(path, time_column: str, name: str | None = None) -> Typ
 
 def load_temporal_graph(source, time_attr: str = "time", name: str | None = None) -> TypedGraph:
     """A :class:`TypedGraph` with time from a PyG ``HeteroData`` (``data[node_type][time_attr]``
-    and/or ``data[edge_type][time_attr]``, as PyG's ``time_attr``), a homogeneous ``Data``
-    (:func:`temporal_graph_from_data`), the plain dict form (keys ``edge_time`` /
-    ``node_time``, see :func:`~mnmg_sampler.graph.typed.typed_graph`) or the path of a CSV /
-    TSV / parquet edge table whose column ``time_attr`` holds edge times
-    (:func:`temporal_table_graph`)."""
-    from .tables import TABLE_SUFFIXES
-    from .typed_io import load_typed_graph
+    and/or ``data[edge_type][time_attr]``, as PyG's ``time_attr``), its ``to_dict()``, a
+    homogeneous ``Data`` or its ``to_dict()`` (:func:`temporal_graph_from_data`), the plain dict
+    form (keys ``edge_time`` / ``node_time``, see :func:`~mnmg_sampler.graph.typed.typed_graph`),
+    the ``.pt`` file of any of these, or the path of a CSV / TSV / parquet edge table whose
+    column ``time_attr`` holds edge times (:func:`temporal_table_graph`).
 
-    if isinstance(source, (str, PathLike)) and str(source).lower().endswith(TABLE_SUFFIXES):
-        return temporal_table_graph(source, time_attr, name)
+    A source without a time is a :class:`~mnmg_sampler.errors.GraphFormatError` naming
+    ``time_attr``, never a graph without time (e.g. an OGB directory, which holds none)."""
+    from .tables import TABLE_SUFFIXES
+    from .typed_io import _hetero_safe_globals, load_typed_graph
+
+    if isinstance(source, (str, PathLike)):
+        suffix = str(source).lower()
+        if suffix.endswith(TABLE_SUFFIXES):
+            return temporal_table_graph(source, time_attr, name)
+        if suffix.endswith((".pt", ".pth")):  # a saved HeteroData, Data or dict: read it
+            from .torch_files import load_torch_object
+
+            name = name or str(source)
+            source = load_torch_object(source, _hetero_safe_globals())
     kind = type(source).__name__
-    if kind == "Data":
-        return temporal_graph_from_data(source, time_attr, name or "Data")
-    graph = load_typed_graph(source, name)
-    if kind == "HeteroData":
-        et = {e: source[e][time_attr] for e in source.edge_types if time_attr in source[e]}
-        nt = {t: source[t][time_attr] for t in source.node_types if time_attr in source[t]}
-        if not et and not nt:
-            raise GraphFormatError(f"{graph.name} has no attribute {time_attr!r} on any node or "
-                                   "edge type", "no temporal sampling is possible",
-                                   f"set data[type].{time_attr} or pass the right time_attr")
-        attach_time(graph, et, nt, time_attr)
+    if kind == "Data" or (isinstance(source, Mapping) and "edge_index" in source
+                          and not isinstance(source["edge_index"], Mapping)):
+        graph = temporal_graph_from_data(source, time_attr, name or kind)
+    else:
+        graph = load_typed_graph(source, name)
+        stores = _time_stores(source)
+        if stores is not None:
+            nodes, edges = stores
+            et = {e: st[time_attr] for e, st in edges.items() if st.get(time_attr) is not None}
+            nt = {t: st[time_attr] for t, st in nodes.items() if st.get(time_attr) is not None}
+            attach_time(graph, et, nt, time_attr)
+    if graph.edge_time is None and graph.node_time is None:
+        raise GraphFormatError(f"{graph.name} has no attribute {time_attr!r} on any node or "
+                               "edge type", "no temporal sampling is possible",
+                               f"set data[type].{time_attr} (or the dict keys edge_time / "
+                               "node_time), or pass the right time_attr")
     return graph
+
+
+def _time_stores(source) -> tuple[dict, dict] | None:
+    """``({node type: attributes}, {edge type: attributes})`` of a ``HeteroData`` or its
+    ``to_dict()``; ``None`` for other sources (the plain dict form carries its own times)."""
+    if type(source).__name__ == "HeteroData":
+        return ({t: dict(source[t].items()) for t in source.node_types},
+                {e: dict(source[e].items()) for e in source.edge_types})
+    if not isinstance(source, Mapping) or isinstance(source.get("edge_index"), Mapping):
+        return None
+    nodes = {str(k): v for k, v in source.items()
+             if not isinstance(k, tuple) and k != "_global_store" and isinstance(v, Mapping)}
+    edges = {edge_type_of(k, "dict"): v for k, v in source.items()
+             if isinstance(k, tuple) and isinstance(v, Mapping)}
+    return nodes, edges

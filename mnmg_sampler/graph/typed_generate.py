@@ -21,12 +21,15 @@ rank and run. One process builds it (typed graphs are partitioned by one process
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .typed import TypedGraph, typed_graph
 
-__all__ = ["FEATURE_DIM", "FEATURE_SIGNAL", "PLANTED", "USERITEM_COMMUNITIES", "typed_sbm_graph",
-           "typed_sbm_metadata", "typed_useritem_graph", "typed_useritem_metadata"]
+__all__ = ["FEATURE_DIM", "FEATURE_SIGNAL", "PLANTED", "USERITEM_COMMUNITIES", "Tastes",
+           "typed_sbm_graph", "typed_sbm_metadata", "typed_useritem_graph",
+           "typed_useritem_metadata", "useritem_tastes"]
 
 FEATURE_DIM = 16
 """Width of the paper features."""
@@ -125,17 +128,17 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0,
     :data:`USERITEM_PLANTED`, else of a uniformly drawn one (repeats merged). Relations
     ``(user, rates, item)`` and its reverse ``(item, rev_rates, user)``. So whether a user rates
     an item is predictable from who rated what, and a link predictor clearly beats chance. A pure
-    function of ``(users, items, seed)`` (``items`` >= the communities). ``temporal``: the
-    ratings of :func:`_drifting_ratings` instead, with their times."""
+    function of ``(users, items, seed)`` (``items`` >= the communities). ``temporal``
+    (``typed-useritem-t``): the ratings of :func:`_drifting_ratings` instead, with their times,
+    and item features of scale :data:`TASTE_FEATURE_SIGNAL`."""
     c = USERITEM_COMMUNITIES
     rng = np.random.default_rng([int(seed), int(users), int(items), 0x5E1])
-    user_c = rng.integers(0, c, users).astype(np.int64)
-    item_c = rng.integers(0, c, items).astype(np.int64)
-    item_c[:c] = np.arange(c)  # every community has an item
+    user_c, item_c = _communities(rng, users, items)
     centre = rng.standard_normal((c, FEATURE_DIM))
-    x = FEATURE_SIGNAL * centre[item_c] + rng.standard_normal((items, FEATURE_DIM))
+    signal = TASTE_FEATURE_SIGNAL if temporal else FEATURE_SIGNAL
+    x = signal * centre[item_c] + rng.standard_normal((items, FEATURE_DIM))
     if temporal:
-        rates, t = _drifting_ratings(users, items, seed, user_c, item_c)
+        rates, t = _drifting_ratings(users, items, seed)
     else:
         u, i = _draw(rng, user_c, RATINGS_PER_USER, USERITEM_PLANTED, item_c, c)
         rates = _unique_pairs(u, i, items)
@@ -152,25 +155,79 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0,
 USERITEM_HORIZON = 1_000_000
 """Rating times of the temporal user-item graph are in ``[0, USERITEM_HORIZON)``."""
 RATINGS_PER_USER_T = 20
+"""Ratings drawn per user of the temporal user-item graph (repeated pairs merged)."""
+TASTE_PHASES = 4
+"""Communities each user of the temporal user-item graph goes through, all different."""
+TASTE_SETTLED = 0.7
+"""Fraction of the horizon after which no user changes taste again."""
+TASTE_PLANTED = 0.9
+"""Probability that a timed rating is of the user's community at that time."""
+TASTE_FEATURE_SIGNAL = 1.0
+"""Scale of the community centre in the temporal graph's item features (unit noise): an
+item's community is readable from its features, the user's current one only from its latest
+ratings."""
 
 
-def _drifting_ratings(users: int, items: int, seed: int, user_c: np.ndarray,
-                      item_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ratings whose community drifts (``typed-useritem-t:USERS[:ITEMS]``): each user moves from
-    its community to a second, uniformly drawn one at a uniform random time; each of its
-    :data:`RATINGS_PER_USER_T` ratings has a uniform time in ``[0, USERITEM_HORIZON)`` and an
-    item of the community the user was in at that time with probability
-    :data:`USERITEM_PLANTED`, else of a uniformly drawn one (a repeated pair keeps its earliest
-    time). So a user's recent ratings predict its next ones better than its old ones: a
-    temporal model can beat a static one. ``[2, E]`` (user, item) pairs and their int64 times."""
+class Tastes(NamedTuple):
+    """The planted time signal of ``typed-useritem-t`` (:func:`useritem_tastes`)."""
+
+    item_community: np.ndarray  # [items] int64
+    community: np.ndarray  # [users, TASTE_PHASES] the user's community in each phase
+    switch: np.ndarray  # [users, TASTE_PHASES - 1] sorted times the user enters phases 1, 2, ...
+
+    def at(self, user: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The community of each ``user[j]`` at time ``t[j]``."""
+        phase = (np.asarray(t)[:, None] >= self.switch[user]).sum(1)
+        return self.community[user, phase]
+
+
+def _communities(rng, users: int, items: int) -> tuple[np.ndarray, np.ndarray]:
     c = USERITEM_COMMUNITIES
+    user_c = rng.integers(0, c, users).astype(np.int64)
+    item_c = rng.integers(0, c, items).astype(np.int64)
+    item_c[:c] = np.arange(c)  # every community has an item
+    return user_c, item_c
+
+
+def useritem_tastes(users: int, items: int, seed: int = 0) -> Tastes:
+    """How the tastes of ``typed-useritem-t:USERS:ITEMS``'s users drift: each user starts in its
+    community and moves through :data:`TASTE_PHASES` different communities in all, at sorted
+    uniform times in ``[0, TASTE_SETTLED * USERITEM_HORIZON)``; it never returns to a community
+    it left. A pure function of ``(users, items, seed)``."""
+    user_c, item_c = _communities(np.random.default_rng([int(seed), int(users), int(items),
+                                                         0x5E1]), users, items)
+    c, p = USERITEM_COMMUNITIES, TASTE_PHASES
+    rng = np.random.default_rng([int(seed), int(users), int(items), 0x7E2])
+    others = np.argsort(rng.random((users, c)), axis=1)  # a random order of the communities
+    others = others[others != user_c[:, None]].reshape(users, c - 1)  # without the first one
+    community = np.concatenate([user_c[:, None], others[:, :p - 1]], axis=1)
+    settled = int(TASTE_SETTLED * USERITEM_HORIZON)
+    switch = np.sort(rng.integers(0, settled, (users, p - 1)), axis=1).astype(np.int64)
+    return Tastes(item_c, community.astype(np.int64), switch)
+
+
+def _drifting_ratings(users: int, items: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ratings whose community drifts (``typed-useritem-t:USERS[:ITEMS]``, the tastes of
+    :func:`useritem_tastes`): each user's :data:`RATINGS_PER_USER_T` ratings have uniform times
+    in ``[0, USERITEM_HORIZON)`` and an item of the community the user is in at that time with
+    probability :data:`TASTE_PLANTED`, else of a uniformly drawn one (a repeated pair keeps its
+    earliest time). So a user's latest ratings say which items it rates next, and its older
+    ones point to communities it has left: a temporal sampler that takes the latest neighbors
+    sees the current taste, a static one a mix of the past ones (docs/temporal.md#yaml-jobs).
+    ``[2, E]`` (user, item) pairs and their int64 times."""
+    from ..host_limits import check_allocation
+
+    # per user: the communities' random order (8 + 8 bytes each) and, per rating, about ten
+    # int64-sized temporaries (user, time, item, pair code, sort order, phase)
+    check_allocation(f"typed-useritem-t: the ratings of {users:,} users",
+                     users * (16 * USERITEM_COMMUNITIES + 80 * RATINGS_PER_USER_T),
+                     "generate fewer users (dataset.name typed-useritem-t:USERS:ITEMS)")
+    tastes = useritem_tastes(users, items, seed)
     rng = np.random.default_rng([int(seed), int(users), int(items), 0x7E1])
-    later_c = rng.integers(0, c, users).astype(np.int64)
-    switch = rng.integers(0, USERITEM_HORIZON, users).astype(np.int64)
     u = np.repeat(np.arange(users, dtype=np.int64), RATINGS_PER_USER_T)
     t = rng.integers(0, USERITEM_HORIZON, u.shape[0]).astype(np.int64)
-    own = np.where(t < switch[u], user_c[u], later_c[u])
-    _, i = _draw(rng, own, 1, USERITEM_PLANTED, item_c, c)
+    _, i = _draw(rng, tastes.at(u, t), 1, TASTE_PLANTED, tastes.item_community,
+                 USERITEM_COMMUNITIES)
     code = u * np.int64(items) + i
     order = np.lexsort((t, code))  # by pair, earliest first
     first = np.ones(order.shape[0], bool)

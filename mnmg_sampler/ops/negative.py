@@ -8,6 +8,13 @@ where ``key`` is the request key of the global batch: a pure function of
 size, partitioning or merging. With rejection, a candidate that is a known edge is replaced by
 the next attempt's draw of the same ``(i, d)``; the membership test is a callable, so a single
 process passes :func:`csr_has_edges` and a distributed loader an exchange to the owner ranks.
+
+Time (PyG's rule for temporal link batches: a negative node's time is <= its positive's time):
+with :class:`AdmissibleNodes` (the nodes of the drawn type in (node time, id) order), positive
+``i`` at time ``t_i`` has ``c_i`` admissible nodes, a prefix of that order, and draw ``d`` of
+attempt ``t`` is the node at ``bounded(draw(...), c_i)`` in it: uniform over the admissible
+nodes, exact (PyG redraws 5 times, then falls back to the positive's own node), and a function of
+the same counters plus the graph's node times, so still the same for any world size.
 """
 
 from __future__ import annotations
@@ -87,32 +94,75 @@ class NegativeSampling:
 
 @numba.njit(cache=True, nogil=True)
 def _candidates(seed, key, hop, pos_index, slot, num_nodes, out):
+    one = num_nodes.shape[0] == 1
     for i in range(pos_index.shape[0]):
         base = _stream_base(seed, key, hop, pos_index[i])
-        out[i] = _bounded(_draw(base, slot[i]), num_nodes)
+        out[i] = _bounded(_draw(base, slot[i]), num_nodes[0] if one else num_nodes[i])
 
 
 def negative_candidates(seed: int, key: int, pos_index: np.ndarray, slot: np.ndarray,
-                        num_nodes: int, hop: int = NEG_HOP) -> np.ndarray:
+                        num_nodes, hop: int = NEG_HOP) -> np.ndarray:
     """Destination draw number ``slot[j]`` of positive ``pos_index[j]``: int64 in
-    ``[0, num_nodes)`` (``hop``: the stream's hop counter, :data:`NEG_HOP` or
-    :data:`NEG_SRC_HOP`)."""
-    if not 0 < int(num_nodes) < 2**32:
-        raise SamplingInputError(f"{num_nodes} nodes cannot be drawn from",
+    ``[0, num_nodes)`` (``num_nodes``: one count, or one per draw; ``hop``: the stream's hop
+    counter, :data:`NEG_HOP` or :data:`NEG_SRC_HOP`)."""
+    pos_index = np.ascontiguousarray(pos_index, np.int64)
+    n = np.ascontiguousarray(np.asarray(num_nodes, np.int64).reshape(-1))
+    if n.size and not (0 < int(n.min()) and int(n.max()) < 2**32):
+        bad = int(n.min()) if int(n.min()) <= 0 else int(n.max())
+        raise SamplingInputError(f"{bad} nodes cannot be drawn from",
                                  "negatives are uniform over [0, num_nodes) with a 32-bit draw",
                                  "use a graph with 1 <= num_nodes < 2**32")
-    pos_index = np.ascontiguousarray(pos_index, np.int64)
     out = np.empty(pos_index.size, np.int64)
-    _candidates(np.uint64(seed), np.uint64(key), np.uint64(hop), pos_index,
-                np.ascontiguousarray(slot, np.int64).astype(np.uint64), np.uint64(num_nodes), out)
+    if n.size not in (1, pos_index.size):
+        raise ValueError(f"{n.size} node counts for {pos_index.size} draws")
+    if pos_index.size:
+        _candidates(np.uint64(seed), np.uint64(key), np.uint64(hop), pos_index,
+                    np.ascontiguousarray(slot, np.int64).astype(np.uint64), n.astype(np.uint64),
+                    out)
     return out
+
+
+@dataclass(frozen=True)
+class AdmissibleNodes:
+    """The nodes of one type in (node time, id) order: those with time <= ``t`` are
+    ``order[:count(t)]`` (negatives of a positive at time ``t`` are drawn among them)."""
+
+    order: np.ndarray  # int64 per-type ids, by time then id
+    times: np.ndarray  # int64 node times in that order (ascending)
+
+    @classmethod
+    def of(cls, node_time: np.ndarray) -> AdmissibleNodes:
+        """From the node time of every node of the type (per-type id order)."""
+        t = np.ascontiguousarray(node_time, np.int64)
+        order = np.argsort(t, kind="stable")  # ties: ascending id
+        return cls(order.astype(np.int64), np.ascontiguousarray(t[order]))
+
+    def count(self, t: np.ndarray) -> np.ndarray:
+        """How many nodes have time <= ``t`` (elementwise)."""
+        return np.searchsorted(self.times, np.asarray(t, np.int64), side="right").astype(
+            np.int64)
+
+    def check(self, t: np.ndarray, what: str) -> None:
+        """:class:`SamplingInputError` unless every time in ``t`` (of seed edge ``i`` at
+        ``t[i]``) admits a node; ``what`` names the node type."""
+        t = np.asarray(t, np.int64)
+        if t.size and (not self.times.size or int(t.min()) < int(self.times[0])):
+            first = int(self.times[0]) if self.times.size else None
+            i = int(np.argmin(t))
+            raise SamplingInputError(
+                f"seed edge {i} has time {int(t[i])}, before every {what} node's time "
+                f"(the earliest is {first})", "no negative can be drawn for it: a negative's "
+                "node time must be <= its positive's time (PyG's rule)",
+                "drop the seed edges earlier than every node, or check edge_label_time")
 
 
 def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: int,
                      amount: int, num_nodes: int, known: KnownFn | None = None,
                      more: Callable[[bool], bool] | None = None,
                      max_attempts: int = 64, hop: int = NEG_HOP,
-                     draw_src: np.ndarray | None = None) -> np.ndarray:
+                     draw_src: np.ndarray | None = None,
+                     admissible: AdmissibleNodes | None = None,
+                     time: np.ndarray | None = None) -> np.ndarray:
     """Negative destinations ``[P, amount]`` for positives with sources ``src`` at positions
     ``pos_index``.
 
@@ -127,6 +177,10 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
             sources of binary negatives).
         draw_src: ``[P, amount]`` source of each draw for ``known`` (a typed graph's binary
             negatives, whose sources are drawn too); default the positive's ``src``.
+        admissible, time: with node time, the drawn type's nodes in time order and each
+            positive's time ``[P]``: the ``d``-th draw is among the nodes no later than
+            ``time[i]`` (module docstring; every positive must admit one, see
+            :meth:`AdmissibleNodes.check`).
     """
     src = np.ascontiguousarray(src, np.int64)
     pos_index = np.ascontiguousarray(pos_index, np.int64)
@@ -137,10 +191,18 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
     flat_draw = np.tile(np.arange(amount, dtype=np.int64), src.size)
     out = np.empty(total, np.int64)
     pend = np.arange(total, dtype=np.int64)
+    n_of = num_nodes
+    if admissible is not None:
+        admissible.check(time, "candidate")
+        n_of = np.repeat(admissible.count(time), amount)
     attempt = 0
     while True:
-        cand = negative_candidates(seed, key, flat_pos[pend], attempt * amount + flat_draw[pend],
-                                   num_nodes, hop)
+        slot = attempt * amount + flat_draw[pend]
+        if admissible is None:
+            cand = negative_candidates(seed, key, flat_pos[pend], slot, n_of, hop)
+        else:
+            cand = admissible.order[negative_candidates(seed, key, flat_pos[pend], slot,
+                                                        n_of[pend], hop)]
         if known is None:
             out[pend] = cand
             break

@@ -1,9 +1,10 @@
 """Temporal link prediction over ranks (DistLinkNeighborLoader with PyG's edge_label_time,
 time_attr, temporal_strategy on typed parts, real gloo ranks): on every batch of an epoch no
 sampled edge is later than the time of its seed edge (the tree's positive), the subtrees of the
-negatives included; every batch equals the one-process reference (so W = 1, 2, 3 agree); every
-seed edge once per epoch; ``to_pyg()`` carries PyG's ``edge_label_time`` / ``seed_time`` and
-``batch``; bad temporal arguments are typed errors on every rank. One spawn per world size."""
+negatives included, and on the graph with node time no negative node is (PyG's rule); every
+batch equals the one-process reference (so W = 1, 2, 3 agree); every seed edge once per epoch;
+``to_pyg()`` carries PyG's ``edge_label_time`` / ``seed_time`` and ``batch``; bad temporal
+arguments are typed errors on every rank. One spawn per world size."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from mnmg_sampler.hetero_link_sampler import (
 )
 from mnmg_sampler.hetero_sampler import HeteroSampler
 from mnmg_sampler.loader import global_batches
-from mnmg_sampler.ops.negative import NegativeSampling
+from mnmg_sampler.ops.negative import AdmissibleNodes, NegativeSampling
 
 from ..typed_graphs import link_spec
 from .harness import run_ranks
@@ -44,11 +45,15 @@ CASES = [("binary", "hetero", {"neg_sampling": {"mode": "binary", "amount": 2},
 
 
 def _hetero_spec() -> dict:
+    """Edge time (it bounds the trees) and node time (it bounds the negatives: node 0 of each
+    type at time 0, so every seed edge admits one; the others up to 80, so some do not)."""
     spec = link_spec()
     g = np.random.default_rng(21)
     t = g.integers(0, 100, spec["edge_index"][RATES].shape[1])
     spec["edge_time"] = {RATES: t, REV: t.copy(),
                          ("user", "follows", "user"): g.integers(0, 100, 60)}
+    spec["node_time"] = {k: np.concatenate([[0], g.integers(0, 80, n - 1)])
+                         for k, n in spec["num_nodes"].items()}
     return spec
 
 
@@ -98,7 +103,7 @@ def reference(graph, name: str, epoch: int, world: int) -> list[HeteroLinkMiniBa
             et, eli, None, pos, g=gi, epoch=epoch, seed=SEED, num_neighbors=FAN[_kind(et)],
             replace=False, num_src_nodes=graph.num_nodes_of(et[0]),
             num_dst_nodes=graph.num_nodes_of(et[2]), neg=neg, edge_label_time=times,
-            time_attr="time", temporal_strategy=strategy)
+            time_attr="time", temporal_strategy=strategy, neg_times=_neg_times(graph, et))
         # the one-process sampler takes the options at construction, not per request
         req = replace(plan.request, time_attr=None, temporal_strategy="uniform", disjoint=None)
         mb = sampler.sample([req])[0]
@@ -108,20 +113,37 @@ def reference(graph, name: str, epoch: int, world: int) -> list[HeteroLinkMiniBa
     return out
 
 
+def _node_time(graph, t: str) -> np.ndarray | None:
+    """Node time of type ``t`` by per-type id (``None`` without node time)."""
+    if graph.node_time is None:
+        return None
+    i = graph.node_types.index(t)
+    return graph.node_time[graph.node_type_offset[i]:graph.node_type_offset[i + 1]]
+
+
+def _neg_times(graph, et):
+    """The negatives' time tables of the one-process reference (node time only)."""
+    if graph.node_time is None:
+        return None
+    return tuple(AdmissibleNodes.of(_node_time(graph, t)) for t in (et[0], et[2]))
+
+
 def _kind(et) -> str:
     return "hetero" if et == RATES else "homo"
 
 
 def check_time(graph, batches: list[HeteroLinkMiniBatch], name: str) -> int:
     """Every sampled edge no later than its tree's positive; the negatives' trees bounded by
-    their positive's time; every seed edge once. Returns the sampled edges into negatives."""
+    their positive's time; with node time, every negative endpoint (a binary negative's drawn
+    source too) no later than its positive (and some node of its type later: the rule binds);
+    every seed edge once. Returns the sampled edges into negatives."""
     et, eli, times = _seed_edges(graph)
     opts = next(c for c in CASES if c[0] == name)[2]
     neg = NegativeSampling.cast(opts.get("neg_sampling"))
     used = np.concatenate([b.input_id.numpy() for b in batches])
     assert np.array_equal(np.sort(used), np.arange(eli.shape[1]))
     rel_time = {r: _rel_time(r) for r in graph.edge_types}
-    into_negatives = 0
+    into_negatives = binding = 0
     for b in batches:
         P = b.input_id.numel()
         t_pos = torch.from_numpy(times[b.input_id.numpy()])
@@ -142,13 +164,35 @@ def check_time(graph, batches: list[HeteroLinkMiniBatch], name: str) -> int:
             hit = torch.isin(ei[1], dst_loc)
             into_negatives += int(hit.sum())
             assert bool((rel_time[r][b.e_id[r][hit]] <= t_pos[b.batch[d_t][ei[1][hit]]]).all())
+        binding += _check_negative_times(graph, b, et, neg, t_pos)
         if opts.get("exclude_seed_edges"):  # no seed edge into its own destination's tree
             ei = b.edge_index[et]
             src = b.n_id[s_t][ei[0]]
             for i in range(P):
                 d_loc = int(b.edge_label_index[1, i])
                 assert not bool(((ei[1] == d_loc) & (src == int(eli[0, b.input_id[i]]))).any())
+    assert graph.node_time is None or binding > 0  # some drawn type had later nodes
     return into_negatives
+
+
+def _check_negative_times(graph, b, et, neg, t_pos) -> int:
+    """Node time of every negative endpoint <= its positive's (PyG's rule); returns how many
+    negatives had a later node of their type (0 without node time)."""
+    if graph.node_time is None:
+        return 0
+    s_t, _, d_t = et
+    P = t_pos.numel()
+    if neg.mode == "triplet":
+        ends = [(d_t, b.dst_neg_index.reshape(-1))]
+    else:
+        ends = [(s_t, b.edge_label_index[0, P:]), (d_t, b.edge_label_index[1, P:])]
+    binding = 0
+    for t, loc in ends:
+        nt = torch.from_numpy(_node_time(graph, t))
+        tree = b.batch[t][loc]  # the positive of each negative
+        assert bool((nt[b.n_id[t][loc]] <= t_pos[tree]).all()), t
+        binding += int((nt.max() > t_pos[tree]).sum())
+    return binding
 
 
 def _rel_time(r) -> torch.Tensor:

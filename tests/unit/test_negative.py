@@ -1,4 +1,5 @@
-"""Negative sampling: uniform (chi-square, fixed seed), keyed draws, rejection, membership."""
+"""Negative sampling: uniform (chi-square, fixed seed), keyed draws, rejection, membership, and
+with node time uniform over the nodes no later than the positive."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.ops.negative import (
+    AdmissibleNodes,
     NegativeSampling,
     csr_has_edges,
     negative_candidates,
@@ -122,3 +124,37 @@ def test_cast():
     assert NegativeSampling.cast({"amount": 2}).amount == 2
     with pytest.raises(SamplingInputError):
         NegativeSampling.cast(3)
+
+
+def test_negatives_with_node_time_are_uniform_over_the_admissible_nodes():
+    """Each positive's negatives: node time <= its time, uniform over exactly those nodes
+    (chi-square per time, fixed seed), the same for any batch composition; with rejection the
+    redraws stay admissible; a time before every node is a typed error."""
+    n = 300
+    node_time = np.random.default_rng(4).integers(0, 1000, n)
+    node_time[17] = -5  # the earliest node: the only one admissible at time -5
+    adm = AdmissibleNodes.of(node_time)
+    assert np.all(np.diff(adm.times) >= 0) and np.array_equal(node_time[adm.order], adm.times)
+    P = 3000
+    t = np.array([-5, 250, 700, 10**6])[np.arange(P) % 4]
+    src = np.arange(P) % 11
+    neg = sample_negatives(src, np.arange(P), seed=3, key=9, amount=40, num_nodes=n,
+                           admissible=adm, time=t)
+    assert np.all(node_time[neg] <= t[:, None])
+    for bound in (250, 700, 10**6):
+        ok = np.flatnonzero(node_time <= bound)
+        drawn = neg[t == bound].ravel()
+        counts = np.bincount(drawn, minlength=n)[ok]
+        assert counts.sum() == drawn.size and counts.min() > 0  # only and every admissible
+        assert chi2_stat(counts) < chi2_upper(ok.size - 1), bound
+    assert np.all(neg[t == -5] == 17)
+    part = sample_negatives(src[5:9], np.arange(5, 9), seed=3, key=9, amount=40, num_nodes=n,
+                            admissible=adm, time=t[5:9])
+    np.testing.assert_array_equal(part, neg[5:9])  # keyed on the positive, not the batch
+    known = lambda s, d: (d % 2) == 0  # noqa: E731 (reject even ids)
+    rej = sample_negatives(src[1:200], np.arange(1, 200), seed=3, key=9, amount=3,
+                           num_nodes=n, admissible=adm, time=t[1:200], known=known)
+    assert np.all(rej % 2 == 1) and np.all(node_time[rej] <= t[1:200, None])
+    with pytest.raises(SamplingInputError, match="before every candidate node"):
+        sample_negatives(src[:2], np.arange(2), seed=3, key=9, amount=1, num_nodes=n,
+                         admissible=adm, time=np.array([0, -6]))

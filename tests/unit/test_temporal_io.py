@@ -142,3 +142,91 @@ def test_cli_partition_reads_the_time_column(tmp_path, capsys):
               "random", "--out", str(tmp_path / "p2")])
     assert ei.value.code != 0
     assert "no column 'when'" in capsys.readouterr().err
+
+
+def _typed_stores(with_time=True):
+    """A HeteroData.to_dict()-shaped mapping (per-type attribute dicts, tensors) and the plain
+    dict form of the same graph with its times."""
+    import torch
+
+    g = np.random.default_rng(3)
+    n = {"u": 9, "i": 7}
+    rels = [("u", "rates", "i"), ("i", "rev", "u")]
+    ei = {r: np.stack([g.integers(0, n[r[0]], 30), g.integers(0, n[r[2]], 30)]) for r in rels}
+    et = {r: g.integers(0, 50, 30) for r in rels}
+    nt = {t: g.integers(0, 50, k) for t, k in n.items()}
+    stores = {t: {"num_nodes": k} for t, k in n.items()}
+    stores |= {r: {"edge_index": torch.from_numpy(ei[r])} for r in rels}
+    if with_time:
+        for t in n:
+            stores[t]["when"] = torch.from_numpy(nt[t])
+        for r in rels:
+            stores[r]["when"] = torch.from_numpy(et[r])
+    plain = {"num_nodes": n, "edge_index": ei, "edge_time": et, "node_time": nt,
+             "time_attr": "when"}
+    return stores, plain
+
+
+def test_saved_hetero_data_dict_reads_its_time(tmp_path):
+    """A saved HeteroData.to_dict() (.pt) gets the time its types carry, as the in-memory one;
+    a missing time attribute is a GraphFormatError naming it, never a graph without time."""
+    import torch
+
+    from mnmg_sampler.graph.typed import typed_graph
+
+    stores, plain = _typed_stores()
+    p = tmp_path / "g.pt"
+    torch.save(stores, p)
+    want = typed_graph(plain)
+    for g in (load_temporal_graph(p, time_attr="when"), load_temporal_graph(stores, "when")):
+        assert g.time_attr == "when"
+        np.testing.assert_array_equal(g.edge_time, want.edge_time)
+        np.testing.assert_array_equal(g.node_time, want.node_time)
+        np.testing.assert_array_equal(g.edge_ids, want.edge_ids)
+    with pytest.raises(GraphFormatError, match="no attribute 'time'"):
+        load_temporal_graph(p)  # the default time_attr names no attribute here
+    torch.save(_typed_stores(with_time=False)[0], p)
+    with pytest.raises(GraphFormatError, match="no attribute 'when'"):
+        load_temporal_graph(p, time_attr="when")
+    untimed = {"num_nodes": plain["num_nodes"], "time_attr": "when",
+               "edge_index": {r: torch.from_numpy(v) for r, v in plain["edge_index"].items()}}
+    torch.save(untimed, p)  # the plain dict form without its edge_time / node_time keys
+    with pytest.raises(GraphFormatError, match="no attribute 'when'"):
+        load_temporal_graph(p, time_attr="when")
+
+
+def test_saved_data_dict_reads_its_time(tmp_path):
+    """A saved homogeneous Data.to_dict() (.pt): its time_attr is edge or node time, as in
+    memory; without it, a GraphFormatError naming it."""
+    import torch
+
+    src, dst, t = _edges()
+    d = {"edge_index": torch.from_numpy(np.stack([src, dst])), "num_nodes": 15,
+         "ts": torch.from_numpy(t)}
+    p = tmp_path / "d.pt"
+    torch.save(d, p)
+    g = load_temporal_graph(p, time_attr="ts")
+    np.testing.assert_array_equal(g.edge_time, t[g.edge_ids])
+    with pytest.raises(GraphFormatError, match="no attribute 'time'"):
+        load_temporal_graph(p)
+
+
+def test_saved_hetero_data_object_reads_its_time(tmp_path):
+    pyg = pytest.importorskip("torch_geometric.data")
+    import torch
+
+    stores, plain = _typed_stores()
+    data = pyg.HeteroData()
+    for k, st in stores.items():
+        for a, v in st.items():
+            data[k][a] = v
+    p = tmp_path / "h.pt"
+    torch.save(data, p)
+    from mnmg_sampler.graph.typed import typed_graph
+
+    g = load_temporal_graph(p, time_attr="when")
+    want = typed_graph(plain)
+    np.testing.assert_array_equal(g.edge_time, want.edge_time)
+    np.testing.assert_array_equal(g.node_time, want.node_time)
+    with pytest.raises(GraphFormatError, match="no attribute 'ts'"):
+        load_temporal_graph(p, time_attr="ts")

@@ -54,22 +54,47 @@ def test_temporal_useritem_name_and_times():
     assert typed_useritem_graph(300, 100, 0).edge_time is None
 
 
-def test_ratings_drift_to_a_second_community():
-    """A user's late ratings share fewer items' communities with its early ones than two halves
-    of a static user's ratings do: the graph carries a time signal."""
+def test_tastes_drift_through_communities_and_settle():
+    """The planted signal: each user goes through TASTE_PHASES different communities, changing
+    before TASTE_SETTLED of the horizon; its ratings follow its community at their time."""
     from mnmg_sampler.graph import typed_generate as tg
 
+    tastes = tg.useritem_tastes(600, 200, 3)
+    assert tastes.community.shape == (600, tg.TASTE_PHASES)
+    assert all(len(set(row)) == tg.TASTE_PHASES for row in tastes.community.tolist())
+    assert (np.diff(tastes.switch, axis=1) >= 0).all() and tastes.switch.min() >= 0
+    assert tastes.switch.max() < tg.TASTE_SETTLED * tg.USERITEM_HORIZON
     g = typed_useritem_graph(600, 200, 3, temporal=True)
-    rng = np.random.default_rng([3, 600, 200, 0x5E1])
-    rng.integers(0, tg.USERITEM_COMMUNITIES, 600)
-    item_c = rng.integers(0, tg.USERITEM_COMMUNITIES, 200)
-    item_c[:tg.USERITEM_COMMUNITIES] = np.arange(tg.USERITEM_COMMUNITIES)
-    by_user: dict = {}  # each user's items' communities, in time order
-    for (u, i), _ in sorted(_times(g, RATES).items(), key=lambda kv: (kv[0][0], kv[1])):
-        by_user.setdefault(u, []).append(item_c[i])
-    agree = [np.bincount(v[:len(v) // 2], minlength=8).argmax() ==
-             np.bincount(v[len(v) // 2:], minlength=8).argmax() for v in by_user.values()]
-    assert 0.2 < np.mean(agree) < 0.8  # static users would agree almost always
+    (u, i), t = np.array(list(_times(g, RATES))).T, np.array(list(_times(g, RATES).values()))
+    now = tastes.item_community[i] == tastes.at(u, t)
+    first = tastes.item_community[i] == tastes.community[u, 0]
+    assert now.mean() > 0.85  # TASTE_PLANTED plus the away draws that land at home
+    late = t >= tg.TASTE_SETTLED * tg.USERITEM_HORIZON  # every user in its last community
+    assert first[late].mean() < 0.1 < now[late].mean() - 0.7  # the first taste misleads
+
+
+def test_latest_ratings_predict_the_next_better_than_all():
+    """What a temporal sampler with temporal_strategy: last exploits and a static one cannot:
+    for the latest 10% of ratings, the user's 5 latest earlier ratings are mostly of the
+    rated item's community, its earlier ratings as a whole much less."""
+    from mnmg_sampler.graph import typed_generate as tg
+
+    g = typed_useritem_graph(1000, 500, 0, temporal=True)
+    tastes = tg.useritem_tastes(1000, 500, 0)
+    times = _times(g, RATES)
+    (u, i), t = np.array(list(times)).T, np.array(list(times.values()))
+    cut = np.quantile(t, [0.8, 0.9])
+    order = np.lexsort((t, u))
+    hist: dict = {}  # user -> item communities of its ratings before the validation start
+    for e in order[t[order] < cut[0]]:
+        hist.setdefault(u[e], []).append(tastes.item_community[i[e]])
+    last, every = [], []
+    for e in np.flatnonzero(t >= cut[1]):
+        h = np.array(hist.get(u[e], []))
+        c = tastes.item_community[i[e]]
+        last.append((h[-5:] == c).mean() if h.size else 0.0)
+        every.append((h == c).mean() if h.size else 0.0)
+    assert np.mean(last) > 0.55 and np.mean(every) < 0.4, (np.mean(last), np.mean(every))
 
 
 def test_time_split_training_graph_holds_no_held_out_or_later_edge():
@@ -130,3 +155,13 @@ def test_time_keys_elsewhere_are_refused(override):
     cfg = load_config(REPO / "configs" / "cora.yaml", [override])
     with pytest.raises(ConfigError, match=f"^{key}: .* is a homogeneous graph"):
         check_homogeneous_job(cfg)
+
+
+def test_generating_more_ratings_than_memory_holds_is_refused(monkeypatch):
+    from mnmg_sampler import host_limits
+    from mnmg_sampler.errors import MemoryBudgetError
+
+    monkeypatch.setattr(host_limits, "available_bytes", lambda: 2**20)
+    with pytest.raises(MemoryBudgetError, match="typed-useritem-t: the ratings of 20,000 users"):
+        typed_useritem_graph(20_000, 100, 0, temporal=True)
+    typed_useritem_graph(200, 100, 0, temporal=True)  # 0.3 MiB: fits

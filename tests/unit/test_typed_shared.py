@@ -1,8 +1,8 @@
 """The typed kernel over every mapped part (the typed shared topology), in one process: one
 call (serial or parallel) equals the typed kernel on each node's own part, bit for bit
 (weighted relation, -1, 0, with and without replacement, several requests); x/y rows of every
-type (float16 included) are read in place from the parts in any order; a graph with times
-keeps the wire."""
+type (float16 included) are read in place from the parts in any order; with edge or node time
+bounds ("uniform" and "last") the call equals the timed kernel on each part."""
 
 from __future__ import annotations
 
@@ -83,14 +83,62 @@ def test_rows_of_every_type_read_in_place(shared):
             np.testing.assert_array_equal(rows[key], whole[perm])
 
 
-def test_a_graph_with_times_keeps_the_wire(tmp_path):
-    """The kernel over parts has no time bounds: shared_topology=True on a timed typed graph
-    is a ConfigError (before any collective), auto keeps the wire."""
-    from mnmg_sampler.distributed.typed_shared import open_typed_shared
-    from mnmg_sampler.errors import ConfigError
+def _timed_shared(tmp_path, kind: str):
+    """A typed graph with edge or node time (time ties included), 3 parts, rank 1's view."""
+    spec = typed_spec(4)
+    g = np.random.default_rng(9)
+    if kind == "edge":
+        spec["edge_time"] = {et: g.integers(0, 12, ei.shape[1])
+                             for et, ei in spec["edge_index"].items()}
+    else:
+        spec["node_time"] = {t: g.integers(0, 12, n) for t, n in spec["num_nodes"].items()}
+    d = partition_graph(spec, num_parts=3, out=tmp_path / kind, method="random", seed=5)
+    parts = [load_partition(d, r, 3) for r in range(3)]
+    return parts, TypedSharedTopology(SharedTopology(parts[1], 1, 3), parts[1])
 
-    spec = typed_spec()
-    spec["edge_time"] = {et: np.arange(ei.shape[1]) for et, ei in spec["edge_index"].items()}
-    part = load_partition(partition_graph(spec, num_parts=2, out=tmp_path / "p"), 0, 2)
-    with pytest.raises(ConfigError, match="times"):
-        open_typed_shared(part, None, True)
+
+@pytest.mark.parametrize("kind", ["edge", "node"])
+def test_time_bounds_over_parts_equal_the_kernel_on_each_part(tmp_path, kind, monkeypatch):
+    """With time bounds (uniform and "last" requests, a weighted relation, bounds cutting
+    every segment anywhere from none to all), one call over the parts equals the typed kernel
+    with ``bounds`` on each node's own part (edge times of that part, node times by new id)."""
+    from mnmg_sampler.ops import cpu
+
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_NODES", 1)  # the parallel kernels too
+    parts, ts = _timed_shared(tmp_path, kind)
+    b = parts[0].boundaries
+    if kind == "node":
+        whole = np.concatenate([np.asarray(p.typed.node_time) for p in parts])
+        np.testing.assert_array_equal(ts.node_time, whole)
+    rng = np.random.default_rng(1)
+    R = len(parts[0].typed.edge_types)
+    nodes = rng.integers(0, int(b[-1]), 400)
+    req = rng.integers(0, 4, nodes.size)
+    keys = req * 5 + 3
+    fan = rng.integers(-1, 4, (4, R))
+    rep = np.array([0, 1, 0, 0], np.uint8)
+    last = np.array([0, 0, 1, 1], np.uint8)
+    bounds = rng.integers(-1, 14, nodes.size)
+    graphs = []
+    for p in parts:
+        gp = part_graph(p)
+        gp.edge_time = None if p.typed.edge_time is None else np.asarray(p.typed.edge_time)
+        gp.node_time = ts.node_time
+        graphs.append(gp)
+    for hop in (0, 1):
+        got = ts.hop(nodes, keys, req, fan, rep, 5, hop, bounds, last)
+        ref = [[], [], [], []]
+        for i, v in enumerate(nodes):
+            p = int(np.searchsorted(b[1:-1], v, side="right"))
+            row = np.array([v - b[p]])
+            q = slice(req[i], req[i] + 1)
+            o = sample_typed_neighbors(graphs[p], row, np.asarray(parts[p].orig_ids)[row],
+                                       keys[i:i + 1], np.zeros(1, np.int64), fan[q], rep[q], 5,
+                                       hop, bounds=bounds[i:i + 1], last=last[q])
+            for k in range(4):
+                ref[k].append(o[k])
+        for k in range(4):
+            np.testing.assert_array_equal(got[k], np.concatenate(ref[k]))
+        untimed = ts.hop(nodes, keys, req, fan, rep, 5, hop)
+        assert got[1].size < untimed[1].size  # the bounds cut some segments
+
