@@ -132,6 +132,7 @@ class _Rank:
 
 _idle: dict[tuple, list[_Rank]] = {}  # environment -> ranks spawned in it, waiting for a call
 KEEP = 2  # environments whose ranks are kept (e.g. plain and NUMBA_ENABLE_CUDASIM=1)
+MAX_IDLE = 4  # idle ranks kept in all (each holds torch and numba: a few hundred MB)
 
 
 def _key() -> tuple:
@@ -155,6 +156,13 @@ def _take(n: int, key: tuple | None) -> list[_Rank]:
             else:
                 w.stop(kill=True)
     return got + [_Rank() for _ in range(n - len(got))]
+
+
+def _trim() -> None:
+    """Stop idle ranks, those of the oldest environment first, beyond ``MAX_IDLE``."""
+    for k in list(_idle):
+        while sum(len(v) for v in _idle.values()) > MAX_IDLE and _idle[k]:
+            _idle[k].pop().stop()
 
 
 def _stop_idle(key: tuple | None = None) -> None:
@@ -196,10 +204,11 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
                 results[r] = (status, out)
                 if reuse:
                     reusable.add(r)
-        failed = bool(pending) or any(s == "err" for s, _ in results.values())
+        failed = len(results) < world_size or any(s == "err" for s, _ in results.values())
         for r, w in enumerate(ranks):
             if key is not None and not failed and r in reusable:
                 _idle[key].append(w)
+                _trim()
             else:  # a failed call's ranks may be stuck in a collective: never reused
                 w.stop(kill=r in pending.values())
     missing = [r for r in range(world_size) if r not in results]

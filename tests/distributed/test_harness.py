@@ -28,6 +28,12 @@ def _fail_on_1(rank, world):
     return os.getpid()
 
 
+def _exit_on_1(rank, world):
+    if rank == 1:
+        os._exit(3)
+    return os.getpid()
+
+
 def _leave_thread(rank, world):
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
     return os.getpid()
@@ -50,3 +56,5 @@ def test_ranks_are_reused_only_when_clean():
     assert not set(c) & {p for p, *_ in a}  # after a failure: new ranks
     d = run_ranks(_seen_env, 2, timeout=120)
     assert not {p for p, *_ in d} & set(c)  # a rank that left a thread running is not reused
+    with pytest.raises(RankFailure, match="exited with code 3 without a result"):
+        run_ranks(_exit_on_1, 2, timeout=120)
