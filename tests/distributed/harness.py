@@ -8,7 +8,9 @@ Spawned ranks are kept for the next call (a pool): starting a process, importing
 loading numba's compiled kernels costs seconds per rank, more than most tests' sampling. Every
 call still runs on as many separate processes as it has ranks, in a new gloo process group over
 a new store, with the rank's environment restored afterwards. A rank is not reused (it exits)
-when its call failed, left a thread running or changed the working directory. Ranks inherit the
+when its call failed, left a thread running, changed the working directory or ``sys.path``, or
+rebound a global of mnmg_sampler, torch.distributed or sys (a test's patch
+such as ``sys.platform = "darwin"`` or ``dist.all_reduce = counting`` not undone). Ranks inherit the
 test process's environment and working directory when spawned, so they are kept per environment
 (e.g. one with ``monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")``; the last ``KEEP`` ones); a
 call with ``env`` gets fresh ranks, and ``MNMG_TEST_FRESH_RANKS=1`` spawns fresh ranks for every
@@ -20,6 +22,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -63,12 +66,13 @@ def _serve(conn) -> None:
             return
         if task is None:
             return
-        environ, cwd = dict(os.environ), os.getcwd()
-        threads = set(threading.enumerate())
+        environ, cwd, path = dict(os.environ), os.getcwd(), list(sys.path)
+        threads, names = set(threading.enumerate()), _globals()
         status, out = _run_one(*task)
         os.environ.clear()
         os.environ.update(environ)
-        reuse = status == "ok" and os.getcwd() == cwd and not _new_threads(threads)
+        reuse = (status == "ok" and os.getcwd() == cwd and sys.path == path
+                 and not _rebound(names) and not _new_threads(threads))
         try:
             conn.send((status, out, reuse))
         except Exception:  # the result does not pickle: the call's error, not a hang
@@ -76,6 +80,32 @@ def _serve(conn) -> None:
             return
         if not reuse:
             return
+
+
+_WATCHED = ("mnmg_sampler", "torch.distributed", "sys")
+# set on every call by torch or mnmg_sampler themselves, not by a test's patch
+_SET_BY_CALLS = {"sys.excepthook"}
+
+
+def _globals() -> dict[str, dict[str, object]]:
+    """Every global of the watched modules (a call that patches one, e.g. ``sys.platform`` or
+    ``dist.all_reduce``, and does not undo it must not hand it to the next call)."""
+    return {m: {k: v for k, v in vars(mod).items() if not k.startswith("last_")}
+            for m, mod in list(sys.modules.items())
+            if mod is not None and any(m == w or m.startswith(w + ".") for w in _WATCHED)}
+
+
+def _rebound(before: dict[str, dict[str, object]]) -> list[str]:
+    """Functions, classes and ``sys`` attributes present before the call that now name another
+    object or are gone (module state that calls set, such as c10d's ``_backend``, is not a
+    patch)."""
+    out = []
+    for m, names in before.items():
+        now = vars(sys.modules[m]) if sys.modules.get(m) is not None else {}
+        out += [f"{m}.{k}" for k, v in names.items()
+                if (k not in now or now[k] is not v) and f"{m}.{k}" not in _SET_BY_CALLS
+                and (callable(v) or m == "sys")]
+    return out
 
 
 def _new_threads(before: set, grace: float = 2.0) -> list:

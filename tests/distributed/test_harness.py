@@ -1,5 +1,6 @@
 """The rank pool of harness.run_ranks: a call's ranks are separate processes with their own rank
-and environment; they are reused by the next call, never after a failure or a leftover thread."""
+and environment; they are reused by the next call, never after a failure, a leftover thread or
+a patch of ``sys``."""
 
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ def _exit_on_1(rank, world):
     return os.getpid()
 
 
+def _patch_platform(rank, world):
+    import sys
+
+    sys.platform = "darwin"  # a patch the call does not undo
+    return os.getpid()
+
+
 def _leave_thread(rank, world):
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
     return os.getpid()
@@ -56,5 +64,9 @@ def test_ranks_are_reused_only_when_clean():
     assert not set(c) & {p for p, *_ in a}  # after a failure: new ranks
     d = run_ranks(_seen_env, 2, timeout=120)
     assert not {p for p, *_ in d} & set(c)  # a rank that left a thread running is not reused
+    p = run_ranks(_patch_platform, 2, timeout=120)
+    assert set(p) == {q for q, _ in d}
+    q = run_ranks(_seen_env, 2, timeout=120)
+    assert not {r for r, _ in q} & set(p)  # a rank whose call patched sys is not reused
     with pytest.raises(RankFailure, match="exited with code 3 without a result"):
         run_ranks(_exit_on_1, 2, timeout=120)
