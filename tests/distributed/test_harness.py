@@ -51,7 +51,8 @@ def _seen_env(rank, world):
     return os.getpid(), os.environ.get("LEAKED_BY_A_CALL")
 
 
-def test_ranks_are_reused_only_when_clean():
+def test_ranks_are_reused_only_when_clean(monkeypatch):
+    monkeypatch.setenv("MNMG_TEST_RANK_POOL", "1")
     a = run_ranks(_who, 2, "a", timeout=120)
     assert [r[1:] for r in a] == [("0", 3), ("1", 3)]
     assert a[0][0] != a[1][0]  # two processes
