@@ -8,14 +8,16 @@ Spawned ranks are kept for the next call (a pool): starting a process, importing
 loading numba's compiled kernels costs seconds per rank, more than most tests' sampling. Every
 call still runs on as many separate processes as it has ranks, in a new gloo process group over
 a new store, with the rank's environment restored afterwards. A rank is not reused (it exits)
-when its call failed, left a thread running, changed the working directory or ``sys.path``, or
-rebound a global of mnmg_sampler, torch.distributed or sys (a test's patch
-such as ``sys.platform = "darwin"`` or ``dist.all_reduce = counting`` not undone). Ranks inherit the
-test process's environment and working directory when spawned, so they are kept per environment
-(e.g. one with ``monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")``; the last ``KEEP`` ones); a
-call with ``env`` gets fresh ranks. The pool is used only with ``MNMG_TEST_RANK_POOL=1``: in
-its last broad run one test (test_hashed_ids: a W=1 call, then W=2 on a reused rank) failed
-with a peer reset that fresh ranks do not show, cause not found yet.
+when its call failed, left a thread running, changed the working directory or ``sys.path``,
+rebound a global of mnmg_sampler, torch.distributed or sys (a test's patch such as
+``sys.platform = "darwin"`` or ``dist.all_reduce = counting`` not undone), or changed
+process-wide state (:func:`_process_state`: resource limits, signal handlers, thread
+counts). A call whose result depends on the process's history (an address-space cap set
+relative to what the process holds, as the memory tests do) passes ``fresh=True``. Ranks inherit
+the test process's environment and working directory when spawned, so they are kept per
+environment (e.g. one with ``monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")``; the last
+``KEEP`` ones); a call with ``env`` gets fresh ranks. ``MNMG_TEST_RANK_POOL=0`` turns the pool
+off (every call on fresh ranks).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-POOL_ENV = "MNMG_TEST_RANK_POOL"  # 1: keep ranks for the next call (off by default, see above)
+POOL_ENV = "MNMG_TEST_RANK_POOL"  # 0: every call on fresh ranks (see above)
 _VOLATILE = ("PYTEST_CURRENT_TEST",)  # changes per test, read by no rank
 
 
@@ -68,12 +70,13 @@ def _serve(conn) -> None:
         if task is None:
             return
         environ, cwd, path = dict(os.environ), os.getcwd(), list(sys.path)
-        threads, names = set(threading.enumerate()), _globals()
+        threads, names, state = set(threading.enumerate()), _globals(), _process_state()
         status, out = _run_one(*task)
         os.environ.clear()
         os.environ.update(environ)
         reuse = (status == "ok" and os.getcwd() == cwd and sys.path == path
-                 and not _rebound(names) and not _new_threads(threads))
+                 and not _rebound(names) and _process_state() == state
+                 and not _new_threads(threads))
         try:
             conn.send((status, out, reuse))
         except Exception:  # the result does not pickle: the call's error, not a hang
@@ -107,6 +110,29 @@ def _rebound(before: dict[str, dict[str, object]]) -> list[str]:
                 if (k not in now or now[k] is not v) and f"{m}.{k}" not in _SET_BY_CALLS
                 and (callable(v) or m == "sys")]
     return out
+
+
+def _process_state() -> dict[str, object]:
+    """Process-wide settings a call may change and a later call would inherit: resource limits
+    (an address-space cap), signal handlers, the umask, torch's and numba's thread counts and
+    torch's default dtype and grad mode."""
+    import resource
+    import signal
+
+    import numba
+    import torch
+
+    umask = os.umask(0)
+    os.umask(umask)
+    return {
+        "rlimits": {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource)
+                    if n.startswith("RLIMIT_")},
+        "signals": {s: signal.getsignal(s) for s in signal.valid_signals()
+                    if s not in (signal.SIGKILL, signal.SIGSTOP)},
+        "umask": umask,
+        "torch": (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()),
+        "numba": numba.get_num_threads(),
+    }
 
 
 def _new_threads(before: set, grace: float = 2.0) -> list:
@@ -206,12 +232,13 @@ atexit.register(_stop_idle)
 
 
 def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
-              env: dict[str, str] | None = None) -> list[Any]:
+              env: dict[str, str] | None = None, fresh: bool = False) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks; return results by rank.
 
+    ``env`` (set in the ranks) or ``fresh`` run the call on new ranks that exit after it.
     Raises :class:`RankFailure` if any rank raised, ``TimeoutError`` if any rank hung.
     """
-    pooled = env is None and os.environ.get(POOL_ENV, "") not in ("", "0")
+    pooled = env is None and not fresh and os.environ.get(POOL_ENV, "1") != "0"
     key = (world_size, *_key()) if pooled else None  # a rank serves one world size
     ranks = _take(world_size, key)
     results: dict[int, tuple] = {}

@@ -1,6 +1,7 @@
 """The rank pool of harness.run_ranks: a call's ranks are separate processes with their own rank
-and environment; they are reused by the next call, never after a failure, a leftover thread or
-a patch of ``sys``."""
+and environment; they are reused by the next call (their environment restored), never after a
+failure, a leftover thread, a patch of ``sys`` or a changed resource limit, nor when the call
+asks for fresh ranks."""
 
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ def _leave_thread(rank, world):
     return os.getpid()
 
 
+def _cap_files(rank, world):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 512), hard))  # not undone
+    return os.getpid()
+
+
 def _seen_env(rank, world):
     return os.getpid(), os.environ.get("LEAKED_BY_A_CALL")
 
@@ -71,3 +80,15 @@ def test_ranks_are_reused_only_when_clean(monkeypatch):
     assert not {r for r, _ in q} & set(p)  # a rank whose call patched sys is not reused
     with pytest.raises(RankFailure, match="exited with code 3 without a result"):
         run_ranks(_exit_on_1, 2, timeout=120)
+
+
+def test_changed_limits_and_fresh_calls_get_new_ranks(monkeypatch):
+    monkeypatch.setenv("MNMG_TEST_RANK_POOL", "1")
+    first = run_ranks(_seen_env, 2, timeout=120)
+    capped = run_ranks(_cap_files, 2, timeout=120)
+    assert set(capped) == {p for p, _ in first}
+    after = run_ranks(_seen_env, 2, timeout=120)
+    assert not {p for p, _ in after} & set(capped)  # a changed resource limit: not reused
+    fresh = run_ranks(_seen_env, 2, timeout=120, fresh=True)
+    assert not {p for p, _ in fresh} & {p for p, _ in after}  # fresh=True: new ranks
+    assert {p for p, _ in run_ranks(_seen_env, 2, timeout=120)} == {p for p, _ in after}
