@@ -35,6 +35,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 POOL_ENV = "MNMG_TEST_RANK_POOL"  # 0: every call on fresh ranks (see above)
+LOG_ENV = "MNMG_TEST_RANK_POOL_LOG"  # a file: a line per rank per call, reused or not and why
 _VOLATILE = ("PYTEST_CURRENT_TEST",)  # changes per test, read by no rank
 
 
@@ -74,15 +75,19 @@ def _serve(conn) -> None:
         status, out = _run_one(*task)
         os.environ.clear()
         os.environ.update(environ)
-        reuse = (status == "ok" and os.getcwd() == cwd and sys.path == path
-                 and not _rebound(names) and _process_state() == state
-                 and not _new_threads(threads))
+        rebound = _rebound(names)
+        unfit = [why for why, bad in (
+            ("failed", status != "ok"), ("cwd", os.getcwd() != cwd), ("sys.path", sys.path != path),
+            ("rebound " + ", ".join(rebound), rebound),
+            ("process state", _process_state() != state)) if bad]
+        if not unfit and _new_threads(threads):
+            unfit.append("thread left running")
         try:
-            conn.send((status, out, reuse))
+            conn.send((status, out, unfit))
         except Exception:  # the result does not pickle: the call's error, not a hang
-            conn.send(("err", (None, traceback.format_exc()), False))
+            conn.send(("err", (None, traceback.format_exc()), ["result does not pickle"]))
             return
-        if not reuse:
+        if unfit:
             return
 
 
@@ -145,6 +150,12 @@ def _new_threads(before: set, grace: float = 2.0) -> list:
         time.sleep(0.05)
 
 
+def _log(line: str) -> None:
+    if os.environ.get(LOG_ENV):
+        with open(os.environ[LOG_ENV], "a") as f:
+            f.write(line + "\n")
+
+
 def _picklable(obj) -> bool:
     import pickle
 
@@ -173,6 +184,7 @@ class _Rank:
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=False)
         self.proc.start()
         child.close()
+        self.calls = 0  # calls sent to it
 
     def stop(self, kill: bool = False) -> None:
         if not kill:
@@ -188,7 +200,7 @@ class _Rank:
 
 
 _idle: dict[tuple, list[_Rank]] = {}  # environment -> ranks spawned in it, waiting for a call
-KEEP = 3  # (world size, environment) pairs whose ranks are kept
+KEEP = 3  # environments whose ranks are kept
 MAX_IDLE = 4  # idle ranks kept in all (each holds torch and numba: a few hundred MB)
 
 
@@ -239,14 +251,16 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
     Raises :class:`RankFailure` if any rank raised, ``TimeoutError`` if any rank hung.
     """
     pooled = env is None and not fresh and os.environ.get(POOL_ENV, "1") != "0"
-    key = (world_size, *_key()) if pooled else None  # a rank serves one world size
+    key = _key() if pooled else None  # a rank serves any world size and rank
     ranks = _take(world_size, key)
+    new = {r for r, w in enumerate(ranks) if w.calls == 0}
     results: dict[int, tuple] = {}
     reusable: set[int] = set()
     with tempfile.TemporaryDirectory() as d:
         store = os.path.join(d, "store")
         for r, w in enumerate(ranks):
             w.conn.send((fn, r, world_size, store, args, env or {}))
+            w.calls += 1
         pending = {w.conn: r for r, w in enumerate(ranks)}
         deadline = time.monotonic() + timeout
         while pending:
@@ -256,12 +270,14 @@ def run_ranks(fn: Callable, world_size: int, *args: Any, timeout: float = 120.0,
             for c in wait(list(pending), timeout=min(left, 1.0)):
                 r = pending.pop(c)
                 try:
-                    status, out, reuse = c.recv()
+                    status, out, unfit = c.recv()
                 except (EOFError, OSError):  # died without a result (its exit code below)
                     continue
                 results[r] = (status, out)
-                if reuse:
+                if not unfit:
                     reusable.add(r)
+                _log(f"{fn.__module__}.{fn.__qualname__} W={world_size} rank {r}: "
+                     f"{'new' if r in new else 'reused'}, {'; '.join(unfit) or 'kept'}")
         failed = len(results) < world_size or any(s == "err" for s, _ in results.values())
         for r, w in enumerate(ranks):
             if key is not None and not failed and r in reusable:

@@ -1,7 +1,7 @@
 """The rank pool of harness.run_ranks: a call's ranks are separate processes with their own rank
-and environment; they are reused by the next call (their environment restored), never after a
-failure, a leftover thread, a patch of ``sys`` or a changed resource limit, nor when the call
-asks for fresh ranks."""
+and environment; they are reused by the next call of any world size (their environment
+restored), never after a failure, a leftover thread, a patch of ``sys`` or a changed resource
+limit, nor when the call asks for fresh ranks."""
 
 from __future__ import annotations
 
@@ -92,3 +92,5 @@ def test_changed_limits_and_fresh_calls_get_new_ranks(monkeypatch):
     fresh = run_ranks(_seen_env, 2, timeout=120, fresh=True)
     assert not {p for p, _ in fresh} & {p for p, _ in after}  # fresh=True: new ranks
     assert {p for p, _ in run_ranks(_seen_env, 2, timeout=120)} == {p for p, _ in after}
+    three = run_ranks(_seen_env, 3, timeout=120)  # any world size: the two idle ranks and one new
+    assert len({p for p, _ in three} & {p for p, _ in after}) == 2
