@@ -71,6 +71,7 @@ def _serve(conn) -> None:
         if task is None:
             return
         environ, cwd, path = dict(os.environ), os.getcwd(), list(sys.path)
+        os.environ.update(task[-1])  # before the first import of numba below reads it
         threads, names, state = set(threading.enumerate()), _globals(), _process_state()
         status, out = _run_one(*task)
         os.environ.clear()
