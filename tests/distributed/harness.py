@@ -17,7 +17,8 @@ relative to what the process holds, as the memory tests do) passes ``fresh=True`
 the test process's environment and working directory when spawned, so they are kept per
 environment (e.g. one with ``monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")``; the last
 ``KEEP`` ones); a call with ``env`` gets fresh ranks. ``MNMG_TEST_RANK_POOL=0`` turns the pool
-off (every call on fresh ranks).
+off (every call on fresh ranks); ``MNMG_TEST_RANK_POOL_LOG=file`` appends a line per rank per call
+saying whether it was new or reused and why it was not kept.
 """
 
 from __future__ import annotations
