@@ -90,10 +90,14 @@ def _no_listener(rank, world):
     from mnmg_sampler.distributed.collective import Exchanger
     from mnmg_sampler.distributed.host_channel import open_host_channel
 
+    real = sys.platform
     if rank == 0:
         sys.platform = "darwin"  # rank 0 offers no socket: every rank stays on gloo
-    ex = Exchanger()
-    ch = open_host_channel(ex)
+    try:
+        ex = Exchanger()
+        ch = open_host_channel(ex)
+    finally:
+        sys.platform = real  # the rank is reused by the next call
     return ch is None, ex.agree_max([rank])
 
 

@@ -143,9 +143,13 @@ def _cache_over_budget(rank, world, d):
     os.environ["MNMG_HOST_ID"] = f"host-{rank}"
     part = load_partition(d, rank, world)
     s = DistSampler(part, seed=SEED, shared_topology="auto")
+    real = host_limits.available_bytes
     if rank == 1:
         host_limits.available_bytes = lambda: 1000
-    DistFeatureStore(part, s.ex, cache_rows=CACHE, host=s.host)
+    try:
+        DistFeatureStore(part, s.ex, cache_rows=CACHE, host=s.host)
+    finally:
+        host_limits.available_bytes = real
 
 
 def test_cache_over_memory_budget_raises_on_every_rank(tmp_path):

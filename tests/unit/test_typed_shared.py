@@ -31,6 +31,7 @@ def shared(tmp_path_factory):
 def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, monkeypatch):
     from mnmg_sampler.ops import cpu
 
+    serial = cpu.PARALLEL_MIN_NODES
     if parallel:  # the parallel kernels (large frontiers) on this small one
         monkeypatch.setattr(cpu, "PARALLEL_MIN_NODES", 1)
     parts, ts = shared
@@ -47,15 +48,17 @@ def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, mo
     for hop in (0, 1):
         got = ts.hop(nodes, keys, req, fan, rep, 5, hop)
         ref = [[], [], [], []]
-        for i, v in enumerate(nodes):
-            p = int(np.searchsorted(b[1:-1], v, side="right"))
-            row = np.array([v - b[p]])
-            q = slice(req[i], req[i] + 1)
-            o = sample_typed_neighbors(part_graph(parts[p]), row,
-                                       np.asarray(parts[p].orig_ids)[row], keys[i:i + 1],
-                                       np.zeros(1, np.int64), fan[q], rep[q], 5, hop)
-            for k in range(4):
-                ref[k].append(o[k])
+        with monkeypatch.context() as m:  # the reference: serial kernels, one node a call
+            m.setattr(cpu, "PARALLEL_MIN_NODES", serial)
+            for i, v in enumerate(nodes):
+                p = int(np.searchsorted(b[1:-1], v, side="right"))
+                row = np.array([v - b[p]])
+                q = slice(req[i], req[i] + 1)
+                o = sample_typed_neighbors(part_graph(parts[p]), row,
+                                           np.asarray(parts[p].orig_ids)[row], keys[i:i + 1],
+                                           np.zeros(1, np.int64), fan[q], rep[q], 5, hop)
+                for k in range(4):
+                    ref[k].append(o[k])
         for k in range(4):
             np.testing.assert_array_equal(got[k], np.concatenate(ref[k]))
         assert set(np.unique(got[2]).tolist()) == set(range(R))  # every relation sampled
@@ -104,6 +107,7 @@ def test_time_bounds_over_parts_equal_the_kernel_on_each_part(tmp_path, kind, mo
     with ``bounds`` on each node's own part (edge times of that part, node times by new id)."""
     from mnmg_sampler.ops import cpu
 
+    serial = cpu.PARALLEL_MIN_NODES
     monkeypatch.setattr(cpu, "PARALLEL_MIN_NODES", 1)  # the parallel kernels too
     parts, ts = _timed_shared(tmp_path, kind)
     b = parts[0].boundaries
@@ -128,15 +132,17 @@ def test_time_bounds_over_parts_equal_the_kernel_on_each_part(tmp_path, kind, mo
     for hop in (0, 1):
         got = ts.hop(nodes, keys, req, fan, rep, 5, hop, bounds, last)
         ref = [[], [], [], []]
-        for i, v in enumerate(nodes):
-            p = int(np.searchsorted(b[1:-1], v, side="right"))
-            row = np.array([v - b[p]])
-            q = slice(req[i], req[i] + 1)
-            o = sample_typed_neighbors(graphs[p], row, np.asarray(parts[p].orig_ids)[row],
-                                       keys[i:i + 1], np.zeros(1, np.int64), fan[q], rep[q], 5,
-                                       hop, bounds=bounds[i:i + 1], last=last[q])
-            for k in range(4):
-                ref[k].append(o[k])
+        with monkeypatch.context() as m:  # the reference: serial kernels, one node a call
+            m.setattr(cpu, "PARALLEL_MIN_NODES", serial)
+            for i, v in enumerate(nodes):
+                p = int(np.searchsorted(b[1:-1], v, side="right"))
+                row = np.array([v - b[p]])
+                q = slice(req[i], req[i] + 1)
+                o = sample_typed_neighbors(graphs[p], row, np.asarray(parts[p].orig_ids)[row],
+                                           keys[i:i + 1], np.zeros(1, np.int64), fan[q], rep[q],
+                                           5, hop, bounds=bounds[i:i + 1], last=last[q])
+                for k in range(4):
+                    ref[k].append(o[k])
         for k in range(4):
             np.testing.assert_array_equal(got[k], np.concatenate(ref[k]))
         untimed = ts.hop(nodes, keys, req, fan, rep, 5, hop)
