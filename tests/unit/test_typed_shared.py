@@ -27,6 +27,28 @@ def shared(tmp_path_factory):
     return parts, TypedSharedTopology(SharedTopology(parts[1], 1, 3), parts[1])
 
 
+def _per_node_reference(monkeypatch, serial, parts, graphs, nodes, keys, req, fan, rep, hop,
+                        bounds=None, last=None):
+    """The typed kernel on each node's own part, one node a call, with the serial kernels."""
+    from mnmg_sampler.ops import cpu
+
+    b = parts[0].boundaries
+    ref = [[], [], [], []]
+    with monkeypatch.context() as m:
+        m.setattr(cpu, "PARALLEL_MIN_NODES", serial)
+        for i, v in enumerate(nodes):
+            p = int(np.searchsorted(b[1:-1], v, side="right"))
+            row = np.array([v - b[p]])
+            q = slice(req[i], req[i] + 1)
+            timed = {} if bounds is None else {"bounds": bounds[i:i + 1], "last": last[q]}
+            o = sample_typed_neighbors(graphs[p], row, np.asarray(parts[p].orig_ids)[row],
+                                       keys[i:i + 1], np.zeros(1, np.int64), fan[q], rep[q], 5,
+                                       hop, **timed)
+            for k in range(4):
+                ref[k].append(o[k])
+    return [np.concatenate(r) for r in ref]
+
+
 @pytest.mark.parametrize("parallel", [False, True])
 def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, monkeypatch):
     from mnmg_sampler.ops import cpu
@@ -47,20 +69,10 @@ def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, mo
     peer0 = ts.peer_nodes
     for hop in (0, 1):
         got = ts.hop(nodes, keys, req, fan, rep, 5, hop)
-        ref = [[], [], [], []]
-        with monkeypatch.context() as m:  # the reference: serial kernels, one node a call
-            m.setattr(cpu, "PARALLEL_MIN_NODES", serial)
-            for i, v in enumerate(nodes):
-                p = int(np.searchsorted(b[1:-1], v, side="right"))
-                row = np.array([v - b[p]])
-                q = slice(req[i], req[i] + 1)
-                o = sample_typed_neighbors(part_graph(parts[p]), row,
-                                           np.asarray(parts[p].orig_ids)[row], keys[i:i + 1],
-                                           np.zeros(1, np.int64), fan[q], rep[q], 5, hop)
-                for k in range(4):
-                    ref[k].append(o[k])
+        ref = _per_node_reference(monkeypatch, serial, parts, [part_graph(p) for p in parts],
+                                  nodes, keys, req, fan, rep, hop)
         for k in range(4):
-            np.testing.assert_array_equal(got[k], np.concatenate(ref[k]))
+            np.testing.assert_array_equal(got[k], ref[k])
         assert set(np.unique(got[2]).tolist()) == set(range(R))  # every relation sampled
     own = (nodes >= b[1]) & (nodes < b[2])
     assert ts.peer_nodes - peer0 == 2 * int((~own).sum())
@@ -131,20 +143,10 @@ def test_time_bounds_over_parts_equal_the_kernel_on_each_part(tmp_path, kind, mo
         graphs.append(gp)
     for hop in (0, 1):
         got = ts.hop(nodes, keys, req, fan, rep, 5, hop, bounds, last)
-        ref = [[], [], [], []]
-        with monkeypatch.context() as m:  # the reference: serial kernels, one node a call
-            m.setattr(cpu, "PARALLEL_MIN_NODES", serial)
-            for i, v in enumerate(nodes):
-                p = int(np.searchsorted(b[1:-1], v, side="right"))
-                row = np.array([v - b[p]])
-                q = slice(req[i], req[i] + 1)
-                o = sample_typed_neighbors(graphs[p], row, np.asarray(parts[p].orig_ids)[row],
-                                           keys[i:i + 1], np.zeros(1, np.int64), fan[q], rep[q],
-                                           5, hop, bounds=bounds[i:i + 1], last=last[q])
-                for k in range(4):
-                    ref[k].append(o[k])
+        ref = _per_node_reference(monkeypatch, serial, parts, graphs, nodes, keys, req, fan,
+                                  rep, hop, bounds, last)
         for k in range(4):
-            np.testing.assert_array_equal(got[k], np.concatenate(ref[k]))
+            np.testing.assert_array_equal(got[k], ref[k])
         untimed = ts.hop(nodes, keys, req, fan, rep, 5, hop)
         assert got[1].size < untimed[1].size  # the bounds cut some segments
 
