@@ -96,9 +96,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["global", "owner"], default="global",
                    help="seeds of each rank: global batch order, or the seeds it owns "
                         "(default: global)")
-    p.add_argument("--id-maps", choices=["sharded", "replicated"], default="sharded",
-                   help="original <-> new id maps: sharded (lookups) or replicated on every "
-                        "rank (default: sharded)")
+    p.add_argument("--id-maps", choices=["auto", "sharded", "replicated"], default="auto",
+                   help="original <-> new id maps: sharded (lookups), replicated on every "
+                        "rank, or auto: replicated up to 2M nodes (default: auto)")
     p.add_argument("--shared-topology", action="store_true",
                    help="ranks map each other's parts and sample every hop off the wire "
                         "(what jobs do on one host; default: off, the wire path)")
@@ -241,7 +241,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
     B = task["batch_size"]
     svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
                           feature_cache_rows=cache_rows, shared_topology=shared,
-                          feature_cache_plan=(task["fanouts"], task["batch_size"]))
+                          feature_cache_plan=(task["fanouts"], task["batch_size"]),
+                          id_maps=task.get("id_maps", "auto"))
     try:
         n = min(task["batches"] * world * B, int(seeds.size))
         loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
@@ -306,7 +307,7 @@ def _worker(work: str) -> int:
     cache_rows = cache_rows_for(task["cache_rows"], int(part.num_nodes), world)
     if task.get("loader"):
         return _loader_worker(work, task, part, rank, world, seeds, cache_rows, shared)
-    sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "sharded"),
+    sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
                           shared_topology=shared)
     ex = sampler.ex
     store = None

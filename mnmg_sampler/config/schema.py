@@ -173,10 +173,12 @@ class SamplerConfig:
         "global", "Training seeds of each rank: global = a share of one global order (the same "
         "batches for any world size); owner = the seeds its partition owns (hop 1 is local; "
         "batches depend on the partitioning). task link: global only.")
-    id_maps: Literal["sharded", "replicated"] = _opt(
-        "sharded", "Original <-> new id maps: sharded = each rank holds 1/W of them and asks "
+    id_maps: Literal["auto", "sharded", "replicated"] = _opt(
+        "auto", "Original <-> new id maps: sharded = each rank holds 1/W of them and asks "
         "the others (no num_nodes-sized array; without features a loader's round does one more "
-        "exchange); replicated = both maps on every rank (16 bytes per node), no lookups.")
+        "exchange); replicated = both maps on every rank (16 bytes per node), no lookups; "
+        "auto = replicated for graphs of at most 2,097,152 nodes whose map files every rank "
+        "can open, else sharded.")
     edge_ids: bool = _opt(False, "Fetch the edge id of every sampled edge (e_id); off = e_id "
                           "empty and no edge id crosses the wire.")
     weights: str | None = _opt(

@@ -18,11 +18,14 @@ again). A ``range`` partitioning keeps every id
 (new == original) and needs none of this. Lookups are collective: every rank calls them
 together, with any number of ids, including none.
 
-``mode="replicated"`` (opt-in, for graphs whose two maps fit every rank easily) maps both
-global map files instead and translates locally: no lookup collectives, at 16 bytes per node
-on every rank. Sampling-only rounds save the n_id lookup (and, for requests without their seeds'
-new ids, which loaders translate once, the seed lookup): 3 all-to-alls each. Results are the
-same in both modes.
+``mode="replicated"`` maps both global map files instead and translates locally: no lookup
+collectives, at 16 bytes per node on every rank (memory-mapped: one copy in a host's page
+cache). Sampling-only rounds save the n_id lookup (and, for requests without their seeds' new
+ids, which loaders translate once, the seed lookup), and hop replies carry no original ids.
+``mode="auto"`` (the default) is ``replicated`` when the graph has at most
+:data:`AUTO_REPLICATED_MAX_NODES` nodes (maps of at most 32 MiB) and every rank can open both
+map files, else ``sharded``; the ranks agree in the all-reduce that checks their modes. Results
+are the same in every mode.
 """
 
 from __future__ import annotations
@@ -41,7 +44,12 @@ from .collective import Exchanger, backend_device, peer_errors, raise_if_any
 
 __all__ = ["ID_MAP_MODES", "IdMaps", "identity_ids"]
 
-ID_MAP_MODES = ("sharded", "replicated")
+ID_MAP_MODES = ("auto", "sharded", "replicated")
+
+AUTO_REPLICATED_MAX_NODES = 1 << 21
+"""Largest graph ``auto`` replicates the maps of (16 bytes per node: 32 MiB). A round over the
+wire then costs two collectives fewer; beyond this the sharded maps keep every rank's memory
+to its share (``docs/architecture.md``, "Ids")."""
 
 _CHUNK = 1 << 18
 
@@ -72,18 +80,20 @@ class IdMaps:
         part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition` (only its
             ``orig_ids``, ``boundaries`` and sizes are read; never the global map files).
         ex: the exchanger lookups run on (its process group's ranks are the parts).
-        mode: ``sharded`` (default: no num_nodes-sized array) or ``replicated``.
+        mode: ``auto`` (default: ``replicated`` for a graph of at most
+            :data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files every rank can open, else
+            ``sharded``), ``sharded`` (no num_nodes-sized array) or ``replicated``.
 
-    Construction is collective on ``ex``'s group (the ranks check they agree on ``mode``; one
-    all-to-all builds the shard) unless the partitioning is ``range`` or the group has one rank.
+    Construction is collective on ``ex``'s group (the ranks check they agree on ``mode`` and
+    resolve ``auto`` alike; one all-to-all builds the shard) unless the group has one rank.
+    ``self.mode`` is the mode in use (never ``auto``).
     """
 
-    def __init__(self, part, ex: Exchanger, mode: str = "sharded") -> None:
+    def __init__(self, part, ex: Exchanger, mode: str = "auto") -> None:
         if mode not in ID_MAP_MODES:
             raise ConfigError(f"unknown id map mode {mode!r}", "ids cannot be translated",
                               f"use one of {', '.join(ID_MAP_MODES)}")
         self.ex = ex
-        self.mode = mode
         self.o2n = self.n2o = None
         self.num_nodes = int(part.num_nodes)
         self.identity = identity_ids(part)
@@ -96,8 +106,11 @@ class IdMaps:
         self.shard = None
         self.even = _even_boundaries(self.num_nodes, ex.world_size)
         self._even_inner = np.ascontiguousarray(np.asarray(self.even, np.int64)[1:-1])
+        can = mode == "auto" and _can_replicate(part)
         if ex.world_size > 1:
-            _agree_on_mode(mode, ex)
+            can = _agree_on_mode(mode, ex, can)
+        self.mode = ("replicated" if can else "sharded") if mode == "auto" else mode
+        mode = self.mode
         if self.identity:
             return
         if mode == "replicated":  # both global maps, memory-mapped: local translation only
@@ -305,13 +318,29 @@ def _counted_keys(recv: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, lis
     return np.concatenate(parts) if parts else recv[:0], counts
 
 
-def _agree_on_mode(mode: str, ex: Exchanger) -> None:
-    """Collective: every rank uses the same mode (a mix would leave lookups unmatched)."""
+def _can_replicate(part) -> bool:
+    """``auto`` on this rank: a graph small enough (:data:`AUTO_REPLICATED_MAX_NODES`) whose
+    two global map files this rank can open (a host may hold only its own parts' folders)."""
+    if int(part.num_nodes) > AUTO_REPLICATED_MAX_NODES or identity_ids(part):
+        return False
+    if getattr(part, "path", None) is None or not part.manifest:
+        return False
+    try:
+        return part.orig_to_new is not None and part.new_to_orig is not None
+    except (PartitionError, OSError):
+        return False
+
+
+def _agree_on_mode(mode: str, ex: Exchanger, can: bool) -> bool:
+    """Collective: every rank uses the same mode (a mix would leave lookups unmatched), and
+    ``auto`` replicates only if every rank ``can``; returns that."""
     code = ID_MAP_MODES.index(mode) + 1
-    t = torch.tensor([code, -code], dtype=torch.int64, device=backend_device(ex.group))
+    t = torch.tensor([code, -code, 0 if can else 1], dtype=torch.int64,
+                     device=backend_device(ex.group))
     with peer_errors("agreeing on the id map mode"):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ex.group)
     if int(t[0]) != code or -int(t[1]) != code:
         raise ConfigError(f"the ranks use different id map modes (this rank: {mode})",
                           "ids cannot be translated consistently; no rank samples",
                           "give every rank the same sampler.id_maps")
+    return int(t[2]) == 0

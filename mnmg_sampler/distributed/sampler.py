@@ -73,8 +73,9 @@ class DistSampler:
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
         kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
-        id_maps: ``sharded`` (no num_nodes-sized array on any rank) or ``replicated`` (both
-            global maps on every rank: no lookup collectives); see :mod:`.id_maps`.
+        id_maps: ``auto`` (``replicated`` for small graphs), ``sharded`` (no num_nodes-sized
+            array on any rank) or ``replicated`` (both global maps on every rank: no lookup
+            collectives); see :mod:`.id_maps`.
         shared_topology: every rank on one host maps the other ranks' parts and samples every
             hop itself, off the wire (:mod:`.shared_topology`; all ranks alike; ``"auto"``:
             exactly when it can). Results do not change.
@@ -82,7 +83,7 @@ class DistSampler:
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
-                 id_maps: str = "sharded", shared_topology: bool | str = "auto") -> None:
+                 id_maps: str = "auto", shared_topology: bool | str = "auto") -> None:
         if getattr(part, "typed", None) is not None:  # before any collective
             raise ConfigError("DistSampler got a typed part", "its rows are (node, relation) "
                               "segments, which the homogeneous sampler cannot read",

@@ -90,9 +90,10 @@ class SamplingService:
         feature_cache_plan: ``(fanouts, batch size)`` the loaders will ask for: the feature
             cache takes the rows of highest inclusion probability in such rounds
             (:mod:`~mnmg_sampler.distributed.row_cache`); ``None``: by degree.
-        id_maps: ``sharded`` (default; no num_nodes-sized array on any rank) or
-            ``replicated`` (both global id maps on every rank, no lookup exchanges); the same on
-            every rank (see :mod:`~mnmg_sampler.distributed.id_maps`).
+        id_maps: ``auto`` (default: ``replicated`` for graphs of at most 2M nodes, else
+            ``sharded``), ``sharded`` (no num_nodes-sized array on any rank) or ``replicated``
+            (both global id maps on every rank, no lookup exchanges); the same on every rank
+            (see :mod:`~mnmg_sampler.distributed.id_maps`).
         shared_topology: every rank (all on one host) maps the other ranks' parts, samples
             every hop and reads every feature row itself, off the wire
             (:mod:`~mnmg_sampler.distributed.shared_topology`; the same on every rank;
@@ -110,7 +111,7 @@ class SamplingService:
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
-                 feature_cache_rows: int = 0, id_maps: str = "sharded",
+                 feature_cache_rows: int = 0, id_maps: str = "auto",
                  shared_topology: bool | str = "auto",
                  rounds_in_flight: int | str = "auto",
                  feature_cache_plan: tuple | None = None) -> None:

@@ -83,14 +83,14 @@ class DistTypedSampler:
         seed: the job's sampling seed.
         group: the process group to exchange over.
         features: fetch each batch's ``x``/``y`` per node type from the owners.
-        id_maps: ``sharded`` or ``replicated`` (:mod:`.id_maps`).
+        id_maps: ``auto``, ``sharded`` or ``replicated`` (:mod:`.id_maps`).
         kernel: ``cpu`` or ``cuda`` (the typed CUDA twin, CSR on ``device``).
         shared_topology: ``True``, ``False`` or ``"auto"``, as for homogeneous parts
             (:mod:`.typed_shared`). Results do not change.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 features: bool = True, id_maps: str = "sharded", kernel: str = "cpu",
+                 features: bool = True, id_maps: str = "auto", kernel: str = "cpu",
                  device=None, shared_topology: bool | str = "auto") -> None:
         self.graph = part_graph(part)  # PartitionError for a homogeneous part
         if kernel not in ("cpu", "cuda"):  # before any collective

@@ -31,9 +31,10 @@ def bench(mode: str, tmp_path, *extra: str, timeout: float = 90) -> dict:
 @pytest.fixture(scope="module")
 def dist_both(tmp_path_factory) -> dict:
     """``bench dist`` on 1 and 2 ranks with ``--seed-lookup both``: its main run translates
-    seeds once (the default), its alternate repeats look them up per round. Two tests read it."""
+    seeds once (the default), its alternate repeats look them up per round (sharded id maps:
+    replicated ones look nothing up). Two tests read it."""
     return bench("dist", tmp_path_factory.mktemp("dist"), "--batch-size", "16", "--batches",
-                 "3", "--seed-lookup", "both")
+                 "3", "--seed-lookup", "both", "--id-maps", "sharded")
 
 
 def test_bench_dist_one_and_two_ranks_beside_single(dist_both):
@@ -74,7 +75,7 @@ def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
 def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path, dist_both):
     both = dist_both
     per = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
-                "--seed-lookup", "per-round")
+                "--seed-lookup", "per-round", "--id-maps", "sharded")
     assert (both["seed_lookup"], per["seed_lookup"]) == ("both", "per-round")
     a, b = both["dist"]["2"], per["dist"]["2"]
     # translated once: one lookup before the timed rounds (random partitioning: remote seeds);

@@ -174,43 +174,65 @@ def test_sampling_never_reads_the_global_id_maps(tmp_path):
         assert np.array_equal(np.sort(np.concatenate(seen)), nodes)  # each seed once
 
 
-def _modes(rank, world, d, n, modes):
+def _modes(rank, world, d, n, modes, no_maps):
     from mnmg_sampler.distributed.sampler import DistSampler
     from mnmg_sampler.errors import ConfigError
     from mnmg_sampler.graph.partition_io import load_partition
 
-    part = load_partition(d, rank, world)
+    part = load_partition(no_maps if modes[rank] == "auto-no-maps" else d, rank, world)
     try:
-        s = DistSampler(part, seed=SEED, id_maps=modes[rank], shared_topology=False)
+        s = DistSampler(part, seed=SEED, id_maps=modes[rank].removesuffix("-no-maps"),
+                        shared_topology=False)
     except ConfigError as e:
         return ("ConfigError", str(e))
     got = []
     for round_ in (0, 1):
         reqs = _requests(rank, n, np.asarray(part.orig_ids), round_)
         got += [(r.seeds, r.key, as_arrays(b)) for r, b in zip(reqs, s.sample(reqs), strict=True)]
-    return got, s.ex.calls
+    return got, s.ex.calls, s.ids.mode
 
 
-MODES = (["sharded"] * 2, ["replicated"] * 2, ["sharded", "replicated"])
+# auto-no-maps: auto on a copy of the directory without the global map files (a host that
+# holds only its parts' folders)
+MODES = (["sharded"] * 2, ["replicated"] * 2, ["auto"] * 2, ["auto", "auto-no-maps"],
+         ["sharded", "replicated"])
 
 
-def _each_mode(rank, world, d, n):
+def _each_mode(rank, world, d, n, no_maps):
     """``_modes`` for each of ``MODES`` on the same ranks (one spawn for all; the refused mixed
     modes last)."""
-    return [_modes(rank, world, d, n, m) for m in MODES]
+    return [_modes(rank, world, d, n, m, no_maps) for m in MODES]
 
 
 @pytest.fixture(scope="module")
 def mode_runs(tmp_path_factory):
     """``(graph, results by rank for each of MODES)``."""
+    import shutil
+
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path_factory.mktemp("modes") / "p", seed=3))
-    return g, list(zip(*run_ranks(_each_mode, 2, d, g.num_nodes, timeout=300), strict=True))
+    no_maps = shutil.copytree(d, tmp_path_factory.mktemp("modes") / "no_maps")
+    for name in ("new_to_orig.npy", "orig_to_new.npy"):
+        (no_maps / name).unlink()
+    return g, list(zip(*run_ranks(_each_mode, 2, d, g.num_nodes, str(no_maps), timeout=300),
+                       strict=True))
+
+
+def test_auto_replicates_small_graphs_only_when_every_rank_can(mode_runs):
+    from mnmg_sampler.distributed.id_maps import AUTO_REPLICATED_MAX_NODES
+
+    g, (sharded, replicated, auto, auto_no_maps, _) = mode_runs
+    assert g.num_nodes <= AUTO_REPLICATED_MAX_NODES < BIG_N  # the big graphs above: sharded
+    for runs, like in ((auto, replicated), (auto_no_maps, sharded)):
+        for (got, calls, mode), (want, want_calls, want_mode) in zip(runs, like, strict=True):
+            assert mode == want_mode and calls == want_calls
+            for (_, _, a), (_, _, b) in zip(got, want, strict=True):
+                assert_same(a, b)
 
 
 def test_replicated_maps_give_the_same_batches_without_lookups(mode_runs):
-    g, (sharded, replicated, _) = mode_runs
-    for (got_s, calls_s), (got_r, calls_r) in zip(sharded, replicated, strict=True):
+    g, (sharded, replicated, *_) = mode_runs
+    for (got_s, calls_s, _), (got_r, calls_r, _) in zip(sharded, replicated, strict=True):
         _check(g, got_r)  # equal to the single process, hence to the sharded run
         for (_, _, a), (_, _, b) in zip(got_s, got_r, strict=True):
             assert_same(a, b)
@@ -221,6 +243,6 @@ def test_replicated_maps_give_the_same_batches_without_lookups(mode_runs):
 
 
 def test_ranks_with_different_id_map_modes_fail_every_rank(mode_runs):
-    _, (_, _, res) = mode_runs
+    _, (*_, res) = mode_runs
     for kind, msg in res:
         assert kind == "ConfigError" and "different id map modes" in msg

@@ -32,7 +32,7 @@ def _loader_rounds(rank, world, d, nodes):
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.loader import DistNeighborLoader
 
-    svc = SamplingService(load_partition(d, rank, world), seed=SEED,  # sharded id maps
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, id_maps="sharded",
                           shared_topology=False)
     ex = svc.sampler.ex
     before_loader = _id_bytes(ex)

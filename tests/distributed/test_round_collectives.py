@@ -1,7 +1,8 @@
 """The collectives of one DistSampler round, counted on real gloo ranks: with every fanout >= 0
 a hop is one exchange (an all-to-all each way, blocks within bounds both sides compute, sizes
 inside), so a round is at most hops + 2 exchanges (the hops, the lookup of each request's last
-new nodes, the agreement); a fanout of -1 anywhere falls back to size exchanges. Batches equal
+new nodes, the agreement; hops + 1 with replicated id maps, the default for small graphs); a
+fanout of -1 anywhere falls back to size exchanges. Batches equal
 the single process bit for bit either way."""
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph
 from .harness import run_ranks
 
 
-def _round(rank, world, d, plans):
+def _round(rank, world, d, plans, id_maps="sharded"):
     from mnmg_sampler.distributed.id_maps import TAG
     from mnmg_sampler.distributed.sampler import DistSampler
     from mnmg_sampler.graph.partition_io import load_partition
 
     part = load_partition(d, rank, world)
-    s = DistSampler(part, seed=SEED, shared_topology=False)
+    s = DistSampler(part, seed=SEED, shared_topology=False, id_maps=id_maps)
     out = []
     for plan in plans:
         reqs = [SampleRequest(np.asarray(seeds), fan, key, replace=rep, edge_ids=eids)
@@ -33,6 +34,14 @@ def _round(rank, world, d, plans):
         after = s.ex.bytes.get(TAG, [0, 0])
         out.append((got, remote, s.ex.calls - calls, after[1] - lookup[1]))
     return out
+
+
+def _both(rank, world, d, plans):
+    """The plans on the sharded maps, then on the default (``auto``: replicated here)."""
+    from mnmg_sampler.distributed.id_maps import AUTO_REPLICATED_MAX_NODES
+
+    assert small_graph().num_nodes <= AUTO_REPLICATED_MAX_NODES
+    return _round(rank, world, d, plans), _round(rank, world, d, plans, "auto")
 
 
 def _reference(g, plan):
@@ -74,7 +83,14 @@ def test_one_round_makes_the_expected_collectives_and_looks_up_only_last_hops(tm
     everywhere = np.arange(g.num_nodes)
     plans = [[[one(r, j, everywhere, 0) for j in range(3)] for r in range(2)],
              [[one(r, j, own[r], 1) for j in range(3)] for r in range(2)]]
-    res = run_ranks(_round, 2, str(d), plans, timeout=240)
+    both = run_ranks(_both, 2, str(d), plans, timeout=240)
+    res = [b[0] for b in both]
+    for rnd in range(2):  # auto replicates this graph's maps: no lookup, hops round trips
+        for rank in range(2):
+            got, remote, calls, looked_up = both[rank][1][rnd]
+            for a, want in zip(got, _reference(g, plans[rnd][rank]), strict=True):
+                assert_same(a, want)
+            assert calls == 1 + 2 * (3 if rnd == 0 else 2) and looked_up == 0
     most = least = 0
     for rnd in range(2):
         for rank in range(2):
