@@ -108,7 +108,7 @@ class DistLinkNeighborLoader(EpochCursor):
                  drop_last: bool = False, neg_sampling=None,
                  neg_sampling_ratio: float | None = None, exclude_seed_edges: bool = False,
                  exclude_reverse_edges: bool = False, part=None,
-                 membership_group=None, seed: int = 0, prefetch: int = 4,
+                 membership_group=None, seed: int = 0, prefetch: int = 8,
                  replace: bool = False, rank: int | None = None,
                  world_size: int | None = None, edge_ids: bool = True,
                  reverse_edge_type="auto", edge_label_time=None, time_attr: str | None = None,

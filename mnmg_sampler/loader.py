@@ -280,7 +280,7 @@ class DistNeighborLoader(EpochCursor):
 
     def __init__(self, service, input_nodes=None, num_neighbors: Sequence[int] | None = None,
                  batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
-                 seed: int = 0, prefetch: int = 4, replace: bool = False,
+                 seed: int = 0, prefetch: int = 8, replace: bool = False,
                  rank: int | None = None, world_size: int | None = None, *,
                  subgraph_type: str = "directional", split: str = "global",
                  edge_ids: bool = True, **pyg_kwargs) -> None:

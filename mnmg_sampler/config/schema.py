@@ -162,7 +162,7 @@ class SamplerConfig:
         None, "Seed nodes per evaluation minibatch; null = sampler.batch_size.", _BATCH)
     replace: bool = _opt(False, "Sample neighbors with replacement.")
     prefetch: int = _opt(
-        4, "Minibatches requested ahead of the training step, topped up in bursts of half of "
+        8, "Minibatches requested ahead of the training step, topped up in bursts of half of "
         "them (one sampling round each); 0 = synchronous.", _NONNEG_INT)
     seed: int = _opt(
         0, "RNG seed; the same seed gives bit-identical minibatches for any world size.",
