@@ -56,7 +56,8 @@ def _run_one(fn, rank, world_size, store_path, args, env):
         try:
             out = fn(rank, world_size, *args)
         finally:
-            dist.destroy_process_group()
+            if dist.is_initialized():  # a command that ends its job destroys the group itself
+                dist.destroy_process_group()
         return "ok", out
     except BaseException as e:  # report everything, including typed errors, to the parent
         return "err", (e if _picklable(e) else None, traceback.format_exc())
