@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from .torchrun import REPO, env, free_port, metrics, plain_ranks, torchrun
+from .cli_ranks import cli_ranks
+from .torchrun import REPO, env, free_port, metrics, torchrun
 
 QUICK = ["training.epochs=3", "training.eval_every=1", "output.checkpoint_every=1",
          "model.hidden=32", "sampler.batch_size=256", "sampler.fanouts=[5,5]"]
@@ -26,15 +27,25 @@ def _epochs(outdir) -> list[dict]:
     return [r for r in metrics(outdir) if r["event"] == "epoch"]
 
 
+def _args(tmp, name, extra=(), parts=None) -> list[str]:
+    """``train`` of the quickstart job with ``QUICK``, output in ``tmp/name``, partitions in
+    ``parts`` (default ``tmp/parts``)."""
+    return ["train", "--config", "configs/quickstart.yaml", "--no-progress", *QUICK,
+            f"output.dir={tmp / name}", f"partition.dir={parts or tmp / 'parts'}", *extra]
+
+
 def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=300, parts=None):
-    """The quickstart job with ``QUICK``, output in ``tmp/name``, partitions in ``parts``
-    (default ``tmp/parts``)."""
-    out = tmp / name
-    args = ["train", "--config", "configs/quickstart.yaml", "--no-progress", *QUICK,
-            f"output.dir={out}", f"partition.dir={parts or tmp / 'parts'}", *extra]
+    """``_args``'s job under torchrun (``fault``: the epoch after which rank 0 is killed)."""
     fault_env = None if fault is None else {"MNMG_FAULT_AFTER_EPOCH": str(fault)}
-    r = torchrun(args, nproc, timeout, launcher_args=torchrun_args, extra_env=fault_env)
-    return r, out
+    r = torchrun(_args(tmp, name, extra, parts), nproc, timeout, launcher_args=torchrun_args,
+                 extra_env=fault_env)
+    return r, tmp / name
+
+
+def _train_ranks(tmp, name, extra=(), timeout=300, parts=None):
+    """``_args``'s job on 2 pooled ranks (a job whose launch is not the point): each rank's
+    :class:`RankRun` and the output directory."""
+    return cli_ranks(_args(tmp, name, extra, parts), timeout=timeout), tmp / name
 
 
 # a config error (parsed before any collective) and a dataset error (found when loading);
@@ -49,18 +60,14 @@ def _train(tmp, name, extra=(), nproc=2, fault=None, torchrun_args=(), timeout=3
     ("dataset.name=/nonexistent/graph.txt", "dataset.name", "not found"),
 ])
 def test_config_errors_every_rank_exit_2(tmp_path, override, key, text):
-    # Both ranks as plain processes with torchrun's environment: torchrun's agent would stop
-    # the slower rank as soon as the first one exits, hiding whether it failed cleanly too.
-    procs = plain_ranks(["train", "--config", "configs/quickstart.yaml", override,
-                         f"output.dir={tmp_path}"])
-    for rank, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=120)
-        finally:
-            p.kill()
-        assert p.returncode == 2, err[-2000:]
-        lines = err.strip().splitlines()
-        assert len(lines) == 1, err  # one clear line, no traceback
+    # Each rank's own exit is seen (torchrun's agent would stop the slower rank as soon as the
+    # first one exits, hiding whether it failed cleanly too; the launch is checked below)
+    runs = cli_ranks(["train", "--config", "configs/quickstart.yaml", override,
+                      f"output.dir={tmp_path}"], timeout=120)
+    for rank, r in enumerate(runs):
+        assert r.returncode == 2, r.stderr[-2000:]
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr  # one clear line, no traceback
         assert lines[0].startswith(f"[rank{rank}] mnmg-sampler train: error: {key}")
         assert text in lines[0]
 
@@ -144,7 +151,8 @@ def test_multinode_script_two_loopback_nodes(tmp_path):
 def test_early_stop_on_target_metric(tmp_path, metric, value):
     # a target every first epoch reaches: both ranks stop after it of the 3 epochs asked for
     # (the node job ignored val_loss before)
-    r, out = _train(tmp_path, metric, [f"training.target_metric={metric}",
-                                       f"training.target_value={value}"])
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    runs, out = _train_ranks(tmp_path, metric, [f"training.target_metric={metric}",
+                                                f"training.target_value={value}"])
+    for r in runs:
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert [e["epoch"] for e in _epochs(out)] == [0]
