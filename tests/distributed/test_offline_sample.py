@@ -10,8 +10,8 @@ import pytest
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import MANIFEST
 
-from .common import small_graph
 from .cli_ranks import cli_ranks
+from .common import small_graph
 from .harness import RankFailure, run_ranks
 from .torchrun import torchrun, torchrun_nodes
 
