@@ -204,7 +204,8 @@ class _Rank:
 
 _idle: dict[tuple, list[_Rank]] = {}  # environment -> ranks spawned in it, waiting for a call
 KEEP = 3  # environments whose ranks are kept
-MAX_IDLE = 4  # idle ranks kept in all (each holds torch and numba: a few hundred MB)
+MAX_IDLE = 6  # idle ranks kept in all (each holds torch and numba: a few hundred MB); room for
+# the usual 2-3 beside a simulator environment's 2, so neither evicts the other
 
 
 def _key() -> tuple:
