@@ -56,7 +56,8 @@ def _run_one(fn, rank, world_size, store_path, args, env):
         try:
             out = fn(rank, world_size, *args)
         finally:
-            dist.destroy_process_group()
+            if dist.is_initialized():  # a command that ends its job destroys the group itself
+                dist.destroy_process_group()
         return "ok", out
     except BaseException as e:  # report everything, including typed errors, to the parent
         return "err", (e if _picklable(e) else None, traceback.format_exc())
@@ -203,7 +204,8 @@ class _Rank:
 
 _idle: dict[tuple, list[_Rank]] = {}  # environment -> ranks spawned in it, waiting for a call
 KEEP = 3  # environments whose ranks are kept
-MAX_IDLE = 4  # idle ranks kept in all (each holds torch and numba: a few hundred MB)
+MAX_IDLE = 6  # idle ranks kept in all (each holds torch and numba: a few hundred MB); room for
+# the usual 2-3 beside a simulator environment's 2, so neither evicts the other
 
 
 def _key() -> tuple:

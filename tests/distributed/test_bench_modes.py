@@ -1,7 +1,10 @@
-"""Smoke tests of ``mnmg-sampler bench dist|merge|overlap`` on a tiny graph (real torchrun ranks).
+"""Smoke tests of ``mnmg-sampler bench dist|merge|overlap|mem`` on tiny graphs (torchrun ranks).
 
-Each runs the user's command in a subprocess with a hard timeout and checks the ``--json`` output:
-fields present and values sane. No timing assertions.
+Each runs the user's command with a hard timeout and checks the ``--json`` output: fields
+present and values sane. No timing assertions. The parent process of ``dist``, ``merge`` and
+``overlap`` (it loads the graph, partitions it and launches torchrun) runs on a pooled rank of
+one: its own start-up would cost more than these graphs' work; the ranks it launches are real
+torchrun ranks. ``mem`` measures its processes' memory: it runs as its own process.
 """
 
 from __future__ import annotations
@@ -12,20 +15,36 @@ import sys
 
 import pytest
 
+from .cli_ranks import RankRun, cli_ranks
 from .torchrun import REPO, env
 
 COMMON = ["--graph", "rmat:8", "--fanouts", "4,3", "--repeats", "1", "--timeout", "60"]
 
 
-def bench(mode: str, tmp_path, *extra: str, timeout: float = 90) -> dict:
-    out = tmp_path / f"{mode}.json"
-    cmd = [sys.executable, "-m", "mnmg_sampler", "bench", mode, *COMMON, *extra,
-           "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(),
-                          cwd=REPO)
+def run_bench(args: list[str], out, timeout: float) -> tuple[dict, RankRun]:
+    """``mnmg-sampler bench ARGS --json OUT``: the JSON written and the parent's run."""
+    (proc,) = cli_ranks(["bench", *args, "--json", str(out)], world=1, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:] or proc.stdout[-3000:]
     assert out.is_file(), proc.stdout
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()), proc
+
+
+def bench(mode: str, tmp_path, *extra: str, timeout: float = 90, common=COMMON) -> dict:
+    return run_bench([mode, *common, *extra], tmp_path / f"{mode}.json", timeout)[0]
+
+
+def _small_graph_window(n_max: int) -> int:
+    """Batches of 8 seeds of one seed window over 2 ranks on rmat:5, whose non-isolated nodes
+    (fewer than ``n_max``) do not fill the windows the benches ask for: the windows wrap, and
+    must still hold each seed once (the loader refuses repeated seeds)."""
+    from mnmg_sampler.graph.datasets import load_graph, nonisolated_nodes
+
+    n = nonisolated_nodes(load_graph("rmat:5")).size
+    assert n < n_max
+    return 2 * -(-n // (8 * 2))
+
+
+SMALL = ["--graph", "rmat:5", "--fanouts", "4,3", "--repeats", "1", "--timeout", "60"]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +81,23 @@ def test_bench_dist_one_and_two_ranks_beside_single(dist_both):
     assert all(v > 0 for v in two["id_bytes_per_edge_remote_parts"].values())
 
 
+def test_bench_dist_both_seed_lookups_in_one_run(dist_both):
+    # translated once (the main run): one lookup before the timed rounds (random partitioning:
+    # remote seeds); looked up per round (the alternate repeats): 3 more collectives (sizes,
+    # ids, answers) in every timed round. A separate `--seed-lookup per-round` run is the slow
+    # test below.
+    a = dist_both["dist"]["2"]
+    assert dist_both["seed_lookup"] == "both" and a["seed_setup_remote_bytes"] > 0
+    alt = a["per_round_seed_lookup"]
+    for ra, calls in zip(a["ranks"], alt["exchange_calls_per_rank"], strict=True):
+        assert ra["batches"] == 3
+        assert calls == ra["exchange_calls"] + 3 * 3
+    assert alt["once_cpu_ratio"] > 0 and alt["once_per_rank_edges_per_s_ratio"] > 0
+    # the hop tally is the main run's alone: its hops still add up to the total
+    assert sum(h["id_bytes_per_edge_remote"] for h in a["hops"]) == pytest.approx(
+        a["id_bytes_per_edge_remote"])
+
+
 def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
     res = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
                 "--partition-method", "metis", "--split", "owner")
@@ -72,6 +108,8 @@ def test_bench_dist_owner_split_makes_hop_one_local(tmp_path):
     assert sum(two["owned_seeds_per_rank"]) == res["nonisolated_nodes"]
 
 
+@pytest.mark.slow  # one more bench launch; the per-round lookup runs in CI as dist_both's
+# alternate repeats (test_bench_dist_both_seed_lookups_in_one_run)
 def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path, dist_both):
     both = dist_both
     per = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
@@ -95,10 +133,15 @@ def test_bench_dist_translates_seeds_once_or_looks_them_up_per_round(tmp_path, d
 
 
 def test_bench_merge_merges_loaders_and_one_per_round_does_not(tmp_path):
-    res = bench("merge", tmp_path, "--batch-size", "8", "--batches", "2", "--loaders", "4")
+    # rmat:5: fewer seeds than one loader's window (2 batches x 8 seeds x 2 ranks), so the
+    # windows wrap and must still hold each seed once
+    per_loader = _small_graph_window(2 * 2 * 8)
+    assert per_loader == 4  # 2 batches per rank, as asked
+    res = bench("merge", tmp_path, "--batch-size", "8", "--batches", "2", "--loaders", "4",
+                common=SMALL)
     m, o = res["merged"], res["one_per_round"]
     # 2 ranks x 4 loaders x 2 batches, in both configurations
-    assert m["requests"] == o["requests"] == 16
+    assert m["requests"] == o["requests"] == 4 * per_loader == 16
     assert m["requests_per_rank"] == o["requests_per_rank"] == [8, 8]
     assert m["requests_per_s"] > 0 and o["requests_per_s"] > 0 and res["ratio"] > 0
     assert m["requests_per_round"] >= 1
@@ -118,16 +161,22 @@ def test_bench_merge_merges_loaders_and_one_per_round_does_not(tmp_path):
 
 
 def test_bench_overlap_reports_three_epochs_and_ratio(tmp_path):
-    res = bench("overlap", tmp_path, "--batch-size", "16", "--batches", "3", "--prefetch", "2",
-                "--step-ms", "2")
+    # rmat:5: its seeds fill 2 of the 3 batches per rank asked for (the window wraps, each
+    # seed once)
+    per_loader = _small_graph_window(2 * 3 * 8)
+    res = bench("overlap", tmp_path, "--batch-size", "8", "--batches", "3", "--prefetch", "2",
+                "--step-ms", "2", common=SMALL)
+    per_rank = per_loader // 2
+    assert per_rank == 2
     assert res["step"] == "time.sleep" and res["step_s"] == pytest.approx(0.002)
     for p in ("sampling", "training", "both"):
         assert res[p]["median_s"] > 0
-    assert res["training"]["median_s"] >= 3 * 0.002  # three sleeps of 2 ms, at least
+    assert res["training"]["median_s"] >= per_rank * 0.002  # a sleep of 2 ms per batch
     assert res["ratio"] > 0 and res["target"] == 1.15
-    assert res["batches_per_rank"] == [3, 3]
+    assert res["batches_per_rank"] == [per_rank, per_rank]
+    assert sum(res["batches_per_rank"]) == per_loader
     for st in res["stats_per_rank"]:
-        assert st["requests"] == 2 * 3  # sampling alone + both, per repeat
+        assert st["requests"] == 2 * per_rank  # sampling alone + both, per repeat
 
 
 def test_bench_mem_rss_and_partition_comparison(tmp_path):
@@ -150,21 +199,6 @@ def test_bench_mem_rss_and_partition_comparison(tmp_path):
     assert p["identical"] is True and p["files"] >= 11 and len(p["ranks"]) == 2
     assert all(r["peak"] > 0 for r in p["ranks"]) and p["single"]["peak"] > 0
     assert "time to first batch" in proc.stdout and "parts identical: yes" in proc.stdout
-
-
-def test_merge_and_overlap_on_a_graph_smaller_than_their_seed_windows(tmp_path):
-    # rmat:5 has fewer non-isolated nodes than 2 ranks x 3 batches x 8 seeds: the seed windows
-    # wrap, and must still hold each seed once (the loader refuses repeated seeds)
-    from mnmg_sampler.graph.datasets import load_graph, nonisolated_nodes
-
-    n = nonisolated_nodes(load_graph("rmat:5")).size
-    assert n < 2 * 3 * 8
-    small = ["--graph", "rmat:5", "--batch-size", "8", "--batches", "3"]
-    res = bench("merge", tmp_path, "--loaders", "2", *small)
-    per_loader = 2 * -(-n // (8 * 2))  # batches of one loader over both ranks
-    assert res["merged"]["requests"] == res["one_per_round"]["requests"] == 2 * per_loader
-    res = bench("overlap", tmp_path, "--prefetch", "2", "--step-ms", "1", *small)
-    assert sum(res["batches_per_rank"]) == per_loader
 
 
 def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):

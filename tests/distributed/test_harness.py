@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from .harness import RankFailure, run_ranks
+from .harness import POOL_ENV, RankFailure, run_ranks
 
 
 def _who(rank, world, tag):
@@ -61,7 +61,7 @@ def _seen_env(rank, world):
 
 
 def test_ranks_are_reused_only_when_clean(monkeypatch):
-    monkeypatch.setenv("MNMG_TEST_RANK_POOL", "1")
+    monkeypatch.delenv(POOL_ENV, raising=False)  # the pool on, in the suite's environment
     a = run_ranks(_who, 2, "a", timeout=120)
     assert [r[1:] for r in a] == [("0", 3), ("1", 3)]
     assert a[0][0] != a[1][0]  # two processes
@@ -83,7 +83,7 @@ def test_ranks_are_reused_only_when_clean(monkeypatch):
 
 
 def test_changed_limits_and_fresh_calls_get_new_ranks(monkeypatch):
-    monkeypatch.setenv("MNMG_TEST_RANK_POOL", "1")
+    monkeypatch.delenv(POOL_ENV, raising=False)  # the pool on, in the suite's environment
     first = run_ranks(_seen_env, 2, timeout=120)
     capped = run_ranks(_cap_files, 2, timeout=120)
     assert set(capped) == {p for p, _ in first}

@@ -1,5 +1,6 @@
 """The typed node-classification job end to end: configs/hetero.yaml's keys on a small generated
-typed graph, 2 ranks under torchrun, learning well above chance; resumed from its checkpoint."""
+typed graph, ``mnmg-sampler train`` on 2 real ranks (pooled: the launch itself is
+test_train_job's), learning well above chance; resumed from its checkpoint."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import pytest
 
+from .cli_ranks import cli_ranks
 from .torchrun import torchrun
 
 SMALL = ["dataset.name=typed-sbm:600:4", "training.epochs=4", "model.hidden=32",
@@ -21,8 +23,8 @@ def test_hetero_job_learns_on_two_ranks(tmp_path):
     out = tmp_path / "run"
     args = ["train", "--config", "configs/hetero.yaml", "--no-progress", *SMALL,
             f"output.dir={out}"]
-    r = torchrun(args, nproc=2, timeout=300)
-    assert r.returncode == 0, r.stderr[-4000:]
+    r, other = cli_ranks(args, timeout=300)
+    assert r.returncode == other.returncode == 0, r.stderr[-4000:] + other.stderr[-4000:]
     finals = [x for x in _records(out) if x["event"] == "final"]
     assert len(finals) == 1
     final = finals[0]
@@ -30,6 +32,7 @@ def test_hetero_job_learns_on_two_ranks(tmp_path):
     assert final["test_acc"] > 0.6, final  # 4 planted classes: chance is 0.25
     lines = [ln for ln in r.stdout.splitlines() if "test accuracy" in ln]
     assert len(lines) == 1 and f"test accuracy {final['test_acc']:.4f}" in lines[0], r.stdout
+    assert "test accuracy" not in other.stdout  # printed once, by rank 0
     epochs = [x for x in _records(out) if x["event"] == "epoch"]
     assert [e["epoch"] for e in epochs] == [0, 1, 2, 3]
     assert all(e["sampled_edges"] > 0 and "val_acc" in e for e in epochs)
@@ -51,20 +54,15 @@ def test_hetero_job_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_bad_typed_key_fails_every_rank_with_one_line(tmp_path):
-    # both ranks as plain processes with torchrun's environment (as test_train_job.py does), so
-    # each one's own exit is seen: a typed ConfigError before any collective, exit code 2
-    from .torchrun import plain_ranks
-
-    procs = plain_ranks(["train", "--config", "configs/hetero.yaml",
-                         "sampler.fanouts.paper__cite__paper=2,2", f"output.dir={tmp_path}"])
-    for rank, p in enumerate(procs):
-        try:
-            _, err = p.communicate(timeout=180)
-        finally:
-            p.kill()
-        assert p.returncode == 2, err[-2000:]
-        lines = err.strip().splitlines()
-        assert len(lines) == 1, err
+    # each rank's own exit is seen (as test_train_job.py's plain ranks show it): a typed
+    # ConfigError before any collective, exit code 2
+    runs = cli_ranks(["train", "--config", "configs/hetero.yaml",
+                      "sampler.fanouts.paper__cite__paper=2,2", f"output.dir={tmp_path}"],
+                     timeout=180)
+    for rank, r in enumerate(runs):
+        assert r.returncode == 2, r.stderr[-2000:]
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr
         assert lines[0].startswith(f"[rank{rank}] mnmg-sampler train: error: "
                                    "sampler.fanouts.paper__cite__paper: not a relation")
         assert "did you mean paper__cites__paper?" in lines[0]

@@ -1,11 +1,13 @@
 """The typed link-prediction job end to end: configs/hetero_link.yaml's keys on a small generated
-user-item graph, 2 ranks under torchrun, ranking held-out edges well above chance."""
+user-item graph, ``mnmg-sampler train`` on 2 real ranks (pooled; the launch itself is
+test_train_job's), ranking held-out edges well above chance."""
 
 from __future__ import annotations
 
 import pytest
 
-from .torchrun import metrics, torchrun, train_job
+from .cli_ranks import train_job
+from .torchrun import metrics, torchrun
 
 SMALL = ["dataset.name=typed-useritem:600:200", "training.epochs=4", "model.hidden=32",
          "sampler.batch_size=128", "training.eval_every=2"]

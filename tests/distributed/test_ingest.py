@@ -188,19 +188,22 @@ def read_manifest_nodes(d: Path) -> int:
     return json.loads((d / MANIFEST).read_text())["num_nodes"]
 
 
-def test_cli_under_torchrun_matches_single_process(tmp_path):
+def test_cli_on_two_ranks_matches_single_process(tmp_path):
+    # ``partition`` on 2 pooled ranks (what torchrun's ranks run; a launch under torchrun is
+    # test_offline_sample's and test_train_job's)
     from mnmg_sampler.cli import main
 
-    from .torchrun import torchrun
+    from .cli_ranks import cli_ranks
 
     args = ["rmat:8:4", "--method", "hash", "--seed", "3", "--undirected", "--drop-duplicates"]
-    proc = torchrun(["partition", *args, "--out", str(tmp_path / "d"), "--chunk-rows", "100"],
-                    2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "2 ranks" in proc.stdout and "output" in proc.stdout
+    runs = cli_ranks(["partition", *args, "--out", str(tmp_path / "d"), "--chunk-rows", "100"])
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert "2 ranks" in runs[0].stdout and "output" in runs[0].stdout
     with pytest.raises(SystemExit) as e:
         main(["partition", *args, "--parts", "2", "--out", str(tmp_path / "s")])
     assert e.value.code == 0
     _same_dirs(tmp_path / "s", tmp_path / "d")
-    proc = torchrun(["partition", *args, "--parts", "3", "--out", str(tmp_path / "x")], 2)
-    assert proc.returncode != 0 and "--parts 3 under torchrun with 2 ranks" in proc.stderr
+    for r in cli_ranks(["partition", *args, "--parts", "3", "--out", str(tmp_path / "x")]):
+        assert r.returncode == 2 and "--parts 3 under torchrun with 2 ranks" in r.stderr, \
+            r.stderr[-3000:]

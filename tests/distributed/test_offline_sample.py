@@ -1,10 +1,8 @@
 """``mnmg-sampler sample --partitions`` under torchrun: same files for 1 process, 2 ranks on one
-node, and two loopback "nodes"; user errors stop every rank with exit code 2."""
+node, and two loopback "nodes"; user errors stop every rank with exit code 2. Runs whose launch
+is not the point (the weights checks, the one-process references) are on pooled ranks."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,9 +10,10 @@ import pytest
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import MANIFEST
 
+from .cli_ranks import cli_ranks
 from .common import small_graph
 from .harness import RankFailure, run_ranks
-from .torchrun import REPO, torchrun, torchrun_nodes
+from .torchrun import torchrun, torchrun_nodes
 
 ARGS = ["--fanouts", "4,3,2", "--batch-size", "24", "--seed", "7"]
 
@@ -46,9 +45,7 @@ def uniform_single(tmp_path_factory):
     d = tmp_path_factory.mktemp("offline")
     gpath = _graph_file(d)
     single = d / "single"
-    r = subprocess.run([sys.executable, "-m", "mnmg_sampler", "sample", str(gpath), *ARGS,
-                        "--out", str(single)], capture_output=True, text=True, timeout=120,
-                       cwd=REPO)
+    (r,) = cli_ranks(["sample", str(gpath), *ARGS, "--out", str(single)], world=1, timeout=120)
     assert r.returncode == 0, r.stderr
     return gpath, single
 
@@ -148,9 +145,10 @@ def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path, unif
     wpath = tmp_path / "w.npy"
     np.save(wpath, w)
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "mnmg_sampler", *args], capture_output=True,
-                              text=True, timeout=120, cwd=REPO)
+    def cli(*args: str):
+        """One process's ``mnmg-sampler ARGS``."""
+        (r,) = cli_ranks(args, world=1, timeout=120)
+        return r
 
     single = tmp_path / "single"
     r = cli("sample", str(gpath), *ARGS, "--weights", str(wpath), "--out", str(single))
@@ -163,10 +161,11 @@ def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path, unif
     assert e.value.code == 0
     assert load_partition(parts, 0, 2).weights is not None
     one = tmp_path / "one_node"
-    r = torchrun(["sample", "--partitions", str(parts), *ARGS, "--weights", str(wpath), "--out",
-                  str(one)], nproc=2)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert str(wpath) in r.stdout  # the summary names the weights
+    runs = cli_ranks(["sample", "--partitions", str(parts), *ARGS, "--weights", str(wpath),
+                      "--out", str(one)])
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert str(wpath) in runs[0].stdout  # the summary names the weights
     _same(_files(one), _files(single))
     # the weights were used: zero-weight edges never drawn, and the batches differ from uniform
     # (a repeated edge takes the weight of its first copy: weights by edge id via the CSR)
@@ -190,11 +189,11 @@ def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path, unif
     for pdir, wfile, msg in ((parts, other, "stores the weights"),
                              (plain, wpath, "holds no edge weights")):
         nproc = 2 if pdir == parts else 1
-        r = torchrun(["sample", "--partitions", str(pdir), *ARGS, "--weights", str(wfile)],
-                     nproc=nproc, timeout=180)
-        assert r.returncode != 0
-        lines = [ln for ln in r.stderr.splitlines() if "mnmg-sampler sample: error:" in ln]
-        assert lines and all(msg in ln for ln in lines), r.stderr[-2000:]
-        assert "mnmg_sampler/" not in r.stderr  # no traceback of ours
+        for r in cli_ranks(["sample", "--partitions", str(pdir), *ARGS, "--weights", str(wfile)],
+                           world=nproc, timeout=180):  # every rank: exit 2, the one line
+            assert r.returncode == 2, r.stderr[-2000:]
+            lines = [ln for ln in r.stderr.splitlines() if "mnmg-sampler sample: error:" in ln]
+            assert len(lines) == 1 and msg in lines[0], r.stderr[-2000:]
+            assert "mnmg_sampler/" not in r.stderr  # no traceback of ours
     r = cli("sample", str(gpath), *ARGS, "--weights", str(tmp_path / "missing.npy"))
     assert r.returncode == 2 and "--weights: file" in r.stderr and "Traceback" not in r.stderr

@@ -1,5 +1,6 @@
-"""``torchrun --nproc-per-node 2 -m mnmg_sampler selfcheck`` over gloo: the exchange lines run on
-both ranks and pass; a line failing on one rank fails the run on every rank."""
+"""``mnmg-sampler selfcheck`` on 2 ranks over gloo (pooled ranks for the passing run: the launch is
+test_train_job's; torchrun for the failing one): the exchange lines run on both ranks and pass;
+a line failing on one rank fails the run on every rank."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from mnmg_sampler.commands.selfcheck.result import FAIL, INJECT_ENV, PASS
 
+from .cli_ranks import cli_ranks
 from .torchrun import torchrun
 
 ARGS = ["selfcheck", "--scale", "8", "--repeats", "1", "--exchange-mib", "0.25",
@@ -22,8 +24,8 @@ def _checks(path) -> dict:
 
 def test_two_ranks_exchange_and_sample_and_pass(tmp_path):
     out = tmp_path / "report.json"
-    r = torchrun([*ARGS, "--json", str(out)], nproc=2, timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r, other = cli_ranks([*ARGS, "--json", str(out)], timeout=240)
+    assert r.returncode == other.returncode == 0, r.stderr[-3000:] + other.stderr[-3000:]
     checks = _checks(out)
     for name in EXCHANGE:
         ranks = checks[name]["ranks"]
@@ -33,7 +35,7 @@ def test_two_ranks_exchange_and_sample_and_pass(tmp_path):
     assert a2a["backend"] == "gloo" and a2a["transport"] == "all_to_all_single"
     assert a2a["latency_s"] > 0 and a2a["bytes_per_s_sent"] > 0
     assert checks["exchange.sampling"]["ranks"][1]["data"]["bytes_sent"] > 0
-    assert "[rank0] exchange.sampling" in r.stdout and "[rank1]" not in r.stdout
+    assert "[rank0] exchange.sampling" in r.stdout and "[rank1]" not in r.stdout + other.stdout
 
 
 @pytest.mark.slow  # a second torchrun job; the agreement itself is covered by test_selfcheck.py

@@ -1,5 +1,6 @@
 """The temporal link job end to end: configs/temporal_link.yaml (link.split_by: time,
-sampler.time_attr) in a reduced form (fewer epochs) on 2 ranks under torchrun: metrics written,
+sampler.time_attr) in a reduced form (fewer epochs), ``mnmg-sampler train`` on 2 real ranks
+(pooled; the launch itself is test_train_job's): metrics written,
 the partitioned sampling graph holds no rating at or after the validation start, the model
 clearly beats what the same job reaches without time; and its typed error on a graph without
 time, on every rank."""
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .torchrun import REPO, torchrun, train_job
+from .cli_ranks import cli_ranks, train_job
+from .torchrun import REPO
 
 SMALL = ["dataset.name=typed-useritem-t:600:200", "training.epochs=2", "model.hidden=32",
          "sampler.batch_size=128", "training.eval_every=1"]
@@ -48,8 +50,7 @@ def test_time_split_without_edge_time_fails_on_every_rank(tmp_path):
     args = ["train", "--config", "configs/temporal_link.yaml", "--no-progress",
             "dataset.name=typed-useritem:600:200", f"output.dir={tmp_path / 'run'}",
             f"partition.dir={tmp_path / 'parts'}"]
-    r = torchrun(args, nproc=2, timeout=200)
-    assert r.returncode != 0
-    text = r.stdout + r.stderr
-    assert "link.split_by is time but typed-useritem:600:200 has no edge time" in text, \
-        text[-4000:]
+    for r in cli_ranks(args, timeout=200):
+        assert r.returncode == 2, r.stderr[-4000:]
+        assert "link.split_by is time but typed-useritem:600:200 has no edge time" in r.stderr, \
+            r.stderr[-4000:]

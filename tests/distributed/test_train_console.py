@@ -1,6 +1,7 @@
-"""The training job's console and metrics under real torchrun ranks: launch/run.sh prints each
+"""The training job's console and metrics on real ranks: launch/run.sh (torchrun) prints each
 rank-0 line once with a single ``[rank0]:`` prefix; ``training.log_every`` and
-``training.max_steps_per_epoch`` work in train and sample mode, and both write metrics.jsonl."""
+``training.max_steps_per_epoch`` work in train and sample mode (sample mode on pooled ranks),
+and both write metrics.jsonl."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 import subprocess
 import sys
 
-from .torchrun import REPO, env, torchrun
+from .cli_ranks import cli_ranks
+from .torchrun import REPO, env
 
 SMALL = ["model.hidden=16", "sampler.batch_size=64", "sampler.fanouts=[4,4]",
          "output.checkpoint_every=0"]
@@ -55,11 +57,12 @@ def test_run_sh_console_one_prefix_epoch_and_step_lines(tmp_path):
 
 def test_sample_mode_caps_steps_and_writes_metrics(tmp_path):
     out = tmp_path / "run"
-    r = torchrun(["train", "--config", "configs/quickstart.yaml", "training.mode=sample",
-                  "training.epochs=2", "training.max_steps_per_epoch=2", "training.log_every=1",
-                  *SMALL, f"output.dir={out}", f"partition.dir={tmp_path / 'parts'}"],
-                 nproc=2, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r, other = cli_ranks(["train", "--config", "configs/quickstart.yaml", "training.mode=sample",
+                          "training.epochs=2", "training.max_steps_per_epoch=2",
+                          "training.log_every=1", *SMALL, f"output.dir={out}",
+                          f"partition.dir={tmp_path / 'parts'}"], timeout=300)
+    assert r.returncode == other.returncode == 0, r.stderr[-3000:] + other.stderr[-3000:]
+    assert not other.stdout  # rank 0 prints
     recs = _records(out)
     assert recs[0]["event"] == "start" and recs[0]["mode"] == "sample"
     ep = [x for x in recs if x["event"] == "epoch"]

@@ -38,37 +38,9 @@ def torchrun(args: list[str], nproc: int, timeout: float = 240, cwd=None, *,
                           env={**env(), **(extra_env or {})}, cwd=cwd or REPO)
 
 
-def plain_ranks(args: list[str], world: int = 2) -> list[subprocess.Popen]:
-    """``python -m mnmg_sampler ARGS`` as ``world`` plain processes with torchrun's environment
-    (rank 0 hosts the store), stdout and stderr piped: unlike under torchrun's agent, which stops
-    the others when one exits, each rank's own exit is seen. The caller waits for them."""
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        e = env()
-        e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                 LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, "-m", "mnmg_sampler", *args], cwd=REPO,
-                                      env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
-    return procs
-
-
 def metrics(outdir: Path) -> list[dict]:
     """The records of a job's ``metrics.jsonl`` in ``outdir``."""
     return [json.loads(ln) for ln in (outdir / "metrics.jsonl").read_text().splitlines()]
-
-
-def train_job(config: str, overrides: list[str], tmp_path: Path, timeout: float = 300
-              ) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """``train --config CONFIG OVERRIDES`` on 2 ranks under torchrun, its output and partitions
-    under ``tmp_path``: the finished process and its metrics records (checked to exist)."""
-    out = tmp_path / "run"
-    args = ["train", "--config", config, "--no-progress", *overrides, f"output.dir={out}",
-            f"partition.dir={tmp_path / 'parts'}"]
-    r = torchrun(args, nproc=2, timeout=timeout)
-    assert r.returncode == 0, r.stderr[-4000:]
-    return r, metrics(out)
 
 
 def torchrun_nodes(args: list[str], nnodes: int, timeout: float = 240, cwd=None,
