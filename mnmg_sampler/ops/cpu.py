@@ -281,11 +281,11 @@ def _parts_counts(indptrs, origs, bounds, nodes, fanouts, replace, scratch, coun
         orig = origs[p]
         lo = bounds[p]
         for k in range(per[p], per[p + 1]):
-            i = order[k]
-            r = nodes[i] - lo
+            i = np.uint64(order[k])
+            r = np.uint64(nodes[i] - lo)
             s = indptr[r]
             starts[i] = s
-            degs[i] = indptr[r + 1] - s
+            degs[i] = indptr[r + np.uint64(1)] - s
             rng_ids[i] = orig[r]
     offsets[0] = 0
     edges = np.zeros(P, np.int64)
@@ -313,10 +313,11 @@ def _parts_draw(indices_t, eids_t, keys, seed, hop, fanouts, replace, scratch, c
         for k in range(per[p], per[p + 1]):
             i = order[k]
             for j in range(offsets[i], offsets[i + 1]):
-                q = nbr[j]
+                u = np.uint64(j)
+                q = nbr[u]
                 if with_eids:
-                    eid[j] = eids[q] if own_e else q
-                nbr[j] = ind[q]
+                    eid[u] = eids[np.uint64(q)] if own_e else q
+                nbr[u] = ind[np.uint64(q)]
 
 
 _SCRATCH_PARTS = threading.local()
