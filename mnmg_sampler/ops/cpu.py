@@ -40,26 +40,29 @@ def sample_positions(out, o, deg, k, fanout, replace, base):
     All neighbors in CSR order when ``fanout < 0`` or ``deg <= fanout`` (without replacement);
     ``k`` independent uniform draws with replacement; otherwise Floyd's algorithm, an exact
     uniform ``k``-subset of distinct positions.
+
+    Indices are unsigned: numba guards a signed index (``o`` is not known to be >= 0) against
+    wrapping around, and that guard turned the stores into scatters and kept the draws scalar.
     """
     if fanout < 0 or (not replace and deg <= fanout):
         for j in range(k):
-            out[o + j] = j
+            out[np.uint64(o + j)] = j
     elif replace:
         for j in range(k):
-            out[o + j] = bounded(draw(base, j), deg)
+            out[np.uint64(o + j)] = bounded(draw(base, j), deg)
     elif deg <= 64:
         # Floyd: for j = deg-k .. deg-1 take t in [0, j]; if t was taken already, take j.
         # The draws are independent, so they are computed first in one pass; then positions
         # fit one 64-bit set, so the membership test is a bit test, and branch-free.
         for i in range(k):
-            out[o + i] = bounded(draw(base, i), deg - k + i + 1)
+            out[np.uint64(o + i)] = bounded(draw(base, i), deg - k + i + 1)
         seen = np.uint64(0)
         for i in range(k):
-            t = out[o + i]
+            t = out[np.uint64(o + i)]
             if (seen >> np.uint64(t)) & np.uint64(1):
                 t = deg - k + i
             seen |= np.uint64(1) << np.uint64(t)
-            out[o + i] = t
+            out[np.uint64(o + i)] = t
     else:
         # The same, with bit ``t % 64`` of every position taken in ``seen``: a clear bit proves
         # t is new without scanning the positions taken.
@@ -69,36 +72,38 @@ def sample_positions(out, o, deg, k, fanout, replace, base):
             t = bounded(draw(base, i), j + 1)
             if (seen >> np.uint64(t & 63)) & np.uint64(1):
                 for m in range(i):
-                    if out[o + m] == t:
+                    if out[np.uint64(o + m)] == t:
                         t = j
                         break
             seen |= np.uint64(1) << np.uint64(t & 63)
-            out[o + i] = t
+            out[np.uint64(o + i)] = t
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def node_positions(pos, o, k, start, deg, fanout, replace, seed, key, hop, node):
     """Absolute CSR positions of one node's ``k`` draws into ``pos[o:o+k]`` (shared by the
-    kernels): every neighbor in order, or the draws of its counter-based stream."""
+    kernels): every neighbor in order, or the draws of its counter-based stream. Indices as in
+    :func:`sample_positions`."""
     if k == 0:
         return
     if fanout < 0 or (replace == 0 and deg <= fanout):  # every neighbor: no draws needed
         for j in range(k):
-            pos[o + j] = start + j
+            pos[np.uint64(o + j)] = start + j
         return
     base = stream_base(seed, key, hop, node)
     sample_positions(pos, o, deg, k, fanout, replace != 0, base)
     for j in range(o, o + k):
-        pos[j] += start
+        pos[np.uint64(j)] += start
 
 
 def _counts_py(indptr, rows, fanouts, replace, starts, degs, offsets):
     # Phase 0: the only random reads of indptr; independent, so their misses overlap.
+    # Unsigned rows: no wraparound guard on the reads (same values, fewer instructions).
     n = rows.shape[0]
     for i in numba.prange(n):
-        r = rows[i]
+        r = np.uint64(rows[i])
         s = indptr[r]
-        d = indptr[r + 1] - s
+        d = indptr[r + np.uint64(1)] - s
         starts[i] = s
         degs[i] = d
         offsets[i + 1] = sample_count(d, fanouts[i], replace[i] != 0)
@@ -276,11 +281,11 @@ def _parts_counts(indptrs, origs, bounds, nodes, fanouts, replace, scratch, coun
         orig = origs[p]
         lo = bounds[p]
         for k in range(per[p], per[p + 1]):
-            i = order[k]
-            r = nodes[i] - lo
+            i = np.uint64(order[k])
+            r = np.uint64(nodes[i] - lo)
             s = indptr[r]
             starts[i] = s
-            degs[i] = indptr[r + 1] - s
+            degs[i] = indptr[r + np.uint64(1)] - s
             rng_ids[i] = orig[r]
     offsets[0] = 0
     edges = np.zeros(P, np.int64)
@@ -308,10 +313,11 @@ def _parts_draw(indices_t, eids_t, keys, seed, hop, fanouts, replace, scratch, c
         for k in range(per[p], per[p + 1]):
             i = order[k]
             for j in range(offsets[i], offsets[i + 1]):
-                q = nbr[j]
+                u = np.uint64(j)
+                q = nbr[u]
                 if with_eids:
-                    eid[j] = eids[q] if own_e else q
-                nbr[j] = ind[q]
+                    eid[u] = eids[np.uint64(q)] if own_e else q
+                nbr[u] = ind[np.uint64(q)]
 
 
 _SCRATCH_PARTS = threading.local()

@@ -18,6 +18,9 @@ receiver parses it from a buffer sized by a bound both sides compute (:func:`rep
 Each function replaces a chain of numpy calls (search, bincount, argsort, fancy indexing,
 repeat, concatenate) whose per-call overhead dominated small hops. None of them knows about
 ranks: a "destination" is a bucket of the boundaries ``inner``.
+The copy loops index with unsigned numbers (``np.uint64``): numba guards a signed index it
+cannot prove >= 0 (an offset read from an array) against wrapping around, and that guard kept
+the copies from vectorising.
 """
 
 from __future__ import annotations
@@ -187,13 +190,15 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
             src_flags[src] |= fl
             if ids + cnt > p + size:
                 raise ValueError("a request block is longer than its bound")
-            for _ in range(cnt):
-                rows[o] = np.int64(recv[ids]) - lo
-                kk[o] = key
-                ff[o] = fan
-                rr[o] = fl & REPLACE
-                o += 1
-                ids += 1
+            cnt = max(cnt, 0)  # (a negative count adds no node)
+            for i in range(cnt):
+                u = np.uint64(o + i)
+                rows[u] = np.int64(recv[np.uint64(ids + i)]) - lo
+                kk[u] = key
+                ff[u] = fan
+                rr[u] = fl & REPLACE
+            o += cnt
+            ids += cnt
         src_nodes[src] = ids - p - header_words(S2, k)
         p += size
     return rows, kk, ff, rr, src_nodes, src_flags, src_next
@@ -277,9 +282,10 @@ def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, sr
         E = 0
         B = 0
         for i in range(a, a + n):
-            E += counts[i]
+            u = np.uint64(i)
+            E += counts[u]
             if bounded:
-                B += _node_bound(fans[i], reps[i], cap)
+                B += _node_bound(fans[u], reps[u], cap)
         if n > 0:
             node_w, edge_w = _reply_words(src_flags[src], k)
             if bounded and E > B:
@@ -303,20 +309,20 @@ def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, sr
         q = p
         E = 0
         for i in range(n):
-            c = counts[a + i]
-            buf[q + i] = c
+            c = counts[np.uint64(a + i)]
+            buf[np.uint64(q + i)] = c
             E += c
         q += n
         if fl & ORIG_IDS:
             for i in range(n):
-                buf[q + i] = orig[rows[a + i]]
+                buf[np.uint64(q + i)] = orig[np.uint64(rows[np.uint64(a + i)])]
             q += n
         for i in range(E):
-            buf[q + i] = nbr[e0 + i]
+            buf[np.uint64(q + i)] = nbr[np.uint64(e0 + i)]
         q += E
         if fl & EDGE_IDS:
             for i in range(E):
-                _put64(buf, q + i * k, eids[e0 + i], k)
+                _put64(buf, np.uint64(q + i * k), eids[np.uint64(e0 + i)], k)
             q += E * k
         p += sizes[src]
     return buf, sizes, bounds
@@ -359,17 +365,17 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, rows
         nd = ocount[d]
         E = 0
         for i in range(nd):
-            E += back[p + i]
+            E += back[np.uint64(p + i)]
         o = p + nd
         e = o + (nd if want_orig else 0)
         ee = e + E
         for i in range(nd):
-            c = np.int64(back[p + i])
+            c = np.int64(back[np.uint64(p + i)])
             cnt[q] = c
             src[q] = -(1 + e)
             esrc[q] = ee
             if want_orig:
-                og[q] = back[o + i]
+                og[q] = back[np.uint64(o + i)]
             e += c
             ee += c * k
             q += 1
@@ -391,18 +397,18 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, rows
         s = src[q]
         if s >= 0:
             for i in range(c):
-                out_n[o + i] = nbr_own[s + i]
+                out_n[np.uint64(o + i)] = nbr_own[np.uint64(s + i)]
             if edge_ids:
                 for i in range(c):
-                    out_e[o + i] = eids_own[s + i]
+                    out_e[np.uint64(o + i)] = eids_own[np.uint64(s + i)]
         else:
             s = -s - 1
             for i in range(c):
-                out_n[o + i] = back[s + i]
+                out_n[np.uint64(o + i)] = back[np.uint64(s + i)]
             if edge_ids:
                 es = esrc[q]
                 for i in range(c):
-                    out_e[o + i] = _get64(back, es + i * k, k)
+                    out_e[np.uint64(o + i)] = _get64(back, np.uint64(es + i * k), k)
         o += c
     return out_c, out_n, out_e, out_o
 
