@@ -158,8 +158,9 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
             d = 0
             if rels[p] >= 0:
                 sg = starts[p]
-                s = indptr[sg]
-                d = indptr[sg + 1] - s
+                u = np.uint64(sg)  # unsigned: no wraparound guard (as ops/cpu.py)
+                s = indptr[u]
+                d = indptr[u + np.uint64(1)] - s
             starts[p] = s
             degs[p] = d
         if by_node:
@@ -197,8 +198,9 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
             if r >= 0:
                 if bounds is None:
                     sg = starts[p]
-                    s = indptr[sg]
-                    d = indptr[sg + 1] - s
+                    u = np.uint64(sg)
+                    s = indptr[u]
+                    d = indptr[u + np.uint64(1)] - s
                     starts[p] = s
                     degs[p] = d
                 else:
@@ -243,18 +245,18 @@ def _positions_py(w, wflag, nodes, keys, req, fan, replace, last, seed, hop, wid
             if tail:
                 first = start + degs[p] - k
                 for m in range(k):
-                    pos[o + m] = first + m
+                    pos[np.uint64(o + m)] = first + m
             elif wflag[r] != 0:
                 base = stream_base(seed, keys[i], hop_r, nodes[i])
                 weighted_positions(pos, o, w, start, degs[p], nzs[p], k, f, rep != 0, base, c,
                                    soffs[p])
                 for m in range(o, o + k):
-                    pos[m] += start
+                    pos[np.uint64(m)] += start
             else:
                 node_positions(pos, o, k, start, degs[p], f, rep, seed, keys[i], hop_r,
                                nodes[i])
             for m in range(o, o + k):
-                rel_out[m] = r
+                rel_out[np.uint64(m)] = r
 
 
 _KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
