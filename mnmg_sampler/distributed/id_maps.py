@@ -77,8 +77,9 @@ class IdMaps:
     """This rank's share of the id maps of a partitioned graph (see the module docstring).
 
     Args:
-        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition` (only its
-            ``orig_ids``, ``boundaries`` and sizes are read; never the global map files).
+        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition` (its
+            ``orig_ids``, ``boundaries`` and sizes; the global map files only when the maps
+            are replicated, or ``auto`` checks it can open them).
         ex: the exchanger lookups run on (its process group's ranks are the parts).
         mode: ``auto`` (default: ``replicated`` for a graph of at most
             :data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files every rank can open, else
