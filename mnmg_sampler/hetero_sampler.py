@@ -18,6 +18,7 @@ import torch
 
 from .errors import SamplingInputError
 from .graph.typed import TypedGraph, edge_type_of
+from .graph.unique import has_duplicates
 from .hetero_batch import HeteroMiniBatch
 from .host_malloc import tune_host_malloc
 from .ops import typed as typed_ops
@@ -113,7 +114,7 @@ def _seed_ids(seeds, once: bool = True) -> np.ndarray:
         raise SamplingInputError(f"seeds have dtype {seeds.dtype}; ids are integers",
                                  "they cannot index nodes", "pass integer per-type ids")
     seeds = np.ascontiguousarray(seeds, dtype=np.int64).ravel()
-    if once and seeds.size and np.unique(seeds).size != seeds.size:
+    if once and has_duplicates(seeds):
         raise SamplingInputError("a request has duplicate seed ids",
                                  "n_id[input_type][:batch_size] could not equal the seeds",
                                  "deduplicate the seeds of each minibatch")

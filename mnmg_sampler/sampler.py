@@ -23,6 +23,7 @@ import torch
 from .batch import MiniBatch
 from .errors import SamplingInputError
 from .graph.csr import CSRGraph
+from .graph.unique import has_duplicates
 from .host_malloc import tune_host_malloc
 from .ops import cpu
 from .ops.dedup import dedup_hop
@@ -106,7 +107,7 @@ class SampleRequest:
             self.seeds = self.seeds.detach().cpu().numpy()
         self.seeds = np.ascontiguousarray(self.seeds, dtype=np.int64).ravel()
         self.fanouts = check_fanouts(self.fanouts)
-        if self.seeds.size and np.unique(self.seeds).size != self.seeds.size:
+        if has_duplicates(self.seeds):
             raise SamplingInputError(
                 "a request has duplicate seed ids",
                 "n_id[:batch_size] could not equal the seeds",

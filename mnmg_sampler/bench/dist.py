@@ -102,9 +102,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--shared-topology", action="store_true",
                    help="ranks map each other's parts and sample every hop off the wire "
                         "(what jobs do on one host; default: off, the wire path)")
-    p.add_argument("--merge", type=positive_int, default=1, metavar="K",
+    p.add_argument("--merge", type=positive_int, default=None, metavar="K",
                    help="requests each rank merges into one round, as a service merges its "
-                        "loaders' requests (default: 1)")
+                        "loaders' requests (default: 1; with --loader the service's "
+                        "max_requests_per_round, default: every pending request)")
+    p.add_argument("--rounds-in-flight", type=positive_int, default=None, metavar="K",
+                   help="with --loader: the service's rounds_in_flight (default: auto)")
     p.add_argument("--seed-lookup", choices=["once", "per-round", "both"], default="once",
                    help="translate each rank's seeds to the partitioning's ids once before the "
                         "timed rounds, as the loader does, or in every round; both: each "
@@ -242,7 +245,9 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
     svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
                           feature_cache_rows=cache_rows, shared_topology=shared,
                           feature_cache_plan=(task["fanouts"], task["batch_size"]),
-                          id_maps=task.get("id_maps", "auto"))
+                          id_maps=task.get("id_maps", "auto"),
+                          max_requests_per_round=task.get("merge"),
+                          rounds_in_flight=task.get("rounds_in_flight") or "auto")
     try:
         n = min(task["batches"] * world * B, int(seeds.size))
         loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
@@ -264,8 +269,13 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
 
         def snap() -> dict:
             # collectives counted per working round by the service: the ranks' counters are
-            # read at slightly different times, and an idle service is always in an agreement
-            return {**_counters(ds, fs), "rounds": svc._stats["rounds"],
+            # read at slightly different times, and an idle service is always in an agreement;
+            # with rounds in flight, every round's sampler and feature store counts its own
+            out: dict = {}
+            for slot in svc._slots:
+                for k, v in _counters(slot.sampler, slot.features).items():
+                    out[k] = out.get(k, 0) + v
+            return {**out, "rounds": svc._stats["rounds"],
                     "exchange_calls": svc._stats["round_calls"]}
 
         def epoch() -> int:
@@ -315,7 +325,7 @@ def _worker(work: str) -> int:
         store = DistFeatureStore(part, ex, cache_rows=cache_rows, shared=sampler.shared,
                                  host=sampler.host,
                                  cache_plan=CachePlan(task["fanouts"], task["batch_size"]))
-    K = task.get("merge", 1)  # requests per rank per round
+    K = task.get("merge") or 1  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
     mode = task.get("seed_lookup", "once")
@@ -618,6 +628,8 @@ def run(args: argparse.Namespace) -> int:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
     fanouts = parse_fanouts(args.fanouts)
+    if args.rounds_in_flight and not args.loader:
+        raise SystemExit("bench dist: --rounds-in-flight needs --loader (a service's rounds)")
     worlds = parse_world_sizes(args.world_sizes)
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
@@ -631,7 +643,7 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "merge": args.merge, "id_maps": args.id_maps,
+        "merge": args.merge, "rounds_in_flight": args.rounds_in_flight, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup,
         "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
         "loader": bool(args.loader), "machine": machine_info(threads),
@@ -642,7 +654,8 @@ def run(args: argparse.Namespace) -> int:
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
           f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
-          f"{args.merge} request(s) per rank per round, "
+          f"{args.merge or ('all pending' if args.loader else 1)} request(s) per rank per "
+          f"round, {args.rounds_in_flight or 'auto'} round(s) in flight, "
           f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, shared topology "
           f"{'on' if args.shared_topology else 'off'}, "
           f"{f'{args.hosts} emulated host(s)' if args.hosts else 'no emulated hosts'}, "
@@ -657,7 +670,7 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "id_maps": args.id_maps,
+            "rounds_in_flight": args.rounds_in_flight, "id_maps": args.id_maps,
             "seed_lookup": args.seed_lookup,
             "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
             "loader": bool(args.loader)}

@@ -56,6 +56,7 @@ from ..graph.partition_io import (
 from ..graph.permute import node_features, node_labels
 from ..graph.sources import NODE_DTYPES as _DTYPES
 from ..graph.sources import EdgeShare, node_rows_file
+from ..graph.unique import sorted_unique
 from ..host_limits import check_allocation
 from .collective import Exchanger, agree
 
@@ -409,10 +410,10 @@ def _renumber(ex: Exchanger, share: EdgeShare, max_id: int, force: bool, chunk: 
     cuts = np.array([top * r // world for r in range(1, world)], np.int64)
     check_allocation(f"{share.name}: renumbering {share.src.size:,} edges", 48 * share.src.size,
                      "use more ranks, or split the input into more files")
-    here = np.unique(np.concatenate([share.src, share.dst]))
+    here = sorted_unique(np.concatenate([share.src, share.dst]))
     got, _ = shuffle(ex, here[:, None], np.searchsorted(cuts, here, side="right"), chunk)
     del here
-    mine = np.unique(got[:, 0])
+    mine = sorted_unique(got[:, 0])
     del got
     sizes = _gather([mine.size], group)[:, 0]
     total = int(sizes.sum())

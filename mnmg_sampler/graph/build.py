@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import GraphFormatError
 from ..host_limits import check_allocation
 from .csr import CSRGraph
+from .unique import sorted_unique
 
 __all__ = ["MAX_NODE_ID", "RENUMBER_MODES", "RENUMBER_FLOOR", "ReadOptions", "build_graph",
            "check_id_bound", "should_renumber", "renumber_ids", "csr_bytes"]
@@ -90,7 +91,7 @@ def _distinct(src: np.ndarray, dst: np.ndarray, top: int) -> int | None:
 def renumber_ids(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(node_ids, new_src, new_dst)``: the distinct ids ascending, and each endpoint's rank
     among them. Memory is proportional to the edges, not to the largest id."""
-    node_ids = np.unique(np.concatenate([src, dst]))
+    node_ids = sorted_unique(np.concatenate([src, dst]))
     return (node_ids, np.searchsorted(node_ids, src).astype(np.int64),
             np.searchsorted(node_ids, dst).astype(np.int64))
 

@@ -42,6 +42,7 @@ from .partition_io import (
     write_manifest,
 )
 from .permute import hash_ids, permute, unpermute
+from .unique import sorted_unique
 
 __all__ = [
     "METHODS",
@@ -202,7 +203,7 @@ def _symmetric_adjacency(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
     keep = src != dst
     a = np.concatenate([src[keep], dst[keep]])
     b = np.concatenate([dst[keep], src[keep]])
-    code = np.unique(a * np.int64(n) + b)  # sorted by a, then b; duplicates gone
+    code = sorted_unique(a * np.int64(n) + b)  # sorted by a, then b; duplicates gone
     a, b = code // n, code % n
     xadj = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(a, minlength=n), out=xadj[1:])

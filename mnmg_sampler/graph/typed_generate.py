@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .typed import TypedGraph, typed_graph
+from .unique import sorted_unique
 
 __all__ = ["FEATURE_DIM", "FEATURE_SIGNAL", "PLANTED", "USERITEM_COMMUNITIES", "Tastes",
            "typed_sbm_graph", "typed_sbm_metadata", "typed_useritem_graph",
@@ -69,7 +70,7 @@ def _draw(rng, own: np.ndarray, k: int, p_in: float, group: np.ndarray, classes:
 
 
 def _unique_pairs(src: np.ndarray, dst: np.ndarray, n_dst: int) -> np.ndarray:
-    code = np.unique(src * n_dst + dst)
+    code = sorted_unique(src * n_dst + dst)
     return np.stack([code // n_dst, code % n_dst]).astype(np.int64)
 
 

@@ -29,6 +29,7 @@ from ..config import JobConfig, check_paths, config_to_dict
 from ..distributed.collective import agree
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
+from ..graph.unique import sorted_unique
 from .epochs import run_epochs
 from .report import RunReport
 from .setup import job_edge_weights, load_dataset, make_optimizer, resume_point, start_rank
@@ -307,8 +308,8 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
 def _is_undirected(g: CSRGraph) -> bool:
     dst = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
     n = np.int64(max(g.num_nodes, 1))
-    fwd = np.unique(np.asarray(g.indices, np.int64) * n + dst)
-    rev = np.unique(dst * n + np.asarray(g.indices, np.int64))
+    fwd = sorted_unique(np.asarray(g.indices, np.int64) * n + dst)
+    rev = sorted_unique(dst * n + np.asarray(g.indices, np.int64))
     return fwd.size == rev.size and bool(np.array_equal(fwd, rev))
 
 
