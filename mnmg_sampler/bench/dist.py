@@ -108,6 +108,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "max_requests_per_round, default: every pending request)")
     p.add_argument("--rounds-in-flight", type=positive_int, default=None, metavar="K",
                    help="with --loader: the service's rounds_in_flight (default: auto)")
+    p.add_argument("--prefetch", type=positive_int, default=None, metavar="N",
+                   help="with --loader: the loader's prefetch (default: the loader's own)")
     p.add_argument("--seed-lookup", choices=["once", "per-round", "both"], default="once",
                    help="translate each rank's seeds to the partitioning's ids once before the "
                         "timed rounds, as the loader does, or in every round; both: each "
@@ -250,8 +252,9 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
                           rounds_in_flight=task.get("rounds_in_flight") or "auto")
     try:
         n = min(task["batches"] * world * B, int(seeds.size))
+        more = {"prefetch": task["prefetch"]} if task.get("prefetch") else {}
         loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
-                                    replace=task["replace"], edge_ids=task["edge_ids"])
+                                    replace=task["replace"], edge_ids=task["edge_ids"], **more)
         ds, fs = svc.sampler, svc.features
         keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
                 "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
@@ -430,6 +433,11 @@ def _worker(work: str) -> int:
 
 
 # -- parent --------------------------------------------------------------------------------------
+def _first(v) -> float:
+    """A per-repeat list's first value (a scalar as is)."""
+    return v[0] if isinstance(v, list) else v
+
+
 def summarize(ranks: list[dict]) -> dict:
     """Per-rank and total rates and costs of one world size from the ranks' JSON."""
     world = len(ranks)
@@ -456,7 +464,7 @@ def summarize(ranks: list[dict]) -> dict:
         return sum(sum(r[key]) for r in ranks)
 
     def per_round_of(r: dict) -> tuple[float, float]:
-        n = r["rounds"][0] if isinstance(r["rounds"], list) else r["rounds"]
+        n = _first(r["rounds"])
         return r["exchange_calls"][0] / max(n, 1), r["remote_bytes"][0] / max(n, 1)
 
     rounds = [per_round_of(r) for r in ranks]
@@ -482,6 +490,9 @@ def summarize(ranks: list[dict]) -> dict:
         # collectives (agreements included) and bytes to other ranks per round, mean of ranks
         "exchanges_per_round": sum(c for c, _ in rounds) / world,
         "bytes_per_round": sum(b for _, b in rounds) / world,
+        # requests per round, per rank (timed rounds of the first repeat)
+        "requests_per_round": sum(r["batches"] / max(_first(r["rounds"]), 1)
+                                  for r in ranks) / world,
         # bytes sent to ranks of other hosts (--hosts; 0 on one host) per sampled edge
         "cross_host_id_bytes_per_edge": per_edge("cross_ids"),
         "cross_host_feature_bytes_per_edge": per_edge("cross_feat"),
@@ -628,8 +639,8 @@ def run(args: argparse.Namespace) -> int:
         return _worker(args.worker)
     from ..commands.sample import parse_fanouts
     fanouts = parse_fanouts(args.fanouts)
-    if args.rounds_in_flight and not args.loader:
-        raise SystemExit("bench dist: --rounds-in-flight needs --loader (a service's rounds)")
+    if (args.rounds_in_flight or args.prefetch) and not args.loader:
+        raise SystemExit("bench dist: --rounds-in-flight and --prefetch need --loader")
     worlds = parse_world_sizes(args.world_sizes)
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
@@ -643,7 +654,8 @@ def run(args: argparse.Namespace) -> int:
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
         "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
-        "merge": args.merge, "rounds_in_flight": args.rounds_in_flight, "id_maps": args.id_maps,
+        "merge": args.merge, "rounds_in_flight": args.rounds_in_flight,
+        "prefetch": args.prefetch, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup,
         "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
         "loader": bool(args.loader), "machine": machine_info(threads),
@@ -670,7 +682,8 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
             "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "rounds_in_flight": args.rounds_in_flight, "id_maps": args.id_maps,
+            "rounds_in_flight": args.rounds_in_flight, "prefetch": args.prefetch,
+            "id_maps": args.id_maps,
             "seed_lookup": args.seed_lookup,
             "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
             "loader": bool(args.loader)}
@@ -720,7 +733,8 @@ def print_table(res: dict) -> None:
               f"{s['total_vs_single']:>8.2f}x{s['per_rank_vs_single']:>10.2f}x"
               f"{s['cpu_s_per_m_edges']:>14.3f}{s['cpu_vs_single']:>8.2f}x{ids:>14}{feat:>16}")
     for w, s in res["dist"].items():
-        print(f"W={w}: {s['exchanges_per_round']:.1f} collectives and "
+        print(f"W={w}: {s['requests_per_round']:.1f} requests, "
+              f"{s['exchanges_per_round']:.1f} collectives and "
               f"{s['bytes_per_round'] / 1024:.1f} KiB to others per round (per rank); crossing "
               f"hosts per sampled edge: {s['cross_host_id_bytes_per_edge']:.2f} id B, "
               f"{s['cross_host_feature_bytes_per_edge']:.2f} feature B")

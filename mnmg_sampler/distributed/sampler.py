@@ -159,12 +159,17 @@ class DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
         another process group of the same ranks: a service's other round in flight, whose
         collectives must not interleave with this one's. Its counters start at zero. The wire
-        path only: not with the shared topology or the CUDA kernel."""
-        if self.shared is not None or self.host is not None or self.kernel != "cpu":
+        path (host groups included: the host's mapped parts are shared read-only, each round
+        keeps its own last-hop state) on the CPU kernel; not with every part mapped (one host,
+        no exchange to overlap) or the CUDA kernel."""
+        if self.shared is not None or self.kernel != "cpu":
             raise ConfigError("a second round in flight needs the wire path on the CPU kernel",
                               "no second sampler is made",
                               "turn off the shared topology")
         other = copy.copy(self)
+        if self.host is not None:  # the mapped parts are shared; `last` is this round's
+            other.host = copy.copy(self.host)
+            other.host.last = None
         other.group = group
         other.ex = Exchanger(group)
         other.ex.far = self.ex.far  # the host layout, for the bytes that cross hosts

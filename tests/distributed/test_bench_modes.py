@@ -219,3 +219,12 @@ def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
     assert one["cross_host_id_bytes_per_edge"] == one["cross_host_feature_bytes_per_edge"] == 0
     assert one["feature_bytes_per_edge_remote"] == 0 and one["feature_rows_mapped"] > 0
     assert [r["batches"] for r in one["ranks"]] == [3, 3]
+    # at most one request per round through a service with two rounds in flight: the loader's
+    # batches, the wire round's collectives (agreement + 2 per hop, 2 hops)
+    k = bench("dist", tmp_path, *common[:-2], "--hosts", "2", "--loader", "--merge", "1",
+              "--rounds-in-flight", "2", "--prefetch", "4")
+    assert (k["rounds_in_flight"], k["prefetch"], k["merge"]) == (2, 4, 1)
+    k = k["dist"]["2"]
+    assert [r["batches"] for r in k["ranks"]] == [3, 3]
+    # (a rank may join a peer's round with none of its own: at most one, not exactly one)
+    assert 0 < k["requests_per_round"] <= 1 and k["exchanges_per_round"] == 5

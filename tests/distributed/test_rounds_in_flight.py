@@ -1,11 +1,13 @@
-"""Two rounds in flight (``SamplingService(rounds_in_flight=2)``): each on its own process group
-and thread, batches and features equal the single process whichever round carried them. Real
+"""Two rounds in flight (``SamplingService(rounds_in_flight=2)``), on the wire path and with host
+groups: each on its own process group and thread, batches and features equal the single process
+whichever round carried them. Real
 gloo ranks; the second round's use is forced, not timed: while the first round's lock is held,
 only the second round's thread can take requests."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.ops.rng import request_key
@@ -24,14 +26,18 @@ def _requests(rank: int, n: int) -> list[SampleRequest]:
                           request_key(SEED, 0, 10 * rank + j)) for j in range(n)]
 
 
-def _in_flight(rank, world, d):
+def _in_flight(rank, world, d, layout=None):
+    import os
     import time
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
 
+    if layout is not None:  # emulated hosts: host groups (mapped host parts) beside the wire
+        os.environ["MNMG_HOST_ID"] = f"host-{layout[rank]}"
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, rounds_in_flight=2,
-                          shared_topology=False)
+                          shared_topology="auto" if layout is not None else False)
+    hosts = [s.sampler.host is not None for s in svc._slots]
     first, second = svc._slots
     reqs = _requests(rank, 6)
     with first.lock:  # the first round's thread waits: the second takes these
@@ -43,15 +49,20 @@ def _in_flight(rank, world, d):
     calls = second.sampler.kernel_calls
     st = svc.stats()
     svc.shutdown()
-    return got, calls, st["rounds_in_flight"], st["requests"]
+    return got, calls, st["rounds_in_flight"], st["requests"], hosts
 
 
-def test_two_rounds_in_flight_equal_the_single_process(tmp_path):
+@pytest.mark.parametrize("layout", [None, (0, 0, 1)], ids=["wire", "host-groups"])
+def test_two_rounds_in_flight_equal_the_single_process(tmp_path, layout):
     g = small_graph()
-    d = str(partition(g, 2, "random", tmp_path / "p", seed=4))
+    W = 2 if layout is None else len(layout)
+    d = str(partition(g, W, "random", tmp_path / "p", seed=4))
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
-    for rank, (got, calls, k, n) in enumerate(run_ranks(_in_flight, 2, d, timeout=300)):
+    out = run_ranks(_in_flight, W, d, layout, timeout=300)
+    for rank, (got, calls, k, n, hosts) in enumerate(out):
         assert k == 2 and n == 6
+        # with a host of two ranks, every round in flight samples through its host group
+        assert hosts == [layout is not None] * 2
         assert calls >= len(FAN)  # the second round's thread sampled (the forced requests)
         for r, a in zip(_requests(rank, 6), got, strict=True):
             assert_same(a, as_arrays(ref.sample([r])[0]))
