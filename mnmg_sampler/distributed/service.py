@@ -365,6 +365,8 @@ class SamplingService:
                     _settle(f, exc=err)
                 while self._held:  # requests held for a later round: none will come
                     _settle(self._held.popleft()[1], exc=err)
+                if not isinstance(err, PeerError):
+                    self._hang_up(slot)
                 if err is e or not isinstance(e, Exception):
                     raise
                 raise err from e
@@ -373,6 +375,16 @@ class SamplingService:
                 slot.step = "idle"
         finally:
             slot.lock.release()
+
+    def _hang_up(self, slot: _Slot) -> None:
+        """A round failed here, not on a peer: close this rank's end of the host channel (the
+        agreement of ranks that map every part, over Unix sockets), so peers waiting for it
+        in the next agreement fail at once (a :class:`PeerError`: this rank closed its
+        connection) instead of after the collective timeout. Gloo offers no such close (its
+        ``abort`` and ``shutdown`` leave the connections up while the group is referenced):
+        on the wire path the peers still wait for the timeout."""
+        if slot.sampler.ex.host_channel is not None:
+            slot.sampler.ex.host_channel.close()
 
     def _take(self) -> list:
         pending = []

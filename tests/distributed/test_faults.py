@@ -247,3 +247,49 @@ def test_single_node_launch_listens_on_loopback_only():
     assert whos == {"agent", "worker"}, found  # the rendezvous store, the job's store, gloo
     assert all(addr in ("0100007F", "0000000000000000FFFF00000100007F") for _, addr, _ in found), \
         found  # 127.0.0.1 (IPv4 or IPv4-mapped): nothing on a wildcard or external address
+
+
+def _local_failure(rank, world, d, kw):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.errors import MnmgError
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.sampler import SampleRequest
+
+    # a collective timeout far beyond the test's: a peer left waiting for it hangs the test
+    svc = SamplingService(load_partition(d, rank, world), seed=1, timeout_s=600, **kw)
+    real, calls = svc.sampler.sample, [0]
+
+    def sample(*a, **k):  # rank 1's second round fails here, between its collectives
+        calls[0] += 1
+        if rank == 1 and calls[0] == 2:
+            raise RuntimeError("a bug on rank 1")
+        return real(*a, **k)
+
+    svc.sampler.sample = sample
+    got, err = [], None
+    try:
+        for j in range(4):
+            req = SampleRequest(np.arange(10) + 10 * j + 50 * rank, [3, 2], 100 * rank + j)
+            got.append(int(svc.result(svc.submit(req)).batch_size))
+    except MnmgError as e:
+        err = (type(e).__name__, str(e))
+    try:
+        svc.shutdown()
+    except MnmgError:
+        pass
+    return got, err
+
+
+@pytest.mark.parametrize("mode", ["thread", "inline"])
+def test_a_local_failure_ends_the_peers_at_once_not_after_the_timeout(tmp_path, mode):
+    """A round that fails on one rank (a bug, not a peer's death) closes that rank's end of the
+    host channel (one host: every part mapped, rounds agree over Unix sockets): the peer
+    waiting in the next agreement gets a PeerError naming the closed connection at once, long
+    before the 600 s collective timeout (the harness gives the ranks 120 s)."""
+    d = str(partition(small_graph(), 2, "random", tmp_path / "p", seed=4))
+    out = run_ranks(_local_failure, 2, d, {"mode": mode}, timeout=120)
+    (got0, err0), (got1, err1) = out
+    assert got1 == [10] and err1[0] == "ServiceError" and "a bug on rank 1" in err1[1]
+    assert err0 is not None and err0[0] == "PeerError", err0
+    assert "rank 1 closed its connection" in err0[1], err0
+    assert got0 in ([10], [10, 10])  # its second batch may complete before rank 1's failure
