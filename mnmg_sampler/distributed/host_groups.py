@@ -77,22 +77,50 @@ class HostGroup:
         other hosts, the mapped parts the host's own (``kernel``: the weighted per-part call of
         :meth:`SharedTopology.hop`); results in frontier order."""
         nodes = np.ascontiguousarray(h.nodes, _I64)
-        hit = self.on_host(nodes)
+        owners = np.searchsorted(self.inner, nodes, side="right")
+        hit, miss_n, miss_s, hit_n, hit_s = _split(nodes, np.asarray(h.sizes, _I64), owners,
+                                                   self.mask)
         self.last = None
-        if not hit.any():
+        if not hit_n.size:
             return wire_hop(h)
-        sizes = np.asarray(h.sizes, _I64)
-        seg = np.repeat(np.arange(sizes.size), sizes)
-        S = sizes.size
-        miss = HopSegments(nodes[~hit], np.bincount(seg[~hit], minlength=S), h.keys,
-                           h.fanouts, h.replace, h.hop, h.edge_ids)
-        mine = HopSegments(nodes[hit], np.bincount(seg[hit], minlength=S), h.keys,
-                           h.fanouts, h.replace, h.hop, h.edge_ids)
+        miss = HopSegments(miss_n, miss_s, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids)
+        mine = HopSegments(hit_n, hit_s, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids)
         c_miss, nb_miss, e_miss = wire_hop(miss)
         c_hit, nb_hit, e_hit = self.shared.hop(mine, kernel, seed)
         self.last = (hit, mine.nodes)
         return interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
                           bool(h.edge_ids))
+
+
+@numba.njit(cache=True, nogil=True)
+def _split(nodes, sizes, owners, on_host):
+    """One pass over a hop's frontier: ``(hit, the misses' nodes and per-request counts, the
+    hits' nodes and counts)``, a hit being a node whose owner is on this host, each side in
+    frontier order (numpy's masks, repeat and two bincounts made eight passes)."""
+    n = nodes.shape[0]
+    hit = np.empty(n, np.bool_)
+    n_hit = 0
+    for i in range(np.uint64(n)):
+        h = on_host[owners[i]]
+        hit[i] = h
+        n_hit += h
+    miss_n = np.empty(n - n_hit, np.int64)
+    hit_n = np.empty(n_hit, np.int64)
+    miss_s = np.zeros(sizes.shape[0], np.int64)
+    hit_s = np.zeros(sizes.shape[0], np.int64)
+    a = b = i = 0
+    for s in range(sizes.shape[0]):
+        for _ in range(sizes[s]):
+            if hit[i]:
+                hit_n[b] = nodes[i]
+                b += 1
+                hit_s[s] += 1
+            else:
+                miss_n[a] = nodes[i]
+                a += 1
+                miss_s[s] += 1
+            i += 1
+    return hit, miss_n, miss_s, hit_n, hit_s
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
