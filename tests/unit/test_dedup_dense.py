@@ -40,3 +40,26 @@ def test_renumbering_small_case():
     cand = np.array([3, 11, 11, 12], np.int64)
     new, new_off, local = dedup.dedup_hop(nid, np.array([0, 10]), cand, np.array([0, 4]))
     assert new.tolist() == [11, 12] and local.tolist() == [3, 10, 10, 11]
+
+
+def test_kept_maps_serve_calls_of_any_range_and_stay_clean(monkeypatch):
+    """The thread's kept direct maps: calls over a small, a larger and a small id range again
+    give the hash tables' results, the maps grow to the larger range and hold only -1 between
+    calls; maps over the byte budget are not kept."""
+    monkeypatch.setattr(dedup, "_kept", __import__("threading").local())
+    rng = np.random.default_rng(5)
+    for id_range in (300, 5000, 300, 5000):
+        case = _case(rng, 3, id_range)
+        monkeypatch.setattr(dedup, "DENSE_FACTOR", 10**9)
+        dense = dedup.dedup_hop(*case)
+        kept = dedup._kept.maps
+        assert kept is not None and (kept == -1).all()
+        monkeypatch.setattr(dedup, "DENSE_FACTOR", 0)
+        for d, h in zip(dense, dedup.dedup_hop(*case), strict=True):
+            np.testing.assert_array_equal(d, h)
+    assert dedup._kept.maps.shape[1] > 1000  # grown to the larger range, kept after it
+    monkeypatch.setattr(dedup, "MAPS_KEPT_BYTES", 0)
+    monkeypatch.setattr(dedup, "DENSE_FACTOR", 10**9)
+    dedup._kept.maps = None
+    dedup.dedup_hop(*_case(rng, 3, 300))
+    assert dedup._kept.maps is None
