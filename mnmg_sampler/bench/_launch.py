@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
 from ..console import JSON_OUT_HELP
+from .cores import pin, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     from ..runtime import init_distributed
 
     task = json.loads((Path(work) / TASK).read_text())
+    if task.get("cores"):  # an emulated host's cores, before gloo and numba start threads
+        pin(task["cores"][int(os.environ["RANK"])])
     env, _ = init_distributed("gloo", "cpu")
     threads = int(task.get("threads", 1))
     torch.set_num_threads(threads)
@@ -154,6 +157,9 @@ def worker_finish(work: str, rank: int, result: dict) -> None:
     """Write this rank's result atomically, then leave the process group."""
     import torch.distributed as dist
 
+    cores = usable_cores()
+    if cores is not None:
+        result = {**result, "cores": cores}
     path = Path(work) / f"rank{rank}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

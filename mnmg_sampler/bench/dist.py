@@ -19,7 +19,10 @@ Measured in one run, on one graph, one thread per rank:
    compiled code already loaded), and its requests carry
    them, so no round looks seeds up; ``--seed-lookup per-round`` measures rounds that look them
    up instead, as requests without translated seeds do. More ranks than cores oversubscribe
-   them; the output says so.
+   them; the output says so. With ``--hosts H`` each emulated host's ranks run on their own
+   share of the cores and the single process on one host's share (``--host-cores split``,
+   :mod:`.cores`: separate machines do not share cores); ``--host-cores shared`` lets every
+   rank run on every core.
 
 Reported per world size: sampled edges/s of each rank (its edges / its time) and in total (all
 ranks' edges / the slowest rank's time); **CPU seconds per million sampled edges summed over
@@ -63,6 +66,7 @@ from ._launch import (
     worker_start,
     write_json,
 )
+from .cores import host_cores, pinned, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(MNMG_HOST_ID per rank; the shared topology on, auto): a host's ranks "
                         "map its parts, only other hosts' nodes and rows go over the wire "
                         "(default: off, every rank on its own part)")
+    p.add_argument("--host-cores", choices=["split", "shared"], default="split",
+                   help="with --hosts: split (each emulated host's ranks run on their own "
+                        "share of the cores, and the single process on one host's share, as "
+                        "separate machines do not share cores) or shared (every rank on every "
+                        "core) (default: split; shared when there are fewer cores than hosts)")
     p.add_argument("--loader", action="store_true",
                    help="drive the rounds with a DistNeighborLoader per rank through a "
                         "SamplingService at default settings (thread, merging, prefetch, the "
@@ -450,7 +459,7 @@ def summarize(ranks: list[dict]) -> dict:
                          "kernel_share": median(r["t_kernel"]) / med,
                          "exchange_share": median(r["t_exchange"]) / med,
                          "exchange_calls": r["exchange_calls"][0], "seconds": r["seconds"],
-                         "cpu_s": r["cpu_s"]})
+                         "cpu_s": r["cpu_s"], "cores": r.get("cores")})
     totals = [sum(r["edges"][k] for r in ranks) / max(r["seconds"][k] for r in ranks)
               for k in range(reps)]
     cpu = [sum(r["cpu_s"][k] for r in ranks) / max(sum(r["edges"][k] for r in ranks), 1) * 1e6
@@ -605,16 +614,18 @@ class _Single:
         self.cpus: list[float] = []
         self.edges = 0
 
-    def run_once(self) -> None:
-        t, c = time.perf_counter(), time.process_time()
+    def run_once(self, cores: list[int] | None = None) -> None:
+        """One timed pass over the batches, on ``cores`` when given (one emulated host's)."""
         edges = 0
-        for r in self.reqs:
-            (b,) = self.sampler.sample([r])
-            if self.x is not None:
-                b.x = self.x[b.n_id.numpy()]
-            edges += int(b.edge_index.shape[1])
-        self.secs.append(time.perf_counter() - t)
-        self.cpus.append(time.process_time() - c)
+        with pinned(cores):
+            t, c = time.perf_counter(), time.process_time()
+            for r in self.reqs:
+                (b,) = self.sampler.sample([r])
+                if self.x is not None:
+                    b.x = self.x[b.n_id.numpy()]
+                edges += int(b.edge_index.shape[1])
+            self.secs.append(time.perf_counter() - t)
+            self.cpus.append(time.process_time() - c)
         self.edges = edges
 
     def result(self) -> dict:
@@ -674,9 +685,18 @@ def run(args: argparse.Namespace) -> int:
           f"{'loader through a service' if args.loader else 'sampler calls'}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
 
+    usable = usable_cores() if args.host_cores == "split" else None
+    layouts = {w: host_cores(w, args.hosts, usable) for w in worlds}
+    res["host_cores"] = args.host_cores
+    if args.hosts and args.host_cores == "split" and any(v is None for v in layouts.values()):
+        print(f"emulated hosts share every core where fewer than {args.hosts} cores are "
+              f"usable here ({len(usable) if usable else 'no'} pinnable cores)", flush=True)
+    # the single process on one emulated host's cores (every world size splits them alike)
+    single_cores = next((v[0] for v in layouts.values() if v), None)
+    res["single_cores"] = single_cores
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
     for _ in range(args.repeats):
-        one.run_once()
+        one.run_once(single_cores)
     res["dist"] = {}
     task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
@@ -693,10 +713,14 @@ def run(args: argparse.Namespace) -> int:
             parts = partition_for(graph, w, args.partition_method, args.seed, root)
             over = f" (oversubscribed: {w * threads} threads on {cores} cores)" \
                 if w * threads > cores else ""
-            one.run_once()
-            print(f"running {w} rank(s){over} ...", flush=True)
+            one.run_once(single_cores)
+            cores_of = layouts[w]
+            where = "" if cores_of is None else ", hosts on cores " + " | ".join(
+                ",".join(map(str, c)) for c in dict.fromkeys(map(tuple, cores_of)))
+            print(f"running {w} rank(s){over}{where} ...", flush=True)
             t = time.perf_counter()
-            ranks = launch("dist", w, root / f"work-{w}", {**task, "partitions": str(parts)},
+            ranks = launch("dist", w, root / f"work-{w}",
+                           {**task, "partitions": str(parts), "cores": cores_of},
                            args.timeout, threads)
             s = summarize(ranks)
             s["launch_s"] = time.perf_counter() - t

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from mnmg_sampler.bench.cores import host_cores, usable_cores
+
 from .cli_ranks import RankRun, cli_ranks
 from .torchrun import REPO, env
 
@@ -219,12 +221,23 @@ def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
     assert one["cross_host_id_bytes_per_edge"] == one["cross_host_feature_bytes_per_edge"] == 0
     assert one["feature_bytes_per_edge_remote"] == 0 and one["feature_rows_mapped"] > 0
     assert [r["batches"] for r in one["ranks"]] == [3, 3]
+    # emulated hosts do not share cores (--host-cores split, the default): each host's ranks
+    # and the single process on their own share; one host, or shared cores: every core
+    usable = usable_cores()
+    split = host_cores(2, 2, usable)
+    assert [r["cores"] for r in two["ranks"]] == (split or [usable, usable])
+    if split is not None:  # a machine of 2+ cores: two disjoint halves
+        assert not set(split[0]) & set(split[1])
+        assert set(split[0]) | set(split[1]) == set(usable)
+    assert [r["cores"] for r in one["ranks"]] == [usable, usable]
     # at most one request per round through a service with two rounds in flight: the loader's
     # batches, the wire round's collectives (agreement + 2 per hop, 2 hops)
     k = bench("dist", tmp_path, *common[:-2], "--hosts", "2", "--loader", "--merge", "1",
-              "--rounds-in-flight", "2", "--prefetch", "4")
+              "--rounds-in-flight", "2", "--prefetch", "4", "--host-cores", "shared")
     assert (k["rounds_in_flight"], k["prefetch"], k["merge"]) == (2, 4, 1)
+    assert k["host_cores"] == "shared" and k["single_cores"] is None
     k = k["dist"]["2"]
+    assert [r["cores"] for r in k["ranks"]] == [usable, usable]
     assert [r["batches"] for r in k["ranks"]] == [3, 3]
     # (a rank may join a peer's round with none of its own: at most one, not exactly one)
     assert 0 < k["requests_per_round"] <= 1 and k["exchanges_per_round"] == 5
