@@ -207,28 +207,38 @@ class SamplingService:
                 _stop_at_exit, self._closing, self._threads, self.deadline_s))
 
     def _in_flight(self, value: int | str, part) -> int:
-        """Rounds in flight: ``auto`` is 1 (a second round did not win on the 2-core gloo
-        machine where it was measured, ``docs/performance.md``); more need thread mode, the
-        homogeneous wire path (no shared topology or CUDA kernel) and a group
-        of the service's own. Every rank must pass the same value (agreed: one all-reduce)."""
-        k = 1 if value == "auto" else value
+        """Rounds in flight. ``auto`` is 2 for a service that merges nothing
+        (``max_requests_per_round=1``) where more rounds can run, else 1: rounds of one
+        request are short, so a second round's kernels fill the first one's exchange waits
+        (2 hosts x 1, one request per round: 0.36x against 0.24x per rank), while merged
+        rounds grow instead and a second round did not win (``docs/performance.md``). More
+        than one need thread mode, the homogeneous wire path (no shared topology or CUDA
+        kernel) and a group of the service's own. Agreed by every rank (one all-reduce): an
+        explicit ``K`` must be the same on all; ranks that all pass ``auto`` take the fewest."""
+        s = self.sampler
+        can = (self.mode == "thread" and self._own_group
+               and getattr(part, "typed", None) is None
+               and getattr(s, "shared", None) is None
+               and getattr(s, "kernel", "cpu") == "cpu")
+        auto = value == "auto"
+        k = (2 if can and self.max_requests_per_round == 1 and s.ex.world_size > 1 else 1) \
+            if auto else value
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ServiceError(f"rounds_in_flight must be 'auto' or an integer >= 1, got "
                                f"{value!r}", "no service is started", "pass 'auto' or e.g. 2")
-        s = self.sampler
-        if k > 1 and (self.mode != "thread" or not self._own_group
-                      or getattr(part, "typed", None) is not None
-                      or getattr(s, "shared", None) is not None
-                      or getattr(s, "kernel", "cpu") != "cpu"):
+        if k > 1 and not can:
             raise ServiceError(f"rounds_in_flight={k} needs thread mode, the service's own "
                                "process groups, a homogeneous part, the CPU kernel and no "
                                "shared topology",
                                "no service is started", "pass rounds_in_flight='auto'")
         if s.ex.world_size > 1:
             with peer_errors("agreeing on the rounds in flight"):
-                hi, lo = s.ex.agree_max([k, -k])
+                hi, lo, not_auto = s.ex.agree_max([k, -k, int(not auto)])
+            if not not_auto:  # every rank chose auto: the fewest rounds any rank can run
+                return -lo
             if hi != -lo:
-                raise ServiceError(f"the ranks keep different rounds in flight (this rank: {k})",
+                raise ServiceError(f"the ranks keep different rounds in flight (this rank: "
+                                   f"{value!r})",
                                    "their rounds could not be matched; no service is started",
                                    "pass the same rounds_in_flight on every rank")
         return k

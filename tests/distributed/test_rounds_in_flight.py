@@ -91,3 +91,34 @@ def test_rounds_in_flight_where_they_cannot_run_are_refused_on_every_rank(tmp_pa
     for errs in run_ranks(_refused, 2, d, timeout=300):
         assert "needs thread mode" in errs[0] and "needs thread mode" in errs[1]
         assert "integer >= 1" in errs[2]
+
+
+def _auto(rank, world, d):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    part = load_partition(d, rank, world)
+    out = {}
+    for name, kw in (("merge 1", {"max_requests_per_round": 1}), ("merging", {}),
+                     ("inline", {"max_requests_per_round": 1, "mode": "inline"}),
+                     ("mixed", {"max_requests_per_round": 1 if rank == 0 else None})):
+        svc = SamplingService(part, seed=SEED, shared_topology=False, **kw)
+        out[name] = svc.rounds_in_flight
+        if name == "merge 1":  # two rounds in flight serve the single process's batches
+            out["got"] = [as_arrays(svc.result(f))
+                          for f in [svc.submit(r) for r in _requests(rank, 4)]]
+        svc.shutdown()
+    return out
+
+
+def test_auto_keeps_two_rounds_in_flight_for_rounds_of_one_request(tmp_path):
+    """``auto``: two rounds where a round carries one request (the wire path, thread mode),
+    one where rounds merge or cannot overlap, the fewest when ranks differ."""
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=4))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    for rank, out in enumerate(run_ranks(_auto, 2, d, timeout=300)):
+        assert (out["merge 1"], out["merging"], out["inline"], out["mixed"]) == (2, 1, 1, 1)
+        for r, a in zip(_requests(rank, 4), out["got"], strict=True):
+            assert_same(a, as_arrays(ref.sample([r])[0]))
+            assert np.array_equal(a["x"], g.x[a["n_id"]])
