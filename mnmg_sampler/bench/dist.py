@@ -306,6 +306,7 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
                 res[key].append(s1[key] - s0[key])
         res["seed_setup"] = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
         res["idle_rounds"] = svc._stats["idle_rounds"]
+        res["rounds_in_flight"] = svc.rounds_in_flight
         dist.barrier()
     finally:
         svc.shutdown()
@@ -502,6 +503,8 @@ def summarize(ranks: list[dict]) -> dict:
         # requests per round, per rank (timed rounds of the first repeat)
         "requests_per_round": sum(r["batches"] / max(_first(r["rounds"]), 1)
                                   for r in ranks) / world,
+        # --loader: the service's rounds in flight (as `auto` chose them); 1 for sampler calls
+        "rounds_in_flight": ranks[0].get("rounds_in_flight", 1),
         # bytes sent to ranks of other hosts (--hosts; 0 on one host) per sampled edge
         "cross_host_id_bytes_per_edge": per_edge("cross_ids"),
         "cross_host_feature_bytes_per_edge": per_edge("cross_feat"),
@@ -757,7 +760,8 @@ def print_table(res: dict) -> None:
               f"{s['total_vs_single']:>8.2f}x{s['per_rank_vs_single']:>10.2f}x"
               f"{s['cpu_s_per_m_edges']:>14.3f}{s['cpu_vs_single']:>8.2f}x{ids:>14}{feat:>16}")
     for w, s in res["dist"].items():
-        print(f"W={w}: {s['requests_per_round']:.1f} requests, "
+        print(f"W={w}: {s['requests_per_round']:.1f} requests, {s['rounds_in_flight']} in "
+              f"flight, "
               f"{s['exchanges_per_round']:.1f} collectives and "
               f"{s['bytes_per_round'] / 1024:.1f} KiB to others per round (per rank); crossing "
               f"hosts per sampled edge: {s['cross_host_id_bytes_per_edge']:.2f} id B, "

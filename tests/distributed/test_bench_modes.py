@@ -237,7 +237,11 @@ def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
     assert (k["rounds_in_flight"], k["prefetch"], k["merge"]) == (2, 4, 1)
     assert k["host_cores"] == "shared" and k["single_cores"] is None
     k = k["dist"]["2"]
-    assert [r["cores"] for r in k["ranks"]] == [usable, usable]
+    assert [r["cores"] for r in k["ranks"]] == [usable, usable] and k["rounds_in_flight"] == 2
+    # --merge 1 with rounds in flight left to auto: two on the wire path
+    a = bench("dist", tmp_path, *common[:-2], "--hosts", "2", "--loader", "--merge", "1")
+    assert a["rounds_in_flight"] is None and a["dist"]["2"]["rounds_in_flight"] == 2
+    assert two["rounds_in_flight"] == 1 and one["rounds_in_flight"] == 1
     assert [r["batches"] for r in k["ranks"]] == [3, 3]
     # (a rank may join a peer's round with none of its own: at most one, not exactly one)
     assert 0 < k["requests_per_round"] <= 1 and k["exchanges_per_round"] == 5
