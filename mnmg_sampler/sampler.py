@@ -254,7 +254,6 @@ class MultiHopSampler:
         if num_hops is not None:
             n_hops = num_hops
         nid = [r.seeds for r in requests]  # each request's n_id so far, per request
-        nid_parts: list[list[np.ndarray]] = [[r.seeds] for r in requests]
         frontier = [r.seeds for r in requests]
         front_start = [0] * R  # local index of each request's first frontier node
         rows: list[list[np.ndarray]] = [[] for _ in requests]
@@ -283,7 +282,6 @@ class MultiHopSampler:
                     eids[i].append(eid[c0:c1])
                 fresh = new[new_off[j]:new_off[j + 1]]
                 front_start[i] = nid[i].size
-                nid_parts[i].append(fresh)
                 nid[i] = np.concatenate([nid[i], fresh])
                 frontier[i] = fresh
                 n_nodes[i].append(int(fresh.size))
