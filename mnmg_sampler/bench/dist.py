@@ -233,7 +233,7 @@ def _counters(sampler, store) -> dict:
             "feat_self": ex.bytes.get("features", [0, 0])[0],
             "feat_remote": ex.bytes.get("features", [0, 0])[1],
             "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
-            "exchange_calls": ex.calls,
+            "exchange_calls": ex.calls, "agreements": ex.agreements,
             "cross_ids": sum(v for k, v in cb.items() if k != "features"),
             "cross_feat": cb.get("features", 0),
             **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
@@ -267,6 +267,7 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
         ds, fs = svc.sampler, svc.features
         keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
                 "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
+                "agreements",
                 "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
                 "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat",
                 "fetch_cpu_s", "fetch_exchange_cpu_s")
@@ -288,7 +289,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
                 for k, v in _counters(slot.sampler, slot.features).items():
                     out[k] = out.get(k, 0) + v
             return {**out, "rounds": svc._stats["rounds"],
-                    "exchange_calls": svc._stats["round_calls"]}
+                    "exchange_calls": svc._stats["round_calls"],
+                    "agreements": svc._stats["round_agreements"]}
 
         def epoch() -> int:
             return sum(int(b.edge_index.shape[1]) for b in loader)
@@ -386,6 +388,7 @@ def _worker(work: str) -> int:
                  "remote_bytes": ex.remote_bytes - b0}
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
+                "agreements",
             "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
             "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat", "fetch_cpu_s",
             "fetch_exchange_cpu_s")
@@ -473,9 +476,11 @@ def summarize(ranks: list[dict]) -> dict:
     def tot(key: str) -> int:
         return sum(sum(r[key]) for r in ranks)
 
-    def per_round_of(r: dict) -> tuple[float, float]:
-        n = _first(r["rounds"])
-        return r["exchange_calls"][0] / max(n, 1), r["remote_bytes"][0] / max(n, 1)
+    def per_round_of(r: dict) -> tuple[float, float, float]:
+        n = max(_first(r["rounds"]), 1)
+        calls, agree = r["exchange_calls"][0], r["agreements"][0]
+        # an exchange: an agreement, or an all-to-all each way (a request and its reply)
+        return calls / n, r["remote_bytes"][0] / n, (agree + (calls - agree) / 2) / n
 
     rounds = [per_round_of(r) for r in ranks]
     hops = _hop_summary(ranks)
@@ -497,9 +502,11 @@ def summarize(ranks: list[dict]) -> dict:
         "id_bytes_per_edge_remote": per_edge("id_remote"),
         "feature_bytes_per_edge_self": per_edge("feat_self"),
         "feature_bytes_per_edge_remote": per_edge("feat_remote"),
-        # collectives (agreements included) and bytes to other ranks per round, mean of ranks
-        "exchanges_per_round": sum(c for c, _ in rounds) / world,
-        "bytes_per_round": sum(b for _, b in rounds) / world,
+        # per round, mean of ranks: collectives (agreements included); exchanges (each
+        # agreement, and each all-to-all each way: a request and its reply); bytes to others
+        "collectives_per_round": sum(c for c, _, _ in rounds) / world,
+        "exchanges_per_round": sum(e for _, _, e in rounds) / world,
+        "bytes_per_round": sum(b for _, b, _ in rounds) / world,
         # requests per round, per rank (timed rounds of the first repeat)
         "requests_per_round": sum(r["batches"] / max(_first(r["rounds"]), 1)
                                   for r in ranks) / world,
@@ -762,7 +769,8 @@ def print_table(res: dict) -> None:
     for w, s in res["dist"].items():
         print(f"W={w}: {s['requests_per_round']:.1f} requests, {s['rounds_in_flight']} in "
               f"flight, "
-              f"{s['exchanges_per_round']:.1f} collectives and "
+              f"{s['collectives_per_round']:.1f} collectives ({s['exchanges_per_round']:.1f} "
+              f"exchanges) and "
               f"{s['bytes_per_round'] / 1024:.1f} KiB to others per round (per rank); crossing "
               f"hosts per sampled edge: {s['cross_host_id_bytes_per_edge']:.2f} id B, "
               f"{s['cross_host_feature_bytes_per_edge']:.2f} feature B")

@@ -60,8 +60,9 @@ class Exchanger:
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     byte handed to a collective, packed blocks at their encoded size), ``bytes[tag] = [to self,
     to others]`` per traffic class (``ids``, ``features``, ...), ``cross_bytes[tag]`` (to other
-    hosts), ``calls`` (collectives), ``transfers`` (host <-> device copies of the data path:
-    ``h2d`` and ``d2h``; every one goes through :meth:`h2d` / :meth:`d2h`).
+    hosts), ``calls`` (collectives; ``agreements`` of them all-reduces), ``transfers`` (host
+    <-> device copies of the data path: ``h2d`` and ``d2h``; every one goes through
+    :meth:`h2d` / :meth:`d2h`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -73,6 +74,7 @@ class Exchanger:
         self.bytes_sent = 0
         self.bytes: dict[str, list[int]] = {}
         self.calls = 0
+        self.agreements = 0  # of the calls: agreements (all-reduces), each one exchange alone
         self.transfers = {"h2d": 0, "d2h": 0}
         self.t_exchange = 0.0
         self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
@@ -280,10 +282,12 @@ class Exchanger:
             out = self.host_channel.agree_max(values)
             self.cpu_exchange += time.thread_time() - c0
             self.calls += 1
+            self.agreements += 1
             return out
         t = torch.tensor([int(v) for v in values], dtype=torch.int64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         self.calls += 1
+        self.agreements += 1
         return [int(v) for v in t.tolist()]
 
 

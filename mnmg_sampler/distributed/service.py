@@ -186,8 +186,10 @@ class SamplingService:
         self._failed: MnmgError | None = None
         self._idle = idle_sleep_s
         self._wake = threading.Event()  # a request or shutdown: end the idle sleep now
-        # round_calls: collectives of working rounds (agreement included; idle ones apart)
-        self._stats = {"rounds": 0, "idle_rounds": 0, "round_calls": 0, "requests": 0, "hops": 0,
+        # round_calls: collectives of working rounds (agreement included; idle ones apart),
+        # round_agreements: the agreements among them
+        self._stats = {"rounds": 0, "idle_rounds": 0, "round_calls": 0, "round_agreements": 0,
+                       "requests": 0, "hops": 0,
                        "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
         self._fork_held: list = []  # round locks a fork holds
         _LIVE.add(self)
@@ -327,6 +329,7 @@ class SamplingService:
                 slot.step = f"sampling round {n}: the agreement all-reduce"
                 done = self._closing.is_set() and not pending
                 calls0 = sampler.ex.calls  # this round's collectives, agreement included
+                agreements0 = sampler.ex.agreements
                 mine, err = sampler.round_flags([r for r, _ in pending])
                 # balanced rounds also agree on the fewest pending requests (as -max(-n))
                 extra = [-len(pending)] if self._balanced else []
@@ -362,6 +365,7 @@ class SamplingService:
                 with self._stats_lock:
                     st["rounds"] += 1
                     st["round_calls"] += sampler.ex.calls - calls0
+                    st["round_agreements"] += sampler.ex.agreements - agreements0
                     st["requests"] += len(pending)
                     st["hops"] += sampler.kernel_calls - k0
                     st["t_round"] += time.perf_counter() - t0

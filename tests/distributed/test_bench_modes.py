@@ -207,7 +207,7 @@ def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
     """``--hosts 2``: 2 hosts x 1 rank, ids and feature rows cross hosts (fewer rows with the
     host cache); ``--hosts 1 --loader``: one host through loaders and a service, nothing
     crosses hosts and no feature row is on the wire."""
-    keys = ("per_rank_vs_single", "cpu_vs_single", "exchanges_per_round",
+    keys = ("per_rank_vs_single", "cpu_vs_single", "exchanges_per_round", "collectives_per_round",
             "cross_host_id_bytes_per_edge", "cross_host_feature_bytes_per_edge")
     common = ("--batch-size", "16", "--batches", "3", "--world-sizes", "2", "--features", "8")
     two = bench("dist", tmp_path, *common, "--hosts", "2", "--cache-rows", "0.1")["dist"]["2"]
@@ -244,4 +244,6 @@ def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
     assert two["rounds_in_flight"] == 1 and one["rounds_in_flight"] == 1
     assert [r["batches"] for r in k["ranks"]] == [3, 3]
     # (a rank may join a peer's round with none of its own: at most one, not exactly one)
-    assert 0 < k["requests_per_round"] <= 1 and k["exchanges_per_round"] == 5
+    assert 0 < k["requests_per_round"] <= 1 and k["collectives_per_round"] == 5
+    # an exchange is the agreement or an all-to-all each way: at most hops + 2 (here hops + 1)
+    assert k["exchanges_per_round"] == 3 <= 2 + 2
