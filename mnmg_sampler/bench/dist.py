@@ -267,10 +267,9 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
         ds, fs = svc.sampler, svc.features
         keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
                 "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
-                "agreements",
-                "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
-                "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat",
-                "fetch_cpu_s", "fetch_exchange_cpu_s")
+                "agreements", "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows",
+                "rows_fetched", "cache_hits", "duplicate_rows_fetched", "cross_ids",
+                "cross_feat", "fetch_cpu_s", "fetch_exchange_cpu_s")
         res: dict = {"rank": rank, "world": world, "batches": len(loader),
                      **{k: [] for k in keys},
                      "owned_seeds": 0, "wire_bytes": int(getattr(ds, "wire", None).itemsize
@@ -388,10 +387,9 @@ def _worker(work: str) -> int:
                  "remote_bytes": ex.remote_bytes - b0}
     keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
             "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
-                "agreements",
-            "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows", "rows_fetched",
-            "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat", "fetch_cpu_s",
-            "fetch_exchange_cpu_s")
+            "agreements", "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows",
+            "rows_fetched", "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat",
+            "fetch_cpu_s", "fetch_exchange_cpu_s")
     res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
                  "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
                  "seed_setup": setup,
