@@ -16,7 +16,7 @@ import numpy as np
 
 from .build import MAX_NODE_ID
 
-__all__ = ["partition_graph", "split_from_partitions"]
+__all__ = ["partition_graph", "split_from_partitions", "typed_graph_of"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ def partition_graph(
     drop_duplicates: bool = False,
     max_node_id: int | None = MAX_NODE_ID,
     renumber: str | bool = "auto",
+    time_attr: str | None = "time",
     overwrite: bool = False,
 ) -> Path:
     """Split a graph into ``num_parts`` parts (one per rank) and write them to ``out``.
@@ -48,7 +49,7 @@ def partition_graph(
             graph (a PyG ``HeteroData``, the plain dict form, a ``TypedGraph``, a saved one or
             an OGB hetero directory) writes typed parts (:mod:`.typed_partition`,
             ``docs/hetero.md``); its node data comes with it, so ``x``, ``y``, ``masks`` and the
-            clean-up options are refused for it.
+            clean-up options are refused for it. So is a graph with a time (``time_attr``).
         x, y: node features ``[N, F]`` and labels ``[N]`` (arrays or file paths); they
             replace those the input carries.
         num_parts: number of parts: the world size of the job that loads them.
@@ -61,6 +62,11 @@ def partition_graph(
         max_node_id: refuse larger ids (``None``: no bound).
         renumber: ``auto`` (sparse ids), ``true`` or ``false``: number the nodes ``0..N-1`` and
             keep the input's ids for ``n_id`` and seeds (``docs/formats.md``).
+        time_attr: the node or edge attribute that holds time (PyG's ``time_attr``): when the
+            input has one (a ``HeteroData`` store's, a ``Data``'s, a dict's ``edge_time`` /
+            ``node_time``, a table's column), it travels into the parts, which are then typed
+            (a homogeneous graph becomes the one type ``"node"``, ``docs/temporal.md``) and
+            sample with ``time_attr=...``. ``None``: read no time.
         overwrite: replace an existing ``out`` once the new one is complete.
 
     Returns:
@@ -76,7 +82,7 @@ def partition_graph(
     from .partition import partition_graph as make_plan
     from .partition import write_partitions
 
-    typed = _typed_input(data)
+    typed = typed_graph_of(data, time_attr)
     if typed is not None:
         given = [k for k, v in (("x", x), ("y", y), ("masks", masks), ("num_nodes", num_nodes),
                                 ("undirected", undirected), ("drop_self_loops", drop_self_loops),
@@ -86,10 +92,14 @@ def partition_graph(
         if given:
             from ..errors import GraphFormatError
 
+            untimed = typed.edge_time is None and typed.node_time is None
+            what = "a typed graph" if untimed else \
+                f"a graph with time ({typed.time_attr!r}, written as typed parts)"
             raise GraphFormatError(
-                f"partition_graph got a typed graph and {given[0]}=", "it would be ignored",
-                "give node data per type inside the typed graph (docs/hetero.md) and drop "
-                f"{given[0]}=")
+                f"partition_graph got {what} and {given[0]}=", "it would be ignored",
+                "give node data inside the graph (per type: docs/hetero.md) and drop "
+                f"{given[0]}=" + ("" if untimed else
+                                  ", or pass time_attr=None to partition without time"))
         from .typed_partition import partition_typed
 
         return partition_typed(typed, int(num_parts), method, out, seed,
@@ -101,19 +111,51 @@ def partition_graph(
     return write_partitions(g, plan, out, overwrite=overwrite)
 
 
-def _typed_input(data):
-    """The :class:`~.typed.TypedGraph` ``data`` is or names, else ``None`` (homogeneous)."""
+def typed_graph_of(data, time_attr: str | None = "time",
+                   timed_homogeneous: bool = True):
+    """The :class:`~.typed.TypedGraph` ``data`` is or names, with the time it holds under
+    ``time_attr``; ``None`` for a homogeneous graph (the homogeneous readers take it).
+
+    A homogeneous ``Data``, dict, ``.pt`` or edge table with a ``time_attr`` attribute (column)
+    is the one-type typed graph with that time (:func:`.temporal.temporal_graph_from_data`),
+    since only typed parts hold time; with ``timed_homogeneous=False`` it stays homogeneous
+    (its time unread: a job that samples without time)."""
+    from .tables import TABLE_SUFFIXES, table_has_column
+    from .temporal import read_with_time
     from .typed import TypedGraph
-    from .typed_io import _is_typed_object, load_typed_graph, typed_graph_at
+    from .typed_io import _hetero_safe_globals, _is_typed_object, load_typed_graph, typed_graph_at
 
     if isinstance(data, TypedGraph):
         return data
+    timed = time_attr is not None
+    name = None
+    if isinstance(data, (str, os.PathLike)):
+        if isinstance(data, str) and ":" in data and not data.startswith(("/", ".")):
+            return None  # a spec string (rmat:..., cora)
+        p = Path(data)
+        if p.name.lower().endswith(TABLE_SUFFIXES):
+            if timed and timed_homogeneous and p.is_file() and table_has_column(p, time_attr):
+                return read_with_time(p, time_attr)
+            return None
+        if p.suffix not in (".pt", ".pth") or not p.is_file():
+            return typed_graph_at(p)
+        from .torch_files import load_torch_object
+
+        data, name = load_torch_object(p, _hetero_safe_globals()), str(p)
     if _is_typed_object(data):
-        return load_typed_graph(data)
-    if isinstance(data, (str, os.PathLike)) and not (isinstance(data, str) and ":" in data
-                                                     and not data.startswith(("/", "."))):
-        return typed_graph_at(data)
+        return read_with_time(data, time_attr, name) if timed else load_typed_graph(data, name)
+    if timed and timed_homogeneous and _has_time(data, time_attr):
+        return read_with_time(data, time_attr, name)
     return None
+
+
+def _has_time(data, time_attr: str) -> bool:
+    """True for a homogeneous ``Data`` or dict with edge_index that holds ``time_attr`` (or a
+    dict's ``edge_time`` / ``node_time``)."""
+    if isinstance(data, Mapping):
+        return "edge_index" in data and any(
+            data.get(k) is not None for k in (time_attr, "edge_time", "node_time"))
+    return type(data).__name__ == "Data" and getattr(data, time_attr, None) is not None
 
 
 def split_from_partitions(path: str | os.PathLike) -> dict[str, np.ndarray] | None:

@@ -10,6 +10,7 @@ a :class:`GraphFormatError` naming the file and the line. Parquet needs ``pyarro
 
 from __future__ import annotations
 
+import gzip
 import io
 import logging
 import warnings
@@ -21,7 +22,7 @@ import numpy as np
 from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import as_ids, header_line, input_path, read_text_bytes
+from .readers import _UTF8_BOM, as_ids, header_line, input_path, read_text_bytes
 
 __all__ = ["read_table", "read_parquet", "read_table_times", "SRC_NAMES", "DST_NAMES",
            "TABLE_SUFFIXES"]
@@ -167,6 +168,35 @@ def _time_column(header: list[str], column: str, name: str) -> int:
         raise GraphFormatError(f"{name} has no column {column!r} (columns: {header})",
                                "the edges have no time", "name the time column in the header")
     return low.index(column.lower())
+
+
+def table_has_column(path: str | PathLike, column: str) -> bool:
+    """True if the CSV / TSV / parquet edge table at ``path`` has a header naming ``column``
+    (matched without case, as :func:`read_table_times` matches it); reads the header only.
+    False for a file that cannot be read (its reader reports it)."""
+    p = Path(path)
+    if p.name.lower().endswith((".parquet", ".pq")):
+        try:
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(p).names
+        except Exception:  # no pyarrow, or not parquet: the reader says which
+            return False
+    else:
+        opener = gzip.open if p.name.lower().endswith(".gz") else open
+        try:
+            with opener(p, "rb") as f:
+                head = f.read(1 << 16)
+        except (OSError, EOFError):
+            return False
+        head = head[len(_UTF8_BOM):] if head.startswith(_UTF8_BOM) else head
+        first = next((ln for ln in head.decode("utf-8", "replace").splitlines()
+                      if ln.split("#", 1)[0].strip()), "").split("#", 1)[0]
+        delim = _delimiter(p, first)
+        if header_line(head, delim) is None:
+            return False
+        names = first.split(delim) if delim else first.split()
+    return column.lower() in [h.strip().strip('"').strip("'").lower() for h in names]
 
 
 def read_table_times(path: str | PathLike, column: str

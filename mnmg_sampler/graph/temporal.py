@@ -24,8 +24,8 @@ from ..errors import GraphFormatError
 from ..host_limits import check_allocation
 from .typed import TypedGraph, _arr, edge_type_of, typed_graph
 
-__all__ = ["attach_time", "check_time", "load_temporal_graph", "temporal_graph_from_data",
-           "temporal_table_graph"]
+__all__ = ["attach_time", "check_time", "load_temporal_graph", "read_with_time",
+           "temporal_graph_from_data", "temporal_table_graph"]
 
 TIME_MAX = np.iinfo(np.int64).max
 
@@ -81,7 +81,8 @@ def attach_time(graph: TypedGraph, edge_time: Mapping | None = None,
         if missing:
             raise GraphFormatError(f"{name}: edge_time has no times for {missing}",
                                    "their edges could not be filtered by time",
-                                   "give a time for every relation (or use node time)")
+                                   "give a time for every relation (or use node time), or read "
+                                   "the graph without time (time_attr=None)")
     if node_time:
         nt = {str(k): v for k, v in dict(node_time).items()}
         for t in nt:
@@ -93,7 +94,8 @@ def attach_time(graph: TypedGraph, edge_time: Mapping | None = None,
         if missing:
             raise GraphFormatError(f"{name}: node_time has no times for types {missing}",
                                    "their nodes could not be filtered by time",
-                                   "give a time for every node type (or use edge time)")
+                                   "give a time for every node type (or use edge time), or read "
+                                   "the graph without time (time_attr=None)")
     if not edge_time and not node_time:
         return graph
     check_allocation(f"time sorting of {E:,} edges ({name})", 8 * 5 * E + 8 * graph.num_nodes,
@@ -147,16 +149,20 @@ EDGE_TYPE = ("node", "to", "node")
 def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") -> TypedGraph:
     """A one-type :class:`TypedGraph` (node type ``"node"``, relation ``("node", "to",
     "node")``) from a homogeneous PyG ``Data`` or a dict ``{"edge_index", "num_nodes", "x",
-    "y", time_attr}``; ``data[time_attr]`` is node time or edge time as PyG decides
-    (``Data.is_edge_attr``; for a dict, its length: ``num_edges`` means edge time, and a graph
-    with as many nodes as edges is refused as ambiguous)."""
-    get = data.get if isinstance(data, Mapping) else (lambda k, d=None: getattr(data, k, d))
+    "y", time_attr}`` (split masks such as ``train_mask`` and ``edge_weight`` come along);
+    ``data[time_attr]`` is node time or edge time as PyG decides (``Data.is_edge_attr``; for a
+    dict, its length: ``num_edges`` means edge time, and a graph with as many nodes as edges is
+    refused as ambiguous)."""
+    from .readers import MASK_KEYS
+
+    fields = dict(data) if isinstance(data, Mapping) else data.to_dict()
+    get = fields.get
     ei = get("edge_index")
     if ei is None:
         raise GraphFormatError(f"{name} has no edge_index", "no graph can be built",
                                "give edge_index as a (2, E) array")
     ei = _arr(ei)
-    n = get("num_nodes")
+    n = get("num_nodes", None if isinstance(data, Mapping) else data.num_nodes)
     x = get("x")
     spec: dict = {"edge_index": {EDGE_TYPE: ei}}
     if n is None and x is None:
@@ -166,6 +172,12 @@ def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") 
         spec["x"] = {NODE_TYPE: _arr(x)}
     if get("y") is not None:
         spec["y"] = {NODE_TYPE: _arr(get("y"))}
+    names = {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
+    masks = {k: v for k, v in fields.items() if k in names and v is not None}
+    if masks:
+        spec["masks"] = {NODE_TYPE: masks}
+    if get("edge_weight") is not None:
+        spec["edge_weight"] = {EDGE_TYPE: get("edge_weight")}
     t = get(time_attr)
     if t is not None:
         num_edges = ei.shape[1] if ei.ndim == 2 else -1
@@ -212,6 +224,19 @@ def load_temporal_graph(source, time_attr: str = "time", name: str | None = None
 
     A source without a time is a :class:`~mnmg_sampler.errors.GraphFormatError` naming
     ``time_attr``, never a graph without time (e.g. an OGB directory, which holds none)."""
+    graph = read_with_time(source, time_attr, name)
+    if graph.edge_time is None and graph.node_time is None:
+        raise GraphFormatError(f"{graph.name} has no attribute {time_attr!r} on any node or "
+                               "edge type", "no temporal sampling is possible",
+                               f"set data[type].{time_attr} (or the dict keys edge_time / "
+                               "node_time), or pass the right time_attr")
+    return graph
+
+
+def read_with_time(source, time_attr: str = "time", name: str | None = None) -> TypedGraph:
+    """:func:`load_temporal_graph`'s graph, with the time it holds, or none: every node or edge
+    attribute named ``time_attr`` is kept (a typed graph's partitioner and jobs read graphs
+    this way, so a time on the data is never dropped)."""
     from .tables import TABLE_SUFFIXES
     from .typed_io import _hetero_safe_globals, load_typed_graph
 
@@ -236,11 +261,6 @@ def load_temporal_graph(source, time_attr: str = "time", name: str | None = None
             et = {e: st[time_attr] for e, st in edges.items() if st.get(time_attr) is not None}
             nt = {t: st[time_attr] for t, st in nodes.items() if st.get(time_attr) is not None}
             attach_time(graph, et, nt, time_attr)
-    if graph.edge_time is None and graph.node_time is None:
-        raise GraphFormatError(f"{graph.name} has no attribute {time_attr!r} on any node or "
-                               "edge type", "no temporal sampling is possible",
-                               f"set data[type].{time_attr} (or the dict keys edge_time / "
-                               "node_time), or pass the right time_attr")
     return graph
 
 
