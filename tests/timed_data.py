@@ -5,9 +5,10 @@ homogeneous ``Data`` with an edge ``time``, and a CSV edge table with a time col
 The shape follows a public ratings dataset (610 users, 9,742 movies with 20-d features, about
 100k ratings; that data's licence forbids redistribution, so it is generated): user activity and
 movie popularity are skewed (log-normal and Zipf), times are Unix seconds from mid-2017 to 2025,
-and a time signal is planted: each user's taste moves through communities of movies, 90% of its
-ratings are of its community at the time, and a movie's community shows in its features. So a
-user's latest ratings predict its next ones better than all of them.
+and a time signal is planted: each user's taste moves through communities of movies (settled
+after 60% of the span), 90% of its ratings are of its community at the time, and a movie's
+community shows in its features. So a user's latest ratings predict its next ones better than
+all of them.
 
 ``python -m tests.timed_data OUT_DIR [USERS MOVIES RATINGS]`` writes ``ratings.pt``
 (HeteroData), ``ratings_homo.pt`` (Data) and ``ratings.csv``.
@@ -25,6 +26,7 @@ SPAN = 8 * 365 * 86_400
 COMMUNITIES = 8
 PHASES = 3
 PLANTED = 0.9
+SETTLED = 0.6  # no user's taste moves after this share of the span
 DIM = 20
 
 
@@ -41,11 +43,9 @@ def ratings(users: int = 610, movies: int = 9742, n: int = 100_836, seed: int = 
     activity = rng.lognormal(0.0, 1.0, users)
     per_user = np.maximum(20, np.round(activity / activity.sum() * n * 1.6)).astype(np.int64)
     u = np.repeat(np.arange(users, dtype=np.int64), per_user)
-    start = T0 + rng.integers(0, SPAN // 2, users)
-    length = rng.integers(SPAN // 20, SPAN // 2, users)
-    t = start[u] + (rng.random(u.size) * length[u]).astype(np.int64)
+    t = T0 + rng.integers(0, SPAN, u.size).astype(np.int64)
     taste = np.stack([rng.permutation(COMMUNITIES)[:PHASES] for _ in range(users)])
-    switch = np.sort(rng.random((users, PHASES - 1)), 1) * length[:, None] + start[:, None]
+    switch = T0 + np.sort(rng.integers(0, int(SETTLED * SPAN), (users, PHASES - 1)), 1)
     phase = (t[:, None] >= switch[u]).sum(1)
     c = np.where(rng.random(u.size) < PLANTED, taste[u, phase],
                  rng.integers(0, COMMUNITIES, u.size))

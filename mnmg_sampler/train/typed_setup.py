@@ -2,7 +2,8 @@
 
 A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLASSES]`` or
 ``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
-``HeteroData`` (``.pt``) or an OGB heterogeneous directory. The config's typed keys
+``HeteroData`` (``.pt``), an OGB heterogeneous directory, or a homogeneous file with a time that
+the job samples or splits by (the one-type graph). The config's typed keys
 (``sampler.input_type``, ``link.edge_type``, fanouts per relation, ``model.embedding_dim``) are
 checked against the graph's types and relations
 (:class:`TypedMeta`): by ``validate`` from the dataset, and by every rank at job start from the
@@ -22,8 +23,8 @@ from ..config import JobConfig, num_hops, parse_dataset_name
 from ..config.parse import _err
 
 __all__ = ["TypedMeta", "check_homogeneous_job", "check_typed_job", "dataset_is_typed",
-           "embedding_rows", "link_edge_type", "load_typed_dataset", "meta_of_graph",
-           "meta_of_manifest", "num_neighbors", "typed_meta", "typed_node_split"]
+           "embedding_rows", "job_time_attr", "link_edge_type", "load_typed_dataset",
+           "meta_of_graph", "meta_of_manifest", "num_neighbors", "typed_meta", "typed_node_split"]
 
 log = logging.getLogger(__name__)
 
@@ -59,29 +60,53 @@ def meta_of_manifest(manifest: dict) -> TypedMeta:
                      sorted(tp["y"]))
 
 
+def job_time_attr(cfg: JobConfig) -> tuple[str, bool]:
+    """``(name, timed_homogeneous)``: the node or edge attribute (table column) a job reads as
+    time from its file, ``sampler.time_attr`` or else ``time`` (the static baseline of a split
+    by time reads it too), and whether a homogeneous file with that time runs as the one-type
+    typed graph: when the job samples in time or splits by time. A typed file's time is
+    always kept."""
+    needs = cfg.sampler.time_attr is not None or cfg.link.split_by == "time"
+    return cfg.sampler.time_attr or "time", needs
+
+
+def _file_graph(cfg: JobConfig, path: str):
+    """The typed graph of the file at ``path`` with its time (:func:`job_time_attr`), or
+    ``None`` for a homogeneous one."""
+    from ..graph.api import typed_graph_of
+
+    return typed_graph_of(path, *job_time_attr(cfg))
+
+
 def dataset_is_typed(cfg: JobConfig) -> bool:
-    """True for the generated typed graph, an OGB hetero directory, or a ``.pt`` holding a
-    ``HeteroData`` (its ``to_dict()`` or the plain dict form; the file is read to tell)."""
+    """True for the generated typed graph, an OGB hetero directory, a ``.pt`` holding a
+    ``HeteroData`` (its ``to_dict()`` or the plain dict form; the file is read to tell), or a
+    homogeneous file (``Data``, edge table) with a time when the job needs one
+    (:func:`job_time_attr`)."""
     spec = parse_dataset_name(cfg.dataset.name)
     if spec.kind in ("typed-sbm", "typed-useritem"):
         return True
     if spec.kind != "path":
         return False
     from ..config.formats import is_ogb_hetero_dir
+    from ..graph.tables import TABLE_SUFFIXES, table_has_column
 
     p = Path(spec.path)
     if is_ogb_hetero_dir(p):
         return True
-    if p.suffix in (".pt", ".pth") and p.is_file():
-        from ..graph.typed_io import typed_graph_at
-
-        return typed_graph_at(p) is not None
+    if not p.is_file():
+        return False
+    if p.name.lower().endswith(TABLE_SUFFIXES):
+        name, needs = job_time_attr(cfg)
+        return needs and table_has_column(p, name)
+    if p.suffix in (".pt", ".pth"):
+        return _file_graph(cfg, spec.path) is not None
     return False
 
 
 def load_typed_dataset(cfg: JobConfig):
     """The job's :class:`~mnmg_sampler.graph.typed.TypedGraph` (generated with
-    ``dataset.seed``, or read from the file)."""
+    ``dataset.seed``, or read from the file with its time: :func:`job_time_attr`)."""
     spec = parse_dataset_name(cfg.dataset.name)
     if spec.kind == "typed-sbm":
         from ..graph.typed_generate import typed_sbm_graph
@@ -91,9 +116,12 @@ def load_typed_dataset(cfg: JobConfig):
         from ..graph.typed_generate import typed_useritem_graph
 
         return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed, spec.temporal)
-    from ..graph.typed_io import load_typed_graph
+    g = _file_graph(cfg, spec.path)
+    if g is None:  # a homogeneous file: the typed reader says why it is not typed
+        from ..graph.typed_io import load_typed_graph
 
-    return load_typed_graph(spec.path)
+        return load_typed_graph(spec.path)
+    return g
 
 
 def typed_meta(cfg: JobConfig) -> TypedMeta | None:
@@ -112,9 +140,7 @@ def typed_meta(cfg: JobConfig) -> TypedMeta | None:
         return TypedMeta(counts, ets, {"item": FEATURE_DIM}, [])
     if spec.kind != "path":
         return None
-    from ..graph.typed_io import typed_graph_at
-
-    g = typed_graph_at(spec.path)  # None: a homogeneous file
+    g = _file_graph(cfg, spec.path)  # None: a homogeneous file
     return None if g is None else meta_of_graph(g)
 
 
@@ -293,8 +319,11 @@ def check_homogeneous_job(cfg: JobConfig) -> None:
                        ("sampler.disjoint", s.disjoint),
                        ("link.split_by", cfg.link.split_by != "random")):
         if given:
-            raise _err(key, f"{cfg.dataset.name} is a homogeneous graph; time and disjoint "
-                       "sampling apply to typed graphs only (docs/temporal.md)", "drop it")
+            raise _err(key, f"{cfg.dataset.name} is a homogeneous graph without a time "
+                       f"attribute (column) {job_time_attr(cfg)[0]!r}; time and disjoint "
+                       "sampling apply to graphs with time and typed graphs (docs/temporal.md)",
+                       "drop it, or give the graph its time (a Data's or HeteroData's "
+                       "attribute, an edge table's column) and name it in sampler.time_attr")
     for key, given in (("sampler.input_type", s.input_type is not None),
                        ("sampler.fanouts", isinstance(s.fanouts, dict)),
                        ("sampler.eval_fanouts", isinstance(s.eval_fanouts, dict))):

@@ -230,3 +230,62 @@ def test_saved_hetero_data_object_reads_its_time(tmp_path):
     np.testing.assert_array_equal(g.node_time, want.node_time)
     with pytest.raises(GraphFormatError, match="no attribute 'ts'"):
         load_temporal_graph(p, time_attr="ts")
+
+
+def test_partition_graph_keeps_every_time_attr_it_is_given(tmp_path):
+    """``partition_graph`` (issue 32): a HeteroData's ``time_attr`` attributes (node and edge)
+    and a homogeneous Data's edge ``time`` travel into the parts, which are typed; split masks
+    and edge weights of the Data come along; ``time_attr=None`` reads no time (homogeneous
+    parts); node data given beside a timed graph, and a time on only some relations, are typed
+    errors at partition time that say how to keep or drop the time."""
+    pyg = pytest.importorskip("torch_geometric.data")
+    import torch
+
+    from mnmg_sampler.graph.api import partition_graph
+    from mnmg_sampler.graph.partition_io import load_partition, read_manifest
+
+    stores, plain = _typed_stores()
+    data = pyg.HeteroData()
+    for k, st in stores.items():
+        for a, v in st.items():
+            data[k][a] = v
+    out = partition_graph(data, num_parts=2, out=tmp_path / "h", time_attr="when")
+    parts = [load_partition(out, r, 2).typed for r in range(2)]
+    assert all(tp.time_attr == "when" for tp in parts)
+    for key, given in (("edge_time", plain["edge_time"]), ("node_time", plain["node_time"])):
+        np.testing.assert_array_equal(  # every input time once, over the parts
+            np.sort(np.concatenate([np.asarray(getattr(tp, key)) for tp in parts])),
+            np.sort(np.concatenate(list(given.values()))))
+    with pytest.raises(GraphFormatError, match="no times for"):  # time on one relation only
+        del data["i", "rev", "u"].when
+        partition_graph(data, num_parts=2, out=tmp_path / "h2", time_attr="when")
+
+    src, dst, t = _edges()
+    t = t + 1_600_000_000  # Unix seconds
+    mask = torch.arange(15) < 10
+    d = pyg.Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=15,
+                 time=torch.from_numpy(t), train_mask=mask,
+                 edge_weight=torch.rand(src.size) + 0.1)
+    out = partition_graph(d, num_parts=2, out=tmp_path / "d")
+    m = read_manifest(out)["typed"]
+    assert m["time_attr"] == "time" and m["node_types"] == ["node"] and m["weighted"]
+    assert m["masks"] == {"node": ["train"]}
+    seen = []
+    for r in range(2):
+        part = load_partition(out, r, 2)
+        e = np.asarray(part.edge_ids)
+        np.testing.assert_array_equal(np.asarray(part.typed.edge_time), t[e])
+        seen.append(e)
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(t.size))
+    assert "typed" not in read_manifest(partition_graph(d, num_parts=2, out=tmp_path / "d0",
+                                                         time_attr=None))
+    with pytest.raises(GraphFormatError, match="time_attr=None"):
+        partition_graph(d, x=np.zeros((15, 2), np.float32), num_parts=2, out=tmp_path / "d1")
+    p = tmp_path / "e.csv"  # a table: its time column makes one-type typed parts
+    p.write_text("src,dst,time\n" + "".join(f"{s},{d_},{x}\n" for s, d_, x in
+                                            zip(src, dst, t, strict=True)))
+    assert read_manifest(partition_graph(p, num_parts=2, out=tmp_path / "c"))["typed"][
+        "time_attr"] == "time"
+    p.write_text("src,dst,w\n" + "".join(f"{s},{d_},1\n" for s, d_ in
+                                         zip(src, dst, strict=True)))
+    assert "typed" not in read_manifest(partition_graph(p, num_parts=2, out=tmp_path / "c2"))
