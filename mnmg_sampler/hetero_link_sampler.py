@@ -44,7 +44,8 @@ from .ops.negative import (
 from .sampler import request_key
 
 __all__ = ["HeteroLinkPlan", "build_typed_link_request", "finish_typed_link_batch",
-           "reverse_relation", "typed_link_input"]
+           "max_degrees", "reverse_relation", "tree_node_bound", "tree_request",
+           "typed_link_input"]
 
 
 @dataclass
@@ -153,6 +154,74 @@ def _disjoint_plan(edge_type: EdgeType, srcs: np.ndarray, dsts: np.ndarray, pos:
                                   other_seeds={d_type: dsts} if two else None)
     label = None if edge_label is None else edge_label[pos]
     return HeteroLinkPlan(request, edge_type, pos, s_loc, d_loc, label, neg, t_pos, P)
+
+
+def max_degrees(graph) -> np.ndarray:
+    """``[R]`` int64: the largest number of neighbors one node has along each relation (of the
+    nodes this graph, or part, holds the segments of)."""
+    seg = np.diff(np.asarray(graph.indptr))
+    out = np.zeros(len(graph.edge_types), np.int64)
+    for t in range(len(graph.node_types)):
+        lo, hi = int(graph.rel_offset[t]), int(graph.rel_offset[t + 1])
+        n = int(graph.node_type_offset[t + 1] - graph.node_type_offset[t])
+        if hi > lo and n:
+            per = seg[graph.seg_base[t]:graph.seg_base[t] + n * (hi - lo)]
+            if per.size:
+                out[lo:hi] = per.reshape(-1, hi - lo).max(axis=0)
+    return out
+
+
+def tree_node_bound(graph, num_neighbors, root_types: Sequence[str],
+                    max_degree: np.ndarray | None = None) -> int:
+    """The most nodes one disjoint tree rooted at a node of any of ``root_types`` can hold:
+    every hop draws at most the relation's fanout (``-1``: ``max_degree[r]``, then required)
+    neighbors for each node of the relation's destination type; dedup within a tree and time
+    bounds only lower the count."""
+    from .hetero_sampler import fanout_table
+
+    table = fanout_table(graph, num_neighbors)
+    T = len(graph.node_types)
+    best = 1.0
+    for root in root_types:
+        count = np.zeros(T, np.float64)
+        count[graph.node_types.index(root)] = 1.0
+        total = 1.0
+        for h in range(table.shape[0]):
+            nxt = np.zeros(T, np.float64)
+            for r in range(len(graph.edge_types)):
+                f = int(table[h, r])
+                if f < 0:
+                    if max_degree is None:
+                        raise SamplingInputError("a fanout of -1 without max_degree",
+                                                 "the tree size has no bound",
+                                                 "pass the relations' largest degrees")
+                    f = int(max_degree[r])
+                nxt[int(graph.rel_src[r])] += count[int(graph.rel_dst[r])] * f
+            count = nxt
+            total += float(count.sum())
+        best = max(best, total)
+    return int(min(best, 2**62))
+
+
+def tree_request(plan: HeteroLinkPlan, lo: int, hi: int) -> HeteroSampleRequest:
+    """The request of trees ``lo .. hi - 1`` of a disjoint ``plan`` (trees numbered in its seed
+    order: sources, then destinations of another type): the same key and times, so each tree
+    equals its tree in ``plan.request`` (draws are keyed on the node, not on the tree)."""
+    req = plan.request
+    groups, off = [], 0
+    for t, ids in req.seed_groups():
+        a, b = max(lo - off, 0), min(hi - off, ids.size)
+        if b > a:
+            groups.append((t, ids[a:b]))
+        off += ids.size
+    if not groups:
+        raise SamplingInputError(f"trees {lo}..{hi - 1} of a batch of {off} trees", "",
+                                 "ask for trees the batch has")
+    times = None if req.input_time is None else req.input_time[lo:hi]
+    return HeteroSampleRequest(groups[0][0], groups[0][1], req.num_neighbors, req.key,
+                               req.replace, input_id=req.input_id, input_time=times,
+                               time_attr=req.time_attr, temporal_strategy=req.temporal_strategy,
+                               disjoint=True, other_seeds=dict(groups[1:]) or None)
 
 
 def _drop_pairs(mb_edges: dict, mb_eid: dict, n_edges: dict, et: EdgeType, row_nid: np.ndarray,

@@ -14,7 +14,9 @@ partitioning and merge pattern.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,7 +29,7 @@ from .loader import batch_positions, check_batching, num_global_batches
 from .sampler import check_fanouts, renumbered_ids
 from .temporal_sampler import link_time_options
 
-__all__ = ["LinkMiniBatch", "DistLinkNeighborLoader"]
+__all__ = ["LinkMiniBatch", "DistLinkNeighborLoader", "TreeChunk"]
 
 
 def _as_numpy(a, what: str, dtype) -> np.ndarray:
@@ -38,6 +40,30 @@ def _as_numpy(a, what: str, dtype) -> np.ndarray:
     except (TypeError, ValueError) as e:
         raise SamplingInputError(f"{what} cannot be read as {np.dtype(dtype).name} ({e})",
                                  "the loader cannot be built", f"pass {what} as a tensor") from e
+
+
+@dataclass
+class TreeChunk:
+    """Trees ``lo .. hi - 1`` of one disjoint triplet link batch, sampled as one request
+    (:meth:`DistLinkNeighborLoader.tree_chunks`).
+
+    Trees are numbered in the batch's seed order: every source endpoint, then every destination
+    (positives', then negatives' draw by draw). ``roots`` says where the chunk's trees start:
+    ``(node type, first tree, count)`` per type, the roots being the first ``count`` rows of
+    ``subgraph.n_id[type]`` in tree order. ``src_tree`` ``[P]``, ``dst_pos_tree`` ``[P]`` and
+    ``dst_neg_tree`` ``[P, amount]`` are the batch's edges as tree numbers (the same object in
+    every chunk of a batch); ``last`` marks the batch's last chunk.
+    """
+
+    subgraph: object  # a HeteroMiniBatch of the chunk's trees
+    lo: int
+    hi: int
+    roots: list[tuple[str, int, int]]
+    num_trees: int
+    src_tree: torch.Tensor
+    dst_pos_tree: torch.Tensor
+    dst_neg_tree: torch.Tensor
+    last: bool
 
 
 class DistLinkNeighborLoader(EpochCursor):
@@ -302,6 +328,87 @@ class DistLinkNeighborLoader(EpochCursor):
 
     def _num_seeds(self) -> int:
         return self.num_edges
+
+    def tree_bound(self) -> int:
+        """The most nodes one tree of this disjoint loader can hold
+        (:func:`~mnmg_sampler.hetero_link_sampler.tree_node_bound`). With a ``-1`` fanout it
+        reads the relations' largest degrees over every rank: collective on the default group
+        the first time."""
+        if getattr(self, "_tree_bound", None) is None:
+            import torch.distributed as dist
+
+            from .hetero_link_sampler import max_degrees, tree_node_bound
+
+            graph = self.service.sampler.graph
+            deg = None
+            fan = self.num_neighbors
+            lists = fan.values() if isinstance(fan, Mapping) else [fan]
+            if any(f < 0 for v in lists for f in v):
+                d = torch.from_numpy(max_degrees(graph))
+                dist.all_reduce(d, op=dist.ReduceOp.MAX)
+                deg = d.numpy()
+            self._tree_bound = tree_node_bound(graph, fan, sorted({self.edge_type[0],
+                                                                   self.edge_type[2]}), deg)
+        return self._tree_bound
+
+    def tree_chunks(self, max_nodes: int) -> Iterator[TreeChunk]:
+        """This rank's batches of the epoch, each sampled as requests of whole trees holding at
+        most ``max_nodes`` nodes together (by :meth:`tree_bound`; one tree per request when a
+        tree may hold more): :class:`TreeChunk` items, a batch's chunks in tree order.
+
+        Disjoint (or temporal) triplet loaders only, without ``exclude_seed_edges``. A tree
+        depends only on its root, time and the batch's request key, so a batch's trees are
+        those of its one-request sampling, and memory in flight is at most ``prefetch`` chunks
+        instead of ``prefetch`` whole batches (of ``batch_size * (2 + amount)`` trees)."""
+        if not (self._typed and self._time.get("disjoint")) or self.neg is None or \
+                self.neg.mode != "triplet" or self.exclude_seed_edges:
+            raise SamplingInputError(
+                "tree_chunks on a loader that is not a disjoint triplet link loader without "
+                "exclude_seed_edges", "its batches are not independent trees of labelled edges",
+                "iterate the loader itself")
+        from .hetero_link_sampler import tree_request
+
+        per = max(1, int(max_nodes) // self.tree_bound())
+        epoch, count = self.epoch, self._num_my_batches()
+        s_type, _, d_type = self.edge_type
+        two = s_type != d_type
+
+        def units():
+            for j in range(count):
+                g, pos = self._my_batch(j, epoch)
+                p = self.plan(g, pos, epoch)
+                P = p.pos.size
+                n_src = p.request.seeds.size if two else 0
+                dst = torch.from_numpy(p.dst_local + n_src)
+                edges = (torch.from_numpy(p.src_local[:P]), dst[:P],
+                         dst[P:].reshape(self.neg.amount, P).t())
+                n = sum(int(ids.size) for _, ids in p.request.seed_groups())
+                for lo in range(0, n, per):
+                    hi = min(n, lo + per)
+                    req = tree_request(p, lo, hi)
+                    roots, first = [], lo
+                    for t, ids in req.seed_groups():
+                        roots.append((t, first, int(ids.size)))
+                        first += int(ids.size)
+                    yield req, (lo, hi, roots, n, edges, hi == n)
+
+        inflight: deque = deque()
+        it = units()
+
+        def top_up(k: int) -> None:
+            while len(inflight) < k:
+                u = next(it, None)
+                if u is None:
+                    return
+                inflight.append((self.service.submit(u[0]), u[1]))
+
+        top_up(1)
+        while inflight:
+            fut, (lo, hi, roots, n, edges, last) = inflight.popleft()
+            sub = self.service.result(fut)
+            if len(inflight) <= self.prefetch // 2:
+                top_up(self.prefetch)
+            yield TreeChunk(sub, lo, hi, roots, n, *edges, last)
 
     def __iter__(self) -> Iterator[LinkMiniBatch]:
         def plan(g: int, pos: np.ndarray, epoch: int):

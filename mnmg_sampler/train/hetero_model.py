@@ -170,18 +170,34 @@ class HeteroGraphSAGE(nn.Module):
 
     def forward(self, x: Mapping[str, torch.Tensor],
                 edge_index: Mapping[EdgeType, torch.Tensor],
-                n_id: Mapping[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+                n_id: Mapping[str, torch.Tensor],
+                num_sampled_nodes: Mapping[str, Sequence[int]] | None = None,
+                num_sampled_edges: Mapping[EdgeType, Sequence[int]] | None = None
+                ) -> torch.Tensor | dict[str, torch.Tensor]:
         """Logits of every ``target`` node of the minibatch (seeds first: slice
         ``[:batch_size]``), or ``{type: output}`` for several targets. ``x``, ``edge_index``
-        and ``n_id`` are the :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts."""
+        and ``n_id`` are the :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts.
+
+        With the batch's ``num_sampled_nodes`` and ``num_sampled_edges`` (PyG's
+        ``trim_to_layer``), layer ``i`` of ``L`` computes only the rows of the nodes within
+        ``L - 1 - i`` hops of the seeds (each type's rows are ordered by hop), reading the
+        edges of the first ``L - i`` hops: the seeds' outputs are those of the whole batch,
+        and the output holds only the seeds' rows (a disjoint batch's leaves, most of its
+        nodes, are read once as inputs and never computed)."""
         dev = next(self.parameters()).device
         h = self.inputs(x, n_id, dev)
+        trim = num_sampled_nodes is not None and num_sampled_edges is not None
+        L = self.num_layers
         for i, rels in enumerate(self.layer_relations):
             out: dict[str, torch.Tensor] = {}
             for et in rels:
                 conv = self.convs[i][relation_key(et)]
-                ei = edge_index[et].to(dev)
-                y = conv((h[et[0]], h[et[2]]), ei)
+                ei = edge_index[et]
+                x_src, x_dst = h[et[0]], h[et[2]]
+                if trim:
+                    ei = ei[:, :sum(num_sampled_edges[et][:L - i])]
+                    x_dst = x_dst[:sum(num_sampled_nodes[et[2]][:L - i])]
+                y = conv((x_src, x_dst), ei.to(dev))
                 out[et[2]] = out[et[2]] + y if et[2] in out else y
             if i < self.num_layers - 1:
                 out = {t: F.dropout(F.relu(v), self.dropout, self.training)

@@ -167,33 +167,52 @@ def evaluate(model, loader, device, hits_k: int) -> dict:
                            lambda b: model(b.x.to(device), b.edge_index.to(device)), sc)
 
 
+class ScoreTotals:
+    """Per-rank sums of an evaluation's ranking metrics and every score, batch by batch;
+    :meth:`result` reduces them over ranks (collective)."""
+
+    def __init__(self, hits_k: int) -> None:
+        self.hits_k = hits_k
+        self.pos_all: list[torch.Tensor] = []
+        self.neg_all: list[torch.Tensor] = []
+        self.acc = torch.zeros(4, dtype=torch.float64)  # rr sum, hits sum, positives, loss sum
+
+    def add(self, pos: torch.Tensor, neg: torch.Tensor) -> None:
+        """A batch's positive logits ``[P]`` and each positive's negatives' ``[P, amount]``."""
+        rr, hits = rank_metrics(pos, neg, self.hits_k)
+        loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
+            F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
+        self.acc += torch.tensor([rr, hits, pos.numel(), float(loss)], dtype=torch.float64)
+        self.pos_all.append(pos.cpu())
+        self.neg_all.append(neg.reshape(-1).cpu())
+
+    def result(self) -> dict:
+        acc = self.acc
+        dist.all_reduce(acc)
+        pos_g = _gather_scores(torch.cat(self.pos_all) if self.pos_all else torch.zeros(0))
+        neg_g = _gather_scores(torch.cat(self.neg_all) if self.neg_all else torch.zeros(0))
+        n = max(float(acc[2]), 1.0)
+        return {"auc": auc(pos_g, neg_g), "mrr": float(acc[0]) / n,
+                "hits": float(acc[1]) / n,
+                "loss": float(acc[3]) / max(pos_g.size + neg_g.size, 1)}
+
+
 @torch.no_grad()
 def evaluate_scores(model, loader, device, hits_k: int, embed, score) -> dict:
     """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
     (collective): ``embed(batch)`` gives the node embeddings ``h``, ``score(h, src, dst)``
     the edges' logits (homogeneous and typed models alike)."""
     model.eval()
-    pos_all, neg_all = [], []
-    acc = torch.zeros(4, dtype=torch.float64)  # rr sum, hits sum, positives, loss sum
+    tot = ScoreTotals(hits_k)
     for b in loader:
         h = embed(b)
         s, d = b.src_index.to(device), b.dst_pos_index.to(device)
         dn = b.dst_neg_index.to(device).reshape(s.numel(), -1)
         pos = score(h, s, d)
         neg = score(h, s.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
-        rr, hits = rank_metrics(pos, neg, hits_k)
-        loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") + \
-            F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum")
-        acc += torch.tensor([rr, hits, pos.numel(), float(loss)], dtype=torch.float64)
-        pos_all.append(pos.cpu())
-        neg_all.append(neg.reshape(-1).cpu())
+        tot.add(pos, neg)
     model.train()
-    dist.all_reduce(acc)
-    pos_g = _gather_scores(torch.cat(pos_all) if pos_all else torch.zeros(0))
-    neg_g = _gather_scores(torch.cat(neg_all) if neg_all else torch.zeros(0))
-    n = max(float(acc[2]), 1.0)
-    return {"auc": auc(pos_g, neg_g), "mrr": float(acc[0]) / n, "hits": float(acc[1]) / n,
-            "loss": float(acc[3]) / max(pos_g.size + neg_g.size, 1)}
+    return tot.result()
 
 
 def ensure_link_partitions(cfg: JobConfig, graph: CSRGraph, rank: int, world: int) -> Path:
