@@ -23,9 +23,17 @@ from .hetero_batch import HeteroMiniBatch
 from .host_malloc import tune_host_malloc
 from .ops import typed as typed_ops
 from .sampler import check_fanouts, check_seed, renumber_hop
+from .temporal_sampler import (
+    TIME_MAX,
+    check_temporal_options,
+    check_tree_ids,
+    mark_trees,
+    seed_times,
+    untimed_input,
+)
 
 __all__ = ["HeteroSampleRequest", "HeteroSampler", "assemble_batch", "fanout_table",
-           "multi_hop", "sample_hetero"]
+           "multi_hop", "sample_disjoint", "sample_hetero", "sample_trees"]
 
 
 def fanout_table(graph: TypedGraph, num_neighbors) -> np.ndarray:
@@ -132,8 +140,6 @@ class HeteroSampler:
 
     def __init__(self, graph: TypedGraph, seed: int = 0, *, disjoint: bool | None = None,
                  time_attr: str | None = None, temporal_strategy: str = "uniform") -> None:
-        from .temporal_sampler import check_temporal_options
-
         tune_host_malloc()
         self.graph = graph
         self.seed = check_seed(seed)
@@ -151,8 +157,6 @@ class HeteroSampler:
                     "the one-process sampler takes them at construction, not per request",
                     "pass them to HeteroSampler(...) (or sample_hetero)")
         if self.disjoint or any(r.input_time is not None for r in requests):
-            from .temporal_sampler import sample_disjoint
-
             return sample_disjoint(self, requests)
         g = self.graph
         seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])
@@ -218,6 +222,78 @@ def multi_hop(hop_fn, seeds: list[np.ndarray], tables: list[np.ndarray],
             frontier[i] = fresh
             n_nodes[i].append(int(fresh.size))
     return list(zip(nid, n_nodes, edges, strict=True))
+
+
+def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
+    """Sample ``requests`` as disjoint trees (with time when ``sampler.time_attr`` is set): one
+    kernel call per hop for all of them; ``sampler`` is a :class:`HeteroSampler`."""
+    g = sampler.graph
+    temporal = sampler.time_attr is not None
+    if not temporal and any(r.input_time is not None for r in requests):
+        raise untimed_input()
+    seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])
+             for r in requests]
+    times = [seed_times(g, r, s) if temporal else None for r, s in zip(requests, seeds,
+                                                                        strict=True)]
+
+    def hop(rows, keys, req, fan, rep, hop, bounds, last):
+        sampler.kernel_calls += 1
+        return typed_ops.sample_typed_neighbors(g, rows, rows, keys, req, fan, rep,
+                                                sampler.seed, hop, bounds=bounds, last=last)
+
+    tables = [fanout_table(g, r.num_neighbors) for r in requests]
+    got = sample_trees(hop, seeds, requests, tables, times, [True] * len(requests),
+                       sampler.temporal_strategy == "last", g.num_nodes, len(g.edge_types))
+    out = []
+    for r, t, (tree, v, n, e) in zip(requests, times, got, strict=True):
+        b = sampler._batch(r, v, n, e)
+        mark_trees(b, tree, v, g.node_types, g.node_type_offset, t)
+        out.append(b)
+    return out
+
+
+def sample_trees(hop_fn, seeds: list[np.ndarray], requests: Sequence, tables: list, times: list,
+                 disjoint: Sequence[bool], last, num_nodes: int, n_rel: int,
+                 n_hops: int | None = None) -> list[tuple]:
+    """Every request's ``(tree, node, nodes per hop, edges per hop)`` with one ``hop_fn`` call
+    per hop: :func:`multi_hop` over pair ids ``b * N + v`` for the
+    ``disjoint`` requests (plain ids for the others: tree 0), each node bounded by its seed's
+    time for the requests with ``times`` (``None``: no time).
+
+    ``hop_fn(rows, keys, req, fanouts, replace, hop, bounds, last)`` is the typed kernel's
+    call (``bounds``, ``last`` as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` takes
+    them; ``None`` when no active request has time, ``TIME_MAX`` for the untimed ones);
+    ``tables`` are the requests' fanout tables; ``seeds`` ids of ``hop_fn``'s space
+    (``N = num_nodes`` of them); ``last`` per request or for all: ``"last"`` instead of
+    ``"uniform"``; ``n_hops`` (default: the deepest table) is given over ranks, where every
+    rank runs the deepest request of any rank."""
+    N = max(int(num_nodes), 1)
+    Q = len(requests)
+    last = np.broadcast_to(np.asarray(last, np.uint8), (Q,))
+    pairs = []
+    for s, dj in zip(seeds, disjoint, strict=True):
+        if dj:
+            check_tree_ids(s.size, N)
+        pairs.append(np.arange(s.size, dtype=np.int64) * N + s if dj else s)
+
+    def hop(rows, keys, req, fan, rep, h):
+        active = [i for i in range(Q) if h < tables[i].shape[0]]
+        tree, v = np.divmod(rows, N)
+        bounds = lasts = None
+        if any(times[i] is not None for i in active):
+            bounds = np.full(rows.size, TIME_MAX, np.int64)
+            at = np.searchsorted(req, np.arange(len(active) + 1))  # req ascends by request
+            for j, i in enumerate(active):
+                if times[i] is not None:
+                    bounds[at[j]:at[j + 1]] = times[i][tree[at[j]:at[j + 1]]]
+            lasts = np.ascontiguousarray(last[active])
+        counts, nbr, rel, eid = hop_fn(v, keys, req, fan, rep, h, bounds, lasts)
+        return counts, np.repeat(tree, counts) * N + nbr, rel, eid
+
+    if n_hops is None:
+        n_hops = max((t.shape[0] for t in tables), default=0)
+    out = multi_hop(hop, pairs, tables, requests, n_hops, n_rel)
+    return [(*np.divmod(nid, N), n, e) for nid, n, e in out]
 
 
 def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,

@@ -1,6 +1,7 @@
-"""Disjoint and temporal multi-hop sampling of a typed graph (PyG's ``disjoint``, ``time_attr``,
-``input_time``, ``temporal_strategy``), in one process and, through :func:`sample_trees`, over
-ranks (:mod:`mnmg_sampler.distributed.typed_sampler`, in new ids).
+"""Disjoint and temporal sampling's options, times and trees (PyG's ``disjoint``, ``time_attr``,
+``input_time``, ``temporal_strategy``): checked and resolved here, sampled by
+:func:`~mnmg_sampler.hetero_sampler.sample_trees` in one process and over ranks
+(:mod:`mnmg_sampler.distributed.typed_sampler`, in new ids).
 
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
 twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).
@@ -19,19 +20,16 @@ checked by :func:`check_request_time`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import torch
 
 from .errors import SamplingInputError
 from .hetero_batch import HeteroMiniBatch
 from .ops import temporal as temporal_ops
-from .ops import typed as typed_ops
 
-__all__ = ["check_request_time", "check_temporal_options", "check_time_options",
+__all__ = ["TIME_MAX", "check_request_time", "check_temporal_options", "check_time_options",
            "check_tree_ids", "input_times", "link_time_options", "mark_trees", "num_seeds",
-           "sample_disjoint", "sample_trees", "seed_times"]
+           "seed_times", "untimed_input"]
 
 TIME_MAX = np.iinfo(np.int64).max
 
@@ -79,7 +77,7 @@ def input_times(t, n: int) -> np.ndarray | None:
     return np.ascontiguousarray(t, dtype=np.int64).ravel()
 
 
-def _untimed_input() -> SamplingInputError:
+def untimed_input() -> SamplingInputError:
     return SamplingInputError("input_time is given but time_attr is not set",
                               "the times would be ignored and the future sampled",
                               "pass time_attr (the graph's time name) with input_time")
@@ -110,7 +108,7 @@ def check_time_options(graph, time_attr: str | None, temporal_strategy: str,
     dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint)
     t = input_times(input_time, n)
     if time_attr is None and t is not None:
-        raise _untimed_input()
+        raise untimed_input()
     if time_attr is not None and t is None and graph.node_time is None:
         raise _no_seed_time()
     return dj
@@ -155,88 +153,12 @@ def num_seeds(req) -> int:
     return sum(int(ids.size) for _, ids in req.seed_groups())
 
 
-def sample_disjoint(sampler, requests: Sequence) -> list[HeteroMiniBatch]:
-    """Sample ``requests`` as disjoint trees (with time when ``sampler.time_attr`` is set): one
-    kernel call per hop for all of them; ``sampler`` is a :class:`HeteroSampler`."""
-    g = sampler.graph
-    temporal = sampler.time_attr is not None
-    if not temporal and any(r.input_time is not None for r in requests):
-        raise _untimed_input()
-    seeds = [np.concatenate([g.to_internal(t, ids) for t, ids in r.seed_groups()])
-             for r in requests]
-    times = [seed_times(g, r, s) if temporal else None for r, s in zip(requests, seeds,
-                                                                        strict=True)]
-
-    def hop(rows, keys, req, fan, rep, hop, bounds, last):
-        sampler.kernel_calls += 1
-        return typed_ops.sample_typed_neighbors(g, rows, rows, keys, req, fan, rep,
-                                                sampler.seed, hop, bounds=bounds, last=last)
-
-    from .hetero_sampler import fanout_table
-
-    tables = [fanout_table(g, r.num_neighbors) for r in requests]
-    got = sample_trees(hop, seeds, requests, tables, times, [True] * len(requests),
-                       sampler.temporal_strategy == "last", g.num_nodes, len(g.edge_types))
-    out = []
-    for r, t, (tree, v, n, e) in zip(requests, times, got, strict=True):
-        b = sampler._batch(r, v, n, e)
-        mark_trees(b, tree, v, g.node_types, g.node_type_offset, t)
-        out.append(b)
-    return out
-
-
 def check_tree_ids(n_seeds: int, num_nodes: int) -> None:
     """:class:`SamplingInputError` when tree pair ids ``seed * nodes + node`` overflow."""
     if n_seeds and n_seeds > (2**62) // max(num_nodes, 1):
         raise SamplingInputError(f"{n_seeds} seeds on a graph of {num_nodes} nodes",
                                  "disjoint tree ids (seed * nodes + node) overflow int64",
                                  "use fewer seeds per minibatch")
-
-
-def sample_trees(hop_fn, seeds: list[np.ndarray], requests: Sequence, tables: list, times: list,
-                 disjoint: Sequence[bool], last, num_nodes: int, n_rel: int,
-                 n_hops: int | None = None) -> list[tuple]:
-    """Every request's ``(tree, node, nodes per hop, edges per hop)`` with one ``hop_fn`` call
-    per hop: :func:`~mnmg_sampler.hetero_sampler.multi_hop` over pair ids ``b * N + v`` for the
-    ``disjoint`` requests (plain ids for the others: tree 0), each node bounded by its seed's
-    time for the requests with ``times`` (``None``: no time).
-
-    ``hop_fn(rows, keys, req, fanouts, replace, hop, bounds, last)`` is the typed kernel's
-    call (``bounds``, ``last`` as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` takes
-    them; ``None`` when no active request has time, ``TIME_MAX`` for the untimed ones);
-    ``tables`` are the requests' fanout tables; ``seeds`` ids of ``hop_fn``'s space
-    (``N = num_nodes`` of them); ``last`` per request or for all: ``"last"`` instead of
-    ``"uniform"``; ``n_hops`` (default: the deepest table) is given over ranks, where every
-    rank runs the deepest request of any rank."""
-    from .hetero_sampler import multi_hop
-
-    N = max(int(num_nodes), 1)
-    Q = len(requests)
-    last = np.broadcast_to(np.asarray(last, np.uint8), (Q,))
-    pairs = []
-    for s, dj in zip(seeds, disjoint, strict=True):
-        if dj:
-            check_tree_ids(s.size, N)
-        pairs.append(np.arange(s.size, dtype=np.int64) * N + s if dj else s)
-
-    def hop(rows, keys, req, fan, rep, h):
-        active = [i for i in range(Q) if h < tables[i].shape[0]]
-        tree, v = np.divmod(rows, N)
-        bounds = lasts = None
-        if any(times[i] is not None for i in active):
-            bounds = np.full(rows.size, TIME_MAX, np.int64)
-            at = np.searchsorted(req, np.arange(len(active) + 1))  # req ascends by request
-            for j, i in enumerate(active):
-                if times[i] is not None:
-                    bounds[at[j]:at[j + 1]] = times[i][tree[at[j]:at[j + 1]]]
-            lasts = np.ascontiguousarray(last[active])
-        counts, nbr, rel, eid = hop_fn(v, keys, req, fan, rep, h, bounds, lasts)
-        return counts, np.repeat(tree, counts) * N + nbr, rel, eid
-
-    if n_hops is None:
-        n_hops = max((t.shape[0] for t in tables), default=0)
-    out = multi_hop(hop, pairs, tables, requests, n_hops, n_rel)
-    return [(*np.divmod(nid, N), n, e) for nid, n, e in out]
 
 
 def mark_trees(b: HeteroMiniBatch, tree: np.ndarray, internal: np.ndarray, node_types,

@@ -22,7 +22,7 @@ with any number of requests, including none. The wire words are int64 (the homog
 int32 words and padded replies are not used here yet).
 
 Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
-:func:`~mnmg_sampler.temporal_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
+:func:`~mnmg_sampler.hetero_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
 bounded by its seed's time), so they equal the one-process temporal sampler's batches too.
 
 With the shared topology (:mod:`.typed_shared`, every rank on one host, the homogeneous rules;
@@ -44,7 +44,13 @@ import torch.distributed as dist
 from ..errors import ConfigError, SamplingInputError
 from ..graph.typed_partition import part_graph
 from ..hetero_batch import HeteroMiniBatch
-from ..hetero_sampler import HeteroSampleRequest, assemble_batch, fanout_table, multi_hop
+from ..hetero_sampler import (
+    HeteroSampleRequest,
+    assemble_batch,
+    fanout_table,
+    multi_hop,
+    sample_trees,
+)
 from ..ops import typed as typed_ops
 from ..sampler import check_seed
 from ..temporal_sampler import (
@@ -52,7 +58,6 @@ from ..temporal_sampler import (
     check_tree_ids,
     mark_trees,
     num_seeds,
-    sample_trees,
     seed_times,
 )
 from .collective import Exchanger, raise_agreed
@@ -345,7 +350,7 @@ class DistTypedSampler:
 
     def _sample_trees(self, requests, seeds, tables, hops):
         """The hops of a round with disjoint or temporal requests
-        (:func:`~mnmg_sampler.temporal_sampler.sample_trees` over new ids, every node's time
+        (:func:`~mnmg_sampler.hetero_sampler.sample_trees` over new ids, every node's time
         bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
         times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
                  for r, s in zip(requests, seeds, strict=True)]

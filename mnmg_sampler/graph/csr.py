@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import GraphFormatError
+from ..errors import EdgeWeightError, GraphFormatError
 
 
 @dataclass
@@ -131,3 +131,31 @@ class CSRGraph:
                 "no neighbors can be sampled for it",
                 f"pass ids in [0, {self.num_nodes})",
             )
+
+
+def check_weights(weights, num_entries: int, what: str = "edge weights") -> np.ndarray:
+    """Validate edge weights for a CSR of ``num_entries`` entries; returns them as float32.
+
+    One finite, non-negative number per CSR entry (in CSR order, like ``indices``). Zero is
+    allowed (that edge is never drawn). Raises :class:`~mnmg_sampler.errors.EdgeWeightError`
+    for a wrong shape, a non-numeric dtype, or any negative, NaN or infinite weight (naming the
+    first offending entry), and when a float64 weight does not fit float32.
+    """
+    w = np.asarray(weights)
+    if w.ndim != 1 or w.shape[0] != num_entries:
+        raise EdgeWeightError(f"{what} have shape {w.shape}, expected ({num_entries},)",
+                              "weighted sampling needs one weight per edge (CSR entry)",
+                              "pass one weight per edge, in the order of the CSR's indices")
+    if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+        raise EdgeWeightError(f"{what} have dtype {w.dtype}, expected a number type",
+                              "", "store the weights as float32")
+    with np.errstate(over="ignore"):  # a float64 too large for float32 becomes inf: caught below
+        w32 = w.astype(np.float32, copy=False)
+    bad = ~np.isfinite(w32) | (w32 < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise EdgeWeightError(
+            f"{what}: entry {i} is {w[i]!r} ({int(bad.sum())} invalid in all)",
+            "sampling probabilities must be finite and non-negative",
+            "use weights >= 0 (0 means never drawn); drop or fix NaN/negative/infinite values")
+    return np.ascontiguousarray(w32)

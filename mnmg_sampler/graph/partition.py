@@ -500,7 +500,7 @@ def write_partitions(
         )
     _check_node_data(graph)
     if weights is not None:
-        from .weights import check_weights
+        from .csr import check_weights
 
         weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     if out.exists() and not overwrite:
@@ -548,7 +548,7 @@ def partition(
 
         graph = load_graph(graph)
     if weights is not None:  # a bad weight fails before any partitioning work
-        from .weights import check_weights
+        from .csr import check_weights
 
         weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)

@@ -206,7 +206,7 @@ def read_table_times(path: str | PathLike, column: str
     columns are chosen as :func:`read_table` chooses them. A time that is not an integer (a
     fraction, ``NaN``, an empty field) is a :class:`GraphFormatError` naming the file (and the
     line, in text)."""
-    from .temporal import check_time
+    from .typed import check_time
 
     p = Path(path)
     name = str(p)

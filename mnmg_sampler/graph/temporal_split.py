@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from .temporal import check_time
+from .typed import check_time
 
 __all__ = ["TemporalEdgeSplit", "split_edges_by_time", "temporal_edge_split"]
 

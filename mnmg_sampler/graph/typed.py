@@ -18,6 +18,17 @@ one-type, one-relation case with the very same ``indptr``, ``indices`` and ``edg
 :func:`typed_graph` builds one from the plain dict form documented there (``docs/hetero.md``);
 :mod:`mnmg_sampler.graph.typed_io` reads a PyG ``HeteroData``, a saved one, and OGB's hetero
 directories into that form.
+
+Time (:func:`attach_time`): an int64 edge time per relation and/or a node time per node type.
+With edge time, every (row, relation) segment is sorted by edge time when the graph is built
+(stable: ties keep ascending edge id order), so a seed's admissible neighbors (time <= the
+seed's time) are a prefix of the segment found by binary search. ``edge_ids`` move with their
+entries, so they still name the input's edges. With node time only, segments are sorted the same
+way by the neighbor's node time, so the admissible neighbors are again a prefix. With both, edge
+time orders the segments and decides admissibility; node time then only gives each seed its
+default time. Without time nothing changes (no pass, no copy). Times are int64 (e.g. Unix
+seconds); :func:`check_time` takes integer arrays as they are, converts a float array only when
+every value is integral and fits int64, and refuses others.
 """
 
 from __future__ import annotations
@@ -29,10 +40,11 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from ..host_limits import check_allocation
+from .csr import check_weights
 from .readers import MASK_KEYS, as_mask
-from .weights import check_weights
 
-__all__ = ["EdgeType", "TypedGraph", "edge_type_of", "typed_graph"]
+__all__ = ["TIME_MAX", "EdgeType", "TypedGraph", "attach_time", "check_time", "edge_type_of",
+           "typed_graph"]
 
 EdgeType = tuple[str, str, str]
 
@@ -352,8 +364,121 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     graph = TypedGraph(node_types, edge_types, off, rel_offset, seg_base, indptr, indices,
                        edge_ids, rel_src, rel_dst, weights, weighted, x, y, masks, name)
     if spec.get("edge_time") or spec.get("node_time"):
-        from .temporal import attach_time
-
         attach_time(graph, spec.get("edge_time"), spec.get("node_time"),
                     str(spec.get("time_attr") or "time"))
     return graph
+
+
+TIME_MAX = np.iinfo(np.int64).max
+
+
+def check_time(values, n: int, what: str) -> np.ndarray:
+    """``values`` as a contiguous int64 ``[n]`` array, or a ``GraphFormatError`` naming ``what``.
+
+    Integers (and booleans: no) are taken; floats only when exactly integral and in int64 range.
+    """
+    a = _arr(values)
+    if a.ndim == 2 and a.shape[1] == 1:
+        a = a[:, 0]
+    if a.ndim != 1 or a.shape[0] != n:
+        raise GraphFormatError(f"{what} has shape {tuple(a.shape)}, expected ({n},)",
+                               "every edge (node) needs exactly one time",
+                               f"give {what} as {n} int64 values")
+    if a.dtype.kind in "iu":
+        if a.dtype == np.uint64 and a.size and int(a.max()) > TIME_MAX:
+            raise GraphFormatError(f"{what} has values above int64's range",
+                                   "times are stored as int64", "give int64 times")
+        return np.ascontiguousarray(a, dtype=np.int64)
+    if a.dtype.kind == "f":
+        finite = np.isfinite(a).all()
+        if finite and (a.size == 0 or (np.abs(a).max() < 2.0**63 and (a == np.round(a)).all())):
+            return np.ascontiguousarray(a, dtype=np.int64)
+        raise GraphFormatError(f"{what} is a {a.dtype} array with non-integral, NaN or "
+                               "out-of-range values", "times are int64 and would be rounded",
+                               f"give {what} as int64 (e.g. Unix seconds)")
+    raise GraphFormatError(f"{what} has dtype {a.dtype}", "times are int64",
+                           f"give {what} as int64 values (e.g. Unix seconds)")
+
+
+def _segment_of_entries(indptr: np.ndarray) -> np.ndarray:
+    return np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
+
+
+def attach_time(graph: TypedGraph, edge_time: Mapping | None = None,
+                node_time: Mapping | None = None, time_attr: str = "time") -> TypedGraph:
+    """Store ``edge_time`` (``{edge type: [E_r]}``, in the relation's input edge order) and/or
+    ``node_time`` (``{node type: [N_t]}``) in ``graph`` and sort its segments by time (module
+    docstring). Relations or types without a time get none: with edge time, every relation needs
+    one; with node time, every node type. Returns ``graph`` (modified in place)."""
+    name = graph.name
+    E = graph.num_edges
+    if edge_time:
+        per = {edge_type_of(k, name): v for k, v in dict(edge_time).items()}
+        for et in per:
+            if et not in graph.edge_types:
+                raise GraphFormatError(f"{name}: edge_time names {et}, which has no edge_index",
+                                       "the times belong to no edge",
+                                       f"use one of {list(graph.edge_types)}")
+        missing = [et for et in graph.edge_types if et not in per]
+        if missing:
+            raise GraphFormatError(f"{name}: edge_time has no times for {missing}",
+                                   "their edges could not be filtered by time",
+                                   "give a time for every relation (or use node time), or read "
+                                   "the graph without time (time_attr=None)")
+    if node_time:
+        nt = {str(k): v for k, v in dict(node_time).items()}
+        for t in nt:
+            if t not in graph.node_types:
+                raise GraphFormatError(f"{name}: node_time names unknown node type {t!r}",
+                                       "the times belong to no node",
+                                       f"use one of {list(graph.node_types)}")
+        missing = [t for t in graph.node_types if t not in nt]
+        if missing:
+            raise GraphFormatError(f"{name}: node_time has no times for types {missing}",
+                                   "their nodes could not be filtered by time",
+                                   "give a time for every node type (or use edge time), or read "
+                                   "the graph without time (time_attr=None)")
+    if not edge_time and not node_time:
+        return graph
+    check_allocation(f"time sorting of {E:,} edges ({name})", 8 * 5 * E + 8 * graph.num_nodes,
+                     "use a machine with more memory, or fewer edges")
+    if node_time:
+        graph.node_time = np.concatenate(
+            [check_time(nt[t], graph.num_nodes_of(t), f"{name}: node_time[{t!r}]")
+             for t in graph.node_types]) if graph.node_types else np.zeros(0, np.int64)
+    if edge_time:
+        # the time of every CSR entry: its relation's time at its edge id
+        rel_of = _relation_of_entries(graph)
+        entry_time = np.empty(E, np.int64)
+        n_of = graph.num_edges_dict()
+        for r, et in enumerate(graph.edge_types):
+            sel = rel_of == r
+            n_r = int(n_of[et])
+            t_r = check_time(per[et], n_r, f"{name}: edge_time[{et}]")
+            entry_time[sel] = t_r[graph.edge_ids[sel]]
+        del rel_of
+    else:
+        entry_time = graph.node_time[graph.indices]
+    seg = _segment_of_entries(graph.indptr)
+    order = np.lexsort((entry_time, seg))  # stable: ties keep the current (edge id) order
+    del seg
+    graph.indices = graph.indices[order]
+    graph.edge_ids = graph.edge_ids[order]
+    if graph.weights is not None:
+        graph.weights = graph.weights[order]
+    if edge_time:
+        graph.edge_time = entry_time[order]
+    graph.time_attr = time_attr
+    return graph
+
+
+def _relation_of_entries(graph: TypedGraph) -> np.ndarray:
+    """The relation of every CSR entry (segments of type t repeat its relations per node)."""
+    S = graph.indptr.size - 1
+    rel_of_seg = np.empty(S, np.int64)
+    for t in range(len(graph.node_types)):
+        lo, hi = int(graph.rel_offset[t]), int(graph.rel_offset[t + 1])
+        n = int(graph.node_type_offset[t + 1] - graph.node_type_offset[t])
+        b = int(graph.seg_base[t])
+        rel_of_seg[b:b + n * (hi - lo)] = np.tile(np.arange(lo, hi, dtype=np.int64), n)
+    return np.repeat(rel_of_seg, np.diff(graph.indptr))

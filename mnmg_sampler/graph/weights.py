@@ -7,7 +7,7 @@ edge. The loaded graph may differ from the input (reverse edges added, duplicate
 dropped, held-out edges removed for link prediction), so the weight of a CSR entry ``u -> v`` is
 found by its endpoints: the weight of the first input edge ``u -> v``, else (a reverse added for an
 undirected graph) of the first input edge ``v -> u``. The result is in CSR order, ready for
-``partition(..., weights=...)``, which validates it with :func:`check_weights` (negative, NaN:
+``partition(..., weights=...)``, which validates it with :func:`.csr.check_weights` (negative, NaN:
 a typed error).
 """
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import EdgeWeightError, GraphFormatError
+from ..errors import GraphFormatError
 from .csr import CSRGraph
 
-__all__ = ["check_weights", "input_edge_weights", "map_pair_weights", "resolve_edge_weights"]
+__all__ = ["input_edge_weights", "map_pair_weights", "resolve_edge_weights"]
 
 
 def _dst_of(g: CSRGraph) -> np.ndarray:
@@ -116,31 +116,3 @@ def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int 
     src[raw.edge_ids] = raw.indices
     dst[raw.edge_ids] = _dst_of(raw)
     return map_pair_weights(src, dst, input_edge_weights(spec, dataset, m, key), graph)
-
-
-def check_weights(weights, num_entries: int, what: str = "edge weights") -> np.ndarray:
-    """Validate edge weights for a CSR of ``num_entries`` entries; returns them as float32.
-
-    One finite, non-negative number per CSR entry (in CSR order, like ``indices``). Zero is
-    allowed (that edge is never drawn). Raises :class:`~mnmg_sampler.errors.EdgeWeightError`
-    for a wrong shape, a non-numeric dtype, or any negative, NaN or infinite weight (naming the
-    first offending entry), and when a float64 weight does not fit float32.
-    """
-    w = np.asarray(weights)
-    if w.ndim != 1 or w.shape[0] != num_entries:
-        raise EdgeWeightError(f"{what} have shape {w.shape}, expected ({num_entries},)",
-                              "weighted sampling needs one weight per edge (CSR entry)",
-                              "pass one weight per edge, in the order of the CSR's indices")
-    if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
-        raise EdgeWeightError(f"{what} have dtype {w.dtype}, expected a number type",
-                              "", "store the weights as float32")
-    with np.errstate(over="ignore"):  # a float64 too large for float32 becomes inf: caught below
-        w32 = w.astype(np.float32, copy=False)
-    bad = ~np.isfinite(w32) | (w32 < 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise EdgeWeightError(
-            f"{what}: entry {i} is {w[i]!r} ({int(bad.sum())} invalid in all)",
-            "sampling probabilities must be finite and non-negative",
-            "use weights >= 0 (0 means never drawn); drop or fix NaN/negative/infinite values")
-    return np.ascontiguousarray(w32)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numba
 import numpy as np
 
-from ..graph.weights import check_weights  # validation lives with the weights (graph layer)
+from ..graph.csr import check_weights  # validation lives with the CSR (graph layer)
 from . import cpu
 
 __all__ = ["check_weights", "sample_neighbors_weighted", "local_weighted_hop_fn",
