@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
@@ -109,8 +110,10 @@ def _resolve(cfg: JobConfig) -> None:
         cfg.output.dir = f"runs/{cfg.name}"
     if cfg.partition.dir is None:
         cfg.partition.dir = os.path.join(cfg.output.dir, "partitions")
-    if cfg.sampler.eval_fanouts is None:
-        cfg.sampler.eval_fanouts = [-1] * num_hops(cfg.sampler.fanouts)
+    if cfg.sampler.eval_fanouts is None:  # disjoint trees: one per endpoint and negative
+        trees = cfg.task == "link" and (cfg.sampler.time_attr is not None or cfg.sampler.disjoint)
+        cfg.sampler.eval_fanouts = (copy.deepcopy(cfg.sampler.fanouts) if trees
+                                    else [-1] * num_hops(cfg.sampler.fanouts))
     if cfg.sampler.eval_batch_size is None:
         cfg.sampler.eval_batch_size = cfg.sampler.batch_size
     if cfg.model.layers is None:

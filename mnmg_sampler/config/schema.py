@@ -153,7 +153,10 @@ class SamplerConfig:
     batch_size: int = _opt(512, "Seed nodes per training minibatch on each rank.", _BATCH)
     eval_fanouts: list[int] | dict[str, list[int]] | None = _opt(
         None, "Neighbors per hop when evaluating (a list, or a mapping per relation as "
-        "sampler.fanouts); null = all neighbors (-1 at every hop), exact and deterministic.",
+        "sampler.fanouts); null = all neighbors (-1 at every hop), exact and deterministic, "
+        "except in a link job with disjoint trees (sampler.time_attr or sampler.disjoint), "
+        "where null = sampler.fanouts: every endpoint and negative grows its own tree, and "
+        "full trees are too large to evaluate.",
         (_FANOUTS, _FANOUTS_MAX))
     input_type: str | None = _opt(
         None, "Typed graphs: the node type whose nodes are classified (the seeds' type); "
@@ -310,7 +313,9 @@ class TrainingConfig:
         "sampled with sampler.eval_fanouts.")
     eval_memory_mb: float | None = _opt(
         None, "Evaluation memory budget per rank in MB: an estimate above it raises "
-        "MemoryBudgetError before allocating; null = no check.", _POS_FLOAT)
+        "MemoryBudgetError before allocating; null = no check. A typed link job with disjoint "
+        "trees instead evaluates in chunks of whole trees sized to it (null = 256 MB).",
+        _POS_FLOAT)
 
 
 @dataclass

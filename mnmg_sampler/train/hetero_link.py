@@ -21,9 +21,9 @@ the same split without time (the static baseline). Validation and test edges are
 evaluated on the training graph.
 
 Disjoint (temporal) evaluation grows one tree per endpoint and negative: ``2 +
-link.eval_negatives`` trees per edge. A ``-1`` hop of ``sampler.eval_fanouts`` (its default)
-samples the training fanout of that hop there, since a full tree per negative reaches
-thousands of nodes (hundreds of millions per batch on a 100k-rating graph). Each batch is
+link.eval_negatives`` trees per edge, so ``sampler.eval_fanouts: null`` means the training
+fanouts there (a full tree per negative reaches thousands of nodes: hundreds of millions per
+batch on a 100k-rating graph; an explicit ``-1`` is still all neighbors). Each batch is
 sampled and encoded in chunks of whole trees of at most :func:`eval_node_budget` nodes
 (:meth:`~mnmg_sampler.link_loader.DistLinkNeighborLoader.tree_chunks`), keeping only the
 trees' root embeddings, so evaluation memory does not grow with the batch. The final record
@@ -153,20 +153,6 @@ def peak_rss_mb() -> list[float]:
     return [round(float(g), 1) for g in got]
 
 
-def _eval_fanouts(eval_fan, fan):
-    """Disjoint evaluation's fanouts: a ``-1`` hop samples the training fanout of that hop."""
-    if isinstance(eval_fan, dict):
-        out = {et: [f if f >= 0 else fan[et][h] if isinstance(fan, dict) else fan[h]
-                    for h, f in enumerate(v)] for et, v in eval_fan.items()}
-    else:
-        out = [f if f >= 0 or isinstance(fan, dict) else fan[h] for h, f in enumerate(eval_fan)]
-    if out != eval_fan:
-        log.info("disjoint evaluation: sampler.eval_fanouts %s sampled as %s (a -1 hop takes "
-                 "sampler.fanouts: a full tree per endpoint and negative has no useful bound)",
-                 eval_fan, out)
-    return out
-
-
 def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """The typed link job on this rank (inside torchrun); returns the final metrics."""
     from ..graph.typed_link_split import (
@@ -199,8 +185,6 @@ def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = Tr
     try:
         mgroup = dist.new_group(backend=dist.get_backend())  # one for every loader
         fan, eval_fan = num_neighbors(s.fanouts), num_neighbors(s.eval_fanouts)
-        if s.disjoint or s.time_attr is not None:
-            eval_fan = _eval_fanouts(eval_fan, fan)
 
         def temporal(k: str) -> dict:  # each edge bounded by its time minus one
             if s.time_attr is None:

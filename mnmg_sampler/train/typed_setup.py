@@ -158,7 +158,6 @@ _HOMOGENEOUS_ONLY = (
     ("sampler.split", lambda c: c.sampler.split != "global"),
     ("features.cache_rows", lambda c: c.features.cache_rows != 0),
     ("model.use_pyg", lambda c: c.model.use_pyg),
-    ("training.eval_memory_mb", lambda c: c.training.eval_memory_mb is not None),
 )
 
 
@@ -191,6 +190,11 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
             raise _err(key, f"{cfg.dataset.name} is a typed graph, and {key} applies to "
                        "homogeneous graphs only", f"remove {key} (typed graphs carry their node "
                        "data per type: docs/hetero.md)", "It would be ignored")
+    trees = cfg.task == "link" and (cfg.sampler.time_attr is not None or cfg.sampler.disjoint)
+    if cfg.training.eval_memory_mb is not None and not trees:
+        raise _err("training.eval_memory_mb", f"{cfg.dataset.name} is a typed graph, and the "
+                   "key applies to homogeneous graphs and to typed link jobs with disjoint "
+                   "trees only", "remove it", "It would be ignored")
     if cfg.task == "link":  # evaluated on sampled minibatches of held-out edges
         return _check_typed_link(cfg, meta)
     for key, given in (("sampler.time_attr", cfg.sampler.time_attr is not None),

@@ -165,3 +165,24 @@ def test_generating_more_ratings_than_memory_holds_is_refused(monkeypatch):
     with pytest.raises(MemoryBudgetError, match="typed-useritem-t: the ratings of 20,000 users"):
         typed_useritem_graph(20_000, 100, 0, temporal=True)
     typed_useritem_graph(200, 100, 0, temporal=True)  # 0.3 MiB: fits
+
+
+def test_eval_fanouts_default_to_the_training_fanouts_for_disjoint_trees():
+    """``sampler.eval_fanouts: null`` is every neighbor, except in a link job with disjoint
+    trees (time or ``sampler.disjoint``), where each endpoint and negative grows its own tree:
+    there it is the training fanouts (issue 32: full trees ran a 10 MB graph out of 24 GB). An
+    explicit -1 is kept; ``training.eval_memory_mb`` sizes those jobs' chunks and is refused
+    by typed jobs that would ignore it."""
+    base = ["sampler.eval_fanouts=null", "sampler.fanouts=[10,5]"]
+    cfg = load_config(CONFIG, base)
+    assert cfg.sampler.eval_fanouts == [10, 5]
+    assert load_config(CONFIG, [*base, "sampler.time_attr=null", "sampler.disjoint=true"]
+                       ).sampler.eval_fanouts == [10, 5]
+    assert load_config(CONFIG, [*base, "sampler.time_attr=null", "link.split_by=random"]
+                       ).sampler.eval_fanouts == [-1, -1]
+    assert load_config(CONFIG, ["sampler.eval_fanouts=[-1,-1]"]).sampler.eval_fanouts == [-1, -1]
+    meta = typed_meta(cfg)
+    check_typed_job(load_config(CONFIG, ["training.eval_memory_mb=64"]), meta)
+    with pytest.raises(ConfigError, match="training.eval_memory_mb"):
+        check_typed_job(load_config(CONFIG, ["training.eval_memory_mb=64", "sampler.time_attr=null",
+                                             "link.split_by=random"]), meta)
