@@ -16,13 +16,13 @@ Relative paths in a config are relative to the working directory (run jobs from 
 root); ``~`` and ``$VARS`` in path fields are expanded.
 """
 
+from ..graph.names import BUILTIN_DATASETS
 from .cli import add_config_arguments
 from .datasets import DatasetSpec, check_paths, parse_dataset_name
 from .fields import FieldInfo, fields_epilog, format_value, iter_fields, num_hops, section_docs
 from .load import config_from_dict, config_to_dict, config_to_yaml, load_config, validate_config
 from .parse import apply_overrides
 from .schema import (
-    BUILTIN_DATASETS,
     CROSS_FIELD_RULES,
     DatasetConfig,
     FeaturesConfig,

@@ -1,16 +1,14 @@
-"""What ``dataset.name`` denotes (built-in, R-MAT or a file) and whether its file exists."""
+"""Whether ``dataset.name`` (classified by :mod:`mnmg_sampler.graph.names`) is usable: a bad spec,
+a missing file or an unreadable file type is a ConfigError naming the key."""
 
 from __future__ import annotations
 
 import difflib
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from ..errors import GraphFormatError
-from .formats import (
+from ..errors import ConfigError, GraphFormatError
+from ..graph.formats import (
     GRAPH_SUFFIXES,
     is_ogb_dir,
     is_ogb_hetero_dir,
@@ -18,83 +16,21 @@ from .formats import (
     shard_files,
     supported_formats,
 )
+from ..graph.names import BUILTIN_DATASETS, DatasetSpec
+from ..graph.names import parse_dataset_name as classify_name
 from .parse import _err
-from .schema import BUILTIN_DATASETS, JobConfig
-
-_RMAT = re.compile(r"^rmat:(?P<scale>[^:]*)(?::(?P<ef>[^:]*))?$")
-_TYPED_SBM = re.compile(r"^typed-sbm:(?P<papers>[^:]*)(?::(?P<classes>[^:]*))?$")
-TYPED_SBM_MAX_PAPERS = 1 << 24
-_TYPED_UI = re.compile(r"^typed-useritem(?P<t>-t)?:(?P<users>[^:]*)(?::(?P<items>[^:]*))?$")
+from .schema import JobConfig
 
 # --------------------------------------------------------------------------- datasets
 
 
-@dataclass(frozen=True)
-class DatasetSpec:
-    """What ``dataset.name`` denotes: a built-in graph, an R-MAT graph, the generated typed graph
-    (``typed-sbm``: ``papers`` papers in ``classes`` classes; ``typed-useritem``: ``users`` users
-    rating ``items`` items; ``typed-useritem-t``, ``temporal``: with rating times) or a file."""
-
-    kind: Literal["builtin", "rmat", "typed-sbm", "typed-useritem", "path"]
-    name: str
-    scale: int | None = None
-    edge_factor: int | None = None
-    path: str | None = None
-    papers: int | None = None
-    classes: int | None = None
-    users: int | None = None
-    items: int | None = None
-    temporal: bool = False
-
-
 def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
-    """Classify ``dataset.name``; R-MAT defaults to edge factor 16 (Graph500)."""
-    if name.lower() in BUILTIN_DATASETS:
-        return DatasetSpec("builtin", name.lower())
-    m = _RMAT.match(name)
-    if m:
-        try:
-            scale = int(m["scale"])
-            ef = int(m["ef"]) if m["ef"] is not None else 16
-        except ValueError:
-            scale = ef = -1
-        if not (1 <= scale <= 40 and ef >= 1):
-            raise _err(key, f"bad R-MAT spec {name!r}",
-                       f"use rmat:SCALE[:EDGE_FACTOR] with 1 <= SCALE <= 40, e.g. {key}=rmat:16:16",
-                       "The graph has 2**SCALE nodes and EDGE_FACTOR * 2**SCALE edges")
-        return DatasetSpec("rmat", f"rmat:{scale}:{ef}", scale=scale, edge_factor=ef)
-    m = _TYPED_SBM.match(name)
-    if m:
-        try:
-            papers = int(m["papers"])
-            classes = int(m["classes"]) if m["classes"] is not None else 4
-        except ValueError:
-            papers = classes = -1
-        if not (2 <= classes <= 64 and classes <= papers <= TYPED_SBM_MAX_PAPERS):
-            raise _err(key, f"bad typed-sbm spec {name!r}",
-                       f"use typed-sbm:PAPERS[:CLASSES] with 2 <= CLASSES <= 64 and CLASSES <= "
-                       f"PAPERS <= 2**24, e.g. {key}=typed-sbm:2000:4",
-                       "The generated typed graph has PAPERS papers (labelled), PAPERS / 2 "
-                       "authors and 4 * CLASSES fields")
-        return DatasetSpec("typed-sbm", f"typed-sbm:{papers}:{classes}", papers=papers,
-                           classes=classes)
-    m = _TYPED_UI.match(name)
-    if m:
-        try:
-            users = int(m["users"])
-            items = int(m["items"]) if m["items"] is not None else users
-        except ValueError:
-            users = items = -1
-        if not (2 <= users <= TYPED_SBM_MAX_PAPERS and 8 <= items <= TYPED_SBM_MAX_PAPERS):
-            raise _err(key, f"bad typed-useritem spec {name!r}",
-                       f"use typed-useritem:USERS[:ITEMS] with 2 <= USERS <= 2**24 and 8 <= "
-                       f"ITEMS <= 2**24, e.g. {key}=typed-useritem:2000:1000",
-                       "The generated typed graph has USERS users rating ITEMS items (ITEMS "
-                       "defaults to USERS)")
-        kind = "typed-useritem" + (m["t"] or "")
-        return DatasetSpec("typed-useritem", f"{kind}:{users}:{items}", users=users,
-                           items=items, temporal=bool(m["t"]))
-    return DatasetSpec("path", name, path=name)
+    """Classify ``dataset.name`` (:func:`mnmg_sampler.graph.names.parse_dataset_name`); a bad
+    spec is a :class:`~mnmg_sampler.errors.ConfigError` naming ``key``."""
+    try:
+        return classify_name(name, key)
+    except GraphFormatError as e:
+        raise ConfigError(e.what, e.consequence, e.fix) from e
 
 
 def check_paths(cfg: JobConfig, key: str = "dataset.name") -> None:

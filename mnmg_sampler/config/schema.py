@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-BUILTIN_DATASETS = ("cora",)
-
 # --------------------------------------------------------------------------- field helpers
 
 

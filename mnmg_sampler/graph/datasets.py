@@ -27,7 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.formats import (
+from ..errors import GraphFormatError
+from ..host_limits import check_allocation
+from .build import MAX_NODE_ID, ReadOptions, build_graph
+from .csr import CSRGraph
+from .formats import (
     EDGE_LIST_SUFFIXES,
     FORMAT_DESCRIPTIONS,
     GRAPH_SUFFIXES,
@@ -37,10 +41,6 @@ from ..config.formats import (
     is_sharded,
     supported_formats,
 )
-from ..errors import GraphFormatError
-from ..host_limits import check_allocation
-from .build import MAX_NODE_ID, ReadOptions, build_graph
-from .csr import CSRGraph
 from .node_data import attach_node_data
 from .readers import (
     edge_index_pair,
@@ -129,7 +129,7 @@ FORMATS: tuple[GraphFormat, ...] = tuple(
     GraphFormat(name, pattern, matches, read)
     for (name, pattern), (matches, read) in zip(FORMAT_DESCRIPTIONS, _READERS, strict=True))
 """Every file format :func:`load_graph` reads, in the order a path is matched against them
-(names and patterns: :data:`mnmg_sampler.config.formats.FORMAT_DESCRIPTIONS`)."""
+(names and patterns: :data:`mnmg_sampler.graph.formats.FORMAT_DESCRIPTIONS`)."""
 
 
 SPEC_FORMS = (

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.formats import is_ogb_dir
-from ..config.formats import ogb_file as _find
 from ..errors import GraphFormatError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
+from .formats import is_ogb_dir
+from .formats import ogb_file as _find
 from .readers import as_mask, text_bytes
 
 __all__ = ["is_ogb_dir", "read_ogb_dir"]

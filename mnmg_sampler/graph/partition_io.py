@@ -249,13 +249,13 @@ def input_identity(spec: str | os.PathLike) -> dict:
         scale, edge_factor = _parse_rmat(key)
         return {"kind": "generator", "name": "rmat", "scale": scale, "edge_factor": edge_factor}
     if key.startswith("typed-sbm:"):
-        from ..config import parse_dataset_name
+        from .names import parse_dataset_name
 
         spec = parse_dataset_name(key)
         return {"kind": "generator", "name": "typed-sbm", "papers": spec.papers,
                 "classes": spec.classes}
     if key.startswith(("typed-useritem:", "typed-useritem-t:")):
-        from ..config import parse_dataset_name
+        from .names import parse_dataset_name
 
         spec = parse_dataset_name(key)
         out = {"kind": "generator", "name": key.split(":")[0], "users": spec.users,

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.formats import SHARD_SUFFIXES, is_sharded, shard_files
 from ..errors import GraphFormatError, MissingDependencyError
+from .formats import SHARD_SUFFIXES, is_sharded, shard_files
 from .readers import _require_file, edge_index_pair, parse_edge_list, read_text_bytes, text_bytes
 
 __all__ = ["EdgeShare", "SHARD_SUFFIXES", "is_sharded", "node_rows_file", "read_files_share",

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.formats import is_ogb_hetero_dir
 from ..errors import GraphFormatError
+from .formats import is_ogb_hetero_dir
 from .ogb import _find, _table
 from .readers import MASK_KEYS
 from .typed import TypedGraph, edge_type_of, typed_graph
@@ -221,13 +221,13 @@ def typed_graph_at(path: str | PathLike) -> TypedGraph | None:
     homogeneous readers. ``typed-sbm:PAPERS[:CLASSES]`` and ``typed-useritem:USERS[:ITEMS]`` are
     the generated typed graphs (:mod:`.typed_generate`, seed 0)."""
     if str(path).startswith("typed-sbm:"):
-        from ..config import parse_dataset_name
+        from .names import parse_dataset_name
         from .typed_generate import typed_sbm_graph
 
         spec = parse_dataset_name(str(path), "graph")
         return typed_sbm_graph(spec.papers, spec.classes, 0)
     if str(path).startswith(("typed-useritem:", "typed-useritem-t:")):
-        from ..config import parse_dataset_name
+        from .names import parse_dataset_name
         from .typed_generate import typed_useritem_graph
 
         spec = parse_dataset_name(str(path), "graph")

@@ -88,7 +88,7 @@ def dataset_is_typed(cfg: JobConfig) -> bool:
         return True
     if spec.kind != "path":
         return False
-    from ..config.formats import is_ogb_hetero_dir
+    from ..graph.formats import is_ogb_hetero_dir
     from ..graph.tables import TABLE_SUFFIXES, table_has_column
 
     p = Path(spec.path)

@@ -101,3 +101,12 @@ def test_the_package_has_no_import_circle():
     assert len(graph) > 100 and "mnmg_sampler.graph.typed" in graph
     assert "mnmg_sampler.graph.typed" in graph["mnmg_sampler.graph.temporal"]  # edges are read
     assert circles(graph) == []
+
+
+def test_graph_knows_no_job():
+    """The graph layer (readers, partitions, typed graphs) imports nothing of the job layers:
+    config, train, commands, bench, distributed, pyg (DESIGN.md's nevers)."""
+    above = ("config", "train", "commands", "bench", "distributed", "pyg")
+    bad = {m: sorted(d for d in deps if d.split(".")[1] in above)
+           for m, deps in import_graph().items() if m.startswith("mnmg_sampler.graph")}
+    assert {m: d for m, d in bad.items() if d} == {}

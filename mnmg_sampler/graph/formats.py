@@ -1,8 +1,8 @@
 """Graph input formats as plain data: file suffixes, format descriptions and path layouts.
 
-Both ``config`` (checking ``dataset.name`` without reading the graph) and ``graph`` (choosing a
-reader) use these tables; the readers themselves live in ``mnmg_sampler.graph``, which imports
-this module, never the other way round.
+The readers choose by these tables, and ``config`` checks ``dataset.name`` against them
+without reading the graph (config imports graph, never the other way round). Only the
+standard library and the package's errors: importing it loads no reader.
 """
 
 from __future__ import annotations
