@@ -100,25 +100,28 @@ def _top(src: np.ndarray, dst: np.ndarray) -> int:
     return max(int(src.max()), int(dst.max())) if src.size else -1
 
 
+RENUMBER_FIX = "renumber the nodes (dataset.renumber: true, --renumber true)"
+
+
 def check_id_bound(name: str, src: np.ndarray, dst: np.ndarray,
-                   max_node_id: int | None = MAX_NODE_ID, num_nodes: int | None = None) -> None:
+                   max_node_id: int | None = MAX_NODE_ID, num_nodes: int | None = None,
+                   renumber_fix: str = RENUMBER_FIX) -> None:
     """Check the memory a CSR sized by the largest id (or ``num_nodes``) needs, then refuse ids
-    above ``max_node_id`` (``None``: no bound); both before anything is allocated."""
+    above ``max_node_id`` (``None``: no bound); both before anything is allocated.
+    ``renumber_fix`` is the errors' advice for sparse ids where this graph can be renumbered."""
     top = _top(src, dst)
     if num_nodes is not None:
         top = max(top, int(num_nodes) - 1)
     check_allocation(
         f"{name}: a CSR of {top + 1:,} rows (one per id up to the largest, {top:,})",
         csr_bytes(top + 1, src.size),
-        "relabel the nodes to 0..N-1, or renumber them (dataset.renumber: true, "
-        "--renumber true)")
+        f"relabel the nodes to 0..N-1, or {renumber_fix}")
     if max_node_id is not None and top > max_node_id:
         raise GraphFormatError(
             f"{name}: node id {top} is above the bound {max_node_id}",
             f"the graph would need {top + 1:,} CSR rows ({8 * (top + 2) / 2**30:,.1f} GiB)",
-            "renumber the nodes (dataset.renumber: true), relabel them to 0..N-1, or raise the "
-            "bound (max_node_id= in Python, dataset.max_node_id in YAML, --max-node-id on the "
-            "CLI)",
+            f"relabel the nodes to 0..N-1, {renumber_fix}, or raise the bound (max_node_id= "
+            "in Python, dataset.max_node_id in YAML, --max-node-id on the CLI)",
         )
 
 

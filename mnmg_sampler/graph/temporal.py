@@ -82,7 +82,8 @@ def temporal_table_graph(path, time_column: str, name: str | None = None) -> Typ
 
     name = name or str(path)
     src, dst, t = read_table_times(path, time_column)
-    check_id_bound(name, src, dst)
+    check_id_bound(name, src, dst, renumber_fix="read it without time (time_attr=None; a "
+                   "graph with time is not renumbered yet)")
     n = int(max(src.max(), dst.max())) + 1 if src.size else 0
     return typed_graph({"num_nodes": {NODE_TYPE: n},
                         "edge_index": {EDGE_TYPE: np.stack([src, dst])},

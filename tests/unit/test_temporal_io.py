@@ -289,3 +289,23 @@ def test_partition_graph_keeps_every_time_attr_it_is_given(tmp_path):
     p.write_text("src,dst,w\n" + "".join(f"{s},{d_},1\n" for s, d_ in
                                          zip(src, dst, strict=True)))
     assert "typed" not in read_manifest(partition_graph(p, num_parts=2, out=tmp_path / "c2"))
+
+
+def test_hashed_ids_with_time_are_a_typed_error_saying_what_works(tmp_path):
+    """A timed edge table with hashed (sparse 64-bit) ids: graphs with time are not renumbered
+    yet, so partitioning it is a typed error before anything is allocated, with the two ways
+    that work (ids 0..N-1, or no time: the homogeneous graph is renumbered)."""
+    from mnmg_sampler.errors import MemoryBudgetError
+    from mnmg_sampler.graph.api import partition_graph
+    from mnmg_sampler.graph.partition_io import read_manifest
+
+    g = np.random.default_rng(5)
+    ids = g.integers(1 << 40, 1 << 62, 30, dtype=np.int64)
+    src, dst, t = _edges()
+    p = tmp_path / "hashed.csv"
+    p.write_text("src,dst,time\n" + "".join(f"{ids[s]},{ids[d]},{x + 1_600_000_000}\n"
+                                            for s, d, x in zip(src, dst, t, strict=True)))
+    with pytest.raises((MemoryBudgetError, GraphFormatError), match="time_attr=None"):
+        partition_graph(p, num_parts=2, out=tmp_path / "p")
+    out = partition_graph(p, num_parts=2, out=tmp_path / "q", time_attr=None)
+    assert "typed" not in read_manifest(out)  # renumbered homogeneous parts
