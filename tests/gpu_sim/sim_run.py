@@ -3,6 +3,9 @@
 The simulator must be on before numba.cuda is first imported, and the test suite runs in one
 pytest process where other tests import numba.cuda normally; so each comparison runs in its own
 interpreter with a hard timeout and reports per-case results as JSON on stdout.
+
+On a GPU machine, ``MNMG_GPU_TESTS_ON_DEVICE=1`` (set by ``launch/gpu_check.sh``) runs the same
+workers and tests on the CUDA device instead: the simulator stays off.
 """
 
 from __future__ import annotations
@@ -17,11 +20,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
+#: the same tests on the CUDA device instead of the simulator (``launch/gpu_check.sh``)
+ON_DEVICE = os.environ.get("MNMG_GPU_TESTS_ON_DEVICE") == "1"
+
+
+def worker_env() -> dict:
+    """A worker's environment: the simulator on, or off with :data:`ON_DEVICE`."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if ON_DEVICE:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+    else:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    return env
 
 
 def run_worker(worker: Path) -> dict:
     """The JSON a worker prints; the test fails with its stderr if it fails or times out."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    env = worker_env()
     try:
         proc = subprocess.run([sys.executable, str(worker)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=TIMEOUT_S)

@@ -14,8 +14,10 @@ import warnings
 
 import numpy as np
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    sys.exit("sim_worker.py must run with NUMBA_ENABLE_CUDASIM=1")
+# on a GPU machine, MNMG_GPU_TESTS_ON_DEVICE=1 runs the same comparisons on the device
+if (os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
+        and os.environ.get("MNMG_GPU_TESTS_ON_DEVICE") != "1"):
+    sys.exit("sim_worker.py: set NUMBA_ENABLE_CUDASIM=1 (or MNMG_GPU_TESTS_ON_DEVICE=1)")
 
 # uint64 wrap-around in the RNG is intended; the simulator runs it as numpy scalars, which warn.
 warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
@@ -93,7 +95,7 @@ def compare_weighted(g: CSRGraph, w, rows, nodes, keys, seed, hop, fanout, repla
     got = ocuda.sample_neighbors_weighted_cuda(g.indptr, g.indices, e, w, rows, nodes, keys,
                                                seed, hop, fanout, replace, with_eids=with_eids,
                                                kernels=kernels)
-    equal = all(np.array_equal(x, t.numpy()) and t.numpy().dtype == x.dtype
+    equal = all(np.array_equal(x, t.cpu().numpy()) and t.cpu().numpy().dtype == x.dtype
                 for x, t in zip(want, got, strict=True))
     return {"equal": bool(equal), "n_out": int(want[1].size)}
 
@@ -127,7 +129,7 @@ def compare(g: CSRGraph, rows, nodes, keys, seed, hop, fanout, replace, eids=Tru
                                 fanout, replace, with_eids=with_eids)
     got = ocuda.sample_neighbors_cuda(g.indptr, g.indices, e, rows, nodes, keys, seed, hop,
                                       fanout, replace, with_eids=with_eids, kernels=kernels)
-    equal = all(np.array_equal(w, t.numpy()) and t.numpy().dtype == w.dtype
+    equal = all(np.array_equal(w, t.cpu().numpy()) and t.cpu().numpy().dtype == w.dtype
                 for w, t in zip(want, got, strict=True))
     return {"equal": bool(equal), "n_out": int(want[1].size),
             "n_zero_deg": int((np.diff(g.indptr)[rows] == 0).sum())}

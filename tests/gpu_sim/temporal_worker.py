@@ -14,8 +14,10 @@ import warnings
 
 import numpy as np
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    sys.exit("temporal_worker.py must run with NUMBA_ENABLE_CUDASIM=1")
+# on a GPU machine, MNMG_GPU_TESTS_ON_DEVICE=1 runs the same comparisons on the device
+if (os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
+        and os.environ.get("MNMG_GPU_TESTS_ON_DEVICE") != "1"):
+    sys.exit("temporal_worker.py: set NUMBA_ENABLE_CUDASIM=1 (or MNMG_GPU_TESTS_ON_DEVICE=1)")
 
 warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
 
@@ -54,7 +56,7 @@ def main() -> None:
                     cpu = temporal.sample_temporal_neighbors(*args)
                     gpu = cuda_temporal.sample_temporal_neighbors_cuda(*args)
                     results[f"{name}/{label}/r{rep}/last{last}"] = {
-                        "equal": all(np.array_equal(x, y.numpy())
+                        "equal": all(np.array_equal(x, y.cpu().numpy())
                                      for x, y in zip(cpu, gpu, strict=True)),
                         "n_out": int(cpu[1].size)}
     json.dump(results, sys.stdout)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .sim_run import run_worker
+from .sim_run import ON_DEVICE, run_worker
 
 WORKER = Path(__file__).with_name("sim_worker.py")
 
@@ -24,6 +24,9 @@ def sim_results() -> dict:
 
 def test_worker_really_used_the_simulator(sim_results):
     meta = sim_results["_meta"]
+    if ON_DEVICE:  # launch/gpu_check.sh on a GPU machine: the real device, not the simulator
+        assert meta["simulator"] is False and meta["kernel_type"] != "FakeCUDAKernel"
+        return
     assert meta["simulator"] is True
     assert meta["kernel_type"] == "FakeCUDAKernel"
     assert meta["numba_cuda_module"].startswith("numba.cuda.simulator")

@@ -17,6 +17,8 @@ from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 from tests.distributed.common import FANOUTS, SEED, as_arrays, assert_same, small_graph
 from tests.distributed.harness import run_ranks
 
+from .sim_run import ON_DEVICE
+
 H2D_PER_HOP, D2H_PER_HOP = 1, 1
 
 
@@ -26,7 +28,8 @@ def _count(rank, world, d, seeds):
     from mnmg_sampler.distributed.sampler import DistSampler
     from mnmg_sampler.graph.partition_io import load_partition
 
-    assert numba.cuda.simulator_init  # noqa: B018  the simulator, not a device, is in use
+    # the simulator, not a device, is in use (unless run on the device on purpose)
+    assert numba.cuda.simulator_init or ON_DEVICE  # noqa: B018
     s = DistSampler(load_partition(d, rank, world), seed=SEED, kernel="cuda")
     out = []
     for with_e in (True, False):
@@ -44,7 +47,10 @@ def test_one_copy_each_way_per_hop_and_same_batches(tmp_path, monkeypatch):
     g = small_graph(n=80, m=400)
     d = str(partition(g, 2, "random", tmp_path / "p", seed=4))
     seeds = [np.arange(0, 10), np.arange(30, 42)]
-    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # spawned ranks import numba afresh
+    if ON_DEVICE:  # launch/gpu_check.sh on a GPU machine: both ranks' kernels on cuda:0
+        monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    else:
+        monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # spawned ranks import numba afresh
     res = run_ranks(_count, 2, d, seeds, timeout=240)
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
     for rank, runs in enumerate(res):

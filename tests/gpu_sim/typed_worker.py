@@ -14,8 +14,10 @@ import warnings
 
 import numpy as np
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    sys.exit("typed_worker.py must run with NUMBA_ENABLE_CUDASIM=1")
+# on a GPU machine, MNMG_GPU_TESTS_ON_DEVICE=1 runs the same comparisons on the device
+if (os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
+        and os.environ.get("MNMG_GPU_TESTS_ON_DEVICE") != "1"):
+    sys.exit("typed_worker.py: set NUMBA_ENABLE_CUDASIM=1 (or MNMG_GPU_TESTS_ON_DEVICE=1)")
 
 warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
 
@@ -55,7 +57,7 @@ def compare(g, rows, keys, req, fan, rep, kernels=None) -> dict:
     cpu_out = typed.sample_typed_neighbors(g, rows, rows, keys, req, fan, rep, 5, 1)
     gpu_out = cuda_typed.sample_typed_neighbors_cuda(g, rows, rows, keys, req, fan, rep, 5, 1,
                                                      kernels=kernels)
-    equal = all(np.array_equal(a, b.numpy()) for a, b in zip(cpu_out, gpu_out, strict=True))
+    equal = all(np.array_equal(a, b.cpu().numpy()) for a, b in zip(cpu_out, gpu_out, strict=True))
     return {"equal": equal, "n_out": int(cpu_out[1].size),
             "relations": int(np.unique(cpu_out[2]).size)}
 
