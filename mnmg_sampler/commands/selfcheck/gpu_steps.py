@@ -243,8 +243,8 @@ def _set_all_threads() -> int:
 def _graph(scale: int, device) -> tuple:
     """R-MAT ``scale`` with edge factor 16: ``(CSRGraph on the host, (indptr, indices,
     edge_ids) on device or None)``. The edges are drawn on every core; on a GPU the CSR is
-    sorted there (rows by destination, sources in order within a row, edge ids the positions in
-    the edge list, as :meth:`CSRGraph.from_edges` does) and copied back once."""
+    sorted there (a stable sort by destination: rows in canonical order, edge ids the positions
+    in the edge list, the CSR of :meth:`CSRGraph.from_edges`) and copied back once."""
     import torch
 
     from ...graph.csr import CSRGraph
@@ -256,7 +256,7 @@ def _graph(scale: int, device) -> tuple:
         return CSRGraph.from_edges(src, dst, n, name=name), None
     s_d, d_d = torch.from_numpy(src).to(device), torch.from_numpy(dst).to(device)
     del src, dst
-    order = torch.sort(d_d * n + s_d).indices
+    order = torch.sort(d_d, stable=True).indices
     indices, eids = s_d[order], order
     del s_d, order
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
@@ -436,6 +436,10 @@ def _train_loop(s: Step, cfg, placement: str, steps: int, pdir) -> dict:
         table = service.features.table
         out["table_device"] = str(table.device)
         out["table_pinned"] = bool(table.is_pinned()) if table.device.type == "cpu" else None
+        if placement == "pinned" and not out["table_pinned"]:
+            s.fail("placement pinned: the feature table is not page-locked")
+        if placement == "device" and table.device.type != "cuda":
+            s.fail(f"placement device: the feature table is on {table.device}")
         ids = split_ids(int(part.num_nodes), d.split, d.split_seed)
         loader = DistNeighborLoader(service, ids["train"], sm.fanouts, sm.batch_size,
                                     shuffle=True, seed=sm.seed, prefetch=sm.prefetch)
@@ -454,7 +458,8 @@ def _train_loop(s: Step, cfg, placement: str, steps: int, pdir) -> dict:
             loader.set_epoch(epoch)
             for b in loader:
                 if done < 3 and bad is None:  # the rows the store served are the generator's
-                    want = node_features(np.asarray(b.n_id), d.feature_dim, d.seed, classes)
+                    nid = torch.as_tensor(b.n_id).cpu().numpy()
+                    want = node_features(nid, d.feature_dim, d.seed, classes)
                     if not np.array_equal(b.x.cpu().numpy(), want):
                         bad = f"batch {done}: features differ from the generated rows"
                 moved = [t for t in (b.x, b.edge_index, b.y) if t.device != dev]
