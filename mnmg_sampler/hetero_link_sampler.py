@@ -71,8 +71,8 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
                              more=None, edge_label_time: np.ndarray | None = None,
                              time_attr: str | None = None, temporal_strategy: str = "uniform",
                              disjoint: bool = False,
-                             neg_times: tuple[AdmissibleNodes, AdmissibleNodes] | None = None
-                             ) -> HeteroLinkPlan:
+                             neg_times: tuple[AdmissibleNodes, AdmissibleNodes] | None = None,
+                             batch_columns: bool = False) -> HeteroLinkPlan:
     """Draw the negatives of global batch ``g`` and form its typed node request (step 1).
 
     With ``reject_known``, ``known(src ids, dst ids)`` (per-type ids; in a distributed loader
@@ -87,18 +87,23 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
 
     ``neg_times`` (with ``time_attr`` on a graph with node time: the source type's and the
     destination type's :class:`~mnmg_sampler.ops.negative.AdmissibleNodes`): every drawn
-    negative endpoint has node time <= its positive's time (PyG's rule), as its tree."""
+    negative endpoint has node time <= its positive's time (PyG's rule), as its tree.
+
+    ``batch_columns``: ``edge_label_index``, ``edge_label`` and ``edge_label_time`` hold only
+    the batch's columns, column ``i`` being the positive at position ``pos[i]`` (PyG's
+    ``EdgeSamplerInput``); the batch is the same as from the whole arrays."""
     key = request_key(seed, epoch, g)
     disjoint = bool(disjoint) or time_attr is not None  # temporal sampling is disjoint
-    src = edge_label_index[0, pos]
-    dst = edge_label_index[1, pos]
+    cols = np.arange(pos.size) if batch_columns else pos  # the positives' columns
+    src = edge_label_index[0, cols]
+    dst = edge_label_index[1, cols]
     srcs, dsts = src, dst
     if neg is not None:
         neg_src = None
         a_src = a_dst = t_pos = None
         if neg_times is not None:
             a_src, a_dst = neg_times
-            t_pos = edge_label_time[pos]
+            t_pos = edge_label_time[cols]
         if neg.mode == "binary":
             neg_src = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
                                        num_nodes=num_src_nodes, hop=NEG_SRC_HOP,
@@ -116,7 +121,7 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
         dsts = np.concatenate([dst, negs.ravel()])
     s_type, _, d_type = edge_type
     if disjoint:
-        return _disjoint_plan(edge_type, srcs, dsts, pos, key, num_neighbors, replace,
+        return _disjoint_plan(edge_type, srcs, dsts, pos, cols, key, num_neighbors, replace,
                               edge_label, neg, edge_label_time, time_attr, temporal_strategy)
     if s_type != d_type:
         s_seeds, s_loc = np.unique(srcs, return_inverse=True)
@@ -126,7 +131,7 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
         s_seeds, inv = np.unique(np.concatenate([srcs, dsts]), return_inverse=True)
         s_loc, d_loc = inv[:srcs.size], inv[srcs.size:]
         other = None
-    label = None if edge_label is None else edge_label[pos]
+    label = None if edge_label is None else edge_label[cols]
     request = HeteroSampleRequest(s_type, s_seeds, num_neighbors, key, replace, input_id=pos,
                                   other_seeds=other)
     return HeteroLinkPlan(request, edge_type, pos, s_loc.astype(np.int64).ravel(),
@@ -134,9 +139,10 @@ def build_typed_link_request(edge_type: EdgeType, edge_label_index: np.ndarray,
 
 
 def _disjoint_plan(edge_type: EdgeType, srcs: np.ndarray, dsts: np.ndarray, pos: np.ndarray,
-                   key: int, num_neighbors, replace: bool, edge_label: np.ndarray | None,
-                   neg: NegativeSampling | None, edge_label_time: np.ndarray | None,
-                   time_attr: str | None, temporal_strategy: str) -> HeteroLinkPlan:
+                   cols: np.ndarray, key: int, num_neighbors, replace: bool,
+                   edge_label: np.ndarray | None, neg: NegativeSampling | None,
+                   edge_label_time: np.ndarray | None, time_attr: str | None,
+                   temporal_strategy: str) -> HeteroLinkPlan:
     """The request of a disjoint (or temporal) link batch: one tree per endpoint, each bounded
     by its positive's time; local ids are positions (each seed is first in its own tree)."""
     s_type, _, d_type = edge_type
@@ -144,7 +150,7 @@ def _disjoint_plan(edge_type: EdgeType, srcs: np.ndarray, dsts: np.ndarray, pos:
     two = s_type != d_type
     s_loc = np.arange(srcs.size, dtype=np.int64)
     d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
-    t_pos = None if edge_label_time is None else edge_label_time[pos]
+    t_pos = None if edge_label_time is None else edge_label_time[cols]
     n_trees = srcs.size + dsts.size
     times = None if t_pos is None else np.tile(t_pos, n_trees // max(P, 1))
     seeds = srcs if two else np.concatenate([srcs, dsts])
@@ -152,7 +158,7 @@ def _disjoint_plan(edge_type: EdgeType, srcs: np.ndarray, dsts: np.ndarray, pos:
                                   input_time=times, time_attr=time_attr,
                                   temporal_strategy=temporal_strategy, disjoint=True,
                                   other_seeds={d_type: dsts} if two else None)
-    label = None if edge_label is None else edge_label[pos]
+    label = None if edge_label is None else edge_label[cols]
     return HeteroLinkPlan(request, edge_type, pos, s_loc, d_loc, label, neg, t_pos, P)
 
 

@@ -1,13 +1,18 @@
 """PyG ``FeatureStore`` / ``GraphStore`` views of one rank's partition, served by the service.
 
-Node ids are original ids, as everywhere in the public API. The feature store answers any
-``index`` (rows owned by other ranks included): rows of a batch the :class:`ServiceSampler` just
-sampled are taken from that batch (the service fetched them with it); any other index is fetched
-through the service with a fanout-0 request, so no collective runs outside the service. Like
-PyG's own ``LocalGraphStore`` in ``torch_geometric.distributed``, the graph store holds this
-rank's part: the in-edges of the nodes it owns, their sources translated to original ids by
-their owners through one service request (with the features of those nodes when the service
-fetches features).
+Node ids are original ids, as everywhere in the public API (per-type ids on a typed part). The
+feature store answers any ``index`` (rows owned by other ranks included): rows of a batch the
+:class:`ServiceSampler` just sampled are taken from that batch (the service fetched them with
+it); any other index is fetched through the service with a fanout-0 request, so no collective
+runs outside the service. Like PyG's own ``LocalGraphStore`` in ``torch_geometric.distributed``,
+the graph store holds this rank's part: the in-edges of the nodes it owns, their sources
+translated to original ids by their owners through one service request (with the features of
+those nodes when the service fetches features).
+
+On a typed part (``part.typed``) the same two classes are PyG's hetero stores: tensors are
+keyed by node type (``group_name``; ``x`` / ``y`` of the types that have them) and edges by
+relation (``edge_type``, one COO ``EdgeAttr`` per relation of the graph, sized
+``(source type count, destination type count)``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,18 @@ from torch_geometric.data.graph_store import EdgeLayout
 from ..errors import SamplingInputError
 from ..ops.rng import request_key
 from ..sampler import SampleRequest
+
+
+def typed_part(service):
+    """The service's :class:`~mnmg_sampler.graph.partition_io.TypedPart`, or ``None`` on a
+    homogeneous part."""
+    return getattr(getattr(service, "sampler", None), "tp", None)
+
+
+def type_count(tp, name: str) -> int:
+    """Nodes of type ``name`` in the whole graph."""
+    t = tp.node_types.index(name)
+    return int(tp.node_type_offset[t + 1] - tp.node_type_offset[t])
 
 __all__ = ["PartitionFeatureStore", "PartitionGraphStore"]
 
@@ -46,57 +63,86 @@ def _check_not_renumbered(service) -> None:
 
 
 class PartitionFeatureStore(FeatureStore):
-    """``x`` and ``y`` of a partitioned graph, for any original node ids (read-only)."""
+    """``x`` and ``y`` of a partitioned graph, for any original node ids (read-only); on a
+    typed part per node type (``group_name``), for per-type ids."""
 
     def __init__(self, service, seed: int = 0) -> None:
         super().__init__()
         _check_not_renumbered(service)
         self.service = service
         part = service.sampler.part
-        self._shapes = {k: getattr(part, k).shape[1:] for k in _ATTRS
-                        if getattr(part, k) is not None}
+        self.typed = typed_part(service)
+        tp = self.typed
+        if tp is None:  # one group, None: shapes and count of the homogeneous graph
+            self._shapes = {(None, k): getattr(part, k).shape[1:] for k in _ATTRS
+                            if getattr(part, k) is not None}
+            self._counts = {None: int(service.num_nodes)}
+        else:  # every part holds every type's files (maybe of 0 rows): the same on every rank
+            self._shapes = {(t, k): getattr(tp, k)[t].shape[1:] for t in tp.node_types
+                            for k in _ATTRS if t in getattr(tp, k)}
+            self._counts = {t: type_count(tp, t) for t in tp.node_types}
         self.num_nodes = int(service.num_nodes)
         self._recent: OrderedDict[int, tuple[torch.Tensor, dict]] = OrderedDict()
         self._seed, self._fetches = int(seed), 0
 
-    def remember(self, n_id: torch.Tensor, batch) -> None:
-        """Keep the rows a sampled batch carries, for the ``index=n_id`` lookups that follow."""
-        self._recent[id(n_id)] = (n_id, {"x": batch.x, "y": batch.y})
-        while len(self._recent) > _CACHE:
+    def remember(self, n_id, batch) -> None:
+        """Keep the rows a sampled batch carries, for the ``index=n_id`` lookups that follow
+        (``n_id`` and ``batch.x`` / ``batch.y`` per node type on a typed part)."""
+        if self.typed is None:
+            self._keep(n_id, {"x": batch.x, "y": batch.y})
+        else:
+            for t, ids in n_id.items():
+                self._keep(ids, {"x": batch.x.get(t), "y": batch.y.get(t)})
+
+    def _keep(self, n_id: torch.Tensor, rows: dict) -> None:
+        self._recent[id(n_id)] = (n_id, rows)
+        limit = _CACHE * len(self._counts)
+        while len(self._recent) > limit:
             self._recent.popitem(last=False)
 
-    def _fetch(self, index: torch.Tensor) -> dict:
+    def _fetch(self, group, index: torch.Tensor) -> dict:
         ids, inverse = torch.unique(index.to(torch.int64).cpu(), return_inverse=True)
         # A fanout-0 request samples nothing and returns the rows of its seeds.
         key = request_key(self._seed, 1 << 20, self._fetches)
         self._fetches += 1
-        b = self.service.result(self.service.submit(SampleRequest(ids.numpy(), [0], key)))
-        return {k: (None if v is None else v[inverse]) for k, v in (("x", b.x), ("y", b.y))}
+        if self.typed is None:
+            b = self.service.result(self.service.submit(SampleRequest(ids.numpy(), [0], key)))
+            got = (("x", b.x), ("y", b.y))
+        else:
+            from ..hetero_sampler import HeteroSampleRequest
+
+            b = self.service.result(self.service.submit(
+                HeteroSampleRequest(group, ids.numpy(), [0], key)))
+            got = (("x", b.x.get(group)), ("y", b.y.get(group)))
+        return {k: (None if v is None else v[inverse]) for k, v in got}
 
     def _get_tensor(self, attr: TensorAttr):
-        name = attr.attr_name
-        if name not in self._shapes:
+        group, name = attr.group_name, attr.attr_name
+        if (group, name) not in self._shapes:
             return None
         index = attr.index
         if index is None or isinstance(index, slice):
-            index = torch.arange(self.num_nodes)[index if isinstance(index, slice) else slice(None)]
+            everything = torch.arange(self._counts[group])
+            index = everything[index if isinstance(index, slice) else slice(None)]
         elif not torch.is_tensor(index):
             index = torch.as_tensor(np.asarray(index), dtype=torch.int64)
         hit = self._recent.get(id(index))
         if hit is not None and hit[0] is index and hit[1].get(name) is not None:
             return hit[1][name]
-        if self.service.features is None:
+        fetches = self.service.features is not None if self.typed is None else \
+            self.service.sampler.features  # a typed part's sampler fetches rows itself
+        if not fetches:
             raise SamplingInputError(
                 "the sampling service was built with features=False",
                 "the feature store cannot fetch rows", "construct it with features=True")
-        return self._fetch(index)[name]
+        return self._fetch(group, index)[name]
 
     def _get_tensor_size(self, attr: TensorAttr):
-        shape = self._shapes.get(attr.attr_name)
-        return None if shape is None else (self.num_nodes, *shape)
+        shape = self._shapes.get((attr.group_name, attr.attr_name))
+        return None if shape is None else (self._counts[attr.group_name], *shape)
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
-        return [TensorAttr(group_name=None, attr_name=k) for k in self._shapes]
+        return [TensorAttr(group_name=t, attr_name=k) for t, k in self._shapes]
 
     def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
         raise _read_only("PartitionFeatureStore")
@@ -107,7 +153,8 @@ class PartitionFeatureStore(FeatureStore):
 
 class PartitionGraphStore(GraphStore):
     """This rank's part as a PyG ``GraphStore``: the in-edges of its owned nodes (COO, original
-    ids, ``edge_index[0]`` = source)."""
+    ids, ``edge_index[0]`` = source); on a typed part one edge set per relation (per-type ids),
+    the in-edges of the owned nodes of its destination type."""
 
     def __init__(self, service) -> None:
         super().__init__()
@@ -115,24 +162,47 @@ class PartitionGraphStore(GraphStore):
         self.service = service
         self._fetches = 0
         self.part = service.sampler.part
-        n = int(self.part.num_nodes)
-        self._attr = EdgeAttr(edge_type=None, layout=EdgeLayout.COO, is_sorted=False,
-                              size=(n, n))
+        self.typed = tp = typed_part(service)
+        if tp is None:
+            n = int(self.part.num_nodes)
+            self._attrs = {None: EdgeAttr(edge_type=None, layout=EdgeLayout.COO,
+                                          is_sorted=False, size=(n, n))}
+        else:
+            self._attrs = {et: EdgeAttr(edge_type=et, layout=EdgeLayout.COO, is_sorted=False,
+                                        size=(type_count(tp, et[0]), type_count(tp, et[2])))
+                           for et in tp.edge_types}
 
     def _get_edge_index(self, edge_attr: EdgeAttr):
         # The neighbors' original ids are known to their owners only (no rank holds a global
         # id map): one request through the service for every neighbor of this part's nodes
         # (fanout -1 keeps each row whole and in CSR order) returns them as its n_id.
-        own = np.asarray(self.part.orig_ids)
         key = request_key(0, 1 << 21, self._fetches)
         self._fetches += 1
-        b = self.service.result(self.service.submit(
-            SampleRequest(own, [-1], key, edge_ids=False)))
-        n_id = b.n_id
-        return n_id[b.edge_index[0]], n_id[b.edge_index[1]]
+        tp = self.typed
+        if tp is None:
+            own = np.asarray(self.part.orig_ids)
+            b = self.service.result(self.service.submit(
+                SampleRequest(own, [-1], key, edge_ids=False)))
+            n_id = b.n_id
+            return n_id[b.edge_index[0]], n_id[b.edge_index[1]]
+        from ..hetero_sampler import HeteroSampleRequest
+
+        et = edge_attr.edge_type
+        if et not in self._attrs:
+            raise SamplingInputError(f"edge type {et} is not a relation of the graph",
+                                     "the graph store holds no edges of it",
+                                     f"use one of {list(self._attrs)}")
+        s, _, d = et
+        t = tp.node_types.index(d)  # the part's rows are grouped by type, ids internal
+        own = np.asarray(self.part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]] \
+            - tp.node_type_offset[t]
+        fanouts = {r: ([-1] if r == et else [0]) for r in tp.edge_types}
+        b = self.service.result(self.service.submit(HeteroSampleRequest(d, own, fanouts, key)))
+        ei = b.edge_index[et]
+        return b.n_id[s][ei[0]], b.n_id[d][ei[1]]
 
     def get_all_edge_attrs(self) -> list[EdgeAttr]:
-        return [self._attr]
+        return list(self._attrs.values())
 
     def _put_edge_index(self, edge_index, edge_attr: EdgeAttr) -> bool:
         raise _read_only("PartitionGraphStore")
