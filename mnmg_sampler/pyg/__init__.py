@@ -14,6 +14,13 @@ provides both on top of a :class:`~mnmg_sampler.distributed.service.SamplingServ
     for data in loader:            # a torch_geometric.data.Data, as NeighborLoader gives
         out = model(data.x, data.edge_index)[: data.batch_size]
 
+On a service over typed parts the same sampler serves PyG's hetero loaders: ``num_neighbors`` a
+list or a dict per edge type, ``NodeLoader(..., input_nodes=(node type, ids))`` and
+``LinkLoader(..., edge_label_index=(edge type, [2, E] ids), neg_sampling=NegativeSampling(...))``
+(``binary`` or ``triplet``) give ``HeteroData`` batches laid out as PyG's ``NeighborLoader`` /
+``LinkNeighborLoader`` lay them out, ``x`` and ``y`` per node type. Link sampling
+(``sample_from_edges``) is for typed parts only; time inputs are refused on both.
+
 Needs the ``pyg`` extra (``pip install 'mnmg-sampler[pyg]'``).
 """
 
