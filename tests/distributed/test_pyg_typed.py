@@ -201,6 +201,13 @@ def _worker(rank, world, pdir, spec):
         t = tp.node_types.index("movie")
         out["own_movies"] = (np.asarray(part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]]
                              - tp.node_type_offset[t])
+        # an edge type alone: PyG's LinkLoader takes this rank's edges of it from the graph store
+        own = LinkLoader(sampler.data, link_sampler=sampler, edge_label_index=RATES,
+                         batch_size=1000)
+        d = next(iter(own))
+        lab = d[RATES].edge_label_index
+        out["own_link"] = np.stack([d["user"].n_id[lab[0]].numpy(),
+                                    d["movie"].n_id[lab[1]].numpy()])
 
         # -- to_hetero(GraphSAGE) on PyG's batches: node classification, then links
         def sage(first, out_channels):
@@ -414,8 +421,9 @@ def test_pyg_loaders_over_service_sampler_on_typed_parts(tmp_path):
     for et in FAN:
         pairs = [tuple(p) for r in res for p in r["edges"][et].T.tolist()]
         assert sorted(pairs) == sorted(map(tuple, spec["edge_index"][et].T.tolist())), et
-    for r in res:  # each rank's movies' in-edges
+    for r in res:  # each rank's movies' in-edges, also the seed edges of a LinkLoader
         assert set(r["edges"][RATES][1].tolist()) <= set(r["own_movies"].tolist())
+        assert np.array_equal(r["own_link"], r["edges"][RATES])
 
     # to_hetero(GraphSAGE) trained in DDP on PyG's batches
     for name in ("train_nodes", "train_link"):
