@@ -88,10 +88,14 @@ class ServiceSampler(BaseSampler):
         """Select the epoch's request keys and restart the batch count."""
         self.epoch, self._j = int(epoch), 0
 
-    def _next_key(self) -> int:
+    def _next_batch(self) -> int:
+        """Global batch number of this rank's next batch (``rank + world_size * j``)."""
         g = self.rank + self.world_size * self._j
         self._j += 1
-        return request_key(self.seed, self.epoch, g)
+        return g
+
+    def _next_key(self) -> int:
+        return request_key(self.seed, self.epoch, self._next_batch())
 
     def sample_from_nodes(self, index: NodeSamplerInput,
                           **kwargs) -> SamplerOutput | HeteroSamplerOutput:
@@ -155,19 +159,22 @@ class ServiceSampler(BaseSampler):
         if index.time is not None:
             raise _no_time("edge_label_time")
         neg = _negatives(neg_sampling)
-        eli = torch.stack([index.row, index.col])
-        et, eli, counts, _, _ = typed_link_input(self.service.sampler, (index.input_type, eli),
-                                                 self.num_neighbors, reverse_edge_type=None)
-        P = eli.shape[1]
-        input_id = index.input_id if index.input_id is not None else torch.arange(P)
+        try:
+            et, eli, counts, _, _ = typed_link_input(
+                self.service.sampler, (index.input_type, torch.stack([index.row, index.col])),
+                self.num_neighbors, reverse_edge_type=None)
+        except SamplingInputError as e:  # the loader's checks, met here at its first batch
+            raise SamplingInputError(e.what, "its seed edges cannot be sampled; this rank "
+                                     "sends no request", e.fix) from e
+        input_id = index.input_id if index.input_id is not None else \
+            torch.arange(eli.shape[1])
         label = None if index.label is None else index.label.detach().cpu().numpy()
-        key_j = self._j
+        # negatives keyed on input_id, as DistLinkNeighborLoader keys them on positions
         plan = build_typed_link_request(
-            et, eli, label, input_id.numpy().astype(np.int64), g=self.rank + self.world_size
-            * key_j, epoch=self.epoch, seed=self.seed, num_neighbors=self.num_neighbors,
+            et, eli, label, input_id.numpy().astype(np.int64), g=self._next_batch(),
+            epoch=self.epoch, seed=self.seed, num_neighbors=self.num_neighbors,
             replace=self.replace, num_src_nodes=counts[0], num_dst_nodes=counts[1], neg=neg,
             batch_columns=True)
-        self._j += 1
         b = finish_typed_link_batch(self.service.result(self.service.submit(plan.request)),
                                     plan)
         if neg is not None and neg.mode == "triplet":
