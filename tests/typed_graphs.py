@@ -47,6 +47,23 @@ def link_spec(seed: int = 0) -> dict:
     }
 
 
+def hetero_data(spec: dict):
+    """The PyG ``HeteroData`` of a plain dict form ``spec`` (node counts, ``x``, ``y``, edges)."""
+    import torch
+    from torch_geometric.data import HeteroData
+
+    d = HeteroData()
+    for t, n in spec["num_nodes"].items():
+        d[t].num_nodes = n
+        if t in spec.get("x", {}):
+            d[t].x = torch.from_numpy(spec["x"][t])
+        if t in spec.get("y", {}):
+            d[t].y = torch.from_numpy(spec["y"][t])
+    for et, ei in spec["edge_index"].items():
+        d[et].edge_index = torch.from_numpy(ei)
+    return d
+
+
 def take_all(data, seed_dict: dict, hops: int):
     """A PyG ``HeteroSamplerOutput`` taking every neighbor of ``seed_dict``'s nodes (per type,
     first in ``node``) for ``hops`` hops: a reference sampler for PyG's own loaders, which need

@@ -179,18 +179,23 @@ def header_line(raw: bytes, delimiter: str | None = None) -> tuple[int, str] | N
     return None
 
 
-def has_header_row(path: Path) -> bool:
-    """True if the text edge list at ``path`` starts with a header row (:func:`header_line`);
-    False for a file that cannot be read (its reader reports it)."""
+def head_bytes(path: Path) -> bytes | None:
+    """The first 64 KiB of a text file (gunzipped for ``.gz``, without a UTF-8 byte-order
+    mark), or ``None`` when it cannot be read (its reader reports why)."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
             head = f.read(1 << 16)
     except (OSError, EOFError):
-        return False
-    if head.startswith(_UTF8_BOM):
-        head = head[len(_UTF8_BOM):]
-    return header_line(head) is not None
+        return None
+    return head[len(_UTF8_BOM):] if head.startswith(_UTF8_BOM) else head
+
+
+def has_header_row(path: Path) -> bool:
+    """True if the text edge list at ``path`` starts with a header row (:func:`header_line`);
+    False for a file that cannot be read (its reader reports it)."""
+    head = head_bytes(path)
+    return head is not None and header_line(head) is not None
 
 
 def _blank_line(raw: bytes, line: int) -> bytes:

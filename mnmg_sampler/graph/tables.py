@@ -10,7 +10,6 @@ a :class:`GraphFormatError` naming the file and the line. Parquet needs ``pyarro
 
 from __future__ import annotations
 
-import gzip
 import io
 import logging
 import warnings
@@ -22,7 +21,7 @@ import numpy as np
 from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import _UTF8_BOM, as_ids, header_line, input_path, read_text_bytes
+from .readers import as_ids, head_bytes, header_line, input_path, read_text_bytes
 
 __all__ = ["read_table", "read_parquet", "read_table_times", "SRC_NAMES", "DST_NAMES",
            "TABLE_SUFFIXES"]
@@ -183,13 +182,9 @@ def table_has_column(path: str | PathLike, column: str) -> bool:
         except Exception:  # no pyarrow, or not parquet: the reader says which
             return False
     else:
-        opener = gzip.open if p.name.lower().endswith(".gz") else open
-        try:
-            with opener(p, "rb") as f:
-                head = f.read(1 << 16)
-        except (OSError, EOFError):
+        head = head_bytes(p)
+        if head is None:
             return False
-        head = head[len(_UTF8_BOM):] if head.startswith(_UTF8_BOM) else head
         first = next((ln for ln in head.decode("utf-8", "replace").splitlines()
                       if ln.split("#", 1)[0].strip()), "").split("#", 1)[0]
         delim = _delimiter(p, first)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from ..typed_graphs import link_spec, take_all
+from ..typed_graphs import hetero_data, link_spec, take_all
 from .harness import run_ranks
 
 pytest.importorskip("torch_geometric")
@@ -246,19 +246,6 @@ def _worker(rank, world, pdir, spec):
 
 
 # -- the references, in this process ----------------------------------------------------------
-def _hetero_data(spec):
-    from torch_geometric.data import HeteroData
-
-    d = HeteroData()
-    for t, n in spec["num_nodes"].items():
-        d[t].num_nodes = n
-        if t in spec["x"]:
-            d[t].x = torch.from_numpy(spec["x"][t])
-        if t in spec["y"]:
-            d[t].y = torch.from_numpy(spec["y"][t])
-    for et, ei in spec["edge_index"].items():
-        d[et].edge_index = torch.from_numpy(ei)
-    return d
 
 
 def _node_reference(spec, epoch: int) -> list[dict]:
@@ -293,7 +280,7 @@ def _pyg_loaders(spec) -> tuple[dict, dict]:
     from torch_geometric.sampler import NegativeSampling as PygNeg
     from torch_geometric.sampler.neighbor_sampler import edge_sample
 
-    data = _hetero_data(spec)
+    data = hetero_data(spec)
 
     class Full(BaseSampler):
         def sample_from_nodes(self, inputs, **kw):

@@ -27,7 +27,7 @@ from mnmg_sampler.ops.negative import (
 )
 from mnmg_sampler.ops.rng import request_key
 
-from ..typed_graphs import link_spec, take_all
+from ..typed_graphs import hetero_data, link_spec, take_all
 
 RATES = ("user", "rates", "movie")
 REV = ("movie", "rev_rates", "user")
@@ -245,7 +245,7 @@ def test_reverse_relation_errors():
 
 pyg = pytest.importorskip("torch_geometric")
 
-from .test_hetero_sampler import _attrs, _edges, _hetero_data  # noqa: E402
+from .test_hetero_sampler import _attrs, _edges  # noqa: E402
 
 
 def _full_link_sampler(data, hops):
@@ -271,7 +271,7 @@ def test_to_pyg_matches_pyg_link_loader_layout(mode):
     from torch_geometric.sampler import NegativeSampling as PygNeg
 
     spec = link_spec()
-    data = _hetero_data(spec)
+    data = hetero_data(spec)
     eli = seed_edges(spec)[:, :BATCH]
     loader = LinkLoader(data, link_sampler=_full_link_sampler(data, 2),
                         edge_label_index=(RATES, torch.from_numpy(eli)), batch_size=BATCH,

@@ -17,7 +17,7 @@ from mnmg_sampler.hetero_sampler import (
 )
 from mnmg_sampler.ops import typed as typed_ops
 
-from ..typed_graphs import take_all
+from ..typed_graphs import hetero_data, take_all
 
 COUNTS = {"paper": 120, "author": 80, "field": 10}
 RELS = [("author", "writes", "paper"), ("paper", "rev_writes", "author"),
@@ -143,21 +143,6 @@ def test_num_neighbors_errors(graph):
 pyg = pytest.importorskip("torch_geometric")
 
 
-def _hetero_data(spec):
-    from torch_geometric.data import HeteroData
-
-    d = HeteroData()
-    for t, n in spec["num_nodes"].items():
-        d[t].num_nodes = n
-        if t in spec["x"]:
-            d[t].x = torch.from_numpy(spec["x"][t])
-        if t in spec["y"]:
-            d[t].y = torch.from_numpy(spec["y"][t])
-    for et, ei in spec["edge_index"].items():
-        d[et].edge_index = torch.from_numpy(ei)
-    return d
-
-
 def _full_sampler(data, hops):
     """A BaseSampler taking every neighbor for ``hops`` hops (:func:`take_all`)."""
     from torch_geometric.sampler import BaseSampler
@@ -190,7 +175,7 @@ def test_to_pyg_matches_pyg_loader_layout(graph):
     from torch_geometric.loader import NodeLoader
 
     spec = _spec()
-    data = _hetero_data(spec)
+    data = hetero_data(spec)
     seeds = torch.tensor([5, 17, 40])
     loader = NodeLoader(data, node_sampler=_full_sampler(data, 2),
                         input_nodes=("paper", seeds), batch_size=3)

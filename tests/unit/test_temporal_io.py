@@ -211,15 +211,21 @@ def test_saved_data_dict_reads_its_time(tmp_path):
         load_temporal_graph(p)
 
 
+def _hetero_data(pyg, stores: dict):
+    """A PyG ``HeteroData`` holding ``stores`` (per-type attribute dicts)."""
+    data = pyg.HeteroData()
+    for k, st in stores.items():
+        for a, v in st.items():
+            data[k][a] = v
+    return data
+
+
 def test_saved_hetero_data_object_reads_its_time(tmp_path):
     pyg = pytest.importorskip("torch_geometric.data")
     import torch
 
     stores, plain = _typed_stores()
-    data = pyg.HeteroData()
-    for k, st in stores.items():
-        for a, v in st.items():
-            data[k][a] = v
+    data = _hetero_data(pyg, stores)
     p = tmp_path / "h.pt"
     torch.save(data, p)
     from mnmg_sampler.graph.typed import typed_graph
@@ -245,10 +251,7 @@ def test_partition_graph_keeps_every_time_attr_it_is_given(tmp_path):
     from mnmg_sampler.graph.partition_io import load_partition, read_manifest
 
     stores, plain = _typed_stores()
-    data = pyg.HeteroData()
-    for k, st in stores.items():
-        for a, v in st.items():
-            data[k][a] = v
+    data = _hetero_data(pyg, stores)
     out = partition_graph(data, num_parts=2, out=tmp_path / "h", time_attr="when")
     parts = [load_partition(out, r, 2).typed for r in range(2)]
     assert all(tp.time_attr == "when" for tp in parts)
