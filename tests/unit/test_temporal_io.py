@@ -312,3 +312,27 @@ def test_hashed_ids_with_time_are_a_typed_error_saying_what_works(tmp_path):
         partition_graph(p, num_parts=2, out=tmp_path / "p")
     out = partition_graph(p, num_parts=2, out=tmp_path / "q", time_attr=None)
     assert "typed" not in read_manifest(out)  # renumbered homogeneous parts
+
+
+def test_table_has_column_reads_headers_only(tmp_path):
+    """Whether a table names the time column (which decides typed parts): CSV, gzipped TSV
+    with a comment line, parquet; a headerless file or an unreadable one has no column."""
+    import gzip
+
+    from mnmg_sampler.graph.tables import table_has_column
+
+    (tmp_path / "a.csv").write_text("src,dst,Time\n0,1,5\n")
+    with gzip.open(tmp_path / "b.tsv.gz", "wt") as f:
+        f.write("# ratings\nu\tv\tts\n0\t1\t5\n")
+    (tmp_path / "c.csv").write_text("0,1,5\n1,2,6\n")
+    assert table_has_column(tmp_path / "a.csv", "time")
+    assert table_has_column(tmp_path / "b.tsv.gz", "ts")
+    assert not table_has_column(tmp_path / "b.tsv.gz", "time")
+    assert not table_has_column(tmp_path / "c.csv", "time")
+    assert not table_has_column(tmp_path / "missing.csv", "time")
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"src": [0, 1], "dst": [1, 2], "time": [5, 6]}), tmp_path / "d.parquet")
+    assert table_has_column(tmp_path / "d.parquet", "time")
+    assert not table_has_column(tmp_path / "d.parquet", "when")
