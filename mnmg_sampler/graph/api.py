@@ -16,7 +16,7 @@ import numpy as np
 
 from .build import MAX_NODE_ID
 
-__all__ = ["partition_graph", "split_from_partitions", "typed_graph_of"]
+__all__ = ["partition_graph", "split_from_partitions", "typed_graph_of", "typed_source"]
 
 log = logging.getLogger(__name__)
 
@@ -120,33 +120,51 @@ def typed_graph_of(data, time_attr: str | None = "time",
     is the one-type typed graph with that time (:func:`.temporal.temporal_graph_from_data`),
     since only typed parts hold time; with ``timed_homogeneous=False`` it stays homogeneous
     (its time unread: a job that samples without time)."""
-    from .tables import TABLE_SUFFIXES, table_has_column
     from .temporal import read_with_time
+    from .typed_io import load_typed_graph, typed_graph_at
+
+    kind, source, name = typed_source(data, time_attr, timed_homogeneous)
+    if kind == "built":
+        return source
+    if kind == "named":
+        return typed_graph_at(source)
+    if kind == "typed" and time_attr is None:
+        return load_typed_graph(source, name)
+    return None if kind is None else read_with_time(source, time_attr, name)
+
+
+def typed_source(data, time_attr: str | None = "time", timed_homogeneous: bool = True
+                 ) -> tuple[str | None, object, str | None]:
+    """``(kind, source, name)`` of what :func:`typed_graph_of` reads, without building it (a
+    ``.pt`` is loaded, a table's header read). Kinds: ``built`` (a ``TypedGraph``), ``named``
+    (an OGB hetero directory, or a generated typed graph's name), ``typed`` (a ``HeteroData``
+    or the dict form), ``timed`` (a homogeneous graph or table with time), ``None``
+    (homogeneous)."""
+    from .formats import is_ogb_hetero_dir
+    from .tables import TABLE_SUFFIXES, table_has_column
     from .typed import TypedGraph
-    from .typed_io import _hetero_safe_globals, _is_typed_object, load_typed_graph, typed_graph_at
+    from .typed_io import _hetero_safe_globals, _is_typed_object
 
     if isinstance(data, TypedGraph):
-        return data
-    timed = time_attr is not None
+        return "built", data, None
+    timed = time_attr is not None and timed_homogeneous
     name = None
     if isinstance(data, (str, os.PathLike)):
         if isinstance(data, str) and ":" in data and not data.startswith(("/", ".")):
-            return None  # a spec string (rmat:..., cora)
+            return (("named", data, None) if data.startswith("typed-")
+                    else (None, data, None))  # a spec string: generated typed, or rmat:/cora
         p = Path(data)
         if p.name.lower().endswith(TABLE_SUFFIXES):
-            if timed and timed_homogeneous and p.is_file() and table_has_column(p, time_attr):
-                return read_with_time(p, time_attr)
-            return None
+            has = timed and p.is_file() and table_has_column(p, time_attr)
+            return ("timed" if has else None), p, str(p)
         if p.suffix not in (".pt", ".pth") or not p.is_file():
-            return typed_graph_at(p)
+            return ("named" if is_ogb_hetero_dir(p) else None), p, str(p)
         from .torch_files import load_torch_object
 
         data, name = load_torch_object(p, _hetero_safe_globals()), str(p)
     if _is_typed_object(data):
-        return read_with_time(data, time_attr, name) if timed else load_typed_graph(data, name)
-    if timed and timed_homogeneous and _has_time(data, time_attr):
-        return read_with_time(data, time_attr, name)
-    return None
+        return "typed", data, name
+    return ("timed" if timed and _has_time(data, time_attr) else None), data, name
 
 
 def _has_time(data, time_attr: str) -> bool:

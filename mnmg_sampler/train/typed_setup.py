@@ -88,20 +88,9 @@ def dataset_is_typed(cfg: JobConfig) -> bool:
         return True
     if spec.kind != "path":
         return False
-    from ..graph.formats import is_ogb_hetero_dir
-    from ..graph.tables import TABLE_SUFFIXES, table_has_column
+    from ..graph.api import typed_source
 
-    p = Path(spec.path)
-    if is_ogb_hetero_dir(p):
-        return True
-    if not p.is_file():
-        return False
-    if p.name.lower().endswith(TABLE_SUFFIXES):
-        name, needs = job_time_attr(cfg)
-        return needs and table_has_column(p, name)
-    if p.suffix in (".pt", ".pth"):
-        return _file_graph(cfg, spec.path) is not None
-    return False
+    return typed_source(spec.path, *job_time_attr(cfg))[0] is not None  # reads, builds nothing
 
 
 def load_typed_dataset(cfg: JobConfig):
