@@ -96,13 +96,20 @@ def homo_data(r: dict):
                 num_nodes=r["users"] + r["movies"])
 
 
-def write_csv(r: dict, path: Path) -> Path:
+def write_csv(r: dict, path: Path, hashed: bool = False) -> Path:
     """A ``src,dst,time`` edge table of users ``0..U-1`` rating movies ``U..``, both directions
     (one relation; a rating and its reverse share a time, so a split by time keeps them
-    together)."""
+    together). ``hashed``: every id is a distinct random 62-bit number instead, as an
+    interaction log's hashed user and item ids."""
     dst = r["dst"] + r["users"]
-    rows = np.concatenate([np.stack([r["src"], dst, r["time"]], 1),
-                           np.stack([dst, r["src"], r["time"]], 1)])
+    src = r["src"]
+    if hashed:
+        n = r["users"] + r["movies"]
+        code = np.unique(np.random.default_rng(7).integers(1 << 40, 1 << 62, 2 * n))[:n]
+        code = code[np.random.default_rng(8).permutation(n)]
+        src, dst = code[src], code[dst]
+    rows = np.concatenate([np.stack([src, dst, r["time"]], 1),
+                           np.stack([dst, src, r["time"]], 1)])
     np.savetxt(path, rows, fmt="%d", delimiter=",", header="src,dst,time", comments="")
     return path
 

@@ -112,18 +112,20 @@ def partition_graph(
 
 
 def typed_graph_of(data, time_attr: str | None = "time",
-                   timed_homogeneous: bool = True):
+                   timed_homogeneous: bool = True, name: str | None = None):
     """The :class:`~.typed.TypedGraph` ``data`` is or names, with the time it holds under
     ``time_attr``; ``None`` for a homogeneous graph (the homogeneous readers take it).
 
     A homogeneous ``Data``, dict, ``.pt`` or edge table with a ``time_attr`` attribute (column)
     is the one-type typed graph with that time (:func:`.temporal.temporal_graph_from_data`),
     since only typed parts hold time; with ``timed_homogeneous=False`` it stays homogeneous
-    (its time unread: a job that samples without time)."""
+    (its time unread: a job that samples without time). ``name`` names an object in errors
+    (a path names itself)."""
     from .temporal import read_with_time
     from .typed_io import load_typed_graph, typed_graph_at
 
-    kind, source, name = typed_source(data, time_attr, timed_homogeneous)
+    kind, source, where = typed_source(data, time_attr, timed_homogeneous)
+    name = where or name
     if kind == "built":
         return source
     if kind == "named":

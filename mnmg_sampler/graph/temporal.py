@@ -6,6 +6,7 @@ checks) is :func:`~mnmg_sampler.graph.typed.attach_time`'s.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from os import PathLike
 
@@ -13,6 +14,8 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from .typed import TypedGraph, _arr, attach_time, edge_type_of, typed_graph
+
+log = logging.getLogger(__name__)
 
 __all__ = ["load_temporal_graph", "read_with_time", "temporal_graph_from_data",
            "temporal_table_graph"]
@@ -73,19 +76,30 @@ def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") 
     return typed_graph(spec, name)
 
 
-def temporal_table_graph(path, time_column: str, name: str | None = None) -> TypedGraph:
+def temporal_table_graph(path, time_column: str, name: str | None = None,
+                         renumber: bool = False) -> TypedGraph:
     """The one-type temporal graph of a CSV / TSV / parquet edge table whose header names the
     edge time ``time_column`` (:func:`~.tables.read_table_times`; ids as in the file, nodes
-    ``0 .. max id``); ``time_attr`` is the column's name."""
-    from .build import check_id_bound
+    ``0 .. max id``); ``time_attr`` is the column's name.
+
+    ``renumber``: sparse ids (hashed, as the ``auto`` rule of :mod:`.build` finds them) become
+    their rank among the distinct ids, for a caller that never shows ids (a YAML job); typed
+    parts keep no map back to the file's ids, so the API refuses such ids instead."""
+    from .build import check_id_bound, should_renumber
     from .tables import read_table_times
+    from .unique import sorted_unique
 
     name = name or str(path)
     src, dst, t = read_table_times(path, time_column)
+    top = int(max(src.max(), dst.max())) if src.size else -1
+    ids = sorted_unique(np.concatenate([src, dst])) if renumber and src.size else None
+    if ids is not None and should_renumber(top, ids.size):
+        src, dst = np.searchsorted(ids, src), np.searchsorted(ids, dst)
+        log.info("%s: %s sparse node ids renumbered 0..%s", name, f"{ids.size:,}", ids.size - 1)
+        top = ids.size - 1
     check_id_bound(name, src, dst, renumber_fix="read it without time (time_attr=None; a "
-                   "graph with time is not renumbered yet)")
-    n = int(max(src.max(), dst.max())) + 1 if src.size else 0
-    return typed_graph({"num_nodes": {NODE_TYPE: n},
+                   "graph with time is renumbered in YAML jobs only)")
+    return typed_graph({"num_nodes": {NODE_TYPE: top + 1},
                         "edge_index": {EDGE_TYPE: np.stack([src, dst])},
                         "edge_time": {EDGE_TYPE: t}, "time_attr": time_column}, name)
 

@@ -72,10 +72,18 @@ def job_time_attr(cfg: JobConfig) -> tuple[str, bool]:
 
 def _file_graph(cfg: JobConfig, path: str):
     """The typed graph of the file at ``path`` with its time (:func:`job_time_attr`), or
-    ``None`` for a homogeneous one."""
-    from ..graph.api import typed_graph_of
+    ``None`` for a homogeneous one. A timed table's sparse (hashed) ids are renumbered: a job
+    shows no node id."""
+    from ..graph.api import typed_graph_of, typed_source
+    from ..graph.temporal import temporal_table_graph
 
-    return typed_graph_of(path, *job_time_attr(cfg))
+    time_attr, needs = job_time_attr(cfg)
+    kind, source, name = typed_source(path, time_attr, needs)  # a .pt is loaded once
+    if kind == "timed" and isinstance(source, Path):  # a table: its ids never leave the job
+        return temporal_table_graph(source, time_attr, renumber=True)
+    if kind in ("typed", "timed"):
+        return typed_graph_of(source, time_attr, needs, name=name)
+    return None if kind is None else typed_graph_of(path, time_attr, needs)
 
 
 def dataset_is_typed(cfg: JobConfig) -> bool:

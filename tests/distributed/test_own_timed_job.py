@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from mnmg_sampler.graph.api import typed_graph_of
 from tests.timed_data import hetero_data, ratings, write_csv
 
 from .cli_ranks import train_job
@@ -28,13 +29,12 @@ def _final(records: list[dict]) -> dict:
     return final[0]
 
 
-def _check_sampling_graph(path, edge_type, parts, relations: int) -> None:
+def _check_sampling_graph(graph, edge_type, parts, relations: int) -> None:
     """The parts hold the user's training edges (``relations`` copies: with the reverse) with
     their Unix-second times, and none at or after the validation start."""
-    from mnmg_sampler.graph.api import typed_graph_of
     from mnmg_sampler.graph.typed_link_split import split_relation_by_time
 
-    split = split_relation_by_time(typed_graph_of(path), edge_type, [0.8, 0.1, 0.1])
+    split = split_relation_by_time(graph, edge_type, [0.8, 0.1, 0.1])
     times = np.concatenate([np.load(parts / f"part{r}" / "edge_time.npy", allow_pickle=False)
                             for r in range(2)])
     assert times.size == relations * split["train"].shape[1]
@@ -51,17 +51,25 @@ def test_link_job_reads_time_from_a_saved_hetero_data(tmp_path):
         _, records = train_job("configs/temporal_link.yaml", [*args, f"sampler.time_attr={ta}"],
                                tmp_path / ta, timeout=400)
         auc[ta] = _final(records)["test_auc"]
-        _check_sampling_graph(path, ("user", "rates", "movie"), tmp_path / ta / "parts", 2)
+        _check_sampling_graph(typed_graph_of(path), ("user", "rates", "movie"),
+                              tmp_path / ta / "parts", 2)
     # a user's latest ratings show its current taste (0.81 against 0.65 here; chance 0.5)
     assert auc["time"] > 0.72 and auc["time"] > auc["null"] + 0.08, auc
 
 
-def test_link_job_reads_time_from_a_csv_edge_table(tmp_path):
+def test_link_job_reads_time_from_a_csv_edge_table_with_hashed_ids(tmp_path):
+    """A CSV interaction log with hashed 62-bit ids: the job renumbers them (it shows no id;
+    ``partition_graph`` refuses them, as typed parts keep no map back)."""
+    from mnmg_sampler.graph.temporal import temporal_table_graph
+
     r = ratings(users=150, movies=600, n=6000, seed=0)
-    path = write_csv(r, tmp_path / "ratings.csv")
+    path = write_csv(r, tmp_path / "ratings.csv", hashed=True)
     _, records = train_job("configs/temporal_link.yaml",
                            [f"dataset.name={path}", "link.edge_type=null", *SMALL],
                            tmp_path, timeout=400)
     final = _final(records)
     assert 0.5 < final["test_auc"] <= 1.0, final  # featureless nodes, ids only: 0.62 here
-    _check_sampling_graph(path, ("node", "to", "node"), tmp_path / "parts", 1)
+    graph = temporal_table_graph(path, "time", renumber=True)
+    rated = np.unique(r["src"]).size + np.unique(r["dst"]).size
+    assert graph.num_nodes == rated  # the ids the file holds, none of those up to 2**62
+    _check_sampling_graph(graph, ("node", "to", "node"), tmp_path / "parts", 1)
