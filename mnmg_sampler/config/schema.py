@@ -228,7 +228,8 @@ class LinkConfig:
         True, "Remove the batch's positive edges (and reverses on undirected graphs) from its "
         "sampled subgraph, so the model cannot read the label from the input.")
     decoder: Literal["dot", "mlp"] = _opt(
-        "dot", "Edge score from the two endpoint embeddings: dot product, or an MLP of their "
+        "dot", "Edge score from the two endpoint embeddings: dot product over sqrt(width) (logits "
+        "of order one at any model.hidden), or an MLP of their "
         "elementwise product.")
     eval_negatives: int = _opt(
         50, "Negatives per positive edge when evaluating (AUC over all, MRR and Hits@K by "

@@ -60,8 +60,8 @@ EVAL_MEMORY_MB = 256  # a chunk's share of evaluation memory without training.ev
 
 class HeteroLinkModel(nn.Module):
     """A :class:`~.hetero_model.HeteroGraphSAGE` encoding both endpoint types of ``edge_type``
-    and an edge decoder: ``dot`` (``<h_s, h_d>``) or ``mlp`` of ``h_s * h_d``; :meth:`score`
-    returns logits."""
+    and an edge decoder: ``dot`` (``<h_s, h_d> / sqrt(d)``) or ``mlp`` of ``h_s * h_d``;
+    :meth:`score` returns logits."""
 
     def __init__(self, encoder: nn.Module, edge_type, hidden: int, decoder: str = "dot") -> None:
         super().__init__()
@@ -81,7 +81,7 @@ class HeteroLinkModel(nn.Module):
         """Logits of the edges ``src[i] -> dst[i]`` (local ids into the source and destination
         types' rows of ``h``)."""
         z = h[self.edge_type[0]][src] * h[self.edge_type[2]][dst]
-        return z.sum(-1) if self.mlp is None else self.mlp(z).squeeze(-1)
+        return z.sum(-1) * z.shape[-1] ** -0.5 if self.mlp is None else self.mlp(z).squeeze(-1)
 
 
 def eval_node_budget(width: int, memory_mb: float | None) -> int:

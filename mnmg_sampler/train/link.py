@@ -75,7 +75,7 @@ def training_graph(full: CSRGraph, split: dict, undirected: bool) -> CSRGraph:
 
 
 class LinkModel(nn.Module):
-    """GraphSAGE encoder and an edge decoder: ``dot`` (``<h_s, h_d>``) or ``mlp`` of
+    """GraphSAGE encoder and an edge decoder: ``dot`` (``<h_s, h_d> / sqrt(d)``) or ``mlp`` of
     ``h_s * h_d``; :meth:`score` returns logits."""
 
     def __init__(self, in_dim: int, hidden: int, layers: int, dropout: float, aggr: str,
@@ -98,7 +98,7 @@ class LinkModel(nn.Module):
     def score(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Logits of the edges ``src[i] -> dst[i]`` (local ids into ``h``)."""
         z = h[src] * h[dst]
-        return z.sum(-1) if self.mlp is None else self.mlp(z).squeeze(-1)
+        return z.sum(-1) * z.shape[-1] ** -0.5 if self.mlp is None else self.mlp(z).squeeze(-1)
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:

@@ -125,7 +125,7 @@ def test_encoder_outputs_both_endpoint_types():
         "user": (b.n_id["user"].numel(), 8), "item": (b.n_id["item"].numel(), 8)}
     src, dst = torch.arange(4), torch.arange(4) % b.n_id["item"].numel()
     logits = net.score(h, src, dst)
-    assert torch.allclose(logits, (h["user"][src] * h["item"][dst]).sum(-1))
+    assert torch.allclose(logits, (h["user"][src] * h["item"][dst]).sum(-1) / 8 ** 0.5)
     logits.sum().backward()
     for name, p in net.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name

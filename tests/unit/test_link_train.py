@@ -63,7 +63,8 @@ def test_link_model_scores_edges(decoder):
     s = m.score(h, torch.tensor([0, 1]), torch.tensor([2, 3]))
     assert s.shape == (2,)
     if decoder == "dot":
-        assert torch.allclose(s, (h[[0, 1]] * h[[2, 3]]).sum(-1))
+        # the dot product over sqrt(width): logits of order one at any model.hidden
+        assert torch.allclose(s, (h[[0, 1]] * h[[2, 3]]).sum(-1) / h.shape[1] ** 0.5)
 
 
 def test_link_config_rules():
