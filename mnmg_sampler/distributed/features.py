@@ -48,6 +48,7 @@ import torch
 from ..ops.dedup import unique_first
 from ..ops.rows import scatter_rows
 from .collective import Exchanger, agree
+from .fit import Placement
 from .host_groups import HostGroup, share_slices
 from .id_maps import identity_ids
 from .row_cache import CachePlan, choose_rows
@@ -91,12 +92,16 @@ class DistFeatureStore:
             other hosts' rows are fetched.
         cache_plan: the fanouts and batch size the loaders will ask for: the cache takes the
             rows of highest inclusion probability (``None``: by degree).
+        fit: the hosts' placement (``DistSampler.placement``, :mod:`.fit`; the same on every
+            rank): with ``cache_rows`` 0, each host's cache takes as many rows as the bytes its
+            budget leaves hold (:meth:`cache_sizes`).
     """
 
     def __init__(self, part, exchanger: Exchanger, placement: str = "host",
                  device: torch.device | None = None, cache_rows: int = 0,
                  shared: SharedTopology | None = None, host: HostGroup | None = None,
-                 cache_plan: CachePlan | None = None) -> None:
+                 cache_plan: CachePlan | None = None, fit: Placement | None = None
+                 ) -> None:
         from ..errors import ConfigError
 
         if placement not in PLACEMENTS:
@@ -125,11 +130,11 @@ class DistFeatureStore:
                       "fetch_exchange_cpu_s": 0.0}
         # the host cache: (sorted ids, their rows) per slice (one per rank of the host)
         self._cache: list[tuple[np.ndarray, np.ndarray]] = []
-        self.shared = shared
         self.host = host
         self.cache_choice = "none"
         self._bounded = False
-        if shared is not None:  # every part's rows are mapped here: no table, no cache
+        self.shared = shared if shared is not None and shared.rows_whole else None
+        if self.shared is not None:  # every part's rows are mapped here: no table, no cache
             self._host = self.table = None
             if int(cache_rows) > 0 and self.ex.rank == 0:
                 log.info("features.cache_rows=%d unused: every part's feature rows are "
@@ -157,8 +162,23 @@ class DistFeatureStore:
             table = table.to(device)
         self.table = table
         self._bounded = self._bounded_ids()
-        if int(cache_rows) > 0 and self.enabled:
+        fill = int(cache_rows) > 0  # the same on every rank
+        if fit is not None and not fill:  # each host's own size; any host's makes it collective
+            sizes = self.cache_sizes(fit)
+            cache_rows, fill = sizes[fit.host_of[self.ex.rank]], max(sizes) > 0
+        if fill and self.enabled:
             self._fill_cache(part, int(cache_rows), cache_plan)
+
+    def cache_sizes(self, fit: Placement) -> list[int]:
+        """Rows each host's cache takes under ``fit``: what its budget leaves after the
+        topology, in rows of this store, at most the other hosts' rows it does not map."""
+        parts = np.diff(self._bounds)
+        out = []
+        for h in fit.hosts:
+            held = np.zeros(parts.size, bool)
+            held[list(h.ranks)] = True
+            out.append(h.cache_rows(self.row_bytes, int(parts[~held].sum())))
+        return out
 
     @property
     def enabled(self) -> bool:
@@ -188,8 +208,8 @@ class DistFeatureStore:
         ranks = self.host.ranks if self.host is not None else (self.ex.rank,)
         G, j = len(ranks), ranks.index(self.ex.rank)
         agree(lambda: check_allocation(
-            f"a feature row cache of {rows:,} rows of {self.row_bytes} B (features.cache_rows)",
-            rows * self.row_bytes, "lower features.cache_rows"), self.ex.group,
+            f"a feature row cache of {rows:,} rows of {self.row_bytes} B (features.host_memory_mb)",
+            rows * self.row_bytes, "lower features.host_memory_mb"), self.ex.group,
             "checking the feature cache's memory")
         share = rows // G + (1 if j < rows % G else 0)
 
@@ -303,7 +323,7 @@ class DistFeatureStore:
         mapped = 0
         near = local
         if self.host is not None:  # the host's other parts: read in place, never on the wire
-            hi = np.flatnonzero(~local & self.host.mask[owner])
+            hi = np.flatnonzero(~local & self.host.row_mask[owner])
             scatter_rows(X, M, hi, self._host_rows(ids[hi]), np.arange(hi.size))
             mapped = int(hi.size)
             near = local.copy()

@@ -83,10 +83,10 @@ class SamplingService:
             request or :meth:`shutdown` ends one at once.
         max_requests_per_round: take at most this many pending local requests per round
             (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
-        feature_cache_rows: remote feature rows each rank caches (same value on every rank; see
-            :class:`~mnmg_sampler.distributed.features.DistFeatureStore`); hit rate and bytes
-            saved in :meth:`stats` under ``features``. Unused with the shared topology (every
-            part's rows are mapped: nothing to cache).
+        host_memory: bytes each host gives to other hosts' data (their topology first, then
+            their feature rows, :mod:`~mnmg_sampler.distributed.fit`); ``None``: a share of the
+            memory the host can see; 0: nothing. The placement is in :meth:`stats` under
+            ``placement``, the row cache's hit rate and bytes saved under ``features``.
         feature_cache_plan: ``(fanouts, batch size)`` the loaders will ask for: the feature
             cache takes the rows of highest inclusion probability in such rounds
             (:mod:`~mnmg_sampler.distributed.row_cache`); ``None``: by degree.
@@ -111,7 +111,7 @@ class SamplingService:
                  device: torch.device | None = None, idle_sleep_s: float = 0.002,
                  max_requests_per_round: int | None = None,
                  timeout_s: float | None = None, kernel: str = "auto",
-                 feature_cache_rows: int = 0, id_maps: str = "auto",
+                 host_memory: int | None = None, id_maps: str = "auto",
                  shared_topology: bool | str = "auto",
                  rounds_in_flight: int | str = "auto",
                  feature_cache_plan: tuple | None = None) -> None:
@@ -146,7 +146,8 @@ class SamplingService:
         else:
             self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                        device=device if kernel == "cuda" else None,
-                                       shared_topology=shared_topology)
+                                       shared_topology=shared_topology,
+                                       host_memory=host_memory)
         self.features = None
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
@@ -154,7 +155,7 @@ class SamplingService:
 
             def store(ex):
                 return DistFeatureStore(part, ex, placement, device,
-                                        cache_rows=feature_cache_rows,
+                                        fit=getattr(self.sampler, "placement", None),
                                         cache_plan=None if feature_cache_plan is None
                                         else CachePlan(*feature_cache_plan),
                                         shared=self.sampler.shared,
@@ -220,7 +221,7 @@ class SamplingService:
         s = self.sampler
         can = (self.mode == "thread" and self._own_group
                and getattr(part, "typed", None) is None
-               and getattr(s, "shared", None) is None
+               and getattr(s, "host_channel", None) is None
                and getattr(s, "kernel", "cpu") == "cpu")
         auto = value == "auto"
         k = (2 if can and self.max_requests_per_round == 1 and s.ex.world_size > 1 else 1) \
@@ -560,6 +561,11 @@ class SamplingService:
                 b["others"] += v[1]
         st["bytes_by_kind"] = kinds
         st["shared_topology"] = self.sampler.shared_stats()
+        fit = getattr(self.sampler, "placement", None)
+        if fit is not None:  # what each host holds of the others (.fit)
+            f = self.features
+            st["placement"] = fit.report(None if f is None or f.shared is not None
+                                         else f.cache_sizes(fit))
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st
