@@ -37,6 +37,7 @@ rank's own cache.
 
 from __future__ import annotations
 
+import copy
 import logging
 import mmap
 import time
@@ -133,7 +134,7 @@ class DistFeatureStore:
         self.host = host
         self.cache_choice = "none"
         self._bounded = False
-        self.shared = shared if shared is not None and shared.rows_whole else None
+        self.shared = shared if shared is not None and shared.rows_everywhere else None
         if self.shared is not None:  # every part's rows are mapped here: no table, no cache
             self._host = self.table = None
             if int(cache_rows) > 0 and self.ex.rank == 0:
@@ -168,6 +169,16 @@ class DistFeatureStore:
             cache_rows, fill = sizes[fit.host_of[self.ex.rank]], max(sizes) > 0
         if fill and self.enabled:
             self._fill_cache(part, int(cache_rows), cache_plan)
+
+    def on_exchanger(self, ex: Exchanger) -> DistFeatureStore:
+        """The same store (row table and host cache shared, no copy, no collective) fetching
+        over another exchanger of the same ranks: a service's other round in flight. Its
+        counters start at zero."""
+        other = copy.copy(self)
+        other.ex = ex
+        other.stats = dict.fromkeys(self.stats, 0)
+        other.stats.update(fetch_cpu_s=0.0, fetch_exchange_cpu_s=0.0)
+        return other
 
     def cache_sizes(self, fit: Placement) -> list[int]:
         """Rows each host's cache takes under ``fit``: what its budget leaves after the

@@ -126,19 +126,20 @@ class Placement:
 
 
 def decide(host_of: Sequence[int], budgets: Sequence[int], topo: Sequence[int],
-           rows: Sequence[int], can_map: bool) -> Placement:
+           rows: Sequence[int], can_map: bool | Sequence[bool]) -> Placement:
     """The placement from every rank's host index, budget, and its part's topology and row
-    bytes. ``can_map``: every rank can map the other parts (a partition directory every rank
-    opens, the CPU kernel); otherwise no host maps another host's data and the whole budget
-    goes to the row cache."""
+    bytes. ``can_map`` (for all ranks, or per rank): the rank can map every other part (it
+    opens every part of the partition directory, the CPU kernel); a host whose ranks cannot
+    maps no other host's data and its whole budget goes to the row cache."""
     host_of = tuple(int(h) for h in host_of)
+    can = [bool(can_map)] * len(host_of) if isinstance(can_map, bool) else list(can_map)
     out = []
     for k in range(max(host_of) + 1):
         mine = [r for r, h in enumerate(host_of) if h == k]
         budget = max(0, min(int(budgets[r]) for r in mine))
         t = sum(int(topo[r]) for r, h in enumerate(host_of) if h != k)
         x = sum(int(rows[r]) for r, h in enumerate(host_of) if h != k)
-        has_topo = can_map and budget >= t
+        has_topo = all(can[r] for r in mine) and budget >= t
         left = budget - t if has_topo else budget
         has_rows = has_topo and left >= x
         out.append(HostPlacement(tuple(mine), budget, has_topo, t, has_rows, x,

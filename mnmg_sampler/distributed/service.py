@@ -153,14 +153,12 @@ class SamplingService:
             from .features import DistFeatureStore
             from .row_cache import CachePlan
 
-            def store(ex):
-                return DistFeatureStore(part, ex, placement, device,
-                                        fit=getattr(self.sampler, "placement", None),
-                                        cache_plan=None if feature_cache_plan is None
-                                        else CachePlan(*feature_cache_plan),
-                                        shared=self.sampler.shared,
-                                        host=getattr(self.sampler, "host", None))
-            self.features = store(self.sampler.ex)
+            self.features = DistFeatureStore(part, self.sampler.ex, placement, device,
+                                             fit=getattr(self.sampler, "placement", None),
+                                             cache_plan=None if feature_cache_plan is None
+                                             else CachePlan(*feature_cache_plan),
+                                             shared=self.sampler.shared,
+                                             host=getattr(self.sampler, "host", None))
         self._lock = threading.Lock()  # one round at a time (inline mode, several clients)
         self._slots = [_Slot(self.sampler, self.features, self._lock)]
         self.rounds_in_flight = self._in_flight(rounds_in_flight, part)
@@ -169,7 +167,8 @@ class SamplingService:
                 g = dist.new_group(backend=dist.get_backend(), timeout=timeout)
             sampler = self.sampler.on_group(g)
             self._slots.append(_Slot(sampler, None if self.features is None else
-                                     store(sampler.ex), threading.Lock(), g))
+                                     self.features.on_exchanger(sampler.ex),
+                                     threading.Lock(), g))
         self.num_nodes = int(part.num_nodes)
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)

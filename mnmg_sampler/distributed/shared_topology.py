@@ -148,10 +148,13 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     auto = isinstance(enabled, str)
     code = 2 if auto else int(bool(enabled))  # every rank must pass the same setting
     can = _why_not(part, kernel) is None
-    slots = [0] * (4 * W)
+    slots = [0] * (5 * W)
     me = ex.rank
-    slots[me], slots[W + me] = host_id(), max(0, int(host_memory or 0))
+    budget = max(0, int(host_memory or 0))
+    slots[me], slots[W + me] = host_id(), budget
     slots[2 * W + me], slots[3 * W + me] = topo_b, row_b
+    # every part opens here (a shared directory, or a copy of every part on this node)
+    slots[4 * W + me] = int(can and code != 0 and budget > 0 and _opens_all(part, W))
     with peer_errors("agreeing on shared_topology"):
         hi_code, neg_lo_code, cannot, *got = ex.agree_max([code, -code, int(not can), *slots])
     hosts = host_layout(got[:W])
@@ -162,8 +165,9 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
                           "pass the same shared_topology on every rank")
     whole = int(hosts.max()) == 0
     groups = host_memory is not None
-    placement = decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:],
-                       code != 0 and not cannot and (whole or groups))
+    ok = code != 0 and not cannot and (whole or groups)
+    placement = decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:4 * W],
+                       [ok and (whole or bool(v)) for v in got[4 * W:]])
     if code == 0:
         return None, placement
     if not whole and not groups:
@@ -184,13 +188,26 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     ranks = tuple(range(W)) if mine.topology else own
     rows = tuple(range(W)) if mine.rows else own
     try:
-        return agree(lambda: SharedTopology(part, me, W, ranks, rows), ex.group,
-                     "opening the other ranks' parts for the shared topology"), placement
+        mapped = agree(lambda: SharedTopology(part, me, W, ranks, rows), ex.group,
+                       "opening the other ranks' parts for the shared topology")
+        mapped.rows_everywhere = placement.rows_local
+        return mapped, placement
     except (MnmgError, OSError) as e:  # raised on every rank alike
         if not auto:
             raise
         _log_off(ex, f"a part did not open ({e})")
-        return None, decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:], False)
+        return None, decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:4 * W], False)
+
+
+def _opens_all(part, world_size: int) -> bool:
+    """Whether every part of ``part``'s directory opens here (memory-mapped, not read)."""
+    try:
+        for r in range(world_size):
+            if r != part.rank:
+                load_partition(part.path, r, world_size, verify="off")
+    except (MnmgError, OSError):
+        return False
+    return True
 
 
 def _log_off(ex: Exchanger, why: str) -> None:
@@ -317,6 +334,9 @@ class SharedTopology:
         self.row_ranks = self.ranks if row_ranks is None else tuple(int(r) for r in row_ranks)
         self.whole = len(self.ranks) == world_size
         self.rows_whole = len(self.row_ranks) == world_size
+        # every rank maps every part's rows (set by place() across hosts): a fetch then needs
+        # no collective at all
+        self.rows_everywhere = self.rows_whole
         self.parts = []
         mapped = {r: part if r == rank else load_partition(part.path, r, world_size,
                                                            verify="off") for r in self.ranks}
