@@ -319,23 +319,37 @@ class DistFeatureStore:
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
         ids = ids.astype(np.int64, copy=False)
         F = self.num_features
-        # every row is written once, straight into the batch's features and extra columns
-        X = np.empty((ids.size, F), np.float32)
-        M = np.empty((ids.size, self.row_bytes // 4 - F), np.float32)
+        # every row is written once, straight into its batch's features and extra columns;
+        # one array per batch, not per round: a round's rows can exceed glibc's mmap
+        # threshold (32 MiB), and a fresh mapping per round faults in every page again
+        ends = np.cumsum(sizes, dtype=np.int64)
+        starts = ends - np.asarray(sizes, np.int64)
+        Xs = [np.empty((n, F), np.float32) for n in sizes]
+        Ms = [np.empty((n, self.row_bytes // 4 - F), np.float32) for n in sizes]
+
+        def put(pos, src, rows) -> None:
+            """Rows ``src[rows]`` to round positions ``pos`` (ascending), batch by batch."""
+            cut = np.searchsorted(pos, ends)
+            a = 0
+            for X, M, lo, z in zip(Xs, Ms, starts, cut, strict=True):
+                if z > a:
+                    scatter_rows(X, M, pos[a:z] - lo, src, rows[a:z])
+                a = z
+
         owner = self._owner(ids)
         local = owner == self.ex.rank
         li = np.flatnonzero(local)
         if self._host is not None:
-            scatter_rows(X, M, li, self._host, ids[li] - self.lo)
+            put(li, self._host, ids[li] - self.lo)
         else:
             rows = self.ex.to_host(
                 self.table[torch.from_numpy(ids[li] - self.lo).to(self.table.device)]).numpy()
-            scatter_rows(X, M, li, rows, np.arange(li.size))
+            put(li, rows, np.arange(li.size))
         mapped = 0
         near = local
         if self.host is not None:  # the host's other parts: read in place, never on the wire
             hi = np.flatnonzero(~local & self.host.row_mask[owner])
-            scatter_rows(X, M, hi, self._host_rows(ids[hi]), np.arange(hi.size))
+            put(hi, self._host_rows(ids[hi]), np.arange(hi.size))
             mapped = int(hi.size)
             near = local.copy()
             near[hi] = True
@@ -348,7 +362,7 @@ class DistFeatureStore:
             pos = np.minimum(np.searchsorted(cids, uniq), cids.size - 1)
             h = (cids[pos] == uniq) & ~hit
             sel = np.flatnonzero(h[inv])
-            scatter_rows(X, M, ri[sel], crows, pos[inv[sel]])
+            put(ri[sel], crows, pos[inv[sel]])
             hit |= h
         miss = np.flatnonzero(~hit)
         fetch = uniq[miss]  # rows of cached nodes are never asked for
@@ -356,7 +370,7 @@ class DistFeatureStore:
         where = np.empty(uniq.size, np.int64)  # distinct remote id -> its received row
         where[miss[perm]] = np.arange(miss.size)
         sel = np.flatnonzero(~hit[inv])
-        scatter_rows(X, M, ri[sel], back, where[inv[sel]])
+        put(ri[sel], back, where[inv[sel]])
         st = self.stats
         st["mapped_rows"] += mapped
         st["fetches"] += 1
@@ -369,14 +383,13 @@ class DistFeatureStore:
         # measured, not assumed: rows that crossed the wire twice in this round
         st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
         res = []
-        ends = np.cumsum(sizes, dtype=np.int64)
-        for a, z in zip(ends - np.asarray(sizes, np.int64), ends, strict=True):
+        for X, M in zip(Xs, Ms, strict=True):
             # numpy views the label columns as int64 for any row count (torch refuses the view
             # of an empty slice whose strides are 0)
-            x = torch.from_numpy(X[a:z]) if self.has_x else None
-            y = torch.from_numpy(np.ascontiguousarray(M[a:z, :2]).view(np.int64)
+            x = torch.from_numpy(X) if self.has_x else None
+            y = torch.from_numpy(np.ascontiguousarray(M[:, :2]).view(np.int64)
                                  .reshape(-1)) if self.has_y else None
-            orig = np.ascontiguousarray(M[a:z, 2:]).view(np.int64).reshape(-1) \
+            orig = np.ascontiguousarray(M[:, 2:]).view(np.int64).reshape(-1) \
                 if self.carries_orig else None
             res.append((x, y, orig))
         return res
