@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..host_limits import available_bytes, format_bytes
+from ..host_limits import available_bytes
 
 __all__ = ["DEFAULT_SHARE", "HostPlacement", "Placement", "decide", "default_budget",
            "part_bytes"]
@@ -112,17 +112,6 @@ class Placement:
                         "rows": rows, "other_rows_bytes": h.row_bytes,
                         "cache_rows": int(cache_rows[i]) if cache_rows else 0})
         return out
-
-    def describe(self) -> str:
-        """One line per host, for logs and summaries."""
-        lines = []
-        for i, h in enumerate(self.hosts):
-            what = ("every part's topology" if h.topology else "its own parts' topology") + (
-                " and every feature row" if h.rows else
-                f", a row cache of up to {format_bytes(h.left)}" if h.left else ", no row cache")
-            lines.append(f"host {i} (ranks {', '.join(map(str, h.ranks))}): budget "
-                         f"{format_bytes(h.budget)}: {what}")
-        return "; ".join(lines)
 
 
 def decide(host_of: Sequence[int], budgets: Sequence[int], topo: Sequence[int],
