@@ -217,8 +217,9 @@ class SamplingService:
         request are short, so a second round's kernels fill the first one's exchange waits
         (2 hosts x 1, one request per round: 0.36x against 0.24x per rank), while merged
         rounds grow instead and a second round did not win (``docs/performance.md``). More
-        than one need thread mode, the homogeneous wire path (no shared topology or CUDA
-        kernel) and a group of the service's own. Agreed by every rank (one all-reduce): an
+        than one need thread mode, a homogeneous part on the CPU kernel, ranks on several
+        hosts or the wire path (not one host's shared topology: nothing to overlap) and a
+        group of the service's own. Agreed by every rank (one all-reduce): an
         explicit ``K`` must be the same on all; ranks that all pass ``auto`` take the fewest."""
         s = self.sampler
         can = (self.mode == "thread" and self._own_group
@@ -234,7 +235,7 @@ class SamplingService:
         if k > 1 and not can:
             raise ServiceError(f"rounds_in_flight={k} needs thread mode, the service's own "
                                "process groups, a homogeneous part, the CPU kernel and no "
-                               "shared topology",
+                               "shared topology on one host",
                                "no service is started", "pass rounds_in_flight='auto'")
         if s.ex.world_size > 1:
             with peer_errors("agreeing on the rounds in flight"):
