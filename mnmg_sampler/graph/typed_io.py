@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import io
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 
@@ -25,12 +26,12 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from .formats import is_ogb_hetero_dir
-from .ogb import _find, _table
-from .readers import MASK_KEYS
-from .typed import TypedGraph, edge_type_of, typed_graph
+from .ogb import _find, _table, _unreadable, parse_table
+from .readers import MASK_KEYS, edge_index_pair, text_bytes
+from .typed import EdgeType, TypedGraph, _check_range, edge_type_of, typed_graph
 
-__all__ = ["from_hetero_data", "is_ogb_hetero_dir", "load_typed_graph", "read_ogb_hetero_dir",
-           "read_typed_torch", "typed_graph_at"]
+__all__ = ["HeteroShare", "from_hetero_data", "is_ogb_hetero_dir", "load_typed_graph",
+           "read_ogb_hetero_dir", "read_ogb_hetero_share", "read_typed_torch", "typed_graph_at"]
 
 _MASK_NAMES = {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
 
@@ -128,8 +129,119 @@ def _node_count_dict(f: Path) -> dict[str, int]:
     return {n: int(c) for n, c in zip(names, counts, strict=True)}
 
 
-def read_ogb_hetero_dir(path: str | PathLike) -> TypedGraph:
-    """Read an OGB heterogeneous node-property directory (layout in the module docstring)."""
+@dataclass
+class HeteroShare:
+    """What rank ``r`` of ``W`` reads of an OGB hetero directory (every id range-checked).
+
+    ``edges[et]`` is ``(first, total, src, dst)``: the relation's edges ``[first, first + k)``
+    of ``total`` (per-type ids; the edge id is the row), the ``r``-th of ``W`` even slices;
+    ``x``/``y`` are ``{type: (first, rows)}``, sliced the same way; ``masks`` are the whole
+    split id lists (a split is a small part of a type)."""
+
+    name: str
+    num_nodes: dict[str, int]
+    edges: dict[EdgeType, tuple[int, int, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    x: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
+    y: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
+    masks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+_BLOCK = 1 << 24
+
+
+def _lines(path: Path):
+    """The bytes of ``path`` (gzip or plain) in blocks, BOM stripped."""
+    with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+        block = f.read(_BLOCK)
+        yield text_bytes(block, str(path))
+        while block := f.read(_BLOCK):
+            yield block
+
+
+def _count_rows(path: Path) -> int:
+    """Lines of ``path`` (a last line without a newline counts)."""
+    n, last = 0, b"\n"
+    try:
+        for block in _lines(path):
+            if block:
+                n, last = n + block.count(b"\n"), block[-1:]
+    except (OSError, EOFError) as e:
+        raise _unreadable(path, "rows", e) from e
+    return n + (last != b"\n")
+
+
+def _rows(path: Path, lo: int, hi: int, total: int, dtype, what: str, says: str) -> np.ndarray:
+    """Rows ``[lo, hi)`` of ``total`` of a headerless CSV (gzip or plain), streamed: memory is
+    the slice, not the file. The slice that ends the table reads to its end, so a table with
+    more or fewer rows than ``total`` is refused by some rank."""
+    if hi == lo < total:
+        return np.zeros((0, 1), dtype)
+    got, seen, at = [], 0, 0 if lo == 0 else None  # seen: newlines before the block
+    try:
+        for block in _lines(path):
+            nl = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)
+            if at is None and seen + nl.size >= lo:
+                at = int(nl[lo - seen - 1]) + 1
+            if at is not None:
+                if hi < total and seen + nl.size >= hi:
+                    got.append(block[at:int(nl[hi - seen - 1]) + 1])
+                    break
+                got.append(block[at:])
+                at = 0
+            seen += nl.size
+    except (OSError, EOFError) as e:
+        raise _unreadable(path, what, e) from e
+    a = parse_table(b"".join(got), path, dtype, what)
+    if a.shape[0] != hi - lo:
+        raise GraphFormatError(f"{path} does not have the {total} rows {says}",
+                               "the table is incomplete or has extra rows",
+                               "unpack the dataset again")
+    return a
+
+
+def _edge_file(d: Path) -> Path:
+    f = d / "edge.npy"
+    if f.is_file():
+        return f
+    f = _find(d, "edge")
+    if f is None:
+        raise GraphFormatError(f"{d} has no edge.csv.gz (nor edge.csv or edge.npy)",
+                               "the relation has no edges", "unpack the dataset again")
+    return f
+
+
+def _relation_edges(d: Path, rank: int, world: int):
+    """``(first, total, src, dst)`` of rank ``rank``'s slice of relation directory ``d``."""
+    ef = _edge_file(d)
+    cf = _find(d, "num-edge-list")
+    if ef.suffix == ".npy":
+        try:
+            a = np.load(ef, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise GraphFormatError(f"{ef} is not a readable .npy ({e})", "its edges cannot be "
+                                   "read", "save it with numpy.save (no pickle)") from e
+        rows = a.ndim != 2 or a.shape[0] != 2 or a.shape[1] == 2  # (E, 2) rather than (2, E)
+        total = a.shape[0] if rows else a.shape[1]
+        lo, hi = total * rank // world, total * (rank + 1) // world
+        src, dst = edge_index_pair(np.asarray(a[lo:hi] if rows else a[:, lo:hi]), str(ef))
+    else:
+        total = (int(_table(cf, np.int64, "edge counts").sum()) if cf is not None
+                 else _count_rows(ef))
+        lo, hi = total * rank // world, total * (rank + 1) // world
+        e = _rows(ef, lo, hi, total, np.int64, "edges",
+                  f"{cf.name} says" if cf is not None else "it has")
+        if e.size and e.shape[1] != 2:
+            raise GraphFormatError(f"{ef}: {e.shape[1]} columns", "edges need 2",
+                                   "write one 'src,dst' row per edge")
+        e = e.reshape(-1, 2)
+        src, dst = np.ascontiguousarray(e[:, 0]), np.ascontiguousarray(e[:, 1])
+    return lo, total, src, dst
+
+
+def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -> HeteroShare:
+    """Rank ``rank``'s share of an OGB heterogeneous directory (layout in the module docstring;
+    a relation's edges may also be one ``edge.npy`` of shape ``(E, 2)`` or ``(2, E)``).
+    Pure I/O; bad input raises :class:`GraphFormatError` on the rank that reads it."""
     root = Path(path)
     name = str(root)
     raw = root / "raw"
@@ -138,53 +250,75 @@ def read_ogb_hetero_dir(path: str | PathLike) -> TypedGraph:
         raise GraphFormatError(f"{name} has no raw/num-node-dict.csv.gz",
                                "it is not an OGB heterogeneous directory",
                                "point at the dataset root, the directory that holds raw/")
-    spec: dict = {"num_nodes": _node_count_dict(nfile), "edge_index": {}, "x": {}, "y": {},
-                  "masks": {}}
+    sh = HeteroShare(name, _node_count_dict(nfile))
     rel_root = raw / "relations"
-    rel_dirs = sorted(d for d in rel_root.iterdir() if d.is_dir()) if rel_root.is_dir() else []
-    for d in rel_dirs:
-        parts = d.name.split("___")
-        if len(parts) != 3:
+    for d in sorted(d for d in rel_root.iterdir() if d.is_dir()) if rel_root.is_dir() else []:
+        et = tuple(d.name.split("___"))
+        if len(et) != 3:
             raise GraphFormatError(f"{d} is not named <src>___<rel>___<dst>",
                                    "its relation is unknown", "rename it as OGB does")
-        ef = _find(d, "edge")
-        if ef is None:
-            raise GraphFormatError(f"{d} has no edge.csv.gz", "the relation has no edges",
-                                   "unpack the dataset again")
-        e = _table(ef, np.int64, "edges")
-        if e.size and e.shape[1] != 2:
-            raise GraphFormatError(f"{ef}: {e.shape[1]} columns", "edges need 2",
-                                   "write one 'src,dst' row per edge")
-        e = e.reshape(-1, 2)
-        cf = _find(d, "num-edge-list")
-        if cf is not None and int(_table(cf, np.int64, "edge counts").sum()) != e.shape[0]:
-            raise GraphFormatError(f"{cf} says {int(_table(cf, np.int64, 'x').sum())} edges but "
-                                   f"{ef} has {e.shape[0]}", "the relation is incomplete",
-                                   "unpack the dataset again")
-        spec["edge_index"][tuple(parts)] = np.ascontiguousarray(e.T)
+        for t in (et[0], et[2]):
+            if t not in sh.num_nodes:
+                raise GraphFormatError(
+                    f"{name}: relation {et} names node type {t!r}, which has no node count",
+                    "its node ids cannot be placed",
+                    f"add {t!r} to raw/num-node-dict; known types: {sorted(sh.num_nodes)}")
+        first, total, src, dst = _relation_edges(d, rank, world)
+        _check_range(name, et, "source", src, sh.num_nodes[et[0]])
+        _check_range(name, et, "destination", dst, sh.num_nodes[et[2]])
+        sh.edges[et] = (first, total, src, dst)
     for sub, key in (("node-feat", "x"), ("node-label", "y")):
         base = raw / sub
         for d in (sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []):
             f = _find(d, sub)
             if f is None:
                 continue
+            if d.name not in sh.num_nodes:
+                raise GraphFormatError(f"{f} names an unknown node type",
+                                       "its rows belong to no node",
+                                       f"use one of {sorted(sh.num_nodes)}")
+            n = sh.num_nodes[d.name]
+            lo, hi = n * rank // world, n * (rank + 1) // world
+            says = f"type {d.name!r} has in raw/num-node-dict"
             if key == "x":
-                spec["x"][d.name] = _table(f, np.float32, "features")
+                sh.x[d.name] = (lo, _rows(f, lo, hi, n, np.float32, "features", says))
             else:
-                lab = _table(f, np.float64, "labels")[:, 0]
-                spec["y"][d.name] = np.where(np.isnan(lab), -1, lab).astype(np.int64)
+                lab = _rows(f, lo, hi, n, np.float64, "labels", says)[:, 0]
+                sh.y[d.name] = (lo, np.where(np.isnan(lab), -1, lab).astype(np.int64))
     split_root = root / "split"
     splits = sorted(d for d in split_root.iterdir() if d.is_dir()) if split_root.is_dir() else []
-    if splits:
-        for d in sorted(p for p in splits[0].iterdir() if p.is_dir()):
-            m = {}
-            for split, stem in (("train", "train"), ("val", "valid"), ("test", "test")):
-                f = _find(d, stem)
-                if f is not None:
-                    m[split] = _table(f, np.int64, "node ids")[:, 0]
-            if m:
-                spec["masks"][d.name] = m
-    return typed_graph(spec, name)
+    for d in (sorted(p for p in splits[0].iterdir() if p.is_dir()) if splits else []):
+        m = {}
+        for split, stem in (("train", "train"), ("val", "valid"), ("test", "test")):
+            f = _find(d, stem)
+            if f is None:
+                continue
+            if d.name not in sh.num_nodes:
+                raise GraphFormatError(f"{f} names an unknown node type",
+                                       "the split cannot be built",
+                                       f"use one of {sorted(sh.num_nodes)}")
+            m[split] = _table(f, np.int64, "node ids")[:, 0]
+            _check_ids(m[split], sh.num_nodes[d.name], str(f))
+        if m:
+            sh.masks[d.name] = m
+    return sh
+
+
+def _check_ids(ids: np.ndarray, n: int, what: str) -> None:
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        bad = int(ids.max()) if int(ids.max()) >= n else int(ids.min())
+        raise GraphFormatError(f"{what} holds node id {bad} outside [0, {n})",
+                               "the split cannot be built", "give node ids of the graph")
+
+
+def read_ogb_hetero_dir(path: str | PathLike) -> TypedGraph:
+    """Read an OGB heterogeneous node-property directory (layout in the module docstring)."""
+    sh = read_ogb_hetero_share(path)
+    spec = {"num_nodes": sh.num_nodes,
+            "edge_index": {et: np.stack([s, d]) for et, (_, _, s, d) in sh.edges.items()},
+            "x": {t: a for t, (_, a) in sh.x.items()}, "y": {t: a for t, (_, a) in sh.y.items()},
+            "masks": sh.masks}
+    return typed_graph(spec, sh.name)
 
 
 def load_typed_graph(source, name: str | None = None) -> TypedGraph:
