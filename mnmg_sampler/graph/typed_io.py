@@ -3,6 +3,7 @@ dict form, and OGB's heterogeneous raw directory layout (as ogbn-mag's)::
 
     raw/num-node-dict.csv.gz                        header of type names, one row of counts
     raw/relations/<src>___<rel>___<dst>/edge.csv.gz one "src,dst" row per edge (per-type ids)
+                                                    (or edge.csv, or edge.npy (E, 2) / (2, E))
     raw/relations/<...>/num-edge-list.csv.gz        the relation's edge count (optional, checked)
     raw/node-feat/<type>/node-feat.csv.gz           float features of that type (optional)
     raw/node-label/<type>/node-label.csv.gz         labels of that type (optional; NaN -> -1)

@@ -133,3 +133,22 @@ def test_bad_typed_input_raises_on_every_rank(hetero_dir, tmp_path):
         for e, text in zip(rank_errors, expected, strict=True):
             assert isinstance(e, GraphFormatError) and text in str(e), (e, text)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(("o", ".mnmg-partial"))]
+
+
+def test_cli_on_two_ranks_matches_single_process(hetero_dir, tmp_path):
+    from mnmg_sampler.cli import main
+
+    from .cli_ranks import cli_ranks
+
+    args = [str(hetero_dir), "--method", "hash", "--seed", "3"]
+    runs = cli_ranks(["partition", *args, "--out", str(tmp_path / "d"), "--chunk-rows", "5"])
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert "of 3 types" in runs[0].stdout and "2 ranks" in runs[0].stdout
+    with pytest.raises(SystemExit) as e:
+        main(["partition", *args, "--parts", "2", "--out", str(tmp_path / "s")])
+    assert e.value.code == 0
+    _same_dirs(tmp_path / "s", tmp_path / "d")  # the manifests' source included
+    for r in cli_ranks(["partition", *args, "--undirected", "--out", str(tmp_path / "u")]):
+        assert r.returncode == 2 and "--undirected applies to homogeneous graphs" in r.stderr, \
+            r.stderr[-3000:]
