@@ -346,13 +346,9 @@ def partition_distributed(
                      "use more ranks, or renumber sparse ids (--renumber true, "
                      "dataset.renumber: true)")
     orig_ids = part_node_ids(rank, n, world, method, seed)
-    sizes = _gather([orig_ids.shape[0]], group)[:, 0]
-    bounds = np.zeros(world + 1, np.int64)
-    np.cumsum(sizes, out=bounds[1:])
+    sizes, bounds, cut = _owned(ex, orig_ids, rec, owner_of, chunk)
     start = int(bounds[rank])
     local_edges = rec.shape[0]
-    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != rank))
-              for a in range(0, local_edges, chunk))
     if method == "range" or world == 1:
         new_src = rec[:, 1].copy()
     else:
@@ -361,15 +357,8 @@ def partition_distributed(
     row = np.searchsorted(orig_ids, rec[:, 0])
     eid = rec[:, 2].copy()
     del rec
-    arrays = {"indptr": np.zeros(orig_ids.shape[0] + 1, np.int64)}
-    np.cumsum(np.bincount(row, minlength=orig_ids.shape[0]), out=arrays["indptr"][1:])
-    m_ids = max(1, 2 * m)  # edge ids are below 2m: (row, id) packs into one int64 key
-    if orig_ids.shape[0] * m_ids < 2**62:
-        row *= m_ids
-        row += eid
-        order = np.argsort(row)  # keys are distinct: no stability needed
-    else:
-        order = np.lexsort((eid, row))
+    arrays = {"indptr": _indptr(row, orig_ids.shape[0])}
+    order = _entry_order(row, eid, orig_ids.shape[0], 2 * m)  # edge ids are below 2m
     del row
     arrays["indices"] = new_src[order]
     del new_src
@@ -471,13 +460,9 @@ def partition_typed_distributed(
     # 4. relabel; rows are the owned nodes' (node, relation) segments, entries by edge id
     per_type = [part_node_ids(rank, int(off[t + 1] - off[t]), world, method, seed) for t in types]
     owned = np.concatenate([ids + off[t] for t, ids in zip(types, per_type, strict=True)])
-    sizes = _gather([owned.shape[0]], group)[:, 0]
-    bounds = np.zeros(world + 1, np.int64)
-    np.cumsum(sizes, out=bounds[1:])
+    sizes, bounds, cut = _owned(ex, owned, rec, owner_of, chunk)
     start = int(bounds[rank])
     local_edges = rec.shape[0]
-    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != rank))
-              for a in range(0, local_edges, chunk))
     new_src = lookup(ex, rec[:, 1], owner_of, lambda q: start + np.searchsorted(owned, q), chunk)
     type_offset = np.searchsorted(owned, off).astype(np.int64)
     seg0 = np.zeros(owned.shape[0] + 1, np.int64)  # first segment of every owned node
@@ -486,15 +471,8 @@ def partition_typed_distributed(
     seg += (np.arange(len(rel_edges)) - lay.rel_offset[lay.rel_dst])[rec[:, 3]]
     eid = rec[:, 2].copy()
     del rec
-    arrays = {"indptr": np.zeros(seg0[-1] + 1, np.int64)}
-    np.cumsum(np.bincount(seg, minlength=int(seg0[-1])), out=arrays["indptr"][1:])
-    m_ids = max([1, *rel_edges])  # within a segment edge ids are distinct and below m_ids
-    if seg0[-1] * m_ids < 2**62:
-        seg *= m_ids
-        seg += eid
-        order = np.argsort(seg)
-    else:
-        order = np.lexsort((eid, seg))
+    arrays = {"indptr": _indptr(seg, int(seg0[-1]))}
+    order = _entry_order(seg, eid, int(seg0[-1]), max([0, *rel_edges]))  # per relation
     del seg
     arrays["indices"] = new_src[order]
     del new_src
@@ -540,6 +518,34 @@ def partition_typed_distributed(
                  num_edges=num_edges, graph_name=sh.name, node_types=len(lay.node_types),
                  edge_types=len(lay.edge_types))
     return stats
+
+
+def _owned(ex, owned, rec, owner_of, chunk):
+    """``(nodes per part, part boundaries, cut entries here)`` once every rank knows its
+    ``owned`` nodes and received entries ``rec`` (target, source, ...)."""
+    sizes = _gather([owned.shape[0]], ex.group)[:, 0]
+    bounds = np.zeros(ex.world_size + 1, np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != ex.rank))
+              for a in range(0, rec.shape[0], chunk))
+    return sizes, bounds, cut
+
+
+def _indptr(row: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros(rows + 1, np.int64)
+    np.cumsum(np.bincount(row, minlength=rows), out=out[1:])
+    return out
+
+
+def _entry_order(row: np.ndarray, eid: np.ndarray, rows: int, max_id: int) -> np.ndarray:
+    """The order of entries by (row, edge id), distinct pairs with ids below ``max_id``;
+    ``row`` is overwritten (packed with the id into one int64 key where that fits)."""
+    m_ids = max(1, max_id)
+    if rows * m_ids >= 2**62:
+        return np.lexsort((eid, row))
+    row *= m_ids
+    row += eid
+    return np.argsort(row)  # keys are distinct: no stability needed
 
 
 def _renumber(ex: Exchanger, share: EdgeShare, max_id: int, force: bool, chunk: int,
