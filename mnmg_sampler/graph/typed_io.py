@@ -215,27 +215,31 @@ def _relation_edges(d: Path, rank: int, world: int):
     """``(first, total, src, dst)`` of rank ``rank``'s slice of relation directory ``d``."""
     ef = _edge_file(d)
     cf = _find(d, "num-edge-list")
+    declared = None if cf is None else int(_table(cf, np.int64, "edge counts").sum())
     if ef.suffix == ".npy":
         try:
             a = np.load(ef, mmap_mode="r", allow_pickle=False)
+            if a.ndim != 2 or 2 not in a.shape:
+                raise ValueError(f"shape {a.shape} is not (2, E) or (E, 2)")
         except (OSError, ValueError) as e:
-            raise GraphFormatError(f"{ef} is not a readable .npy ({e})", "its edges cannot be "
-                                   "read", "save it with numpy.save (no pickle)") from e
-        rows = a.ndim != 2 or a.shape[0] != 2 or a.shape[1] == 2  # (E, 2) rather than (2, E)
-        total = a.shape[0] if rows else a.shape[1]
+            raise GraphFormatError(f"{ef} is not a usable edge array ({e})", "its edges cannot "
+                                   "be read", "save a (2, E) or (E, 2) int array") from e
+        a = a.T if a.shape[0] != 2 else a  # (2, E), as PyG's edge_index where ambiguous
+        total = a.shape[1]
+        if declared not in (None, total):
+            raise GraphFormatError(f"{cf} says {declared} edges but {ef} has {total}",
+                                   "the relation is incomplete", "unpack the dataset again")
         lo, hi = total * rank // world, total * (rank + 1) // world
-        src, dst = edge_index_pair(np.asarray(a[lo:hi] if rows else a[:, lo:hi]), str(ef))
+        src, dst = edge_index_pair(np.asarray(a[:, lo:hi]), str(ef))
     else:
-        total = (int(_table(cf, np.int64, "edge counts").sum()) if cf is not None
-                 else _count_rows(ef))
+        total = _count_rows(ef) if declared is None else declared
         lo, hi = total * rank // world, total * (rank + 1) // world
         e = _rows(ef, lo, hi, total, np.int64, "edges",
-                  f"{cf.name} says" if cf is not None else "it has")
+                  "it has" if cf is None else f"{cf.name} says")
         if e.size and e.shape[1] != 2:
             raise GraphFormatError(f"{ef}: {e.shape[1]} columns", "edges need 2",
                                    "write one 'src,dst' row per edge")
-        e = e.reshape(-1, 2)
-        src, dst = np.ascontiguousarray(e[:, 0]), np.ascontiguousarray(e[:, 1])
+        src, dst = (np.ascontiguousarray(c) for c in e.reshape(-1, 2).T)
     return lo, total, src, dst
 
 

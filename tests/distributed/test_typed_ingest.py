@@ -24,9 +24,9 @@ from ..typed_graphs import typed_spec
 from .harness import run_ranks
 from .test_ingest import _same_dirs
 
-FORMS = {("author", "writes", "paper"): "csv.gz+count", ("paper", "rev_writes", "author"): "npy",
+FORMS = {("author", "writes", "paper"): "csv.gz+count", ("paper", "rev_writes", "author"): "csv.gz",
          ("paper", "cites", "paper"): "csv", ("paper", "has", "field"): "npyT",
-         ("field", "of", "paper"): "csv.gz"}
+         ("field", "of", "paper"): "npy+count"}  # 3 edges: a (2, 2) slice on W = 2
 
 
 def _gz(path: Path, text: str) -> None:
@@ -46,7 +46,7 @@ def write_hetero_dir(root: Path, spec: dict, forms: dict | None = None) -> Path:
         form = (forms or FORMS)[et]
         rows = "".join(f"{a},{b}\n" for a, b in ei.T)
         if form.startswith("npy"):
-            np.save(d / "edge.npy", ei if form == "npyT" else ei.T.copy())
+            np.save(d / "edge.npy", ei if form == "npyT" else ei.T.copy())  # (2, E) or (E, 2)
         elif form == "csv":
             (d / "edge.csv").write_text(rows)
         else:
@@ -116,18 +116,16 @@ def test_bad_typed_input_raises_on_every_rank(hetero_dir, tmp_path):
         edit(d / "raw" / "relations")
         return str(d)
 
-    writes = "author___writes___paper"
+    writes, rev = "author___writes___paper", "paper___rev_writes___author"
     paths = [
         broken("missing", lambda r: (r / writes / "edge.csv.gz").unlink()),
         # the last rows are out of range: only the last rank reads them
-        broken("range", lambda r: _gz(r / "field___of___paper" / "edge.csv.gz",
-                                      "0,1\n1,2\n4,99\n")),
-        broken("columns", lambda r: _gz(r / "field___of___paper" / "edge.csv.gz",
-                                        "0,1\n1,2\n4,5,6\n")),
+        broken("range", lambda r: _gz(r / rev / "edge.csv.gz", "0,1\n1,2\n4,99\n")),
+        broken("columns", lambda r: _gz(r / rev / "edge.csv.gz", "0,1\n1,2\n4,5,6\n")),
         broken("count", lambda r: _gz(r / writes / "num-edge-list.csv.gz", "71\n")),
     ]
     got = run_ranks(_bad_each, 2, paths, str(tmp_path), timeout=180)
-    expected = ["has no edge.csv.gz", "destination id 99, outside the 31 nodes",
+    expected = ["has no edge.csv.gz", "destination id 99, outside the 23 nodes",
                 "number of columns changed from 2 to 3", "the 71 rows num-edge-list"]
     for rank_errors in got:  # every rank raises, before any exchange
         for e, text in zip(rank_errors, expected, strict=True):
