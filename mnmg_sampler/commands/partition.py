@@ -14,10 +14,10 @@ part, the same files as one process writes. ``metis``, edge weights, and node da
 
 A typed INPUT (a saved ``HeteroData`` ``.pt`` or an OGB hetero directory) writes typed parts
 (:mod:`mnmg_sampler.graph.typed_partition`, ``docs/hetero.md``); its node data comes with it, so
-the homogeneous-only options are refused. Under torchrun an OGB hetero directory is partitioned
-on every rank with ``random``, ``range`` and ``hash``
+the homogeneous-only options are refused. Under torchrun it is partitioned on every rank with
+``random``, ``range`` and ``hash``
 (:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`: each rank reads 1/N of
-every relation); a ``.pt`` (read whole) and ``metis`` run on rank 0.
+every relation; a ``.pt`` is memory-mapped); ``metis`` runs on rank 0.
 """
 
 from __future__ import annotations
@@ -141,9 +141,11 @@ def _run_distributed(args: argparse.Namespace) -> int:
         node_files = [args.features, args.labels, args.train_mask, args.val_mask,
                       args.test_mask]
         npy_only = all(f is None or f.lower().endswith(".npy") for f in node_files[:2])
+        from ..graph.typed_io import sliceable_typed_input
+
         typed = _is_typed_path(args.input)
         if (args.method == "metis" or args.weights or not npy_only
-                or (typed and not is_ogb_hetero_dir(args.input))
+                or (typed and not sliceable_typed_input(args.input))
                 or (not typed and any(f is not None for f in node_files[2:]))):
             def single() -> None:  # one process; the others wait for it
                 if env.rank == 0:
@@ -158,7 +160,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
             agree(lambda: check_replaceable(args.out))
         elif args.overwrite:
             agree(lambda: None)
-        if _is_typed_path(args.input):
+        if typed:
             _run_typed_distributed(args, env.rank, world)
             dist.barrier()
             return 0
@@ -189,7 +191,7 @@ def _is_typed_path(spec: str) -> bool:
 
 
 def _run_typed_distributed(args: argparse.Namespace, rank: int, world: int) -> None:
-    """Under torchrun: an OGB hetero directory, every rank reading 1/N of every relation."""
+    """Under torchrun: a typed input, every rank reading 1/N of every relation."""
     from ..distributed.collective import agree
     from ..distributed.ingest import DEFAULT_CHUNK, partition_typed_distributed
 

@@ -395,22 +395,26 @@ def partition_typed_distributed(
     chunk: int = DEFAULT_CHUNK,
     group: dist.ProcessGroup | None = None,
 ) -> dict:
-    """Partition the OGB hetero directory ``path`` into one typed part per rank of ``group``.
+    """Partition the typed graph at ``path`` (an OGB hetero directory, or a ``.pt`` of a
+    ``HeteroData``, its ``to_dict()`` or the dict form) into one typed part per rank.
 
     Collective, the steps of :func:`partition_distributed` over the internal ids (type offset +
-    per-type id): each rank reads the ``r``-th of ``W`` slices of every relation, and of every
-    type's feature and label rows (:func:`~mnmg_sampler.graph.typed_io.read_ogb_hetero_share`);
-    every CSR entry goes to the owner of its target as a (target, source, edge id, relation)
-    row, the owner deciding per type as :func:`~mnmg_sampler.graph.typed_partition.typed_plan`
-    does; the owner relabels, cuts its rows into (node, relation) segments, writes its own typed
-    part, and rank 0 the manifest. The files are those of
+    per-type id): each rank reads the ``r``-th of ``W`` slices of every relation and of every
+    type's node rows (:func:`~mnmg_sampler.graph.typed_io.read_ogb_hetero_share`,
+    :func:`~mnmg_sampler.graph.typed_io.read_typed_torch_share`: a ``.pt`` is memory-mapped);
+    every CSR entry goes to the owner of its target as a (target, source, edge id, relation
+    [, weight]) row, the owner deciding per type as
+    :func:`~mnmg_sampler.graph.typed_partition.typed_plan` does; node rows go to their owners
+    the same way; the owner relabels, cuts its rows into (node, relation) segments, writes its
+    own typed part, and rank 0 the manifest. The files are those of
     :func:`~mnmg_sampler.graph.typed_partition.partition_typed` for the same input, ``method``
     and ``seed``. Returns the partition statistics plus ``out``, ``seconds``, ``num_nodes``,
     ``num_edges``, ``graph_name`` and ``node_types``.
     """
+    from ..graph.formats import is_ogb_hetero_dir
     from ..graph.partition_io import TYPED_FORMAT_VERSION
     from ..graph.typed import typed_layout
-    from ..graph.typed_io import read_ogb_hetero_share
+    from ..graph.typed_io import read_ogb_hetero_share, read_typed_torch_share
     from ..graph.typed_partition import check_type_names, typed_section
 
     t0 = time.perf_counter()
@@ -420,7 +424,8 @@ def partition_typed_distributed(
     agree(lambda: _check_args(path, out, method, overwrite, world), group)
 
     def read():
-        got = read_ogb_hetero_share(path, rank, world)
+        reader = read_ogb_hetero_share if is_ogb_hetero_dir(path) else read_typed_torch_share
+        got = reader(path, rank, world)
         check_type_names(got.name, got.num_nodes)
         return got
 
@@ -440,23 +445,30 @@ def partition_typed_distributed(
             d[m] = assign_nodes(v[m] - off[i], int(off[i + 1] - off[i]), world, method, seed)
         return d
 
-    # 1-3. every CSR entry to the owner of its target: (target, source, edge id, relation)
+    # 1-3. every CSR entry to the owner of its target: (target, source, edge id, relation
+    # [, float32 weight bits])
     rel_edges = [sh.edges[et][1] for et in lay.edge_types]
+    weighted = np.array([et in sh.weights for et in lay.edge_types], np.uint8)
+    width = 5 if weighted.any() else 4
     pieces = [(r, a, min(len(sh.edges[et][2]), a + chunk)) for r, et in enumerate(lay.edge_types)
               for a in range(0, len(sh.edges[et][2]), chunk)]
 
     def make(i: int):
         r, a, b = pieces[i]
         first, _, src, dst = sh.edges[lay.edge_types[r]]
-        cols = np.empty((b - a, 4), np.int64)
+        cols = np.empty((b - a, width), np.int64)
         cols[:, 0] = dst[a:b] + off[lay.rel_dst[r]]
         cols[:, 1] = src[a:b] + off[lay.rel_src[r]]
         cols[:, 2] = np.arange(first + a, first + b, dtype=np.int64)
         cols[:, 3] = r
+        if width == 5:
+            w = sh.weights.get(lay.edge_types[r], np.ones(len(src), np.float32))
+            cols[:, 4] = w[a:b].view(np.int32)
         return cols, owner_of(cols[:, 0])
 
-    rec = shuffle_stream(ex, len(pieces), make, 4)
+    rec = shuffle_stream(ex, len(pieces), make, width)
     sh.edges.clear()
+    sh.weights.clear()
     # 4. relabel; rows are the owned nodes' (node, relation) segments, entries by edge id
     per_type = [part_node_ids(rank, int(off[t + 1] - off[t]), world, method, seed) for t in types]
     owned = np.concatenate([ids + off[t] for t, ids in zip(types, per_type, strict=True)])
@@ -470,6 +482,7 @@ def partition_typed_distributed(
     seg = seg0[np.searchsorted(owned, rec[:, 0])]
     seg += (np.arange(len(rel_edges)) - lay.rel_offset[lay.rel_dst])[rec[:, 3]]
     eid = rec[:, 2].copy()
+    w = rec[:, 4].astype(np.int32).view(np.float32) if width == 5 else None
     del rec
     arrays = {"indptr": _indptr(seg, int(seg0[-1]))}
     order = _entry_order(seg, eid, int(seg0[-1]), max([0, *rel_edges]))  # per relation
@@ -477,30 +490,24 @@ def partition_typed_distributed(
     arrays["indices"] = new_src[order]
     del new_src
     arrays["edge_ids"] = eid[order]
-    del eid, order
+    del eid
     arrays.update(orig_ids=owned, type_offset=type_offset)
-    # node data of every type: sent by the ranks that read it
-    x_meta, y_meta, masks = {}, {}, {}
+    if w is not None:
+        arrays["weights"] = w[order]
+    del order
+    # node rows of every type: sent by the ranks that read them
+    meta: dict[str, tuple[str, tuple]] = {}
+    masks = {t: [*sh.mask_rows.get(t, {}), *sh.masks.get(t, {})] for t in lay.node_types}
     for t, name in enumerate(lay.node_types):
-        nt = int(off[t + 1] - off[t])
-        if name in sh.x:
-            lo, a = sh.x.pop(name)
-            widths = {int(w) for w in _gather([a.shape[1] if a.shape[0] else -1], group)[:, 0]}
-            if len(widths - {-1}) > 1:
-                raise GraphFormatError(f"{path}: the feature rows of {name!r} have "
-                                       f"{sorted(widths - {-1})} columns",
-                                       "every row needs the same width", "unpack it again")
-            shape = (max(widths),)
-            a = a if a.shape[0] else np.zeros((0, *shape), np.float32)
-            x_meta[name] = ("<f4", shape)
-            arrays[f"x.{name}"] = _place_rows(ex, (a, lo, lo + a.shape[0]), x_meta[name],
-                                              per_type[t], nt, method, seed, chunk, None)
-        if name in sh.y:
-            lo, a = sh.y.pop(name)
-            y_meta[name] = "<i8"
-            arrays[f"y.{name}"] = _place_rows(ex, (a, lo, lo + a.shape[0]), ("<i8", ()),
-                                              per_type[t], nt, method, seed, chunk, None)
-        masks[name] = list(sh.masks.get(name, {}))
+        rows = [(f"x.{name}", sh.x.pop(name, None)), (f"y.{name}", sh.y.pop(name, None))]
+        rows += [(f"mask.{name}.{k}", v) for k, v in sh.mask_rows.pop(name, {}).items()]
+        for key, got in rows:
+            if got is not None:
+                lo, a = got
+                meta[key] = _agreed_meta(a, f"{path}: {key}", group)
+                a = a if a.shape[0] else np.zeros((0, *meta[key][1]), meta[key][0])
+                arrays[key] = _place_rows(ex, (a, lo, lo + a.shape[0]), meta[key], per_type[t],
+                                          int(off[t + 1] - off[t]), method, seed, chunk, None)
         for split, ids in sh.masks.get(name, {}).items():
             arrays[f"mask.{name}.{split}"] = np.isin(per_type[t], ids)
     totals = _gather([local_edges, cut], group)
@@ -508,16 +515,37 @@ def partition_typed_distributed(
     num_edges = int(sum(rel_edges))
     stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
     typed = typed_section(lay.node_types, lay.edge_types, off,
-                          dict(zip(lay.edge_types, rel_edges, strict=True)),
-                          np.zeros(len(rel_edges), np.uint8), x_meta, y_meta, masks,
-                          type_nodes, None)
+                          dict(zip(lay.edge_types, rel_edges, strict=True)), weighted,
+                          {t: meta[f"x.{t}"] for t in lay.node_types if f"x.{t}" in meta},
+                          {t: meta[f"y.{t}"][0] for t in lay.node_types if f"y.{t}" in meta},
+                          masks, type_nodes, None)
     # 5. write
     _write(ex, out, arrays, bounds, n, chunk, stats, sh.name, False, False, overwrite, source,
-           group, extra={"typed": typed, "format_version": TYPED_FORMAT_VERSION})
+           group, extra={"typed": typed, "format_version": TYPED_FORMAT_VERSION,
+                         "has_weights": bool(weighted.any())})
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
                  num_edges=num_edges, graph_name=sh.name, node_types=len(lay.node_types),
                  edge_types=len(lay.edge_types))
     return stats
+
+
+def _agreed_meta(a: np.ndarray, what: str, group) -> tuple[str, tuple]:
+    """(dtype, row shape) of node rows read in slices, the same on every rank (a rank without
+    rows, whose CSV slice has no type, takes the others'); else an error on every rank."""
+    v = np.full(5, -1, np.int64)
+    if a.shape[0]:
+        v[0] = _DTYPES.index(a.dtype.str) if a.dtype.str in _DTYPES and a.ndim < 5 else -2
+        if v[0] >= 0:
+            v[1:a.ndim] = a.shape[1:]
+    known = {tuple(int(c) for c in r) for r in _gather(v, group) if r[0] != -1}
+    if len(known) > 1 or any(r[0] == -2 for r in known):
+        raise GraphFormatError(f"{what}: the ranks read rows of different or unsupported dtypes "
+                               "or widths", "they cannot be stored as one array",
+                               "give every row the same width, in a plain numeric dtype")
+    if not known:
+        return a.dtype.str, tuple(a.shape[1:])
+    r = known.pop()
+    return _DTYPES[r[0]], tuple(c for c in r[1:] if c >= 0)
 
 
 def _owned(ex, owned, rec, owner_of, chunk):

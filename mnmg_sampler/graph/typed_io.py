@@ -26,13 +26,25 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
+from .csr import check_weights
 from .formats import is_ogb_hetero_dir
 from .ogb import _find, _table, _unreadable, parse_table
 from .readers import MASK_KEYS, edge_index_pair, text_bytes
-from .typed import EdgeType, TypedGraph, _check_range, edge_type_of, typed_graph
+from .typed import (
+    EdgeType,
+    TypedGraph,
+    _arr,
+    _check_range,
+    _edge_pair,
+    _node_counts,
+    _node_data,
+    edge_type_of,
+    typed_graph,
+)
 
 __all__ = ["HeteroShare", "from_hetero_data", "is_ogb_hetero_dir", "load_typed_graph",
-           "read_ogb_hetero_dir", "read_ogb_hetero_share", "read_typed_torch", "typed_graph_at"]
+           "read_ogb_hetero_dir", "read_ogb_hetero_share", "read_typed_torch",
+           "read_typed_torch_share", "sliceable_typed_input", "typed_graph_at"]
 
 _MASK_NAMES = {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
 
@@ -62,20 +74,23 @@ def _spec_from_stores(nodes: Mapping, edges: Mapping, name: str) -> dict:
 
 def from_hetero_data(data, name: str = "HeteroData") -> TypedGraph:
     """A :class:`TypedGraph` from a PyG ``HeteroData`` (node counts as PyG infers them)."""
-    nodes = {}
-    for t in data.node_types:
-        st = dict(data[t].items())
-        st["num_nodes"] = data[t].num_nodes
-        nodes[t] = st
-    edges = {et: dict(data[et].items()) for et in data.edge_types}
-    return typed_graph(_spec_from_stores(nodes, edges, name), name)
+    return typed_graph(_spec_of(data, name), name)
 
 
-def _from_mapping(d: Mapping, name: str) -> TypedGraph:
-    if isinstance(d.get("edge_index"), Mapping):  # the plain dict form
-        return typed_graph(d, name)
+def _spec_of(obj, name: str) -> dict:
+    """The plain dict form of a ``HeteroData``, its ``to_dict()`` or the dict form itself
+    (arrays are not copied: a memory-mapped file stays mapped)."""
+    if type(obj).__name__ == "HeteroData":
+        nodes = {}
+        for t in obj.node_types:
+            nodes[t] = dict(obj[t].items())
+            nodes[t]["num_nodes"] = obj[t].num_nodes
+        return _spec_from_stores(nodes, {et: dict(obj[et].items()) for et in obj.edge_types},
+                                 name)
+    if isinstance(obj.get("edge_index"), Mapping):  # the plain dict form
+        return obj
     nodes, edges = {}, {}
-    for k, v in d.items():
+    for k, v in obj.items():
         if k == "_global_store":
             continue
         if not isinstance(v, Mapping):
@@ -87,7 +102,7 @@ def _from_mapping(d: Mapping, name: str) -> TypedGraph:
             edges[edge_type_of(k, name)] = v
         else:
             nodes[str(k)] = v
-    return typed_graph(_spec_from_stores(nodes, edges, name), name)
+    return _spec_from_stores(nodes, edges, name)
 
 
 def _hetero_safe_globals() -> list:
@@ -132,12 +147,13 @@ def _node_count_dict(f: Path) -> dict[str, int]:
 
 @dataclass
 class HeteroShare:
-    """What rank ``r`` of ``W`` reads of an OGB hetero directory (every id range-checked).
+    """What rank ``r`` of ``W`` reads of a typed input (every id range-checked).
 
     ``edges[et]`` is ``(first, total, src, dst)``: the relation's edges ``[first, first + k)``
-    of ``total`` (per-type ids; the edge id is the row), the ``r``-th of ``W`` even slices;
-    ``x``/``y`` are ``{type: (first, rows)}``, sliced the same way; ``masks`` are the whole
-    split id lists (a split is a small part of a type)."""
+    of ``total`` (per-type ids; the edge id is the row), the ``r``-th of ``W`` even slices, and
+    ``weights[et]`` their float32 weights where the relation has some; ``x``/``y`` are
+    ``{type: (first, rows)}``, sliced the same way, as are the bool ``mask_rows``; ``masks`` are
+    whole split id lists (an OGB split is a small part of a type)."""
 
     name: str
     num_nodes: dict[str, int]
@@ -145,6 +161,8 @@ class HeteroShare:
     x: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
     y: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
     masks: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    mask_rows: dict[str, dict[str, tuple[int, np.ndarray]]] = field(default_factory=dict)
+    weights: dict[EdgeType, np.ndarray] = field(default_factory=dict)
 
 
 _BLOCK = 1 << 24
@@ -309,6 +327,71 @@ def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -
     return sh
 
 
+def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) -> HeteroShare:
+    """Rank ``rank``'s share of a ``.pt`` typed graph (as :func:`read_typed_torch` reads it),
+    memory-mapped (``torch.load(mmap=True)``): only the rank's slices are read. Node data and
+    split masks are checked as :func:`~.typed.typed_graph` checks them (a split given as ids
+    becomes a mask of the type's nodes on every rank)."""
+    from .torch_files import load_torch_object
+
+    name = str(path)
+    obj = load_torch_object(path, _hetero_safe_globals(), mmap=True)
+    if not _is_typed_object(obj):
+        raise GraphFormatError(f"{name} holds a {type(obj).__name__} that is not a typed graph",
+                               "it has no node types or relations to partition",
+                               "partition it without torchrun, or save a HeteroData")
+    spec = _spec_of(obj, name)
+    sh = HeteroShare(name, _node_counts(spec, name))
+    cut = {t: (n * rank // world, n * (rank + 1) // world) for t, n in sh.num_nodes.items()}
+    weights = {edge_type_of(k, name): v for k, v in dict(spec.get("edge_weight") or {}).items()}
+    for key, ei in dict(spec["edge_index"]).items():
+        et = edge_type_of(key, name)
+        for t in (et[0], et[2]):
+            if t not in sh.num_nodes:
+                raise GraphFormatError(f"{name}: relation {et} names node type {t!r}, which has "
+                                       "no node count", "its node ids cannot be placed",
+                                       f"add num_nodes[{t!r}]; known: {sorted(sh.num_nodes)}")
+        a = _arr(ei)
+        total = a.shape[1] if a.ndim == 2 else 0
+        lo, hi = total * rank // world, total * (rank + 1) // world
+        src, dst = _edge_pair(a[:, lo:hi] if a.ndim == 2 and a.shape[0] == 2 else a, name, et)
+        _check_range(name, et, "source", src, sh.num_nodes[et[0]])
+        _check_range(name, et, "destination", dst, sh.num_nodes[et[2]])
+        sh.edges[et] = (lo, total, src, dst)
+        if et in weights:
+            w, what = _arr(weights.pop(et)), f"{name}: edge_weight of {et}"
+            if w.shape != (total,):
+                check_weights(w, total, what)  # raises, naming the shape
+            sh.weights[et] = check_weights(w[lo:hi], hi - lo, what)
+    if weights:
+        raise GraphFormatError(f"{name}: edge_weight names {next(iter(weights))}, which has no "
+                               "edge_index", "the weights belong to no edge",
+                               f"use one of {sorted(sh.edges)}")
+    xs, ys, masks = _node_data(spec, name, sh.num_nodes)  # views of the mapped file
+    for src_, dst_ in ((xs, sh.x), (ys, sh.y)):
+        for t, a in src_.items():
+            dst_[t] = (cut[t][0], np.ascontiguousarray(a[slice(*cut[t])]))
+    for t, m in masks.items():
+        sh.mask_rows[t] = {k: (cut[t][0], np.ascontiguousarray(v[slice(*cut[t])]))
+                           for k, v in m.items()}
+    return sh
+
+
+def sliceable_typed_input(path: str | PathLike) -> bool:
+    """True for what :func:`read_ogb_hetero_share` or :func:`read_typed_torch_share` reads: an
+    OGB hetero directory, or a ``.pt`` holding a typed graph (mapped, not read)."""
+    from .torch_files import load_torch_object
+
+    p = Path(path)
+    if is_ogb_hetero_dir(p):
+        return True
+    try:
+        return p.suffix in (".pt", ".pth") and p.is_file() and _is_typed_object(
+            load_torch_object(p, _hetero_safe_globals(), mmap=True))
+    except GraphFormatError:
+        return False  # left to the reader that reports it
+
+
 def _check_ids(ids: np.ndarray, n: int, what: str) -> None:
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
         bad = int(ids.max()) if int(ids.max()) >= n else int(ids.min())
@@ -332,7 +415,7 @@ def load_typed_graph(source, name: str | None = None) -> TypedGraph:
     if type(source).__name__ == "HeteroData":
         return from_hetero_data(source, name or "HeteroData")
     if isinstance(source, Mapping):
-        return _from_mapping(source, name or "dict")
+        return typed_graph(_spec_of(source, name or "dict"), name or "dict")
     if isinstance(source, (str, PathLike)):
         p = Path(source)
         if is_ogb_hetero_dir(p):

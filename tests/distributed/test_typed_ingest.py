@@ -95,6 +95,49 @@ def test_typed_ingest_writes_the_single_process_files(hetero_dir, world, tmp_pat
         assert cuts[0][i] == plan.edge_cut
 
 
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, str]:
+    """``typed_spec`` saved three ways: a HeteroData (split masks as bool, weights on one
+    relation), its ``to_dict()``, and the plain dict form (a split as ids)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    from ..typed_graphs import hetero_data
+
+    d = tmp_path_factory.mktemp("pt")
+    spec = typed_spec(4)
+    h = hetero_data(spec)
+    h["paper"].train_mask = torch.from_numpy(spec["masks"]["paper"]["train"])
+    cites = ("paper", "cites", "paper")
+    h[cites].edge_weight = torch.from_numpy(spec["edge_weight"][cites])
+    torch.save(h, d / "h.pt")
+    torch.save(h.to_dict(), d / "hd.pt")
+    plain = {k: {kk: torch.as_tensor(vv) if not isinstance(vv, int) else vv
+                 for kk, vv in v.items()} for k, v in spec.items() if k != "masks"}
+    plain["masks"] = {"paper": {"test": torch.from_numpy(np.flatnonzero(
+        spec["masks"]["paper"]["test"]))}}
+    torch.save(plain, d / "spec.pt")
+    return {k: str(d / f"{k}.pt") for k in ("h", "hd", "spec")}
+
+
+def _partition_each(rank, world, paths, root, method, seed):
+    from mnmg_sampler.distributed.ingest import partition_typed_distributed
+
+    for k, path in paths.items():
+        partition_typed_distributed(path, Path(root) / k, method, seed, chunk=11)
+
+
+@pytest.mark.parametrize("world, method", [(2, "random"), (3, "hash")])
+def test_saved_hetero_data_read_by_slices(saved, world, method, tmp_path):
+    from mnmg_sampler.graph.typed_io import load_typed_graph
+
+    run_ranks(_partition_each, world, saved, str(tmp_path), method, 1, timeout=300)
+    for k, path in saved.items():
+        partition_typed(load_typed_graph(path), world, method, tmp_path / f"ref-{k}", 1)
+        _same_dirs(tmp_path / f"ref-{k}", tmp_path / k)
+    assert (tmp_path / "h" / "part0" / "weights.npy").is_file()
+    assert (tmp_path / "h" / "part0" / "mask.paper.train.npy").is_file()
+
+
 def _bad_each(rank, world, paths, root):
     from mnmg_sampler.distributed.ingest import partition_typed_distributed
 
@@ -150,3 +193,19 @@ def test_cli_on_two_ranks_matches_single_process(hetero_dir, tmp_path):
     for r in cli_ranks(["partition", *args, "--undirected", "--out", str(tmp_path / "u")]):
         assert r.returncode == 2 and "--undirected applies to homogeneous graphs" in r.stderr, \
             r.stderr[-3000:]
+
+
+def test_cli_reads_a_saved_hetero_data_on_every_rank(saved, tmp_path):
+    from mnmg_sampler.cli import main
+
+    from .cli_ranks import cli_ranks
+
+    args = [saved["h"], "--method", "random", "--seed", "2"]
+    runs = cli_ranks(["partition", *args, "--out", str(tmp_path / "d")])
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert "s on 2 ranks" in runs[0].stdout  # every rank partitioned, not rank 0 alone
+    with pytest.raises(SystemExit) as e:
+        main(["partition", *args, "--parts", "2", "--out", str(tmp_path / "s")])
+    assert e.value.code == 0
+    _same_dirs(tmp_path / "s", tmp_path / "d")
