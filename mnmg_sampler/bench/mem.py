@@ -13,8 +13,9 @@ Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
     process start to its first batch, with start-up verification ``--verify``. The first world
     size is started twice: the second start finds the verified stamp and does not reread.
 ``partition``
-    ``--partition-graph`` (default ``rmat:22``, undirected; or an OGB hetero directory, typed
-    parts) partitioned by one process (:func:`mnmg_sampler.graph.partition.partition`,
+    ``--partition-graph`` (default ``rmat:22``, undirected; or a typed input: an OGB hetero
+    directory or a saved ``HeteroData``, typed parts) partitioned by one process
+    (:func:`mnmg_sampler.graph.partition.partition`,
     :func:`~mnmg_sampler.graph.typed_partition.partition_typed`) and by ``--partition-ranks``
     ranks (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports
     its own peak RSS, and the two output directories are compared file by file.
@@ -66,8 +67,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--verify", default="auto", choices=["auto", "full", "sampled", "off"],
                    help="start-up verification of the rss runs (default auto)")
     p.add_argument("--partition-graph", default="rmat:22",
-                   help="graph of the partition comparison, undirected, or an OGB hetero "
-                   "directory (typed parts) (default rmat:22)")
+                   help="graph of the partition comparison, undirected, or a typed input "
+                   "(OGB hetero directory, saved HeteroData) (default rmat:22)")
     p.add_argument("--partition-ranks", type=int, default=4, help="(default 4)")
     p.add_argument("--partition-method", default="random", choices=["random", "range", "hash"],
                    help="(default random)")
@@ -160,13 +161,13 @@ def _dist_partition_worker(work: str, task: dict) -> None:
     import torch.distributed as dist
 
     from ..distributed.ingest import partition_distributed, partition_typed_distributed
-    from ..graph.formats import is_ogb_hetero_dir
+    from ..graph.typed_io import sliceable_typed_input
     from ..runtime import init_distributed
 
     env, _ = init_distributed("gloo", "cpu")
     base = _rss()
     t0 = time.perf_counter()
-    if is_ogb_hetero_dir(task["graph"]):
+    if sliceable_typed_input(task["graph"]):
         partition_typed_distributed(task["graph"], task["out"], task["method"], 0)
     else:
         partition_distributed(task["graph"], task["out"], task["method"], 0, undirected=True)
@@ -178,15 +179,14 @@ def _dist_partition_worker(work: str, task: dict) -> None:
 
 def _single_partition_worker(work: str, task: dict) -> None:
     from ..graph.datasets import load_graph
-    from ..graph.formats import is_ogb_hetero_dir
     from ..graph.partition import partition
-    from ..graph.typed_io import read_ogb_hetero_dir
+    from ..graph.typed_io import load_typed_graph, sliceable_typed_input
     from ..graph.typed_partition import partition_typed
 
     base = _rss()
     t0 = time.perf_counter()
-    if is_ogb_hetero_dir(task["graph"]):
-        partition_typed(read_ogb_hetero_dir(task["graph"]), task["parts"], task["method"],
+    if sliceable_typed_input(task["graph"]):
+        partition_typed(load_typed_graph(task["graph"]), task["parts"], task["method"],
                         task["out"], 0)
     else:
         partition(load_graph(task["graph"], undirected=True), task["parts"], task["method"],
