@@ -164,6 +164,23 @@ class HeteroShare:
     mask_rows: dict[str, dict[str, tuple[int, np.ndarray]]] = field(default_factory=dict)
     weights: dict[EdgeType, np.ndarray] = field(default_factory=dict)
 
+    def count(self, t: str, what: str) -> int:
+        """The node count of type ``t``, which ``what`` names."""
+        if t not in self.num_nodes:
+            raise GraphFormatError(f"{self.name}: {what} names node type {t!r}, which has no "
+                                   "node count", "its ids or rows cannot be placed",
+                                   f"use one of {sorted(self.num_nodes)}, or count {t!r}")
+        return self.num_nodes[t]
+
+    def add(self, et: EdgeType, first: int, total: int, src, dst) -> None:
+        """Relation ``et``'s slice, its ids range-checked."""
+        if et in self.edges:
+            raise GraphFormatError(f"{self.name}: edge type {et} is given twice", "",
+                                   "give it once")
+        _check_range(self.name, et, "source", src, self.count(et[0], f"relation {et}"))
+        _check_range(self.name, et, "destination", dst, self.count(et[2], f"relation {et}"))
+        self.edges[et] = (first, total, src, dst)
+
 
 _BLOCK = 1 << 24
 
@@ -280,27 +297,14 @@ def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -
         if len(et) != 3:
             raise GraphFormatError(f"{d} is not named <src>___<rel>___<dst>",
                                    "its relation is unknown", "rename it as OGB does")
-        for t in (et[0], et[2]):
-            if t not in sh.num_nodes:
-                raise GraphFormatError(
-                    f"{name}: relation {et} names node type {t!r}, which has no node count",
-                    "its node ids cannot be placed",
-                    f"add {t!r} to raw/num-node-dict; known types: {sorted(sh.num_nodes)}")
-        first, total, src, dst = _relation_edges(d, rank, world)
-        _check_range(name, et, "source", src, sh.num_nodes[et[0]])
-        _check_range(name, et, "destination", dst, sh.num_nodes[et[2]])
-        sh.edges[et] = (first, total, src, dst)
+        sh.add(et, *_relation_edges(d, rank, world))
     for sub, key in (("node-feat", "x"), ("node-label", "y")):
         base = raw / sub
         for d in (sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []):
             f = _find(d, sub)
             if f is None:
                 continue
-            if d.name not in sh.num_nodes:
-                raise GraphFormatError(f"{f} names an unknown node type",
-                                       "its rows belong to no node",
-                                       f"use one of {sorted(sh.num_nodes)}")
-            n = sh.num_nodes[d.name]
+            n = sh.count(d.name, str(f))
             lo, hi = n * rank // world, n * (rank + 1) // world
             says = f"type {d.name!r} has in raw/num-node-dict"
             if key == "x":
@@ -316,12 +320,8 @@ def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -
             f = _find(d, stem)
             if f is None:
                 continue
-            if d.name not in sh.num_nodes:
-                raise GraphFormatError(f"{f} names an unknown node type",
-                                       "the split cannot be built",
-                                       f"use one of {sorted(sh.num_nodes)}")
             m[split] = _table(f, np.int64, "node ids")[:, 0]
-            _check_ids(m[split], sh.num_nodes[d.name], str(f))
+            _check_ids(m[split], sh.count(d.name, str(f)), str(f))
         if m:
             sh.masks[d.name] = m
     return sh
@@ -346,18 +346,11 @@ def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) 
     weights = {edge_type_of(k, name): v for k, v in dict(spec.get("edge_weight") or {}).items()}
     for key, ei in dict(spec["edge_index"]).items():
         et = edge_type_of(key, name)
-        for t in (et[0], et[2]):
-            if t not in sh.num_nodes:
-                raise GraphFormatError(f"{name}: relation {et} names node type {t!r}, which has "
-                                       "no node count", "its node ids cannot be placed",
-                                       f"add num_nodes[{t!r}]; known: {sorted(sh.num_nodes)}")
         a = _arr(ei)
         total = a.shape[1] if a.ndim == 2 else 0
         lo, hi = total * rank // world, total * (rank + 1) // world
-        src, dst = _edge_pair(a[:, lo:hi] if a.ndim == 2 and a.shape[0] == 2 else a, name, et)
-        _check_range(name, et, "source", src, sh.num_nodes[et[0]])
-        _check_range(name, et, "destination", dst, sh.num_nodes[et[2]])
-        sh.edges[et] = (lo, total, src, dst)
+        sh.add(et, lo, total,
+               *_edge_pair(a[:, lo:hi] if a.ndim == 2 and a.shape[0] == 2 else a, name, et))
         if et in weights:
             w, what = _arr(weights.pop(et)), f"{name}: edge_weight of {et}"
             if w.shape != (total,):
