@@ -162,11 +162,17 @@ class DistEmbedding:
         return self._base[k] + loc - self._local[k, 0]
 
     # -- fetch and step (collective) -----------------------------------------------------------
-    def fetch(self, ids: Mapping[str, np.ndarray] | np.ndarray, train: bool = True
-              ) -> dict[str, torch.Tensor] | torch.Tensor:
+    def fetch(self, ids: Mapping[str, np.ndarray] | np.ndarray, train: bool = True,
+              uneven: bool = False) -> dict[str, torch.Tensor] | torch.Tensor:
         """Collective: the rows of original per-type ``ids`` (``{type: ids}``, or one array on
         a homogeneous graph), from their owners. With ``train``, every row is a leaf tensor
-        requiring its gradient, and the next :meth:`step` applies it."""
+        requiring its gradient, and the next :meth:`step` applies it.
+
+        ``uneven``: ranks may call this a different number of times (evaluation in chunks);
+        each then ends the sequence with :meth:`drain`, which joins the others' fetches until
+        every rank has drained (one all-reduce per call)."""
+        if uneven:
+            self._busy(1)
         one = not isinstance(ids, Mapping)
         by_type = {"": ids} if one else ids
         types = [t for t in self.types if t in by_type]
@@ -192,6 +198,20 @@ class DistEmbedding:
         if train:
             self._ctx = (out, inv, uniq.size, counts, rcounts, rows)
         return out[""] if one else out
+
+    def _busy(self, flag: int) -> bool:
+        import torch.distributed as dist
+
+        t = torch.tensor([flag], dtype=torch.int64)
+        if self.ex.world_size > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(int(t[0]))
+
+    def drain(self) -> None:
+        """Collective: end a sequence of ``uneven`` fetches (see :meth:`fetch`)."""
+        none = {t: np.zeros(0, np.int64) for t in self.types}
+        while self._busy(0):
+            self.fetch(none if self.typed else none[""], train=False)
 
     def step(self, grad_scale: float = 1.0) -> None:
         """Collective: apply the gradients of the last training :meth:`fetch` (sums per row
