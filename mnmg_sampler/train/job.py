@@ -138,8 +138,14 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
         raise ConfigError("training.mode: train needs node features and labels, but "
                           f"dataset {spec.name!r} has " + ("no labels" if part.x is not None
                                                            else "no features"),
-                          "GraphSAGE cannot be trained on it",
-                          "use training.mode=sample for a sampling run, or a labelled dataset")
+                          "the homogeneous node job cannot be trained on it (learned "
+                          "embedding rows serve link jobs and typed graphs)",
+                          "use training.mode=sample for a sampling run, a labelled dataset "
+                          "with features, or task: link")
+    if mode == "train" and cfg.model.embeddings == "all":
+        raise ConfigError("model.embeddings: all on the node job of a homogeneous graph",
+                          "it would be ignored: the homogeneous node job reads features only",
+                          "use model.embeddings: featureless, task: link, or a typed graph")
     placement = feature_placement(cfg, device)
     s = cfg.sampler
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
