@@ -264,10 +264,11 @@ class DistEmbedding:
         st: dict[str, torch.Tensor | int] = {"dim": self.dim}
         for k, t in enumerate(self.types):
             a, b = int(self._base[k]), int(self._base[k + 1])
-            st[f"ids.{t}"] = torch.from_numpy(self.ids[t].copy())
+            whole = a == 0 and b == self.rows_local  # torch.save writes a view's whole storage
+            st[f"ids.{t}"] = torch.from_numpy(self.ids[t])
             for name, arr in (("weight", self.weight), ("m", self.m), ("v", self.v),
                               ("steps", self.steps)):
-                st[f"{name}.{t}"] = torch.from_numpy(arr[a:b].copy())
+                st[f"{name}.{t}"] = torch.from_numpy(arr if whole else arr[a:b].copy())
         return st
 
     def load_state_dicts(self, states: Iterable[Mapping]) -> None:

@@ -121,3 +121,24 @@ def test_checkpoint_of_2_ranks_resumes_on_3(tmp_path):
                         timeout=240)
     whole = run_ranks(_train, 3, p3, [], sizes, range(STEPS), [], None, timeout=240)
     _assert_equal(_table(resumed, []), _table(whole, []))
+
+
+def _over_budget(rank, world, pdir):
+    from mnmg_sampler.distributed.embeddings import DistEmbedding
+    from mnmg_sampler.errors import MemoryBudgetError
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    part = load_partition(pdir, rank, world)
+    ok = DistEmbedding(part, None, 64, memory_mb=0.1).rows_local  # 120 rows x 768 B fit
+    try:
+        DistEmbedding(part, None, 64, memory_mb=0.05)
+    except MemoryBudgetError as e:
+        return ok, e.what
+    return ok, None
+
+
+def test_rows_above_the_budget_fail_every_rank_before_allocating(tmp_path):
+    d = str(partition_graph(small_graph(), num_parts=2, out=tmp_path / "p", method="range"))
+    for ok, what in run_ranks(_over_budget, 2, d, timeout=120):
+        assert ok == 120 and what is not None
+        assert "120 embedding rows of width 64" in what and "embedding_memory_mb = 0.05" in what
