@@ -202,7 +202,7 @@ class DistEmbedding:
     def _busy(self, flag: int) -> bool:
         import torch.distributed as dist
 
-        t = torch.tensor([flag], dtype=torch.int64)
+        t = torch.tensor([flag], dtype=torch.int64, device=self.ex.device)
         if self.ex.world_size > 1:
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return bool(int(t[0]))

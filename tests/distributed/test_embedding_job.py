@@ -1,7 +1,8 @@
 """A featureless edge list trains a link job from configs/edgelist_link.yaml on 2 ranks (issue 31):
 every node's embedding row lives with its owner (each rank holds its share, reported in
 metrics.jsonl with the bytes of the embedding exchange), and a job killed after a checkpoint and
-resumed (every rank's rows read back) ends with the metrics of the uninterrupted job."""
+resumed (every rank's rows read back) ends with the metrics of the uninterrupted job; with
+``model.embeddings: all`` featured types get rows too."""
 
 from __future__ import annotations
 
@@ -68,3 +69,18 @@ def test_featureless_edge_list_link_job_trains_and_resumes_exactly(tmp_path):
         assert got[k] == want[k], (k, got[k], want[k])
     ep_cut = [r for r in metrics(tmp_path / "cut") if r["event"] == "epoch"]
     assert [r["train_loss"] for r in ep_cut] == [r["train_loss"] for r in ep]
+
+
+def test_all_gives_featured_types_rows_too(tmp_path):
+    """model.embeddings: all on the typed link job: users (featureless) and items (featured,
+    lin(x) + emb) both have rows, partitioned over the ranks; it trains above chance."""
+    args = ["train", "--config", "configs/hetero_link.yaml", "--no-progress",
+            "dataset.name=typed-useritem:600:200", "training.epochs=2", "model.hidden=32",
+            "sampler.batch_size=128", "model.embeddings=all", f"output.dir={tmp_path / 'o'}",
+            f"partition.dir={tmp_path / 'p'}"]
+    for r in cli_ranks(args, timeout=300):
+        assert r.returncode == 0, r.stderr[-3000:]
+    ep = [r for r in metrics(tmp_path / "o") if r["event"] == "epoch"]
+    assert all(r["embedding_rows_total"] == 800 and sum(r["embedding_rows_local"]) == 800
+               and max(r["embedding_rows_local"]) < 800 for r in ep)
+    assert _final(tmp_path / "o")["test_auc"] > 0.6
