@@ -2,7 +2,8 @@
 every node's embedding row lives with its owner (each rank holds its share, reported in
 metrics.jsonl with the bytes of the embedding exchange), and a job killed after a checkpoint and
 resumed (every rank's rows read back) ends with the metrics of the uninterrupted job; with
-``model.embeddings: all`` featured types get rows too."""
+``model.embeddings: all`` featured types get rows too; a labelled edge list trains the node
+job."""
 
 from __future__ import annotations
 
@@ -69,6 +70,22 @@ def test_featureless_edge_list_link_job_trains_and_resumes_exactly(tmp_path):
         assert got[k] == want[k], (k, got[k], want[k])
     ep_cut = [r for r in metrics(tmp_path / "cut") if r["event"] == "epoch"]
     assert [r["train_loss"] for r in ep_cut] == [r["train_loss"] for r in ep]
+
+
+def test_featureless_labelled_edge_list_node_job(tmp_path):
+    """Node classification on an edge list with labels and no features: the node job reads
+    each node's learned row (layer-wise evaluation over the rows each rank holds)."""
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(400) // 50)  # the planted communities
+    args = ["train", "--config", "configs/quickstart.yaml", "--no-progress",
+            f"dataset.name={_edges(tmp_path)}", f"dataset.labels={labels}",
+            "training.epochs=6", "model.hidden=32", "sampler.batch_size=32",
+            f"output.dir={tmp_path / 'o'}", f"partition.dir={tmp_path / 'p'}"]
+    for r in cli_ranks(args, timeout=300):
+        assert r.returncode == 0, r.stderr[-3000:]
+    ep = [r for r in metrics(tmp_path / "o") if r["event"] == "epoch"]
+    assert all(sum(r["embedding_rows_local"]) == r["embedding_rows_total"] == 400 for r in ep)
+    assert _final(tmp_path / "o")["test_acc"] > 0.4, _final(tmp_path / "o")  # chance: 1/8
 
 
 def test_all_gives_featured_types_rows_too(tmp_path):
