@@ -86,6 +86,8 @@ class DistEmbedding:
         seed: the initial rows' seed.
         lr, betas, eps: the sparse Adam's settings.
         id_maps: the mode of the id maps the fetches translate with (:mod:`.id_maps`).
+        maps: id maps to share instead (the service's: ``service.sampler.ids``; no second
+            shard is built).
         memory_mb: ``model.embedding_memory_mb``: the most this rank's rows and optimizer state
             may take (checked on every rank before anything is allocated).
         group: the process group of the exchanges (default: the default group; calls are
@@ -101,7 +103,7 @@ class DistEmbedding:
     def __init__(self, part, types: Sequence[str] | None, dim: int, seed: int = 0,
                  lr: float = 0.01, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, id_maps: str = "auto", memory_mb: float | None = None,
-                 group=None) -> None:
+                 group=None, maps: IdMaps | None = None) -> None:
         self.ex = Exchanger(group)
         self.group = group
         self.dim, self.seed = int(dim), int(seed)
@@ -137,9 +139,10 @@ class DistEmbedding:
         self.m = np.zeros_like(self.weight)
         self.v = np.zeros_like(self.weight)
         self.steps = np.zeros(self.rows_local, np.int64)
-        self.maps = IdMaps(part, self.ex, id_maps)  # collective
+        self.maps = IdMaps(part, self.ex, id_maps) if maps is None else \
+            maps.with_exchanger(self.ex)  # collective without maps
         self._ctx = None
-        self.stats = {"fetches": 0, "steps": 0, "rows_fetched": 0, "rows_updated": 0}
+        self.stats = {"fetches": 0, "steps": 0}
 
     def _check_memory(self, memory_mb: float | None) -> None:
         from ..host_limits import check_allocation, format_bytes
@@ -194,7 +197,6 @@ class DistEmbedding:
             h = torch.from_numpy(got[inv[a:z]])
             out[t] = h.requires_grad_(True) if train else h
         self.stats["fetches"] += 1
-        self.stats["rows_fetched"] += int(uniq.size)
         if train:
             self._ctx = (out, inv, uniq.size, counts, rcounts, rows)
         return out[""] if one else out
@@ -234,7 +236,6 @@ class DistEmbedding:
         _sum_rows(g, where, back)
         self._adam(touched, (g * float(grad_scale)).astype(np.float32))
         self.stats["steps"] += 1
-        self.stats["rows_updated"] += int(touched.size)
 
     def _adam(self, rows: np.ndarray, g: np.ndarray) -> None:
         """Adam on ``rows`` only, each with its own step count (bias corrections per row)."""

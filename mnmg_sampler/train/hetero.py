@@ -110,7 +110,7 @@ def typed_model(job: TypedJob, out_dim: int, target=None):
     model = HeteroGraphSAGE(job.meta.edge_types, job.meta.x_dims, m.hidden, out_dim, m.layers,
                             target or job.input_type, int(m.embedding_dim or m.hidden),
                             dropout=m.dropout, aggr=m.aggr, embeddings=m.embeddings)
-    return model.to(job.device), job_embedding(job.cfg, job.part, model.embedded)
+    return model.to(job.device), job_embedding(job.cfg, job.part, model.embedded, job.service)
 
 
 def embed(embedding, b, train: bool = True, uneven: bool = False) -> dict | None:

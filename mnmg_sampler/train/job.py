@@ -210,7 +210,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
     s, m, o = cfg.sampler, cfg.model, cfg.optimizer
     ymax = torch.tensor([int(np.max(part.y)) if len(part.y) else 0])
     dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
-    emb = job_embedding(cfg, part, None) if part.x is None else None  # a row per node
+    emb = job_embedding(cfg, part, None, service) if part.x is None else None  # row per node
     evaluate_splits = make_evaluator(cfg, service, ids, part, device, int(ymax) + 1, emb)
     torch.manual_seed(s.seed)
     model = GraphSAGE(int(part.x.shape[1]) if emb is None else emb.dim, m.hidden,

@@ -374,7 +374,7 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
                     int(m.embedding_dim or m.hidden) if rows else 0).to(device)
     model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
     opt = make_optimizer(model.parameters(), o)
-    emb = job_embedding(cfg, part, None) if rows else None
+    emb = job_embedding(cfg, part, None, train_loader.service) if rows else None
     first_epoch = resume_point(cfg, resume, rank, world, device, net, opt, train_loader,
                                report, emb)
     report.start(mode="train", task="link", world_size=world, first_epoch=first_epoch,

@@ -192,19 +192,20 @@ def make_optimizer(params, o) -> torch.optim.Optimizer:
     return opt_cls[o.name](params, lr=o.lr, weight_decay=o.weight_decay, **kw)
 
 
-def job_embedding(cfg: JobConfig, part, types: list[str] | None):
+def job_embedding(cfg: JobConfig, part, types: list[str] | None, service):
     """Collective: the job's learned embedding rows
     (:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``,
-    or ``model.hidden``; updated at ``optimizer.lr``) of ``types`` of a typed part, every node
-    of a homogeneous one (``None``); ``None`` when no type has rows."""
+    or ``model.hidden``; updated at ``optimizer.lr``; translating ids with the ``service``'s
+    id maps) of ``types`` of a typed part, every node of a homogeneous one (``None``); ``None``
+    when no type has rows."""
     if types is not None and not types:
         return None
     from ..distributed.embeddings import DistEmbedding
 
     m = cfg.model
     return DistEmbedding(part, types, int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
-                         lr=cfg.optimizer.lr, id_maps=cfg.sampler.id_maps,
-                         memory_mb=m.embedding_memory_mb)
+                         lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
+                         maps=service.sampler.ids)
 
 
 def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: torch.device,
