@@ -23,7 +23,12 @@ default group, once per batch for every table):
    order, again in float64. Sums of float32 values in float64 are exact unless the values span
    more than about 2^29 in magnitude, so the row's gradient does not depend on how the global
    batch was split over ranks or threads; then Adam with a step count per row (rows a batch
-   did not touch keep their moments) updates the touched rows, elementwise in float32.
+   did not touch keep their moments) updates the touched rows, elementwise in float32, in one
+   pass that sums a row and steps it.
+
+The batch-sized exchange buffers (the batch's distinct rows, the rows this rank serves; float64
+for the gradients) are kept and reused, so a rank's memory is its rows, Adam's moments and the
+largest batch's buffers, not a heap of freed batch-sized arrays.
 
 The same global batches on 1, 2 or 3 ranks therefore give bit-identical tables
 (``tests/distributed/test_embeddings.py``). A job's dense parameters are averaged by DDP, whose
