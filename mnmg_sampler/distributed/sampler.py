@@ -84,7 +84,8 @@ class DistSampler:
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
                  id_maps: str = "auto", shared_topology: bool | str = "auto") -> None:
-        if getattr(part, "typed", None) is not None:  # before any collective
+        typed = getattr(part, "typed", None)
+        if (typed is not None) != self._typed:  # before any collective
             raise ConfigError("DistSampler got a typed part", "its rows are (node, relation) "
                               "segments, which the homogeneous sampler cannot read",
                               "use SamplingService(part) (it runs DistTypedSampler for a "
@@ -102,7 +103,7 @@ class DistSampler:
         self._weights = None if getattr(part, "weights", None) is None else np.asarray(
             part.weights)  # weighted sampling: one float32 per local CSR entry
         if kernel == "cuda":
-            self._cuda = _CudaHop(self._csr, device, self._weights)
+            self._cuda = self._cuda_hop(device)
         elif kernel != "cpu":
             raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
                                      "use kernel='cpu' or kernel='cuda'")
@@ -114,7 +115,12 @@ class DistSampler:
         bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])  # owner(v) = #inner bounds <= v
         self.lo = int(bounds[part.rank])
-        self.wire = wire_dtype(part.num_nodes, part.num_edges)
+        # relations: a neighbor word is `id x R + relation` (R = 1: the id); the types'
+        # relations (rel_off[t]:rel_off[t + 1] end at type t) bound a node's neighbors
+        self._R = 1 if typed is None else len(typed.edge_types)
+        self._rel_off = np.array([0, 1], np.int64) if typed is None else np.ascontiguousarray(
+            typed.rel_offset, np.int64)
+        self.wire = wire_dtype(part.num_nodes * self._R, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
         # Id maps: this rank's own ids and one shard of original -> new (collective to build;
@@ -123,7 +129,7 @@ class DistSampler:
         self.identity_ids = self.ids.identity
         # collective: every rank maps every part (one host), or its host's parts (host
         # groups, several hosts), or none
-        mapped = open_shared_topology(part, self.ex, shared_topology, kernel, host_groups=True)
+        mapped = self._open_mapped(part, shared_topology, kernel)
         self.shared = mapped if mapped is not None and mapped.whole else None
         self.host = HostGroup(mapped) if mapped is not None and not mapped.whole else None
         # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
@@ -142,6 +148,7 @@ class DistSampler:
         # this round: every fanout >= 0, so every block has a bound both sides compute and no
         # exchange sends its sizes first (see _hop_wire)
         self._bounded = False
+        self._trees = False  # this round: a request grows disjoint trees (nodes repeat)
         self._parts = np.diff(bounds)  # nodes per part: no block to a part holds more per request
         self._lens = np.zeros(0, np.int64)  # this round: hops of each of this rank's requests
         self._hop_full: HopSegments | None = None  # the hop's whole frontier
@@ -154,6 +161,15 @@ class DistSampler:
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
+
+    _typed = False  # the typed sampler's face (.typed_sampler) sets it
+
+    def _cuda_hop(self, device):
+        return _CudaHop(self._csr, device, self._weights)
+
+    def _open_mapped(self, part, shared_topology, kernel: str):
+        """Collective: this rank's mapped parts (every part, its host's, or ``None``)."""
+        return open_shared_topology(part, self.ex, shared_topology, kernel, host_groups=True)
 
     def on_group(self, group: dist.ProcessGroup) -> DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
@@ -261,14 +277,17 @@ class DistSampler:
         ``last``, the next exchange is the lookup of every request's last new nodes (one count
         word, then ids), which the requests that ended earlier add to (``_carry``)."""
         h = self._hop_full
-        fan, cap = h.fanouts, self._deg_cap
-        grow = np.where((h.replace != 0) | (fan <= cap), fan, cap) * h.sizes
+        grow = wire.request_bounds(_table(h.fanouts), h.replace.astype(np.int64),
+                                   self._deg_cap, self._rel_off) * h.sizes
         lens = self._lens[self._lens > hop]  # the requests of this hop, in order
         goes_on = lens > hop + 1
-        P = self._parts[:, None]
+        # a part's nodes bound a request's frontier per owner, unless trees repeat nodes
+        P = self._parts[:, None] if not self._trees else np.full((self._parts.size, 1),
+                                                                 np.iinfo(np.int64).max)
         self._carry += np.minimum(grow[~goes_on][None, :], P).sum(1)
         if hop < last:
-            out = wire.header_words(int(goes_on.sum()), self._k) + np.minimum(
+            per_id = 1 + (self._k if h.bounds is not None else 0)  # an id (and its time)
+            out = wire.header_words(int(goes_on.sum()), self._k, self._R) + per_id * np.minimum(
                 grow[goes_on][None, :], P).sum(1)
         else:
             out = 1 + self._carry
@@ -282,19 +301,27 @@ class DistSampler:
             if self._bounded and W > 1:  # requests that end here still add to the lookup
                 self._next_bounds(h.hop, self._last_hop)
             keys_n, fan_n, rep_n = h.per_node()
+            if self._typed:
+                req = np.repeat(np.arange(h.sizes.size, dtype=np.int64), h.sizes)
+                return self._typed_kernel(nodes - self.lo, keys_n, req, h.fanouts, h.replace,
+                                          h.hop, h.bounds, h.last, h.edge_ids)
             # with a range partitioning a node's id is its original id: no orig_ids gather
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
                                 nodes if self.identity_ids else None)
         want_o = self._want_orig and h.hop > 0  # hop 1's frontier is the seeds: known
+        timed = h.bounds is not None
         flags = (h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
-                 | (wire.ORIG_IDS if want_o else 0))
+                 | (wire.ORIG_IDS if want_o else 0) | (wire.TIMED if timed else 0))
+        if h.last is not None:
+            flags |= h.last.astype(np.int64) * wire.LAST
+        fan2, bounds = _table(h.fanouts), (h.bounds if timed else _EMPTY)
         bounded = self._bounded
         nxt = self._next_bounds(h.hop, self._last_hop) if bounded else np.zeros(W, np.int64)
         # outbound: per destination, one header per request, then the wire ids of its nodes;
         # bounded: every destination gets a block (its header carries the next bound)
         buf, sizes, ocount, where, mine = wire.pack_requests(
-            nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k, nxt,
-            bounded)
+            nodes, h.sizes, h.keys, fan2, flags, self._inner, me, self._wire0, k, nxt,
+            bounded, bounds)
         if bounded:  # one all-to-all: the blocks say their sizes, the receive takes the bound
             rsizes = self._next_recv
             recv = self.ex.bounded(torch.from_numpy(buf), sizes, self._next_send, rsizes, "ids")
@@ -302,20 +329,28 @@ class DistSampler:
             recv, rs = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
             rsizes = rs.numpy()
         # one kernel call: own nodes first, then every received block in rank order
-        rows, keys, fans, reps, src_nodes, src_flags, src_next = wire.gather_work(
-            nodes, h.sizes, h.keys, h.fanouts, flags, mine, recv.numpy(), rsizes, self.lo, k)
+        (rows, keys, fans, reps, req, fan_t, flag_t, node_bound, tb, src_nodes, src_flags,
+         src_next) = wire.gather_work(nodes, h.sizes, h.keys, fan2, flags, mine, recv.numpy(),
+                                      rsizes, self.lo, k, bounds, self._deg_cap, self._rel_off)
         if bounded:
             self._next_send, self._next_recv = nxt, src_next
         want_e = h.edge_ids or bool((src_flags & wire.EDGE_IDS).any())
-        c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
-        e = e if e is not None else _EMPTY
+        R = self._R
+        if self._typed:  # the relation rides in the neighbor word: id x R + relation
+            c, nb, rel, e = self._typed_kernel(
+                rows, keys, req, fan_t, (flag_t & wire.REPLACE).astype(np.uint8), h.hop,
+                tb if tb.size else None, ((flag_t & wire.LAST) != 0).astype(np.uint8), want_e)
+            if R > 1:
+                nb = nb * R + rel
+        else:
+            c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
+            e = e if e is not None else _EMPTY
         orig = self._csr[3]
-        out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig, fans, reps, mine.size,
-                                             src_nodes, src_flags, self._deg_cap, bounded,
-                                             self._wire0, k)
+        out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig, req, node_bound, mine.size,
+                                             src_nodes, src_flags, bounded, self._wire0, k)
         if bounded:  # no size exchange: both sides know each reply's bound
-            bsizes = wire.reply_bounds(h.sizes, h.fanouts, flags, where, ocount, me,
-                                       self._deg_cap, k)
+            bsizes = wire.reply_bounds(h.sizes, node_bound[:h.sizes.size], flags, where,
+                                       ocount, me, k)
             back = self.ex.bounded(torch.from_numpy(out), rsz, rbound, bsizes, "ids").numpy()
         else:
             t, ts = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
@@ -324,12 +359,17 @@ class DistSampler:
             el = int(nb.size if mine.size == c.size else c[:mine.size].sum())
             if want_o:
                 self._front_orig[h.hop] = orig[rows[:mine.size]]
-            return c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
-        counts, nbr, eid, origs = wire.unpack_replies(
-            back, bsizes, ocount, me, c, nb, e, rows, orig, where, h.edge_ids, want_o, k)
-        if want_o:
-            self._front_orig[h.hop] = origs
-        return counts, nbr, (eid if h.edge_ids else None)
+            counts, nbr, eid = c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
+        else:
+            counts, nbr, eid, origs = wire.unpack_replies(
+                back, bsizes, ocount, me, c, nb, e, rows, orig, where, h.edge_ids, want_o, k)
+            if want_o:
+                self._front_orig[h.hop] = origs
+            eid = eid if h.edge_ids else None
+        if not self._typed:
+            return counts, nbr, eid
+        nbr, rel = np.divmod(nbr, R) if R > 1 else (nbr, np.zeros(nbr.size, np.int64))
+        return counts, nbr, rel, eid
 
     def shared_stats(self) -> dict:
         """Use of the shared topology: frontier nodes of other ranks sampled here, their
@@ -566,6 +606,11 @@ class DistSampler:
                 consequence,
                 f"pass original node ids in [0, {n})",
             )
+
+
+def _table(fanouts: np.ndarray) -> np.ndarray:
+    """Fanouts as ``[S, R]`` (a homogeneous hop's ``[S]`` is one relation)."""
+    return fanouts if fanouts.ndim == 2 else fanouts[:, None]
 
 
 class _CudaHop:

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError, SamplingInputError
+from ..errors import SamplingInputError
 from ..graph.typed_partition import part_graph
 from ..hetero_batch import HeteroMiniBatch
 from ..hetero_sampler import (
@@ -52,7 +52,8 @@ from ..hetero_sampler import (
     sample_trees,
 )
 from ..ops import typed as typed_ops
-from ..sampler import check_seed
+from ..ops import wire
+from ..sampler import HopSegments
 from ..temporal_sampler import (
     check_request_time,
     check_tree_ids,
@@ -60,28 +61,16 @@ from ..temporal_sampler import (
     num_seeds,
     seed_times,
 )
-from .collective import Exchanger, raise_agreed
-from .consistency import check_same_partitioning
-from .host_channel import open_host_channel
-from .id_maps import IdMaps
+from .collective import raise_agreed
+from .sampler import DistSampler
 from .typed_shared import open_typed_shared
-from .typed_time import attach_part_time, pack_block, unpack_block
+from .typed_time import attach_part_time
 
 __all__ = ["DistTypedSampler"]
 
-TIME_MAX = np.iinfo(np.int64).max
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(s, s + c)`` of every pair."""
-    total = int(counts.sum())
-    off = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=off[1:])
-    return np.repeat(starts - off[:-1], counts) + np.arange(total, dtype=np.int64)
-
-
-class DistTypedSampler:
-    """Collective multi-hop sampler over a typed partition (see the module docstring).
+class DistTypedSampler(DistSampler):
+    """Collective multi-hop sampler over a typed partition (see the module docstring): the
+    :class:`~.sampler.DistSampler` of a typed part, whose hops run the typed kernel.
 
     Args:
         part: this rank's typed part (``load_partition`` of a typed partition directory).
@@ -94,32 +83,17 @@ class DistTypedSampler:
             (:mod:`.typed_shared`). Results do not change.
     """
 
+    _typed = True
+
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  features: bool = True, id_maps: str = "auto", kernel: str = "cpu",
                  device=None, shared_topology: bool | str = "auto") -> None:
         self.graph = part_graph(part)  # PartitionError for a homogeneous part
-        if kernel not in ("cpu", "cuda"):  # before any collective
-            raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
-                                     "use kernel='cpu' or kernel='cuda'")
-        if shared_topology is True and kernel == "cuda":
-            raise ConfigError("the shared topology is not supported with kernel='cuda'",
-                              "no rank builds its sampler",
-                              "pass shared_topology=False, or use kernel='cpu'")
-        self.kernel = kernel
-        self.part = part
         self.tp = part.typed
-        self.seed = check_seed(seed)
-        self.group = group
-        self.ex = Exchanger(group)
-        check_same_partitioning(part, group)  # collective
-        self.rank = self.ex.rank
-        bounds = np.asarray(part.boundaries, np.int64)
-        self._inner = np.ascontiguousarray(bounds[1:-1])
-        self.lo, self.hi = int(bounds[self.rank]), int(bounds[self.rank + 1])
         self.orig = np.asarray(part.orig_ids)
-        self.ids = IdMaps(part, self.ex, id_maps)  # collective
-        # collective: every rank maps every typed part, or none does
-        self.shared = open_typed_shared(part, self.ex, shared_topology, kernel)
+        super().__init__(part, seed, group, kernel=kernel, device=device, id_maps=id_maps,
+                         shared_topology=shared_topology)
+        self.hi = int(np.asarray(part.boundaries)[self.rank + 1])
         # collective with node time, unless the shared topology read every part's already
         attach_part_time(self.graph, part, self.ex, group,
                          None if self.shared is None else self.shared.node_time)
@@ -128,18 +102,15 @@ class DistTypedSampler:
         self._data_types = [t for t in self.tp.node_types
                             if t in (typed.get("x") or {}) or t in (typed.get("y") or {})]
         self.features = bool(features)
-        self.kernel_calls = 0
-        self.kernel_nodes = 0
-        self.kernel_edges = 0
-        self.t_kernel = 0.0
-        self._cuda = None
-        if kernel == "cuda":
-            from .typed_cuda import TypedCudaHop
+        self._edge_ids = True  # this round: a request asks for edge ids
 
-            self._cuda = TypedCudaHop(self.graph, self.orig, device)
-        # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
-        self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
-        self.ex.host_channel = self.host_channel
+    def _cuda_hop(self, device):
+        from .typed_cuda import TypedCudaHop
+
+        return TypedCudaHop(self.graph, self.orig, device)
+
+    def _open_mapped(self, part, shared_topology, kernel: str):
+        return open_typed_shared(part, self.ex, shared_topology, kernel)
 
     # -- checks --------------------------------------------------------------------------
     def check_request(self, r, consequence: str = "no neighbors can be sampled for it; every "
@@ -165,36 +136,42 @@ class DistTypedSampler:
             check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
 
     def round_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
-        """Local half of a round's agreement: ``([error, deepest request], error or None)``,
-        to be reduced with ``MAX`` over ranks (the service puts them in its own agreement)."""
+        """Local half of a round's agreement, to be reduced with ``MAX`` over ranks (the service
+        puts them in its own agreement): ``[error, deepest request, any fanout -1, requests
+        with a hop, their seeds, any time, any disjoint trees]`` (the last four bound hop 1's
+        blocks, so that no exchange of the round sends its sizes first)."""
         try:
             for r in requests:
                 self.check_request(r)
         except SamplingInputError as e:
-            return [1, 0], e
-        hops = max((fanout_table(self.graph, r.num_neighbors).shape[0] for r in requests),
-                   default=0)
-        return [0, hops], None
+            return [1, 0, 1, 0, 0, 0, 0], e
+        tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
+        on = [(r, t) for r, t in zip(requests, tables, strict=True) if t.shape[0] > 0]
+        return [0, max((t.shape[0] for t in tables), default=0),
+                int(any((t < 0).any() for t in tables)), len(on),
+                sum(num_seeds(r) for r, _ in on), int(any(r.time_attr is not None for r, _ in on)),
+                int(any(_grows_trees(r) for r, _ in on))], None
 
     # -- one hop -------------------------------------------------------------------------
-    def _kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None):
+    def _typed_kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None,
+                      edge_ids: bool = True):
         t0 = time.perf_counter()
-        if self._cuda is not None:
+        if self.kernel == "cuda":
             out = self._cuda(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds, last)
         else:
             out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
                                                    fan, rep, self.seed, hop, bounds=bounds,
-                                                   last=last)
+                                                   last=last, with_eids=edge_ids)
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
         self.kernel_nodes += int(rows.size)
         self.kernel_edges += int(out[1].size)
         return out
 
-    def _hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
-        """One hop of every request (frontier ``nodes`` in new ids, each with its time bound
-        when ``bounds`` is given): the typed kernel's four arrays in frontier order."""
-        W, me = self.ex.world_size, self.rank
+    def _typed_hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
+        """One hop of every request (frontier ``nodes`` in new ids, request ``req`` of each,
+        ascending; each with its time bound when ``bounds`` is given): the typed kernel's four
+        arrays in frontier order, through the wire of :meth:`~.DistSampler._hop_wire`."""
         if self.shared is not None:  # every part mapped here: one call, no exchange
             t0 = time.perf_counter()
             out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
@@ -203,97 +180,16 @@ class DistTypedSampler:
             self.kernel_nodes += int(nodes.size)
             self.kernel_edges += int(out[1].size)
             return out
-        if W == 1:
-            return self._kernel(nodes - self.lo, keys, req, fan, rep, hop, bounds, last)
-        Q, R = fan.shape
-        owner = np.searchsorted(self._inner, nodes, side="right")
-        order = np.argsort(owner, kind="stable")  # by owner, request order within an owner
-        per_dest = np.bincount(owner, minlength=W)
-        dest_at = np.zeros(W + 1, np.int64)
-        np.cumsum(per_dest, out=dest_at[1:])
+        Q = fan.shape[0]
+        sizes = np.bincount(req, minlength=Q).astype(np.int64)
         key_q = np.zeros(Q, np.int64)
         key_q[req] = keys  # every node of a request has its key
-        # outbound: per destination, Q headers then the ids (and time bounds), int64 words
-        blocks, sizes = [], np.zeros(W, np.int64)
-        for d in range(W):
-            if d == me:
-                continue
-            sel = order[dest_at[d]:dest_at[d + 1]]
-            blk = pack_block(np.bincount(req[sel], minlength=Q), key_q, rep, last, fan,
-                             nodes[sel], None if bounds is None else bounds[sel])
-            blocks.append(blk)
-            sizes[d] = blk.size
-        send = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
-        recv, rsizes = self.ex.exchange(torch.from_numpy(send), torch.from_numpy(sizes), "ids")
-        recv, rsizes = recv.numpy(), rsizes.numpy()
-        # one kernel call: own nodes first, then every received block in rank order
-        mine = order[dest_at[me]:dest_at[me + 1]]
-        rows, kk, qq, fans, reps, src_n = [nodes[mine] - self.lo], [keys[mine]], [req[mine]], \
-            [fan], [rep], np.zeros(W, np.int64)
-        lasts = [np.zeros(Q, np.uint8) if last is None else last]
-        bnds = [None if bounds is None else bounds[mine]]
-        q0, at = Q, 0
-        for s in range(W):
-            if rsizes[s] == 0:
-                continue
-            blk = recv[at:at + rsizes[s]]
-            at += int(rsizes[s])
-            ids, k_s, q_s, f_s, r_s, l_s, b_s = unpack_block(blk, R)
-            rows.append(ids - self.lo)
-            kk.append(k_s)
-            qq.append(q_s + q0)
-            fans.append(f_s)
-            reps.append(r_s)
-            lasts.append(l_s)
-            bnds.append(b_s)
-            src_n[s] = ids.size
-            q0 += f_s.shape[0]
-        c, nb, rel, eid = self._kernel(np.concatenate(rows), np.concatenate(kk),
-                                       np.concatenate(qq), np.concatenate(fans),
-                                       np.concatenate(reps), hop, *_bounds_of(rows, bnds, lasts))
-        # back: per source, [counts, neighbors, relations, edge ids] of its nodes
-        n_own = mine.size
-        node_at = np.concatenate([[n_own], n_own + np.cumsum(src_n)])
-        edge_at = np.concatenate([[0], np.cumsum(c)])
-        out, osz = [], np.zeros(W, np.int64)
-        for s in range(W):
-            if src_n[s] == 0:
-                continue
-            a, b = int(node_at[s]), int(node_at[s] + src_n[s])
-            ea, eb = int(edge_at[a]), int(edge_at[b])
-            blk = np.concatenate([c[a:b], nb[ea:eb], rel[ea:eb], eid[ea:eb]])
-            out.append(blk)
-            osz[s] = blk.size
-        payload = np.concatenate(out) if out else np.zeros(0, np.int64)
-        back, bsizes = self.ex.exchange(torch.from_numpy(payload), torch.from_numpy(osz), "ids")
-        back, bsizes = back.numpy(), bsizes.numpy()
-        # reassemble in frontier order: own results, then each destination's, by position
-        cnt_parts = [c[:n_own]]
-        e_own = int(edge_at[n_own])
-        edge_parts = [(nb[:e_own], rel[:e_own], eid[:e_own])]
-        pos_parts = [mine]
-        at = 0
-        for d in range(W):
-            if d == me or per_dest[d] == 0:
-                continue
-            blk = back[at:at + bsizes[d]]
-            at += int(bsizes[d])
-            n = int(per_dest[d])
-            cd = blk[:n]
-            e = int(cd.sum())
-            cnt_parts.append(cd)
-            edge_parts.append((blk[n:n + e], blk[n + e:n + 2 * e], blk[n + 2 * e:n + 3 * e]))
-            pos_parts.append(order[dest_at[d]:dest_at[d + 1]])
-        cnt_c = np.concatenate(cnt_parts)
-        nb_c, rel_c, eid_c = (np.concatenate([p[k] for p in edge_parts]) for k in range(3))
-        pos = np.concatenate(pos_parts)
-        inv = np.empty_like(pos)
-        inv[pos] = np.arange(pos.size)
-        start_c = np.zeros(cnt_c.size, np.int64)
-        np.cumsum(cnt_c[:-1], out=start_c[1:])
-        counts = cnt_c[inv]
-        take = _ranges(start_c[inv], counts)
-        return counts, nb_c[take], rel_c[take], eid_c[take]
+        self._hop_full = h = HopSegments(nodes, sizes, key_q, fan, rep, hop, self._edge_ids,
+                                         bounds, last)
+        c, nb, rel, e = self._hop_wire(h)
+        if e is None or e.size != nb.size:  # no request of the round asked for them
+            e = np.zeros(nb.size, np.int64)
+        return c, nb, rel, e
 
     def shared_stats(self) -> dict:
         """Use of the shared topology (the service's statistics ask), as ``DistSampler``'s."""
@@ -331,11 +227,14 @@ class DistTypedSampler:
         seeds = self.ids.to_new_many(internal) if sh is None else [sh.to_new(a)
                                                                    for a in internal]
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
+        self._bound_round(flags, tables, any(_grows_trees(r) for r in requests))
+        self._edge_ids = any(r.edge_ids for r in requests)
         trees, times = None, None
-        if any(_grows_trees(r) for r in requests):
+        if self._trees:
             got, trees, times = self._sample_trees(requests, seeds, tables, hops)
         else:
-            got = multi_hop(self._hop, seeds, tables, requests, hops, len(tp.edge_types))
+            got = multi_hop(self._typed_hop, seeds, tables, requests, hops,
+                            len(tp.edge_types))
         nids = self.ids.to_orig_many([g[0] for g in got]) if sh is None else [
             sh.to_orig(g[0]) for g in got]
         out = [assemble_batch(tp.node_types, tp.edge_types, tp.node_type_offset, r, nid, n, e)
@@ -348,6 +247,28 @@ class DistTypedSampler:
             self._fetch_rows([g[0] for g in got], nids, out)
         return out
 
+    def _bound_round(self, flags, tables: list[np.ndarray], trees: bool) -> None:
+        """This round's wire state: with every fanout ``>= 0`` (``flags`` agreed, see
+        :meth:`round_flags`), hop 1's blocks are bounded by the requests and seeds of any rank
+        (a part's nodes too, unless a rank grows trees, where nodes repeat) and each block
+        tells the bound of the next (:meth:`~.DistSampler._next_bounds`)."""
+        W, k = self.ex.world_size, self._k
+        _, hops, unbounded, S, N, timed, any_trees = (int(v) for v in flags[:7])
+        self._trees = trees
+        self._local_hops = ()
+        self._bounded = not unbounded and W > 1 and self.shared is None and hops > 0
+        self._lens = np.array([t.shape[0] for t in tables], np.int64)
+        self._last_hop = hops - 1
+        self._carry = np.zeros(W, np.int64)
+        if self._bounded:
+            per_id = 1 + (k if timed else 0)  # an id, and its time bound
+            top = wire.header_words(S, k, self._R) + per_id * (
+                np.full(W, N, np.int64) if any_trees else np.minimum(N, S * self._parts))
+            self._next_send = top.astype(np.int64)
+            self._next_send[self.rank] = 0
+            self._next_recv = np.full(W, top[self.rank], np.int64)
+            self._next_recv[self.rank] = 0
+
     def _sample_trees(self, requests, seeds, tables, hops):
         """The hops of a round with disjoint or temporal requests
         (:func:`~mnmg_sampler.hetero_sampler.sample_trees` over new ids, every node's time
@@ -357,7 +278,7 @@ class DistTypedSampler:
         disjoint = [_grows_trees(r) for r in requests]
         last = [r.temporal_strategy == "last" for r in requests]
         n = int(np.asarray(self.part.boundaries)[-1])
-        got = sample_trees(self._hop, seeds, requests, tables, times, disjoint, last, n,
+        got = sample_trees(self._typed_hop, seeds, requests, tables, times, disjoint, last, n,
                            len(self.tp.edge_types), n_hops=hops)
         return [(v, nn, e) for _, v, nn, e in got], [g[0] for g in got], times
 
@@ -420,16 +341,6 @@ class DistTypedSampler:
 def _grows_trees(r: HeteroSampleRequest) -> bool:
     """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
     return r.time_attr is not None or bool(r.disjoint)
-
-
-def _bounds_of(rows: list, bnds: list, lasts: list) -> tuple:
-    """The kernel's ``(bounds, last)`` for the concatenated ``rows`` of a hop: ``(None, None)``
-    when no block has time, else every node's bound (``TIME_MAX`` for untimed blocks)."""
-    if all(b is None for b in bnds):
-        return None, None
-    full = [np.full(r.size, TIME_MAX, np.int64) if b is None else b
-            for r, b in zip(rows, bnds, strict=True)]
-    return np.concatenate(full), np.concatenate(lasts)
 
 
 def typed_sampler_for(part, seed: int, group, *, kernel: str, features: bool, id_maps: str,

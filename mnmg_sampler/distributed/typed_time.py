@@ -1,5 +1,6 @@
-"""Time for the typed sampler over ranks: the part's times on the graph the kernel reads, and
-the time bounds that travel with the frontier ids over the wire (``docs/temporal.md``).
+"""Time for the typed sampler over ranks: the part's times on the graph the kernel reads
+(``docs/temporal.md``; each frontier node's time bound travels with its id on the wire,
+:mod:`~mnmg_sampler.ops.wire`).
 
 The kernel reads a node's time bound per frontier node and, on a graph with node time only, the
 *neighbor's* node time through ``indices`` (new global ids in a part). So every rank holds the
@@ -18,11 +19,7 @@ from ..errors import MemoryBudgetError
 from ..host_limits import check_allocation
 from .collective import raise_agreed
 
-__all__ = ["attach_part_time", "node_time_of_types", "pack_block", "unpack_block"]
-
-_HEAD = 3  # per request and destination: node count, key, flags; then R fanouts
-_REPLACE, _LAST = 1, 2  # flag bits: with replacement, "last" (else "uniform")
-
+__all__ = ["attach_part_time", "node_time_of_types"]
 
 def attach_part_time(graph, part, ex, group, node_time: np.ndarray | None = None) -> None:
     """Collective when the part has node time and ``node_time`` is ``None``: set
@@ -61,40 +58,6 @@ def attach_part_time(graph, part, ex, group, node_time: np.ndarray | None = None
     at = np.concatenate([[0], np.cumsum(rsizes)])
     parts = [own if r == me else recv[at[r]:at[r + 1]] for r in range(W)]
     graph.node_time = np.ascontiguousarray(np.concatenate(parts))
-
-
-def pack_block(counts: np.ndarray, key_q: np.ndarray, rep: np.ndarray, last: np.ndarray | None,
-               fan: np.ndarray, ids: np.ndarray, bounds: np.ndarray | None) -> np.ndarray:
-    """One destination's block of a hop: ``[Q, timed, Q headers, ids, bounds if timed]``
-    (int64 words; a header is ``count, key, flags, R fanouts``)."""
-    Q, R = fan.shape
-    head = np.empty((Q, _HEAD + R), np.int64)
-    head[:, 0] = counts
-    head[:, 1] = key_q
-    head[:, 2] = rep.astype(np.int64) * _REPLACE
-    if last is not None:
-        head[:, 2] |= last.astype(np.int64) * _LAST
-    head[:, _HEAD:] = fan
-    timed = bounds is not None
-    parts = [np.array([Q, int(timed)], np.int64), head.ravel(), ids]
-    if timed:
-        parts.append(bounds)
-    return np.concatenate(parts).astype(np.int64, copy=False)
-
-
-def unpack_block(blk: np.ndarray, R: int):
-    """``(ids, per-node key, per-node request 0..Q-1, fanouts [Q, R], replace [Q] uint8,
-    last [Q] uint8, bounds or None)`` of a block made by :func:`pack_block`."""
-    qs, timed = int(blk[0]), bool(blk[1])
-    head = blk[2:2 + qs * (_HEAD + R)].reshape(qs, _HEAD + R)
-    rest = blk[2 + qs * (_HEAD + R):]
-    n = int(head[:, 0].sum())
-    ids = rest[:n]
-    bounds = rest[n:2 * n] if timed else None
-    return (ids, np.repeat(head[:, 1], head[:, 0]),
-            np.repeat(np.arange(qs, dtype=np.int64), head[:, 0]), head[:, _HEAD:],
-            (head[:, 2] & _REPLACE).astype(np.uint8),
-            ((head[:, 2] & _LAST) != 0).astype(np.uint8), bounds)
 
 
 def node_time_of_types(graph, part, types, group=None) -> dict[str, np.ndarray]:
