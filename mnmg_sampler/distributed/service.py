@@ -214,12 +214,11 @@ class SamplingService:
         request are short, so a second round's kernels fill the first one's exchange waits
         (2 hosts x 1, one request per round: 0.36x against 0.24x per rank), while merged
         rounds grow instead and a second round did not win (``docs/performance.md``). More
-        than one need thread mode, the homogeneous wire path (no shared topology or CUDA
-        kernel) and a group of the service's own. Agreed by every rank (one all-reduce): an
+        than one need thread mode, the wire path (no shared topology or CUDA kernel) and a
+        group of the service's own. Agreed by every rank (one all-reduce): an
         explicit ``K`` must be the same on all; ranks that all pass ``auto`` take the fewest."""
         s = self.sampler
         can = (self.mode == "thread" and self._own_group
-               and getattr(part, "typed", None) is None
                and getattr(s, "shared", None) is None
                and getattr(s, "kernel", "cpu") == "cpu")
         auto = value == "auto"
@@ -230,8 +229,7 @@ class SamplingService:
                                f"{value!r}", "no service is started", "pass 'auto' or e.g. 2")
         if k > 1 and not can:
             raise ServiceError(f"rounds_in_flight={k} needs thread mode, the service's own "
-                               "process groups, a homogeneous part, the CPU kernel and no "
-                               "shared topology",
+                               "process groups, the CPU kernel and no shared topology",
                                "no service is started", "pass rounds_in_flight='auto'")
         if s.ex.world_size > 1:
             with peer_errors("agreeing on the rounds in flight"):

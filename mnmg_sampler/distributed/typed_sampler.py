@@ -282,60 +282,101 @@ class DistTypedSampler(DistSampler):
                            len(self.tp.edge_types), n_hops=hops)
         return [(v, nn, e) for _, v, nn, e in got], [g[0] for g in got], times
 
-    # -- node data per type -----------------------------------------------------------------
+    # -- node data of every type ------------------------------------------------------------
     def _fetch_rows(self, new_ids: list[np.ndarray], nids: list[np.ndarray],
                     out: list[HeteroMiniBatch]) -> None:
-        """Collective: ``x`` / ``y`` of every batch's nodes, one exchange per node type with
-        node data (the same types on every rank, in the same order)."""
-        tp = self.tp
+        """Collective: ``x`` / ``y`` of every batch's nodes of every type with node data (the
+        same types on every rank, from the manifest), each distinct node once: one exchange
+        each way for all types (:meth:`_rows_of`)."""
+        off = self.tp.node_type_offset
+        sel, uniq = {}, {}
         for name in self._data_types:
-            t = tp.node_types.index(name)
-            lo_t, hi_t = tp.node_type_offset[t], tp.node_type_offset[t + 1]
-            sel = [np.flatnonzero((n >= lo_t) & (n < hi_t)) for n in nids]  # n_id[name] order
-            ids = np.concatenate([a[s] for a, s in zip(new_ids, sel, strict=True)]) \
-                if sel else np.zeros(0, np.int64)
-            x_rows = self._rows_of(name, t, ids)
-            at = 0
-            for b, s in zip(out, sel, strict=True):
-                for key, rows in x_rows.items():
-                    getattr(b, key)[name] = torch.from_numpy(np.ascontiguousarray(
-                        rows[at:at + s.size]))
-                at += s.size
+            t = self.tp.node_types.index(name)
+            sel[name] = [np.flatnonzero((n >= off[t]) & (n < off[t + 1])) for n in nids]
+            uniq[name] = np.unique(np.concatenate(
+                [a[s] for a, s in zip(new_ids, sel[name], strict=True)]) if out else
+                np.zeros(0, np.int64))
+        rows = self._rows_of(uniq)
+        for name, per in sel.items():
+            for b, a, s in zip(out, new_ids, per, strict=True):  # n_id[name] order
+                at = np.searchsorted(uniq[name], a[s])
+                for key, r in rows[name].items():
+                    getattr(b, key)[name] = torch.from_numpy(np.ascontiguousarray(r[at]))
 
-    def _local_rows(self, name: str, t: int, new_ids: np.ndarray) -> dict[str, np.ndarray]:
-        row = new_ids - self.lo - self.tp.type_offset[t]
-        return {k: np.asarray(src[name])[row] for k, src in (("x", self.tp.x), ("y", self.tp.y))
-                if name in src}
+    def _row_bytes(self, t: int, local: np.ndarray) -> np.ndarray:
+        """``uint8 [n, width of type t]``: ``x`` then ``y`` of local rows of type ``t``."""
+        name, tp = self.tp.node_types[t], self.tp
+        row = local - tp.type_offset[t]
+        cols = [np.ascontiguousarray(np.asarray(src[name])[row]).view(np.uint8).reshape(
+            row.size, _width(src[name])) for src in (tp.x, tp.y) if name in src]
+        return np.concatenate(cols, axis=1) if cols else np.zeros((row.size, 0), np.uint8)
 
-    def _rows_of(self, name: str, t: int, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Collective (unless the shared topology reads them in place): rows of ``ids`` (new
-        ids of type ``name``), in order."""
-        W = self.ex.world_size
-        if self.shared is not None:
-            return self.shared.rows(name, t, ids)
-        if W == 1:
-            return self._local_rows(name, t, ids)
-        uniq, inv = np.unique(ids, return_inverse=True)
-        u_owner = np.searchsorted(self._inner, uniq, side="right")
-        remote = u_owner != self.rank
-        ask = uniq[remote]  # sorted, so grouped by owner
-        counts = np.bincount(u_owner[remote], minlength=W).astype(np.int64)
-        recv, rcounts = self.ex.exchange(torch.from_numpy(ask), torch.from_numpy(counts),
-                                         "features")
-        served = self._local_rows(name, t, recv.numpy())
-        local = self._local_rows(name, t, uniq[~remote])
-        res = {}
-        for k, src in served.items():  # the same keys on every rank: every part has the files
-            width = src.dtype.itemsize * int(np.prod(src.shape[1:], dtype=np.int64))
-            flat = np.ascontiguousarray(src).view(np.uint8).reshape(src.shape[0], width)
-            back = self.ex.payload(torch.from_numpy(flat), rcounts.tolist(), counts.tolist(),
-                                   "features").numpy()
-            rows = np.empty((uniq.size, *src.shape[1:]), src.dtype)
-            rows[~remote] = local[k]
-            if back.size:
-                rows[remote] = back.view(src.dtype).reshape(-1, *src.shape[1:])
-            res[k] = rows[inv]
+    def _from_bytes(self, name: str, raw: np.ndarray) -> dict[str, np.ndarray]:
+        """``{"x": rows, "y": rows}`` of ``raw`` (:meth:`_row_bytes` of type ``name``)."""
+        res, at = {}, 0
+        for key, src in (("x", self.tp.x), ("y", self.tp.y)):
+            if name in src:
+                a, w = np.asarray(src[name]), _width(src[name])
+                res[key] = np.ascontiguousarray(raw[:, at:at + w]).view(a.dtype).reshape(
+                    raw.shape[0], *a.shape[1:])
+                at += w
         return res
+
+    def _rows_of(self, uniq: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """Collective (unless the shared topology reads them in place): per data type, the
+        rows of its sorted new ids ``uniq[name]``. Remote ids go to their owners in one
+        exchange for all types; the rows come back as bytes, each type's row width known on
+        both sides, so the reply needs no size exchange of its own."""
+        tp, W, me = self.tp, self.ex.world_size, self.rank
+        index = {name: tp.node_types.index(name) for name in uniq}
+        if self.shared is not None:
+            return {name: self.shared.rows(name, index[name], ids) for name, ids in uniq.items()}
+        ids = np.concatenate([*uniq.values(), np.zeros(0, np.int64)])
+        types = np.repeat(np.array([index[n] for n in uniq], np.int64),
+                          [a.size for a in uniq.values()])
+        owner = np.searchsorted(self._inner, ids, side="right")
+        remote = np.flatnonzero(owner != me)
+        remote = remote[np.argsort(owner[remote], kind="stable")]  # grouped by owner
+        width = np.zeros(len(tp.node_types), np.int64)
+        for name, t in index.items():
+            width[t] = sum(_width(src[name]) for src in (tp.x, tp.y) if name in src)
+        raw = np.empty((ids.size, int(width.max(initial=0))), np.uint8)
+        own = np.flatnonzero(owner == me)
+        for t in np.unique(types[own]):
+            at = own[types[own] == t]
+            raw[at, :width[t]] = self._row_bytes(int(t), ids[at] - self.lo)
+        if W > 1:
+            counts = np.bincount(owner[remote], minlength=W).astype(np.int64)
+            recv, rcounts = self.ex.exchange(torch.from_numpy(ids[remote]),
+                                             torch.from_numpy(counts), "features")
+            local = recv.numpy() - self.lo
+            rt = np.searchsorted(tp.type_offset, local, side="right") - 1  # the rows' types
+            w = width[rt]
+            flat = np.empty(int(w.sum()), np.uint8)
+            start = np.concatenate([[0], np.cumsum(w)[:-1]]).astype(np.int64)
+            for t in np.unique(rt):
+                at = np.flatnonzero(rt == t)
+                flat[start[at, None] + np.arange(width[t])] = self._row_bytes(int(t), local[at])
+            by_src = np.repeat(np.arange(W), rcounts.numpy())
+            mine_w = width[types[remote]]
+            back = self.ex.payload(
+                torch.from_numpy(flat), np.bincount(by_src, w, W).astype(np.int64).tolist(),
+                np.bincount(owner[remote], mine_w, W).astype(np.int64).tolist(),
+                "features").numpy()
+            start = np.concatenate([[0], np.cumsum(mine_w)[:-1]]).astype(np.int64)
+            for t in np.unique(types[remote]):
+                at = np.flatnonzero(types[remote] == t)
+                raw[remote[at], :width[t]] = back[start[at, None] + np.arange(width[t])]
+        out, at = {}, 0
+        for name, u in uniq.items():
+            out[name] = self._from_bytes(name, raw[at:at + u.size, :width[index[name]]])
+            at += u.size
+        return out
+
+
+def _width(a) -> int:
+    """Bytes of one row of ``a``."""
+    return a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
 
 
 def _grows_trees(r: HeteroSampleRequest) -> bool:
