@@ -241,11 +241,15 @@ class DistSampler:
             c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,
                                       orig[rows] if rng_nodes is None else rng_nodes, keys,
                                       self.seed, hop, fanouts, replace, edge_ids)
+        self._counted(t0, rows.size, nb.size)
+        return c, nb, e
+
+    def _counted(self, t0: float, nodes: int, edges: int) -> None:
+        """Statistics of one kernel call that started at ``t0``."""
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
-        self.kernel_nodes += int(rows.size)
-        self.kernel_edges += int(nb.size)
-        return c, nb, e
+        self.kernel_nodes += int(nodes)
+        self.kernel_edges += int(edges)
 
     def _hop(self, h: HopSegments):
         self._hop_full = h
@@ -255,10 +259,7 @@ class DistSampler:
                     rows, keys, h.hop, fans, reps, e, None, arrays), self.seed)
             t0 = time.perf_counter()
             c, nb, e = self.shared.hop(h, None, self.seed)
-            self.t_kernel += time.perf_counter() - t0
-            self.kernel_calls += 1
-            self.kernel_nodes += int(h.nodes.size)
-            self.kernel_edges += int(nb.size)
+            self._counted(t0, h.nodes.size, nb.size)
             return c, nb, e
         if self.host is not None and h.hop not in self._local_hops:  # host groups
             out = self.host.hop(h, self._hop_wire, lambda rows, keys, fans, reps, e, arrays:
@@ -502,19 +503,10 @@ class DistSampler:
         :meth:`round_flags`).
         """
         W = self.ex.world_size
-        if agreed is None:
-            flags, err = self.round_flags(requests)
-            if W > 1:
-                flags = self.ex.agree_max(flags)
-        else:
-            err, flags = agreed
-        failed, hops, remote = (int(v) for v in flags[:3])
+        flags = self._agreed(requests, agreed)
+        hops, remote = (int(v) for v in flags[1:3])
         unbounded = int(flags[3]) if len(flags) > 3 else 1
         lookup = int(flags[4]) if len(flags) > 4 else remote
-        if failed:
-            if W == 1 and err is not None:
-                raise err
-            raise_agreed(err, self.group)
         self._local_hops = () if remote else (0,)
         self._bounded = (not unbounded and W > 1 and self.shared is None and len(flags) > 8
                          and int(hops) > 0)
@@ -560,6 +552,21 @@ class DistSampler:
         for b, orig in zip(out, self._orig_ids(requests, out, n_ids, front), strict=True):
             b.n_id = torch.from_numpy(orig)
         return out
+
+    def _agreed(self, requests: Sequence, agreed) -> Sequence[int]:
+        """Collective unless ``agreed`` is given: the round's flags reduced over ranks
+        (:meth:`round_flags`, ``flags[0]``: an input error, raised on every rank)."""
+        if agreed is None:
+            flags, err = self.round_flags(requests)
+            if self.ex.world_size > 1:
+                flags = self.ex.agree_max(flags)
+        else:
+            err, flags = agreed
+        if int(flags[0]):
+            if self.ex.world_size == 1 and err is not None:
+                raise err
+            raise_agreed(err, self.group)
+        return flags
 
     def _orig_ids(self, requests: Sequence[SampleRequest], out: list[MiniBatch],
                   n_ids: list[np.ndarray], front: dict[int, np.ndarray]) -> list[np.ndarray]:

@@ -137,12 +137,12 @@ class SamplingService:
         if kernel == "auto":
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
         if getattr(part, "typed", None) is not None:  # a typed part: typed requests
-            from .typed_sampler import typed_sampler_for
+            from .typed_sampler import DistTypedSampler
 
-            self.sampler = typed_sampler_for(part, seed, group, kernel=kernel,
-                                             features=features, id_maps=id_maps,
-                                             shared_topology=shared_topology,
-                                             device=device if kernel == "cuda" else None)
+            self.sampler = DistTypedSampler(part, seed, group, features=features,
+                                            id_maps=id_maps, kernel=kernel,
+                                            device=device if kernel == "cuda" else None,
+                                            shared_topology=shared_topology)
         else:
             self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                        device=device if kernel == "cuda" else None,

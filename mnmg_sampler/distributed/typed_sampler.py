@@ -1,34 +1,27 @@
-"""Distributed sampling of a typed graph: one typed kernel call per hop per rank, every relation
-and every merged request in it, frontier nodes of other parts over the wire.
+"""Distributed sampling of a typed graph: :class:`~.sampler.DistSampler` with the typed kernel.
 
-Each rank owns one typed part (:mod:`mnmg_sampler.graph.typed_partition`). Per hop, a rank
-splits the frontier of all its requests by owner; its own nodes go straight to the kernel, the
-others to their owners in one exchange: per destination, a header per request (node count, key,
-flags, the hop's fanout per relation) then the nodes' new ids and, when the requester's round has
-time, each node's time bound (:mod:`.typed_time`). The owner runs **one**
-typed kernel call (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`) over its own nodes
-and every node received, keyed on the nodes' internal ids, and sends back per node its count and
-per sampled edge the neighbor's new id, relation and edge id (one more exchange). The requester
-puts the replies back in frontier order and dedups (:func:`~mnmg_sampler.hetero_sampler.
-multi_hop`, as in one process). After the last hop, ``n_id`` is translated to internal ids by
-one lookup to the owners (:class:`~.id_maps.IdMaps`), and the rows of ``x``/``y`` of each node
-type come from the owners (one exchange per type with node data).
+Each rank owns one typed part (:mod:`mnmg_sampler.graph.typed_partition`). A hop is the
+homogeneous path's (:meth:`~.sampler.DistSampler._hop_wire`, :mod:`mnmg_sampler.ops.wire`):
+per destination a header per request (node count, key, flags, the hop's fanout per relation),
+the nodes' new ids and, in a timed round, their time bounds; the owner runs **one** typed kernel
+call (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`) over its own nodes and every node
+received, keyed on internal ids, and replies with a count per node and one word per sampled edge
+(``neighbor x R + relation``; edge ids only when asked), int32 words where they fit, within
+bounds both sides compute. The requester puts the replies back in frontier order and dedups
+(:func:`~mnmg_sampler.hetero_sampler.multi_hop`, as in one process). After the last hop,
+``n_id`` is translated to internal ids by one lookup to the owners (:class:`~.id_maps.IdMaps`)
+and ``x``/``y`` of every node type come from the owners in one exchange each way.
 
 The RNG is keyed on internal ids (type offset + per-type id: fixed by the graph, not by the
 partitioning) and neighbor lists keep their order, so every minibatch equals
 :class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s for any world size and partitioning.
-Calls are collective: every rank calls :meth:`DistTypedSampler.sample` the same number of times,
-with any number of requests, including none. The wire words are int64 (the homogeneous path's
-int32 words and padded replies are not used here yet).
+Calls are collective, as :meth:`~.sampler.DistSampler.sample`'s. Temporal and disjoint requests
+(``docs/temporal.md``) run the same hops through :func:`~mnmg_sampler.hetero_sampler.
+sample_trees` (pair ids ``tree * N + new id``, each node bounded by its seed's time).
 
-Temporal and disjoint requests (``docs/temporal.md``) run the same hops through
-:func:`~mnmg_sampler.hetero_sampler.sample_trees` (pair ids ``tree * N + new id``, each node
-bounded by its seed's time), so they equal the one-process temporal sampler's batches too.
-
-With the shared topology (:mod:`.typed_shared`, every rank on one host, the homogeneous rules;
-with or without time) a rank maps every typed part and runs each hop itself in one kernel
-call over all parts, and translates ids and reads ``x``/``y`` rows in place: no exchange of ids
-or rows. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
+With the shared topology (:mod:`.typed_shared`, every rank on one host) a rank maps every typed
+part, runs each hop itself in one kernel call over all parts, and translates ids and reads
+``x``/``y`` rows in place. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
 (:mod:`.typed_cuda`; tested under Numba's CUDA simulator only).
 """
 
@@ -61,7 +54,6 @@ from ..temporal_sampler import (
     num_seeds,
     seed_times,
 )
-from .collective import raise_agreed
 from .sampler import DistSampler
 from .typed_shared import open_typed_shared
 from .typed_time import attach_part_time
@@ -162,10 +154,7 @@ class DistTypedSampler(DistSampler):
             out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
                                                    fan, rep, self.seed, hop, bounds=bounds,
                                                    last=last, with_eids=edge_ids)
-        self.t_kernel += time.perf_counter() - t0
-        self.kernel_calls += 1
-        self.kernel_nodes += int(rows.size)
-        self.kernel_edges += int(out[1].size)
+        self._counted(t0, rows.size, out[1].size)
         return out
 
     def _typed_hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
@@ -175,10 +164,7 @@ class DistTypedSampler(DistSampler):
         if self.shared is not None:  # every part mapped here: one call, no exchange
             t0 = time.perf_counter()
             out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
-            self.t_kernel += time.perf_counter() - t0
-            self.kernel_calls += 1
-            self.kernel_nodes += int(nodes.size)
-            self.kernel_edges += int(out[1].size)
+            self._counted(t0, nodes.size, out[1].size)
             return out
         Q = fan.shape[0]
         sizes = np.bincount(req, minlength=Q).astype(np.int64)
@@ -191,14 +177,6 @@ class DistTypedSampler(DistSampler):
             e = np.zeros(nb.size, np.int64)
         return c, nb, rel, e
 
-    def shared_stats(self) -> dict:
-        """Use of the shared topology (the service's statistics ask), as ``DistSampler``'s."""
-        if self.shared is None:
-            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
-                    "agreement": "gloo"}
-        host = self.host_channel is not None
-        return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
-
     # -- public --------------------------------------------------------------------------
     def sample(self, requests: Sequence[HeteroSampleRequest], features=None,
                agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
@@ -208,17 +186,7 @@ class DistTypedSampler(DistSampler):
         ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
         (:meth:`round_flags`); ``features`` is ignored (the sampler fetches rows per type when
         built with ``features=True``)."""
-        W = self.ex.world_size
-        if agreed is None:
-            flags, err = self.round_flags(requests)
-            if W > 1:
-                flags = self.ex.agree_max(flags)
-        else:
-            err, flags = agreed
-        if int(flags[0]):
-            if W == 1 and err is not None:
-                raise err
-            raise_agreed(err, self.group)
+        flags = self._agreed(requests, agreed)
         hops = int(flags[1])
         tp = self.tp
         internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
@@ -382,11 +350,3 @@ def _width(a) -> int:
 def _grows_trees(r: HeteroSampleRequest) -> bool:
     """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
     return r.time_attr is not None or bool(r.disjoint)
-
-
-def typed_sampler_for(part, seed: int, group, *, kernel: str, features: bool, id_maps: str,
-                      shared_topology, device=None) -> DistTypedSampler:
-    """The service's sampler for a typed part."""
-    return DistTypedSampler(part, seed, group, features=features, id_maps=id_maps,
-                            kernel="cpu" if kernel == "auto" else kernel, device=device,
-                            shared_topology=shared_topology)
