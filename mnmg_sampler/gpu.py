@@ -17,6 +17,7 @@ from .errors import MissingDependencyError
 
 __all__ = [
     "GPU_EXTRA",
+    "numpy_compat",
     "require_cupy",
     "require_numba_cuda",
     "require_pylibraft",
@@ -26,6 +27,22 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 GPU_EXTRA = "pip install 'mnmg-sampler[gpu]'"
+
+
+def numpy_compat() -> None:
+    """Give NumPy >= 2.5 back ``np.row_stack`` (removed there), which numba-cuda <= 0.30 needs.
+
+    numba-cuda registers an overload for ``np.row_stack`` when it first compiles a kernel; on
+    NumPy 2.5 that raises ``AttributeError`` and no CUDA kernel compiles (seen on the GPU
+    machine: numba-cuda 0.30.4, NumPy 2.5.2). A distinct function, so the overload does not
+    collide with the one numba-cuda registers for ``np.vstack``.
+    """
+    import numpy as np
+
+    if not hasattr(np, "row_stack"):
+        def row_stack(tup, *, dtype=None, casting="same_kind"):
+            return np.vstack(tup, dtype=dtype, casting=casting)
+        np.row_stack = row_stack
 
 
 def simulator_enabled() -> bool:
@@ -65,6 +82,7 @@ def require_numba_cuda(need_device: bool = True) -> ModuleType:
     numba.cuda works everywhere, but launching a kernel needs a CUDA driver, a device and the
     NVVM compiler: checking here gives one clear error instead of a driver traceback mid-epoch.
     """
+    numpy_compat()
     cuda = _import("numba.cuda", "the CUDA sampling kernels", "numba.cuda")
     if need_device and not simulator_enabled() and not cuda.is_available():
         raise MissingDependencyError(

@@ -86,6 +86,17 @@ def timeout_delta(seconds: float, what: str = "runtime.collective_timeout_s") ->
     return _dt.timedelta(seconds=float(seconds))
 
 
+def group_backend(backend: str) -> str:
+    """The backend string the default group is made with: NCCL comes with gloo for CPU tensors.
+
+    The data path moves its buffers to the GPU, but control collectives (counts, agreements,
+    flags, barriers, DDP's and the checkpoint's small tensors) use CPU tensors; on a group of
+    NCCL alone each of those fails with "No backend type associated with device type cpu"
+    (seen on the GPU machine). One group of two backends, chosen per tensor's device.
+    """
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
 def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: float = 600.0,
                      join_timeout_s: float | None = None) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group from torchrun's environment (idempotent).
@@ -119,8 +130,8 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: flo
                 join = max(timeout_s, JOIN_TIMEOUT_S) if join_timeout_s is None \
                     else join_timeout_s
                 store = _loopback_store(env, _dt.timedelta(seconds=join), timeout)
-            dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                    timeout=timeout, store=store)
+            dist.init_process_group(group_backend(backend), rank=env.rank,
+                                    world_size=env.world_size, timeout=timeout, store=store)
         at_exit()  # a script that never destroys the group must still exit cleanly
     return env, dev
 

@@ -28,10 +28,14 @@ from ..ops import bitpack
 T = TypeVar("T")
 
 
+def uses_nccl(group: dist.ProcessGroup | None = None) -> bool:
+    """Whether ``group`` sends through NCCL (alone, or as ``cpu:gloo,cuda:nccl``)."""
+    return "nccl" in str(dist.get_backend(group)).lower()
+
+
 def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
     """Where exchange buffers must live for ``group``: the current GPU for NCCL, else the CPU."""
-    backend = dist.get_backend(group)
-    if str(backend).lower() == "nccl":
+    if uses_nccl(group):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -79,8 +83,7 @@ class Exchanger:
         self.t_exchange = 0.0
         self.cpu_exchange = 0.0  # this thread's CPU seconds inside collectives
         # gloo takes a message shorter than its receive (NCCL needs the exact size)
-        self.short_receives = (self.device.type == "cpu"
-                               and str(dist.get_backend(group)).lower() == "gloo")
+        self.short_receives = self.device.type == "cpu" and not uses_nccl(group)
         # agreements of ranks known to share a host go over a host channel when one is set
         # (:mod:`.host_channel`, with the shared topology): no gloo threads involved
         self.host_channel = None

@@ -44,7 +44,7 @@ import torch.distributed as dist
 
 from ..errors import MnmgError, PeerError, SamplingInputError, ServiceError
 from ..sampler import SampleRequest
-from .collective import group_timeout, is_peer_failure, peer_error, peer_errors
+from .collective import group_timeout, is_peer_failure, peer_error, peer_errors, uses_nccl
 from .sampler import DistSampler
 from .teardown import at_exit
 
@@ -130,8 +130,7 @@ class SamplingService:
         self.group = group
         self.timeout_s = group_timeout(group)
         self.deadline_s = self.timeout_s + MARGIN_S
-        backend = str(dist.get_backend(group)).lower()
-        self.mode = mode or ("inline" if backend == "nccl" else "thread")
+        self.mode = mode or ("inline" if uses_nccl(group) else "thread")
         if self.mode not in MODES:
             raise ServiceError(f"unknown service mode {self.mode!r}", "", f"use one of {MODES}")
         if kernel == "auto":

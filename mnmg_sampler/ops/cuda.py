@@ -27,8 +27,10 @@ import numpy as np
 import torch
 from numba import cuda
 
-from ..gpu import require_numba_cuda, simulator_enabled
+from ..gpu import numpy_compat, require_numba_cuda, simulator_enabled
 from . import cpu, rng, weighted
+
+numpy_compat()  # before any kernel here compiles
 
 __all__ = ["sample_neighbors_cuda", "sample_neighbors_weighted_cuda", "make_kernels",
            "make_weighted_kernels", "THREADS_PER_BLOCK"]

@@ -42,6 +42,8 @@ def run_worker(worker: Path) -> dict:
                               capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"simulator worker timed out after {TIMEOUT_S}s; stderr:\n{exc.stderr}")
-    if proc.returncode != 0:
-        pytest.fail(f"simulator worker failed ({proc.returncode}); stderr:\n{proc.stderr}")
+    if proc.returncode != 0:  # the exception first: warnings can fill the head of stderr
+        last = ([ln for ln in proc.stderr.splitlines() if ln.strip()] or ["no stderr"])[-1]
+        pytest.fail(f"simulator worker failed ({proc.returncode}): {last.strip()}; "
+                    f"stderr:\n{proc.stderr}")
     return json.loads(proc.stdout)

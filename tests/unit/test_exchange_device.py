@@ -41,6 +41,19 @@ def test_backend_device_nccl_is_current_cuda_device(monkeypatch):
     assert backend_device(FakeGroup("nccl")) == torch.device("cuda", 1)
     assert backend_device(FakeGroup("NCCL")) == torch.device("cuda", 1)
     assert backend_device(FakeGroup("gloo")) == torch.device("cpu")
+    # the group NCCL worlds are made with: CPU tensors over gloo, exchange buffers on the GPU
+    assert backend_device(FakeGroup("cpu:gloo,cuda:nccl")) == torch.device("cuda", 1)
+    assert Exchanger(FakeGroup("cpu:gloo,cuda:nccl")).short_receives is False
+    assert Exchanger(FakeGroup("cpu:gloo")).short_receives is True
+
+
+def test_nccl_worlds_take_gloo_for_cpu_tensors():
+    """On the GPU machine a group of NCCL alone failed on the first CPU-tensor collective."""
+    from mnmg_sampler.runtime import group_backend
+
+    assert group_backend("nccl") == "cpu:gloo,cuda:nccl"
+    assert group_backend("gloo") == "gloo"
+    assert dist.Backend(group_backend("nccl")) == "cpu:gloo,cuda:nccl"  # torch accepts it
 
 
 def test_stage_and_unstage_really_move_buffers(monkeypatch):

@@ -88,6 +88,21 @@ def test_cuda_kernels_without_a_device_raise_actionable_error(monkeypatch):
         ocuda.sample_neighbors_cuda(z, z[:0], None, z[:1], z[:1], z[:1], 0, 0, 3, False)
 
 
+def test_cuda_kernels_module_restores_row_stack_for_numba_cuda():
+    """numba-cuda <= 0.30 overloads ``np.row_stack``, gone in NumPy 2.5: on the GPU machine no
+    kernel compiled. Importing the kernels gives it back (a NumPy without it stands in here)."""
+    code = ("import numpy as np\n"
+            "if hasattr(np, 'row_stack'): del np.row_stack\n"
+            "assert not hasattr(np, 'row_stack')\n"
+            "import mnmg_sampler.ops.cuda\n"
+            "a = np.arange(4).reshape(2, 2)\n"
+            "assert np.row_stack is not np.vstack\n"
+            "assert (np.row_stack([a, a]) == np.vstack([a, a])).all()\n"
+            "print('ok')")
+    proc = _run(code, "-W", "error::DeprecationWarning")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
 # ---------------------------------------------------------------- rmat: GPU or CPU
 
 def test_generate_rmat_cpu_device_uses_cpu_generator():

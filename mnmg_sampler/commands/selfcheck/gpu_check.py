@@ -116,8 +116,14 @@ def _kill(p: subprocess.Popen) -> None:
 
 
 def _last_error(log: Path) -> str:
+    """The log's last line, and where in the package it was raised (the report may be all that
+    comes back from the GPU machine: the first run's said only "No backend type ...")."""
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    return " ".join(lines[-1:])[:500] or "no output"
+    frames = [ln for ln in lines if ln.startswith("File ") and "mnmg_sampler" in ln]
+    where = ""
+    if frames:  # relative to the package: no path of the machine in the report
+        where = f" (raised under {frames[-1][frames[-1].rfind('mnmg_sampler'):][:200]})"
+    return (" ".join(lines[-1:])[:500] + where) or "no output"
 
 
 def _gpu_smi() -> str | None:
