@@ -141,7 +141,8 @@ class SamplingService:
             self.sampler = DistTypedSampler(part, seed, group, features=features,
                                             id_maps=id_maps, kernel=kernel,
                                             device=device if kernel == "cuda" else None,
-                                            shared_topology=shared_topology)
+                                            shared_topology=shared_topology,
+                                            cache_rows=feature_cache_rows)
         else:
             self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                        device=device if kernel == "cuda" else None,
@@ -559,6 +560,8 @@ class SamplingService:
         st["shared_topology"] = self.sampler.shared_stats()
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
+        elif hasattr(self.sampler, "row_stats"):  # a typed part's rows, fetched by its sampler
+            st["features"] = dict(self.sampler.row_stats, **self.sampler.cache_stats())
         return st
 
 

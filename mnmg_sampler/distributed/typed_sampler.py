@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import SamplingInputError
+from ..errors import ConfigError, SamplingInputError
 from ..graph.typed_partition import part_graph
 from ..hetero_batch import HeteroMiniBatch
 from ..hetero_sampler import (
@@ -79,7 +79,8 @@ class DistTypedSampler(DistSampler):
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  features: bool = True, id_maps: str = "auto", kernel: str = "cpu",
-                 device=None, shared_topology: bool | str = "auto") -> None:
+                 device=None, shared_topology: bool | str = "auto",
+                 cache_rows: int = 0) -> None:
         self.graph = part_graph(part)  # PartitionError for a homogeneous part
         self.tp = part.typed
         self.orig = np.asarray(part.orig_ids)
@@ -95,6 +96,15 @@ class DistTypedSampler(DistSampler):
                             if t in (typed.get("x") or {}) or t in (typed.get("y") or {})]
         self.features = bool(features)
         self._edge_ids = True  # this round: a request asks for edge ids
+        # rows of other ranks' nodes kept here: per data type, (sorted new ids, row bytes)
+        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.row_stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0}
+        if int(cache_rows) < 0:
+            raise ConfigError(f"features.cache_rows must be >= 0, got {cache_rows}",
+                              "the cache size is a row count", "pass 0 (no cache) or more")
+        if (int(cache_rows) > 0 and self.features and self._data_types and self.shared is None
+                and self.ex.world_size > 1):
+            self._fill_cache(int(cache_rows))
 
     def _cuda_hop(self, device):
         from .typed_cuda import TypedCudaHop
@@ -290,25 +300,102 @@ class DistTypedSampler(DistSampler):
                 at += w
         return res
 
+    def _fill_cache(self, rows: int) -> None:
+        """Collective: keep the rows of the ``rows`` nodes of other ranks (of types with node
+        data) that this part's edges point to most (:func:`~.row_cache.choose_rows` by
+        degree), fetched once; rounds never ask for them again."""
+        from ..host_limits import check_allocation
+        from .collective import agree, all_gather_1d
+        from .row_cache import choose_rows
+
+        tp, me = self.tp, self.rank
+        width = self._widths()
+        agree(lambda: check_allocation(
+            f"a feature row cache of {rows:,} rows of up to {int(width.max())} B "
+            "(features.cache_rows)", rows * int(width.max()), "lower features.cache_rows"),
+            self.group, "checking the feature cache's memory")
+        # every part's type offsets (tiny): the type of any new id
+        offs = np.stack([t.numpy() for t in all_gather_1d(torch.from_numpy(
+            np.ascontiguousarray(tp.type_offset, np.int64)), self.group)])
+        bounds = np.asarray(self.part.boundaries, np.int64)
+
+        def types_of(ids: np.ndarray) -> np.ndarray:
+            owner = np.searchsorted(self._inner, ids, side="right")
+            local = ids - bounds[owner]
+            t = np.empty(ids.size, np.int64)
+            for r in np.unique(owner):
+                at = owner == r
+                t[at] = np.searchsorted(offs[r], local[at], side="right") - 1
+            return t
+
+        def far(ids: np.ndarray) -> np.ndarray:
+            return (np.searchsorted(self._inner, ids, side="right") != me) & (
+                width[types_of(ids)] > 0)
+
+        ids, _ = choose_rows(self.part, self.ex, far, rows, None)
+        t = types_of(ids)
+        uniq = {n: ids[t == tp.node_types.index(n)] for n in self._data_types}  # sorted
+        raw, at = self._raw_rows(uniq, width), 0
+        for name, u in uniq.items():
+            self._cache[name] = (u, raw[at:at + u.size, :width[tp.node_types.index(name)]])
+            at += u.size
+        self.row_stats.update(remote_rows=0, cache_hits=0, rows_fetched=0)
+
+    def cache_stats(self) -> dict:
+        """Rows in the cache and its hit rate (cached rows among the distinct remote rows of
+        the batches so far)."""
+        st = self.row_stats
+        return {"cache_rows": int(sum(ids.size for ids, _ in self._cache.values())),
+                "cache_hit_rate": st["cache_hits"] / st["remote_rows"] if st["remote_rows"]
+                else 0.0}
+
+    def _widths(self) -> np.ndarray:
+        """Bytes of one ``x`` and ``y`` row, per node type (0: no node data)."""
+        tp = self.tp
+        return np.array([sum(_width(src[n]) for src in (tp.x, tp.y) if n in src)
+                         for n in tp.node_types], np.int64)
+
     def _rows_of(self, uniq: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
         """Collective (unless the shared topology reads them in place): per data type, the
-        rows of its sorted new ids ``uniq[name]``. Remote ids go to their owners in one
-        exchange for all types; the rows come back as bytes, each type's row width known on
-        both sides, so the reply needs no size exchange of its own."""
-        tp, W, me = self.tp, self.ex.world_size, self.rank
+        rows of its sorted new ids ``uniq[name]`` (:meth:`_raw_rows`)."""
+        tp = self.tp
         index = {name: tp.node_types.index(name) for name in uniq}
         if self.shared is not None:
             return {name: self.shared.rows(name, index[name], ids) for name, ids in uniq.items()}
+        width = self._widths()
+        raw, out, at = self._raw_rows(uniq, width), {}, 0
+        for name, u in uniq.items():
+            out[name] = self._from_bytes(name, raw[at:at + u.size, :width[index[name]]])
+            at += u.size
+        return out
+
+    def _raw_rows(self, uniq: dict[str, np.ndarray], width: np.ndarray) -> np.ndarray:
+        """Collective: the row bytes of the ids of ``uniq`` (concatenated in its order), own
+        and cached ones read here; the others go to their owners in one exchange for all
+        types and come back as bytes, each type's row ``width`` known on both sides, so the
+        reply needs no size exchange of its own."""
+        tp, W, me = self.tp, self.ex.world_size, self.rank
+        index = {name: tp.node_types.index(name) for name in uniq}
         ids = np.concatenate([*uniq.values(), np.zeros(0, np.int64)])
         types = np.repeat(np.array([index[n] for n in uniq], np.int64),
                           [a.size for a in uniq.values()])
         owner = np.searchsorted(self._inner, ids, side="right")
-        remote = np.flatnonzero(owner != me)
-        remote = remote[np.argsort(owner[remote], kind="stable")]  # grouped by owner
-        width = np.zeros(len(tp.node_types), np.int64)
-        for name, t in index.items():
-            width[t] = sum(_width(src[name]) for src in (tp.x, tp.y) if name in src)
         raw = np.empty((ids.size, int(width.max(initial=0))), np.uint8)
+        hit = owner == me
+        self.row_stats["remote_rows"] += int(ids.size - hit.sum())
+        at = 0
+        for name, u in uniq.items():  # cached rows of other ranks' nodes
+            cids, craw = self._cache.get(name, (np.zeros(0, np.int64), None))
+            if cids.size and u.size:
+                pos = np.minimum(np.searchsorted(cids, u), cids.size - 1)
+                got = np.flatnonzero((cids[pos] == u) & ~hit[at:at + u.size])
+                raw[at + got, :craw.shape[1]] = craw[pos[got]]
+                hit[at + got] = True
+                self.row_stats["cache_hits"] += int(got.size)
+            at += u.size
+        remote = np.flatnonzero(~hit)
+        remote = remote[np.argsort(owner[remote], kind="stable")]  # grouped by owner
+        self.row_stats["rows_fetched"] += int(remote.size)
         own = np.flatnonzero(owner == me)
         for t in np.unique(types[own]):
             at = own[types[own] == t]
@@ -335,11 +422,7 @@ class DistTypedSampler(DistSampler):
             for t in np.unique(types[remote]):
                 at = np.flatnonzero(types[remote] == t)
                 raw[remote[at], :width[t]] = back[start[at, None] + np.arange(width[t])]
-        out, at = {}, 0
-        for name, u in uniq.items():
-            out[name] = self._from_bytes(name, raw[at:at + u.size, :width[index[name]]])
-            at += u.size
-        return out
+        return raw
 
 
 def _width(a) -> int:

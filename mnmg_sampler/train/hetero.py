@@ -87,7 +87,8 @@ def start_typed_job(cfg: JobConfig, training_graph=None) -> TypedJob:
     placement = feature_placement(cfg, device)
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps)
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
+                              feature_cache_rows=cfg.features.cache_rows)
     return TypedJob(cfg, rank, world, device, pdir, part, meta, input_type, service, t_start)
 
 

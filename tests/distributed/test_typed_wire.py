@@ -127,3 +127,39 @@ def test_typed_rounds_in_flight_equal_the_single_process(tmp_path):
             for key, arrays in per.items():
                 for t, a in arrays.items():
                     np.testing.assert_array_equal(a, getattr(want, key)[t].numpy(), (key, t))
+
+
+def _two_hosts(rank, world, typed_dir, cache_rows):
+    import os
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    os.environ["MNMG_HOST_ID"] = f"typed-host-{rank}"  # one rank per emulated host
+    _, tg = _typed_graph()
+    svc = SamplingService(load_partition(typed_dir, rank, world), seed=SEED,
+                          feature_cache_rows=cache_rows)  # the shared topology: auto
+    futs = [(i, svc.submit(r)) for i, r in _batches(tg, rank, world)]
+    got = [(i, {k: {t: v.numpy() for t, v in getattr(svc.result(f), k).items()}
+                for k in ("n_id", "edge_index", "e_id", "x", "y")}) for i, f in futs]
+    st = svc.stats()
+    svc.shutdown()
+    return got, st["features"], st["shared_topology"]["enabled"]
+
+
+def test_typed_parts_on_two_hosts_with_the_row_cache_equal_one_process(tmp_path):
+    _, tg = _typed_graph()
+    partition_typed(tg, 2, "random", tmp_path / "typed", SEED)
+    ref = HeteroSampler(tg, SEED)
+    for rank, (got, feats, shared) in enumerate(run_ranks(
+            _two_hosts, 2, str(tmp_path / "typed"), 40, fresh=True)):
+        assert not shared  # two hosts of one rank: the wire
+        assert feats["cache_rows"] == 40 and feats["cache_hits"] > 0
+        assert 0 < feats["cache_hit_rate"] < 1 and feats["rows_fetched"] > 0
+        assert feats["cache_hits"] + feats["rows_fetched"] == feats["remote_rows"]
+        for i, per in got:
+            (r,) = [r for j, r in _batches(tg, rank, 2) if j == i]
+            want = ref.sample([r])[0]
+            for key, arrays in per.items():
+                for t, a in arrays.items():
+                    np.testing.assert_array_equal(a, getattr(want, key)[t].numpy(), (key, t))
