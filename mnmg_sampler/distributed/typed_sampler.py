@@ -22,7 +22,7 @@ sample_trees` (pair ids ``tree * N + new id``, each node bounded by its seed's t
 With the shared topology (:mod:`.typed_shared`, every rank on one host) a rank maps every typed
 part, runs each hop itself in one kernel call over all parts, and translates ids and reads
 ``x``/``y`` rows in place. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
-(:mod:`.typed_cuda`; tested under Numba's CUDA simulator only).
+(:meth:`~.sampler._CudaHop.typed`; tested under Numba's CUDA simulator only).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from ..temporal_sampler import (
     num_seeds,
     seed_times,
 )
-from .sampler import DistSampler
+from .sampler import DistSampler, _CudaHop
 from .typed_shared import open_typed_shared
 from .typed_time import attach_part_time
 
@@ -107,9 +107,7 @@ class DistTypedSampler(DistSampler):
             self._fill_cache(int(cache_rows))
 
     def _cuda_hop(self, device):
-        from .typed_cuda import TypedCudaHop
-
-        return TypedCudaHop(self.graph, self.orig, device)
+        return _CudaHop(self._csr, device, graph=self.graph)
 
     def _open_mapped(self, part, shared_topology, kernel: str):
         return open_typed_shared(part, self.ex, shared_topology, kernel)
@@ -159,7 +157,8 @@ class DistTypedSampler(DistSampler):
                       edge_ids: bool = True):
         t0 = time.perf_counter()
         if self.kernel == "cuda":
-            out = self._cuda(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds, last)
+            out = self._cuda.typed(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds,
+                                   last)
         else:
             out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
                                                    fan, rep, self.seed, hop, bounds=bounds,
