@@ -514,12 +514,8 @@ class DistSampler:
         self._last_hop = int(hops) - 1
         self._carry = np.zeros(W, np.int64)
         if self._bounded:  # the first exchanged hop's blocks: bounded by the agreement
-            S, N = (int(flags[5]), int(flags[6])) if remote else (int(flags[7]), int(flags[8]))
-            top = wire.header_words(S, self._k) + np.minimum(N, S * self._parts)
-            self._next_send = top.astype(np.int64)
-            self._next_send[self.rank] = 0
-            self._next_recv = np.full(W, top[self.rank], np.int64)
-            self._next_recv[self.rank] = 0
+            self._first_bounds(*((int(flags[5]), int(flags[6])) if remote
+                                 else (int(flags[7]), int(flags[8]))))
         carried = features is not None and features.enabled and features.carries_orig
         # the frontier's original ids ride in the replies when they would otherwise need a
         # lookup collective (sharded maps) and no feature row carries them
@@ -552,6 +548,17 @@ class DistSampler:
         for b, orig in zip(out, self._orig_ids(requests, out, n_ids, front), strict=True):
             b.n_id = torch.from_numpy(orig)
         return out
+
+    def _first_bounds(self, S: int, N: int, per_id: int = 1, trees: bool = False) -> None:
+        """The bounds of the round's first exchanged blocks, from the agreement: at most
+        ``S`` requests of ``N`` nodes (and a part's nodes per request, unless ``trees`` repeat
+        nodes) per owner, ``per_id`` words each."""
+        top = wire.header_words(S, self._k, self._R) + per_id * (
+            np.full(self._parts.size, N, np.int64) if trees else np.minimum(N, S * self._parts))
+        self._next_send = top.astype(np.int64)
+        self._next_send[self.rank] = 0
+        self._next_recv = np.full(top.size, top[self.rank], np.int64)
+        self._next_recv[self.rank] = 0
 
     def _agreed(self, requests: Sequence, agreed) -> Sequence[int]:
         """Collective unless ``agreed`` is given: the round's flags reduced over ranks

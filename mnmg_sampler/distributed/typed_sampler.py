@@ -45,7 +45,6 @@ from ..hetero_sampler import (
     sample_trees,
 )
 from ..ops import typed as typed_ops
-from ..ops import wire
 from ..sampler import HopSegments
 from ..temporal_sampler import (
     check_request_time,
@@ -237,14 +236,8 @@ class DistTypedSampler(DistSampler):
         self._lens = np.array([t.shape[0] for t in tables], np.int64)
         self._last_hop = hops - 1
         self._carry = np.zeros(W, np.int64)
-        if self._bounded:
-            per_id = 1 + (k if timed else 0)  # an id, and its time bound
-            top = wire.header_words(S, k, self._R) + per_id * (
-                np.full(W, N, np.int64) if any_trees else np.minimum(N, S * self._parts))
-            self._next_send = top.astype(np.int64)
-            self._next_send[self.rank] = 0
-            self._next_recv = np.full(W, top[self.rank], np.int64)
-            self._next_recv[self.rank] = 0
+        if self._bounded:  # an id, and its time bound
+            self._first_bounds(S, N, 1 + (k if timed else 0), bool(any_trees))
 
     def _sample_trees(self, requests, seeds, tables, hops):
         """The hops of a round with disjoint or temporal requests
