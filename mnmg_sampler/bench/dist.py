@@ -84,9 +84,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--features", type=int, default=0, metavar="D",
                    help="fetch feature rows with every batch; synthetic D-dim float32 rows when "
                         "the graph has none (default: 0 = no features)")
-    p.add_argument("--cache-rows", type=_cache_rows_arg, default=0, metavar="N|F",
-                   help="host cache of other hosts' feature rows (features.cache_rows): N rows, "
-                        "or below 1 a fraction F of a part's rows (default: 0)")
+    p.add_argument("--host-memory", type=_host_memory_arg, default=None,
+                   metavar="BYTES|topology+F",
+                   help="each host's budget for other hosts' data (features.host_memory_mb): "
+                        "BYTES (0 = nothing of other hosts), or topology+F: their topology and "
+                        "a fraction F of their feature rows (default: half of the memory the "
+                        "host can see)")
     p.add_argument("--hosts", type=positive_int, default=None, metavar="H",
                    help="split each world size into H emulated hosts of contiguous ranks "
                         "(MNMG_HOST_ID per rank; the shared topology on, auto): a host's ranks "
@@ -138,18 +141,38 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _cache_rows_arg(text: str) -> float:
-    """``--cache-rows``: a row count (integer) or a fraction of a part's rows in (0, 1)."""
-    v = float(text)
-    if v < 0 or (v >= 1 and v != int(v)):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a row count nor a fraction < 1")
-    return v
+def _host_memory_arg(text: str) -> str:
+    """``--host-memory``: bytes (an integer >= 0) or ``topology+F`` with F in [0, 1]."""
+    t = text.strip()
+    try:
+        v = float(t.split("+", 1)[1]) if t.startswith("topology+") else int(t)
+    except (ValueError, IndexError):
+        v = -1
+    if v < 0 or (t.startswith("topology+") and v > 1):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither bytes nor topology+F, F in "
+                                         "[0, 1]")
+    return t
 
 
-def cache_rows_for(value: float, num_nodes: int, world: int) -> int:
-    """Rows of ``--cache-rows``: ``value`` itself, or below 1 that fraction of a part's rows
-    (the mean part: the same count on every rank)."""
-    return int(value * num_nodes / world) if 0 < value < 1 else int(value)
+def host_memory_for(spec: str | None, part, rank: int, world: int,
+                    hosts: int | None) -> int | None:
+    """Bytes of ``--host-memory`` on ``rank``: as given, or for ``topology+F`` the other
+    hosts' topology and F of their rows as the feature store keeps them (features, label,
+    original id: 4 bytes each); ``None``: the default."""
+    if spec is None or not spec.startswith("topology+"):
+        return None if spec is None else int(spec)
+    import numpy as np
+
+    from ..distributed.fit import part_bytes
+    from ..graph.partition_io import load_partition
+
+    H = min(hosts or world, world)
+    mine = rank * H // world
+    far = [r for r in range(world) if r * H // world != mine]
+    topo = sum(part_bytes(load_partition(part.path, r, world, verify="off"))[0] for r in far)
+    rows = int(np.diff(np.asarray(part.boundaries, np.int64))[far].sum())
+    width = (int(part.x.shape[1]) if part.x is not None else 0) + 4
+    return topo + int(float(spec.split("+", 1)[1]) * rows) * width * 4
 
 
 def parse_world_sizes(text: str) -> list[int]:
@@ -247,8 +270,8 @@ def _counters(sampler, store) -> dict:
                                           "fetch_exchange_cpu_s")}}
 
 
-def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, cache_rows: int,
-                   shared) -> int:
+def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
+                   budget: int | None, shared) -> int:
     """``--loader``: each rank iterates a :class:`~mnmg_sampler.loader.DistNeighborLoader`
     through a :class:`~mnmg_sampler.distributed.service.SamplingService` at default settings
     (prefetch, merging, thread mode), ``--batches`` batches per rank per repeat."""
@@ -259,7 +282,7 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
 
     B = task["batch_size"]
     svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
-                          feature_cache_rows=cache_rows, shared_topology=shared,
+                          host_memory=budget, shared_topology=shared,
                           feature_cache_plan=(task["fanouts"], task["batch_size"]),
                           id_maps=task.get("id_maps", "auto"),
                           max_requests_per_round=task.get("merge"),
@@ -282,7 +305,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds, ca
                      "edge_id_bytes": 8 if task["edge_ids"] else 0,
                      "cache_size": fs.cache_size if fs else 0,
                      "cache_choice": fs.cache_choice if fs else "none",
-                     "row_bytes": fs.row_bytes if fs else 0, "hops": []}
+                     "row_bytes": fs.row_bytes if fs else 0, "hops": [],
+                     "placement": svc.stats().get("placement")}
 
         def snap() -> dict:
             # collectives counted per working round by the service: the ranks' counters are
@@ -333,24 +357,25 @@ def _worker(work: str) -> int:
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
     shared = _emulate_hosts(task, rank, world)
-    cache_rows = cache_rows_for(task["cache_rows"], int(part.num_nodes), world)
+    budget = host_memory_for(task.get("host_memory"), part, rank, world, task.get("hosts"))
     if task.get("loader"):
-        return _loader_worker(work, task, part, rank, world, seeds, cache_rows, shared)
+        return _loader_worker(work, task, part, rank, world, seeds, budget, shared)
     typed = part.typed is not None
     if typed:
         from ..distributed.typed_sampler import DistTypedSampler
 
         sampler = DistTypedSampler(part, seed, features=False,
-                                   id_maps=task.get("id_maps", "auto"), shared_topology=shared)
+                                   id_maps=task.get("id_maps", "auto"), shared_topology=shared,
+                                   host_memory=budget)
     else:
         sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
-                              shared_topology=shared)
+                              shared_topology=shared, host_memory=budget)
     ex = sampler.ex
     store = None
     if task["features"] and part.x is not None:
-        store = DistFeatureStore(part, ex, cache_rows=cache_rows, shared=sampler.shared,
-                                 host=sampler.host,
-                                 cache_plan=CachePlan(task["fanouts"], task["batch_size"]))
+        store = DistFeatureStore(part, ex, shared=sampler.shared, host=sampler.host,
+                                 cache_plan=CachePlan(task["fanouts"], task["batch_size"]),
+                                 fit=sampler.placement)
     K = task.get("merge") or 1  # requests per rank per round
     tally = _HopTally(sampler)
     owned = 0
@@ -413,7 +438,10 @@ def _worker(work: str) -> int:
                  "edge_id_bytes": 8 if task["edge_ids"] else 0,
                  "cache_size": store.cache_size if store else 0,
                  "cache_choice": store.cache_choice if store else "none",
-                 "row_bytes": store.row_bytes if store else 0, "rounds": rounds}
+                 "row_bytes": store.row_bytes if store else 0, "rounds": rounds,
+                 "placement": None if typed else sampler.placement.report(
+                     None if store is None or store.shared is not None
+                     else store.cache_sizes(sampler.placement))}
 
     def snap() -> dict:
         return {**_counters(sampler, store), "kernel_nodes": sampler.kernel_nodes}
@@ -564,6 +592,11 @@ def summarize(ranks: list[dict]) -> dict:
         if tot("distinct_remote_rows") and row_bytes else 0.0,
         "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
         if tot("distinct_remote_rows") else 0.0,
+        # of the distinct rows a round needs from parts not read in place, the cached ones
+        "row_cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
+        if tot("distinct_remote_rows") else 0.0,
+        # what each host holds of the other hosts (distributed/fit.py), as rank 0 reports it
+        "placement": ranks[0].get("placement"),
     }
 
 
@@ -726,7 +759,7 @@ def run(args: argparse.Namespace) -> int:
         "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
         "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
         "partition_method": args.partition_method, "split": args.split,
-        "features": args.features, "cache_rows": args.cache_rows, "edge_ids": args.edge_ids,
+        "features": args.features, "host_memory": args.host_memory, "edge_ids": args.edge_ids,
         "merge": args.merge, "rounds_in_flight": args.rounds_in_flight,
         "prefetch": args.prefetch, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup,
@@ -738,7 +771,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"threads {threads} per rank, fanouts {fanouts}, batch size {args.batch_size}, "
           f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
           f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
-          f"cache {args.cache_rows} rows, edge ids {'on' if args.edge_ids else 'off'}, "
+          f"host memory {args.host_memory or 'default'}, "
+          f"edge ids {'on' if args.edge_ids else 'off'}, "
           f"{args.merge or ('all pending' if args.loader else 1)} request(s) per rank per "
           f"round, {args.rounds_in_flight or 'auto'} round(s) in flight, "
           f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, shared topology "
@@ -762,7 +796,7 @@ def run(args: argparse.Namespace) -> int:
     res["dist"] = {}
     task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
             "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
-            "threads": threads, "features": args.features, "cache_rows": args.cache_rows,
+            "threads": threads, "features": args.features, "host_memory": args.host_memory,
             "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
             "rounds_in_flight": args.rounds_in_flight, "prefetch": args.prefetch,
             "id_maps": args.id_maps,

@@ -104,6 +104,16 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("labels y", f"{tuple(g.y.shape)} {g.y.dtype}{classes}"))
     if g.masks:
         rows.append(("split masks", ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks.items())))
+    # what a host's budget must hold to keep every part (distributed/fit.py): the parts' CSR
+    # (int64 row pointers, neighbors, edge ids, original ids) and their rows as stored
+    from ..host_limits import format_bytes
+
+    topo = 8 * (2 * int(g.num_nodes) + 1 + 2 * int(g.num_edges))
+    row = sum(int(a.nbytes) for a in (g.x, g.y) if a is not None)
+    data["placement"] = {"topology_bytes": topo, "row_bytes": row}
+    rows.append(("whole graph on one host", f"topology {format_bytes(topo)}, feature rows "
+                 f"{format_bytes(row)} (a features.host_memory_mb that holds the other hosts' "
+                 "share of both: hosts sample and read rows independently)"))
     data["load_s"] = load_s
     rows.append(("load time", f"{load_s:.2f} s"))
     report(rows, data, args.json)
@@ -144,6 +154,16 @@ def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
             rows.append((f"  split masks {t}",
                          ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks[t].items())))
     data["features"] = {t: v for t, v in data["features"].items() if v is not None}
+    # what a host's budget must hold to keep every part (distributed/fit.py): the parts' CSR
+    # (int64 row pointers, neighbors, edge ids, original ids) and their rows as stored
+    from ..host_limits import format_bytes
+
+    topo = 8 * (2 * int(g.num_nodes) + 1 + 2 * int(g.num_edges))
+    row = sum(int(a.nbytes) for a in (g.x, g.y) if a is not None)
+    data["placement"] = {"topology_bytes": topo, "row_bytes": row}
+    rows.append(("whole graph on one host", f"topology {format_bytes(topo)}, feature rows "
+                 f"{format_bytes(row)} (a features.host_memory_mb that holds the other hosts' "
+                 "share of both: hosts sample and read rows independently)"))
     data["load_s"] = load_s
     rows.append(("load time", f"{load_s:.2f} s"))
     report(rows, data, args.json)

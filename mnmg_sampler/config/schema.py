@@ -244,11 +244,13 @@ class FeaturesConfig:
     placement: Literal["auto", "host", "pinned", "device"] = _opt(
         "auto", "host memory, pinned host memory, or GPU memory; auto = pinned on CUDA, host on "
         "CPU.")
-    cache_rows: int = _opt(
-        0, "Feature rows of other hosts' nodes each host caches, shared by its ranks (filled "
-        "once at start with the rows of highest inclusion probability in rounds of "
-        "sampler.fanouts and sampler.batch_size); 0 = no cache. Unused on one host (every "
-        "part's rows are mapped there).", _NONNEG_INT)
+    host_memory_mb: float | None = _opt(
+        None, "Memory in MB each host gives to other hosts' data: their topology first (every "
+        "part's CSR mapped, so every hop is sampled on the host), then their feature rows, all "
+        "of them mapped when they fit, else the rows of highest inclusion probability in rounds "
+        "of sampler.fanouts and sampler.batch_size copied into a cache shared by the host's "
+        "ranks; what does not fit crosses hosts. 0 = nothing of other hosts; null = half of "
+        "the memory the host can see at start. Results do not depend on it.", _NONNEG_FLOAT)
 
 
 @dataclass
@@ -376,6 +378,10 @@ class JobConfig:
 #: Keys earlier versions had: a config that still sets one gets a ConfigError saying it was
 #: removed, why, and what to do (not "unknown key"); listed in docs/configuration.md.
 REMOVED_KEYS = {
+    "features.cache_rows": (
+        "the row cache of other hosts' feature rows is sized by the host's memory budget, "
+        "which also holds their topology (one placement: docs/multinode.md)",
+        "delete the key; set features.host_memory_mb (null = half of the host's memory)"),
     "sampler.topology_cache": (
         "the per-rank cache of other ranks' adjacency rows sent fewer id bytes but made "
         "sampling slower (0.79x-0.93x the edges/s between hosts; docs/performance.md)",

@@ -37,6 +37,7 @@ rank's own cache.
 
 from __future__ import annotations
 
+import copy
 import logging
 import mmap
 import time
@@ -48,6 +49,7 @@ import torch
 from ..ops.dedup import unique_first
 from ..ops.rows import scatter_rows
 from .collective import Exchanger, agree
+from .fit import Placement
 from .host_groups import HostGroup, share_slices
 from .id_maps import identity_ids
 from .row_cache import CachePlan, choose_rows
@@ -91,12 +93,16 @@ class DistFeatureStore:
             other hosts' rows are fetched.
         cache_plan: the fanouts and batch size the loaders will ask for: the cache takes the
             rows of highest inclusion probability (``None``: by degree).
+        fit: the hosts' placement (``DistSampler.placement``, :mod:`.fit`; the same on every
+            rank): with ``cache_rows`` 0, each host's cache takes as many rows as the bytes its
+            budget leaves hold (:meth:`cache_sizes`).
     """
 
     def __init__(self, part, exchanger: Exchanger, placement: str = "host",
                  device: torch.device | None = None, cache_rows: int = 0,
                  shared: SharedTopology | None = None, host: HostGroup | None = None,
-                 cache_plan: CachePlan | None = None) -> None:
+                 cache_plan: CachePlan | None = None, fit: Placement | None = None
+                 ) -> None:
         from ..errors import ConfigError
 
         if placement not in PLACEMENTS:
@@ -125,11 +131,11 @@ class DistFeatureStore:
                       "fetch_exchange_cpu_s": 0.0}
         # the host cache: (sorted ids, their rows) per slice (one per rank of the host)
         self._cache: list[tuple[np.ndarray, np.ndarray]] = []
-        self.shared = shared
         self.host = host
         self.cache_choice = "none"
         self._bounded = False
-        if shared is not None:  # every part's rows are mapped here: no table, no cache
+        self.shared = shared if shared is not None and shared.rows_everywhere else None
+        if self.shared is not None:  # every part's rows are mapped here: no table, no cache
             self._host = self.table = None
             if int(cache_rows) > 0 and self.ex.rank == 0:
                 log.info("features.cache_rows=%d unused: every part's feature rows are "
@@ -157,8 +163,33 @@ class DistFeatureStore:
             table = table.to(device)
         self.table = table
         self._bounded = self._bounded_ids()
-        if int(cache_rows) > 0 and self.enabled:
+        fill = int(cache_rows) > 0  # the same on every rank
+        if fit is not None and not fill:  # each host's own size; any host's makes it collective
+            sizes = self.cache_sizes(fit)
+            cache_rows, fill = sizes[fit.host_of[self.ex.rank]], max(sizes) > 0
+        if fill and self.enabled:
             self._fill_cache(part, int(cache_rows), cache_plan)
+
+    def on_exchanger(self, ex: Exchanger) -> DistFeatureStore:
+        """The same store (row table and host cache shared, no copy, no collective) fetching
+        over another exchanger of the same ranks: a service's other round in flight. Its
+        counters start at zero."""
+        other = copy.copy(self)
+        other.ex = ex
+        other.stats = dict.fromkeys(self.stats, 0)
+        other.stats.update(fetch_cpu_s=0.0, fetch_exchange_cpu_s=0.0)
+        return other
+
+    def cache_sizes(self, fit: Placement) -> list[int]:
+        """Rows each host's cache takes under ``fit``: what its budget leaves after the
+        topology, in rows of this store, at most the other hosts' rows it does not map."""
+        parts = np.diff(self._bounds)
+        out = []
+        for h in fit.hosts:
+            held = np.zeros(parts.size, bool)
+            held[list(h.ranks)] = True
+            out.append(h.cache_rows(self.row_bytes, int(parts[~held].sum())))
+        return out
 
     @property
     def enabled(self) -> bool:
@@ -188,8 +219,8 @@ class DistFeatureStore:
         ranks = self.host.ranks if self.host is not None else (self.ex.rank,)
         G, j = len(ranks), ranks.index(self.ex.rank)
         agree(lambda: check_allocation(
-            f"a feature row cache of {rows:,} rows of {self.row_bytes} B (features.cache_rows)",
-            rows * self.row_bytes, "lower features.cache_rows"), self.ex.group,
+            f"a feature row cache of {rows:,} rows of {self.row_bytes} B (features.host_memory_mb)",
+            rows * self.row_bytes, "lower features.host_memory_mb"), self.ex.group,
             "checking the feature cache's memory")
         share = rows // G + (1 if j < rows % G else 0)
 
@@ -288,23 +319,37 @@ class DistFeatureStore:
         ids = np.concatenate(n_ids) if n_ids else np.empty(0, np.int64)
         ids = ids.astype(np.int64, copy=False)
         F = self.num_features
-        # every row is written once, straight into the batch's features and extra columns
-        X = np.empty((ids.size, F), np.float32)
-        M = np.empty((ids.size, self.row_bytes // 4 - F), np.float32)
+        # every row is written once, straight into its batch's features and extra columns;
+        # one array per batch, not per round: a round's rows can exceed glibc's mmap
+        # threshold (32 MiB), and a fresh mapping per round faults in every page again
+        ends = np.cumsum(sizes, dtype=np.int64)
+        starts = ends - np.asarray(sizes, np.int64)
+        Xs = [np.empty((n, F), np.float32) for n in sizes]
+        Ms = [np.empty((n, self.row_bytes // 4 - F), np.float32) for n in sizes]
+
+        def put(pos, src, rows) -> None:
+            """Rows ``src[rows]`` to round positions ``pos`` (ascending), batch by batch."""
+            cut = np.searchsorted(pos, ends)
+            a = 0
+            for X, M, lo, z in zip(Xs, Ms, starts, cut, strict=True):
+                if z > a:
+                    scatter_rows(X, M, pos[a:z] - lo, src, rows[a:z])
+                a = z
+
         owner = self._owner(ids)
         local = owner == self.ex.rank
         li = np.flatnonzero(local)
         if self._host is not None:
-            scatter_rows(X, M, li, self._host, ids[li] - self.lo)
+            put(li, self._host, ids[li] - self.lo)
         else:
             rows = self.ex.to_host(
                 self.table[torch.from_numpy(ids[li] - self.lo).to(self.table.device)]).numpy()
-            scatter_rows(X, M, li, rows, np.arange(li.size))
+            put(li, rows, np.arange(li.size))
         mapped = 0
         near = local
         if self.host is not None:  # the host's other parts: read in place, never on the wire
-            hi = np.flatnonzero(~local & self.host.mask[owner])
-            scatter_rows(X, M, hi, self._host_rows(ids[hi]), np.arange(hi.size))
+            hi = np.flatnonzero(~local & self.host.row_mask[owner])
+            put(hi, self._host_rows(ids[hi]), np.arange(hi.size))
             mapped = int(hi.size)
             near = local.copy()
             near[hi] = True
@@ -317,7 +362,7 @@ class DistFeatureStore:
             pos = np.minimum(np.searchsorted(cids, uniq), cids.size - 1)
             h = (cids[pos] == uniq) & ~hit
             sel = np.flatnonzero(h[inv])
-            scatter_rows(X, M, ri[sel], crows, pos[inv[sel]])
+            put(ri[sel], crows, pos[inv[sel]])
             hit |= h
         miss = np.flatnonzero(~hit)
         fetch = uniq[miss]  # rows of cached nodes are never asked for
@@ -325,7 +370,7 @@ class DistFeatureStore:
         where = np.empty(uniq.size, np.int64)  # distinct remote id -> its received row
         where[miss[perm]] = np.arange(miss.size)
         sel = np.flatnonzero(~hit[inv])
-        scatter_rows(X, M, ri[sel], back, where[inv[sel]])
+        put(ri[sel], back, where[inv[sel]])
         st = self.stats
         st["mapped_rows"] += mapped
         st["fetches"] += 1
@@ -338,14 +383,13 @@ class DistFeatureStore:
         # measured, not assumed: rows that crossed the wire twice in this round
         st["duplicate_rows_fetched"] += int(fetch.size - unique_first(fetch)[0].size)
         res = []
-        ends = np.cumsum(sizes, dtype=np.int64)
-        for a, z in zip(ends - np.asarray(sizes, np.int64), ends, strict=True):
+        for X, M in zip(Xs, Ms, strict=True):
             # numpy views the label columns as int64 for any row count (torch refuses the view
             # of an empty slice whose strides are 0)
-            x = torch.from_numpy(X[a:z]) if self.has_x else None
-            y = torch.from_numpy(np.ascontiguousarray(M[a:z, :2]).view(np.int64)
+            x = torch.from_numpy(X) if self.has_x else None
+            y = torch.from_numpy(np.ascontiguousarray(M[:, :2]).view(np.int64)
                                  .reshape(-1)) if self.has_y else None
-            orig = np.ascontiguousarray(M[a:z, 2:]).view(np.int64).reshape(-1) \
+            orig = np.ascontiguousarray(M[:, 2:]).view(np.int64).reshape(-1) \
                 if self.carries_orig else None
             res.append((x, y, orig))
         return res

@@ -40,25 +40,30 @@ _I64 = np.int64
 
 
 class HostGroup:
-    """This rank's view of its host's parts (a :class:`SharedTopology` mapping only them).
+    """This rank's view of its host's parts and of what the host holds of other hosts (a
+    :class:`SharedTopology` mapping the host's parts, or every part's CSR when the host's
+    budget holds it, see :mod:`.fit`).
 
     Attributes:
-        shared: the mapped parts of the host's ranks.
+        shared: the mapped parts.
         ranks: the host's ranks.
         last: the last hop's ``(hit mask, the hits' new ids)`` (``None``: no hit).
     """
 
-    def __init__(self, shared: SharedTopology) -> None:
+    def __init__(self, shared: SharedTopology, ranks: tuple[int, ...]) -> None:
         self.shared = shared
-        self.ranks = shared.ranks
+        self.ranks = tuple(ranks)
         self.inner = np.ascontiguousarray(shared.bounds[1:-1])
-        self.mask = np.zeros(shared.bounds.size - 1, bool)
-        self.mask[list(self.ranks)] = True
+        W = shared.bounds.size - 1
+        self.mask = np.zeros(W, bool)  # parts whose nodes are sampled here
+        self.mask[list(shared.ranks)] = True
+        self.row_mask = np.zeros(W, bool)  # parts whose rows are read here
+        self.row_mask[list(shared.row_ranks)] = True
         self.last: tuple[np.ndarray, np.ndarray] | None = None
 
     def on_host(self, ids: np.ndarray) -> np.ndarray:
-        """bool per new id: is it owned by a rank of this host."""
-        return self.mask[np.searchsorted(self.inner, ids, side="right")]
+        """bool per new id: are its rows read in place here (a part mapped with its rows)."""
+        return self.row_mask[np.searchsorted(self.inner, ids, side="right")]
 
     def stats(self) -> dict:
         return {**self.shared.stats(), "host_ranks": list(self.ranks)}

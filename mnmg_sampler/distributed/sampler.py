@@ -51,10 +51,11 @@ from ..sampler import (
 )
 from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
+from .fit import default_budget
 from .host_channel import open_host_channel
 from .host_groups import HostGroup
 from .id_maps import IdMaps
-from .shared_topology import open_shared_topology
+from .shared_topology import place
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
@@ -79,11 +80,15 @@ class DistSampler:
         shared_topology: every rank on one host maps the other ranks' parts and samples every
             hop itself, off the wire (:mod:`.shared_topology`; all ranks alike; ``"auto"``:
             exactly when it can). Results do not change.
+        host_memory: bytes each host gives to other hosts' data, the smallest of its ranks'
+            (:mod:`.fit`: their topology first, then their feature rows); ``None``: a share
+            of the memory the host can see; 0: nothing (their nodes go over the wire).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
-                 id_maps: str = "auto", shared_topology: bool | str = "auto") -> None:
+                 id_maps: str = "auto", shared_topology: bool | str = "auto",
+                 host_memory: int | None = None) -> None:
         typed = getattr(part, "typed", None)
         if (typed is not None) != self._typed:  # before any collective
             raise ConfigError("DistSampler got a typed part", "its rows are (node, relation) "
@@ -127,13 +132,20 @@ class DistSampler:
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
         self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
-        # collective: every rank maps every part (one host), or its host's parts (host
-        # groups, several hosts), or none
-        mapped = self._open_mapped(part, shared_topology, kernel)
-        self.shared = mapped if mapped is not None and mapped.whole else None
-        self.host = HostGroup(mapped) if mapped is not None and not mapped.whole else None
+        # collective: what each host holds beyond its own parts (.fit, None for typed parts),
+        # and the parts mapped here: every part (one host, or every host's budget holds the
+        # topology), or the host's parts (host groups), or none
+        mapped, self.placement = self._open_mapped(part, shared_topology, kernel,
+                                                   default_budget() if host_memory is None
+                                                   else host_memory)
+        one_host = self.placement is None or len(self.placement.hosts) == 1
+        self.shared = mapped if mapped is not None and (
+            self.placement is None or self.placement.hops_local) else None
+        self.host = None if mapped is None or one_host else HostGroup(
+            mapped, self.placement.of(self.ex.rank).ranks)
         # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
-        self.host_channel = open_host_channel(self.ex) if self.shared is not None else None
+        self.host_channel = open_host_channel(self.ex) if self.shared is not None \
+            and one_host else None
         self.ex.host_channel = self.host_channel
         self.sampler = MultiHopSampler(self._hop, int(part.num_nodes))
         self._local_hops: tuple[int, ...] = ()  # hops every rank agreed are local this round
@@ -167,9 +179,10 @@ class DistSampler:
     def _cuda_hop(self, device):
         return _CudaHop(self._csr, device, self._weights)
 
-    def _open_mapped(self, part, shared_topology, kernel: str):
-        """Collective: this rank's mapped parts (every part, its host's, or ``None``)."""
-        return open_shared_topology(part, self.ex, shared_topology, kernel, host_groups=True)
+    def _open_mapped(self, part, shared_topology, kernel: str, budget: int):
+        """Collective: this rank's mapped parts (every part, its host's, or ``None``) and the
+        hosts' placement (:func:`~.shared_topology.place`)."""
+        return place(part, self.ex, shared_topology, kernel, budget)
 
     def on_group(self, group: dist.ProcessGroup) -> DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
@@ -178,9 +191,9 @@ class DistSampler:
         path (host groups included: the host's mapped parts are shared read-only, each round
         keeps its own last-hop state) on the CPU kernel; not with every part mapped (one host,
         no exchange to overlap) or the CUDA kernel."""
-        if self.shared is not None or self.kernel != "cpu":
-            raise ConfigError("a second round in flight needs the wire path on the CPU kernel",
-                              "no second sampler is made",
+        if self.host_channel is not None or self.kernel != "cpu":
+            raise ConfigError("a second round in flight needs ranks on several hosts (or the "
+                              "wire path) on the CPU kernel", "no second sampler is made",
                               "turn off the shared topology")
         other = copy.copy(self)
         if self.host is not None:  # the mapped parts are shared; `last` is this round's

@@ -39,8 +39,10 @@ from ..ops.cpu import group_by_part, sample_neighbors_parts
 from ..ops.typed_parts import part_of
 from ..sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
+from .fit import Placement, decide, part_bytes
 
-__all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "open_shared_topology"]
+__all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "open_shared_topology",
+           "place"]
 
 log = logging.getLogger(__name__)
 
@@ -124,53 +126,88 @@ def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str =
     outcome): with ``host_groups``, each rank maps the parts of its host's ranks only
     (:attr:`SharedTopology.whole` False; ``None`` on every rank when no host has two ranks),
     see :mod:`.host_groups`; without, ``None`` under ``"auto"`` and a ``ConfigError`` under
-    ``True``.
+    ``True``. :func:`place` is the same with a budget for other hosts' data.
     """
+    return place(part, ex, enabled, kernel, 0 if host_groups else None)[0]
+
+
+def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
+          host_memory: int | None = 0) -> tuple[SharedTopology | None, Placement]:
+    """Collective: :func:`open_shared_topology` with host groups and a budget of
+    ``host_memory`` bytes per host for other hosts' data (``None``: no host groups), and the
+    :class:`~.fit.Placement` every rank agreed on (one agreement). A host whose budget holds
+    every part's topology maps it (:attr:`SharedTopology.whole`), and every part's feature
+    rows when they fit too (:attr:`SharedTopology.rows_whole`)."""
     agree(lambda: _check_local(part, enabled, kernel), ex.group,
           "checking shared_topology")
     W = ex.world_size
+    topo_b, row_b = part_bytes(part)
     if W == 1:
         ex.far = np.zeros(1, bool)
-        return None
+        return None, decide([0], [0], [topo_b], [row_b], True)
     auto = isinstance(enabled, str)
     code = 2 if auto else int(bool(enabled))  # every rank must pass the same setting
     can = _why_not(part, kernel) is None
-    slots = [0] * W
-    slots[ex.rank] = host_id()
+    slots = [0] * (5 * W)
+    me = ex.rank
+    budget = max(0, int(host_memory or 0))
+    slots[me], slots[W + me] = host_id(), budget
+    slots[2 * W + me], slots[3 * W + me] = topo_b, row_b
+    # every part opens here (a shared directory, or a copy of every part on this node)
+    slots[4 * W + me] = int(can and code != 0 and budget > 0 and _opens_all(part, W))
     with peer_errors("agreeing on shared_topology"):
-        hi_code, neg_lo_code, cannot, *keys = ex.agree_max([code, -code, int(not can),
-                                                            *slots])
-    hosts = host_layout(keys)
-    ex.far = hosts != hosts[ex.rank]
+        hi_code, neg_lo_code, cannot, *got = ex.agree_max([code, -code, int(not can), *slots])
+    hosts = host_layout(got[:W])
+    ex.far = hosts != hosts[me]
     if hi_code != -neg_lo_code:
         raise ConfigError("shared_topology differs between ranks",
                           "no rank builds its sampler",
                           "pass the same shared_topology on every rank")
-    if code == 0:
-        return None
     whole = int(hosts.max()) == 0
-    if not whole and not host_groups:
+    groups = host_memory is not None
+    ok = code != 0 and not cannot and (whole or groups)
+    placement = decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:4 * W],
+                       [ok and (whole or bool(v)) for v in got[4 * W:]])
+    if code == 0:
+        return None, placement
+    if not whole and not groups:
         if auto:
             _log_off(ex, "the ranks run on more than one host")
-            return None
+            return None, placement
         raise ConfigError("shared_topology=True needs every rank on one host; this job's "
                           "ranks run on several", "no rank builds its sampler",
                           "pass shared_topology='auto' (or False) for a multi-node job")
-    if not whole and int(np.bincount(hosts).max()) == 1:
-        return None  # one rank per host: nothing to share, every hop goes over the wire
     if cannot:  # auto only: true has refused above
         why = _why_not(part, kernel)
         _log_off(ex, why.what if why is not None else "another rank cannot map parts")
-        return None
-    ranks = None if whole else tuple(np.flatnonzero(hosts == hosts[ex.rank]).tolist())
+        return None, placement
+    if all(not h.topology and len(h.ranks) == 1 for h in placement.hosts):
+        return None, placement  # one rank per host, nothing of others: every hop on the wire
+    mine = placement.of(me)
+    own = mine.ranks
+    ranks = tuple(range(W)) if mine.topology else own
+    rows = tuple(range(W)) if mine.rows else own
     try:
-        return agree(lambda: SharedTopology(part, ex.rank, W, ranks), ex.group,
-                     "opening the other ranks' parts for the shared topology")
+        mapped = agree(lambda: SharedTopology(part, me, W, ranks, rows), ex.group,
+                       "opening the other ranks' parts for the shared topology")
+        mapped.rows_everywhere = placement.rows_local
+        return mapped, placement
     except (MnmgError, OSError) as e:  # raised on every rank alike
         if not auto:
             raise
         _log_off(ex, f"a part did not open ({e})")
-        return None
+        return None, decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:4 * W], False)
+
+
+def _opens_all(part, world_size: int) -> bool:
+    """Whether every part of ``part``'s directory opens here (memory-mapped, not read)."""
+    try:
+        for r in range(world_size):
+            if r != part.rank:
+                load_partition(part.path, r, world_size, verify="off")
+    except (MnmgError, OSError):
+        return False
+    return True
 
 
 def _log_off(ex: Exchanger, why: str) -> None:
@@ -286,13 +323,20 @@ class SharedTopology:
     """
 
     def __init__(self, part, rank: int, world_size: int,
-                 ranks: Sequence[int] | None = None) -> None:
+                 ranks: Sequence[int] | None = None,
+                 row_ranks: Sequence[int] | None = None) -> None:
         self.rank = rank
         self.bounds = np.asarray(part.boundaries, _I64)
-        # the ranks whose parts are mapped here (all, or this rank's host group); the others
-        # get empty stand-ins, never indexed: their nodes are sampled and read over the wire
+        # the ranks whose parts' CSR is mapped here (all, or this rank's host group), and
+        # those whose feature rows are (``row_ranks``, some of them; default: the same); the
+        # others get empty stand-ins, never indexed: their nodes and rows go over the wire
         self.ranks = tuple(range(world_size)) if ranks is None else tuple(int(r) for r in ranks)
+        self.row_ranks = self.ranks if row_ranks is None else tuple(int(r) for r in row_ranks)
         self.whole = len(self.ranks) == world_size
+        self.rows_whole = len(self.row_ranks) == world_size
+        # every rank maps every part's rows (set by place() across hosts): a fetch then needs
+        # no collective at all
+        self.rows_everywhere = self.rows_whole
         self.parts = []
         mapped = {r: part if r == rank else load_partition(part.path, r, world_size,
                                                            verify="off") for r in self.ranks}
@@ -315,14 +359,15 @@ class SharedTopology:
                               "the shared topology cannot sample them alike",
                               "partition again with --weights for every part")
         # every mapped part's feature rows and labels (read in place by the feature store)
-        self.x = _rows_of(_stand_in(mapped, "x", part.x, world_size), "feature rows")
-        self.y = _rows_of(_stand_in(mapped, "y", part.y, world_size), "labels")
+        held = {r: p for r, p in mapped.items() if r in self.row_ranks}
+        self.x = _rows_of(_stand_in(held, "x", part.x, world_size), "feature rows")
+        self.y = _rows_of(_stand_in(held, "y", part.y, world_size), "labels")
         self.peer_nodes = 0
         self.peer_edges = 0
 
     def stats(self) -> dict:
-        return {"enabled": True, "parts": len(self.ranks), "peer_nodes": self.peer_nodes,
-                "peer_edges": self.peer_edges}
+        return {"enabled": True, "parts": len(self.ranks), "row_parts": len(self.row_ranks),
+                "peer_nodes": self.peer_nodes, "peer_edges": self.peer_edges}
 
     # -- ids -------------------------------------------------------------------------------
     def to_orig(self, new_ids: np.ndarray) -> np.ndarray:

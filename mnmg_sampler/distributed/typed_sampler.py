@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError, SamplingInputError
+from ..errors import SamplingInputError
 from ..graph.typed_partition import part_graph
 from ..hetero_batch import HeteroMiniBatch
 from ..hetero_sampler import (
@@ -79,12 +79,12 @@ class DistTypedSampler(DistSampler):
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  features: bool = True, id_maps: str = "auto", kernel: str = "cpu",
                  device=None, shared_topology: bool | str = "auto",
-                 cache_rows: int = 0) -> None:
+                 host_memory: int | None = None) -> None:
         self.graph = part_graph(part)  # PartitionError for a homogeneous part
         self.tp = part.typed
         self.orig = np.asarray(part.orig_ids)
         super().__init__(part, seed, group, kernel=kernel, device=device, id_maps=id_maps,
-                         shared_topology=shared_topology)
+                         shared_topology=shared_topology, host_memory=host_memory)
         self.hi = int(np.asarray(part.boundaries)[self.rank + 1])
         # collective with node time, unless the shared topology read every part's already
         attach_part_time(self.graph, part, self.ex, group,
@@ -98,18 +98,18 @@ class DistTypedSampler(DistSampler):
         # rows of other ranks' nodes kept here: per data type, (sorted new ids, row bytes)
         self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.row_stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0}
-        if int(cache_rows) < 0:
-            raise ConfigError(f"features.cache_rows must be >= 0, got {cache_rows}",
-                              "the cache size is a row count", "pass 0 (no cache) or more")
-        if (int(cache_rows) > 0 and self.features and self._data_types and self.shared is None
-                and self.ex.world_size > 1):
-            self._fill_cache(int(cache_rows))
+        far = getattr(self.ex, "far", None)  # per rank: on another host
+        if (self.features and self._data_types and self.shared is None and far is not None
+                and bool(far.any())):  # the same on every rank
+            self._fill_cache(self._budget // max(int((~far).sum()), 1) // int(
+                self._widths().max()))
 
     def _cuda_hop(self, device):
         return _CudaHop(self._csr, device, graph=self.graph)
 
-    def _open_mapped(self, part, shared_topology, kernel: str):
-        return open_typed_shared(part, self.ex, shared_topology, kernel)
+    def _open_mapped(self, part, shared_topology, kernel: str, budget: int):
+        self._budget = budget  # the row cache's (typed parts: no topology of other hosts)
+        return open_typed_shared(part, self.ex, shared_topology, kernel), None
 
     # -- checks --------------------------------------------------------------------------
     def check_request(self, r, consequence: str = "no neighbors can be sampled for it; every "
@@ -293,19 +293,16 @@ class DistTypedSampler(DistSampler):
         return res
 
     def _fill_cache(self, rows: int) -> None:
-        """Collective: keep the rows of the ``rows`` nodes of other ranks (of types with node
-        data) that this part's edges point to most (:func:`~.row_cache.choose_rows` by
-        degree), fetched once; rounds never ask for them again."""
+        """Collective: keep the rows of up to ``rows`` nodes of other hosts (of types with node
+        data; the rank's share of its host's budget, ``features.host_memory_mb``) that this
+        part's edges point to most (:func:`~.row_cache.choose_rows` by degree), fetched once;
+        rounds never ask for them again."""
         from ..host_limits import check_allocation
         from .collective import agree, all_gather_1d
         from .row_cache import choose_rows
 
-        tp, me = self.tp, self.rank
+        tp, far_rank = self.tp, self.ex.far
         width = self._widths()
-        agree(lambda: check_allocation(
-            f"a feature row cache of {rows:,} rows of up to {int(width.max())} B "
-            "(features.cache_rows)", rows * int(width.max()), "lower features.cache_rows"),
-            self.group, "checking the feature cache's memory")
         # every part's type offsets (tiny): the type of any new id
         offs = np.stack([t.numpy() for t in all_gather_1d(torch.from_numpy(
             np.ascontiguousarray(tp.type_offset, np.int64)), self.group)])
@@ -321,10 +318,14 @@ class DistTypedSampler(DistSampler):
             return t
 
         def far(ids: np.ndarray) -> np.ndarray:
-            return (np.searchsorted(self._inner, ids, side="right") != me) & (
+            return far_rank[np.searchsorted(self._inner, ids, side="right")] & (
                 width[types_of(ids)] > 0)
 
-        ids, _ = choose_rows(self.part, self.ex, far, rows, None)
+        ids, _ = choose_rows(self.part, self.ex, far, max(rows, 0), None)
+        agree(lambda: check_allocation(
+            f"a feature row cache of {ids.size:,} rows of up to {int(width.max())} B "
+            "(features.host_memory_mb)", ids.size * int(width.max()),
+            "lower features.host_memory_mb"), self.group, "checking the feature cache's memory")
         t = types_of(ids)
         uniq = {n: ids[t == tp.node_types.index(n)] for n in self._data_types}  # sorted
         raw, at = self._raw_rows(uniq, width), 0

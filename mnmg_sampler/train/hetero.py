@@ -28,7 +28,14 @@ from ..config import JobConfig, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from .epochs import run_epochs, sample_epochs
 from .report import RunReport
-from .setup import ensure_partitions, feature_placement, make_optimizer, resume_point, start_rank
+from .setup import (
+    ensure_partitions,
+    feature_placement,
+    host_memory_bytes,
+    make_optimizer,
+    resume_point,
+    start_rank,
+)
 from .typed_setup import (
     TypedMeta,
     check_typed_job,
@@ -88,7 +95,7 @@ def start_typed_job(cfg: JobConfig, training_graph=None) -> TypedJob:
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
-                              feature_cache_rows=cfg.features.cache_rows)
+                              host_memory=host_memory_bytes(cfg))
     return TypedJob(cfg, rank, world, device, pdir, part, meta, input_type, service, t_start)
 
 

@@ -26,7 +26,14 @@ from ..distributed.collective import agree
 from ..errors import ConfigError
 from .epochs import run_epochs, sample_epochs
 from .report import RunReport
-from .setup import ensure_partitions, feature_placement, make_optimizer, resume_point, start_rank
+from .setup import (
+    ensure_partitions,
+    feature_placement,
+    host_memory_bytes,
+    make_optimizer,
+    resume_point,
+    start_rank,
+)
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +153,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
                               features=mode == "train" or part.x is not None,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
                               timeout_s=rt.collective_timeout_s,
-                              feature_cache_rows=cfg.features.cache_rows, id_maps=s.id_maps,
+                              host_memory=host_memory_bytes(cfg), id_maps=s.id_maps,
                               feature_cache_plan=(s.fanouts, s.batch_size)
                               if isinstance(s.fanouts, list) else None)
     from ..graph.api import split_from_partitions

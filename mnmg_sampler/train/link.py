@@ -32,7 +32,14 @@ from ..graph.csr import CSRGraph
 from ..graph.unique import sorted_unique
 from .epochs import run_epochs
 from .report import RunReport
-from .setup import job_edge_weights, load_dataset, make_optimizer, resume_point, start_rank
+from .setup import (
+    host_memory_bytes,
+    job_edge_weights,
+    load_dataset,
+    make_optimizer,
+    resume_point,
+    start_rank,
+)
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +299,8 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
         placement = "pinned" if device.type == "cuda" else "host"
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps)
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
+                              host_memory=host_memory_bytes(cfg))
     # one membership group for every loader: loaders are used one at a time in this thread
     mgroup = dist.new_group(backend=dist.get_backend())
     train_loader = DistLinkNeighborLoader(

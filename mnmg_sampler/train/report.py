@@ -71,6 +71,11 @@ def service_line(stats: dict) -> str:
     shared = g("shared_topology") or {}
     if shared.get("enabled"):  # the shared topology (every rank on this host)
         parts.append(f"shared topology ({shared.get('agreement', 'gloo')} agreement)")
+    hosts = g("placement") or []
+    if len(hosts) > 1:  # what each host holds of the others (distributed/fit.py)
+        parts.append("placement " + "; ".join(
+            f"host {h['host']}: topology {h['topology']}, rows {h['rows']}"
+            + (f" ({h['cache_rows']:,} cached)" if h["cache_rows"] else "") for h in hosts))
     return ", ".join(parts)
 
 

@@ -24,7 +24,7 @@ from .report import RunReport
 log = logging.getLogger(__name__)
 
 __all__ = ["start_rank", "load_dataset", "job_edge_weights", "ensure_partitions",
-           "feature_placement", "make_optimizer", "resume_point"]
+           "feature_placement", "host_memory_bytes", "make_optimizer", "resume_point"]
 
 
 def start_rank(cfg: JobConfig):
@@ -175,6 +175,13 @@ def feature_placement(cfg: JobConfig, device: torch.device) -> str:
     if placement == "auto":
         placement = "pinned" if device.type == "cuda" else "host"
     return placement
+
+
+def host_memory_bytes(cfg: JobConfig) -> int | None:
+    """``features.host_memory_mb`` in bytes (``None``: the default share, see
+    :mod:`~mnmg_sampler.distributed.fit`)."""
+    mb = cfg.features.host_memory_mb
+    return None if mb is None else int(mb * 2**20)
 
 
 def make_optimizer(params, o) -> torch.optim.Optimizer:

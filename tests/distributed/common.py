@@ -58,3 +58,13 @@ def assert_same(a: dict, b: dict, keys=("n_id", "edge_index", "e_id", "num_sampl
             assert np.array_equal(va, vb), k
         else:
             assert va == vb, k
+
+
+def topology_budget(d: str, rank: int, world: int, layout) -> int:
+    """Bytes of the other hosts' topology as seen from ``rank`` (``layout[r]``: rank ``r``'s
+    host): the budget that holds it and nothing more."""
+    from mnmg_sampler.distributed.fit import part_bytes
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    return sum(part_bytes(load_partition(d, r, world, verify="off"))[0]
+               for r in range(world) if layout[r] != layout[rank])

@@ -60,9 +60,11 @@ def arm() -> None:
     HostChannel.agree_max = wrap("host agree_max", HostChannel.agree_max)
 
 
-def api(parts: str, mode: str, shared: bool = False, in_flight: int = 1) -> int:
+def api(parts: str, mode: str, shared: bool = False, in_flight: int = 1,
+        hosts: bool = False) -> int:
     """The Python API as a training script uses it: service, loader, a per-batch all-reduce
-    (``in_flight``: rounds in flight of the service, on the wire path)."""
+    (``in_flight``: rounds in flight of the service, on the wire path; ``hosts``: every rank
+    its own emulated host, each holding every part at the default budget)."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -76,9 +78,12 @@ def api(parts: str, mode: str, shared: bool = False, in_flight: int = 1) -> int:
 
     try:
         env, _ = init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
+        if hosts:
+            os.environ["MNMG_HOST_ID"] = f"kill-host-{env.rank}"
         part = load_partition(parts, env.rank, env.world_size)
         svc = SamplingService(part, seed=1, mode=mode, rounds_in_flight=in_flight,
-                              shared_topology=shared if in_flight == 1 else False)
+                              shared_topology="auto" if hosts else
+                              shared if in_flight == 1 else False)
         loader = DistNeighborLoader(svc, np.arange(int(part.num_nodes)), [5, 5], 32,
                                     shuffle=True, prefetch=2 * in_flight)
         print("READY", flush=True)
@@ -153,7 +158,8 @@ def ddp_steps() -> int:
 def main(argv: list[str]) -> int:
     arm()
     if argv[0] == "api":
-        return api(argv[1], argv[2], argv[3:] == ["shared"], 2 if argv[3:] == ["inflight"] else 1)
+        return api(argv[1], argv[2], argv[3:] == ["shared"], 2 if argv[3:] == ["inflight"] else 1,
+                   argv[3:] == ["hosts"])
     if argv[0] == "noshutdown":
         return no_shutdown(argv[1])
     if argv[0] == "nodestroy":

@@ -204,20 +204,34 @@ def test_bench_mem_rss_and_partition_comparison(tmp_path):
 
 
 def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
-    """``--hosts 2``: 2 hosts x 1 rank, ids and feature rows cross hosts (fewer rows with the
-    host cache); ``--hosts 1 --loader``: one host through loaders and a service, nothing
-    crosses hosts and no feature row is on the wire."""
-    keys = ("per_rank_vs_single", "cpu_vs_single", "exchanges_per_round", "collectives_per_round",
-            "cross_host_id_bytes_per_edge", "cross_host_feature_bytes_per_edge")
+    """``--hosts 2``: 2 hosts x 1 rank; with ``--host-memory 0`` ids and feature rows cross
+    hosts, with the other host's topology and a tenth of its rows no id does and the host
+    cache serves rows, with the default budget nothing does; ``--hosts 1 --loader``: one host
+    through loaders and a service, nothing crosses hosts and no feature row is on the wire."""
+    keys = ("per_rank_vs_single", "total_vs_single", "cpu_vs_single", "exchanges_per_round",
+            "collectives_per_round", "cross_host_id_bytes_per_edge",
+            "cross_host_feature_bytes_per_edge", "row_cache_hit_rate", "placement")
     common = ("--batch-size", "16", "--batches", "3", "--world-sizes", "2", "--features", "8")
-    two = bench("dist", tmp_path, *common, "--hosts", "2", "--cache-rows", "0.1")["dist"]["2"]
+    two = bench("dist", tmp_path, *common, "--hosts", "2", "--host-memory", "0")["dist"]["2"]
+    part = bench("dist", tmp_path, *common, "--hosts", "2", "--host-memory",
+                 "topology+0.1")["dist"]["2"]
+    fits = bench("dist", tmp_path, *common, "--hosts", "2", "--loader")["dist"]["2"]
     one = bench("dist", tmp_path, *common, "--hosts", "1", "--loader")["dist"]["2"]
-    for s in (two, one):
+    for s in (two, part, fits, one):
         assert all(k in s for k in keys) and s["exchanges_per_round"] >= 1
     # every rank is its own host: what goes to others crosses hosts
     assert two["cross_host_id_bytes_per_edge"] > 0
     assert 0 < two["cross_host_feature_bytes_per_edge"] <= two["feature_bytes_per_edge_remote"]
-    assert two["feature_cache_hits"] > 0 and all(n > 0 for n in two["feature_cache_rows"])
+    assert two["feature_cache_hits"] == 0 and two["row_cache_hit_rate"] == 0
+    assert [(h["topology"], h["rows"]) for h in two["placement"]] == [("own", "none")] * 2
+    # the other host's topology and a tenth of its rows: hops on the host, rows from the cache
+    assert part["cross_host_id_bytes_per_edge"] == 0
+    assert 0 < part["cross_host_feature_bytes_per_edge"] < two["cross_host_feature_bytes_per_edge"]
+    assert part["row_cache_hit_rate"] > 0 and all(n > 0 for n in part["feature_cache_rows"])
+    assert [(h["topology"], h["rows"]) for h in part["placement"]] == [("all", "cache")] * 2
+    # the default budget holds the graph: hosts independent
+    assert fits["cross_host_id_bytes_per_edge"] == fits["cross_host_feature_bytes_per_edge"] == 0
+    assert [(h["topology"], h["rows"]) for h in fits["placement"]] == [("all", "all")] * 2
     assert one["cross_host_id_bytes_per_edge"] == one["cross_host_feature_bytes_per_edge"] == 0
     assert one["feature_bytes_per_edge_remote"] == 0 and one["feature_rows_mapped"] > 0
     assert [r["batches"] for r in one["ranks"]] == [3, 3]
@@ -233,13 +247,15 @@ def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
     # at most one request per round through a service with two rounds in flight: the loader's
     # batches, the wire round's collectives (agreement + 2 per hop, 2 hops)
     k = bench("dist", tmp_path, *common[:-2], "--hosts", "2", "--loader", "--merge", "1",
-              "--rounds-in-flight", "2", "--prefetch", "4", "--host-cores", "shared")
+              "--rounds-in-flight", "2", "--prefetch", "4", "--host-cores", "shared",
+              "--host-memory", "0")
     assert (k["rounds_in_flight"], k["prefetch"], k["merge"]) == (2, 4, 1)
     assert k["host_cores"] == "shared" and k["single_cores"] is None
     k = k["dist"]["2"]
     assert [r["cores"] for r in k["ranks"]] == [usable, usable] and k["rounds_in_flight"] == 2
     # --merge 1 with rounds in flight left to auto: two on the wire path
-    a = bench("dist", tmp_path, *common[:-2], "--hosts", "2", "--loader", "--merge", "1")
+    a = bench("dist", tmp_path, *common[:-2], "--hosts", "2", "--loader", "--merge", "1",
+              "--host-memory", "0")
     assert a["rounds_in_flight"] is None and a["dist"]["2"]["rounds_in_flight"] == 2
     assert two["rounds_in_flight"] == 1 and one["rounds_in_flight"] == 1
     assert [r["batches"] for r in k["ranks"]] == [3, 3]

@@ -14,7 +14,10 @@ drawn from the trial's seed, so the point in the round (agreement all-reduce, a 
 the feature fetch, a training all-reduce, start-up) varies from trial to trial and is
 reproducible. ``api-inflight`` runs the service with two rounds in flight
 (``SamplingService(rounds_in_flight=2)``, the wire path) and counts K from the loader's start,
-so its victim dies inside a round while both are running. Seven trials run in CI
+so its victim dies inside a round while both are running. ``api-hosts`` makes every rank its
+own emulated host at the default budget, which holds every part: hosts sample and read rows
+independently, only the rounds' agreements and the training all-reduce cross hosts. Eight
+trials run in CI
 (``CI_TRIALS``); the rest are marked ``faults`` (``FAULTS=1 launch/test.sh``).
 Set ``MNMG_FAULT_TRIALS_LOG=FILE`` to get one JSON line per trial (docs/reliability.md's table).
 """
@@ -45,7 +48,7 @@ TRAIN = ["--config", "configs/quickstart.yaml", "--no-progress", "training.epoch
 
 # (entry point, seed); victim rank = seed % world, kill point K from the seed
 CI_TRIALS = [("api-thread", 0), ("train", 1), ("sample", 2), ("api-stop", 3), ("api-shared", 4),
-             ("offline", 5), ("api-inflight", 6)]
+             ("offline", 5), ("api-inflight", 6), ("api-hosts", 7)]
 FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
                 + [("api-inline", s) for s in (20, 21)]
                 + [("train", s) for s in (30, 31, 32, 33, 34)]
@@ -54,7 +57,8 @@ FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
                 + [("api-stop", s) for s in (60, 61)]
                 + [("offline", s) for s in (70, 71, 72)]
                 + [("api-shared", s) for s in (80, 81, 82)] + [("api-shared-stop", 84)]
-                + [("api-inflight", s) for s in (90, 91, 92)])
+                + [("api-inflight", s) for s in (90, 91, 92)]
+                + [("api-hosts", s) for s in (100, 101)])
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +88,7 @@ def _commands(kind: str, world: int, parts: dict, tmp) -> list[list[str]]:
         mode = "inline" if kind == "api-inline" else "thread"
         shared = ["shared"] if "shared" in kind else []  # rounds agree over host sockets
         extra = ["inflight"] if "inflight" in kind else shared  # 2 rounds in flight, the wire
+        extra = ["hosts"] if "hosts" in kind else extra  # 2 hosts, each holding every part
         return [[*KIT, "api", parts[world], mode, *extra]] * world
     if kind == "offline":  # small batches: enough rounds for any kill point
         return [[*KIT, "cli", "sample", "--partitions", parts[world], "--batch-size", "4",

@@ -1,7 +1,9 @@
 """Host groups on real gloo ranks, hosts forced with ``MNMG_HOST_ID``: minibatches and features
-equal the single process for any host layout and host cache size; a rank never sends a node or
-a feature row to a rank of its own host; the host cache (chosen by degree or by inclusion
-probability) takes feature rows off the wire, and a cached row is never asked for."""
+equal the single process for any host layout, host budget (nothing of other hosts, their
+topology only, everything) and host cache size; a rank never sends a node or a feature row to a
+rank of its own host; with the other hosts' topology no id crosses hosts, and with their rows
+too no feature byte; the host cache (chosen by degree or by inclusion probability) takes feature
+rows off the wire, and a cached row is never asked for."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from mnmg_sampler.graph.partition_io import load_partition
 from mnmg_sampler.ops.rng import request_key
 from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
-from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph
+from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph, topology_budget
 from .harness import run_ranks
 
 CACHE = 40  # rows of other hosts each host keeps (of 240 nodes)
@@ -33,9 +35,11 @@ def _rounds(rank: int, n: int) -> list[list[SampleRequest]]:
     return [merged, mixed, alone]
 
 
-def _hosts(rank, world, d, layout):
-    """The same rounds with a store without and with the host cache: batches, the feature
-    bytes sent to other hosts, and the ids and rows sent to ranks of this rank's host."""
+def _hosts(rank, world, d, layout, budget):
+    """The same rounds with a store without and with the host cache (a budget of nothing or
+    of the topology), or with the store the placement sizes (``all``, the default budget):
+    batches, the feature and id bytes sent to other hosts, and the ids and rows sent to ranks
+    of this rank's host."""
     import os
 
     from mnmg_sampler.distributed.features import DistFeatureStore
@@ -44,7 +48,8 @@ def _hosts(rank, world, d, layout):
 
     os.environ["MNMG_HOST_ID"] = f"host-{layout[rank]}"
     part = load_partition(d, rank, world)
-    s = DistSampler(part, seed=SEED, shared_topology="auto")
+    memory = {"zero": 0, "topology": topology_budget(d, rank, world, layout), "all": None}
+    s = DistSampler(part, seed=SEED, shared_topology="auto", host_memory=memory[budget])
     same = [p for p in range(world) if layout[p] == layout[rank] and p != rank]
     near_rows = []
     real = s.ex.payload
@@ -56,8 +61,12 @@ def _hosts(rank, world, d, layout):
 
     s.ex.payload = payload
     res = {}
-    for cache, plan in ((0, None), (CACHE, None), (CACHE, CachePlan(FANOUTS, 12))):
-        store = DistFeatureStore(part, s.ex, cache_rows=cache, host=s.host, cache_plan=plan)
+    stores = ((0, None), (CACHE, None), (CACHE, CachePlan(FANOUTS, 12))) if budget != "all" \
+        else ((0, None),)
+    i0 = sum(v for k, v in s.ex.cross_bytes.items() if k != "features")
+    for cache, plan in stores:
+        store = DistFeatureStore(part, s.ex, cache_rows=cache, host=s.host, cache_plan=plan,
+                                 shared=s.shared, fit=s.placement)
         asked = []  # every id whose row this rank asks another rank for, after the fill
         real_rows = store._exchange_rows
 
@@ -75,9 +84,11 @@ def _hosts(rank, world, d, layout):
             else np.empty(0, np.int64)
         res[store.cache_choice] = (got, s.ex.cross_bytes.get("features", 0) - f0,
                                    store.cache_size, store.stats["mapped_rows"], cached,
-                                   np.concatenate(asked), store.stats["cache_hits"])
+                                   np.concatenate([np.empty(0, np.int64), *asked]),
+                                   store.stats["cache_hits"])
     host = None if s.host is None else s.host.stats()
-    return res, near_rows, host, s.ex.far.tolist()
+    ids = sum(v for k, v in s.ex.cross_bytes.items() if k != "features") - i0
+    return res, near_rows, host, s.ex.far.tolist(), ids, s.placement.report()
 
 
 def _check(g, got) -> int:
@@ -92,29 +103,43 @@ def _check(g, got) -> int:
     return n
 
 
+@pytest.mark.parametrize("budget", ["zero", "topology", "all"])
 @pytest.mark.parametrize("layout", [
     (0, 1),  # 2 hosts x 1 rank: the wire path, a host cache per rank
     (0, 0, 1),  # hosts of 2 and 1 ranks
     pytest.param((0, 0, 1, 1), marks=pytest.mark.slow),  # 2 hosts x 2 ranks
 ])
-def test_host_layouts_equal_one_process(tmp_path, layout):
+def test_host_layouts_equal_one_process(tmp_path, layout, budget):
     g = small_graph()
     W = len(layout)
     d = str(partition(g, W, "random", tmp_path / "p", seed=1))
     bounds = load_partition(d, 0, W).boundaries
-    out = run_ranks(_hosts, W, d, layout, timeout=240)
+    out = run_ranks(_hosts, W, d, layout, budget, timeout=240)
     cross = {"none": 0, "degree": 0, "inclusion": 0}
-    for rank, (res, near_rows, host, far) in enumerate(out):
+    for rank, (res, near_rows, host, far, ids, placement) in enumerate(out):
         assert far == [layout[p] != layout[rank] for p in range(W)]
-        # a host group on every rank once some host has two ranks, else the wire path
-        assert (host is not None) == (max(layout.count(h) for h in layout) > 1)
+        assert placement == out[0][5]  # one placement, agreed by every rank
+        mine = placement[layout[rank]]
+        assert mine["ranks"] == [p for p in range(W) if layout[p] == layout[rank]]
+        assert mine["topology"] == ("own" if budget == "zero" else "all")
+        assert mine["rows"] == ("all" if budget == "all" else "none")
+        # a host group on every rank once some host has two ranks or maps other hosts' parts
+        assert (host is not None) == (budget != "zero" or max(map(layout.count, layout)) > 1)
         if host is not None:
-            assert host["host_ranks"] == [p for p in range(W) if layout[p] == layout[rank]]
+            assert host["host_ranks"] == mine["ranks"]
+            assert host["parts"] == (W if budget != "zero" else len(mine["ranks"]))
+        # every hop is sampled on the host when it maps every part's topology
+        assert (ids == 0) == (budget != "zero")
         # nothing of this host's ranks ever goes to them: every hop and row exchange sends
         # only to other hosts' ranks
-        assert near_rows and sum(near_rows) == 0
+        assert sum(near_rows) == 0 and (budget == "all" or near_rows)
+        if budget == "all":  # every row mapped: no table, no cache, nothing asked of anyone
+            ((got, fbytes, size, mapped, cached, asked, hits),) = res.values()
+            assert _check(g, got) > 0 and fbytes == 0 and size == 0 and asked.size == 0
+            assert mapped > 0
+            continue
         assert sorted(res) == sorted(cross)  # no cache, by degree, by inclusion probability
-        same_host = [p for p in range(W) if layout[p] == layout[rank]]
+        same_host = mine["ranks"]
         for how, (got, fbytes, size, mapped, cached, asked, hits) in res.items():
             assert _check(g, got) > 0
             assert size == (0 if how == "none" else CACHE)  # the host's slices together
@@ -128,6 +153,8 @@ def test_host_layouts_equal_one_process(tmp_path, layout):
         for how in ("degree", "inclusion"):
             for (_, a), (_, b) in zip(res["none"][0], res[how][0], strict=True):
                 assert_same(a, b, keys=("n_id", "x", "y", "edge_index"))
+    if budget == "all":
+        return
     # the host cache takes rows off the wire, whichever way it was chosen
     assert 0 < cross["degree"] < cross["none"] and 0 < cross["inclusion"] < cross["none"]
 
@@ -142,7 +169,7 @@ def _cache_over_budget(rank, world, d):
 
     os.environ["MNMG_HOST_ID"] = f"host-{rank}"
     part = load_partition(d, rank, world)
-    s = DistSampler(part, seed=SEED, shared_topology="auto")
+    s = DistSampler(part, seed=SEED, shared_topology="auto", host_memory=0)
     real = host_limits.available_bytes
     if rank == 1:
         host_limits.available_bytes = lambda: 1000
@@ -162,4 +189,4 @@ def test_cache_over_memory_budget_raises_on_every_rank(tmp_path):
         run_ranks(_cache_over_budget, 2, d, timeout=120)
     assert set(e.value.errors) == {0, 1}
     for err, _ in e.value.errors.values():
-        assert isinstance(err, MemoryBudgetError) and "features.cache_rows" in str(err)
+        assert isinstance(err, MemoryBudgetError) and "features.host_memory_mb" in str(err)

@@ -110,7 +110,7 @@ def _sample(rank, world, d, packed):
 
     collective.bitpack.encode_blocks = spy
     part = load_partition(d, rank, world)
-    s = DistSampler(part, seed=SEED, shared_topology="auto")
+    s = DistSampler(part, seed=SEED, shared_topology="auto", host_memory=0)
     counted = []  # raw count words (exchanges of unknown sizes send them first)
     real_counts = s.ex.counts
 

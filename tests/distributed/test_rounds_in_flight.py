@@ -26,7 +26,7 @@ def _requests(rank: int, n: int) -> list[SampleRequest]:
                           request_key(SEED, 0, 10 * rank + j)) for j in range(n)]
 
 
-def _in_flight(rank, world, d, layout=None):
+def _in_flight(rank, world, d, layout=None, budget=0):
     import os
     import time
 
@@ -35,8 +35,13 @@ def _in_flight(rank, world, d, layout=None):
 
     if layout is not None:  # emulated hosts: host groups (mapped host parts) beside the wire
         os.environ["MNMG_HOST_ID"] = f"host-{layout[rank]}"
+    if budget == "topology":  # the other hosts' topology and none of their rows
+        from .common import topology_budget
+
+        budget = topology_budget(d, rank, world, layout)
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, rounds_in_flight=2,
-                          shared_topology="auto" if layout is not None else False)
+                          shared_topology="auto" if layout is not None else False,
+                          host_memory=budget)
     hosts = [s.sampler.host is not None for s in svc._slots]
     first, second = svc._slots
     reqs = _requests(rank, 6)
@@ -52,13 +57,17 @@ def _in_flight(rank, world, d, layout=None):
     return got, calls, st["rounds_in_flight"], st["requests"], hosts
 
 
-@pytest.mark.parametrize("layout", [None, (0, 0, 1)], ids=["wire", "host-groups"])
-def test_two_rounds_in_flight_equal_the_single_process(tmp_path, layout):
+@pytest.mark.parametrize("layout, budget", [(None, 0), ((0, 0, 1), 0), ((0, 1), "topology"),
+                                            ((0, 1), None)],
+                         ids=["wire", "host-groups", "topology-fits", "all-fits"])
+def test_two_rounds_in_flight_equal_the_single_process(tmp_path, layout, budget):
+    """Host budgets: nothing of other hosts, their topology (hops on the host, rows over the
+    wire), everything (the default: hosts independent)."""
     g = small_graph()
     W = 2 if layout is None else len(layout)
     d = str(partition(g, W, "random", tmp_path / "p", seed=4))
     ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
-    out = run_ranks(_in_flight, W, d, layout, timeout=300)
+    out = run_ranks(_in_flight, W, d, layout, budget, timeout=300)
     for rank, (got, calls, k, n, hosts) in enumerate(out):
         assert k == 2 and n == 6
         # with a host of two ranks, every round in flight samples through its host group

@@ -294,6 +294,11 @@ def _auto(rank, world, d, case):
         part = dataclasses.replace(part, path=None)
     elif case == "hosts":
         shared_topology.host_id = lambda: 1000 + rank
+    elif case == "hosts, part missing":  # rank 1's node holds only its own part
+        shared_topology.host_id = lambda: 1000 + rank
+        if rank == 1:
+            shared_topology.load_partition = lambda *a, **k: (_ for _ in ()).throw(
+                OSError("no such part"))
     elif case == "part missing" and rank == 1:
         shared_topology.load_partition = lambda *a, **k: (_ for _ in ()).throw(
             OSError("no such part"))
@@ -309,11 +314,15 @@ def _auto(rank, world, d, case):
     (b,) = s.sample([req], store)
     return s.shared_stats()["enabled"], s.shared_stats()["agreement"], \
         ((req.seeds, FANOUTS, req.key, False), False, as_arrays(b)), \
-        s.ex.bytes.get("features", [0, 0])[1]
+        s.ex.bytes.get("features", [0, 0])[1], [h.topology for h in s.placement.hosts]
 
 
-AUTO = [("one host", True), ("no directory", False), ("hosts", False),
-        ("part missing", False), ("rows missing", False)]
+# several hosts: each maps every part when its budget (the default) holds them, and agrees
+# over gloo
+AUTO = [("one host", True), ("no directory", False), ("hosts", True),
+        ("hosts, part missing", True), ("part missing", False), ("rows missing", False)]
+# which hosts hold every part's topology (the others sample their frontier over the wire)
+TOPOLOGY = {"one host": [True], "hosts": [True, True], "hosts, part missing": [True, False]}
 
 
 def test_auto_is_on_exactly_where_it_can_be(tmp_path):
@@ -323,10 +332,12 @@ def test_auto_is_on_exactly_where_it_can_be(tmp_path):
     for i, (case, on) in enumerate(AUTO):
         res = [r[i] for r in by_rank]
         assert [r[0] for r in res] == [on, on], case
-        assert [r[1] for r in res] == ["host sockets" if on else "gloo"] * 2, case
+        agreement = "host sockets" if case == "one host" else "gloo"
+        assert [r[1] for r in res] == [agreement] * 2, case
+        assert [r[4] for r in res] == [TOPOLOGY.get(case, [False] * len(r[4])) for r in res]
         assert _check(g, [[r[2]] for r in res]) > 0  # the same minibatches either way
-        for *_, (_, _, mb), fbytes in res:  # and the same rows, off the wire exactly when on
-            assert np.array_equal(mb["x"], g.x[mb["n_id"]])
+        for _, _, (_, _, mb), fbytes, _ in res:  # and the same rows, off the wire exactly
+            assert np.array_equal(mb["x"], g.x[mb["n_id"]])  # when every host holds them
             assert np.array_equal(mb["y"], g.y[mb["n_id"]])
-            assert (fbytes == 0) == on, case
+            assert (fbytes == 0) == (on and case != "hosts, part missing"), case
 

@@ -3,7 +3,8 @@ homogeneous and typed (3 node types by id range, 9 relations), the same seeds: a
 makes the homogeneous round's collectives (the agreement, one all-to-all each way per hop: no
 size exchange, int32 words) and sends at most 1.25x its id bytes per sampled edge (neighbor and
 relation in one word), plus one feature exchange for the rows of every node type; typed batches
-equal the single-process HeteroSampler's, ``x``/``y`` of every type included."""
+equal the single-process HeteroSampler's, ``x``/``y`` of every type included; so they do with
+two rounds in flight, and on 2 ranks forced onto 2 hosts with the row cache a budget buys."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_typed_rounds_in_flight_equal_the_single_process(tmp_path):
                     np.testing.assert_array_equal(a, getattr(want, key)[t].numpy(), (key, t))
 
 
-def _two_hosts(rank, world, typed_dir, cache_rows):
+def _two_hosts(rank, world, typed_dir, budget):
     import os
 
     from mnmg_sampler.distributed.service import SamplingService
@@ -138,7 +139,7 @@ def _two_hosts(rank, world, typed_dir, cache_rows):
     os.environ["MNMG_HOST_ID"] = f"typed-host-{rank}"  # one rank per emulated host
     _, tg = _typed_graph()
     svc = SamplingService(load_partition(typed_dir, rank, world), seed=SEED,
-                          feature_cache_rows=cache_rows)  # the shared topology: auto
+                          host_memory=budget)  # the shared topology: auto
     futs = [(i, svc.submit(r)) for i, r in _batches(tg, rank, world)]
     got = [(i, {k: {t: v.numpy() for t, v in getattr(svc.result(f), k).items()}
                 for k in ("n_id", "edge_index", "e_id", "x", "y")}) for i, f in futs]
@@ -151,8 +152,9 @@ def test_typed_parts_on_two_hosts_with_the_row_cache_equal_one_process(tmp_path)
     _, tg = _typed_graph()
     partition_typed(tg, 2, "random", tmp_path / "typed", SEED)
     ref = HeteroSampler(tg, SEED)
+    # a budget of 40 of the widest rows (x of 3 float32 and an int64 label: 20 B)
     for rank, (got, feats, shared) in enumerate(run_ranks(
-            _two_hosts, 2, str(tmp_path / "typed"), 40, fresh=True)):
+            _two_hosts, 2, str(tmp_path / "typed"), 40 * 20, fresh=True)):
         assert not shared  # two hosts of one rank: the wire
         assert feats["cache_rows"] == 40 and feats["cache_hits"] > 0
         assert 0 < feats["cache_hit_rate"] < 1 and feats["rows_fetched"] > 0
