@@ -13,10 +13,12 @@ Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
     process start to its first batch, with start-up verification ``--verify``. The first world
     size is started twice: the second start finds the verified stamp and does not reread.
 ``partition``
-    ``--partition-graph`` (default ``rmat:22``, undirected) partitioned by one process
-    (:func:`mnmg_sampler.graph.partition.partition`) and by ``--partition-ranks`` ranks
-    (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports its own
-    peak RSS, and the two output directories are compared file by file.
+    ``--partition-graph`` (default ``rmat:22``, undirected; or a typed input: an OGB hetero
+    directory or a saved ``HeteroData``, typed parts) partitioned by one process
+    (:func:`mnmg_sampler.graph.partition.partition`,
+    :func:`~mnmg_sampler.graph.typed_partition.partition_typed`) and by ``--partition-ranks``
+    ranks (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports
+    its own peak RSS, and the two output directories are compared file by file.
 ``scaling``
     For ``rmat:S`` with S in ``--scales`` (default 16..22, undirected): 2 ranks partition the
     graph (distributed), then sample ``--batches`` minibatches each with the distributed sampler;
@@ -65,7 +67,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--verify", default="auto", choices=["auto", "full", "sampled", "off"],
                    help="start-up verification of the rss runs (default auto)")
     p.add_argument("--partition-graph", default="rmat:22",
-                   help="graph of the partition comparison, undirected (default rmat:22)")
+                   help="graph of the partition comparison, undirected, or a typed input "
+                   "(OGB hetero directory, saved HeteroData) (default rmat:22)")
     p.add_argument("--partition-ranks", type=int, default=4, help="(default 4)")
     p.add_argument("--partition-method", default="random", choices=["random", "range", "hash"],
                    help="(default random)")
@@ -157,13 +160,17 @@ def _rss_worker(work: str, task: dict) -> None:
 def _dist_partition_worker(work: str, task: dict) -> None:
     import torch.distributed as dist
 
-    from ..distributed.ingest import partition_distributed
+    from ..distributed.ingest import partition_distributed, partition_typed_distributed
+    from ..graph.typed_io import sliceable_typed_input
     from ..runtime import init_distributed
 
     env, _ = init_distributed("gloo", "cpu")
     base = _rss()
     t0 = time.perf_counter()
-    partition_distributed(task["graph"], task["out"], task["method"], 0, undirected=True)
+    if sliceable_typed_input(task["graph"]):
+        partition_typed_distributed(task["graph"], task["out"], task["method"], 0)
+    else:
+        partition_distributed(task["graph"], task["out"], task["method"], 0, undirected=True)
     _finish(work, env.rank, {"rank": env.rank, "base": base, "peak": _peak(),
                              "seconds": time.perf_counter() - t0})
     dist.barrier()
@@ -173,11 +180,17 @@ def _dist_partition_worker(work: str, task: dict) -> None:
 def _single_partition_worker(work: str, task: dict) -> None:
     from ..graph.datasets import load_graph
     from ..graph.partition import partition
+    from ..graph.typed_io import load_typed_graph, sliceable_typed_input
+    from ..graph.typed_partition import partition_typed
 
     base = _rss()
     t0 = time.perf_counter()
-    g = load_graph(task["graph"], undirected=True)
-    partition(g, task["parts"], task["method"], task["out"], 0)
+    if sliceable_typed_input(task["graph"]):
+        partition_typed(load_typed_graph(task["graph"]), task["parts"], task["method"],
+                        task["out"], 0)
+    else:
+        partition(load_graph(task["graph"], undirected=True), task["parts"], task["method"],
+                  task["out"], 0)
     _finish(work, 0, {"rank": 0, "base": base, "peak": _peak(),
                       "seconds": time.perf_counter() - t0})
 
@@ -305,7 +318,7 @@ def _partition_runs(args, root: Path) -> dict:
 
     w = args.partition_ranks
     base = {"graph": args.partition_graph, "method": args.partition_method}
-    print(f"partition: {args.partition_graph} undirected, one process ...", flush=True)
+    print(f"partition: {args.partition_graph}, one process ...", flush=True)
     single = _single(root / "work-single", {**base, "kind": "single_partition", "parts": w,
                                             "out": str(root / "single")}, args.timeout)
     print(f"partition: {w} ranks ...", flush=True)
@@ -321,7 +334,7 @@ def _partition_runs(args, root: Path) -> dict:
 
 def _print_partition(res: dict) -> None:
     s = res["single"]
-    print(f"\npartition: {res['graph']} undirected, method {res['method']}, {res['parts']} parts")
+    print(f"\npartition: {res['graph']}, method {res['method']}, {res['parts']} parts")
     print(f"{'':18}{'peak RSS MB':>12}{'x single':>10}{'seconds':>9}")
     print(f"{'one process':18}{s['peak'] / MB:>12.0f}{1:>10.2f}{s['seconds']:>9.1f}")
     for r in res["ranks"]:

@@ -109,7 +109,6 @@ def _time_table(path: str, column: str):
 def typed_graph_of(args: argparse.Namespace):
     """The typed graph ``args.graph`` names (a saved HeteroData or an OGB hetero directory),
     else ``None``; options that only apply to homogeneous graphs are refused for it."""
-    from ..errors import GraphFormatError
     from ..graph.typed_io import typed_graph_at
 
     time_column = getattr(args, "time_column", None)
@@ -120,11 +119,19 @@ def typed_graph_of(args: argparse.Namespace):
     else:
         g = typed_graph_at(args.graph)
     if g is not None:
-        given = [a for a in _HOMOGENEOUS_ONLY if getattr(args, a, None) not in (None, False)]
-        if given:
-            raise GraphFormatError(
-                f"{args.graph} is a typed graph; --{given[0].replace('_', '-')} applies to "
-                "homogeneous graphs only", "it would be ignored",
-                "drop the option (typed graphs carry their node data per type, docs/hetero.md)")
-        check_typed_renumber(args.graph, getattr(args, "renumber", "auto"), typed=True)
+        check_typed_options(args)
     return g
+
+
+def check_typed_options(args: argparse.Namespace) -> None:
+    """Refuse the options of ``args`` that apply to homogeneous graphs only (``args.graph`` is
+    a typed graph)."""
+    from ..errors import GraphFormatError
+
+    given = [a for a in _HOMOGENEOUS_ONLY if getattr(args, a, None) not in (None, False)]
+    if given:
+        raise GraphFormatError(
+            f"{args.graph} is a typed graph; --{given[0].replace('_', '-')} applies to "
+            "homogeneous graphs only", "it would be ignored",
+            "drop the option (typed graphs carry their node data per type, docs/hetero.md)")
+    check_typed_renumber(args.graph, getattr(args, "renumber", "auto"), typed=True)

@@ -159,7 +159,7 @@ def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
     from ..host_limits import format_bytes
 
     topo = 8 * (2 * int(g.num_nodes) + 1 + 2 * int(g.num_edges))
-    row = sum(int(a.nbytes) for a in (g.x, g.y) if a is not None)
+    row = sum(int(np.asarray(a).nbytes) for d in (g.x, g.y) for a in d.values())
     data["placement"] = {"topology_bytes": topo, "row_bytes": row}
     rows.append(("whole graph on one host", f"topology {format_bytes(topo)}, feature rows "
                  f"{format_bytes(row)} (a features.host_memory_mb that holds the other hosts' "

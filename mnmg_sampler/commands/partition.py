@@ -13,8 +13,11 @@ part, the same files as one process writes. ``metis``, edge weights, and node da
 ``.npy`` features and labels, run on rank 0 alone while the others wait.
 
 A typed INPUT (a saved ``HeteroData`` ``.pt`` or an OGB hetero directory) writes typed parts
-(:mod:`mnmg_sampler.graph.typed_partition`, ``docs/hetero.md``) in one process (rank 0 under
-torchrun); its node data comes with it, so the homogeneous-only options are refused.
+(:mod:`mnmg_sampler.graph.typed_partition`, ``docs/hetero.md``); its node data comes with it, so
+the homogeneous-only options are refused. Under torchrun it is partitioned on every rank with
+``random``, ``range`` and ``hash``
+(:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`: each rank reads 1/N of
+every relation; a ``.pt`` is memory-mapped); ``metis`` runs on rank 0.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import argparse
 import os
 
 from ..console import add_json_flag, report
+from ..graph.formats import is_ogb_hetero_dir
 from .graph_args import (
     add_node_data_arguments,
     add_renumber_argument,
     add_time_column_argument,
     add_weights_argument,
+    check_typed_options,
     check_typed_renumber,
     check_weights_file,
     node_data_kwargs,
@@ -136,8 +141,12 @@ def _run_distributed(args: argparse.Namespace) -> int:
         node_files = [args.features, args.labels, args.train_mask, args.val_mask,
                       args.test_mask]
         npy_only = all(f is None or f.lower().endswith(".npy") for f in node_files[:2])
-        if (args.method == "metis" or args.weights or not npy_only or _is_typed_path(args.input)
-                or any(f is not None for f in node_files[2:])):
+        from ..graph.typed_io import sliceable_typed_input
+
+        typed = _is_typed_path(args.input)
+        if (args.method == "metis" or args.weights or not npy_only
+                or (typed and not sliceable_typed_input(args.input))
+                or (not typed and any(f is not None for f in node_files[2:]))):
             def single() -> None:  # one process; the others wait for it
                 if env.rank == 0:
                     args.parts = world
@@ -151,6 +160,10 @@ def _run_distributed(args: argparse.Namespace) -> int:
             agree(lambda: check_replaceable(args.out))
         elif args.overwrite:
             agree(lambda: None)
+        if typed:
+            _run_typed_distributed(args, env.rank, world)
+            dist.barrier()
+            return 0
         stats = partition_distributed(
             args.input, args.out, args.method, args.seed, undirected=args.undirected,
             drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
@@ -158,19 +171,12 @@ def _run_distributed(args: argparse.Namespace) -> int:
             chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world),
             renumber=args.renumber)
         if env.rank == 0:
-            rows = [
-                ("graph", f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
-                 f"{stats['num_edges']:,} edges"
-                 + (" (renumbered; n_id shows the input's ids)" if stats["renumbered"] else "")),
-                ("method", f"{stats['method']} (seed {stats['seed']}), {stats['parts']} parts"),
-                ("edge cut", f"{stats['edge_cut']:.4f} of edges cross parts"),
-                ("imbalance", f"{stats['imbalance']:.3f} nodes, {stats['edge_imbalance']:.3f} "
-                 "edges (max/mean)"),
-                ("part nodes", ", ".join(f"{v:,}" for v in stats["part_nodes"])),
-                ("time", f"{stats['seconds']:.2f}s on {world} ranks"),
-                ("output", args.out),
-            ]
-            report(rows, {**stats, "output": stats["out"]}, args.json)
+            graph = (f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
+                     f"{stats['num_edges']:,} edges"
+                     + (" (renumbered; n_id shows the input's ids)" if stats["renumbered"]
+                        else ""))
+            report(_rows(graph, stats, f"{stats['seconds']:.2f}s on {world} ranks", args.out),
+                   {**stats, "output": stats["out"]}, args.json)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -180,10 +186,37 @@ def _run_distributed(args: argparse.Namespace) -> int:
 def _is_typed_path(spec: str) -> bool:
     from pathlib import Path
 
-    from ..graph.typed_io import is_ogb_hetero_dir
-
     p = Path(spec)
     return is_ogb_hetero_dir(p) or (p.suffix in (".pt", ".pth") and p.is_file())
+
+
+def _run_typed_distributed(args: argparse.Namespace, rank: int, world: int) -> None:
+    """Under torchrun: a typed input, every rank reading 1/N of every relation."""
+    from ..distributed.collective import agree
+    from ..distributed.ingest import DEFAULT_CHUNK, partition_typed_distributed
+
+    agree(lambda: check_typed_options(argparse.Namespace(**{**vars(args), "graph": args.input})))
+    s = partition_typed_distributed(args.input, args.out, args.method, args.seed,
+                                    overwrite=args.overwrite, source=_source(args, world),
+                                    chunk=args.chunk_rows or DEFAULT_CHUNK)
+    if rank == 0:
+        report(_rows(f"{s['graph_name']}: {s['num_nodes']:,} nodes of {s['node_types']} types, "
+                     f"{s['num_edges']:,} edges of {s['edge_types']} relations", s,
+                     f"{s['seconds']:.2f}s on {world} ranks", args.out, ", every type split"),
+               {**s, "output": s["out"]}, args.json)
+
+
+def _rows(graph: str, s: dict, took: str, out: str, split: str = "") -> list[tuple[str, str]]:
+    """The report of a partitioning (``s``: the statistics of the manifest)."""
+    return [
+        ("graph", graph),
+        ("method", f"{s['method']} (seed {s['seed']}), {s['parts']} parts{split}"),
+        ("edge cut", f"{s['edge_cut']:.4f} of edges cross parts"),
+        ("imbalance", f"{s['imbalance']:.3f} nodes, {s['edge_imbalance']:.3f} edges (max/mean)"),
+        ("part nodes", ", ".join(f"{v:,}" for v in s["part_nodes"])),
+        ("time", took),
+        ("output", out),
+    ]
 
 
 def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
@@ -203,16 +236,10 @@ def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
     out, plan = partition_typed(g, args.parts, args.method, args.out, args.seed,
                                 overwrite=args.overwrite, source=source,
                                 metis_max_edges=args.metis_max_edges)
-    rows = [
-        ("graph", f"{g.name}: {g.num_nodes:,} nodes of {len(g.node_types)} types, "
-         f"{g.num_edges:,} edges of {len(g.edge_types)} relations"),
-        ("method", f"{plan.method} (seed {plan.seed}), {plan.parts} parts, every type split"),
-        ("edge cut", f"{plan.edge_cut:.4f} of edges cross parts"),
-        ("imbalance", f"{plan.imbalance:.3f} nodes, {plan.edge_imbalance:.3f} edges (max/mean)"),
-        ("part nodes", ", ".join(f"{v:,}" for v in plan.part_nodes)),
-        ("time", f"load {load_s:.2f}s, partition and write {time.perf_counter() - t0:.2f}s"),
-        ("output", args.out),
-    ]
+    rows = _rows(f"{g.name}: {g.num_nodes:,} nodes of {len(g.node_types)} types, "
+                 f"{g.num_edges:,} edges of {len(g.edge_types)} relations", plan.summary(),
+                 f"load {load_s:.2f}s, partition and write {time.perf_counter() - t0:.2f}s",
+                 args.out, ", every type split")
     data = {"graph": g.name, "nodes": int(g.num_nodes), "edges": int(g.num_edges),
             "node_types": g.num_nodes_dict(), "method": plan.method, "seed": plan.seed,
             "parts": plan.parts, "edge_cut": float(plan.edge_cut),

@@ -60,7 +60,7 @@ from ..graph.unique import sorted_unique
 from ..host_limits import check_allocation
 from .collective import Exchanger, agree
 
-__all__ = ["partition_distributed", "DEFAULT_CHUNK"]
+__all__ = ["partition_distributed", "partition_typed_distributed", "DEFAULT_CHUNK"]
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,8 @@ def _node_rows(path: str | None, n: int, rank: int, world: int, what: str):
     """This rank's slice ``[lo, hi)`` of a ``.npy`` of node rows, memory-mapped."""
     if path is None:
         return None
-    b = _even_boundaries(n, world)
-    return node_rows_file(path, n, what), int(b[rank]), int(b[rank + 1])
+    lo, hi = (int(v) for v in _even_boundaries(n, world)[rank:rank + 2])
+    return node_rows_file(path, n, what)[lo:hi], lo, hi
 
 
 def _record_maker(share: EdgeShare, off: int, m: int, undirected: bool, drop_self_loops: bool,
@@ -346,13 +346,9 @@ def partition_distributed(
                      "use more ranks, or renumber sparse ids (--renumber true, "
                      "dataset.renumber: true)")
     orig_ids = part_node_ids(rank, n, world, method, seed)
-    sizes = _gather([orig_ids.shape[0]], group)[:, 0]
-    bounds = np.zeros(world + 1, np.int64)
-    np.cumsum(sizes, out=bounds[1:])
+    sizes, bounds, cut = _owned(ex, orig_ids, rec, owner_of, chunk)
     start = int(bounds[rank])
     local_edges = rec.shape[0]
-    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != rank))
-              for a in range(0, local_edges, chunk))
     if method == "range" or world == 1:
         new_src = rec[:, 1].copy()
     else:
@@ -361,15 +357,8 @@ def partition_distributed(
     row = np.searchsorted(orig_ids, rec[:, 0])
     eid = rec[:, 2].copy()
     del rec
-    arrays = {"indptr": np.zeros(orig_ids.shape[0] + 1, np.int64)}
-    np.cumsum(np.bincount(row, minlength=orig_ids.shape[0]), out=arrays["indptr"][1:])
-    m_ids = max(1, 2 * m)  # edge ids are below 2m: (row, id) packs into one int64 key
-    if orig_ids.shape[0] * m_ids < 2**62:
-        row *= m_ids
-        row += eid
-        order = np.argsort(row)  # keys are distinct: no stability needed
-    else:
-        order = np.lexsort((eid, row))
+    arrays = {"indptr": _indptr(row, orig_ids.shape[0])}
+    order = _entry_order(row, eid, orig_ids.shape[0], 2 * m)  # edge ids are below 2m
     del row
     arrays["indices"] = new_src[order]
     del new_src
@@ -393,6 +382,198 @@ def partition_distributed(
                  num_edges=num_edges, graph_name=share_name(spec),
                  renumbered=node_ids is not None)
     return stats
+
+
+def partition_typed_distributed(
+    path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    method: str = "random",
+    seed: int = 0,
+    *,
+    overwrite: bool = False,
+    source: dict | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    group: dist.ProcessGroup | None = None,
+) -> dict:
+    """Partition the typed graph at ``path`` (an OGB hetero directory, or a ``.pt`` of a
+    ``HeteroData``, its ``to_dict()`` or the dict form) into one typed part per rank.
+
+    Collective, the steps of :func:`partition_distributed` over the internal ids (type offset +
+    per-type id): each rank reads the ``r``-th of ``W`` slices of every relation and of every
+    type's node rows (:func:`~mnmg_sampler.graph.typed_io.read_ogb_hetero_share`,
+    :func:`~mnmg_sampler.graph.typed_io.read_typed_torch_share`: a ``.pt`` is memory-mapped);
+    every CSR entry goes to the owner of its target as a (target, source, edge id, relation
+    [, weight]) row, the owner deciding per type as
+    :func:`~mnmg_sampler.graph.typed_partition.typed_plan` does; node rows go to their owners
+    the same way; the owner relabels, cuts its rows into (node, relation) segments, writes its
+    own typed part, and rank 0 the manifest. The files are those of
+    :func:`~mnmg_sampler.graph.typed_partition.partition_typed` for the same input, ``method``
+    and ``seed``. Returns the partition statistics plus ``out``, ``seconds``, ``num_nodes``,
+    ``num_edges``, ``graph_name`` and ``node_types``.
+    """
+    from ..graph.formats import is_ogb_hetero_dir
+    from ..graph.partition_io import TYPED_FORMAT_VERSION
+    from ..graph.typed import typed_layout
+    from ..graph.typed_io import read_ogb_hetero_share, read_typed_torch_share
+    from ..graph.typed_partition import check_type_names, typed_section
+
+    t0 = time.perf_counter()
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    out = Path(out_dir).absolute()
+    ex = Exchanger(group, torch.device("cpu"))
+    agree(lambda: _check_args(path, out, method, overwrite, world), group)
+
+    def read():
+        reader = read_ogb_hetero_share if is_ogb_hetero_dir(path) else read_typed_torch_share
+        got = reader(path, rank, world)
+        check_type_names(got.name, got.num_nodes)
+        return got
+
+    sh = agree(read, group)
+    lay = typed_layout(sh.num_nodes, sh.edges)
+    off, types = lay.node_type_offset, range(len(lay.node_types))
+    n = int(off[-1])
+    if world > max(n, 1):
+        raise PartitionError(f"{world} parts requested for graph '{sh.name}' with {n} nodes",
+                             "some parts would own no node", f"use at most {n} parts")
+
+    def owner_of(v: np.ndarray) -> np.ndarray:  # per type, from the per-type id
+        t = np.searchsorted(off, v, side="right") - 1
+        d = np.empty(v.shape, np.int64)
+        for i in types:
+            m = t == i
+            d[m] = assign_nodes(v[m] - off[i], int(off[i + 1] - off[i]), world, method, seed)
+        return d
+
+    # 1-3. every CSR entry to the owner of its target: (target, source, edge id, relation
+    # [, float32 weight bits])
+    rel_edges = [sh.edges[et][1] for et in lay.edge_types]
+    weighted = np.array([et in sh.weights for et in lay.edge_types], np.uint8)
+    width = 5 if weighted.any() else 4
+    pieces = [(r, a, min(len(sh.edges[et][2]), a + chunk)) for r, et in enumerate(lay.edge_types)
+              for a in range(0, len(sh.edges[et][2]), chunk)]
+
+    def make(i: int):
+        r, a, b = pieces[i]
+        first, _, src, dst = sh.edges[lay.edge_types[r]]
+        cols = np.empty((b - a, width), np.int64)
+        cols[:, 0] = dst[a:b] + off[lay.rel_dst[r]]
+        cols[:, 1] = src[a:b] + off[lay.rel_src[r]]
+        cols[:, 2] = np.arange(first + a, first + b, dtype=np.int64)
+        cols[:, 3] = r
+        if width == 5:
+            w = sh.weights.get(lay.edge_types[r], np.ones(len(src), np.float32))
+            cols[:, 4] = w[a:b].view(np.int32)
+        return cols, owner_of(cols[:, 0])
+
+    rec = shuffle_stream(ex, len(pieces), make, width)
+    sh.edges.clear()
+    sh.weights.clear()
+    # 4. relabel; rows are the owned nodes' (node, relation) segments, entries by edge id
+    per_type = [part_node_ids(rank, int(off[t + 1] - off[t]), world, method, seed) for t in types]
+    owned = np.concatenate([ids + off[t] for t, ids in zip(types, per_type, strict=True)])
+    sizes, bounds, cut = _owned(ex, owned, rec, owner_of, chunk)
+    start = int(bounds[rank])
+    local_edges = rec.shape[0]
+    new_src = lookup(ex, rec[:, 1], owner_of, lambda q: start + np.searchsorted(owned, q), chunk)
+    type_offset = np.searchsorted(owned, off).astype(np.int64)
+    seg0 = np.zeros(owned.shape[0] + 1, np.int64)  # first segment of every owned node
+    np.cumsum(np.repeat(np.diff(lay.rel_offset), np.diff(type_offset)), out=seg0[1:])
+    seg = seg0[np.searchsorted(owned, rec[:, 0])]
+    seg += (np.arange(len(rel_edges)) - lay.rel_offset[lay.rel_dst])[rec[:, 3]]
+    eid = rec[:, 2].copy()
+    w = rec[:, 4].astype(np.int32).view(np.float32) if width == 5 else None
+    del rec
+    arrays = {"indptr": _indptr(seg, int(seg0[-1]))}
+    order = _entry_order(seg, eid, int(seg0[-1]), max([0, *rel_edges]))  # per relation
+    del seg
+    arrays["indices"] = new_src[order]
+    del new_src
+    arrays["edge_ids"] = eid[order]
+    del eid
+    arrays.update(orig_ids=owned, type_offset=type_offset)
+    if w is not None:
+        arrays["weights"] = w[order]
+    del order
+    # node rows of every type: sent by the ranks that read them
+    meta: dict[str, tuple[str, tuple]] = {}
+    masks = {t: [*sh.mask_rows.get(t, {}), *sh.masks.get(t, {})] for t in lay.node_types}
+    for t, name in enumerate(lay.node_types):
+        rows = [(f"x.{name}", sh.x.pop(name, None)), (f"y.{name}", sh.y.pop(name, None))]
+        rows += [(f"mask.{name}.{k}", v) for k, v in sh.mask_rows.pop(name, {}).items()]
+        for key, got in rows:
+            if got is not None:
+                lo, a = got
+                meta[key] = _agreed_meta(a, f"{path}: {key}", group)
+                a = a if a.shape[0] else np.zeros((0, *meta[key][1]), meta[key][0])
+                arrays[key] = _place_rows(ex, (a, lo, lo + a.shape[0]), meta[key], per_type[t],
+                                          int(off[t + 1] - off[t]), method, seed, chunk, None)
+        for split, ids in sh.masks.get(name, {}).items():
+            arrays[f"mask.{name}.{split}"] = np.isin(per_type[t], ids)
+    totals = _gather([local_edges, cut], group)
+    type_nodes = _gather(np.diff(type_offset), group)
+    num_edges = int(sum(rel_edges))
+    stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
+    typed = typed_section(lay.node_types, lay.edge_types, off,
+                          dict(zip(lay.edge_types, rel_edges, strict=True)), weighted,
+                          {t: meta[f"x.{t}"] for t in lay.node_types if f"x.{t}" in meta},
+                          {t: meta[f"y.{t}"][0] for t in lay.node_types if f"y.{t}" in meta},
+                          masks, type_nodes, None)
+    # 5. write
+    _write(ex, out, arrays, bounds, n, chunk, stats, sh.name, False, False, overwrite, source,
+           group, extra={"typed": typed, "format_version": TYPED_FORMAT_VERSION,
+                         "has_weights": bool(weighted.any())})
+    stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
+                 num_edges=num_edges, graph_name=sh.name, node_types=len(lay.node_types),
+                 edge_types=len(lay.edge_types))
+    return stats
+
+
+def _agreed_meta(a: np.ndarray, what: str, group) -> tuple[str, tuple]:
+    """(dtype, row shape) of node rows read in slices, the same on every rank (a rank without
+    rows, whose CSV slice has no type, takes the others'); else an error on every rank."""
+    v = np.full(5, -1, np.int64)
+    if a.shape[0]:
+        v[0] = _DTYPES.index(a.dtype.str) if a.dtype.str in _DTYPES and a.ndim < 5 else -2
+        if v[0] >= 0:
+            v[1:a.ndim] = a.shape[1:]
+    known = {tuple(int(c) for c in r) for r in _gather(v, group) if r[0] != -1}
+    if len(known) > 1 or any(r[0] == -2 for r in known):
+        raise GraphFormatError(f"{what}: the ranks read rows of different or unsupported dtypes "
+                               "or widths", "they cannot be stored as one array",
+                               "give every row the same width, in a plain numeric dtype")
+    if not known:
+        return a.dtype.str, tuple(a.shape[1:])
+    r = known.pop()
+    return _DTYPES[r[0]], tuple(c for c in r[1:] if c >= 0)
+
+
+def _owned(ex, owned, rec, owner_of, chunk):
+    """``(nodes per part, part boundaries, cut entries here)`` once every rank knows its
+    ``owned`` nodes and received entries ``rec`` (target, source, ...)."""
+    sizes = _gather([owned.shape[0]], ex.group)[:, 0]
+    bounds = np.zeros(ex.world_size + 1, np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != ex.rank))
+              for a in range(0, rec.shape[0], chunk))
+    return sizes, bounds, cut
+
+
+def _indptr(row: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros(rows + 1, np.int64)
+    np.cumsum(np.bincount(row, minlength=rows), out=out[1:])
+    return out
+
+
+def _entry_order(row: np.ndarray, eid: np.ndarray, rows: int, max_id: int) -> np.ndarray:
+    """The order of entries by (row, edge id), distinct pairs with ids below ``max_id``;
+    ``row`` is overwritten (packed with the id into one int64 key where that fits)."""
+    m_ids = max(1, max_id)
+    if rows * m_ids >= 2**62:
+        return np.lexsort((eid, row))
+    row *= m_ids
+    row += eid
+    return np.argsort(row)  # keys are distinct: no stability needed
 
 
 def _renumber(ex: Exchanger, share: EdgeShare, max_id: int, force: bool, chunk: int,
@@ -475,7 +656,8 @@ def _row_meta(src, rank0_only: bool, group) -> tuple[str, tuple] | None:
 
 
 def _place_rows(ex, src, meta, orig_ids, n, method, seed, chunk, synth) -> np.ndarray:
-    """This part's node rows: generated here, or sent by the ranks that read them."""
+    """This part's node rows: generated here, or sent by the ranks that read them (``src``:
+    ``(rows, lo, hi)``, the input's rows ``[lo, hi)``)."""
     if meta is None:
         return np.ascontiguousarray(synth(orig_ids))
     dtype, shape = meta
@@ -483,7 +665,7 @@ def _place_rows(ex, src, meta, orig_ids, n, method, seed, chunk, synth) -> np.nd
     a, lo, hi = src if src is not None else (np.zeros((0, *shape), np.dtype(dtype)), 0, 0)
     ids = np.arange(lo, hi, dtype=np.int64)
     dest = assign_nodes(ids, n, ex.world_size, method, seed)
-    got_ids, got_rows = shuffle(ex, ids[:, None], dest, chunk, rows=np.asarray(a[lo:hi]))
+    got_ids, got_rows = shuffle(ex, ids[:, None], dest, chunk, rows=np.asarray(a))
     out[np.searchsorted(orig_ids, got_ids[:, 0])] = got_rows
     return out
 
@@ -575,16 +757,17 @@ def _write_error(rank: int, tmp: Path, e: OSError) -> PartitionError:
 
 
 def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-           overwrite, source, group, node_ids=None) -> None:
+           overwrite, source, group, node_ids=None, extra=None) -> None:
     """Write every rank's part into a shared temporary directory; rank 0 installs it. On any
-    failure the temporary directory is removed and every rank raises."""
+    failure the temporary directory is removed and every rank raises. ``arrays`` has the same
+    keys, in the same order, on every rank; ``extra`` entries are added to the manifest."""
     rank = ex.rank
     nonce = torch.tensor([secrets.randbits(62) if rank == 0 else 0], dtype=torch.int64)
     dist.broadcast(nonce, 0, group=group)
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{int(nonce.item()):x}"
     try:
         _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-                     overwrite, source, group, node_ids)
+                     overwrite, source, group, node_ids, extra)
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -592,7 +775,7 @@ def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
 
 
 def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-                 overwrite, source, group, node_ids=None) -> None:
+                 overwrite, source, group, node_ids=None, extra=None) -> None:
     rank, world = ex.rank, ex.world_size
     # the global maps; node_ids.npy (a renumbered graph's input ids) is written slice by slice
     maps = ("new_to_orig.npy", "orig_to_new.npy") + (("node_ids.npy",) if node_ids else ())
@@ -645,7 +828,7 @@ def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has
 
     agree(write_inv, group)
     # every part's file entries to rank 0: (len, bytes, crc) per key, in a fixed order
-    keys = ("indptr", "indices", "edge_ids", "orig_ids", "x", "y")
+    keys = tuple(arrays)
     width = 3 + SAMPLE_BLOCKS  # length, bytes, crc, sampled-block crcs
     mine = np.full((len(keys), width), -1, np.int64)
     for i, key in enumerate(keys):
@@ -685,6 +868,7 @@ def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has
         manifest = build_manifest(name, n, sum(stats["part_edges"]), bounds, has_x, has_y,
                                   [], stats, parts_meta, dict(sorted(all_files.items())),
                                   source=source)
+        manifest.update(extra or {})
         write_manifest(tmp, manifest)  # last: a directory without it never loads
         if out.exists() and not overwrite:
             raise PartitionError(f"output directory {out} appeared while partitioning",

@@ -10,9 +10,10 @@ neighbor ids, (only when some request asked) edge ids and (when ``n_id`` is tran
 features) the nodes' original ids go back in one more exchange, received into a bound both sides
 compute when no request of the round has a fanout of -1 (so without a size exchange; on gloo only
 the rows travel, elsewhere blocks are padded to the bound), and the requester puts them back in
-frontier order. With the shared topology (:mod:`.shared_topology`, every rank on one host) a rank
-maps every part and samples every hop itself, and the feature store reads every part's rows in
-place: a round is then its agreement alone. The requester deduplicates and renumbers
+frontier order. With the shared topology (:mod:`.shared_topology`, every rank on one host, or
+every host's budget holding every part, :mod:`.fit`) a rank maps every part and samples every hop
+itself, and the feature store reads every part's rows in place: a round is then its agreement
+alone. The requester deduplicates and renumbers
 (:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
 :meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 

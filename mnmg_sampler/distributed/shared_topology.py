@@ -16,7 +16,9 @@ The RNG is keyed on original ids and every part keeps its rows' canonical order,
 are bit-identical to the wire path and to the single process. It needs every rank of the
 group on one host (checked at construction by a hash of the host name and boot id), a
 partition loaded from a directory and the CPU kernel. A part of another rank that does not
-open (features and labels included) turns it off on every rank with ``auto``. Memory: a rank's
+open (features and labels included) turns it off on every rank with ``auto``. Ranks on several
+hosts map their host's parts and what the host's budget holds of the others (:func:`place`,
+:mod:`.fit`). Memory: a rank's
 resident set counts the pages of other parts it touches; they are shared with the ranks that
 own them, not copied.
 """

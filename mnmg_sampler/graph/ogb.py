@@ -30,7 +30,7 @@ from .formats import is_ogb_dir
 from .formats import ogb_file as _find
 from .readers import as_mask, text_bytes
 
-__all__ = ["is_ogb_dir", "read_ogb_dir"]
+__all__ = ["is_ogb_dir", "parse_table", "read_ogb_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +40,27 @@ _SPLITS = {"train": "train", "val": "valid", "test": "test"}
 def _table(path: Path, dtype, what: str) -> np.ndarray:
     try:
         raw = gzip.open(path, "rb").read() if path.name.endswith(".gz") else path.read_bytes()
-        if not raw.strip():  # numpy would warn; an empty table has no rows
-            return np.zeros((0, 1), dtype)
+    except (OSError, EOFError) as e:
+        raise _unreadable(path, what, e) from e
+    return parse_table(text_bytes(raw, str(path)), path, dtype, what)
+
+
+def _unreadable(path, what: str, e: Exception) -> GraphFormatError:
+    return GraphFormatError(f"{path} cannot be read as a CSV of {what}: {e}",
+                            "the OGB dataset cannot be loaded",
+                            "check the file, or unpack the dataset again")
+
+
+def parse_table(raw: bytes, path, dtype, what: str) -> np.ndarray:
+    """The rows of headerless CSV text ``raw`` (from ``path``) as a 2-d ``dtype`` array."""
+    if not raw.strip():  # numpy would warn; an empty table has no rows
+        return np.zeros((0, 1), dtype)
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a numpy warning is reported, never printed
-            return np.loadtxt(io.BytesIO(text_bytes(raw, str(path))), dtype=dtype,
-                              delimiter=",", ndmin=2)
-    except (OSError, EOFError, ValueError, UserWarning) as e:
-        raise GraphFormatError(f"{path} cannot be read as a CSV of {what}: {e}",
-                               "the OGB dataset cannot be loaded",
-                               "check the file, or unpack the dataset again") from e
+            return np.loadtxt(io.BytesIO(raw), dtype=dtype, delimiter=",", ndmin=2)
+    except (ValueError, UserWarning) as e:
+        raise _unreadable(path, what, e) from e
 
 
 def read_ogb_dir(path: str | PathLike, **opts) -> CSRGraph:

@@ -33,7 +33,7 @@ def pyg_safe_globals() -> list:
     return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
 
 
-def _safe_load(path: Path, extra: list | None = None):
+def _safe_load(path: Path, extra: list | None = None, mmap: bool = False):
     import torch
 
     allowed = pyg_safe_globals()
@@ -43,7 +43,7 @@ def _safe_load(path: Path, extra: list | None = None):
     with ctx(allowed) if (ctx and allowed) else contextlib.nullcontext():
         if allowed and ctx is None:  # torch 2.4: no scoped form
             torch.serialization.add_safe_globals(allowed)
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
 
 def _to_numpy(v):
@@ -87,13 +87,14 @@ def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
     return g
 
 
-def load_torch_object(path: str | PathLike, extra_globals: list | None = None):
+def load_torch_object(path: str | PathLike, extra_globals: list | None = None,
+                      mmap: bool = False):
     """The object in a ``torch.save`` file, loaded with ``weights_only=True``: tensors, plain
     containers, PyG ``Data`` and the classes in ``extra_globals``; anything else is a typed
-    error."""
+    error. ``mmap``: tensors map the file (read when touched)."""
     p, name = input_path(path)
     try:
-        obj = _safe_load(p, extra_globals)
+        obj = _safe_load(p, extra_globals, mmap)
     except (OSError, RuntimeError, EOFError) as e:
         raise GraphFormatError(f"{name} is not a readable torch.save file: {e}",
                                "the graph cannot be loaded", "save it with torch.save") from e

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,8 +44,8 @@ from ..host_limits import check_allocation
 from .csr import check_weights
 from .readers import MASK_KEYS, as_mask
 
-__all__ = ["TIME_MAX", "EdgeType", "TypedGraph", "attach_time", "check_time", "edge_type_of",
-           "typed_graph"]
+__all__ = ["TIME_MAX", "EdgeType", "TypedGraph", "TypedLayout", "attach_time", "check_time",
+           "edge_type_of", "typed_graph", "typed_layout"]
 
 EdgeType = tuple[str, str, str]
 
@@ -280,6 +281,37 @@ def _cat(arrays: list[np.ndarray], dtype) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
 
 
+class TypedLayout(NamedTuple):
+    """Where types, relations and segments go (the module docstring), from counts alone."""
+
+    node_types: tuple[str, ...]
+    edge_types: tuple[EdgeType, ...]
+    node_type_offset: np.ndarray
+    rel_offset: np.ndarray
+    seg_base: np.ndarray
+    rel_src: np.ndarray
+    rel_dst: np.ndarray
+
+
+def typed_layout(counts: Mapping[str, int], edge_types) -> TypedLayout:
+    """The layout of a typed graph with ``counts`` nodes per type and relations ``edge_types``
+    (any order): what :func:`typed_graph` builds, and what a rank that reads only a slice of
+    each relation needs to place its edges."""
+    node_types = tuple(sorted(counts))
+    tix = {t: i for i, t in enumerate(node_types)}
+    T = len(node_types)
+    ets = tuple(sorted(edge_types, key=lambda e: (tix[e[2]], tix[e[0]], e[1])))
+    off = np.zeros(T + 1, np.int64)
+    np.cumsum([counts[t] for t in node_types], out=off[1:])
+    rel_dst = np.array([tix[e[2]] for e in ets], np.int64)
+    rel_src = np.array([tix[e[0]] for e in ets], np.int64)
+    rel_offset = np.zeros(T + 1, np.int64)
+    np.cumsum(np.bincount(rel_dst, minlength=T), out=rel_offset[1:])
+    seg_base = np.zeros(T, np.int64)
+    np.cumsum((np.diff(off) * np.diff(rel_offset))[:-1], out=seg_base[1:])
+    return TypedLayout(node_types, ets, off, rel_offset, seg_base, rel_src, rel_dst)
+
+
 def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     """Build a :class:`TypedGraph` from the plain dict form.
 
@@ -319,20 +351,12 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
                                    "the weights belong to no edge", f"use one of {sorted(edges)}")
     x, y, masks = _node_data(spec, name, counts)
 
-    node_types = tuple(sorted(counts))
+    lay = typed_layout(counts, edges)
+    node_types, edge_types, off = lay.node_types, lay.edge_types, lay.node_type_offset
+    rel_offset, seg_base, rel_src, rel_dst = lay.rel_offset, lay.seg_base, lay.rel_src, lay.rel_dst
     tix = {t: i for i, t in enumerate(node_types)}
-    T = len(node_types)
-    edge_types = tuple(sorted(edges, key=lambda e: (tix[e[2]], tix[e[0]], e[1])))
     R = len(edge_types)
-    off = np.zeros(T + 1, np.int64)
-    np.cumsum([counts[t] for t in node_types], out=off[1:])
-    rel_dst = np.array([tix[e[2]] for e in edge_types], np.int64)
-    rel_src = np.array([tix[e[0]] for e in edge_types], np.int64)
-    rel_offset = np.zeros(T + 1, np.int64)
-    np.cumsum(np.bincount(rel_dst, minlength=T), out=rel_offset[1:])
     per_type = np.diff(rel_offset)
-    seg_base = np.zeros(T, np.int64)
-    np.cumsum((np.diff(off) * per_type)[:-1], out=seg_base[1:])
     S = int((np.diff(off) * per_type).sum())
     E = sum(int(s.shape[0]) for s, _ in edges.values())
     check_allocation(f"a typed CSR of {E:,} edges and {S:,} (node, relation) segments "

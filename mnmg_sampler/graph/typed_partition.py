@@ -50,8 +50,8 @@ from .partition import (
 from .partition_io import TMP_PREFIX, TYPED_FORMAT_VERSION, check_replaceable, write_manifest
 from .typed import TypedGraph
 
-__all__ = ["homogeneous_view", "part_graph", "partition_typed", "typed_plan", "typed_part_arrays",
-           "write_typed_partitions"]
+__all__ = ["check_type_names", "homogeneous_view", "part_graph", "partition_typed", "typed_plan",
+           "typed_part_arrays", "typed_section", "write_typed_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -125,40 +125,57 @@ def typed_part_arrays(g: TypedGraph, plan: PartitionPlan, rank: int) -> dict[str
     return out
 
 
-def _check_names(g: TypedGraph) -> None:
-    for name in g.node_types:
-        if not _MASK_NAME.match(name):
+def check_type_names(name: str, node_types) -> None:
+    """Node type names become file names (``x.<type>.npy``): refuse the others."""
+    for t in node_types:
+        if not _MASK_NAME.match(t):
             raise PartitionError(
-                f"typed graph '{g.name}': node type {name!r} cannot be used in a file name",
+                f"typed graph '{name}': node type {t!r} cannot be used in a file name",
                 "its features, labels and masks cannot be stored",
                 "name node types with letters, digits, '_', '-' or '.'")
+
+
+def _check_names(g: TypedGraph) -> None:
+    check_type_names(g.name, g.node_types)
     for name, arr in g.x.items():
         if np.asarray(arr).dtype.hasobject:
             raise PartitionError(f"typed graph '{g.name}': x[{name!r}] has dtype object",
                                  "it cannot be stored", "give features a numeric dtype")
 
 
+def typed_section(node_types, edge_types, node_type_offset, num_edges: dict, weighted,
+                  x: dict[str, tuple[str, tuple]], y: dict[str, str], masks: dict[str, list],
+                  part_type_nodes, time_attr: str | None) -> dict:
+    """The manifest's ``typed`` section: types, relations, offsets, node data (``x``: dtype
+    and row shape, ``y``: dtype, ``masks``: split names, per type) and nodes per part and type
+    (the single-process and distributed writers share it)."""
+    return {
+        "node_types": list(node_types),
+        "edge_types": [list(et) for et in edge_types],
+        "node_type_offset": [int(v) for v in node_type_offset],
+        "num_edges": {"__".join(et): int(c) for et, c in num_edges.items()},
+        "weighted": [int(v) for v in weighted],
+        "x": {t: {"dtype": d, "shape": [int(v) for v in sh]} for t, (d, sh) in x.items()},
+        "y": dict(y),
+        "masks": {t: sorted(m) for t, m in masks.items() if m},
+        "part_type_nodes": [[int(v) for v in row] for row in part_type_nodes],
+        "time_attr": time_attr,
+    }
+
+
 def typed_manifest_section(g: TypedGraph, plan: PartitionPlan) -> dict:
-    """The manifest's ``typed`` section: types, relations, offsets and node data per type."""
+    """The manifest's ``typed`` section of ``g`` partitioned by ``plan``."""
     counts = np.stack([np.bincount(plan.assignment[g.node_type_offset[t]:
                                                    g.node_type_offset[t + 1]],
                                    minlength=plan.parts)
                        for t in range(len(g.node_types))], axis=1) if g.node_types else \
         np.zeros((plan.parts, 0), np.int64)
-    return {
-        "node_types": list(g.node_types),
-        "edge_types": [list(et) for et in g.edge_types],
-        "node_type_offset": [int(v) for v in g.node_type_offset],
-        "num_edges": {"__".join(et): n for et, n in g.num_edges_dict().items()},
-        "weighted": [int(v) for v in g.weighted],
-        "x": {t: {"dtype": np.dtype(np.asarray(a).dtype).str,
-                  "shape": [int(s) for s in np.asarray(a).shape[1:]]} for t, a in g.x.items()},
-        "y": {t: np.dtype(np.asarray(a).dtype).str for t, a in g.y.items()},
-        "masks": {t: sorted(m) for t, m in g.masks.items() if m},
-        "part_type_nodes": [[int(v) for v in row] for row in counts],
-        "time_attr": g.time_attr if (g.edge_time is not None or g.node_time is not None)
-        else None,
-    }
+    timed = g.edge_time is not None or g.node_time is not None
+    return typed_section(
+        g.node_types, g.edge_types, g.node_type_offset, g.num_edges_dict(), g.weighted,
+        {t: (np.dtype(np.asarray(a).dtype).str, np.asarray(a).shape[1:]) for t, a in g.x.items()},
+        {t: np.dtype(np.asarray(a).dtype).str for t, a in g.y.items()}, g.masks, counts,
+        g.time_attr if timed else None)
 
 
 def write_typed_partitions(g: TypedGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *,

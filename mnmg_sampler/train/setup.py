@@ -17,14 +17,15 @@ import torch.distributed as dist
 from ..config import JobConfig
 from ..distributed.collective import agree
 from ..errors import CheckpointError, PartitionError
-from .checkpoint import agree_on_checkpoint, check_model_state, load_latest
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, load_rows
 from .epochs import checkpoint_dir
 from .report import RunReport
 
 log = logging.getLogger(__name__)
 
 __all__ = ["start_rank", "load_dataset", "job_edge_weights", "ensure_partitions",
-           "feature_placement", "host_memory_bytes", "make_optimizer", "resume_point"]
+           "feature_placement", "host_memory_bytes", "job_embedding", "make_optimizer",
+           "resume_point"]
 
 
 def start_rank(cfg: JobConfig):
@@ -191,11 +192,28 @@ def make_optimizer(params, o) -> torch.optim.Optimizer:
     return opt_cls[o.name](params, lr=o.lr, weight_decay=o.weight_decay, **kw)
 
 
+def job_embedding(cfg: JobConfig, part, types: list[str] | None, service):
+    """Collective: the job's learned embedding rows
+    (:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``,
+    or ``model.hidden``; updated at ``optimizer.lr``; translating ids with the ``service``'s
+    id maps) of ``types`` of a typed part, every node of a homogeneous one (``None``); ``None``
+    when no type has rows."""
+    if types is not None and not types:
+        return None
+    from ..distributed.embeddings import DistEmbedding
+
+    m = cfg.model
+    return DistEmbedding(part, types, int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
+                         lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
+                         maps=service.sampler.ids)
+
+
 def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: torch.device,
                  net: torch.nn.Module, opt: torch.optim.Optimizer, loader,
-                 report: RunReport) -> int:
+                 report: RunReport, embedding=None) -> int:
     """Collective: the first epoch to run, after loading the newest checkpoint into ``net``,
-    ``opt`` and ``loader`` on ``--resume`` or a torchrun restart (0 when there is none)."""
+    ``opt``, ``loader`` and ``embedding`` (its rows from every rank's file) on ``--resume`` or
+    a torchrun restart (0 when there is none)."""
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if not (resume or restarted):
         return 0
@@ -216,6 +234,8 @@ def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: to
     net.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     loader.load_state_dict(state["loader"])
+    if embedding is not None:
+        agree(lambda: embedding.load_state_dicts(load_rows(checkpoint_dir(cfg), state["epoch"])))
     first_epoch = int(state["epoch"]) + 1
     report.print(f"resumed from {ckpt} (epoch {first_epoch})")
     return first_epoch

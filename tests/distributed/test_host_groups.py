@@ -3,7 +3,8 @@ equal the single process for any host layout, host budget (nothing of other host
 topology only, everything) and host cache size; a rank never sends a node or a feature row to a
 rank of its own host; with the other hosts' topology no id crosses hosts, and with their rows
 too no feature byte; the host cache (chosen by degree or by inclusion probability) takes feature
-rows off the wire, and a cached row is never asked for."""
+rows off the wire, and a cached row is never asked for; loaders through a service, thread and
+inline, give the single process's batches at every budget."""
 
 from __future__ import annotations
 
@@ -190,3 +191,45 @@ def test_cache_over_memory_budget_raises_on_every_rank(tmp_path):
     assert set(e.value.errors) == {0, 1}
     for err, _ in e.value.errors.values():
         assert isinstance(err, MemoryBudgetError) and "features.host_memory_mb" in str(err)
+
+
+def _loaders(rank, world, d):
+    """A loader through a service on 2 hosts, in thread and inline mode, at budgets of
+    nothing, the topology and everything: its batches, and the placement each service took."""
+    import os
+
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.loader import DistNeighborLoader
+
+    os.environ["MNMG_HOST_ID"] = f"host-{rank}"
+    part = load_partition(d, rank, world)
+    budgets = {"zero": 0, "topology": topology_budget(d, rank, world, (0, 1)), "all": None}
+    out = {}
+    for mode in ("thread", "inline"):
+        for name, memory in budgets.items():
+            svc = SamplingService(part, seed=SEED, mode=mode, host_memory=memory,
+                                  feature_cache_plan=(FANOUTS, 16))
+            loader = DistNeighborLoader(svc, np.arange(int(part.num_nodes)), FANOUTS, 16,
+                                        shuffle=True, seed=SEED, prefetch=3)
+            got = [(b.key, as_arrays(b)) for b in loader]
+            hosts = svc.stats()["placement"]
+            svc.shutdown()
+            out[mode, name] = (got, [(h["topology"], h["rows"]) for h in hosts])
+    return out
+
+
+def test_loaders_equal_one_process_at_every_budget_in_both_service_modes(tmp_path):
+    g = small_graph()
+    d = str(partition(g, 2, "random", tmp_path / "p", seed=2))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    want = {"zero": ("own", "none"), "topology": ("all", "none"), "all": ("all", "all")}
+    for out in run_ranks(_loaders, 2, d, timeout=300):
+        assert len(out) == 6
+        for (mode, name), (got, hosts) in out.items():
+            assert hosts == [want[name]] * 2, (mode, name)
+            assert got
+            for key, b in got:
+                seeds = b["n_id"][:b["batch_size"]]
+                assert_same(b, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))
+                assert np.array_equal(b["x"], g.x[b["n_id"]])
+                assert np.array_equal(b["y"], g.y[b["n_id"]])

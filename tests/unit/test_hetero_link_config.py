@@ -116,11 +116,11 @@ def test_encoder_outputs_both_endpoint_types():
     g = typed_useritem_graph(200, 50, seed=0)
     b = sample_hetero(g, ("user", np.arange(12)), [4, 3], seed=1, key=2)
     torch.manual_seed(0)
-    enc = HeteroGraphSAGE(g.edge_types, g.num_nodes_dict(), {"item": 16}, 8, 8, 2,
-                          ("user", "item"), 6, dropout=0.0)
-    assert set(enc.embeddings) == {"user"}  # items have features
+    enc = HeteroGraphSAGE(g.edge_types, {"item": 16}, 8, 8, 2, ("user", "item"), 6,
+                          dropout=0.0)
+    assert enc.embedded == ["user"]  # items have features
     net = HeteroLinkModel(enc, RATES, 8)
-    h = net(b.x, b.edge_index, b.n_id)
+    h = net(b.x, b.edge_index, {"user": torch.randn(b.n_id["user"].numel(), 6)})
     assert {t: v.shape for t, v in h.items()} == {
         "user": (b.n_id["user"].numel(), 8), "item": (b.n_id["item"].numel(), 8)}
     src, dst = torch.arange(4), torch.arange(4) % b.n_id["item"].numel()
