@@ -59,6 +59,7 @@ from .typed_time import attach_part_time
 
 __all__ = ["DistTypedSampler"]
 
+
 class DistTypedSampler(DistSampler):
     """Collective multi-hop sampler over a typed partition (see the module docstring): the
     :class:`~.sampler.DistSampler` of a typed part, whose hops run the typed kernel.
@@ -82,10 +83,8 @@ class DistTypedSampler(DistSampler):
                  host_memory: int | None = None) -> None:
         self.graph = part_graph(part)  # PartitionError for a homogeneous part
         self.tp = part.typed
-        self.orig = np.asarray(part.orig_ids)
         super().__init__(part, seed, group, kernel=kernel, device=device, id_maps=id_maps,
                          shared_topology=shared_topology, host_memory=host_memory)
-        self.hi = int(np.asarray(part.boundaries)[self.rank + 1])
         # collective with node time, unless the shared topology read every part's already
         attach_part_time(self.graph, part, self.ex, group,
                          None if self.shared is None else self.shared.node_time)
@@ -159,8 +158,8 @@ class DistTypedSampler(DistSampler):
             out = self._cuda.typed(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds,
                                    last)
         else:
-            out = typed_ops.sample_typed_neighbors(self.graph, rows, self.orig[rows], keys, req,
-                                                   fan, rep, self.seed, hop, bounds=bounds,
+            out = typed_ops.sample_typed_neighbors(self.graph, rows, self._csr[3][rows], keys,
+                                                   req, fan, rep, self.seed, hop, bounds=bounds,
                                                    last=last, with_eids=edge_ids)
         self._counted(t0, rows.size, out[1].size)
         return out
