@@ -41,6 +41,16 @@ def _batches(tg, rank, world):
             for i in range(rank, BATCHES, world)]
 
 
+def _assert_single_process(tg, ref, rank, got) -> None:
+    """Every ``(batch index, {field: {type: array}})`` of ``rank`` equals ``ref``'s batch."""
+    for i, per in got:
+        (r,) = [r for j, r in _batches(tg, rank, 2) if j == i]
+        want = ref.sample([r])[0]
+        for key, arrays in per.items():
+            for t, a in arrays.items():
+                np.testing.assert_array_equal(a, getattr(want, key)[t].numpy(), (key, t))
+
+
 def _run(rank, world, homo_dir, typed_dir):
     from mnmg_sampler.distributed.sampler import DistSampler
     from mnmg_sampler.distributed.typed_sampler import DistTypedSampler
@@ -81,12 +91,8 @@ def test_typed_round_is_the_homogeneous_wire(tmp_path):
         # the same collectives round by round, and one feature exchange for every node type
         # with data (its sizes, the ids, the rows as bytes: no size exchange of its own)
         assert res["typed"][0] == [c + 3 for c in res["homo"][0]]
-        for i, got in res["typed"][3]:
-            (r,) = [r for j, r in _batches(tg, rank, 2) if j == i]
-            want = ref.sample([r])[0]
-            for key, per in got.items():
-                for t, a in per.items():
-                    np.testing.assert_array_equal(a, getattr(want, key)[t].numpy(), (key, t))
+        _assert_single_process(tg, ref, rank, res["typed"][3])
+        for _, got in res["typed"][3]:
             assert set(got["x"]) == set(tg.x) and set(got["y"]) == set(tg.y)
     per_edge = {k: sum(r[k][1] for r in ranks) / sum(r[k][2] for r in ranks)
                 for k in ("homo", "typed")}
@@ -122,12 +128,7 @@ def test_typed_rounds_in_flight_equal_the_single_process(tmp_path):
     ref = HeteroSampler(tg, SEED)
     for rank, (got, calls) in enumerate(run_ranks(_in_flight, 2, str(tmp_path / "typed"))):
         assert calls > 0  # the second round in flight sampled
-        for i, per in got:
-            (r,) = [r for j, r in _batches(tg, rank, 2) if j == i]
-            want = ref.sample([r])[0]
-            for key, arrays in per.items():
-                for t, a in arrays.items():
-                    np.testing.assert_array_equal(a, getattr(want, key)[t].numpy(), (key, t))
+        _assert_single_process(tg, ref, rank, got)
 
 
 def _two_hosts(rank, world, typed_dir, budget):
@@ -159,9 +160,4 @@ def test_typed_parts_on_two_hosts_with_the_row_cache_equal_one_process(tmp_path)
         assert feats["cache_rows"] == 40 and feats["cache_hits"] > 0
         assert 0 < feats["cache_hit_rate"] < 1 and feats["rows_fetched"] > 0
         assert feats["cache_hits"] + feats["rows_fetched"] == feats["remote_rows"]
-        for i, per in got:
-            (r,) = [r for j, r in _batches(tg, rank, 2) if j == i]
-            want = ref.sample([r])[0]
-            for key, arrays in per.items():
-                for t, a in arrays.items():
-                    np.testing.assert_array_equal(a, getattr(want, key)[t].numpy(), (key, t))
+        _assert_single_process(tg, ref, rank, got)
