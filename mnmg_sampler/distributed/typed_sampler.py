@@ -304,7 +304,7 @@ class DistTypedSampler(DistSampler):
         width = self._widths()
         # every part's type offsets (tiny): the type of any new id
         offs = np.stack([t.numpy() for t in all_gather_1d(torch.from_numpy(
-            np.ascontiguousarray(tp.type_offset, np.int64)), self.group)])
+            np.array(tp.type_offset, np.int64)), self.group)])  # (a writable copy)
         bounds = np.asarray(self.part.boundaries, np.int64)
 
         def types_of(ids: np.ndarray) -> np.ndarray:

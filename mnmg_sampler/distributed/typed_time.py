@@ -44,7 +44,7 @@ def attach_part_time(graph, part, ex, group, node_time: np.ndarray | None = None
                                    "instead of node time"), group,
           "checking memory for the node time")
     graph.node_time = np.ascontiguousarray(np.concatenate(
-        [t.numpy() for t in all_gather_1d(torch.from_numpy(own), group)]))
+        [t.numpy() for t in all_gather_1d(torch.from_numpy(np.array(own)), group)]))
 
 
 def node_time_of_types(graph, part, types, group=None) -> dict[str, np.ndarray]:
