@@ -31,6 +31,7 @@ from .report import RunReport
 from .setup import (
     ensure_partitions,
     feature_placement,
+    host_memory_bytes,
     job_embedding,
     make_optimizer,
     resume_point,
@@ -93,7 +94,8 @@ def start_typed_job(cfg: JobConfig, training_graph=None) -> TypedJob:
     placement = feature_placement(cfg, device)
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps)
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
+                              host_memory=host_memory_bytes(cfg))
     return TypedJob(cfg, rank, world, device, pdir, part, meta, input_type, service, t_start)
 
 

@@ -94,11 +94,12 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
     rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
     the input and writes its own part) unless the job names separate node-data files or edge
-    weights; otherwise (for ``metis``, and for a ``typed`` graph:
-    :func:`~.typed_setup.load_typed_dataset`, typed parts) rank 0 partitions while the others
-    wait. ``typed_graph`` (a callable, run on rank 0 only when partitioning) replaces the
-    dataset's typed graph, and ``load`` is recorded in the source beside the load options (a
-    link job's training graph and its edge split).
+    weights; so does a ``typed`` graph saved as an OGB hetero directory or a ``.pt`` without
+    time (:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`); otherwise (for
+    ``metis``, and for other ``typed`` graphs: :func:`~.typed_setup.load_typed_dataset`, typed
+    parts) rank 0 partitions while the others wait. ``typed_graph`` (a callable, run on rank 0
+    only when partitioning) replaces the dataset's typed graph, and ``load`` is recorded in the
+    source beside the load options (a link job's training graph and its edge split).
     """
     from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
@@ -135,9 +136,22 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
     if not int(flag.item()):
         return out
-    distributed = (not typed and p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
+    distributed = (p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
                    and all(v is None for v in node_files.values()))
-    if distributed:
+    if distributed and typed:
+        sliced = torch.tensor([int(typed_graph is None and agree(
+            lambda: rank == 0 and _sliceable_untimed(d.name)))], dtype=torch.int64)
+        dist.all_reduce(sliced, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
+        if int(sliced.item()):  # a saved typed graph: every rank reads 1/W, as the CLI does
+            from ..distributed.ingest import partition_typed_distributed
+
+            if rank == 0:
+                log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method,
+                         out)
+            partition_typed_distributed(d.name, out, p.method, p.seed, overwrite=True,
+                                        source=want)
+            return out
+    elif distributed:
         from ..distributed.ingest import partition_distributed
 
         if rank == 0:
@@ -168,6 +182,18 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
+
+
+def _sliceable_untimed(name: str) -> bool:
+    """True for a dataset file the typed every-rank readers take whole: an OGB hetero directory
+    or a saved typed graph with no ``time`` (they read no time; rank 0 keeps it)."""
+    from ..graph.names import parse_dataset_name
+    from ..graph.temporal import saved_time
+    from ..graph.typed_io import sliceable_typed_input
+
+    spec = parse_dataset_name(name)
+    return (spec.kind == "path" and sliceable_typed_input(spec.path)
+            and not saved_time(spec.path))
 
 
 def feature_placement(cfg: JobConfig, device: torch.device) -> str:

@@ -153,7 +153,6 @@ _HOMOGENEOUS_ONLY = (
     ("dataset.renumber", lambda c: c.dataset.renumber is True),
     ("sampler.weights", lambda c: c.sampler.weights is not None),
     ("sampler.split", lambda c: c.sampler.split != "global"),
-    ("features.host_memory_mb", lambda c: c.features.host_memory_mb is not None),
     ("model.use_pyg", lambda c: c.model.use_pyg),
 )
 
