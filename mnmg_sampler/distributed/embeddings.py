@@ -23,7 +23,12 @@ default group, once per batch for every table):
    order, again in float64. Sums of float32 values in float64 are exact unless the values span
    more than about 2^29 in magnitude, so the row's gradient does not depend on how the global
    batch was split over ranks or threads; then Adam with a step count per row (rows a batch
-   did not touch keep their moments) updates the touched rows, elementwise in float32.
+   did not touch keep their moments) updates the touched rows, elementwise in float32, in one
+   pass that sums a row and steps it.
+
+The batch-sized exchange buffers (the batch's distinct rows, the rows this rank serves; float64
+for the gradients) are kept and reused, so a rank's memory is its rows, Adam's moments and the
+largest batch's buffers, not a heap of freed batch-sized arrays.
 
 The same global batches on 1, 2 or 3 ranks therefore give bit-identical tables
 (``tests/distributed/test_embeddings.py``). A job's dense parameters are averaged by DDP, whose
@@ -59,11 +64,43 @@ TAG = "embeddings"
 
 @numba.njit(cache=True)
 def _sum_rows(acc, idx, vals):
-    """``acc[idx[i]] += vals[i]`` in order of ``i`` (float64 accumulator): a fixed order."""
+    """``acc[idx[i]] += vals[i]`` in order of ``i`` (float64 accumulator, float32 or float64
+    values: a float32 value widens exactly): a fixed order."""
     for i in range(idx.shape[0]):
         r = idx[i]
         for j in range(vals.shape[1]):
             acc[r, j] += vals[i, j]
+
+
+@numba.njit(cache=True)
+def _sum_adam(weight, m, v, steps, rows, order, back, scale, lr, b1, b2, eps):
+    """For each table row in ``rows[order]`` (``order`` groups equal rows, rank order kept
+    within each): the float64 sum of its ``back`` gradients in that order, times ``scale``,
+    rounded to float32, then one Adam step on that row alone with its own step count
+    (float32 arithmetic; ``lr``, ``b1``, ``b2``, ``eps`` are float32). In place: no buffer
+    beyond one row."""
+    dim = weight.shape[1]
+    g = np.empty(dim, np.float64)
+    one = np.float32(1.0)
+    i, n = 0, order.shape[0]
+    while i < n:
+        r = rows[order[i]]
+        g[:] = 0.0
+        while i < n and rows[order[i]] == r:
+            for j in range(dim):
+                g[j] += back[order[i], j]
+            i += 1
+        steps[r] += 1
+        t = np.float32(steps[r])
+        c1 = one - b1 ** t
+        c2 = one - b2 ** t
+        for j in range(dim):
+            gj = np.float32(g[j] * scale)
+            mj = m[r, j] * b1 + (one - b1) * gj
+            vj = v[r, j] * b2 + (one - b2) * gj * gj
+            m[r, j] = mj
+            v[r, j] = vj
+            weight[r, j] -= lr * (mj / c1) / (np.sqrt(vj / c2) + eps)
 
 
 def init_rows(type_name: str, ids: np.ndarray, dim: int, seed: int) -> np.ndarray:
@@ -142,6 +179,7 @@ class DistEmbedding:
         self.maps = IdMaps(part, self.ex, id_maps) if maps is None else \
             maps.with_exchanger(self.ex)  # collective without maps
         self._ctx = None
+        self._scratch = {"uniq": np.zeros(0, np.uint8), "recv": np.zeros(0, np.uint8)}
         self.stats = {"fetches": 0, "steps": 0}
 
     def _check_memory(self, memory_mb: float | None) -> None:
@@ -163,6 +201,24 @@ class DistEmbedding:
         loc = new_ids - self.lo
         k = np.searchsorted(self._local[:, 0], loc, side="right") - 1
         return self._base[k] + loc - self._local[k, 0]
+
+    def _buffer(self, name: str, rows: int, dtype) -> np.ndarray:
+        """``[rows, dim]`` of ``dtype`` in a reused buffer: ``"uniq"`` holds a batch's distinct
+        rows (the fetched rows, then their float64 gradient sums), ``"recv"`` the rows this rank
+        serves (the rows it sends, then the float64 gradients it receives). Grown by a quarter
+        when short, never freed: freed batch-sized arrays would stay in the allocator's heap as
+        fragments (RSS grows past the rows they held), reused ones take their bytes once."""
+        need = rows * self.dim * np.dtype(dtype).itemsize
+        buf = self._scratch[name]
+        if buf.size < need:
+            buf = self._scratch[name] = np.empty(max(need, buf.size + buf.size // 4), np.uint8)
+        return buf[:need].view(dtype).reshape(rows, self.dim)
+
+    def _into(self, name: str, rows: int, dtype) -> torch.Tensor | None:
+        """A reused receive buffer for :meth:`Exchanger.payload` (host exchanges only)."""
+        if self.ex.device.type != "cpu":
+            return None
+        return torch.from_numpy(self._buffer(name, rows, dtype))
 
     # -- fetch and step (collective) -----------------------------------------------------------
     def fetch(self, ids: Mapping[str, np.ndarray] | np.ndarray, train: bool = True,
@@ -189,8 +245,10 @@ class DistEmbedding:
         recv, rcounts = self.ex.exchange(torch.from_numpy(uniq), torch.from_numpy(counts), TAG)
         recv = recv.numpy()
         rows = self._rows_of(recv)
-        got = self.ex.payload(torch.from_numpy(self.weight[rows]), rcounts.tolist(),
-                              counts.tolist(), TAG).numpy()
+        send = np.take(self.weight, rows, axis=0, out=self._buffer("recv", rows.size,
+                                                                   np.float32))
+        got = self.ex.payload(torch.from_numpy(send), rcounts.tolist(), counts.tolist(), TAG,
+                              self._into("uniq", uniq.size, np.float32)).numpy()
         ends = np.cumsum([k.size for k in keys], dtype=np.int64)
         out = {}
         for t, a, z in zip(types, ends - [k.size for k in keys], ends, strict=True):
@@ -222,32 +280,23 @@ class DistEmbedding:
             raise RuntimeError("DistEmbedding.step() without a training fetch before it")
         out, inv, n_uniq, counts, rcounts, rows = self._ctx
         self._ctx = None
-        acc = np.zeros((n_uniq, self.dim), np.float64)
+        acc = self._buffer("uniq", n_uniq, np.float64)
+        acc.fill(0.0)
         at = 0
         for h in out.values():  # fetch order: types, then occurrences
             n = int(h.shape[0])
             if h.grad is not None and n:
-                _sum_rows(acc, inv[at:at + n], h.grad.numpy().astype(np.float64))
+                _sum_rows(acc, inv[at:at + n], h.grad.numpy())
             at += n
-        back = self.ex.payload(torch.from_numpy(acc), counts.tolist(), rcounts.tolist(),
-                               TAG).numpy()  # rank order, then each rank's sorted ids
-        touched, where = np.unique(rows, return_inverse=True)
-        g = np.zeros((touched.size, self.dim), np.float64)
-        _sum_rows(g, where, back)
-        self._adam(touched, (g * float(grad_scale)).astype(np.float32))
+        del out
+        back = self.ex.payload(torch.from_numpy(acc), counts.tolist(), rcounts.tolist(), TAG,
+                               self._into("recv", rows.size, np.float64)).numpy()
+        # back: rank order, then each rank's sorted ids
+        f32 = np.float32
+        _sum_adam(self.weight, self.m, self.v, self.steps, rows,
+                  np.argsort(rows, kind="stable"), back, float(grad_scale), f32(self.lr),
+                  f32(self.betas[0]), f32(self.betas[1]), f32(self.eps))
         self.stats["steps"] += 1
-
-    def _adam(self, rows: np.ndarray, g: np.ndarray) -> None:
-        """Adam on ``rows`` only, each with its own step count (bias corrections per row)."""
-        b1, b2 = self.betas
-        self.steps[rows] += 1
-        t = self.steps[rows].astype(np.float32)[:, None]
-        m = self.m[rows] * np.float32(b1) + np.float32(1 - b1) * g
-        v = self.v[rows] * np.float32(b2) + np.float32(1 - b2) * g * g
-        self.m[rows], self.v[rows] = m, v
-        mhat = m / (np.float32(1) - np.float32(b1) ** t)
-        vhat = v / (np.float32(1) - np.float32(b2) ** t)
-        self.weight[rows] -= np.float32(self.lr) * mhat / (np.sqrt(vhat) + np.float32(self.eps))
 
     # -- state ---------------------------------------------------------------------------
     def traffic(self) -> dict:
