@@ -23,7 +23,8 @@ typed graphs                 ``TypedGraph``, ``typed_graph``, ``load_typed_graph
                              (docs/temporal.md)
 link prediction              ``DistLinkNeighborLoader``, ``LinkMiniBatch``, ``NegativeSampling``
 training                     ``init_distributed``, ``set_threads``, ``GraphSAGE``,
-                             ``num_correct``, ``accuracy``
+                             ``num_correct``, ``accuracy``, ``DistEmbedding`` (learned rows
+                             partitioned by owner, sparse Adam: docs/hetero.md)
 config                       ``load_config``, ``JobConfig``
 errors                       ``MnmgError`` and its subclasses
 PyG integration              :mod:`mnmg_sampler.pyg` (needs the ``pyg`` extra)
@@ -96,6 +97,7 @@ _LAZY = {
     "init_distributed": "mnmg_sampler.runtime",
     "set_threads": "mnmg_sampler.runtime",
     "GraphSAGE": "mnmg_sampler.train.model",
+    "DistEmbedding": "mnmg_sampler.distributed.embeddings",
     "num_correct": "mnmg_sampler.train.model",
     "accuracy": "mnmg_sampler.train.model",
     # config
@@ -119,6 +121,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import MiniBatch  # noqa: F401
     from .config import JobConfig, load_config  # noqa: F401
+    from .distributed.embeddings import DistEmbedding  # noqa: F401
     from .distributed.partition_book import PartitionBook  # noqa: F401
     from .distributed.service import SamplingService  # noqa: F401
     from .graph.api import partition_graph  # noqa: F401

@@ -86,6 +86,8 @@ class HeteroSampleRequest:
     # seeds of further node types (a link batch's destination type when it differs from the
     # source type: PyG's seed_dict); each type's seeds come first in its n_id
     other_seeds: dict[str, np.ndarray] | None = None
+    # False: e_id stays empty and the distributed sampler sends no edge ids
+    edge_ids: bool = True
 
     def __post_init__(self) -> None:
         # disjoint / temporal trees may repeat a seed (each its own tree: a link batch's
@@ -320,7 +322,7 @@ def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,
     for r, et in enumerate(edge_types):
         a, b = int(bounds[r]), int(bounds[r + 1])
         edge_index[et] = torch.from_numpy(ei[2 * a:2 * b].reshape(2, b - a))
-        e_id[et] = torch.from_numpy(eid_o[a:b])
+        e_id[et] = torch.from_numpy(eid_o[a:b] if req.edge_ids else eid_o[:0])
         e_sampled[et] = per_hop[r].tolist()
     input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
     return HeteroMiniBatch(

@@ -39,8 +39,10 @@ class HopSegments:
     """One hop of several requests: the frontier of each, concatenated, and per-request constants.
 
     ``nodes[sum(sizes[:s]):sum(sizes[:s+1])]`` is request ``s``'s frontier; ``keys``, ``fanouts``
-    and ``replace`` hold one entry per request. ``edge_ids`` asks for edge ids (off: the hop
-    function may return ``None`` for them and nothing is fetched).
+    and ``replace`` hold one entry per request (on a typed graph ``fanouts`` is ``[S, R]``, one
+    per relation). ``edge_ids`` asks for edge ids (off: the hop function may return ``None`` for
+    them and nothing is fetched). Time (typed graphs): ``bounds``, one time bound per node, and
+    ``last``, per request ``"last"`` instead of ``"uniform"``; ``None`` without time.
     """
 
     nodes: np.ndarray
@@ -50,6 +52,8 @@ class HopSegments:
     replace: np.ndarray
     hop: int
     edge_ids: bool = True
+    bounds: np.ndarray | None = None
+    last: np.ndarray | None = None
 
     def per_node(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(keys, fanouts, replace)`` repeated for every node, as the kernels take them."""

@@ -73,6 +73,8 @@ def partition_for(graph, world: int, method: str, seed: int, root: Path) -> Path
     out = root / f"parts-{world}"
     if not out.exists():
         t = time.perf_counter()
+        if getattr(graph, "node_types", None) is not None:  # a TypedGraph
+            from ..graph.typed_partition import partition_typed as partition
         partition(graph, world, method if world > 1 else "range", out, seed)
         log.info("partitioned into %d parts in %.1fs", world, time.perf_counter() - t)
     return out
@@ -125,6 +127,7 @@ def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     the parent has just written it). Returns ``(task, part, rank, world, seeds)``, ``seeds``
     being every non-isolated node in the seed order ``mnmg-sampler sample`` uses."""
     import numba
+    import numpy as np
     import torch
 
     from ..commands.sample import seed_order
@@ -140,7 +143,8 @@ def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     torch.set_num_threads(threads)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     part = load_partition(task["partitions"], env.rank, env.world_size, verify=False)
-    seeds = seed_order(global_nonisolated(part), task["seed"])
+    seeds = (np.asarray(task["seeds"], np.int64) if "seeds" in task  # (a typed part's)
+             else seed_order(global_nonisolated(part), task["seed"]))
     return task, part, env.rank, env.world_size, seeds
 
 

@@ -127,6 +127,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "timed rounds, as the loader does, or in every round; both: each "
                         "repeat times the two alternately, reported side by side "
                         "(default: once)")
+    p.add_argument("--typed", type=int, default=0, metavar="T",
+                   help="sample the graph typed: its nodes split into T types by id range, one "
+                        "relation per type pair, the seeds of each batch grouped by type "
+                        "(bench single --hetero's typed view; the same JSON keys) (default: 0, "
+                        "homogeneous)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
@@ -357,8 +362,16 @@ def _worker(work: str) -> int:
     budget = host_memory_for(task.get("host_memory"), part, rank, world, task.get("hosts"))
     if task.get("loader"):
         return _loader_worker(work, task, part, rank, world, seeds, budget, shared)
-    sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
-                          shared_topology=shared, host_memory=budget)
+    typed = part.typed is not None
+    if typed:
+        from ..distributed.typed_sampler import DistTypedSampler
+
+        sampler = DistTypedSampler(part, seed, features=False,
+                                   id_maps=task.get("id_maps", "auto"), shared_topology=shared,
+                                   host_memory=budget)
+    else:
+        sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
+                              shared_topology=shared, host_memory=budget)
     ex = sampler.ex
     store = None
     if task["features"] and part.x is not None:
@@ -369,7 +382,7 @@ def _worker(work: str) -> int:
     tally = _HopTally(sampler)
     owned = 0
     mode = task.get("seed_lookup", "once")
-    once = mode in ("once", "both")
+    once = mode in ("once", "both") and not typed  # (typed requests carry no new ids)
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
         owned = int(mine.size)
@@ -395,11 +408,16 @@ def _worker(work: str) -> int:
         todo = [(b, x) for b, x in ((b, batch(b)) for b in range(r * K, (r + 1) * K))
                 if x is not None]
         use = new_seeds if translated else None
-        reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i), replace=task["replace"],
-                              edge_ids=task["edge_ids"],
-                              new_seeds=None if use is None else use[b])
-                for b, (sd, i) in todo]
-        return sum(int(mb.edge_index.shape[1]) for mb in sampler.sample(reqs, store))
+        if typed:
+            reqs = [typed_request(part.typed.node_types, part.typed.node_type_offset, sd,
+                                  fanouts, request_key(seed, 0, i), task["replace"],
+                                  task["edge_ids"]) for _, (sd, i) in todo]
+        else:
+            reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i),
+                                  replace=task["replace"], edge_ids=task["edge_ids"],
+                                  new_seeds=None if use is None else use[b])
+                    for b, (sd, i) in todo]
+        return sum(num_edges(mb) for mb in sampler.sample(reqs, store))
 
     one_round(0)  # warm-up (seeds looked up in the round): compiled code, page cache, buffers
     setup = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
@@ -423,7 +441,7 @@ def _worker(work: str) -> int:
                  "cache_size": store.cache_size if store else 0,
                  "cache_choice": store.cache_choice if store else "none",
                  "row_bytes": store.row_bytes if store else 0, "rounds": rounds,
-                 "placement": sampler.placement.report(
+                 "placement": None if typed else sampler.placement.report(
                      None if store is None or store.shared is not None
                      else store.cache_sizes(sampler.placement))}
 
@@ -651,10 +669,19 @@ class _Single:
 
         B = args.batch_size
         self.n = min(args.batches, -(-seeds.size // B))
-        self.reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
-                                   request_key(args.seed, 0, i), replace=args.replace,
-                                   edge_ids=edge_ids) for i in range(self.n)]
-        self.sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
+        if getattr(graph, "node_types", None) is not None:  # --typed: a TypedGraph
+            from ..hetero_sampler import HeteroSampler
+
+            self.reqs = [typed_request(graph.node_types, graph.node_type_offset,
+                                       seeds[i * B:(i + 1) * B], fanouts,
+                                       request_key(args.seed, 0, i), args.replace, edge_ids)
+                         for i in range(self.n)]
+            self.sampler = HeteroSampler(graph, args.seed)
+        else:
+            self.reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
+                                       request_key(args.seed, 0, i), replace=args.replace,
+                                       edge_ids=edge_ids) for i in range(self.n)]
+            self.sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
         self.x = graph.x if args.features else None
         self.sampler.sample(self.reqs[:1])  # warm-up
         self.secs: list[float] = []
@@ -670,7 +697,7 @@ class _Single:
                 (b,) = self.sampler.sample([r])
                 if self.x is not None:
                     b.x = self.x[b.n_id.numpy()]
-                edges += int(b.edge_index.shape[1])
+                edges += num_edges(b)
             self.secs.append(time.perf_counter() - t)
             self.cpus.append(time.process_time() - c)
         self.edges = edges
@@ -681,6 +708,27 @@ class _Single:
                 "per_s": self.edges / med, "seconds": self.secs, "cpu_s": self.cpus,
                 "edges_per_batch": self.edges / max(self.n, 1),
                 "cpu_s_per_m_edges": median(self.cpus) / max(self.edges, 1) * 1e6}
+
+
+def typed_request(node_types, offsets, seeds, fanouts, key: int, replace: bool,
+                  edge_ids: bool):
+    """The typed request of a batch of ``seeds`` (internal ids), grouped by node type."""
+    import numpy as np
+
+    from ..hetero_sampler import HeteroSampleRequest
+
+    t = np.searchsorted(offsets, seeds, side="right") - 1
+    groups = {name: seeds[t == i] - offsets[i] for i, name in enumerate(node_types)}
+    first = node_types[0]
+    return HeteroSampleRequest(first, groups.pop(first), fanouts, key, replace,
+                               other_seeds=groups, edge_ids=edge_ids)
+
+
+def num_edges(b) -> int:
+    """Sampled edges of a batch, homogeneous or typed."""
+    ei = b.edge_index
+    return sum(int(e.shape[1]) for e in ei.values()) if isinstance(ei, dict) else int(
+        ei.shape[1])
 
 
 def _synthetic_features(graph, dim: int, seed: int):
@@ -704,6 +752,13 @@ def run(args: argparse.Namespace) -> int:
     graph, seeds, load_s = load_for_bench(args)
     if args.features:
         graph = _synthetic_features(graph, args.features, args.seed)
+    if args.typed:
+        if args.features or args.loader or args.hosts or args.split != "global":
+            raise SystemExit("bench dist: --typed runs the sampler alone (no --features, "
+                             "--loader, --hosts or --split owner yet)")
+        from .hetero import typed_view
+
+        graph = typed_view(graph, args.typed)[0]  # types by id range: internal id == id
     res: dict = {
         "mode": "dist", "command": command_line("dist"), "graph": args.graph,
         "name": graph.name, "undirected": args.undirected, "num_nodes": graph.num_nodes,
@@ -716,7 +771,7 @@ def run(args: argparse.Namespace) -> int:
         "prefetch": args.prefetch, "id_maps": args.id_maps,
         "seed_lookup": args.seed_lookup,
         "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
-        "loader": bool(args.loader), "machine": machine_info(threads),
+        "loader": bool(args.loader), "typed": args.typed, "machine": machine_info(threads),
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
@@ -755,6 +810,8 @@ def run(args: argparse.Namespace) -> int:
             "seed_lookup": args.seed_lookup,
             "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
             "loader": bool(args.loader)}
+    if args.typed:  # a typed part cannot list its non-isolated nodes by row: sent instead
+        task["seeds"] = seeds.tolist()
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
         for w in worlds:

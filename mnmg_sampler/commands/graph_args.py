@@ -108,7 +108,11 @@ def _time_table(path: str, column: str):
 
 def typed_graph_of(args: argparse.Namespace):
     """The typed graph ``args.graph`` names (a saved HeteroData or an OGB hetero directory),
-    else ``None``; options that only apply to homogeneous graphs are refused for it."""
+    else ``None``; options that only apply to homogeneous graphs are refused for it.
+
+    A saved ``.pt`` keeps its ``time`` attributes, as :func:`mnmg_sampler.partition_graph`
+    does (PyG's name): a ``Data`` with an edge ``time`` is the one-type timed graph."""
+    from ..graph.api import typed_graph_of as read_typed
     from ..graph.typed_io import typed_graph_at
 
     time_column = getattr(args, "time_column", None)
@@ -116,6 +120,8 @@ def typed_graph_of(args: argparse.Namespace):
         g = _time_table(args.graph, time_column)
     elif ":" in args.graph and not args.graph.startswith(("/", ".")):
         return None  # a spec such as rmat:10
+    elif args.graph.lower().endswith((".pt", ".pth")):
+        g = read_typed(args.graph, "time")
     else:
         g = typed_graph_at(args.graph)
     if g is not None:

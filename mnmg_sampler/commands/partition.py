@@ -141,10 +141,12 @@ def _run_distributed(args: argparse.Namespace) -> int:
         node_files = [args.features, args.labels, args.train_mask, args.val_mask,
                       args.test_mask]
         npy_only = all(f is None or f.lower().endswith(".npy") for f in node_files[:2])
+        from ..graph.temporal import saved_time
         from ..graph.typed_io import sliceable_typed_input
 
         typed = _is_typed_path(args.input)
         if (args.method == "metis" or args.weights or not npy_only
+                or saved_time(args.input)  # the every-rank readers read no time
                 or (typed and not sliceable_typed_input(args.input))
                 or (not typed and any(f is not None for f in node_files[2:]))):
             def single() -> None:  # one process; the others wait for it

@@ -249,7 +249,8 @@ class FeaturesConfig:
         "part's CSR mapped, so every hop is sampled on the host), then their feature rows, all "
         "of them mapped when they fit, else the rows of highest inclusion probability in rounds "
         "of sampler.fanouts and sampler.batch_size copied into a cache shared by the host's "
-        "ranks; what does not fit crosses hosts. 0 = nothing of other hosts; null = half of "
+        "ranks; what does not fit crosses hosts (typed graphs: only a row cache per rank, of "
+        "the rows its part's edges point to most). 0 = nothing of other hosts; null = half of "
         "the memory the host can see at start. Results do not depend on it.", _NONNEG_FLOAT)
 
 
@@ -268,13 +269,18 @@ class ModelConfig:
     use_pyg: bool = _opt(
         False, "Use PyG's SAGEConv (needs the pyg extra); false = the built-in layer (same "
         "math), so results do not depend on whether PyG is installed.")
+    embeddings: Literal["featureless", "all", "none"] = _opt(
+        "featureless", "Learned node embeddings (rows partitioned like feature rows, fetched "
+        "per batch from their owners, updated by a sparse Adam at optimizer.lr): featureless = "
+        "for node types without features (a featureless homogeneous graph: every node); all = "
+        "also added to the features of the other types (lin(x) + emb(n_id)); none = no "
+        "embeddings (a model that reads a featureless type is refused).")
     embedding_dim: int | None = _opt(
-        None, "Typed graphs: width of the learned embedding of every node of a type without "
-        "features (one table row per node, on every rank); null = model.hidden; at most 2**20.",
-        _WIDTH)
+        None, "Width of the learned embeddings (model.embeddings); null = model.hidden; at "
+        "most 2**20.", _WIDTH)
     embedding_memory_mb: float | None = _opt(
-        None, "Typed graphs: budget in MB of the embedding tables with their gradients and "
-        "optimizer state (16 bytes per value) per rank; above it the job refuses to start "
+        None, "Budget in MB of the embedding rows a rank holds (its own nodes' rows, with "
+        "Adam's two moments: 12 bytes per value); above it the job refuses to start "
         "(MemoryBudgetError); null = only the check against the memory at hand.", _POS_FLOAT)
 
 

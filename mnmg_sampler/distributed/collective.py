@@ -152,8 +152,11 @@ class Exchanger:
         return recv
 
     def payload(self, payload: torch.Tensor, send_counts: Sequence[int],
-                recv_counts: Sequence[int], tag: str = "data") -> torch.Tensor:
-        """Exchange rows whose per-rank counts both sides already know."""
+                recv_counts: Sequence[int], tag: str = "data",
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """Exchange rows whose per-rank counts both sides already know; ``out``: a contiguous
+        buffer of the received rows' shape on the backend's device to receive into (a caller's
+        reused buffer; not for bit-packed payloads)."""
         if self._packs(payload):
             return self._packed(payload, send_counts, send_counts, recv_counts, True, tag)
         t0 = time.perf_counter()
@@ -164,7 +167,8 @@ class Exchanger:
             self.t_exchange += time.perf_counter() - t0
             return payload
         send = self._stage(payload).contiguous()
-        out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
+        if out is None:
+            out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
         c0 = time.thread_time()
         dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
                                [int(c) for c in send_counts], group=self.group)

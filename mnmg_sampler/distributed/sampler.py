@@ -90,7 +90,8 @@ class DistSampler:
                  kernel: str = "cpu", device: torch.device | None = None,
                  id_maps: str = "auto", shared_topology: bool | str = "auto",
                  host_memory: int | None = None) -> None:
-        if getattr(part, "typed", None) is not None:  # before any collective
+        typed = getattr(part, "typed", None)
+        if (typed is not None) != self._typed:  # before any collective
             raise ConfigError("DistSampler got a typed part", "its rows are (node, relation) "
                               "segments, which the homogeneous sampler cannot read",
                               "use SamplingService(part) (it runs DistTypedSampler for a "
@@ -108,7 +109,7 @@ class DistSampler:
         self._weights = None if getattr(part, "weights", None) is None else np.asarray(
             part.weights)  # weighted sampling: one float32 per local CSR entry
         if kernel == "cuda":
-            self._cuda = _CudaHop(self._csr, device, self._weights)
+            self._cuda = self._cuda_hop(device)
         elif kernel != "cpu":
             raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
                                      "use kernel='cpu' or kernel='cuda'")
@@ -120,21 +121,27 @@ class DistSampler:
         bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])  # owner(v) = #inner bounds <= v
         self.lo = int(bounds[part.rank])
-        self.wire = wire_dtype(part.num_nodes, part.num_edges)
+        # relations: a neighbor word is `id x R + relation` (R = 1: the id); the types'
+        # relations (rel_off[t]:rel_off[t + 1] end at type t) bound a node's neighbors
+        self._R = 1 if typed is None else len(typed.edge_types)
+        self._rel_off = np.array([0, 1], np.int64) if typed is None else np.ascontiguousarray(
+            typed.rel_offset, np.int64)
+        self.wire = wire_dtype(part.num_nodes * self._R, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
         # Id maps: this rank's own ids and one shard of original -> new (collective to build;
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
         self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
-        # collective: what each host holds beyond its own parts (.fit), and the parts mapped
-        # here: every part (one host, or every host's budget holds the topology), or the
-        # host's parts (host groups), or none
-        mapped, self.placement = place(part, self.ex, shared_topology, kernel,
-                                       default_budget() if host_memory is None
-                                       else host_memory)
-        one_host = len(self.placement.hosts) == 1
-        self.shared = mapped if mapped is not None and self.placement.hops_local else None
+        # collective: what each host holds beyond its own parts (.fit, None for typed parts),
+        # and the parts mapped here: every part (one host, or every host's budget holds the
+        # topology), or the host's parts (host groups), or none
+        mapped, self.placement = self._open_mapped(part, shared_topology, kernel,
+                                                   default_budget() if host_memory is None
+                                                   else host_memory)
+        one_host = self.placement is None or len(self.placement.hosts) == 1
+        self.shared = mapped if mapped is not None and (
+            self.placement is None or self.placement.hops_local) else None
         self.host = None if mapped is None or one_host else HostGroup(
             mapped, self.placement.of(self.ex.rank).ranks)
         # with every rank on one host, rounds agree over Unix sockets, not gloo (collective)
@@ -154,6 +161,7 @@ class DistSampler:
         # this round: every fanout >= 0, so every block has a bound both sides compute and no
         # exchange sends its sizes first (see _hop_wire)
         self._bounded = False
+        self._trees = False  # this round: a request grows disjoint trees (nodes repeat)
         self._parts = np.diff(bounds)  # nodes per part: no block to a part holds more per request
         self._lens = np.zeros(0, np.int64)  # this round: hops of each of this rank's requests
         self._hop_full: HopSegments | None = None  # the hop's whole frontier
@@ -166,6 +174,16 @@ class DistSampler:
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
+
+    _typed = False  # the typed sampler's face (.typed_sampler) sets it
+
+    def _cuda_hop(self, device):
+        return _CudaHop(self._csr, device, self._weights)
+
+    def _open_mapped(self, part, shared_topology, kernel: str, budget: int):
+        """Collective: this rank's mapped parts (every part, its host's, or ``None``) and the
+        hosts' placement (:func:`~.shared_topology.place`)."""
+        return place(part, self.ex, shared_topology, kernel, budget)
 
     def on_group(self, group: dist.ProcessGroup) -> DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
@@ -237,11 +255,15 @@ class DistSampler:
             c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,
                                       orig[rows] if rng_nodes is None else rng_nodes, keys,
                                       self.seed, hop, fanouts, replace, edge_ids)
+        self._counted(t0, rows.size, nb.size)
+        return c, nb, e
+
+    def _counted(self, t0: float, nodes: int, edges: int) -> None:
+        """Statistics of one kernel call that started at ``t0``."""
         self.t_kernel += time.perf_counter() - t0
         self.kernel_calls += 1
-        self.kernel_nodes += int(rows.size)
-        self.kernel_edges += int(nb.size)
-        return c, nb, e
+        self.kernel_nodes += int(nodes)
+        self.kernel_edges += int(edges)
 
     def _hop(self, h: HopSegments):
         self._hop_full = h
@@ -251,10 +273,7 @@ class DistSampler:
                     rows, keys, h.hop, fans, reps, e, None, arrays), self.seed)
             t0 = time.perf_counter()
             c, nb, e = self.shared.hop(h, None, self.seed)
-            self.t_kernel += time.perf_counter() - t0
-            self.kernel_calls += 1
-            self.kernel_nodes += int(h.nodes.size)
-            self.kernel_edges += int(nb.size)
+            self._counted(t0, h.nodes.size, nb.size)
             return c, nb, e
         if self.host is not None and h.hop not in self._local_hops:  # host groups
             out = self.host.hop(h, self._hop_wire, lambda rows, keys, fans, reps, e, arrays:
@@ -273,14 +292,17 @@ class DistSampler:
         ``last``, the next exchange is the lookup of every request's last new nodes (one count
         word, then ids), which the requests that ended earlier add to (``_carry``)."""
         h = self._hop_full
-        fan, cap = h.fanouts, self._deg_cap
-        grow = np.where((h.replace != 0) | (fan <= cap), fan, cap) * h.sizes
+        grow = wire.request_bounds(_table(h.fanouts), h.replace.astype(np.int64),
+                                   self._deg_cap, self._rel_off) * h.sizes
         lens = self._lens[self._lens > hop]  # the requests of this hop, in order
         goes_on = lens > hop + 1
-        P = self._parts[:, None]
+        # a part's nodes bound a request's frontier per owner, unless trees repeat nodes
+        P = self._parts[:, None] if not self._trees else np.full((self._parts.size, 1),
+                                                                 np.iinfo(np.int64).max)
         self._carry += np.minimum(grow[~goes_on][None, :], P).sum(1)
         if hop < last:
-            out = wire.header_words(int(goes_on.sum()), self._k) + np.minimum(
+            per_id = 1 + (self._k if h.bounds is not None else 0)  # an id (and its time)
+            out = wire.header_words(int(goes_on.sum()), self._k, self._R) + per_id * np.minimum(
                 grow[goes_on][None, :], P).sum(1)
         else:
             out = 1 + self._carry
@@ -294,19 +316,27 @@ class DistSampler:
             if self._bounded and W > 1:  # requests that end here still add to the lookup
                 self._next_bounds(h.hop, self._last_hop)
             keys_n, fan_n, rep_n = h.per_node()
+            if self._typed:
+                req = np.repeat(np.arange(h.sizes.size, dtype=np.int64), h.sizes)
+                return self._typed_kernel(nodes - self.lo, keys_n, req, h.fanouts, h.replace,
+                                          h.hop, h.bounds, h.last, h.edge_ids)
             # with a range partitioning a node's id is its original id: no orig_ids gather
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
                                 nodes if self.identity_ids else None)
         want_o = self._want_orig and h.hop > 0  # hop 1's frontier is the seeds: known
+        timed = h.bounds is not None
         flags = (h.replace.astype(np.int64) | (wire.EDGE_IDS if h.edge_ids else 0)
-                 | (wire.ORIG_IDS if want_o else 0))
+                 | (wire.ORIG_IDS if want_o else 0) | (wire.TIMED if timed else 0))
+        if h.last is not None:
+            flags |= h.last.astype(np.int64) * wire.LAST
+        fan2, bounds = _table(h.fanouts), (h.bounds if timed else _EMPTY)
         bounded = self._bounded
         nxt = self._next_bounds(h.hop, self._last_hop) if bounded else np.zeros(W, np.int64)
         # outbound: per destination, one header per request, then the wire ids of its nodes;
         # bounded: every destination gets a block (its header carries the next bound)
         buf, sizes, ocount, where, mine = wire.pack_requests(
-            nodes, h.sizes, h.keys, h.fanouts, flags, self._inner, me, self._wire0, k, nxt,
-            bounded)
+            nodes, h.sizes, h.keys, fan2, flags, self._inner, me, self._wire0, k, nxt,
+            bounded, bounds)
         if bounded:  # one all-to-all: the blocks say their sizes, the receive takes the bound
             rsizes = self._next_recv
             recv = self.ex.bounded(torch.from_numpy(buf), sizes, self._next_send, rsizes, "ids")
@@ -314,20 +344,28 @@ class DistSampler:
             recv, rs = self.ex.exchange(torch.from_numpy(buf), torch.from_numpy(sizes), "ids")
             rsizes = rs.numpy()
         # one kernel call: own nodes first, then every received block in rank order
-        rows, keys, fans, reps, src_nodes, src_flags, src_next = wire.gather_work(
-            nodes, h.sizes, h.keys, h.fanouts, flags, mine, recv.numpy(), rsizes, self.lo, k)
+        (rows, keys, fans, reps, req, fan_t, flag_t, node_bound, tb, src_nodes, src_flags,
+         src_next) = wire.gather_work(nodes, h.sizes, h.keys, fan2, flags, mine, recv.numpy(),
+                                      rsizes, self.lo, k, bounds, self._deg_cap, self._rel_off)
         if bounded:
             self._next_send, self._next_recv = nxt, src_next
         want_e = h.edge_ids or bool((src_flags & wire.EDGE_IDS).any())
-        c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
-        e = e if e is not None else _EMPTY
+        R = self._R
+        if self._typed:  # the relation rides in the neighbor word: id x R + relation
+            c, nb, rel, e = self._typed_kernel(
+                rows, keys, req, fan_t, (flag_t & wire.REPLACE).astype(np.uint8), h.hop,
+                tb if tb.size else None, ((flag_t & wire.LAST) != 0).astype(np.uint8), want_e)
+            if R > 1:
+                nb = nb * R + rel
+        else:
+            c, nb, e = self._kernel(rows, keys, h.hop, fans, reps, want_e)
+            e = e if e is not None else _EMPTY
         orig = self._csr[3]
-        out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig, fans, reps, mine.size,
-                                             src_nodes, src_flags, self._deg_cap, bounded,
-                                             self._wire0, k)
+        out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig, req, node_bound, mine.size,
+                                             src_nodes, src_flags, bounded, self._wire0, k)
         if bounded:  # no size exchange: both sides know each reply's bound
-            bsizes = wire.reply_bounds(h.sizes, h.fanouts, flags, where, ocount, me,
-                                       self._deg_cap, k)
+            bsizes = wire.reply_bounds(h.sizes, node_bound[:h.sizes.size], flags, where,
+                                       ocount, me, k)
             back = self.ex.bounded(torch.from_numpy(out), rsz, rbound, bsizes, "ids").numpy()
         else:
             t, ts = self.ex.exchange(torch.from_numpy(out), torch.from_numpy(rsz), "ids")
@@ -336,12 +374,17 @@ class DistSampler:
             el = int(nb.size if mine.size == c.size else c[:mine.size].sum())
             if want_o:
                 self._front_orig[h.hop] = orig[rows[:mine.size]]
-            return c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
-        counts, nbr, eid, origs = wire.unpack_replies(
-            back, bsizes, ocount, me, c, nb, e, rows, orig, where, h.edge_ids, want_o, k)
-        if want_o:
-            self._front_orig[h.hop] = origs
-        return counts, nbr, (eid if h.edge_ids else None)
+            counts, nbr, eid = c[:mine.size], nb[:el], (e[:el] if h.edge_ids else None)
+        else:
+            counts, nbr, eid, origs = wire.unpack_replies(
+                back, bsizes, ocount, me, c, nb, e, rows, orig, where, h.edge_ids, want_o, k)
+            if want_o:
+                self._front_orig[h.hop] = origs
+            eid = eid if h.edge_ids else None
+        if not self._typed:
+            return counts, nbr, eid
+        nbr, rel = np.divmod(nbr, R) if R > 1 else (nbr, np.zeros(nbr.size, np.int64))
+        return counts, nbr, rel, eid
 
     def shared_stats(self) -> dict:
         """Use of the shared topology: frontier nodes of other ranks sampled here, their
@@ -474,19 +517,10 @@ class DistSampler:
         :meth:`round_flags`).
         """
         W = self.ex.world_size
-        if agreed is None:
-            flags, err = self.round_flags(requests)
-            if W > 1:
-                flags = self.ex.agree_max(flags)
-        else:
-            err, flags = agreed
-        failed, hops, remote = (int(v) for v in flags[:3])
+        flags = self._agreed(requests, agreed)
+        hops, remote = (int(v) for v in flags[1:3])
         unbounded = int(flags[3]) if len(flags) > 3 else 1
         lookup = int(flags[4]) if len(flags) > 4 else remote
-        if failed:
-            if W == 1 and err is not None:
-                raise err
-            raise_agreed(err, self.group)
         self._local_hops = () if remote else (0,)
         self._bounded = (not unbounded and W > 1 and self.shared is None and len(flags) > 8
                          and int(hops) > 0)
@@ -494,12 +528,8 @@ class DistSampler:
         self._last_hop = int(hops) - 1
         self._carry = np.zeros(W, np.int64)
         if self._bounded:  # the first exchanged hop's blocks: bounded by the agreement
-            S, N = (int(flags[5]), int(flags[6])) if remote else (int(flags[7]), int(flags[8]))
-            top = wire.header_words(S, self._k) + np.minimum(N, S * self._parts)
-            self._next_send = top.astype(np.int64)
-            self._next_send[self.rank] = 0
-            self._next_recv = np.full(W, top[self.rank], np.int64)
-            self._next_recv[self.rank] = 0
+            self._first_bounds(*((int(flags[5]), int(flags[6])) if remote
+                                 else (int(flags[7]), int(flags[8]))))
         carried = features is not None and features.enabled and features.carries_orig
         # the frontier's original ids ride in the replies when they would otherwise need a
         # lookup collective (sharded maps) and no feature row carries them
@@ -532,6 +562,32 @@ class DistSampler:
         for b, orig in zip(out, self._orig_ids(requests, out, n_ids, front), strict=True):
             b.n_id = torch.from_numpy(orig)
         return out
+
+    def _first_bounds(self, S: int, N: int, per_id: int = 1, trees: bool = False) -> None:
+        """The bounds of the round's first exchanged blocks, from the agreement: at most
+        ``S`` requests of ``N`` nodes (and a part's nodes per request, unless ``trees`` repeat
+        nodes) per owner, ``per_id`` words each."""
+        top = wire.header_words(S, self._k, self._R) + per_id * (
+            np.full(self._parts.size, N, np.int64) if trees else np.minimum(N, S * self._parts))
+        self._next_send = top.astype(np.int64)
+        self._next_send[self.rank] = 0
+        self._next_recv = np.full(top.size, top[self.rank], np.int64)
+        self._next_recv[self.rank] = 0
+
+    def _agreed(self, requests: Sequence, agreed) -> Sequence[int]:
+        """Collective unless ``agreed`` is given: the round's flags reduced over ranks
+        (:meth:`round_flags`, ``flags[0]``: an input error, raised on every rank)."""
+        if agreed is None:
+            flags, err = self.round_flags(requests)
+            if self.ex.world_size > 1:
+                flags = self.ex.agree_max(flags)
+        else:
+            err, flags = agreed
+        if int(flags[0]):
+            if self.ex.world_size == 1 and err is not None:
+                raise err
+            raise_agreed(err, self.group)
+        return flags
 
     def _orig_ids(self, requests: Sequence[SampleRequest], out: list[MiniBatch],
                   n_ids: list[np.ndarray], front: dict[int, np.ndarray]) -> list[np.ndarray]:
@@ -580,6 +636,11 @@ class DistSampler:
             )
 
 
+def _table(fanouts: np.ndarray) -> np.ndarray:
+    """Fanouts as ``[S, R]`` (a homogeneous hop's ``[S]`` is one relation)."""
+    return fanouts if fanouts.ndim == 2 else fanouts[:, None]
+
+
 class _CudaHop:
     """The hop kernel on a CUDA device: the partition's CSR lives there; each hop costs one
     host -> device copy (rows, keys, fanouts and flags packed in one buffer) and one device ->
@@ -591,12 +652,18 @@ class _CudaHop:
     (:func:`~mnmg_sampler.ops.cuda.sample_neighbors_weighted_cuda`), the weights living on the
     device beside the CSR; the copies per hop are the same.
 
+    A typed part (``graph``: its :class:`~mnmg_sampler.graph.typed.TypedGraph`) runs the typed
+    twin (:meth:`typed`, :func:`~mnmg_sampler.ops.cuda_typed.sample_typed_neighbors_cuda`): the
+    CSR and internal ids on the device, the small typed tables (and edge weights, copied by the
+    twin each hop) on the host; rows, keys and request rows in one copy, counts, neighbors,
+    relations and edge ids back in one.
+
     Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
     which is how it is tested here; it has not run on a real GPU.
     """
 
     def __init__(self, csr: tuple, device: torch.device | None,
-                 weights: np.ndarray | None = None) -> None:
+                 weights: np.ndarray | None = None, graph=None) -> None:
         from ..gpu import require_numba_cuda, simulator_enabled
 
         require_numba_cuda()
@@ -606,10 +673,37 @@ class _CudaHop:
         self.device = device
         # a writable host copy first: the mapped arrays are read-only, and the simulator writes
         # kernel arguments back to the host
-        self.arrays = tuple(torch.from_numpy(np.array(a)).to(device) for a in csr)
-        self.weights = None if weights is None else torch.from_numpy(
+        dt = None if graph is None else np.int64
+        self.arrays = tuple(torch.from_numpy(np.array(a, dt)).to(device) for a in csr)
+        self.weights = None if weights is None or graph is not None else torch.from_numpy(
             np.array(weights, np.float32)).to(device)
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.graph = None if graph is None else copy.copy(graph)
+        if graph is not None:  # the typed tables stay on the host (small), writable
+            for name in ("node_type_offset", "rel_offset", "seg_base", "weighted", "weights",
+                         "edge_time", "node_time"):
+                a = getattr(graph, name)
+                setattr(self.graph, name, None if a is None else np.array(a))
+            self.graph.indptr, self.graph.indices, self.graph.edge_ids = self.arrays[:3]
+
+    def typed(self, ex: Exchanger, rows, keys, req, fanouts, replace, seed: int, hop: int,
+              bounds=None, last=None):
+        """The typed kernel's four host arrays
+        (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`; ``bounds`` / ``last`` for time
+        are passed to the twin as they are: not tested over ranks)."""
+        from ..ops.cuda_typed import sample_typed_neighbors_cuda
+
+        n = rows.shape[0]
+        packed = np.empty((3, n), np.int64)
+        packed[0], packed[1], packed[2] = rows, keys, req
+        t = ex.h2d(torch.from_numpy(packed), self.device)
+        r = t[0]
+        c, nb, rel, eid = sample_typed_neighbors_cuda(self.graph, r, self.arrays[3][r], t[1],
+                                                      t[2], fanouts, replace, seed, hop,
+                                                      bounds=bounds, last=last)
+        out = ex.d2h(torch.cat([c, nb, rel, eid])).numpy()
+        E = nb.shape[0]
+        return out[:n], out[n:n + E], out[n + E:n + 2 * E], out[n + 2 * E:]
 
     def __call__(self, ex: Exchanger, rows, keys, seed, hop, fanouts, replace, edge_ids: bool):
         from ..ops.cuda import sample_neighbors_cuda, sample_neighbors_weighted_cuda

@@ -136,12 +136,13 @@ class SamplingService:
         if kernel == "auto":
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
         if getattr(part, "typed", None) is not None:  # a typed part: typed requests
-            from .typed_sampler import typed_sampler_for
+            from .typed_sampler import DistTypedSampler
 
-            self.sampler = typed_sampler_for(part, seed, group, kernel=kernel,
-                                             features=features, id_maps=id_maps,
-                                             shared_topology=shared_topology,
-                                             device=device if kernel == "cuda" else None)
+            self.sampler = DistTypedSampler(part, seed, group, features=features,
+                                            id_maps=id_maps, kernel=kernel,
+                                            device=device if kernel == "cuda" else None,
+                                            shared_topology=shared_topology,
+                                            host_memory=host_memory)
         else:
             self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                        device=device if kernel == "cuda" else None,
@@ -218,13 +219,12 @@ class SamplingService:
         request are short, so a second round's kernels fill the first one's exchange waits
         (2 hosts x 1, one request per round: 0.36x against 0.24x per rank), while merged
         rounds grow instead and a second round did not win (``docs/performance.md``). More
-        than one need thread mode, a homogeneous part on the CPU kernel, ranks on several
-        hosts or the wire path (not one host's shared topology: nothing to overlap) and a
+        than one need thread mode, the CPU kernel, ranks on several hosts or the wire path
+        (not one host's shared topology: nothing to overlap) and a
         group of the service's own. Agreed by every rank (one all-reduce): an
         explicit ``K`` must be the same on all; ranks that all pass ``auto`` take the fewest."""
         s = self.sampler
         can = (self.mode == "thread" and self._own_group
-               and getattr(part, "typed", None) is None
                and getattr(s, "host_channel", None) is None
                and getattr(s, "kernel", "cpu") == "cpu")
         auto = value == "auto"
@@ -235,8 +235,8 @@ class SamplingService:
                                f"{value!r}", "no service is started", "pass 'auto' or e.g. 2")
         if k > 1 and not can:
             raise ServiceError(f"rounds_in_flight={k} needs thread mode, the service's own "
-                               "process groups, a homogeneous part, the CPU kernel and no "
-                               "shared topology on one host",
+                               "process groups, the CPU kernel and no shared topology on "
+                               "one host",
                                "no service is started", "pass rounds_in_flight='auto'")
         if s.ex.world_size > 1:
             with peer_errors("agreeing on the rounds in flight"):
@@ -582,6 +582,8 @@ class SamplingService:
                                          else f.cache_sizes(fit))
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
+        elif hasattr(self.sampler, "row_stats"):  # a typed part's rows, fetched by its sampler
+            st["features"] = dict(self.sampler.row_stats, **self.sampler.cache_stats())
         return st
 
 

@@ -65,6 +65,8 @@ class TypedSharedTopology:
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
 
+    whole = True  # every part of the graph (typed parts have no host groups)
+
     def __init__(self, base: SharedTopology, part) -> None:
         W = len(base.parts)
         if not getattr(base, "whole", True):

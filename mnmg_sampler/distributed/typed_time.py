@@ -1,9 +1,10 @@
-"""Time for the typed sampler over ranks: the part's times on the graph the kernel reads, and
-the time bounds that travel with the frontier ids over the wire (``docs/temporal.md``).
+"""Time for the typed sampler over ranks: the part's times on the graph the kernel reads
+(``docs/temporal.md``; each frontier node's time bound travels with its id on the wire,
+:mod:`~mnmg_sampler.ops.wire`).
 
 The kernel reads a node's time bound per frontier node and, on a graph with node time only, the
 *neighbor's* node time through ``indices`` (new global ids in a part). So every rank holds the
-node time of every node by new id: one exchange when the sampler is built (8 bytes per node),
+node time of every node by new id: one gather when the sampler is built (8 bytes per node),
 which also gives the seeds their default time. Edge times are per local CSR entry, already in
 the part. A temporal link loader draws negatives by node time in per-type id order
 (:func:`node_time_of_types`: one gather of every part's internal ids when it is built).
@@ -14,14 +15,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..errors import MemoryBudgetError
 from ..host_limits import check_allocation
-from .collective import raise_agreed
+from .collective import agree, all_gather_1d
 
-__all__ = ["attach_part_time", "node_time_of_types", "pack_block", "unpack_block"]
-
-_HEAD = 3  # per request and destination: node count, key, flags; then R fanouts
-_REPLACE, _LAST = 1, 2  # flag bits: with replacement, "last" (else "uniform")
+__all__ = ["attach_part_time", "node_time_of_types"]
 
 
 def attach_part_time(graph, part, ex, group, node_time: np.ndarray | None = None) -> None:
@@ -38,71 +35,22 @@ def attach_part_time(graph, part, ex, group, node_time: np.ndarray | None = None
         graph.node_time = node_time
         return
     n = int(np.asarray(part.boundaries)[-1])
-    err = None
-    try:
-        check_allocation(f"the node time of all {n:,} nodes on every rank", 8 * 2 * n,
-                         "use a machine with more memory, or edge time instead of node time")
-    except MemoryBudgetError as e:
-        err = e
-    W, me = ex.world_size, ex.rank
-    if W > 1 and int(ex.agree_max([int(err is not None)])[0]):
-        raise_agreed(err, group)
-    if err is not None:
-        raise err
     own = np.ascontiguousarray(tp.node_time, np.int64)
-    if W == 1:
+    if ex.world_size == 1:
         graph.node_time = own
         return
-    sizes = np.full(W, own.size, np.int64)
-    sizes[me] = 0
-    recv, rsizes = ex.exchange(torch.from_numpy(np.tile(own, W - 1)), torch.from_numpy(sizes),
-                               "ids")
-    recv, rsizes = recv.numpy(), rsizes.numpy()
-    at = np.concatenate([[0], np.cumsum(rsizes)])
-    parts = [own if r == me else recv[at[r]:at[r + 1]] for r in range(W)]
-    graph.node_time = np.ascontiguousarray(np.concatenate(parts))
-
-
-def pack_block(counts: np.ndarray, key_q: np.ndarray, rep: np.ndarray, last: np.ndarray | None,
-               fan: np.ndarray, ids: np.ndarray, bounds: np.ndarray | None) -> np.ndarray:
-    """One destination's block of a hop: ``[Q, timed, Q headers, ids, bounds if timed]``
-    (int64 words; a header is ``count, key, flags, R fanouts``)."""
-    Q, R = fan.shape
-    head = np.empty((Q, _HEAD + R), np.int64)
-    head[:, 0] = counts
-    head[:, 1] = key_q
-    head[:, 2] = rep.astype(np.int64) * _REPLACE
-    if last is not None:
-        head[:, 2] |= last.astype(np.int64) * _LAST
-    head[:, _HEAD:] = fan
-    timed = bounds is not None
-    parts = [np.array([Q, int(timed)], np.int64), head.ravel(), ids]
-    if timed:
-        parts.append(bounds)
-    return np.concatenate(parts).astype(np.int64, copy=False)
-
-
-def unpack_block(blk: np.ndarray, R: int):
-    """``(ids, per-node key, per-node request 0..Q-1, fanouts [Q, R], replace [Q] uint8,
-    last [Q] uint8, bounds or None)`` of a block made by :func:`pack_block`."""
-    qs, timed = int(blk[0]), bool(blk[1])
-    head = blk[2:2 + qs * (_HEAD + R)].reshape(qs, _HEAD + R)
-    rest = blk[2 + qs * (_HEAD + R):]
-    n = int(head[:, 0].sum())
-    ids = rest[:n]
-    bounds = rest[n:2 * n] if timed else None
-    return (ids, np.repeat(head[:, 1], head[:, 0]),
-            np.repeat(np.arange(qs, dtype=np.int64), head[:, 0]), head[:, _HEAD:],
-            (head[:, 2] & _REPLACE).astype(np.uint8),
-            ((head[:, 2] & _LAST) != 0).astype(np.uint8), bounds)
+    agree(lambda: check_allocation(f"the node time of all {n:,} nodes on every rank",
+                                   8 * 2 * n, "use a machine with more memory, or edge time "
+                                   "instead of node time"), group,
+          "checking memory for the node time")
+    graph.node_time = np.ascontiguousarray(np.concatenate(
+        [t.numpy() for t in all_gather_1d(torch.from_numpy(np.array(own)), group)]))
 
 
 def node_time_of_types(graph, part, types, group=None) -> dict[str, np.ndarray]:
     """Collective on ``group`` (every rank, the same ``types``): the node time of every node of
     each type in ``types``, by per-type id, from ``graph.node_time`` (every node by new id, see
     :func:`attach_part_time`) and every part's internal ids (one gather, 8 bytes per node)."""
-    from .collective import agree, all_gather_1d
-
     n = int(graph.node_time.shape[0])
     agree(lambda: check_allocation(f"the node time of all {n:,} nodes by internal id",
                                    8 * 2 * n, "use a machine with more memory, or no "

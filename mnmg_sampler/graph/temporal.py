@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from os import PathLike
+from pathlib import Path
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from .typed import TypedGraph, _arr, attach_time, edge_type_of, typed_graph
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_temporal_graph", "read_with_time", "temporal_graph_from_data",
+__all__ = ["load_temporal_graph", "read_with_time", "saved_time", "temporal_graph_from_data",
            "temporal_table_graph"]
 
 NODE_TYPE = "node"
@@ -152,6 +153,26 @@ def read_with_time(source, time_attr: str = "time", name: str | None = None) -> 
             nt = {t: st[time_attr] for t, st in nodes.items() if st.get(time_attr) is not None}
             attach_time(graph, et, nt, time_attr)
     return graph
+
+
+def saved_time(path, time_attr: str = "time") -> bool:
+    """True when the ``.pt`` at ``path`` (a ``HeteroData``, ``Data`` or a dict form) holds a
+    node or edge attribute ``time_attr`` (or the plain dict form's ``edge_time``/``node_time``).
+    The file is memory-mapped: nothing but its structure is read."""
+    from .torch_files import load_torch_object
+    from .typed_io import _hetero_safe_globals
+
+    if not str(path).lower().endswith((".pt", ".pth")) or not Path(path).is_file():
+        return False
+    src = load_torch_object(path, _hetero_safe_globals(), mmap=True)
+    if type(src).__name__ == "Data":
+        return getattr(src, time_attr, None) is not None
+    if not isinstance(src, Mapping) and type(src).__name__ != "HeteroData":
+        return False
+    stores = _time_stores(src)
+    if stores is None:  # a dict with edge_index: homogeneous, or the plain typed dict form
+        return any(src.get(k) is not None for k in (time_attr, "edge_time", "node_time"))
+    return any(st.get(time_attr) is not None for group in stores for st in group.values())
 
 
 def _time_stores(source) -> tuple[dict, dict] | None:

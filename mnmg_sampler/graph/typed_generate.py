@@ -54,10 +54,11 @@ def typed_sbm_metadata(papers: int, classes: int) -> tuple[dict[str, int], list[
     return _counts(papers, classes), ets
 
 
-def _draw(rng, own: np.ndarray, k: int, p_in: float, group: np.ndarray, classes: int):
+def _draw(rng, own: np.ndarray, k: int, p_in: float, group: np.ndarray, classes: int,
+          weight: np.ndarray | None = None):
     """``k`` members per entry of ``own`` (a class each): from class ``own`` with probability
-    ``p_in``, else from a uniformly drawn class, uniformly among that class's members
-    (``group[i]`` = the class of member ``i``)."""
+    ``p_in``, else from a uniformly drawn class; within that class uniformly, or with
+    probability proportional to ``weight[i]`` (``group[i]`` = the class of member ``i``)."""
     order = np.argsort(group, kind="stable")
     count = np.bincount(group, minlength=classes)
     start = np.concatenate([[0], np.cumsum(count)[:-1]])
@@ -65,7 +66,14 @@ def _draw(rng, own: np.ndarray, k: int, p_in: float, group: np.ndarray, classes:
     cls = np.repeat(own, k)
     away = rng.random(n) >= p_in
     cls[away] = rng.integers(0, classes, int(away.sum()))
-    pick = start[cls] + np.floor(rng.random(n) * count[cls]).astype(np.int64)
+    if weight is None:
+        pick = start[cls] + np.floor(rng.random(n) * count[cls]).astype(np.int64)
+    else:  # the member whose cumulative weight in its class first exceeds a uniform draw
+        cum = np.cumsum(weight[order])
+        below = np.concatenate([[0.0], cum])[start]  # weight of the classes before each
+        total = cum[start + count - 1] - below
+        pick = np.searchsorted(cum, below[cls] + rng.random(n) * total[cls], side="right")
+        pick = np.clip(pick, start[cls], start[cls] + count[cls] - 1)
     return np.repeat(np.arange(own.shape[0], dtype=np.int64), k), order[pick]
 
 
@@ -110,6 +118,10 @@ USERITEM_COMMUNITIES = 8
 USERITEM_PLANTED = 0.8
 """Probability that a user rates an item of its own community."""
 RATINGS_PER_USER = 10
+ITEM_POPULARITY = 0.9
+"""Zipf exponent of the items' popularity: the item of popularity rank ``r`` is rated in
+proportion to ``1 / r ** ITEM_POPULARITY`` within its community, ranks in random order (real
+ratings are long-tailed so: a few items draw most of them)."""
 
 
 def typed_useritem_metadata(users: int, items: int) -> tuple[dict[str, int], list[tuple]]:
@@ -126,9 +138,13 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0,
     times :data:`FEATURE_SIGNAL` plus unit noise) each belong to one of
     :data:`USERITEM_COMMUNITIES` latent communities; every user rates
     :data:`RATINGS_PER_USER` items, each of its own community with probability
-    :data:`USERITEM_PLANTED`, else of a uniformly drawn one (repeats merged). Relations
+    :data:`USERITEM_PLANTED`, else of a uniformly drawn one (repeats merged), and within the
+    community by the item's popularity (Zipf, :data:`ITEM_POPULARITY`). Relations
     ``(user, rates, item)`` and its reverse ``(item, rev_rates, user)``. So whether a user rates
-    an item is predictable from who rated what, and a link predictor clearly beats chance. A pure
+    an item is predictable from who rated what, and a link predictor clearly beats chance. The
+    features show an item's community, not its popularity: that part of an item's signal is its
+    own (a learned id row, ``model.embeddings: all``, can carry it; mean aggregation of
+    neighbours cannot count them). A pure
     function of ``(users, items, seed)`` (``items`` >= the communities). ``temporal``
     (``typed-useritem-t``): the ratings of :func:`_drifting_ratings` instead, with their times,
     and item features of scale :data:`TASTE_FEATURE_SIGNAL`."""
@@ -141,7 +157,9 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0,
     if temporal:
         rates, t = _drifting_ratings(users, items, seed)
     else:
-        u, i = _draw(rng, user_c, RATINGS_PER_USER, USERITEM_PLANTED, item_c, c)
+        pop = np.random.default_rng([int(seed), int(users), int(items), 0x909]).permutation(items)
+        u, i = _draw(rng, user_c, RATINGS_PER_USER, USERITEM_PLANTED, item_c, c,
+                     1.0 / (1.0 + pop) ** ITEM_POPULARITY)
         rates = _unique_pairs(u, i, items)
     et, rev = ("user", "rates", "item"), ("item", "rev_rates", "user")
     spec = {"num_nodes": {"user": users, "item": items},

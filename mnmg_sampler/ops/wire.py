@@ -4,12 +4,17 @@ The layout (``docs/architecture.md``, "Wire format"): a buffer for destination `
 **block** per requester, in wire words (int32 when the graph fits, else int64; an int64 field
 takes ``k = 8 / word size`` words, low word first)::
 
-    request block:  S | next | S x (count, key, fanout, flags) | ids of every request, request
-                    order (``next``: the most words the sender may send this destination in its
-                    next exchange of the round, see :func:`pack_requests`)
+    request block:  S | next | S x (count, key, flags, R fanouts) | ids of every request,
+                    request order | time bounds (k words per id; only when its requests set the
+                    time flag) (``next``: the most words the sender may send this destination
+                    in its next exchange of the round, see :func:`pack_requests`)
     reply block:    counts (one per id received) | original ids (one per id received; only when
-                    a request of the block set the original-id flag) | neighbor ids | edge ids
+                    a request of the block set the original-id flag) | neighbor words | edge ids
                     (k words each; only when a request of the block set the edge-id flag) |
+
+A homogeneous graph is the one-relation case (``R = 1``). On a typed graph a request has one
+fanout per relation and a neighbor word is ``neighbor id x R + relation`` (the word type is
+chosen so that it fits), so a sampled edge costs one word either way.
 
 Every block says its own size inside (the counts of its header, or one count per node), so a
 receiver parses it from a buffer sized by a bound both sides compute (:func:`reply_bounds`, the
@@ -28,7 +33,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-REPLACE, EDGE_IDS, ORIG_IDS = 1, 2, 4
+REPLACE, EDGE_IDS, ORIG_IDS, LAST, TIMED = 1, 2, 4, 8, 16
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -61,8 +66,9 @@ def _bucket(inner, v):
 
 
 @numba.njit(cache=True, nogil=True)
-def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, every):
-    """Bucket ``nodes`` (request segments of ``sizes``) by destination and pack remote ones.
+def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, every, bounds):
+    """Bucket ``nodes`` (request segments of ``sizes``; ``fanouts`` ``[S, R]``) by destination
+    and pack remote ones, each with its time bound ``bounds[i]`` when a flag has ``TIMED``.
 
     ``nxt[d]`` goes into destination ``d``'s header (the bound of the sender's next block to
     ``d``); with ``every``, every other destination gets a block, even without nodes (it must
@@ -73,6 +79,12 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, e
     n = nodes.shape[0]
     W = inner.shape[0] + 1
     S = sizes.shape[0]
+    R = fanouts.shape[1]
+    timed = False
+    for s in range(S):
+        if flags[s] & TIMED:
+            timed = True
+    per_id = 1 + (k if timed else 0)
     owner = np.empty(n, np.int64)
     ocount = np.zeros(W, np.int64)
     per = np.zeros((W, S), np.int64)
@@ -84,11 +96,11 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, e
             ocount[lo] += 1
             per[lo, s] += 1
             i += 1
-    hlen = header_words(S, k)
+    hlen = header_words(S, k, R)
     send = np.zeros(W, np.int64)
     for d in range(W):
         if d != me and (every or ocount[d] > 0):
-            send[d] = hlen + ocount[d]
+            send[d] = hlen + ocount[d] * per_id
     boff = np.zeros(W + 1, np.int64)  # block offsets in buf
     ooff = np.zeros(W + 1, np.int64)  # offsets in destination order
     for d in range(W):
@@ -105,9 +117,10 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, e
         for s in range(S):
             _put64(buf, p, per[d, s], k)
             _put64(buf, p + k, keys[s], k)
-            _put64(buf, p + 2 * k, fanouts[s], k)
-            _put64(buf, p + 3 * k, flags[s], k)
-            p += 4 * k
+            _put64(buf, p + 2 * k, flags[s], k)
+            for r in range(R):
+                _put64(buf, p + (3 + r) * k, fanouts[s, r], k)
+            p += (3 + R) * k
     fill = ooff[:W].copy()
     where = np.empty(n, np.int64)
     mine = np.empty(ocount[me], np.int64)
@@ -120,44 +133,95 @@ def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, e
             mine[q - ooff[me]] = j
         else:
             buf[boff[d] + hlen + q - ooff[d]] = nodes[j]
+            if timed:
+                _put64(buf, boff[d] + hlen + ocount[d] + (q - ooff[d]) * k, bounds[j], k)
     return buf, send, ocount, where, mine
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def header_words(S, k):
-    """Words of a request block's header for ``S`` requests: S, next, then 4 fields each."""
-    return (2 + 4 * S) * k
+def header_words(S, k, R=1):
+    """Words of a request block's header for ``S`` requests of ``R`` fanouts: S, next, then
+    ``3 + R`` fields each."""
+    return (2 + (3 + R) * S) * k
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _request_bound(fanouts, s, rep, cap, rel_off):
+    """Most neighbors one node of request ``s`` can get (every fanout ``>= 0``): over the node
+    types (relations ``rel_off[t]:rel_off[t + 1]`` end at type ``t``), the most of the sums of
+    :func:`_node_bound` of their relations."""
+    best = np.int64(0)
+    for t in range(rel_off.shape[0] - 1):
+        tot = np.int64(0)
+        for r in range(rel_off[t], rel_off[t + 1]):
+            tot += _node_bound(fanouts[s, r], rep, cap)
+        if tot > best:
+            best = tot
+    return best
 
 
 @numba.njit(cache=True, nogil=True)
-def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
+def request_bounds(fanouts, flags, cap, rel_off):
+    """:func:`_request_bound` of every request (``fanouts`` ``[S, R]``)."""
+    out = np.empty(fanouts.shape[0], np.int64)
+    for s in range(fanouts.shape[0]):
+        out[s] = _request_bound(fanouts, s, flags[s] & REPLACE, cap, rel_off)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k, bounds, cap,
+                rel_off):
     """Kernel inputs for own nodes (``mine``) then every received request block.
 
     Block ``src`` starts at ``sum(rsizes[:src])``; its length is read from its header (a
-    block may end before ``rsizes[src]``, a bound). Returns ``(rows, keys, fanouts, replace,
-    src_nodes, src_flags, src_next)``: per-node arrays (rows relative to ``lo``) and, per
-    source, its node count, OR of its request flags and ``next`` word.
+    block may end before ``rsizes[src]``, a bound). Requests are numbered own ones first
+    (``fanouts`` ``[S, R]``), then each block's in rank order. Returns ``(rows, keys, fanouts,
+    replace, req, fan_table, flag_table, node_bound, time_bounds, src_nodes, src_flags,
+    src_next)``: per node its row (relative to ``lo``), key, first fanout, replace flag and
+    request; per request its fanouts, flags and :func:`_request_bound` (``cap``, ``rel_off``);
+    per node its time bound (empty unless a request has ``TIMED``, own ones from ``bounds``);
+    and per source its node count, OR of its request flags and ``next`` word.
     """
     W = rsizes.shape[0]
+    S = sizes.shape[0]
+    R = fanouts.shape[1]
     total = mine.shape[0]
+    Q = S
+    timed = False
+    for s in range(S):
+        if flags[s] & TIMED:
+            timed = True
     p = 0
     for src in range(W):
         if rsizes[src] > 0:
             S2 = _get64(recv, p, k)
+            Q += S2
             for s2 in range(S2):
-                total += _get64(recv, p + 2 * k + 4 * k * s2, k)
+                total += _get64(recv, p + 2 * k + (3 + R) * k * s2, k)
+                if _get64(recv, p + 4 * k + (3 + R) * k * s2, k) & TIMED:
+                    timed = True
         p += rsizes[src]
     rows = np.empty(total, np.int64)
     kk = np.empty(total, np.int64)
     ff = np.empty(total, np.int64)
     rr = np.empty(total, np.uint8)
+    qq = np.empty(total, np.int64)
+    tb = np.empty(total if timed else 0, np.int64)
+    fan_t = np.empty((Q, R), np.int64)
+    flag_t = np.empty(Q, np.int64)
+    bound_t = np.empty(Q, np.int64)
     src_nodes = np.zeros(W, np.int64)
     src_flags = np.zeros(W, np.int64)
     src_next = np.zeros(W, np.int64)
+    for s in range(S):
+        fan_t[s] = fanouts[s]
+        flag_t[s] = flags[s]
+        bound_t[s] = _request_bound(fanouts, s, flags[s] & REPLACE, cap, rel_off)
     # own nodes: mine is increasing, so walk the segments alongside
-    seg_end = np.empty(sizes.shape[0], np.int64)
+    seg_end = np.empty(S, np.int64)
     acc = 0
-    for s in range(sizes.shape[0]):
+    for s in range(S):
         acc += sizes[s]
         seg_end[s] = acc
     s = 0
@@ -167,9 +231,13 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
             s += 1
         rows[i] = nodes[j] - lo
         kk[i] = keys[s]
-        ff[i] = fanouts[s]
+        ff[i] = fanouts[s, 0]
         rr[i] = flags[s] & REPLACE
+        qq[i] = s
+        if timed:
+            tb[i] = bounds[j] if flags[s] & TIMED else np.iinfo(np.int64).max
     o = mine.shape[0]
+    q = S
     p = 0
     for src in range(W):
         size = rsizes[src]
@@ -178,30 +246,47 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k):
         S2 = _get64(recv, p, k)
         src_next[src] = _get64(recv, p + k, k)
         h = p + 2 * k
-        ids = p + header_words(S2, k)
+        ids = p + header_words(S2, k, R)
         if ids > p + size:
             raise ValueError("a request block is longer than its bound")
+        o0 = o
         for _s2 in range(S2):
             cnt = _get64(recv, h, k)
             key = _get64(recv, h + k, k)
-            fan = _get64(recv, h + 2 * k, k)
-            fl = _get64(recv, h + 3 * k, k)
-            h += 4 * k
+            fl = _get64(recv, h + 2 * k, k)
+            for r in range(R):
+                fan_t[q, r] = _get64(recv, h + (3 + r) * k, k)
+            flag_t[q] = fl
+            bound_t[q] = _request_bound(fan_t, q, fl & REPLACE, cap, rel_off)
+            h += (3 + R) * k
             src_flags[src] |= fl
             if ids + cnt > p + size:
                 raise ValueError("a request block is longer than its bound")
             cnt = max(cnt, 0)  # (a negative count adds no node)
+            fan = fan_t[q, 0]
             for i in range(cnt):
                 u = np.uint64(o + i)
                 rows[u] = np.int64(recv[np.uint64(ids + i)]) - lo
                 kk[u] = key
                 ff[u] = fan
                 rr[u] = fl & REPLACE
+                qq[u] = q
             o += cnt
             ids += cnt
-        src_nodes[src] = ids - p - header_words(S2, k)
+            q += 1
+        n_src = o - o0
+        if src_flags[src] & TIMED:  # every request of a block is timed or none
+            if ids + n_src * k > p + size:
+                raise ValueError("a request block is longer than its bound")
+            for i in range(n_src):
+                tb[np.uint64(o0 + i)] = _get64(recv, np.uint64(ids + i * k), k)
+        elif timed:
+            for i in range(n_src):
+                tb[np.uint64(o0 + i)] = np.iinfo(np.int64).max
+        src_nodes[src] = n_src
         p += size
-    return rows, kk, ff, rr, src_nodes, src_flags, src_next
+    return (rows, kk, ff, rr, qq, fan_t, flag_t, bound_t, tb, src_nodes, src_flags,
+            src_next)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -221,10 +306,11 @@ def _reply_words(flags, k):
 
 
 @numba.njit(cache=True, nogil=True)
-def reply_bounds(sizes, fanouts, flags, where, ocount, me, cap, k):
+def reply_bounds(sizes, node_bound, flags, where, ocount, me, k):
     """The requester's side of a bounded reply exchange: per destination, the most words the
-    reply block it gets back can hold, from the most its nodes can get (every fanout must be
-    ``>= 0``). The owner computes the same number from the headers (:func:`pack_replies`)."""
+    reply block it gets back can hold, from the most each request's nodes can get
+    (``node_bound``, :func:`request_bounds`; every fanout must be ``>= 0``). The owner computes
+    the same number from the headers (:func:`pack_replies`)."""
     W = ocount.shape[0]
     ooff = np.zeros(W + 1, np.int64)
     for d in range(W):
@@ -235,7 +321,7 @@ def reply_bounds(sizes, fanouts, flags, where, ocount, me, cap, k):
     F = np.zeros(W, np.int64)
     j = 0
     for s in range(sizes.shape[0]):
-        b = _node_bound(fanouts[s], flags[s] & REPLACE, cap)
+        b = node_bound[s]
         for _ in range(sizes[s]):
             q = where[j]
             j += 1
@@ -256,14 +342,15 @@ def reply_bounds(sizes, fanouts, flags, where, ocount, me, cap, k):
 
 
 @numba.njit(cache=True, nogil=True)
-def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, src_flags, cap,
+def pack_replies(counts, nbr, eids, rows, orig, req, node_bound, first, src_nodes, src_flags,
                  bounded, wire, k):
     """Reply blocks for every source: counts, original ids (if its flags ask), neighbors, edge
     ids (if its flags ask); with ``bounded``, also the bound of each block (what
     :func:`reply_bounds` computes on the requester's side), checked.
 
-    Sources' nodes follow each other in ``counts`` (and ``rows``, ``fans``, ``reps``: the kernel's
-    inputs) from position ``first`` in rank order; ``orig[row]`` is a row's original id.
+    Sources' nodes follow each other in ``counts`` (and ``rows``, ``req``: the kernel's inputs)
+    from position ``first`` in rank order; ``orig[row]`` is a row's original id and
+    ``node_bound[req[i]]`` the most neighbors node ``i`` may get (:func:`gather_work`).
     Returns ``(buf, sizes, bounds)`` (``bounds`` is ``sizes`` without ``bounded``).
     """
     W = src_nodes.shape[0]
@@ -285,7 +372,7 @@ def pack_replies(counts, nbr, eids, rows, orig, fans, reps, first, src_nodes, sr
             u = np.uint64(i)
             E += counts[u]
             if bounded:
-                B += _node_bound(fans[u], reps[u], cap)
+                B += node_bound[req[u]]
         if n > 0:
             node_w, edge_w = _reply_words(src_flags[src], k)
             if bounded and E > B:

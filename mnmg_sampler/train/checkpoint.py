@@ -6,6 +6,11 @@ position, the epoch, the world size, the config). It is read with ``torch.load(w
 which refuses any object that would need code to rebuild, so a crafted file cannot run anything;
 such a file is a :class:`~mnmg_sampler.errors.CheckpointError`, never silently skipped.
 
+Embedding rows (:mod:`mnmg_sampler.distributed.embeddings`) are not in it: each rank writes its
+own rows beside it, ``checkpoint-epochNNNNN.rows-R-of-W.pt`` (:func:`save_rows`, before rank 0
+writes the checkpoint itself, so a checkpoint's rows always exist), and a resume reads every
+rank's file of that epoch and keeps the rows it owns (:func:`load_rows`): any world size.
+
 A file that is not a complete zip archive (a copy cut short, a full disk) is not a checkpoint:
 :func:`load_latest` warns and falls back to the previous one. Only names this module writes are
 ever read or pruned; anything else in the directory is left alone.
@@ -24,12 +29,13 @@ import torch
 from ..errors import CheckpointError
 
 __all__ = ["PREFIX", "list_checkpoints", "save_checkpoint", "load_checkpoint", "load_latest",
-           "check_model_state", "agree_on_checkpoint"]
+           "check_model_state", "agree_on_checkpoint", "save_rows", "load_rows"]
 
 log = logging.getLogger(__name__)
 
 PREFIX = "checkpoint-epoch"
 _NAME = re.compile(rf"^{PREFIX}(\d{{5,}})\.pt$")
+_ROWS = re.compile(rf"^{PREFIX}(\d{{5,}})\.rows-(\d+)-of-(\d+)\.pt$")
 REQUIRED = {"model": dict, "optimizer": dict, "epoch": int, "loader": dict, "world_size": int}
 
 
@@ -46,14 +52,10 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def save_checkpoint(directory: str | os.PathLike, state: dict, epoch: int,
-                    keep: int = 0) -> Path:
-    """Write ``state`` as the checkpoint of ``epoch`` atomically (tmp file, fsync, rename), then
-    delete all but the ``keep`` newest checkpoints (0 = keep all); returns the path."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{PREFIX}{int(epoch):05d}.pt"
-    tmp = d / f".{path.name}.tmp-{os.getpid()}"
+def _write(path: Path, state: dict) -> Path:
+    """``torch.save`` to ``path`` atomically (tmp file, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
             torch.save(state, f)
@@ -62,10 +64,62 @@ def save_checkpoint(directory: str | os.PathLike, state: dict, epoch: int,
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    if keep:
-        for _, old in list_checkpoints(d)[:-keep]:
-            old.unlink(missing_ok=True)
     return path
+
+
+def save_checkpoint(directory: str | os.PathLike, state: dict, epoch: int,
+                    keep: int = 0) -> Path:
+    """Write ``state`` as the checkpoint of ``epoch`` atomically, then delete all but the
+    ``keep`` newest checkpoints and their rows (0 = keep all); returns the path."""
+    d = Path(directory)
+    path = _write(d / f"{PREFIX}{int(epoch):05d}.pt", state)
+    if keep:
+        for e, old in list_checkpoints(d)[:-keep]:
+            old.unlink(missing_ok=True)
+            for rows in _rows_files(d, e):
+                rows.unlink(missing_ok=True)
+    return path
+
+
+def save_rows(directory: str | os.PathLike, epoch: int, rank: int, world: int,
+              state: dict) -> Path:
+    """Write this rank's embedding rows (tensors and ints) for the checkpoint of ``epoch``."""
+    return _write(Path(directory) / f"{PREFIX}{int(epoch):05d}.rows-{rank}-of-{world}.pt", state)
+
+
+def _rows_files(d: Path, epoch: int) -> list[Path]:
+    if not d.is_dir():
+        return []
+    return [p for p in d.iterdir() if (m := _ROWS.match(p.name)) and int(m.group(1)) == epoch]
+
+
+def load_rows(directory: str | os.PathLike, epoch: int, map_location=None):
+    """Every rank's embedding rows of the checkpoint of ``epoch``, one dict at a time (one
+    file in memory); :class:`CheckpointError` unless the files are those of all ranks of one
+    world size, intact and of tensors and plain types only."""
+    files = {}
+    for p in _rows_files(Path(directory), int(epoch)):
+        m = _ROWS.match(p.name)
+        files[int(m.group(2)), int(m.group(3))] = p
+    worlds = {w for _, w in files}
+    if len(worlds) != 1 or sorted(r for r, _ in files) != list(range(next(iter(worlds)))):
+        raise CheckpointError(f"the embedding rows of checkpoint epoch {epoch} in {directory} "
+                              f"are incomplete ({sorted(p.name for p in files.values())})",
+                              "the embedding tables cannot be restored",
+                              "resume from an older checkpoint, or start a fresh output.dir")
+    for key in sorted(files):
+        p = files[key]
+        why = _intact(p)
+        if why:
+            raise CheckpointError(f"embedding rows {p} are damaged: {why}",
+                                  "the embedding tables cannot be restored",
+                                  "resume from an older checkpoint, or start a fresh output.dir")
+        try:
+            yield torch.load(p, map_location=map_location, weights_only=True)
+        except Exception as e:
+            raise CheckpointError(f"embedding rows {p} cannot be read ({type(e).__name__})",
+                                  "they are not loaded, so nothing in them ran",
+                                  "delete the checkpoint, or start a fresh output.dir") from None
 
 
 def _intact(path: Path) -> str:

@@ -3,9 +3,14 @@
 Per epoch: a dropout seed per epoch and rank, the loader's epoch, at most
 ``training.max_steps_per_epoch`` optimizer steps, totals reduced over ranks into one
 :func:`~mnmg_sampler.train.report.epoch_record`, validation every ``training.eval_every`` epochs,
-a checkpoint every ``output.checkpoint_every`` epochs (rank 0 writes, every rank waits), and the
-early stop at ``training.target_value``. The jobs differ only in the loss of a batch and in what
-validation measures, which they pass in.
+a checkpoint every ``output.checkpoint_every`` epochs (every rank writes its embedding rows, then
+rank 0 the checkpoint; every rank waits), and the early stop at ``training.target_value``. With
+learned embedding rows (a :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding`), each
+step also applies their sparse update after the dense one, and each epoch record holds every
+rank's ``embedding_rows_local``, the tables' ``embedding_rows_total`` and the bytes the
+embedding exchange sent per step (all ranks, to other ranks: ``embedding_bytes_per_step``).
+The jobs differ only in the loss of a batch and in what validation measures, which they pass
+in.
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ import torch
 import torch.distributed as dist
 
 from ..config import JobConfig, config_to_dict
-from .checkpoint import save_checkpoint
+from .checkpoint import save_checkpoint, save_rows
 from .report import RunReport, epoch_record
 
-__all__ = ["batch_edges", "checkpoint_dir", "run_epochs", "sample_epochs"]
+__all__ = ["batch_edges", "checkpoint_dir", "embedding_record", "run_epochs", "sample_epochs"]
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +50,15 @@ def batch_edges(b) -> int:
 def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
                opt: torch.optim.Optimizer, loader, rank: int, world: int, report: RunReport,
                first_epoch: int, forward: Callable[[object], tuple[torch.Tensor, float, int]],
-               validate: Callable[[dict], str | None], metrics: Sequence[str]) -> None:
+               validate: Callable[[dict], str | None], metrics: Sequence[str],
+               embedding=None) -> None:
     """Train epochs ``first_epoch .. training.epochs - 1`` (or until the target is reached).
 
     ``forward(batch)`` gives ``(loss, correct, n)``: the loss to step on, and how many of its
     ``n`` predictions are right. ``validate(record)`` adds the validation metrics to the epoch
     record when validation is due and returns a line to print after it (or ``None``).
     ``metrics`` are the ``training.target_metric`` values the early stop honours.
+    ``embedding``: the job's embedding rows (stepped with DDP's mean: ``1 / world``), or None.
     """
     s, tr = cfg.sampler, cfg.training
     for epoch in range(first_epoch, tr.epochs):
@@ -60,6 +67,7 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
         loader.set_epoch(epoch)
         tot = torch.zeros(6, dtype=torch.float64)  # loss*n, n, correct, batches, edges, CPU s
         report.epoch_start()
+        sent0 = embedding.traffic()["embedding_bytes_sent"] if embedding is not None else 0
         t0, c0 = time.perf_counter(), time.process_time()
         for step, b in enumerate(loader):
             if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
@@ -68,6 +76,8 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if embedding is not None:
+                embedding.step(1.0 / world)
             batch_loss = loss.item()
             tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(batch_edges(b)), 0.0],
                                 dtype=torch.float64)
@@ -77,6 +87,8 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
         rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
                            cpu_s=float(tot[5]), train_loss=float(tot[0] / max(tot[1], 1)),
                            train_acc=float(tot[2] / max(tot[1], 1)))
+        if embedding is not None:
+            rec.update(embedding_record(embedding, sent0, float(tot[3]) / world))
         line = None
         if tr.eval_every and ((epoch + 1) % tr.eval_every == 0 or epoch + 1 == tr.epochs):
             line = validate(rec)
@@ -84,6 +96,9 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
         if line is not None:
             report.print(line)
         if cfg.output.checkpoint_every and (epoch + 1) % cfg.output.checkpoint_every == 0:
+            if embedding is not None:  # the rows first: a checkpoint's rows always exist
+                save_rows(checkpoint_dir(cfg), epoch, rank, world, embedding.state_dict())
+                dist.barrier()
             if rank == 0:
                 save_checkpoint(checkpoint_dir(cfg), {
                     "model": model.module.state_dict(), "optimizer": opt.state_dict(),
@@ -97,6 +112,18 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
         if tv is not None and tm in metrics and tm in rec and \
                 (rec[tm] <= tv if tm == "val_loss" else rec[tm] >= tv):
             break
+
+
+def embedding_record(embedding, sent0: int, steps: float) -> dict:
+    """Collective: the embedding part of an epoch record (module docstring)."""
+    t = embedding.traffic()
+    mine = torch.tensor([t["embedding_rows_local"], t["embedding_bytes_sent"] - sent0],
+                        dtype=torch.float64)
+    every = [torch.zeros(2, dtype=torch.float64) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return {"embedding_rows_local": [int(v[0]) for v in every],
+            "embedding_rows_total": t["embedding_rows_total"],
+            "embedding_bytes_per_step": float(sum(v[1] for v in every)) / max(steps, 1.0)}
 
 
 def sample_epochs(cfg: JobConfig, loader, world: int, report: RunReport,

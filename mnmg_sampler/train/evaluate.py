@@ -98,9 +98,10 @@ def _out_dim(conv) -> int:
 
 @torch.no_grad()
 def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: int,
-                     group=None) -> torch.Tensor:
+                     group=None, x: np.ndarray | None = None) -> torch.Tensor:
     """Collective: the model's output rows (CPU float32) of every node this rank owns, from
-    every neighbor (exact; no sampling), one layer at a time over batches of ``batch_size``."""
+    every neighbor (exact; no sampling), one layer at a time over batches of ``batch_size``;
+    the input rows are ``x`` (one per owned node: learned embedding rows), else ``part.x``."""
     was_training = model.training
     model.eval()
     ex = Exchanger(group, torch.device("cpu"))
@@ -108,7 +109,7 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
     lo, n_local = part.start, part.num_local_nodes
     indptr = np.asarray(part.indptr)
     rounds = int(_max_over_ranks(-(-n_local // batch_size), group))
-    h = torch.from_numpy(np.array(part.x, dtype=np.float32))  # a writable copy of own rows
+    h = torch.from_numpy(np.array(part.x if x is None else x, dtype=np.float32))  # own rows
     for i, conv in enumerate(model.convs):
         out = torch.empty((n_local, _out_dim(conv)), dtype=torch.float32)
         for r in range(rounds):
@@ -138,12 +139,12 @@ def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray | SeedSet],
-                       device: torch.device, batch_size: int,
-                       group=None) -> dict[str, tuple[float, float]]:
+                       device: torch.device, batch_size: int, group=None,
+                       x: np.ndarray | None = None) -> dict[str, tuple[float, float]]:
     """Collective: ``{split: (accuracy, mean loss)}`` over every rank's nodes of each split
     (sorted original ids, or a :class:`~mnmg_sampler.seeds.SeedSet`), from
-    :func:`layerwise_logits`."""
-    logits = layerwise_logits(model, part, device, batch_size, group)
+    :func:`layerwise_logits` (input rows ``x``, else ``part.x``)."""
+    logits = layerwise_logits(model, part, device, batch_size, group, x)
     own = np.asarray(part.orig_ids)  # the ids a seed set speaks (the graph's nodes 0..N-1)
     orig = part.input_ids(own)  # the ids arrays speak (the input's, if renumbered)
     y = torch.from_numpy(np.array(part.y, dtype=np.int64))

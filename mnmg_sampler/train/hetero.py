@@ -28,19 +28,26 @@ from ..config import JobConfig, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from .epochs import run_epochs, sample_epochs
 from .report import RunReport
-from .setup import ensure_partitions, feature_placement, make_optimizer, resume_point, start_rank
+from .setup import (
+    ensure_partitions,
+    feature_placement,
+    host_memory_bytes,
+    job_embedding,
+    make_optimizer,
+    resume_point,
+    start_rank,
+)
 from .typed_setup import (
     TypedMeta,
     check_typed_job,
-    embedding_dim,
     meta_of_manifest,
     num_neighbors,
     typed_meta,
     typed_node_split,
 )
 
-__all__ = ["TypedJob", "evaluate_typed", "precheck_typed_job", "run_typed_job", "start_typed_job",
-           "typed_model"]
+__all__ = ["TypedJob", "embed", "evaluate_typed", "precheck_typed_job", "run_typed_job",
+           "start_typed_job", "typed_model"]
 
 log = logging.getLogger(__name__)
 
@@ -87,37 +94,51 @@ def start_typed_job(cfg: JobConfig, training_graph=None) -> TypedJob:
     placement = feature_placement(cfg, device)
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
                               mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps)
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
+                              host_memory=host_memory_bytes(cfg))
     return TypedJob(cfg, rank, world, device, pdir, part, meta, input_type, service, t_start)
 
 
 def typed_model(job: TypedJob, out_dim: int, target=None):
-    """The :class:`~.hetero_model.HeteroGraphSAGE` of the config for ``job``'s graph, on its
-    device (seeded with ``sampler.seed``: the same initial weights on every rank); its output
-    is of ``target`` (default the input type)."""
+    """``(model, embedding)``: the :class:`~.hetero_model.HeteroGraphSAGE` of the config for
+    ``job``'s graph, on its device (seeded with ``sampler.seed``: the same initial weights on
+    every rank), with outputs of ``target`` (default the input type); and the
+    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` rows of the types it reads
+    them for (``None`` when none; collective)."""
     from .hetero_model import HeteroGraphSAGE
 
     m = job.cfg.model
     torch.manual_seed(job.cfg.sampler.seed)
-    return HeteroGraphSAGE(job.meta.edge_types, job.meta.num_nodes, job.meta.x_dims, m.hidden,
-                           out_dim, m.layers, target or job.input_type, embedding_dim(job.cfg),
-                           dropout=m.dropout, aggr=m.aggr,
-                           embedding_memory_mb=m.embedding_memory_mb).to(job.device)
+    model = HeteroGraphSAGE(job.meta.edge_types, job.meta.x_dims, m.hidden, out_dim, m.layers,
+                            target or job.input_type, int(m.embedding_dim or m.hidden),
+                            dropout=m.dropout, aggr=m.aggr, embeddings=m.embeddings)
+    return model.to(job.device), job_embedding(job.cfg, job.part, model.embedded, job.service)
 
 
-def _logits_and_labels(model, b, target: str, device) -> tuple[torch.Tensor, torch.Tensor]:
-    out = model(b.x, b.edge_index, b.n_id)[: b.batch_size]
+def embed(embedding, b, train: bool = True, uneven: bool = False) -> dict | None:
+    """Collective when ``embedding`` is set: the rows of a typed batch's ``n_id`` of the
+    embedded types (:meth:`~mnmg_sampler.distributed.embeddings.DistEmbedding.fetch`)."""
+    if embedding is None:
+        return None
+    none = np.zeros(0, np.int64)
+    return embedding.fetch({t: b.n_id[t].numpy() if t in b.n_id else none
+                            for t in embedding.types}, train=train, uneven=uneven)
+
+
+def _logits_and_labels(model, emb, b, target: str, device, train: bool = True
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    out = model(b.x, b.edge_index, embed(emb, b, train))[: b.batch_size]
     return out, b.y[target][: b.batch_size].to(device)
 
 
 @torch.no_grad()
-def evaluate_typed(model, loader, target: str, device) -> tuple[float, float]:
+def evaluate_typed(model, emb, loader, target: str, device) -> tuple[float, float]:
     """(accuracy, mean loss) over every rank's batches of ``loader`` (collective); seeds with a
     negative label (unlabelled, as OGB's NaN) are not counted."""
     model.eval()
     acc = torch.zeros(3, dtype=torch.float64)
     for b in loader:
-        out, y = _logits_and_labels(model, b, target, device)
+        out, y = _logits_and_labels(model, emb, b, target, device, train=False)
         keep = y >= 0
         acc[0] += float((out.argmax(-1)[keep] == y[keep]).sum())
         acc[1] += float(keep.sum())
@@ -181,11 +202,11 @@ def _train_node(job: TypedJob, train_loader, ids: dict, resume: bool,
     ymax = torch.tensor([int(np.max(y)) if len(y) else 0])
     dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
     num_classes = int(ymax) + 1
-    model = DDP(typed_model(job, num_classes),
-                device_ids=[device.index] if device.type == "cuda" else None)
+    net, emb = typed_model(job, num_classes)
+    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
     opt = make_optimizer(model.parameters(), o)
     first_epoch = resume_point(cfg, resume, job.rank, job.world, device, model.module, opt,
-                               train_loader, report)
+                               train_loader, report, emb)
     evals = {k: DistNeighborLoader(job.service, (target, ids[k]), num_neighbors(s.eval_fanouts),
                                    s.eval_batch_size, seed=s.seed + 1, prefetch=s.prefetch)
              for k in ("val", "test")}
@@ -196,20 +217,21 @@ def _train_node(job: TypedJob, train_loader, ids: dict, resume: bool,
     report.open_bar(first_epoch)
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
-        out, yb = _logits_and_labels(model, b, target, device)
+        out, yb = _logits_and_labels(model, emb, b, target, device)
         keep = yb >= 0
         correct = float((out.argmax(-1)[keep] == yb[keep]).sum())
         loss = torch.nn.functional.cross_entropy(out, yb, ignore_index=-1)
         return loss, correct, int(keep.sum())
 
     def validate(rec: dict) -> None:
-        rec["val_acc"], rec["val_loss"] = evaluate_typed(model, evals["val"], target, device)
+        rec["val_acc"], rec["val_loss"] = evaluate_typed(model, emb, evals["val"], target,
+                                                         device)
 
     run_epochs(cfg, model, opt, train_loader, job.rank, job.world, report, first_epoch,
-               forward, validate, metrics=("val_acc", "val_loss"))
+               forward, validate, metrics=("val_acc", "val_loss"), embedding=emb)
     report.close()
-    test_acc, test_loss = evaluate_typed(model, evals["test"], target, device)
-    val_acc, _ = evaluate_typed(model, evals["val"], target, device)
+    test_acc, test_loss = evaluate_typed(model, emb, evals["test"], target, device)
+    val_acc, _ = evaluate_typed(model, emb, evals["val"], target, device)
     wall = time.perf_counter() - job.t_start
     final = {"event": "final", "test_acc": test_acc, "test_loss": test_loss, "val_acc": val_acc,
              "wall_s": wall, "world_size": job.world, "input_type": target}

@@ -45,7 +45,7 @@ from torch import nn
 from ..config import JobConfig, config_to_dict
 from ..errors import ConfigError
 from .epochs import run_epochs
-from .hetero import TypedJob, precheck_typed_job, start_typed_job, typed_model
+from .hetero import TypedJob, embed, precheck_typed_job, start_typed_job, typed_model
 from .link import ScoreTotals, batch_loss, evaluate_scores
 from .report import RunReport
 from .setup import make_optimizer, resume_point
@@ -72,9 +72,9 @@ class HeteroLinkModel(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) \
             if decoder == "mlp" else None
 
-    def forward(self, x, edge_index, n_id, num_sampled_nodes=None,
+    def forward(self, x, edge_index, emb=None, num_sampled_nodes=None,
                 num_sampled_edges=None) -> dict[str, torch.Tensor]:
-        return self.encoder(x, edge_index, n_id, num_sampled_nodes, num_sampled_edges)
+        return self.encoder(x, edge_index, emb, num_sampled_nodes, num_sampled_edges)
 
     def score(self, h: dict[str, torch.Tensor], src: torch.Tensor,
               dst: torch.Tensor) -> torch.Tensor:
@@ -92,21 +92,23 @@ def eval_node_budget(width: int, memory_mb: float | None) -> int:
     return max(1, int((memory_mb or EVAL_MEMORY_MB) * 2**20) // per_node)
 
 
-def evaluate_link(model, net: HeteroLinkModel, loader, device, hits_k: int,
+def evaluate_link(model, net: HeteroLinkModel, emb, loader, device, hits_k: int,
                   max_nodes: int | None = None) -> dict:
     """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
     (collective), as :func:`.link.evaluate`. A disjoint ``loader`` is read in chunks of whole
     trees of at most ``max_nodes`` nodes (``None``: one chunk per batch): each chunk is encoded
     alone and only its roots' embeddings are kept until the batch's edges are scored; a tree's
-    root embedding depends on its tree only, so the metrics are those of whole batches."""
+    root embedding depends on its tree only, so the metrics are those of whole batches.
+    ``emb``: the job's embedding rows (fetched per batch or chunk), or ``None``."""
     if not loader._time.get("disjoint"):
         return evaluate_scores(model, loader, device, hits_k,
-                               lambda b: model(b.x, b.edge_index, b.n_id), net.score)
-    return _evaluate_trees(model, net, loader, device, hits_k, max_nodes or 2**62)
+                               lambda b: model(b.x, b.edge_index, embed(emb, b, False)),
+                               net.score)
+    return _evaluate_trees(model, net, emb, loader, device, hits_k, max_nodes or 2**62)
 
 
 @torch.no_grad()
-def _evaluate_trees(model, net: HeteroLinkModel, loader, device, hits_k: int,
+def _evaluate_trees(model, net: HeteroLinkModel, emb, loader, device, hits_k: int,
                     max_nodes: int) -> dict:
     s_type, _, d_type = net.edge_type
     model.eval()
@@ -114,7 +116,9 @@ def _evaluate_trees(model, net: HeteroLinkModel, loader, device, hits_k: int,
     roots = None
     for c in loader.tree_chunks(max_nodes):
         b = c.subgraph
-        h = model(b.x, b.edge_index, b.n_id, b.num_sampled_nodes, b.num_sampled_edges)
+        # ranks encode different numbers of chunks: the row fetches are uneven (drained below)
+        rows = embed(emb, b, False, uneven=True)
+        h = model(b.x, b.edge_index, rows, b.num_sampled_nodes, b.num_sampled_edges)
         if roots is None:
             roots = torch.empty((c.num_trees, h[s_type].shape[1]), dtype=h[s_type].dtype,
                                 device=h[s_type].device)
@@ -130,17 +134,20 @@ def _evaluate_trees(model, net: HeteroLinkModel, loader, device, hits_k: int,
                             dn.reshape(-1)).view_as(dn)
             tot.add(pos, neg)
             roots = None
+    if emb is not None:
+        emb.drain()
     model.train()
     return tot.result()
 
 
-def _encode(model, b) -> dict[str, torch.Tensor]:
+def _encode(model, emb, b) -> dict[str, torch.Tensor]:
     """The encoder's outputs of a training batch: trimmed per layer to the rows that reach the
     seeds when the batch is disjoint (every seed a tree root, the only rows the loss reads),
     else whole."""
     if b.batch:  # disjoint: every seed is a tree root, the only rows the loss reads
-        return model(b.x, b.edge_index, b.n_id, b.num_sampled_nodes, b.num_sampled_edges)
-    return model(b.x, b.edge_index, b.n_id)
+        return model(b.x, b.edge_index, embed(emb, b), b.num_sampled_nodes,
+                     b.num_sampled_edges)
+    return model(b.x, b.edge_index, embed(emb, b))
 
 
 def peak_rss_mb() -> list[float]:
@@ -227,12 +234,13 @@ def _train(job: TypedJob, et, train_loader, evals: dict, resume: bool,
 
     cfg, device = job.cfg, job.device
     lk, m = cfg.link, cfg.model
-    net = HeteroLinkModel(typed_model(job, m.hidden, target=(et[0], et[2])), et, m.hidden,
+    encoder, emb = typed_model(job, m.hidden, target=(et[0], et[2]))
+    net = HeteroLinkModel(encoder, et, m.hidden,
                           lk.decoder).to(device)
     model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
     opt = make_optimizer(model.parameters(), cfg.optimizer)
     first_epoch = resume_point(cfg, resume, job.rank, job.world, device, net, opt, train_loader,
-                               report)
+                               report, emb)
     report.start(mode="train", task="link", world_size=job.world, first_epoch=first_epoch,
                  config=config_to_dict(cfg))
     report.print(f"link prediction of {list(et)} on {job.world} rank(s): {report.steps} batches "
@@ -243,19 +251,19 @@ def _train(job: TypedJob, et, train_loader, evals: dict, resume: bool,
     budget = eval_node_budget(max(widths), cfg.training.eval_memory_mb)
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
-        return batch_loss(_encode(model, b), b, net.score, device, triplet)
+        return batch_loss(_encode(model, emb, b), b, net.score, device, triplet)
 
     def validate(rec: dict) -> str:
-        v = evaluate_link(model, net, evals["val"], device, lk.hits_k, budget)
+        v = evaluate_link(model, net, emb, evals["val"], device, lk.hits_k, budget)
         rec.update({f"val_{k}": x for k, x in v.items()})
         return (f"  val AUC {rec['val_auc']:.4f}  MRR {rec['val_mrr']:.4f}  "
                 f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
 
     run_epochs(cfg, model, opt, train_loader, job.rank, job.world, report, first_epoch, forward,
-               validate, metrics=("val_acc", "val_loss", "val_auc", "val_mrr"))
+               validate, metrics=("val_acc", "val_loss", "val_auc", "val_mrr"), embedding=emb)
     report.close()
-    test = evaluate_link(model, net, evals["test"], device, lk.hits_k, budget)
-    val = evaluate_link(model, net, evals["val"], device, lk.hits_k, budget)
+    test = evaluate_link(model, net, emb, evals["test"], device, lk.hits_k, budget)
+    val = evaluate_link(model, net, emb, evals["val"], device, lk.hits_k, budget)
     wall = time.perf_counter() - job.t_start
     k = lk.hits_k
     peak = peak_rss_mb()

@@ -4,13 +4,16 @@ with ``aggr="sum"``, without needing PyG).
 Each layer runs one SAGE convolution per relation ``(src, rel, dst)``
 (``lin_l(aggr of src messages) + lin_r(x_dst)``, :class:`~.model.SAGELayer`'s math with its own
 input width per side) and sums the results per destination type. Node types without features
-get a learned embedding (``nn.Embedding`` indexed by the minibatch's per-type ``n_id``, which are
-the graph's original per-type ids), so they need no config.
+read learned embedding rows (``model.embeddings``), which the model does not hold: they come in
+with the batch (``emb``), fetched from their owners by a
+:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` and updated by its sparse optimizer,
+so DDP never sees a table. With ``embeddings="all"`` a featured type's input is
+``lin(x) + emb(n_id)`` (PyG users' learned id embedding).
 
 Only what can reach the target type's output is built: the last layer's relations end at the
-target type, layer ``i``'s at a type layer ``i + 1`` reads, and only featureless types read by
-the first layer get an embedding. So every parameter gets a gradient from every batch (DDP needs
-no ``find_unused_parameters``).
+target type, layer ``i``'s at a type layer ``i + 1`` reads, and only types read by the first
+layer take embeddings. So every parameter gets a gradient from every batch (DDP needs no
+``find_unused_parameters``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError, MemoryBudgetError, SamplingInputError
+from ..errors import ConfigError, SamplingInputError
 from ..host_limits import check_allocation
-from .budget import BYTES_PER_PARAM
 from .model import SAGELayer, _check_aggr, _positive
 
-__all__ = ["HeteroGraphSAGE", "check_embedding_budget", "relation_key", "relations_per_layer"]
+__all__ = ["EMBEDDINGS", "HeteroGraphSAGE", "embedded_types", "relation_key",
+           "relations_per_layer"]
+
+EMBEDDINGS = ("featureless", "all", "none")
 
 EdgeType = tuple[str, str, str]
 
@@ -59,23 +64,21 @@ def relations_per_layer(edge_types: Sequence[EdgeType], target: str | Sequence[s
         rels = out
 
 
-def check_embedding_budget(rows: Mapping[str, int], dim: int, budget_mb: float | None) -> None:
-    """:class:`MemoryBudgetError` when the embedding tables of ``rows`` (nodes per featureless
-    type) of width ``dim``, with gradients and Adam's moments (16 bytes a value), exceed
-    ``model.embedding_memory_mb`` or the memory at hand. Run before anything is allocated."""
-    from ..host_limits import format_bytes
-
-    total = sum(int(n) for n in rows.values()) * int(dim)
-    nbytes = total * BYTES_PER_PARAM
-    what = (f"model.embedding_dim: embedding tables of width {dim} for the node types without "
-            f"features ({', '.join(f'{t}: {n:,} rows' for t, n in rows.items())}; "
-            f"{total:,} values, {format_bytes(nbytes)} with gradients and optimizer state)")
-    fix = ("lower model.embedding_dim, give those node types features, or raise "
-           "model.embedding_memory_mb")
-    if budget_mb is not None and nbytes > budget_mb * 2**20:
-        raise MemoryBudgetError(f"{what} exceed model.embedding_memory_mb = {budget_mb:g}",
-                                "nothing was allocated; every rank holds the whole tables", fix)
-    check_allocation(what, nbytes, fix)
+def embedded_types(first: Sequence[str], in_dims: Mapping[str, int], embeddings: str
+                   ) -> list[str]:
+    """The node types of ``first`` (those the first layer reads) that take embedding rows:
+    the featureless ones, or all of them with ``embeddings="all"``; a featureless type with
+    ``embeddings="none"`` is a :class:`ConfigError`."""
+    if embeddings not in EMBEDDINGS:
+        raise ConfigError(f"model.embeddings is {embeddings!r}", "the model cannot be built",
+                          f"use one of {', '.join(EMBEDDINGS)}")
+    bare = sorted(t for t in first if t not in in_dims)
+    if bare and embeddings == "none":
+        raise ConfigError(f"model.embeddings: none, but node types {', '.join(bare)} have no "
+                          "features", "the model would have no input for them",
+                          "set model.embeddings: featureless (learned rows for them), or give "
+                          "them features")
+    return sorted(first) if embeddings == "all" else bare
 
 
 class HeteroGraphSAGE(nn.Module):
@@ -83,27 +86,30 @@ class HeteroGraphSAGE(nn.Module):
 
     Args:
         edge_types: the graph's relations ``(src, rel, dst)``.
-        num_nodes: nodes per type (rows of an embedding table).
         in_dims: feature width per node type with features; the other types read embeddings.
         hidden: width of the hidden layers.
         out_dim: number of classes.
         layers: number of layers (as many as the loader samples hops).
         target: the node type whose logits are returned, or several (link prediction:
             both endpoint types), then ``forward`` returns ``{type: output}``.
-        embedding_dim: width of the embeddings of featureless types.
+        embedding_dim: width of the embedding rows.
         dropout, aggr: as :class:`~.model.GraphSAGE`.
+        embeddings: ``featureless``, ``all`` or ``none`` (:func:`embedded_types`); the types
+            that read rows are :attr:`embedded`.
 
     Example::
 
-        model = HeteroGraphSAGE(edge_types, num_nodes, {"paper": 16}, 64, 4, 2, "paper", 64)
-        out = model(batch.x, batch.edge_index, batch.n_id)[: batch.batch_size]
+        model = HeteroGraphSAGE(edge_types, {"paper": 16}, 64, 4, 2, "paper", 64)
+        emb = DistEmbedding(part, model.embedded, 64)
+        h = emb.fetch({t: batch.n_id[t].numpy() for t in model.embedded})
+        out = model(batch.x, batch.edge_index, h)[: batch.batch_size]
         loss = F.cross_entropy(out, batch.y["paper"][: batch.batch_size])
     """
 
-    def __init__(self, edge_types: Sequence[EdgeType], num_nodes: Mapping[str, int],
-                 in_dims: Mapping[str, int], hidden: int, out_dim: int, layers: int,
-                 target: str | Sequence[str], embedding_dim: int, dropout: float = 0.5,
-                 aggr: str = "mean", embedding_memory_mb: float | None = None) -> None:
+    def __init__(self, edge_types: Sequence[EdgeType], in_dims: Mapping[str, int], hidden: int,
+                 out_dim: int, layers: int, target: str | Sequence[str], embedding_dim: int,
+                 dropout: float = 0.5, aggr: str = "mean",
+                 embeddings: str = "featureless") -> None:
         super().__init__()
         hidden, out_dim = _positive("hidden", hidden), _positive("out_dim", out_dim)
         layers, embedding_dim = _positive("layers", layers), _positive("embedding_dim",
@@ -124,12 +130,12 @@ class HeteroGraphSAGE(nn.Module):
                               "classify a node type relations point to, and give every type "
                               "on the way incoming relations (reverse ones, PyG's rev_ naming)")
         first = {t for et in self.layer_relations[0] for t in (et[0], et[2])}
-        featureless = {t: int(num_nodes[t]) for t in sorted(first) if t not in in_dims}
-        check_embedding_budget(featureless, embedding_dim, embedding_memory_mb)
-        self.embeddings = nn.ModuleDict({t: nn.Embedding(n, embedding_dim)
-                                         for t, n in featureless.items()})
+        self.embedded = embedded_types(first, in_dims, embeddings)
+        # featured types with rows too: lin(x) + emb
+        self.id_lin = nn.ModuleDict({t: nn.Linear(int(in_dims[t]), embedding_dim)
+                                     for t in self.embedded if t in in_dims})
         dims = {t: int(in_dims[t]) for t in first if t in in_dims}
-        dims.update({t: embedding_dim for t in featureless})
+        dims.update({t: embedding_dim for t in self.embedded})
         shapes = []  # per layer and relation: (src width, dst width, out width)
         for i, rels in enumerate(self.layer_relations):
             out = out_dim if i == layers - 1 else hidden
@@ -151,17 +157,23 @@ class HeteroGraphSAGE(nn.Module):
     def num_layers(self) -> int:
         return len(self.convs)
 
-    def inputs(self, x: Mapping[str, torch.Tensor], n_id: Mapping[str, torch.Tensor],
+    def inputs(self, x: Mapping[str, torch.Tensor], emb: Mapping[str, torch.Tensor] | None,
                device: torch.device | None = None) -> dict[str, torch.Tensor]:
-        """Layer-0 inputs: features (as float32) where a type has them, else its embedding
-        rows of ``n_id``."""
+        """Layer-0 inputs: features (as float32), the embedding rows ``emb`` of the
+        featureless types, ``lin(x) + emb`` of featured types with rows."""
         h = {}
+        emb = emb or {}
         for t in {t for et in self.layer_relations[0] for t in (et[0], et[2])}:
-            if t in self.embeddings:
-                emb = self.embeddings[t]
-                h[t] = emb(n_id[t].to(emb.weight.device))
-            elif t in x:
+            if t in self.embedded and t not in emb:
+                raise SamplingInputError(f"no embedding rows of node type {t!r} were given",
+                                         "the model cannot read its nodes",
+                                         "pass emb=DistEmbedding.fetch(...) of model.embedded")
+            if t in x:
                 h[t] = x[t].to(device, torch.float32) if device is not None else x[t].float()
+                if t in self.id_lin:
+                    h[t] = self.id_lin[t](h[t]) + emb[t].to(h[t].device)
+            elif t in self.embedded:
+                h[t] = emb[t].to(device) if device is not None else emb[t]
             else:
                 raise SamplingInputError(f"the minibatch has no features of node type {t!r}",
                                          "the model cannot read its nodes",
@@ -170,13 +182,14 @@ class HeteroGraphSAGE(nn.Module):
 
     def forward(self, x: Mapping[str, torch.Tensor],
                 edge_index: Mapping[EdgeType, torch.Tensor],
-                n_id: Mapping[str, torch.Tensor],
+                emb: Mapping[str, torch.Tensor] | None = None,
                 num_sampled_nodes: Mapping[str, Sequence[int]] | None = None,
                 num_sampled_edges: Mapping[EdgeType, Sequence[int]] | None = None
                 ) -> torch.Tensor | dict[str, torch.Tensor]:
         """Logits of every ``target`` node of the minibatch (seeds first: slice
-        ``[:batch_size]``), or ``{type: output}`` for several targets. ``x``, ``edge_index``
-        and ``n_id`` are the :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts.
+        ``[:batch_size]``), or ``{type: output}`` for several targets. ``x`` and ``edge_index``
+        are the :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts, ``emb`` the rows of
+        its ``n_id`` of the :attr:`embedded` types.
 
         With the batch's ``num_sampled_nodes`` and ``num_sampled_edges`` (PyG's
         ``trim_to_layer``), layer ``i`` of ``L`` computes only the rows of the nodes within
@@ -185,7 +198,7 @@ class HeteroGraphSAGE(nn.Module):
         and the output holds only the seeds' rows (a disjoint batch's leaves, most of its
         nodes, are read once as inputs and never computed)."""
         dev = next(self.parameters()).device
-        h = self.inputs(x, n_id, dev)
+        h = self.inputs(x, emb, dev)
         trim = num_sampled_nodes is not None and num_sampled_edges is not None
         L = self.num_layers
         for i, rels in enumerate(self.layer_relations):

@@ -4,7 +4,8 @@ Order of events on every rank: load and check the config (a bad config fails eve
 way, before any collective), start the process group, partition the dataset if its partition
 directory is missing (rank 0 writes atomically, the others wait), start the sampling service and
 loaders, train with DDP, evaluate, checkpoint atomically, print test accuracy on rank 0. A
-typed (heterogeneous) dataset runs the same steps in :mod:`.hetero`.
+typed (heterogeneous) dataset runs the same steps in :mod:`.hetero`. A graph without features
+trains on learned embedding rows (``model.embeddings``, one per node, with its owner).
 
 Reproducibility: model init, dropout and sampling are seeded per (seed, epoch, rank), and
 checkpoints are taken at epoch ends, so a run resumed from a checkpoint continues exactly as an
@@ -30,6 +31,7 @@ from .setup import (
     ensure_partitions,
     feature_placement,
     host_memory_bytes,
+    job_embedding,
     make_optimizer,
     resume_point,
     start_rank,
@@ -47,13 +49,18 @@ def split_ids(num_nodes: int, fractions, seed: int) -> dict:
     return random_node_split(num_nodes, fractions, seed)
 
 
+def _inputs(b, device, emb, train: bool = True) -> torch.Tensor:
+    """A batch's input rows: its features, or its nodes' learned rows (collective)."""
+    return b.x.to(device) if emb is None else emb.fetch(b.n_id.numpy(), train=train).to(device)
+
+
 @torch.no_grad()
-def evaluate(model, loader, device) -> tuple[float, float]:
+def evaluate(model, loader, device, emb=None) -> tuple[float, float]:
     """(accuracy, mean loss) over every rank's batches of ``loader`` (collective)."""
     model.eval()
     acc = torch.zeros(3, dtype=torch.float64)
     for b in loader:
-        out = model(b.x.to(device), b.edge_index.to(device))[: b.batch_size]
+        out = model(_inputs(b, device, emb, False), b.edge_index.to(device))[: b.batch_size]
         y = b.y[: b.batch_size].to(device)
         acc[0] += float((out.argmax(-1) == y).sum())
         acc[1] += b.batch_size
@@ -63,8 +70,10 @@ def evaluate(model, loader, device) -> tuple[float, float]:
     return float(acc[0] / max(acc[1], 1)), float(acc[2] / max(acc[1], 1))
 
 
-def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes: int):
-    """``f(model, splits) -> {split: (accuracy, loss)}`` for ``training.eval_mode`` (collective).
+def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes: int,
+                   emb=None):
+    """``f(model, splits) -> {split: (accuracy, loss)}`` for ``training.eval_mode`` (collective);
+    ``emb``: the nodes' learned rows of a graph without features.
 
     ``layerwise`` runs exact full-neighbor inference one layer at a time over this rank's nodes
     (:mod:`mnmg_sampler.train.evaluate`); ``sampled`` iterates minibatches sampled with
@@ -80,7 +89,7 @@ def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes
     )
 
     s, m, tr = cfg.sampler, cfg.model, cfg.training
-    in_dim = int(part.x.shape[1])
+    in_dim = int(part.x.shape[1]) if emb is None else emb.dim
     if tr.eval_mode == "layerwise":
         dims = [in_dim] + [m.hidden] * (m.layers - 1) + [num_classes]
         est = estimate_layerwise_bytes(part.num_local_nodes, part.num_local_edges, dims,
@@ -92,7 +101,7 @@ def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes
         def run_layerwise(model, names):
             net = model.module if hasattr(model, "module") else model
             return evaluate_layerwise(net, part, {k: ids[k] for k in names}, device,
-                                      s.eval_batch_size)
+                                      s.eval_batch_size, x=None if emb is None else emb.weight)
 
         return run_layerwise
     deg = np.diff(np.asarray(part.indptr))
@@ -107,7 +116,7 @@ def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes
     loaders = {k: DistNeighborLoader(service, ids[k], s.eval_fanouts, s.eval_batch_size,
                                      seed=s.seed + 1, prefetch=s.prefetch)
                for k in ("val", "test")}
-    return lambda model, names: {k: evaluate(model, loaders[k], device) for k in names}
+    return lambda model, names: {k: evaluate(model, loaders[k], device, emb) for k in names}
 
 
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
@@ -140,13 +149,20 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
     pdir = ensure_partitions(cfg, rank, world)
     part = agree(lambda: load_partition(pdir, rank, world, verify=cfg.partition.verify))
     mode = cfg.training.mode
-    if mode == "train" and (part.x is None or part.y is None):
+    if mode == "train" and (part.y is None or (part.x is None
+                                                and cfg.model.embeddings == "none")):
         spec = parse_dataset_name(cfg.dataset.name)
-        raise ConfigError("training.mode: train needs node features and labels, but "
-                          f"dataset {spec.name!r} has " + ("no labels" if part.x is not None
-                                                           else "no features"),
+        raise ConfigError("training.mode: train needs labels, and features or learned rows, "
+                          f"but dataset {spec.name!r} has " + (
+                              "no labels" if part.y is None else
+                              "no features and model.embeddings is none"),
                           "GraphSAGE cannot be trained on it",
-                          "use training.mode=sample for a sampling run, or a labelled dataset")
+                          "use training.mode=sample for a sampling run, a labelled dataset, "
+                          "or model.embeddings: featureless (a learned row per node)")
+    if mode == "train" and cfg.model.embeddings == "all" and part.x is not None:
+        raise ConfigError("model.embeddings: all on the node job of a homogeneous graph",
+                          "it would be ignored: the homogeneous node job reads features only",
+                          "use model.embeddings: featureless, task: link, or a typed graph")
     placement = feature_placement(cfg, device)
     s = cfg.sampler
     service = SamplingService(part, seed=s.seed, placement=placement, device=device,
@@ -194,14 +210,16 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
     s, m, o = cfg.sampler, cfg.model, cfg.optimizer
     ymax = torch.tensor([int(np.max(part.y)) if len(part.y) else 0])
     dist.all_reduce(ymax, op=dist.ReduceOp.MAX)
-    evaluate_splits = make_evaluator(cfg, service, ids, part, device, int(ymax) + 1)
+    emb = job_embedding(cfg, part, None, service) if part.x is None else None  # row per node
+    evaluate_splits = make_evaluator(cfg, service, ids, part, device, int(ymax) + 1, emb)
     torch.manual_seed(s.seed)
-    model = GraphSAGE(int(part.x.shape[1]), m.hidden, int(ymax) + 1, m.layers,
-                      dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg).to(device)
+    model = GraphSAGE(int(part.x.shape[1]) if emb is None else emb.dim, m.hidden,
+                      int(ymax) + 1, m.layers, dropout=m.dropout, aggr=m.aggr,
+                      use_pyg=m.use_pyg).to(device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = make_optimizer(model.parameters(), o)
     first_epoch = resume_point(cfg, resume, rank, world, device, model.module, opt,
-                               train_loader, report)
+                               train_loader, report, emb)
     report.start(mode="train", world_size=world, first_epoch=first_epoch,
                  config=config_to_dict(cfg))
     report.print(f"training on {world} rank(s): {report.steps} batches per epoch and rank; "
@@ -209,7 +227,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
     report.open_bar(first_epoch)
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
-        out = model(b.x.to(device), b.edge_index.to(device))[: b.batch_size]
+        out = model(_inputs(b, device, emb), b.edge_index.to(device))[: b.batch_size]
         y = b.y[: b.batch_size].to(device)
         correct = float((out.argmax(-1) == y).sum())
         return torch.nn.functional.cross_entropy(out, y), correct, b.batch_size
@@ -219,7 +237,7 @@ def _train(cfg, service, train_loader, ids, part, device, rank, world, resume,
         rec.update(val_acc=val_acc, val_loss=val_loss)
 
     run_epochs(cfg, model, opt, train_loader, rank, world, report, first_epoch, forward,
-               validate, metrics=("val_acc", "val_loss"))
+               validate, metrics=("val_acc", "val_loss"), embedding=emb)
     report.close()
     res = evaluate_splits(model, ["test", "val"])
     (test_acc, test_loss), (val_acc, _) = res["test"], res["val"]

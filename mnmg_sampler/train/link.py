@@ -8,6 +8,11 @@ triplet negatives; evaluation ranks each held-out edge among ``link.eval_negativ
 destinations (negatives that are edges of the training graph are redrawn) and reports AUC over
 all pairs, MRR and Hits@K.
 
+A graph without node features (an edge list) trains on learned embedding rows
+(``model.embeddings``, :mod:`mnmg_sampler.distributed.embeddings`): each node's row lives with
+its owner, is fetched per batch and updated sparsely; with ``all`` a featured graph's input is
+``lin(x) + emb(n_id)``.
+
 Reproducibility is the node job's: model init, dropout and sampling are seeded per
 (seed, epoch, rank) and checkpoints are taken at epoch ends, so ``--resume`` after a kill
 continues to the same metrics as an uninterrupted run.
@@ -35,6 +40,7 @@ from .report import RunReport
 from .setup import (
     host_memory_bytes,
     job_edge_weights,
+    job_embedding,
     load_dataset,
     make_optimizer,
     resume_point,
@@ -83,15 +89,18 @@ def training_graph(full: CSRGraph, split: dict, undirected: bool) -> CSRGraph:
 
 class LinkModel(nn.Module):
     """GraphSAGE encoder and an edge decoder: ``dot`` (``<h_s, h_d> / sqrt(d)``) or ``mlp`` of
-    ``h_s * h_d``; :meth:`score` returns logits."""
+    ``h_s * h_d``; :meth:`score` returns logits. With ``embedding_dim``, the encoder reads the
+    batch's embedding rows (``emb``): alone when ``in_dim`` is 0 (no features), else
+    ``lin(x) + emb``."""
 
     def __init__(self, in_dim: int, hidden: int, layers: int, dropout: float, aggr: str,
-                 use_pyg: bool | None, decoder: str = "dot") -> None:
+                 use_pyg: bool | None, decoder: str = "dot", embedding_dim: int = 0) -> None:
         from .model import GraphSAGE
 
         super().__init__()
-        self.encoder = GraphSAGE(in_dim, hidden, hidden, layers, dropout=dropout, aggr=aggr,
-                                 use_pyg=use_pyg)
+        self.id_lin = nn.Linear(in_dim, embedding_dim) if in_dim and embedding_dim else None
+        self.encoder = GraphSAGE(embedding_dim or in_dim, hidden, hidden, layers,
+                                 dropout=dropout, aggr=aggr, use_pyg=use_pyg)
         if decoder not in ("dot", "mlp"):
             raise ConfigError(f"link.decoder is {decoder!r}", "edges cannot be scored",
                               "use dot or mlp")
@@ -99,7 +108,11 @@ class LinkModel(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) \
             if decoder == "mlp" else None
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None, edge_index: torch.Tensor,
+                emb: torch.Tensor | None = None) -> torch.Tensor:
+        if emb is not None:
+            emb = emb.to(edge_index.device)
+            x = emb if self.id_lin is None else self.id_lin(x) + emb
         return self.encoder(x, edge_index)
 
     def score(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -167,11 +180,19 @@ def batch_loss(h, b, score, device, triplet: bool) -> tuple[torch.Tensor, float,
     return F.binary_cross_entropy_with_logits(logits, target), correct, logits.numel()
 
 
-def evaluate(model, loader, device, hits_k: int) -> dict:
-    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``."""
+def evaluate(model, loader, device, hits_k: int, emb=None) -> dict:
+    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
+    (``emb``: the job's embedding rows, or ``None``)."""
     sc = model.module.score if hasattr(model, "module") else model.score
     return evaluate_scores(model, loader, device, hits_k,
-                           lambda b: model(b.x.to(device), b.edge_index.to(device)), sc)
+                           lambda b: _encode(model, b, device, emb, False), sc)
+
+
+def _encode(model, b, device, emb, train: bool = True) -> torch.Tensor:
+    """The encoder's outputs of a batch: features, embedding rows (collective), or both."""
+    x = b.x.to(device) if b.x is not None else None
+    rows = emb.fetch(b.n_id.numpy(), train=train) if emb is not None else None
+    return model(x, b.edge_index.to(device), rows)
 
 
 class ScoreTotals:
@@ -278,10 +299,11 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
     rank, world = env.rank, env.world_size
     t_start = time.perf_counter()
     full = agree(lambda: load_dataset(cfg))
-    if full.x is None:
-        raise ConfigError(f"task link needs node features, but dataset {cfg.dataset.name!r} "
-                          "has none", "the encoder has no input",
-                          "set dataset.feature_dim > 0 for random features")
+    if full.x is None and cfg.model.embeddings == "none":
+        raise ConfigError(f"model.embeddings: none, but dataset {cfg.dataset.name!r} has no "
+                          "node features", "the encoder has no input",
+                          "set model.embeddings: featureless (a learned row per node), or "
+                          "dataset.feature_dim > 0 for random features")
     undirected = _is_undirected(full)
     lk = cfg.link
     split = split_edges(full, lk.split, lk.split_seed, undirected)
@@ -345,13 +367,16 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     s, m, o, lk = cfg.sampler, cfg.model, cfg.optimizer, cfg.link
+    in_dim = int(part.x.shape[1]) if part.x is not None else 0
+    rows = in_dim == 0 or m.embeddings == "all"
     torch.manual_seed(s.seed)
-    net = LinkModel(int(part.x.shape[1]), m.hidden, m.layers, m.dropout, m.aggr, m.use_pyg,
-                    lk.decoder).to(device)
+    net = LinkModel(in_dim, m.hidden, m.layers, m.dropout, m.aggr, m.use_pyg, lk.decoder,
+                    int(m.embedding_dim or m.hidden) if rows else 0).to(device)
     model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
     opt = make_optimizer(model.parameters(), o)
+    emb = job_embedding(cfg, part, None, train_loader.service) if rows else None
     first_epoch = resume_point(cfg, resume, rank, world, device, net, opt, train_loader,
-                               report)
+                               report, emb)
     report.start(mode="train", task="link", world_size=world, first_epoch=first_epoch,
                  config=config_to_dict(cfg))
     report.print(f"link prediction on {world} rank(s): {report.steps} batches per epoch and "
@@ -360,11 +385,10 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
     triplet = lk.neg_sampling == "triplet"
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
-        return batch_loss(model(b.x.to(device), b.edge_index.to(device)), b, net.score, device,
-                          triplet)
+        return batch_loss(_encode(model, b, device, emb), b, net.score, device, triplet)
 
     def validate(rec: dict) -> str | None:
-        v = evaluate(model, eval_loaders["val"], device, lk.hits_k)
+        v = evaluate(model, eval_loaders["val"], device, lk.hits_k, emb)
         rec.update({f"val_{k}": x for k, x in v.items()})
         if "val_auc" not in rec:
             return None
@@ -372,10 +396,10 @@ def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
                 f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
 
     run_epochs(cfg, model, opt, train_loader, rank, world, report, first_epoch, forward,
-               validate, metrics=("val_acc", "val_loss", "val_auc", "val_mrr"))
+               validate, metrics=("val_acc", "val_loss", "val_auc", "val_mrr"), embedding=emb)
     report.close()
-    test = evaluate(model, eval_loaders["test"], device, lk.hits_k)
-    val = evaluate(model, eval_loaders["val"], device, lk.hits_k)
+    test = evaluate(model, eval_loaders["test"], device, lk.hits_k, emb)
+    val = evaluate(model, eval_loaders["val"], device, lk.hits_k, emb)
     wall = time.perf_counter() - t_start
     k = lk.hits_k
     final = {"event": "final", "task": "link", **{f"test_{n}": x for n, x in test.items()},

@@ -17,14 +17,15 @@ import torch.distributed as dist
 from ..config import JobConfig
 from ..distributed.collective import agree
 from ..errors import CheckpointError, PartitionError
-from .checkpoint import agree_on_checkpoint, check_model_state, load_latest
+from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, load_rows
 from .epochs import checkpoint_dir
 from .report import RunReport
 
 log = logging.getLogger(__name__)
 
 __all__ = ["start_rank", "load_dataset", "job_edge_weights", "ensure_partitions",
-           "feature_placement", "host_memory_bytes", "make_optimizer", "resume_point"]
+           "feature_placement", "host_memory_bytes", "job_embedding", "make_optimizer",
+           "resume_point"]
 
 
 def start_rank(cfg: JobConfig):
@@ -93,11 +94,12 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
     rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
     the input and writes its own part) unless the job names separate node-data files or edge
-    weights; otherwise (for ``metis``, and for a ``typed`` graph:
-    :func:`~.typed_setup.load_typed_dataset`, typed parts) rank 0 partitions while the others
-    wait. ``typed_graph`` (a callable, run on rank 0 only when partitioning) replaces the
-    dataset's typed graph, and ``load`` is recorded in the source beside the load options (a
-    link job's training graph and its edge split).
+    weights; so does a ``typed`` graph saved as an OGB hetero directory or a ``.pt`` without
+    time (:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`); otherwise (for
+    ``metis``, and for other ``typed`` graphs: :func:`~.typed_setup.load_typed_dataset`, typed
+    parts) rank 0 partitions while the others wait. ``typed_graph`` (a callable, run on rank 0
+    only when partitioning) replaces the dataset's typed graph, and ``load`` is recorded in the
+    source beside the load options (a link job's training graph and its edge split).
     """
     from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
@@ -134,9 +136,22 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
     if not int(flag.item()):
         return out
-    distributed = (not typed and p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
+    distributed = (p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
                    and all(v is None for v in node_files.values()))
-    if distributed:
+    if distributed and typed:
+        sliced = torch.tensor([int(typed_graph is None and agree(
+            lambda: rank == 0 and _sliceable_untimed(d.name)))], dtype=torch.int64)
+        dist.all_reduce(sliced, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
+        if int(sliced.item()):  # a saved typed graph: every rank reads 1/W, as the CLI does
+            from ..distributed.ingest import partition_typed_distributed
+
+            if rank == 0:
+                log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method,
+                         out)
+            partition_typed_distributed(d.name, out, p.method, p.seed, overwrite=True,
+                                        source=want)
+            return out
+    elif distributed:
         from ..distributed.ingest import partition_distributed
 
         if rank == 0:
@@ -169,6 +184,18 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     return out
 
 
+def _sliceable_untimed(name: str) -> bool:
+    """True for a dataset file the typed every-rank readers take whole: an OGB hetero directory
+    or a saved typed graph with no ``time`` (they read no time; rank 0 keeps it)."""
+    from ..graph.names import parse_dataset_name
+    from ..graph.temporal import saved_time
+    from ..graph.typed_io import sliceable_typed_input
+
+    spec = parse_dataset_name(name)
+    return (spec.kind == "path" and sliceable_typed_input(spec.path)
+            and not saved_time(spec.path))
+
+
 def feature_placement(cfg: JobConfig, device: torch.device) -> str:
     """``features.placement`` with ``auto`` resolved: pinned host memory on CUDA, else host."""
     placement = cfg.features.placement
@@ -191,11 +218,28 @@ def make_optimizer(params, o) -> torch.optim.Optimizer:
     return opt_cls[o.name](params, lr=o.lr, weight_decay=o.weight_decay, **kw)
 
 
+def job_embedding(cfg: JobConfig, part, types: list[str] | None, service):
+    """Collective: the job's learned embedding rows
+    (:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``,
+    or ``model.hidden``; updated at ``optimizer.lr``; translating ids with the ``service``'s
+    id maps) of ``types`` of a typed part, every node of a homogeneous one (``None``); ``None``
+    when no type has rows."""
+    if types is not None and not types:
+        return None
+    from ..distributed.embeddings import DistEmbedding
+
+    m = cfg.model
+    return DistEmbedding(part, types, int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
+                         lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
+                         maps=service.sampler.ids)
+
+
 def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: torch.device,
                  net: torch.nn.Module, opt: torch.optim.Optimizer, loader,
-                 report: RunReport) -> int:
+                 report: RunReport, embedding=None) -> int:
     """Collective: the first epoch to run, after loading the newest checkpoint into ``net``,
-    ``opt`` and ``loader`` on ``--resume`` or a torchrun restart (0 when there is none)."""
+    ``opt``, ``loader`` and ``embedding`` (its rows from every rank's file) on ``--resume`` or
+    a torchrun restart (0 when there is none)."""
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if not (resume or restarted):
         return 0
@@ -216,6 +260,8 @@ def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: to
     net.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     loader.load_state_dict(state["loader"])
+    if embedding is not None:
+        agree(lambda: embedding.load_state_dicts(load_rows(checkpoint_dir(cfg), state["epoch"])))
     first_epoch = int(state["epoch"]) + 1
     report.print(f"resumed from {ckpt} (epoch {first_epoch})")
     return first_epoch

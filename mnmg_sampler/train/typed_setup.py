@@ -4,7 +4,7 @@ A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLAS
 ``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
 ``HeteroData`` (``.pt``), an OGB heterogeneous directory, or a homogeneous file with a time that
 the job samples or splits by (the one-type graph). The config's typed keys
-(``sampler.input_type``, ``link.edge_type``, fanouts per relation, ``model.embedding_dim``) are
+(``sampler.input_type``, ``link.edge_type``, fanouts per relation, ``model.embeddings``) are
 checked against the graph's types and relations
 (:class:`TypedMeta`): by ``validate`` from the dataset, and by every rank at job start from the
 partition manifest, before the sampling service or any loader starts. The homogeneous-only keys
@@ -23,7 +23,7 @@ from ..config import JobConfig, num_hops, parse_dataset_name
 from ..config.parse import _err
 
 __all__ = ["TypedMeta", "check_homogeneous_job", "check_typed_job", "dataset_is_typed",
-           "embedding_rows", "job_time_attr", "link_edge_type", "load_typed_dataset",
+           "embedded", "job_time_attr", "link_edge_type", "load_typed_dataset",
            "meta_of_graph", "meta_of_manifest", "num_neighbors", "typed_meta", "typed_node_split"]
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,6 @@ _HOMOGENEOUS_ONLY = (
     ("dataset.renumber", lambda c: c.dataset.renumber is True),
     ("sampler.weights", lambda c: c.sampler.weights is not None),
     ("sampler.split", lambda c: c.sampler.split != "global"),
-    ("features.host_memory_mb", lambda c: c.features.host_memory_mb is not None),
     ("model.use_pyg", lambda c: c.model.use_pyg),
 )
 
@@ -180,8 +179,7 @@ def _check_fanouts(key: str, fanouts, meta: TypedMeta) -> None:
 
 def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
     """Check the config against a typed graph; returns the input node type. Raises
-    :class:`~mnmg_sampler.errors.ConfigError` naming the key (or
-    :class:`~mnmg_sampler.errors.MemoryBudgetError` for the embedding tables)."""
+    :class:`~mnmg_sampler.errors.ConfigError` naming the key."""
     for key, given in _HOMOGENEOUS_ONLY:
         if given(cfg):
             raise _err(key, f"{cfg.dataset.name} is a typed graph, and {key} applies to "
@@ -229,7 +227,7 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
     _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
     _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
     if need_labels:
-        from .hetero_model import check_embedding_budget, relations_per_layer
+        from .hetero_model import relations_per_layer
 
         layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
         rels = relations_per_layer(meta.edge_types, t, layers)
@@ -237,8 +235,7 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
             raise _err("sampler.input_type", f"no chain of {layers} relations ends at node type "
                        f"{t!r}", "classify a node type relations point to, and give every "
                        "type on the way incoming relations (reverse ones, PyG's rev_ naming)")
-        check_embedding_budget(embedding_rows(meta, rels), embedding_dim(cfg),
-                               cfg.model.embedding_memory_mb)
+        embedded(cfg, meta, rels)
     return t
 
 
@@ -284,7 +281,7 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
                    "are both encoded")
     _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
     _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
-    from .hetero_model import check_embedding_budget, relations_per_layer
+    from .hetero_model import relations_per_layer
 
     layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
     rels = relations_per_layer(meta.edge_types, (et[0], et[2]), layers)
@@ -293,21 +290,18 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
         raise _err("link.edge_type", f"no chain of {layers} relations ends at both node types "
                    f"of [{', '.join(et)}]", "give both endpoint types incoming relations "
                    "(the reverse relation, PyG's rev_ naming)")
-    check_embedding_budget(embedding_rows(meta, rels), embedding_dim(cfg),
-                           cfg.model.embedding_memory_mb)
+    embedded(cfg, meta, rels)
     return et[0]
 
 
-def embedding_rows(meta: TypedMeta, rels: list[list[EdgeType]]) -> dict[str, int]:
-    """Rows of every embedding table the model builds: the featureless types its first layer
-    reads."""
-    first = sorted({x for et in rels[0] for x in (et[0], et[2])})
-    return {t: meta.num_nodes[t] for t in first if t not in meta.x_dims}
+def embedded(cfg: JobConfig, meta: TypedMeta, rels: list[list[EdgeType]]) -> list[str]:
+    """The node types whose rows the model learns (``model.embeddings`` of the types its
+    first layer reads); a :class:`~mnmg_sampler.errors.ConfigError` for featureless types
+    with ``none``. Their rows' memory is checked per rank when the job builds them."""
+    from .hetero_model import embedded_types
 
-
-def embedding_dim(cfg: JobConfig) -> int:
-    """``model.embedding_dim``, or ``model.hidden`` when null."""
-    return int(cfg.model.embedding_dim or cfg.model.hidden)
+    return embedded_types({x for et in rels[0] for x in (et[0], et[2])}, meta.x_dims,
+                          cfg.model.embeddings)
 
 
 def check_homogeneous_job(cfg: JobConfig) -> None:

@@ -263,3 +263,12 @@ def test_bench_dist_emulated_hosts_and_loader_report_cross_host_bytes(tmp_path):
     assert 0 < k["requests_per_round"] <= 1 and k["collectives_per_round"] == 5
     # an exchange is the agreement or an all-to-all each way: at most hops + 2 (here hops + 1)
     assert k["exchanges_per_round"] == 3 <= 2 + 2
+
+
+def test_bench_dist_typed_view_reports_the_same_keys(tmp_path, dist_both):
+    res = bench("dist", tmp_path, "--batch-size", "16", "--batches", "3", "--world-sizes", "2",
+                "--typed", "3")
+    two, homo = res["dist"]["2"], dist_both["dist"]["2"]
+    assert res["typed"] == 3 and res["single"]["edges"] > 0
+    assert set(two) == set(homo) - {"per_round_seed_lookup"}
+    assert two["id_bytes_per_edge_remote"] > 0 and all(e > 0 for e in two["edges_per_rank"])

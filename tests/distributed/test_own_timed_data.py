@@ -111,3 +111,32 @@ def test_saved_timed_data_partitions_with_time_and_samples_over_ranks(tmp_path):
                     later += int((edge_time[name][first][dst == v] > st[s]).sum())
         np.testing.assert_array_equal(seen, np.ones(n, np.int64))  # every seed once
         assert later > 0, name
+
+
+def test_cli_partition_keeps_the_time_of_a_saved_file(tmp_path):
+    """``mnmg-sampler partition FILE.pt`` keeps a ``time`` as ``partition_graph`` does (it once
+    read the HeteroData without it); under torchrun, where the every-rank readers read no time,
+    rank 0 partitions the timed file while the others wait: the same files either way."""
+    from mnmg_sampler.cli import main
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    from .cli_ranks import cli_ranks
+    from .test_ingest import _same_dirs
+
+    r = ratings(users=40, movies=120, n=900, seed=6)
+    for name, data in (("hetero", hetero_data(r)), ("homo", homo_data(r))):
+        f = tmp_path / f"{name}.pt"
+        torch.save(data, f)
+        args = [str(f), "--method", "random", "--seed", "1"]
+        with pytest.raises(SystemExit) as e:
+            main(["partition", *args, "--parts", "2", "--out", str(tmp_path / f"s_{name}")])
+        assert e.value.code == 0
+        for run in cli_ranks(["partition", *args, "--out", str(tmp_path / f"d_{name}")]):
+            assert run.returncode == 0, run.stderr[-3000:]
+        _same_dirs(tmp_path / f"s_{name}", tmp_path / f"d_{name}")
+        want = typed_graph_of(str(f))  # the file read with its time, in one process
+        got = [load_partition(tmp_path / f"s_{name}", k, 2) for k in range(2)]
+        assert all(p.typed.edge_time is not None for p in got), name
+        assert sum(p.typed.edge_time.size for p in got) == want.edge_time.size
+        # the parts hold the user's own times: every edge's time is one of the file's
+        assert np.isin(np.concatenate([p.typed.edge_time for p in got]), want.edge_time).all()

@@ -16,7 +16,9 @@ from mnmg_sampler.train.checkpoint import (
     list_checkpoints,
     load_checkpoint,
     load_latest,
+    load_rows,
     save_checkpoint,
+    save_rows,
 )
 from mnmg_sampler.train.model import GraphSAGE
 
@@ -131,3 +133,24 @@ def test_pruning_deletes_only_its_own_names(tmp_path):
     assert [e for e, _ in list_checkpoints(tmp_path)] == [2, 3]
     save_checkpoint(tmp_path, state, 100000, keep=1)  # six digits still sort by number
     assert [e for e, _ in list_checkpoints(tmp_path)] == [100000]
+
+
+def test_rows_of_every_rank_load_and_are_pruned_with_their_checkpoint(tmp_path):
+    """Each rank's embedding rows beside the checkpoint: read back in rank order, refused when
+    a rank's file is missing or foreign, deleted with the checkpoint they belong to."""
+    for epoch in (0, 1):
+        for r in range(3):
+            save_rows(tmp_path, epoch, r, 3, {"dim": 2, "ids.": torch.tensor([r, r + 3])})
+        save_checkpoint(tmp_path, _state(epoch=epoch)[0], epoch, keep=1)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["checkpoint-epoch00001.pt"] + [
+        f"checkpoint-epoch00001.rows-{r}-of-3.pt" for r in range(3)]
+    got = list(load_rows(tmp_path, 1))
+    assert [s["ids."].tolist() for s in got] == [[0, 3], [1, 4], [2, 5]]
+    (tmp_path / "checkpoint-epoch00001.rows-1-of-3.pt").unlink()
+    with pytest.raises(CheckpointError, match="incomplete"):
+        list(load_rows(tmp_path, 1))
+    with open(tmp_path / "checkpoint-epoch00001.rows-1-of-3.pt", "wb") as f:
+        pickle.dump(Payload("x"), f)
+    with pytest.raises(CheckpointError, match="damaged|cannot be read"):
+        list(load_rows(tmp_path, 1))

@@ -12,7 +12,7 @@ import torch
 
 from mnmg_sampler import cli
 from mnmg_sampler.config import load_config, parse_dataset_name
-from mnmg_sampler.errors import ConfigError, MemoryBudgetError
+from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.train.typed_setup import (
     check_homogeneous_job,
     check_typed_job,
@@ -95,12 +95,10 @@ def test_list_fanouts_cannot_take_one_relation():
                     ["sampler.fanouts.author__writes__paper=1,1"])
 
 
-def test_embedding_table_above_the_budget_is_refused():
-    with pytest.raises(MemoryBudgetError) as e:
-        _check("model.embedding_memory_mb=0.1")
-    assert "model.embedding_memory_mb = 0.1" in e.value.what
-    assert "author: 1,000 rows" in e.value.what and "field: 16 rows" in e.value.what
-    assert _check("model.embedding_memory_mb=1") == "paper"  # 1016 x 32 x 16 bytes fit
+def test_featureless_types_without_embeddings_are_refused():
+    with pytest.raises(ConfigError, match="model.embeddings: none, but node types author, field"):
+        _check("model.embeddings=none")
+    assert _check("model.embeddings=all") == "paper"
 
 
 def test_typed_keys_on_a_homogeneous_graph():

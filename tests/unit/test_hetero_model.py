@@ -1,6 +1,7 @@
-"""The built-in heterogeneous GraphSAGE on real typed minibatches: shapes, the embedding path of
-featureless types, a gradient for every relation, the layers it builds, the embedding budget;
-and the generated typed graph it is trained on."""
+"""The built-in heterogeneous GraphSAGE on real typed minibatches: shapes, the embedding rows of
+featureless types (given with the batch, never model parameters), ``model.embeddings: all``
+(``lin(x) + emb``) and ``none``, a gradient for every relation, the layers it builds; and the
+generated typed graph it is trained on."""
 
 from __future__ import annotations
 
@@ -8,14 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from mnmg_sampler.errors import ConfigError, MemoryBudgetError
+from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.typed_generate import PLANTED, typed_sbm_graph, typed_sbm_metadata
 from mnmg_sampler.hetero_sampler import sample_hetero
-from mnmg_sampler.train.hetero_model import (
-    HeteroGraphSAGE,
-    check_embedding_budget,
-    relations_per_layer,
-)
+from mnmg_sampler.train.hetero_model import HeteroGraphSAGE, relations_per_layer
 
 WRITES, REV_WRITES = ("author", "writes", "paper"), ("paper", "rev_writes", "author")
 TOPIC, REV_TOPIC = ("paper", "has_topic", "field"), ("field", "rev_has_topic", "paper")
@@ -36,56 +33,80 @@ def _model(graph, **kw):
     torch.manual_seed(0)
     args = dict(hidden=8, out_dim=3, layers=2, target="paper", embedding_dim=6, dropout=0.0)
     args.update(kw)
-    return HeteroGraphSAGE(graph.edge_types, graph.num_nodes_dict(), {"paper": 16}, **args)
+    return HeteroGraphSAGE(graph.edge_types, {"paper": 16}, **args)
 
 
-def test_logits_one_row_per_target_node(graph, batch):
+def _rows(graph, batch, types, grad=False):
+    """Stand-in for DistEmbedding.fetch: rows of a fixed table per type, one leaf per row."""
+    g = torch.Generator().manual_seed(3)
+    out = {}
+    for t in types:
+        table = torch.randn(graph.num_nodes_of(t), 6, generator=g)
+        out[t] = table[batch.n_id[t]].requires_grad_(grad)
+    return out
+
+
+def test_logits_one_row_per_target_node_and_no_table_in_the_model(graph, batch):
     model = _model(graph)
-    out = model(batch.x, batch.edge_index, batch.n_id)
+    assert model.embedded == ["author", "field"]  # the featureless types
+    out = model(batch.x, batch.edge_index, _rows(graph, batch, model.embedded))
     assert out.shape == (batch.n_id["paper"].numel(), 3)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
-    assert set(model.embeddings) == {"author", "field"}  # the featureless types
-    assert model.embeddings["author"].weight.shape == (graph.num_nodes_of("author"), 6)
+    biggest = max(p.shape[0] for p in model.parameters())
+    assert biggest < graph.num_nodes_of("author")  # DDP never sees a table
+    with pytest.raises(Exception, match="no embedding rows of node type"):
+        model(batch.x, batch.edge_index, None)
 
 
-def test_every_parameter_gets_a_gradient(graph, batch):
-    # every relation's layer and both embedding tables take part in the seeds' logits
+def test_every_parameter_and_row_gets_a_gradient(graph, batch):
+    # every relation's layer and both types' rows take part in the seeds' logits
     model = _model(graph)
-    out = model(batch.x, batch.edge_index, batch.n_id)[: batch.batch_size]
+    rows = _rows(graph, batch, model.embedded, grad=True)
+    out = model(batch.x, batch.edge_index, rows)[: batch.batch_size]
     torch.nn.functional.cross_entropy(out, batch.y["paper"][: batch.batch_size]).backward()
     assert all(batch.edge_index[et].shape[1] > 0 for et in graph.edge_types)
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+    for t, r in rows.items():
+        assert r.grad is not None and r.grad.abs().sum() > 0, t
     rels = {k for layer in model.convs for k in layer}
     assert rels == {"__".join(et) for et in graph.edge_types}
 
 
-def test_embeddings_are_rows_of_the_batch_ids(graph, batch):
-    # moving one author's embedding changes the logits only through that author
+def test_rows_are_the_inputs_of_featureless_types(graph, batch):
     model = _model(graph).eval()
-    before = model(batch.x, batch.edge_index, batch.n_id)
-    authors = batch.n_id["author"]
-    outside = sorted(set(range(graph.num_nodes_of("author"))) - set(authors.tolist()))
-    with torch.no_grad():
-        model.embeddings["author"].weight[outside[0]] += 10.0
-    assert torch.equal(model(batch.x, batch.edge_index, batch.n_id), before)
-    with torch.no_grad():
-        model.embeddings["author"].weight[int(authors[0])] += 10.0
-    assert not torch.equal(model(batch.x, batch.edge_index, batch.n_id), before)
-    h = model.inputs(batch.x, batch.n_id)
-    assert torch.equal(h["author"], model.embeddings["author"].weight[authors])
+    rows = _rows(graph, batch, model.embedded)
+    before = model(batch.x, batch.edge_index, rows)
+    moved = {**rows, "author": rows["author"].clone()}
+    moved["author"][0] += 10.0
+    assert not torch.equal(model(batch.x, batch.edge_index, moved), before)
+    h = model.inputs(batch.x, rows)
+    assert torch.equal(h["author"], rows["author"])
     assert torch.equal(h["paper"], batch.x["paper"].float())
+
+
+def test_all_adds_rows_to_features_and_none_refuses_featureless_types(graph, batch):
+    model = _model(graph, embeddings="all").eval()
+    assert model.embedded == ["author", "field", "paper"]
+    rows = _rows(graph, batch, model.embedded)
+    h = model.inputs(batch.x, rows)
+    want = model.id_lin["paper"](batch.x["paper"].float()) + rows["paper"]
+    torch.testing.assert_close(h["paper"], want)
+    assert model(batch.x, batch.edge_index, rows).shape == (batch.n_id["paper"].numel(), 3)
+    with pytest.raises(ConfigError, match="model.embeddings: none"):
+        _model(graph, embeddings="none")
 
 
 def test_sum_over_relations_per_destination(graph, batch):
     # one layer: the paper logits are the sum of each relation's SAGE convolution
     model = _model(graph, layers=1).eval()
-    h = model.inputs(batch.x, batch.n_id)
+    rows = _rows(graph, batch, model.embedded)
+    h = model.inputs(batch.x, rows)
     want = sum(model.convs[0]["__".join(et)]((h[et[0]], h["paper"]), batch.edge_index[et])
                for et in (WRITES, REV_TOPIC, CITES))
-    got = model(batch.x, batch.edge_index, batch.n_id)
+    got = model(batch.x, batch.edge_index, rows)
     torch.testing.assert_close(got, want)
-    assert set(model.embeddings) == {"author", "field"}
+    assert model.embedded == ["author", "field"]
     assert set(model.convs[0]) == {"__".join(et) for et in (WRITES, REV_TOPIC, CITES)}
 
 
@@ -99,16 +120,7 @@ def test_layers_keep_only_relations_that_reach_the_target():
     assert per == [[WRITES, CITES], [CITES]]
     assert relations_per_layer([WRITES], "paper", 2) == [[], []]
     with pytest.raises(ConfigError, match="no chain of 2 relations ends at node type 'paper'"):
-        HeteroGraphSAGE([WRITES], {"author": 3, "paper": 4}, {}, 8, 2, 2, "paper", 4)
-
-
-def test_embedding_budget_is_a_typed_error():
-    with pytest.raises(MemoryBudgetError, match="model.embedding_memory_mb = 1") as e:
-        check_embedding_budget({"author": 100_000}, 64, 1.0)
-    assert "author: 100,000 rows" in e.value.what
-    check_embedding_budget({"author": 1000}, 64, 1.0)  # 1 MB holds 1000 x 64 x 16 bytes
-    with pytest.raises(MemoryBudgetError, match="embedding_dim"):
-        check_embedding_budget({"author": 2**40}, 2**20, None)  # beyond the machine
+        HeteroGraphSAGE([WRITES], {}, 8, 2, 2, "paper", 4)
 
 
 def test_generated_graph_is_deterministic_and_planted(graph):

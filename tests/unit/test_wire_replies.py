@@ -30,7 +30,8 @@ def test_bounded_reply_sizes_agree_and_unpack_in_frontier_order(word, bits):
     n = g.num_nodes
     k = 8 // np.dtype(word).itemsize
     w0 = np.empty(0, word)
-    inner = np.array([n // 2], np.int64)  # rank 0 owns [0, n/2), rank 1 the rest
+    inner = np.array([n // 2], np.int64)
+    empty = np.empty(0, np.int64)  # rank 0 owns [0, n/2), rank 1 the rest
     cap = int(np.diff(g.indptr).max())
     orig = (np.arange(n, dtype=np.int64) * 7 + 3) % 1000  # a row's "original id"
     rng = np.random.default_rng(int(bits) + k)
@@ -42,23 +43,26 @@ def test_bounded_reply_sizes_agree_and_unpack_in_frontier_order(word, bits):
     fans = np.array([3, cap + 4, 0], np.int64)
     flags = np.array([0, wire.REPLACE, 0], np.int64) | bits
     nxt = np.array([0, 77], np.int64)  # the bound of rank 0's next block to rank 1
-    buf, send, ocount, where, mine = wire.pack_requests(nodes, sizes, keys, fans, flags, inner,
-                                                        0, w0, k, nxt, True)
+    fan2 = fans[:, None]
+    rel_off = np.array([0, 1], np.int64)
+    buf, send, ocount, where, mine = wire.pack_requests(nodes, sizes, keys, fan2, flags, inner,
+                                                        0, w0, k, nxt, True, empty)
     # rank 1 (owner, no frontier of its own) serves rank 0's block
-    empty = np.empty(0, np.int64)
     lo1 = n // 2
     # received into a buffer of a bound larger than the block: the block says its own size
     recv = np.zeros(buf.size + 5, buf.dtype)
     recv[:buf.size] = buf
-    rows, kk, ff, rr, src_nodes, src_flags, src_next = wire.gather_work(
-        empty, empty, empty, empty, empty, empty, recv, np.array([recv.size, 0]), lo1, k)
+    rows, kk, ff, rr, req, _, _, node_bound, _, src_nodes, src_flags, src_next = \
+        wire.gather_work(empty, empty, empty, np.empty((0, 1), np.int64), empty, empty, recv,
+                         np.array([recv.size, 0]), lo1, k, empty, cap, rel_off)
     assert src_next.tolist() == [77, 0] and src_nodes[0] == ocount[1]
     edge = bool(bits & wire.EDGE_IDS)
     c, nb, e = run_cpu_kernel(g.indptr, g.indices, g.edge_ids, rows + lo1, rows + lo1, kk, SEED,
                               HOP, ff, rr, True)
-    out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig[lo1:], ff, rr, 0, src_nodes,
-                                         src_flags, cap, True, w0, k)
-    bound = wire.reply_bounds(sizes, fans, flags, where, ocount, 0, cap, k)
+    out, rsz, rbound = wire.pack_replies(c, nb, e, rows, orig[lo1:], req, node_bound, 0,
+                                         src_nodes, src_flags, True, w0, k)
+    bound = wire.reply_bounds(sizes, wire.request_bounds(fan2, flags, cap, rel_off), flags,
+                              where, ocount, 0, k)
     assert rbound.tolist() == bound[::-1].tolist()  # rank 1's bound to 0 == what 0 expects of 1
     assert out.size == rsz.sum() <= rbound.sum()  # the block itself is not padded
     back = np.zeros(int(bound.sum()), out.dtype)  # what rank 0 receives: a buffer of the bound

@@ -66,13 +66,14 @@ def _wire_once(ex, me: int, world: int, dtype, name: str) -> str | None:
     nodes, sizes, keys, fanouts, flags = _requests(me, world)
     inner = np.arange(1, world, dtype=np.int64) * PER_RANK
     k = 8 // np.dtype(dtype).itemsize
-    buf, send, _, _, mine = wire.pack_requests(nodes, sizes, keys, fanouts, flags, inner, me,
-                                               np.empty(0, dtype), k,
-                                               np.zeros(world, np.int64), False)
+    none = np.empty(0, np.int64)
+    buf, send, _, _, mine = wire.pack_requests(nodes, sizes, keys, fanouts[:, None], flags,
+                                               inner, me, np.empty(0, dtype), k,
+                                               np.zeros(world, np.int64), False, none)
     recv, rsizes = ex.exchange(torch.from_numpy(buf), torch.from_numpy(send), "selfcheck")
-    rows, kk, ff, rr, src_nodes, _, _ = wire.gather_work(
-        nodes, sizes, keys, fanouts, flags, mine, recv.numpy(), rsizes.numpy(),
-        me * PER_RANK, k)
+    rows, kk, ff, rr, _, _, _, _, _, src_nodes, _, _ = wire.gather_work(
+        nodes, sizes, keys, fanouts[:, None], flags, mine, recv.numpy(), rsizes.numpy(),
+        me * PER_RANK, k, none, 0, np.array([0, 1], np.int64))
     want = _expected(me, world)
     return compare(want, (inject(name, rows, me), kk, ff, rr, src_nodes),
                    ("rows", "keys", "fanouts", "replace", "nodes per source"))
