@@ -57,7 +57,7 @@ class HopSegments:
 
     def per_node(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(keys, fanouts, replace)`` repeated for every node, as the kernels take them."""
-        return (np.repeat(self.keys, self.sizes), np.repeat(self.fanouts, self.sizes),
+        return (np.repeat(self.keys, self.sizes), np.repeat(self.fanouts, self.sizes, axis=0),
                 np.repeat(self.replace, self.sizes))
 
 

@@ -315,11 +315,12 @@ class DistSampler:
         if W == 1 or h.hop in self._local_hops:  # all local (agreed): no exchange at all
             if self._bounded and W > 1:  # requests that end here still add to the lookup
                 self._next_bounds(h.hop, self._last_hop)
-            keys_n, fan_n, rep_n = h.per_node()
-            if self._typed:
+            if self._typed:  # the kernel takes per-request fanouts and each node's request
                 req = np.repeat(np.arange(h.sizes.size, dtype=np.int64), h.sizes)
-                return self._typed_kernel(nodes - self.lo, keys_n, req, h.fanouts, h.replace,
-                                          h.hop, h.bounds, h.last, h.edge_ids)
+                return self._typed_kernel(nodes - self.lo, np.repeat(h.keys, h.sizes), req,
+                                          h.fanouts, h.replace, h.hop, h.bounds, h.last,
+                                          h.edge_ids)
+            keys_n, fan_n, rep_n = h.per_node()
             # with a range partitioning a node's id is its original id: no orig_ids gather
             return self._kernel(nodes - self.lo, keys_n, h.hop, fan_n, rep_n, h.edge_ids,
                                 nodes if self.identity_ids else None)

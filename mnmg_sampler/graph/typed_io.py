@@ -329,7 +329,7 @@ def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -
 
 def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) -> HeteroShare:
     """Rank ``rank``'s share of a ``.pt`` typed graph (as :func:`read_typed_torch` reads it),
-    memory-mapped (``torch.load(mmap=True)``): only the rank's slices are read. Node data and
+    memory-mapped (``load_torch_object(mmap=True)``): only the rank's slices are read. Node data and
     split masks are checked as :func:`~.typed.typed_graph` checks them (a split given as ids
     becomes a mask of the type's nodes on every rank)."""
     from .torch_files import load_torch_object
