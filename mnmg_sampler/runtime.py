@@ -431,9 +431,14 @@ def free_port() -> int:
 
 
 def set_threads(threads: int | None) -> None:
-    """Set torch and numba thread counts (``None`` or 0: cores / local ranks, at least 1)."""
+    """Set torch and numba thread counts (``None`` or 0: cores / local ranks, at least 1).
+
+    Cores are those this process may run on (a node pinned to one core by ``taskset`` has
+    one): with the machine's count, torch's and numba's threads outnumbered a pinned node's
+    cores and took turns on them."""
     if not threads:
-        n = os.cpu_count() or 1
+        n = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count()) or 1
         threads = max(1, n // max(1, DistEnv.from_env().local_world_size))
     torch.set_num_threads(threads)
     import numba

@@ -297,7 +297,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
                 "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
                 "agreements", "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows",
                 "rows_fetched", "cache_hits", "duplicate_rows_fetched", "cross_ids",
-                "cross_feat", "fetch_cpu_s", "fetch_exchange_cpu_s")
+                "cross_feat", "fetch_cpu_s", "fetch_exchange_cpu_s", "waits", "t_wait",
+                "t_wait_rows")
         res: dict = {"rank": rank, "world": world, "batches": len(loader),
                      **{k: [] for k in keys},
                      "owned_seeds": 0, "wire_bytes": int(getattr(ds, "wire", None).itemsize
@@ -316,7 +317,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
             for slot in svc._slots:
                 for k, v in _counters(slot.sampler, slot.features).items():
                     out[k] = out.get(k, 0) + v
-            return {**out, "rounds": svc._stats["rounds"],
+            return {**out, **{k: svc._stats[k] for k in ("waits", "t_wait", "t_wait_rows")},
+                    "rounds": svc._stats["rounds"],
                     "exchange_calls": svc._stats["round_calls"],
                     "agreements": svc._stats["round_agreements"]}
 
@@ -595,6 +597,11 @@ def summarize(ranks: list[dict]) -> dict:
         # of the distinct rows a round needs from parts not read in place, the cached ones
         "row_cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
         if tot("distinct_remote_rows") else 0.0,
+        # --loader: seconds a batch's consumer waited for it, and for its rows (the part of
+        # the wait while the serving round fetched them), per batch, mean of ranks
+        **{name: sum(sum(r.get(k, [0])) / max(sum(r.get("waits", [0])), 1) for r in ranks)
+           / world for name, k in (("step_wait_s", "t_wait"),
+                                   ("step_wait_for_rows_s", "t_wait_rows"))},
         # what each host holds of the other hosts (distributed/fit.py), as rank 0 reports it
         "placement": ranks[0].get("placement"),
     }
@@ -861,7 +868,10 @@ def print_table(res: dict) -> None:
               f"exchanges) and "
               f"{s['bytes_per_round'] / 1024:.1f} KiB to others per round (per rank); crossing "
               f"hosts per sampled edge: {s['cross_host_id_bytes_per_edge']:.2f} id B, "
-              f"{s['cross_host_feature_bytes_per_edge']:.2f} feature B")
+              f"{s['cross_host_feature_bytes_per_edge']:.2f} feature B"
+              + (f"; a batch waited {s['step_wait_s'] * 1e3:.1f} ms, "
+                 f"{s['step_wait_for_rows_s'] * 1e3:.1f} ms of it for rows"
+                 if s["step_wait_s"] else ""))
     if any(s["oversubscribed"] for s in res["dist"].values()):
         print("* more rank threads than cores: ranks share cores, so per-rank edges/s drops; "
               "CPU s per edge stays comparable")

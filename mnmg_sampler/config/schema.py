@@ -334,7 +334,8 @@ class RuntimeConfig:
     device: Literal["auto", "cpu", "cuda"] = _opt(
         "auto", "Device of the model and minibatches; auto = cuda:LOCAL_RANK when available.")
     threads_per_rank: int | None = _opt(
-        None, "CPU threads of each rank (torch, numba); null = cores / local ranks. At most "
+        None, "CPU threads of each rank (torch, numba); null = the cores the rank may run on "
+        "(its CPU affinity, e.g. taskset) / local ranks. At most "
         f"{MAX_THREADS} (a hard cap, whatever the machine; numba uses at most its "
         "NUMBA_NUM_THREADS).", (_POS_INT, _at_most(MAX_THREADS, str(MAX_THREADS))))
     collective_timeout_s: float = _opt(

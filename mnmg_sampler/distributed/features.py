@@ -125,6 +125,7 @@ class DistFeatureStore:
         self.num_features = F
         self.placement = placement
         self.row_bytes = C * 4
+        self.fetch_span: tuple[float, float] | None = None  # the last fetch's wall clock
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "mapped_rows": 0,
                       "distinct_remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
                       "duplicate_rows_fetched": 0, "fetches": 0, "fetch_cpu_s": 0.0,
@@ -304,12 +305,13 @@ class DistFeatureStore:
         return self._fetch(n_ids)
 
     def _fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
-        c0, x0 = time.thread_time(), self.ex.cpu_exchange
+        c0, x0, t0 = time.thread_time(), self.ex.cpu_exchange, time.perf_counter()
         try:
             return self._fetch_rows(n_ids)
         finally:  # this thread's CPU in fetches, and the part of it inside collectives
             self.stats["fetch_cpu_s"] += time.thread_time() - c0
             self.stats["fetch_exchange_cpu_s"] += self.ex.cpu_exchange - x0
+            self.fetch_span = (t0, time.perf_counter())  # a step's wait for rows (service)
 
     def _fetch_rows(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
         if self.shared is not None:

@@ -194,7 +194,8 @@ class SamplingService:
         # round_agreements: the agreements among them
         self._stats = {"rounds": 0, "idle_rounds": 0, "round_calls": 0, "round_agreements": 0,
                        "requests": 0, "hops": 0,
-                       "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0}
+                       "t_kernel": 0.0, "t_round": 0.0, "t_wait": 0.0, "t_wait_rows": 0.0,
+                       "waits": 0}
         self._fork_held: list = []  # round locks a fork holds
         _LIVE.add(self)
         self._stats_lock = threading.Lock()  # rounds in flight update the statistics
@@ -303,7 +304,13 @@ class SamplingService:
                 else:
                     watch.check("waiting for a minibatch")
         finally:
-            self._stats["t_wait"] += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            rows = getattr(fut, "rows_span", None)  # the serving round's feature fetch
+            with self._stats_lock:
+                self._stats["waits"] += 1
+                self._stats["t_wait"] += t1 - t0
+                if rows is not None:  # the part of the wait while its rows were fetched
+                    self._stats["t_wait_rows"] += max(0.0, min(t1, rows[1]) - max(t0, rows[0]))
 
     # -- rounds ----------------------------------------------------------------------------------
     def run_round(self, slot: _Slot | None = None) -> bool:
@@ -354,6 +361,8 @@ class SamplingService:
                 slot.step = f"sampling round {n} (up to {total} requests per rank)"
                 t0 = time.perf_counter()
                 k0 = sampler.kernel_calls
+                if slot.features is not None:
+                    slot.features.fetch_span = None
                 try:
                     batches = sampler.sample([r for r, _ in pending], slot.features,
                                              agreed=agreed)
@@ -373,7 +382,9 @@ class SamplingService:
                     st["requests"] += len(pending)
                     st["hops"] += sampler.kernel_calls - k0
                     st["t_round"] += time.perf_counter() - t0
+                rows = getattr(slot.features, "fetch_span", None)
                 for (_, f), b in zip(pending, batches, strict=True):
+                    f.rows_span = rows
                     _settle(f, result=b)
                 return True
             except BaseException as e:  # a broken round: its callers must not wait forever

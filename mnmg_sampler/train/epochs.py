@@ -65,10 +65,10 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
         model.train()
         torch.manual_seed(s.seed * 1_000_003 + epoch * 1009 + rank)  # dropout, per epoch/rank
         loader.set_epoch(epoch)
-        tot = torch.zeros(5, dtype=torch.float64)  # loss*n, n, correct, batches, edges
+        tot = torch.zeros(6, dtype=torch.float64)  # loss*n, n, correct, batches, edges, CPU s
         report.epoch_start()
         sent0 = embedding.traffic()["embedding_bytes_sent"] if embedding is not None else 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for step, b in enumerate(loader):
             if tr.max_steps_per_epoch and step >= tr.max_steps_per_epoch:
                 break
@@ -79,12 +79,13 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
             if embedding is not None:
                 embedding.step(1.0 / world)
             batch_loss = loss.item()
-            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(batch_edges(b))],
+            tot += torch.tensor([batch_loss * n, n, correct, 1.0, float(batch_edges(b)), 0.0],
                                 dtype=torch.float64)
             report.step(epoch, step + 1, batch_loss, correct, n)
+        tot[5] = time.process_time() - c0  # this process's CPU (trainer and service threads)
         dist.all_reduce(tot)
         rec = epoch_record(epoch, time.perf_counter() - t0, float(tot[3]), float(tot[4]),
-                           train_loss=float(tot[0] / max(tot[1], 1)),
+                           cpu_s=float(tot[5]), train_loss=float(tot[0] / max(tot[1], 1)),
                            train_acc=float(tot[2] / max(tot[1], 1)))
         if embedding is not None:
             rec.update(embedding_record(embedding, sent0, float(tot[3]) / world))

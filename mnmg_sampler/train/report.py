@@ -67,7 +67,7 @@ def service_line(stats: dict) -> str:
         parts.append(f"exchange {g('t_exchange'):.2f}s "
                      f"({g('bytes_exchanged', 0) / 2**20:,.1f} MiB)")
     if "t_wait" in stats:
-        parts.append(f"waiting {g('t_wait'):.2f}s")
+        parts.append(f"waiting {g('t_wait'):.2f}s ({g('t_wait_rows', 0.0):.2f}s for rows)")
     shared = g("shared_topology") or {}
     if shared.get("enabled"):  # the shared topology (every rank on this host)
         parts.append(f"shared topology ({shared.get('agreement', 'gloo')} agreement)")

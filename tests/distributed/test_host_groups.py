@@ -4,7 +4,7 @@ topology only, everything) and host cache size; a rank never sends a node or a f
 rank of its own host; with the other hosts' topology no id crosses hosts, and with their rows
 too no feature byte; the host cache (chosen by degree or by inclusion probability) takes feature
 rows off the wire, and a cached row is never asked for; loaders through a service, thread and
-inline, give the single process's batches at every budget."""
+inline, give the single process's batches at every budget, and count the steps' wait for rows."""
 
 from __future__ import annotations
 
@@ -212,9 +212,10 @@ def _loaders(rank, world, d):
             loader = DistNeighborLoader(svc, np.arange(int(part.num_nodes)), FANOUTS, 16,
                                         shuffle=True, seed=SEED, prefetch=3)
             got = [(b.key, as_arrays(b)) for b in loader]
-            hosts = svc.stats()["placement"]
+            st = svc.stats()
             svc.shutdown()
-            out[mode, name] = (got, [(h["topology"], h["rows"]) for h in hosts])
+            waits = (st["waits"], st["t_wait"], st["t_wait_rows"])
+            out[mode, name] = (got, [(h["topology"], h["rows"]) for h in st["placement"]], waits)
     return out
 
 
@@ -225,9 +226,13 @@ def test_loaders_equal_one_process_at_every_budget_in_both_service_modes(tmp_pat
     want = {"zero": ("own", "none"), "topology": ("all", "none"), "all": ("all", "all")}
     for out in run_ranks(_loaders, 2, d, timeout=300):
         assert len(out) == 6
-        for (mode, name), (got, hosts) in out.items():
+        for (mode, name), (got, hosts, (waits, t_wait, t_rows)) in out.items():
             assert hosts == [want[name]] * 2, (mode, name)
             assert got
+            # one wait per batch handed out; the wait for rows is a part of it, and inline
+            # every round (so every fetch of rows) runs inside a wait
+            assert waits == len(got) and 0 <= t_rows <= t_wait, (mode, name)
+            assert t_rows > 0 or mode == "thread", (mode, name)
             for key, b in got:
                 seeds = b["n_id"][:b["batch_size"]]
                 assert_same(b, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))

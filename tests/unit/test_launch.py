@@ -197,3 +197,18 @@ def test_launcher_leaves_several_nodes_to_torchrun(monkeypatch):
         _restore_worker_cpp_log_level()
         assert os.environ.get("TORCH_CPP_LOG_LEVEL") == want
         assert "MNMG_WORKER_CPP_LOG_LEVEL" not in os.environ
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and at least 2 cores")
+def test_default_threads_follow_the_cores_a_pinned_rank_may_use():
+    """A rank pinned to one core (``taskset``, a node of a loopback rehearsal) runs one torch
+    and one numba thread, not one per core of the machine."""
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+            "import torch, numba; from mnmg_sampler.runtime import set_threads; "
+            "set_threads(None); print(torch.get_num_threads(), numba.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",
+                                                             "LOCAL_WORLD_SIZE")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout.split()
+    assert out == ["1", "1"]
