@@ -49,7 +49,7 @@ import numba
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, MemoryBudgetError
+from ..errors import CheckpointError, MemoryBudgetError, ServiceError
 from .collective import Exchanger, agree
 from .id_maps import IdMaps
 
@@ -277,7 +277,10 @@ class DistEmbedding:
         """Collective: apply the gradients of the last training :meth:`fetch` (sums per row
         over ranks, times ``grad_scale``: ``1 / world_size`` averages as DDP does)."""
         if self._ctx is None:
-            raise RuntimeError("DistEmbedding.step() without a training fetch before it")
+            raise ServiceError("DistEmbedding.step() without a training fetch before it",
+                               "there are no gradients of fetched rows to apply",
+                               "call fetch(ids) (train=True) for the batch, then backward(), "
+                               "then step()")
         out, inv, n_uniq, counts, rcounts, rows = self._ctx
         self._ctx = None
         acc = self._buffer("uniq", n_uniq, np.float64)

@@ -137,6 +137,25 @@ def _over_budget(rank, world, pdir):
     return ok, None
 
 
+def _step_first(rank, world, pdir):
+    from mnmg_sampler.distributed.embeddings import DistEmbedding
+    from mnmg_sampler.errors import ServiceError
+    from mnmg_sampler.graph.partition_io import load_partition
+
+    emb = DistEmbedding(load_partition(pdir, rank, world), None, 8)
+    try:
+        emb.step()  # no fetch before it: refused before any collective, on every rank
+    except ServiceError as e:
+        return e.fix
+    return None
+
+
+def test_step_without_a_fetch_is_a_typed_error_on_every_rank(tmp_path):
+    d = str(partition_graph(small_graph(), num_parts=2, out=tmp_path / "p", method="range"))
+    for fix in run_ranks(_step_first, 2, d, timeout=120):
+        assert fix is not None and "fetch(ids)" in fix
+
+
 def test_rows_above_the_budget_fail_every_rank_before_allocating(tmp_path):
     d = str(partition_graph(small_graph(), num_parts=2, out=tmp_path / "p", method="range"))
     for ok, what in run_ranks(_over_budget, 2, d, timeout=120):
