@@ -124,8 +124,8 @@ def _rss_worker(work: str, task: dict) -> None:
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
     from ..graph.permute import permute
-    from ..loader import DistNeighborLoader
-    from ..runtime import init_distributed, set_threads
+    from ..loaders.neighbor import DistNeighborLoader
+    from ..system.runtime import init_distributed, set_threads
 
     env, _ = init_distributed("gloo", "cpu")
     set_threads(1)
@@ -162,7 +162,7 @@ def _dist_partition_worker(work: str, task: dict) -> None:
 
     from ..distributed.ingest import partition_distributed, partition_typed_distributed
     from ..graph.typed_io import sliceable_typed_input
-    from ..runtime import init_distributed
+    from ..system.runtime import init_distributed
 
     env, _ = init_distributed("gloo", "cpu")
     base = _rss()
@@ -204,8 +204,8 @@ def _scaling_worker(work: str, task: dict) -> None:
     from ..graph.partition_io import load_partition
     from ..graph.permute import permute
     from ..ops.rng import request_key
-    from ..runtime import init_distributed, set_threads
-    from ..sampler import SampleRequest
+    from ..sampling.sampler import SampleRequest
+    from ..system.runtime import init_distributed, set_threads
 
     env, _ = init_distributed("gloo", "cpu")
     set_threads(1)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..console import add_json_flag, report
 from ..graph.formats import is_ogb_hetero_dir
+from ..system.console import add_json_flag, report
 from .graph_args import (
     add_node_data_arguments,
     add_renumber_argument,
@@ -129,7 +129,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
     from ..distributed.collective import agree
     from ..distributed.ingest import DEFAULT_CHUNK, partition_distributed
     from ..errors import WorldSizeError
-    from ..runtime import init_distributed
+    from ..system.runtime import init_distributed
 
     env, _ = init_distributed("gloo", "cpu")
     try:

@@ -57,7 +57,7 @@ from ..graph.permute import node_features, node_labels
 from ..graph.sources import NODE_DTYPES as _DTYPES
 from ..graph.sources import EdgeShare, node_rows_file
 from ..graph.unique import sorted_unique
-from ..host_limits import check_allocation
+from ..system.host_limits import check_allocation
 from .collective import Exchanger, agree
 
 __all__ = ["partition_distributed", "partition_typed_distributed", "DEFAULT_CHUNK"]

@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import GraphFormatError
-from ..host_limits import check_allocation
+from ..system.host_limits import check_allocation
 from .csr import check_weights
 from .readers import MASK_KEYS, as_mask
 

@@ -179,7 +179,7 @@ def test_bad_typed_input_raises_on_every_rank(hetero_dir, tmp_path):
 
 
 def test_cli_on_two_ranks_matches_single_process(hetero_dir, tmp_path):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     from .cli_ranks import cli_ranks
 
@@ -198,7 +198,7 @@ def test_cli_on_two_ranks_matches_single_process(hetero_dir, tmp_path):
 
 
 def test_cli_reads_a_saved_hetero_data_on_every_rank(saved, tmp_path):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     from .cli_ranks import cli_ranks
 

@@ -14,8 +14,8 @@ from mnmg_sampler.bench.dist import num_edges, typed_request
 from mnmg_sampler.bench.hetero import typed_view
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.typed_partition import partition_typed
-from mnmg_sampler.hetero_sampler import HeteroSampler
 from mnmg_sampler.ops.rng import request_key
+from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
 
 from .common import SEED, small_graph
 from .harness import run_ranks
@@ -55,7 +55,7 @@ def _run(rank, world, homo_dir, typed_dir):
     from mnmg_sampler.distributed.sampler import DistSampler
     from mnmg_sampler.distributed.typed_sampler import DistTypedSampler
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.sampler import SampleRequest
+    from mnmg_sampler.sampling.sampler import SampleRequest
 
     _, tg = _typed_graph()
     typed = DistTypedSampler(load_partition(typed_dir, rank, world), SEED,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from mnmg_sampler import cli
+from mnmg_sampler.commands import cli
 from mnmg_sampler.config import load_config, parse_dataset_name
 from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.train.typed_setup import (

@@ -320,7 +320,7 @@ def test_manifest_records_checksums_and_shapes(written):
 
 
 def test_cli_partition(tmp_path, capsys):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     src = tmp_path / "g.txt"
     src.write_text("# toy\n0 1\n1 2\n2 3\n3 0\n0 2\n4 5\n5 6\n")

@@ -159,7 +159,7 @@ def test_cli_partitions_a_saved_hetero_data(tmp_path):
     pytest.importorskip("torch_geometric")
     from torch_geometric.data import HeteroData
 
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     spec = typed_spec()
     d = HeteroData()

@@ -80,8 +80,8 @@ def _wire_once(ex, me: int, world: int, dtype, name: str) -> str | None:
 
 
 def all_to_all(rank: int, world: int, mib: float, repeats: int) -> Check:
-    from ...console import fmt_count
     from ...distributed.collective import Exchanger
+    from ...system.console import fmt_count
 
     name = "exchange.all_to_all"
     ex = Exchanger()
@@ -137,7 +137,7 @@ def _sampling(rank: int, world: int, device: torch.device | None, sim: bool) -> 
     from ...graph.partition import partition_graph, relabelled_part
     from ...graph.partition_io import Partition
     from ...ops.rng import request_key
-    from ...sampler import MultiHopSampler, SampleRequest, local_hop_fn
+    from ...sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
     name = "exchange.sampling"
     g = _graph(9)
