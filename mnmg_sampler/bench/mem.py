@@ -181,13 +181,11 @@ def _single_partition_worker(work: str, task: dict) -> None:
     from ..graph.datasets import load_graph
     from ..graph.partition import partition
     from ..graph.typed_io import load_typed_graph, sliceable_typed_input
-    from ..graph.typed_partition import partition_typed
 
     base = _rss()
     t0 = time.perf_counter()
     if sliceable_typed_input(task["graph"]):
-        partition_typed(load_typed_graph(task["graph"]), task["parts"], task["method"],
-                        task["out"], 0)
+        partition(load_typed_graph(task["graph"]), task["parts"], task["method"], task["out"], 0)
     else:
         partition(load_graph(task["graph"], undirected=True), task["parts"], task["method"],
                   task["out"], 0)

@@ -12,9 +12,9 @@ import pytest
 from mnmg_sampler.errors import GraphFormatError, PartitionError
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.csr import CSRGraph
-from mnmg_sampler.graph.partition_io import load_partition
+from mnmg_sampler.graph.partition import partition_graph as typed_plan
+from mnmg_sampler.graph.partition_io import load_partition, part_graph
 from mnmg_sampler.graph.typed import typed_graph
-from mnmg_sampler.graph.typed_partition import part_graph, typed_plan
 from mnmg_sampler.ops.typed import sample_typed_neighbors
 
 from ..typed_graphs import typed_spec
