@@ -100,13 +100,12 @@ def partition_graph(
                 "give node data inside the graph (per type: docs/hetero.md) and drop "
                 f"{given[0]}=" + ("" if untimed else
                                   ", or pass time_attr=None to partition without time"))
-        return write_partitions(typed, make_plan(typed, int(num_parts), method, seed=seed), out,
-                                overwrite=overwrite)
-    g = load_graph(data, undirected=undirected, drop_self_loops=drop_self_loops,
-                   drop_duplicates=drop_duplicates, seed=seed, x=x, y=y, masks=masks,
-                   num_nodes=num_nodes, max_node_id=max_node_id, renumber=renumber)
-    plan = make_plan(g, int(num_parts), method, seed=seed)
-    return write_partitions(g, plan, out, overwrite=overwrite)
+    g = typed if typed is not None else load_graph(
+        data, undirected=undirected, drop_self_loops=drop_self_loops,
+        drop_duplicates=drop_duplicates, seed=seed, x=x, y=y, masks=masks, num_nodes=num_nodes,
+        max_node_id=max_node_id, renumber=renumber)
+    return write_partitions(g, make_plan(g, int(num_parts), method, seed=seed), out,
+                            overwrite=overwrite)
 
 
 def typed_graph_of(data, time_attr: str | None = "time",

@@ -50,6 +50,7 @@ from .csr import CSRGraph
 from .partition_io import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    MANIFEST,
     TMP_PREFIX,
     TYPED_FORMAT_VERSION,
     check_replaceable,
@@ -614,7 +615,8 @@ def write_partitions(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log.info("wrote %d parts to %s", plan.parts, out)
+    log.info("wrote %d %sparts to %s (%s)", plan.parts,
+             "typed " if isinstance(graph, TypedGraph) else "", out, MANIFEST)
     return out
 
 

@@ -703,16 +703,14 @@ def load_partition(
         manifest=manifest,
     )
     n_local = int(b[rank + 1] - b[rank])
-    rows = n_local
     if "typed" in manifest:
         part.typed = _typed_part(manifest["typed"], files, get)
-        tp = part.typed
-        rows = tp.num_segments
-        if (tp.type_offset.shape != tp.node_type_offset.shape or tp.type_offset[0] != 0
-                or tp.type_offset[-1] != n_local or np.any(np.diff(tp.type_offset) < 0)):
-            raise PartitionError(f"part {rank} of {d}: type_offset does not match its "
-                                 "boundaries", "the part cannot be loaded", _REDO)
-    if (part.indptr.shape[0] != rows + 1 or part.orig_ids.shape[0] != n_local
+    tp = part.layout  # a homogeneous part: one type, one relation
+    if (tp.type_offset.shape != tp.node_type_offset.shape or tp.type_offset[0] != 0
+            or tp.type_offset[-1] != n_local or np.any(np.diff(tp.type_offset) < 0)):
+        raise PartitionError(f"part {rank} of {d}: type_offset does not match its "
+                             "boundaries", "the part cannot be loaded", _REDO)
+    if (part.indptr.shape[0] != tp.num_segments + 1 or part.orig_ids.shape[0] != n_local
             or int(part.indptr[-1]) != part.indices.shape[0]
             or part.edge_ids.shape[0] != part.indices.shape[0]
             or (part.weights is not None and (part.weights.shape != part.indices.shape
