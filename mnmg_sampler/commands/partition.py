@@ -127,7 +127,11 @@ def _run_distributed(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from ..distributed.collective import agree
-    from ..distributed.ingest import DEFAULT_CHUNK, partition_distributed
+    from ..distributed.ingest import (
+        DEFAULT_CHUNK,
+        partition_distributed,
+        partition_typed_distributed,
+    )
     from ..errors import WorldSizeError
     from ..system.runtime import init_distributed
 
@@ -163,21 +167,28 @@ def _run_distributed(args: argparse.Namespace) -> int:
         elif args.overwrite:
             agree(lambda: None)
         if typed:
-            _run_typed_distributed(args, env.rank, world)
-            dist.barrier()
-            return 0
-        stats = partition_distributed(
-            args.input, args.out, args.method, args.seed, undirected=args.undirected,
-            drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
-            features=args.features, labels=args.labels, overwrite=args.overwrite,
-            chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world),
-            renumber=args.renumber)
-        if env.rank == 0:
+            agree(lambda: check_typed_options(
+                argparse.Namespace(**{**vars(args), "graph": args.input})))
+            stats = partition_typed_distributed(
+                args.input, args.out, args.method, args.seed, overwrite=args.overwrite,
+                source=_source(args, world), chunk=args.chunk_rows or DEFAULT_CHUNK)
+            graph = (f"{stats['graph_name']}: {stats['num_nodes']:,} nodes of "
+                     f"{stats['node_types']} types, {stats['num_edges']:,} edges of "
+                     f"{stats['edge_types']} relations")
+        else:
+            stats = partition_distributed(
+                args.input, args.out, args.method, args.seed, undirected=args.undirected,
+                drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
+                features=args.features, labels=args.labels, overwrite=args.overwrite,
+                chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world),
+                renumber=args.renumber)
             graph = (f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
                      f"{stats['num_edges']:,} edges"
                      + (" (renumbered; n_id shows the input's ids)" if stats["renumbered"]
                         else ""))
-            report(_rows(graph, stats, f"{stats['seconds']:.2f}s on {world} ranks", args.out),
+        if env.rank == 0:
+            report(_rows(graph, stats, f"{stats['seconds']:.2f}s on {world} ranks", args.out,
+                         ", every type split" if typed else ""),
                    {**stats, "output": stats["out"]}, args.json)
         dist.barrier()
     finally:
@@ -190,22 +201,6 @@ def _is_typed_path(spec: str) -> bool:
 
     p = Path(spec)
     return is_ogb_hetero_dir(p) or (p.suffix in (".pt", ".pth") and p.is_file())
-
-
-def _run_typed_distributed(args: argparse.Namespace, rank: int, world: int) -> None:
-    """Under torchrun: a typed input, every rank reading 1/N of every relation."""
-    from ..distributed.collective import agree
-    from ..distributed.ingest import DEFAULT_CHUNK, partition_typed_distributed
-
-    agree(lambda: check_typed_options(argparse.Namespace(**{**vars(args), "graph": args.input})))
-    s = partition_typed_distributed(args.input, args.out, args.method, args.seed,
-                                    overwrite=args.overwrite, source=_source(args, world),
-                                    chunk=args.chunk_rows or DEFAULT_CHUNK)
-    if rank == 0:
-        report(_rows(f"{s['graph_name']}: {s['num_nodes']:,} nodes of {s['node_types']} types, "
-                     f"{s['num_edges']:,} edges of {s['edge_types']} relations", s,
-                     f"{s['seconds']:.2f}s on {world} ranks", args.out, ", every type split"),
-               {**s, "output": s["out"]}, args.json)
 
 
 def _rows(graph: str, s: dict, took: str, out: str, split: str = "") -> list[tuple[str, str]]:

@@ -241,30 +241,22 @@ def input_identity(spec: str | os.PathLike) -> dict:
     file's content is replaced, which is what makes partitions stale); a directory (e.g. an OGB
     dataset) by the same for every file in it.
     """
-    from .datasets import BUILTINS, _parse_rmat
+    from .names import parse_dataset_name
 
     text = str(spec)
     key = text.strip().lower()
-    if key in BUILTINS:
+    ds = parse_dataset_name(key)  # a generator's spec is valid here: its graph was made
+    if ds.kind == "builtin":
         return {"kind": "builtin", "name": key}
-    if key.startswith("rmat:"):
-        scale, edge_factor = _parse_rmat(key)
-        return {"kind": "generator", "name": "rmat", "scale": scale, "edge_factor": edge_factor}
-    if key.startswith("typed-sbm:"):
-        from .names import parse_dataset_name
-
-        spec = parse_dataset_name(key)
-        return {"kind": "generator", "name": "typed-sbm", "papers": spec.papers,
-                "classes": spec.classes}
-    if key.startswith(("typed-useritem:", "typed-useritem-t:")):
-        from .names import parse_dataset_name
-
-        spec = parse_dataset_name(key)
-        out = {"kind": "generator", "name": key.split(":")[0], "users": spec.users,
-               "items": spec.items}
-        if spec.temporal:  # version 2: tastes through 4 communities (parts of 1 are stale)
-            out["version"] = 2
-        return out
+    if ds.kind == "rmat":
+        return {"kind": "generator", "name": "rmat", "scale": ds.scale,
+                "edge_factor": ds.edge_factor}
+    if ds.kind == "typed-sbm":
+        return {"kind": "generator", "name": "typed-sbm", "papers": ds.papers,
+                "classes": ds.classes}
+    if ds.kind == "typed-useritem":  # version 2: tastes through 4 communities (1 is stale)
+        return {"kind": "generator", "name": key.split(":")[0], "users": ds.users,
+                "items": ds.items, **({"version": 2} if ds.temporal else {})}
     path = Path(text).expanduser()
     if path.is_file():
         st = path.stat()
