@@ -15,8 +15,7 @@ Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
 ``partition``
     ``--partition-graph`` (default ``rmat:22``, undirected; or a typed input: an OGB hetero
     directory or a saved ``HeteroData``, typed parts) partitioned by one process
-    (:func:`mnmg_sampler.graph.partition.partition`,
-    :func:`~mnmg_sampler.graph.typed_partition.partition_typed`) and by ``--partition-ranks``
+    (:func:`mnmg_sampler.graph.partition.partition`) and by ``--partition-ranks``
     ranks (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports
     its own peak RSS, and the two output directories are compared file by file.
 ``scaling``
