@@ -177,10 +177,6 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
     """:func:`check_typed_job` for ``task: link``; returns the predicted relation's source
     type."""
     et = link_edge_type(cfg, meta)
-    if cfg.training.mode != "train":
-        raise _err("training.mode", f"{cfg.training.mode} with task link",
-                   "use training.mode=train (the link job only trains), or task=node for a "
-                   "sampling run")
     if cfg.sampler.time_attr is not None and cfg.link.split_by != "time":
         raise _err("sampler.time_attr", f"{cfg.sampler.time_attr!r} with link.split_by: "
                    f"{cfg.link.split_by}", "set link.split_by=time (the edges of a random "

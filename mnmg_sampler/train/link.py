@@ -361,10 +361,6 @@ def run_link_job(cfg: JobConfig, typed: bool, resume: bool = False,
     returns the final metrics."""
     from ..loaders.link import DistLinkNeighborLoader
 
-    if not typed and cfg.training.mode != "train":  # checks.check_typed_job for a typed one
-        raise ConfigError(f"training.mode is {cfg.training.mode!r} with task link",
-                          "the link job only trains", "use training.mode=train, or task=node "
-                          "for a sampling run")
     split: dict = {}
 
     def check(part) -> dict:
