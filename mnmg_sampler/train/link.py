@@ -316,8 +316,6 @@ def _training_graph(cfg: JobConfig, split: dict):
     ``(build, load)`` of :func:`~.setup.start_job`: the training graph and what its manifest
     records."""
     lk = cfg.link
-    load = {"task": "link", "link_split": [float(f) for f in lk.split],
-            "link_split_seed": int(lk.split_seed)}
     full = load_dataset(cfg)
     if full.x is None and cfg.model.embeddings == "none":
         raise ConfigError(f"model.embeddings: none, but dataset {cfg.dataset.name!r} has no "
@@ -328,7 +326,9 @@ def _training_graph(cfg: JobConfig, split: dict):
     split.update(split_edges(full, lk.split, lk.split_seed, undirected), undirected=undirected)
     graph = training_graph(full, split, undirected)
     split["num_edges"] = graph.num_edges
-    return (lambda: graph), {**load, "weights": cfg.sampler.weights or None}
+    return (lambda: graph), {"task": "link", "link_split": [float(f) for f in lk.split],
+                             "link_split_seed": int(lk.split_seed),
+                             "weights": cfg.sampler.weights or None}
 
 
 def _typed_training_graph(cfg: JobConfig, split: dict):
