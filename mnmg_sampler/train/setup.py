@@ -339,12 +339,6 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
         out.parent.mkdir(parents=True, exist_ok=True)
         g = graph() if graph is not None else load_typed_dataset(cfg) if typed else \
             load_dataset(cfg)
-        if typed:
-            from ..graph.typed_partition import partition_typed
-
-            partition_typed(g, world, p.method, out, seed=p.seed,
-                            overwrite=True, source=want, metis_max_edges=p.metis_max_edges)
-            return
         partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
                   weights=job_edge_weights(cfg, g), metis_max_edges=p.metis_max_edges)
 
