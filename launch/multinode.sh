@@ -23,7 +23,7 @@
 #   RDZV_ID      job id, identical on every node (default mnmg-$MASTER_PORT)
 #   RDZV_TIMEOUT seconds to wait for every node to join (default 900)
 #   LOG_RANK     local ranks shown on the console (default 0)
-#   TORCHRUN     launcher command (default `python -m mnmg_sampler.runtime`: torchrun that ends a
+#   TORCHRUN     launcher command (default `python -m mnmg_sampler.system.runtime`: torchrun that ends a
 #                typed error in one line, with .venv/bin/python of this checkout, else $PY, else
 #                python3)
 #   OMP_NUM_THREADS     OpenMP threads per rank (default cores / NPROC, at least 1)
@@ -46,8 +46,8 @@ RDZV_ID=${RDZV_ID:-mnmg-$MASTER_PORT}
 RDZV_TIMEOUT=${RDZV_TIMEOUT:-900}
 LOG_RANK=${LOG_RANK:-0}
 if [ -z "${TORCHRUN:-}" ]; then
-  if [ -x "$ROOT/.venv/bin/python" ]; then TORCHRUN="$ROOT/.venv/bin/python -m mnmg_sampler.runtime"
-  else TORCHRUN="${PY:-python3} -m mnmg_sampler.runtime"; fi
+  if [ -x "$ROOT/.venv/bin/python" ]; then TORCHRUN="$ROOT/.venv/bin/python -m mnmg_sampler.system.runtime"
+  else TORCHRUN="${PY:-python3} -m mnmg_sampler.system.runtime"; fi
 fi
 read -r -a launcher <<< "$TORCHRUN"
 if [[ $NPROC =~ ^[0-9]+$ ]]; then
@@ -61,7 +61,7 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export MNMG_RANK_PREFIX=0 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'
 if [ "$NODE_RANK" = 0 ]; then is_host=1; else is_host=0; fi
 # torch's C++ warnings stay quiet in the launcher only (a store that went away prints ~40 lines
-# of frames there); python -m mnmg_sampler.runtime gives the ranks back the user's level (with
+# of frames there); python -m mnmg_sampler.system.runtime gives the ranks back the user's level (with
 # another TORCHRUN the ranks keep ERROR too).
 export MNMG_WORKER_CPP_LOG_LEVEL=${TORCH_CPP_LOG_LEVEL:-} TORCH_CPP_LOG_LEVEL=ERROR
 exec "${launcher[@]}" --nnodes "$NNODES" --nproc-per-node "$NPROC" \

@@ -12,7 +12,7 @@
 #   LOG_DIR   if set, torchrun also writes every rank's stdout/stderr under this directory
 #   NODE_ADDR address the rendezvous store is reached at (default 127.0.0.1: every store of the
 #             job listens on loopback only; set it to this node's address to reach it from outside)
-#   TORCHRUN  launcher command (default `python -m mnmg_sampler.runtime`, torchrun with stores
+#   TORCHRUN  launcher command (default `python -m mnmg_sampler.system.runtime`, torchrun with stores
 #             bound to loopback, with .venv/bin/python of this checkout, else $PY, else python3)
 #   OMP_NUM_THREADS  OpenMP threads per rank (default cores / NPROC, at least 1; torchrun would
 #             force 1). torch and numba threads come from runtime.threads_per_rank in the config.
@@ -26,8 +26,8 @@ CONFIG=${CONFIG:-$ROOT/configs/quickstart.yaml}
 LOG_RANK=${LOG_RANK:-0}
 NODE_ADDR=${NODE_ADDR:-127.0.0.1}
 if [ -z "${TORCHRUN:-}" ]; then
-  if [ -x "$ROOT/.venv/bin/python" ]; then TORCHRUN="$ROOT/.venv/bin/python -m mnmg_sampler.runtime"
-  else TORCHRUN="${PY:-python3} -m mnmg_sampler.runtime"; fi
+  if [ -x "$ROOT/.venv/bin/python" ]; then TORCHRUN="$ROOT/.venv/bin/python -m mnmg_sampler.system.runtime"
+  else TORCHRUN="${PY:-python3} -m mnmg_sampler.system.runtime"; fi
 fi
 read -r -a launcher <<< "$TORCHRUN"
 if [[ $NPROC =~ ^[0-9]+$ ]]; then

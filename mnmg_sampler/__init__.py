@@ -68,34 +68,34 @@ _LAZY = {
     "TypedGraph": "mnmg_sampler.graph.typed",
     "typed_graph": "mnmg_sampler.graph.typed",
     "load_typed_graph": "mnmg_sampler.graph.typed_io",
-    "HeteroSampler": "mnmg_sampler.hetero_sampler",
-    "HeteroSampleRequest": "mnmg_sampler.hetero_sampler",
-    "sample_hetero": "mnmg_sampler.hetero_sampler",
-    "HeteroMiniBatch": "mnmg_sampler.hetero_batch",
+    "HeteroSampler": "mnmg_sampler.sampling.hetero_sampler",
+    "HeteroSampleRequest": "mnmg_sampler.sampling.hetero_sampler",
+    "sample_hetero": "mnmg_sampler.sampling.hetero_sampler",
+    "HeteroMiniBatch": "mnmg_sampler.sampling.hetero_batch",
     "load_temporal_graph": "mnmg_sampler.graph.temporal",
     "temporal_graph_from_data": "mnmg_sampler.graph.temporal",
     "PartitionBook": "mnmg_sampler.distributed.partition_book",
     # sampling
     "SamplingService": "mnmg_sampler.distributed.service",
-    "DistNeighborLoader": "mnmg_sampler.loader",
-    "DistLinkNeighborLoader": "mnmg_sampler.link_loader",
-    "LinkMiniBatch": "mnmg_sampler.link_loader",
+    "DistNeighborLoader": "mnmg_sampler.loaders.neighbor",
+    "DistLinkNeighborLoader": "mnmg_sampler.loaders.link",
+    "LinkMiniBatch": "mnmg_sampler.loaders.link",
     "NegativeSampling": "mnmg_sampler.ops.negative",
-    "MiniBatch": "mnmg_sampler.batch",
-    "MultiHopSampler": "mnmg_sampler.sampler",
-    "SampleRequest": "mnmg_sampler.sampler",
-    "sample": "mnmg_sampler.sampler",
+    "MiniBatch": "mnmg_sampler.sampling.batch",
+    "MultiHopSampler": "mnmg_sampler.sampling.sampler",
+    "SampleRequest": "mnmg_sampler.sampling.sampler",
+    "sample": "mnmg_sampler.sampling.sampler",
     "request_key": "mnmg_sampler.ops.rng",
     # seed sets (read batch by batch, no array of num_nodes)
-    "SeedSet": "mnmg_sampler.seeds",
-    "AllNodes": "mnmg_sampler.seeds",
-    "NodeIds": "mnmg_sampler.seeds",
-    "NodeBits": "mnmg_sampler.seeds",
-    "NodeSplit": "mnmg_sampler.seeds",
-    "random_node_split": "mnmg_sampler.seeds",
+    "SeedSet": "mnmg_sampler.loaders.seeds",
+    "AllNodes": "mnmg_sampler.loaders.seeds",
+    "NodeIds": "mnmg_sampler.loaders.seeds",
+    "NodeBits": "mnmg_sampler.loaders.seeds",
+    "NodeSplit": "mnmg_sampler.loaders.seeds",
+    "random_node_split": "mnmg_sampler.loaders.seeds",
     # training
-    "init_distributed": "mnmg_sampler.runtime",
-    "set_threads": "mnmg_sampler.runtime",
+    "init_distributed": "mnmg_sampler.system.runtime",
+    "set_threads": "mnmg_sampler.system.runtime",
     "GraphSAGE": "mnmg_sampler.train.model",
     "DistEmbedding": "mnmg_sampler.distributed.embeddings",
     "num_correct": "mnmg_sampler.train.model",
@@ -119,7 +119,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .batch import MiniBatch  # noqa: F401
     from .config import JobConfig, load_config  # noqa: F401
     from .distributed.embeddings import DistEmbedding  # noqa: F401
     from .distributed.partition_book import PartitionBook  # noqa: F401
@@ -133,15 +132,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .graph.temporal import load_temporal_graph, temporal_graph_from_data  # noqa: F401
     from .graph.typed import TypedGraph, typed_graph  # noqa: F401
     from .graph.typed_io import load_typed_graph  # noqa: F401
-    from .hetero_batch import HeteroMiniBatch  # noqa: F401
-    from .hetero_sampler import HeteroSampler, HeteroSampleRequest, sample_hetero  # noqa: F401
-    from .link_loader import DistLinkNeighborLoader, LinkMiniBatch  # noqa: F401
-    from .loader import DistNeighborLoader  # noqa: F401
-    from .ops.negative import NegativeSampling  # noqa: F401
-    from .ops.rng import request_key  # noqa: F401
-    from .runtime import init_distributed, set_threads  # noqa: F401
-    from .sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401
-    from .seeds import (  # noqa: F401
+    from .loaders.link import DistLinkNeighborLoader, LinkMiniBatch  # noqa: F401
+    from .loaders.neighbor import DistNeighborLoader  # noqa: F401
+    from .loaders.seeds import (  # noqa: F401
         AllNodes,
         NodeBits,
         NodeIds,
@@ -149,6 +142,13 @@ if TYPE_CHECKING:  # pragma: no cover
         SeedSet,
         random_node_split,
     )
+    from .ops.negative import NegativeSampling  # noqa: F401
+    from .ops.rng import request_key  # noqa: F401
+    from .sampling.batch import MiniBatch  # noqa: F401
+    from .sampling.hetero_batch import HeteroMiniBatch  # noqa: F401
+    from .sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest, sample_hetero  # noqa: F401
+    from .sampling.sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401
+    from .system.runtime import init_distributed, set_threads  # noqa: F401
     from .train.model import GraphSAGE, accuracy, num_correct  # noqa: F401
 
 

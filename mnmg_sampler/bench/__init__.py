@@ -17,6 +17,6 @@ MODES = ["single", "dist", "merge", "overlap", "link", "mem"]
 
 def add_mode_parsers(subparsers) -> list[str]:
     """Register every available mode's parser; returns the names registered."""
-    from ..subcommands import add_module_parsers
+    from ..commands.subcommands import add_module_parsers
 
     return add_module_parsers(subparsers, __name__, MODES)

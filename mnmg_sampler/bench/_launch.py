@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..commands.sample import add_graph_arguments, positive_int
-from ..console import JSON_OUT_HELP
+from ..system.console import JSON_OUT_HELP
 from .cores import pin, usable_cores
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,6 @@ def partition_for(graph, world: int, method: str, seed: int, root: Path) -> Path
     out = root / f"parts-{world}"
     if not out.exists():
         t = time.perf_counter()
-        if getattr(graph, "node_types", None) is not None:  # a TypedGraph
-            from ..graph.typed_partition import partition_typed as partition
         partition(graph, world, method if world > 1 else "range", out, seed)
         log.info("partitioned into %d parts in %.1fs", world, time.perf_counter() - t)
     return out
@@ -93,7 +91,7 @@ def _env(threads: int) -> dict:
 def launch(mode: str, world: int, work: Path, task: dict, timeout: float,
            threads: int) -> list[dict]:
     """Run ``world`` ranks of ``bench MODE --worker WORK`` under torchrun; results by rank."""
-    from ..runtime import free_port
+    from ..system.runtime import free_port
 
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("rank*.json"):
@@ -133,7 +131,7 @@ def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     from ..commands.sample import seed_order
     from ..distributed.offline import global_nonisolated
     from ..graph.partition_io import load_partition
-    from ..runtime import init_distributed
+    from ..system.runtime import init_distributed
 
     task = json.loads((Path(work) / TASK).read_text())
     if task.get("cores"):  # an emulated host's cores, before gloo and numba start threads

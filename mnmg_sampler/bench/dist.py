@@ -2,7 +2,7 @@
 
 Measured in one run, on one graph, one thread per rank:
 
-1. **single process**: :class:`~mnmg_sampler.sampler.MultiHopSampler` on the whole graph,
+1. **single process**: :class:`~mnmg_sampler.sampling.sampler.MultiHopSampler` on the whole graph,
    ``--batches`` minibatches, one request per call, in this process (with ``--features``, each
    batch also gathers its feature rows, as a rank does); ``--repeats`` times first and once more
    before each world size, so load changes hit both sides of a ratio.
@@ -13,7 +13,7 @@ Measured in one run, on one graph, one thread per rank:
    call (``--merge K``: K requests per rank per call, as a service merges its loaders'
    requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
    (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
-   (``--split owner``). Like a :class:`~mnmg_sampler.loader.DistNeighborLoader`, each rank
+   (``--split owner``). Like a :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader`, each rank
    translates its seeds to the partitioning's ids once, after the warm-up and before the timed
    rounds (one lookup with sharded id maps and the global split; reported as a setup figure,
    compiled code already loaded), and its requests carry
@@ -272,13 +272,13 @@ def _counters(sampler, store) -> dict:
 
 def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
                    budget: int | None, shared) -> int:
-    """``--loader``: each rank iterates a :class:`~mnmg_sampler.loader.DistNeighborLoader`
+    """``--loader``: each rank iterates a :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader`
     through a :class:`~mnmg_sampler.distributed.service.SamplingService` at default settings
     (prefetch, merging, thread mode), ``--batches`` batches per rank per repeat."""
     import torch.distributed as dist
 
     from ..distributed.service import SamplingService
-    from ..loader import DistNeighborLoader
+    from ..loaders.neighbor import DistNeighborLoader
 
     B = task["batch_size"]
     svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
@@ -354,7 +354,7 @@ def _worker(work: str) -> int:
     from ..distributed.row_cache import CachePlan
     from ..distributed.sampler import DistSampler
     from ..ops.rng import request_key
-    from ..sampler import SampleRequest
+    from ..sampling.sampler import SampleRequest
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
@@ -665,12 +665,12 @@ class _Single:
 
     def __init__(self, graph, seeds, fanouts, args, edge_ids: bool) -> None:
         from ..ops.rng import request_key
-        from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+        from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
         B = args.batch_size
         self.n = min(args.batches, -(-seeds.size // B))
         if getattr(graph, "node_types", None) is not None:  # --typed: a TypedGraph
-            from ..hetero_sampler import HeteroSampler
+            from ..sampling.hetero_sampler import HeteroSampler
 
             self.reqs = [typed_request(graph.node_types, graph.node_type_offset,
                                        seeds[i * B:(i + 1) * B], fanouts,
@@ -715,7 +715,7 @@ def typed_request(node_types, offsets, seeds, fanouts, key: int, replace: bool,
     """The typed request of a batch of ``seeds`` (internal ids), grouped by node type."""
     import numpy as np
 
-    from ..hetero_sampler import HeteroSampleRequest
+    from ..sampling.hetero_sampler import HeteroSampleRequest
 
     t = np.searchsorted(offsets, seeds, side="right") - 1
     groups = {name: seeds[t == i] - offsets[i] for i, name in enumerate(node_types)}

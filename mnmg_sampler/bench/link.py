@@ -3,7 +3,7 @@
 Both sides sample the **same seed edges** (``--batches`` batches of ``--batch-size`` edges drawn
 from the graph with ``--seed``) with the same fanouts and thread count:
 
-* **mnmg-sampler**: what :class:`~mnmg_sampler.link_loader.DistLinkNeighborLoader` does per batch,
+* **mnmg-sampler**: what :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` does per batch,
   in one process: ``--negatives`` binary negatives per positive from the counter-based RNG
   (``--reject``: known edges redrawn), one multi-hop request for the endpoints, and the seed edges
   removed from the subgraph (``exclude_seed_edges``; ``--no-exclude`` keeps them).
@@ -61,9 +61,9 @@ class LinkBench(TimedBatches):
     def __init__(self, graph, seed_pos, fanouts, args) -> None:
         import numpy as np
 
-        from ..link_sampler import build_link_request, finish_link_batch
         from ..ops.negative import NegativeSampling, csr_has_edges
-        from ..sampler import MultiHopSampler, local_hop_fn
+        from ..sampling.link import build_link_request, finish_link_batch
+        from ..sampling.sampler import MultiHopSampler, local_hop_fn
 
         dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
         self.eli = np.stack([graph.indices[seed_pos], dst[seed_pos]])

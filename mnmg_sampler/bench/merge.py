@@ -2,7 +2,8 @@
 
 On ``--ranks`` ranks (default 2, torchrun, gloo on loopback), each rank runs a
 :class:`~mnmg_sampler.distributed.service.SamplingService` in thread mode (features off) and
-``--loaders`` :class:`~mnmg_sampler.loader.DistNeighborLoader` objects (default 8), each iterated
+``--loaders`` :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` objects (default 8), each
+iterated
 in its own thread, ``--batches`` batches of ``--batch-size`` seeds each (disjoint seed sets, one
 per loader; ``--prefetch`` requests in flight per loader). Two configurations of the same
 service, interleaved repeat by repeat:
@@ -73,7 +74,7 @@ def _worker(work: str) -> int:
     import torch.distributed as dist
 
     from ..distributed.service import SamplingService
-    from ..loader import DistNeighborLoader
+    from ..loaders.neighbor import DistNeighborLoader
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]

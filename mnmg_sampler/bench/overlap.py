@@ -2,7 +2,7 @@
 
 On ``--ranks`` ranks (default 2, torchrun, gloo on loopback), each rank runs a
 :class:`~mnmg_sampler.distributed.service.SamplingService` in thread mode (features off) and one
-:class:`~mnmg_sampler.loader.DistNeighborLoader` over ``--batches`` batches per rank. The
+:class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` over ``--batches`` batches per rank. The
 training step is a **fixed-cost** ``time.sleep(step)``: like a GPU step, it releases the GIL and
 leaves the CPU to the sampling thread (a CPU matmul would instead measure two computations
 fighting over the same two cores). Three epochs, interleaved repeat by repeat:
@@ -66,7 +66,7 @@ def _worker(work: str) -> int:
     import torch.distributed as dist
 
     from ..distributed.service import SamplingService
-    from ..loader import DistNeighborLoader
+    from ..loaders.neighbor import DistNeighborLoader
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]

@@ -12,7 +12,7 @@ Measured in one run, on one graph, with the same thread count:
    doing as many random reads of an array as large as ``indices`` as the kernel sampled edges:
    the machine's memory-latency limit.
    The gather's positions are precomputed outside the timed region.
-2. **multi-hop minibatches** (:class:`mnmg_sampler.sampler.MultiHopSampler`), ``--batches``
+2. **multi-hop minibatches** (:class:`mnmg_sampler.sampling.sampler.MultiHopSampler`), ``--batches``
    batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, when a peer
    venv built by ``../shared/peers/setup.sh`` exists, **DGL 2.1's** ``NeighborSampler`` on the
    same graph (a subprocess running ``dgl_bench.py``). DGL samples every destination node of each
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..commands.sample import positive_int
-from ..console import JSON_OUT_HELP
+from ..system.console import JSON_OUT_HELP
 from ._launch import add_graph_option
 from ._launch import machine_info as _machine
 from .peers import median_run, peer_python, peer_runs, repo_root, save_graph
@@ -199,7 +199,7 @@ class MultiHopBench(TimedBatches):
     def __init__(self, graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
                  batches: int) -> None:
         from ..ops.rng import request_key
-        from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn
+        from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
         self.batches = min(batches, -(-seeds.size // batch_size))
         self.reqs = [SampleRequest(seeds[i * batch_size:(i + 1) * batch_size], fanouts,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..console import add_json_flag, report
+from ..system.console import add_json_flag, report
 
 
 def add_parser(subparsers) -> None:
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("split masks", ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks.items())))
     # what a host's budget must hold to keep every part (distributed/fit.py): the parts' CSR
     # (int64 row pointers, neighbors, edge ids, original ids) and their rows as stored
-    from ..host_limits import format_bytes
+    from ..system.host_limits import format_bytes
 
     topo = 8 * (2 * int(g.num_nodes) + 1 + 2 * int(g.num_edges))
     row = sum(int(a.nbytes) for a in (g.x, g.y) if a is not None)
@@ -156,7 +156,7 @@ def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
     data["features"] = {t: v for t, v in data["features"].items() if v is not None}
     # what a host's budget must hold to keep every part (distributed/fit.py): the parts' CSR
     # (int64 row pointers, neighbors, edge ids, original ids) and their rows as stored
-    from ..host_limits import format_bytes
+    from ..system.host_limits import format_bytes
 
     topo = 8 * (2 * int(g.num_nodes) + 1 + 2 * int(g.num_edges))
     row = sum(int(np.asarray(a).nbytes) for d in (g.x, g.y) for a in d.values())

@@ -5,11 +5,13 @@ kernel. The epoch's seed order and each batch's request key are the ones a distr
 so ``--out`` files from both can be compared bit for bit:
 
 * seeds: every node with at least one neighbor (``--include-isolated``: every node), or the ids
-  in ``--seeds-file`` (in file order), as a seed set (:mod:`mnmg_sampler.seeds`): the nodes with a
+  in ``--seeds-file`` (in file order), as a seed set (:mod:`mnmg_sampler.loaders.seeds`): the nodes
+  with a
   neighbor are a bitmap (one bit per node, built a part at a time with ``--partitions``), every
   node a rule, so no rank holds an id array of ``num_nodes``;
 * the epoch's order: the loaders' keyed shuffle of the seed positions
-  (:func:`~mnmg_sampler.loader.epoch_order` with ``shuffle_keys(True, seed, 0)``), batch ``i``
+  (:func:`~mnmg_sampler.loaders.neighbor.epoch_order` with ``shuffle_keys(True, seed, 0)``), batch
+  ``i``
   = positions ``i*B .. (i+1)*B - 1`` of it (:func:`batch_seeds`, ``O(B)``), request key
   ``request_key(seed, epoch=0, batch=i)``.
 
@@ -28,12 +30,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..console import add_json_flag, report
 from ..errors import ConfigError, SamplingInputError
+from ..system.console import add_json_flag, report
 from .graph_args import add_weights_argument, check_weights_file
 
 if TYPE_CHECKING:
-    from ..seeds import SeedSet
+    from ..loaders.seeds import SeedSet
 
 HELP = "sample one epoch of minibatches and print the throughput"
 
@@ -51,7 +53,7 @@ def positive_int(text: str) -> int:
 
 def parse_fanouts(text: str) -> list[int]:
     """``"15,10,5"`` -> ``[15, 10, 5]`` (hop 1 first; -1 = all neighbors), validated."""
-    from ..sampler import check_fanouts
+    from ..sampling.sampler import check_fanouts
 
     parts = [p.strip() for p in str(text).split(",")]
     try:
@@ -183,10 +185,10 @@ def set_threads(threads: int | None) -> int:
 
 def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.ndarray:
     """The seeds of a seeds file: for a renumbered graph the file holds the input's ids,
-    translated here (:func:`~mnmg_sampler.sampler.check_input_nodes`)."""
+    translated here (:func:`~mnmg_sampler.sampling.sampler.check_input_nodes`)."""
     if node_ids is None:
         return nodes
-    from ..sampler import check_input_nodes
+    from ..sampling.sampler import check_input_nodes
 
     return check_input_nodes(nodes, num_nodes, node_ids=node_ids, name=f"seeds file {path}",
                              what="there are no seeds to sample")
@@ -194,9 +196,9 @@ def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.nd
 
 def batch_seeds(seeds: SeedSet, i: int, batch_size: int, seed: int) -> np.ndarray:
     """Seed ids of batch ``i`` of epoch 0: positions ``i*B .. (i+1)*B - 1`` of the keyed shuffle
-    of the seed set ``seeds`` (the loaders' :func:`~mnmg_sampler.loader.epoch_order`), in
+    of the seed set ``seeds`` (the loaders' :func:`~mnmg_sampler.loaders.neighbor.epoch_order`), in
     ``O(batch_size)`` memory."""
-    from ..loader import epoch_order, shuffle_keys
+    from ..loaders.neighbor import epoch_order, shuffle_keys
 
     n = len(seeds)
     lo, hi = i * batch_size, min(n, (i + 1) * batch_size)
@@ -205,8 +207,8 @@ def batch_seeds(seeds: SeedSet, i: int, batch_size: int, seed: int) -> np.ndarra
 
 def epoch_seeds(graph, args: argparse.Namespace) -> SeedSet:
     """The seed set of the epoch (see the module docstring): a
-    :class:`~mnmg_sampler.seeds.SeedSet`, read batch by batch with :func:`batch_seeds`."""
-    from ..seeds import AllNodes, NodeBits, NodeIds
+    :class:`~mnmg_sampler.loaders.seeds.SeedSet`, read batch by batch with :func:`batch_seeds`."""
+    from ..loaders.seeds import AllNodes, NodeBits, NodeIds
 
     if args.seeds_file:
         nodes = input_seeds(read_seeds_file(args.seeds_file), graph.num_nodes, graph.node_ids,
@@ -269,14 +271,14 @@ def epoch_plan(num_seeds: int, args: argparse.Namespace) -> tuple[int, Path | No
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..sampler import check_seed
+    from ..sampling.sampler import check_seed
 
     check_seed(args.seed)
     check_weights_file(getattr(args, "weights", None))
     for old in check_out_dir(args.out, getattr(args, "overwrite", False)):
         old.unlink(missing_ok=True)  # another rank may have removed it already
     if getattr(args, "partitions", None):
-        from ..runtime import timeout_delta
+        from ..system.runtime import timeout_delta
 
         timeout_delta(args.collective_timeout, "--collective-timeout")  # before any collective
         return run_distributed(args)
@@ -324,9 +326,9 @@ def run_distributed(args: argparse.Namespace) -> int:
     from ..distributed.offline import nonisolated_bits_everywhere
     from ..distributed.sampler import DistSampler
     from ..graph.partition_io import load_partition
-    from ..runtime import init_distributed
-    from ..sampler import SampleRequest, request_key
-    from ..seeds import AllNodes, NodeBits, NodeIds
+    from ..loaders.seeds import AllNodes, NodeBits, NodeIds
+    from ..sampling.sampler import SampleRequest, request_key
+    from ..system.runtime import init_distributed
 
     fanouts = parse_fanouts(args.fanouts)
     env, _ = init_distributed("gloo", "cpu", args.collective_timeout)
@@ -397,7 +399,7 @@ def run_single(args: argparse.Namespace) -> int:
     import torch
 
     from ..graph.datasets import load_graph
-    from ..sampler import MultiHopSampler, SampleRequest, local_hop_fn, request_key
+    from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn, request_key
 
     fanouts = parse_fanouts(args.fanouts)
     threads = set_threads(args.threads)

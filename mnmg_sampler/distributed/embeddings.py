@@ -183,7 +183,7 @@ class DistEmbedding:
         self.stats = {"fetches": 0, "steps": 0}
 
     def _check_memory(self, memory_mb: float | None) -> None:
-        from ..host_limits import check_allocation, format_bytes
+        from ..system.host_limits import check_allocation, format_bytes
 
         nbytes = self.rows_local * self.dim * BYTES_PER_VALUE
         what = (f"model.embedding_dim: this rank's {self.rows_local:,} embedding rows of width "

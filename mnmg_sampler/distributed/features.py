@@ -215,7 +215,7 @@ class DistFeatureStore:
         degree). Rank ``j`` of a host of ``G`` ranks takes ``rows / G`` of them among the ids
         ``== j (mod G)``, so slices never overlap. The host's cache bytes are checked against
         the memory at hand on every rank before anything is allocated."""
-        from ..host_limits import check_allocation
+        from ..system.host_limits import check_allocation
 
         ranks = self.host.ranks if self.host is not None else (self.ex.rank,)
         G, j = len(ranks), ranks.index(self.ex.rank)

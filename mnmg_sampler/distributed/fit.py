@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..host_limits import available_bytes
+from ..system.host_limits import available_bytes
 
 __all__ = ["DEFAULT_SHARE", "HostPlacement", "Placement", "decide", "default_budget",
            "part_bytes"]

@@ -31,7 +31,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from ..sampler import HopSegments
+from ..sampling.sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 from .shared_topology import SharedTopology
 

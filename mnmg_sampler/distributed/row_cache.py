@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..host_limits import available_bytes
+from ..system.host_limits import available_bytes
 from .collective import Exchanger, peer_errors
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ frontier order. With the shared topology (:mod:`.shared_topology`, every rank on
 every host's budget holding every part, :mod:`.fit`) a rank maps every part and samples every hop
 itself, and the feature store reads every part's rows in place: a round is then its agreement
 alone. The requester deduplicates and renumbers
-(:class:`~mnmg_sampler.sampler.MultiHopSampler`). Calls are collective: every rank calls
+(:class:`~mnmg_sampler.sampling.sampler.MultiHopSampler`). Calls are collective: every rank calls
 :meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
@@ -38,11 +38,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..batch import MiniBatch
 from ..errors import ConfigError, SamplingInputError
-from ..host_malloc import tune_host_malloc
 from ..ops import wire
-from ..sampler import (
+from ..sampling.batch import MiniBatch
+from ..sampling.sampler import (
     HopSegments,
     MultiHopSampler,
     SampleRequest,
@@ -50,6 +49,7 @@ from ..sampler import (
     check_seed,
     run_cpu_kernel,
 )
+from ..system.host_malloc import tune_host_malloc
 from .collective import Exchanger, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
 from .fit import default_budget
@@ -665,7 +665,7 @@ class _CudaHop:
 
     def __init__(self, csr: tuple, device: torch.device | None,
                  weights: np.ndarray | None = None, graph=None) -> None:
-        from ..gpu import require_numba_cuda, simulator_enabled
+        from ..system.gpu import require_numba_cuda, simulator_enabled
 
         require_numba_cuda()
         if device is None:

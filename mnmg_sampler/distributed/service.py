@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import MnmgError, PeerError, SamplingInputError, ServiceError
-from ..sampler import SampleRequest
+from ..sampling.sampler import SampleRequest
 from .collective import group_timeout, is_peer_failure, peer_error, peer_errors, uses_nccl
 from .sampler import DistSampler
 from .teardown import at_exit
@@ -122,7 +122,7 @@ class SamplingService:
         self.max_requests_per_round = max_requests_per_round
         self._own_group = group is None
         if group is None:
-            from ..runtime import timeout_delta
+            from ..system.runtime import timeout_delta
 
             timeout = timeout_delta(timeout_s or group_timeout(None), "timeout_s")
             with peer_errors("creating the sampling service's process group"):
@@ -253,8 +253,8 @@ class SamplingService:
     # -- clients -------------------------------------------------------------------------------
     def submit(self, request: SampleRequest) -> Future:
         """Queue one request; its future resolves to a :class:`MiniBatch` (or raises). On a
-        typed part, requests are :class:`~mnmg_sampler.hetero_sampler.HeteroSampleRequest`
-        and batches :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch`."""
+        typed part, requests are :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest`
+        and batches :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch`."""
         fut: Future = Future()
         if self._failed is not None:
             fut.set_exception(self._failure())

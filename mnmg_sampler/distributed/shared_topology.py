@@ -39,7 +39,7 @@ from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
 from ..ops.cpu import group_by_part, sample_neighbors_parts
 from ..ops.typed_parts import part_of
-from ..sampler import HopSegments
+from ..sampling.sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 from .fit import Placement, decide, part_bytes
 

@@ -8,15 +8,15 @@ call (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`) over its own nodes
 received, keyed on internal ids, and replies with a count per node and one word per sampled edge
 (``neighbor x R + relation``; edge ids only when asked), int32 words where they fit, within
 bounds both sides compute. The requester puts the replies back in frontier order and dedups
-(:func:`~mnmg_sampler.hetero_sampler.multi_hop`, as in one process). After the last hop,
+(:func:`~mnmg_sampler.sampling.hetero_sampler.multi_hop`, as in one process). After the last hop,
 ``n_id`` is translated to internal ids by one lookup to the owners (:class:`~.id_maps.IdMaps`)
 and ``x``/``y`` of every node type come from the owners in one exchange each way.
 
 The RNG is keyed on internal ids (type offset + per-type id: fixed by the graph, not by the
 partitioning) and neighbor lists keep their order, so every minibatch equals
-:class:`~mnmg_sampler.hetero_sampler.HeteroSampler`'s for any world size and partitioning.
+:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`'s for any world size and partitioning.
 Calls are collective, as :meth:`~.sampler.DistSampler.sample`'s. Temporal and disjoint requests
-(``docs/temporal.md``) run the same hops through :func:`~mnmg_sampler.hetero_sampler.
+(``docs/temporal.md``) run the same hops through :func:`~mnmg_sampler.sampling.hetero_sampler.
 sample_trees` (pair ids ``tree * N + new id``, each node bounded by its seed's time).
 
 With the shared topology (:mod:`.typed_shared`, every rank on one host) a rank maps every typed
@@ -35,18 +35,18 @@ import torch
 import torch.distributed as dist
 
 from ..errors import SamplingInputError
-from ..graph.typed_partition import part_graph
-from ..hetero_batch import HeteroMiniBatch
-from ..hetero_sampler import (
+from ..graph.partition_io import part_graph
+from ..ops import typed as typed_ops
+from ..sampling.hetero_batch import HeteroMiniBatch
+from ..sampling.hetero_sampler import (
     HeteroSampleRequest,
     assemble_batch,
     fanout_table,
     multi_hop,
     sample_trees,
 )
-from ..ops import typed as typed_ops
-from ..sampler import HopSegments
-from ..temporal_sampler import (
+from ..sampling.sampler import HopSegments
+from ..sampling.temporal import (
     check_request_time,
     check_tree_ids,
     mark_trees,
@@ -240,7 +240,7 @@ class DistTypedSampler(DistSampler):
 
     def _sample_trees(self, requests, seeds, tables, hops):
         """The hops of a round with disjoint or temporal requests
-        (:func:`~mnmg_sampler.hetero_sampler.sample_trees` over new ids, every node's time
+        (:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees` over new ids, every node's time
         bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
         times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
                  for r, s in zip(requests, seeds, strict=True)]
@@ -296,7 +296,7 @@ class DistTypedSampler(DistSampler):
         data; the rank's share of its host's budget, ``features.host_memory_mb``) that this
         part's edges point to most (:func:`~.row_cache.choose_rows` by degree), fetched once;
         rounds never ask for them again."""
-        from ..host_limits import check_allocation
+        from ..system.host_limits import check_allocation
         from .collective import agree, all_gather_1d
         from .row_cache import choose_rows
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..host_limits import check_allocation
+from ..system.host_limits import check_allocation
 from .collective import agree, all_gather_1d
 
 __all__ = ["attach_part_time", "node_time_of_types"]

@@ -9,7 +9,8 @@ ends with :func:`build_graph`, which
    possible id. The distinct ids, sorted, become ``0 .. N-1``; the graph keeps them in
    :attr:`CSRGraph.node_ids`, so outputs (``n_id``) show the original ids again,
 3. otherwise checks the CSR's size against what the process can allocate
-   (:func:`mnmg_sampler.host_limits.check_allocation`), then refuses ids above ``max_node_id``
+   (:func:`mnmg_sampler.system.host_limits.check_allocation`), then refuses ids above
+   ``max_node_id``
    (default 2**40), both before the CSR is built.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import GraphFormatError
-from ..host_limits import check_allocation
+from ..system.host_limits import check_allocation
 from .csr import CSRGraph
 from .unique import sorted_unique
 

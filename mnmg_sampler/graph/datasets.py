@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
-from ..host_limits import check_allocation
+from ..system.host_limits import check_allocation
 from .build import MAX_NODE_ID, ReadOptions, build_graph
 from .csr import CSRGraph
 from .formats import (

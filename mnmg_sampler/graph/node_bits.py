@@ -3,7 +3,7 @@
 ``mnmg-sampler sample`` draws its seeds from the nodes with at least one neighbor. As an id array
 that set costs 8 bytes per node on every rank; as a bitmap it costs one bit, built here a chunk
 of rows at a time (no temporary of ``num_nodes`` entries), and read position by position by
-:class:`~mnmg_sampler.seeds.NodeBits`.
+:class:`~mnmg_sampler.loaders.seeds.NodeBits`.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def check_rmat_memory(scale: int, edge_factor: int, parts: int = 1, ranks_per_ho
     """:class:`~mnmg_sampler.errors.MemoryBudgetError` before generating an R-MAT graph whose
     share (:func:`rmat_bytes`, times the ranks sharing this host) cannot fit here; ``key``
     (e.g. ``dataset.name``) prefixes the message."""
-    from ..host_limits import check_allocation
+    from ..system.host_limits import check_allocation
 
     scale, edge_factor = int(scale), int(edge_factor)
     nbytes = rmat_bytes(scale, edge_factor, parts) * max(1, int(ranks_per_host))
@@ -123,7 +123,7 @@ def rmat_edge_range(
     m = edge_factor << scale
     lo, hi = max(0, int(lo)), min(m, int(hi))
     n_out = max(0, hi - lo)
-    from ..host_limits import check_allocation
+    from ..system.host_limits import check_allocation
 
     check_allocation(  # src, dst and their relabelled copies
         f"edges {lo:,}..{hi:,} of R-MAT scale {scale}, edge factor {edge_factor}", 32 * n_out,

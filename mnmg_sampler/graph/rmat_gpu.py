@@ -15,7 +15,7 @@ import logging
 
 import torch
 
-from ..gpu import require_pylibraft
+from ..system.gpu import require_pylibraft
 
 __all__ = ["generate_rmat", "rmat_edges_gpu"]
 

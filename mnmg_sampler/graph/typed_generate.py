@@ -234,7 +234,7 @@ def _drifting_ratings(users: int, items: int, seed: int) -> tuple[np.ndarray, np
     ones point to communities it has left: a temporal sampler that takes the latest neighbors
     sees the current taste, a static one a mix of the past ones (docs/temporal.md#yaml-jobs).
     ``[2, E]`` (user, item) pairs and their int64 times."""
-    from ..host_limits import check_allocation
+    from ..system.host_limits import check_allocation
 
     # per user: the communities' random order (8 + 8 bytes each) and, per rating, about ten
     # int64-sized temporaries (user, time, item, pair code, sort order, phase)

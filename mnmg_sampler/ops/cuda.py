@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from numba import cuda
 
-from ..gpu import numpy_compat, require_numba_cuda, simulator_enabled
+from ..system.gpu import numpy_compat, require_numba_cuda, simulator_enabled
 from . import cpu, rng, weighted
 
 numpy_compat()  # before any kernel here compiles

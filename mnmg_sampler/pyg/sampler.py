@@ -1,12 +1,13 @@
 """Our sampling service as a PyG ``BaseSampler``: ``sample_from_nodes`` -> ``SamplerOutput``
 (``HeteroSamplerOutput`` on typed parts), and on typed parts ``sample_from_edges``.
 
-Request keys follow :class:`~mnmg_sampler.loader.DistNeighborLoader` without shuffling: batch
+Request keys follow :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` without shuffling:
+batch
 ``j`` of epoch ``e`` on rank ``r`` of ``W`` uses ``request_key(seed, e, r + W * j)``. So when each
 rank's ``NodeLoader`` (``shuffle=False``) walks the seeds our loader would give that rank, the
 minibatches are bit-identical to our loader's. Call :meth:`ServiceSampler.set_epoch` before
 each epoch (as with a ``DistributedSampler``) to restart ``j``. Link batches count ``j`` the same
-way and draw their negatives as :class:`~mnmg_sampler.link_loader.DistLinkNeighborLoader` does,
+way and draw their negatives as :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` does,
 keyed on each positive's ``input_id`` (its position in the ``LinkLoader``'s
 ``edge_label_index``): a rank whose ``LinkLoader`` walks the seed edges our loader gives it gets
 our loader's batches.
@@ -29,7 +30,7 @@ from torch_geometric.sampler import (
 
 from ..errors import SamplingInputError
 from ..ops.rng import request_key
-from ..sampler import SampleRequest, check_fanouts
+from ..sampling.sampler import SampleRequest, check_fanouts
 from .stores import PartitionFeatureStore, PartitionGraphStore, typed_part
 
 __all__ = ["ServiceSampler"]
@@ -117,7 +118,7 @@ class ServiceSampler(BaseSampler):
                              metadata=(input_id, None))
 
     def _typed_nodes(self, index: NodeSamplerInput) -> HeteroSamplerOutput:
-        from ..hetero_sampler import HeteroSampleRequest
+        from ..sampling.hetero_sampler import HeteroSampleRequest
 
         tp = self.typed
         if index.time is not None:
@@ -150,7 +151,7 @@ class ServiceSampler(BaseSampler):
                 "link sampling (sample_from_edges) on a homogeneous part",
                 "the PyG adapter samples seed edges of typed parts only",
                 "use NodeLoader, or DistLinkNeighborLoader for links of a homogeneous graph")
-        from ..hetero_link_sampler import (
+        from ..sampling.hetero_link import (
             build_typed_link_request,
             finish_typed_link_batch,
             typed_link_input,
@@ -192,7 +193,7 @@ def _typed_fanouts(service, num_neighbors):
     """``num_neighbors`` of a typed part, checked against its relations: a list, or a dict
     keyed by ``(src, rel, dst)`` tuples."""
     from ..graph.typed import edge_type_of
-    from ..hetero_sampler import fanout_table
+    from ..sampling.hetero_sampler import fanout_table
 
     fanout_table(service.sampler.graph, num_neighbors)
     if isinstance(num_neighbors, Mapping):

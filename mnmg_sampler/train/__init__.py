@@ -1,6 +1,7 @@
 """Training on sampled minibatches: the GraphSAGE model and the job run by ``mnmg-sampler train``.
 
-The model (:mod:`mnmg_sampler.train.model`) consumes a :class:`~mnmg_sampler.batch.MiniBatch`
+The model (:mod:`mnmg_sampler.train.model`) consumes a
+:class:`~mnmg_sampler.sampling.batch.MiniBatch`
 exactly as PyG's models consume a ``NeighborLoader`` batch: ``model(batch.x, batch.edge_index)``
 gives one row per node of ``batch.n_id`` (seeds first), and the loss is taken on the first
 ``batch.batch_size`` rows. PyG's ``SAGEConv`` is used when ``torch_geometric`` is installed; a

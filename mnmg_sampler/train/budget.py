@@ -35,7 +35,7 @@ def check_model_memory(dims: Sequence[int], bytes_per_param: int = BYTES_PER_PAR
                        copies: int = 1) -> None:
     """:class:`~mnmg_sampler.errors.MemoryBudgetError` when ``copies`` models of widths
     ``dims`` (``bytes_per_param`` each parameter) cannot fit in this process."""
-    from ..host_limits import check_allocation
+    from ..system.host_limits import check_allocation
 
     n = sage_param_count(dims)
     many = f" on each of the {copies} ranks of this host" if copies > 1 else ""

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from ..distributed.collective import Exchanger, backend_device
 from ..errors import MemoryBudgetError
-from ..seeds import SeedSet
+from ..loaders.seeds import SeedSet
 from .model import GraphSAGE, inference_layer
 
 __all__ = ["check_budget", "estimate_layerwise_bytes", "estimate_sampled_bytes",
@@ -142,7 +142,7 @@ def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray | Se
                        device: torch.device, batch_size: int, group=None,
                        x: np.ndarray | None = None) -> dict[str, tuple[float, float]]:
     """Collective: ``{split: (accuracy, mean loss)}`` over every rank's nodes of each split
-    (sorted original ids, or a :class:`~mnmg_sampler.seeds.SeedSet`), from
+    (sorted original ids, or a :class:`~mnmg_sampler.loaders.seeds.SeedSet`), from
     :func:`layerwise_logits` (input rows ``x``, else ``part.x``)."""
     logits = layerwise_logits(model, part, device, batch_size, group, x)
     own = np.asarray(part.orig_ids)  # the ids a seed set speaks (the graph's nodes 0..N-1)

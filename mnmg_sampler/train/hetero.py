@@ -159,7 +159,7 @@ def precheck_typed_job(cfg: JobConfig) -> None:
 def run_typed_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
     """The typed counterpart of :func:`.job.run_job` (inside torchrun); returns the final
     metrics."""
-    from ..loader import DistNeighborLoader
+    from ..loaders.neighbor import DistNeighborLoader
 
     precheck_typed_job(cfg)
     job = start_typed_job(cfg)
@@ -194,7 +194,7 @@ def _train_node(job: TypedJob, train_loader, ids: dict, resume: bool,
     test on sampled minibatches of the type's val/test seeds."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ..loader import DistNeighborLoader
+    from ..loaders.neighbor import DistNeighborLoader
 
     cfg, device, target = job.cfg, job.device, job.input_type
     s, o = cfg.sampler, cfg.optimizer

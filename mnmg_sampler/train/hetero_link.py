@@ -5,7 +5,7 @@ split into train/val/test on every rank alike (``link.split``, ``link.split_seed
 :func:`~mnmg_sampler.graph.typed_link_split.split_relation`); the *training graph*, partitioned
 once, holds only the train edges of the relation and no reverse of a held-out edge in its
 reverse relation (PyG's ``rev_`` naming), so held-out edges are never read as messages; a
-typed :class:`~mnmg_sampler.link_loader.DistLinkNeighborLoader` draws the training negatives
+typed :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws the training negatives
 (binary or triplet, of the relation's types) and removes the seed edges and their reverses from
 their own subgraphs; evaluation ranks each held-out edge among ``link.eval_negatives`` negative
 destinations and reports AUC, MRR and Hits@K as the homogeneous job does. The encoder is the
@@ -25,7 +25,7 @@ link.eval_negatives`` trees per edge, so ``sampler.eval_fanouts: null`` means th
 fanouts there (a full tree per negative reaches thousands of nodes: hundreds of millions per
 batch on a 100k-rating graph; an explicit ``-1`` is still all neighbors). Each batch is
 sampled and encoded in chunks of whole trees of at most :func:`eval_node_budget` nodes
-(:meth:`~mnmg_sampler.link_loader.DistLinkNeighborLoader.tree_chunks`), keeping only the
+(:meth:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader.tree_chunks`), keeping only the
 trees' root embeddings, so evaluation memory does not grow with the batch. The final record
 holds every rank's peak resident memory (``peak_rss_mb``).
 """
@@ -167,8 +167,8 @@ def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = Tr
         split_relation_by_time,
         typed_training_graph,
     )
-    from ..hetero_link_sampler import reverse_relation
-    from ..link_loader import DistLinkNeighborLoader
+    from ..loaders.link import DistLinkNeighborLoader
+    from ..sampling.hetero_link import reverse_relation
 
     precheck_typed_job(cfg)
     lk, s = cfg.link, cfg.sampler

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, SamplingInputError
-from ..host_limits import check_allocation
+from ..system.host_limits import check_allocation
 from .model import SAGELayer, _check_aggr, _positive
 
 __all__ = ["EMBEDDINGS", "HeteroGraphSAGE", "embedded_types", "relation_key",
@@ -188,7 +188,8 @@ class HeteroGraphSAGE(nn.Module):
                 ) -> torch.Tensor | dict[str, torch.Tensor]:
         """Logits of every ``target`` node of the minibatch (seeds first: slice
         ``[:batch_size]``), or ``{type: output}`` for several targets. ``x`` and ``edge_index``
-        are the :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` dicts, ``emb`` the rows of
+        are the :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch` dicts, ``emb`` the
+        rows of
         its ``n_id`` of the :attr:`embedded` types.
 
         With the batch's ``num_sampled_nodes`` and ``num_sampled_edges`` (PyG's

@@ -42,9 +42,10 @@ log = logging.getLogger(__name__)
 
 def split_ids(num_nodes: int, fractions, seed: int) -> dict:
     """Random train/val/test split of node ids (original ids), the same on every rank: ranges of
-    a keyed permutation (:func:`~mnmg_sampler.seeds.random_node_split`, a
-    :class:`~mnmg_sampler.seeds.NodeSplit` per name), no array of ``num_nodes`` on any rank."""
-    from ..seeds import random_node_split
+    a keyed permutation (:func:`~mnmg_sampler.loaders.seeds.random_node_split`, a
+    :class:`~mnmg_sampler.loaders.seeds.NodeSplit` per name), no array of ``num_nodes`` on any
+    rank."""
+    from ..loaders.seeds import random_node_split
 
     return random_node_split(num_nodes, fractions, seed)
 
@@ -80,7 +81,7 @@ def make_evaluator(cfg: JobConfig, service, ids: dict, part, device, num_classes
     ``sampler.eval_fanouts``. Either way, the memory estimate is checked against
     ``training.eval_memory_mb`` here, before anything is allocated for evaluation.
     """
-    from ..loader import DistNeighborLoader
+    from ..loaders.neighbor import DistNeighborLoader
     from .evaluate import (
         check_budget,
         estimate_layerwise_bytes,
@@ -139,7 +140,7 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
         return run_link_job(cfg, resume=resume, progress=progress)
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
-    from ..loader import DistNeighborLoader
+    from ..loaders.neighbor import DistNeighborLoader
 
     check_paths(cfg)
     rt = cfg.runtime

@@ -3,7 +3,7 @@
 Order of events on every rank, as in the node job (:mod:`.job`): the edges of the dataset are
 split into train/val/test (the same split on every rank, from ``link.split_seed``); the
 *training graph* (train edges only, so held-out edges can never be sampled as messages) is
-partitioned once; a :class:`~mnmg_sampler.link_loader.DistLinkNeighborLoader` draws binary or
+partitioned once; a :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws binary or
 triplet negatives; evaluation ranks each held-out edge among ``link.eval_negatives`` negative
 destinations (negatives that are edges of the training graph are redrawn) and reports AUC over
 all pairs, MRR and Hits@K.
@@ -287,7 +287,7 @@ def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) ->
     """Run the link-prediction job on this rank (inside torchrun); returns the final metrics."""
     from ..distributed.service import SamplingService
     from ..graph.partition_io import load_partition
-    from ..link_loader import DistLinkNeighborLoader
+    from ..loaders.link import DistLinkNeighborLoader
 
     check_paths(cfg)
     if cfg.training.mode != "train":

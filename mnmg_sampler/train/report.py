@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..console import fmt_count, stderr_is_tty
+from ..system.console import fmt_count, stderr_is_tty
 
 
 class Metrics:

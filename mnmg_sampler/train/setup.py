@@ -32,14 +32,14 @@ def start_rank(cfg: JobConfig):
     """Join the job (collective): allocator settings before CUDA starts, the process group,
     thread counts, then the job's memory estimates (:func:`.budget.check_job_memory`) checked on
     every rank, so a job that cannot fit fails on all of them before anything is allocated.
-    Returns torchrun's :class:`~mnmg_sampler.runtime.DistEnv` and the device."""
-    from ..runtime import init_distributed, resolve_backend, set_threads
+    Returns torchrun's :class:`~mnmg_sampler.system.runtime.DistEnv` and the device."""
+    from ..system.runtime import init_distributed, resolve_backend, set_threads
     from .budget import check_job_memory
 
     rt = cfg.runtime
     _, want = resolve_backend(rt.backend, rt.device)
     if want.type == "cuda":  # before CUDA starts: allocator settings, one pool for all
-        from ..memory import setup_memory_pool
+        from ..system.memory import setup_memory_pool
 
         log.info("memory pool: %s", setup_memory_pool(rt.expandable_segments))
     env, device = init_distributed(rt.backend, rt.device, rt.collective_timeout_s)
@@ -169,7 +169,7 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
         log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
         if typed:
-            from ..graph.typed_partition import partition_typed
+            from ..graph.partition import partition as partition_typed
             from .typed_setup import load_typed_dataset
 
             g = typed_graph() if typed_graph is not None else load_typed_dataset(cfg)

@@ -344,7 +344,7 @@ def typed_node_split(pdir: str | Path, input_type: str, cfg: JobConfig) -> dict:
     nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank without an
     exchange."""
     from ..graph.partition_io import load_partition, read_manifest
-    from ..seeds import random_node_split
+    from ..loaders.seeds import random_node_split
 
     manifest = read_manifest(pdir)
     meta = meta_of_manifest(manifest)

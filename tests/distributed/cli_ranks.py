@@ -38,7 +38,7 @@ def _cli(rank, world, argv, extra_env) -> RankRun:
     import numba
     import torch
 
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     os.environ.update(extra_env)  # the harness restores the environment after the call
     root = logging.getLogger()

@@ -6,7 +6,7 @@ import numpy as np
 
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 FANOUTS = [4, 3, 2]
 SEED = 11

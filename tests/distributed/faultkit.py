@@ -73,8 +73,8 @@ def api(parts: str, mode: str, shared: bool = False, in_flight: int = 1,
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import MnmgError, PeerError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
-    from mnmg_sampler.runtime import init_distributed
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
+    from mnmg_sampler.system.runtime import init_distributed
 
     try:
         env, _ = init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
@@ -111,8 +111,8 @@ def no_shutdown(parts: str) -> int:
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
-    from mnmg_sampler.runtime import init_distributed
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
+    from mnmg_sampler.system.runtime import init_distributed
 
     env, _ = init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
     svc = SamplingService(load_partition(parts, env.rank, env.world_size), seed=1)
@@ -127,7 +127,7 @@ def no_destroy() -> int:
     import torch
     import torch.distributed as dist
 
-    from mnmg_sampler.runtime import init_distributed
+    from mnmg_sampler.system.runtime import init_distributed
 
     init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
     t = torch.ones(4)
@@ -143,7 +143,7 @@ def ddp_steps() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from mnmg_sampler.runtime import init_distributed
+    from mnmg_sampler.system.runtime import init_distributed
 
     init_distributed("gloo", "cpu", float(os.environ["MNMG_TEST_TIMEOUT_S"]))
     torch.manual_seed(0)
@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "ddp":
         return ddp_steps()
     if argv[0] == "cli":
-        from mnmg_sampler.cli import main as cli_main
+        from mnmg_sampler.commands.cli import main as cli_main
 
         cli_main(argv[1:])
         return 0

@@ -35,7 +35,7 @@ def _listening() -> list[tuple[str, int, str]]:
 def main() -> None:
     import torch.distributed as dist
 
-    from mnmg_sampler.runtime import init_distributed
+    from mnmg_sampler.system.runtime import init_distributed
 
     init_distributed("gloo", "cpu", 60)
     mine, agent = _socket_inodes(os.getpid()), _socket_inodes(os.getppid())

@@ -7,7 +7,7 @@ import numpy as np
 
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph
 from .harness import run_ranks
@@ -91,7 +91,7 @@ def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path)
 def _owner_split(rank, world, d, nodes):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
                           shared_topology=False)
@@ -126,7 +126,7 @@ def test_owner_split_gives_each_rank_its_own_seeds_once(tmp_path):
 def _owner_split_uneven(rank, world, d, rank0_nodes):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
                           shared_topology=False)

@@ -7,7 +7,7 @@ import pytest
 
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import SampleRequest
+from mnmg_sampler.sampling.sampler import SampleRequest
 
 from .common import FANOUTS, SEED, as_arrays, assert_same, batches_of, reference, small_graph
 from .harness import RankFailure, run_ranks
@@ -70,7 +70,7 @@ def _uneven(rank, world, d):
 
 
 def test_uneven_work_no_hang(tmp_path):
-    from mnmg_sampler.sampler import MultiHopSampler, local_hop_fn
+    from mnmg_sampler.sampling.sampler import MultiHopSampler, local_hop_fn
 
     g = small_graph()
     d = str(partition(g, 3, "random", tmp_path / "p", seed=2))

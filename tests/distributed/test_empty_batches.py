@@ -26,7 +26,7 @@ def _graph(width: int) -> CSRGraph:
 def _run(rank, world, d, width):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.sampler import SampleRequest
+    from mnmg_sampler.sampling.sampler import SampleRequest
 
     svc = SamplingService(load_partition(d, rank, world), seed=5)
     try:

@@ -110,7 +110,7 @@ def test_budget_overflow_raises_on_every_rank():
 
 def _renumbered_rank(rank, world, path):
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.seeds import NodeSplit
+    from mnmg_sampler.loaders.seeds import NodeSplit
     from mnmg_sampler.train.evaluate import evaluate_layerwise
 
     part = load_partition(path, rank, world)
@@ -122,7 +122,7 @@ def _renumbered_rank(rank, world, path):
 
 def test_layerwise_splits_of_a_renumbered_graph(tmp_path):
     # a seed set speaks the graph's ids 0..N-1, an id array the input's: the same nodes either way
-    from mnmg_sampler.seeds import NodeSplit
+    from mnmg_sampler.loaders.seeds import NodeSplit
 
     g = small_graph()
     g.node_ids = np.sort(np.random.default_rng(5).choice(2**62, g.num_nodes, replace=False))

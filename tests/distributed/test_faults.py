@@ -116,7 +116,7 @@ def _broken_agreement(rank, world, d, mode):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import PeerError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=3, mode=mode, timeout_s=20)
     loader = DistNeighborLoader(svc, np.arange(60), [3, 2], 6)
@@ -173,7 +173,7 @@ def _stalled(rank, world, d):
     from mnmg_sampler.distributed.service import MARGIN_S, SamplingService
     from mnmg_sampler.errors import PeerError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=3, timeout_s=1)
     loader = DistNeighborLoader(svc, np.arange(30), [3], 6)
@@ -236,7 +236,7 @@ def test_single_node_launch_listens_on_loopback_only():
 
     from .torchrun import REPO, env
 
-    cmd = [sys.executable, "-m", "mnmg_sampler.runtime", "--nproc-per-node", "2",
+    cmd = [sys.executable, "-m", "mnmg_sampler.system.runtime", "--nproc-per-node", "2",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
            "-m", "tests.distributed.loopback_probe"]
     r = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=180)
@@ -253,7 +253,7 @@ def _local_failure(rank, world, d, kw):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import MnmgError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.sampler import SampleRequest
+    from mnmg_sampler.sampling.sampler import SampleRequest
 
     # a collective timeout far beyond the test's: a peer left waiting for it hangs the test
     svc = SamplingService(load_partition(d, rank, world), seed=1, timeout_s=600, **kw)

@@ -65,7 +65,7 @@ FAULT_TRIALS = ([("api-thread", s) for s in (10, 11, 12, 13, 14, 15)]
 def cora_parts(tmp_path_factory):
     from mnmg_sampler.graph.datasets import load_graph
     from mnmg_sampler.graph.partition import partition
-    from mnmg_sampler.sampler import sample
+    from mnmg_sampler.sampling.sampler import sample
 
     d = tmp_path_factory.mktemp("cora")
     g = load_graph("cora")
@@ -286,7 +286,7 @@ def test_rank_that_never_joins_gives_a_typed_error():
     # rank 1 of 2 alone: the store on rank 0 never comes (a rendezvous timeout)
     port = free_port()
     e = _rank_env(1, 2, port)
-    code = ("from mnmg_sampler.runtime import init_distributed\n"
+    code = ("from mnmg_sampler.system.runtime import init_distributed\n"
             "init_distributed('gloo', 'cpu', 2.0, join_timeout_s=3.0)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=e, capture_output=True,
                        text=True, timeout=120)

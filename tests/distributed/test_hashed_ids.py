@@ -15,7 +15,7 @@ import pytest
 
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.datasets import load_graph
-from mnmg_sampler.sampler import sample
+from mnmg_sampler.sampling.sampler import sample
 
 from .common import as_arrays, assert_same
 from .harness import run_ranks
@@ -68,7 +68,7 @@ def _ingest_and_sample(rank, world, spec, out, seeds, npz=None):
     from mnmg_sampler.distributed.ingest import partition_distributed
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     partition_distributed(spec, out, "random", 5, chunk=4096)
     if npz is not None:  # renumber=true on an input rank 0 reads whole, with node data
@@ -138,7 +138,7 @@ def test_hashed_ids_partition_and_sample_the_same_for_any_world_size(hashed, tmp
 
 @pytest.mark.slow
 def test_cli_under_torchrun_renumbers_as_one_process(hashed, tmp_path):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     from .torchrun import torchrun
 

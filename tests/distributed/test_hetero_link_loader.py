@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mnmg_sampler.graph.api import partition_graph
-from mnmg_sampler.hetero_batch import HeteroLinkMiniBatch
+from mnmg_sampler.sampling.hetero_batch import HeteroLinkMiniBatch
 
 from ..typed_graphs import link_spec
 from ..unit.test_hetero_link import CASES, FAN, RATES, SEED, check_invariants, reference, seed_edges
@@ -40,7 +40,7 @@ def _batch(d: dict) -> HeteroLinkMiniBatch:
 def _errors(svc, rank, eli):
     """The typed error of each bad argument (the last one bad on rank 1 only)."""
     from mnmg_sampler.errors import SamplingInputError
-    from mnmg_sampler.link_loader import DistLinkNeighborLoader
+    from mnmg_sampler.loaders.link import DistLinkNeighborLoader
 
     bad_range = eli.copy()
     bad_range[1, 3] = 19  # 19 movies: ids 0..18
@@ -68,7 +68,7 @@ def _errors(svc, rank, eli):
 def _run(rank, world, d, eli, label, opts, epochs, errors):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.link_loader import DistLinkNeighborLoader
+    from mnmg_sampler.loaders.link import DistLinkNeighborLoader
 
     part = load_partition(d, rank, world)
     svc = SamplingService(part, seed=SEED)

@@ -16,7 +16,7 @@ from mnmg_sampler.errors import PeerError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import SampleRequest
+from mnmg_sampler.sampling.sampler import SampleRequest
 
 from .common import FANOUTS, SEED, small_graph
 from .harness import run_ranks

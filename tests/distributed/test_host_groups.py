@@ -14,7 +14,7 @@ import pytest
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph, topology_budget
 from .harness import run_ranks
@@ -164,9 +164,9 @@ def _cache_over_budget(rank, world, d):
     """Rank 1 has almost no memory: its check fails before the fill allocates anything."""
     import os
 
-    from mnmg_sampler import host_limits
     from mnmg_sampler.distributed.features import DistFeatureStore
     from mnmg_sampler.distributed.sampler import DistSampler
+    from mnmg_sampler.system import host_limits
 
     os.environ["MNMG_HOST_ID"] = f"host-{rank}"
     part = load_partition(d, rank, world)
@@ -199,7 +199,7 @@ def _loaders(rank, world, d):
     import os
 
     from mnmg_sampler.distributed.service import SamplingService
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     os.environ["MNMG_HOST_ID"] = f"host-{rank}"
     part = load_partition(d, rank, world)

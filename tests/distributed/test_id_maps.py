@@ -12,7 +12,7 @@ import pytest
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph
 from .harness import run_ranks
@@ -127,7 +127,7 @@ def test_no_num_nodes_array_on_any_rank(tmp_path):
 def _without_maps(rank, world, d, n):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     part = load_partition(d, rank, world)
     got, _ = _sample_all(part, n, np.zeros((2, 0), np.int64))

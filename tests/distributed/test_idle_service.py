@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import as_arrays, assert_same, small_graph
 from .harness import run_ranks

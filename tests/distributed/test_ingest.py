@@ -191,7 +191,7 @@ def read_manifest_nodes(d: Path) -> int:
 def test_cli_on_two_ranks_matches_single_process(tmp_path):
     # ``partition`` on 2 pooled ranks (what torchrun's ranks run; a launch under torchrun is
     # test_offline_sample's and test_train_job's)
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     from .cli_ranks import cli_ranks
 

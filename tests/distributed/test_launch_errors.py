@@ -1,4 +1,5 @@
-"""What the console shows when a rank fails under ``python -m mnmg_sampler.runtime`` (torchrun,
+"""What the console shows when a rank fails under ``python -m mnmg_sampler.system.runtime``
+(torchrun,
 what ``launch/run.sh`` and ``launch/multinode.sh``, hence ``launch/slurm.sbatch``, run): a typed
 error gives the rank's one line, one line of the launcher naming the rank and the code, and that
 exit code; a real crash keeps torchrun's summary."""
@@ -17,7 +18,7 @@ TRACE_MARKS = ("Traceback", "ChildFailedError", "Sending process", "Root Cause")
 
 def _launch(*worker: str, nproc: int = 2, filt: str | None = None, tee: bool = False
             ) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "mnmg_sampler.runtime", "--nproc-per-node", str(nproc),
+    cmd = [sys.executable, "-m", "mnmg_sampler.system.runtime", "--nproc-per-node", str(nproc),
            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
            *(["--local-ranks-filter", filt] if filt else []),
            *(["--tee", "3"] if tee else []), *worker]
@@ -26,7 +27,7 @@ def _launch(*worker: str, nproc: int = 2, filt: str | None = None, tee: bool = F
 
 def test_run_sh_user_error_is_one_line_and_exit_2(tmp_path):
     e = env()
-    e.update(TORCHRUN=f"{sys.executable} -m mnmg_sampler.runtime", PYTHONPATH=str(REPO))
+    e.update(TORCHRUN=f"{sys.executable} -m mnmg_sampler.system.runtime", PYTHONPATH=str(REPO))
     r = subprocess.run(["bash", str(REPO / "launch" / "run.sh"), "sampler.batch_size=-3",
                         f"output.dir={tmp_path}"], cwd=REPO, env=e, capture_output=True,
                        text=True, timeout=180)
@@ -100,7 +101,7 @@ def test_real_crash_keeps_torchruns_summary(mode, mark):
 def test_reported_failure_rules():
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-    from mnmg_sampler.runtime import reported_failure
+    from mnmg_sampler.system.runtime import reported_failure
 
     def f(rank, code, pid):
         return ProcessFailure(local_rank=rank, pid=pid, exitcode=code, error_file="<N/A>")

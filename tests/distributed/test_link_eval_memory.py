@@ -50,7 +50,7 @@ def _rank(rank, world, pdir):
     from mnmg_sampler.distributed.embeddings import DistEmbedding
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.link_loader import DistLinkNeighborLoader
+    from mnmg_sampler.loaders.link import DistLinkNeighborLoader
     from mnmg_sampler.train.hetero_link import HeteroLinkModel, evaluate_link
     from mnmg_sampler.train.hetero_model import HeteroGraphSAGE
 

@@ -7,10 +7,10 @@ import pytest
 
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.link_sampler import build_link_request, finish_link_batch
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.negative import NegativeSampling, csr_has_edges
-from mnmg_sampler.sampler import MultiHopSampler, local_hop_fn
+from mnmg_sampler.sampling.link import build_link_request, finish_link_batch
+from mnmg_sampler.sampling.sampler import MultiHopSampler, local_hop_fn
 
 from .harness import run_ranks
 
@@ -40,7 +40,7 @@ def _run(rank, world, d, eli, label, opts, epochs):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.link_loader import DistLinkNeighborLoader
+    from mnmg_sampler.loaders.link import DistLinkNeighborLoader
 
     part = load_partition(d, rank, world)
     svc = SamplingService(part, seed=SEED)

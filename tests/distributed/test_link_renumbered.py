@@ -33,7 +33,7 @@ def _run(rank, world, d, eli, opts):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import SamplingInputError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.link_loader import DistLinkNeighborLoader
+    from mnmg_sampler.loaders.link import DistLinkNeighborLoader
 
     part = load_partition(d, rank, world)
     svc = SamplingService(part, seed=SEED)

@@ -29,7 +29,7 @@ def _cases(rank, world, d):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import SamplingInputError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=2, features=False)
     out = {}

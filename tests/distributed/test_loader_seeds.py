@@ -10,9 +10,9 @@ import pytest
 
 from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import as_arrays, assert_same, small_graph
 from .harness import run_ranks
@@ -30,7 +30,7 @@ def _loader_rounds(rank, world, d, nodes):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, id_maps="sharded",
                           shared_topology=False)

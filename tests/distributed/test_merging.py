@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import as_arrays, assert_same, small_graph
 from .harness import run_ranks
@@ -29,7 +29,7 @@ LOADERS = [(np.arange(0, 48), [3, 2]), (np.arange(60, 108), [4]), (np.arange(120
 def _inline(rank, world, d):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode="inline",
                           features=False)
@@ -62,7 +62,7 @@ def test_inline_requests_of_three_loaders_share_one_kernel_call_per_hop(tmp_path
 def _threads(rank, world, d):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)
     loaders = [DistNeighborLoader(svc, nodes, [3, 2], 8, seed=k, prefetch=2)
@@ -115,7 +115,7 @@ def test_thread_mode_merges_concurrent_loaders(tmp_path, world):
 def _uneven(rank, world, d, shared):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode="inline",
                           features=False, shared_topology=shared)

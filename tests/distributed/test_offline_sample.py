@@ -51,7 +51,7 @@ def uniform_single(tmp_path_factory):
 
 
 def test_one_node_two_nodes_and_single_process_give_the_same_files(tmp_path, uniform_single):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     gpath, single = uniform_single
     parts = tmp_path / "parts"
@@ -135,7 +135,7 @@ def test_weights_flag_partition_and_sample_agree_with_one_process(tmp_path, unif
     ``sample --partitions`` on 2 ranks writes the files ``sample GRAPH --weights`` writes in one
     process; they differ from uniform sampling. ``--weights`` naming other weights than the
     partition's, or a partition without weights, exits 2 with one error line."""
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
     from mnmg_sampler.graph.partition_io import load_partition
 
     gpath, uniform = uniform_single

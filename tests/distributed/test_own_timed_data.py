@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from mnmg_sampler.graph.api import partition_graph, typed_graph_of
-from mnmg_sampler.hetero_sampler import HeteroSampler, HeteroSampleRequest
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
+from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
 from tests.timed_data import hetero_data, homo_data, ratings
 
 from .harness import run_ranks
@@ -43,7 +43,7 @@ def _plain(b) -> dict:
 def _ranks(rank, world, dirs, times):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     out = {}
     for name, d in dirs.items():
@@ -117,7 +117,7 @@ def test_cli_partition_keeps_the_time_of_a_saved_file(tmp_path):
     """``mnmg-sampler partition FILE.pt`` keeps a ``time`` as ``partition_graph`` does (it once
     read the HeteroData without it); under torchrun, where the every-rank readers read no time,
     rank 0 partitions the timed file while the others wait: the same files either way."""
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
     from mnmg_sampler.graph.partition_io import load_partition
 
     from .cli_ranks import cli_ranks

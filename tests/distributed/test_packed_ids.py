@@ -12,7 +12,7 @@ from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
 from mnmg_sampler.ops import bitpack
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph
 from .harness import run_ranks

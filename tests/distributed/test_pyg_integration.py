@@ -81,7 +81,7 @@ def _worker(rank, world, pdir):
     from torch_geometric.loader import NodeLoader
 
     from mnmg_sampler import DistNeighborLoader, SamplingService, load_partition
-    from mnmg_sampler.loader import global_batches
+    from mnmg_sampler.loaders.neighbor import global_batches
     from mnmg_sampler.pyg import ServiceSampler
 
     torch.set_num_threads(1)

@@ -53,7 +53,7 @@ def _flat(data) -> dict:
 
 def _my_order(n: int, batch: int, rank: int, world: int) -> list[int]:
     """Positions of this rank's global batches (``g = rank, rank + world, ...``), in order."""
-    from mnmg_sampler.loader import global_batches
+    from mnmg_sampler.loaders.neighbor import global_batches
 
     pos = global_batches(n, batch, world, shuffle=False, drop_last=False, seed=SEED, epoch=0)
     assert len({p.size for p in pos}) == 1  # equal batches: the DataLoader cuts them the same
@@ -250,9 +250,9 @@ def _worker(rank, world, pdir, spec):
 
 def _node_reference(spec, epoch: int) -> list[dict]:
     from mnmg_sampler.graph.typed import typed_graph
-    from mnmg_sampler.hetero_sampler import HeteroSampler, HeteroSampleRequest
-    from mnmg_sampler.loader import global_batches
+    from mnmg_sampler.loaders.neighbor import global_batches
     from mnmg_sampler.ops.rng import request_key
+    from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
 
     sampler = HeteroSampler(typed_graph(spec), SEED)
     pos = global_batches(USERS.size, NODE_BATCH, WORLD, shuffle=False, drop_last=False,

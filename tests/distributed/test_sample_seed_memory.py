@@ -12,7 +12,7 @@ from mnmg_sampler.commands.sample import batch_seeds
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.graph.datasets import nonisolated_nodes
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.seeds import AllNodes, NodeBits
+from mnmg_sampler.loaders.seeds import AllNodes, NodeBits
 
 from .harness import run_ranks
 from .test_seed_memory import LIMIT, N, _cap

@@ -52,7 +52,7 @@ def _loader_epochs(svc, world: int, cap=lambda: None) -> dict:
     """One epoch of each seed set: every node, half the nodes by a random split, and (W > 1)
     every node and a quarter of them split by owner; one request per round (prefetch=1).
     ``cap()`` runs before each loader is built."""
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
     from mnmg_sampler.train.job import split_ids
 
     splits = split_ids(N, [0.5, 0.25, 0.25], seed=2)
@@ -95,7 +95,7 @@ def _under_limit(rank, world, d):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     ctypes.CDLL(None).mallopt(-3, 1 << 17)  # M_MMAP_THRESHOLD: big blocks go back on free
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import as_arrays, assert_same, small_graph
 from .harness import run_ranks
@@ -36,7 +36,7 @@ def _two_loaders(rank, world, d, train, val, mode="thread"):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode=mode)
     tl = DistNeighborLoader(svc, train, TRAIN_FAN, 8, shuffle=True, seed=1, prefetch=3)
@@ -93,7 +93,7 @@ def _seeds_once(rank, world, d, n, shuffle, drop_last):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False)
     loader = DistNeighborLoader(svc, np.arange(n), [2], 6, shuffle=shuffle, drop_last=drop_last,
@@ -142,7 +142,7 @@ def test_every_seed_once_per_epoch(tmp_path):
 def _resume(rank, world, d, stop_after):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     part = load_partition(d, rank, world)
 
@@ -185,7 +185,7 @@ def _ddp(rank, world, d):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED)
     loader = DistNeighborLoader(svc, np.arange(120), [3, 3], 10, shuffle=True, prefetch=4)
@@ -229,7 +229,7 @@ def _workers(rank, world, d, ctx):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED)
     loader = DistNeighborLoader(svc, np.arange(60), [3, 2], 10, prefetch=2)
@@ -293,7 +293,7 @@ def _round_fails(rank, world, d):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import ServiceError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED)
 

@@ -16,7 +16,7 @@ from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph
 from .harness import RankFailure, run_ranks
@@ -193,7 +193,7 @@ def _service(rank, world, d, seeds):
     import torch.distributed as dist
 
     from mnmg_sampler.distributed.service import SamplingService
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED, features=False,
                           shared_topology=True)

@@ -17,15 +17,15 @@ import torch
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.temporal import temporal_graph_from_data
 from mnmg_sampler.graph.typed import typed_graph
-from mnmg_sampler.hetero_batch import HeteroLinkMiniBatch
-from mnmg_sampler.hetero_link_sampler import (
+from mnmg_sampler.loaders.neighbor import global_batches
+from mnmg_sampler.ops.negative import AdmissibleNodes, NegativeSampling
+from mnmg_sampler.sampling.hetero_batch import HeteroLinkMiniBatch
+from mnmg_sampler.sampling.hetero_link import (
     build_typed_link_request,
     finish_typed_link_batch,
     reverse_relation,
 )
-from mnmg_sampler.hetero_sampler import HeteroSampler
-from mnmg_sampler.loader import global_batches
-from mnmg_sampler.ops.negative import AdmissibleNodes, NegativeSampling
+from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
 
 from ..typed_graphs import link_spec
 from .harness import run_ranks
@@ -204,7 +204,7 @@ def _rel_time(r) -> torch.Tensor:
 def _errors(svc, graph_name: str, rank: int) -> list:
     """The typed error of each bad temporal argument (the last one bad on rank 1 only)."""
     from mnmg_sampler.errors import SamplingInputError
-    from mnmg_sampler.link_loader import DistLinkNeighborLoader
+    from mnmg_sampler.loaders.link import DistLinkNeighborLoader
 
     et, eli, times = _seed_edges(_graphs()[graph_name])
     cases = [({"edge_label_time": None}, "edge_label_time is not given"),
@@ -229,7 +229,7 @@ def _errors(svc, graph_name: str, rank: int) -> list:
 def _run(rank, world, dirs, errors):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.link_loader import DistLinkNeighborLoader
+    from mnmg_sampler.loaders.link import DistLinkNeighborLoader
 
     graphs = _graphs()
     out, errs, counts = {}, [], {}

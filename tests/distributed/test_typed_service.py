@@ -15,9 +15,9 @@ import pytest
 from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.typed import typed_graph
-from mnmg_sampler.hetero_sampler import HeteroSampler, HeteroSampleRequest
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
+from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
 
 from ..typed_graphs import check_batch_invariants, typed_spec
 from .harness import run_ranks
@@ -69,7 +69,7 @@ def _load(rank, world, d, mask):
 
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED)
     errors = []
@@ -104,7 +104,7 @@ def _serve(rank, world, d, n_batches, mask):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import ConfigError, SamplingInputError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.sampler import SampleRequest
+    from mnmg_sampler.sampling.sampler import SampleRequest
 
     reqs = _requests(n_batches)
     mine = list(range(rank, n_batches, world))

@@ -17,9 +17,9 @@ import pytest
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.temporal import temporal_graph_from_data
 from mnmg_sampler.graph.typed import typed_graph
-from mnmg_sampler.hetero_sampler import HeteroSampler, HeteroSampleRequest
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
+from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
 
 from .harness import run_ranks
 
@@ -121,7 +121,7 @@ def _ranks(rank, world, dirs):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.errors import SamplingInputError
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     out, errors = {}, []
     for graph, d in dirs.items():

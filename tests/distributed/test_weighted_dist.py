@@ -8,9 +8,9 @@ import pytest
 from mnmg_sampler.errors import GraphFormatError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import load_partition
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, sample
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, sample
 
 from .common import as_arrays, assert_same, small_graph
 from .harness import run_ranks
@@ -26,7 +26,7 @@ def _weights(g):
 
 def _run(rank, world, d, seeds):
     from mnmg_sampler.distributed.service import SamplingService
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, rank, world), seed=SEED)
     loader = DistNeighborLoader(svc, seeds, FAN, B, seed=SEED)

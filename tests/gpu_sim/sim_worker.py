@@ -24,11 +24,11 @@ warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
 
 from numba import cuda  # noqa: E402
 
-from mnmg_sampler.gpu import simulator_enabled  # noqa: E402
 from mnmg_sampler.graph.csr import CSRGraph  # noqa: E402
 from mnmg_sampler.graph.rmat import rmat_edges  # noqa: E402
 from mnmg_sampler.ops import cpu, weighted  # noqa: E402
 from mnmg_sampler.ops import cuda as ocuda  # noqa: E402
+from mnmg_sampler.system.gpu import simulator_enabled  # noqa: E402
 
 
 def wrong_positions(out, o, deg, k, fanout, replace, base):

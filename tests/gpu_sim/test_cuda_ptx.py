@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from mnmg_sampler.gpu import simulator_enabled
+from mnmg_sampler.system.gpu import simulator_enabled
 
 I64 = "int64[::1]"
 SIGNATURES = {

@@ -27,7 +27,7 @@ KERNELS = ("kernel.cpu.uniform", "kernel.cpu.weighted", "kernel.cpu.negative",
 # Both runs in one interpreter (one torch import): the injection is read when a line runs.
 RUNS = """
 import json, os, sys
-from mnmg_sampler.cli import _main
+from mnmg_sampler.commands.cli import _main
 from mnmg_sampler.commands.selfcheck.result import INJECT_ENV
 out, codes = sys.argv[1], []
 for name, inject in (("clean", None), ("injected", "kernel.cuda.uniform,kernel.cuda.typed")):

@@ -13,7 +13,7 @@ import numpy as np
 
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 from tests.distributed.common import FANOUTS, SEED, as_arrays, assert_same, small_graph
 from tests.distributed.harness import run_ranks
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mnmg_sampler.graph.csr import CSRGraph
-from mnmg_sampler.sampler import sample
+from mnmg_sampler.sampling.sampler import sample
 
 
 def _batch():

@@ -11,12 +11,12 @@ import numba
 import numpy as np
 import pytest
 
-from mnmg_sampler import cli
+from mnmg_sampler.commands import cli
 from mnmg_sampler.commands.sample import batch_seeds, read_seeds_file
 from mnmg_sampler.graph.datasets import load_graph, nonisolated_nodes
+from mnmg_sampler.loaders.seeds import NodeBits
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import sample
-from mnmg_sampler.seeds import NodeBits
+from mnmg_sampler.sampling.sampler import sample
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -78,7 +78,7 @@ def test_sample_subprocess_matches_in_process(tiny_npz, tmp_path):
     all_seeds = np.concatenate([b["n_id"][:int(b["batch_size"])] for b in saved])
     np.testing.assert_array_equal(np.sort(all_seeds), nonisolated_nodes(graph))
     # in the order of the loaders' keyed shuffle of the seed positions (one batch of them all)
-    from mnmg_sampler.loader import global_batches
+    from mnmg_sampler.loaders.neighbor import global_batches
 
     (order,) = global_batches(len(seeds), len(seeds), 1, shuffle=True, drop_last=False, seed=5,
                               epoch=0)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mnmg_sampler.cli import build_parser
+from mnmg_sampler.commands.cli import build_parser
 
 SNAPSHOT = Path(__file__).with_name("cli_surface.json")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mnmg_sampler import cli
+from mnmg_sampler.commands import cli
 from mnmg_sampler.config import (
     BUILTIN_DATASETS,
     JobConfig,

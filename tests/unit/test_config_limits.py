@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mnmg_sampler import cli
+from mnmg_sampler.commands import cli
 from mnmg_sampler.config import load_config
 from mnmg_sampler.errors import ConfigError, MemoryBudgetError
 
@@ -131,7 +131,7 @@ def test_override_with_a_list_key_is_a_config_error():
 
 
 def test_timeouts_become_a_timedelta_or_a_config_error():
-    from mnmg_sampler.runtime import timeout_delta
+    from mnmg_sampler.system.runtime import timeout_delta
 
     assert timeout_delta(600).total_seconds() == 600
     for bad in (1e300, math.inf, math.nan, -1.0, 0, "soon", None):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mnmg_sampler import __version__
-from mnmg_sampler.cli import EXIT_BROKEN_PIPE, build_parser, main
-from mnmg_sampler.console import plain, rank_prefix
+from mnmg_sampler.commands.cli import EXIT_BROKEN_PIPE, build_parser, main
+from mnmg_sampler.system.console import plain, rank_prefix
 from mnmg_sampler.train.report import RunReport, epoch_record
 
 REPO = Path(__file__).resolve().parents[2]

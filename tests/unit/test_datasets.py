@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from mnmg_sampler.cli import main
+from mnmg_sampler.commands.cli import main
 from mnmg_sampler.errors import GraphFormatError
 from mnmg_sampler.graph.datasets import load_graph, nonisolated_nodes
 from mnmg_sampler.graph.rmat import rmat_graph

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from pathlib import Path
 from mnmg_sampler import (DistNeighborLoader, GraphSAGE, SamplingService, init_distributed,
                           load_graph, load_partition, partition)
-from mnmg_sampler.runtime import free_port
+from mnmg_sampler.system.runtime import free_port
 
 os.environ["MASTER_ADDR"] = "127.0.0.1"
 os.environ["MASTER_PORT"] = str(free_port())

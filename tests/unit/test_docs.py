@@ -3,7 +3,8 @@
 * every relative link in ``docs/*.md`` and ``README.md`` points to an existing file (and, for
   ``file.md#anchor``, to an existing heading), and ``docs/README.md`` lists every page;
 * every ``mnmg-sampler <subcommand>`` (and ``mnmg-sampler bench <mode>``) written in code in the
-  docs exists in the CLI (:func:`mnmg_sampler.cli.build_parser`), and so does every ``--flag``
+  docs exists in the CLI (:func:`mnmg_sampler.commands.cli.build_parser`), and so does every
+  ``--flag``
   written after it;
 * every repository path written in the docs (``configs/cora.yaml``, ``mnmg_sampler/ops/cpu.py``,
   ``tests/unit/``) exists, and every dotted ``mnmg_sampler.module.name`` names a module and a
@@ -126,7 +127,7 @@ def test_link_parser_finds_links_and_skips_code():
 
 
 def _cli_choices() -> tuple[set[str], set[str]]:
-    from mnmg_sampler.cli import build_parser
+    from mnmg_sampler.commands.cli import build_parser
 
     def subs(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         for action in parser._actions:
@@ -169,7 +170,7 @@ def test_cli_mentions_only_look_at_code():
 
 def _cli_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser],
                              dict[str, argparse.ArgumentParser]]:
-    from mnmg_sampler.cli import build_parser
+    from mnmg_sampler.commands.cli import build_parser
 
     def subs(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         for action in parser._actions:

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from mnmg_sampler.epoch_cursor import EpochCursor
+from mnmg_sampler.loaders.epoch_cursor import EpochCursor
 
 
 class _Service:

@@ -49,7 +49,7 @@ def test_backend_device_nccl_is_current_cuda_device(monkeypatch):
 
 def test_nccl_worlds_take_gloo_for_cpu_tensors():
     """On the GPU machine a group of NCCL alone failed on the first CPU-tensor collective."""
-    from mnmg_sampler.runtime import group_backend
+    from mnmg_sampler.system.runtime import group_backend
 
     assert group_backend("nccl") == "cpu:gloo,cuda:nccl"
     assert group_backend("gloo") == "gloo"

@@ -9,13 +9,13 @@ import torch
 
 from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.typed import typed_graph
-from mnmg_sampler.hetero_sampler import (
+from mnmg_sampler.ops import typed as typed_ops
+from mnmg_sampler.sampling.hetero_sampler import (
     HeteroSampler,
     HeteroSampleRequest,
     fanout_table,
     sample_hetero,
 )
-from mnmg_sampler.ops import typed as typed_ops
 
 from ..typed_graphs import hetero_data, take_all
 

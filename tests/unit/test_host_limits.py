@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from mnmg_sampler.errors import MemoryBudgetError
-from mnmg_sampler.host_limits import available_bytes, check_allocation, format_bytes
+from mnmg_sampler.system.host_limits import available_bytes, check_allocation, format_bytes
 
 
 def test_format_bytes_units():
@@ -28,7 +28,7 @@ def test_small_estimate_passes():
 
 def test_address_space_limit_wins_over_free_ram():
     code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30));"
-            "from mnmg_sampler.host_limits import available_bytes; print(available_bytes())")
+            "from mnmg_sampler.system.host_limits import available_bytes; print(available_bytes())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     limited = int(out.stdout)
     assert limited < 4 << 30

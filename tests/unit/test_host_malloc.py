@@ -1,4 +1,4 @@
-"""Host malloc tuning (``mnmg_sampler/host_malloc.py``): a sampler's process reuses freed
+"""Host malloc tuning (``mnmg_sampler/system/host_malloc.py``): a sampler's process reuses freed
 multi-MB buffers instead of faulting fresh pages in for every batch. Each case runs in a fresh
 interpreter, because mallopt settings last for the whole process."""
 
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(
 # it and the next batch faults every page in again.
 _CHILD = """
 import json, resource, numpy as np
-from mnmg_sampler.host_malloc import malloc_state
-from mnmg_sampler.sampler import MultiHopSampler
+from mnmg_sampler.system.host_malloc import malloc_state
+from mnmg_sampler.sampling.sampler import MultiHopSampler
 MultiHopSampler(lambda h: None, 10)  # a sampler tunes malloc when it is built
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 np.ones(1 << 20)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mnmg_sampler import GraphFormatError, load_graph, load_partition, partition_graph
-from mnmg_sampler.cli import main
+from mnmg_sampler.commands.cli import main
 from mnmg_sampler.config import check_paths, load_config
 from mnmg_sampler.errors import MemoryBudgetError
 from mnmg_sampler.graph.api import split_from_partitions

@@ -89,7 +89,7 @@ def test_run_sh_environment_knobs(stub, tmp_path):
 
 
 def test_multinode_sh_defaults_to_the_one_line_launcher(tmp_path):
-    # without TORCHRUN: python -m mnmg_sampler.runtime (torchrun ending a typed error in one
+    # without TORCHRUN: python -m mnmg_sampler.system.runtime (torchrun ending a typed error in one
     # line), not torchrun itself; a stand-in python records what it was asked to run
     venv = tmp_path / "repo"
     (venv / "launch").mkdir(parents=True)
@@ -106,7 +106,7 @@ def test_multinode_sh_defaults_to_the_one_line_launcher(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     argv = (tmp_path / "py.txt").read_text().splitlines()
-    assert argv[:2] == ["-m", "mnmg_sampler.runtime"]
+    assert argv[:2] == ["-m", "mnmg_sampler.system.runtime"]
     assert torchrun_args(argv[2:]).rdzv_conf == "is_host=0,join_timeout=900"
     # the launcher is quiet, the ranks get the user's level back (runtime.launch_local)
     assert (tmp_path / "lvl").read_text().strip() == "ERROR/INFO"
@@ -183,7 +183,11 @@ def test_slurm_sbatch_outside_slurm_says_so():
 def test_launcher_leaves_several_nodes_to_torchrun(monkeypatch):
     # one node on loopback: a store bound to 127.0.0.1 here; several nodes share an endpoint
     # only the host node's torchrun serves, so their arguments pass through unchanged
-    from mnmg_sampler.runtime import _arg_value, _loopback_args, _restore_worker_cpp_log_level
+    from mnmg_sampler.system.runtime import (
+        _arg_value,
+        _loopback_args,
+        _restore_worker_cpp_log_level,
+    )
 
     argv = ["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:4321", "-m", "mnmg_sampler"]
     assert _loopback_args(list(argv)) == argv
@@ -205,7 +209,7 @@ def test_default_threads_follow_the_cores_a_pinned_rank_may_use():
     """A rank pinned to one core (``taskset``, a node of a loopback rehearsal) runs one torch
     and one numba thread, not one per core of the machine."""
     code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
-            "import torch, numba; from mnmg_sampler.runtime import set_threads; "
+            "import torch, numba; from mnmg_sampler.system.runtime import set_threads; "
             "set_threads(None); print(torch.get_num_threads(), numba.get_num_threads())")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",
                                                              "LOCAL_WORLD_SIZE")}

@@ -1,9 +1,9 @@
-"""Imports run one way: graph -> ops -> sampler -> distributed -> loader -> train/commands.
+"""Imports run one way: graph -> ops -> sampling -> distributed -> loaders -> train/commands.
 
 Every ``import`` and ``from ... import`` of the package is read from the source (those inside
 functions too, since a lazy import is still a dependency); a module may import its own layer or
-lower ones only. ``rng``, ``errors`` and ``host_malloc`` sit below every layer and import nothing
-of the package.
+lower ones only. ``rng``, ``errors`` and ``system.host_malloc`` sit below every layer and import
+nothing of the package.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "mnmg_sampler"
-LAYERS = {"graph": 0, "ops": 1, "sampler": 2, "link_sampler": 2, "distributed": 3, "loader": 4,
-          "link_loader": 4, "epoch_cursor": 4, "seeds": 4,
+LAYERS = {"graph": 0, "ops": 1, "sampling": 2, "distributed": 3, "loaders": 4, "pyg": 5,
           "train": 5, "commands": 5}
-LEAVES = ("rng", "errors", "host_malloc")
+LEAVES = ("rng", "errors", "system.host_malloc")
 
 
 def _modules() -> dict[str, Path]:

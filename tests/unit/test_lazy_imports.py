@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mnmg_sampler.errors import MissingDependencyError
-from mnmg_sampler.gpu import GPU_EXTRA
+from mnmg_sampler.system.gpu import GPU_EXTRA
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_MODULES = ("cupy", "pylibraft", "numba.cuda")
@@ -42,7 +42,7 @@ def test_importtime_shows_no_gpu_module():
     assert bad == []
 
 
-LIGHT_MODULES = ("mnmg_sampler", "mnmg_sampler.gpu", "mnmg_sampler.memory",
+LIGHT_MODULES = ("mnmg_sampler", "mnmg_sampler.system.gpu", "mnmg_sampler.system.memory",
                  "mnmg_sampler.graph.rmat_gpu", "mnmg_sampler.ops.dedup_torch")
 
 
@@ -63,7 +63,7 @@ def test_sys_modules_after_import():
 @pytest.mark.parametrize("loader,module", [("require_cupy", "cupy"),
                                            ("require_pylibraft", "pylibraft")])
 def test_missing_extra_names_the_pip_extra(monkeypatch, loader, module):
-    import mnmg_sampler.gpu as gpu
+    import mnmg_sampler.system.gpu as gpu
 
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
     if module == "pylibraft":
@@ -82,7 +82,7 @@ def test_cuda_kernels_without_a_device_raise_actionable_error(monkeypatch):
 
     monkeypatch.setattr(cuda, "is_available", lambda: False)
     monkeypatch.setattr("mnmg_sampler.ops.cuda.simulator_enabled", lambda: False)
-    monkeypatch.setattr("mnmg_sampler.gpu.simulator_enabled", lambda: False)
+    monkeypatch.setattr("mnmg_sampler.system.gpu.simulator_enabled", lambda: False)
     z = np.zeros(2, np.int64)
     with pytest.raises(MissingDependencyError, match=r"no usable CUDA device.*device='cpu'"):
         ocuda.sample_neighbors_cuda(z, z[:0], None, z[:1], z[:1], z[:1], 0, 0, 3, False)
@@ -214,10 +214,10 @@ def test_new_top_level_names_are_the_documented_objects():
 
 
 def test_seed_sets_are_exported_lazily():
-    # the seed sets load with mnmg_sampler.seeds on first use, and are its objects
+    # the seed sets load with mnmg_sampler.loaders.seeds on first use, and are its objects
     code = ("import sys, mnmg_sampler as m\n"
-            "assert 'mnmg_sampler.seeds' not in sys.modules\n"
-            "from mnmg_sampler import seeds\n"
+            "assert 'mnmg_sampler.loaders.seeds' not in sys.modules\n"
+            "from mnmg_sampler.loaders import seeds\n"
             "for n in ('SeedSet', 'AllNodes', 'NodeIds', 'NodeSplit', 'NodeBits',\n"
             "          'random_node_split'):\n"
             "    assert getattr(m, n) is getattr(seeds, n) and n in m.__all__, n\n"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.graph.csr import CSRGraph
-from mnmg_sampler.link_sampler import build_link_request, finish_link_batch
 from mnmg_sampler.ops.negative import NegativeSampling
-from mnmg_sampler.sampler import MultiHopSampler, local_hop_fn
+from mnmg_sampler.sampling.link import build_link_request, finish_link_batch
+from mnmg_sampler.sampling.sampler import MultiHopSampler, local_hop_fn
 
 
 def _graph():

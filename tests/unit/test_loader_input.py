@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mnmg_sampler.errors import SamplingInputError
-from mnmg_sampler.loader import check_input_nodes
+from mnmg_sampler.loaders.neighbor import check_input_nodes
 
 
 @pytest.mark.parametrize("ids", [[4, 0, 9], np.array([4, 0, 9], np.uint16), range(3),

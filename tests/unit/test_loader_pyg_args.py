@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mnmg_sampler import DistNeighborLoader, SamplingInputError
-from mnmg_sampler.seeds import AllNodes
+from mnmg_sampler.loaders.seeds import AllNodes
 
 
 @pytest.fixture(autouse=True)

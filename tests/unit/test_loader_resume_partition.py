@@ -30,7 +30,7 @@ def _graph(seed: int) -> CSRGraph:
 def _loader(d, split: str):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
-    from mnmg_sampler.loader import DistNeighborLoader
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
 
     svc = SamplingService(load_partition(d, 0, 1), seed=1, features=False)
     return svc, DistNeighborLoader(svc, None, [2, 2], 8, shuffle=True, seed=3, split=split,

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnmg_sampler.loader import global_batches
+from mnmg_sampler.loaders.neighbor import global_batches
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "loader.md"
 BEGIN = "<!-- BEGIN GENERATED: split tables (tests/unit/test_loader_split.py) -->"

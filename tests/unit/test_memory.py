@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from mnmg_sampler import memory
 from mnmg_sampler.graph.csr import CSRGraph
+from mnmg_sampler.system import memory
 
 
 @pytest.fixture
@@ -164,7 +164,7 @@ def test_numba_plugin_builds_without_gpu(fake_pool):
     mgr = cls(context=None)  # what numba.cuda.set_memory_manager does to check the version
     assert mgr.interface_version == driver._SUPPORTED_EMM_INTERFACE_VERSION
     assert memory.numba_memory_manager_class() is cls  # built once
-    # NUMBA_CUDA_MEMORY_MANAGER=mnmg_sampler.memory reads this attribute:
+    # NUMBA_CUDA_MEMORY_MANAGER=mnmg_sampler.system.memory reads this attribute:
     assert memory._numba_memory_manager is cls
 
     mp = mgr.memalloc(4096)

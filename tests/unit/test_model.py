@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from mnmg_sampler.errors import ConfigError, MissingDependencyError, SamplingInputError
 from mnmg_sampler.graph.csr import CSRGraph
-from mnmg_sampler.sampler import sample
+from mnmg_sampler.sampling.sampler import sample
 from mnmg_sampler.train.model import (
     GraphSAGE,
     SAGELayer,

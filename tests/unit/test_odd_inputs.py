@@ -16,7 +16,7 @@ import torch
 from mnmg_sampler.errors import GraphFormatError, MemoryBudgetError, SamplingInputError
 from mnmg_sampler.graph.build import RENUMBER_FLOOR, ReadOptions, should_renumber
 from mnmg_sampler.graph.datasets import load_graph
-from mnmg_sampler.sampler import sample
+from mnmg_sampler.sampling.sampler import sample
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +80,7 @@ def test_header_rows(tmp_path, name, body):
 
 
 def test_header_line_is_reported_by_info(tmp_path, capsys):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     p = _write(tmp_path / "g.txt", "# c\nsrc dst\n0 1\n")
     with pytest.raises(SystemExit) as ei:
@@ -260,7 +260,7 @@ def test_renumber_true_false_and_declared_num_nodes(tmp_path):
 
 
 def test_sample_command_speaks_the_input_ids(tmp_path):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     ids, src, dst = _hashed(300, 900)
     p = tmp_path / "g.npz"

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from mnmg_sampler.cli import main
+from mnmg_sampler.commands.cli import main
 from mnmg_sampler.errors import PartitionError
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.graph.partition import partition

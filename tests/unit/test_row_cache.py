@@ -13,7 +13,7 @@ import numpy as np
 from mnmg_sampler.distributed.host_groups import sweep_stale
 from mnmg_sampler.distributed.row_cache import CachePlan, inclusion_scores
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
 from ..distributed.common import FANOUTS, SEED, small_graph
 

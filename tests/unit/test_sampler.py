@@ -10,7 +10,7 @@ import torch
 from mnmg_sampler.errors import MnmgError, SamplingInputError
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.ops import rng
-from mnmg_sampler.sampler import (
+from mnmg_sampler.sampling.sampler import (
     MultiHopSampler,
     SampleRequest,
     check_fanouts,

@@ -1,4 +1,5 @@
-"""Seed sets (``mnmg_sampler.seeds``): a random split of all nodes held as a few integers, read
+"""Seed sets (``mnmg_sampler.loaders.seeds``): a random split of all nodes held as a few integers,
+read
 position by position, and what a loader accepts as ``input_nodes``."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.errors import SamplingInputError
-from mnmg_sampler.seeds import AllNodes, NodeIds, NodeSplit, as_seed_set, random_node_split
+from mnmg_sampler.loaders.seeds import AllNodes, NodeIds, NodeSplit, as_seed_set, random_node_split
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 100, 1001])
@@ -56,7 +57,7 @@ def test_node_bits_read_the_nodes_with_a_neighbor(n, density):
     # sample's seeds as a bitmap: position i is the i-th node with a neighbor, and back
     from mnmg_sampler.graph.csr import CSRGraph
     from mnmg_sampler.graph.datasets import nonisolated_nodes
-    from mnmg_sampler.seeds import NodeBits
+    from mnmg_sampler.loaders.seeds import NodeBits
 
     rng = np.random.default_rng(n)
     m = max(1, int(n * density))

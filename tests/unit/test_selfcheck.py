@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from mnmg_sampler.cli import main
+from mnmg_sampler.commands.cli import main
 from mnmg_sampler.commands.selfcheck.result import (
     FAIL,
     INJECT_ENV,
@@ -40,7 +40,7 @@ def _run(argv: list[str]) -> int:
 def cpu_only(monkeypatch):
     import torch
 
-    from mnmg_sampler.gpu import simulator_enabled
+    from mnmg_sampler.system.gpu import simulator_enabled
 
     if torch.cuda.is_available() or simulator_enabled():
         pytest.skip("this test describes a machine without CUDA and without the simulator")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.graph.permute import feistel, feistel_keys
-from mnmg_sampler.loader import epoch_order, shuffle_keys
+from mnmg_sampler.loaders.neighbor import epoch_order, shuffle_keys
 
 
 def _critical(dof: int, z: float = 5.0) -> float:

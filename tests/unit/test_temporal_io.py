@@ -118,7 +118,7 @@ def test_split_edges_by_time_arrays_and_errors():
 
 
 def test_cli_partition_reads_the_time_column(tmp_path, capsys):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
     from mnmg_sampler.graph.partition_io import load_partition
 
     src, dst, t = _edges()

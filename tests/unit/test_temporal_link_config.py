@@ -158,8 +158,8 @@ def test_time_keys_elsewhere_are_refused(override):
 
 
 def test_generating_more_ratings_than_memory_holds_is_refused(monkeypatch):
-    from mnmg_sampler import host_limits
     from mnmg_sampler.errors import MemoryBudgetError
+    from mnmg_sampler.system import host_limits
 
     monkeypatch.setattr(host_limits, "available_bytes", lambda: 2**20)
     with pytest.raises(MemoryBudgetError, match="typed-useritem-t: the ratings of 20,000 users"):

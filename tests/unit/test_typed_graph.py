@@ -153,7 +153,7 @@ def test_bad_input_is_a_typed_error(change, match):
 
 
 def test_memory_is_checked_before_building(monkeypatch):
-    import mnmg_sampler.host_limits as hl
+    import mnmg_sampler.system.host_limits as hl
 
     monkeypatch.setattr(hl, "available_bytes", lambda: 100)
     with pytest.raises(MemoryBudgetError, match="typed CSR of 12 edges"):
@@ -161,7 +161,7 @@ def test_memory_is_checked_before_building(monkeypatch):
 
 
 def test_info_prints_types_and_relations(tmp_path, capsys):
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     torch.save(_hetero_data(), tmp_path / "h.pt")
     with pytest.raises(SystemExit) as ei:
@@ -185,7 +185,7 @@ def test_info_prints_types_and_relations(tmp_path, capsys):
 def test_renumber_true_on_a_typed_graph_is_refused(tmp_path, capsys):
     # typed graphs keep per-type ids: --renumber true would be ignored, so it is refused in one
     # line (info and partition alike); auto and false are what happens anyway
-    from mnmg_sampler.cli import main
+    from mnmg_sampler.commands.cli import main
 
     torch.save(_hetero_data(), tmp_path / "h.pt")
     for argv in (["info", str(tmp_path / "h.pt"), "--renumber", "true"],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
-from mnmg_sampler import cli
+from mnmg_sampler.commands import cli
 from mnmg_sampler.errors import PartitionError
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.graph.partition_io import MANIFEST, load_partition, read_manifest

@@ -18,7 +18,7 @@ from mnmg_sampler.ops.weighted import (
     local_weighted_hop_fn,
     sample_neighbors_weighted,
 )
-from mnmg_sampler.sampler import MultiHopSampler, SampleRequest
+from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest
 
 P_MIN = 1e-4  # fixed seeds and keys: deterministic, so these tests cannot flake
 KEYS = 40_000

@@ -10,7 +10,7 @@ import pytest
 
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.ops import wire
-from mnmg_sampler.sampler import run_cpu_kernel
+from mnmg_sampler.sampling.sampler import run_cpu_kernel
 
 SEED, HOP = 5, 1
 

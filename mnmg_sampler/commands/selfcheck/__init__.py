@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...console import JSON_OUT_HELP
+from ...system.console import JSON_OUT_HELP
 
 HELP = "check every GPU part (kernels, memory pool, NCCL exchange) on this machine; a report"
 

@@ -56,7 +56,7 @@ def versions() -> Check:
     import torch
 
     from ... import __version__
-    from ...gpu import simulator_enabled
+    from ...system.gpu import simulator_enabled
 
     data = {"mnmg_sampler": __version__, "python": platform.python_version(),
             "host": socket.gethostname(), "torch": torch.__version__,

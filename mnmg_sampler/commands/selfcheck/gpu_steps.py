@@ -116,7 +116,7 @@ def versions(s: Step) -> None:
 
 
 def selfcheck(s: Step) -> None:
-    from ...cli import _main
+    from ..cli import _main
 
     path = s.path.with_name("selfcheck.json")
     argv = ["selfcheck", "--repeats", "1" if s.simulate else "3", "--json", str(path)]
@@ -332,7 +332,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
     from ...bench.single import MultiHopBench
     from ...distributed.sampler import _CudaHop
     from ...graph.datasets import nonisolated_nodes
-    from ...sampler import HopSegments, MultiHopSampler
+    from ...sampling.sampler import HopSegments, MultiHopSampler
     from .result import compare, quiet_wraparound
 
     fanouts, bs = (SIM_FANOUTS, SIM_BATCH) if s.simulate else (FANOUTS, BATCH)
@@ -384,7 +384,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
 def bench(s: Step) -> None:
     import torch
 
-    from ...gpu import simulator_enabled
+    from ...system.gpu import simulator_enabled
 
     threads = _set_all_threads()
     device = torch.device("cpu") if simulator_enabled() else torch.device("cuda", 0)
@@ -421,7 +421,7 @@ def _train_loop(s: Step, cfg, placement: str, steps: int, pdir) -> dict:
     from ...distributed.service import SamplingService
     from ...graph.partition_io import load_partition
     from ...graph.permute import node_features
-    from ...loader import DistNeighborLoader
+    from ...loaders.neighbor import DistNeighborLoader
     from ...train.job import split_ids
     from ...train.model import GraphSAGE
     from ...train.setup import make_optimizer

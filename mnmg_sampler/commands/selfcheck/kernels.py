@@ -179,7 +179,7 @@ def _threads_text(threads: int) -> str:
 
 
 def _rate_text(r: dict) -> str:
-    from ...console import fmt_count
+    from ...system.console import fmt_count
 
     return (f"{fmt_count(r['edges_per_s'])} edges/s = {r['ratio_vs_gather']:.2f}x a random "
             f"gather ({fmt_count(r['gather_reads_per_s'])} reads/s)")
@@ -227,8 +227,8 @@ def cpu_weighted(w: Workload) -> Check:
 
 def cpu_negative(w: Workload) -> Check:
     from ... import rng
-    from ...console import fmt_count
     from ...ops.negative import NEG_HOP, negative_candidates
+    from ...system.console import fmt_count
 
     name = "kernel.cpu.negative"
     n = w.graph.num_nodes
@@ -264,7 +264,7 @@ def _cuda_line(name: str, w: Workload, cuda_call, cpu_call) -> Check:
 
 
 def _cuda_compare(name: str, w: Workload, cuda_call, cpu_call) -> Check:
-    from ...console import fmt_count
+    from ...system.console import fmt_count
 
     n = w.cuda_nodes
     t0 = time.perf_counter()
@@ -342,10 +342,10 @@ def cuda_weighted(w: Workload) -> Check:
 
 def dedup(w: Workload) -> Check:
     """One hop's dedup and renumbering for four requests, on the GPU path's device."""
-    from ...console import fmt_count
     from ...ops import cpu
     from ...ops.dedup import dedup_hop
     from ...ops.dedup_torch import dedup_hop_torch
+    from ...system.console import fmt_count
 
     name = "kernel.dedup"
     g = w.graph

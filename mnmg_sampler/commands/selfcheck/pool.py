@@ -1,5 +1,5 @@
 """Memory lines: CuPy and Numba allocations land in PyTorch's caching allocator, and
-``expandable_segments`` is in force as configured (:mod:`mnmg_sampler.memory`).
+``expandable_segments`` is in force as configured (:mod:`mnmg_sampler.system.memory`).
 
 The routing is installed by :func:`setup` before CUDA starts (as a training rank does at
 start-up); the lines then allocate through Numba and CuPy and read ``torch.cuda.memory_stats``
@@ -21,9 +21,9 @@ SIM = "Numba's CUDA simulator has no device memory"
 
 
 def setup(expandable_segments: bool) -> dict:
-    """:func:`mnmg_sampler.memory.setup_memory_pool` before CUDA starts; what it did, with
+    """:func:`mnmg_sampler.system.memory.setup_memory_pool` before CUDA starts; what it did, with
     its warnings (a conflicting allocator setting, CUDA already started) or its error."""
-    from ...memory import setup_memory_pool
+    from ...system.memory import setup_memory_pool
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -105,7 +105,7 @@ def expandable(device, sim: bool, routing: dict | None, rank: int = 0) -> Check:
         return skipped(name, NO_DEVICE)
     import torch
 
-    from ...memory import effective_alloc_conf_var, split_alloc_conf
+    from ...system.memory import effective_alloc_conf_var, split_alloc_conf
 
     want = bool((routing or {}).get("expandable_segments_wanted", True))
     var = effective_alloc_conf_var()

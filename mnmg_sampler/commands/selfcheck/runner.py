@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ...console import rank_prefix
+from ...system.console import rank_prefix
 from . import environment, exchange, kernels, pool, typed_kernels
 from .result import FAIL, PASS, SKIPPED, Check, merge, run_check, skipped, table
 
@@ -41,8 +41,8 @@ def run_selfcheck(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ...gpu import simulator_enabled
-    from ...runtime import DistEnv, set_threads
+    from ...system.gpu import simulator_enabled
+    from ...system.runtime import DistEnv, set_threads
 
     env = DistEnv.from_env()
     sim = simulator_enabled()
@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     routing = pool.setup(args.expandable_segments) if cuda else None
     dev = None
     if env.world_size > 1:
-        from ...runtime import init_distributed
+        from ...system.runtime import init_distributed
 
         set_threads(None)  # the cores shared by the local ranks, as a training rank does
         _, d = init_distributed("auto", "cuda" if cuda else "cpu", args.timeout)

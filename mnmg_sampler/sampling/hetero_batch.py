@@ -79,7 +79,7 @@ class HeteroMiniBatch:
         try:
             from torch_geometric.data import HeteroData
         except ImportError as e:
-            from .errors import MissingDependencyError
+            from ..errors import MissingDependencyError
 
             raise MissingDependencyError(
                 "torch_geometric is not installed",

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import SamplingInputError
+from ..graph.csr import CSRGraph
+from ..graph.unique import has_duplicates
+from ..ops import cpu
+from ..ops.dedup import dedup_hop
+from ..ops.rng import request_key
+from ..system.host_malloc import tune_host_malloc
 from .batch import MiniBatch
-from .errors import SamplingInputError
-from .graph.csr import CSRGraph
-from .graph.unique import has_duplicates
-from .host_malloc import tune_host_malloc
-from .ops import cpu
-from .ops.dedup import dedup_hop
-from .ops.rng import request_key
 
 __all__ = ["HopSegments", "MultiHopSampler", "SampleRequest", "check_fanouts",
            "check_new_seeds", "check_seed", "local_hop_fn", "renumber_hop", "request_key",
@@ -390,7 +390,7 @@ def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key
     ids = check_input_nodes(seeds, graph.num_nodes, node_ids=graph.node_ids, name="seeds",
                             what="no minibatch can be sampled")
     if weights is not None:
-        from .ops.weighted import local_weighted_hop_fn
+        from ..ops.weighted import local_weighted_hop_fn
 
         hop_fn = local_weighted_hop_fn(graph, weights, seed)
     else:

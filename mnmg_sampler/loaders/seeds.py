@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .distributed.consistency import fingerprint_array
-from .errors import SamplingInputError
-from .graph.permute import feistel, feistel_keys
-from .sampler import check_input_nodes
+from ..distributed.consistency import fingerprint_array
+from ..errors import SamplingInputError
+from ..graph.permute import feistel, feistel_keys
+from ..sampling.sampler import check_input_nodes
 
 __all__ = ["SeedSet", "AllNodes", "NodeBits", "NodeIds", "NodeSplit", "as_seed_set",
            "check_input_nodes", "random_node_split"]
@@ -191,7 +191,7 @@ class NodeBits(SeedSet):
     def nonisolated(cls, graph) -> NodeBits:
         """The nodes of a :class:`~mnmg_sampler.graph.csr.CSRGraph` with at least one neighbor
         (``graph.degrees() >= 1``), built a chunk of rows at a time."""
-        from .graph.node_bits import nonisolated_bits
+        from ..graph.node_bits import nonisolated_bits
 
         return cls(nonisolated_bits(graph.indptr, graph.num_nodes), graph.num_nodes)
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .errors import SamplingInputError
-from .graph.typed import TypedGraph, edge_type_of
-from .graph.unique import has_duplicates
+from ..errors import SamplingInputError
+from ..graph.typed import TypedGraph, edge_type_of
+from ..graph.unique import has_duplicates
+from ..ops import typed as typed_ops
+from ..system.host_malloc import tune_host_malloc
 from .hetero_batch import HeteroMiniBatch
-from .host_malloc import tune_host_malloc
-from .ops import typed as typed_ops
 from .sampler import check_fanouts, check_seed, renumber_hop
-from .temporal_sampler import (
+from .temporal import (
     TIME_MAX,
     check_temporal_options,
     check_tree_ids,
@@ -137,7 +137,7 @@ class HeteroSampler:
 
     Each request's batch equals sampling it alone: every draw is keyed on (seed, request key,
     hop, relation, node, slot). ``disjoint``, ``time_attr`` and ``temporal_strategy`` are
-    PyG's (:mod:`mnmg_sampler.temporal_sampler`, ``docs/temporal.md``).
+    PyG's (:mod:`mnmg_sampler.sampling.temporal`, ``docs/temporal.md``).
     """
 
     def __init__(self, graph: TypedGraph, seed: int = 0, *, disjoint: bool | None = None,

@@ -21,7 +21,7 @@ rank; seeds 8..14 are skipped.
 The request key of global batch ``g`` in epoch ``e`` is ``request_key(seed, e, g)``, so a batch is
 reproducible from ``(seed, epoch, g)`` alone. A rank computes the positions of one batch when it
 requests it (:func:`batch_positions`, ``O(batch)``): with ``input_nodes=None`` or a random split
-(:mod:`mnmg_sampler.seeds`) no rank holds an array of ``num_nodes`` for its seeds.
+(:mod:`mnmg_sampler.loaders.seeds`) no rank holds an array of ``num_nodes`` for its seeds.
 
 ``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so hop 1
 is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds (by a
@@ -41,14 +41,14 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from .batch import MiniBatch
-from .distributed.collective import Exchanger, agree, backend_device, peer_errors
-from .distributed.consistency import check_same_on_every_rank, manifest_fingerprint
-from .distributed.id_maps import IdMaps
+from ..distributed.collective import Exchanger, agree, backend_device, peer_errors
+from ..distributed.consistency import check_same_on_every_rank, manifest_fingerprint
+from ..distributed.id_maps import IdMaps
+from ..errors import SamplingInputError
+from ..graph.permute import feistel, feistel_keys
+from ..sampling.batch import MiniBatch
+from ..sampling.sampler import SampleRequest, check_fanouts, check_input_nodes, request_key
 from .epoch_cursor import EpochCursor
-from .errors import SamplingInputError
-from .graph.permute import feistel, feistel_keys
-from .sampler import SampleRequest, check_fanouts, check_input_nodes, request_key
 from .seeds import AllNodes, NodeIds, SeedSet, as_seed_set
 
 __all__ = ["DistNeighborLoader", "batch_positions", "batch_span", "check_batching",
@@ -62,7 +62,7 @@ def typed_input(sampler, input_nodes, num_neighbors, split: str):
     """``(input type, seed set, num_neighbors)`` of a loader on a typed part: ``input_nodes``
     is PyG's ``(node type, ids or bool mask or None)``; ``num_neighbors`` a list (every
     relation) or a dict per edge type, checked against the graph's relations."""
-    from .hetero_sampler import fanout_table
+    from ..sampling.hetero_sampler import fanout_table
 
     what = "the loader cannot be built; every rank raises this before sampling"
     tp = sampler.tp
@@ -106,7 +106,7 @@ def typed_time_options(sampler, options: dict, n: int) -> dict:
     """The request fields of PyG's temporal ``options`` for ``n`` seeds, checked
     (:class:`SamplingInputError`); ``input_time`` as int64 per seed. As PyG, temporal sampling
     is disjoint whatever ``disjoint`` says."""
-    from .temporal_sampler import check_time_options, input_times
+    from ..sampling.temporal import check_time_options, input_times
 
     time_attr = options.get("time_attr")
     strategy = options.get("temporal_strategy", "uniform")
@@ -234,8 +234,8 @@ class DistNeighborLoader(EpochCursor):
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
         input_nodes: seed node ids (original ids, each once) or a bool mask of length
             ``num_nodes``; the same on every rank; ``None`` = every node of the graph, or a
-            :class:`~mnmg_sampler.seeds.SeedSet` (e.g. a split of
-            :func:`~mnmg_sampler.seeds.random_node_split`): both read batch by batch, never
+            :class:`~mnmg_sampler.loaders.seeds.SeedSet` (e.g. a split of
+            :func:`~mnmg_sampler.loaders.seeds.random_node_split`): both read batch by batch, never
             as an array of ``num_nodes``. Kept as the seed set ``self.input_nodes``. Checked
             here (:func:`check_input_nodes`): construction is collective on the default group,
             and a bad or differing input on any rank raises :class:`SamplingInputError` on
@@ -257,12 +257,13 @@ class DistNeighborLoader(EpochCursor):
     On a typed part (a service over a typed partition, ``docs/hetero.md``) ``input_nodes`` is
     PyG's ``(node type, ids or bool mask)`` (``(type, None)``: every node of the type),
     ``num_neighbors`` a list (every relation) or a dict per edge type, ``split`` ``global``, and
-    each item a :class:`~mnmg_sampler.hetero_batch.HeteroMiniBatch` with ``x``/``y`` per type.
+    each item a :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch` with ``x``/``y`` per
+    type.
     There PyG's ``time_attr``, ``input_time`` (one int per seed of ``input_nodes``),
     ``temporal_strategy`` and ``disjoint`` are taken (``docs/temporal.md``); a one-type graph
     also takes plain ids as ``input_nodes``.
 
-    Each item is a :class:`~mnmg_sampler.batch.MiniBatch` with ``n_id`` (seeds first),
+    Each item is a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
     ``input_nodes``), ``batch_size``, ``num_sampled_nodes``, ``num_sampled_edges``, ``x``, ``y``.
 
@@ -419,7 +420,7 @@ class DistNeighborLoader(EpochCursor):
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         seeds = self.input_nodes.ids(pos)
         if self._typed:  # per-type ids, translated by the typed sampler every round
-            from .hetero_sampler import HeteroSampleRequest
+            from ..sampling.hetero_sampler import HeteroSampleRequest
 
             t = self._time.get("input_time")
             return HeteroSampleRequest(self.input_type, seeds, self.num_neighbors,

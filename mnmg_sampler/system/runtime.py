@@ -5,7 +5,8 @@ backend asks for it.
 
 Stores on one node listen on loopback only: torch's ``TCPStore`` server listens on every
 interface, so a job whose ``MASTER_ADDR`` is loopback gets a store bound to ``127.0.0.1`` here,
-and ``python -m mnmg_sampler.runtime TORCHRUN_ARGS`` (what ``launch/run.sh`` runs) is torchrun
+and ``python -m mnmg_sampler.system.runtime TORCHRUN_ARGS`` (what ``launch/run.sh`` runs) is
+torchrun
 whose rendezvous store does the same when the endpoint is loopback.
 """
 
@@ -72,8 +73,8 @@ def timeout_delta(seconds: float, what: str = "runtime.collective_timeout_s") ->
     ``nan`` or ``inf`` never expire)."""
     import math
 
-    from .config.schema import MAX_TIMEOUT_S
-    from .errors import ConfigError
+    from ..config.schema import MAX_TIMEOUT_S
+    from ..errors import ConfigError
 
     try:
         ok = 0 < float(seconds) <= MAX_TIMEOUT_S and math.isfinite(float(seconds))
@@ -108,8 +109,8 @@ def init_distributed(backend: str = "auto", device: str = "auto", timeout_s: flo
     they may start far apart. Without torchrun (no ``MASTER_ADDR``) a world of one starts over
     an in-process store: no port is opened.
     """
-    from .distributed.collective import peer_errors
-    from .distributed.teardown import at_exit
+    from ..distributed.collective import peer_errors
+    from ..distributed.teardown import at_exit
 
     env = DistEnv.from_env()
     timeout = timeout_delta(timeout_s)

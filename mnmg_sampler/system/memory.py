@@ -7,7 +7,8 @@ lives in the trainer's process and every GPU allocation goes to PyTorch's cachin
 * CuPy: :func:`route_cupy` installs ``cupy.cuda.set_allocator`` over
   ``torch.cuda.caching_allocator_alloc`` / ``caching_allocator_delete``.
 * Numba: :func:`route_numba` installs an External Memory Management (EMM) plugin whose
-  ``memalloc`` draws from the same allocator. ``NUMBA_CUDA_MEMORY_MANAGER=mnmg_sampler.memory``
+  ``memalloc`` draws from the same allocator.
+  ``NUMBA_CUDA_MEMORY_MANAGER=mnmg_sampler.system.memory``
   does the same before Numba starts (this module exposes ``_numba_memory_manager`` lazily).
 * Irregular minibatch sizes fragment a caching pool; ``expandable_segments:True`` lets segments
   grow instead. :func:`configure_expandable_segments` writes it into the allocator's environment
@@ -241,7 +242,7 @@ def route_numba() -> type:
 
 
 def __getattr__(name: str):
-    # NUMBA_CUDA_MEMORY_MANAGER=mnmg_sampler.memory makes Numba read this attribute.
+    # NUMBA_CUDA_MEMORY_MANAGER=mnmg_sampler.system.memory makes Numba read this attribute.
     if name == "_numba_memory_manager":
         return numba_memory_manager_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

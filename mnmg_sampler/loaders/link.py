@@ -3,11 +3,12 @@
 Seed edges are split across ranks exactly like node seeds (``loader.batch_positions`` over
 positions of ``edge_label_index``, one batch at a time): the same batch count on every rank,
 every edge used once per epoch without ``drop_last``. The loader only chooses global batch
-``g``'s edges; :mod:`mnmg_sampler.link_sampler` draws its negatives and forms its node request
+``g``'s edges; :mod:`mnmg_sampler.sampling.link` draws its negatives and forms its node request
 (with ``reject_known``, membership is asked of the owner rank of each candidate's destination:
 one collective exchange per attempt, on the loader's own group), which is submitted to the
 :class:`~mnmg_sampler.distributed.service.SamplingService` like any node batch, and turns the
-sampled subgraph into a :class:`~mnmg_sampler.batch.LinkMiniBatch`. Every step is a function
+sampled subgraph into a :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`. Every step is a
+function
 of ``(seed, epoch, g)`` and the graph, so a batch is bit-identical for any world size,
 partitioning and merge pattern.
 """
@@ -21,13 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .batch import LinkMiniBatch
+from ..errors import SamplingInputError
+from ..sampling.batch import LinkMiniBatch
+from ..sampling.link import NegativeSampling, build_link_request, finish_link_batch
+from ..sampling.sampler import check_fanouts, renumbered_ids
+from ..sampling.temporal import link_time_options
 from .epoch_cursor import EpochCursor
-from .errors import SamplingInputError
-from .link_sampler import NegativeSampling, build_link_request, finish_link_batch
-from .loader import batch_positions, check_batching, num_global_batches
-from .sampler import check_fanouts, renumbered_ids
-from .temporal_sampler import link_time_options
+from .neighbor import batch_positions, check_batching, num_global_batches
 
 __all__ = ["LinkMiniBatch", "DistLinkNeighborLoader", "TreeChunk"]
 
@@ -78,9 +79,9 @@ class DistLinkNeighborLoader(EpochCursor):
         edge_label: optional ``[E]`` labels (binary mode: incremented by one when their minimum
             is 0, so that 0 means "negative", as PyG does; not allowed in triplet mode).
         batch_size: positive seed edges per minibatch (at most).
-        shuffle, drop_last: as :class:`~mnmg_sampler.loader.DistNeighborLoader`.
+        shuffle, drop_last: as :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader`.
         neg_sampling: ``None``, ``"binary"``, ``"triplet"``, a dict of
-            :class:`~mnmg_sampler.link_sampler.NegativeSampling` fields or an instance.
+            :class:`~mnmg_sampler.sampling.link.NegativeSampling` fields or an instance.
         neg_sampling_ratio: PyG's older spelling of binary negatives with that amount.
         exclude_seed_edges: remove the positive seed edges from ``edge_index`` / ``e_id``.
         exclude_reverse_edges: also remove their reverses (for undirected graphs).
@@ -109,7 +110,7 @@ class DistLinkNeighborLoader(EpochCursor):
     is collective on the default group (a bad argument on any rank raises on every rank),
     ``reject_known`` asks the destination's owner about the target relation only, and
     ``exclude_reverse_edges`` is refused. Each item is then a
-    :class:`~mnmg_sampler.hetero_batch.HeteroLinkMiniBatch`.
+    :class:`~mnmg_sampler.sampling.hetero_batch.HeteroLinkMiniBatch`.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,
@@ -151,7 +152,7 @@ class DistLinkNeighborLoader(EpochCursor):
 
         def check():
             if typed is not None:
-                from .hetero_link_sampler import typed_link_input
+                from ..sampling.hetero_link import typed_link_input
 
                 (self.edge_type, eli, self._num_src_dst, self.reverse_edge_type,
                  fanouts) = typed_link_input(service.sampler, edge_label_index, num_neighbors,
@@ -184,7 +185,7 @@ class DistLinkNeighborLoader(EpochCursor):
         # typed: collective on the default group, as DistNeighborLoader's, so a bad input on
         # any rank raises on every rank before any sampling round
         if typed is not None:
-            from .distributed.collective import agree
+            from ..distributed.collective import agree
 
             checked = agree(check, step="DistLinkNeighborLoader's argument checks")
         else:
@@ -202,7 +203,7 @@ class DistLinkNeighborLoader(EpochCursor):
         self.world_size = dist.get_world_size(service.group) if world_size is None else world_size
         self.membership = None
         if reject:
-            from .distributed.membership import EdgeMembership
+            from ..distributed.membership import EdgeMembership
 
             if membership_group is None:
                 membership_group = dist.new_group(backend=dist.get_backend())
@@ -217,9 +218,9 @@ class DistLinkNeighborLoader(EpochCursor):
         positive's time. Collective on the default group when the graph has node time (the same
         on every rank); a seed edge earlier than every node of a drawn type is a
         :class:`SamplingInputError` on every rank."""
-        from .distributed.collective import agree
-        from .distributed.typed_time import node_time_of_types
-        from .ops.negative import AdmissibleNodes
+        from ..distributed.collective import agree
+        from ..distributed.typed_time import node_time_of_types
+        from ..ops.negative import AdmissibleNodes
 
         sampler = service.sampler
         if sampler.graph.node_time is None:  # edge time only: no node time to respect
@@ -299,11 +300,11 @@ class DistLinkNeighborLoader(EpochCursor):
     def plan(self, g: int, pos: np.ndarray, epoch: int | None = None):
         """Negatives and node request of global batch ``g`` (collective with reject_known): a
         :class:`LinkPlan`, or on a typed graph a
-        :class:`~mnmg_sampler.hetero_link_sampler.HeteroLinkPlan`."""
+        :class:`~mnmg_sampler.sampling.hetero_link.HeteroLinkPlan`."""
         epoch = self.epoch if epoch is None else epoch
         m = self.membership
         if self._typed:
-            from .hetero_link_sampler import build_typed_link_request
+            from ..sampling.hetero_link import build_typed_link_request
 
             known = None
             if m is not None:  # per-type ids -> internal ids, asked of the owners
@@ -331,13 +332,13 @@ class DistLinkNeighborLoader(EpochCursor):
 
     def tree_bound(self) -> int:
         """The most nodes one tree of this disjoint loader can hold
-        (:func:`~mnmg_sampler.hetero_link_sampler.tree_node_bound`). With a ``-1`` fanout it
+        (:func:`~mnmg_sampler.sampling.hetero_link.tree_node_bound`). With a ``-1`` fanout it
         reads the relations' largest degrees over every rank: collective on the default group
         the first time."""
         if getattr(self, "_tree_bound", None) is None:
             import torch.distributed as dist
 
-            from .hetero_link_sampler import max_degrees, tree_node_bound
+            from ..sampling.hetero_link import max_degrees, tree_node_bound
 
             graph = self.service.sampler.graph
             deg = None
@@ -366,7 +367,7 @@ class DistLinkNeighborLoader(EpochCursor):
                 "tree_chunks on a loader that is not a disjoint triplet link loader without "
                 "exclude_seed_edges", "its batches are not independent trees of labelled edges",
                 "iterate the loader itself")
-        from .hetero_link_sampler import tree_request
+        from ..sampling.hetero_link import tree_request
 
         per = max(1, int(max_nodes) // self.tree_bound())
         epoch, count = self.epoch, self._num_my_batches()
@@ -416,7 +417,7 @@ class DistLinkNeighborLoader(EpochCursor):
             return p.request, p
 
         if self._typed:
-            from .hetero_link_sampler import finish_typed_link_batch
+            from ..sampling.hetero_link import finish_typed_link_batch
 
             return self._iterate(plan, lambda mb, p: finish_typed_link_batch(
                 mb, p, exclude_seed_edges=self.exclude_seed_edges,

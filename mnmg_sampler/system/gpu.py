@@ -13,7 +13,7 @@ import logging
 import os
 from types import ModuleType
 
-from .errors import MissingDependencyError
+from ..errors import MissingDependencyError
 
 __all__ = [
     "GPU_EXTRA",

@@ -90,7 +90,7 @@ class MiniBatch:
         try:
             from torch_geometric.data import Data
         except ImportError as e:
-            from .errors import MissingDependencyError
+            from ..errors import MissingDependencyError
 
             raise MissingDependencyError(
                 "torch_geometric is not installed",
@@ -112,7 +112,7 @@ class MiniBatch:
 class LinkMiniBatch(MiniBatch):
     """A sampled subgraph around a batch of seed edges (PyG's ``LinkNeighborLoader`` output).
 
-    Beyond :class:`~mnmg_sampler.batch.MiniBatch` (``n_id`` starts with the ``batch_size``
+    Beyond :class:`~mnmg_sampler.sampling.batch.MiniBatch` (``n_id`` starts with the ``batch_size``
     distinct, ascending endpoints of the batch's positive and negative edges; ``input_id`` holds
     the positions of the positive edges in ``edge_label_index``):
 

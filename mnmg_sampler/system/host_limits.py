@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import resource
 
-from .errors import MemoryBudgetError
+from ..errors import MemoryBudgetError
 
 __all__ = ["available_bytes", "check_allocation", "format_bytes"]
 

@@ -1,7 +1,7 @@
 """Sampling around seed edges of one relation of a typed graph (PyG's hetero
 ``sample_from_edges``): negatives on the relation's node types, the node request, the link fields.
 
-As in :mod:`mnmg_sampler.link_sampler`, everything is a function of ``(seed, epoch, g)``, the
+As in :mod:`mnmg_sampler.sampling.link`, everything is a function of ``(seed, epoch, g)``, the
 batch's seed edges and the graph, so a batch is bit-identical for any world size and partitioning:
 
 1. :func:`build_typed_link_request` draws the negatives of relation ``(S, rel, D)`` with the
@@ -11,13 +11,13 @@ batch's seed edges and the graph, so a batch is bit-identical for any world size
    positive's source). As PyG, the sources (positives' then negatives') are de-duplicated and
    sorted into the seeds of type ``S`` and the destinations into those of type ``D`` (one sorted
    list when ``S == D``); they form one
-   :class:`~mnmg_sampler.hetero_sampler.HeteroSampleRequest` with key
+   :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest` with key
    ``request_key(seed, epoch, g)``, so each type's seeds come first in its ``n_id``. With
    time (``time_attr``) every endpoint, negatives' included, grows its own tree bounded by its
    positive's time, and on a graph with node time each negative endpoint is drawn among the
    nodes whose time is <= that time (PyG's rule; :class:`~.ops.negative.AdmissibleNodes`).
 2. :func:`finish_typed_link_batch` turns the sampled subgraph into a
-   :class:`~mnmg_sampler.hetero_batch.HeteroLinkMiniBatch`; with ``exclude_seed_edges`` the
+   :class:`~mnmg_sampler.sampling.hetero_batch.HeteroLinkMiniBatch`; with ``exclude_seed_edges`` the
    positive seed edges ``s -> d`` are removed from their relation and ``d -> s`` from the reverse
    relation (by node pair, as the homogeneous path; only hop-1 edges can be either, since both
    end at a seed and seeds are expanded at hop 1 only).
@@ -31,16 +31,16 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from .errors import GraphFormatError, SamplingInputError
-from .hetero_batch import EdgeType, HeteroLinkMiniBatch, HeteroMiniBatch
-from .hetero_sampler import HeteroSampleRequest
-from .ops.negative import (
+from ..errors import GraphFormatError, SamplingInputError
+from ..ops.negative import (
     NEG_SRC_HOP,
     AdmissibleNodes,
     KnownFn,
     NegativeSampling,
     sample_negatives,
 )
+from .hetero_batch import EdgeType, HeteroLinkMiniBatch, HeteroMiniBatch
+from .hetero_sampler import HeteroSampleRequest
 from .sampler import request_key
 
 __all__ = ["HeteroLinkPlan", "build_typed_link_request", "finish_typed_link_batch",
@@ -296,7 +296,7 @@ def finish_typed_link_batch(mb: HeteroMiniBatch, plan: HeteroLinkPlan, *,
 
 def _edge_type(key, what: str, edge_types: Sequence[EdgeType]) -> EdgeType:
     """``key`` as one of ``edge_types`` (a tuple or ``"src__rel__dst"``), else a typed error."""
-    from .graph.typed import edge_type_of
+    from ..graph.typed import edge_type_of
 
     try:
         et = edge_type_of(key, what)

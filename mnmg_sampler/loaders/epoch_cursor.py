@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .errors import PartitionMismatchError, SamplingInputError
+from ..errors import PartitionMismatchError, SamplingInputError
 
 __all__ = ["EpochCursor"]
 

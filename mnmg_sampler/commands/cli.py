@@ -14,8 +14,8 @@ import logging
 import os
 import sys
 
-from .console import plain, rank_prefix
-from .errors import MnmgError, PeerError
+from ..errors import MnmgError, PeerError
+from ..system.console import plain, rank_prefix
 from .subcommands import add_module_parsers
 
 COMMANDS = ["info", "sample", "partition", "validate", "train", "bench", "plot", "selfcheck"]
@@ -23,7 +23,7 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `cmd | head -1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     p = argparse.ArgumentParser(
         prog="mnmg-sampler",

@@ -1,7 +1,7 @@
 """Sampling around seed edges (PyG's ``sample_from_edges``): negatives, the node request, the
 link fields of the result.
 
-The link loader (:mod:`mnmg_sampler.link_loader`) only chooses which seed edges form global batch
+The link loader (:mod:`mnmg_sampler.loaders.link`) only chooses which seed edges form global batch
 ``g``; everything below is a function of ``(seed, epoch, g)``, those edges and the graph, so a
 batch is bit-identical for any world size, partitioning and merge pattern:
 
@@ -10,10 +10,12 @@ batch is bit-identical for any world size, partitioning and merge pattern:
    membership test (in a distributed loader, the owner rank of each candidate's destination)
    tells whether a candidate is an edge, and it is drawn again. The endpoints of positives and
    negatives, de-duplicated and sorted, are the seeds of one
-   :class:`~mnmg_sampler.sampler.SampleRequest` with key ``request_key(seed, e, g)``, sampled
+   :class:`~mnmg_sampler.sampling.sampler.SampleRequest` with key ``request_key(seed, e, g)``,
+   sampled
    like any node batch (so a service merges it into the same rounds).
 2. :func:`finish_link_batch` turns the sampled subgraph into a
-   :class:`~mnmg_sampler.batch.LinkMiniBatch`: ``edge_label_index`` and the triplet indices are
+   :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`: ``edge_label_index`` and the triplet
+   indices are
    local ids into ``n_id``; with ``exclude_seed_edges`` the positive seed edges (and their
    reverses with ``exclude_reverse_edges``) are removed from ``edge_index`` / ``e_id``, as
    GraphBolt's ``exclude_seed_edges`` does after sampling.
@@ -27,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..ops.negative import KnownFn, NegativeSampling, sample_negatives
 from .batch import LinkMiniBatch, MiniBatch
-from .ops.negative import KnownFn, NegativeSampling, sample_negatives
 from .sampler import SampleRequest, request_key
 
 __all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "finish_link_batch"]
