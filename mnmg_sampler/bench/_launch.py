@@ -179,7 +179,7 @@ def machine_info(threads: int) -> dict:
     import numpy as np
     import torch
 
-    from ..host_malloc import malloc_state
+    from ..system.host_malloc import malloc_state
 
     model = platform.processor()
     try:
@@ -209,15 +209,15 @@ def write_json(path: str | None, res: dict) -> None:
 
 
 def set_bench_threads(threads: int | None) -> int:
-    """Numba *and* torch threads of this process, and its malloc (:mod:`~mnmg_sampler.host_malloc`),
-    as each rank sets them, so a single-process figure runs under a rank's settings (a kernel
-    timed before any sampler tuned malloc paid page faults on its outputs: 0.40x the gather
-    instead of 0.51x on rmat:20)."""
+    """Numba *and* torch threads of this process, and its malloc
+    (:mod:`~mnmg_sampler.system.host_malloc`), as each rank sets them, so a single-process
+    figure runs under a rank's settings (a kernel timed before any sampler tuned malloc paid
+    page faults on its outputs: 0.40x the gather instead of 0.51x on rmat:20)."""
 
     import torch
 
     from ..commands.sample import set_threads
-    from ..host_malloc import tune_host_malloc
+    from ..system.host_malloc import tune_host_malloc
 
     tune_host_malloc()
     n = set_threads(threads)
