@@ -21,6 +21,15 @@ hosts map their host's parts and what the host's budget holds of the others (:fu
 :mod:`.fit`). Memory: a rank's
 resident set counts the pages of other parts it touches; they are shared with the ranks that
 own them, not copied.
+
+Typed parts (``part.typed``) are the same mapping plus each part's typed tables
+(``type_offset``, ``seg_base``), its per-type ``x``/``y`` files and its edge times, read-only: a
+typed hop is one call of :func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every
+part (:meth:`SharedTopology.typed_hop`; every relation, every merged request, each node with
+its time bound in a round with time), and :meth:`SharedTopology.type_rows` reads ``x``/``y``
+of one node type in place. With node time only, the kernel reads the neighbors' node times by
+new id, so :attr:`SharedTopology.node_time` concatenates the parts' (8 bytes per node, the array
+the wire path exchanges).
 """
 
 from __future__ import annotations
@@ -38,8 +47,9 @@ import numpy as np
 from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
 from ..ops.cpu import group_by_part, sample_neighbors_parts
-from ..ops.typed_parts import part_of
+from ..ops.typed_parts import part_of, sample_typed_parts
 from ..sampling.sampler import HopSegments
+from ..system.host_limits import check_allocation
 from .collective import Exchanger, agree, peer_errors
 from .fit import Placement, decide, part_bytes
 
@@ -245,8 +255,8 @@ def _regroup(order, c_sorted, nb_sorted, e_sorted, with_e):
     return out_c, out_n, out_e
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    v = np.ascontiguousarray(a, _I64).view()
+def _readonly(a: np.ndarray, dtype=_I64) -> np.ndarray:
+    v = np.ascontiguousarray(a, dtype).view()  # a mapped file is contiguous: no copy
     v.flags.writeable = False
     return v
 
@@ -300,6 +310,19 @@ def _rows_of(arrays: list, what: str) -> tuple | None:
     return tuple(views)
 
 
+def _per_type(mapped: list, attr: str, name: str) -> tuple | None:
+    """Every part's ``typed.<attr>[name]`` as read-only ``uint8 [rows, row bytes]`` views (one
+    numba type whatever the dtype, e.g. float16), then the dtype and row shape; ``None`` when
+    no part holds it. Parts that disagree in presence, dtype or row shape are an error."""
+    views = _rows_of([getattr(p.typed, attr).get(name) for p in mapped], f"{attr}.{name}")
+    if views is None:
+        return None
+    first = views[0]
+    width = first.dtype.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
+    return tuple(v.view(np.uint8).reshape(v.shape[0], width) for v in views), first.dtype, \
+        first.shape[1:]
+
+
 def _stand_in(mapped: dict, attr: str, own, world_size: int) -> list:
     """Every part's array ``attr`` (``x`` or ``y``): the mapped ones', and for the others an
     empty array shaped like this rank's ``own`` (``None`` when it has none)."""
@@ -321,6 +344,10 @@ class SharedTopology:
         parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
         x, y: per rank, read-only views of the part's mapped feature rows and labels
             (``None``: the partition has none).
+        typed: typed parts (:meth:`typed_hop`, :meth:`type_rows`).
+        type_x, type_y: typed parts: per node type name, ``(one read-only byte view per part,
+            dtype, row shape)`` (types without them are absent).
+        node_time: typed parts with node time: int64 node time of every node by new id.
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
 
@@ -364,8 +391,46 @@ class SharedTopology:
         held = {r: p for r, p in mapped.items() if r in self.row_ranks}
         self.x = _rows_of(_stand_in(held, "x", part.x, world_size), "feature rows")
         self.y = _rows_of(_stand_in(held, "y", part.y, world_size), "labels")
+        self.typed = getattr(part, "typed", None) is not None
+        self.node_time = None
+        if self.typed:
+            self._map_typed(part, [mapped[r] for r in range(world_size)]
+                            if self.whole else None)
         self.peer_nodes = 0
         self.peer_edges = 0
+
+    def _map_typed(self, part, mapped: list | None) -> None:
+        """Every part's typed tables, per-type rows and times (``mapped``: every part)."""
+        if mapped is None:
+            raise ConfigError("the shared topology of typed parts needs every rank's part",
+                              "hops of other hosts' nodes would need the wire",
+                              "pass shared_topology='auto' or False")
+        if any(p.typed is None for p in mapped):
+            raise ConfigError("the partition mixes typed and homogeneous parts",
+                              "the shared topology cannot sample them alike",
+                              "partition the graph again")
+        tp = part.typed
+        self.node_types = tp.node_types
+        self.rel_offset = np.ascontiguousarray(tp.rel_offset, _I64)  # small tables: copies
+        self.rel_weighted = np.ascontiguousarray(tp.weighted, np.uint8)
+        self._type_offs = np.ascontiguousarray(np.stack([p.typed.type_offset for p in mapped]),
+                                               _I64)
+        self._seg_bases = np.ascontiguousarray(np.stack([p.typed.seg_base for p in mapped]),
+                                               _I64)
+        empty = np.zeros(0, np.float32)
+        self._weights = tuple(_readonly(empty if w is None else w, np.float32)
+                              for _, w in self.parts)
+        self.type_x = {t: v for t in tp.node_types if (v := _per_type(mapped, "x", t))}
+        self.type_y = {t: v for t in tp.node_types if (v := _per_type(mapped, "y", t))}
+        self._edge_times = None
+        if tp.edge_time is not None:  # every part of a timed graph has it (the manifest's)
+            self._edge_times = tuple(_readonly(p.typed.edge_time) for p in mapped)
+        if tp.node_time is not None:
+            n = int(self.bounds[-1])
+            check_allocation(f"the node time of all {n:,} nodes", 8 * n,
+                             "use a machine with more memory, or edge time instead of node "
+                             "time")
+            self.node_time = _readonly(np.concatenate([p.typed.node_time for p in mapped]))
 
     def stats(self) -> dict:
         return {"enabled": True, "parts": len(self.ranks), "row_parts": len(self.row_ranks),
@@ -446,3 +511,35 @@ class SharedTopology:
         empty = np.empty(0, _I64)
         return _regroup(order, np.concatenate(cs), np.concatenate(nbs),
                         np.concatenate(es) if with_e else empty, with_e)
+
+    def typed_hop(self, nodes, keys, req, fan, rep, seed: int, hop: int, bounds=None,
+                  last=None):
+        """Typed parts: the typed kernel's four arrays for frontier ``nodes`` (new ids), in
+        frontier order: one call over every part (``bounds``, ``last``: each node's time bound
+        and each request's strategy, as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`)."""
+        nodes = np.ascontiguousarray(nodes, _I64)
+        indptrs, indices, eids = self._csrs
+        out = sample_typed_parts(self.bounds, self._type_offs, self._seg_bases, self.rel_offset,
+                                 self.rel_weighted, indptrs, indices, eids, self._origs,
+                                 self._weights, nodes, keys, req, fan, rep, seed, hop,
+                                 time_bounds=bounds, last=last, edge_times=self._edge_times,
+                                 node_time=self.node_time)
+        lo, hi = self.bounds[self.rank], self.bounds[self.rank + 1]
+        peer = (nodes < lo) | (nodes >= hi)
+        self.peer_nodes += int(peer.sum())
+        self.peer_edges += int(out[0][peer].sum())
+        return out
+
+    def type_rows(self, name: str, t: int, new_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Typed parts: ``x`` / ``y`` rows of new ids of type ``name`` (index ``t``), read in
+        place from every part's mapped files, in ``new_ids`` order (no collective)."""
+        starts = np.append(self.bounds[:-1] + self._type_offs[:, t], self.bounds[-1])
+        ids = np.ascontiguousarray(new_ids, _I64)
+        out = {}
+        for key, src in (("x", self.type_x), ("y", self.type_y)):
+            if name in src:
+                arrays, dtype, shape = src[name]
+                raw = _gather_rows(ids, starts, arrays,
+                                   np.empty((ids.shape[0], arrays[0].shape[1]), np.uint8))
+                out[key] = raw.view(dtype).reshape(ids.shape[0], *shape)
+        return out

@@ -19,7 +19,7 @@ Calls are collective, as :meth:`~.sampler.DistSampler.sample`'s. Temporal and di
 (``docs/temporal.md``) run the same hops through :func:`~mnmg_sampler.sampling.hetero_sampler.
 sample_trees` (pair ids ``tree * N + new id``, each node bounded by its seed's time).
 
-With the shared topology (:mod:`.typed_shared`, every rank on one host) a rank maps every typed
+With the shared topology (:mod:`.shared_topology`, every rank on one host) a rank maps every typed
 part, runs each hop itself in one kernel call over all parts, and translates ids and reads
 ``x``/``y`` rows in place. With ``kernel="cuda"`` the owner's kernel call is the typed CUDA twin
 (:meth:`~.sampler._CudaHop.typed`; tested under Numba's CUDA simulator only).
@@ -54,7 +54,7 @@ from ..sampling.temporal import (
     seed_times,
 )
 from .sampler import DistSampler, _CudaHop
-from .typed_shared import open_typed_shared
+from .shared_topology import open_shared_topology
 from .typed_time import attach_part_time
 
 __all__ = ["DistTypedSampler"]
@@ -72,7 +72,7 @@ class DistTypedSampler(DistSampler):
         id_maps: ``auto``, ``sharded`` or ``replicated`` (:mod:`.id_maps`).
         kernel: ``cpu`` or ``cuda`` (the typed CUDA twin, CSR on ``device``).
         shared_topology: ``True``, ``False`` or ``"auto"``, as for homogeneous parts
-            (:mod:`.typed_shared`). Results do not change.
+            (:mod:`.shared_topology`). Results do not change.
     """
 
     _typed = True
@@ -108,7 +108,7 @@ class DistTypedSampler(DistSampler):
 
     def _open_mapped(self, part, shared_topology, kernel: str, budget: int):
         self._budget = budget  # the row cache's (typed parts: no topology of other hosts)
-        return open_typed_shared(part, self.ex, shared_topology, kernel), None
+        return open_shared_topology(part, self.ex, shared_topology, kernel), None
 
     # -- checks --------------------------------------------------------------------------
     def check_request(self, r, consequence: str = "no neighbors can be sampled for it; every "
@@ -170,7 +170,7 @@ class DistTypedSampler(DistSampler):
         arrays in frontier order, through the wire of :meth:`~.DistSampler._hop_wire`."""
         if self.shared is not None:  # every part mapped here: one call, no exchange
             t0 = time.perf_counter()
-            out = self.shared.hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
+            out = self.shared.typed_hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
             self._counted(t0, nodes.size, out[1].size)
             return out
         Q = fan.shape[0]
@@ -353,7 +353,8 @@ class DistTypedSampler(DistSampler):
         tp = self.tp
         index = {name: tp.node_types.index(name) for name in uniq}
         if self.shared is not None:
-            return {name: self.shared.rows(name, index[name], ids) for name, ids in uniq.items()}
+            return {name: self.shared.type_rows(name, index[name], ids)
+                    for name, ids in uniq.items()}
         width = self._widths()
         raw, out, at = self._raw_rows(uniq, width), {}, 0
         for name, u in uniq.items():
