@@ -446,21 +446,29 @@ class DistFeatureStore:
 
 class TypeRows:
     """``x`` / ``y`` of every node type of a typed part's batches (the typed sampler's
-    fetch), each distinct node once per round: own and cached rows read here, the shared
-    topology's read in place, the others from their owners in one exchange each way for every
-    type (each type's row width known on both sides: no size exchange for the reply).
+    fetch), each distinct node once per round: own and cached rows, and those of the parts
+    mapped here (``mapped``, a :class:`~.shared_topology.SharedTopology`: every part's on one
+    host, the host's with host groups, every part's when a host's budget holds them,
+    :mod:`.fit`) read here, the others from their owners in one exchange each way for every
+    type (each type's row width known on both sides: no size exchange for the reply). When
+    every rank reads every row in place, a fetch is no collective at all.
 
-    The row cache (ranks on several hosts, no shared topology) keeps, once, the rows of the
-    other hosts' nodes this part's edges point to most (:func:`~.row_cache.choose_rows` by
-    degree), up to the rank's share of its host's budget (``features.host_memory_mb``).
+    The row cache (ranks on several hosts whose rows are not all mapped) keeps, once, the
+    rows of the other hosts' nodes this part's edges point to most
+    (:func:`~.row_cache.choose_rows` by degree), up to the rank's share of what its host's
+    budget leaves (``features.host_memory_mb``, :class:`~.fit.HostPlacement`).
 
     Attributes:
         types: node types with rows, the same on every rank (from the manifest).
         stats: ``remote_rows``, ``cache_hits``, ``rows_fetched`` so far.
     """
 
-    def __init__(self, part, ex: Exchanger, shared, budget: int) -> None:
-        self.part, self.tp, self.ex, self.shared = part, part.typed, ex, shared
+    def __init__(self, part, ex: Exchanger, mapped: SharedTopology | None,
+                 placement: Placement) -> None:
+        self.part, self.tp, self.ex, self.mapped = part, part.typed, ex, mapped
+        self.local = mapped is not None and mapped.rows_everywhere  # the same on every rank
+        self._held = np.zeros(ex.world_size, bool)  # parts whose rows are read here
+        self._held[[ex.rank, *(() if mapped is None else mapped.row_ranks)]] = True
         bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo = int(bounds[part.rank])
@@ -471,8 +479,10 @@ class TypeRows:
         self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0}
         far = getattr(ex, "far", None)  # per rank: on another host
-        if self.types and shared is None and far is not None and bool(far.any()):
-            self._fill_cache(budget // max(int((~far).sum()), 1) // int(self._widths().max()))
+        if self.types and not placement.rows_local and far is not None and bool(far.any()):
+            mine = placement.of(ex.rank)  # its budget's rest, shared by the host's ranks
+            self._fill_cache(0 if mine.rows else
+                             mine.left // len(mine.ranks) // int(self._widths().max()))
 
     def on_exchanger(self, ex: Exchanger) -> TypeRows:
         """The same rows (cache and statistics shared) fetched over ``ex``: another round in
@@ -577,8 +587,8 @@ class TypeRows:
         rows of its sorted new ids ``uniq[name]`` (:meth:`_raw_rows`)."""
         tp = self.tp
         index = {name: tp.node_types.index(name) for name in uniq}
-        if self.shared is not None:
-            return {name: self.shared.type_rows(name, index[name], ids)
+        if self.local:
+            return {name: self.mapped.type_rows(name, index[name], ids)
                     for name, ids in uniq.items()}
         width = self._widths()
         raw, out, at = self._raw_rows(uniq, width), {}, 0
@@ -599,7 +609,7 @@ class TypeRows:
                           [a.size for a in uniq.values()])
         owner = np.searchsorted(self._inner, ids, side="right")
         raw = np.empty((ids.size, int(width.max(initial=0))), np.uint8)
-        hit = owner == me
+        hit = self._held[owner]  # own rows, and the mapped parts' (read below)
         self.stats["remote_rows"] += int(ids.size - hit.sum())
         at = 0
         for name, u in uniq.items():  # cached rows of other ranks' nodes
@@ -618,6 +628,11 @@ class TypeRows:
         for t in np.unique(types[own]):
             at = own[types[own] == t]
             raw[at, :width[t]] = self._row_bytes(int(t), ids[at] - self.lo)
+        held = np.flatnonzero((owner != me) & self._held[owner])
+        for t in np.unique(types[held]):  # rows of other mapped parts, in place
+            at = held[types[held] == t]
+            got = self.mapped.type_rows(tp.node_types[t], int(t), ids[at], raw=True)
+            raw[at, :width[t]] = np.concatenate(list(got.values()), axis=1)
         if W > 1:
             counts = np.bincount(owner[remote], minlength=W).astype(np.int64)
             recv, rcounts = self.ex.exchange(torch.from_numpy(ids[remote]),

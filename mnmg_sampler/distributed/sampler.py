@@ -39,9 +39,9 @@ does in one process; temporal and disjoint requests (``docs/temporal.md``) grow 
 each node bounded by its seed's time); ``x``/``y`` of every node type come from
 :class:`~.features.TypeRows`. Every node's time is on every rank (one gather when built, 8
 bytes per node, unless the shared topology maps it): the kernel reads the neighbors' node times
-by new id. Typed parts have no host groups yet: ranks on several hosts use the wire (and the
-row cache). Batches equal :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`'s for any
-world size.
+by new id. Host groups and place by fit (:mod:`.host_groups`, :mod:`.fit`) are the
+homogeneous ones. Batches equal :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`'s
+for any world size.
 """
 
 from __future__ import annotations
@@ -168,13 +168,11 @@ class DistSampler:
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
         self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
-        # collective: what each host holds beyond its own parts (.fit, None for typed parts:
-        # no host groups), and the parts mapped here: every part (one host, or every host's
-        # budget holds the topology), or the host's parts (host groups), or none
-        budget = default_budget() if host_memory is None else host_memory
-        mapped, placement = place(part, self.ex, shared_topology, kernel,
-                                  None if self._typed else budget)
-        self.placement = None if self._typed else placement
+        # collective: what each host holds beyond its own parts (.fit), and the parts mapped
+        # here: every part (one host, or every host's budget holds the topology), or the
+        # host's parts (host groups), or none
+        mapped, self.placement = place(part, self.ex, shared_topology, kernel,
+                                       default_budget() if host_memory is None else host_memory)
         one_host = self.placement is None or len(self.placement.hosts) == 1
         self.shared = mapped if mapped is not None and (
             self.placement is None or self.placement.hops_local) else None
@@ -212,9 +210,12 @@ class DistSampler:
         self.t_kernel = 0.0
         self._edge_ids = True  # typed: this round, a request asks for edge ids
         self.type_rows = None
-        if self._typed:  # collective with node time, unless the shared topology mapped it
+        if self._typed:  # collective with node time, unless every rank mapped every part
             self._attach_time(part, None if self.shared is None else self.shared.node_time)
-            self.type_rows = TypeRows(part, self.ex, self.shared, budget) if features else None
+            if mapped is not None and mapped.node_time is None:  # host groups: as gathered
+                mapped.node_time = self.graph.node_time
+            self.type_rows = TypeRows(part, self.ex, mapped, self.placement) if features \
+                else None
 
     def _cuda_hop(self, device):
         return _CudaHop(self._csr, device, self._weights, graph=self.graph)
@@ -707,22 +708,30 @@ class DistSampler:
         self._counted(t0, rows.size, out[1].size)
         return out
 
+    def _mapped_hop(self, mapped, nodes, keys, req, fan, rep, hop, bounds, last):
+        """One typed kernel call over the parts ``mapped`` here (:class:`~.SharedTopology`)."""
+        t0 = time.perf_counter()
+        out = mapped.typed_hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
+        self._counted(t0, nodes.size, out[1].size)
+        return out
+
     def _typed_hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
         """One hop of every request (frontier ``nodes`` in new ids, request ``req`` of each,
         ascending; each with its time bound when ``bounds`` is given): the typed kernel's four
         arrays in frontier order, through the wire of :meth:`~.DistSampler._hop_wire`."""
         if self.shared is not None:  # every part mapped here: one call, no exchange
-            t0 = time.perf_counter()
-            out = self.shared.typed_hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
-            self._counted(t0, nodes.size, out[1].size)
-            return out
+            return self._mapped_hop(self.shared, nodes, keys, req, fan, rep, hop, bounds, last)
         Q = fan.shape[0]
         sizes = np.bincount(req, minlength=Q).astype(np.int64)
         key_q = np.zeros(Q, np.int64)
         key_q[req] = keys  # every node of a request has its key
         self._hop_full = h = HopSegments(nodes, sizes, key_q, fan, rep, hop, self._edge_ids,
                                          bounds, last)
-        c, nb, rel, e = self._hop_wire(h)
+        if self.host is not None:  # host groups: the host's nodes here, the others' on the wire
+            c, nb, rel, e = self.host.typed_hop(h, self._hop_wire, lambda n, k, r, b: (
+                self._mapped_hop(self.host.shared, n, k, r, fan, rep, hop, b, last)), self._R)
+        else:
+            c, nb, rel, e = self._hop_wire(h)
         if e is None or e.size != nb.size:  # no request of the round asked for them
             e = np.zeros(nb.size, np.int64)
         return c, nb, rel, e

@@ -171,9 +171,10 @@ class SamplingService:
         # saves no exchange here. Where rows cross hosts, merging saves fetches (Slashdot, 2
         # hosts, the topology and no rows: 2.4 requests per round balanced, 37.6 feature
         # B/edge across hosts).
-        self._balanced = (getattr(self.sampler, "shared", None) is not None
-                          and len(self._slots) == 1
-                          and (self.features is None or self.features.shared is not None))
+        rows = self.sampler.type_rows
+        self._balanced = (self.sampler.shared is not None and len(self._slots) == 1
+                          and (self.features is None or self.features.shared is not None)
+                          and (rows is None or rows.local))
         self._held: deque = deque()  # (request, future) pairs taken but left for later
         self._closing = threading.Event()
         self._closed = False

@@ -59,6 +59,7 @@ __all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "open_shared_
 log = logging.getLogger(__name__)
 
 _I64 = np.int64
+_EMPTY = np.empty(0, _I64)
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -310,11 +311,15 @@ def _rows_of(arrays: list, what: str) -> tuple | None:
     return tuple(views)
 
 
-def _per_type(mapped: list, attr: str, name: str) -> tuple | None:
+def _per_type(mapped: dict, own, attr: str, name: str, world_size: int) -> tuple | None:
     """Every part's ``typed.<attr>[name]`` as read-only ``uint8 [rows, row bytes]`` views (one
-    numba type whatever the dtype, e.g. float16), then the dtype and row shape; ``None`` when
-    no part holds it. Parts that disagree in presence, dtype or row shape are an error."""
-    views = _rows_of([getattr(p.typed, attr).get(name) for p in mapped], f"{attr}.{name}")
+    numba type whatever the dtype, e.g. float16; parts not in ``mapped``: empty stand-ins
+    shaped like ``own``'s), then the dtype and row shape; ``None`` when no part holds it.
+    Parts that disagree in presence, dtype or row shape are an error."""
+    mine = getattr(own.typed, attr).get(name)
+    empty = None if mine is None else np.empty((0, *mine.shape[1:]), mine.dtype)
+    views = _rows_of([getattr(mapped[r].typed, attr).get(name) if r in mapped else empty
+                      for r in range(world_size)], f"{attr}.{name}")
     if views is None:
         return None
     first = views[0]
@@ -394,18 +399,16 @@ class SharedTopology:
         self.typed = getattr(part, "typed", None) is not None
         self.node_time = None
         if self.typed:
-            self._map_typed(part, [mapped[r] for r in range(world_size)]
-                            if self.whole else None)
+            self._map_typed(part, mapped, held, world_size)
         self.peer_nodes = 0
         self.peer_edges = 0
 
-    def _map_typed(self, part, mapped: list | None) -> None:
-        """Every part's typed tables, per-type rows and times (``mapped``: every part)."""
-        if mapped is None:
-            raise ConfigError("the shared topology of typed parts needs every rank's part",
-                              "hops of other hosts' nodes would need the wire",
-                              "pass shared_topology='auto' or False")
-        if any(p.typed is None for p in mapped):
+    def _map_typed(self, part, mapped: dict, held: dict, world_size: int) -> None:
+        """Typed parts: the mapped parts' typed tables and times, and the per-type rows of
+        ``held`` (the parts whose rows are mapped); the others get stand-ins, never indexed.
+        The node time of every node by new id only when every part is mapped (host groups:
+        the sampler sets the one it gathered)."""
+        if any(p.typed is None for p in mapped.values()):
             raise ConfigError("the partition mixes typed and homogeneous parts",
                               "the shared topology cannot sample them alike",
                               "partition the graph again")
@@ -413,24 +416,32 @@ class SharedTopology:
         self.node_types = tp.node_types
         self.rel_offset = np.ascontiguousarray(tp.rel_offset, _I64)  # small tables: copies
         self.rel_weighted = np.ascontiguousarray(tp.weighted, np.uint8)
-        self._type_offs = np.ascontiguousarray(np.stack([p.typed.type_offset for p in mapped]),
-                                               _I64)
-        self._seg_bases = np.ascontiguousarray(np.stack([p.typed.seg_base for p in mapped]),
-                                               _I64)
+
+        def table(name: str) -> np.ndarray:  # per part; a stand-in starts every type at 0
+            own = getattr(tp, name)
+            return np.ascontiguousarray(np.stack([getattr(mapped[r].typed, name) if r in mapped
+                                                  else np.zeros_like(own)
+                                                  for r in range(world_size)]), _I64)
+
+        self._type_offs, self._seg_bases = table("type_offset"), table("seg_base")
         empty = np.zeros(0, np.float32)
         self._weights = tuple(_readonly(empty if w is None else w, np.float32)
                               for _, w in self.parts)
-        self.type_x = {t: v for t in tp.node_types if (v := _per_type(mapped, "x", t))}
-        self.type_y = {t: v for t in tp.node_types if (v := _per_type(mapped, "y", t))}
+        self.type_x = {t: v for t in tp.node_types
+                       if (v := _per_type(held, part, "x", t, world_size))}
+        self.type_y = {t: v for t in tp.node_types
+                       if (v := _per_type(held, part, "y", t, world_size))}
         self._edge_times = None
         if tp.edge_time is not None:  # every part of a timed graph has it (the manifest's)
-            self._edge_times = tuple(_readonly(p.typed.edge_time) for p in mapped)
-        if tp.node_time is not None:
+            self._edge_times = tuple(_readonly(mapped[r].typed.edge_time if r in mapped
+                                               else _EMPTY) for r in range(world_size))
+        if tp.node_time is not None and self.whole:
             n = int(self.bounds[-1])
             check_allocation(f"the node time of all {n:,} nodes", 8 * n,
                              "use a machine with more memory, or edge time instead of node "
                              "time")
-            self.node_time = _readonly(np.concatenate([p.typed.node_time for p in mapped]))
+            self.node_time = _readonly(np.concatenate([mapped[r].typed.node_time
+                                                       for r in range(world_size)]))
 
     def stats(self) -> dict:
         return {"enabled": True, "parts": len(self.ranks), "row_parts": len(self.row_ranks),
@@ -530,16 +541,18 @@ class SharedTopology:
         self.peer_edges += int(out[0][peer].sum())
         return out
 
-    def type_rows(self, name: str, t: int, new_ids: np.ndarray) -> dict[str, np.ndarray]:
+    def type_rows(self, name: str, t: int, new_ids: np.ndarray, raw: bool = False
+                  ) -> dict[str, np.ndarray]:
         """Typed parts: ``x`` / ``y`` rows of new ids of type ``name`` (index ``t``), read in
-        place from every part's mapped files, in ``new_ids`` order (no collective)."""
+        place from the mapped parts' files, in ``new_ids`` order (no collective; ``raw``: as
+        ``uint8 [n, row bytes]``)."""
         starts = np.append(self.bounds[:-1] + self._type_offs[:, t], self.bounds[-1])
         ids = np.ascontiguousarray(new_ids, _I64)
         out = {}
         for key, src in (("x", self.type_x), ("y", self.type_y)):
             if name in src:
                 arrays, dtype, shape = src[name]
-                raw = _gather_rows(ids, starts, arrays,
-                                   np.empty((ids.shape[0], arrays[0].shape[1]), np.uint8))
-                out[key] = raw.view(dtype).reshape(ids.shape[0], *shape)
+                b = _gather_rows(ids, starts, arrays,
+                                 np.empty((ids.shape[0], arrays[0].shape[1]), np.uint8))
+                out[key] = b if raw else b.view(dtype).reshape(ids.shape[0], *shape)
         return out
