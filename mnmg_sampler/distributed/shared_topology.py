@@ -53,8 +53,7 @@ from ..system.host_limits import check_allocation
 from .collective import Exchanger, agree, peer_errors
 from .fit import Placement, decide, part_bytes
 
-__all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "open_shared_topology",
-           "place"]
+__all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "place"]
 
 log = logging.getLogger(__name__)
 
@@ -125,32 +124,22 @@ def _check_local(part, enabled, kernel: str) -> None:
         raise err
 
 
-def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-                         host_groups: bool = False) -> SharedTopology | None:
-    """Collective: the shared topology when every rank asks for it, else ``None``.
+def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
+          host_memory: int = 0) -> tuple[SharedTopology | None, Placement]:
+    """Collective: the parts mapped here (``None`` when no rank maps any other part) and the
+    :class:`~.fit.Placement` every rank agreed on (one agreement).
 
     ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. With ``True``, a
-    rank that cannot use it (``kernel='cuda'``, no partition directory) or a
-    part that does not open give a :class:`ConfigError` (or the part's error) on every rank;
-    with ``"auto"`` each of these turns it off on every rank instead. A bad value, or ranks
-    that disagree, are a ``ConfigError`` either way.
+    rank that cannot map (``kernel='cuda'``, no partition directory) or a part that does not
+    open give a :class:`ConfigError` (or the part's error) on every rank; with ``"auto"``
+    each of these turns it off on every rank instead. A bad value, or ranks that disagree, are
+    a ``ConfigError`` either way.
 
     Ranks on several hosts (:func:`host_id`; ``ex.far`` is set from the layout whatever the
-    outcome): with ``host_groups``, each rank maps the parts of its host's ranks only
-    (:attr:`SharedTopology.whole` False; ``None`` on every rank when no host has two ranks),
-    see :mod:`.host_groups`; without, ``None`` under ``"auto"`` and a ``ConfigError`` under
-    ``True``. :func:`place` is the same with a budget for other hosts' data.
-    """
-    return place(part, ex, enabled, kernel, 0 if host_groups else None)[0]
-
-
-def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-          host_memory: int | None = 0) -> tuple[SharedTopology | None, Placement]:
-    """Collective: :func:`open_shared_topology` with host groups and a budget of
-    ``host_memory`` bytes per host for other hosts' data (``None``: no host groups), and the
-    :class:`~.fit.Placement` every rank agreed on (one agreement). A host whose budget holds
-    every part's topology maps it (:attr:`SharedTopology.whole`), and every part's feature
-    rows when they fit too (:attr:`SharedTopology.rows_whole`)."""
+    outcome): each rank maps the parts of its host's ranks (:mod:`.host_groups`) and what a
+    budget of ``host_memory`` bytes per host holds of the others: every part's topology
+    (:attr:`SharedTopology.whole`), then every part's feature rows
+    (:attr:`SharedTopology.rows_whole`)."""
     agree(lambda: _check_local(part, enabled, kernel), ex.group,
           "checking shared_topology")
     W = ex.world_size
@@ -163,7 +152,7 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     can = _why_not(part, kernel) is None
     slots = [0] * (5 * W)
     me = ex.rank
-    budget = max(0, int(host_memory or 0))
+    budget = max(0, int(host_memory))
     slots[me], slots[W + me] = host_id(), budget
     slots[2 * W + me], slots[3 * W + me] = topo_b, row_b
     # every part opens here (a shared directory, or a copy of every part on this node)
@@ -177,19 +166,11 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
                           "no rank builds its sampler",
                           "pass the same shared_topology on every rank")
     whole = int(hosts.max()) == 0
-    groups = host_memory is not None
-    ok = code != 0 and not cannot and (whole or groups)
+    ok = code != 0 and not cannot
     placement = decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:4 * W],
                        [ok and (whole or bool(v)) for v in got[4 * W:]])
     if code == 0:
         return None, placement
-    if not whole and not groups:
-        if auto:
-            _log_off(ex, "the ranks run on more than one host")
-            return None, placement
-        raise ConfigError("shared_topology=True needs every rank on one host; this job's "
-                          "ranks run on several", "no rank builds its sampler",
-                          "pass shared_topology='auto' (or False) for a multi-node job")
     if cannot:  # auto only: true has refused above
         why = _why_not(part, kernel)
         _log_off(ex, why.what if why is not None else "another rank cannot map parts")
