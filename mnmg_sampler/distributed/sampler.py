@@ -682,19 +682,24 @@ class DistSampler:
 
     def _typed_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
         """:meth:`round_flags` of a typed part: ``[error, deepest request, any fanout -1, requests
-        with a hop, their seeds, any time, any disjoint trees]`` (the last four bound hop 1's
-        blocks, so that no exchange of the round sends its sizes first)."""
+        with a hop, their seeds, any time, any disjoint trees, any seed of another rank]``
+        (hop 1's blocks are bounded by the four before the last, so that no exchange of the
+        round sends its sizes first; the last asks for the seed lookup: not with every rank's
+        seeds its own, as a split by owner gives them)."""
         try:
             for r in requests:
                 self.check_request(r)
         except SamplingInputError as e:
-            return [1, 0, 1, 0, 0, 0, 0], e
+            return [1, 0, 1, 0, 0, 0, 0, 1], e
+        tp = self.tp
+        lookup = any(not self.ids.owns(r.internal_seeds(tp.node_types, tp.node_type_offset))
+                     .all() for r in requests)
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
         on = [(r, t) for r, t in zip(requests, tables, strict=True) if t.shape[0] > 0]
         return [0, max((t.shape[0] for t in tables), default=0),
                 int(any((t < 0).any() for t in tables)), len(on),
                 sum(num_seeds(r) for r, _ in on), int(any(r.time_attr is not None for r, _ in on)),
-                int(any(_grows_trees(r) for r, _ in on))], None
+                int(any(_grows_trees(r) for r, _ in on)), int(lookup)], None
 
     def _typed_kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None,
                       edge_ids: bool = True):
@@ -745,9 +750,13 @@ class DistSampler:
         tp = self.tp
         internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
         sh = self.shared
-        # collective without the shared topology; with it, read from the mapped parts
-        seeds = self.ids.to_new_many(internal) if sh is None else [sh.to_new(a)
-                                                                   for a in internal]
+        # read from the mapped parts (shared topology), or every rank's own: no collective
+        if sh is not None:
+            seeds = [sh.to_new(a) for a in internal]
+        elif len(flags) > 7 and not int(flags[7]):
+            seeds = [self.ids.to_new_local(a) for a in internal]
+        else:
+            seeds = self.ids.to_new_many(internal)
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
         self._bound_round(flags, tables, any(_grows_trees(r) for r in requests))
         self._edge_ids = any(r.edge_ids for r in requests)

@@ -1,7 +1,8 @@
 """``split="owner"`` on typed parts, real gloo ranks: each rank's seeds are the input type's
 nodes its part owns (a seed list and every node of a type), every seed once per epoch over the
 ranks, and every batch equals the single-process HeteroSampler's for its seeds and key (global
-batch ``j * W + rank``), over the wire and the shared topology."""
+batch ``j * W + rank``), over the wire (sharded id maps: every rank's seeds are its own, so no
+round looks them up) and the shared topology."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ def _seed_sets(spec) -> dict[str, tuple[str, np.ndarray | None]]:
             "all": ("author", None)}
 
 
+def _count_lookups(ids) -> list:
+    """Record each collective seed lookup of ``ids`` (an IdMaps) in the returned list."""
+    calls, real = [], ids.to_new_many
+    ids.to_new_many = lambda a: calls.append(len(a)) or real(a)
+    return calls
+
+
 def _load(rank, world, d):
     import torch
 
@@ -37,7 +45,8 @@ def _load(rank, world, d):
     out = {"orig": np.asarray(part.orig_ids)}
     for shared in (False, "auto"):
         svc = SamplingService(load_partition(d, rank, world), seed=SEED,
-                              shared_topology=shared)
+                              shared_topology=shared, id_maps="sharded")
+        lookups = _count_lookups(svc.sampler.ids)
         for name, (t, ids) in _seed_sets(typed_spec(3)).items():
             loader = DistNeighborLoader(svc, (t, None if ids is None else torch.from_numpy(ids)),
                                         NUM, batch_size=B, shuffle=True, seed=LOADER_SEED,
@@ -48,6 +57,7 @@ def _load(rank, world, d):
                  **{k: {e: v.numpy() for e, v in getattr(b, k).items()}
                     for k in ("n_id", "edge_index", "e_id", "x", "y")}} for b in loader]
         out[shared, "enabled"] = svc.stats()["shared_topology"]["enabled"]
+        out[shared, "lookups"] = len(lookups)
         svc.shutdown()
     return out
 
@@ -60,6 +70,7 @@ def test_owner_split_on_typed_parts_equals_one_process(tmp_path):
     ref = HeteroSampler(g, SEED)
     for shared in (False, "auto"):
         assert [r[shared, "enabled"] for r in res] == [shared == "auto"] * W
+        assert [r[shared, "lookups"] for r in res] == [0] * W  # every seed translated here
         for name, (t, ids) in _seed_sets(spec).items():
             n = g.num_nodes_of(t)
             seeds = np.arange(n) if ids is None else ids
