@@ -27,7 +27,7 @@ to the map shards before hop 1; ``n_id`` comes back from the nodes' owners: with
 when features are fetched, else in the hop replies, and for the nodes of each request's last hop
 in one lookup after it.
 
-A typed part (:mod:`mnmg_sampler.graph.typed_partition`; a homogeneous part is the one-type,
+A typed part (:mod:`mnmg_sampler.graph.partition`; a homogeneous part is the one-type,
 one-relation case) takes the same wire: each header carries the hop's fanout per relation, a
 timed round sends each node's time bound behind its id, the owner's one call is the typed kernel
 (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids: type offset +
@@ -55,7 +55,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, SamplingInputError
-from ..graph.typed_partition import part_graph
+from ..graph.partition_io import part_graph
 from ..ops import typed as typed_ops
 from ..ops import wire
 from ..sampling.batch import MiniBatch
