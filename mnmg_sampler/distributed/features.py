@@ -617,22 +617,19 @@ def bounded_ids(ex: Exchanger, bounds: np.ndarray) -> bool:
             and largest * ex.world_size * _wire(bounds).itemsize <= _BOUNDED_BYTES)
 
 
-def _wire(bounds: np.ndarray) -> np.dtype:
-    """Ids on the wire: int32 words when every new id fits."""
+def _wire(bounds: np.ndarray) -> np.dtype:  # int32 words where every new id fits
     return np.dtype(np.int32 if int(bounds[-1]) < 2**31 else np.int64)
 
 
 def rows_from_owners(ex: Exchanger, bounds: np.ndarray, ids: np.ndarray, reply,
                      per_row: np.ndarray | None = None, bounded: bool = False
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Collective: the rows of remote new ids (none of them this rank's; ``bounds``: every
-    part's first new id) as received, and ``perm``: received row ``k`` is the row of
-    ``ids[perm[k]]``. The ids go to their owners as wire words, in one bounded all-to-all when
-    ``bounded`` (:func:`bounded_ids`; their counts inside), else counts then ids; each owner
-    answers ``reply(local ids asked of it)``: ``(payload, units per row)``, units ``None`` when
-    every row is one payload row, else the payload is flat and row ``k`` takes ``units[k]`` of
-    it (``per_row``: the same per row of ``ids``, as the asker knows it). The rows come back in
-    one all-to-all whose sizes both sides know."""
+    """Collective: the rows of remote new ids (none this rank's) as received, and ``perm``:
+    received row ``k`` is that of ``ids[perm[k]]``. The ids go to their owners as wire words,
+    in one bounded all-to-all when ``bounded`` (:func:`bounded_ids`), else counts then ids. An
+    owner answers ``reply(local ids)``: ``(payload, None)`` (a payload row per id) or ``(flat
+    payload, units per id)``, ``per_row`` the same units as the asker knows them, so the rows
+    come back in one all-to-all whose sizes both sides know."""
     W, me = ex.world_size, ex.rank
     bounds = np.asarray(bounds, np.int64)
     wire = _wire(bounds)
