@@ -37,7 +37,7 @@ import torch.distributed as dist
 from ..errors import SamplingInputError
 from ..graph.typed_partition import part_graph
 from ..ops import typed as typed_ops
-from ..sampling.hetero_batch import HeteroMiniBatch
+from ..sampling.batch import HeteroMiniBatch
 from ..sampling.hetero_sampler import (
     HeteroSampleRequest,
     assemble_batch,

@@ -110,7 +110,7 @@ class DistLinkNeighborLoader(EpochCursor):
     is collective on the default group (a bad argument on any rank raises on every rank),
     ``reject_known`` asks the destination's owner about the target relation only, and
     ``exclude_reverse_edges`` is refused. Each item is then a
-    :class:`~mnmg_sampler.sampling.hetero_batch.HeteroLinkMiniBatch`.
+    :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,

@@ -257,7 +257,7 @@ class DistNeighborLoader(EpochCursor):
     On a typed part (a service over a typed partition, ``docs/hetero.md``) ``input_nodes`` is
     PyG's ``(node type, ids or bool mask)`` (``(type, None)``: every node of the type),
     ``num_neighbors`` a list (every relation) or a dict per edge type, ``split`` ``global``, and
-    each item a :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch` with ``x``/``y`` per
+    each item a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``x``/``y`` per
     type.
     There PyG's ``time_attr``, ``input_time`` (one int per seed of ``input_nodes``),
     ``temporal_strategy`` and ``disjoint`` are taken (``docs/temporal.md``); a one-type graph

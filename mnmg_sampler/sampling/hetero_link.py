@@ -17,7 +17,7 @@ batch's seed edges and the graph, so a batch is bit-identical for any world size
    positive's time, and on a graph with node time each negative endpoint is drawn among the
    nodes whose time is <= that time (PyG's rule; :class:`~.ops.negative.AdmissibleNodes`).
 2. :func:`finish_typed_link_batch` turns the sampled subgraph into a
-   :class:`~mnmg_sampler.sampling.hetero_batch.HeteroLinkMiniBatch`; with ``exclude_seed_edges`` the
+   :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`; with ``exclude_seed_edges`` the
    positive seed edges ``s -> d`` are removed from their relation and ``d -> s`` from the reverse
    relation (by node pair, as the homogeneous path; only hop-1 edges can be either, since both
    end at a seed and seeds are expanded at hop 1 only).
@@ -39,7 +39,7 @@ from ..ops.negative import (
     NegativeSampling,
     sample_negatives,
 )
-from .hetero_batch import EdgeType, HeteroLinkMiniBatch, HeteroMiniBatch
+from .batch import EdgeType, HeteroLinkMiniBatch, HeteroMiniBatch
 from .hetero_sampler import HeteroSampleRequest
 from .sampler import request_key
 

@@ -21,7 +21,7 @@ from ..graph.typed import TypedGraph, edge_type_of
 from ..graph.unique import has_duplicates
 from ..ops import typed as typed_ops
 from ..system.host_malloc import tune_host_malloc
-from .hetero_batch import HeteroMiniBatch
+from .batch import HeteroMiniBatch
 from .sampler import check_fanouts, check_seed, renumber_hop
 from .temporal import (
     TIME_MAX,

@@ -27,7 +27,7 @@ import torch
 
 from ..errors import SamplingInputError
 from ..ops import temporal as temporal_ops
-from .hetero_batch import HeteroMiniBatch
+from .batch import HeteroMiniBatch
 
 __all__ = ["TIME_MAX", "check_request_time", "check_temporal_options", "check_time_options",
            "check_tree_ids", "input_times", "link_time_options", "mark_trees", "num_seeds",

@@ -19,7 +19,7 @@ from mnmg_sampler.graph.temporal import temporal_graph_from_data
 from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.negative import AdmissibleNodes, NegativeSampling
-from mnmg_sampler.sampling.hetero_batch import HeteroLinkMiniBatch
+from mnmg_sampler.sampling.batch import HeteroLinkMiniBatch
 from mnmg_sampler.sampling.hetero_link import (
     build_typed_link_request,
     finish_typed_link_batch,

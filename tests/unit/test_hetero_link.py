@@ -19,7 +19,7 @@ from mnmg_sampler.ops.negative import (
     typed_has_edges,
 )
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampling.hetero_batch import HeteroLinkMiniBatch
+from mnmg_sampler.sampling.batch import HeteroLinkMiniBatch
 from mnmg_sampler.sampling.hetero_link import (
     build_typed_link_request,
     finish_typed_link_batch,
