@@ -120,7 +120,7 @@ def link_time_options(graph, n_edges: int, edge_label_time, time_attr: str | Non
                       temporal_strategy: str, disjoint: bool | None) -> dict:
     """A link loader's temporal options, checked (PyG's ``edge_label_time``: one integer per
     seed edge, required with ``time_attr`` and only with it): keyword arguments of
-    :func:`~mnmg_sampler.sampling.hetero_link.build_typed_link_request`."""
+    :func:`~mnmg_sampler.sampling.link.build_link_request`."""
     # as PyG's loaders: temporal sampling is disjoint whatever ``disjoint`` (default False) says
     dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint or None)
     try:

@@ -168,7 +168,7 @@ def run_typed_link_job(cfg: JobConfig, resume: bool = False, progress: bool = Tr
         typed_training_graph,
     )
     from ..loaders.link import DistLinkNeighborLoader
-    from ..sampling.hetero_link import reverse_relation
+    from ..sampling.link import reverse_relation
 
     precheck_typed_job(cfg)
     lk, s = cfg.link, cfg.sampler
