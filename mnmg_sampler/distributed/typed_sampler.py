@@ -8,15 +8,15 @@ call (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`) over its own nodes
 received, keyed on internal ids, and replies with a count per node and one word per sampled edge
 (``neighbor x R + relation``; edge ids only when asked), int32 words where they fit, within
 bounds both sides compute. The requester puts the replies back in frontier order and dedups
-(:func:`~mnmg_sampler.sampling.hetero_sampler.multi_hop`, as in one process). After the last hop,
+(:func:`~mnmg_sampler.sampling.sampler.multi_hop`, as in one process). After the last hop,
 ``n_id`` is translated to internal ids by one lookup to the owners (:class:`~.id_maps.IdMaps`)
 and ``x``/``y`` of every node type come from the owners in one exchange each way.
 
 The RNG is keyed on internal ids (type offset + per-type id: fixed by the graph, not by the
 partitioning) and neighbor lists keep their order, so every minibatch equals
-:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`'s for any world size and partitioning.
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s for any world size and partitioning.
 Calls are collective, as :meth:`~.sampler.DistSampler.sample`'s. Temporal and disjoint requests
-(``docs/temporal.md``) run the same hops through :func:`~mnmg_sampler.sampling.hetero_sampler.
+(``docs/temporal.md``) run the same hops through :func:`~mnmg_sampler.sampling.sampler.
 sample_trees` (pair ids ``tree * N + new id``, each node bounded by its seed's time).
 
 With the shared topology (:mod:`.typed_shared`, every rank on one host) a rank maps every typed
@@ -38,14 +38,14 @@ from ..errors import SamplingInputError
 from ..graph.typed_partition import part_graph
 from ..ops import typed as typed_ops
 from ..sampling.batch import HeteroMiniBatch
-from ..sampling.hetero_sampler import (
+from ..sampling.sampler import (
     HeteroSampleRequest,
+    HopSegments,
     assemble_batch,
     fanout_table,
     multi_hop,
     sample_trees,
 )
-from ..sampling.sampler import HopSegments
 from ..sampling.temporal import (
     check_request_time,
     check_tree_ids,
@@ -240,7 +240,7 @@ class DistTypedSampler(DistSampler):
 
     def _sample_trees(self, requests, seeds, tables, hops):
         """The hops of a round with disjoint or temporal requests
-        (:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees` over new ids, every node's time
+        (:func:`~mnmg_sampler.sampling.sampler.sample_trees` over new ids, every node's time
         bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
         times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
                  for r, s in zip(requests, seeds, strict=True)]

@@ -11,7 +11,7 @@ read-only. A hop is one call of :func:`~mnmg_sampler.ops.typed_parts.sample_type
 every part (every relation, every merged request, each node with its time bound when the round
 has time); the RNG is keyed on internal ids and each part keeps the canonical (time-sorted)
 neighbor order, so results equal the wire path's and
-:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`'s bit for bit.
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s bit for bit.
 
 Time: each part's edge times are mapped with its CSR; with node time only, the kernel reads the
 neighbors' node times by new id, so :attr:`TypedSharedTopology.node_time` concatenates the

@@ -62,7 +62,7 @@ def typed_input(sampler, input_nodes, num_neighbors, split: str):
     """``(input type, seed set, num_neighbors)`` of a loader on a typed part: ``input_nodes``
     is PyG's ``(node type, ids or bool mask or None)``; ``num_neighbors`` a list (every
     relation) or a dict per edge type, checked against the graph's relations."""
-    from ..sampling.hetero_sampler import fanout_table
+    from ..sampling.sampler import fanout_table
 
     what = "the loader cannot be built; every rank raises this before sampling"
     tp = sampler.tp
@@ -420,7 +420,7 @@ class DistNeighborLoader(EpochCursor):
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         seeds = self.input_nodes.ids(pos)
         if self._typed:  # per-type ids, translated by the typed sampler every round
-            from ..sampling.hetero_sampler import HeteroSampleRequest
+            from ..sampling.sampler import HeteroSampleRequest
 
             t = self._time.get("input_time")
             return HeteroSampleRequest(self.input_type, seeds, self.num_neighbors,

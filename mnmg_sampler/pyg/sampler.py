@@ -118,7 +118,7 @@ class ServiceSampler(BaseSampler):
                              metadata=(input_id, None))
 
     def _typed_nodes(self, index: NodeSamplerInput) -> HeteroSamplerOutput:
-        from ..sampling.hetero_sampler import HeteroSampleRequest
+        from ..sampling.sampler import HeteroSampleRequest
 
         tp = self.typed
         if index.time is not None:
@@ -187,7 +187,7 @@ def _typed_fanouts(service, num_neighbors):
     """``num_neighbors`` of a typed part, checked against its relations: a list, or a dict
     keyed by ``(src, rel, dst)`` tuples."""
     from ..graph.typed import edge_type_of
-    from ..sampling.hetero_sampler import fanout_table
+    from ..sampling.sampler import fanout_table
 
     fanout_table(service.sampler.graph, num_neighbors)
     if isinstance(num_neighbors, Mapping):

@@ -45,8 +45,7 @@ from ..ops.negative import (
     sample_negatives,
 )
 from .batch import EdgeType, LinkMiniBatch, MiniBatch
-from .hetero_sampler import HeteroSampleRequest
-from .sampler import SampleRequest, request_key
+from .sampler import HeteroSampleRequest, SampleRequest, request_key
 
 __all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "finish_link_batch",
            "max_degrees", "reverse_relation", "tree_node_bound", "tree_request",
@@ -199,7 +198,7 @@ def tree_node_bound(graph, num_neighbors, root_types: Sequence[str],
     every hop draws at most the relation's fanout (``-1``: ``max_degree[r]``, then required)
     neighbors for each node of the relation's destination type; dedup within a tree and time
     bounds only lower the count."""
-    from .hetero_sampler import fanout_table
+    from .sampler import fanout_table
 
     table = fanout_table(graph, num_neighbors)
     T = len(graph.node_types)
@@ -361,8 +360,7 @@ def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type
     """``(edge type, [2, E] int64 seed edges, (source count, destination count), reverse
     relation, num_neighbors)`` of a link loader on a typed part, checked: ``edge_label_index``
     is PyG's ``(edge type, [2, E] per-type ids)``, ids in their types' ranges."""
-    from .hetero_sampler import fanout_table
-    from .sampler import check_fanouts
+    from .sampler import check_fanouts, fanout_table
 
     tp = sampler.tp
     ets = list(tp.edge_types)

@@ -1,13 +1,13 @@
 """Disjoint and temporal sampling's options, times and trees (PyG's ``disjoint``, ``time_attr``,
 ``input_time``, ``temporal_strategy``): checked and resolved here, sampled by
-:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees` in one process and over ranks
+:func:`~mnmg_sampler.sampling.sampler.sample_trees` in one process and over ranks
 (:mod:`mnmg_sampler.distributed.typed_sampler`, in new ids).
 
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
 twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).
 While sampling, a node of tree ``b`` is the pair id ``b * N + v`` (``N`` nodes in the graph,
 ``v`` internal), so the one dedup per hop of
-:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampler`
 dedups within each tree. Draws are keyed on ``v`` as without ``disjoint``, so each tree equals
 that seed sampled alone with the same key.
 
@@ -16,7 +16,7 @@ seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_ne
 (with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
 (as PyG requires). Over ranks the options travel with each request (``time_attr``,
 ``temporal_strategy``, ``disjoint`` of
-:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest`,
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`,
 checked by :func:`check_request_time`).
 """
 

@@ -20,8 +20,8 @@ from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.negative import AdmissibleNodes, NegativeSampling
 from mnmg_sampler.sampling.batch import HeteroLinkMiniBatch
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
 from mnmg_sampler.sampling.link import build_link_request, finish_link_batch, reverse_relation
+from mnmg_sampler.sampling.sampler import HeteroSampler
 
 from ..typed_graphs import link_spec
 from .harness import run_ranks

@@ -73,7 +73,7 @@ def test_one_type_typed_batch_reads_as_homogeneous():
     path, gives a ``Data`` from ``to_homogeneous().to_pyg()`` with ``batch`` and ``seed_time``."""
     from mnmg_sampler.graph.temporal import load_temporal_graph
     from mnmg_sampler.graph.typed import typed_graph
-    from mnmg_sampler.sampling.hetero_sampler import sample_hetero
+    from mnmg_sampler.sampling.sampler import sample_hetero
 
     rng = np.random.default_rng(1)
     src, dst = rng.integers(0, 50, 300), rng.integers(0, 50, 300)

@@ -20,8 +20,8 @@ from mnmg_sampler.ops.negative import (
 )
 from mnmg_sampler.ops.rng import request_key
 from mnmg_sampler.sampling.batch import HeteroLinkMiniBatch
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
 from mnmg_sampler.sampling.link import build_link_request, finish_link_batch, reverse_relation
+from mnmg_sampler.sampling.sampler import HeteroSampler
 
 from ..typed_graphs import hetero_data, link_spec, take_all
 
@@ -209,7 +209,7 @@ def test_one_type_relation_and_explicit_reverse():
 def test_link_requests_grow_one_tree_per_seed_of_either_type():
     """Seeds of two types (a link batch's) are sampled disjoint as PyG's seed_dict: trees
     numbered over the input type's seeds, then the other type's; each as its seed alone."""
-    from mnmg_sampler.sampling.hetero_sampler import HeteroSampleRequest
+    from mnmg_sampler.sampling.sampler import HeteroSampleRequest
 
     g = typed_graph(link_spec())
     req = HeteroSampleRequest("user", [1, 2], [2], 0, other_seeds={"movie": [3]})

@@ -108,7 +108,7 @@ def test_one_type_relation_is_the_homogeneous_link_batch(mode):
     (``to_homogeneous``), seed edges and reverses excluded; binary negatives are left out
     since a typed relation's draw their sources too (PyG's rule), a CSR's keep the positive's."""
     from mnmg_sampler.graph.typed import typed_graph
-    from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
+    from mnmg_sampler.sampling.sampler import HeteroSampler
 
     rng = np.random.default_rng(8)
     src, dst = rng.integers(0, 80, 700), rng.integers(0, 80, 700)
