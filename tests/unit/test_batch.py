@@ -84,6 +84,8 @@ def test_one_type_typed_batch_reads_as_homogeneous():
     typed = sample_hetero(one, ("node", seeds), [4, 2], seed=2, key=5)
     flat = typed.to_homogeneous()
     assert typed.typed and not flat.typed and flat.input_type is None and flat.x is None
+    moved = typed.to("cpu")  # dicts of tensors move too
+    assert moved.equal(typed) and moved.n_id is not typed.n_id
     assert homo.e_id.numel() > 0 and flat.equal(homo)
     with pytest.raises(SamplingInputError, match="one-type"):
         replace(typed, n_id={"a": homo.n_id, "b": homo.n_id}).to_homogeneous()
