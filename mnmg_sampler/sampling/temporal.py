@@ -6,18 +6,17 @@
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
 twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).
 While sampling, a node of tree ``b`` is the pair id ``b * N + v`` (``N`` nodes in the graph,
-``v`` internal), so the one dedup per hop of
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampler`
-dedups within each tree. Draws are keyed on ``v`` as without ``disjoint``, so each tree equals
-that seed sampled alone with the same key.
+``v`` internal), so the one dedup per hop of the sampler
+(:func:`~mnmg_sampler.sampling.sampler.run_hops`) dedups within each tree. Draws are keyed on
+``v`` as without ``disjoint``, so each tree equals that seed sampled alone with the same key.
 
 Temporal: every node of tree ``b`` is bounded by the seed's time (``input_time``, default the
 seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`
 (with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
 (as PyG requires). Over ranks the options travel with each request (``time_attr``,
 ``temporal_strategy``, ``disjoint`` of
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`,
-checked by :func:`check_request_time`).
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`, checked by
+:func:`check_request_time`).
 """
 
 from __future__ import annotations
