@@ -153,6 +153,7 @@ class DistLinkNeighborLoader(EpochCursor):
         self.service = service
         self.edge_ids = bool(edge_ids)
         self.num_nodes = int(service.num_nodes)
+        self._num_src_dst = self.num_nodes  # a typed relation's: (sources, destinations)
         typed = getattr(getattr(service, "sampler", None), "tp", None)  # a typed part's types
         self._typed = typed is not None
         self.edge_type = self.reverse_edge_type = None
@@ -319,9 +320,8 @@ class DistLinkNeighborLoader(EpochCursor):
 
         return build_link_request(
             self.edge_label_index, self.edge_label, pos, g=g, epoch=epoch, seed=self.seed,
-            num_neighbors=self.num_neighbors, replace=self.replace,
-            num_nodes=self._num_src_dst if self._typed else self.num_nodes, neg=self.neg,
-            known=known, more=None if m is None else m.any, edge_ids=self.edge_ids,
+            num_neighbors=self.num_neighbors, replace=self.replace, num_nodes=self._num_src_dst,
+            neg=self.neg, known=known, more=None if m is None else m.any, edge_ids=self.edge_ids,
             edge_type=self.edge_type, **self._time)
 
     def _num_seeds(self) -> int:
