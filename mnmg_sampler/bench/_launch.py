@@ -73,8 +73,6 @@ def partition_for(graph, world: int, method: str, seed: int, root: Path) -> Path
     out = root / f"parts-{world}"
     if not out.exists():
         t = time.perf_counter()
-        if getattr(graph, "node_types", None) is not None:  # a TypedGraph
-            from ..graph.typed_partition import partition_typed as partition
         partition(graph, world, method if world > 1 else "range", out, seed)
         log.info("partitioned into %d parts in %.1fs", world, time.perf_counter() - t)
     return out

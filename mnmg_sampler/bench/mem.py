@@ -15,8 +15,7 @@ Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
 ``partition``
     ``--partition-graph`` (default ``rmat:22``, undirected; or a typed input: an OGB hetero
     directory or a saved ``HeteroData``, typed parts) partitioned by one process
-    (:func:`mnmg_sampler.graph.partition.partition`,
-    :func:`~mnmg_sampler.graph.typed_partition.partition_typed`) and by ``--partition-ranks``
+    (:func:`mnmg_sampler.graph.partition.partition`) and by ``--partition-ranks``
     ranks (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports
     its own peak RSS, and the two output directories are compared file by file.
 ``scaling``
@@ -181,13 +180,11 @@ def _single_partition_worker(work: str, task: dict) -> None:
     from ..graph.datasets import load_graph
     from ..graph.partition import partition
     from ..graph.typed_io import load_typed_graph, sliceable_typed_input
-    from ..graph.typed_partition import partition_typed
 
     base = _rss()
     t0 = time.perf_counter()
     if sliceable_typed_input(task["graph"]):
-        partition_typed(load_typed_graph(task["graph"]), task["parts"], task["method"],
-                        task["out"], 0)
+        partition(load_typed_graph(task["graph"]), task["parts"], task["method"], task["out"], 0)
     else:
         partition(load_graph(task["graph"], undirected=True), task["parts"], task["method"],
                   task["out"], 0)

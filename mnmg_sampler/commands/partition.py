@@ -13,7 +13,7 @@ part, the same files as one process writes. ``metis``, edge weights, and node da
 ``.npy`` features and labels, run on rank 0 alone while the others wait.
 
 A typed INPUT (a saved ``HeteroData`` ``.pt`` or an OGB hetero directory) writes typed parts
-(:mod:`mnmg_sampler.graph.typed_partition`, ``docs/hetero.md``); its node data comes with it, so
+(:mod:`mnmg_sampler.graph.partition`, ``docs/hetero.md``); its node data comes with it, so
 the homogeneous-only options are refused. Under torchrun it is partitioned on every rank with
 ``random``, ``range`` and ``hash``
 (:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`: each rank reads 1/N of
@@ -127,7 +127,11 @@ def _run_distributed(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     from ..distributed.collective import agree
-    from ..distributed.ingest import DEFAULT_CHUNK, partition_distributed
+    from ..distributed.ingest import (
+        DEFAULT_CHUNK,
+        partition_distributed,
+        partition_typed_distributed,
+    )
     from ..errors import WorldSizeError
     from ..system.runtime import init_distributed
 
@@ -163,21 +167,28 @@ def _run_distributed(args: argparse.Namespace) -> int:
         elif args.overwrite:
             agree(lambda: None)
         if typed:
-            _run_typed_distributed(args, env.rank, world)
-            dist.barrier()
-            return 0
-        stats = partition_distributed(
-            args.input, args.out, args.method, args.seed, undirected=args.undirected,
-            drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
-            features=args.features, labels=args.labels, overwrite=args.overwrite,
-            chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world),
-            renumber=args.renumber)
-        if env.rank == 0:
+            agree(lambda: check_typed_options(
+                argparse.Namespace(**{**vars(args), "graph": args.input})))
+            stats = partition_typed_distributed(
+                args.input, args.out, args.method, args.seed, overwrite=args.overwrite,
+                source=_source(args, world), chunk=args.chunk_rows or DEFAULT_CHUNK)
+            graph = (f"{stats['graph_name']}: {stats['num_nodes']:,} nodes of "
+                     f"{stats['node_types']} types, {stats['num_edges']:,} edges of "
+                     f"{stats['edge_types']} relations")
+        else:
+            stats = partition_distributed(
+                args.input, args.out, args.method, args.seed, undirected=args.undirected,
+                drop_self_loops=args.drop_self_loops, drop_duplicates=args.drop_duplicates,
+                features=args.features, labels=args.labels, overwrite=args.overwrite,
+                chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world),
+                renumber=args.renumber)
             graph = (f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
                      f"{stats['num_edges']:,} edges"
                      + (" (renumbered; n_id shows the input's ids)" if stats["renumbered"]
                         else ""))
-            report(_rows(graph, stats, f"{stats['seconds']:.2f}s on {world} ranks", args.out),
+        if env.rank == 0:
+            report(_rows(graph, stats, f"{stats['seconds']:.2f}s on {world} ranks", args.out,
+                         ", every type split" if typed else ""),
                    {**stats, "output": stats["out"]}, args.json)
         dist.barrier()
     finally:
@@ -190,22 +201,6 @@ def _is_typed_path(spec: str) -> bool:
 
     p = Path(spec)
     return is_ogb_hetero_dir(p) or (p.suffix in (".pt", ".pth") and p.is_file())
-
-
-def _run_typed_distributed(args: argparse.Namespace, rank: int, world: int) -> None:
-    """Under torchrun: a typed input, every rank reading 1/N of every relation."""
-    from ..distributed.collective import agree
-    from ..distributed.ingest import DEFAULT_CHUNK, partition_typed_distributed
-
-    agree(lambda: check_typed_options(argparse.Namespace(**{**vars(args), "graph": args.input})))
-    s = partition_typed_distributed(args.input, args.out, args.method, args.seed,
-                                    overwrite=args.overwrite, source=_source(args, world),
-                                    chunk=args.chunk_rows or DEFAULT_CHUNK)
-    if rank == 0:
-        report(_rows(f"{s['graph_name']}: {s['num_nodes']:,} nodes of {s['node_types']} types, "
-                     f"{s['num_edges']:,} edges of {s['edge_types']} relations", s,
-                     f"{s['seconds']:.2f}s on {world} ranks", args.out, ", every type split"),
-               {**s, "output": s["out"]}, args.json)
 
 
 def _rows(graph: str, s: dict, took: str, out: str, split: str = "") -> list[tuple[str, str]]:
@@ -221,37 +216,8 @@ def _rows(graph: str, s: dict, took: str, out: str, split: str = "") -> list[tup
     ]
 
 
-def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
-    import time
-
-    from ..graph.typed_partition import partition_typed
-
-    if args.weights:
-        from ..errors import GraphFormatError
-
-        raise GraphFormatError(f"{args.input} is a typed graph; --weights applies to "
-                               "homogeneous graphs only", "it would be ignored",
-                               "give edge weights per relation inside the typed graph "
-                               "(edge_weight, docs/hetero.md)")
-    t0 = time.perf_counter()
-    source = _source(args, args.parts)
-    out, plan = partition_typed(g, args.parts, args.method, args.out, args.seed,
-                                overwrite=args.overwrite, source=source,
-                                metis_max_edges=args.metis_max_edges)
-    rows = _rows(f"{g.name}: {g.num_nodes:,} nodes of {len(g.node_types)} types, "
-                 f"{g.num_edges:,} edges of {len(g.edge_types)} relations", plan.summary(),
-                 f"load {load_s:.2f}s, partition and write {time.perf_counter() - t0:.2f}s",
-                 args.out, ", every type split")
-    data = {"graph": g.name, "nodes": int(g.num_nodes), "edges": int(g.num_edges),
-            "node_types": g.num_nodes_dict(), "method": plan.method, "seed": plan.seed,
-            "parts": plan.parts, "edge_cut": float(plan.edge_cut),
-            "imbalance": float(plan.imbalance), "edge_imbalance": float(plan.edge_imbalance),
-            "part_nodes": [int(v) for v in plan.part_nodes], "output": str(out)}
-    report(rows, data, args.json)
-    return 0
-
-
 def _run_single(args: argparse.Namespace) -> int:
+    """One process: a homogeneous or a typed INPUT, one partitioner and writer for both."""
     import time
 
     from ..graph.datasets import load_graph
@@ -261,14 +227,20 @@ def _run_single(args: argparse.Namespace) -> int:
     if args.overwrite:  # refuse a foreign DIR before the (long) load and partitioning
         check_replaceable(args.out)
     t0 = time.perf_counter()
-    typed = typed_graph_of(argparse.Namespace(**{**vars(args), "graph": args.input}))
-    if typed is not None:
-        return _run_typed(args, typed, time.perf_counter() - t0)
-    graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
-                       drop_self_loops=args.drop_self_loops,
-                       drop_duplicates=args.drop_duplicates, renumber=args.renumber,
-                       **node_data_kwargs(args))
-    weights = None
+    graph = typed_graph_of(argparse.Namespace(**{**vars(args), "graph": args.input}))
+    typed, weights = graph is not None, None
+    if typed and args.weights:
+        from ..errors import GraphFormatError
+
+        raise GraphFormatError(f"{args.input} is a typed graph; --weights applies to "
+                               "homogeneous graphs only", "it would be ignored",
+                               "give edge weights per relation inside the typed graph "
+                               "(edge_weight, docs/hetero.md)")
+    if not typed:
+        graph = load_graph(args.input, undirected=args.undirected, seed=args.seed,
+                           drop_self_loops=args.drop_self_loops,
+                           drop_duplicates=args.drop_duplicates, renumber=args.renumber,
+                           **node_data_kwargs(args))
     if args.weights:
         from ..graph.weights import resolve_edge_weights
 
@@ -278,32 +250,35 @@ def _run_single(args: argparse.Namespace) -> int:
     plan = partition_graph(graph, args.parts, args.method, seed=args.seed,
                            metis_max_edges=args.metis_max_edges)
     t2 = time.perf_counter()
-    source = _source(args, plan.parts)
-    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite, source=source,
-                           weights=weights)
+    out = write_partitions(graph, plan, args.out, overwrite=args.overwrite,
+                           source=_source(args, plan.parts), weights=weights)
     t3 = time.perf_counter()
-    rows = [
-        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges"
-         + ("" if graph.node_ids is None else " (renumbered; n_id shows the input's ids)")),
-        ("method", f"{plan.method} (seed {plan.seed}), {plan.parts} parts"),
-        ("edge cut", f"{plan.edge_cut:.4f} of edges cross parts"),
-        ("imbalance", f"{plan.imbalance:.3f} nodes, {plan.edge_imbalance:.3f} edges (max/mean)"),
-        ("part nodes", ", ".join(f"{v:,}" for v in plan.part_nodes)),
-        ("time", f"load {t1 - t0:.2f}s, partition {t2 - t1:.2f}s, write {t3 - t2:.2f}s"),
-        ("output", args.out),
-    ]
-    masks = {k: int(v.sum()) for k, v in graph.masks.items()} if graph.masks else {}
+    stats = plan.summary()
+    if typed:
+        rows = _rows(f"{graph.name}: {graph.num_nodes:,} nodes of {len(graph.node_types)} "
+                     f"types, {graph.num_edges:,} edges of {len(graph.edge_types)} relations",
+                     stats, f"load {t1 - t0:.2f}s, partition and write {t3 - t1:.2f}s",
+                     args.out, ", every type split")
+        masks, more = {}, {}
+    else:
+        rows = _rows(f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges"
+                     + ("" if graph.node_ids is None else
+                        " (renumbered; n_id shows the input's ids)"), stats,
+                     f"load {t1 - t0:.2f}s, partition {t2 - t1:.2f}s, write {t3 - t2:.2f}s",
+                     args.out)
+        masks = {k: int(v.sum()) for k, v in graph.masks.items()} if graph.masks else {}
+        more = {"seconds": {"load": t1 - t0, "partition": t2 - t1, "write": t3 - t2},
+                "masks": masks, "weights": args.weights}
     if masks:
         rows.insert(-1, ("masks", ", ".join(f"{k} {v:,}" for k, v in masks.items())))
     if weights is not None:
         rows.insert(-1, ("weights", f"{args.weights}: {int((weights > 0).sum()):,} of "
                          f"{weights.size:,} positive"))
     data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
+            **({"node_types": graph.num_nodes_dict()} if typed else {}),
             "method": plan.method, "seed": plan.seed, "parts": plan.parts,
             "edge_cut": float(plan.edge_cut), "imbalance": float(plan.imbalance),
             "edge_imbalance": float(plan.edge_imbalance),
-            "part_nodes": [int(v) for v in plan.part_nodes],
-            "seconds": {"load": t1 - t0, "partition": t2 - t1, "write": t3 - t2},
-            "masks": masks, "weights": args.weights, "output": str(out)}
+            "part_nodes": [int(v) for v in plan.part_nodes], **more, "output": str(out)}
     report(rows, data, args.json)
     return 0

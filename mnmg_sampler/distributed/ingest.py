@@ -412,10 +412,10 @@ def partition_typed_distributed(
     ``num_edges``, ``graph_name`` and ``node_types``.
     """
     from ..graph.formats import is_ogb_hetero_dir
+    from ..graph.partition import check_type_names, typed_section
     from ..graph.partition_io import TYPED_FORMAT_VERSION
     from ..graph.typed import typed_layout
     from ..graph.typed_io import read_ogb_hetero_share, read_typed_torch_share
-    from ..graph.typed_partition import check_type_names, typed_section
 
     t0 = time.perf_counter()
     rank, world = dist.get_rank(group), dist.get_world_size(group)

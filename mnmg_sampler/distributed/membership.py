@@ -40,7 +40,7 @@ class EdgeMembership:
         self.relation = relation
         self.graph = None
         if relation is not None:  # a typed part: the rows' segments of that relation
-            from ..graph.typed_partition import part_graph
+            from ..graph.partition_io import part_graph
 
             self.graph = part_graph(part)
         self.indptr = np.asarray(part.indptr)

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import SamplingInputError
-from ..graph.typed_partition import part_graph
+from ..graph.partition_io import part_graph
 from ..ops import typed as typed_ops
 from ..sampling.batch import HeteroMiniBatch
 from ..sampling.sampler import (

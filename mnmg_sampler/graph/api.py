@@ -47,7 +47,7 @@ def partition_graph(
             ``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, a ``CSRGraph``, or a spec
             string / path that :func:`~mnmg_sampler.graph.datasets.load_graph` reads. A typed
             graph (a PyG ``HeteroData``, the plain dict form, a ``TypedGraph``, a saved one or
-            an OGB hetero directory) writes typed parts (:mod:`.typed_partition`,
+            an OGB hetero directory) writes typed parts (:mod:`.partition`,
             ``docs/hetero.md``); its node data comes with it, so ``x``, ``y``, ``masks`` and the
             clean-up options are refused for it. So is a graph with a time (``time_attr``).
         x, y: node features ``[N, F]`` and labels ``[N]`` (arrays or file paths); they
@@ -100,15 +100,12 @@ def partition_graph(
                 "give node data inside the graph (per type: docs/hetero.md) and drop "
                 f"{given[0]}=" + ("" if untimed else
                                   ", or pass time_attr=None to partition without time"))
-        from .typed_partition import partition_typed
-
-        return partition_typed(typed, int(num_parts), method, out, seed,
-                               overwrite=overwrite)[0]
-    g = load_graph(data, undirected=undirected, drop_self_loops=drop_self_loops,
-                   drop_duplicates=drop_duplicates, seed=seed, x=x, y=y, masks=masks,
-                   num_nodes=num_nodes, max_node_id=max_node_id, renumber=renumber)
-    plan = make_plan(g, int(num_parts), method, seed=seed)
-    return write_partitions(g, plan, out, overwrite=overwrite)
+    g = typed if typed is not None else load_graph(
+        data, undirected=undirected, drop_self_loops=drop_self_loops,
+        drop_duplicates=drop_duplicates, seed=seed, x=x, y=y, masks=masks, num_nodes=num_nodes,
+        max_node_id=max_node_id, renumber=renumber)
+    return write_partitions(g, make_plan(g, int(num_parts), method, seed=seed), out,
+                            overwrite=overwrite)
 
 
 def typed_graph_of(data, time_attr: str | None = "time",

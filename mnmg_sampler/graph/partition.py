@@ -15,7 +15,22 @@ and ``hash`` decide a node's part from its id alone (:func:`assign_nodes`), whic
 places node ``v`` at position ``permute(v)`` of a keyed permutation (:mod:`.permute`) and cuts
 the positions into equal chunks. (Before that, ``random`` drew NumPy's ``default_rng(seed)
 .permutation``; the same seed now gives a different, equally balanced partition.)
-The on-disk layout is described in ``docs/formats.md`` (section "Partition directories").
+
+One partitioner serves every graph: a :class:`~.csr.CSRGraph` is the one-type, one-relation
+:class:`~.typed.TypedGraph` (:meth:`~.typed.TypedGraph.from_csr`, the same ``indptr``,
+``indices`` and ``edge_ids``), so the plan and the part arrays come from one code path. Every
+node type is split on its own (``range``, ``random`` and ``hash`` assign a node from its per-type
+id, so each type is balanced over the parts); ``metis`` runs on all relations as one graph.
+A part's nodes come in internal-id order, so grouped by type. A part is a CSR over its owned
+(node, relation) segments (a homogeneous graph: one segment per row): ``indptr``, ``indices``
+(new global ids), ``edge_ids`` (per relation), ``orig_ids`` (internal ids, on which the RNG is
+keyed: fixed by the graph, not by the partitioning), ``weights``, ``edge_time`` / ``node_time``,
+and node data. A graph with named types also stores ``type_offset`` (first local row of each
+type), node data per type (``x.<type>``, ``y.<type>``, ``mask.<type>.<split>``) and the
+manifest's ``typed`` section (format version 2); a homogeneous graph stores ``x``, ``y``,
+``mask_<split>`` and, renumbered, ``node_ids`` (format version 1, which the loader reads as the
+one type). The on-disk layout is described in ``docs/formats.md`` (section "Partition
+directories").
 """
 
 from __future__ import annotations
@@ -37,11 +52,13 @@ from .partition_io import (
     FORMAT_VERSION,
     MANIFEST,
     TMP_PREFIX,
+    TYPED_FORMAT_VERSION,
     check_replaceable,
     file_entry,
     write_manifest,
 )
 from .permute import hash_ids, permute, unpermute
+from .typed import TypedGraph
 from .unique import sorted_unique
 
 __all__ = [
@@ -49,8 +66,11 @@ __all__ = [
     "DISTRIBUTED_METHODS",
     "PartitionPlan",
     "assign_nodes",
+    "check_type_names",
+    "part_arrays",
     "part_node_ids",
     "partition_graph",
+    "typed_section",
     "write_partitions",
     "partition",
     "edge_cut",
@@ -259,12 +279,31 @@ def _assign_metis(graph: CSRGraph, parts: int, seed: int, max_edges: int | None)
     return np.asarray(membership, dtype=np.int64)
 
 
-def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
+def _seg_start(g: TypedGraph) -> np.ndarray:
+    """First segment of every internal id (its ``R_t`` segments follow)."""
+    per_type = np.diff(g.rel_offset)
+    t = np.repeat(np.arange(len(g.node_types)), np.diff(g.node_type_offset))
+    return g.seg_base[t] + (np.arange(g.num_nodes, dtype=np.int64) - g.node_type_offset[t]) * \
+        per_type[t]
+
+
+def homogeneous_view(graph: CSRGraph | TypedGraph) -> CSRGraph:
+    """Every relation as one graph over the internal ids (row ``v`` = all its segments): what
+    METIS, the edge cut and the per-part edge counts read. A :class:`CSRGraph` is its own."""
+    if isinstance(graph, CSRGraph):
+        return graph
+    indptr = np.append(graph.indptr[_seg_start(graph)], graph.indptr[-1]).astype(np.int64)
+    return CSRGraph(indptr, graph.indices, np.arange(graph.num_edges, dtype=np.int64),
+                    name=graph.name)
+
+
+def partition_graph(graph: CSRGraph | TypedGraph, parts: int, method: str, seed: int = 0, *,
                     metis_max_edges: int | None = None) -> PartitionPlan:
     """Assign every node to one of ``parts`` parts and relabel so parts are contiguous id ranges.
 
     Args:
-        graph: the graph to split (CSR over in-edges, canonical rows).
+        graph: the graph to split (a :class:`CSRGraph` or a :class:`~.typed.TypedGraph`, whose
+            internal ids the plan covers).
         parts: number of parts; one per rank (the torch.distributed world size).
         method: ``range``, ``random``, ``hash`` or ``metis``.
         seed: seeds ``random``, ``hash`` and METIS; ``range`` ignores it.
@@ -274,17 +313,22 @@ def partition_graph(graph: CSRGraph, parts: int, method: str, seed: int = 0, *,
     Returns:
         The :class:`PartitionPlan`; nothing is written (see :func:`write_partitions`).
     """
-    _check_args(graph, parts, method)
+    view = homogeneous_view(graph)
+    _check_args(view, parts, method)
     parts = int(parts)
-    n = graph.num_nodes
-    if method == "range" or parts == 1:
-        assignment = np.repeat(np.arange(parts, dtype=np.int64),
-                               np.diff(_even_boundaries(n, parts)))
-    elif method in DISTRIBUTED_METHODS:
-        assignment = assign_nodes(np.arange(n, dtype=np.int64), n, parts, method, seed)
+    if method == "metis" and parts > 1:
+        assignment = _assign_metis(view, parts, seed, metis_max_edges)
     else:
-        assignment = _assign_metis(graph, parts, seed, metis_max_edges)
-    return plan_from_assignment(graph, assignment, method, seed, parts)
+        chunks = []
+        for nt in (np.diff(graph.node_type_offset).tolist() if isinstance(graph, TypedGraph)
+                   else [graph.num_nodes]):
+            if method == "range" or parts == 1:
+                chunks.append(np.repeat(np.arange(parts, dtype=np.int64),
+                                        np.diff(_even_boundaries(nt, parts))))
+            else:
+                chunks.append(assign_nodes(np.arange(nt, dtype=np.int64), nt, parts, method, seed))
+        assignment = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+    return plan_from_assignment(view, assignment, method, seed, parts)
 
 
 def plan_from_assignment(graph: CSRGraph, assignment: np.ndarray, method: str, seed: int,
@@ -321,55 +365,74 @@ def plan_from_assignment(graph: CSRGraph, assignment: np.ndarray, method: str, s
     return plan
 
 
-def _entry_positions(graph: CSRGraph, orig: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(indptr, pos)`` of the rows ``orig``: local row offsets and the input CSR position of
-    every local entry (row start + offset within the row)."""
-    deg = graph.indptr[orig + 1] - graph.indptr[orig]
-    indptr = np.zeros(orig.size + 1, np.int64)
+def _entry_positions(graph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, pos)`` of the rows (segments) ``rows``: local offsets and the input CSR
+    position of every local entry (row start + offset within the row)."""
+    deg = graph.indptr[rows + 1] - graph.indptr[rows]
+    indptr = np.zeros(rows.size + 1, np.int64)
     np.cumsum(deg, out=indptr[1:])
-    pos = np.repeat(graph.indptr[orig] - indptr[:-1], deg) + np.arange(int(indptr[-1]),
+    pos = np.repeat(graph.indptr[rows] - indptr[:-1], deg) + np.arange(int(indptr[-1]),
                                                                        dtype=np.int64)
     return indptr, pos
 
 
-def part_weights(graph: CSRGraph, plan: PartitionPlan, rank: int,
-                 weights: np.ndarray) -> np.ndarray:
-    """float32 weight of every entry of part ``rank`` (``weights``: one per input CSR entry)."""
+def part_arrays(g: TypedGraph, plan: PartitionPlan, rank: int, *,
+                named: bool = True) -> dict[str, np.ndarray]:
+    """The arrays of part ``rank`` (layout in the module docstring); ``named=False`` gives the
+    homogeneous file names (``x``, ``y``, ``mask_<split>``, no ``type_offset``)."""
     lo, hi = int(plan.boundaries[rank]), int(plan.boundaries[rank + 1])
-    _, pos = _entry_positions(graph, np.ascontiguousarray(plan.new_to_orig[lo:hi]))
-    return np.ascontiguousarray(weights[pos], dtype=np.float32)
-
-
-def relabelled_part(graph: CSRGraph, plan: PartitionPlan, rank: int) -> dict[str, np.ndarray]:
-    """The arrays of part ``rank``: local CSR in new ids, original edge ids, owned node data.
-
-    Row ``i`` is new id ``boundaries[rank] + i`` (original id ``orig_ids[i]``); its neighbor list
-    is the input row's, in the same order, with neighbor ids translated to new ids.
-    """
-    lo, hi = int(plan.boundaries[rank]), int(plan.boundaries[rank + 1])
-    orig = np.ascontiguousarray(plan.new_to_orig[lo:hi])
-    deg = graph.indptr[orig + 1] - graph.indptr[orig]
-    indptr = np.zeros(hi - lo + 1, np.int64)
-    np.cumsum(deg, out=indptr[1:])
-    total = int(indptr[-1])
-    # Position in the input CSR of every local entry: row start + offset within the row.
-    pos = np.repeat(graph.indptr[orig] - indptr[:-1], deg) + np.arange(total, dtype=np.int64)
-    out = {
-        "indptr": indptr,
-        "indices": plan.orig_to_new[graph.indices[pos]],
-        "edge_ids": np.asarray(graph.edge_ids[pos], dtype=np.int64),
-        "orig_ids": orig,
-    }
-    if graph.x is not None:
-        out["x"] = np.ascontiguousarray(graph.x[orig])
-    if graph.y is not None:
-        out["y"] = np.ascontiguousarray(graph.y[orig])
-    for name, mask in (graph.masks or {}).items():
-        out[f"mask_{name}"] = np.ascontiguousarray(np.asarray(mask)[orig])
+    owned = np.ascontiguousarray(plan.new_to_orig[lo:hi])  # ascending internal ids
+    type_offset = np.searchsorted(owned, g.node_type_offset).astype(np.int64)
+    per_type = np.diff(g.rel_offset)
+    if len(g.edge_types) == len(g.node_types) == 1:  # one segment per row
+        seg = owned
+    else:  # every owned node's segments, in local order: node by node, relation by relation
+        seg = _seg_start(g)[owned][:, None] + np.arange(int(per_type.max(initial=0)))[None, :]
+        t_of = np.repeat(np.arange(len(g.node_types)), np.diff(type_offset))
+        seg = seg[np.arange(seg.shape[1])[None, :] < per_type[t_of][:, None]]
+    indptr, pos = _entry_positions(g, seg)
+    out = {"indptr": indptr, "indices": plan.orig_to_new[g.indices[pos]],
+           "edge_ids": np.asarray(g.edge_ids[pos], np.int64), "orig_ids": owned}
+    if named:
+        out["type_offset"] = type_offset
+    if g.weighted.any():
+        out["weights"] = np.ascontiguousarray(g.weights[pos], np.float32)
+    if g.edge_time is not None:  # per entry, in the (time-sorted) segment order
+        out["edge_time"] = np.ascontiguousarray(g.edge_time[pos], np.int64)
+    if g.node_time is not None:
+        out["node_time"] = np.ascontiguousarray(g.node_time[owned], np.int64)
+    for t, name in enumerate(g.node_types):
+        ids = owned[type_offset[t]:type_offset[t + 1]] - g.node_type_offset[t]
+        for key, arr in (("x", g.x.get(name)), ("y", g.y.get(name))):
+            if arr is not None:
+                out[f"{key}.{name}" if named else key] = np.ascontiguousarray(
+                    np.asarray(arr)[ids])
+        for split, m in g.masks.get(name, {}).items():
+            m = np.asarray(m, bool) if named else np.asarray(m)
+            out[f"mask.{name}.{split}" if named else f"mask_{split}"] = \
+                np.ascontiguousarray(m[ids])
     return out
 
 
-def _check_node_data(graph: CSRGraph) -> None:
+def check_type_names(name: str, node_types) -> None:
+    """Node type names become file names (``x.<type>.npy``): refuse the others."""
+    for t in node_types:
+        if not _MASK_NAME.match(t):
+            raise PartitionError(
+                f"typed graph '{name}': node type {t!r} cannot be used in a file name",
+                "its features, labels and masks cannot be stored",
+                "name node types with letters, digits, '_', '-' or '.'")
+
+
+def _check_node_data(graph: CSRGraph | TypedGraph) -> None:
+    if isinstance(graph, TypedGraph):
+        check_type_names(graph.name, graph.node_types)
+        for name, arr in graph.x.items():
+            if np.asarray(arr).dtype.hasobject:
+                raise PartitionError(f"typed graph '{graph.name}': x[{name!r}] has dtype "
+                                     "object", "it cannot be stored",
+                                     "give features a numeric dtype")
+        return
     n = graph.num_nodes
     for what, arr in (("x", graph.x), ("y", graph.y), *((f"masks[{k!r}]", v)
                                                         for k, v in (graph.masks or {}).items())):
@@ -404,12 +467,13 @@ def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
 def build_manifest(name: str, num_nodes: int, num_edges: int, boundaries, has_x: bool,
                    has_y: bool, masks: list[str], stats: dict, parts_meta: list[dict],
                    files: dict, *, has_weights: bool = False,
-                   source: dict | None = None) -> dict:
+                   source: dict | None = None, typed: dict | None = None) -> dict:
     """The manifest of a partition directory (the single-process and distributed writers share
-    it, so both write the same file for the same partition)."""
+    it, so both write the same file for the same partition); ``typed``: its
+    :func:`typed_section`, for a graph with named types (format version 2)."""
     return {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION if typed is None else TYPED_FORMAT_VERSION,
         "graph_name": name,
         "num_nodes": int(num_nodes),
         "num_edges": int(num_edges),
@@ -421,9 +485,45 @@ def build_manifest(name: str, num_nodes: int, num_edges: int, boundaries, has_x:
         "masks": masks,
         "stats": stats,
         **({"source": source} if source is not None else {}),
+        **({"typed": typed} if typed is not None else {}),
         "parts": parts_meta,
         "files": files,
     }
+
+
+def typed_section(node_types, edge_types, node_type_offset, num_edges: dict, weighted,
+                  x: dict[str, tuple[str, tuple]], y: dict[str, str], masks: dict[str, list],
+                  part_type_nodes, time_attr: str | None) -> dict:
+    """The manifest's ``typed`` section: types, relations, offsets, node data (``x``: dtype
+    and row shape, ``y``: dtype, ``masks``: split names, per type) and nodes per part and type
+    (the single-process and distributed writers share it)."""
+    return {
+        "node_types": list(node_types),
+        "edge_types": [list(et) for et in edge_types],
+        "node_type_offset": [int(v) for v in node_type_offset],
+        "num_edges": {"__".join(et): int(c) for et, c in num_edges.items()},
+        "weighted": [int(v) for v in weighted],
+        "x": {t: {"dtype": d, "shape": [int(v) for v in sh]} for t, (d, sh) in x.items()},
+        "y": dict(y),
+        "masks": {t: sorted(m) for t, m in masks.items() if m},
+        "part_type_nodes": [[int(v) for v in row] for row in part_type_nodes],
+        "time_attr": time_attr,
+    }
+
+
+def _typed_manifest_section(g: TypedGraph, plan: PartitionPlan) -> dict:
+    """The manifest's ``typed`` section of ``g`` partitioned by ``plan``."""
+    counts = np.stack([np.bincount(plan.assignment[g.node_type_offset[t]:
+                                                   g.node_type_offset[t + 1]],
+                                   minlength=plan.parts)
+                       for t in range(len(g.node_types))], axis=1) if g.node_types else \
+        np.zeros((plan.parts, 0), np.int64)
+    timed = g.edge_time is not None or g.node_time is not None
+    return typed_section(
+        g.node_types, g.edge_types, g.node_type_offset, g.num_edges_dict(), g.weighted,
+        {t: (np.dtype(np.asarray(a).dtype).str, np.asarray(a).shape[1:]) for t, a in g.x.items()},
+        {t: np.dtype(np.asarray(a).dtype).str for t, a in g.y.items()}, g.masks, counts,
+        g.time_attr if timed else None)
 
 
 def install_directory(tmp: Path, out: Path) -> None:
@@ -444,39 +544,36 @@ def install_directory(tmp: Path, out: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_all(graph: CSRGraph, plan: PartitionPlan, tmp: Path, source: dict | None,
-               weights: np.ndarray | None = None) -> None:
+def _write_all(graph: CSRGraph | TypedGraph, plan: PartitionPlan, tmp: Path,
+               source: dict | None, weights: np.ndarray | None) -> None:
+    named = isinstance(graph, TypedGraph)
+    g = graph if named else TypedGraph.from_csr(graph, weights)
     files: dict[str, dict] = {}
     _save(tmp, "new_to_orig.npy", plan.new_to_orig, files)
     _save(tmp, "orig_to_new.npy", plan.orig_to_new, files)
-    if graph.node_ids is not None:  # renumbered: the input's ids, for n_id and seeds
+    if not named and graph.node_ids is not None:  # renumbered: the input's ids, for n_id
         _save(tmp, "node_ids.npy", graph.node_ids, files)
     parts_meta = []
     for r in range(plan.parts):
-        arrays = relabelled_part(graph, plan, r)
-        if weights is not None:
-            arrays["weights"] = part_weights(graph, plan, r, weights)
         names = {}
-        for key, arr in arrays.items():
+        for key, arr in part_arrays(g, plan, r, named=named).items():
             rel = f"part{r}/{key}.npy"
             _save(tmp, rel, arr, files)
             names[key] = rel
-        parts_meta.append({
-            "rank": r,
-            "num_nodes": int(plan.part_nodes[r]),
-            "num_edges": int(plan.part_edges[r]),
-            "files": names,
-        })
+        parts_meta.append({"rank": r, "num_nodes": int(plan.part_nodes[r]),
+                           "num_edges": int(plan.part_edges[r]), "files": names})
+    masks = [] if named else sorted(str(k) for k in (graph.masks or {}))
     manifest = build_manifest(
-        graph.name, graph.num_nodes, graph.num_edges, plan.boundaries, graph.x is not None,
-        graph.y is not None, sorted(str(k) for k in (graph.masks or {})), plan.summary(),
-        parts_meta, files, has_weights=weights is not None, source=source)
+        g.name, g.num_nodes, g.num_edges, plan.boundaries, not named and graph.x is not None,
+        not named and graph.y is not None, masks, plan.summary(), parts_meta, files,
+        has_weights=bool(g.weighted.any()), source=source,
+        typed=_typed_manifest_section(g, plan) if named else None)
     write_manifest(tmp, manifest)  # last: a directory without it never loads
 
 
 def write_partitions(
-    graph: CSRGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *, overwrite: bool = False,
-    source: dict | None = None, weights: np.ndarray | None = None,
+    graph: CSRGraph | TypedGraph, plan: PartitionPlan, out_dir: str | os.PathLike, *,
+    overwrite: bool = False, source: dict | None = None, weights: np.ndarray | None = None,
 ) -> Path:
     """Write every part of ``plan`` to ``out_dir`` atomically and return its path.
 
@@ -486,8 +583,8 @@ def write_partitions(
     is replaced only with ``overwrite=True``, only if it is empty or a partition directory of
     ours (:func:`~.partition_io.check_replaceable`), and only once the new one is complete.
     ``source`` (:func:`~.partition_io.make_source`) is recorded in the manifest. ``weights``
-    (one per CSR entry of ``graph``, in CSR order) are validated first
-    (``ops.weighted.check_weights``: a negative, NaN or infinite weight is an
+    (for a :class:`CSRGraph`: one per CSR entry, in CSR order; a typed graph carries its own)
+    are validated first (:func:`~.csr.check_weights`: a negative, NaN or infinite weight is an
     ``EdgeWeightError``) and stored as float32 beside each part's ``indices``.
     """
     out = Path(out_dir).absolute()
@@ -512,38 +609,30 @@ def write_partitions(
     check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{out.name}-", dir=out.parent))
-    old: Path | None = None
     try:
         _write_all(graph, plan, tmp, source, weights)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}old-{out.name}-", dir=out.parent))
-            os.replace(out, old / "old")  # a directory cannot replace a non-empty one
-        os.replace(tmp, out)
+        install_directory(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and (old / "old").exists() and not out.exists():
-            os.replace(old / "old", out)  # put the previous output back
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    log.info("wrote %d parts to %s (%s)", plan.parts, out, MANIFEST)
+    log.info("wrote %d %sparts to %s (%s)", plan.parts,
+             "typed " if isinstance(graph, TypedGraph) else "", out, MANIFEST)
     return out
 
 
 def partition(
-    graph: CSRGraph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
+    graph, parts: int, method: str, out_dir: str | os.PathLike, seed: int = 0,
     *, overwrite: bool = False, source: dict | None = None,
     metis_max_edges: int | None = None, weights: np.ndarray | None = None,
 ) -> Path:
     """:func:`partition_graph` then :func:`write_partitions`; returns the output directory.
 
-    ``graph`` may also be anything :func:`~mnmg_sampler.graph.datasets.load_graph` reads (a
-    spec, a path, an ``edge_index``, a ``(src, dst)`` pair, a PyG ``Data``). ``weights``: one
-    float per CSR entry of the graph, validated before any partitioning work.
+    ``graph``: a :class:`CSRGraph`, a :class:`~.typed.TypedGraph`, or anything
+    :func:`~mnmg_sampler.graph.datasets.load_graph` reads (a spec, a path, an ``edge_index``, a
+    ``(src, dst)`` pair, a PyG ``Data``). ``weights``: one float per CSR entry of a homogeneous
+    graph, validated before any partitioning work.
     """
-    if not isinstance(graph, CSRGraph):
+    if not isinstance(graph, (CSRGraph, TypedGraph)):
         from .datasets import load_graph
 
         graph = load_graph(graph)

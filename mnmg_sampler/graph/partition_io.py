@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PartitionError, WorldSizeError
+from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, typed_layout
 
 __all__ = [
     "FORMAT_NAME",
@@ -30,6 +31,7 @@ __all__ = [
     "Partition",
     "TypedPart",
     "load_partition",
+    "part_graph",
     "read_manifest",
     "file_checksum",
     "sample_checksums",
@@ -239,30 +241,22 @@ def input_identity(spec: str | os.PathLike) -> dict:
     file's content is replaced, which is what makes partitions stale); a directory (e.g. an OGB
     dataset) by the same for every file in it.
     """
-    from .datasets import BUILTINS, _parse_rmat
+    from .names import parse_dataset_name
 
     text = str(spec)
     key = text.strip().lower()
-    if key in BUILTINS:
+    ds = parse_dataset_name(key)  # a generator's spec is valid here: its graph was made
+    if ds.kind == "builtin":
         return {"kind": "builtin", "name": key}
-    if key.startswith("rmat:"):
-        scale, edge_factor = _parse_rmat(key)
-        return {"kind": "generator", "name": "rmat", "scale": scale, "edge_factor": edge_factor}
-    if key.startswith("typed-sbm:"):
-        from .names import parse_dataset_name
-
-        spec = parse_dataset_name(key)
-        return {"kind": "generator", "name": "typed-sbm", "papers": spec.papers,
-                "classes": spec.classes}
-    if key.startswith(("typed-useritem:", "typed-useritem-t:")):
-        from .names import parse_dataset_name
-
-        spec = parse_dataset_name(key)
-        out = {"kind": "generator", "name": key.split(":")[0], "users": spec.users,
-               "items": spec.items}
-        if spec.temporal:  # version 2: tastes through 4 communities (parts of 1 are stale)
-            out["version"] = 2
-        return out
+    if ds.kind == "rmat":
+        return {"kind": "generator", "name": "rmat", "scale": ds.scale,
+                "edge_factor": ds.edge_factor}
+    if ds.kind == "typed-sbm":
+        return {"kind": "generator", "name": "typed-sbm", "papers": ds.papers,
+                "classes": ds.classes}
+    if ds.kind == "typed-useritem":  # version 2: tastes through 4 communities (1 is stale)
+        return {"kind": "generator", "name": key.split(":")[0], "users": ds.users,
+                "items": ds.items, **({"version": 2} if ds.temporal else {})}
     path = Path(text).expanduser()
     if path.is_file():
         st = path.stat()
@@ -423,8 +417,8 @@ class _GlobalMap:
 
 @dataclass(eq=False)
 class TypedPart:
-    """The typed half of a typed part (:mod:`.typed_partition`): local rows are grouped by
-    type (``type_offset``), each row cut into one segment per relation of its type.
+    """The types of a part (:mod:`.partition`): local rows are grouped by type
+    (``type_offset``), each row cut into one segment per relation of its type.
 
     Attributes:
         node_types, edge_types: as :class:`~.typed.TypedGraph` (sorted the same way).
@@ -465,23 +459,18 @@ def _typed_part(section: dict, files: dict, get) -> TypedPart:
         node_types = tuple(str(t) for t in section["node_types"])
         edge_types = tuple((str(a), str(b), str(c)) for a, b, c in section["edge_types"])
         node_off = np.asarray(section["node_type_offset"], np.int64)
-        tix = {t: i for i, t in enumerate(node_types)}
-        rel_src = np.array([tix[e[0]] for e in edge_types], np.int64)
-        rel_dst = np.array([tix[e[2]] for e in edge_types], np.int64)
         weighted = np.asarray(section["weighted"], np.uint8)
+        type_offset = np.asarray(get("type_offset") if "type_offset" in files else None,
+                                 np.int64)
+        lay = typed_layout(dict(zip(node_types, np.diff(type_offset).tolist(), strict=True)),
+                           edge_types)
     except (KeyError, TypeError, ValueError) as e:
         raise PartitionError(f"the manifest's 'typed' section is damaged ({e!r})",
                              "the typed part cannot be loaded", _REDO) from e
-    T = len(node_types)
-    if (node_off.shape != (T + 1,) or weighted.shape != (len(edge_types),)
-            or "type_offset" not in files or np.any(np.diff(rel_dst) < 0)):
+    if (node_off.shape != (len(node_types) + 1,) or weighted.shape != (len(edge_types),)
+            or lay.node_types != node_types or lay.edge_types != edge_types):
         raise PartitionError("the manifest's 'typed' section does not match its types",
                              "the typed part cannot be loaded", _REDO)
-    type_offset = np.asarray(get("type_offset"), np.int64)
-    rel_offset = np.zeros(T + 1, np.int64)
-    np.cumsum(np.bincount(rel_dst, minlength=T), out=rel_offset[1:])
-    seg_base = np.zeros(T, np.int64)
-    np.cumsum((np.diff(type_offset) * np.diff(rel_offset))[:-1], out=seg_base[1:])
     x, y, masks = {}, {}, {}
     for key in files:
         kind, _, rest = key.partition(".")
@@ -492,8 +481,8 @@ def _typed_part(section: dict, files: dict, get) -> TypedPart:
         elif kind == "mask":
             t, _, split = rest.rpartition(".")
             masks.setdefault(t, {})[split] = get(key)
-    return TypedPart(node_types, edge_types, node_off, type_offset, rel_offset, rel_src,
-                     rel_dst, weighted, seg_base, x, y, masks,
+    return TypedPart(node_types, edge_types, node_off, type_offset, lay.rel_offset, lay.rel_src,
+                     lay.rel_dst, weighted, lay.seg_base, x, y, masks,
                      get("edge_time") if "edge_time" in files else None,
                      get("node_time") if "node_time" in files else None,
                      section.get("time_attr"))
@@ -580,6 +569,34 @@ class Partition:
     @property
     def num_local_edges(self) -> int:
         return int(self.indices.shape[0])
+
+    @property
+    def layout(self) -> TypedPart:
+        """The part's types: :attr:`typed`, or for a homogeneous part its one type and one
+        relation (:data:`~.typed.NODE_TYPE`, :data:`~.typed.EDGE_TYPE`), node data under it."""
+        if self.typed is not None:
+            return self.typed
+        zero = np.zeros(1, np.int64)
+        return TypedPart((NODE_TYPE,), (EDGE_TYPE,), np.array([0, self.num_nodes], np.int64),
+                         np.array([0, self.num_local_nodes], np.int64),
+                         np.array([0, 1], np.int64), zero, zero,
+                         np.array([self.weights is not None], np.uint8), zero,
+                         {} if self.x is None else {NODE_TYPE: self.x},
+                         {} if self.y is None else {NODE_TYPE: self.y},
+                         {NODE_TYPE: dict(self.masks)} if self.masks else {})
+
+
+def part_graph(part: Partition) -> TypedGraph:
+    """A part as the :class:`~.typed.TypedGraph` the typed kernel reads: rows are the part's
+    local rows (``type_offset`` in place of the internal offsets), ``indices`` new global ids;
+    key the RNG on ``part.orig_ids[rows]`` (internal ids). A homogeneous part is its one type
+    and one relation (:attr:`Partition.layout`)."""
+    tp = part.layout
+    weights = None if part.weights is None else np.asarray(part.weights)
+    return TypedGraph(tp.node_types, tp.edge_types, tp.type_offset, tp.rel_offset, tp.seg_base,
+                      np.asarray(part.indptr), np.asarray(part.indices),
+                      np.asarray(part.edge_ids), tp.rel_src, tp.rel_dst, weights, tp.weighted,
+                      name=str(part.path))
 
 
 def _open(d: Path, rel: str, manifest: dict) -> np.ndarray:
@@ -678,16 +695,14 @@ def load_partition(
         manifest=manifest,
     )
     n_local = int(b[rank + 1] - b[rank])
-    rows = n_local
     if "typed" in manifest:
         part.typed = _typed_part(manifest["typed"], files, get)
-        tp = part.typed
-        rows = tp.num_segments
-        if (tp.type_offset.shape != tp.node_type_offset.shape or tp.type_offset[0] != 0
-                or tp.type_offset[-1] != n_local or np.any(np.diff(tp.type_offset) < 0)):
-            raise PartitionError(f"part {rank} of {d}: type_offset does not match its "
-                                 "boundaries", "the part cannot be loaded", _REDO)
-    if (part.indptr.shape[0] != rows + 1 or part.orig_ids.shape[0] != n_local
+    tp = part.layout  # a homogeneous part: one type, one relation
+    if (tp.type_offset.shape != tp.node_type_offset.shape or tp.type_offset[0] != 0
+            or tp.type_offset[-1] != n_local or np.any(np.diff(tp.type_offset) < 0)):
+        raise PartitionError(f"part {rank} of {d}: type_offset does not match its "
+                             "boundaries", "the part cannot be loaded", _REDO)
+    if (part.indptr.shape[0] != tp.num_segments + 1 or part.orig_ids.shape[0] != n_local
             or int(part.indptr[-1]) != part.indices.shape[0]
             or part.edge_ids.shape[0] != part.indices.shape[0]
             or (part.weights is not None and (part.weights.shape != part.indices.shape

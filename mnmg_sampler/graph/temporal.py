@@ -14,15 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
-from .typed import TypedGraph, _arr, attach_time, edge_type_of, typed_graph
+from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, _arr, attach_time, edge_type_of, typed_graph
 
 log = logging.getLogger(__name__)
 
 __all__ = ["load_temporal_graph", "read_with_time", "saved_time", "temporal_graph_from_data",
            "temporal_table_graph"]
-
-NODE_TYPE = "node"
-EDGE_TYPE = ("node", "to", "node")
 
 
 def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") -> TypedGraph:

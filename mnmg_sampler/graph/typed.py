@@ -44,10 +44,12 @@ from ..system.host_limits import check_allocation
 from .csr import check_weights
 from .readers import MASK_KEYS, as_mask
 
-__all__ = ["TIME_MAX", "EdgeType", "TypedGraph", "TypedLayout", "attach_time", "check_time",
-           "edge_type_of", "typed_graph", "typed_layout"]
+__all__ = ["EDGE_TYPE", "NODE_TYPE", "TIME_MAX", "EdgeType", "TypedGraph", "TypedLayout",
+           "attach_time", "check_time", "edge_type_of", "typed_graph", "typed_layout"]
 
 EdgeType = tuple[str, str, str]
+NODE_TYPE, EDGE_TYPE = "node", ("node", "to", "node")
+"""The names of a homogeneous graph's one node type and one relation."""
 
 
 def edge_type_of(key, name: str = "graph") -> EdgeType:
@@ -112,6 +114,21 @@ class TypedGraph:
     edge_time: np.ndarray | None = None
     node_time: np.ndarray | None = None
     time_attr: str | None = None
+
+    @classmethod
+    def from_csr(cls, g, weights=None) -> TypedGraph:
+        """A :class:`~.csr.CSRGraph` as the one-type, one-relation graph (:data:`NODE_TYPE`,
+        :data:`EDGE_TYPE`): the same ``indptr``, ``indices`` and ``edge_ids`` (not copied), its
+        node data under the one type; ``weights`` (one per CSR entry) are validated."""
+        w = None if weights is None else check_weights(weights, g.num_edges,
+                                                       f"edge weights of '{g.name}'")
+        zero = np.zeros(1, np.int64)
+        return cls((NODE_TYPE,), (EDGE_TYPE,), np.array([0, g.num_nodes], np.int64),
+                   np.array([0, 1], np.int64), zero, g.indptr, g.indices, g.edge_ids, zero, zero,
+                   w, np.array([w is not None], np.uint8),
+                   {} if g.x is None else {NODE_TYPE: g.x},
+                   {} if g.y is None else {NODE_TYPE: g.y},
+                   {NODE_TYPE: dict(g.masks)} if g.masks else {}, g.name)
 
     @property
     def num_nodes(self) -> int:

@@ -42,9 +42,9 @@ from .typed import (
     typed_graph,
 )
 
-__all__ = ["HeteroShare", "from_hetero_data", "is_ogb_hetero_dir", "load_typed_graph",
-           "read_ogb_hetero_dir", "read_ogb_hetero_share", "read_typed_torch",
-           "read_typed_torch_share", "sliceable_typed_input", "typed_graph_at"]
+__all__ = ["HeteroShare", "is_ogb_hetero_dir", "load_typed_graph", "read_ogb_hetero_dir",
+           "read_ogb_hetero_share", "read_typed_torch_share", "sliceable_typed_input",
+           "typed_graph_at"]
 
 _MASK_NAMES = {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
 
@@ -70,11 +70,6 @@ def _spec_from_stores(nodes: Mapping, edges: Mapping, name: str) -> dict:
         if st.get("edge_weight") is not None:
             spec["edge_weight"][et] = st["edge_weight"]
     return spec
-
-
-def from_hetero_data(data, name: str = "HeteroData") -> TypedGraph:
-    """A :class:`TypedGraph` from a PyG ``HeteroData`` (node counts as PyG infers them)."""
-    return typed_graph(_spec_of(data, name), name)
 
 
 def _spec_of(obj, name: str) -> dict:
@@ -112,21 +107,6 @@ def _hetero_safe_globals() -> list:
     except ImportError:
         return []
     return [HeteroData, BaseStorage, NodeStorage, EdgeStorage]
-
-
-def read_typed_torch(path: str | PathLike) -> TypedGraph:
-    """Read a ``.pt`` holding a ``HeteroData``, its ``to_dict()``, or the plain dict form
-    (loaded with ``weights_only=True``: no code in the file can run)."""
-    from .torch_files import load_torch_object
-
-    name = str(path)
-    obj = load_torch_object(path, _hetero_safe_globals())
-    if _is_typed_object(obj):
-        return load_typed_graph(obj, name)
-    raise GraphFormatError(f"{name} holds a {type(obj).__name__} that is not a typed graph",
-                           "a typed graph is read from a HeteroData, its to_dict() or the "
-                           "plain dict form",
-                           "torch.save(hetero_data) or torch.save(hetero_data.to_dict())")
 
 
 def _node_count_dict(f: Path) -> dict[str, int]:
@@ -328,7 +308,7 @@ def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -
 
 
 def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) -> HeteroShare:
-    """Rank ``rank``'s share of a ``.pt`` typed graph (as :func:`read_typed_torch` reads it),
+    """Rank ``rank``'s share of a ``.pt`` typed graph (as :func:`load_typed_graph` reads it),
     memory-mapped (``load_torch_object(mmap=True)``): only the rank's slices are read. Node data and
     split masks are checked as :func:`~.typed.typed_graph` checks them (a split given as ids
     becomes a mask of the type's nodes on every rank)."""
@@ -404,21 +384,28 @@ def read_ogb_hetero_dir(path: str | PathLike) -> TypedGraph:
 
 def load_typed_graph(source, name: str | None = None) -> TypedGraph:
     """A :class:`TypedGraph` from a ``HeteroData``, a dict (plain form or ``to_dict()``), a
-    ``.pt`` file or an OGB heterogeneous directory."""
-    if type(source).__name__ == "HeteroData":
-        return from_hetero_data(source, name or "HeteroData")
-    if isinstance(source, Mapping):
-        return typed_graph(_spec_of(source, name or "dict"), name or "dict")
+    ``.pt`` file of one (loaded with ``weights_only=True``: no code in the file can run) or an
+    OGB heterogeneous directory."""
     if isinstance(source, (str, PathLike)):
         p = Path(source)
         if is_ogb_hetero_dir(p):
             return read_ogb_hetero_dir(p)
-        if p.suffix in (".pt", ".pth"):
-            return read_typed_torch(p)
-        raise GraphFormatError(f"{p} is neither a .pt file nor an OGB heterogeneous directory",
-                               "no typed graph can be read from it",
-                               "give a saved HeteroData (.pt) or a directory with "
-                               "raw/num-node-dict.csv.gz")
+        if p.suffix not in (".pt", ".pth"):
+            raise GraphFormatError(f"{p} is neither a .pt file nor an OGB heterogeneous "
+                                   "directory", "no typed graph can be read from it",
+                                   "give a saved HeteroData (.pt) or a directory with "
+                                   "raw/num-node-dict.csv.gz")
+        from .torch_files import load_torch_object
+
+        name, source = str(p), load_torch_object(p, _hetero_safe_globals())
+        if not _is_typed_object(source):
+            raise GraphFormatError(f"{name} holds a {type(source).__name__} that is not a typed "
+                                   "graph", "a typed graph is read from a HeteroData, its "
+                                   "to_dict() or the plain dict form",
+                                   "torch.save(hetero_data) or torch.save(hetero_data.to_dict())")
+    if type(source).__name__ == "HeteroData" or isinstance(source, Mapping):
+        name = name or ("dict" if isinstance(source, Mapping) else "HeteroData")
+        return typed_graph(_spec_of(source, name), name)
     raise GraphFormatError(f"a {type(source).__name__} is not a typed graph source", "",
                            "pass a HeteroData, a dict, a .pt path or an OGB hetero directory")
 

@@ -169,7 +169,7 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
         log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
         if typed:
-            from ..graph.typed_partition import partition_typed
+            from ..graph.partition import partition as partition_typed
             from .typed_setup import load_typed_dataset
 
             g = typed_graph() if typed_graph is not None else load_typed_dataset(cfg)

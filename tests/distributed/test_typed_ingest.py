@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.errors import GraphFormatError
+from mnmg_sampler.graph.partition import partition, partition_graph, write_partitions
 from mnmg_sampler.graph.typed_io import read_ogb_hetero_dir
-from mnmg_sampler.graph.typed_partition import partition_typed
 
 from ..typed_graphs import typed_spec
 from .harness import run_ranks
@@ -92,7 +92,8 @@ def test_typed_ingest_writes_the_single_process_files(hetero_dir, world, tmp_pat
     assert all(c == cuts[0] for c in cuts)
     g = read_ogb_hetero_dir(hetero_dir)
     for i, (method, seed) in enumerate(CASES):
-        _, plan = partition_typed(g, world, method, tmp_path / f"ref-{i}", seed)
+        plan = partition_graph(g, world, method, seed)
+        write_partitions(g, plan, tmp_path / f"ref-{i}")
         _same_dirs(tmp_path / f"ref-{i}", tmp_path / f"{method}-{seed}")
         assert cuts[0][i] == plan.edge_cut
 
@@ -134,7 +135,7 @@ def test_saved_hetero_data_read_by_slices(saved, world, method, tmp_path):
 
     run_ranks(_partition_each, world, saved, str(tmp_path), method, 1, timeout=300)
     for k, path in saved.items():
-        partition_typed(load_typed_graph(path), world, method, tmp_path / f"ref-{k}", 1)
+        partition(load_typed_graph(path), world, method, tmp_path / f"ref-{k}", 1)
         _same_dirs(tmp_path / f"ref-{k}", tmp_path / k)
     assert (tmp_path / "h" / "part0" / "weights.npy").is_file()
     assert (tmp_path / "h" / "part0" / "mask.paper.train.npy").is_file()
@@ -225,7 +226,7 @@ def test_a_typed_job_partitions_a_saved_file_on_every_rank(hetero_dir, tmp_path)
     # the split comes from the directory's masks (train and test)
     assert "on 2 ranks (random)" in run.stderr, run.stderr[-3000:]  # every rank read 1/W
     assert records[-1]["event"] == "final" and "test_acc" in records[-1]
-    partition_typed(read_ogb_hetero_dir(hetero_dir), 2, "random", tmp_path / "ref", seed=4)
+    partition(read_ogb_hetero_dir(hetero_dir), 2, "random", tmp_path / "ref", seed=4)
     files = json.loads((tmp_path / "ref" / "manifest.json").read_text())["files"]
     for rel in files:  # the job's manifest records the job's source; the parts are the same
         assert filecmp.cmp(tmp_path / "ref" / rel, tmp_path / "parts" / rel, shallow=False), rel

@@ -13,7 +13,6 @@ import numpy as np
 from mnmg_sampler.bench.dist import num_edges, typed_request
 from mnmg_sampler.bench.hetero import typed_view
 from mnmg_sampler.graph.partition import partition
-from mnmg_sampler.graph.typed_partition import partition_typed
 from mnmg_sampler.ops.rng import request_key
 from mnmg_sampler.sampling.sampler import HeteroSampler
 
@@ -83,7 +82,7 @@ def _run(rank, world, homo_dir, typed_dir):
 def test_typed_round_is_the_homogeneous_wire(tmp_path):
     g, tg = _typed_graph()
     partition(g, 2, "random", tmp_path / "homo", SEED)
-    partition_typed(tg, 2, "random", tmp_path / "typed", SEED)
+    partition(tg, 2, "random", tmp_path / "typed", SEED)
     ranks = run_ranks(_run, 2, str(tmp_path / "homo"), str(tmp_path / "typed"))
     ref = HeteroSampler(tg, SEED)
     for rank, res in enumerate(ranks):
@@ -124,7 +123,7 @@ def _in_flight(rank, world, typed_dir):
 
 def test_typed_rounds_in_flight_equal_the_single_process(tmp_path):
     _, tg = _typed_graph()
-    partition_typed(tg, 2, "random", tmp_path / "typed", SEED)
+    partition(tg, 2, "random", tmp_path / "typed", SEED)
     ref = HeteroSampler(tg, SEED)
     for rank, (got, calls) in enumerate(run_ranks(_in_flight, 2, str(tmp_path / "typed"))):
         assert calls > 0  # the second round in flight sampled
@@ -151,7 +150,7 @@ def _two_hosts(rank, world, typed_dir, budget):
 
 def test_typed_parts_on_two_hosts_with_the_row_cache_equal_one_process(tmp_path):
     _, tg = _typed_graph()
-    partition_typed(tg, 2, "random", tmp_path / "typed", SEED)
+    partition(tg, 2, "random", tmp_path / "typed", SEED)
     ref = HeteroSampler(tg, SEED)
     # a budget of 40 of the widest rows (x of 3 float32 and an int64 label: 20 B)
     for rank, (got, feats, shared) in enumerate(run_ranks(

@@ -162,8 +162,8 @@ def test_validate_cli(capsys):
 def test_split_from_the_input_types_masks(tmp_path):
     # the graph's masks of the input type, gathered from every part in per-type ids; without a
     # train mask, a random split of the type's nodes
+    from mnmg_sampler.graph.partition import partition
     from mnmg_sampler.graph.typed import typed_graph
-    from mnmg_sampler.graph.typed_partition import partition_typed
     from mnmg_sampler.train.typed_setup import typed_node_split
 
     rng = np.random.default_rng(0)
@@ -175,7 +175,7 @@ def test_split_from_the_input_types_masks(tmp_path):
                            ("paper", "rev_writes", "author"): writes[::-1]},
             "y": {"paper": np.arange(30) % 3},
             "masks": {"paper": {"train": train, "test": np.array([0, 29])}}}
-    partition_typed(typed_graph(spec), 2, "random", tmp_path / "p", seed=3)
+    partition(typed_graph(spec), 2, "random", tmp_path / "p", seed=3)
     cfg = _cfg()
     got = typed_node_split(tmp_path / "p", "paper", cfg)
     assert got["train"].tolist() == [1, 4, 9, 22]

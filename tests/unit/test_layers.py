@@ -2,8 +2,8 @@
 
 Every ``import`` and ``from ... import`` of the package is read from the source (those inside
 functions too, since a lazy import is still a dependency); a module may import its own layer or
-lower ones only. ``rng``, ``errors`` and ``system.host_malloc`` sit below every layer and import nothing
-of the package.
+lower ones only. ``rng``, ``errors`` and ``system.host_malloc`` sit below every layer and import
+nothing of the package.
 """
 
 from __future__ import annotations

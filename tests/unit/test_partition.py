@@ -184,14 +184,14 @@ def _loadable(directory) -> list[str]:
 
 
 def test_crash_mid_write_leaves_nothing(graph, tmp_path, monkeypatch):
-    real = partition_mod.relabelled_part
+    real = partition_mod.part_arrays
 
-    def crash(g, plan, rank):
+    def crash(g, plan, rank, **kw):
         if rank == 1:
             raise KeyboardInterrupt  # e.g. Ctrl-C while part 1 is built
-        return real(g, plan, rank)
+        return real(g, plan, rank, **kw)
 
-    monkeypatch.setattr(partition_mod, "relabelled_part", crash)
+    monkeypatch.setattr(partition_mod, "part_arrays", crash)
     with pytest.raises(KeyboardInterrupt):
         partition(graph, 3, "random", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
@@ -235,8 +235,8 @@ def test_existing_output_needs_overwrite(graph, tmp_path):
 
 def test_failed_overwrite_keeps_previous_output(graph, tmp_path, monkeypatch):
     out = partition(graph, 2, "range", tmp_path / "out")
-    monkeypatch.setattr(partition_mod, "relabelled_part",
-                        lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(partition_mod, "part_arrays",
+                        lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         partition(graph, 3, "range", out, overwrite=True)
     assert load_partition(out, 1).num_parts == 2

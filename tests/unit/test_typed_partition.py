@@ -12,9 +12,9 @@ import pytest
 from mnmg_sampler.errors import GraphFormatError, PartitionError
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.csr import CSRGraph
-from mnmg_sampler.graph.partition_io import load_partition
+from mnmg_sampler.graph.partition import partition_graph as typed_plan
+from mnmg_sampler.graph.partition_io import load_partition, part_graph
 from mnmg_sampler.graph.typed import typed_graph
-from mnmg_sampler.graph.typed_partition import part_graph, typed_plan
 from mnmg_sampler.ops.typed import sample_typed_neighbors
 
 from ..typed_graphs import typed_spec
@@ -125,6 +125,14 @@ def test_one_type_part_is_the_homogeneous_part(tmp_path):
                 (homo / f"part{r}/{f}.npy").read_bytes()
         assert (typed / f"part{r}/x.n.npy").read_bytes()[128:] == \
             (homo / f"part{r}/x.npy").read_bytes()[128:]
+        # the homogeneous part read as its one type: the typed kernel's tables of the typed part
+        pt, ph = load_partition(typed, r), load_partition(homo, r)
+        gt, gh = part_graph(pt), part_graph(ph)
+        for f in ("indptr", "indices", "edge_ids", "node_type_offset", "rel_offset", "seg_base",
+                  "rel_src", "rel_dst", "weighted"):
+            np.testing.assert_array_equal(getattr(gt, f), getattr(gh, f))
+        np.testing.assert_array_equal(ph.layout.x["node"], pt.typed.x["n"])
+        assert ph.layout.edge_types == (("node", "to", "node"),)
     assert load_partition(homo, 0).typed is None
 
 

@@ -12,8 +12,7 @@ import pytest
 from mnmg_sampler.distributed.shared_topology import SharedTopology
 from mnmg_sampler.distributed.typed_shared import TypedSharedTopology
 from mnmg_sampler.graph.api import partition_graph
-from mnmg_sampler.graph.partition_io import load_partition
-from mnmg_sampler.graph.typed_partition import part_graph
+from mnmg_sampler.graph.partition_io import load_partition, part_graph
 from mnmg_sampler.ops.typed import sample_typed_neighbors
 
 from ..typed_graphs import typed_spec

@@ -134,15 +134,16 @@ def sampling(rank: int, world: int, device: torch.device | None, sim: bool) -> C
 def _sampling(rank: int, world: int, device: torch.device | None, sim: bool) -> Check:
     from ...distributed.sampler import DistSampler
     from ...graph.datasets import nonisolated_nodes
-    from ...graph.partition import partition_graph, relabelled_part
+    from ...graph.partition import part_arrays, partition_graph
     from ...graph.partition_io import Partition
+    from ...graph.typed import TypedGraph
     from ...ops.rng import request_key
     from ...sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
     name = "exchange.sampling"
     g = _graph(9)
     plan = partition_graph(g, world, "random", seed=1)
-    a = relabelled_part(g, plan, rank)
+    a = part_arrays(TypedGraph.from_csr(g), plan, rank, named=False)
     part = Partition(rank=rank, num_parts=world, boundaries=plan.boundaries,
                      num_nodes=g.num_nodes, num_edges=g.num_edges, indptr=a["indptr"],
                      indices=a["indices"], edge_ids=a["edge_ids"], orig_ids=a["orig_ids"])
