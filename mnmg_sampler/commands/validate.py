@@ -34,16 +34,13 @@ def run(args: argparse.Namespace) -> int:
     from ..config import check_paths, config_to_yaml, load_config
     from ..errors import MissingDependencyError
     from ..train.budget import check_job_memory
-    from ..train.typed_setup import check_homogeneous_job, check_typed_job, typed_meta
+    from ..train.checks import check_job
+    from ..train.setup import typed_meta
 
     cfg = load_config(args.config, args.overrides, world_size=args.world_size)
     check_paths(cfg)
     check_job_memory(cfg, args.world_size or 1)  # a generated graph or model that cannot fit
-    meta = typed_meta(cfg)  # a typed graph: its types and relations (a file is read)
-    if meta is not None:
-        check_typed_job(cfg, meta)
-    else:
-        check_homogeneous_job(cfg)
+    check_job(cfg, typed_meta(cfg))  # a typed graph: its types and relations (a file is read)
     if cfg.partition.method == "metis" and importlib.util.find_spec("pymetis") is None:
         raise MissingDependencyError(
             "partition.method: metis needs pymetis, which is not installed",

@@ -157,6 +157,10 @@ def validate_config(cfg: JobConfig, world_size: int | None = None) -> None:
             raise _err("partition.parts", f"{cfg.partition.parts} partitions but the world size "
                        f"is {world_size}", "set partition.parts=null (= world size) or launch "
                        f"{cfg.partition.parts} ranks", "Each rank serves exactly one partition")
+    if cfg.task == "link" and cfg.training.mode != "train":
+        raise _err("training.mode", f"{cfg.training.mode} with task link",
+                   "use training.mode=train (the link job only trains), or task=node for a "
+                   "sampling run")
     if cfg.task == "link" and cfg.sampler.split != "global":
         raise _err("sampler.split", f"{cfg.sampler.split} with task link",
                    "use sampler.split=global for task link (owner is for task node)",

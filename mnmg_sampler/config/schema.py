@@ -415,12 +415,12 @@ CROSS_FIELD_RULES = (
     "node`.",
     "`dataset.name` `rmat:SCALE[:EDGE_FACTOR]` needs 1 <= SCALE <= 40 and EDGE_FACTOR >= 1.",
     "`sampler.split: owner` needs `task: node`: the link loader splits seed edges in one global "
-    "order only.",
+    "order only; `task: link` needs `training.mode: train`.",
     "`dataset.name` `typed-sbm:PAPERS[:CLASSES]` needs 2 <= CLASSES <= 64 and CLASSES <= PAPERS "
     "<= 2**24; `typed-useritem:USERS[:ITEMS]` (and `typed-useritem-t:`, with rating times) "
     "needs 2 <= USERS <= 2**24 and 8 <= ITEMS <= 2**24.",
     "`link.edge_type` is for typed graphs, where it names a relation of the graph; `task: link` "
-    "on a typed graph needs `training.mode: train` and no `sampler.input_type`.",
+    "on a typed graph needs no `sampler.input_type`.",
     "A mapping of `sampler.fanouts` / `sampler.eval_fanouts` gives every relation equally many "
     "hops; on a typed graph (checked by `validate` and at job start) it names every relation "
     "of the graph and no other, and `sampler.input_type` names a node type with labels.",

@@ -1,17 +1,40 @@
-"""The link-prediction job (``task: link``): GraphSAGE encoder, dot or MLP decoder, BCE loss.
+"""The link-prediction job (``task: link``): GraphSAGE encoder, dot or MLP decoder, BCE loss, on
+a homogeneous graph or on one relation of a typed graph (``link.edge_type: [src, rel, dst]``).
 
-Order of events on every rank, as in the node job (:mod:`.job`): the edges of the dataset are
-split into train/val/test (the same split on every rank, from ``link.split_seed``); the
-*training graph* (train edges only, so held-out edges can never be sampled as messages) is
-partitioned once; a :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws binary or
-triplet negatives; evaluation ranks each held-out edge among ``link.eval_negatives`` negative
-destinations (negatives that are edges of the training graph are redrawn) and reports AUC over
-all pairs, MRR and Hits@K.
+Order of events on every rank, as in the node job (:mod:`.job`): the edges (of the relation)
+are split into train/val/test (the same split on every rank, from ``link.split_seed``:
+:func:`split_edges`, :func:`~mnmg_sampler.graph.typed_link_split.split_relation`); the
+*training graph* (train edges only, and no reverse of a held-out edge: PyG's ``rev_`` naming on
+a typed graph) is partitioned once, so held-out edges can never be sampled as messages; a
+:class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws binary or triplet negatives (of
+the relation's types) and removes the seed edges and their reverses from their own subgraphs;
+evaluation ranks each held-out edge among ``link.eval_negatives`` negative destinations
+(negatives that are edges of the training graph are redrawn) and reports AUC over all pairs,
+MRR and Hits@K. The encoder is the :class:`~.model.GraphSAGE`, or the
+:class:`~.model.HeteroGraphSAGE` with outputs for both endpoint types; the decoder
+``link.decoder`` (:class:`~.model.LinkModel`).
 
-A graph without node features (an edge list) trains on learned embedding rows
+A graph (or node type) without node features trains on learned embedding rows
 (``model.embeddings``, :mod:`mnmg_sampler.distributed.embeddings`): each node's row lives with
 its owner, is fetched per batch and updated sparsely; with ``all`` a featured graph's input is
 ``lin(x) + emb(n_id)``.
+
+``link.split_by: time`` splits the relation by time instead
+(:func:`~mnmg_sampler.graph.typed_link_split.split_relation_by_time`): the training graph holds
+only edges before the validation start. With ``sampler.time_attr`` every training and
+evaluation edge bounds its subgraph by its own time minus one (``sampler.temporal_strategy``),
+so no edge sees itself, nor anything at or after its time; ``sampler.time_attr: null`` samples
+the same split without time (the static baseline). Validation and test edges are both
+evaluated on the training graph.
+
+Disjoint (temporal) evaluation grows one tree per endpoint and negative: ``2 +
+link.eval_negatives`` trees per edge, so ``sampler.eval_fanouts: null`` means the training
+fanouts there (a full tree per negative reaches thousands of nodes: hundreds of millions per
+batch on a 100k-rating graph; an explicit ``-1`` is still all neighbors). Each batch is
+sampled and encoded in chunks of whole trees of at most :func:`eval_node_budget` nodes
+(:meth:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader.tree_chunks`), keeping only the
+trees' root embeddings, so evaluation memory does not grow with the batch. The final record of
+a typed job holds every rank's peak resident memory (``peak_rss_mb``).
 
 Reproducibility is the node job's: model init, dropout and sampling are seeded per
 (seed, epoch, rank) and checkpoints are taken at epoch ends, so ``--resume`` after a kill
@@ -21,6 +44,7 @@ continues to the same metrics as an uninterrupted run.
 from __future__ import annotations
 
 import logging
+import resource
 import time
 from pathlib import Path
 
@@ -30,26 +54,32 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import JobConfig, check_paths, config_to_dict
-from ..distributed.collective import agree
+from ..config import JobConfig, config_to_dict
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
 from ..graph.unique import sorted_unique
 from .epochs import run_epochs
+from .model import GraphSAGE, LinkModel
 from .report import RunReport
 from .setup import (
-    host_memory_bytes,
-    job_edge_weights,
+    Job,
+    embed,
     job_embedding,
     load_dataset,
+    load_typed_dataset,
+    make_model,
     make_optimizer,
+    num_neighbors,
     resume_point,
-    start_rank,
+    start_job,
 )
 
 log = logging.getLogger(__name__)
 
-__all__ = ["split_edges", "LinkModel", "auc", "rank_metrics", "run_link_job"]
+__all__ = ["auc", "eval_node_budget", "evaluate_link", "peak_rss_mb", "rank_metrics",
+           "run_link_job", "split_edges", "training_graph"]
+
+EVAL_MEMORY_MB = 256  # a chunk's share of evaluation memory without training.eval_memory_mb
 
 
 def split_edges(graph: CSRGraph, fractions, seed: int, undirected: bool) -> dict[str, np.ndarray]:
@@ -85,40 +115,6 @@ def training_graph(full: CSRGraph, split: dict, undirected: bool) -> CSRGraph:
                             undirected=undirected, drop_duplicates=True, x=full.x, y=full.y,
                             name=f"{full.name}-train-edges")
     return g
-
-
-class LinkModel(nn.Module):
-    """GraphSAGE encoder and an edge decoder: ``dot`` (``<h_s, h_d> / sqrt(d)``) or ``mlp`` of
-    ``h_s * h_d``; :meth:`score` returns logits. With ``embedding_dim``, the encoder reads the
-    batch's embedding rows (``emb``): alone when ``in_dim`` is 0 (no features), else
-    ``lin(x) + emb``."""
-
-    def __init__(self, in_dim: int, hidden: int, layers: int, dropout: float, aggr: str,
-                 use_pyg: bool | None, decoder: str = "dot", embedding_dim: int = 0) -> None:
-        from .model import GraphSAGE
-
-        super().__init__()
-        self.id_lin = nn.Linear(in_dim, embedding_dim) if in_dim and embedding_dim else None
-        self.encoder = GraphSAGE(embedding_dim or in_dim, hidden, hidden, layers,
-                                 dropout=dropout, aggr=aggr, use_pyg=use_pyg)
-        if decoder not in ("dot", "mlp"):
-            raise ConfigError(f"link.decoder is {decoder!r}", "edges cannot be scored",
-                              "use dot or mlp")
-        self.decoder = decoder
-        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) \
-            if decoder == "mlp" else None
-
-    def forward(self, x: torch.Tensor | None, edge_index: torch.Tensor,
-                emb: torch.Tensor | None = None) -> torch.Tensor:
-        if emb is not None:
-            emb = emb.to(edge_index.device)
-            x = emb if self.id_lin is None else self.id_lin(x) + emb
-        return self.encoder(x, edge_index)
-
-    def score(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        """Logits of the edges ``src[i] -> dst[i]`` (local ids into ``h``)."""
-        z = h[src] * h[dst]
-        return z.sum(-1) * z.shape[-1] ** -0.5 if self.mlp is None else self.mlp(z).squeeze(-1)
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -180,21 +176,6 @@ def batch_loss(h, b, score, device, triplet: bool) -> tuple[torch.Tensor, float,
     return F.binary_cross_entropy_with_logits(logits, target), correct, logits.numel()
 
 
-def evaluate(model, loader, device, hits_k: int, emb=None) -> dict:
-    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
-    (``emb``: the job's embedding rows, or ``None``)."""
-    sc = model.module.score if hasattr(model, "module") else model.score
-    return evaluate_scores(model, loader, device, hits_k,
-                           lambda b: _encode(model, b, device, emb, False), sc)
-
-
-def _encode(model, b, device, emb, train: bool = True) -> torch.Tensor:
-    """The encoder's outputs of a batch: features, embedding rows (collective), or both."""
-    x = b.x.to(device) if b.x is not None else None
-    rows = emb.fetch(b.n_id.numpy(), train=train) if emb is not None else None
-    return model(x, b.edge_index.to(device), rows)
-
-
 class ScoreTotals:
     """Per-rank sums of an evaluation's ranking metrics and every score, batch by batch;
     :meth:`result` reduces them over ranks (collective)."""
@@ -226,14 +207,14 @@ class ScoreTotals:
 
 
 @torch.no_grad()
-def evaluate_scores(model, loader, device, hits_k: int, embed, score) -> dict:
+def evaluate_scores(model, loader, device, hits_k: int, encode, score) -> dict:
     """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
-    (collective): ``embed(batch)`` gives the node embeddings ``h``, ``score(h, src, dst)``
+    (collective): ``encode(batch)`` gives the node embeddings ``h``, ``score(h, src, dst)``
     the edges' logits (homogeneous and typed models alike)."""
     model.eval()
     tot = ScoreTotals(hits_k)
     for b in loader:
-        h = embed(b)
+        h = encode(b)
         s, d = b.src_index.to(device), b.dst_pos_index.to(device)
         dn = b.dst_neg_index.to(device).reshape(s.numel(), -1)
         pos = score(h, s, d)
@@ -243,115 +224,81 @@ def evaluate_scores(model, loader, device, hits_k: int, embed, score) -> dict:
     return tot.result()
 
 
-def ensure_link_partitions(cfg: JobConfig, graph: CSRGraph, rank: int, world: int) -> Path:
-    """Partition the training graph unless ``partition.dir`` holds exactly that (collective).
-
-    The manifest's source records the dataset, its load options, the edge split and the weights,
-    so a directory made for another split or for the node task is partitioned again.
-    """
-    from ..graph.partition import partition
-    from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
-    out = Path(cfg.partition.dir)
-
-    def build() -> None:
-        if rank != 0:
-            return
-        d, p, lk = cfg.dataset, cfg.partition, cfg.link
-        want = make_source(d.name, method=p.method, seed=p.seed, parts=world,
-                           undirected=d.undirected, drop_self_loops=d.drop_self_loops,
-                           drop_duplicates=d.drop_duplicates, graph_seed=d.seed,
-                           feature_dim=d.feature_dim)
-        want["load"].update(task="link", link_split=[float(f) for f in lk.split],
-                            link_split_seed=int(lk.split_seed),
-                            weights=cfg.sampler.weights or None)
-        if (out / MANIFEST).exists():
-            try:
-                stale = source_differences(read_manifest(out), want)
-            except PartitionError as e:
-                stale = [f"unreadable manifest ({e.what})"]
-            if not stale:
-                return
-            log.warning("partition directory %s is stale (%s); partitioning again", out,
-                        "; ".join(stale))
-        log.info("partitioning the training graph of %s into %d parts -> %s", d.name, world,
-                 out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partition(graph, world, p.method, out, seed=p.seed, overwrite=True, source=want,
-                  weights=job_edge_weights(cfg, graph))
-
-    agree(build)
-    return out
+def eval_node_budget(width: int, memory_mb: float | None) -> int:
+    """Nodes per disjoint evaluation chunk: ``memory_mb`` (default :data:`EVAL_MEMORY_MB`) over
+    the bytes a node costs in the encoder, about four float32 rows of the widest layer
+    (measured: 2.6 KB a node at width 256 on a 2-hop heterogeneous GraphSAGE) plus its ids."""
+    per_node = 4 * 4 * max(int(width), 1) + 64
+    return max(1, int((memory_mb or EVAL_MEMORY_MB) * 2**20) // per_node)
 
 
-def run_link_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:
-    """Run the link-prediction job on this rank (inside torchrun); returns the final metrics."""
-    from ..distributed.service import SamplingService
-    from ..graph.partition_io import load_partition
-    from ..loaders.link import DistLinkNeighborLoader
+def evaluate_link(model, net: LinkModel, emb, loader, device, hits_k: int,
+                  max_nodes: int | None = None) -> dict:
+    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
+    (collective). A disjoint ``loader`` is read in chunks of whole
+    trees of at most ``max_nodes`` nodes (``None``: one chunk per batch): each chunk is encoded
+    alone and only its roots' embeddings are kept until the batch's edges are scored; a tree's
+    root embedding depends on its tree only, so the metrics are those of whole batches.
+    ``emb``: the job's embedding rows (fetched per batch or chunk), or ``None``."""
+    if not loader._time.get("disjoint"):
+        return evaluate_scores(model, loader, device, hits_k,
+                               lambda b: _encode(model, emb, b, device, False), net.score)
+    return _evaluate_trees(model, net, emb, loader, device, hits_k, max_nodes or 2**62)
 
-    check_paths(cfg)
-    if cfg.training.mode != "train":
-        raise ConfigError(f"training.mode is {cfg.training.mode!r} with task link",
-                          "the link job only trains", "use training.mode=train, or task=node "
-                          "for a sampling run")
-    rt = cfg.runtime
-    env, device = start_rank(cfg)
-    rank, world = env.rank, env.world_size
-    t_start = time.perf_counter()
-    full = agree(lambda: load_dataset(cfg))
-    if full.x is None and cfg.model.embeddings == "none":
-        raise ConfigError(f"model.embeddings: none, but dataset {cfg.dataset.name!r} has no "
-                          "node features", "the encoder has no input",
-                          "set model.embeddings: featureless (a learned row per node), or "
-                          "dataset.feature_dim > 0 for random features")
-    undirected = _is_undirected(full)
-    lk = cfg.link
-    split = split_edges(full, lk.split, lk.split_seed, undirected)
-    graph = training_graph(full, split, undirected)
-    pdir = ensure_link_partitions(cfg, graph, rank, world)
-    part = agree(lambda: load_partition(pdir, rank, world))
-    if int(part.num_edges) != graph.num_edges:
-        raise PartitionError(f"{pdir} holds a graph of {part.num_edges} edges, the training "
-                             f"graph of this job has {graph.num_edges}",
-                             "it was partitioned for another dataset, split or task",
-                             "delete the directory or point partition.dir elsewhere")
-    s = cfg.sampler
-    placement = cfg.features.placement
-    if placement == "auto":
-        placement = "pinned" if device.type == "cuda" else "host"
-    service = SamplingService(part, seed=s.seed, placement=placement, device=device,
-                              mode=None if rt.service_mode == "auto" else rt.service_mode,
-                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
-                              host_memory=host_memory_bytes(cfg))
-    # one membership group for every loader: loaders are used one at a time in this thread
-    mgroup = dist.new_group(backend=dist.get_backend())
-    train_loader = DistLinkNeighborLoader(
-        service, s.fanouts, split["train"], batch_size=s.batch_size, shuffle=s.shuffle,
-        drop_last=s.drop_last,
-        neg_sampling={"mode": lk.neg_sampling, "amount": lk.neg_amount,
-                      "reject_known": lk.reject_known},
-        exclude_seed_edges=lk.exclude_seed_edges, exclude_reverse_edges=undirected, part=part,
-        membership_group=mgroup, seed=s.seed, prefetch=s.prefetch, replace=s.replace,
-        edge_ids=s.edge_ids)
-    eval_loaders = {k: DistLinkNeighborLoader(
-        service, s.eval_fanouts, split[k], batch_size=s.eval_batch_size,
-        neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
-        part=part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch,
-        edge_ids=s.edge_ids)
-        for k in ("val", "test")}
-    tr = cfg.training
-    steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
-    report = RunReport(rank, tr.epochs, steps, tr.log_every, progress,
-                       Path(cfg.output.dir) / cfg.output.metrics_file)
-    try:
-        final, line = _train(cfg, train_loader, eval_loaders, part, device, rank, world,
-                             resume, report, t_start)
-    finally:
-        service.shutdown()
-        report.close()
-    report.service(service.stats())
-    report.final(final, line)
-    return final
+
+@torch.no_grad()
+def _evaluate_trees(model, net: LinkModel, emb, loader, device, hits_k: int,
+                    max_nodes: int) -> dict:
+    s_type, _, d_type = net.edge_type
+    model.eval()
+    tot = ScoreTotals(hits_k)
+    roots = None
+    for c in loader.tree_chunks(max_nodes):
+        b = c.subgraph
+        # ranks encode different numbers of chunks: the row fetches are uneven (drained below)
+        rows = embed(emb, b, False, uneven=True)
+        h = model(b.x, b.edge_index, rows, b.num_sampled_nodes, b.num_sampled_edges)
+        if roots is None:
+            roots = torch.empty((c.num_trees, h[s_type].shape[1]), dtype=h[s_type].dtype,
+                                device=h[s_type].device)
+        for t, first, k in c.roots:
+            roots[first:first + k] = h[t][:k]
+        del h, b
+        if c.last:
+            one = {s_type: roots, d_type: roots}  # rows are tree numbers of either type
+            src = c.src_tree.to(device)
+            dn = c.dst_neg_tree.to(device)
+            pos = net.score(one, src, c.dst_pos_tree.to(device))
+            neg = net.score(one, src.repeat_interleave(dn.shape[1]),
+                            dn.reshape(-1)).view_as(dn)
+            tot.add(pos, neg)
+            roots = None
+    if emb is not None:
+        emb.drain()
+    model.train()
+    return tot.result()
+
+
+def _encode(model, emb, b, device, train: bool = True):
+    """The encoder's outputs of a batch, reading its features and/or learned rows
+    (collective); a disjoint typed batch's trimmed per layer to the rows that reach the seeds
+    (every seed a tree root, the only rows the loss reads)."""
+    rows = embed(emb, b, train)
+    if not isinstance(b.edge_index, dict):  # one type
+        return model(None if b.x is None else b.x.to(device), b.edge_index.to(device), rows)
+    if b.batch:  # disjoint: every seed is a tree root
+        return model(b.x, b.edge_index, rows, b.num_sampled_nodes, b.num_sampled_edges)
+    return model(b.x, b.edge_index, rows)
+
+
+def peak_rss_mb() -> list[float]:
+    """Every rank's peak resident memory so far in MiB (``ru_maxrss``), in rank order
+    (collective on the default group)."""
+    mine = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0],
+                        dtype=torch.float64)  # KiB on Linux
+    got = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
+    dist.all_gather(got, mine)
+    return [round(float(g), 1) for g in got]
 
 
 def _is_undirected(g: CSRGraph) -> bool:
@@ -362,49 +309,176 @@ def _is_undirected(g: CSRGraph) -> bool:
     return fwd.size == rev.size and bool(np.array_equal(fwd, rev))
 
 
-def _train(cfg, train_loader, eval_loaders, part, device, rank, world, resume,
-           report: RunReport, t_start) -> tuple[dict, str]:
+
+
+def _training_graph(cfg: JobConfig, split: dict):
+    """Every rank: the dataset's edges split (into ``split``, the same on every rank) and
+    ``(build, load)`` of :func:`~.setup.start_job`: the training graph and what its manifest
+    records."""
+    lk = cfg.link
+    full = load_dataset(cfg)
+    if full.x is None and cfg.model.embeddings == "none":
+        raise ConfigError(f"model.embeddings: none, but dataset {cfg.dataset.name!r} has no "
+                          "node features", "the encoder has no input",
+                          "set model.embeddings: featureless (a learned row per node), or "
+                          "dataset.feature_dim > 0 for random features")
+    undirected = _is_undirected(full)
+    split.update(split_edges(full, lk.split, lk.split_seed, undirected), undirected=undirected)
+    graph = training_graph(full, split, undirected)
+    split["num_edges"] = graph.num_edges
+    return (lambda: graph), {"task": "link", "link_split": [float(f) for f in lk.split],
+                             "link_split_seed": int(lk.split_seed),
+                             "weights": cfg.sampler.weights or None}
+
+
+def _typed_training_graph(cfg: JobConfig, split: dict):
+    """:func:`_training_graph` of one relation of a typed graph (``split["edge_type"]``)."""
+    from ..graph.typed_link_split import (
+        split_relation,
+        split_relation_by_time,
+        typed_training_graph,
+    )
+    from ..sampling.link import reverse_relation
+    from .checks import link_edge_type, meta_of_graph
+
+    lk = cfg.link
+    g = load_typed_dataset(cfg)
+    et = link_edge_type(cfg, meta_of_graph(g))
+    by_time = lk.split_by == "time"
+    split.update(split_relation_by_time(g, et, lk.split) if by_time else
+                 split_relation(g, et, lk.split, lk.split_seed), edge_type=et)
+    rev = reverse_relation(et, list(g.edge_types))
+    load = {"task": "link", "link_edge_type": list(et),
+            "link_split": [float(f) for f in lk.split], "link_split_seed": int(lk.split_seed)}
+    if by_time:
+        load["link_split_by"] = "time"
+    return (lambda: typed_training_graph(g, et, split, rev)), load
+
+
+def run_link_job(cfg: JobConfig, typed: bool, resume: bool = False,
+                 progress: bool = True) -> dict:
+    """Run the link-prediction job on this rank (inside torchrun), on a typed graph or not;
+    returns the final metrics."""
+    from ..loaders.link import DistLinkNeighborLoader
+
+    split: dict = {}
+
+    def check(part) -> dict:
+        if int(part.num_edges) != split["num_edges"]:
+            raise PartitionError(f"{cfg.partition.dir} holds a graph of {part.num_edges} "
+                                 f"edges, the training graph of this job has "
+                                 f"{split['num_edges']}",
+                                 "it was partitioned for another dataset, split or task",
+                                 "delete the directory or point partition.dir elsewhere")
+        return {}
+
+    job = start_job(cfg, typed, lambda: (_typed_training_graph if typed else _training_graph)(
+        cfg, split), check=None if typed else check)
+    et, lk, s = split.get("edge_type"), cfg.link, cfg.sampler
+    try:
+        # one membership group for every loader: loaders are used one at a time in this thread
+        mgroup = dist.new_group(backend=dist.get_backend())
+        fan, eval_fan = num_neighbors(s.fanouts), num_neighbors(s.eval_fanouts)
+
+        def edges(k: str) -> dict:  # the seed edges; each bounded by its time minus one
+            out = {"edge_label_index": split[k] if et is None else (et, split[k]),
+                   "disjoint": s.disjoint}
+            if s.time_attr is not None:
+                out.update(edge_label_time=torch.from_numpy(split[f"{k}_time"] - 1),
+                           time_attr=s.time_attr, temporal_strategy=s.temporal_strategy)
+            return out
+
+        train_loader = DistLinkNeighborLoader(
+            job.service, fan, batch_size=s.batch_size, shuffle=s.shuffle,
+            drop_last=s.drop_last,
+            neg_sampling={"mode": lk.neg_sampling, "amount": lk.neg_amount,
+                          "reject_known": lk.reject_known},
+            exclude_seed_edges=lk.exclude_seed_edges,
+            exclude_reverse_edges=split.get("undirected", False), part=job.part,
+            membership_group=mgroup, seed=s.seed, prefetch=s.prefetch, replace=s.replace,
+            edge_ids=s.edge_ids, **edges("train"))
+        evals = {k: DistLinkNeighborLoader(
+            job.service, eval_fan, batch_size=s.eval_batch_size,
+            neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
+            part=job.part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch,
+            edge_ids=s.edge_ids, **edges(k)) for k in ("val", "test")}
+        tr = cfg.training
+        steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
+        report = RunReport(job.rank, tr.epochs, steps, tr.log_every, progress,
+                           Path(cfg.output.dir) / cfg.output.metrics_file)
+        try:
+            final, line = _train(job, et, train_loader, evals, resume, report)
+        finally:
+            report.close()
+    finally:
+        job.service.shutdown()
+    report.service(job.service.stats())
+    report.final(final, line)
+    return final
+
+
+def _link_model(job: Job, et) -> tuple[LinkModel, object]:
+    """``(model, embedding)`` of :func:`~.setup.make_model` for ``link.decoder``; on a
+    homogeneous graph with learned rows (no features, or ``model.embeddings: all``) the
+    encoder reads them (``id_lin(x) + rows`` with features)."""
+    cfg, m = job.cfg, job.cfg.model
+    if et is not None:
+        encoder, emb = make_model(job, m.hidden, target=(et[0], et[2]))
+        return LinkModel(encoder, m.hidden, cfg.link.decoder, edge_type=et).to(job.device), emb
+    in_dim = int(job.part.x.shape[1]) if job.part.x is not None else 0
+    dim = int(m.embedding_dim or m.hidden) if in_dim == 0 or m.embeddings == "all" else 0
+    torch.manual_seed(cfg.sampler.seed)
+    id_lin = nn.Linear(in_dim, dim) if in_dim and dim else None
+    encoder = GraphSAGE(dim or in_dim, m.hidden, m.hidden, m.layers, dropout=m.dropout,
+                        aggr=m.aggr, use_pyg=m.use_pyg)
+    net = LinkModel(encoder, m.hidden, cfg.link.decoder, id_lin=id_lin).to(job.device)
+    return net, job_embedding(cfg, job.part, None, job.service) if dim else None
+
+
+def _train(job: Job, et, train_loader, evals: dict, resume: bool,
+           report: RunReport) -> tuple[dict, str]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    s, m, o, lk = cfg.sampler, cfg.model, cfg.optimizer, cfg.link
-    in_dim = int(part.x.shape[1]) if part.x is not None else 0
-    rows = in_dim == 0 or m.embeddings == "all"
-    torch.manual_seed(s.seed)
-    net = LinkModel(in_dim, m.hidden, m.layers, m.dropout, m.aggr, m.use_pyg, lk.decoder,
-                    int(m.embedding_dim or m.hidden) if rows else 0).to(device)
+    cfg, device = job.cfg, job.device
+    lk, m = cfg.link, cfg.model
+    net, emb = _link_model(job, et)
     model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = make_optimizer(model.parameters(), o)
-    emb = job_embedding(cfg, part, None, train_loader.service) if rows else None
-    first_epoch = resume_point(cfg, resume, rank, world, device, net, opt, train_loader,
+    opt = make_optimizer(model.parameters(), cfg.optimizer)
+    first_epoch = resume_point(cfg, resume, job.rank, job.world, device, net, opt, train_loader,
                                report, emb)
-    report.start(mode="train", task="link", world_size=world, first_epoch=first_epoch,
+    report.start(mode="train", task="link", world_size=job.world, first_epoch=first_epoch,
                  config=config_to_dict(cfg))
-    report.print(f"link prediction on {world} rank(s): {report.steps} batches per epoch and "
-                 "rank; acc = binary accuracy of the edge scores")
+    report.print("link prediction" + ("" if et is None else f" of {list(et)}") + f" on "
+                 f"{job.world} rank(s): {report.steps} batches per epoch and rank; acc = "
+                 "binary accuracy of the edge scores")
     report.open_bar(first_epoch)
     triplet = lk.neg_sampling == "triplet"
+    widths = [m.hidden, m.embedding_dim or m.hidden, *(job.meta.x_dims.values() if et else [])]
+    budget = eval_node_budget(max(widths), cfg.training.eval_memory_mb)
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
-        return batch_loss(_encode(model, b, device, emb), b, net.score, device, triplet)
+        return batch_loss(_encode(model, emb, b, device), b, net.score, device, triplet)
 
-    def validate(rec: dict) -> str | None:
-        v = evaluate(model, eval_loaders["val"], device, lk.hits_k, emb)
+    def validate(rec: dict) -> str:
+        v = evaluate_link(model, net, emb, evals["val"], device, lk.hits_k, budget)
         rec.update({f"val_{k}": x for k, x in v.items()})
-        if "val_auc" not in rec:
-            return None
         return (f"  val AUC {rec['val_auc']:.4f}  MRR {rec['val_mrr']:.4f}  "
                 f"Hits@{lk.hits_k} {rec['val_hits']:.4f}")
 
-    run_epochs(cfg, model, opt, train_loader, rank, world, report, first_epoch, forward,
+    run_epochs(cfg, model, opt, train_loader, job.rank, job.world, report, first_epoch, forward,
                validate, metrics=("val_acc", "val_loss", "val_auc", "val_mrr"), embedding=emb)
     report.close()
-    test = evaluate(model, eval_loaders["test"], device, lk.hits_k, emb)
-    val = evaluate(model, eval_loaders["val"], device, lk.hits_k, emb)
-    wall = time.perf_counter() - t_start
+    test = evaluate_link(model, net, emb, evals["test"], device, lk.hits_k, budget)
+    val = evaluate_link(model, net, emb, evals["val"], device, lk.hits_k, budget)
+    wall = time.perf_counter() - job.t_start
     k = lk.hits_k
     final = {"event": "final", "task": "link", **{f"test_{n}": x for n, x in test.items()},
              **{f"val_{n}": x for n, x in val.items()}, "hits_k": k, "wall_s": wall,
-             "world_size": world}
+             "world_size": job.world}
+    peak = ""
+    if et is not None:  # a typed job's record holds the edge type and every rank's peak memory
+        final.update(edge_type=list(et), peak_rss_mb=peak_rss_mb())
+        peak = f", peak memory {max(final['peak_rss_mb']):,.0f} MiB on a rank"
     return final, (f"val AUC {val['auc']:.4f}  test AUC {test['auc']:.4f}  test MRR "
-                   f"{test['mrr']:.4f}  test Hits@{k} {test['hits']:.4f}  ({world} rank(s), "
-                   f"{wall:.1f}s)")
+                   f"{test['mrr']:.4f}  test Hits@{k} {test['hits']:.4f}  ({job.world} "
+                   f"rank(s), {wall:.1f}s{peak})")

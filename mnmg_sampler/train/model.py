@@ -1,4 +1,6 @@
-"""GraphSAGE for sampled minibatches, with PyG's ``SAGEConv`` or a built-in layer of the same math.
+"""GraphSAGE for sampled minibatches: one type (:class:`GraphSAGE`, PyG's ``SAGEConv`` or a
+built-in layer of the same math), several (:class:`HeteroGraphSAGE`, one layer per relation),
+and the edge decoder of link prediction (:class:`LinkModel`).
 
 A layer computes, for every node ``i`` of the minibatch,
 ``lin_l(aggr_{j -> i} x_j) + lin_r(x_i)``, where the messages ``x_j`` flow along
@@ -11,22 +13,38 @@ Trimming (optional, PyG's ``trim_to_layer``): a minibatch's ``n_id`` and ``edge_
 ordered hop by hop, and layer ``i`` of ``L`` only needs the nodes within ``L - i`` hops of the
 seeds. Passing ``num_sampled_nodes`` and ``num_sampled_edges`` lets layer ``i`` drop the last
 ``i`` hops' nodes and edges; the seeds' outputs are unchanged and less is computed.
+
+:class:`HeteroGraphSAGE` is PyG's ``to_hetero(GraphSAGE)`` with ``aggr="sum"`` in pure torch:
+each layer runs one :class:`SAGELayer` per relation ``(src, rel, dst)`` (its own input width per
+side) and sums the results per destination type. Node types without features read learned
+embedding rows (``model.embeddings``), which the model does not hold: they come in with the
+batch (``emb``), fetched from their owners by a
+:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` and updated by its sparse optimizer,
+so DDP never sees a table. With ``embeddings="all"`` a featured type's input is
+``lin(x) + emb(n_id)`` (PyG users' learned id embedding). Only what can reach the target type's
+output is built, so every parameter gets a gradient from every batch (DDP needs no
+``find_unused_parameters``). A homogeneous graph keeps :class:`GraphSAGE` (PyG's layer and its
+checkpoint layout); the layer code is the one :class:`SAGELayer`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, MissingDependencyError, SamplingInputError
+from ..system.host_limits import check_allocation
 from .budget import check_model_memory, sage_dims
 
-__all__ = ["AGGRS", "SAGELayer", "GraphSAGE", "accuracy", "inference_layer", "num_correct",
-           "pyg_available"]
+__all__ = ["AGGRS", "EMBEDDINGS", "SAGELayer", "GraphSAGE", "HeteroGraphSAGE", "LinkModel",
+           "accuracy", "embedded_types", "inference_layer", "num_correct", "pyg_available",
+           "relation_key", "relations_per_layer"]
+
+EdgeType = tuple[str, str, str]
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +117,18 @@ class SAGELayer(nn.Module):
         return f"{self.lin_l.in_features}, {self.lin_l.out_features}, aggr={self.aggr!r}"
 
 
-def _positive(name: str, value: int) -> int:
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise ConfigError(f"model.{name} is {value!r}", "the model cannot be built",
-                          f"set model.{name} to a positive integer")
-    return int(value)
+def _checked(dropout: float, aggr: str, **sizes: int) -> list[int]:
+    """``sizes`` as positive ints, then ``dropout`` and ``aggr`` checked: a ConfigError naming
+    the key."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or int(value) != value or int(value) < 1:
+            raise ConfigError(f"model.{name} is {value!r}", "the model cannot be built",
+                              f"set model.{name} to a positive integer")
+    if not 0.0 <= float(dropout) < 1.0:
+        raise ConfigError(f"model.dropout is {dropout!r}", "the model cannot be built",
+                          "set model.dropout in [0, 1)")
+    _check_aggr(aggr)
+    return [int(v) for v in sizes.values()]
 
 
 class GraphSAGE(nn.Module):
@@ -131,12 +156,8 @@ class GraphSAGE(nn.Module):
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int,
                  dropout: float = 0.5, aggr: str = "mean", use_pyg: bool | None = None) -> None:
         super().__init__()
-        in_dim, hidden = _positive("in_dim", in_dim), _positive("hidden", hidden)
-        out_dim, layers = _positive("out_dim", out_dim), _positive("layers", layers)
-        if not 0.0 <= float(dropout) < 1.0:
-            raise ConfigError(f"model.dropout is {dropout!r}", "the model cannot be built",
-                              "set model.dropout in [0, 1)")
-        _check_aggr(aggr)
+        in_dim, hidden, out_dim, layers = _checked(dropout, aggr, in_dim=in_dim, hidden=hidden,
+                                                   out_dim=out_dim, layers=layers)
         if use_pyg is None:
             use_pyg = pyg_available()
         elif use_pyg and not pyg_available():
@@ -198,6 +219,226 @@ class GraphSAGE(nn.Module):
                 x = F.relu(x)
                 x = F.dropout(x, p=self.dropout, training=self.training)
         return x
+
+
+EMBEDDINGS = ("featureless", "all", "none")
+
+def relation_key(et: EdgeType) -> str:
+    """``"src__rel__dst"``: PyG's ``EdgeTypeStr``, the module key of a relation's layer."""
+    return "__".join(et)
+
+
+def relations_per_layer(edge_types: Sequence[EdgeType], target: str | Sequence[str],
+                        layers: int) -> list[list[EdgeType]]:
+    """Per layer (first first), the relations whose output reaches ``target`` (a type, or
+    several) at the end and whose inputs exist: a type no relation points to has no
+    representation after layer 0."""
+    targets = {target} if isinstance(target, str) else set(target)
+    every = {t for et in edge_types for t in (et[0], et[2])}
+    rels = [list(edge_types) for _ in range(layers)]
+    while True:
+        out, have = [], every
+        for layer in rels:  # forward: both ends computed by the layer before
+            layer = [et for et in layer if et[0] in have and et[2] in have]
+            out.append(layer)
+            have = {et[2] for et in layer}
+        need = set(targets)
+        for i in range(layers - 1, -1, -1):  # backward: read by the layer after
+            out[i] = [et for et in out[i] if et[2] in need]
+            need = {t for et in out[i] for t in (et[0], et[2])}
+        if out == rels:
+            return out
+        rels = out
+
+
+def embedded_types(first: Sequence[str], in_dims: Mapping[str, int], embeddings: str
+                   ) -> list[str]:
+    """The node types of ``first`` (those the first layer reads) that take embedding rows:
+    the featureless ones, or all of them with ``embeddings="all"``; a featureless type with
+    ``embeddings="none"`` is a :class:`ConfigError`."""
+    if embeddings not in EMBEDDINGS:
+        raise ConfigError(f"model.embeddings is {embeddings!r}", "the model cannot be built",
+                          f"use one of {', '.join(EMBEDDINGS)}")
+    bare = sorted(t for t in first if t not in in_dims)
+    if bare and embeddings == "none":
+        raise ConfigError(f"model.embeddings: none, but node types {', '.join(bare)} have no "
+                          "features", "the model would have no input for them",
+                          "set model.embeddings: featureless (learned rows for them), or give "
+                          "them features")
+    return sorted(first) if embeddings == "all" else bare
+
+
+class HeteroGraphSAGE(nn.Module):
+    """GraphSAGE over typed minibatches (module docstring).
+
+    Args:
+        edge_types: the graph's relations ``(src, rel, dst)``.
+        in_dims: feature width per node type with features; the other types read embeddings.
+        hidden: width of the hidden layers.
+        out_dim: number of classes.
+        layers: number of layers (as many as the loader samples hops).
+        target: the node type whose logits are returned, or several (link prediction:
+            both endpoint types), then ``forward`` returns ``{type: output}``.
+        embedding_dim: width of the embedding rows.
+        dropout, aggr: as :class:`GraphSAGE`.
+        embeddings: ``featureless``, ``all`` or ``none`` (:func:`embedded_types`); the types
+            that read rows are :attr:`embedded`.
+
+    Example::
+
+        model = HeteroGraphSAGE(edge_types, {"paper": 16}, 64, 4, 2, "paper", 64)
+        emb = DistEmbedding(part, model.embedded, 64)
+        h = emb.fetch({t: batch.n_id[t].numpy() for t in model.embedded})
+        out = model(batch.x, batch.edge_index, h)[: batch.batch_size]
+        loss = F.cross_entropy(out, batch.y["paper"][: batch.batch_size])
+    """
+
+    def __init__(self, edge_types: Sequence[EdgeType], in_dims: Mapping[str, int], hidden: int,
+                 out_dim: int, layers: int, target: str | Sequence[str], embedding_dim: int,
+                 dropout: float = 0.5, aggr: str = "mean",
+                 embeddings: str = "featureless") -> None:
+        super().__init__()
+        hidden, out_dim, layers, embedding_dim = _checked(
+            dropout, aggr, hidden=hidden, out_dim=out_dim, layers=layers,
+            embedding_dim=embedding_dim)
+        self.target = target if isinstance(target, str) else tuple(target)
+        self.dropout = float(dropout)
+        self.edge_types = [tuple(et) for et in edge_types]
+        self.layer_relations = relations_per_layer(self.edge_types, self.target, layers)
+        ends = {et[2] for et in self.layer_relations[-1]}
+        if not ends or not all(t in ends for t in ([target] if isinstance(target, str)
+                                                   else target)):
+            raise ConfigError(f"sampler.input_type: no chain of {layers} relations ends at node "
+                              f"type {target!r}", "its nodes would never read a neighbor",
+                              "classify a node type relations point to, and give every type "
+                              "on the way incoming relations (reverse ones, PyG's rev_ naming)")
+        first = {t for et in self.layer_relations[0] for t in (et[0], et[2])}
+        self.embedded = embedded_types(first, in_dims, embeddings)
+        # featured types with rows too: lin(x) + emb
+        self.id_lin = nn.ModuleDict({t: nn.Linear(int(in_dims[t]), embedding_dim)
+                                     for t in self.embedded if t in in_dims})
+        dims = {t: int(in_dims[t]) for t in first if t in in_dims}
+        dims.update({t: embedding_dim for t in self.embedded})
+        shapes = []  # per layer and relation: (src width, dst width, out width)
+        for i, rels in enumerate(self.layer_relations):
+            out = out_dim if i == layers - 1 else hidden
+            shapes.append({et: (dims[et[0]], dims[et[2]], out) for et in rels})
+            dims = {et[2]: out for et in rels}
+        params = sum((a + 1 + b) * o for layer in shapes for a, b, o in layer.values())
+        check_allocation(f"model.hidden: a heterogeneous GraphSAGE of {params:,} parameters",
+                         4 * params, "lower model.hidden (or model.layers / the feature widths)")
+        self.convs = nn.ModuleList()
+        for layer_shapes in shapes:
+            layer = nn.ModuleDict()
+            for et, (a, b, o) in layer_shapes.items():
+                conv = SAGELayer(a, o, aggr)
+                conv.lin_r = nn.Linear(b, o, bias=False)  # the destination's own width
+                layer[relation_key(et)] = conv
+            self.convs.append(layer)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def inputs(self, x: Mapping[str, torch.Tensor], emb: Mapping[str, torch.Tensor] | None,
+               device: torch.device | None = None) -> dict[str, torch.Tensor]:
+        """Layer-0 inputs: features (as float32), the embedding rows ``emb`` of the
+        featureless types, ``lin(x) + emb`` of featured types with rows."""
+        h = {}
+        emb = emb or {}
+        for t in {t for et in self.layer_relations[0] for t in (et[0], et[2])}:
+            if t in self.embedded and t not in emb:
+                raise SamplingInputError(f"no embedding rows of node type {t!r} were given",
+                                         "the model cannot read its nodes",
+                                         "pass emb=DistEmbedding.fetch(...) of model.embedded")
+            if t in x:
+                h[t] = x[t].to(device, torch.float32) if device is not None else x[t].float()
+                if t in self.id_lin:
+                    h[t] = self.id_lin[t](h[t]) + emb[t].to(h[t].device)
+            elif t in self.embedded:
+                h[t] = emb[t].to(device) if device is not None else emb[t]
+            else:
+                raise SamplingInputError(f"the minibatch has no features of node type {t!r}",
+                                         "the model cannot read its nodes",
+                                         "build the model with the graph's feature widths")
+        return h
+
+    def forward(self, x: Mapping[str, torch.Tensor],
+                edge_index: Mapping[EdgeType, torch.Tensor],
+                emb: Mapping[str, torch.Tensor] | None = None,
+                num_sampled_nodes: Mapping[str, Sequence[int]] | None = None,
+                num_sampled_edges: Mapping[EdgeType, Sequence[int]] | None = None
+                ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Logits of every ``target`` node of the minibatch (seeds first: slice
+        ``[:batch_size]``), or ``{type: output}`` for several targets. ``x`` and ``edge_index``
+        are the :class:`~mnmg_sampler.sampling.batch.MiniBatch` dicts, ``emb`` the
+        rows of
+        its ``n_id`` of the :attr:`embedded` types.
+
+        With the batch's ``num_sampled_nodes`` and ``num_sampled_edges`` (PyG's
+        ``trim_to_layer``), layer ``i`` of ``L`` computes only the rows of the nodes within
+        ``L - 1 - i`` hops of the seeds (each type's rows are ordered by hop), reading the
+        edges of the first ``L - i`` hops: the seeds' outputs are those of the whole batch,
+        and the output holds only the seeds' rows (a disjoint batch's leaves, most of its
+        nodes, are read once as inputs and never computed)."""
+        dev = next(self.parameters()).device
+        h = self.inputs(x, emb, dev)
+        trim = num_sampled_nodes is not None and num_sampled_edges is not None
+        L = self.num_layers
+        for i, rels in enumerate(self.layer_relations):
+            out: dict[str, torch.Tensor] = {}
+            for et in rels:
+                conv = self.convs[i][relation_key(et)]
+                ei = edge_index[et]
+                x_src, x_dst = h[et[0]], h[et[2]]
+                if trim:
+                    ei = ei[:, :sum(num_sampled_edges[et][:L - i])]
+                    x_dst = x_dst[:sum(num_sampled_nodes[et[2]][:L - i])]
+                y = conv((x_src, x_dst), ei.to(dev))
+                out[et[2]] = out[et[2]] + y if et[2] in out else y
+            if i < self.num_layers - 1:
+                out = {t: F.dropout(F.relu(v), self.dropout, self.training)
+                       for t, v in out.items()}
+            h = out
+        if isinstance(self.target, str):
+            return h[self.target]
+        return {t: h[t] for t in self.target}
+
+
+class LinkModel(nn.Module):
+    """An encoder and an edge decoder: ``dot`` (``<h_s, h_d> / sqrt(d)``) or ``mlp`` of
+    ``h_s * h_d``; :meth:`score` returns logits.
+
+    The encoder is a :class:`GraphSAGE` (``edge_type`` ``None``; with ``id_lin`` its input is
+    ``id_lin(x) + emb``, else the embedding rows ``emb`` alone when given) or a
+    :class:`HeteroGraphSAGE` with outputs for both endpoint types of ``edge_type``, which reads
+    ``emb`` itself."""
+
+    def __init__(self, encoder: nn.Module, hidden: int, decoder: str = "dot",
+                 edge_type: EdgeType | None = None, id_lin: nn.Module | None = None) -> None:
+        super().__init__()
+        if decoder not in ("dot", "mlp"):
+            raise ConfigError(f"link.decoder is {decoder!r}", "edges cannot be scored",
+                              "use dot or mlp")
+        self.id_lin, self.encoder = id_lin, encoder  # this order: the checkpoint's
+        self.edge_type = None if edge_type is None else tuple(edge_type)
+        self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) \
+            if decoder == "mlp" else None
+
+    def forward(self, x, edge_index, emb=None, num_sampled_nodes=None, num_sampled_edges=None):
+        if self.edge_type is not None:
+            return self.encoder(x, edge_index, emb, num_sampled_nodes, num_sampled_edges)
+        if emb is not None:
+            emb = emb.to(edge_index.device)
+            x = emb if self.id_lin is None else self.id_lin(x) + emb
+        return self.encoder(x, edge_index, num_sampled_nodes, num_sampled_edges)
+
+    def score(self, h, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """Logits of the edges ``src[i] -> dst[i]`` (local ids into ``h``: the source and
+        destination types' rows of a typed ``h``)."""
+        et = self.edge_type
+        z = h[src] * h[dst] if et is None else h[et[0]][src] * h[et[2]][dst]
+        return z.sum(-1) * z.shape[-1] ** -0.5 if self.mlp is None else self.mlp(z).squeeze(-1)
 
 
 def inference_layer(model: GraphSAGE, i: int, x_src: torch.Tensor, x_dst: torch.Tensor,

@@ -1,31 +1,118 @@
-"""The steps both jobs (node classification in :mod:`.job`, link prediction in :mod:`.link`)
-take the same way: starting the rank, loading the dataset, the optimizer, resuming.
+"""What a job needs before it trains, for every task and graph: dataset -> partitions -> service.
 
-Kept apart so the two job modules import this one and never each other.
+:func:`start_job` joins the job (:func:`start_rank`), partitions the dataset if
+``partition.dir`` does not hold it (:func:`ensure_partitions`), checks a typed job's config
+against the graph's types and relations (from the manifest, every rank, before the service
+starts), loads this rank's part and starts the sampling service: a :class:`Job`. A homogeneous
+graph is the one-type case; whether the dataset is typed (:func:`dataset_is_typed`) is decided
+once, from the dataset, by the caller. The node job (:mod:`.job`) and the link job
+(:mod:`.link`) import this module and never each other.
+
+A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLASSES]`` or
+``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
+``HeteroData`` (``.pt``), an OGB heterogeneous directory, or a homogeneous file with a time that
+the job samples or splits by (the one-type typed graph).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..config import JobConfig
+from ..config import JobConfig, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import CheckpointError, PartitionError
 from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, load_rows
+from .checks import TypedMeta, check_job, meta_of_graph, meta_of_manifest
 from .epochs import checkpoint_dir
 from .report import RunReport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["start_rank", "load_dataset", "job_edge_weights", "ensure_partitions",
-           "feature_placement", "host_memory_bytes", "job_embedding", "make_optimizer",
-           "resume_point"]
+__all__ = ["Job", "dataset_is_typed", "embed", "ensure_partitions", "job_edge_weights",
+           "job_embedding", "job_time_attr", "load_dataset", "load_typed_dataset", "make_model",
+           "make_optimizer", "num_neighbors", "resume_point", "split_ids", "start_job",
+           "start_rank", "typed_meta", "typed_node_split"]
+
+
+@dataclass
+class Job:
+    """One rank's started job: what every task shares."""
+
+    cfg: JobConfig
+    rank: int
+    world: int
+    device: torch.device
+    pdir: Path
+    part: object
+    service: object
+    t_start: float
+    meta: TypedMeta | None = None
+    """A typed graph's types and relations; ``None`` for a homogeneous graph."""
+    input_type: str | None = None
+    """A typed node job's seed type (a link job's: the relation's source type)."""
+
+    def seeds(self, ids):
+        """Seed ids as the loaders take them: ``(input_type, ids)`` on a typed graph."""
+        return ids if self.meta is None else (self.input_type, ids)
+
+    def node_split(self) -> dict:
+        """Train/val/test seeds: masks stored with the graph (a file, ``dataset.*_mask``, a
+        typed graph's masks of the input type) win over a random split of the (input type's)
+        nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank."""
+        if self.meta is not None:
+            return typed_node_split(self.pdir, self.input_type, self.cfg)
+        from ..graph.api import split_from_partitions
+
+        # a random split is a seed set over the graph's nodes 0..N-1, taken by the loaders as
+        # is, renumbered or not; stored masks are the input's ids, translated by the loaders
+        d = self.cfg.dataset
+        return split_from_partitions(self.pdir) or split_ids(int(self.part.num_nodes), d.split,
+                                                             d.split_seed)
+
+
+def start_job(cfg: JobConfig, typed: bool, graph=None, check=None) -> Job:
+    """Join the job, partition if needed, check a typed job's config against the graph (every
+    rank, from the manifest, before the service starts), load this rank's part and start the
+    service; ``check(part)`` checks the part before and returns more of the service's arguments.
+
+    ``graph``, a callable run on every rank once the job is joined, returns ``(build, load)``:
+    the graph to partition instead of the dataset (``build()``, called on rank 0 when
+    partitioning) and what its manifest source records besides the dataset (a link job's
+    training graph and its edge split)."""
+    from ..distributed.service import SamplingService
+    from ..graph.partition_io import load_partition, read_manifest
+
+    env, device = start_rank(cfg)
+    rank, world = env.rank, env.world_size
+    t_start = time.perf_counter()
+    build, load = agree(graph) if graph is not None else (None, None)
+    pdir = ensure_partitions(cfg, rank, world, typed=typed, graph=build, load=load)
+    meta = input_type = None
+    if typed:
+        def check_typed() -> tuple[TypedMeta, str]:
+            meta = meta_of_manifest(read_manifest(pdir))
+            return meta, check_job(cfg, meta)
+
+        meta, input_type = agree(check_typed)
+    part = agree(lambda: load_partition(pdir, rank, world, verify=cfg.partition.verify))
+    service_kw = check(part) if check is not None else {}
+    s, rt, mb = cfg.sampler, cfg.runtime, cfg.features.host_memory_mb
+    placement = cfg.features.placement  # auto: pinned host memory on CUDA, else host
+    if placement == "auto":
+        placement = "pinned" if device.type == "cuda" else "host"
+    service = SamplingService(part, seed=s.seed, placement=placement, device=device,
+                              mode=None if rt.service_mode == "auto" else rt.service_mode,
+                              timeout_s=rt.collective_timeout_s, id_maps=s.id_maps,
+                              host_memory=None if mb is None else int(mb * 2**20), **service_kw)
+    return Job(cfg, rank, world, device, pdir, part, service, t_start, meta, input_type)
 
 
 def start_rank(cfg: JobConfig):
@@ -83,8 +170,89 @@ def job_edge_weights(cfg: JobConfig, graph) -> np.ndarray | None:
                                 seed=cfg.dataset.seed)
 
 
+def job_time_attr(cfg: JobConfig) -> tuple[str, bool]:
+    """``(name, timed_homogeneous)``: the node or edge attribute (table column) a job reads as
+    time from its file, ``sampler.time_attr`` or else ``time`` (the static baseline of a split
+    by time reads it too), and whether a homogeneous file with that time runs as the one-type
+    typed graph: when the job samples in time or splits by time. A typed file's time is
+    always kept."""
+    needs = cfg.sampler.time_attr is not None or cfg.link.split_by == "time"
+    return cfg.sampler.time_attr or "time", needs
+
+
+def _file_graph(cfg: JobConfig, path: str):
+    """The typed graph of the file at ``path`` with its time (:func:`job_time_attr`), or
+    ``None`` for a homogeneous one. A timed table's sparse (hashed) ids are renumbered: a job
+    shows no node id."""
+    from ..graph.api import typed_graph_of, typed_source
+    from ..graph.temporal import temporal_table_graph
+
+    time_attr, needs = job_time_attr(cfg)
+    kind, source, name = typed_source(path, time_attr, needs)  # a .pt is loaded once
+    if kind == "timed" and isinstance(source, Path):  # a table: its ids never leave the job
+        return temporal_table_graph(source, time_attr, renumber=True)
+    if kind in ("typed", "timed"):
+        return typed_graph_of(source, time_attr, needs, name=name)
+    return None if kind is None else typed_graph_of(path, time_attr, needs)
+
+
+def dataset_is_typed(cfg: JobConfig) -> bool:
+    """True for the generated typed graph, an OGB hetero directory, a ``.pt`` holding a
+    ``HeteroData`` (its ``to_dict()`` or the plain dict form; the file is read to tell), or a
+    homogeneous file (``Data``, edge table) with a time when the job needs one
+    (:func:`job_time_attr`)."""
+    spec = parse_dataset_name(cfg.dataset.name)
+    if spec.kind in ("typed-sbm", "typed-useritem"):
+        return True
+    if spec.kind != "path":
+        return False
+    from ..graph.api import typed_source
+
+    return typed_source(spec.path, *job_time_attr(cfg))[0] is not None  # reads, builds nothing
+
+
+def load_typed_dataset(cfg: JobConfig):
+    """The job's :class:`~mnmg_sampler.graph.typed.TypedGraph` (generated with
+    ``dataset.seed``, or read from the file with its time: :func:`job_time_attr`)."""
+    spec = parse_dataset_name(cfg.dataset.name)
+    if spec.kind == "typed-sbm":
+        from ..graph.typed_generate import typed_sbm_graph
+
+        return typed_sbm_graph(spec.papers, spec.classes, cfg.dataset.seed)
+    if spec.kind == "typed-useritem":
+        from ..graph.typed_generate import typed_useritem_graph
+
+        return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed, spec.temporal)
+    g = _file_graph(cfg, spec.path)
+    if g is None:  # a homogeneous file: the typed reader says why it is not typed
+        from ..graph.typed_io import load_typed_graph
+
+        return load_typed_graph(spec.path)
+    return g
+
+
+def typed_meta(cfg: JobConfig) -> TypedMeta | None:
+    """The dataset's :class:`TypedMeta`, or ``None`` for a homogeneous dataset. The generated
+    graph's comes without building it; a file is read."""
+    spec = parse_dataset_name(cfg.dataset.name)
+    if spec.kind == "typed-sbm":
+        from ..graph.typed_generate import FEATURE_DIM, typed_sbm_metadata
+
+        counts, ets = typed_sbm_metadata(spec.papers, spec.classes)
+        return TypedMeta(counts, ets, {"paper": FEATURE_DIM}, ["paper"])
+    if spec.kind == "typed-useritem":
+        from ..graph.typed_generate import FEATURE_DIM, typed_useritem_metadata
+
+        counts, ets = typed_useritem_metadata(spec.users, spec.items)
+        return TypedMeta(counts, ets, {"item": FEATURE_DIM}, [])
+    if spec.kind != "path":
+        return None
+    g = _file_graph(cfg, spec.path)  # None: a homogeneous file
+    return None if g is None else meta_of_graph(g)
+
+
 def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False,
-                      typed_graph=None, load: dict | None = None) -> Path:
+                      graph=None, load: dict | None = None) -> Path:
     """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
     partitioning (collective).
 
@@ -96,9 +264,9 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     the input and writes its own part) unless the job names separate node-data files or edge
     weights; so does a ``typed`` graph saved as an OGB hetero directory or a ``.pt`` without
     time (:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`); otherwise (for
-    ``metis``, and for other ``typed`` graphs: :func:`~.typed_setup.load_typed_dataset`, typed
-    parts) rank 0 partitions while the others wait. ``typed_graph`` (a callable, run on rank 0
-    only when partitioning) replaces the dataset's typed graph, and ``load`` is recorded in the
+    ``metis``, for other ``typed`` graphs: :func:`load_typed_dataset`, typed parts, and for a
+    ``graph``) rank 0 partitions while the others wait. ``graph`` (a callable, run on rank 0
+    only when partitioning) replaces the dataset's graph, and ``load`` is recorded in the
     source beside the load options (a link job's training graph and its edge split).
     """
     from ..graph.partition import DISTRIBUTED_METHODS, partition
@@ -136,11 +304,11 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
     if not int(flag.item()):
         return out
-    distributed = (p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
+    distributed = (graph is None and p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
                    and all(v is None for v in node_files.values()))
     if distributed and typed:
-        sliced = torch.tensor([int(typed_graph is None and agree(
-            lambda: rank == 0 and _sliceable_untimed(d.name)))], dtype=torch.int64)
+        sliced = torch.tensor([int(agree(lambda: rank == 0 and _sliceable_untimed(d.name)))],
+                              dtype=torch.int64)
         dist.all_reduce(sliced, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
         if int(sliced.item()):  # a saved typed graph: every rank reads 1/W, as the CLI does
             from ..distributed.ingest import partition_typed_distributed
@@ -166,17 +334,11 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     def build() -> None:
         if rank != 0:
             return
-        log.info("partitioning %s into %d parts (%s) -> %s", d.name, world, p.method, out)
+        log.info("partitioning %s%s into %d parts (%s) -> %s", "" if graph is None else
+                 "the training graph of ", d.name, world, p.method, out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        if typed:
-            from ..graph.partition import partition as partition_typed
-            from .typed_setup import load_typed_dataset
-
-            g = typed_graph() if typed_graph is not None else load_typed_dataset(cfg)
-            partition_typed(g, world, p.method, out, seed=p.seed,
-                            overwrite=True, source=want, metis_max_edges=p.metis_max_edges)
-            return
-        g = load_dataset(cfg)
+        g = graph() if graph is not None else load_typed_dataset(cfg) if typed else \
+            load_dataset(cfg)
         partition(g, world, p.method, out, seed=p.seed, overwrite=True, source=want,
                   weights=job_edge_weights(cfg, g), metis_max_edges=p.metis_max_edges)
 
@@ -194,21 +356,6 @@ def _sliceable_untimed(name: str) -> bool:
     spec = parse_dataset_name(name)
     return (spec.kind == "path" and sliceable_typed_input(spec.path)
             and not saved_time(spec.path))
-
-
-def feature_placement(cfg: JobConfig, device: torch.device) -> str:
-    """``features.placement`` with ``auto`` resolved: pinned host memory on CUDA, else host."""
-    placement = cfg.features.placement
-    if placement == "auto":
-        placement = "pinned" if device.type == "cuda" else "host"
-    return placement
-
-
-def host_memory_bytes(cfg: JobConfig) -> int | None:
-    """``features.host_memory_mb`` in bytes (``None``: the default share, see
-    :mod:`~mnmg_sampler.distributed.fit`)."""
-    mb = cfg.features.host_memory_mb
-    return None if mb is None else int(mb * 2**20)
 
 
 def make_optimizer(params, o) -> torch.optim.Optimizer:
@@ -232,6 +379,41 @@ def job_embedding(cfg: JobConfig, part, types: list[str] | None, service):
     return DistEmbedding(part, types, int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
                          lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
                          maps=service.sampler.ids)
+
+
+def make_model(job: Job, out_dim: int, target=None):
+    """``(model, embedding)``: the config's GraphSAGE for ``job``'s graph on its device (seeded
+    with ``sampler.seed``: the same initial weights on every rank), with outputs of ``target``
+    on a typed graph (default the input type); and the job's
+    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` rows (``None`` when the model
+    reads none; collective)."""
+    from .model import GraphSAGE, HeteroGraphSAGE
+
+    m, part = job.cfg.model, job.part
+    if job.meta is None:
+        emb = job_embedding(job.cfg, part, None, job.service) if part.x is None else None
+        torch.manual_seed(job.cfg.sampler.seed)
+        model = GraphSAGE(int(part.x.shape[1]) if emb is None else emb.dim, m.hidden, out_dim,
+                          m.layers, dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg)
+        return model.to(job.device), emb
+    torch.manual_seed(job.cfg.sampler.seed)
+    model = HeteroGraphSAGE(job.meta.edge_types, job.meta.x_dims, m.hidden, out_dim, m.layers,
+                            target or job.input_type, int(m.embedding_dim or m.hidden),
+                            dropout=m.dropout, aggr=m.aggr, embeddings=m.embeddings)
+    return model.to(job.device), job_embedding(job.cfg, part, model.embedded, job.service)
+
+
+def embed(embedding, b, train: bool = True, uneven: bool = False):
+    """Collective when ``embedding`` is set: the learned rows of a batch's ``n_id`` (of the
+    embedded types of a typed batch: a dict), or ``None``
+    (:meth:`~mnmg_sampler.distributed.embeddings.DistEmbedding.fetch`)."""
+    if embedding is None:
+        return None
+    if not isinstance(b.n_id, dict):
+        return embedding.fetch(b.n_id.numpy(), train=train, uneven=uneven)
+    none = np.zeros(0, np.int64)
+    return embedding.fetch({t: b.n_id[t].numpy() if t in b.n_id else none
+                            for t in embedding.types}, train=train, uneven=uneven)
 
 
 def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: torch.device,
@@ -265,3 +447,52 @@ def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: to
     first_epoch = int(state["epoch"]) + 1
     report.print(f"resumed from {ckpt} (epoch {first_epoch})")
     return first_epoch
+
+
+def num_neighbors(fanouts):
+    """``sampler.fanouts`` as the loader takes it: a list, or ``{(src, rel, dst): list}``."""
+    if isinstance(fanouts, dict):
+        return {tuple(k.split("__")): list(v) for k, v in fanouts.items()}
+    return list(fanouts)
+
+
+def typed_node_split(pdir: str | Path, input_type: str, cfg: JobConfig) -> dict:
+    """Train/val/test seeds of ``input_type`` (per-type ids): the graph's own masks of that type
+    when it has a train mask (read from every part, small), else a random split of the type's
+    nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank without an
+    exchange."""
+    from ..graph.partition_io import load_partition, read_manifest
+    from ..loaders.seeds import random_node_split
+
+    manifest = read_manifest(pdir)
+    meta = meta_of_manifest(manifest)
+    names = manifest["typed"].get("masks", {}).get(input_type, [])
+    if "train" not in names:
+        return random_node_split(meta.num_nodes[input_type], cfg.dataset.split,
+                                 cfg.dataset.split_seed)
+    ids: dict[str, list[np.ndarray]] = {k: [] for k in names}
+    for r in range(int(manifest["num_parts"])):
+        part = load_partition(pdir, r, verify=False)
+        tp = part.typed
+        t = tp.node_types.index(input_type)
+        rows = np.asarray(part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]]
+        for k in names:
+            ids[k].append(rows[np.asarray(tp.masks[input_type][k], bool)]
+                          - tp.node_type_offset[t])
+    out = {k: np.sort(np.concatenate(v)).astype(np.int64) for k, v in ids.items()}
+    for k in ("val", "test"):
+        out.setdefault(k, np.zeros(0, np.int64))
+    log.info("split of %s from the graph's masks: %s", input_type,
+             ", ".join(f"{k} {v.size}" for k, v in out.items()))
+    return out
+
+
+
+def split_ids(num_nodes: int, fractions, seed: int) -> dict:
+    """Random train/val/test split of node ids (original ids), the same on every rank: ranges of
+    a keyed permutation (:func:`~mnmg_sampler.loaders.seeds.random_node_split`, a
+    :class:`~mnmg_sampler.loaders.seeds.NodeSplit` per name), no array of ``num_nodes`` on any
+    rank."""
+    from ..loaders.seeds import random_node_split
+
+    return random_node_split(num_nodes, fractions, seed)

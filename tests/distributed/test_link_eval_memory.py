@@ -51,14 +51,14 @@ def _rank(rank, world, pdir):
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.loaders.link import DistLinkNeighborLoader
-    from mnmg_sampler.train.hetero_link import HeteroLinkModel, evaluate_link
-    from mnmg_sampler.train.hetero_model import HeteroGraphSAGE
+    from mnmg_sampler.train.link import evaluate_link
+    from mnmg_sampler.train.model import HeteroGraphSAGE, LinkModel
 
     spec, eli, times = _data()
     torch.manual_seed(0)
     enc = HeteroGraphSAGE([RATES, REV], {"movie": 20}, HIDDEN, HIDDEN, 2, ("user", "movie"),
                           HIDDEN, dropout=0.0)
-    net = HeteroLinkModel(enc, RATES, HIDDEN)
+    net = LinkModel(enc, HIDDEN, edge_type=RATES)
     sizes: list[int] = []
 
     def model(x, edge_index, rows, *counts):  # the encoder, counting the nodes of every call

@@ -53,7 +53,7 @@ def _loader_epochs(svc, world: int, cap=lambda: None) -> dict:
     every node and a quarter of them split by owner; one request per round (prefetch=1).
     ``cap()`` runs before each loader is built."""
     from mnmg_sampler.loaders.neighbor import DistNeighborLoader
-    from mnmg_sampler.train.job import split_ids
+    from mnmg_sampler.train.setup import split_ids
 
     splits = split_ids(N, [0.5, 0.25, 0.25], seed=2)
     sets = [("all", None, "global", 3), ("train", splits["train"], "global", 1)]
@@ -144,7 +144,7 @@ def _check_once(batches: list[dict], ids_hash: int, ids_sum: int, n: int) -> Non
 
 
 def test_seeds_and_splits_without_num_nodes_arrays(tmp_path):
-    from mnmg_sampler.train.job import split_ids
+    from mnmg_sampler.train.setup import split_ids
 
     g = _graph()
     every = np.arange(N, dtype=np.int64)

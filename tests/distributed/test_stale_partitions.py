@@ -14,7 +14,7 @@ def _steps(rank, world, tmp):
     from mnmg_sampler.config import load_config
     from mnmg_sampler.errors import PartitionError
     from mnmg_sampler.graph.partition_io import MANIFEST, read_manifest
-    from mnmg_sampler.train.job import ensure_partitions
+    from mnmg_sampler.train.setup import ensure_partitions
 
     pdir = f"{tmp}/parts"
     base = [f"output.dir={tmp}/out", f"partition.dir={pdir}", "dataset.name=rmat:7",

@@ -13,14 +13,8 @@ import torch
 from mnmg_sampler.commands import cli
 from mnmg_sampler.config import load_config, parse_dataset_name
 from mnmg_sampler.errors import ConfigError
-from mnmg_sampler.train.typed_setup import (
-    check_homogeneous_job,
-    check_typed_job,
-    dataset_is_typed,
-    meta_of_graph,
-    num_neighbors,
-    typed_meta,
-)
+from mnmg_sampler.train.checks import check_homogeneous_job, check_typed_job, meta_of_graph
+from mnmg_sampler.train.setup import dataset_is_typed, num_neighbors, typed_meta
 
 REPO = Path(__file__).resolve().parents[2]
 HETERO = REPO / "configs" / "hetero.yaml"
@@ -164,7 +158,7 @@ def test_split_from_the_input_types_masks(tmp_path):
     # train mask, a random split of the type's nodes
     from mnmg_sampler.graph.partition import partition
     from mnmg_sampler.graph.typed import typed_graph
-    from mnmg_sampler.train.typed_setup import typed_node_split
+    from mnmg_sampler.train.setup import typed_node_split
 
     rng = np.random.default_rng(0)
     writes = np.stack([rng.integers(0, 7, 40), rng.integers(0, 30, 40)])

@@ -15,12 +15,8 @@ from mnmg_sampler.graph.typed_link_split import (
     split_relation,
     typed_training_graph,
 )
-from mnmg_sampler.train.typed_setup import (
-    check_homogeneous_job,
-    check_typed_job,
-    link_edge_type,
-    typed_meta,
-)
+from mnmg_sampler.train.checks import check_homogeneous_job, check_typed_job, link_edge_type
+from mnmg_sampler.train.setup import typed_meta
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "hetero_link.yaml"
@@ -62,7 +58,7 @@ def test_edge_type_is_a_list_of_three_names():
 
 
 def test_without_the_reverse_relation_items_read_nothing():
-    from mnmg_sampler.train.typed_setup import TypedMeta
+    from mnmg_sampler.train.checks import TypedMeta
 
     meta = TypedMeta({"user": 10, "item": 10}, [RATES], {"item": 16}, [])
     cfg = load_config(CONFIG)
@@ -114,8 +110,7 @@ def test_encoder_outputs_both_endpoint_types():
     import torch
 
     from mnmg_sampler.sampling.sampler import sample_hetero
-    from mnmg_sampler.train.hetero_link import HeteroLinkModel
-    from mnmg_sampler.train.hetero_model import HeteroGraphSAGE
+    from mnmg_sampler.train.model import HeteroGraphSAGE, LinkModel
 
     g = typed_useritem_graph(200, 50, seed=0)
     b = sample_hetero(g, ("user", np.arange(12)), [4, 3], seed=1, key=2)
@@ -123,7 +118,7 @@ def test_encoder_outputs_both_endpoint_types():
     enc = HeteroGraphSAGE(g.edge_types, {"item": 16}, 8, 8, 2, ("user", "item"), 6,
                           dropout=0.0)
     assert enc.embedded == ["user"]  # items have features
-    net = HeteroLinkModel(enc, RATES, 8)
+    net = LinkModel(enc, 8, edge_type=RATES)
     h = net(b.x, b.edge_index, {"user": torch.randn(b.n_id["user"].numel(), 6)})
     assert {t: v.shape for t, v in h.items()} == {
         "user": (b.n_id["user"].numel(), 8), "item": (b.n_id["item"].numel(), 8)}
@@ -134,4 +129,4 @@ def test_encoder_outputs_both_endpoint_types():
     for name, p in net.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     with pytest.raises(ConfigError, match="^link.decoder is 'cosine'"):
-        HeteroLinkModel(enc, RATES, 8, decoder="cosine")
+        LinkModel(enc, 8, decoder="cosine", edge_type=RATES)

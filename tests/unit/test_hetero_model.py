@@ -12,7 +12,7 @@ import torch
 from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.typed_generate import PLANTED, typed_sbm_graph, typed_sbm_metadata
 from mnmg_sampler.sampling.sampler import sample_hetero
-from mnmg_sampler.train.hetero_model import HeteroGraphSAGE, relations_per_layer
+from mnmg_sampler.train.model import HeteroGraphSAGE, relations_per_layer
 
 WRITES, REV_WRITES = ("author", "writes", "paper"), ("paper", "rev_writes", "author")
 TOPIC, REV_TOPIC = ("paper", "has_topic", "field"), ("field", "rev_has_topic", "paper")

@@ -9,7 +9,8 @@ import torch
 from mnmg_sampler.config import config_from_dict
 from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.csr import CSRGraph
-from mnmg_sampler.train.link import LinkModel, auc, rank_metrics, split_edges, training_graph
+from mnmg_sampler.train.link import auc, rank_metrics, split_edges, training_graph
+from mnmg_sampler.train.model import GraphSAGE, LinkModel
 
 
 def test_auc_equals_pairwise_probability_with_ties_half():
@@ -56,7 +57,7 @@ def test_split_keeps_each_undirected_pair_in_one_split_and_drops_held_out_edges(
 @pytest.mark.parametrize("decoder", ["dot", "mlp"])
 def test_link_model_scores_edges(decoder):
     torch.manual_seed(0)
-    m = LinkModel(4, 8, 2, 0.0, "mean", False, decoder)
+    m = LinkModel(GraphSAGE(4, 8, 8, 2, dropout=0.0, aggr="mean", use_pyg=False), 8, decoder)
     x = torch.randn(5, 4)
     ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
     h = m(x, ei)

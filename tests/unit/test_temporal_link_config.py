@@ -18,7 +18,8 @@ from mnmg_sampler.graph.typed_link_split import (
     split_relation_by_time,
     typed_training_graph,
 )
-from mnmg_sampler.train.typed_setup import check_typed_job, typed_meta
+from mnmg_sampler.train.checks import check_typed_job
+from mnmg_sampler.train.setup import typed_meta
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "temporal_link.yaml"
@@ -146,7 +147,7 @@ def test_shipped_config_and_its_errors():
 @pytest.mark.parametrize("override", ["sampler.time_attr=time", "sampler.disjoint=true",
                                       "link.split_by=time"])
 def test_time_keys_elsewhere_are_refused(override):
-    from mnmg_sampler.train.typed_setup import check_homogeneous_job
+    from mnmg_sampler.train.checks import check_homogeneous_job
 
     key = override.split("=")[0]
     cfg = load_config(REPO / "configs" / "hetero.yaml", [override])

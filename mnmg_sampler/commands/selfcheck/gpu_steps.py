@@ -422,9 +422,8 @@ def _train_loop(s: Step, cfg, placement: str, steps: int, pdir) -> dict:
     from ...graph.partition_io import load_partition
     from ...graph.permute import node_features
     from ...loaders.neighbor import DistNeighborLoader
-    from ...train.job import split_ids
     from ...train.model import GraphSAGE
-    from ...train.setup import make_optimizer
+    from ...train.setup import make_optimizer, split_ids
 
     dev = torch.device("cuda", torch.cuda.current_device()) if cfg.runtime.device == "cuda" \
         else torch.device("cpu")

@@ -1,32 +1,25 @@
-"""What a job on a typed (heterogeneous) graph needs before it trains, for every task on it.
+"""The job's config checked against its graph: one node type and one relation, or several.
 
-A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLASSES]`` or
-``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
-``HeteroData`` (``.pt``), an OGB heterogeneous directory, or a homogeneous file with a time that
-the job samples or splits by (the one-type graph). The config's typed keys
-(``sampler.input_type``, ``link.edge_type``, fanouts per relation, ``model.embeddings``) are
-checked against the graph's types and relations
-(:class:`TypedMeta`): by ``validate`` from the dataset, and by every rank at job start from the
-partition manifest, before the sampling service or any loader starts. The homogeneous-only keys
-are refused for a typed graph, and the typed-only keys for a homogeneous one, naming the key.
+A typed graph's types and relations (:class:`TypedMeta`) come from the dataset (``validate``) or
+from the partition manifest (every rank at job start, before the sampling service or any loader
+starts). The config's typed keys (``sampler.input_type``, ``link.edge_type``, fanouts per
+relation, ``model.embeddings``) are checked against them (:func:`check_typed_job`); the
+homogeneous-only keys are refused for a typed graph, and the typed-only keys for a homogeneous
+one (:func:`check_homogeneous_job`), naming the key.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..config import JobConfig, num_hops, parse_dataset_name
+from ..config import JobConfig, num_hops
 from ..config.parse import _err
+from .model import embedded_types, relations_per_layer
 
-__all__ = ["TypedMeta", "check_homogeneous_job", "check_typed_job", "dataset_is_typed",
-           "embedded", "job_time_attr", "link_edge_type", "load_typed_dataset",
-           "meta_of_graph", "meta_of_manifest", "num_neighbors", "typed_meta", "typed_node_split"]
-
-log = logging.getLogger(__name__)
+__all__ = ["TypedMeta", "check_homogeneous_job", "check_job", "check_typed_job", "embedded",
+           "link_edge_type", "meta_of_graph", "meta_of_manifest"]
 
 EdgeType = tuple[str, str, str]
 
@@ -58,87 +51,6 @@ def meta_of_manifest(manifest: dict) -> TypedMeta:
                      [tuple(et) for et in tp["edge_types"]],
                      {t: int(np.prod(v["shape"], dtype=np.int64)) for t, v in tp["x"].items()},
                      sorted(tp["y"]))
-
-
-def job_time_attr(cfg: JobConfig) -> tuple[str, bool]:
-    """``(name, timed_homogeneous)``: the node or edge attribute (table column) a job reads as
-    time from its file, ``sampler.time_attr`` or else ``time`` (the static baseline of a split
-    by time reads it too), and whether a homogeneous file with that time runs as the one-type
-    typed graph: when the job samples in time or splits by time. A typed file's time is
-    always kept."""
-    needs = cfg.sampler.time_attr is not None or cfg.link.split_by == "time"
-    return cfg.sampler.time_attr or "time", needs
-
-
-def _file_graph(cfg: JobConfig, path: str):
-    """The typed graph of the file at ``path`` with its time (:func:`job_time_attr`), or
-    ``None`` for a homogeneous one. A timed table's sparse (hashed) ids are renumbered: a job
-    shows no node id."""
-    from ..graph.api import typed_graph_of, typed_source
-    from ..graph.temporal import temporal_table_graph
-
-    time_attr, needs = job_time_attr(cfg)
-    kind, source, name = typed_source(path, time_attr, needs)  # a .pt is loaded once
-    if kind == "timed" and isinstance(source, Path):  # a table: its ids never leave the job
-        return temporal_table_graph(source, time_attr, renumber=True)
-    if kind in ("typed", "timed"):
-        return typed_graph_of(source, time_attr, needs, name=name)
-    return None if kind is None else typed_graph_of(path, time_attr, needs)
-
-
-def dataset_is_typed(cfg: JobConfig) -> bool:
-    """True for the generated typed graph, an OGB hetero directory, a ``.pt`` holding a
-    ``HeteroData`` (its ``to_dict()`` or the plain dict form; the file is read to tell), or a
-    homogeneous file (``Data``, edge table) with a time when the job needs one
-    (:func:`job_time_attr`)."""
-    spec = parse_dataset_name(cfg.dataset.name)
-    if spec.kind in ("typed-sbm", "typed-useritem"):
-        return True
-    if spec.kind != "path":
-        return False
-    from ..graph.api import typed_source
-
-    return typed_source(spec.path, *job_time_attr(cfg))[0] is not None  # reads, builds nothing
-
-
-def load_typed_dataset(cfg: JobConfig):
-    """The job's :class:`~mnmg_sampler.graph.typed.TypedGraph` (generated with
-    ``dataset.seed``, or read from the file with its time: :func:`job_time_attr`)."""
-    spec = parse_dataset_name(cfg.dataset.name)
-    if spec.kind == "typed-sbm":
-        from ..graph.typed_generate import typed_sbm_graph
-
-        return typed_sbm_graph(spec.papers, spec.classes, cfg.dataset.seed)
-    if spec.kind == "typed-useritem":
-        from ..graph.typed_generate import typed_useritem_graph
-
-        return typed_useritem_graph(spec.users, spec.items, cfg.dataset.seed, spec.temporal)
-    g = _file_graph(cfg, spec.path)
-    if g is None:  # a homogeneous file: the typed reader says why it is not typed
-        from ..graph.typed_io import load_typed_graph
-
-        return load_typed_graph(spec.path)
-    return g
-
-
-def typed_meta(cfg: JobConfig) -> TypedMeta | None:
-    """The dataset's :class:`TypedMeta`, or ``None`` for a homogeneous dataset. The generated
-    graph's comes without building it; a file is read."""
-    spec = parse_dataset_name(cfg.dataset.name)
-    if spec.kind == "typed-sbm":
-        from ..graph.typed_generate import FEATURE_DIM, typed_sbm_metadata
-
-        counts, ets = typed_sbm_metadata(spec.papers, spec.classes)
-        return TypedMeta(counts, ets, {"paper": FEATURE_DIM}, ["paper"])
-    if spec.kind == "typed-useritem":
-        from ..graph.typed_generate import FEATURE_DIM, typed_useritem_metadata
-
-        counts, ets = typed_useritem_metadata(spec.users, spec.items)
-        return TypedMeta(counts, ets, {"item": FEATURE_DIM}, [])
-    if spec.kind != "path":
-        return None
-    g = _file_graph(cfg, spec.path)  # None: a homogeneous file
-    return None if g is None else meta_of_graph(g)
 
 
 _HOMOGENEOUS_ONLY = (
@@ -227,8 +139,6 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
     _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
     _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
     if need_labels:
-        from .hetero_model import relations_per_layer
-
         layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
         rels = relations_per_layer(meta.edge_types, t, layers)
         if not rels[-1]:
@@ -267,10 +177,6 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
     """:func:`check_typed_job` for ``task: link``; returns the predicted relation's source
     type."""
     et = link_edge_type(cfg, meta)
-    if cfg.training.mode != "train":
-        raise _err("training.mode", f"{cfg.training.mode} with task link",
-                   "use training.mode=train (the link job only trains), or task=node for a "
-                   "sampling run")
     if cfg.sampler.time_attr is not None and cfg.link.split_by != "time":
         raise _err("sampler.time_attr", f"{cfg.sampler.time_attr!r} with link.split_by: "
                    f"{cfg.link.split_by}", "set link.split_by=time (the edges of a random "
@@ -281,8 +187,6 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
                    "are both encoded")
     _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
     _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
-    from .hetero_model import relations_per_layer
-
     layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
     rels = relations_per_layer(meta.edge_types, (et[0], et[2]), layers)
     ends = {r[2] for r in rels[-1]}
@@ -298,8 +202,6 @@ def embedded(cfg: JobConfig, meta: TypedMeta, rels: list[list[EdgeType]]) -> lis
     """The node types whose rows the model learns (``model.embeddings`` of the types its
     first layer reads); a :class:`~mnmg_sampler.errors.ConfigError` for featureless types
     with ``none``. Their rows' memory is checked per rank when the job builds them."""
-    from .hetero_model import embedded_types
-
     return embedded_types({x for et in rels[0] for x in (et[0], et[2])}, meta.x_dims,
                           cfg.model.embeddings)
 
@@ -315,7 +217,7 @@ def check_homogeneous_job(cfg: JobConfig) -> None:
                        ("link.split_by", cfg.link.split_by != "random")):
         if given:
             raise _err(key, f"{cfg.dataset.name} is a homogeneous graph without a time "
-                       f"attribute (column) {job_time_attr(cfg)[0]!r}; time and disjoint "
+                       f"attribute (column) {s.time_attr or 'time'!r}; time and disjoint "
                        "sampling apply to graphs with time and typed graphs (docs/temporal.md)",
                        "drop it, or give the graph its time (a Data's or HeteroData's "
                        "attribute, an edge table's column) and name it in sampler.time_attr")
@@ -331,40 +233,9 @@ def check_homogeneous_job(cfg: JobConfig) -> None:
                        "A homogeneous graph has one node type and one relation")
 
 
-def num_neighbors(fanouts):
-    """``sampler.fanouts`` as the loader takes it: a list, or ``{(src, rel, dst): list}``."""
-    if isinstance(fanouts, dict):
-        return {tuple(k.split("__")): list(v) for k, v in fanouts.items()}
-    return list(fanouts)
-
-
-def typed_node_split(pdir: str | Path, input_type: str, cfg: JobConfig) -> dict:
-    """Train/val/test seeds of ``input_type`` (per-type ids): the graph's own masks of that type
-    when it has a train mask (read from every part, small), else a random split of the type's
-    nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank without an
-    exchange."""
-    from ..graph.partition_io import load_partition, read_manifest
-    from ..loaders.seeds import random_node_split
-
-    manifest = read_manifest(pdir)
-    meta = meta_of_manifest(manifest)
-    names = manifest["typed"].get("masks", {}).get(input_type, [])
-    if "train" not in names:
-        return random_node_split(meta.num_nodes[input_type], cfg.dataset.split,
-                                 cfg.dataset.split_seed)
-    ids: dict[str, list[np.ndarray]] = {k: [] for k in names}
-    for r in range(int(manifest["num_parts"])):
-        part = load_partition(pdir, r, verify=False)
-        tp = part.typed
-        t = tp.node_types.index(input_type)
-        rows = np.asarray(part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]]
-        for k in names:
-            ids[k].append(rows[np.asarray(tp.masks[input_type][k], bool)]
-                          - tp.node_type_offset[t])
-    out = {k: np.sort(np.concatenate(v)).astype(np.int64) for k, v in ids.items()}
-    for k in ("val", "test"):
-        out.setdefault(k, np.zeros(0, np.int64))
-    log.info("split of %s from the graph's masks: %s", input_type,
-             ", ".join(f"{k} {v.size}" for k, v in out.items()))
-    return out
-
+def check_job(cfg: JobConfig, meta: TypedMeta | None) -> str | None:
+    """The config checked against its graph (``meta``: a typed graph's, ``None`` for a
+    homogeneous one): a ConfigError naming the key; returns a typed job's input node type."""
+    if meta is None:
+        return check_homogeneous_job(cfg)
+    return check_typed_job(cfg, meta)
