@@ -578,16 +578,10 @@ def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,
     (seeds first, then hop by hop; ``n_nodes`` per hop) and its sampled edges per hop
     ``(local src, local dst, relation, edge id)``, as the single-process and distributed
     samplers both collect them."""
-    R, H = len(edge_types), len(hops)
-    types = np.searchsorted(node_type_offset, nid, side="right") - 1
-    node_hop = np.repeat(np.arange(H + 1), n_nodes)
-    loc = np.empty(nid.size, np.int64)
-    n_id, n_sampled = {}, {}
-    for t, name in enumerate(node_types):
-        idx = np.flatnonzero(types == t)
-        loc[idx] = np.arange(idx.size)
-        n_id[name] = torch.from_numpy(nid[idx] - node_type_offset[t])
-        n_sampled[name] = np.bincount(node_hop[idx], minlength=H + 1).tolist()
+    R = len(edge_types)
+    ids, at, n_hop, loc = typed_ops.group_nodes_by_type(nid, node_type_offset, n_nodes)
+    n_id = {name: torch.from_numpy(ids[at[t]:at[t + 1]]) for t, name in enumerate(node_types)}
+    n_sampled = {name: n_hop[t].tolist() for t, name in enumerate(node_types)}
     # per relation, in sampling order, in one pass over each hop's edges (a per-relation gather
     # cost half the batch; concatenating the hops first, a tenth)
     ei, eid_o, bounds, per_hop = typed_ops.group_hops_by_relation(hops, loc, R)

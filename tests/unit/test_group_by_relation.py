@@ -1,11 +1,13 @@
 """``ops.typed.group_by_relation``: one counting-sort pass gives what a stable sort by relation
-and a gather per relation give (edge_index rows in local ids, edge ids, counts per hop)."""
+and a gather per relation give (edge_index rows in local ids, edge ids, counts per hop); and
+``group_nodes_by_type`` gives what a mask per type gives."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from mnmg_sampler.ops.typed import group_by_relation
+from mnmg_sampler.ops.typed import group_by_relation, group_nodes_by_type
 
 
 def _reference(src, dst, rel, eid, edge_hop, loc, R, H):
@@ -18,10 +20,12 @@ def _reference(src, dst, rel, eid, edge_hop, loc, R, H):
     return out
 
 
-def test_group_by_relation_equals_a_stable_sort_and_gathers():
+@pytest.mark.parametrize("run", [1, 7])
+def test_group_by_relation_equals_a_stable_sort_and_gathers(run):
     g = np.random.default_rng(3)
     R, H, E, N = 5, 3, 2000, 300
-    rel = g.integers(0, R - 1, E)  # relation R - 1 gets no edge
+    # relation R - 1 gets no edge; run > 1: runs of one relation (as a node's draws come)
+    rel = np.repeat(g.integers(0, R - 1, E), g.integers(1, run + 1, E))[:E]
     src, dst = g.integers(0, N, E), g.integers(0, N, E)
     eid = g.permutation(E).astype(np.int64)
     edge_hop = np.sort(g.integers(0, H, E))
@@ -43,3 +47,20 @@ def test_group_by_relation_of_no_edges():
     ei, eid_o, bounds, per_hop = group_by_relation(z, z, z, z, z, np.arange(4), 3, 2)
     assert ei.size == 0 and eid_o.size == 0 and bounds.tolist() == [0, 0, 0, 0]
     assert per_hop.shape == (3, 2) and not per_hop.any()
+
+
+def test_group_nodes_by_type_equals_a_mask_per_type():
+    g = np.random.default_rng(5)
+    off = np.array([0, 40, 40, 100, 130], np.int64)  # type 1 is empty
+    nid = g.permutation(130)[:90].astype(np.int64)
+    n_nodes = [10, 50, 0, 30]
+    ids, at, per_hop, loc = group_nodes_by_type(nid, off, n_nodes)
+    types = np.searchsorted(off, nid, side="right") - 1
+    hop = np.repeat(np.arange(len(n_nodes)), n_nodes)
+    for t in range(4):
+        sel = np.flatnonzero(types == t)
+        np.testing.assert_array_equal(ids[at[t]:at[t + 1]], nid[sel] - off[t])
+        np.testing.assert_array_equal(loc[sel], np.arange(sel.size))
+        np.testing.assert_array_equal(per_hop[t], np.bincount(hop[sel], minlength=4))
+    with pytest.raises(ValueError):
+        group_nodes_by_type(nid, off, [10, 50])
