@@ -68,10 +68,10 @@ _LAZY = {
     "TypedGraph": "mnmg_sampler.graph.typed",
     "typed_graph": "mnmg_sampler.graph.typed",
     "load_typed_graph": "mnmg_sampler.graph.typed_io",
-    "HeteroSampler": "mnmg_sampler.sampling.hetero_sampler",
-    "HeteroSampleRequest": "mnmg_sampler.sampling.hetero_sampler",
-    "sample_hetero": "mnmg_sampler.sampling.hetero_sampler",
-    "HeteroMiniBatch": "mnmg_sampler.sampling.hetero_batch",
+    "HeteroSampler": "mnmg_sampler.sampling.sampler",
+    "HeteroSampleRequest": "mnmg_sampler.sampling.sampler",
+    "sample_hetero": "mnmg_sampler.sampling.sampler",
+    "HeteroMiniBatch": "mnmg_sampler.sampling.batch",
     "load_temporal_graph": "mnmg_sampler.graph.temporal",
     "temporal_graph_from_data": "mnmg_sampler.graph.temporal",
     "PartitionBook": "mnmg_sampler.distributed.partition_book",
@@ -144,10 +144,15 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .ops.negative import NegativeSampling  # noqa: F401
     from .ops.rng import request_key  # noqa: F401
-    from .sampling.batch import MiniBatch  # noqa: F401
-    from .sampling.hetero_batch import HeteroMiniBatch  # noqa: F401
-    from .sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest, sample_hetero  # noqa: F401
-    from .sampling.sampler import MultiHopSampler, SampleRequest, sample  # noqa: F401
+    from .sampling.batch import HeteroMiniBatch, MiniBatch  # noqa: F401
+    from .sampling.sampler import (  # noqa: F401
+        HeteroSampler,
+        HeteroSampleRequest,
+        MultiHopSampler,
+        SampleRequest,
+        sample,
+        sample_hetero,
+    )
     from .system.runtime import init_distributed, set_threads  # noqa: F401
     from .train.model import GraphSAGE, accuracy, num_correct  # noqa: F401
 

@@ -663,7 +663,7 @@ class _Single:
         B = args.batch_size
         self.n = min(args.batches, -(-seeds.size // B))
         if getattr(graph, "node_types", None) is not None:  # --typed: a TypedGraph
-            from ..sampling.hetero_sampler import HeteroSampler
+            from ..sampling.sampler import HeteroSampler
 
             self.reqs = [typed_request(graph.node_types, graph.node_type_offset,
                                        seeds[i * B:(i + 1) * B], fanouts,
@@ -708,7 +708,7 @@ def typed_request(node_types, offsets, seeds, fanouts, key: int, replace: bool,
     """The typed request of a batch of ``seeds`` (internal ids), grouped by node type."""
     import numpy as np
 
-    from ..sampling.hetero_sampler import HeteroSampleRequest
+    from ..sampling.sampler import HeteroSampleRequest
 
     t = np.searchsorted(offsets, seeds, side="right") - 1
     groups = {name: seeds[t == i] - offsets[i] for i, name in enumerate(node_types)}

@@ -17,7 +17,7 @@ Measured, interleaved repeats on the same frontier:
    of per-relation fanouts (three small segments per node instead of one row: more rows per
    sampled edge, and more of them taken whole). CPU seconds per sampled edge (medians; wall
    times beside them): on shared cores the wall time also counts other jobs.
-2. **multi-hop minibatches**: :class:`mnmg_sampler.sampling.hetero_sampler.HeteroSampler` with
+2. **multi-hop minibatches**: :class:`mnmg_sampler.sampling.sampler.HeteroSampler` with
 seeds of
    type ``t0`` against :class:`mnmg_sampler.sampling.sampler.MultiHopSampler` with the same seeds,
    and,
@@ -152,15 +152,20 @@ def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: in
 
 class HeteroMultiHop:
     """Timed multi-hop minibatches of the same seeds (batches of ``batch_size`` of type
-    ``t0``): :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler` on the typed view and
+    ``t0``): :class:`~mnmg_sampler.sampling.sampler.HeteroSampler` on the typed view and
     :class:`~mnmg_sampler.sampling.sampler.MultiHopSampler` on the graph, one request per call. Each
     :meth:`run_once` is one timed repeat of both, so DGL's runs can be interleaved with them."""
 
     def __init__(self, tg, graph, seeds, fanouts, replace: bool, seed: int,
                  batch_size: int) -> None:
         from ..ops.rng import request_key
-        from ..sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
-        from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+        from ..sampling.sampler import (
+            HeteroSampler,
+            HeteroSampleRequest,
+            MultiHopSampler,
+            SampleRequest,
+            local_hop_fn,
+        )
 
         chunks = [seeds[i:i + batch_size] for i in range(0, seeds.size, batch_size)]
         self.batches = len(chunks)

@@ -87,8 +87,7 @@ class LinkBench(TimedBatches):
                            num_neighbors=self.fanouts, replace=a.replace,
                            num_nodes=self.graph.num_nodes, neg=self.neg, known=self.known)
         (mb,) = self.sampler.sample([plan.request])
-        return self._finish(mb, plan, num_nodes=self.graph.num_nodes,
-                            exclude_seed_edges=not a.no_exclude)
+        return self._finish(mb, plan, exclude_seed_edges=not a.no_exclude)
 
     def result(self) -> dict:
         from .single import _median_rate

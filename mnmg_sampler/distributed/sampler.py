@@ -32,15 +32,15 @@ one-relation case) takes the same wire: each header carries the hop's fanout per
 timed round sends each node's time bound behind its id, the owner's one call is the typed kernel
 (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids: type offset +
 per-type id) and replies with one word per edge (``neighbor x R + relation``). Requests are
-:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest` (per-type seeds, translated
-every round); the requester dedups as :func:`~mnmg_sampler.sampling.hetero_sampler.multi_hop`
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest` (per-type seeds, translated
+every round); the requester dedups as :func:`~mnmg_sampler.sampling.sampler.multi_hop`
 does in one process; temporal and disjoint requests (``docs/temporal.md``) grow trees
-(:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees`: pair ids ``tree * N + new id``,
+(:func:`~mnmg_sampler.sampling.sampler.sample_trees`: pair ids ``tree * N + new id``,
 each node bounded by its seed's time); ``x``/``y`` of every node type come from
 :class:`~.features.TypeRows`. Every node's time is on every rank (one gather when built, 8
 bytes per node, unless the shared topology maps it): the kernel reads the neighbors' node times
 by new id. Host groups and place by fit (:mod:`.host_groups`, :mod:`.fit`) are the
-homogeneous ones. Batches equal :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`'s
+homogeneous ones. Batches equal :class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s
 for any world size.
 """
 
@@ -58,22 +58,19 @@ from ..errors import ConfigError, SamplingInputError
 from ..graph.partition_io import part_graph
 from ..ops import typed as typed_ops
 from ..ops import wire
-from ..sampling.batch import MiniBatch
-from ..sampling.hetero_batch import HeteroMiniBatch
-from ..sampling.hetero_sampler import (
-    HeteroSampleRequest,
-    assemble_batch,
-    fanout_table,
-    multi_hop,
-    sample_trees,
-)
+from ..sampling.batch import HeteroMiniBatch, MiniBatch
 from ..sampling.sampler import (
+    HeteroSampleRequest,
     HopSegments,
     MultiHopSampler,
     SampleRequest,
+    assemble_batch,
     check_new_seeds,
     check_seed,
+    fanout_table,
+    multi_hop,
     run_cpu_kernel,
+    sample_trees,
 )
 from ..sampling.temporal import (
     check_request_time,
@@ -581,8 +578,8 @@ class DistSampler:
                ) -> list[MiniBatch]:
         """Collective: :meth:`sample_original`, with ``n_id`` in the input's own ids when the
         graph was renumbered (``part.node_ids``, a memory-mapped file, indexed per batch). On a
-        typed part, requests are :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest`,
-        batches :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch` and ``features``
+        typed part, requests are :class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`,
+        batches :class:`~mnmg_sampler.sampling.batch.MiniBatch` and ``features``
         is unused (:attr:`type_rows` fetches every type's rows)."""
         if self._typed:
             return self._sample_typed(requests, agreed)
@@ -796,7 +793,7 @@ class DistSampler:
 
     def _sample_trees(self, requests, seeds, tables, hops):
         """The hops of a round with disjoint or temporal requests
-        (:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees` over new ids, every node's time
+        (:func:`~mnmg_sampler.sampling.sampler.sample_trees` over new ids, every node's time
         bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
         times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
                  for r, s in zip(requests, seeds, strict=True)]

@@ -244,8 +244,8 @@ class SamplingService:
     # -- clients -------------------------------------------------------------------------------
     def submit(self, request: SampleRequest) -> Future:
         """Queue one request; its future resolves to a :class:`MiniBatch` (or raises). On a
-        typed part, requests are :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest`
-        and batches :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch`."""
+        typed part, requests are :class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`
+        and batches :class:`~mnmg_sampler.sampling.batch.MiniBatch`."""
         fut: Future = Future()
         if self._failed is not None:
             fut.set_exception(self._failure())

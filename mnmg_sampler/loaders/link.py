@@ -24,7 +24,15 @@ import torch
 
 from ..errors import SamplingInputError
 from ..sampling.batch import LinkMiniBatch
-from ..sampling.link import NegativeSampling, build_link_request, finish_link_batch
+from ..sampling.link import (
+    NegativeSampling,
+    build_link_request,
+    finish_link_batch,
+    max_degrees,
+    tree_node_bound,
+    tree_request,
+    typed_link_input,
+)
 from ..sampling.sampler import check_fanouts, renumbered_ids
 from ..sampling.temporal import link_time_options
 from .epoch_cursor import EpochCursor
@@ -110,7 +118,7 @@ class DistLinkNeighborLoader(EpochCursor):
     is collective on the default group (a bad argument on any rank raises on every rank),
     ``reject_known`` asks the destination's owner about the target relation only, and
     ``exclude_reverse_edges`` is refused. Each item is then a
-    :class:`~mnmg_sampler.sampling.hetero_batch.HeteroLinkMiniBatch`.
+    :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,
@@ -145,6 +153,7 @@ class DistLinkNeighborLoader(EpochCursor):
         self.service = service
         self.edge_ids = bool(edge_ids)
         self.num_nodes = int(service.num_nodes)
+        self._num_src_dst = self.num_nodes  # a typed relation's: (sources, destinations)
         typed = getattr(getattr(service, "sampler", None), "tp", None)  # a typed part's types
         self._typed = typed is not None
         self.edge_type = self.reverse_edge_type = None
@@ -152,8 +161,6 @@ class DistLinkNeighborLoader(EpochCursor):
 
         def check():
             if typed is not None:
-                from ..sampling.hetero_link import typed_link_input
-
                 (self.edge_type, eli, self._num_src_dst, self.reverse_edge_type,
                  fanouts) = typed_link_input(service.sampler, edge_label_index, num_neighbors,
                                              reverse_edge_type, exclude_reverse_edges)
@@ -298,46 +305,34 @@ class DistLinkNeighborLoader(EpochCursor):
 
     def plan(self, g: int, pos: np.ndarray, epoch: int | None = None):
         """Negatives and node request of global batch ``g`` (collective with reject_known): a
-        :class:`LinkPlan`, or on a typed graph a
-        :class:`~mnmg_sampler.sampling.hetero_link.HeteroLinkPlan`."""
+        :class:`~mnmg_sampler.sampling.link.LinkPlan`."""
         epoch = self.epoch if epoch is None else epoch
         m = self.membership
-        if self._typed:
-            from ..sampling.hetero_link import build_typed_link_request
+        known = None if m is None else m.known
+        if self._typed and m is not None:  # per-type ids -> internal ids, asked of the owners
+            tp = self.service.sampler.tp
+            off_s, off_d = (int(tp.node_type_offset[tp.node_types.index(t)])
+                            for t in (self.edge_type[0], self.edge_type[2]))
 
-            known = None
-            if m is not None:  # per-type ids -> internal ids, asked of the owners
-                tp = self.service.sampler.tp
-                off_s, off_d = (int(tp.node_type_offset[tp.node_types.index(t)])
-                                for t in (self.edge_type[0], self.edge_type[2]))
+            def known(s, d):
+                return m.known(s + off_s, d + off_d)
 
-                def known(s, d):
-                    return m.known(s + off_s, d + off_d)
-
-            return build_typed_link_request(
-                self.edge_type, self.edge_label_index, self.edge_label, pos, g=g, epoch=epoch,
-                seed=self.seed, num_neighbors=self.num_neighbors, replace=self.replace,
-                num_src_nodes=self._num_src_dst[0], num_dst_nodes=self._num_src_dst[1],
-                neg=self.neg, known=known, more=None if m is None else m.any, **self._time)
-        return build_link_request(self.edge_label_index, self.edge_label, pos, g=g,
-                                  epoch=epoch, seed=self.seed,
-                                  num_neighbors=self.num_neighbors, replace=self.replace,
-                                  num_nodes=self.num_nodes, neg=self.neg,
-                                  known=None if m is None else m.known,
-                                  more=None if m is None else m.any, edge_ids=self.edge_ids)
+        return build_link_request(
+            self.edge_label_index, self.edge_label, pos, g=g, epoch=epoch, seed=self.seed,
+            num_neighbors=self.num_neighbors, replace=self.replace, num_nodes=self._num_src_dst,
+            neg=self.neg, known=known, more=None if m is None else m.any, edge_ids=self.edge_ids,
+            edge_type=self.edge_type, **self._time)
 
     def _num_seeds(self) -> int:
         return self.num_edges
 
     def tree_bound(self) -> int:
         """The most nodes one tree of this disjoint loader can hold
-        (:func:`~mnmg_sampler.sampling.hetero_link.tree_node_bound`). With a ``-1`` fanout it
+        (:func:`~mnmg_sampler.sampling.link.tree_node_bound`). With a ``-1`` fanout it
         reads the relations' largest degrees over every rank: collective on the default group
         the first time."""
         if getattr(self, "_tree_bound", None) is None:
             import torch.distributed as dist
-
-            from ..sampling.hetero_link import max_degrees, tree_node_bound
 
             graph = self.service.sampler.graph
             deg = None
@@ -366,8 +361,6 @@ class DistLinkNeighborLoader(EpochCursor):
                 "tree_chunks on a loader that is not a disjoint triplet link loader without "
                 "exclude_seed_edges", "its batches are not independent trees of labelled edges",
                 "iterate the loader itself")
-        from ..sampling.hetero_link import tree_request
-
         per = max(1, int(max_nodes) // self.tree_bound())
         epoch, count = self.epoch, self._num_my_batches()
         s_type, _, d_type = self.edge_type
@@ -415,12 +408,7 @@ class DistLinkNeighborLoader(EpochCursor):
             p = self.plan(g, pos, epoch)
             return p.request, p
 
-        if self._typed:
-            from ..sampling.hetero_link import finish_typed_link_batch
-
-            return self._iterate(plan, lambda mb, p: finish_typed_link_batch(
-                mb, p, exclude_seed_edges=self.exclude_seed_edges,
-                reverse_edge_type=self.reverse_edge_type))
         return self._iterate(plan, lambda mb, p: finish_link_batch(
-            mb, p, num_nodes=self.num_nodes, exclude_seed_edges=self.exclude_seed_edges,
-            exclude_reverse_edges=self.exclude_reverse_edges))
+            mb, p, exclude_seed_edges=self.exclude_seed_edges,
+            exclude_reverse_edges=self.exclude_reverse_edges,
+            reverse_edge_type=self.reverse_edge_type))

@@ -47,7 +47,14 @@ from ..distributed.id_maps import IdMaps
 from ..errors import SamplingInputError
 from ..graph.permute import feistel, feistel_keys
 from ..sampling.batch import MiniBatch
-from ..sampling.sampler import SampleRequest, check_fanouts, check_input_nodes, request_key
+from ..sampling.sampler import (
+    HeteroSampleRequest,
+    SampleRequest,
+    check_fanouts,
+    check_input_nodes,
+    fanout_table,
+    request_key,
+)
 from .epoch_cursor import EpochCursor
 from .seeds import AllNodes, NodeIds, SeedSet, as_seed_set
 
@@ -62,8 +69,6 @@ def typed_input(sampler, input_nodes, num_neighbors):
     """``(input type, seed set, num_neighbors)`` of a loader on a typed part: ``input_nodes``
     is PyG's ``(node type, ids or bool mask or None)``; ``num_neighbors`` a list (every
     relation) or a dict per edge type, checked against the graph's relations."""
-    from ..sampling.hetero_sampler import fanout_table
-
     what = "the loader cannot be built; every rank raises this before sampling"
     tp = sampler.tp
     if len(tp.node_types) == 1 and not isinstance(input_nodes, tuple):
@@ -254,7 +259,7 @@ class DistNeighborLoader(EpochCursor):
     On a typed part (a service over a typed partition, ``docs/hetero.md``) ``input_nodes`` is
     PyG's ``(node type, ids or bool mask)`` (``(type, None)``: every node of the type),
     ``num_neighbors`` a list (every relation) or a dict per edge type, ``split`` ``global``, and
-    each item a :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch` with ``x``/``y`` per
+    each item a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``x``/``y`` per
     type.
     There PyG's ``time_attr``, ``input_time`` (one int per seed of ``input_nodes``),
     ``temporal_strategy`` and ``disjoint`` are taken (``docs/temporal.md``); a one-type graph
@@ -424,8 +429,6 @@ class DistNeighborLoader(EpochCursor):
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         seeds = self.input_nodes.ids(pos)
         if self._typed:  # per-type ids, translated by the typed sampler every round
-            from ..sampling.hetero_sampler import HeteroSampleRequest
-
             t = self._time.get("input_time")
             return HeteroSampleRequest(self.input_type, seeds, self.num_neighbors,
                                        request_key(self.seed, self.epoch if epoch is None

@@ -118,7 +118,7 @@ class ServiceSampler(BaseSampler):
                              metadata=(input_id, None))
 
     def _typed_nodes(self, index: NodeSamplerInput) -> HeteroSamplerOutput:
-        from ..sampling.hetero_sampler import HeteroSampleRequest
+        from ..sampling.sampler import HeteroSampleRequest
 
         tp = self.typed
         if index.time is not None:
@@ -151,11 +151,7 @@ class ServiceSampler(BaseSampler):
                 "link sampling (sample_from_edges) on a homogeneous part",
                 "the PyG adapter samples seed edges of typed parts only",
                 "use NodeLoader, or DistLinkNeighborLoader for links of a homogeneous graph")
-        from ..sampling.hetero_link import (
-            build_typed_link_request,
-            finish_typed_link_batch,
-            typed_link_input,
-        )
+        from ..sampling.link import build_link_request, finish_link_batch, typed_link_input
 
         if index.time is not None:
             raise _no_time("edge_label_time")
@@ -171,13 +167,11 @@ class ServiceSampler(BaseSampler):
             torch.arange(eli.shape[1])
         label = None if index.label is None else index.label.detach().cpu().numpy()
         # negatives keyed on input_id, as DistLinkNeighborLoader keys them on positions
-        plan = build_typed_link_request(
-            et, eli, label, input_id.numpy().astype(np.int64), g=self._next_batch(),
+        plan = build_link_request(
+            eli, label, input_id.numpy().astype(np.int64), g=self._next_batch(),
             epoch=self.epoch, seed=self.seed, num_neighbors=self.num_neighbors,
-            replace=self.replace, num_src_nodes=counts[0], num_dst_nodes=counts[1], neg=neg,
-            batch_columns=True)
-        b = finish_typed_link_batch(self.service.result(self.service.submit(plan.request)),
-                                    plan)
+            replace=self.replace, num_nodes=counts, neg=neg, edge_type=et, batch_columns=True)
+        b = finish_link_batch(self.service.result(self.service.submit(plan.request)), plan)
         if neg is not None and neg.mode == "triplet":
             meta = (input_id, b.src_index, b.dst_pos_index, b.dst_neg_index, None)
         else:
@@ -193,7 +187,7 @@ def _typed_fanouts(service, num_neighbors):
     """``num_neighbors`` of a typed part, checked against its relations: a list, or a dict
     keyed by ``(src, rel, dst)`` tuples."""
     from ..graph.typed import edge_type_of
-    from ..sampling.hetero_sampler import fanout_table
+    from ..sampling.sampler import fanout_table
 
     fanout_table(service.sampler.graph, num_neighbors)
     if isinstance(num_neighbors, Mapping):

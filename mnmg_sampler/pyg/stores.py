@@ -109,7 +109,7 @@ class PartitionFeatureStore(FeatureStore):
             b = self.service.result(self.service.submit(SampleRequest(ids.numpy(), [0], key)))
             got = (("x", b.x), ("y", b.y))
         else:
-            from ..sampling.hetero_sampler import HeteroSampleRequest
+            from ..sampling.sampler import HeteroSampleRequest
 
             b = self.service.result(self.service.submit(
                 HeteroSampleRequest(group, ids.numpy(), [0], key)))
@@ -185,7 +185,7 @@ class PartitionGraphStore(GraphStore):
                 SampleRequest(own, [-1], key, edge_ids=False)))
             n_id = b.n_id
             return n_id[b.edge_index[0]], n_id[b.edge_index[1]]
-        from ..sampling.hetero_sampler import HeteroSampleRequest
+        from ..sampling.sampler import HeteroSampleRequest
 
         et = edge_attr.edge_type
         if et not in self._attrs:

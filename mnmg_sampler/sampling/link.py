@@ -1,133 +1,404 @@
-"""Sampling around seed edges (PyG's ``sample_from_edges``): negatives, the node request, the
-link fields of the result.
+"""Sampling around seed edges (PyG's ``sample_from_edges``) of any graph: negatives, the node
+request, the link fields of the result. A one-type graph is the case of one relation.
 
 The link loader (:mod:`mnmg_sampler.loaders.link`) only chooses which seed edges form global batch
 ``g``; everything below is a function of ``(seed, epoch, g)``, those edges and the graph, so a
 batch is bit-identical for any world size, partitioning and merge pattern:
 
-1. :func:`build_link_request` draws the negatives (:mod:`mnmg_sampler.ops.negative`), keyed on
-   ``(seed, request_key(seed, e, g), positive index, draw)``; with ``reject_known`` the caller's
-   membership test (in a distributed loader, the owner rank of each candidate's destination)
-   tells whether a candidate is an edge, and it is drawn again. The endpoints of positives and
-   negatives, de-duplicated and sorted, are the seeds of one
-   :class:`~mnmg_sampler.sampling.sampler.SampleRequest` with key ``request_key(seed, e, g)``,
-   sampled
-   like any node batch (so a service merges it into the same rounds).
+1. :func:`build_link_request` draws the negatives of relation ``(S, rel, D)`` (one type: of the
+   graph) with the counter-based RNG (:mod:`mnmg_sampler.ops.negative`, keyed on
+   ``(seed, request_key(seed, e, g), positive index, draw)``): a destination of type ``D`` per
+   negative, and on a typed graph in binary mode also a source of type ``S`` (PyG draws both
+   endpoints of a binary negative; a one-type graph's binary negative and a triplet keep the
+   positive's source). With ``reject_known`` the caller's membership test (in a distributed
+   loader, the owner rank of each candidate's destination) tells whether a candidate is an
+   edge, and it is drawn again. As PyG, the endpoints are de-duplicated and sorted into the
+   seeds (typed: sources into those of type ``S``, destinations into those of type ``D``, one
+   list when ``S == D``) of one request with key ``request_key(seed, epoch, g)``, sampled like
+   any node batch (so a service merges it into the same rounds). With time (``time_attr``,
+   typed graphs) every endpoint, negatives' included, grows its own tree bounded by its
+   positive's time, and on a graph with node time each negative endpoint is drawn among the
+   nodes whose time is <= that time (PyG's rule; :class:`~.ops.negative.AdmissibleNodes`).
 2. :func:`finish_link_batch` turns the sampled subgraph into a
    :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`: ``edge_label_index`` and the triplet
-   indices are
-   local ids into ``n_id``; with ``exclude_seed_edges`` the positive seed edges (and their
-   reverses with ``exclude_reverse_edges``) are removed from ``edge_index`` / ``e_id``, as
-   GraphBolt's ``exclude_seed_edges`` does after sampling.
+   indices are local ids into ``n_id``; with ``exclude_seed_edges`` the positive seed edges
+   ``s -> d`` are removed from their relation and ``d -> s`` from the reverse relation (one
+   type: with ``exclude_reverse_edges``, the graph's one relation), by node pair, as
+   GraphBolt's ``exclude_seed_edges`` does after sampling; only hop-1 edges can be either,
+   since both end at a seed and seeds are expanded at hop 1 only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 
-from ..ops.negative import KnownFn, NegativeSampling, sample_negatives
-from .batch import LinkMiniBatch, MiniBatch
-from .sampler import SampleRequest, request_key
+from ..errors import GraphFormatError, SamplingInputError
+from ..ops.negative import (
+    NEG_SRC_HOP,
+    AdmissibleNodes,
+    KnownFn,
+    NegativeSampling,
+    sample_negatives,
+)
+from .batch import EdgeType, LinkMiniBatch, MiniBatch
+from .sampler import HeteroSampleRequest, SampleRequest, request_key
 
-__all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "finish_link_batch"]
+__all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "finish_link_batch",
+           "max_degrees", "reverse_relation", "tree_node_bound", "tree_request",
+           "typed_link_input"]
 
 
 @dataclass
 class LinkPlan:
     """What a link batch needs after sampling: the request and how to read its result."""
 
-    request: SampleRequest
+    request: SampleRequest | HeteroSampleRequest
     pos: np.ndarray  # positions of the positives in edge_label_index
-    src: np.ndarray  # positives' endpoints (original ids)
-    dst: np.ndarray
-    inverse: np.ndarray  # local id of every endpoint, in the order they were concatenated
+    src_local: np.ndarray  # local id (in n_id[S]) of every source: positives', then negatives'
+    dst_local: np.ndarray  # local id (in n_id[D]) of every destination, in the same order
     label: np.ndarray | None
     neg: NegativeSampling | None
-
-    def pos_local(self) -> tuple[np.ndarray, np.ndarray]:
-        """Local ids (into ``n_id``) of the positives' sources and destinations."""
-        P = self.pos.size
-        if self.neg is None or self.neg.mode == "triplet":  # [src, dst, (negatives)]
-            return self.inverse[:P], self.inverse[P:2 * P]
-        L = P * (1 + self.neg.amount)  # binary: [src of all L pairs, dst of all L pairs]
-        return self.inverse[:P], self.inverse[L:L + P]
+    edge_type: EdgeType | None = None  # typed: the seed edges' relation
+    edge_label_time: np.ndarray | None = None  # the positives' times (temporal)
+    trees: int = 0  # disjoint: positives per batch (PyG's batch % num_pos); 0 = not disjoint
 
 
 def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | None,
                        pos: np.ndarray, *, g: int, epoch: int, seed: int,
-                       num_neighbors: Sequence[int], replace: bool, num_nodes: int,
-                       neg: NegativeSampling | None, known: KnownFn | None = None,
-                       more=None, edge_ids: bool = True) -> LinkPlan:
-    """Draw the negatives of global batch ``g`` and form its node request (step 1 and 2)."""
+                       num_neighbors: Sequence[int] | Mapping, replace: bool,
+                       num_nodes: int | tuple[int, int], neg: NegativeSampling | None,
+                       known: KnownFn | None = None, more=None, edge_ids: bool = True,
+                       edge_type: EdgeType | None = None,
+                       edge_label_time: np.ndarray | None = None, time_attr: str | None = None,
+                       temporal_strategy: str = "uniform", disjoint: bool = False,
+                       neg_times: tuple[AdmissibleNodes, AdmissibleNodes] | None = None,
+                       batch_columns: bool = False) -> LinkPlan:
+    """Draw the negatives of global batch ``g`` and form its node request (step 1).
+
+    ``edge_type`` names the relation of a typed graph (``None``: a one-type graph, whose request
+    is a :class:`SampleRequest`; ``edge_ids=False`` leaves its ``e_id`` empty, typed requests
+    always carry them); ``num_nodes`` is the node count, or for a relation
+    ``(source count, destination count)``. With ``reject_known``, ``known(src ids, dst ids)``
+    (per-type ids; in a distributed loader a collective exchange to the destinations' owners,
+    ``more`` its agreement) tells which candidates are edges; a rejected destination is drawn
+    again (a binary negative's drawn source is kept).
+
+    ``disjoint`` (typed, implied by ``time_attr``, then ``edge_label_time`` ``[E]`` is
+    required): as PyG's ``edge_sample``, every endpoint is a seed of its own, not
+    de-duplicated (sources, then destinations; one list when both are of one type), negatives
+    ordered by draw then positive, so that tree ``b`` belongs to positive ``b % P`` and is
+    bounded by its time. ``neg_times`` (with ``time_attr`` on a graph with node time: the source
+    type's and the destination type's :class:`~mnmg_sampler.ops.negative.AdmissibleNodes`):
+    every drawn negative endpoint has node time <= its positive's time (PyG's rule).
+
+    ``batch_columns``: ``edge_label_index``, ``edge_label`` and ``edge_label_time`` hold only
+    the batch's columns, column ``i`` being the positive at position ``pos[i]`` (PyG's
+    ``EdgeSamplerInput``); the batch is the same as from the whole arrays."""
     key = request_key(seed, epoch, g)
-    src = edge_label_index[0, pos]
-    dst = edge_label_index[1, pos]
-    parts = [src, dst]
+    n_src, n_dst = (num_nodes, num_nodes) if np.isscalar(num_nodes) else num_nodes
+    disjoint = bool(disjoint) or time_attr is not None  # temporal sampling is disjoint
+    cols = np.arange(pos.size) if batch_columns else pos  # the positives' columns
+    src = edge_label_index[0, cols]
+    dst = edge_label_index[1, cols]
+    srcs, dsts = src, dst
     if neg is not None:
+        neg_src = None
+        a_src = a_dst = t_pos = None
+        if neg_times is not None:
+            a_src, a_dst = neg_times
+            t_pos = edge_label_time[cols]
+        if neg.mode == "binary" and edge_type is None:  # one type: the positive's source
+            srcs = np.concatenate([src, np.repeat(src, neg.amount)])
+        elif neg.mode == "binary":
+            neg_src = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
+                                       num_nodes=n_src, hop=NEG_SRC_HOP, admissible=a_src,
+                                       time=t_pos)
+            srcs = np.concatenate([src, neg_src.ravel()])
         negs = sample_negatives(src, pos, seed=seed, key=key, amount=neg.amount,
-                                num_nodes=num_nodes, known=known if neg.reject_known else None,
-                                more=more, max_attempts=neg.max_attempts)
-        if neg.mode == "binary":
-            parts = [np.concatenate([src, np.repeat(src, neg.amount)]),
-                     np.concatenate([dst, negs.ravel()])]
-        else:
-            parts.append(negs.ravel())
-    seeds, inverse = np.unique(np.concatenate(parts), return_inverse=True)
-    label = None if edge_label is None else edge_label[pos]
-    return LinkPlan(SampleRequest(seeds, num_neighbors, key, replace, input_id=pos,
-                                  edge_ids=edge_ids), pos, src, dst,
-                    inverse.astype(np.int64).ravel(), label, neg)
+                                num_nodes=n_dst, known=known if neg.reject_known else None,
+                                more=more, max_attempts=neg.max_attempts, draw_src=neg_src,
+                                admissible=a_dst, time=t_pos)
+        if disjoint:  # draw-major: negative a of positive i at P + a * P + i
+            negs = negs.T
+            neg_src = None if neg_src is None else neg_src.T
+            srcs = srcs if neg_src is None else np.concatenate([src, neg_src.ravel()])
+        dsts = np.concatenate([dst, negs.ravel()])
+    label = None if edge_label is None else edge_label[cols]
+    if disjoint:
+        return _disjoint_plan(edge_type, srcs, dsts, pos, cols, key, num_neighbors, replace,
+                              label, neg, edge_label_time, time_attr, temporal_strategy)
+    two = edge_type is not None and edge_type[0] != edge_type[2]
+    if two:
+        s_seeds, s_loc = np.unique(srcs, return_inverse=True)
+        d_seeds, d_loc = np.unique(dsts, return_inverse=True)
+    else:  # one node type: sources and destinations are one seed list
+        s_seeds, inv = np.unique(np.concatenate([srcs, dsts]), return_inverse=True)
+        s_loc, d_loc = inv[:srcs.size], inv[srcs.size:]
+    if edge_type is None:
+        request = SampleRequest(s_seeds, num_neighbors, key, replace, input_id=pos,
+                                edge_ids=edge_ids)
+    else:
+        request = HeteroSampleRequest(edge_type[0], s_seeds, num_neighbors, key, replace,
+                                      input_id=pos,
+                                      other_seeds={edge_type[2]: d_seeds} if two else None)
+    return LinkPlan(request, pos, s_loc.astype(np.int64).ravel(),
+                    d_loc.astype(np.int64).ravel(), label, neg, edge_type)
 
 
-def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, num_nodes: int,
-                      exclude_seed_edges: bool = False,
-                      exclude_reverse_edges: bool = False) -> LinkMiniBatch:
-    """Turn the sampled node minibatch of ``plan`` into a :class:`LinkMiniBatch` (step 3)."""
-    edge_index, e_id = mb.edge_index, mb.e_id
-    n_edges = list(mb.num_sampled_edges)
-    if exclude_seed_edges and n_edges and n_edges[0] and plan.src.size:
-        # A seed edge s -> d ends at a seed node, and seeds are expanded at hop 1 only, so only
-        # hop-1 edges can be seed edges (or their reverses); compare local-id pairs there.
-        P = plan.pos.size
-        ei = edge_index.numpy()
-        h1 = n_edges[0]
-        n_loc = np.int64(mb.n_id.numel())
-        s_loc, d_loc = plan.pos_local()
-        seeds = [d_loc * n_loc + s_loc]
-        if exclude_reverse_edges:
-            seeds.append(s_loc * n_loc + d_loc)
-        bad = np.isin(ei[1, :h1] * n_loc + ei[0, :h1], np.concatenate(seeds))
-        if bad.any():
-            keep = np.ones(ei.shape[1], bool)
-            keep[:h1] = ~bad
-            n_edges[0] = h1 - int(bad.sum())
-            edge_index = torch.from_numpy(np.ascontiguousarray(ei[:, keep]))
-            if e_id.numel():  # empty when the request asked for no edge ids
-                e_id = torch.from_numpy(e_id.numpy()[keep])
-    out = LinkMiniBatch(n_id=mb.n_id, edge_index=edge_index, e_id=e_id, input_id=mb.input_id,
-                        batch_size=mb.batch_size, num_sampled_nodes=list(mb.num_sampled_nodes),
-                        num_sampled_edges=n_edges, x=mb.x, y=mb.y, key=mb.key, meta=mb.meta)
-    inv = plan.inverse
-    P = plan.pos.size
-    neg = plan.neg
+def _disjoint_plan(edge_type: EdgeType | None, srcs: np.ndarray, dsts: np.ndarray,
+                   pos: np.ndarray, cols: np.ndarray, key: int, num_neighbors, replace: bool,
+                   label: np.ndarray | None, neg: NegativeSampling | None,
+                   edge_label_time: np.ndarray | None, time_attr: str | None,
+                   temporal_strategy: str) -> LinkPlan:
+    """The request of a disjoint (or temporal) link batch: one tree per endpoint, each bounded
+    by its positive's time; local ids are positions (each seed is first in its own tree)."""
+    if edge_type is None:
+        raise SamplingInputError("disjoint link batches of a one-type graph given as a CSR",
+                                 "its sampler grows no trees",
+                                 "read the graph as a typed graph of one type "
+                                 "(load_temporal_graph, docs/temporal.md)")
+    s_type, _, d_type = edge_type
+    P = pos.size
+    two = s_type != d_type
+    s_loc = np.arange(srcs.size, dtype=np.int64)
+    d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
+    t_pos = None if edge_label_time is None else edge_label_time[cols]
+    n_trees = srcs.size + dsts.size
+    times = None if t_pos is None else np.tile(t_pos, n_trees // max(P, 1))
+    seeds = srcs if two else np.concatenate([srcs, dsts])
+    request = HeteroSampleRequest(s_type, seeds, num_neighbors, key, replace, input_id=pos,
+                                  input_time=times, time_attr=time_attr,
+                                  temporal_strategy=temporal_strategy, disjoint=True,
+                                  other_seeds={d_type: dsts} if two else None)
+    return LinkPlan(request, pos, s_loc, d_loc, label, neg, edge_type, t_pos, P)
+
+
+def max_degrees(graph) -> np.ndarray:
+    """``[R]`` int64: the largest number of neighbors one node has along each relation (of the
+    nodes this graph, or part, holds the segments of)."""
+    seg = np.diff(np.asarray(graph.indptr))
+    out = np.zeros(len(graph.edge_types), np.int64)
+    for t in range(len(graph.node_types)):
+        lo, hi = int(graph.rel_offset[t]), int(graph.rel_offset[t + 1])
+        n = int(graph.node_type_offset[t + 1] - graph.node_type_offset[t])
+        if hi > lo and n:
+            per = seg[graph.seg_base[t]:graph.seg_base[t] + n * (hi - lo)]
+            if per.size:
+                out[lo:hi] = per.reshape(-1, hi - lo).max(axis=0)
+    return out
+
+
+def tree_node_bound(graph, num_neighbors, root_types: Sequence[str],
+                    max_degree: np.ndarray | None = None) -> int:
+    """The most nodes one disjoint tree rooted at a node of any of ``root_types`` can hold:
+    every hop draws at most the relation's fanout (``-1``: ``max_degree[r]``, then required)
+    neighbors for each node of the relation's destination type; dedup within a tree and time
+    bounds only lower the count."""
+    from .sampler import fanout_table
+
+    table = fanout_table(graph, num_neighbors)
+    T = len(graph.node_types)
+    best = 1.0
+    for root in root_types:
+        count = np.zeros(T, np.float64)
+        count[graph.node_types.index(root)] = 1.0
+        total = 1.0
+        for h in range(table.shape[0]):
+            nxt = np.zeros(T, np.float64)
+            for r in range(len(graph.edge_types)):
+                f = int(table[h, r])
+                if f < 0:
+                    if max_degree is None:
+                        raise SamplingInputError("a fanout of -1 without max_degree",
+                                                 "the tree size has no bound",
+                                                 "pass the relations' largest degrees")
+                    f = int(max_degree[r])
+                nxt[int(graph.rel_src[r])] += count[int(graph.rel_dst[r])] * f
+            count = nxt
+            total += float(count.sum())
+        best = max(best, total)
+    return int(min(best, 2**62))
+
+
+def tree_request(plan: LinkPlan, lo: int, hi: int) -> HeteroSampleRequest:
+    """The request of trees ``lo .. hi - 1`` of a disjoint ``plan`` (trees numbered in its seed
+    order: sources, then destinations of another type): the same key and times, so each tree
+    equals its tree in ``plan.request`` (draws are keyed on the node, not on the tree)."""
+    req = plan.request
+    groups, off = [], 0
+    for t, ids in req.seed_groups():
+        a, b = max(lo - off, 0), min(hi - off, ids.size)
+        if b > a:
+            groups.append((t, ids[a:b]))
+        off += ids.size
+    if not groups:
+        raise SamplingInputError(f"trees {lo}..{hi - 1} of a batch of {off} trees", "",
+                                 "ask for trees the batch has")
+    times = None if req.input_time is None else req.input_time[lo:hi]
+    return HeteroSampleRequest(groups[0][0], groups[0][1], req.num_neighbors, req.key,
+                               req.replace, input_id=req.input_id, input_time=times,
+                               time_attr=req.time_attr, temporal_strategy=req.temporal_strategy,
+                               disjoint=True, other_seeds=dict(groups[1:]) or None)
+
+
+def _drop_pairs(edges: dict, eids: dict, n_edges: dict, et, row_nid: np.ndarray,
+                rows: np.ndarray, cols: np.ndarray, n_cols: int) -> None:
+    """Remove the hop-1 edges of relation ``et`` from a node of original id ``rows[i]``
+    (``row_nid``: ``n_id`` of the row type) into local node ``cols[i]``, in place. By original
+    source id, so that in a disjoint tree the source's own copy matches too."""
+    h1 = n_edges[et][0] if n_edges[et] else 0
+    if not h1 or not rows.size:
+        return
+    ei = edges[et].numpy()
+    n = np.int64(max(n_cols, 1))
+    bad = np.isin(row_nid[ei[0, :h1]] * n + ei[1, :h1], rows * n + cols)
+    if not bad.any():
+        return
+    keep = np.ones(ei.shape[1], bool)
+    keep[:h1] = ~bad
+    n_edges[et][0] = h1 - int(bad.sum())
+    edges[et] = torch.from_numpy(np.ascontiguousarray(ei[:, keep]))
+    if eids[et].numel():  # empty when the request asked for no edge ids
+        eids[et] = torch.from_numpy(eids[et].numpy()[keep])
+
+
+def finish_link_batch(mb: MiniBatch, plan: LinkPlan, *, exclude_seed_edges: bool = False,
+                      exclude_reverse_edges: bool = False,
+                      reverse_edge_type: EdgeType | None = None) -> LinkMiniBatch:
+    """Turn the sampled minibatch of ``plan`` into a :class:`LinkMiniBatch` (step 2); the seed
+    edges' reverses go too with ``reverse_edge_type`` (typed, ``D -> S``) or, on a one-type
+    batch, ``exclude_reverse_edges``."""
+    et, P, neg = plan.edge_type, plan.pos.size, plan.neg
+    base = {f.name: getattr(mb, f.name) for f in fields(mb)}
+    if exclude_seed_edges and P:
+        if mb.typed:
+            rel, rev = et, reverse_edge_type
+            edges, eids = dict(mb.edge_index), dict(mb.e_id)
+            n_edges = {k: list(v) for k, v in mb.num_sampled_edges.items()}
+            s_nid, d_nid = mb.n_id[et[0]].numpy(), mb.n_id[et[2]].numpy()
+        else:  # one type: its one relation, 0
+            rel, rev = 0, (0 if exclude_reverse_edges else None)
+            edges, eids = {0: mb.edge_index}, {0: mb.e_id}
+            n_edges = {0: list(mb.num_sampled_edges)}
+            s_nid = d_nid = mb.n_id.numpy()
+        s_loc, d_loc = plan.src_local[:P], plan.dst_local[:P]
+        _drop_pairs(edges, eids, n_edges, rel, s_nid, s_nid[s_loc], d_loc, d_nid.size)
+        if rev is not None:
+            _drop_pairs(edges, eids, n_edges, rev, d_nid, d_nid[d_loc], s_loc, s_nid.size)
+        if not mb.typed:
+            edges, eids, n_edges = edges[0], eids[0], n_edges[0]
+        base.update(edge_index=edges, e_id=eids, num_sampled_edges=n_edges)
+    if plan.trees:  # PyG: a node's batch is its positive (tree % P)
+        base["batch"] = {t: v % plan.trees for t, v in mb.batch.items()}
+    out = LinkMiniBatch(**base, edge_type=et)
+    if plan.edge_label_time is not None:  # PyG's edge_label_time: one per label edge
+        t = torch.from_numpy(np.ascontiguousarray(plan.edge_label_time))
+        reps = 1 if neg is None or neg.mode == "triplet" else 1 + neg.amount
+        out.edge_label_time = t.repeat(reps)
     label = None if plan.label is None else torch.from_numpy(np.ascontiguousarray(plan.label))
-    if neg is None or neg.mode == "triplet":
-        out.edge_label_index = torch.from_numpy(inv[:2 * P].reshape(2, P))
-        out.edge_label = label
-        if neg is not None:
-            out.src_index = torch.from_numpy(inv[:P])
-            out.dst_pos_index = torch.from_numpy(inv[P:2 * P])
-            d = inv[2 * P:].reshape(P, neg.amount)
-            out.dst_neg_index = torch.from_numpy(np.ascontiguousarray(d[:, 0]) if neg.amount == 1
-                                                 else d)
+    s_loc, d_loc = torch.from_numpy(plan.src_local), torch.from_numpy(plan.dst_local)
+    if neg is not None and neg.mode == "triplet":
+        out.edge_label_index = torch.stack([s_loc, d_loc[:P]])
+        out.src_index = s_loc
+        out.dst_pos_index = d_loc[:P]
+        dn = d_loc[P:].reshape(neg.amount, P).t() if plan.trees else \
+            d_loc[P:].reshape(P, neg.amount)
+        out.dst_neg_index = dn[:, 0].contiguous() if neg.amount == 1 else dn
         return out
-    L = P * (1 + neg.amount)
-    out.edge_label_index = torch.from_numpy(inv.reshape(2, L))
+    out.edge_label_index = torch.stack([s_loc, d_loc])
+    if neg is None:
+        out.edge_label = label
+        return out
     if label is None:
         label = torch.ones(P, dtype=torch.float32)
     out.edge_label = torch.cat([label, label.new_zeros(P * neg.amount)])
     return out
+
+
+def _edge_type(key, what: str, edge_types: Sequence[EdgeType]) -> EdgeType:
+    """``key`` as one of ``edge_types`` (a tuple or ``"src__rel__dst"``), else a typed error."""
+    from ..graph.typed import edge_type_of
+
+    try:
+        et = edge_type_of(key, what)
+    except GraphFormatError as e:
+        raise SamplingInputError(str(e), "the loader cannot be built",
+                                 f"use one of {list(edge_types)}") from e
+    if et not in edge_types:
+        raise SamplingInputError(f"{what} names {et}, not a relation of the graph",
+                                 "the loader cannot be built", f"use one of {list(edge_types)}")
+    return et
+
+
+def reverse_relation(edge_type: EdgeType, edge_types: Sequence[EdgeType],
+                     given="auto") -> EdgeType | None:
+    """The relation holding the reverses of ``edge_type``'s edges: ``"auto"`` finds PyG's
+    ``ToUndirected`` naming (``(D, "rev_" + rel, S)``, or ``(D, rel[4:], S)`` for a ``rev_``
+    relation) and gives ``None`` when the graph has none; ``None`` means none; an edge type must
+    be a relation of the graph from ``D`` to ``S`` (``edge_type`` itself for a one-type relation
+    stored both ways)."""
+    if given is None:
+        return None
+    s, rel, d = edge_type
+    if isinstance(given, str) and given == "auto":
+        cand = (d, rel[4:], s) if rel.startswith("rev_") else (d, "rev_" + rel, s)
+        return cand if cand in edge_types else None
+    rev = _edge_type(given, "reverse_edge_type", edge_types)
+    if (rev[0], rev[2]) != (d, s):
+        raise SamplingInputError(f"reverse_edge_type {rev} does not go from {d!r} to {s!r}",
+                                 f"it cannot hold the reverses of {edge_type}",
+                                 f"name a relation ({d!r}, ..., {s!r}), or pass None")
+    return rev
+
+
+def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type="auto",
+                     exclude_reverse_edges: bool = False):
+    """``(edge type, [2, E] int64 seed edges, (source count, destination count), reverse
+    relation, num_neighbors)`` of a link loader on a typed part, checked: ``edge_label_index``
+    is PyG's ``(edge type, [2, E] per-type ids)``, ids in their types' ranges."""
+    from .sampler import check_fanouts, fanout_table
+
+    tp = sampler.tp
+    ets = list(tp.edge_types)
+    what = "the loader cannot be built; every rank raises this before sampling"
+    if not (isinstance(edge_label_index, tuple) and len(edge_label_index) == 2):
+        raise SamplingInputError(
+            f"edge_label_index is a {type(edge_label_index).__name__}, not an (edge type, "
+            "[2, E] ids) pair", what,
+            f"pass edge_label_index=(edge_type, index) with edge_type one of {ets}, as PyG's "
+            "LinkNeighborLoader on HeteroData")
+    et = _edge_type(edge_label_index[0], "edge_label_index", ets)
+    index = edge_label_index[1]
+    if torch.is_tensor(index):
+        index = index.detach().cpu().numpy()
+    index = np.asarray(index)
+    if index.ndim != 2 or index.shape[0] != 2 or (index.size and not np.issubdtype(
+            index.dtype, np.integer)):
+        raise SamplingInputError(f"edge_label_index of {et} has shape {list(index.shape)} and "
+                                 f"dtype {index.dtype}", "seed edges are columns (src, dst)",
+                                 "pass a [2, E] integer array of per-type ids")
+    eli = np.ascontiguousarray(index, np.int64)
+    counts = []
+    for row, name in ((0, et[0]), (1, et[2])):
+        t = tp.node_types.index(name)
+        n = int(tp.node_type_offset[t + 1] - tp.node_type_offset[t])
+        counts.append(n)
+        ids = eli[row]
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise SamplingInputError(f"edge_label_index of {et} holds {name} id {bad}, out of "
+                                     f"range for {n} {name} nodes", what,
+                                     f"pass {name} ids in [0, {n}) in row {row}")
+    if exclude_reverse_edges:
+        raise SamplingInputError("exclude_reverse_edges is for homogeneous graphs",
+                                 "on a typed graph the reverses live in their own relation",
+                                 "pass reverse_edge_type (default 'auto': PyG's rev_ naming)")
+    rev = reverse_relation(et, ets, reverse_edge_type)
+    fanout_table(sampler.graph, num_neighbors)
+    fanouts = num_neighbors if isinstance(num_neighbors, Mapping) else \
+        check_fanouts(num_neighbors)
+    return et, eli, (counts[0], counts[1]), rev, fanouts

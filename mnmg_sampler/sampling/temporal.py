@@ -1,23 +1,22 @@
 """Disjoint and temporal sampling's options, times and trees (PyG's ``disjoint``, ``time_attr``,
 ``input_time``, ``temporal_strategy``): checked and resolved here, sampled by
-:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees` in one process and over ranks
+:func:`~mnmg_sampler.sampling.sampler.sample_trees` in one process and over ranks
 (:mod:`mnmg_sampler.distributed.sampler`, in new ids).
 
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
 twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).
 While sampling, a node of tree ``b`` is the pair id ``b * N + v`` (``N`` nodes in the graph,
-``v`` internal), so the one dedup per hop of
-:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`
-dedups within each tree. Draws are keyed on ``v`` as without ``disjoint``, so each tree equals
-that seed sampled alone with the same key.
+``v`` internal), so the one dedup per hop of the sampler
+(:func:`~mnmg_sampler.sampling.sampler.run_hops`) dedups within each tree. Draws are keyed on
+``v`` as without ``disjoint``, so each tree equals that seed sampled alone with the same key.
 
 Temporal: every node of tree ``b`` is bounded by the seed's time (``input_time``, default the
 seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`
 (with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
 (as PyG requires). Over ranks the options travel with each request (``time_attr``,
 ``temporal_strategy``, ``disjoint`` of
-:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest`,
-checked by :func:`check_request_time`).
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`, checked by
+:func:`check_request_time`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import torch
 
 from ..errors import SamplingInputError
 from ..ops import temporal as temporal_ops
-from .hetero_batch import HeteroMiniBatch
+from .batch import HeteroMiniBatch
 
 __all__ = ["TIME_MAX", "check_request_time", "check_temporal_options", "check_time_options",
            "check_tree_ids", "input_times", "link_time_options", "mark_trees", "num_seeds",
@@ -120,7 +119,7 @@ def link_time_options(graph, n_edges: int, edge_label_time, time_attr: str | Non
                       temporal_strategy: str, disjoint: bool | None) -> dict:
     """A link loader's temporal options, checked (PyG's ``edge_label_time``: one integer per
     seed edge, required with ``time_attr`` and only with it): keyword arguments of
-    :func:`~mnmg_sampler.sampling.hetero_link.build_typed_link_request`."""
+    :func:`~mnmg_sampler.sampling.link.build_link_request`."""
     # as PyG's loaders: temporal sampling is disjoint whatever ``disjoint`` (default False) says
     dj = check_temporal_options(graph, time_attr, temporal_strategy, disjoint or None)
     try:

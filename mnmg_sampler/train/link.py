@@ -338,7 +338,7 @@ def _typed_training_graph(cfg: JobConfig, split: dict):
         split_relation_by_time,
         typed_training_graph,
     )
-    from ..sampling.hetero_link import reverse_relation
+    from ..sampling.link import reverse_relation
     from .checks import link_edge_type, meta_of_graph
 
     lk = cfg.link

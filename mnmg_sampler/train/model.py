@@ -371,7 +371,7 @@ class HeteroGraphSAGE(nn.Module):
                 ) -> torch.Tensor | dict[str, torch.Tensor]:
         """Logits of every ``target`` node of the minibatch (seeds first: slice
         ``[:batch_size]``), or ``{type: output}`` for several targets. ``x`` and ``edge_index``
-        are the :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch` dicts, ``emb`` the
+        are the :class:`~mnmg_sampler.sampling.batch.MiniBatch` dicts, ``emb`` the
         rows of
         its ``n_id`` of the :attr:`embedded` types.
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mnmg_sampler.graph.api import partition_graph
-from mnmg_sampler.sampling.hetero_batch import HeteroLinkMiniBatch
+from mnmg_sampler.sampling.batch import HeteroLinkMiniBatch
 
 from ..typed_graphs import link_spec
 from ..unit.test_hetero_link import CASES, FAN, RATES, SEED, check_invariants, reference, seed_edges

@@ -74,7 +74,7 @@ def reference(g: CSRGraph, eli, label, opts, epoch: int, world: int) -> list[dic
                                   neg=neg,
                                   known=lambda a, b: csr_has_edges(g.indptr, g.indices, b, a))
         mb = s.sample([plan.request])[0]
-        fb = finish_link_batch(mb, plan, num_nodes=g.num_nodes,
+        fb = finish_link_batch(mb, plan,
                                exclude_seed_edges=opts.get("exclude_seed_edges", False),
                                exclude_reverse_edges=opts.get("exclude_reverse_edges", False))
         out.append({k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in vars(fb).items()

@@ -14,7 +14,7 @@ import torch
 from mnmg_sampler.graph.api import partition_graph, typed_graph_of
 from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
+from mnmg_sampler.sampling.sampler import HeteroSampler, HeteroSampleRequest
 from tests.timed_data import hetero_data, homo_data, ratings
 
 from .harness import run_ranks

@@ -252,7 +252,7 @@ def _node_reference(spec, epoch: int) -> list[dict]:
     from mnmg_sampler.graph.typed import typed_graph
     from mnmg_sampler.loaders.neighbor import global_batches
     from mnmg_sampler.ops.rng import request_key
-    from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
+    from mnmg_sampler.sampling.sampler import HeteroSampler, HeteroSampleRequest
 
     sampler = HeteroSampler(typed_graph(spec), SEED)
     pos = global_batches(USERS.size, NODE_BATCH, WORLD, shuffle=False, drop_last=False,

@@ -19,13 +19,9 @@ from mnmg_sampler.graph.temporal import temporal_graph_from_data
 from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.negative import AdmissibleNodes, NegativeSampling
-from mnmg_sampler.sampling.hetero_batch import HeteroLinkMiniBatch
-from mnmg_sampler.sampling.hetero_link import (
-    build_typed_link_request,
-    finish_typed_link_batch,
-    reverse_relation,
-)
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
+from mnmg_sampler.sampling.batch import HeteroLinkMiniBatch
+from mnmg_sampler.sampling.link import build_link_request, finish_link_batch, reverse_relation
+from mnmg_sampler.sampling.sampler import HeteroSampler
 
 from ..typed_graphs import link_spec
 from .harness import run_ranks
@@ -99,17 +95,17 @@ def reference(graph, name: str, epoch: int, world: int) -> list[HeteroLinkMiniBa
     for gi, pos in enumerate(global_batches(eli.shape[1], B, world,
                                             shuffle=opts.get("shuffle", False),
                                             drop_last=False, seed=SEED, epoch=epoch)):
-        plan = build_typed_link_request(
-            et, eli, None, pos, g=gi, epoch=epoch, seed=SEED, num_neighbors=FAN[_kind(et)],
-            replace=False, num_src_nodes=graph.num_nodes_of(et[0]),
-            num_dst_nodes=graph.num_nodes_of(et[2]), neg=neg, edge_label_time=times,
+        plan = build_link_request(
+            eli, None, pos, g=gi, epoch=epoch, seed=SEED, num_neighbors=FAN[_kind(et)],
+            replace=False, edge_type=et,
+            num_nodes=(graph.num_nodes_of(et[0]), graph.num_nodes_of(et[2])), neg=neg,
+            edge_label_time=times,
             time_attr="time", temporal_strategy=strategy, neg_times=_neg_times(graph, et))
         # the one-process sampler takes the options at construction, not per request
         req = replace(plan.request, time_attr=None, temporal_strategy="uniform", disjoint=None)
         mb = sampler.sample([req])[0]
-        out.append(finish_typed_link_batch(mb, plan, reverse_edge_type=rev,
-                                           exclude_seed_edges=opts.get("exclude_seed_edges",
-                                                                       False)))
+        out.append(finish_link_batch(mb, plan, reverse_edge_type=rev,
+                                     exclude_seed_edges=opts.get("exclude_seed_edges", False)))
     return out
 
 
@@ -298,13 +294,17 @@ def test_time_bounds_and_pyg_fields_in_one_process(name):
             assert data[et].edge_label_index.shape[1] == b.edge_label_time.numel()
         for t in b.n_id:
             assert torch.equal(data[t].batch, b.batch[t])
+        if len(b.n_id) == 1:  # a PyG Data with time: read back as a Data (issue 30, item 3)
+            flat = b.to_homogeneous().to_pyg()
+            assert type(flat).__name__ == "Data" and torch.equal(flat.batch, b.batch[et[0]])
+            assert torch.equal(flat.edge_label_time, b.edge_label_time)
+            assert torch.equal(flat.edge_label_index, b.edge_label_index)
     # the same trees without time sample more hop-1 edges (the time bound removed some)
     _, eli, times = _seed_edges(graph)
-    plan = build_typed_link_request(et, eli, None, np.arange(eli.shape[1]), g=0, epoch=0,
-                                    seed=SEED, num_neighbors=[-1], replace=False,
-                                    num_src_nodes=graph.num_nodes_of(et[0]),
-                                    num_dst_nodes=graph.num_nodes_of(et[2]), neg=None,
-                                    edge_label_time=times, time_attr="time")
+    plan = build_link_request(eli, None, np.arange(eli.shape[1]), g=0, epoch=0, seed=SEED,
+                              num_neighbors=[-1], replace=False, edge_type=et,
+                              num_nodes=(graph.num_nodes_of(et[0]), graph.num_nodes_of(et[2])),
+                              neg=None, edge_label_time=times, time_attr="time")
     sampler = HeteroSampler(graph, SEED, time_attr="time")
     req = replace(plan.request, time_attr=None, disjoint=None)
     timed = sampler.sample([req])[0]

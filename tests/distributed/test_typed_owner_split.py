@@ -11,7 +11,7 @@ import numpy as np
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
+from mnmg_sampler.sampling.sampler import HeteroSampler, HeteroSampleRequest
 
 from ..typed_graphs import typed_spec
 from .harness import run_ranks

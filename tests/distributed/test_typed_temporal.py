@@ -19,7 +19,7 @@ from mnmg_sampler.graph.temporal import temporal_graph_from_data
 from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.loaders.neighbor import global_batches
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest
+from mnmg_sampler.sampling.sampler import HeteroSampler, HeteroSampleRequest
 
 from .harness import run_ranks
 

@@ -14,7 +14,7 @@ from mnmg_sampler.bench.dist import num_edges, typed_request
 from mnmg_sampler.bench.hetero import typed_view
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
+from mnmg_sampler.sampling.sampler import HeteroSampler
 
 from .common import SEED, small_graph
 from .harness import run_ranks

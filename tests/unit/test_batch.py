@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
+from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.sampling.sampler import sample
 
@@ -62,3 +65,42 @@ def test_repr_shows_shapes_not_contents():
     assert "tensor(" not in r and len(r) < 300
     b.x = b.y = None
     assert ", x=" not in repr(b) and ", y=" not in repr(b)
+
+
+def test_one_type_typed_batch_reads_as_homogeneous():
+    """One batch type (issue 30): a one-type typed batch is the homogeneous batch of the same
+    graph (the same draws), and a PyG ``Data`` with edge time, sampled in time through the typed
+    path, gives a ``Data`` from ``to_homogeneous().to_pyg()`` with ``batch`` and ``seed_time``."""
+    from mnmg_sampler.graph.temporal import load_temporal_graph
+    from mnmg_sampler.graph.typed import typed_graph
+    from mnmg_sampler.sampling.sampler import sample_hetero
+
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, 50, 300), rng.integers(0, 50, 300)
+    seeds = np.array([3, 7, 9])
+    homo = sample(CSRGraph.from_edges(src, dst, 50), seeds, [4, 2], seed=2, key=5)
+    et = ("node", "to", "node")
+    one = typed_graph({"num_nodes": {"node": 50}, "edge_index": {et: np.stack([src, dst])}})
+    typed = sample_hetero(one, ("node", seeds), [4, 2], seed=2, key=5)
+    flat = typed.to_homogeneous()
+    assert typed.typed and not flat.typed and flat.input_type is None and flat.x is None
+    moved = typed.to("cpu")  # dicts of tensors move too
+    assert moved.equal(typed) and moved.n_id is not typed.n_id
+    assert homo.e_id.numel() > 0 and flat.equal(homo)
+    with pytest.raises(SamplingInputError, match="one-type"):
+        replace(typed, n_id={"a": homo.n_id, "b": homo.n_id}).to_homogeneous()
+    pyg = pytest.importorskip("torch_geometric.data")
+    t = rng.integers(0, 100, 300)
+    data = pyg.Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=50,
+                    time=torch.from_numpy(t))
+    b = sample_hetero(load_temporal_graph(data), ("node", seeds), [4, 2], seed=2, key=5,
+                      time_attr="time", input_time=[30, 60, 90])
+    d = b.to_homogeneous().to_pyg()
+    assert isinstance(d, pyg.Data) and d.seed_time.tolist() == [30, 60, 90]
+    assert torch.equal(d.batch, b.batch["node"]) and d.batch.numel() == d.num_nodes
+    row, col = d.edge_index
+    assert row.numel() > 0
+    assert torch.equal(d.n_id[row], torch.from_numpy(src)[d.e_id])  # an edge of the Data
+    assert torch.equal(d.n_id[col], torch.from_numpy(dst)[d.e_id])
+    assert torch.equal(d.batch[row], d.batch[col])  # trees stay disjoint
+    assert bool((torch.from_numpy(t)[d.e_id] <= d.seed_time[d.batch[col]]).all())

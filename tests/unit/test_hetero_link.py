@@ -19,13 +19,9 @@ from mnmg_sampler.ops.negative import (
     typed_has_edges,
 )
 from mnmg_sampler.ops.rng import request_key
-from mnmg_sampler.sampling.hetero_batch import HeteroLinkMiniBatch
-from mnmg_sampler.sampling.hetero_link import (
-    build_typed_link_request,
-    finish_typed_link_batch,
-    reverse_relation,
-)
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler
+from mnmg_sampler.sampling.batch import HeteroLinkMiniBatch
+from mnmg_sampler.sampling.link import build_link_request, finish_link_batch, reverse_relation
+from mnmg_sampler.sampling.sampler import HeteroSampler
 
 from ..typed_graphs import hetero_data, link_spec, take_all
 
@@ -57,17 +53,15 @@ def reference(spec, et, eli, label, opts, epoch: int, world: int, *, fan=FAN, se
     for gi, pos in enumerate(global_batches(eli.shape[1], batch, world,
                                             shuffle=opts.get("shuffle", False),
                                             drop_last=False, seed=seed, epoch=epoch)):
-        plan = build_typed_link_request(et, eli, lab, pos, g=gi, epoch=epoch, seed=seed,
-                                        num_neighbors=fan, replace=False,
-                                        num_src_nodes=g.num_nodes_of(et[0]),
-                                        num_dst_nodes=g.num_nodes_of(et[2]), neg=neg,
-                                        known=lambda s, d: typed_has_edges(g, r, d + off_d,
-                                                                           s + off_s))
+        plan = build_link_request(eli, lab, pos, g=gi, epoch=epoch, seed=seed,
+                                  num_neighbors=fan, replace=False, edge_type=et,
+                                  num_nodes=(g.num_nodes_of(et[0]), g.num_nodes_of(et[2])),
+                                  neg=neg, known=lambda s, d: typed_has_edges(g, r, d + off_d,
+                                                                              s + off_s))
         mb = sampler.sample([plan.request])[0]
-        out.append(finish_typed_link_batch(mb, plan,
-                                           exclude_seed_edges=opts.get("exclude_seed_edges",
-                                                                       False),
-                                           reverse_edge_type=rev))
+        out.append(finish_link_batch(mb, plan,
+                                     exclude_seed_edges=opts.get("exclude_seed_edges", False),
+                                     reverse_edge_type=rev))
     return out
 
 
@@ -215,7 +209,7 @@ def test_one_type_relation_and_explicit_reverse():
 def test_link_requests_grow_one_tree_per_seed_of_either_type():
     """Seeds of two types (a link batch's) are sampled disjoint as PyG's seed_dict: trees
     numbered over the input type's seeds, then the other type's; each as its seed alone."""
-    from mnmg_sampler.sampling.hetero_sampler import HeteroSampleRequest
+    from mnmg_sampler.sampling.sampler import HeteroSampleRequest
 
     g = typed_graph(link_spec())
     req = HeteroSampleRequest("user", [1, 2], [2], 0, other_seeds={"movie": [3]})

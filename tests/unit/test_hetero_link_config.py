@@ -109,7 +109,7 @@ def test_training_graph_holds_no_held_out_edge():
 def test_encoder_outputs_both_endpoint_types():
     import torch
 
-    from mnmg_sampler.sampling.hetero_sampler import sample_hetero
+    from mnmg_sampler.sampling.sampler import sample_hetero
     from mnmg_sampler.train.model import HeteroGraphSAGE, LinkModel
 
     g = typed_useritem_graph(200, 50, seed=0)

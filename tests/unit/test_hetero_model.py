@@ -11,7 +11,7 @@ import torch
 
 from mnmg_sampler.errors import ConfigError
 from mnmg_sampler.graph.typed_generate import PLANTED, typed_sbm_graph, typed_sbm_metadata
-from mnmg_sampler.sampling.hetero_sampler import sample_hetero
+from mnmg_sampler.sampling.sampler import sample_hetero
 from mnmg_sampler.train.model import HeteroGraphSAGE, relations_per_layer
 
 WRITES, REV_WRITES = ("author", "writes", "paper"), ("paper", "rev_writes", "author")

@@ -10,7 +10,7 @@ import torch
 from mnmg_sampler.errors import SamplingInputError
 from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.ops import typed as typed_ops
-from mnmg_sampler.sampling.hetero_sampler import (
+from mnmg_sampler.sampling.sampler import (
     HeteroSampler,
     HeteroSampleRequest,
     fanout_table,

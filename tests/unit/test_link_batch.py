@@ -25,8 +25,8 @@ def _batch(g, neg, exclude, reverse, label=None):
     plan = build_link_request(eli, label, pos, g=3, epoch=1, seed=4, num_neighbors=[4, 3],
                               replace=False, num_nodes=g.num_nodes, neg=neg)
     mb = MultiHopSampler(local_hop_fn(g, 4), g.num_nodes).sample([plan.request])[0]
-    raw = finish_link_batch(mb, plan, num_nodes=g.num_nodes)
-    out = finish_link_batch(mb, plan, num_nodes=g.num_nodes, exclude_seed_edges=exclude,
+    raw = finish_link_batch(mb, plan)
+    out = finish_link_batch(mb, plan, exclude_seed_edges=exclude,
                             exclude_reverse_edges=reverse)
     return eli[:, pos], raw, out
 
@@ -96,7 +96,37 @@ def test_exclusion_without_edge_ids():
                                 neg=NegativeSampling("binary", 1), edge_ids=e)
              for e in (True, False)]
     s = MultiHopSampler(local_hop_fn(g, 4), g.num_nodes)
-    a, b = (finish_link_batch(s.sample([p.request])[0], p, num_nodes=g.num_nodes,
+    a, b = (finish_link_batch(s.sample([p.request])[0], p,
                               exclude_seed_edges=True) for p in plans)
     assert b.e_id.numel() == 0 and a.e_id.numel() == a.edge_index.shape[1]
     assert a.edge_index.equal(b.edge_index) and a.num_sampled_edges == b.num_sampled_edges
+
+
+@pytest.mark.parametrize("mode", [None, "triplet"])
+def test_one_type_relation_is_the_homogeneous_link_batch(mode):
+    """One link module: the relation of a one-type typed graph gives the homogeneous batch
+    (``to_homogeneous``), seed edges and reverses excluded; binary negatives are left out
+    since a typed relation's draw their sources too (PyG's rule), a CSR's keep the positive's."""
+    from mnmg_sampler.graph.typed import typed_graph
+    from mnmg_sampler.sampling.sampler import HeteroSampler
+
+    rng = np.random.default_rng(8)
+    src, dst = rng.integers(0, 80, 700), rng.integers(0, 80, 700)
+    g = CSRGraph.from_edges(src, dst, 80)
+    et = ("node", "to", "node")
+    tg = typed_graph({"num_nodes": {"node": 80}, "edge_index": {et: np.stack([src, dst])}})
+    eli = np.stack([src, dst])[:, np.random.default_rng(1).choice(700, 40, replace=False)]
+    neg = None if mode is None else NegativeSampling(mode, 2)
+    kw = dict(g=3, epoch=1, seed=4, num_neighbors=[-1, 3], replace=False, neg=neg)
+    plan = build_link_request(eli, None, np.arange(5, 35), num_nodes=80, **kw)
+    mb = MultiHopSampler(local_hop_fn(g, 4), 80).sample([plan.request])[0]
+    want = finish_link_batch(mb, plan, exclude_seed_edges=True, exclude_reverse_edges=True)
+    plan = build_link_request(eli, None, np.arange(5, 35), num_nodes=(80, 80), edge_type=et,
+                              **kw)
+    mb = HeteroSampler(tg, 4).sample([plan.request])[0]
+    got = finish_link_batch(mb, plan, exclude_seed_edges=True, reverse_edge_type=et)
+    assert got.typed and got.edge_type == et
+    flat = got.to_homogeneous()
+    assert flat.edge_type is None and want.e_id.numel() > 0
+    assert want.num_sampled_edges[0] < mb.num_sampled_edges[et][0]  # some were excluded
+    assert flat.equal(want)

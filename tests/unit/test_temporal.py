@@ -11,7 +11,7 @@ from mnmg_sampler.errors import GraphFormatError, SamplingInputError
 from mnmg_sampler.graph.temporal import temporal_graph_from_data
 from mnmg_sampler.graph.typed import typed_graph
 from mnmg_sampler.ops import temporal, typed
-from mnmg_sampler.sampling.hetero_sampler import HeteroSampler, HeteroSampleRequest, sample_hetero
+from mnmg_sampler.sampling.sampler import HeteroSampler, HeteroSampleRequest, sample_hetero
 
 N = {"a": 40, "b": 25}
 RELS = [("a", "x", "a"), ("b", "y", "a"), ("a", "z", "b")]
