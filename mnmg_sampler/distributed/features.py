@@ -390,11 +390,9 @@ class DistFeatureStore:
     def cache_stats(self) -> dict:
         """Cache size, hit rate and the feature bytes the cache saved so far."""
         st = self.stats
-        distinct = st["distinct_remote_rows"]
-        return {"cache_rows": self.cache_size,
-                "cache_bytes": self.cache_size * self.row_bytes,
-                "cache_hit_rate": st["cache_hits"] / distinct if distinct else 0.0,
-                "cache_bytes_saved": st["cache_hits"] * self.row_bytes}
+        return _cache_report(self.cache_size, self.cache_size * self.row_bytes,
+                             st["cache_hits"], st["distinct_remote_rows"],
+                             st["cache_hits"] * self.row_bytes)
 
 
 class TypeRows:
@@ -413,7 +411,7 @@ class TypeRows:
 
     Attributes:
         types: node types with rows, the same on every rank (from the manifest).
-        stats: ``remote_rows``, ``cache_hits``, ``rows_fetched`` so far.
+        stats: ``remote_rows``, ``cache_hits``, ``rows_fetched``, ``cache_bytes_saved`` so far.
     """
 
     def __init__(self, part, ex: Exchanger, mapped: SharedTopology | None,
@@ -430,7 +428,8 @@ class TypeRows:
                       if t in (typed.get("x") or {}) or t in (typed.get("y") or {})]
         # rows of other ranks' nodes kept here: per data type, (sorted new ids, row bytes)
         self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0}
+        self.stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
+                      "cache_bytes_saved": 0}
         far = getattr(ex, "far", None)  # per rank: on another host
         if self.types and not placement.rows_local and far is not None and bool(far.any()):
             mine = placement.of(ex.rank)  # its budget's rest, shared by the host's ranks
@@ -519,15 +518,14 @@ class TypeRows:
         for name, u in uniq.items():
             self._cache[name] = (u, raw[at:at + u.size, :width[tp.node_types.index(name)]])
             at += u.size
-        self.stats.update(remote_rows=0, cache_hits=0, rows_fetched=0)
+        self.stats.update(remote_rows=0, cache_hits=0, rows_fetched=0, cache_bytes_saved=0)
 
     def cache_stats(self) -> dict:
-        """Rows in the cache and its hit rate (cached rows among the distinct remote rows of
-        the batches so far)."""
-        st = self.stats
-        return {"cache_rows": int(sum(ids.size for ids, _ in self._cache.values())),
-                "cache_hit_rate": st["cache_hits"] / st["remote_rows"] if st["remote_rows"]
-                else 0.0}
+        """Cache size, hit rate (of the distinct remote rows of the batches so far) and the
+        bytes it saved."""
+        st, held = self.stats, self._cache.values()
+        return _cache_report(sum(ids.size for ids, _ in held), sum(r.nbytes for _, r in held),
+                             st["cache_hits"], st["remote_rows"], st["cache_bytes_saved"])
 
     def _widths(self) -> np.ndarray:
         """Bytes of one ``x`` and ``y`` row, per node type (0: no node data)."""
@@ -573,6 +571,7 @@ class TypeRows:
                 raw[at + got, :craw.shape[1]] = craw[pos[got]]
                 hit[at + got] = True
                 self.stats["cache_hits"] += int(got.size)
+                self.stats["cache_bytes_saved"] += int(got.size) * craw.shape[1]
             at += u.size
         remote = np.flatnonzero(~hit)
         self.stats["rows_fetched"] += int(remote.size)
@@ -606,6 +605,14 @@ class TypeRows:
                 at = np.flatnonzero(types[remote] == t)
                 raw[remote[at], :width[t]] = back[start[at, None] + np.arange(width[t])]
         return raw
+
+
+def _cache_report(rows: int, nbytes: int, hits: int, distinct: int, saved: int) -> dict:
+    """A row cache's rows and bytes, its hit rate among the distinct remote rows asked for,
+    and the row bytes its hits kept off the wire."""
+    return {"cache_rows": int(rows), "cache_bytes": int(nbytes),
+            "cache_hit_rate": hits / distinct if distinct else 0.0,
+            "cache_bytes_saved": int(saved)}
 
 
 def bounded_ids(ex: Exchanger, bounds: np.ndarray) -> bool:
