@@ -18,9 +18,14 @@ Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and
 and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
 most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
 
-Time (:mod:`mnmg_sampler.ops.temporal`): with ``bounds`` (one time per node) each degree is cut
-to the admissible prefix of the time-sorted segment (``admissible_count``) and ``last`` selects,
-per request, the prefix's tail instead of the draws. ``bounds=None`` is the untimed case: numba
+Time (temporal sampling, one kernel for both): segments of a timed graph are sorted by time
+(:mod:`mnmg_sampler.graph.temporal`), so with ``bounds`` (one time per node) each degree is cut
+to the admissible prefix (time <= the bound, ``admissible_count``'s binary search over the edge
+time, or over the neighbors' node time when the graph has node time only). ``last`` selects the
+strategy per request (:data:`STRATEGIES`): ``"uniform"`` (0) the draws above on the prefix,
+bit-identical to the untimed kernel's when the bound is >= every time; ``"last"`` (1) the
+``min(k, a)`` latest admissible neighbors in ascending time (``-1`` all of the prefix),
+deterministic, ignoring ``replace`` and weights. ``bounds=None`` is the untimed case: numba
 compiles a specialisation in which the time branches are pruned, so it pays nothing for them.
 """
 
@@ -34,10 +39,11 @@ import numpy as np
 from . import cpu, weighted
 from .prefetch import prefetch
 
-__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays",
-           "group_by_relation", "group_hops_by_relation", "group_nodes_by_type"]
+__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "STRATEGIES", "admissible_count",
+           "time_arrays", "group_by_relation", "group_hops_by_relation", "group_nodes_by_type"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
+STRATEGIES = ("uniform", "last")  # temporal strategies, ``last[q]`` 0 and 1
 
 sample_count = cpu.sample_count
 node_positions = cpu.node_positions
