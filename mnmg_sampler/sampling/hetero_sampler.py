@@ -215,9 +215,8 @@ def multi_hop(hop_fn, seeds: list[np.ndarray], tables: list[np.ndarray],
             [nid[i] for i in active], sizes, counts, nbr)
         for j, i in enumerate(active):
             c0, c1 = cand_off[j], cand_off[j + 1]
-            cnt = counts[node_off[j]:node_off[j + 1]]
-            dst = np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt)
-            edges[i].append((local[c0:c1], dst, rel[c0:c1], eid[c0:c1]))
+            edges[i].append((local[c0:c1], front_start[i], counts[node_off[j]:node_off[j + 1]],
+                             rel[c0:c1], eid[c0:c1]))
             fresh = new[new_off[j]:new_off[j + 1]]
             front_start[i] = nid[i].size
             nid[i] = np.concatenate([nid[i], fresh])
@@ -303,8 +302,9 @@ def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,
                    hops: list[tuple]) -> HeteroMiniBatch:
     """A :class:`HeteroMiniBatch` (without ``x``/``y``) from one request's internal ``n_id``
     (seeds first, then hop by hop; ``n_nodes`` per hop) and its sampled edges per hop
-    ``(local src, local dst, relation, edge id)``, as the single-process and distributed
-    samplers both collect them."""
+    ``(src, dst0, counts, relation, edge id)`` (batch indices; ``counts[i]`` edges from
+    ``dst0 + i``: :func:`~mnmg_sampler.ops.typed.group_hops_by_relation`'s), as
+    :func:`multi_hop` gives them to the single-process and distributed samplers."""
     R = len(edge_types)
     ids, at, n_hop, loc = typed_ops.group_nodes_by_type(nid, node_type_offset, n_nodes)
     n_id = {name: torch.from_numpy(ids[at[t]:at[t + 1]]) for t, name in enumerate(node_types)}
