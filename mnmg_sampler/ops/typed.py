@@ -130,10 +130,10 @@ def admissible_count_prefetched(etime, ntime, indices, by_node, s, d, bound):
 
 
 PREFETCH_AHEAD = 16  # pairs between a segment's prefetch and its search (8 to 32 measured alike)
-# nodes between the prefetch of a node's indptr entries and their read (untimed counts): a
-# node's relations make the loop body long, so without it few nodes' misses were in flight
-# (measured, rmat:18 typed into 3 types, 9 relations: phase 0 11.5 -> 5.1 ms; 32 ahead alike)
-INDPTR_AHEAD = 16
+# cpu's, for a node's indptr entries (untimed counts): a node's relations make the loop body
+# long, so without it few nodes' misses were in flight (measured, rmat:18 typed into 3 types,
+# 9 relations: phase 0 11.5 -> 5.1 ms)
+INDPTR_AHEAD = cpu.INDPTR_AHEAD
 
 
 def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
