@@ -363,15 +363,8 @@ def _worker(work: str) -> int:
     if task.get("loader"):
         return _loader_worker(work, task, part, rank, world, seeds, budget, shared)
     typed = part.typed is not None
-    if typed:
-        from ..distributed.typed_sampler import DistTypedSampler
-
-        sampler = DistTypedSampler(part, seed, features=False,
-                                   id_maps=task.get("id_maps", "auto"), shared_topology=shared,
-                                   host_memory=budget)
-    else:
-        sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
-                              shared_topology=shared, host_memory=budget)
+    sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
+                          shared_topology=shared, host_memory=budget, features=False)
     ex = sampler.ex
     store = None
     if task["features"] and part.x is not None:

@@ -249,7 +249,7 @@ class FeaturesConfig:
         "part's CSR mapped, so every hop is sampled on the host), then their feature rows, all "
         "of them mapped when they fit, else the rows of highest inclusion probability in rounds "
         "of sampler.fanouts and sampler.batch_size copied into a cache shared by the host's "
-        "ranks; what does not fit crosses hosts (typed graphs: only a row cache per rank, of "
+        "ranks; what does not fit crosses hosts (typed graphs: the row cache is per rank, of "
         "the rows its part's edges point to most). 0 = nothing of other hosts; null = half of "
         "the memory the host can see at start. Results do not depend on it.", _NONNEG_FLOAT)
 

@@ -442,3 +442,222 @@ class DistFeatureStore:
                 "cache_bytes": self.cache_size * self.row_bytes,
                 "cache_hit_rate": st["cache_hits"] / distinct if distinct else 0.0,
                 "cache_bytes_saved": st["cache_hits"] * self.row_bytes}
+
+
+class TypeRows:
+    """``x`` / ``y`` of every node type of a typed part's batches (the typed sampler's
+    fetch), each distinct node once per round: own and cached rows, and those of the parts
+    mapped here (``mapped``, a :class:`~.shared_topology.SharedTopology`: every part's on one
+    host, the host's with host groups, every part's when a host's budget holds them,
+    :mod:`.fit`) read here, the others from their owners in one exchange each way for every
+    type (each type's row width known on both sides: no size exchange for the reply). When
+    every rank reads every row in place, a fetch is no collective at all.
+
+    The row cache (ranks on several hosts whose rows are not all mapped) keeps, once, the
+    rows of the other hosts' nodes this part's edges point to most
+    (:func:`~.row_cache.choose_rows` by degree), up to the rank's share of what its host's
+    budget leaves (``features.host_memory_mb``, :class:`~.fit.HostPlacement`).
+
+    Attributes:
+        types: node types with rows, the same on every rank (from the manifest).
+        stats: ``remote_rows``, ``cache_hits``, ``rows_fetched`` so far.
+    """
+
+    def __init__(self, part, ex: Exchanger, mapped: SharedTopology | None,
+                 placement: Placement) -> None:
+        self.part, self.tp, self.ex, self.mapped = part, part.typed, ex, mapped
+        self.local = mapped is not None and mapped.rows_everywhere  # the same on every rank
+        self._held = np.zeros(ex.world_size, bool)  # parts whose rows are read here
+        self._held[[ex.rank, *(() if mapped is None else mapped.row_ranks)]] = True
+        bounds = np.asarray(part.boundaries, np.int64)
+        self._inner = np.ascontiguousarray(bounds[1:-1])
+        self.lo = int(bounds[part.rank])
+        typed = part.manifest.get("typed", {}) if part.manifest else {}
+        self.types = [t for t in self.tp.node_types
+                      if t in (typed.get("x") or {}) or t in (typed.get("y") or {})]
+        # rows of other ranks' nodes kept here: per data type, (sorted new ids, row bytes)
+        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0}
+        far = getattr(ex, "far", None)  # per rank: on another host
+        if self.types and not placement.rows_local and far is not None and bool(far.any()):
+            mine = placement.of(ex.rank)  # its budget's rest, shared by the host's ranks
+            self._fill_cache(0 if mine.rows else
+                             mine.left // len(mine.ranks) // int(self._widths().max()))
+
+    def on_exchanger(self, ex: Exchanger) -> TypeRows:
+        """The same rows (cache and statistics shared) fetched over ``ex``: another round in
+        flight."""
+        other = copy.copy(self)
+        other.ex = ex
+        return other
+
+    def fetch(self, new_ids: list[np.ndarray], nids: list[np.ndarray], out: list) -> None:
+        """Collective: ``x`` / ``y`` of every batch's nodes (``new_ids``; ``nids``: the same in
+        internal ids) of every type with node data into the batches ``out``."""
+        off = self.tp.node_type_offset
+        sel, uniq = {}, {}
+        for name in self.types:
+            t = self.tp.node_types.index(name)
+            sel[name] = [np.flatnonzero((n >= off[t]) & (n < off[t + 1])) for n in nids]
+            uniq[name] = np.unique(np.concatenate(
+                [a[s] for a, s in zip(new_ids, sel[name], strict=True)]) if out else
+                np.zeros(0, np.int64))
+        rows = self._rows_of(uniq)
+        for name, per in sel.items():
+            for b, a, s in zip(out, new_ids, per, strict=True):  # n_id[name] order
+                at = np.searchsorted(uniq[name], a[s])
+                for key, r in rows[name].items():
+                    getattr(b, key)[name] = torch.from_numpy(np.ascontiguousarray(r[at]))
+
+    def _row_bytes(self, t: int, local: np.ndarray) -> np.ndarray:
+        """``uint8 [n, width of type t]``: ``x`` then ``y`` of local rows of type ``t``."""
+        name, tp = self.tp.node_types[t], self.tp
+        row = local - tp.type_offset[t]
+        cols = [np.ascontiguousarray(np.asarray(src[name])[row]).view(np.uint8).reshape(
+            row.size, _width(src[name])) for src in (tp.x, tp.y) if name in src]
+        return np.concatenate(cols, axis=1) if cols else np.zeros((row.size, 0), np.uint8)
+
+    def _from_bytes(self, name: str, raw: np.ndarray) -> dict[str, np.ndarray]:
+        """``{"x": rows, "y": rows}`` of ``raw`` (:meth:`_row_bytes` of type ``name``)."""
+        res, at = {}, 0
+        for key, src in (("x", self.tp.x), ("y", self.tp.y)):
+            if name in src:
+                a, w = np.asarray(src[name]), _width(src[name])
+                res[key] = np.ascontiguousarray(raw[:, at:at + w]).view(a.dtype).reshape(
+                    raw.shape[0], *a.shape[1:])
+                at += w
+        return res
+
+    def _fill_cache(self, rows: int) -> None:
+        """Collective: fill the row cache with up to ``rows`` rows (see the class docstring),
+        fetched once; rounds never ask for them again."""
+        from ..system.host_limits import check_allocation
+        from .collective import all_gather_1d
+
+        tp, far_rank = self.tp, self.ex.far
+        width = self._widths()
+        # every part's type offsets (tiny): the type of any new id
+        offs = np.stack([t.numpy() for t in all_gather_1d(torch.from_numpy(
+            np.array(tp.type_offset, np.int64)), self.ex.group)])  # (a writable copy)
+        bounds = np.asarray(self.part.boundaries, np.int64)
+
+        def types_of(ids: np.ndarray) -> np.ndarray:
+            owner = np.searchsorted(self._inner, ids, side="right")
+            local = ids - bounds[owner]
+            t = np.empty(ids.size, np.int64)
+            for r in np.unique(owner):
+                at = owner == r
+                t[at] = np.searchsorted(offs[r], local[at], side="right") - 1
+            return t
+
+        def far(ids: np.ndarray) -> np.ndarray:
+            return far_rank[np.searchsorted(self._inner, ids, side="right")] & (
+                width[types_of(ids)] > 0)
+
+        ids, _ = choose_rows(self.part, self.ex, far, max(rows, 0), None)
+        agree(lambda: check_allocation(
+            f"a feature row cache of {ids.size:,} rows of up to {int(width.max())} B "
+            "(features.host_memory_mb)", ids.size * int(width.max()),
+            "lower features.host_memory_mb"), self.ex.group,
+            "checking the feature cache's memory")
+        t = types_of(ids)
+        uniq = {n: ids[t == tp.node_types.index(n)] for n in self.types}  # sorted
+        raw, at = self._raw_rows(uniq, width), 0
+        for name, u in uniq.items():
+            self._cache[name] = (u, raw[at:at + u.size, :width[tp.node_types.index(name)]])
+            at += u.size
+        self.stats.update(remote_rows=0, cache_hits=0, rows_fetched=0)
+
+    def cache_stats(self) -> dict:
+        """Rows in the cache and its hit rate (cached rows among the distinct remote rows of
+        the batches so far)."""
+        st = self.stats
+        return {"cache_rows": int(sum(ids.size for ids, _ in self._cache.values())),
+                "cache_hit_rate": st["cache_hits"] / st["remote_rows"] if st["remote_rows"]
+                else 0.0}
+
+    def _widths(self) -> np.ndarray:
+        """Bytes of one ``x`` and ``y`` row, per node type (0: no node data)."""
+        tp = self.tp
+        return np.array([sum(_width(src[n]) for src in (tp.x, tp.y) if n in src)
+                         for n in tp.node_types], np.int64)
+
+    def _rows_of(self, uniq: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """Collective (unless the shared topology reads them in place): per data type, the
+        rows of its sorted new ids ``uniq[name]`` (:meth:`_raw_rows`)."""
+        tp = self.tp
+        index = {name: tp.node_types.index(name) for name in uniq}
+        if self.local:
+            return {name: self.mapped.type_rows(name, index[name], ids)
+                    for name, ids in uniq.items()}
+        width = self._widths()
+        raw, out, at = self._raw_rows(uniq, width), {}, 0
+        for name, u in uniq.items():
+            out[name] = self._from_bytes(name, raw[at:at + u.size, :width[index[name]]])
+            at += u.size
+        return out
+
+    def _raw_rows(self, uniq: dict[str, np.ndarray], width: np.ndarray) -> np.ndarray:
+        """Collective: the row bytes of the ids of ``uniq`` (concatenated in its order), own
+        and cached ones read here; the others go to their owners in one exchange for all
+        types and come back as bytes, each type's row ``width`` known on both sides, so the
+        reply needs no size exchange of its own."""
+        tp, W, me = self.tp, self.ex.world_size, self.ex.rank
+        index = {name: tp.node_types.index(name) for name in uniq}
+        ids = np.concatenate([*uniq.values(), np.zeros(0, np.int64)])
+        types = np.repeat(np.array([index[n] for n in uniq], np.int64),
+                          [a.size for a in uniq.values()])
+        owner = np.searchsorted(self._inner, ids, side="right")
+        raw = np.empty((ids.size, int(width.max(initial=0))), np.uint8)
+        hit = self._held[owner]  # own rows, and the mapped parts' (read below)
+        self.stats["remote_rows"] += int(ids.size - hit.sum())
+        at = 0
+        for name, u in uniq.items():  # cached rows of other ranks' nodes
+            cids, craw = self._cache.get(name, (np.zeros(0, np.int64), None))
+            if cids.size and u.size:
+                pos = np.minimum(np.searchsorted(cids, u), cids.size - 1)
+                got = np.flatnonzero((cids[pos] == u) & ~hit[at:at + u.size])
+                raw[at + got, :craw.shape[1]] = craw[pos[got]]
+                hit[at + got] = True
+                self.stats["cache_hits"] += int(got.size)
+            at += u.size
+        remote = np.flatnonzero(~hit)
+        remote = remote[np.argsort(owner[remote], kind="stable")]  # grouped by owner
+        self.stats["rows_fetched"] += int(remote.size)
+        own = np.flatnonzero(owner == me)
+        for t in np.unique(types[own]):
+            at = own[types[own] == t]
+            raw[at, :width[t]] = self._row_bytes(int(t), ids[at] - self.lo)
+        held = np.flatnonzero((owner != me) & self._held[owner])
+        for t in np.unique(types[held]):  # rows of other mapped parts, in place
+            at = held[types[held] == t]
+            got = self.mapped.type_rows(tp.node_types[t], int(t), ids[at], raw=True)
+            raw[at, :width[t]] = np.concatenate(list(got.values()), axis=1)
+        if W > 1:
+            counts = np.bincount(owner[remote], minlength=W).astype(np.int64)
+            recv, rcounts = self.ex.exchange(torch.from_numpy(ids[remote]),
+                                             torch.from_numpy(counts), "features")
+            local = recv.numpy() - self.lo
+            rt = np.searchsorted(tp.type_offset, local, side="right") - 1  # the rows' types
+            w = width[rt]
+            flat = np.empty(int(w.sum()), np.uint8)
+            start = np.concatenate([[0], np.cumsum(w)[:-1]]).astype(np.int64)
+            for t in np.unique(rt):
+                at = np.flatnonzero(rt == t)
+                flat[start[at, None] + np.arange(width[t])] = self._row_bytes(int(t), local[at])
+            by_src = np.repeat(np.arange(W), rcounts.numpy())
+            mine_w = width[types[remote]]
+            back = self.ex.payload(
+                torch.from_numpy(flat), np.bincount(by_src, w, W).astype(np.int64).tolist(),
+                np.bincount(owner[remote], mine_w, W).astype(np.int64).tolist(),
+                "features").numpy()
+            start = np.concatenate([[0], np.cumsum(mine_w)[:-1]]).astype(np.int64)
+            for t in np.unique(types[remote]):
+                at = np.flatnonzero(types[remote] == t)
+                raw[remote[at], :width[t]] = back[start[at, None] + np.arange(width[t])]
+        return raw
+
+
+def _width(a) -> int:
+    """Bytes of one row of ``a``."""
+    return a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))

@@ -38,13 +38,19 @@ def default_budget() -> int:
 
 def part_bytes(part) -> tuple[int, int]:
     """``(topology bytes, row bytes)`` of one part: its CSR arrays (indptr, indices, edge
-    ids, original ids, weights) and its feature rows and labels, as their files hold them."""
+    ids, original ids, weights; a typed part's times too) and its feature rows and labels
+    (a typed part's of every type), as their files hold them."""
     def size(a) -> int:
         return 0 if a is None else int(np.asarray(a).nbytes)
 
     topo = sum(size(getattr(part, k, None)) for k in ("indptr", "indices", "edge_ids",
                                                        "orig_ids", "weights"))
-    return topo, size(part.x) + size(part.y)
+    rows = size(part.x) + size(part.y)
+    tp = getattr(part, "typed", None)
+    if tp is not None:
+        topo += size(tp.edge_time) + size(tp.node_time)
+        rows += sum(size(a) for src in (tp.x, tp.y) for a in src.values())
+    return topo, rows
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ several hosts, each rank maps the parts of its own host's ranks, and what its ho
 holds of the others (:mod:`.fit`: every part's CSR, then every part's rows), and:
 
 - a hop's frontier nodes of mapped parts are sampled here, in one compiled pass
-  (:meth:`HostGroup.hop`); only the nodes of parts not mapped enter the exchange, so they go
-  to another host's ranks only (when every host maps every part, no hop exchanges at all:
-  ``DistSampler.shared``). One host is the whole shared topology; one rank per host at
-  budget 0 is the wire path: the same round either way;
+  (:meth:`HostGroup.hop`; typed parts: :meth:`HostGroup.typed_hop`); only the nodes of parts
+  not mapped enter the exchange, so they go to another host's ranks only (when every host
+  maps every part, no hop exchanges at all: ``DistSampler.shared``). One host is the whole
+  shared topology; one rank per host at budget 0 is the wire path: the same round either way;
 - the feature store reads the host's rows in place and fetches other hosts' rows over the
   wire, through a per-host row cache (:func:`share_slices`): each rank of the host fetches a
   slice of it once, writes it to a file every rank of the host maps (one copy in the page
@@ -98,6 +98,33 @@ class HostGroup:
                           bool(h.edge_ids))
 
 
+    def typed_hop(self, h: HopSegments, wire_hop: Callable, kernel: Callable, relations: int):
+        """:meth:`hop` of a typed part: the typed kernel's four arrays in frontier order
+        (``kernel(nodes, keys, req, bounds)``: :meth:`SharedTopology.typed_hop` of the host's
+        nodes with ``h``'s fanouts; ``h.bounds``: each node's time bound; ``relations``: the
+        graph's, to carry each neighbor's relation in its word while the sides interleave)."""
+        nodes = np.ascontiguousarray(h.nodes, _I64)
+        owners = np.searchsorted(self.inner, nodes, side="right")
+        hit, miss_n, miss_s, hit_n, hit_s = _split(nodes, np.asarray(h.sizes, _I64), owners,
+                                                   self.mask)
+        self.last = None
+        if not hit_n.size:
+            return wire_hop(h)
+        b = h.bounds
+        miss = HopSegments(miss_n, miss_s, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids,
+                           None if b is None else b[~hit], h.last)
+        c_m, nb_m, rel_m, e_m = wire_hop(miss)
+        req = np.repeat(np.arange(hit_s.size, dtype=_I64), hit_s)
+        c_h, nb_h, rel_h, e_h = kernel(hit_n, np.asarray(h.keys, _I64)[req], req,
+                                       None if b is None else np.ascontiguousarray(b[hit]))
+        self.last = (hit, hit_n)
+        R = int(relations)
+        c, word, e = interleave(hit, (c_m, nb_m * R + rel_m, e_m), (c_h, nb_h * R + rel_h, e_h),
+                                True)
+        nb, rel = np.divmod(word, R)
+        return c, nb, rel, e
+
+
 @numba.njit(cache=True, nogil=True)
 def _split(nodes, sizes, owners, on_host):
     """One pass over a hop's frontier: ``(hit, the misses' nodes and per-request counts, the
@@ -168,12 +195,15 @@ def _interleave(hit, c_miss, nb_miss, e_miss, c_hit, nb_hit, e_hit, with_e):
 def interleave(hit: np.ndarray, miss: tuple, hits: tuple, with_e: bool) -> tuple:
     """``(counts, neighbors, edge ids or None)`` in frontier order from the results
     ``(counts, neighbors, edge ids)`` of the frontier's misses and of its hits (``hit[i]``:
-    node ``i`` is a hit), each in frontier order among themselves."""
+    node ``i`` is a hit), each in frontier order among themselves (edge ids missing on one
+    side: zeros)."""
     empty = np.empty(0, _I64)
 
     def arrays(c, nb, e):
-        return (np.asarray(c, _I64), np.asarray(nb, _I64),
-                np.asarray(e, _I64) if with_e and e is not None else empty)
+        nb = np.asarray(nb, _I64)
+        if with_e and (e is None or len(e) != nb.size):
+            e = np.zeros(nb.size, _I64)
+        return (np.asarray(c, _I64), nb, np.asarray(e, _I64) if with_e else empty)
 
     c, nb, e = _interleave(hit, *arrays(*miss), *arrays(*hits), with_e)
     return c, nb, (e if with_e else None)

@@ -404,10 +404,10 @@ def partition_typed_distributed(
     :func:`~mnmg_sampler.graph.typed_io.read_typed_torch_share`: a ``.pt`` is memory-mapped);
     every CSR entry goes to the owner of its target as a (target, source, edge id, relation
     [, weight]) row, the owner deciding per type as
-    :func:`~mnmg_sampler.graph.typed_partition.typed_plan` does; node rows go to their owners
+    :func:`~mnmg_sampler.graph.partition.partition_graph` does; node rows go to their owners
     the same way; the owner relabels, cuts its rows into (node, relation) segments, writes its
     own typed part, and rank 0 the manifest. The files are those of
-    :func:`~mnmg_sampler.graph.typed_partition.partition_typed` for the same input, ``method``
+    :func:`~mnmg_sampler.graph.partition.partition` for the same input, ``method``
     and ``seed``. Returns the partition statistics plus ``out``, ``seconds``, ``num_nodes``,
     ``num_edges``, ``graph_name`` and ``node_types``.
     """

@@ -26,6 +26,22 @@ translated once when the loader is built) or, when any rank has an untranslated 
 to the map shards before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows
 when features are fetched, else in the hop replies, and for the nodes of each request's last hop
 in one lookup after it.
+
+A typed part (:mod:`mnmg_sampler.graph.partition`; a homogeneous part is the one-type,
+one-relation case) takes the same wire: each header carries the hop's fanout per relation, a
+timed round sends each node's time bound behind its id, the owner's one call is the typed kernel
+(:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids: type offset +
+per-type id) and replies with one word per edge (``neighbor x R + relation``). Requests are
+:class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest` (per-type seeds, translated
+every round); the requester dedups as :func:`~mnmg_sampler.sampling.hetero_sampler.multi_hop`
+does in one process; temporal and disjoint requests (``docs/temporal.md``) grow trees
+(:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees`: pair ids ``tree * N + new id``,
+each node bounded by its seed's time); ``x``/``y`` of every node type come from
+:class:`~.features.TypeRows`. Every node's time is on every rank (one gather when built, 8
+bytes per node, unless the shared topology maps it): the kernel reads the neighbors' node times
+by new id. Host groups and place by fit (:mod:`.host_groups`, :mod:`.fit`) are the
+homogeneous ones. Batches equal :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampler`'s
+for any world size.
 """
 
 from __future__ import annotations
@@ -39,8 +55,18 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, SamplingInputError
+from ..graph.partition_io import part_graph
+from ..ops import typed as typed_ops
 from ..ops import wire
 from ..sampling.batch import MiniBatch
+from ..sampling.hetero_batch import HeteroMiniBatch
+from ..sampling.hetero_sampler import (
+    HeteroSampleRequest,
+    assemble_batch,
+    fanout_table,
+    multi_hop,
+    sample_trees,
+)
 from ..sampling.sampler import (
     HopSegments,
     MultiHopSampler,
@@ -49,9 +75,19 @@ from ..sampling.sampler import (
     check_seed,
     run_cpu_kernel,
 )
+from ..sampling.temporal import (
+    check_request_time,
+    check_tree_ids,
+    mark_trees,
+    num_seeds,
+    seed_times,
+)
+from ..system.host_limits import check_allocation
 from ..system.host_malloc import tune_host_malloc
-from .collective import Exchanger, peer_errors, raise_agreed
+from .collective import Exchanger, agree, all_gather_1d, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
+from .cuda_hop import CudaHop
+from .features import TypeRows
 from .fit import default_budget
 from .host_channel import open_host_channel
 from .host_groups import HostGroup
@@ -68,10 +104,10 @@ def wire_dtype(num_nodes: int, num_edges: int) -> np.dtype:
 
 
 class DistSampler:
-    """Collective multi-hop sampler over a partitioned graph.
+    """Collective multi-hop sampler over a partitioned graph, homogeneous or typed.
 
     Args:
-        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
+        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition` (typed or not).
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
         kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
@@ -84,18 +120,18 @@ class DistSampler:
         host_memory: bytes each host gives to other hosts' data, the smallest of its ranks'
             (:mod:`.fit`: their topology first, then their feature rows); ``None``: a share
             of the memory the host can see; 0: nothing (their nodes go over the wire).
+            Typed parts: the row cache's budget.
+        features: typed parts: fetch each batch's ``x``/``y`` per node type from the owners
+            (homogeneous parts take a :class:`~.features.DistFeatureStore` in :meth:`sample`).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
                  id_maps: str = "auto", shared_topology: bool | str = "auto",
-                 host_memory: int | None = None) -> None:
-        typed = getattr(part, "typed", None)
-        if (typed is not None) != self._typed:  # before any collective
-            raise ConfigError("DistSampler got a typed part", "its rows are (node, relation) "
-                              "segments, which the homogeneous sampler cannot read",
-                              "use SamplingService(part) (it runs DistTypedSampler for a "
-                              "typed part) or mnmg_sampler.distributed.typed_sampler")
+                 host_memory: int | None = None, features: bool = True) -> None:
+        typed = self.tp = getattr(part, "typed", None)
+        self._typed = typed is not None
+        self.graph = part_graph(part) if self._typed else None  # the typed kernel's view
         tune_host_malloc()  # a round's buffers are reused, not faulted in again (host_malloc)
         if shared_topology is True and kernel == "cuda":  # before the CUDA set-up
             raise ConfigError("the shared topology is not supported with kernel='cuda'",
@@ -133,12 +169,11 @@ class DistSampler:
         # a range partitioning keeps every id and needs none). No num_nodes-sized array.
         self.ids = IdMaps(part, self.ex, id_maps)
         self.identity_ids = self.ids.identity
-        # collective: what each host holds beyond its own parts (.fit, None for typed parts),
-        # and the parts mapped here: every part (one host, or every host's budget holds the
-        # topology), or the host's parts (host groups), or none
-        mapped, self.placement = self._open_mapped(part, shared_topology, kernel,
-                                                   default_budget() if host_memory is None
-                                                   else host_memory)
+        # collective: what each host holds beyond its own parts (.fit), and the parts mapped
+        # here: every part (one host, or every host's budget holds the topology), or the
+        # host's parts (host groups), or none
+        mapped, self.placement = place(part, self.ex, shared_topology, kernel,
+                                       default_budget() if host_memory is None else host_memory)
         one_host = self.placement is None or len(self.placement.hosts) == 1
         self.shared = mapped if mapped is not None and (
             self.placement is None or self.placement.hops_local) else None
@@ -174,16 +209,62 @@ class DistSampler:
         self.kernel_nodes = 0
         self.kernel_edges = 0
         self.t_kernel = 0.0
-
-    _typed = False  # the typed sampler's face (.typed_sampler) sets it
+        self._edge_ids = True  # typed: this round, a request asks for edge ids
+        self.type_rows = None
+        if self._typed:  # collective with node time, unless every rank mapped every part
+            self._attach_time(part, None if self.shared is None else self.shared.node_time)
+            if mapped is not None and mapped.node_time is None:  # host groups: as gathered
+                mapped.node_time = self.graph.node_time
+            self.type_rows = TypeRows(part, self.ex, mapped, self.placement) if features \
+                else None
 
     def _cuda_hop(self, device):
-        return _CudaHop(self._csr, device, self._weights)
+        return CudaHop(self._csr, device, self._weights, graph=self.graph)
 
-    def _open_mapped(self, part, shared_topology, kernel: str, budget: int):
-        """Collective: this rank's mapped parts (every part, its host's, or ``None``) and the
-        hosts' placement (:func:`~.shared_topology.place`)."""
-        return place(part, self.ex, shared_topology, kernel, budget)
+    def _attach_time(self, part, node_time: np.ndarray | None) -> None:
+        """Collective when the part has node time and ``node_time`` is ``None``: set
+        ``graph.edge_time`` (per local entry), ``graph.node_time`` (every node, by new id: the
+        given one, or gathered, 8 bytes per node) and ``graph.time_attr`` from ``part``."""
+        tp, graph = part.typed, self.graph
+        graph.time_attr = tp.time_attr
+        graph.edge_time = None if tp.edge_time is None else np.asarray(tp.edge_time)
+        if tp.node_time is None:  # the same on every rank: every part of a timed graph has it
+            return
+        if node_time is not None:
+            graph.node_time = node_time
+            return
+        n = int(np.asarray(part.boundaries)[-1])
+        own = np.ascontiguousarray(tp.node_time, np.int64)
+        if self.ex.world_size == 1:
+            graph.node_time = own
+            return
+        agree(lambda: check_allocation(f"the node time of all {n:,} nodes on every rank",
+                                       8 * 2 * n, "use a machine with more memory, or edge "
+                                       "time instead of node time"), self.group,
+              "checking memory for the node time")
+        graph.node_time = np.ascontiguousarray(np.concatenate(
+            [t.numpy() for t in all_gather_1d(torch.from_numpy(np.array(own)), self.group)]))
+
+    def node_time_of_types(self, types) -> dict[str, np.ndarray]:
+        """Collective on the default group (every rank, the same ``types``; not the
+        service's, whose rounds may be running): the node time of every node of each type in
+        ``types``, by per-type id (one gather of every part's internal ids, 8 bytes per
+        node), for a temporal link loader's negatives."""
+        n = int(self.graph.node_time.shape[0])
+        agree(lambda: check_allocation(f"the node time of all {n:,} nodes by internal id",
+                                       8 * 2 * n, "use a machine with more memory, or no "
+                                       "negatives on a graph with node time"), None,
+              "checking memory for the negatives' node times")
+        orig = np.concatenate([t.numpy() for t in all_gather_1d(
+            torch.from_numpy(np.ascontiguousarray(self.part.orig_ids, np.int64)), None)])
+        by_internal = np.empty(n, np.int64)
+        by_internal[orig] = self.graph.node_time
+        off = np.asarray(self.tp.node_type_offset, np.int64)
+        out = {}
+        for name in types:
+            t = self.tp.node_types.index(name)
+            out[name] = by_internal[off[t]:off[t + 1]].copy()
+        return out
 
     def on_group(self, group: dist.ProcessGroup) -> DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
@@ -204,6 +285,8 @@ class DistSampler:
         other.ex = Exchanger(group)
         other.ex.far = self.ex.far  # the host layout, for the bytes that cross hosts
         other.ids = self.ids.with_exchanger(other.ex)
+        if self.type_rows is not None:
+            other.type_rows = self.type_rows.on_exchanger(other.ex)
         other.sampler = MultiHopSampler(other._hop, int(self.part.num_nodes))
         other._front_orig = {}
         other.kernel_calls = other.kernel_nodes = other.kernel_edges = 0
@@ -416,6 +499,8 @@ class DistSampler:
         seed came translated (``SampleRequest.new_seeds``, as the loader sends them), the seed
         lookup is skipped.
         """
+        if self._typed:
+            return self._typed_flags(requests)
         try:
             for r in requests:
                 self.check_request(r)
@@ -447,7 +532,10 @@ class DistSampler:
         can tell without a collective: a new id it owns must be the new id of its seed (one
         gather of its own original ids; all of them with a ``range`` partitioning). A new id
         owned by another rank is trusted: checking it would be the lookup it saves. A wrong
-        one there gives another node's neighbors, never an out-of-range read."""
+        one there gives another node's neighbors, never an out-of-range read. On a typed part:
+        a typed request whose types, per-type ids and fanouts this graph has."""
+        if self._typed:
+            return self._check_typed(r, consequence)
         self._check(r.seeds, consequence)
         if r.new_seeds is None:
             return
@@ -492,7 +580,12 @@ class DistSampler:
                agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
                ) -> list[MiniBatch]:
         """Collective: :meth:`sample_original`, with ``n_id`` in the input's own ids when the
-        graph was renumbered (``part.node_ids``, a memory-mapped file, indexed per batch)."""
+        graph was renumbered (``part.node_ids``, a memory-mapped file, indexed per batch). On a
+        typed part, requests are :class:`~mnmg_sampler.sampling.hetero_sampler.HeteroSampleRequest`,
+        batches :class:`~mnmg_sampler.sampling.hetero_batch.HeteroMiniBatch` and ``features``
+        is unused (:attr:`type_rows` fetches every type's rows)."""
+        if self._typed:
+            return self._sample_typed(requests, agreed)
         out = self.sample_original(requests, features, agreed)
         node_ids = getattr(self.part, "node_ids", None)
         if node_ids is not None:
@@ -563,6 +656,156 @@ class DistSampler:
         for b, orig in zip(out, self._orig_ids(requests, out, n_ids, front), strict=True):
             b.n_id = torch.from_numpy(orig)
         return out
+
+    # -- typed parts ----------------------------------------------------------------------
+    def _check_typed(self, r, consequence: str = "no neighbors can be sampled for it; every "
+                                                  "rank stops this round") -> None:
+        """:meth:`check_request` of a typed part: ``r`` must be a typed request it can serve."""
+        if not isinstance(r, HeteroSampleRequest):
+            raise SamplingInputError(
+                f"a {type(r).__name__} was sent to the sampler of a typed graph", consequence,
+                "send HeteroSampleRequest(input_type, seeds, num_neighbors, key) (or use "
+                "DistNeighborLoader(service, input_nodes=(type, ids), ...))")
+        for name, seeds in r.seed_groups():  # input_type's, then a link batch's other type
+            if name not in self.tp.node_types:
+                raise SamplingInputError(f"node type {name!r} is not in the graph",
+                                         consequence, f"use one of {list(self.tp.node_types)}")
+            t = self.tp.node_types.index(name)
+            n = int(self.tp.node_type_offset[t + 1] - self.tp.node_type_offset[t])
+            if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
+                bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
+                raise SamplingInputError(f"{name} id {bad} is out of range for {n} {name} "
+                                         "nodes", consequence, f"pass {name} ids in [0, {n})")
+        fanout_table(self.graph, r.num_neighbors)
+        if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
+            check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
+
+    def _typed_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
+        """:meth:`round_flags` of a typed part: ``[error, deepest request, any fanout -1, requests
+        with a hop, their seeds, any time, any disjoint trees, any seed of another rank]``
+        (hop 1's blocks are bounded by the four before the last, so that no exchange of the
+        round sends its sizes first; the last asks for the seed lookup: not with every rank's
+        seeds its own, as a split by owner gives them)."""
+        try:
+            for r in requests:
+                self.check_request(r)
+        except SamplingInputError as e:
+            return [1, 0, 1, 0, 0, 0, 0, 1], e
+        tp = self.tp
+        lookup = any(not self.ids.owns(r.internal_seeds(tp.node_types, tp.node_type_offset))
+                     .all() for r in requests)
+        tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
+        on = [(r, t) for r, t in zip(requests, tables, strict=True) if t.shape[0] > 0]
+        return [0, max((t.shape[0] for t in tables), default=0),
+                int(any((t < 0).any() for t in tables)), len(on),
+                sum(num_seeds(r) for r, _ in on), int(any(r.time_attr is not None for r, _ in on)),
+                int(any(_grows_trees(r) for r, _ in on)), int(lookup)], None
+
+    def _typed_kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None,
+                      edge_ids: bool = True):
+        t0 = time.perf_counter()
+        if self.kernel == "cuda":
+            out = self._cuda.typed(self.ex, rows, keys, req, fan, rep, self.seed, hop, bounds,
+                                   last)
+        else:
+            out = typed_ops.sample_typed_neighbors(self.graph, rows, self._csr[3][rows], keys,
+                                                   req, fan, rep, self.seed, hop, bounds=bounds,
+                                                   last=last, with_eids=edge_ids)
+        self._counted(t0, rows.size, out[1].size)
+        return out
+
+    def _mapped_hop(self, mapped, nodes, keys, req, fan, rep, hop, bounds, last):
+        """One typed kernel call over the parts ``mapped`` here (:class:`~.SharedTopology`)."""
+        t0 = time.perf_counter()
+        out = mapped.typed_hop(nodes, keys, req, fan, rep, self.seed, hop, bounds, last)
+        self._counted(t0, nodes.size, out[1].size)
+        return out
+
+    def _typed_hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
+        """One hop of every request (frontier ``nodes`` in new ids, request ``req`` of each,
+        ascending; each with its time bound when ``bounds`` is given): the typed kernel's four
+        arrays in frontier order, through the wire of :meth:`~.DistSampler._hop_wire`."""
+        if self.shared is not None:  # every part mapped here: one call, no exchange
+            return self._mapped_hop(self.shared, nodes, keys, req, fan, rep, hop, bounds, last)
+        Q = fan.shape[0]
+        sizes = np.bincount(req, minlength=Q).astype(np.int64)
+        key_q = np.zeros(Q, np.int64)
+        key_q[req] = keys  # every node of a request has its key
+        self._hop_full = h = HopSegments(nodes, sizes, key_q, fan, rep, hop, self._edge_ids,
+                                         bounds, last)
+        if self.host is not None:  # host groups: the host's nodes here, the others' on the wire
+            c, nb, rel, e = self.host.typed_hop(h, self._hop_wire, lambda n, k, r, b: (
+                self._mapped_hop(self.host.shared, n, k, r, fan, rep, hop, b, last)), self._R)
+        else:
+            c, nb, rel, e = self._hop_wire(h)
+        if e is None or e.size != nb.size:  # no request of the round asked for them
+            e = np.zeros(nb.size, np.int64)
+        return c, nb, rel, e
+
+    def _sample_typed(self, requests: Sequence[HeteroSampleRequest], agreed
+                      ) -> list[HeteroMiniBatch]:
+        """:meth:`sample` of a typed part: ``x``/``y`` per type from :attr:`type_rows`."""
+        flags = self._agreed(requests, agreed)
+        hops = int(flags[1])
+        tp = self.tp
+        internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
+        sh = self.shared
+        # read from the mapped parts (shared topology), or every rank's own: no collective
+        if sh is not None:
+            seeds = [sh.to_new(a) for a in internal]
+        elif len(flags) > 7 and not int(flags[7]):
+            seeds = [self.ids.to_new_local(a) for a in internal]
+        else:
+            seeds = self.ids.to_new_many(internal)
+        tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
+        self._bound_round(flags, tables, any(_grows_trees(r) for r in requests))
+        self._edge_ids = any(r.edge_ids for r in requests)
+        trees, times = None, None
+        if self._trees:
+            got, trees, times = self._sample_trees(requests, seeds, tables, hops)
+        else:
+            got = multi_hop(self._typed_hop, seeds, tables, requests, hops,
+                            len(tp.edge_types))
+        nids = self.ids.to_orig_many([g[0] for g in got]) if sh is None else [
+            sh.to_orig(g[0]) for g in got]
+        out = [assemble_batch(tp.node_types, tp.edge_types, tp.node_type_offset, r, nid, n, e)
+               for r, nid, (_, n, e) in zip(requests, nids, got, strict=True)]
+        if trees is not None:
+            for b, r, tree, nid, t in zip(out, requests, trees, nids, times, strict=True):
+                if _grows_trees(r):
+                    mark_trees(b, tree, nid, tp.node_types, tp.node_type_offset, t)
+        if self.type_rows is not None:
+            self.type_rows.fetch([g[0] for g in got], nids, out)
+        return out
+
+    def _bound_round(self, flags, tables: list[np.ndarray], trees: bool) -> None:
+        """This round's wire state: with every fanout ``>= 0`` (``flags`` agreed, see
+        :meth:`round_flags`), hop 1's blocks are bounded by the requests and seeds of any rank
+        (a part's nodes too, unless a rank grows trees, where nodes repeat) and each block
+        tells the bound of the next (:meth:`~.DistSampler._next_bounds`)."""
+        W, k = self.ex.world_size, self._k
+        _, hops, unbounded, S, N, timed, any_trees = (int(v) for v in flags[:7])
+        self._trees = trees
+        self._local_hops = ()
+        self._bounded = not unbounded and W > 1 and self.shared is None and hops > 0
+        self._lens = np.array([t.shape[0] for t in tables], np.int64)
+        self._last_hop = hops - 1
+        self._carry = np.zeros(W, np.int64)
+        if self._bounded:  # an id, and its time bound
+            self._first_bounds(S, N, 1 + (k if timed else 0), bool(any_trees))
+
+    def _sample_trees(self, requests, seeds, tables, hops):
+        """The hops of a round with disjoint or temporal requests
+        (:func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees` over new ids, every node's time
+        bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
+        times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
+                 for r, s in zip(requests, seeds, strict=True)]
+        disjoint = [_grows_trees(r) for r in requests]
+        last = [r.temporal_strategy == "last" for r in requests]
+        n = int(np.asarray(self.part.boundaries)[-1])
+        got = sample_trees(self._typed_hop, seeds, requests, tables, times, disjoint, last, n,
+                           len(self.tp.edge_types), n_hops=hops)
+        return [(v, nn, e) for _, v, nn, e in got], [g[0] for g in got], times
 
     def _first_bounds(self, S: int, N: int, per_id: int = 1, trees: bool = False) -> None:
         """The bounds of the round's first exchanged blocks, from the agreement: at most
@@ -642,97 +885,6 @@ def _table(fanouts: np.ndarray) -> np.ndarray:
     return fanouts if fanouts.ndim == 2 else fanouts[:, None]
 
 
-class _CudaHop:
-    """The hop kernel on a CUDA device: the partition's CSR lives there; each hop costs one
-    host -> device copy (rows, keys, fanouts and flags packed in one buffer) and one device ->
-    host copy (counts, neighbors and, when asked, edge ids in one buffer), both through the
-    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`. The kernel itself reads
-    one scalar (the hop's edge total) to size its outputs. Draws run on a dedicated stream.
-
-    With edge weights (a weighted partition) the hop runs the weighted kernels
-    (:func:`~mnmg_sampler.ops.cuda.sample_neighbors_weighted_cuda`), the weights living on the
-    device beside the CSR; the copies per hop are the same.
-
-    A typed part (``graph``: its :class:`~mnmg_sampler.graph.typed.TypedGraph`) runs the typed
-    twin (:meth:`typed`, :func:`~mnmg_sampler.ops.cuda_typed.sample_typed_neighbors_cuda`): the
-    CSR and internal ids on the device, the small typed tables (and edge weights, copied by the
-    twin each hop) on the host; rows, keys and request rows in one copy, counts, neighbors,
-    relations and edge ids back in one.
-
-    Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
-    which is how it is tested here; it has not run on a real GPU.
-    """
-
-    def __init__(self, csr: tuple, device: torch.device | None,
-                 weights: np.ndarray | None = None, graph=None) -> None:
-        from ..system.gpu import require_numba_cuda, simulator_enabled
-
-        require_numba_cuda()
-        if device is None:
-            device = torch.device("cpu") if simulator_enabled() else torch.device(
-                "cuda", torch.cuda.current_device())
-        self.device = device
-        # a writable host copy first: the mapped arrays are read-only, and the simulator writes
-        # kernel arguments back to the host
-        dt = None if graph is None else np.int64
-        self.arrays = tuple(torch.from_numpy(np.array(a, dt)).to(device) for a in csr)
-        self.weights = None if weights is None or graph is not None else torch.from_numpy(
-            np.array(weights, np.float32)).to(device)
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self.graph = None if graph is None else copy.copy(graph)
-        if graph is not None:  # the typed tables stay on the host (small), writable
-            for name in ("node_type_offset", "rel_offset", "seg_base", "weighted", "weights",
-                         "edge_time", "node_time"):
-                a = getattr(graph, name)
-                setattr(self.graph, name, None if a is None else np.array(a))
-            self.graph.indptr, self.graph.indices, self.graph.edge_ids = self.arrays[:3]
-
-    def typed(self, ex: Exchanger, rows, keys, req, fanouts, replace, seed: int, hop: int,
-              bounds=None, last=None):
-        """The typed kernel's four host arrays
-        (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`; ``bounds`` / ``last`` for time
-        are passed to the twin as they are: not tested over ranks)."""
-        from ..ops.cuda_typed import sample_typed_neighbors_cuda
-
-        n = rows.shape[0]
-        packed = np.empty((3, n), np.int64)
-        packed[0], packed[1], packed[2] = rows, keys, req
-        t = ex.h2d(torch.from_numpy(packed), self.device)
-        r = t[0]
-        c, nb, rel, eid = sample_typed_neighbors_cuda(self.graph, r, self.arrays[3][r], t[1],
-                                                      t[2], fanouts, replace, seed, hop,
-                                                      bounds=bounds, last=last)
-        out = ex.d2h(torch.cat([c, nb, rel, eid])).numpy()
-        E = nb.shape[0]
-        return out[:n], out[n:n + E], out[n + E:n + 2 * E], out[n + 2 * E:]
-
-    def __call__(self, ex: Exchanger, rows, keys, seed, hop, fanouts, replace, edge_ids: bool):
-        from ..ops.cuda import sample_neighbors_cuda, sample_neighbors_weighted_cuda
-
-        indptr, indices, eids, orig = self.arrays
-        w = self.weights
-        n = rows.shape[0]
-
-        def run():
-            packed = np.empty((4, n), np.int64)
-            packed[0], packed[1], packed[2], packed[3] = rows, keys, fanouts, replace
-            t = ex.h2d(torch.from_numpy(packed), self.device)
-            r = t[0]
-            args = (r, orig[r], t[1], seed, hop, t[2], t[3].to(torch.uint8))
-            if w is None:
-                c, nb, e = sample_neighbors_cuda(indptr, indices, eids, *args,
-                                                 with_eids=edge_ids)
-            else:
-                c, nb, e = sample_neighbors_weighted_cuda(indptr, indices, eids, w, *args,
-                                                          with_eids=edge_ids)
-            out = ex.d2h(torch.cat([c, nb, e]) if edge_ids else torch.cat([c, nb])).numpy()
-            E = nb.shape[0]
-            return out[:n], out[n:n + E], (out[n + E:] if edge_ids else None)
-
-        if self.stream is None:
-            return run()
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.stream):
-            return run()
-
-
+def _grows_trees(r: HeteroSampleRequest) -> bool:
+    """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
+    return r.time_attr is not None or bool(r.disjoint)

@@ -100,10 +100,9 @@ class SamplingService:
             ``"auto"``: exactly when it can; results do not change); its use in :meth:`stats`
             under ``shared_topology``.
 
-    On a typed part (``part.typed``) the service runs
-    :class:`~mnmg_sampler.distributed.typed_sampler.DistTypedSampler`: typed requests, one
-    typed kernel call per hop per rank, ``x``/``y`` per node type, the shared topology and the
-    CUDA kernel as for homogeneous parts.
+    On a typed part (``part.typed``) the same sampler takes typed requests: one typed kernel
+    call per hop per rank, ``x``/``y`` per node type, the shared topology and the CUDA kernel
+    as for homogeneous parts.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -135,19 +134,10 @@ class SamplingService:
             raise ServiceError(f"unknown service mode {self.mode!r}", "", f"use one of {MODES}")
         if kernel == "auto":
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
-        if getattr(part, "typed", None) is not None:  # a typed part: typed requests
-            from .typed_sampler import DistTypedSampler
-
-            self.sampler = DistTypedSampler(part, seed, group, features=features,
-                                            id_maps=id_maps, kernel=kernel,
-                                            device=device if kernel == "cuda" else None,
-                                            shared_topology=shared_topology,
-                                            host_memory=host_memory)
-        else:
-            self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
-                                       device=device if kernel == "cuda" else None,
-                                       shared_topology=shared_topology,
-                                       host_memory=host_memory)
+        self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
+                                   device=device if kernel == "cuda" else None,
+                                   shared_topology=shared_topology, host_memory=host_memory,
+                                   features=features)
         self.features = None
         if features and (part.x is not None or part.y is not None):
             from .features import DistFeatureStore
@@ -181,9 +171,10 @@ class SamplingService:
         # saves no exchange here. Where rows cross hosts, merging saves fetches (Slashdot, 2
         # hosts, the topology and no rows: 2.4 requests per round balanced, 37.6 feature
         # B/edge across hosts).
-        self._balanced = (getattr(self.sampler, "shared", None) is not None
-                          and len(self._slots) == 1
-                          and (self.features is None or self.features.shared is not None))
+        rows = self.sampler.type_rows
+        self._balanced = (self.sampler.shared is not None and len(self._slots) == 1
+                          and (self.features is None or self.features.shared is not None)
+                          and (rows is None or rows.local))
         self._held: deque = deque()  # (request, future) pairs taken but left for later
         self._closing = threading.Event()
         self._closed = False
@@ -582,8 +573,9 @@ class SamplingService:
                                          else f.cache_sizes(fit))
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
-        elif hasattr(self.sampler, "row_stats"):  # a typed part's rows, fetched by its sampler
-            st["features"] = dict(self.sampler.row_stats, **self.sampler.cache_stats())
+        elif self.sampler.type_rows is not None:  # a typed part's rows, fetched by its sampler
+            rows = self.sampler.type_rows
+            st["features"] = dict(rows.stats, **rows.cache_stats())
         return st
 
 

@@ -21,6 +21,15 @@ hosts map their host's parts and what the host's budget holds of the others (:fu
 :mod:`.fit`). Memory: a rank's
 resident set counts the pages of other parts it touches; they are shared with the ranks that
 own them, not copied.
+
+Typed parts (``part.typed``) are the same mapping plus each part's typed tables
+(``type_offset``, ``seg_base``), its per-type ``x``/``y`` files and its edge times, read-only: a
+typed hop is one call of :func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every
+part (:meth:`SharedTopology.typed_hop`; every relation, every merged request, each node with
+its time bound in a round with time), and :meth:`SharedTopology.type_rows` reads ``x``/``y``
+of one node type in place. With node time only, the kernel reads the neighbors' node times by
+new id, so :attr:`SharedTopology.node_time` concatenates the parts' (8 bytes per node, the array
+the wire path exchanges).
 """
 
 from __future__ import annotations
@@ -38,17 +47,18 @@ import numpy as np
 from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
 from ..ops.cpu import group_by_part, sample_neighbors_parts
-from ..ops.typed_parts import part_of
+from ..ops.typed_parts import part_of, sample_typed_parts
 from ..sampling.sampler import HopSegments
+from ..system.host_limits import check_allocation
 from .collective import Exchanger, agree, peer_errors
 from .fit import Placement, decide, part_bytes
 
-__all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "open_shared_topology",
-           "place"]
+__all__ = ["HOST_ENV", "SharedTopology", "host_id", "host_layout", "place"]
 
 log = logging.getLogger(__name__)
 
 _I64 = np.int64
+_EMPTY = np.empty(0, _I64)
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -114,32 +124,22 @@ def _check_local(part, enabled, kernel: str) -> None:
         raise err
 
 
-def open_shared_topology(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-                         host_groups: bool = False) -> SharedTopology | None:
-    """Collective: the shared topology when every rank asks for it, else ``None``.
+def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
+          host_memory: int = 0) -> tuple[SharedTopology | None, Placement]:
+    """Collective: the parts mapped here (``None`` when no rank maps any other part) and the
+    :class:`~.fit.Placement` every rank agreed on (one agreement).
 
     ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. With ``True``, a
-    rank that cannot use it (``kernel='cuda'``, no partition directory) or a
-    part that does not open give a :class:`ConfigError` (or the part's error) on every rank;
-    with ``"auto"`` each of these turns it off on every rank instead. A bad value, or ranks
-    that disagree, are a ``ConfigError`` either way.
+    rank that cannot map (``kernel='cuda'``, no partition directory) or a part that does not
+    open give a :class:`ConfigError` (or the part's error) on every rank; with ``"auto"``
+    each of these turns it off on every rank instead. A bad value, or ranks that disagree, are
+    a ``ConfigError`` either way.
 
     Ranks on several hosts (:func:`host_id`; ``ex.far`` is set from the layout whatever the
-    outcome): with ``host_groups``, each rank maps the parts of its host's ranks only
-    (:attr:`SharedTopology.whole` False; ``None`` on every rank when no host has two ranks),
-    see :mod:`.host_groups`; without, ``None`` under ``"auto"`` and a ``ConfigError`` under
-    ``True``. :func:`place` is the same with a budget for other hosts' data.
-    """
-    return place(part, ex, enabled, kernel, 0 if host_groups else None)[0]
-
-
-def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
-          host_memory: int | None = 0) -> tuple[SharedTopology | None, Placement]:
-    """Collective: :func:`open_shared_topology` with host groups and a budget of
-    ``host_memory`` bytes per host for other hosts' data (``None``: no host groups), and the
-    :class:`~.fit.Placement` every rank agreed on (one agreement). A host whose budget holds
-    every part's topology maps it (:attr:`SharedTopology.whole`), and every part's feature
-    rows when they fit too (:attr:`SharedTopology.rows_whole`)."""
+    outcome): each rank maps the parts of its host's ranks (:mod:`.host_groups`) and what a
+    budget of ``host_memory`` bytes per host holds of the others: every part's topology
+    (:attr:`SharedTopology.whole`), then every part's feature rows
+    (:attr:`SharedTopology.rows_whole`)."""
     agree(lambda: _check_local(part, enabled, kernel), ex.group,
           "checking shared_topology")
     W = ex.world_size
@@ -152,7 +152,7 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     can = _why_not(part, kernel) is None
     slots = [0] * (5 * W)
     me = ex.rank
-    budget = max(0, int(host_memory or 0))
+    budget = max(0, int(host_memory))
     slots[me], slots[W + me] = host_id(), budget
     slots[2 * W + me], slots[3 * W + me] = topo_b, row_b
     # every part opens here (a shared directory, or a copy of every part on this node)
@@ -166,19 +166,11 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
                           "no rank builds its sampler",
                           "pass the same shared_topology on every rank")
     whole = int(hosts.max()) == 0
-    groups = host_memory is not None
-    ok = code != 0 and not cannot and (whole or groups)
+    ok = code != 0 and not cannot
     placement = decide(hosts, got[W:2 * W], got[2 * W:3 * W], got[3 * W:4 * W],
                        [ok and (whole or bool(v)) for v in got[4 * W:]])
     if code == 0:
         return None, placement
-    if not whole and not groups:
-        if auto:
-            _log_off(ex, "the ranks run on more than one host")
-            return None, placement
-        raise ConfigError("shared_topology=True needs every rank on one host; this job's "
-                          "ranks run on several", "no rank builds its sampler",
-                          "pass shared_topology='auto' (or False) for a multi-node job")
     if cannot:  # auto only: true has refused above
         why = _why_not(part, kernel)
         _log_off(ex, why.what if why is not None else "another rank cannot map parts")
@@ -245,8 +237,8 @@ def _regroup(order, c_sorted, nb_sorted, e_sorted, with_e):
     return out_c, out_n, out_e
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    v = np.ascontiguousarray(a, _I64).view()
+def _readonly(a: np.ndarray, dtype=_I64) -> np.ndarray:
+    v = np.ascontiguousarray(a, dtype).view()  # a mapped file is contiguous: no copy
     v.flags.writeable = False
     return v
 
@@ -300,6 +292,23 @@ def _rows_of(arrays: list, what: str) -> tuple | None:
     return tuple(views)
 
 
+def _per_type(mapped: dict, own, attr: str, name: str, world_size: int) -> tuple | None:
+    """Every part's ``typed.<attr>[name]`` as read-only ``uint8 [rows, row bytes]`` views (one
+    numba type whatever the dtype, e.g. float16; parts not in ``mapped``: empty stand-ins
+    shaped like ``own``'s), then the dtype and row shape; ``None`` when no part holds it.
+    Parts that disagree in presence, dtype or row shape are an error."""
+    mine = getattr(own.typed, attr).get(name)
+    empty = None if mine is None else np.empty((0, *mine.shape[1:]), mine.dtype)
+    views = _rows_of([getattr(mapped[r].typed, attr).get(name) if r in mapped else empty
+                      for r in range(world_size)], f"{attr}.{name}")
+    if views is None:
+        return None
+    first = views[0]
+    width = first.dtype.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
+    return tuple(v.view(np.uint8).reshape(v.shape[0], width) for v in views), first.dtype, \
+        first.shape[1:]
+
+
 def _stand_in(mapped: dict, attr: str, own, world_size: int) -> list:
     """Every part's array ``attr`` (``x`` or ``y``): the mapped ones', and for the others an
     empty array shaped like this rank's ``own`` (``None`` when it has none)."""
@@ -321,6 +330,10 @@ class SharedTopology:
         parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
         x, y: per rank, read-only views of the part's mapped feature rows and labels
             (``None``: the partition has none).
+        typed: typed parts (:meth:`typed_hop`, :meth:`type_rows`).
+        type_x, type_y: typed parts: per node type name, ``(one read-only byte view per part,
+            dtype, row shape)`` (types without them are absent).
+        node_time: typed parts with node time: int64 node time of every node by new id.
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
 
@@ -364,8 +377,52 @@ class SharedTopology:
         held = {r: p for r, p in mapped.items() if r in self.row_ranks}
         self.x = _rows_of(_stand_in(held, "x", part.x, world_size), "feature rows")
         self.y = _rows_of(_stand_in(held, "y", part.y, world_size), "labels")
+        self.typed = getattr(part, "typed", None) is not None
+        self.node_time = None
+        if self.typed:
+            self._map_typed(part, mapped, held, world_size)
         self.peer_nodes = 0
         self.peer_edges = 0
+
+    def _map_typed(self, part, mapped: dict, held: dict, world_size: int) -> None:
+        """Typed parts: the mapped parts' typed tables and times, and the per-type rows of
+        ``held`` (the parts whose rows are mapped); the others get stand-ins, never indexed.
+        The node time of every node by new id only when every part is mapped (host groups:
+        the sampler sets the one it gathered)."""
+        if any(p.typed is None for p in mapped.values()):
+            raise ConfigError("the partition mixes typed and homogeneous parts",
+                              "the shared topology cannot sample them alike",
+                              "partition the graph again")
+        tp = part.typed
+        self.node_types = tp.node_types
+        self.rel_offset = np.ascontiguousarray(tp.rel_offset, _I64)  # small tables: copies
+        self.rel_weighted = np.ascontiguousarray(tp.weighted, np.uint8)
+
+        def table(name: str) -> np.ndarray:  # per part; a stand-in starts every type at 0
+            own = getattr(tp, name)
+            return np.ascontiguousarray(np.stack([getattr(mapped[r].typed, name) if r in mapped
+                                                  else np.zeros_like(own)
+                                                  for r in range(world_size)]), _I64)
+
+        self._type_offs, self._seg_bases = table("type_offset"), table("seg_base")
+        empty = np.zeros(0, np.float32)
+        self._weights = tuple(_readonly(empty if w is None else w, np.float32)
+                              for _, w in self.parts)
+        self.type_x = {t: v for t in tp.node_types
+                       if (v := _per_type(held, part, "x", t, world_size))}
+        self.type_y = {t: v for t in tp.node_types
+                       if (v := _per_type(held, part, "y", t, world_size))}
+        self._edge_times = None
+        if tp.edge_time is not None:  # every part of a timed graph has it (the manifest's)
+            self._edge_times = tuple(_readonly(mapped[r].typed.edge_time if r in mapped
+                                               else _EMPTY) for r in range(world_size))
+        if tp.node_time is not None and self.whole:
+            n = int(self.bounds[-1])
+            check_allocation(f"the node time of all {n:,} nodes", 8 * n,
+                             "use a machine with more memory, or edge time instead of node "
+                             "time")
+            self.node_time = _readonly(np.concatenate([mapped[r].typed.node_time
+                                                       for r in range(world_size)]))
 
     def stats(self) -> dict:
         return {"enabled": True, "parts": len(self.ranks), "row_parts": len(self.row_ranks),
@@ -446,3 +503,37 @@ class SharedTopology:
         empty = np.empty(0, _I64)
         return _regroup(order, np.concatenate(cs), np.concatenate(nbs),
                         np.concatenate(es) if with_e else empty, with_e)
+
+    def typed_hop(self, nodes, keys, req, fan, rep, seed: int, hop: int, bounds=None,
+                  last=None):
+        """Typed parts: the typed kernel's four arrays for frontier ``nodes`` (new ids), in
+        frontier order: one call over every part (``bounds``, ``last``: each node's time bound
+        and each request's strategy, as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`)."""
+        nodes = np.ascontiguousarray(nodes, _I64)
+        indptrs, indices, eids = self._csrs
+        out = sample_typed_parts(self.bounds, self._type_offs, self._seg_bases, self.rel_offset,
+                                 self.rel_weighted, indptrs, indices, eids, self._origs,
+                                 self._weights, nodes, keys, req, fan, rep, seed, hop,
+                                 time_bounds=bounds, last=last, edge_times=self._edge_times,
+                                 node_time=self.node_time)
+        lo, hi = self.bounds[self.rank], self.bounds[self.rank + 1]
+        peer = (nodes < lo) | (nodes >= hi)
+        self.peer_nodes += int(peer.sum())
+        self.peer_edges += int(out[0][peer].sum())
+        return out
+
+    def type_rows(self, name: str, t: int, new_ids: np.ndarray, raw: bool = False
+                  ) -> dict[str, np.ndarray]:
+        """Typed parts: ``x`` / ``y`` rows of new ids of type ``name`` (index ``t``), read in
+        place from the mapped parts' files, in ``new_ids`` order (no collective; ``raw``: as
+        ``uint8 [n, row bytes]``)."""
+        starts = np.append(self.bounds[:-1] + self._type_offs[:, t], self.bounds[-1])
+        ids = np.ascontiguousarray(new_ids, _I64)
+        out = {}
+        for key, src in (("x", self.type_x), ("y", self.type_y)):
+            if name in src:
+                arrays, dtype, shape = src[name]
+                b = _gather_rows(ids, starts, arrays,
+                                 np.empty((ids.shape[0], arrays[0].shape[1]), np.uint8))
+                out[key] = b if raw else b.view(dtype).reshape(ids.shape[0], *shape)
+        return out

@@ -219,14 +219,13 @@ class DistLinkNeighborLoader(EpochCursor):
         on every rank); a seed edge earlier than every node of a drawn type is a
         :class:`SamplingInputError` on every rank."""
         from ..distributed.collective import agree
-        from ..distributed.typed_time import node_time_of_types
         from ..ops.negative import AdmissibleNodes
 
         sampler = service.sampler
         if sampler.graph.node_time is None:  # edge time only: no node time to respect
             return
         s_t, _, d_t = self.edge_type
-        times = node_time_of_types(sampler.graph, sampler.part, sorted({s_t, d_t}))
+        times = sampler.node_time_of_types(sorted({s_t, d_t}))
         adm = {t: AdmissibleNodes.of(v) for t, v in times.items()}
         t_all = self._time["edge_label_time"]
 

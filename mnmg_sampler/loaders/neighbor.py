@@ -58,7 +58,7 @@ __all__ = ["DistNeighborLoader", "batch_positions", "batch_span", "check_batchin
 SPLITS = ("global", "owner")
 
 
-def typed_input(sampler, input_nodes, num_neighbors, split: str):
+def typed_input(sampler, input_nodes, num_neighbors):
     """``(input type, seed set, num_neighbors)`` of a loader on a typed part: ``input_nodes``
     is PyG's ``(node type, ids or bool mask or None)``; ``num_neighbors`` a list (every
     relation) or a dict per edge type, checked against the graph's relations."""
@@ -78,9 +78,6 @@ def typed_input(sampler, input_nodes, num_neighbors, split: str):
     if name not in tp.node_types:
         raise SamplingInputError(f"input_nodes names node type {name!r}, not in the graph",
                                  what, f"use one of {list(tp.node_types)}")
-    if split != "global":
-        raise SamplingInputError(f"split={split!r} is not supported on typed graphs yet", what,
-                                 "use split='global'")
     t = tp.node_types.index(name)
     nodes = as_seed_set(ids, int(tp.node_type_offset[t + 1] - tp.node_type_offset[t]))
     fanout_table(sampler.graph, num_neighbors)
@@ -304,7 +301,7 @@ class DistNeighborLoader(EpochCursor):
                                          f"use one of {SPLITS}")
             if typed is not None:
                 self.input_type, nodes, nn = typed_input(service.sampler, input_nodes,
-                                                         num_neighbors, split)
+                                                         num_neighbors)
                 self._time = typed_time_options(service.sampler, temporal, len(nodes))
                 check_batching(batch_size, prefetch)
                 return nodes, nn
@@ -343,8 +340,8 @@ class DistNeighborLoader(EpochCursor):
         self._ids = ids
         if split == "owner":
             self._partition = manifest_fingerprint(sampler.part)
-            pos = self._owned_positions(ids)
-            if isinstance(self.input_nodes, NodeIds):
+            pos = self._owned_positions(ids, typed)
+            if isinstance(self.input_nodes, NodeIds) and not self._typed:
                 self._new_nodes = np.full(len(self.input_nodes), -1, np.int64)  # others: unsent
                 self._new_nodes[pos] = ids.to_new_local(self.input_nodes.ids(pos))
             # every rank's count with one all-reduce on the default group (construction is
@@ -362,14 +359,21 @@ class DistNeighborLoader(EpochCursor):
             self._new_nodes = (shared.to_new(seeds) if shared is not None
                                else translate_seeds(ids, seeds))
 
-    def _owned_positions(self, ids) -> np.ndarray:
+    def _owned_positions(self, ids, typed=None) -> np.ndarray:
         """Positions (ascending) of the seeds this rank's partition owns, found in its own ids
-        (no id map, no exchange): an array of at most the part's node count."""
-        seeds = self.input_nodes
+        (no id map, no exchange): an array of at most the part's node count. On a typed part
+        (``typed``: its types) seeds are ids of the input type, whose internal ids are the
+        type's offset + id."""
+        seeds, base = self.input_nodes, 0
+        if typed is not None:
+            t = typed.node_types.index(self.input_type)
+            base, end = (int(v) for v in typed.node_type_offset[t:t + 2])
         if isinstance(seeds, NodeIds):
-            return np.flatnonzero(ids.rows_of(seeds.array) >= 0)
+            return np.flatnonzero(ids.rows_of(seeds.array + base) >= 0)
         own = (np.arange(ids.lo, ids.hi, dtype=np.int64) if ids.orig is None
                else np.asarray(ids.orig, np.int64))  # a range partition keeps the ids
+        if typed is not None:  # the input type's own ids (still ascending)
+            own = own[(own >= base) & (own < end)] - base
         if isinstance(seeds, AllNodes):
             return own  # position = id, and the part's ids are ascending
         # in chunks, so the temporaries stay small next to the part

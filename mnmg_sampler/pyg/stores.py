@@ -130,7 +130,7 @@ class PartitionFeatureStore(FeatureStore):
         if hit is not None and hit[0] is index and hit[1].get(name) is not None:
             return hit[1][name]
         fetches = self.service.features is not None if self.typed is None else \
-            self.service.sampler.features  # a typed part's sampler fetches rows itself
+            self.service.sampler.type_rows is not None  # a typed part: its sampler fetches
         if not fetches:
             raise SamplingInputError(
                 "the sampling service was built with features=False",

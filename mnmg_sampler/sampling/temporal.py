@@ -1,7 +1,7 @@
 """Disjoint and temporal sampling's options, times and trees (PyG's ``disjoint``, ``time_attr``,
 ``input_time``, ``temporal_strategy``): checked and resolved here, sampled by
 :func:`~mnmg_sampler.sampling.hetero_sampler.sample_trees` in one process and over ranks
-(:mod:`mnmg_sampler.distributed.typed_sampler`, in new ids).
+(:mod:`mnmg_sampler.distributed.sampler`, in new ids).
 
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
 twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).

@@ -3,7 +3,7 @@ a homogeneous graph or on one relation of a typed graph (``link.edge_type: [src,
 
 Order of events on every rank, as in the node job (:mod:`.job`): the edges (of the relation)
 are split into train/val/test (the same split on every rank, from ``link.split_seed``:
-:func:`split_edges`, :func:`~mnmg_sampler.graph.typed_link_split.split_relation`); the
+:func:`split_edges`, :func:`~mnmg_sampler.graph.link_split.split_relation`); the
 *training graph* (train edges only, and no reverse of a held-out edge: PyG's ``rev_`` naming on
 a typed graph) is partitioned once, so held-out edges can never be sampled as messages; a
 :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws binary or triplet negatives (of
@@ -20,7 +20,7 @@ its owner, is fetched per batch and updated sparsely; with ``all`` a featured gr
 ``lin(x) + emb(n_id)``.
 
 ``link.split_by: time`` splits the relation by time instead
-(:func:`~mnmg_sampler.graph.typed_link_split.split_relation_by_time`): the training graph holds
+(:func:`~mnmg_sampler.graph.link_split.split_relation_by_time`): the training graph holds
 only edges before the validation start. With ``sampler.time_attr`` every training and
 evaluation edge bounds its subgraph by its own time minus one (``sampler.temporal_strategy``),
 so no edge sees itself, nor anything at or after its time; ``sampler.time_attr: null`` samples
@@ -333,7 +333,7 @@ def _training_graph(cfg: JobConfig, split: dict):
 
 def _typed_training_graph(cfg: JobConfig, split: dict):
     """:func:`_training_graph` of one relation of a typed graph (``split["edge_type"]``)."""
-    from ..graph.typed_link_split import (
+    from ..graph.link_split import (
         split_relation,
         split_relation_by_time,
         typed_training_graph,

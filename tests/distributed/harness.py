@@ -122,8 +122,8 @@ def _rebound(before: dict[str, dict[str, object]]) -> list[str]:
 
 def _process_state() -> dict[str, object]:
     """Process-wide settings a call may change and a later call would inherit: resource limits
-    (an address-space cap), signal handlers, the umask, torch's and numba's thread counts and
-    torch's default dtype and grad mode."""
+    (an address-space cap), signal handlers, the umask, the cores the process may run on,
+    torch's and numba's thread counts and torch's default dtype and grad mode."""
     import resource
     import signal
 
@@ -138,6 +138,7 @@ def _process_state() -> dict[str, object]:
         "signals": {s: signal.getsignal(s) for s in signal.valid_signals()
                     if s not in (signal.SIGKILL, signal.SIGSTOP)},
         "umask": umask,
+        "cores": os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None,
         "torch": (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()),
         "numba": numba.get_num_threads(),
     }

@@ -1,10 +1,13 @@
-"""Smoke tests of ``mnmg-sampler bench dist|merge|overlap|mem`` on tiny graphs (torchrun ranks).
+"""Smoke tests of ``mnmg-sampler bench dist|merge|overlap|mem`` on tiny graphs.
 
 Each runs the user's command with a hard timeout and checks the ``--json`` output: fields
 present and values sane. No timing assertions. The parent process of ``dist``, ``merge`` and
-``overlap`` (it loads the graph, partitions it and launches torchrun) runs on a pooled rank of
-one: its own start-up would cost more than these graphs' work; the ranks it launches are real
-torchrun ranks. ``mem`` measures its processes' memory: it runs as its own process.
+``overlap`` (it loads the graph, partitions it and launches the ranks) runs on a pooled rank of
+one, and the ranks it launches (``bench MODE --worker WORK``, the same command torchrun would
+start) run on pooled ranks too (:func:`_pooled_launch`): a torchrun agent and two fresh
+interpreters per launch would cost more than these graphs' work, a dozen times. ``mem``
+measures its processes' memory: it runs as its own process and launches real torchrun ranks,
+which covers the launch itself.
 """
 
 from __future__ import annotations
@@ -17,15 +20,60 @@ import pytest
 
 from mnmg_sampler.bench.cores import host_cores, usable_cores
 
-from .cli_ranks import RankRun, cli_ranks
+from .cli_ranks import RankRun, _cli
+from .harness import run_ranks
 from .torchrun import REPO, env
 
 COMMON = ["--graph", "rmat:8", "--fanouts", "4,3", "--repeats", "1", "--timeout", "60"]
 
 
+def _worker(rank, world, mode, work) -> RankRun:
+    """``bench MODE --worker WORK`` on this pooled rank, in the harness's gloo group (the
+    worker's ``init_distributed`` keeps an initialised group); the cores it pins are put back
+    for every thread of the process, threads it started included."""
+    import os
+
+    before = os.sched_getaffinity(0)
+    try:
+        return _cli(rank, world, ["bench", mode, "--worker", work], {})
+    finally:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), before)
+            except OSError:  # the thread has ended
+                pass
+
+
+def _pooled_launch(mode, world, work, task, timeout, threads) -> list[dict]:
+    """``bench._launch.launch`` with the ranks on pooled ranks instead of under torchrun: the
+    same task file in, the same result files out."""
+    from mnmg_sampler.bench._launch import TASK, LaunchError
+
+    work.mkdir(parents=True, exist_ok=True)
+    for old in work.glob("rank*.json"):
+        old.unlink()
+    (work / TASK).write_text(json.dumps(task))  # each task carries its threads
+    runs = run_ranks(_worker, world, mode, str(work), timeout=timeout)
+    if any(r.returncode != 0 for r in runs):
+        raise LaunchError("\n".join(r.stderr[-3000:] for r in runs))
+    return [json.loads((work / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _parent(rank, world, argv) -> RankRun:
+    """``mnmg-sampler ARGV`` with its launches on pooled ranks (:func:`_pooled_launch`)."""
+    from mnmg_sampler.bench import _launch, dist
+
+    real = _launch.launch
+    _launch.launch = dist.launch = _pooled_launch
+    try:
+        return _cli(rank, world, argv, {})
+    finally:
+        _launch.launch = dist.launch = real
+
+
 def run_bench(args: list[str], out, timeout: float) -> tuple[dict, RankRun]:
     """``mnmg-sampler bench ARGS --json OUT``: the JSON written and the parent's run."""
-    (proc,) = cli_ranks(["bench", *args, "--json", str(out)], world=1, timeout=timeout)
+    (proc,) = run_ranks(_parent, 1, ["bench", *args, "--json", str(out)], timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:] or proc.stdout[-3000:]
     assert out.is_file(), proc.stdout
     return json.loads(out.read_text()), proc

@@ -14,7 +14,7 @@ import numpy as np
 from .cli_ranks import cli_ranks
 from .torchrun import metrics, torchrun
 
-QUICK = ["training.epochs=3", "training.eval_every=1", "output.checkpoint_every=1",
+QUICK = ["training.epochs=2", "training.eval_every=1", "output.checkpoint_every=1",
          "sampler.batch_size=64", "sampler.eval_batch_size=128", "link.eval_negatives=10"]
 
 
@@ -48,13 +48,13 @@ def test_featureless_edge_list_link_job_trains_and_resumes_exactly(tmp_path):
     want = _final(tmp_path / "full")
     assert want["world_size"] == 2 and want["test_auc"] > 0.6, want  # chance: 0.5
     ep = [r for r in metrics(tmp_path / "full") if r["event"] == "epoch"]
-    assert [r["epoch"] for r in ep] == [0, 1, 2]
+    assert [r["epoch"] for r in ep] == [0, 1]
     for r in ep:
         local, total = r["embedding_rows_local"], r["embedding_rows_total"]
         assert len(local) == 2 and sum(local) == total == 400 and max(local) < total
         assert r["embedding_bytes_per_step"] > 0
     files = sorted(os.listdir(tmp_path / "full" / "checkpoints"))
-    assert "checkpoint-epoch00002.rows-1-of-2.pt" in files
+    assert "checkpoint-epoch00001.rows-1-of-2.pt" in files
 
     crashed = torchrun(_args(tmp_path, "cut"), 2, 400, extra_env={"MNMG_FAULT_AFTER_EPOCH": "0"})
     assert crashed.returncode != 0

@@ -38,6 +38,18 @@ def test_hetero_job_learns_on_two_ranks(tmp_path):
     assert all(e["sampled_edges"] > 0 and "val_acc" in e for e in epochs)
 
 
+def test_typed_job_splits_seeds_by_owner(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--config", "configs/hetero.yaml", "--no-progress", *SMALL,
+            "training.epochs=1", "sampler.split=owner", f"output.dir={out}"]
+    r, other = cli_ranks(args, timeout=300)
+    assert r.returncode == other.returncode == 0, r.stderr[-4000:] + other.stderr[-4000:]
+    (final,) = [x for x in _records(out) if x["event"] == "final"]
+    assert final["input_type"] == "paper" and final["world_size"] == 2
+    (epoch,) = [x for x in _records(out) if x["event"] == "epoch"]
+    assert epoch["sampled_edges"] > 0
+
+
 @pytest.mark.slow  # the resume path is the homogeneous job's (test_train_job.py)
 def test_hetero_job_resumes_from_its_checkpoint(tmp_path):
     out = tmp_path / "run"

@@ -32,7 +32,7 @@ def _final(records: list[dict]) -> dict:
 def _check_sampling_graph(graph, edge_type, parts, relations: int) -> None:
     """The parts hold the user's training edges (``relations`` copies: with the reverse) with
     their Unix-second times, and none at or after the validation start."""
-    from mnmg_sampler.graph.typed_link_split import split_relation_by_time
+    from mnmg_sampler.graph.link_split import split_relation_by_time
 
     split = split_relation_by_time(graph, edge_type, [0.8, 0.1, 0.1])
     times = np.concatenate([np.load(parts / f"part{r}" / "edge_time.npy", allow_pickle=False)

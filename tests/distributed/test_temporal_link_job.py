@@ -34,7 +34,7 @@ def _check_sampling_graph(parts) -> None:
     """The parts the ranks sampled from hold the training ratings (both directions) and
     nothing at or after the validation start."""
     from mnmg_sampler.config import load_config
-    from mnmg_sampler.graph.typed_link_split import split_relation_by_time
+    from mnmg_sampler.graph.link_split import split_relation_by_time
     from mnmg_sampler.train.setup import load_typed_dataset
 
     cfg = load_config(REPO / "configs" / "temporal_link.yaml", SMALL)

@@ -52,13 +52,11 @@ def _assert_single_process(tg, ref, rank, got) -> None:
 
 def _run(rank, world, homo_dir, typed_dir):
     from mnmg_sampler.distributed.sampler import DistSampler
-    from mnmg_sampler.distributed.typed_sampler import DistTypedSampler
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.sampling.sampler import SampleRequest
 
     _, tg = _typed_graph()
-    typed = DistTypedSampler(load_partition(typed_dir, rank, world), SEED,
-                             shared_topology=False)
+    typed = DistSampler(load_partition(typed_dir, rank, world), SEED, shared_topology=False)
     homo = DistSampler(load_partition(homo_dir, rank, world), SEED, shared_topology=False)
     out = {"wire": (homo.wire.itemsize, typed.wire.itemsize)}
     for name, s in (("homo", homo), ("typed", typed)):

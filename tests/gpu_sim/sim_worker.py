@@ -101,21 +101,23 @@ def compare_weighted(g: CSRGraph, w, rows, nodes, keys, seed, hop, fanout, repla
 
 
 def graphs() -> dict[str, CSRGraph]:
+    # The simulator runs one Python thread per node and call: each graph is as small as what it
+    # covers allows. 64 nodes are two blocks of the simulator's 32 threads.
     rng = np.random.default_rng(11)
     out = {}
-    n = 150
-    out["random"] = CSRGraph.from_edges(rng.integers(0, n, 900), rng.integers(0, n, 900), n)
-    src, dst = rmat_edges(7, edge_factor=6, seed=3)  # 128 nodes, power law, many isolated
-    out["power_law"] = CSRGraph.from_edges(src, dst, 128)
+    n = 64
+    out["random"] = CSRGraph.from_edges(rng.integers(0, n, 384), rng.integers(0, n, 384), n)
+    src, dst = rmat_edges(6, edge_factor=6, seed=3)  # 64 nodes, power law, many isolated
+    out["power_law"] = CSRGraph.from_edges(src, dst, 64)
     # degree-0 nodes on purpose, a hub (degree 60 > every fanout) and low-degree nodes
-    n = 100
+    n = 64
     hub_src = rng.integers(0, n, 60)
-    low_dst = rng.integers(50, 90, 80)  # nodes 1..49 and 90..99 get no in-edge at all
+    low_dst = rng.integers(32, 58, 80)  # nodes 1..31 and 58..63 get no in-edge at all
     src = np.concatenate([hub_src, rng.integers(0, n, 80)])
     dst = np.concatenate([np.zeros(60, np.int64), low_dst])
     out["degree0"] = CSRGraph.from_edges(src, dst, n)
     # rows wider than 64: Floyd's duplicate test takes its hashed-bitmask path there
-    n = 30
+    n = 12
     deg = rng.integers(65, 200, n)
     out["wide"] = CSRGraph.from_edges(rng.integers(0, n, deg.sum()), np.repeat(np.arange(n), deg),
                                       n)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from .sim_run import ON_DEVICE, run_worker
+from .sim_run import ON_DEVICE
 
 WORKER = Path(__file__).with_name("sim_worker.py")
 
 
 @pytest.fixture(scope="module")
-def sim_results() -> dict:
-    return run_worker(WORKER)
+def sim_results(sim_runs) -> dict:
+    return sim_runs[WORKER.name]
 
 
 def test_worker_really_used_the_simulator(sim_results):

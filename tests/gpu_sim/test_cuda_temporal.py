@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from .sim_run import run_worker
-
 WORKER = Path(__file__).with_name("temporal_worker.py")
 
 
 @pytest.fixture(scope="module")
-def sim_results() -> dict:
-    return run_worker(WORKER)
+def sim_results(sim_runs) -> dict:
+    return sim_runs[WORKER.name]
 
 
 CASES = [f"{g}/{f}/r{r}/last{last}" for g in ("edge", "node", "weighted")

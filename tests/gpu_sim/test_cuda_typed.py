@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from .sim_run import run_worker
-
 WORKER = Path(__file__).with_name("typed_worker.py")
 
 
 @pytest.fixture(scope="module")
-def sim_results() -> dict:
-    return run_worker(WORKER)
+def sim_results(sim_runs) -> dict:
+    return sim_runs[WORKER.name]
 
 
 CASES = [f"{g}/{f}/r{r}" for g in ("three_types", "weighted", "one_type")

@@ -7,56 +7,31 @@ interpreter with ``NUMBA_ENABLE_CUDASIM=1`` and a hard timeout.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from mnmg_sampler.commands.selfcheck.result import FAIL, INJECT_ENV, PASS, SKIPPED
+from mnmg_sampler.commands.selfcheck.result import FAIL, PASS, SKIPPED
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 300
+from .sim_run import ON_DEVICE
+
+# selfcheck on a GPU is launch/gpu_check.sh's selfcheck step; this file describes the simulator
+pytestmark = pytest.mark.skipif(ON_DEVICE, reason="describes selfcheck under the simulator")
+# both runs in one interpreter (one torch import), the other simulator workers' (conftest.py)
+WORKER = None if ON_DEVICE else Path(__file__).with_name("selfcheck_worker.py")
 KERNELS = ("kernel.cpu.uniform", "kernel.cpu.weighted", "kernel.cpu.negative",
            "kernel.cuda.uniform", "kernel.cuda.weighted", "kernel.dedup", "kernel.cpu.typed",
            "kernel.cuda.typed")
 
 
-# Both runs in one interpreter (one torch import): the injection is read when a line runs.
-RUNS = """
-import json, os, sys
-from mnmg_sampler.commands.cli import _main
-from mnmg_sampler.commands.selfcheck.result import INJECT_ENV
-out, codes = sys.argv[1], []
-for name, inject in (("clean", None), ("injected", "kernel.cuda.uniform,kernel.cuda.typed")):
-    if inject:
-        os.environ[INJECT_ENV] = inject
-    codes.append(_main(["selfcheck", "--repeats", "1", "--json", f"{out}/{name}.json"]))
-print(json.dumps(codes))
-"""
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
-    """``{"clean": (exit code, lines by name), "injected": ...}`` of two simulator runs."""
-    out = tmp_path_factory.mktemp("selfcheck")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", INJECT_ENV):
-        env.pop(var, None)
-    try:
-        proc = subprocess.run([sys.executable, "-c", RUNS, str(out)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"selfcheck timed out after {TIMEOUT_S}s; stderr:\n{exc.stderr}")
-    assert proc.returncode == 0, proc.stderr
-    codes = json.loads(proc.stdout.strip().splitlines()[-1])
-    res = {}
-    for name, code in zip(("clean", "injected"), codes, strict=True):
-        checks = json.loads((out / f"{name}.json").read_text())["checks"]
-        res[name] = (code, {c["name"]: c for c in checks})
-    res["table"] = proc.stdout
+def runs(sim_runs) -> dict:
+    """``{"clean": (exit code, lines by name), "injected": ..., "table": what they printed}``
+    of the two simulator runs."""
+    got = sim_runs[WORKER.name]
+    res = {name: (got[name][0], {c["name"]: c for c in got[name][1]})
+           for name in ("clean", "injected")}
+    res["table"] = got["table"]
     return res
 
 

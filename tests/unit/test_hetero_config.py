@@ -64,7 +64,6 @@ def test_dotted_override_of_one_relation():
     ("model.layers=3", "model.layers", "3 layers but sampler.fanouts has 2 hops"),
     ("training.eval_mode=layerwise", "training.eval_mode", "homogeneous only"),
     ("dataset.feature_dim=8", "dataset.feature_dim", "applies to homogeneous graphs only"),
-    ("sampler.split=owner", "sampler.split", "applies to homogeneous graphs only"),
     ("task=link", "link.edge_type", "not set, and the graph has 3 relations besides reverse"),
     ("dataset.name=typed-sbm:3", "dataset.name", "bad typed-sbm spec"),
     ("dataset.name=typed-sbm:100:1", "dataset.name", "2 <= CLASSES <= 64"),

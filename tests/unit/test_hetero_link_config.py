@@ -9,12 +9,12 @@ import pytest
 
 from mnmg_sampler.config import load_config, parse_dataset_name
 from mnmg_sampler.errors import ConfigError
-from mnmg_sampler.graph.typed_generate import typed_useritem_graph
-from mnmg_sampler.graph.typed_link_split import (
+from mnmg_sampler.graph.link_split import (
     relation_edge_index,
     split_relation,
     typed_training_graph,
 )
+from mnmg_sampler.graph.typed_generate import typed_useritem_graph
 from mnmg_sampler.train.checks import check_homogeneous_job, check_typed_job, link_edge_type
 from mnmg_sampler.train.setup import typed_meta
 

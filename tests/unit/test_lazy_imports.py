@@ -46,18 +46,62 @@ LIGHT_MODULES = ("mnmg_sampler", "mnmg_sampler.system.gpu", "mnmg_sampler.system
                  "mnmg_sampler.graph.rmat_gpu", "mnmg_sampler.ops.dedup_torch")
 
 
-def test_sys_modules_after_import():
-    # One interpreter per module would cost a torch import each; one checks them in turn.
-    code = ("import importlib, json, sys\n"
-            "out = {}\n"
-            f"for name in {LIGHT_MODULES!r}:\n"
-            "    importlib.import_module(name)\n"
-            "    out[name] = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'pylibraft')"
-            " or m == 'numba.cuda' or m.startswith('numba.cuda.')]\n"
-            "print(json.dumps(out))")
-    proc = _run(code)
+# Checks of a fresh interpreter, run in turn in one (an interpreter each would cost a torch
+# import each): each starts from what the ones before it left, and none of them imports what a
+# later one checks is not imported yet (the later one would fail, not pass).
+_LIGHT = ("import importlib, json, sys\n"
+          "out = {}\n"
+          f"for name in {LIGHT_MODULES!r}:\n"
+          "    importlib.import_module(name)\n"
+          "    out[name] = [m for m in sys.modules if m.split('.')[0] in ('cupy', 'pylibraft')"
+          " or m == 'numba.cuda' or m.startswith('numba.cuda.')]\n"
+          "print(json.dumps(out))")
+_SEEDS = ("import sys, mnmg_sampler as m\n"
+          "assert 'mnmg_sampler.loaders.seeds' not in sys.modules\n"
+          "from mnmg_sampler.loaders import seeds\n"
+          "for n in ('SeedSet', 'AllNodes', 'NodeIds', 'NodeSplit', 'NodeBits',\n"
+          "          'random_node_split'):\n"
+          "    assert getattr(m, n) is getattr(seeds, n) and n in m.__all__, n\n"
+          "s = m.random_node_split(10, [0.6, 0.2, 0.2], seed=1)\n"
+          "assert isinstance(s['train'], m.NodeSplit) and len(s['train']) == 6\n"
+          "print('ok')")
+_TOP_LEVEL = ("import sys, mnmg_sampler as m\n"
+              "assert 'mnmg_sampler.graph.partition' not in sys.modules\n"
+              "from mnmg_sampler.graph.partition import partition_graph, PartitionPlan\n"
+              "from mnmg_sampler.distributed.partition_book import PartitionBook\n"
+              "assert m.plan_partitions is partition_graph and m.PartitionPlan is PartitionPlan\n"
+              "assert m.PartitionBook is PartitionBook\n"
+              "assert m.partition_graph is not partition_graph  # the one-call form (graph.api)\n"
+              "print('ok')")
+_IN_TURN = """
+import contextlib, io, json, sys, traceback
+out = {}
+for name, code in json.loads(sys.argv[1]):
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(compile(code, name, "exec"), {})
+        out[name] = [0, buf.getvalue(), ""]
+    except BaseException:
+        out[name] = [1, buf.getvalue(), traceback.format_exc()]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh() -> dict[str, tuple[int, str, str]]:
+    """``{check: (1 if it raised, its stdout, its traceback)}`` of the checks above."""
+    checks = [("light", _LIGHT), ("seeds", _SEEDS), ("top_level", _TOP_LEVEL)]
+    proc = subprocess.run([sys.executable, "-c", _IN_TURN, json.dumps(checks)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {name: [] for name in LIGHT_MODULES}
+    return json.loads(proc.stdout)
+
+
+def test_sys_modules_after_import(fresh):
+    failed, out, err = fresh["light"]
+    assert not failed, err
+    assert json.loads(out) == {name: [] for name in LIGHT_MODULES}
 
 
 @pytest.mark.parametrize("loader,module", [("require_cupy", "cupy"),
@@ -200,29 +244,12 @@ def test_examples_and_docs_import_the_public_api_from_the_top():
                 assert module in DEEP_IMPORTS_ALLOWED, f"{where} imports {module}"
 
 
-def test_new_top_level_names_are_the_documented_objects():
-    code = ("import sys, mnmg_sampler as m\n"
-            "assert 'mnmg_sampler.graph.partition' not in sys.modules\n"
-            "from mnmg_sampler.graph.partition import partition_graph, PartitionPlan\n"
-            "from mnmg_sampler.distributed.partition_book import PartitionBook\n"
-            "assert m.plan_partitions is partition_graph and m.PartitionPlan is PartitionPlan\n"
-            "assert m.PartitionBook is PartitionBook\n"
-            "assert m.partition_graph is not partition_graph  # the one-call form (graph.api)\n"
-            "print('ok')")
-    proc = _run(code)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+def test_new_top_level_names_are_the_documented_objects(fresh):
+    failed, out, err = fresh["top_level"]
+    assert not failed and out.strip() == "ok", err
 
 
-def test_seed_sets_are_exported_lazily():
+def test_seed_sets_are_exported_lazily(fresh):
     # the seed sets load with mnmg_sampler.loaders.seeds on first use, and are its objects
-    code = ("import sys, mnmg_sampler as m\n"
-            "assert 'mnmg_sampler.loaders.seeds' not in sys.modules\n"
-            "from mnmg_sampler.loaders import seeds\n"
-            "for n in ('SeedSet', 'AllNodes', 'NodeIds', 'NodeSplit', 'NodeBits',\n"
-            "          'random_node_split'):\n"
-            "    assert getattr(m, n) is getattr(seeds, n) and n in m.__all__, n\n"
-            "s = m.random_node_split(10, [0.6, 0.2, 0.2], seed=1)\n"
-            "assert isinstance(s['train'], m.NodeSplit) and len(s['train']) == 6\n"
-            "print('ok')")
-    proc = _run(code)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    failed, out, err = fresh["seeds"]
+    assert not failed and out.strip() == "ok", err

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.errors import ConfigError, GraphFormatError
+from mnmg_sampler.graph.link_split import split_edges_by_time, temporal_edge_split
 from mnmg_sampler.graph.temporal import load_temporal_graph
-from mnmg_sampler.graph.temporal_split import split_edges_by_time, temporal_edge_split
 
 
 def _edges(m=60, n=15, seed=0):

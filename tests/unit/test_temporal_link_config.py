@@ -11,13 +11,13 @@ import pytest
 
 from mnmg_sampler.config import load_config, parse_dataset_name
 from mnmg_sampler.errors import ConfigError
-from mnmg_sampler.graph.typed_generate import typed_useritem_graph
-from mnmg_sampler.graph.typed_link_split import (
+from mnmg_sampler.graph.link_split import (
     relation_edge_index,
     split_relation,
     split_relation_by_time,
     typed_training_graph,
 )
+from mnmg_sampler.graph.typed_generate import typed_useritem_graph
 from mnmg_sampler.train.checks import check_typed_job
 from mnmg_sampler.train.setup import typed_meta
 
@@ -33,7 +33,7 @@ def _codes(ei: np.ndarray) -> set:
 
 def _times(g, et) -> dict:
     """(src, dst) -> time of relation ``et``'s edges (one edge per pair here)."""
-    from mnmg_sampler.graph.typed_link_split import _relation_entries
+    from mnmg_sampler.graph.link_split import _relation_entries
 
     ei = relation_edge_index(g, et)
     t = g.edge_time[_relation_entries(g, et)[0]]

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from mnmg_sampler.distributed.shared_topology import SharedTopology
-from mnmg_sampler.distributed.typed_shared import TypedSharedTopology
 from mnmg_sampler.graph.api import partition_graph
 from mnmg_sampler.graph.partition_io import load_partition, part_graph
 from mnmg_sampler.ops.typed import sample_typed_neighbors
@@ -23,7 +22,7 @@ def shared(tmp_path_factory):
     d = partition_graph(typed_spec(3), num_parts=3, out=tmp_path_factory.mktemp("t") / "p",
                         method="random", seed=2)
     parts = [load_partition(d, r, 3) for r in range(3)]
-    return parts, TypedSharedTopology(SharedTopology(parts[1], 1, 3), parts[1])
+    return parts, SharedTopology(parts[1], 1, 3)
 
 
 def _per_node_reference(monkeypatch, serial, parts, graphs, nodes, keys, req, fan, rep, hop,
@@ -67,7 +66,7 @@ def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, mo
     rep = np.array([0, 1, 0], np.uint8)
     peer0 = ts.peer_nodes
     for hop in (0, 1):
-        got = ts.hop(nodes, keys, req, fan, rep, 5, hop)
+        got = ts.typed_hop(nodes, keys, req, fan, rep, 5, hop)
         ref = _per_node_reference(monkeypatch, serial, parts, [part_graph(p) for p in parts],
                                   nodes, keys, req, fan, rep, hop)
         for k in range(4):
@@ -80,13 +79,13 @@ def test_one_call_over_parts_equals_the_kernel_on_each_part(shared, parallel, mo
 def test_rows_of_every_type_read_in_place(shared):
     parts, ts = shared
     b = parts[0].boundaries
-    assert set(ts.x) == {"author", "paper"} and set(ts.y) == {"paper"}
+    assert set(ts.type_x) == {"author", "paper"} and set(ts.type_y) == {"paper"}
     for t, name in enumerate(ts.node_types):
         ids = np.concatenate([np.arange(b[p] + parts[p].typed.type_offset[t],
                                         b[p] + parts[p].typed.type_offset[t + 1])
                               for p in range(3)])
         perm = np.random.default_rng(t).permutation(ids.size)
-        rows = ts.rows(name, t, ids[perm])
+        rows = ts.type_rows(name, t, ids[perm])
         for key in ("x", "y"):
             src = getattr(parts[0].typed, key)
             if name not in src:
@@ -108,7 +107,7 @@ def _timed_shared(tmp_path, kind: str):
         spec["node_time"] = {t: g.integers(0, 12, n) for t, n in spec["num_nodes"].items()}
     d = partition_graph(spec, num_parts=3, out=tmp_path / kind, method="random", seed=5)
     parts = [load_partition(d, r, 3) for r in range(3)]
-    return parts, TypedSharedTopology(SharedTopology(parts[1], 1, 3), parts[1])
+    return parts, SharedTopology(parts[1], 1, 3)
 
 
 @pytest.mark.parametrize("kind", ["edge", "node"])
@@ -141,11 +140,11 @@ def test_time_bounds_over_parts_equal_the_kernel_on_each_part(tmp_path, kind, mo
         gp.node_time = ts.node_time
         graphs.append(gp)
     for hop in (0, 1):
-        got = ts.hop(nodes, keys, req, fan, rep, 5, hop, bounds, last)
+        got = ts.typed_hop(nodes, keys, req, fan, rep, 5, hop, bounds, last)
         ref = _per_node_reference(monkeypatch, serial, parts, graphs, nodes, keys, req, fan,
                                   rep, hop, bounds, last)
         for k in range(4):
             np.testing.assert_array_equal(got[k], ref[k])
-        untimed = ts.hop(nodes, keys, req, fan, rep, 5, hop)
+        untimed = ts.typed_hop(nodes, keys, req, fan, rep, 5, hop)
         assert got[1].size < untimed[1].size  # the bounds cut some segments
 

@@ -14,8 +14,8 @@ as failed with the exception's last line.
   device (``MNMG_GPU_TESTS_ON_DEVICE=1``, read by ``tests/gpu_sim/sim_run.py``).
 * ``bench``: the one-hop CUDA kernel on R-MAT graphs in sampled edges/s against a random
   gather of ``indices`` in device memory (torch indexing, the same number of reads), and
-  multi-hop minibatches per second with the CUDA hop (:class:`~mnmg_sampler.distributed.sampler.
-  _CudaHop`, as a rank runs it) against the CPU kernel on every core; both checked equal.
+  multi-hop minibatches per second with the CUDA hop (:class:`~mnmg_sampler.distributed.cuda_hop.
+  CudaHop`, as a rank runs it) against the CPU kernel on every core; both checked equal.
 * ``train``: a one-rank training loop (NCCL, GraphSAGE under DDP, a generated graph with
   128-d features), once with ``features.placement`` pinned and once device: steps/s, the GPU
   memory peak, host-to-device bytes per step, and the batches' features checked against the
@@ -216,7 +216,7 @@ SIM_FANOUTS, SIM_BATCH = [3, 2], 4
 
 
 class _Counter:
-    """The two methods of an exchanger :class:`_CudaHop` uses, counted (one process)."""
+    """The two methods of an exchanger :class:`CudaHop` uses, counted (one process)."""
 
     def __init__(self) -> None:
         self.transfers = {"h2d": 0, "d2h": 0}
@@ -330,7 +330,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
     import numpy as np
 
     from ...bench.single import MultiHopBench
-    from ...distributed.sampler import _CudaHop
+    from ...distributed.cuda_hop import CudaHop
     from ...graph.datasets import nonisolated_nodes
     from ...sampling.sampler import HopSegments, MultiHopSampler
     from .result import compare, quiet_wraparound
@@ -340,7 +340,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
     seeds = np.random.default_rng(2).permutation(nonisolated_nodes(g))
     cpu_b = MultiHopBench(g, seeds, fanouts, False, 3, bs, batches)
     ex = _Counter()
-    hop = _CudaHop((g.indptr, g.indices, g.edge_ids, np.arange(g.num_nodes, dtype=np.int64)),
+    hop = CudaHop((g.indptr, g.indices, g.edge_ids, np.arange(g.num_nodes, dtype=np.int64)),
                    device)
 
     def hop_fn(h: HopSegments):

@@ -1,30 +1,103 @@
-"""The edge split of a link-prediction job on a typed graph: the target relation's edges cut into
-train/val/test, and the *training graph* that holds no held-out edge.
+"""The edge split of a link-prediction job: a relation's edges cut into train/val/test, at random
+or by time, and the *training graph* that holds no held-out edge.
 
-The target relation's distinct ``(src, dst)`` pairs are permuted with ``seed`` and cut by the
-fractions as the homogeneous split cuts its pairs (:func:`~mnmg_sampler.train.link.split_edges`:
-``round(f0 * P)``, ``round((f0 + f1) * P)``, ``round(min(1, sum) * P)``). The training graph keeps
-every other relation whole, the target relation's train pairs, and, in the reverse relation
-(PyG's ``rev_`` relation, chosen by the caller), the edges whose reverse is not held out; so a
-held-out edge can never be read as a message, in either direction.
+At random (:func:`split_relation`): the relation's distinct ``(src, dst)`` pairs are permuted with
+``seed`` and cut by the fractions as the one-type split cuts its pairs
+(:func:`~mnmg_sampler.train.link.split_edges`): ``round(f0 * P)``, ``round((f0 + f1) * P)``,
+``round(min(1, sum) * P)``. The training graph keeps every other relation whole, the target
+relation's train pairs, and, in the reverse relation (PyG's ``rev_`` relation, chosen by the
+caller), the edges whose reverse is not held out; so a held-out edge can never be read as a
+message, in either direction.
 
-With ``link.split_by: time`` (:func:`split_relation_by_time`) the relation's edges are split by
-time instead (:mod:`.temporal_split`: train earliest, validation next, test latest) and the
-training graph holds only the edges strictly before the validation start, in every relation
-with edge time, so no validation or test edge, nor any later edge, can be sampled; edge and node
-times are kept for temporal sampling.
+By time (``link.split_by: time``; :func:`temporal_edge_split`, :func:`split_relation_by_time`):
+train on the earliest edges, validate on the next, test on the latest, so no split learns from
+its future. Edges are ordered by time (stable: ties in edge id order) and cut by the fractions as
+above. A cut never separates equal times: it moves back to the first edge of its time, so every
+edge of a later split is strictly later than every edge of an earlier one, and each split starts
+at a time ``start[split]`` (its first edge's). The sampling graph of a split holds only the edges
+strictly before the *next* split's start for training (the train edges: no validation or test
+edge, nor any later one) and strictly before the split's own start for validation and test, so
+evaluation never sees an edge at or after the evaluated edges' start. The typed training graph
+holds only the edges strictly before the validation start, in every relation with edge time;
+edge and node times are kept for temporal sampling.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import ConfigError
-from .temporal_split import split_edges_by_time
-from .typed import EdgeType, TypedGraph, typed_graph
+from .typed import EdgeType, TypedGraph, check_time, typed_graph
 
-__all__ = ["relation_edge_index", "split_relation", "split_relation_by_time",
-           "typed_training_graph"]
+__all__ = ["TemporalEdgeSplit", "relation_edge_index", "split_edges_by_time", "split_relation",
+           "split_relation_by_time", "temporal_edge_split", "typed_training_graph"]
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class TemporalEdgeSplit:
+    """Edge ids (positions in the input's edge order, ascending time) of each split, its start
+    time (``None`` for an empty split) and the edge ids of each split's sampling graph."""
+
+    edges: dict[str, np.ndarray]
+    start: dict[str, int | None]
+    graph: dict[str, np.ndarray]
+
+
+def _fractions(fractions) -> np.ndarray:
+    f = np.asarray(fractions, np.float64).ravel()
+    if f.shape != (3,) or not np.isfinite(f).all() or (f < 0).any() or f.sum() <= 0:
+        raise ConfigError(f"the edge split fractions are {list(f)}",
+                          "no train/val/test split can be cut",
+                          "give three fractions >= 0 (train, val, test), e.g. [0.8, 0.1, 0.1]")
+    return f
+
+
+def temporal_edge_split(edge_time, fractions) -> TemporalEdgeSplit:
+    """Split edges by time (module docstring). ``edge_time``: one int64 time per edge (floats
+    only when integral; else :class:`~mnmg_sampler.errors.GraphFormatError`)."""
+    t = check_time(edge_time, len(edge_time), "edge_time")
+    f = _fractions(fractions)
+    n = t.size
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    raw = [int(round(f[0] * n)), int(round((f[0] + f[1]) * n)),
+           int(round(min(1.0, float(f.sum())) * n))]
+    # a cut inside a run of equal times moves back to the run's first edge
+    cuts = [int(np.searchsorted(ts, ts[c], side="left")) if 0 < c < n else c for c in raw[:2]]
+    cuts[1] = max(cuts[1], cuts[0])
+    end = max(raw[2], cuts[1])
+    bounds = (0, cuts[0], cuts[1], end)
+    edges = {k: order[bounds[i]:bounds[i + 1]] for i, k in enumerate(SPLITS)}
+    start = {k: (int(ts[bounds[i]]) if bounds[i + 1] > bounds[i] else None)
+             for i, k in enumerate(SPLITS)}
+
+    def before(i: int) -> np.ndarray:  # every edge strictly before the time at sorted cut i
+        return order[:bounds[i]]
+
+    graph = {"train": before(1), "val": before(1), "test": before(2)}
+    return TemporalEdgeSplit(edges, start, graph)
+
+
+def split_edges_by_time(edge_index, edge_time, fractions) -> dict[str, np.ndarray]:
+    """:func:`temporal_edge_split` of a ``[2, E]`` edge list as the random split returns it:
+    ``train`` / ``val`` / ``test`` ``[2, E_s]`` arrays (ascending time) with their times
+    (``train_time`` ...), and the sampling graph of each (``graph_train`` ...) with its edge
+    times (``graph_train_time`` ...)."""
+    ei = np.asarray(edge_index, np.int64)
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise ConfigError(f"edge_index has shape {ei.shape}", "no edge can be split",
+                          "give a [2, E] array")
+    t = check_time(edge_time, ei.shape[1], "edge_time")
+    s = temporal_edge_split(t, fractions)
+    out = {}
+    for k in SPLITS:
+        out[k], out[f"{k}_time"] = ei[:, s.edges[k]], t[s.edges[k]]
+        out[f"graph_{k}"], out[f"graph_{k}_time"] = ei[:, s.graph[k]], t[s.graph[k]]
+    return out
 
 
 def _relation_entries(g: TypedGraph, et: EdgeType) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,107 @@
+"""The hop kernel on a CUDA device, as a rank's :class:`~.sampler.DistSampler` runs it with
+``kernel="cuda"``: the part's CSR on the device, one counted copy each way per hop."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from .collective import Exchanger
+
+__all__ = ["CudaHop"]
+
+
+class CudaHop:
+    """The hop kernel on a CUDA device: the partition's CSR lives there; each hop costs one
+    host -> device copy (rows, keys, fanouts and flags packed in one buffer) and one device ->
+    host copy (counts, neighbors and, when asked, edge ids in one buffer), both through the
+    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`. The kernel itself reads
+    one scalar (the hop's edge total) to size its outputs. Draws run on a dedicated stream.
+
+    With edge weights (a weighted partition) the hop runs the weighted kernels
+    (:func:`~mnmg_sampler.ops.cuda.sample_neighbors_weighted_cuda`), the weights living on the
+    device beside the CSR; the copies per hop are the same.
+
+    A typed part (``graph``: its :class:`~mnmg_sampler.graph.typed.TypedGraph`) runs the typed
+    twin (:meth:`typed`, :func:`~mnmg_sampler.ops.cuda_typed.sample_typed_neighbors_cuda`): the
+    CSR and internal ids on the device, the small typed tables (and edge weights, copied by the
+    twin each hop) on the host; rows, keys and request rows in one copy, counts, neighbors,
+    relations and edge ids back in one.
+
+    Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
+    which is how it is tested here; it has not run on a real GPU.
+    """
+
+    def __init__(self, csr: tuple, device: torch.device | None,
+                 weights: np.ndarray | None = None, graph=None) -> None:
+        from ..system.gpu import require_numba_cuda, simulator_enabled
+
+        require_numba_cuda()
+        if device is None:
+            device = torch.device("cpu") if simulator_enabled() else torch.device(
+                "cuda", torch.cuda.current_device())
+        self.device = device
+        # a writable host copy first: the mapped arrays are read-only, and the simulator writes
+        # kernel arguments back to the host
+        dt = None if graph is None else np.int64
+        self.arrays = tuple(torch.from_numpy(np.array(a, dt)).to(device) for a in csr)
+        self.weights = None if weights is None or graph is not None else torch.from_numpy(
+            np.array(weights, np.float32)).to(device)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.graph = None if graph is None else copy.copy(graph)
+        if graph is not None:  # the typed tables stay on the host (small), writable
+            for name in ("node_type_offset", "rel_offset", "seg_base", "weighted", "weights",
+                         "edge_time", "node_time"):
+                a = getattr(graph, name)
+                setattr(self.graph, name, None if a is None else np.array(a))
+            self.graph.indptr, self.graph.indices, self.graph.edge_ids = self.arrays[:3]
+
+    def typed(self, ex: Exchanger, rows, keys, req, fanouts, replace, seed: int, hop: int,
+              bounds=None, last=None):
+        """The typed kernel's four host arrays
+        (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`; ``bounds`` / ``last`` for time
+        are passed to the twin as they are: not tested over ranks)."""
+        from ..ops.cuda_typed import sample_typed_neighbors_cuda
+
+        n = rows.shape[0]
+        packed = np.empty((3, n), np.int64)
+        packed[0], packed[1], packed[2] = rows, keys, req
+        t = ex.h2d(torch.from_numpy(packed), self.device)
+        r = t[0]
+        c, nb, rel, eid = sample_typed_neighbors_cuda(self.graph, r, self.arrays[3][r], t[1],
+                                                      t[2], fanouts, replace, seed, hop,
+                                                      bounds=bounds, last=last)
+        out = ex.d2h(torch.cat([c, nb, rel, eid])).numpy()
+        E = nb.shape[0]
+        return out[:n], out[n:n + E], out[n + E:n + 2 * E], out[n + 2 * E:]
+
+    def __call__(self, ex: Exchanger, rows, keys, seed, hop, fanouts, replace, edge_ids: bool):
+        from ..ops.cuda import sample_neighbors_cuda, sample_neighbors_weighted_cuda
+
+        indptr, indices, eids, orig = self.arrays
+        w = self.weights
+        n = rows.shape[0]
+
+        def run():
+            packed = np.empty((4, n), np.int64)
+            packed[0], packed[1], packed[2], packed[3] = rows, keys, fanouts, replace
+            t = ex.h2d(torch.from_numpy(packed), self.device)
+            r = t[0]
+            args = (r, orig[r], t[1], seed, hop, t[2], t[3].to(torch.uint8))
+            if w is None:
+                c, nb, e = sample_neighbors_cuda(indptr, indices, eids, *args,
+                                                 with_eids=edge_ids)
+            else:
+                c, nb, e = sample_neighbors_weighted_cuda(indptr, indices, eids, w, *args,
+                                                          with_eids=edge_ids)
+            out = ex.d2h(torch.cat([c, nb, e]) if edge_ids else torch.cat([c, nb])).numpy()
+            E = nb.shape[0]
+            return out[:n], out[n:n + E], (out[n + E:] if edge_ids else None)
+
+        if self.stream is None:
+            return run()
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            return run()
