@@ -5,7 +5,7 @@ The loaded graph becomes a one-type typed graph (:func:`~mnmg_sampler.bench.hete
 with uniform random int64 edge times in ``[0, 2**20)`` (fixed seed), so its segments are sorted
 by time. Interleaved repeats over the same ``--kernel-nodes`` frontier (with edge ids):
 :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` (no time) against
-:func:`mnmg_sampler.ops.temporal.sample_temporal_neighbors` with every node bounded by the
+the same kernel with ``bounds``, every node bounded by the
 median edge time, ``"uniform"`` and ``"last"``. They sample different edge sets (the temporal
 one from about half of each neighborhood), so the comparable number is the cost per sampled
 edge. A third reference, ``uniform on admissible edges``, runs the non-temporal kernel on a
@@ -29,7 +29,7 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
                    kernel_nodes: int, repeats: int) -> dict:
     """The measurements of the module docstring, as a dict."""
     from ..graph.temporal import attach_time
-    from ..ops import temporal, typed
+    from ..ops import typed
     from ..ops.rng import request_key
     from .hetero import _per_edge, interleaved_runs, typed_view
 
@@ -53,8 +53,8 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
         return typed.sample_typed_neighbors(tg, nodes, nodes, keys, req, fan, [replace], seed, 0)
 
     def temporal_fn(last):
-        return lambda: temporal.sample_temporal_neighbors(tg, nodes, nodes, keys, bounds, req,
-                                                          fan, [replace], [last], seed, 0)
+        return lambda: typed.sample_typed_neighbors(tg, nodes, nodes, keys, req, fan, [replace],
+                                                    seed, 0, bounds=bounds, last=[last])
 
     from ..graph.typed import typed_graph
 

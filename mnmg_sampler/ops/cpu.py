@@ -14,6 +14,7 @@ import numba
 import numpy as np
 
 from . import rng
+from .prefetch import prefetch
 
 _rng = rng.compile_rng(numba.njit(nogil=True, inline="always"))
 stream_base = _rng["stream_base"]
@@ -96,11 +97,18 @@ def node_positions(pos, o, k, start, deg, fanout, replace, seed, key, hop, node)
         pos[np.uint64(j)] += start
 
 
+# rows between the prefetch of a row's indptr entry and its read in the counts phase (without
+# it few rows' misses were in flight: rmat:20, measured 5.3 -> 2.3 ms; 32 ahead alike)
+INDPTR_AHEAD = 16
+
+
 def _counts_py(indptr, rows, fanouts, replace, starts, degs, offsets):
-    # Phase 0: the only random reads of indptr; independent, so their misses overlap.
+    # Phase 0: the only random reads of indptr, the row INDPTR_AHEAD on prefetched.
     # Unsigned rows: no wraparound guard on the reads (same values, fewer instructions).
     n = rows.shape[0]
     for i in numba.prange(n):
+        if i + INDPTR_AHEAD < n:
+            prefetch(indptr, rows[i + INDPTR_AHEAD])
         r = np.uint64(rows[i])
         s = indptr[r]
         d = indptr[r + np.uint64(1)] - s

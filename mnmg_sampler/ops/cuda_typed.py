@@ -6,7 +6,7 @@ draws, gather), so the output is bit-identical to the CPU kernel's: same streams
 (``hop + r * 2**32`` for relation ``r``), same slots, same node-then-relation order. Two
 launches, as the homogeneous twin: ``counts`` sizes each node's output (all its relations) and
 weighted scratch, then ``fill`` draws and gathers. With ``bounds`` it is also the twin of
-:mod:`mnmg_sampler.ops.temporal` (degrees cut to the admissible prefix, ``"last"`` the tail),
+temporal kernel (degrees cut to the admissible prefix, ``"last"`` the tail),
 switched by one flag per launch. Tested under Numba's CUDA simulator
 (``tests/gpu_sim/test_cuda_typed.py``, ``tests/gpu_sim/test_cuda_temporal.py``).
 """

@@ -18,9 +18,14 @@ Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and
 and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
 most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
 
-Time (:mod:`mnmg_sampler.ops.temporal`): with ``bounds`` (one time per node) each degree is cut
-to the admissible prefix of the time-sorted segment (``admissible_count``) and ``last`` selects,
-per request, the prefix's tail instead of the draws. ``bounds=None`` is the untimed case: numba
+Time (temporal sampling, one kernel for both): segments of a timed graph are sorted by time
+(:mod:`mnmg_sampler.graph.temporal`), so with ``bounds`` (one time per node) each degree is cut
+to the admissible prefix (time <= the bound, ``admissible_count``'s binary search over the edge
+time, or over the neighbors' node time when the graph has node time only). ``last`` selects the
+strategy per request (:data:`STRATEGIES`): ``"uniform"`` (0) the draws above on the prefix,
+bit-identical to the untimed kernel's when the bound is >= every time; ``"last"`` (1) the
+``min(k, a)`` latest admissible neighbors in ascending time (``-1`` all of the prefix),
+deterministic, ignoring ``replace`` and weights. ``bounds=None`` is the untimed case: numba
 compiles a specialisation in which the time branches are pruned, so it pays nothing for them.
 """
 
@@ -34,10 +39,11 @@ import numpy as np
 from . import cpu, weighted
 from .prefetch import prefetch
 
-__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "admissible_count", "time_arrays",
-           "group_by_relation", "group_hops_by_relation", "group_nodes_by_type"]
+__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "STRATEGIES", "admissible_count",
+           "time_arrays", "group_hops_by_relation", "group_nodes_by_type"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
+STRATEGIES = ("uniform", "last")  # temporal strategies, ``last[q]`` 0 and 1
 
 sample_count = cpu.sample_count
 node_positions = cpu.node_positions
@@ -124,10 +130,10 @@ def admissible_count_prefetched(etime, ntime, indices, by_node, s, d, bound):
 
 
 PREFETCH_AHEAD = 16  # pairs between a segment's prefetch and its search (8 to 32 measured alike)
-# nodes between the prefetch of a node's indptr entries and their read (untimed counts): a
-# node's relations make the loop body long, so without it few nodes' misses were in flight
-# (measured, rmat:18 typed into 3 types, 9 relations: phase 0 11.5 -> 5.1 ms; 32 ahead alike)
-INDPTR_AHEAD = 16
+# cpu's, for a node's indptr entries (untimed counts): a node's relations make the loop body
+# long, so without it few nodes' misses were in flight (measured, rmat:18 typed into 3 types,
+# 9 relations: phase 0 11.5 -> 5.1 ms)
+INDPTR_AHEAD = cpu.INDPTR_AHEAD
 
 
 def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
@@ -372,20 +378,6 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     return counts, pos, rel_out, eid_out
 
 
-def group_by_relation(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, eid: np.ndarray,
-                      edge_hop: np.ndarray, loc: np.ndarray, num_relations: int, num_hops: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's sampled edges grouped by relation, in sampling order within each, in one pass
-    (a counting sort): ``(edge_index buffer, edge ids, per-relation offsets [R + 1], edges per
-    relation and hop [R, H])``. Relation ``r``'s edges are ``a, b = offsets[r], offsets[r + 1]``:
-    its ``edge_index`` is ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1
-    ``loc[dst]``), its edge ids ``eid[a:b]``; ``edge_hop`` is in hop order, as sampled."""
-    cuts = np.searchsorted(edge_hop, np.arange(num_hops + 1), side="left")
-    cuts[-1] = rel.shape[0]  # edge_hop is in hop order (sampling order)
-    hops = [tuple(x[cuts[h]:cuts[h + 1]] for x in (src, dst, rel, eid)) for h in range(num_hops)]
-    return group_hops_by_relation(hops, loc, num_relations)
-
-
 @numba.njit(cache=True, nogil=True)
 def _count_hop(rel, h, per_hop):
     for e in range(rel.shape[0]):
@@ -393,38 +385,46 @@ def _count_hop(rel, h, per_hop):
 
 
 @numba.njit(cache=True, nogil=True)
-def _scatter_hop(src, dst, rel, eid, loc, cursor, bounds, ei, eid_out):
-    # a hop's edges come in runs of one relation (a node's draws along it): one cursor update
-    # per run, and unsigned indices (no wraparound guards) in the copy (measured 12.7 -> 8.8
-    # ns per edge on rmat:18, 3 types, with ``loc`` as int32)
-    E = rel.shape[0]
+def _scatter_hop(src, dst0, counts, rel, eid, loc, cursor, bounds, ei, eid_out):
+    # a node's edges come in runs of one relation (its draws along it): one cursor update per
+    # run, its destination read once per node (not per edge: measured 8.0 -> 6.5 ns per edge
+    # on rmat:18, 3 types) and unsigned indices (no wraparound guards) in the copy
     e = 0
-    while e < E:
-        r = rel[e]
-        f = e + 1
-        while f < E and rel[f] == r:
-            f += 1
-        p = cursor[r]
-        cursor[r] = p + (f - e)
-        s0 = np.uint64(bounds[r] + p)  # row 0 of relation r's [2, n] block, then row 1
-        d0 = np.uint64(bounds[r + 1] + p)
-        o = np.uint64(p)
-        for m in range(f - e):
-            u = np.uint64(e + m)
-            j = np.uint64(m)
-            ei[s0 + j] = loc[np.uint64(src[u])]
-            ei[d0 + j] = loc[np.uint64(dst[u])]
-            eid_out[o + j] = eid[u]
-        e = f
+    for i in range(counts.shape[0]):
+        d = loc[dst0 + i]
+        end = e + counts[i]
+        while e < end:
+            r = rel[e]
+            f = e + 1
+            while f < end and rel[f] == r:
+                f += 1
+            p = cursor[r]
+            cursor[r] = p + (f - e)
+            s0 = np.uint64(bounds[r] + p)  # row 0 of relation r's [2, n] block, then row 1
+            d0 = np.uint64(bounds[r + 1] + p)
+            o = np.uint64(p)
+            for m in range(f - e):
+                u = np.uint64(e + m)
+                j = np.uint64(m)
+                ei[s0 + j] = loc[np.uint64(src[u])]
+                ei[d0 + j] = d
+                eid_out[o + j] = eid[u]
+            e = f
 
 
 def group_hops_by_relation(hops, loc: np.ndarray, num_relations: int
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`group_by_relation` of edges given per hop, ``hops[h] = (src, dst, rel, eid)``,
-    without concatenating them first (hop ``h``'s edges have ``edge_hop == h``)."""
+    """A batch's sampled edges grouped by relation, in sampling order within each, in one pass
+    over each hop's (a counting sort). ``hops[h] = (src, dst0, counts, rel, eid)``: hop ``h``'s
+    edges, ``counts[i]`` of them from frontier node ``dst0 + i`` (batch index), in frontier
+    order; ``src`` their batch indices. Returns ``(edge_index buffer, edge ids, per-relation
+    offsets [R + 1], edges per relation and hop [R, H])``: relation ``r``'s edges are
+    ``a, b = offsets[r], offsets[r + 1]``, its ``edge_index``
+    ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1 ``loc[dst]``), its
+    edge ids ``eid[a:b]``."""
     H = len(hops)
     per_hop = np.zeros((num_relations, H), np.int64)
-    for h, (_, _, rel, _) in enumerate(hops):
+    for h, (_, _, _, rel, _) in enumerate(hops):
         _count_hop(rel, h, per_hop)
     bounds = np.zeros(num_relations + 1, np.int64)
     np.cumsum(per_hop.sum(axis=1), out=bounds[1:])
@@ -434,8 +434,8 @@ def group_hops_by_relation(hops, loc: np.ndarray, num_relations: int
     cursor = bounds[:num_relations].copy()
     if loc.dtype != np.int32 and loc.shape[0] < 2**31:  # half the bytes of its random reads
         loc = loc.astype(np.int32)
-    for src, dst, rel, eid in hops:
-        _scatter_hop(src, dst, rel, eid, loc, cursor, bounds, ei, eid_out)
+    for src, dst0, counts, rel, eid in hops:
+        _scatter_hop(src, dst0, counts, rel, eid, loc, cursor, bounds, ei, eid_out)
     return ei, eid_out, bounds, per_hop
 
 

@@ -24,7 +24,9 @@ import numpy as np
 
 from ..errors import SamplingInputError
 from . import cpu, typed, weighted
+from .prefetch import prefetch
 from .typed import (
+    INDPTR_AHEAD,
     admissible_count,
     draws_needed,
     node_positions,
@@ -56,10 +58,17 @@ def _counts_py(bounds, type_offs, seg_bases, rel_off, indptrs, indices, etimes, 
                ws, wflag, nodes, tbounds, last, req, fan, replace, counts, scounts):
     # counts[i + 1]: node i's samples over all its relations; scounts[i + 1]: its weighted
     # scratch (the degree of every relation that draws, as ops.typed sizes it per pair).
-    # ``tbounds is None`` (no time) is pruned at compile time.
+    # ``tbounds is None`` (no time) is pruned at compile time. The indptr entries of the node
+    # INDPTR_AHEAD on are prefetched, so the random reads' misses overlap (as ops.typed's).
     n = nodes.shape[0]
     lp = bounds.shape[0] - 2
     for i in numba.prange(n):
+        if i + INDPTR_AHEAD < n:
+            va = nodes[i + INDPTR_AHEAD]
+            pa = part_of(va, bounds, lp)
+            _, R_a, s_a = node_relations(type_offs[pa], rel_off, seg_bases[pa], va - bounds[pa])
+            prefetch(indptrs[pa], s_a)
+            prefetch(indptrs[pa], s_a + R_a)
         v = nodes[i]
         p = part_of(v, bounds, lp)
         r0, R_t, s0 = node_relations(type_offs[p], rel_off, seg_bases[p], v - bounds[p])

@@ -328,8 +328,9 @@ def run_hops(hop_fn, seeds: list[np.ndarray], tables: Sequence, requests: Sequen
     the frontier (ids of any space the caller dedups in: node ids, internal ids, new ids over
     ranks); ``tables[i]`` holds request ``i``'s fanouts per hop, one per hop (one type) or
     ``[hops, n_rel]`` (one per relation: ``fanouts`` is then ``[active requests, n_rel]`` even
-    when no request is active). Edges per hop are ``(local src, local dst, relation, edge id)``
-    slices (``None`` where the hop function gave none)."""
+    when no request is active). Edges per hop are ``(local src, dst0, counts, relation, edge
+    id)``: ``counts[i]`` edges from local node ``dst0 + i``, in frontier order (``None`` where
+    the hop function gave none)."""
     R = len(requests)
     nid = list(seeds)
     frontier = list(seeds)
@@ -350,9 +351,8 @@ def run_hops(hop_fn, seeds: list[np.ndarray], tables: Sequence, requests: Sequen
             [nid[i] for i in active], sizes, counts, nbr)
         for j, i in enumerate(active):
             c0, c1 = cand_off[j], cand_off[j + 1]
-            cnt = counts[node_off[j]:node_off[j + 1]]
-            dst = np.repeat(np.arange(front_start[i], front_start[i] + cnt.size), cnt)
-            edges[i].append((local[c0:c1], dst, None if rel is None else rel[c0:c1],
+            edges[i].append((local[c0:c1], front_start[i], counts[node_off[j]:node_off[j + 1]],
+                             None if rel is None else rel[c0:c1],
                              None if eid is None else eid[c0:c1]))
             fresh = new[new_off[j]:new_off[j + 1]]
             front_start[i] = nid[i].size
@@ -428,9 +428,10 @@ class MultiHopSampler:
         input_id = req.input_id if req.input_id is not None else np.arange(req.seeds.size)
         return MiniBatch(
             n_id=torch.from_numpy(n_id),
-            edge_index=torch.from_numpy(_edge_index([e[0] for e in hops],
-                                                    [e[1] for e in hops])),
-            e_id=torch.from_numpy(_cat([e[3] for e in hops] if req.edge_ids else [])),
+            edge_index=torch.from_numpy(_edge_index(
+                [e[0] for e in hops],
+                [np.repeat(np.arange(d0, d0 + cnt.size), cnt) for _, d0, cnt, _, _ in hops])),
+            e_id=torch.from_numpy(_cat([e[4] for e in hops] if req.edge_ids else [])),
             input_id=torch.as_tensor(np.asarray(input_id, np.int64)),
             batch_size=int(req.seeds.size),
             num_sampled_nodes=n_nodes,
@@ -576,8 +577,9 @@ def assemble_batch(node_types, edge_types, node_type_offset: np.ndarray,
                    hops: list[tuple]) -> MiniBatch:
     """A :class:`MiniBatch` (without ``x``/``y``) from one request's internal ``n_id``
     (seeds first, then hop by hop; ``n_nodes`` per hop) and its sampled edges per hop
-    ``(local src, local dst, relation, edge id)``, as the single-process and distributed
-    samplers both collect them."""
+    ``(src, dst0, counts, relation, edge id)`` (batch indices; ``counts[i]`` edges from
+    ``dst0 + i``: :func:`~mnmg_sampler.ops.typed.group_hops_by_relation`'s), as
+    :func:`run_hops` gives them to the single-process and distributed samplers."""
     R = len(edge_types)
     ids, at, n_hop, loc = typed_ops.group_nodes_by_type(nid, node_type_offset, n_nodes)
     n_id = {name: torch.from_numpy(ids[at[t]:at[t + 1]]) for t, name in enumerate(node_types)}

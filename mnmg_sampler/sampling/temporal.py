@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import SamplingInputError
-from ..ops import temporal as temporal_ops
+from ..ops.typed import STRATEGIES
 from .batch import HeteroMiniBatch
 
 __all__ = ["TIME_MAX", "check_request_time", "check_temporal_options", "check_time_options",
@@ -38,10 +38,10 @@ TIME_MAX = np.iinfo(np.int64).max
 def check_temporal_options(graph, time_attr: str | None, temporal_strategy: str,
                            disjoint: bool | None) -> bool:
     """Validate the sampler's temporal options; returns the effective ``disjoint``."""
-    if temporal_strategy not in temporal_ops.STRATEGIES:
+    if temporal_strategy not in STRATEGIES:
         raise SamplingInputError(f"temporal_strategy is {temporal_strategy!r}",
                                  "no temporal draw is defined for it",
-                                 f"use one of {list(temporal_ops.STRATEGIES)}")
+                                 f"use one of {list(STRATEGIES)}")
     if time_attr is not None:
         if graph.time_attr is None:
             raise SamplingInputError(f"time_attr={time_attr!r} but graph '{graph.name}' has no "

@@ -22,7 +22,7 @@ if (os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
 warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
 
 from mnmg_sampler.graph.typed import typed_graph  # noqa: E402
-from mnmg_sampler.ops import cuda_temporal, temporal  # noqa: E402
+from mnmg_sampler.ops import cuda_typed, typed  # noqa: E402
 
 
 def graphs() -> dict:
@@ -51,10 +51,11 @@ def main() -> None:
         for label, f in (("f2", 2), ("all", -1)):
             for rep in (0, 1):
                 for last in (0, 1):
-                    args = (g, rows, rows, keys, bounds, np.zeros(rows.size, np.int64),
-                            np.full((1, R), f), [rep], [last], 5, 1)
-                    cpu = temporal.sample_temporal_neighbors(*args)
-                    gpu = cuda_temporal.sample_temporal_neighbors_cuda(*args)
+                    args = (g, rows, rows, keys, np.zeros(rows.size, np.int64),
+                            np.full((1, R), f), [rep], 5, 1)
+                    kw = {"bounds": bounds, "last": [last]}
+                    cpu = typed.sample_typed_neighbors(*args, **kw)
+                    gpu = cuda_typed.sample_typed_neighbors_cuda(*args, **kw)
                     results[f"{name}/{label}/r{rep}/last{last}"] = {
                         "equal": all(np.array_equal(x, y.cpu().numpy())
                                      for x, y in zip(cpu, gpu, strict=True)),

@@ -1,13 +1,13 @@
-"""``ops.typed.group_by_relation``: one counting-sort pass gives what a stable sort by relation
-and a gather per relation give (edge_index rows in local ids, edge ids, counts per hop); and
-``group_nodes_by_type`` gives what a mask per type gives."""
+"""``ops.typed.group_hops_by_relation``: one counting-sort pass gives what a stable sort by
+relation and a gather per relation give (edge_index rows in local ids, edge ids, counts per hop);
+and ``group_nodes_by_type`` gives what a mask per type gives."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mnmg_sampler.ops.typed import group_by_relation, group_nodes_by_type
+from mnmg_sampler.ops.typed import group_hops_by_relation, group_nodes_by_type
 
 
 def _reference(src, dst, rel, eid, edge_hop, loc, R, H):
@@ -21,16 +21,24 @@ def _reference(src, dst, rel, eid, edge_hop, loc, R, H):
 
 
 @pytest.mark.parametrize("run", [1, 7])
-def test_group_by_relation_equals_a_stable_sort_and_gathers(run):
+def test_group_hops_by_relation_equals_a_stable_sort_and_gathers(run):
     g = np.random.default_rng(3)
-    R, H, E, N = 5, 3, 2000, 300
+    R, H, N = 5, 3, 300
+    front = [0, 40, 130, 300]  # hop h's frontier: batch indices front[h] .. front[h + 1] - 1
+    counts = [g.integers(0, 12, front[h + 1] - front[h]) for h in range(H)]  # zeros too
+    dst = np.concatenate([np.repeat(np.arange(front[h], front[h + 1]), counts[h])
+                          for h in range(H)])
+    E = dst.size
     # relation R - 1 gets no edge; run > 1: runs of one relation (as a node's draws come)
     rel = np.repeat(g.integers(0, R - 1, E), g.integers(1, run + 1, E))[:E]
-    src, dst = g.integers(0, N, E), g.integers(0, N, E)
+    src = g.integers(0, N, E)
     eid = g.permutation(E).astype(np.int64)
-    edge_hop = np.sort(g.integers(0, H, E))
+    edge_hop = np.repeat(np.arange(H), [c.sum() for c in counts])
     loc = g.permutation(N).astype(np.int64)
-    ei, eid_o, bounds, per_hop = group_by_relation(src, dst, rel, eid, edge_hop, loc, R, H)
+    cut = np.cumsum([0] + [int(c.sum()) for c in counts])
+    hops = [(src[cut[h]:cut[h + 1]], front[h], counts[h], rel[cut[h]:cut[h + 1]],
+             eid[cut[h]:cut[h + 1]]) for h in range(H)]
+    ei, eid_o, bounds, per_hop = group_hops_by_relation(hops, loc, R)
     assert bounds[0] == 0 and bounds[-1] == E
     for r, (ref_ei, ref_eid, ref_hop) in enumerate(_reference(src, dst, rel, eid, edge_hop, loc,
                                                               R, H)):
@@ -42,9 +50,10 @@ def test_group_by_relation_equals_a_stable_sort_and_gathers(run):
     assert bounds[R] - bounds[R - 1] == 0
 
 
-def test_group_by_relation_of_no_edges():
+def test_group_hops_by_relation_of_no_edges():
     z = np.zeros(0, np.int64)
-    ei, eid_o, bounds, per_hop = group_by_relation(z, z, z, z, z, np.arange(4), 3, 2)
+    ei, eid_o, bounds, per_hop = group_hops_by_relation([(z, 0, np.zeros(4, np.int64), z, z),
+                                                         (z, 4, z, z, z)], np.arange(4), 3)
     assert ei.size == 0 and eid_o.size == 0 and bounds.tolist() == [0, 0, 0, 0]
     assert per_hop.shape == (3, 2) and not per_hop.any()
 

@@ -10,7 +10,7 @@ import torch
 from mnmg_sampler.errors import GraphFormatError, SamplingInputError
 from mnmg_sampler.graph.temporal import temporal_graph_from_data
 from mnmg_sampler.graph.typed import typed_graph
-from mnmg_sampler.ops import temporal, typed
+from mnmg_sampler.ops import typed
 from mnmg_sampler.sampling.sampler import HeteroSampler, HeteroSampleRequest, sample_hetero
 
 N = {"a": 40, "b": 25}
@@ -91,10 +91,11 @@ def test_integral_float_times_are_converted_and_missing_relations_refused():
 def _call(g, rows, bound, fan, replace=0, last=0, seed=3, hop=1, keys=None):
     n = rows.size
     keys = np.arange(n, dtype=np.int64) if keys is None else keys
-    return temporal.sample_temporal_neighbors(
-        g, rows, rows, keys, np.broadcast_to(np.int64(bound), (n,)) if np.ndim(bound) == 0
-        else bound, np.zeros(n, np.int64), np.full((1, len(g.edge_types)), fan),
-        np.array([replace], np.uint8), np.array([last], np.uint8), seed, hop)
+    bounds = np.broadcast_to(np.int64(bound), (n,)) if np.ndim(bound) == 0 else bound
+    return typed.sample_typed_neighbors(
+        g, rows, rows, keys, np.zeros(n, np.int64), np.full((1, len(g.edge_types)), fan),
+        np.array([replace], np.uint8), seed, hop, bounds=bounds,
+        last=np.array([last], np.uint8))
 
 
 @pytest.mark.parametrize("kind", ["edge", "node"])
