@@ -434,7 +434,7 @@ def _worker(work: str) -> int:
                  "cache_size": store.cache_size if store else 0,
                  "cache_choice": store.cache_choice if store else "none",
                  "row_bytes": store.row_bytes if store else 0, "rounds": rounds,
-                 "placement": None if typed else sampler.placement.report(
+                 "placement": sampler.placement.report(
                      None if store is None or store.shared is not None
                      else store.cache_sizes(sampler.placement))}
 

@@ -115,7 +115,6 @@ class DistFeatureStore:
         bounds = self._bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo = int(bounds[part.rank])
-        self.wire = np.dtype(np.int32 if int(part.num_nodes) < 2**31 else np.int64)
         n_local = int(part.indptr.shape[0] - 1)
         self.has_x, self.has_y = part.x is not None, part.y is not None
         F = int(part.x.shape[1]) if self.has_x else 0
@@ -163,7 +162,7 @@ class DistFeatureStore:
         elif placement == "device":
             table = table.to(device)
         self.table = table
-        self._bounded = self._bounded_ids()
+        self._bounded = bounded_ids(self.ex, self._bounds)
         fill = int(cache_rows) > 0  # the same on every rank
         if fit is not None and not fill:  # each host's own size; any host's makes it collective
             sizes = self.cache_sizes(fit)
@@ -236,60 +235,14 @@ class DistFeatureStore:
         self._cache = share_slices(self.ex, ranks, ids, got) if self.host is not None \
             else [(ids, got)]
 
-    def _bounded_ids(self) -> bool:
-        """Whether the ids of a fetch go in one bounded all-to-all (a block per owner saying
-        its size, at most the owner's part: gloo takes the shorter message) instead of a size
-        exchange first; only when every receive buffer of a fetch stays small."""
-        largest = int(np.diff(self._bounds).max()) + 1  # the same decision on every rank
-        return (self.ex.short_receives and self.ex.world_size > 1
-                and largest * self.ex.world_size * self.wire.itemsize <= _BOUNDED_BYTES)
-
     def _exchange_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Collective: rows of remote new ids (none of them this rank's) as received, and
-        ``perm``: received row ``k`` is the row of ``ids[perm[k]]``. The ids go in one bounded
-        all-to-all when :attr:`_bounded` (their counts inside), else counts then ids; the rows
-        come back in one all-to-all whose sizes both sides know."""
-        W, me = self.ex.world_size, self.ex.rank
-        owner = self._owner(ids)
-        perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
-        send_counts = np.bincount(owner, minlength=W).astype(np.int64)
-        wid = ids[perm].astype(self.wire)
-        if self._bounded:
-            parts = np.diff(np.asarray(self._bounds, np.int64))
-            sb = parts + 1
-            sb[me] = 0
-            rb = np.full(W, parts[me] + 1, np.int64)
-            rb[me] = 0
-            blocks = np.empty(wid.size + W - 1, self.wire)
-            starts = np.concatenate(([0], np.cumsum(send_counts)))
-            sizes, o = np.zeros(W, np.int64), 0
-            for r in range(W):
-                if r == me:
-                    continue
-                c = int(send_counts[r])
-                blocks[o] = c
-                blocks[o + 1:o + 1 + c] = wid[starts[r]:starts[r] + c]
-                sizes[r] = c + 1
-                o += c + 1
-            got = self.ex.bounded(torch.from_numpy(blocks), sizes.tolist(), sb.tolist(),
-                                  rb.tolist(), "features").numpy()
-            offs = np.concatenate(([0], np.cumsum(rb)))
-            recv_counts = np.array([int(got[offs[r]]) if r != me else 0 for r in range(W)],
-                                   np.int64)
-            if (recv_counts < 0).any() or (recv_counts > np.maximum(rb - 1, 0)).any():
-                raise RuntimeError(f"a feature request block says {recv_counts.tolist()} ids, "
-                                   f"above its bound {np.maximum(rb - 1, 0).tolist()}")
-            recv = np.concatenate([got[offs[r] + 1:offs[r] + 1 + recv_counts[r]]
-                                   for r in range(W)]).astype(np.int64)
-        else:
-            t, rc = self.ex.exchange(torch.from_numpy(wid), torch.from_numpy(send_counts),
-                                     "features")
-            recv, recv_counts = t.numpy().astype(np.int64), rc.numpy()
-        rows = torch.from_numpy(self._host[recv - self.lo]) if self._host is not None \
-            else self.table[torch.from_numpy(recv - self.lo).to(self.table.device)]
-        back = self.ex.payload(self.ex.to_host(rows), recv_counts.tolist(),
-                               send_counts.tolist(), "features").numpy()
-        return back, perm
+        """Collective: :func:`rows_from_owners` of this store's table rows."""
+        def reply(local: np.ndarray):
+            rows = torch.from_numpy(self._host[local]) if self._host is not None \
+                else self.table[torch.from_numpy(local).to(self.table.device)]
+            return self.ex.to_host(rows), None
+
+        return rows_from_owners(self.ex, self._bounds, ids, reply, bounded=self._bounded)
 
     def fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple[torch.Tensor | None,
                                                               torch.Tensor | None]]:
@@ -437,11 +390,9 @@ class DistFeatureStore:
     def cache_stats(self) -> dict:
         """Cache size, hit rate and the feature bytes the cache saved so far."""
         st = self.stats
-        distinct = st["distinct_remote_rows"]
-        return {"cache_rows": self.cache_size,
-                "cache_bytes": self.cache_size * self.row_bytes,
-                "cache_hit_rate": st["cache_hits"] / distinct if distinct else 0.0,
-                "cache_bytes_saved": st["cache_hits"] * self.row_bytes}
+        return _cache_report(self.cache_size, self.cache_size * self.row_bytes,
+                             st["cache_hits"], st["distinct_remote_rows"],
+                             st["cache_hits"] * self.row_bytes)
 
 
 class TypeRows:
@@ -460,7 +411,7 @@ class TypeRows:
 
     Attributes:
         types: node types with rows, the same on every rank (from the manifest).
-        stats: ``remote_rows``, ``cache_hits``, ``rows_fetched`` so far.
+        stats: ``remote_rows``, ``cache_hits``, ``rows_fetched``, ``cache_bytes_saved`` so far.
     """
 
     def __init__(self, part, ex: Exchanger, mapped: SharedTopology | None,
@@ -469,7 +420,7 @@ class TypeRows:
         self.local = mapped is not None and mapped.rows_everywhere  # the same on every rank
         self._held = np.zeros(ex.world_size, bool)  # parts whose rows are read here
         self._held[[ex.rank, *(() if mapped is None else mapped.row_ranks)]] = True
-        bounds = np.asarray(part.boundaries, np.int64)
+        bounds = self._bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo = int(bounds[part.rank])
         typed = part.manifest.get("typed", {}) if part.manifest else {}
@@ -477,7 +428,8 @@ class TypeRows:
                       if t in (typed.get("x") or {}) or t in (typed.get("y") or {})]
         # rows of other ranks' nodes kept here: per data type, (sorted new ids, row bytes)
         self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0}
+        self.stats = {"remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
+                      "cache_bytes_saved": 0}
         far = getattr(ex, "far", None)  # per rank: on another host
         if self.types and not placement.rows_local and far is not None and bool(far.any()):
             mine = placement.of(ex.rank)  # its budget's rest, shared by the host's ranks
@@ -566,15 +518,14 @@ class TypeRows:
         for name, u in uniq.items():
             self._cache[name] = (u, raw[at:at + u.size, :width[tp.node_types.index(name)]])
             at += u.size
-        self.stats.update(remote_rows=0, cache_hits=0, rows_fetched=0)
+        self.stats.update(remote_rows=0, cache_hits=0, rows_fetched=0, cache_bytes_saved=0)
 
     def cache_stats(self) -> dict:
-        """Rows in the cache and its hit rate (cached rows among the distinct remote rows of
-        the batches so far)."""
-        st = self.stats
-        return {"cache_rows": int(sum(ids.size for ids, _ in self._cache.values())),
-                "cache_hit_rate": st["cache_hits"] / st["remote_rows"] if st["remote_rows"]
-                else 0.0}
+        """Cache size, hit rate (of the distinct remote rows of the batches so far) and the
+        bytes it saved."""
+        st, held = self.stats, self._cache.values()
+        return _cache_report(sum(ids.size for ids, _ in held), sum(r.nbytes for _, r in held),
+                             st["cache_hits"], st["remote_rows"], st["cache_bytes_saved"])
 
     def _widths(self) -> np.ndarray:
         """Bytes of one ``x`` and ``y`` row, per node type (0: no node data)."""
@@ -620,9 +571,9 @@ class TypeRows:
                 raw[at + got, :craw.shape[1]] = craw[pos[got]]
                 hit[at + got] = True
                 self.stats["cache_hits"] += int(got.size)
+                self.stats["cache_bytes_saved"] += int(got.size) * craw.shape[1]
             at += u.size
         remote = np.flatnonzero(~hit)
-        remote = remote[np.argsort(owner[remote], kind="stable")]  # grouped by owner
         self.stats["rows_fetched"] += int(remote.size)
         own = np.flatnonzero(owner == me)
         for t in np.unique(types[own]):
@@ -634,28 +585,103 @@ class TypeRows:
             got = self.mapped.type_rows(tp.node_types[t], int(t), ids[at], raw=True)
             raw[at, :width[t]] = np.concatenate(list(got.values()), axis=1)
         if W > 1:
-            counts = np.bincount(owner[remote], minlength=W).astype(np.int64)
-            recv, rcounts = self.ex.exchange(torch.from_numpy(ids[remote]),
-                                             torch.from_numpy(counts), "features")
-            local = recv.numpy() - self.lo
-            rt = np.searchsorted(tp.type_offset, local, side="right") - 1  # the rows' types
-            w = width[rt]
-            flat = np.empty(int(w.sum()), np.uint8)
-            start = np.concatenate([[0], np.cumsum(w)[:-1]]).astype(np.int64)
-            for t in np.unique(rt):
-                at = np.flatnonzero(rt == t)
-                flat[start[at, None] + np.arange(width[t])] = self._row_bytes(int(t), local[at])
-            by_src = np.repeat(np.arange(W), rcounts.numpy())
+            def reply(local: np.ndarray):
+                rt = np.searchsorted(tp.type_offset, local, side="right") - 1  # their types
+                w = width[rt]
+                flat = np.empty(int(w.sum()), np.uint8)
+                start = np.concatenate([[0], np.cumsum(w)[:-1]]).astype(np.int64)
+                for t in np.unique(rt):
+                    at = np.flatnonzero(rt == t)
+                    flat[start[at, None] + np.arange(width[t])] = self._row_bytes(int(t),
+                                                                                  local[at])
+                return torch.from_numpy(flat), w
+
+            back, perm = rows_from_owners(self.ex, self._bounds, ids[remote], reply,
+                                          width[types[remote]])
+            remote = remote[perm]
             mine_w = width[types[remote]]
-            back = self.ex.payload(
-                torch.from_numpy(flat), np.bincount(by_src, w, W).astype(np.int64).tolist(),
-                np.bincount(owner[remote], mine_w, W).astype(np.int64).tolist(),
-                "features").numpy()
             start = np.concatenate([[0], np.cumsum(mine_w)[:-1]]).astype(np.int64)
             for t in np.unique(types[remote]):
                 at = np.flatnonzero(types[remote] == t)
                 raw[remote[at], :width[t]] = back[start[at, None] + np.arange(width[t])]
         return raw
+
+
+def _cache_report(rows: int, nbytes: int, hits: int, distinct: int, saved: int) -> dict:
+    """A row cache's rows and bytes, its hit rate among the distinct remote rows asked for,
+    and the row bytes its hits kept off the wire."""
+    return {"cache_rows": int(rows), "cache_bytes": int(nbytes),
+            "cache_hit_rate": hits / distinct if distinct else 0.0,
+            "cache_bytes_saved": int(saved)}
+
+
+def bounded_ids(ex: Exchanger, bounds: np.ndarray) -> bool:
+    """Whether the ids of a fetch go in one bounded all-to-all (a block per owner saying its
+    size, at most the owner's part: gloo takes the shorter message) instead of a size exchange
+    first; only when every receive buffer of a fetch stays small."""
+    largest = int(np.diff(bounds).max()) + 1  # the same decision on every rank
+    return (ex.short_receives and ex.world_size > 1
+            and largest * ex.world_size * _wire(bounds).itemsize <= _BOUNDED_BYTES)
+
+
+def _wire(bounds: np.ndarray) -> np.dtype:  # int32 words where every new id fits
+    return np.dtype(np.int32 if int(bounds[-1]) < 2**31 else np.int64)
+
+
+def rows_from_owners(ex: Exchanger, bounds: np.ndarray, ids: np.ndarray, reply,
+                     per_row: np.ndarray | None = None, bounded: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Collective: the rows of remote new ids (none this rank's) as received, and ``perm``:
+    received row ``k`` is that of ``ids[perm[k]]``. The ids go to their owners as wire words,
+    in one bounded all-to-all when ``bounded`` (:func:`bounded_ids`), else counts then ids. An
+    owner answers ``reply(local ids)``: ``(payload, None)`` (a payload row per id) or ``(flat
+    payload, units per id)``, ``per_row`` the same units as the asker knows them, so the rows
+    come back in one all-to-all whose sizes both sides know."""
+    W, me = ex.world_size, ex.rank
+    bounds = np.asarray(bounds, np.int64)
+    wire = _wire(bounds)
+    owner = np.searchsorted(bounds[1:-1], ids, side="right")
+    perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
+    send_counts = np.bincount(owner, minlength=W).astype(np.int64)
+    wid = ids[perm].astype(wire)
+    if bounded:
+        parts = np.diff(bounds)
+        sb = parts + 1
+        sb[me] = 0
+        rb = np.full(W, parts[me] + 1, np.int64)
+        rb[me] = 0
+        blocks = np.empty(wid.size + W - 1, wire)
+        starts = np.concatenate(([0], np.cumsum(send_counts)))
+        sizes, o = np.zeros(W, np.int64), 0
+        for r in range(W):
+            if r == me:
+                continue
+            c = int(send_counts[r])
+            blocks[o] = c
+            blocks[o + 1:o + 1 + c] = wid[starts[r]:starts[r] + c]
+            sizes[r] = c + 1
+            o += c + 1
+        got = ex.bounded(torch.from_numpy(blocks), sizes.tolist(), sb.tolist(), rb.tolist(),
+                         "features").numpy()
+        offs = np.concatenate(([0], np.cumsum(rb)))
+        recv_counts = np.array([int(got[offs[r]]) if r != me else 0 for r in range(W)],
+                               np.int64)
+        if (recv_counts < 0).any() or (recv_counts > np.maximum(rb - 1, 0)).any():
+            raise RuntimeError(f"a feature request block says {recv_counts.tolist()} ids, "
+                               f"above its bound {np.maximum(rb - 1, 0).tolist()}")
+        recv = np.concatenate([got[offs[r] + 1:offs[r] + 1 + recv_counts[r]]
+                               for r in range(W)]).astype(np.int64)
+    else:
+        t, rc = ex.exchange(torch.from_numpy(wid), torch.from_numpy(send_counts), "features")
+        recv, recv_counts = t.numpy().astype(np.int64), rc.numpy()
+    payload, units = reply(recv - bounds[me])
+    give, take = recv_counts, send_counts
+    if units is not None:  # flat payloads: sizes in units, known on both sides
+        give = np.bincount(np.repeat(np.arange(W), recv_counts), units, W)
+        take = np.bincount(owner, per_row, W)
+    back = ex.payload(payload, give.astype(np.int64).tolist(), take.astype(np.int64).tolist(),
+                      "features").numpy()
+    return back, perm
 
 
 def _width(a) -> int:
