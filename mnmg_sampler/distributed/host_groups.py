@@ -82,11 +82,7 @@ class HostGroup:
         """One hop: ``wire_hop`` (collective, always called once) samples the frontier nodes of
         other hosts, the mapped parts the host's own (``kernel``: the weighted per-part call of
         :meth:`SharedTopology.hop`); results in frontier order."""
-        nodes = np.ascontiguousarray(h.nodes, _I64)
-        owners = np.searchsorted(self.inner, nodes, side="right")
-        hit, miss_n, miss_s, hit_n, hit_s = _split(nodes, np.asarray(h.sizes, _I64), owners,
-                                                   self.mask)
-        self.last = None
+        hit, miss_n, miss_s, hit_n, hit_s = self._sides(h)
         if not hit_n.size:
             return wire_hop(h)
         miss = HopSegments(miss_n, miss_s, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids)
@@ -97,17 +93,20 @@ class HostGroup:
         return interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
                           bool(h.edge_ids))
 
+    def _sides(self, h: HopSegments) -> tuple:
+        """``(hit, the misses' nodes and counts, the hits' nodes and counts)`` of ``h``'s
+        frontier (:func:`_split`), a hit being a node this host's mapped parts hold."""
+        nodes = np.ascontiguousarray(h.nodes, _I64)
+        owners = np.searchsorted(self.inner, nodes, side="right")
+        self.last = None
+        return _split(nodes, np.asarray(h.sizes, _I64), owners, self.mask)
 
     def typed_hop(self, h: HopSegments, wire_hop: Callable, kernel: Callable, relations: int):
         """:meth:`hop` of a typed part: the typed kernel's four arrays in frontier order
         (``kernel(nodes, keys, req, bounds)``: :meth:`SharedTopology.typed_hop` of the host's
         nodes with ``h``'s fanouts; ``h.bounds``: each node's time bound; ``relations``: the
         graph's, to carry each neighbor's relation in its word while the sides interleave)."""
-        nodes = np.ascontiguousarray(h.nodes, _I64)
-        owners = np.searchsorted(self.inner, nodes, side="right")
-        hit, miss_n, miss_s, hit_n, hit_s = _split(nodes, np.asarray(h.sizes, _I64), owners,
-                                                   self.mask)
-        self.last = None
+        hit, miss_n, miss_s, hit_n, hit_s = self._sides(h)
         if not hit_n.size:
             return wire_hop(h)
         b = h.bounds
