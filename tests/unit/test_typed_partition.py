@@ -227,15 +227,6 @@ def test_typed_parts_have_their_own_format_version(tmp_path):
         load_partition(homo, 0, 2)
 
 
-def test_homogeneous_sampler_refuses_a_typed_part(tmp_path):
-    from mnmg_sampler.distributed.sampler import DistSampler
-    from mnmg_sampler.errors import ConfigError
-
-    out = partition_graph(typed_spec(), num_parts=1, out=tmp_path / "p", method="range")
-    with pytest.raises(ConfigError, match="typed part"):
-        DistSampler(load_partition(out, 0, 1))
-
-
 def test_times_go_with_their_rows(tmp_path):
     spec = typed_spec()
     rng = np.random.default_rng(4)
