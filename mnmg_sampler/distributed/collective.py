@@ -135,6 +135,14 @@ class Exchanger:
         return self.d2h(t) if device.type == "cpu" else t.to(device)
 
     # -- collectives --------------------------------------------------------------------------
+    def _all_to_all(self, out: torch.Tensor, send: torch.Tensor, recv_splits=None,
+                    send_splits=None) -> None:
+        """One all-to-all over the group, counted (a call, this thread's CPU in it)."""
+        c0 = time.thread_time()
+        dist.all_to_all_single(out, send, recv_splits, send_splits, group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+
     def counts(self, send_counts: torch.Tensor, tag: str = "counts") -> torch.Tensor:
         """Exchange per-rank row counts (int64 ``[world_size]``); returns the received counts."""
         t0 = time.perf_counter()
@@ -143,11 +151,8 @@ class Exchanger:
             self.t_exchange += time.perf_counter() - t0
             return send
         recv = torch.empty_like(send)
-        c0 = time.thread_time()
-        dist.all_to_all_single(recv, send, group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
+        self._all_to_all(recv, send)
         self.t_exchange += time.perf_counter() - t0
-        self.calls += 1
         self._count(tag, 8, [1] * self.world_size)
         return recv
 
@@ -169,11 +174,7 @@ class Exchanger:
         send = self._stage(payload).contiguous()
         if out is None:
             out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
-        c0 = time.thread_time()
-        dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
-                               [int(c) for c in send_counts], group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
+        self._all_to_all(out, send, [int(c) for c in recv_counts], [int(c) for c in send_counts])
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
@@ -219,10 +220,7 @@ class Exchanger:
             send_t, send = padded, sb
         self._count(tag, _row_bytes(payload), send)
         out = send_t.new_empty((sum(rb), *send_t.shape[1:]))
-        c0 = time.thread_time()
-        dist.all_to_all_single(out, send_t, rb, send, group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
+        self._all_to_all(out, send_t, rb, send)
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
@@ -267,11 +265,7 @@ class Exchanger:
         rbb[me] = 0
         buf, sizes = bitpack.encode_blocks(vals, send, to, me)
         got = torch.empty(sum(rbb), dtype=torch.uint8)
-        c0 = time.thread_time()
-        dist.all_to_all_single(got, torch.from_numpy(buf), rbb, sizes.tolist(),
-                               group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
+        self._all_to_all(got, torch.from_numpy(buf), rbb, sizes.tolist())
         sizes[me] = send[me] * isz
         self._count(tag, 1, sizes)
         out = np.empty(sum(rb), vals.dtype)

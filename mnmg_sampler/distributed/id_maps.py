@@ -278,11 +278,11 @@ class IdMaps:
             rc = rcounts.tolist()
         else:
             me, (sb, rb) = self.ex.rank, bounds
-            blocks = _with_counts(send, counts, me, self._word0)
+            blocks = with_counts(send, counts, me, self._word0)
             words = counts + 1
             words[me] = 0
             recv = self.ex.bounded(torch.from_numpy(blocks), words, sb, rb, TAG).numpy()
-            got, rc = _counted_keys(recv, rb)
+            got, rc = counted_keys(recv, rb)
             ans = wire.answer_lookup(got, lo, table, self._word0)
             rc[me] = 0
         back = self.ex.payload(torch.from_numpy(ans), rc, counts.tolist(), TAG)
@@ -290,7 +290,7 @@ class IdMaps:
         return out
 
 
-def _with_counts(keys: np.ndarray, counts: np.ndarray, me: int, like: np.ndarray) -> np.ndarray:
+def with_counts(keys: np.ndarray, counts: np.ndarray, me: int, like: np.ndarray) -> np.ndarray:
     """The keys of every other rank behind one count word each (rank ``me`` gets nothing)."""
     W = counts.size
     out = np.empty(keys.size + W - 1, like.dtype)
@@ -305,9 +305,9 @@ def _with_counts(keys: np.ndarray, counts: np.ndarray, me: int, like: np.ndarray
     return out
 
 
-def _counted_keys(recv: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, list[int]]:
+def counted_keys(recv: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """The keys of every block of ``recv`` (block ``r`` after ``bounds[:r]`` words: a count,
-    then that many keys), concatenated, and their count per rank."""
+    then that many keys), concatenated, and their count per rank (a bounded exchange's)."""
     parts, counts, p = [], [], 0
     for b in (int(v) for v in bounds):
         c = int(recv[p]) if b > 0 else 0

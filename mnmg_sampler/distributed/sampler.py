@@ -138,7 +138,7 @@ class DistSampler:
         self._weights = None if getattr(part, "weights", None) is None else np.asarray(
             part.weights)  # weighted sampling: one float32 per local CSR entry
         if kernel == "cuda":
-            self._cuda = self._cuda_hop(device)
+            self._cuda = CudaHop(self._csr, device, self._weights, graph=self.graph)
         elif kernel != "cpu":
             raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
                                      "use kernel='cpu' or kernel='cuda'")
@@ -152,9 +152,8 @@ class DistSampler:
         self.lo = int(bounds[part.rank])
         # relations: a neighbor word is `id x R + relation` (R = 1: the id); the types'
         # relations (rel_off[t]:rel_off[t + 1] end at type t) bound a node's neighbors
-        self._R = 1 if typed is None else len(typed.edge_types)
-        self._rel_off = np.array([0, 1], np.int64) if typed is None else np.ascontiguousarray(
-            typed.rel_offset, np.int64)
+        self._R = len(part.layout.edge_types)
+        self._rel_off = np.ascontiguousarray(part.layout.rel_offset, np.int64)
         self.wire = wire_dtype(part.num_nodes * self._R, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
@@ -207,9 +206,6 @@ class DistSampler:
             self._attach_time(part, None if self.shared is None else self.shared.node_time)
             if mapped is not None and mapped.node_time is None:  # host groups: as gathered
                 mapped.node_time = self.graph.node_time
-
-    def _cuda_hop(self, device):
-        return CudaHop(self._csr, device, self._weights, graph=self.graph)
 
     def _attach_time(self, part, node_time: np.ndarray | None) -> None:
         """Collective when the part has node time and ``node_time`` is ``None``: set
@@ -508,18 +504,16 @@ class DistSampler:
         a typed request whose types, per-type ids and fanouts this graph has."""
         if self._typed:
             return self._check_typed(r, consequence)
-        self._check(r.seeds, consequence)
+        n = int(self.part.num_nodes)
+        _in_range(r.seeds, n, "seed id", f"a graph with {n} nodes", consequence,
+                  f"pass original node ids in [0, {n})")
         if r.new_seeds is None:
             return
         check_new_seeds(r)
         new = np.asarray(r.new_seeds)
-        n = int(self.part.num_nodes)
-        if new.size and (int(new.min()) < 0 or int(new.max()) >= n):
-            bad = int(new.min()) if int(new.min()) < 0 else int(new.max())
-            raise SamplingInputError(
-                f"translated seed id {bad} is out of range for a graph with {n} nodes",
-                consequence, "pass new_seeds=None (the sampler translates the seeds) or the "
-                             "seeds' new ids from the same partitioning")
+        _in_range(new, n, "translated seed id", f"a graph with {n} nodes", consequence,
+                  "pass new_seeds=None (the sampler translates the seeds) or the seeds' new ids "
+                  "from the same partitioning")
         if self.identity_ids:
             ok = bool(np.array_equal(new, r.seeds))
         else:
@@ -599,14 +593,13 @@ class DistSampler:
         finally:
             front, self._front_orig = self._front_orig, {}
         n_ids = [b.n_id.numpy() for b in out]
-        if carried:
-            # the owners return each row's original id with it: no exchange of its own
-            for b, (x, y, orig) in zip(out, features.fetch_with_orig(n_ids), strict=True):
-                b.x, b.y, b.n_id = x, y, torch.from_numpy(orig)
-            return out
         if features is not None and features.enabled:
-            for b, (x, y) in zip(out, features.fetch(n_ids), strict=True):
+            for b, (x, y, orig) in zip(out, features.fetch(n_ids), strict=True):
                 b.x, b.y = x, y
+                if carried:  # the owners returned each row's original id with it
+                    b.n_id = torch.from_numpy(orig)
+            if carried:
+                return out
         if not self._want_orig:  # local translation (or none): every node but the seeds
             todo = [a[b.batch_size:] for a, b in zip(n_ids, out, strict=True)]
             rest = (self.ids.to_orig_many(todo) if self.shared is None
@@ -633,10 +626,8 @@ class DistSampler:
                                          consequence, f"use one of {list(self.tp.node_types)}")
             t = self.tp.node_types.index(name)
             n = int(self.tp.node_type_offset[t + 1] - self.tp.node_type_offset[t])
-            if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
-                bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
-                raise SamplingInputError(f"{name} id {bad} is out of range for {n} {name} "
-                                         "nodes", consequence, f"pass {name} ids in [0, {n})")
+            _in_range(seeds, n, f"{name} id", f"{n} {name} nodes", consequence,
+                      f"pass {name} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
         if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
             check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
@@ -840,17 +831,12 @@ class DistSampler:
             raise RuntimeError("the original ids returned with a hop do not match its frontier")
         return res
 
-    def _check(self, seeds: np.ndarray,
-               consequence: str = "no neighbors can be sampled for it; every rank stops this "
-                                  "round") -> None:
-        n = int(self.part.num_nodes)
-        if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
-            bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
-            raise SamplingInputError(
-                f"seed id {bad} is out of range for a graph with {n} nodes",
-                consequence,
-                f"pass original node ids in [0, {n})",
-            )
+
+def _in_range(ids: np.ndarray, n: int, what: str, of: str, consequence: str, fix: str) -> None:
+    """:class:`SamplingInputError` naming the first id of ``ids`` outside ``[0, n)``."""
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise SamplingInputError(f"{what} {bad} is out of range for {of}", consequence, fix)
 
 
 def _table(fanouts: np.ndarray) -> np.ndarray:

@@ -265,7 +265,6 @@ class SharedTopology:
     """Every part's CSR on this rank, memory-mapped (see the module docstring).
 
     Attributes:
-        parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
         type_x, type_y: per node type name (a homogeneous part's one type), ``(one read-only
             byte view per part, dtype, row shape)`` (types without them are absent).
         node_time: typed parts with node time: int64 node time of every node by new id.
@@ -287,27 +286,23 @@ class SharedTopology:
         # every rank maps every part's rows (set by place() across hosts): a fetch then needs
         # no collective at all
         self.rows_everywhere = self.rows_whole
-        self.parts = []
         mapped = {r: part if r == rank else load_partition(part.path, r, world_size,
                                                            verify="off") for r in self.ranks}
-        w0 = getattr(part, "weights", None)
-        for r in range(world_size):
-            p = mapped.get(r)
-            if p is None:
-                csr = (np.zeros(1, _I64), *(np.empty(0, _I64) for _ in range(3)))
-                self.parts.append((csr, None if w0 is None else np.empty(0, np.float32)))
-                continue
-            csr = tuple(np.asarray(a) for a in (p.indptr, p.indices, p.edge_ids, p.orig_ids))
-            w = getattr(p, "weights", None)
-            self.parts.append((csr, None if w is None else np.asarray(w)))
-        # one numba type for all (read-only views), so compiled code can index them by part
-        self._origs = tuple(_readonly(csr[3]) for csr, _ in self.parts)
-        self._csrs = tuple(tuple(_readonly(csr[k]) for csr, _ in self.parts) for k in range(3))
-        self.weighted = self.parts[rank][1] is not None
-        if any((w is None) != (self.parts[rank][1] is None) for _, w in self.parts):
+        self.weighted = getattr(part, "weights", None) is not None
+        if any((getattr(p, "weights", None) is not None) != self.weighted
+               for p in mapped.values()):
             raise ConfigError("the parts of the partition are not all weighted (or unweighted)",
                               "the shared topology cannot sample them alike",
                               "partition again with --weights for every part")
+
+        def views(name: str, dtype=_I64) -> tuple:  # one numba type for every part (read-only)
+            stand_in = np.zeros(1 if name == "indptr" else 0, dtype)  # a part not mapped here
+            return tuple(_readonly(stand_in if getattr(mapped.get(r), name, None) is None
+                                   else getattr(mapped[r], name), dtype)
+                         for r in range(world_size))
+
+        self._csrs = tuple(views(n) for n in ("indptr", "indices", "edge_ids"))
+        self._origs, self._weights = views("orig_ids"), views("weights", np.float32)
         self.node_time = None
         self._map_types(part, mapped, world_size)
         self.peer_nodes = 0
@@ -335,9 +330,6 @@ class SharedTopology:
                                                   for r in range(world_size)]), _I64)
 
         self._type_offs, self._seg_bases = table("type_offset"), table("seg_base")
-        empty = np.zeros(0, np.float32)
-        self._weights = tuple(_readonly(empty if w is None else w, np.float32)
-                              for _, w in self.parts)
         self.type_x = {t: v for t in tp.node_types
                        if (v := _per_type(held, part, "x", t, world_size))}
         self.type_y = {t: v for t in tp.node_types
