@@ -335,20 +335,12 @@ class DistFeatureStore:
             flat[start[at, None] + np.arange(self._width[t])] = rows.view(np.uint8)
         return torch.from_numpy(flat), width
 
-    def fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple]:
-        """Collective (unless every row is mapped here): ``(x, y, original ids)`` of each array
-        of new ids of a homogeneous part, in order (original ids: ``None`` unless
-        :attr:`carries_orig`)."""
-        return self._fetch(n_ids)
-
-    def fetch_types(self, n_ids: Sequence[np.ndarray], types: Sequence[np.ndarray]
-                    ) -> list[dict[str, tuple]]:
-        """Collective (unless every row is mapped here): per array of new ids (``types``: the
-        node type index of each), ``{type: (x, y, None)}`` of its ids of each type with rows,
-        in their order."""
-        return self._fetch(n_ids, types)
-
-    def _fetch(self, n_ids: Sequence[np.ndarray], types=None) -> list:
+    def fetch(self, n_ids: Sequence[np.ndarray], types: Sequence[np.ndarray] | None = None
+              ) -> list:
+        """Collective (unless every row is mapped here): per array of new ids, the rows of its
+        ids in order: ``(x, y, original ids)`` of a homogeneous part (original ids ``None``
+        unless :attr:`carries_orig`); with ``types`` (the node type index of each id),
+        ``{type: (x, y, None)}`` for each type with rows."""
         c0, x0, t0 = time.thread_time(), self.ex.cpu_exchange, time.perf_counter()
         try:
             per = {n: [np.asarray(a, np.int64) if types is None else

@@ -1,47 +1,36 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
 Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
-owner. Nodes it owns never touch the wire; the others go to their owners in one exchange (an
-all-to-all, see :class:`~mnmg_sampler.distributed.collective.Exchanger`), as wire ids (int32
-whenever the graph's node and edge counts fit, decided once per job) behind one small header per
-request and destination (node count, key, fanout, flags) instead of constants repeated per node.
-**One** kernel call per rank serves its own nodes and every node received from all ranks; counts,
-neighbor ids, (only when some request asked) edge ids and (when ``n_id`` is translated without
-features) the nodes' original ids go back in one more exchange, received into a bound both sides
-compute when no request of the round has a fanout of -1 (so without a size exchange; on gloo only
-the rows travel, elsewhere blocks are padded to the bound), and the requester puts them back in
-frontier order. With the shared topology (:mod:`.shared_topology`, every rank on one host, or
-every host's budget holding every part, :mod:`.fit`) a rank maps every part and samples every hop
-itself, and the feature store reads every part's rows in place: a round is then its agreement
-alone. The requester deduplicates and renumbers
-(:class:`~mnmg_sampler.sampling.sampler.MultiHopSampler`). Calls are collective: every rank calls
-:meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
+owner. Nodes it owns never touch the wire; the others go to their owners in one all-to-all
+(:class:`~mnmg_sampler.distributed.collective.Exchanger`) as wire ids (int32 whenever the
+graph's node and edge counts fit) behind one small header per request and destination (node
+count, key, fanouts, flags). **One** kernel call per rank serves its own nodes and every node
+received; counts, neighbors, edge ids (only when asked) and original ids (when ``n_id`` is
+translated without features) go back in one more all-to-all, received into a bound both sides
+compute when no fanout of the round is -1 (no size exchange), and the requester puts them
+back in frontier order, deduplicates and renumbers
+(:class:`~mnmg_sampler.sampling.sampler.MultiHopSampler`). With the shared topology
+(:mod:`.shared_topology`, :mod:`.fit`) a rank maps every part and samples every hop itself: a
+round is then its agreement alone. Calls are collective: every rank calls
+:meth:`DistSampler.sample` the same number of times, with any number of requests, even none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
 canonical order, so results are bit-identical to the single-process sampler for any world size
 and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
-translated locally, others arrive translated by their loader (``SampleRequest.new_seeds``,
-translated once when the loader is built) or, when any rank has an untranslated one, in one lookup
-to the map shards before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows
-when features are fetched, else in the hop replies, and for the nodes of each request's last hop
-in one lookup after it.
+translated locally, others arrive translated by their loader (``SampleRequest.new_seeds``) or
+in one lookup before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows,
+else in the hop replies, and for each request's last hop in one lookup after it.
 
-A typed part (:mod:`mnmg_sampler.graph.partition`; a homogeneous part is the one-type,
-one-relation case) takes the same wire: each header carries the hop's fanout per relation, a
-timed round sends each node's time bound behind its id, the owner's one call is the typed kernel
-(:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids: type offset +
-per-type id) and replies with one word per edge (``neighbor x R + relation``). Requests are
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest` (per-type seeds, translated
-every round); the requester dedups as :func:`~mnmg_sampler.sampling.sampler.multi_hop`
-does in one process; temporal and disjoint requests (``docs/temporal.md``) grow trees
-(:func:`~mnmg_sampler.sampling.sampler.sample_trees`: pair ids ``tree * N + new id``,
-each node bounded by its seed's time); ``x``/``y`` of every node type come from one
-:class:`~.features.DistFeatureStore` exchange. Every node's time is on every rank (one gather
-when built, 8 bytes per node, unless the shared topology maps it): the kernel reads the
-neighbors' node times by new id. Host groups and place by fit (:mod:`.host_groups`,
-:mod:`.fit`) are the homogeneous ones. Batches equal
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s for any world size.
+A typed part (a homogeneous part is the one-type, one-relation case) takes the same wire: a
+header carries the hop's fanout per relation, a timed round sends each node's time bound behind
+its id, the owner's one call is the typed kernel
+(:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids) and a reply is
+one word per edge (``neighbor x R + relation``). Requests are
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`; temporal and disjoint ones grow
+trees (:func:`~mnmg_sampler.sampling.sampler.sample_trees`, ``docs/temporal.md``), the
+neighbors' node times read by new id (gathered once, 8 bytes per node, unless mapped). Batches
+equal :class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s for any world size.
 """
 
 from __future__ import annotations
@@ -525,22 +514,28 @@ class DistSampler:
                 consequence, "pass new_seeds=None, or translate the seeds with the partitioning "
                              "the sampler loaded (as DistNeighborLoader does)")
 
-    def _new_seeds(self, requests: Sequence[SampleRequest], lookup: bool) -> list[np.ndarray]:
-        """New ids of every request's seeds: as translated by the request's loader, else
-        locally, else (``lookup``: some rank has an untranslated seed it does not own) in one
-        collective lookup of the untranslated ones."""
+    def _to_new(self, seeds: Sequence[np.ndarray], lookup: bool,
+                given: Sequence | None = None) -> list[np.ndarray]:
+        """New ids of every request's seeds (original ids): ``given`` (a loader's translation)
+        where not ``None``, else read from the mapped parts, or translated locally, or
+        (``lookup``: some rank has an untranslated seed it does not own) in one collective
+        lookup of the untranslated ones."""
+        new = list(given or [None] * len(seeds))
+        todo = [i for i, g in enumerate(new) if g is None]
         if self.shared is not None:  # every part's original ids are mapped here
-            return [r.new_seeds if r.new_seeds is not None else self.shared.to_new(r.seeds)
-                    for r in requests]
-        if lookup and self.ex.world_size > 1:
-            new = [r.new_seeds for r in requests]
-            todo = [i for i, n in enumerate(new) if n is None]
-            for i, got in zip(todo, self.ids.to_new_many([requests[i].seeds for i in todo]),
-                              strict=True):
-                new[i] = got
-            return new
-        return [r.new_seeds if r.new_seeds is not None else self.ids.to_new_local(r.seeds)
-                for r in requests]
+            got = [self.shared.to_new(seeds[i]) for i in todo]
+        elif lookup and self.ex.world_size > 1:
+            got = self.ids.to_new_many([seeds[i] for i in todo])
+        else:
+            got = [self.ids.to_new_local(seeds[i]) for i in todo]
+        for i, g in zip(todo, got, strict=True):
+            new[i] = g
+        return new
+
+    def _to_orig(self, new_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Collective unless the parts are mapped here: original ids of arrays of new ids."""
+        return self.ids.to_orig_many(new_ids) if self.shared is None else [
+            self.shared.to_orig(a) for a in new_ids]
 
     def sample(self, requests: Sequence[SampleRequest], features=None,
                agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
@@ -585,7 +580,8 @@ class DistSampler:
         self._want_orig = (W > 1 and not carried and not self.identity_ids
                            and self.ids.n2o is None and self.shared is None)
         self._front_orig = {}
-        new = self._new_seeds(requests, bool(lookup))
+        new = self._to_new([r.seeds for r in requests], bool(lookup),
+                           [r.new_seeds for r in requests])
         internal = [SampleRequest(n, r.fanouts, r.key, r.replace, r.input_id, r.edge_ids)
                     for n, r in zip(new, requests, strict=True)]
         try:
@@ -602,9 +598,7 @@ class DistSampler:
                 return out
         if not self._want_orig:  # local translation (or none): every node but the seeds
             todo = [a[b.batch_size:] for a, b in zip(n_ids, out, strict=True)]
-            rest = (self.ids.to_orig_many(todo) if self.shared is None
-                    else [self.shared.to_orig(a) for a in todo])
-            for b, r, orig in zip(out, requests, rest, strict=True):
+            for b, r, orig in zip(out, requests, self._to_orig(todo), strict=True):
                 b.n_id = torch.from_numpy(np.concatenate([r.seeds, orig]))
             return out
         for b, orig in zip(out, self._orig_ids(requests, out, n_ids, front), strict=True):
@@ -701,15 +695,8 @@ class DistSampler:
         flags = self._agreed(requests, agreed)
         hops = int(flags[1])
         tp = self.tp
-        internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
-        sh = self.shared
-        # read from the mapped parts (shared topology), or every rank's own: no collective
-        if sh is not None:
-            seeds = [sh.to_new(a) for a in internal]
-        elif not int(flags[4]):
-            seeds = [self.ids.to_new_local(a) for a in internal]
-        else:
-            seeds = self.ids.to_new_many(internal)
+        seeds = self._to_new([r.internal_seeds(tp.node_types, tp.node_type_offset)
+                              for r in requests], bool(int(flags[4])))
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
         self._bound_round(flags, [t.shape[0] for t in tables],
                           any(_grows_trees(r) for r in requests))
@@ -720,8 +707,7 @@ class DistSampler:
         else:
             got = multi_hop(self._typed_hop, seeds, tables, requests, hops,
                             len(tp.edge_types))
-        nids = self.ids.to_orig_many([g[0] for g in got]) if sh is None else [
-            sh.to_orig(g[0]) for g in got]
+        nids = self._to_orig([g[0] for g in got])
         out = [assemble_batch(tp.node_types, tp.edge_types, tp.node_type_offset, r, nid, n, e)
                for r, nid, (_, n, e) in zip(requests, nids, got, strict=True)]
         if trees is not None:
@@ -730,7 +716,7 @@ class DistSampler:
                     mark_trees(b, tree, nid, tp.node_types, tp.node_type_offset, t)
         if features is not None and features.enabled:
             off = tp.node_type_offset
-            rows = features.fetch_types([g[0] for g in got], [
+            rows = features.fetch([g[0] for g in got], [
                 np.searchsorted(off, n, side="right") - 1 for n in nids])
             for b, per in zip(out, rows, strict=True):
                 for name, (x, y, _) in per.items():
