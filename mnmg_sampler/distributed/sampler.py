@@ -77,7 +77,7 @@ from .fit import default_budget
 from .host_channel import open_host_channel
 from .host_groups import HostGroup
 from .id_maps import IdMaps
-from .shared_topology import place
+from .shared_topology import place, why_not_shared
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
@@ -116,9 +116,7 @@ class DistSampler:
         self.graph = part_graph(part) if self._typed else None  # the typed kernel's view
         tune_host_malloc()  # a round's buffers are reused, not faulted in again (host_malloc)
         if shared_topology is True and kernel == "cuda":  # before the CUDA set-up
-            raise ConfigError("the shared topology is not supported with kernel='cuda'",
-                              "no rank builds its sampler",
-                              "pass shared_topology=False, or use kernel='cpu'")
+            raise why_not_shared(part, kernel)
         self.part = part
         # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
@@ -234,12 +232,9 @@ class DistSampler:
             torch.from_numpy(np.ascontiguousarray(self.part.orig_ids, np.int64)), None)])
         by_internal = np.empty(n, np.int64)
         by_internal[orig] = self.graph.node_time
-        off = np.asarray(self.tp.node_type_offset, np.int64)
-        out = {}
-        for name in types:
-            t = self.tp.node_types.index(name)
-            out[name] = by_internal[off[t]:off[t + 1]].copy()
-        return out
+        off, names = np.asarray(self.tp.node_type_offset, np.int64), self.tp.node_types
+        return {name: by_internal[off[names.index(name)]:off[names.index(name) + 1]].copy()
+                for name in types}
 
     def on_group(self, group: dist.ProcessGroup) -> DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
@@ -559,16 +554,12 @@ class DistSampler:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way; none when the
-        store reads the shared topology's mapped parts), and the rows carry the nodes' original
-        ids; without one, the owners return the original ids of the
-        frontier nodes in the hop replies and only the remote nodes of each request's last hop
-        are translated, by one lookup to their owners. Seeds come translated (``new_seeds``) or
-        are translated locally, unless some rank has an untranslated seed it does not own: then
-        one lookup (3 collectives). ``agreed = (local error, flags reduced over ranks)``
-        skips this call's own agreement
-        (:meth:`~mnmg_sampler.distributed.collective.Exchanger.agree_max`, see
-        :meth:`round_flags`).
+        every minibatch come in the same call, and the rows carry the nodes' original ids;
+        without one, the owners return the frontier's original ids in the hop replies and each
+        request's last new nodes are translated in one lookup. Seeds come translated
+        (``new_seeds``) or are translated locally, unless some rank has an untranslated seed it
+        does not own (one lookup). ``agreed = (local error, flags reduced over ranks)`` skips
+        this call's own agreement (see :meth:`round_flags`).
         """
         W = self.ex.world_size
         flags = self._agreed(requests, agreed)
@@ -701,9 +692,15 @@ class DistSampler:
         self._bound_round(flags, [t.shape[0] for t in tables],
                           any(_grows_trees(r) for r in requests))
         self._edge_ids = any(r.edge_ids for r in requests)
-        trees, times = None, None
-        if self._trees:
-            got, trees, times = self._sample_trees(requests, seeds, tables, hops)
+        trees = times = None
+        if self._trees:  # disjoint or temporal requests: trees over new ids, time bounds on
+            times = [seed_times(self.graph, r, s) if r.time_attr is not None else None  # wire
+                     for r, s in zip(requests, seeds, strict=True)]
+            got = sample_trees(self._typed_hop, seeds, requests, tables, times,
+                               [_grows_trees(r) for r in requests],
+                               [r.temporal_strategy == "last" for r in requests],
+                               int(self.part.num_nodes), len(tp.edge_types), n_hops=hops)
+            trees, got = [g[0] for g in got], [g[1:] for g in got]
         else:
             got = multi_hop(self._typed_hop, seeds, tables, requests, hops,
                             len(tp.edge_types))
@@ -743,19 +740,6 @@ class DistSampler:
         if self._bounded:  # an id (and its time bound) per node
             S, N = (int(v) for v in (flags[5:7] if remote else flags[7:9]))
             self._first_bounds(S, N, 1 + (self._k if int(flags[9]) else 0), bool(int(flags[10])))
-
-    def _sample_trees(self, requests, seeds, tables, hops):
-        """The hops of a round with disjoint or temporal requests
-        (:func:`~mnmg_sampler.sampling.sampler.sample_trees` over new ids, every node's time
-        bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
-        times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
-                 for r, s in zip(requests, seeds, strict=True)]
-        disjoint = [_grows_trees(r) for r in requests]
-        last = [r.temporal_strategy == "last" for r in requests]
-        n = int(np.asarray(self.part.boundaries)[-1])
-        got = sample_trees(self._typed_hop, seeds, requests, tables, times, disjoint, last, n,
-                           len(self.tp.edge_types), n_hops=hops)
-        return [(v, nn, e) for _, v, nn, e in got], [g[0] for g in got], times
 
     def _first_bounds(self, S: int, N: int, per_id: int = 1, trees: bool = False) -> None:
         """The bounds of the round's first exchanged blocks, from the agreement: at most

@@ -100,9 +100,8 @@ class SamplingService:
             ``"auto"``: exactly when it can; results do not change); its use in :meth:`stats`
             under ``shared_topology``.
 
-    On a typed part (``part.typed``) the same sampler takes typed requests: one typed kernel
-    call per hop per rank, ``x``/``y`` per node type, the shared topology and the CUDA kernel
-    as for homogeneous parts.
+    On a typed part the same service takes typed requests and fetches ``x``/``y`` of every
+    node type.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,

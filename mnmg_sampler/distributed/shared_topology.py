@@ -22,13 +22,10 @@ hosts map their host's parts and what the host's budget holds of the others (:fu
 resident set counts the pages of other parts it touches; they are shared with the ranks that
 own them, not copied.
 
-Typed parts (``part.typed``) also map each part's typed tables (``type_offset``,
-``seg_base``) and edge times: a typed hop is one call of
-:func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every part
-(:meth:`SharedTopology.typed_hop`; every relation, every merged request, each node with its
-time bound in a round with time). With node time only, the kernel reads the neighbors' node
-times by new id, so :attr:`SharedTopology.node_time` concatenates the parts' (8 bytes per
-node, the array the wire path exchanges).
+A typed hop (and a weighted one) is one call of
+:func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every part's type tables and
+edge times (:meth:`SharedTopology.typed_hop`); with node time only, the kernel reads the
+neighbors' node times by new id (:attr:`SharedTopology.node_time`, 8 bytes per node).
 """
 
 from __future__ import annotations
@@ -90,15 +87,7 @@ def host_layout(keys: Sequence[int]) -> np.ndarray:
     return np.asarray([first.setdefault(int(k), len(first)) for k in keys], _I64)
 
 
-def _check_value(enabled) -> None:
-    if not (isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, str)
-                                                      and enabled == "auto")):
-        raise ConfigError(f"shared_topology must be true, false or 'auto', got "
-                          f"{enabled!r}", "no rank builds its sampler",
-                          "pass true, false or 'auto'")
-
-
-def _why_not(part, kernel: str) -> ConfigError | None:
+def why_not_shared(part, kernel: str) -> ConfigError | None:
     """Why this rank cannot map the other parts, as the error ``true`` raises (``None``: it
     can; ``auto`` logs the message and stays off)."""
     if kernel == "cuda":
@@ -115,10 +104,14 @@ def _why_not(part, kernel: str) -> ConfigError | None:
 
 def _check_local(part, enabled, kernel: str) -> None:
     """This rank's own reasons to refuse (no collective)."""
-    _check_value(enabled)
+    if not (isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, str)
+                                                      and enabled == "auto")):
+        raise ConfigError(f"shared_topology must be true, false or 'auto', got "
+                          f"{enabled!r}", "no rank builds its sampler",
+                          "pass true, false or 'auto'")
     if isinstance(enabled, str) or not enabled:  # 'auto' never refuses
         return
-    err = _why_not(part, kernel)
+    err = why_not_shared(part, kernel)
     if err is not None:
         raise err
 
@@ -148,7 +141,7 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
         return None, decide([0], [0], [topo_b], [row_b], True)
     auto = isinstance(enabled, str)
     code = 2 if auto else int(bool(enabled))  # every rank must pass the same setting
-    can = _why_not(part, kernel) is None
+    can = why_not_shared(part, kernel) is None
     slots = [0] * (5 * W)
     me = ex.rank
     budget = max(0, int(host_memory))
@@ -171,7 +164,7 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     if code == 0:
         return None, placement
     if cannot:  # auto only: true has refused above
-        why = _why_not(part, kernel)
+        why = why_not_shared(part, kernel)
         _log_off(ex, why.what if why is not None else "another rank cannot map parts")
         return None, placement
     if all(not h.topology and len(h.ranks) == 1 for h in placement.hosts):
