@@ -195,12 +195,8 @@ class DistFeatureStore:
         topology, in rows of this store (its widest), at most the other hosts' rows it does
         not map."""
         parts = np.diff(self._bounds)
-        out = []
-        for h in fit.hosts:
-            held = np.zeros(parts.size, bool)
-            held[list(h.ranks)] = True
-            out.append(h.cache_rows(self.row_bytes, int(parts[~held].sum())))
-        return out
+        return [h.cache_rows(self.row_bytes, int(parts.sum() - parts[list(h.ranks)].sum()))
+                for h in fit.hosts]
 
     @property
     def enabled(self) -> bool:
@@ -274,23 +270,14 @@ class DistFeatureStore:
     def _types_of(self):
         """``ids -> node type index`` for new ids of any part (collective with several node
         types: one gather of every part's type offsets, tiny)."""
-        off = np.asarray(self._tp.type_offset, np.int64)
-        if off.size == 2:
-            return lambda ids: np.zeros(ids.size, np.int64)
         from .collective import all_gather_1d
 
-        offs = np.stack([t.numpy() for t in all_gather_1d(torch.from_numpy(off.copy()),
-                                                           self.ex.group)])
-
-        def types_of(ids: np.ndarray) -> np.ndarray:
-            owner = self._owner(ids)
-            local = ids - self._bounds[owner]
-            t = np.empty(ids.size, np.int64)
-            for r in np.unique(owner):
-                at = owner == r
-                t[at] = np.searchsorted(offs[r], local[at], side="right") - 1
-            return t
-        return types_of
+        off = np.asarray(self._tp.type_offset, np.int64)
+        offs = off[None, :-1] if off.size == 2 else np.stack([t.numpy()[:-1] for t in (
+            all_gather_1d(torch.from_numpy(off.copy()), self.ex.group))])
+        # every part's types start in turn (an empty type shares its start with the next one)
+        starts = (self._bounds[:-1, None] + offs).reshape(-1)
+        return lambda ids: (np.searchsorted(starts, ids, side="right") - 1) % offs.shape[1]
 
     def _from_owners(self, ids: dict[str, np.ndarray]
                      ) -> dict[str, tuple[np.ndarray, np.ndarray]]:

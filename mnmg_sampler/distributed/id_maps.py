@@ -2,30 +2,24 @@
 
 Requests and minibatches speak the input graph's *original* ids; the CSR of each part speaks
 the *new* ids of the partitioning (part ``r`` owns ``[boundaries[r], boundaries[r+1])``). Each
-rank holds only what is its share:
+rank holds only its share:
 
-* **its own nodes** (``part.orig_ids``: local row -> original id, ascending within a part, as
-  every partitioner here writes it): new -> original for the ids it owns, and, by binary search,
-  original -> new for the original ids it owns (the common case of a seed split by owner);
-* **one shard of original -> new** for the original ids ``[even[r], even[r+1])`` (``even``
-  splits ``[0, num_nodes)`` into ``W`` equal ranges), built once at construction with one
-  all-to-all from every rank's own ids, so the global map files are never read.
+* **its own nodes** (``part.orig_ids``, ascending within a part as every partitioner here
+  writes it): new -> original for the ids it owns and, by binary search, original -> new for
+  the original ids it owns (the common case of a seed split by owner);
+* **one shard of original -> new** for the original ids ``[even[r], even[r+1])`` (``W`` equal
+  ranges), built once with one all-to-all from every rank's own ids.
 
-Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers; the
-answers have the sizes of the questions, so they need no second count exchange): original ids
-go to their shard's rank, new ids to their owner (one compiled pass; a key repeated travels
-again). A ``range`` partitioning keeps every id
-(new == original) and needs none of this. Lookups are collective: every rank calls them
-together, with any number of ids, including none.
+Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers of
+the questions' sizes): original ids go to their shard's rank, new ids to their owner. A
+``range`` partitioning keeps every id (new == original) and needs none of this. Lookups are
+collective: every rank calls them together, with any number of ids, including none.
 
-``mode="replicated"`` maps both global map files instead and translates locally: no lookup
-collectives, at 16 bytes per node on every rank (memory-mapped: one copy in a host's page
-cache). Sampling-only rounds save the n_id lookup (and, for requests without their seeds' new
-ids, which loaders translate once, the seed lookup), and hop replies carry no original ids.
-``mode="auto"`` (the default) is ``replicated`` when the graph has at most
-:data:`AUTO_REPLICATED_MAX_NODES` nodes (maps of at most 32 MiB) and every rank can open both
-map files, else ``sharded``; the ranks agree in the all-reduce that checks their modes. Results
-are the same in every mode.
+``mode="replicated"`` maps both global map files instead (16 bytes per node, one copy in a
+host's page cache) and translates locally: no lookup collectives, and hop replies carry no
+original ids. ``mode="auto"`` (the default) replicates graphs of at most
+:data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files every rank can open, else shards;
+the ranks agree in the all-reduce that checks their modes. Results are the same in every mode.
 """
 
 from __future__ import annotations
