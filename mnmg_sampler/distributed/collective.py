@@ -43,30 +43,26 @@ def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
 class Exchanger:
     """All-to-all-v over one process group; the one place that counts what the data path sends.
 
-    ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` to rank
-    ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
-    come back on the caller's device.
+    ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` (of any
+    width) to rank ``r``, counts first, then payload; buffers move to the backend's device and
+    results come back on the caller's. The data path avoids the count exchange: :meth:`bounded`
+    sends blocks that say their own size, at most a bound both sides compute, in one
+    all-to-all (gloo takes a shorter message; elsewhere blocks are padded to their bounds);
+    :meth:`payload` sends rows whose counts both sides know. :meth:`agree_max` is one
+    all-reduce.
 
-    An exchange of unknown sizes (:meth:`exchange`) is two all-to-alls: counts, then payload.
-    The data path avoids it: :meth:`bounded` sends blocks that say their own size inside, at most
-    a bound both sides compute, in one all-to-all (on gloo only the rows travel, into a receive
-    of the bound; elsewhere each block is padded to its bound); :meth:`payload` sends rows whose
-    counts both sides know. The agreement (:meth:`agree_max`) is one all-reduce.
-
-    Integer words between hosts travel bit-packed: on gloo, a 1-D int32/int64 payload of
-    :meth:`payload` or :meth:`bounded` (ids, counts, headers, lookups, the ids of a feature
-    fetch; not feature rows) goes to each rank of another host (``far``) as
-    :mod:`..ops.bitpack` blocks, whose byte bound follows from the word bound, so no size
-    travels first; the receiver gets exactly the words sent. Blocks to this host's ranks stay
-    raw words (packing costs CPU, and those bytes never leave the host), and so does everything
-    when the host layout is unknown (``far`` None) or on NCCL (blocks padded to their bounds).
+    Integer words to other hosts travel bit-packed: on gloo, a 1-D int32/int64 payload of
+    :meth:`payload` or :meth:`bounded` (ids, counts, headers, lookups; not feature rows) goes
+    to each rank of another host (``far``) as :mod:`..ops.bitpack` blocks, whose byte bound
+    follows from the word bound; the receiver gets exactly the words sent. Blocks within a host
+    stay raw words (packing costs CPU and saves no scarce bytes), and so does everything when
+    the layout is unknown (``far`` None) or on NCCL.
 
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     byte handed to a collective, packed blocks at their encoded size), ``bytes[tag] = [to self,
     to others]`` per traffic class (``ids``, ``features``, ...), ``cross_bytes[tag]`` (to other
     hosts), ``calls`` (collectives; ``agreements`` of them all-reduces), ``transfers`` (host
-    <-> device copies of the data path: ``h2d`` and ``d2h``; every one goes through
-    :meth:`h2d` / :meth:`d2h`).
+    <-> device copies of the data path, through :meth:`h2d` / :meth:`d2h`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,

@@ -57,10 +57,8 @@ class DistFeatureStore:
     """Feature rows and labels of every node type of one partition (a homogeneous part: its
     one type), fetched across ranks by new (relabelled) id.
 
-    A node's row is its ``x``, then its ``y``, then (a homogeneous part whose ids were
-    relabelled) its original id, as words of one table per type: every type's row width is
-    known on every rank, so the rows of every type come back in one exchange whose sizes both
-    sides know. A homogeneous part keeps the ``MiniBatch``'s dtypes (``float32`` features,
+    A node's row is its ``x``, ``y`` and (homogeneous, relabelled) original id, as words of one
+    table per type. A homogeneous part keeps the ``MiniBatch``'s dtypes (``float32`` features,
     ``int64`` labels); a typed part keeps its files' dtypes.
 
     Args:
@@ -73,13 +71,11 @@ class DistFeatureStore:
             ranks (each fetches its share; see :mod:`.host_groups`). Collective when > 0:
             every rank must pass the same value, as the fill fetches rows from their owners.
             Unused when every part's rows are mapped here.
-        shared: the sampler's :class:`~.shared_topology.SharedTopology` (``DistSampler.shared``):
-            rows of the parts it maps are read in place; when it maps every part's rows on
-            every rank, a fetch is no collective. With placement ``pinned`` or ``device`` the
-            rows read are copied to page-locked memory (this path never ran on a GPU).
-        host: the sampler's :class:`~.host_groups.HostGroup` (``DistSampler.host``, ranks on
-            several hosts): rows of the host's parts are read in place from its mappings, only
-            other hosts' rows are fetched.
+        shared, host: the sampler's :class:`~.shared_topology.SharedTopology`
+            (``DistSampler.shared``) or :class:`~.host_groups.HostGroup` (``DistSampler.host``):
+            rows of the parts they map are read in place; when every part's rows are mapped on
+            every rank, a fetch is no collective (placement ``pinned`` or ``device``: the rows
+            read are copied to page-locked memory; never run on a GPU).
         cache_plan: the fanouts and batch size the loaders will ask for: the cache takes the
             rows of highest inclusion probability (``None``, or several relations: by degree).
         fit: the hosts' placement (``DistSampler.placement``, :mod:`.fit`; the same on every

@@ -19,7 +19,6 @@ import torch.distributed as dist
 from ..ops.negative import typed_has_edges
 from .collective import Exchanger
 from .id_maps import IdMaps
-from .partition_book import PartitionBook
 
 
 class EdgeMembership:
@@ -42,7 +41,6 @@ class EdgeMembership:
         self.relation = relation or 0  # a homogeneous part: its one relation
         self.graph = part_graph(part)
         self.lo = int(part.boundaries[part.rank])
-        self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
         self.group = group
         self.ex = Exchanger(group)
         self.ids = IdMaps(part, self.ex) if ids is None else ids.with_exchanger(self.ex)
@@ -52,7 +50,7 @@ class EdgeMembership:
         """Collective: bool per pair, True when ``src -> dst`` (original ids) is an edge."""
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         s, d = self.ids.to_new_many([src, dst])
-        owner = self.book.owner(torch.from_numpy(d)).numpy()
+        owner = self.ids.owner(d)
         perm = np.argsort(owner, kind="stable")
         send_counts = torch.from_numpy(np.bincount(owner, minlength=self.ex.world_size)
                                        .astype(np.int64))

@@ -442,14 +442,11 @@ class DistSampler:
         ``flags = [error, deepest request, any seed owned by another rank, any fanout -1, any
         seed that needs the lookup, requests, seeds, requests of 2 hops or more, a bound of
         their hop-2 frontier, any time, any disjoint trees]``, to be reduced with ``MAX`` over
-        ranks (requests to trees bound the first exchanged hop's blocks). Callers that agree
-        on a round anyway (the service) put them in their own agreement and pass ``(error,
-        reduced flags)`` to :meth:`sample` as ``agreed``, so a round costs one agreement
-        collective, not two. When no rank has a remote seed (e.g. with a seed split by owner),
-        hop 1 skips its exchanges; when no rank asks for all neighbors (fanout ``-1``), every
-        reply has a size both sides know and travels without a size exchange; when every remote
-        seed came translated (``SampleRequest.new_seeds``, as the loader sends them), the seed
-        lookup is skipped.
+        ranks (requests to trees bound the first exchanged hop's blocks). The service puts them
+        in its own agreement and passes ``(error, reduced flags)`` to :meth:`sample` as
+        ``agreed``: one agreement per round. No remote seed on any rank (a split by owner):
+        hop 1 exchanges nothing; no fanout ``-1``: no size exchange; every remote seed
+        translated (``SampleRequest.new_seeds``): no seed lookup.
         """
         try:
             for r in requests:
@@ -542,10 +539,9 @@ class DistSampler:
         if self._typed:
             return self._sample_typed(requests, features, agreed)
         out = self.sample_original(requests, features, agreed)
-        node_ids = getattr(self.part, "node_ids", None)
-        if node_ids is not None:
+        if getattr(self.part, "node_ids", None) is not None:  # a renumbered graph's own ids
             for b in out:
-                b.n_id = torch.from_numpy(np.asarray(node_ids[b.n_id.numpy()], np.int64))
+                b.n_id = torch.from_numpy(self.part.input_ids(b.n_id.numpy()))
         return out
 
     def sample_original(self, requests: Sequence[SampleRequest], features=None,

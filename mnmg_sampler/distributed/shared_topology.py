@@ -121,11 +121,10 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     """Collective: the parts mapped here (``None`` when no rank maps any other part) and the
     :class:`~.fit.Placement` every rank agreed on (one agreement).
 
-    ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. With ``True``, a
-    rank that cannot map (``kernel='cuda'``, no partition directory) or a part that does not
-    open give a :class:`ConfigError` (or the part's error) on every rank; with ``"auto"``
-    each of these turns it off on every rank instead. A bad value, or ranks that disagree, are
-    a ``ConfigError`` either way.
+    ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. A rank that cannot
+    map (``kernel='cuda'``, no partition directory) or a part that does not open is an error
+    on every rank with ``True``, turns it off on every rank with ``"auto"``; a bad value, or
+    ranks that disagree, are a ``ConfigError`` either way.
 
     Ranks on several hosts (:func:`host_id`; ``ex.far`` is set from the layout whatever the
     outcome): each rank maps the parts of its host's ranks (:mod:`.host_groups`) and what a
