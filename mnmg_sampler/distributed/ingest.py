@@ -323,8 +323,8 @@ def partition_distributed(
         y_src = (np.asarray(share.y), 0, n)
     has_x = x_src is not None or bool(head[0, 3]) or feature_dim > 0
     has_y = y_src is not None or bool(head[0, 4]) or num_classes > 0
-    x_meta = _row_meta(x_src, bool(head[0, 3]) and features is None, group)
-    y_meta = _row_meta(y_src, bool(head[0, 4]) and labels is None, group)
+    x_meta = _agreed_meta(x_src, features is not None or bool(head[0, 3]), "features", group)
+    y_meta = _agreed_meta(y_src, labels is not None or bool(head[0, 4]), "labels", group)
 
     # 1-3. every CSR entry to the owner of its target, with its edge id
     def owner_of(ids: np.ndarray) -> np.ndarray:
@@ -346,25 +346,10 @@ def partition_distributed(
                      "use more ranks, or renumber sparse ids (--renumber true, "
                      "dataset.renumber: true)")
     orig_ids = part_node_ids(rank, n, world, method, seed)
-    sizes, bounds, cut = _owned(ex, orig_ids, rec, owner_of, chunk)
-    start = int(bounds[rank])
-    local_edges = rec.shape[0]
-    if method == "range" or world == 1:
-        new_src = rec[:, 1].copy()
-    else:
-        new_src = lookup(ex, rec[:, 1], owner_of,
-                         lambda q: start + np.searchsorted(orig_ids, q), chunk)
-    row = np.searchsorted(orig_ids, rec[:, 0])
-    eid = rec[:, 2].copy()
+    box = [rec]
     del rec
-    arrays = {"indptr": _indptr(row, orig_ids.shape[0])}
-    order = _entry_order(row, eid, orig_ids.shape[0], 2 * m)  # edge ids are below 2m
-    del row
-    arrays["indices"] = new_src[order]
-    del new_src
-    arrays["edge_ids"] = eid[order]
-    del eid, order
-    arrays["orig_ids"] = orig_ids
+    arrays, bounds, stats = _part_csr(ex, box, orig_ids, owner_of, chunk, 2 * m, n, method,
+                                      seed, keep_ids=method == "range" or world == 1)
     if has_x:
         arrays["x"] = _place_rows(ex, x_src, x_meta, orig_ids, n, method, seed, chunk,
                                   lambda ids: node_features(ids, feature_dim, data_seed,
@@ -372,14 +357,11 @@ def partition_distributed(
     if has_y:
         arrays["y"] = _place_rows(ex, y_src, y_meta, orig_ids, n, method, seed, chunk,
                                   lambda ids: node_labels(ids, num_classes, data_seed))
-    totals = _gather([local_edges, cut], group)
-    num_edges = int(totals[:, 0].sum())
-    stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
     # 5. write
     _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
            has_x, has_y, overwrite, source, group, node_ids)
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
-                 num_edges=num_edges, graph_name=share_name(spec),
+                 num_edges=sum(stats["part_edges"]), graph_name=share_name(spec),
                  renumbered=node_ids is not None)
     return stats
 
@@ -472,29 +454,11 @@ def partition_typed_distributed(
     # 4. relabel; rows are the owned nodes' (node, relation) segments, entries by edge id
     per_type = [part_node_ids(rank, int(off[t + 1] - off[t]), world, method, seed) for t in types]
     owned = np.concatenate([ids + off[t] for t, ids in zip(types, per_type, strict=True)])
-    sizes, bounds, cut = _owned(ex, owned, rec, owner_of, chunk)
-    start = int(bounds[rank])
-    local_edges = rec.shape[0]
-    new_src = lookup(ex, rec[:, 1], owner_of, lambda q: start + np.searchsorted(owned, q), chunk)
-    type_offset = np.searchsorted(owned, off).astype(np.int64)
-    seg0 = np.zeros(owned.shape[0] + 1, np.int64)  # first segment of every owned node
-    np.cumsum(np.repeat(np.diff(lay.rel_offset), np.diff(type_offset)), out=seg0[1:])
-    seg = seg0[np.searchsorted(owned, rec[:, 0])]
-    seg += (np.arange(len(rel_edges)) - lay.rel_offset[lay.rel_dst])[rec[:, 3]]
-    eid = rec[:, 2].copy()
-    w = rec[:, 4].astype(np.int32).view(np.float32) if width == 5 else None
+    box = [rec]
     del rec
-    arrays = {"indptr": _indptr(seg, int(seg0[-1]))}
-    order = _entry_order(seg, eid, int(seg0[-1]), max([0, *rel_edges]))  # per relation
-    del seg
-    arrays["indices"] = new_src[order]
-    del new_src
-    arrays["edge_ids"] = eid[order]
-    del eid
-    arrays.update(orig_ids=owned, type_offset=type_offset)
-    if w is not None:
-        arrays["weights"] = w[order]
-    del order
+    arrays, bounds, stats = _part_csr(ex, box, owned, owner_of, chunk, max([0, *rel_edges]), n,
+                                      method, seed, layout=lay)
+    type_offset = arrays["type_offset"]
     # node rows of every type: sent by the ranks that read them
     meta: dict[str, tuple[str, tuple]] = {}
     masks = {t: [*sh.mask_rows.get(t, {}), *sh.masks.get(t, {})] for t in lay.node_types}
@@ -504,16 +468,13 @@ def partition_typed_distributed(
         for key, got in rows:
             if got is not None:
                 lo, a = got
-                meta[key] = _agreed_meta(a, f"{path}: {key}", group)
+                meta[key] = _agreed_meta((a, lo), True, f"{path}: {key}", group)
                 a = a if a.shape[0] else np.zeros((0, *meta[key][1]), meta[key][0])
                 arrays[key] = _place_rows(ex, (a, lo, lo + a.shape[0]), meta[key], per_type[t],
                                           int(off[t + 1] - off[t]), method, seed, chunk, None)
         for split, ids in sh.masks.get(name, {}).items():
             arrays[f"mask.{name}.{split}"] = np.isin(per_type[t], ids)
-    totals = _gather([local_edges, cut], group)
     type_nodes = _gather(np.diff(type_offset), group)
-    num_edges = int(sum(rel_edges))
-    stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
     typed = typed_section(lay.node_types, lay.edge_types, off,
                           dict(zip(lay.edge_types, rel_edges, strict=True)), weighted,
                           {t: meta[f"x.{t}"] for t in lay.node_types if f"x.{t}" in meta},
@@ -524,14 +485,19 @@ def partition_typed_distributed(
            group, extra={"typed": typed, "format_version": TYPED_FORMAT_VERSION,
                          "has_weights": bool(weighted.any())})
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
-                 num_edges=num_edges, graph_name=sh.name, node_types=len(lay.node_types),
-                 edge_types=len(lay.edge_types))
+                 num_edges=sum(stats["part_edges"]), graph_name=sh.name,
+                 node_types=len(lay.node_types), edge_types=len(lay.edge_types))
     return stats
 
 
-def _agreed_meta(a: np.ndarray, what: str, group) -> tuple[str, tuple]:
-    """(dtype, row shape) of node rows read in slices, the same on every rank (a rank without
-    rows, whose CSV slice has no type, takes the others'); else an error on every rank."""
+def _agreed_meta(src, given: bool, what: str, group) -> tuple[str, tuple] | None:
+    """(dtype, row shape) of node rows read in slices (``src``: ``(rows, lo, hi)`` or ``None``
+    on a rank without rows), the same on every rank: a rank without rows (a CSV slice without a
+    type, the ranks other than 0 of a whole input) takes the others'; an error on every rank
+    where they differ. ``None`` where no rank was ``given`` rows (the rows are then made)."""
+    if not given:
+        return None
+    a = np.zeros(0) if src is None else src[0]
     v = np.full(5, -1, np.int64)
     if a.shape[0]:
         v[0] = _DTYPES.index(a.dtype.str) if a.dtype.str in _DTYPES and a.ndim < 5 else -2
@@ -548,15 +514,53 @@ def _agreed_meta(a: np.ndarray, what: str, group) -> tuple[str, tuple]:
     return _DTYPES[r[0]], tuple(c for c in r[1:] if c >= 0)
 
 
-def _owned(ex, owned, rec, owner_of, chunk):
-    """``(nodes per part, part boundaries, cut entries here)`` once every rank knows its
-    ``owned`` nodes and received entries ``rec`` (target, source, ...)."""
+def _part_csr(ex, box: list, owned, owner_of, chunk: int, max_eid: int, n: int, method: str,
+              seed: int, keep_ids: bool = False, layout=None):
+    """``(arrays, boundaries, stats)`` of this part once every rank knows its ``owned`` nodes
+    (ascending) and received its entries (``box``: ``[rec]``, handed over so that they are freed
+    here), rows (target, source, edge id[, relation[, float32 weight bits]]). ``keep_ids``: new
+    ids are the ids (``range`` or one part of a one-type graph); ``layout``: a typed graph's
+    :class:`~mnmg_sampler.graph.typed.TypedLayout`, whose rows are (node, relation) segments."""
+    rec = box.pop()
+    rank = ex.rank
     sizes = _gather([owned.shape[0]], ex.group)[:, 0]
     bounds = np.zeros(ex.world_size + 1, np.int64)
     np.cumsum(sizes, out=bounds[1:])
-    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != ex.rank))
+    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != rank))
               for a in range(0, rec.shape[0], chunk))
-    return sizes, bounds, cut
+    totals = _gather([rec.shape[0], cut], ex.group)
+    stats = _stats(method, seed, ex.world_size, n, int(totals[:, 0].sum()), sizes, totals[:, 0],
+                   int(totals[:, 1].sum()))
+    start = int(bounds[rank])
+    if keep_ids:
+        new_src = rec[:, 1].copy()
+    else:
+        new_src = lookup(ex, rec[:, 1], owner_of, lambda q: start + np.searchsorted(owned, q),
+                         chunk)
+    seg, rows = np.searchsorted(owned, rec[:, 0]), owned.shape[0]
+    if layout is not None:  # the first segment of every owned node, plus the relation's place
+        type_offset = np.searchsorted(owned, layout.node_type_offset).astype(np.int64)
+        seg0 = np.zeros(rows + 1, np.int64)
+        np.cumsum(np.repeat(np.diff(layout.rel_offset), np.diff(type_offset)), out=seg0[1:])
+        seg = seg0[seg]
+        seg += (np.arange(len(layout.edge_types)) - layout.rel_offset[layout.rel_dst])[rec[:, 3]]
+        rows = int(seg0[-1])
+    eid = rec[:, 2].copy()
+    w = rec[:, 4].astype(np.int32).view(np.float32) if rec.shape[1] == 5 else None
+    del rec
+    arrays = {"indptr": _indptr(seg, rows)}
+    order = _entry_order(seg, eid, rows, max_eid)
+    del seg
+    arrays["indices"] = new_src[order]
+    del new_src
+    arrays["edge_ids"] = eid[order]
+    del eid
+    arrays["orig_ids"] = owned
+    if layout is not None:
+        arrays["type_offset"] = type_offset
+    if w is not None:
+        arrays["weights"] = w[order]
+    return arrays, bounds, stats
 
 
 def _indptr(row: np.ndarray, rows: int) -> np.ndarray:
@@ -628,31 +632,6 @@ def share_name(spec) -> str:
     if key in BUILTINS:
         return key
     return str(Path(s).expanduser())
-
-
-def _row_meta(src, rank0_only: bool, group) -> tuple[str, tuple] | None:
-    """(dtype, row shape) of node rows, which only rank 0 may know (a whole input's x)."""
-    if src is not None and not rank0_only:
-        a = src[0]
-        return a.dtype.str, tuple(a.shape[1:])
-    if not rank0_only:
-        return None
-    meta = np.zeros(4, np.int64)
-    if dist.get_rank(group) == 0:
-        a = src[0]
-        if a.dtype.str not in _DTYPES or a.ndim > 3:
-            meta[0] = -1
-        else:
-            meta[0] = _DTYPES.index(a.dtype.str)
-            meta[1] = a.ndim
-            meta[2:2 + a.ndim - 1] = a.shape[1:]
-    t = torch.from_numpy(meta)
-    dist.broadcast(t, 0, group=group)
-    meta = t.numpy()
-    if meta[0] < 0:
-        raise PartitionError("the input's node data has an unsupported dtype",
-                             "it cannot be partitioned", "save features as float32 or int64")
-    return _DTYPES[int(meta[0])], tuple(int(v) for v in meta[2:2 + int(meta[1]) - 1])
 
 
 def _place_rows(ex, src, meta, orig_ids, n, method, seed, chunk, synth) -> np.ndarray:

@@ -323,6 +323,11 @@ def _get(npz: np.lib.npyio.NpzFile, name: str, key: str, what: str) -> np.ndarra
         ) from e
 
 
+def as_numpy(v) -> np.ndarray:
+    """A tensor (copied to the host) or an array-like as a numpy array."""
+    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+
+
 def as_ids(arr: np.ndarray, name: str, key: str) -> np.ndarray:
     """``arr`` as int64 node ids. Refused with :class:`GraphFormatError`: bool arrays (a mask
     is not a list of ids), floats (never cast silently, whole or not), uint64 above

@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import GraphFormatError
 from ..system.host_limits import check_allocation
 from .csr import check_weights
-from .readers import MASK_KEYS, as_mask
+from .readers import MASK_KEYS, as_mask, as_numpy
 
 __all__ = ["EDGE_TYPE", "NODE_TYPE", "TIME_MAX", "EdgeType", "TypedGraph", "TypedLayout",
            "attach_time", "check_time", "edge_type_of", "typed_graph", "typed_layout"]
@@ -206,17 +206,6 @@ class TypedGraph:
         return list(self.node_types), list(self.edge_types)
 
 
-def _arr(v) -> np.ndarray:
-    try:
-        import torch
-
-        if torch.is_tensor(v):
-            return v.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        pass
-    return np.asarray(v)
-
-
 def _edge_pair(arr: np.ndarray, name: str, et: EdgeType) -> tuple[np.ndarray, np.ndarray]:
     if arr.ndim != 2 or arr.shape[0] != 2 or arr.dtype.kind not in "iu":
         raise GraphFormatError(
@@ -240,7 +229,7 @@ def _check_range(name: str, et: EdgeType, which: str, ids: np.ndarray, n: int) -
 def _node_counts(spec: Mapping, name: str) -> dict[str, int]:
     counts = {str(k): v for k, v in dict(spec.get("num_nodes") or {}).items()}
     for t, x in dict(spec.get("x") or {}).items():
-        counts.setdefault(str(t), int(_arr(x).shape[0]))
+        counts.setdefault(str(t), int(as_numpy(x).shape[0]))
     out = {}
     for t, n in counts.items():
         try:
@@ -264,7 +253,7 @@ def _node_data(spec: Mapping, name: str, counts: dict[str, int]):
                 raise GraphFormatError(f"{name}: {key}[{t!r}] names an unknown node type",
                                        "its rows belong to no node",
                                        f"use one of {sorted(counts)} or add num_nodes[{t!r}]")
-            a = _arr(v)
+            a = as_numpy(v)
             if key == "y":
                 if a.ndim == 2 and a.shape[1] == 1:
                     a = a[:, 0]
@@ -285,7 +274,7 @@ def _node_data(spec: Mapping, name: str, counts: dict[str, int]):
         for split, keys in MASK_KEYS.items():
             k = next((k for k in (split, *keys) if k in m), None)
             if k is not None:
-                got[split] = as_mask(_arr(m[k]), counts[t], f"{name}: masks[{t!r}][{k!r}]")
+                got[split] = as_mask(as_numpy(m[k]), counts[t], f"{name}: masks[{t!r}][{k!r}]")
         unknown = set(m) - {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
         if unknown:
             raise GraphFormatError(f"{name}: masks[{t!r}] has unknown splits {sorted(unknown)}",
@@ -357,7 +346,7 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
                     f"{name}: relation {et} names node type {t!r}, which has no node count",
                     "its node ids cannot be placed",
                     f"add num_nodes[{t!r}] (or x[{t!r}]); known types: {sorted(counts)}")
-        src, dst = _edge_pair(_arr(ei), name, et)
+        src, dst = _edge_pair(as_numpy(ei), name, et)
         _check_range(name, et, "source", src, counts[et[0]])
         _check_range(name, et, "destination", dst, counts[et[2]])
         edges[et] = (src, dst)
@@ -390,7 +379,7 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
         eids.append(np.arange(src.shape[0], dtype=np.int64))
         if et in weights_in:
             weighted[r] = 1
-            ws.append(check_weights(_arr(weights_in[et]), src.shape[0],
+            ws.append(check_weights(as_numpy(weights_in[et]), src.shape[0],
                                     f"{name}: edge_weight of {et}"))
         else:
             ws.append(np.ones(src.shape[0], np.float32))
@@ -418,7 +407,7 @@ def check_time(values, n: int, what: str) -> np.ndarray:
 
     Integers (and booleans: no) are taken; floats only when exactly integral and in int64 range.
     """
-    a = _arr(values)
+    a = as_numpy(values)
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
     if a.ndim != 1 or a.shape[0] != n:
