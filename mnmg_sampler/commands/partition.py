@@ -160,12 +160,6 @@ def _run_distributed(args: argparse.Namespace) -> int:
 
             agree(single)
             return 0
-        if args.overwrite and env.rank == 0:
-            from ..graph.partition_io import check_replaceable
-
-            agree(lambda: check_replaceable(args.out))
-        elif args.overwrite:
-            agree(lambda: None)
         if typed:
             agree(lambda: check_typed_options(
                 argparse.Namespace(**{**vars(args), "graph": args.input})))

@@ -1,34 +1,26 @@
 """Typed (heterogeneous) graphs: every node type and relation in one CSR (GraphBolt's fused CSC).
 
 Node ids of all types share one *internal* space: type ``t`` holds ids
-``node_type_offset[t] .. node_type_offset[t + 1] - 1``, and per-type id ``i`` of type ``t`` is
-internal id ``node_type_offset[t] + i``. Node types are sorted by name; relations
-``(src, rel, dst)`` are sorted by destination type, then source type and name, so the relations
-a node of type ``t`` samples from are the contiguous ids ``rel_offset[t] .. rel_offset[t+1]-1``.
+``node_type_offset[t] .. node_type_offset[t + 1] - 1`` (per-type id ``i`` is internal id
+``node_type_offset[t] + i``). Node types are sorted by name; relations ``(src, rel, dst)`` by
+destination type, then source type and name, so the relations a node of type ``t`` samples from
+are the contiguous ids ``rel_offset[t] .. rel_offset[t+1]-1``.
 
-Rows are indexed by the destination node (PyG's convention: for relation ``(src, rel, dst)`` a
-frontier node of type ``dst`` draws among its ``rel``-neighbors of type ``src``). Each row is cut
-into one *segment* per relation of its type, so the kernel finds a (node, relation) neighborhood
-with two reads and no search: node ``v`` of type ``t`` (per-type id ``i``) and its ``j``-th
-relation own segment ``seg_base[t] + i * R_t + j`` (``R_t`` relations end at ``t``), whose
-entries are ``indptr[s] .. indptr[s + 1] - 1``. Within a segment neighbors keep ascending edge
-id order, as in :class:`~mnmg_sampler.graph.csr.CSRGraph`, so a homogeneous graph is the
-one-type, one-relation case with the very same ``indptr``, ``indices`` and ``edge_ids``.
+Rows are indexed by the destination node (PyG's convention: a frontier node of type ``dst`` draws
+among its ``rel``-neighbors of type ``src``) and cut into one *segment* per relation of the row's
+type: node ``v`` of type ``t`` (per-type id ``i``) and its ``j``-th relation own segment
+``seg_base[t] + i * R_t + j``, entries ``indptr[s] .. indptr[s + 1] - 1`` (two reads, no search).
+Within a segment neighbors keep ascending edge id order, as in
+:class:`~mnmg_sampler.graph.csr.CSRGraph`, so a homogeneous graph is the one-type, one-relation
+case with the very same ``indptr``, ``indices`` and ``edge_ids``. :func:`typed_graph` builds one
+from the plain dict form (``docs/hetero.md``); :mod:`.typed_io` reads the other forms into it.
 
-:func:`typed_graph` builds one from the plain dict form documented there (``docs/hetero.md``);
-:mod:`mnmg_sampler.graph.typed_io` reads a PyG ``HeteroData``, a saved one, and OGB's hetero
-directories into that form.
-
-Time (:func:`attach_time`): an int64 edge time per relation and/or a node time per node type.
-With edge time, every (row, relation) segment is sorted by edge time when the graph is built
-(stable: ties keep ascending edge id order), so a seed's admissible neighbors (time <= the
-seed's time) are a prefix of the segment found by binary search. ``edge_ids`` move with their
-entries, so they still name the input's edges. With node time only, segments are sorted the same
-way by the neighbor's node time, so the admissible neighbors are again a prefix. With both, edge
-time orders the segments and decides admissibility; node time then only gives each seed its
-default time. Without time nothing changes (no pass, no copy). Times are int64 (e.g. Unix
-seconds); :func:`check_time` takes integer arrays as they are, converts a float array only when
-every value is integral and fits int64, and refuses others.
+Time (:func:`attach_time`): an int64 time per edge and/or per node. Each segment is sorted by
+edge time (else by the neighbor's node time; stable, so ties keep edge id order, and
+``edge_ids`` move with their entries), so a seed's admissible neighbors (time <= the seed's) are
+a prefix found by binary search; node time then gives each seed its default time. Without time
+nothing is sorted or copied. :func:`check_time` takes integer arrays, and float arrays only when
+every value is integral and fits int64.
 """
 
 from __future__ import annotations
