@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..rng import _mix64_int
+from ..rng import _mix64_int, mix64
 
 __all__ = ["permute", "unpermute", "feistel", "feistel_keys", "FEISTEL_ROUNDS", "hash_ids",
            "node_features", "node_labels"]
@@ -145,16 +145,10 @@ def feistel(ids: np.ndarray, n: int, keys: np.ndarray, inverse: bool = False) ->
     return out
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def hash_ids(ids: np.ndarray, seed: int, salt: int) -> np.ndarray:
     """A 64-bit hash (uint64) of every id, keyed by ``(seed, salt)``."""
     key = np.uint64(_mix64_int((int(seed) & _U64) ^ _mix64_int(salt)))
-    return _mix(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ key)
+    return mix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ key)
 
 
 _FEAT_SALT, _LABEL_SALT, _CENTER_SALT = 0xFEA7, 0x1AB, 0xCE7
@@ -172,7 +166,7 @@ def _normals(ids: np.ndarray, dim: int, seed: int, salt: int) -> np.ndarray:
     half = -(-dim // 2)
     cols = np.arange(half, dtype=np.uint64)
     base = hash_ids(ids, seed, salt)[:, None]
-    r = _mix(base ^ ((cols + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)))
+    r = mix64(base ^ ((cols + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)))
     u1 = ((r >> np.uint64(40)).astype(np.float64) + 0.5) / float(1 << 24)
     u2 = (r & np.uint64((1 << 24) - 1)).astype(np.float64) / float(1 << 24)
     rad = np.sqrt(-2.0 * np.log(u1))

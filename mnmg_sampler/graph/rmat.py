@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from ..rng import _mix64_int
+from ..system.host_limits import check_allocation
 from .csr import CSRGraph
 from .permute import permute
 
@@ -79,8 +80,6 @@ def check_rmat_memory(scale: int, edge_factor: int, parts: int = 1, ranks_per_ho
     """:class:`~mnmg_sampler.errors.MemoryBudgetError` before generating an R-MAT graph whose
     share (:func:`rmat_bytes`, times the ranks sharing this host) cannot fit here; ``key``
     (e.g. ``dataset.name``) prefixes the message."""
-    from ..system.host_limits import check_allocation
-
     scale, edge_factor = int(scale), int(edge_factor)
     nbytes = rmat_bytes(scale, edge_factor, parts) * max(1, int(ranks_per_host))
     share = f"1/{parts} of " if parts > 1 else ""
@@ -123,8 +122,6 @@ def rmat_edge_range(
     m = edge_factor << scale
     lo, hi = max(0, int(lo)), min(m, int(hi))
     n_out = max(0, hi - lo)
-    from ..system.host_limits import check_allocation
-
     check_allocation(  # src, dst and their relabelled copies
         f"edges {lo:,}..{hi:,} of R-MAT scale {scale}, edge factor {edge_factor}", 32 * n_out,
         "use a smaller scale or edge factor, or draw the edges over more ranks")
