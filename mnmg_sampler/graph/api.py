@@ -25,7 +25,7 @@ from .tables import TABLE_SUFFIXES, table_has_column
 from .temporal import read_with_time
 from .torch_files import load_torch_object
 from .typed import TypedGraph
-from .typed_io import _hetero_safe_globals, _is_typed_object, load_typed_graph, typed_graph_at
+from .typed_io import _is_typed_object, load_typed_graph, typed_graph_at
 
 __all__ = ["partition_graph", "split_from_partitions", "typed_graph_of", "typed_source"]
 
@@ -155,7 +155,7 @@ def typed_source(data, time_attr: str | None = "time", timed_homogeneous: bool =
             return ("timed" if has else None), p, str(p)
         if p.suffix not in (".pt", ".pth") or not p.is_file():
             return ("named" if is_ogb_hetero_dir(p) else None), p, str(p)
-        data, name = load_torch_object(p, _hetero_safe_globals()), str(p)
+        data, name = load_torch_object(p), str(p)
     if _is_typed_object(data):
         return "typed", data, name
     return ("timed" if timed and _has_time(data, time_attr) else None), data, name

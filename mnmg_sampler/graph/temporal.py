@@ -19,7 +19,7 @@ from .readers import MASK_KEYS, as_numpy
 from .tables import TABLE_SUFFIXES, read_table_times
 from .torch_files import load_torch_object
 from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, attach_time, edge_type_of, typed_graph
-from .typed_io import _hetero_safe_globals, load_typed_graph
+from .typed_io import load_typed_graph
 from .unique import sorted_unique
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def read_with_time(source, time_attr: str = "time", name: str | None = None) -> 
             return temporal_table_graph(source, time_attr, name)
         if suffix.endswith((".pt", ".pth")):  # a saved HeteroData, Data or dict: read it
             name = name or str(source)
-            source = load_torch_object(source, _hetero_safe_globals())
+            source = load_torch_object(source)
     kind = type(source).__name__
     if kind == "Data" or (isinstance(source, Mapping) and "edge_index" in source
                           and not isinstance(source["edge_index"], Mapping)):
@@ -153,7 +153,7 @@ def saved_time(path, time_attr: str = "time") -> bool:
     The file is memory-mapped: nothing but its structure is read."""
     if not str(path).lower().endswith((".pt", ".pth")) or not Path(path).is_file():
         return False
-    src = load_torch_object(path, _hetero_safe_globals(), mmap=True)
+    src = load_torch_object(path, mmap=True)
     if type(src).__name__ == "Data":
         return getattr(src, time_attr, None) is not None
     if not isinstance(src, Mapping) and type(src).__name__ != "HeteroData":

@@ -103,15 +103,6 @@ def _spec_of(obj, name: str) -> dict:
     return _spec_from_stores(nodes, edges, name)
 
 
-def _hetero_safe_globals() -> list:
-    try:
-        from torch_geometric.data import HeteroData
-        from torch_geometric.data.storage import BaseStorage, EdgeStorage, NodeStorage
-    except ImportError:
-        return []
-    return [HeteroData, BaseStorage, NodeStorage, EdgeStorage]
-
-
 def _node_count_dict(f: Path) -> dict[str, int]:
     try:
         raw = gzip.open(f, "rb").read() if f.name.endswith(".gz") else f.read_bytes()
@@ -309,7 +300,7 @@ def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) 
     split masks are checked as :func:`~.typed.typed_graph` checks them (a split given as ids
     becomes a mask of the type's nodes on every rank)."""
     name = str(path)
-    obj = load_torch_object(path, _hetero_safe_globals(), mmap=True)
+    obj = load_torch_object(path, mmap=True)
     if not _is_typed_object(obj):
         raise GraphFormatError(f"{name} holds a {type(obj).__name__} that is not a typed graph",
                                "it has no node types or relations to partition",
@@ -352,7 +343,7 @@ def sliceable_typed_input(path: str | PathLike) -> bool:
         return True
     try:
         return p.suffix in (".pt", ".pth") and p.is_file() and _is_typed_object(
-            load_torch_object(p, _hetero_safe_globals(), mmap=True))
+            load_torch_object(p, mmap=True))
     except GraphFormatError:
         return False  # left to the reader that reports it
 
@@ -387,7 +378,7 @@ def load_typed_graph(source, name: str | None = None) -> TypedGraph:
                                    "directory", "no typed graph can be read from it",
                                    "give a saved HeteroData (.pt) or a directory with "
                                    "raw/num-node-dict.csv.gz")
-        name, source = str(p), load_torch_object(p, _hetero_safe_globals())
+        name, source = str(p), load_torch_object(p)
         if not _is_typed_object(source):
             raise GraphFormatError(f"{name} holds a {type(source).__name__} that is not a typed "
                                    "graph", "a typed graph is read from a HeteroData, its "
@@ -422,7 +413,7 @@ def typed_graph_at(path: str | PathLike) -> TypedGraph | None:
     if is_ogb_hetero_dir(p):
         return read_ogb_hetero_dir(p)
     if p.suffix in (".pt", ".pth") and p.is_file():
-        obj = load_torch_object(p, _hetero_safe_globals())
+        obj = load_torch_object(p)
         if _is_typed_object(obj):
             return load_typed_graph(obj, str(p))
     return None
