@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import as_numpy, edge_index_pair, input_path, masks_from
+from .readers import as_numpy, check_node_rows, edge_index_pair, input_path, masks_from
 
 __all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping", "load_torch_object"]
 
@@ -73,11 +73,7 @@ def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
             raise GraphFormatError(f"{name}: '{key}' is a scalar", f"'{key}' needs one row per "
                                    "node", f"save '{key}' with one row per node")
     g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes, x=x, y=y)
-    for key, arr in (("x", g.x), ("y", g.y)):
-        if arr is not None and arr.shape[0] != g.num_nodes:
-            raise GraphFormatError(f"{name}: '{key}' has shape {arr.shape} but the graph has "
-                                   f"{g.num_nodes} nodes", f"'{key}' needs one row per node",
-                                   f"save '{key}' with {g.num_nodes} rows")
+    check_node_rows(name, g.num_nodes, g.x, g.y)
     g.masks = masks_from({k: as_numpy(v) for k, v in d.items() if "mask" in k or
                           k in ("train", "val", "valid", "test")}, name, g.num_nodes, g.node_ids)
     return g
