@@ -1,22 +1,16 @@
 """Keyed permutations of ``[0, n)`` evaluated id by id, and counter-based node data.
 
-A global permutation (``np.random.default_rng(seed).permutation(n)``) needs one process to draw
-all ``n`` values in order. :func:`permute` instead computes the image of any id on its own, so
-each rank of a distributed job can place, generate or look up only the ids it handles and still
-agree with a single process: the R-MAT node relabelling (:mod:`.rmat`), the ``random`` partition
-method (:mod:`.partition`) and synthetic features and labels (:func:`node_features`,
-:func:`node_labels`) all use it.
+Unlike ``np.random.default_rng(seed).permutation(n)``, :func:`permute` computes the image of any
+id on its own, so each rank places, generates or looks up only its ids and still agrees with a
+single process: the R-MAT relabelling (:mod:`.rmat`), the ``random`` partition method
+(:mod:`.partition`) and synthetic features and labels (:func:`node_features`,
+:func:`node_labels`) use it. The bijection works on ``ceil(log2 n)`` bits: four invertible
+rounds of add-key, multiply by an odd constant and xor-shift, with cycle walking for ids that
+land at or above ``n``. A mixing function, not a cryptographic one.
 
-The bijection works on ``bits = ceil(log2 n)`` bits: four rounds of add-key, multiply by an odd
-constant and xor-shift, each invertible modulo ``2**bits``; ids that land at or above ``n`` are
-mapped again (cycle walking), which keeps it a bijection of ``[0, n)``. It is a mixing function,
-not a cryptographic one.
-
-Shuffles (a loader's epoch order, a random split of the nodes) use :func:`feistel` instead: a
-keyed Feistel network with :data:`FEISTEL_ROUNDS` rounds, whose orders are statistically
-indistinguishable from uniform ones even for tiny ``n`` (``tests/unit/test_shuffle.py``), where
-the four mixing rounds above reach only some orders of a small set. Either way, batch ``g`` of an
-epoch costs ``O(batch)`` memory, never an array of ``n``.
+Shuffles (a loader's epoch order, a random split) use :func:`feistel`: a keyed Feistel network
+of :data:`FEISTEL_ROUNDS` rounds, whose orders are indistinguishable from uniform ones even for
+tiny ``n`` (``tests/unit/test_shuffle.py``). Either way a batch costs ``O(batch)`` memory.
 """
 
 from __future__ import annotations

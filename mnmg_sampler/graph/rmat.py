@@ -1,19 +1,16 @@
 """Graph500 R-MAT generator: power-law synthetic graphs of any size, deterministic by seed.
 
 Each edge picks one quadrant of the adjacency matrix per bit of the node id, with probabilities
-``a`` (top-left), ``b`` (top-right), ``c`` (bottom-left) and ``d = 1 - a - b - c``. The Graph500
-defaults (0.57, 0.19, 0.19) give a heavy-tailed degree distribution where half or more of the
-nodes are isolated, which is why benchmarks draw seeds with
-:func:`mnmg_sampler.graph.datasets.nonisolated_nodes`. Node ids are randomly permuted afterwards
-so high-degree nodes are not clustered at low ids (as Graph500 does).
+``a``, ``b``, ``c`` and ``d = 1 - a - b - c``; the Graph500 defaults (0.57, 0.19, 0.19) leave half
+or more of the nodes isolated (benchmarks draw seeds with
+:func:`mnmg_sampler.graph.datasets.nonisolated_nodes`). Node ids are then permuted so that
+high-degree nodes are not clustered at low ids (as Graph500 does).
 
-Edge ``i`` is a pure function of ``(seed, i)``: its quadrant draws come from the counter-based
-RNG of :mod:`mnmg_sampler.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw
-per two levels) and the relabelling is the keyed bijection :func:`.permute.permute`. So a rank can
-draw any range of edges alone (:func:`rmat_edge_range`) and the graph of ``(scale, edge_factor,
-seed)`` is the same for one process or any number of ranks. (Before this generator, R-MAT used
-NumPy's sequential ``default_rng``; the same seed now gives a different, equally distributed
-graph.) Generation is vectorised in chunks of edges, looping over the ``scale`` levels.
+Edge ``i`` is a pure function of ``(seed, i)``: its draws come from the counter-based RNG of
+:mod:`mnmg_sampler.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw per two
+levels) and the relabelling is the keyed bijection :func:`.permute.permute`. So a rank can draw
+any range of edges alone (:func:`rmat_edge_range`), and one process or any number of ranks get
+the same graph.
 """
 
 from __future__ import annotations
