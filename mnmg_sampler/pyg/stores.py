@@ -129,9 +129,7 @@ class PartitionFeatureStore(FeatureStore):
         hit = self._recent.get(id(index))
         if hit is not None and hit[0] is index and hit[1].get(name) is not None:
             return hit[1][name]
-        fetches = self.service.features is not None if self.typed is None else \
-            self.service.sampler.type_rows is not None  # a typed part: its sampler fetches
-        if not fetches:
+        if self.service.features is None:
             raise SamplingInputError(
                 "the sampling service was built with features=False",
                 "the feature store cannot fetch rows", "construct it with features=True")
