@@ -98,8 +98,7 @@ class DistLinkNeighborLoader(EpochCursor):
         membership_group: process group of the membership exchange; default a new group made
             here (then the constructor is collective: every rank builds its loader together).
         seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
-            (``edge_ids=False``: ``e_id`` empty, no edge id fetched; typed parts always
-            return ``e_id``).
+            (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
         reverse_edge_type: typed graphs: the relation whose edges ``d -> s`` are removed with
             ``exclude_seed_edges``; ``"auto"`` (default) = PyG's ``rev_`` relation when the
             graph has one, ``None`` = none, or an edge type from ``D`` to ``S``.

@@ -48,7 +48,6 @@ from ..errors import SamplingInputError
 from ..graph.permute import feistel, feistel_keys
 from ..sampling.batch import MiniBatch
 from ..sampling.sampler import (
-    HeteroSampleRequest,
     SampleRequest,
     check_fanouts,
     check_input_nodes,
@@ -428,26 +427,20 @@ class DistNeighborLoader(EpochCursor):
     def request(self, g: int, pos: np.ndarray, epoch: int | None = None) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         seeds = self.input_nodes.ids(pos)
-        if self._typed:  # per-type ids, translated by the typed sampler every round
-            t = self._time.get("input_time")
-            return HeteroSampleRequest(self.input_type, seeds, self.num_neighbors,
-                                       request_key(self.seed, self.epoch if epoch is None
-                                                   else epoch, g),
-                                       self.replace, input_id=pos,
-                                       input_time=None if t is None else t[pos],
-                                       time_attr=self._time.get("time_attr"),
-                                       temporal_strategy=self._time.get("temporal_strategy",
-                                                                        "uniform"),
-                                       disjoint=self._time.get("disjoint"))
         if self._new_nodes is not None:
             new = self._new_nodes[pos]
-        elif self.split == "owner":  # this rank's own seeds: translated in its own ids
+        elif self.split == "owner" and not self._typed:  # own seeds: translated in own ids
             new = self._ids.to_new_local(seeds)
-        else:
+        else:  # a typed part's per-type ids are translated by its sampler every round
             new = None
-        epoch = self.epoch if epoch is None else epoch
-        return SampleRequest(seeds, self.num_neighbors, request_key(self.seed, epoch, g),
-                             self.replace, input_id=pos, edge_ids=self.edge_ids, new_seeds=new)
+        t = self._time.get("input_time")
+        return SampleRequest(
+            seeds, self.num_neighbors, request_key(self.seed, self.epoch if epoch is None
+                                                   else epoch, g), self.replace,
+            input_id=pos, edge_ids=self.edge_ids, new_seeds=new, input_type=self.input_type,
+            input_time=None if t is None else t[pos], time_attr=self._time.get("time_attr"),
+            temporal_strategy=self._time.get("temporal_strategy", "uniform"),
+            disjoint=self._time.get("disjoint"))
 
     def _num_seeds(self) -> int:
         return len(self.input_nodes)

@@ -31,7 +31,7 @@ batch is bit-identical for any world size, partitioning and merge pattern:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from ..ops.negative import (
     sample_negatives,
 )
 from .batch import EdgeType, LinkMiniBatch, MiniBatch
-from .sampler import HeteroSampleRequest, SampleRequest, request_key
+from .sampler import SampleRequest, request_key
 
 __all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "finish_link_batch",
            "max_degrees", "reverse_relation", "tree_node_bound", "tree_request",
@@ -56,7 +56,7 @@ __all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "fin
 class LinkPlan:
     """What a link batch needs after sampling: the request and how to read its result."""
 
-    request: SampleRequest | HeteroSampleRequest
+    request: SampleRequest
     pos: np.ndarray  # positions of the positives in edge_label_index
     src_local: np.ndarray  # local id (in n_id[S]) of every source: positives', then negatives'
     dst_local: np.ndarray  # local id (in n_id[D]) of every destination, in the same order
@@ -79,9 +79,9 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
                        batch_columns: bool = False) -> LinkPlan:
     """Draw the negatives of global batch ``g`` and form its node request (step 1).
 
-    ``edge_type`` names the relation of a typed graph (``None``: a one-type graph, whose request
-    is a :class:`SampleRequest`; ``edge_ids=False`` leaves its ``e_id`` empty, typed requests
-    always carry them); ``num_nodes`` is the node count, or for a relation
+    ``edge_type`` names the relation of a typed graph (``None``: a homogeneous part's graph);
+    ``edge_ids=False`` leaves the batch's ``e_id`` empty; ``num_nodes`` is the node count, or
+    for a relation
     ``(source count, destination count)``. With ``reject_known``, ``known(src ids, dst ids)``
     (per-type ids; in a distributed loader a collective exchange to the destinations' owners,
     ``more`` its agreement) tells which candidates are edges; a rejected destination is drawn
@@ -130,7 +130,8 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
     label = None if edge_label is None else edge_label[cols]
     if disjoint:
         return _disjoint_plan(edge_type, srcs, dsts, pos, cols, key, num_neighbors, replace,
-                              label, neg, edge_label_time, time_attr, temporal_strategy)
+                              label, neg, edge_label_time, time_attr, temporal_strategy,
+                              edge_ids)
     two = edge_type is not None and edge_type[0] != edge_type[2]
     if two:
         s_seeds, s_loc = np.unique(srcs, return_inverse=True)
@@ -138,13 +139,9 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
     else:  # one node type: sources and destinations are one seed list
         s_seeds, inv = np.unique(np.concatenate([srcs, dsts]), return_inverse=True)
         s_loc, d_loc = inv[:srcs.size], inv[srcs.size:]
-    if edge_type is None:
-        request = SampleRequest(s_seeds, num_neighbors, key, replace, input_id=pos,
-                                edge_ids=edge_ids)
-    else:
-        request = HeteroSampleRequest(edge_type[0], s_seeds, num_neighbors, key, replace,
-                                      input_id=pos,
-                                      other_seeds={edge_type[2]: d_seeds} if two else None)
+    request = SampleRequest(s_seeds, num_neighbors, key, replace, input_id=pos,
+                            edge_ids=edge_ids, other_seeds={edge_type[2]: d_seeds} if two else None,
+                            input_type=None if edge_type is None else edge_type[0])
     return LinkPlan(request, pos, s_loc.astype(np.int64).ravel(),
                     d_loc.astype(np.int64).ravel(), label, neg, edge_type)
 
@@ -153,7 +150,7 @@ def _disjoint_plan(edge_type: EdgeType | None, srcs: np.ndarray, dsts: np.ndarra
                    pos: np.ndarray, cols: np.ndarray, key: int, num_neighbors, replace: bool,
                    label: np.ndarray | None, neg: NegativeSampling | None,
                    edge_label_time: np.ndarray | None, time_attr: str | None,
-                   temporal_strategy: str) -> LinkPlan:
+                   temporal_strategy: str, edge_ids: bool) -> LinkPlan:
     """The request of a disjoint (or temporal) link batch: one tree per endpoint, each bounded
     by its positive's time; local ids are positions (each seed is first in its own tree)."""
     if edge_type is None:
@@ -170,10 +167,10 @@ def _disjoint_plan(edge_type: EdgeType | None, srcs: np.ndarray, dsts: np.ndarra
     n_trees = srcs.size + dsts.size
     times = None if t_pos is None else np.tile(t_pos, n_trees // max(P, 1))
     seeds = srcs if two else np.concatenate([srcs, dsts])
-    request = HeteroSampleRequest(s_type, seeds, num_neighbors, key, replace, input_id=pos,
-                                  input_time=times, time_attr=time_attr,
-                                  temporal_strategy=temporal_strategy, disjoint=True,
-                                  other_seeds={d_type: dsts} if two else None)
+    request = SampleRequest(seeds, num_neighbors, key, replace, input_id=pos,
+                            edge_ids=edge_ids, input_type=s_type, input_time=times,
+                            time_attr=time_attr, temporal_strategy=temporal_strategy,
+                            disjoint=True, other_seeds={d_type: dsts} if two else None)
     return LinkPlan(request, pos, s_loc, d_loc, label, neg, edge_type, t_pos, P)
 
 
@@ -224,7 +221,7 @@ def tree_node_bound(graph, num_neighbors, root_types: Sequence[str],
     return int(min(best, 2**62))
 
 
-def tree_request(plan: LinkPlan, lo: int, hi: int) -> HeteroSampleRequest:
+def tree_request(plan: LinkPlan, lo: int, hi: int) -> SampleRequest:
     """The request of trees ``lo .. hi - 1`` of a disjoint ``plan`` (trees numbered in its seed
     order: sources, then destinations of another type): the same key and times, so each tree
     equals its tree in ``plan.request`` (draws are keyed on the node, not on the tree)."""
@@ -239,10 +236,8 @@ def tree_request(plan: LinkPlan, lo: int, hi: int) -> HeteroSampleRequest:
         raise SamplingInputError(f"trees {lo}..{hi - 1} of a batch of {off} trees", "",
                                  "ask for trees the batch has")
     times = None if req.input_time is None else req.input_time[lo:hi]
-    return HeteroSampleRequest(groups[0][0], groups[0][1], req.num_neighbors, req.key,
-                               req.replace, input_id=req.input_id, input_time=times,
-                               time_attr=req.time_attr, temporal_strategy=req.temporal_strategy,
-                               disjoint=True, other_seeds=dict(groups[1:]) or None)
+    return replace(req, input_type=groups[0][0], seeds=groups[0][1], input_time=times,
+                   other_seeds=dict(groups[1:]) or None)
 
 
 def _drop_pairs(edges: dict, eids: dict, n_edges: dict, et, row_nid: np.ndarray,
