@@ -354,12 +354,15 @@ def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type
                      exclude_reverse_edges: bool = False):
     """``(edge type, [2, E] int64 seed edges, (source count, destination count), reverse
     relation, num_neighbors)`` of a link loader on a typed part, checked: ``edge_label_index``
-    is PyG's ``(edge type, [2, E] per-type ids)``, ids in their types' ranges."""
+    is PyG's ``(edge type, [2, E] per-type ids)`` (a graph of one relation: the ``[2, E]`` ids
+    alone, and ``exclude_reverse_edges`` its own reverses), ids in their types' ranges."""
     from .sampler import check_fanouts, fanout_table
 
     tp = sampler.tp
     ets = list(tp.edge_types)
     what = "the loader cannot be built; every rank raises this before sampling"
+    if len(ets) == 1 and not isinstance(edge_label_index, tuple):  # one type: plain ids
+        edge_label_index = (ets[0], edge_label_index)
     if not (isinstance(edge_label_index, tuple) and len(edge_label_index) == 2):
         raise SamplingInputError(
             f"edge_label_index is a {type(edge_label_index).__name__}, not an (edge type, "
@@ -388,11 +391,11 @@ def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type
             raise SamplingInputError(f"edge_label_index of {et} holds {name} id {bad}, out of "
                                      f"range for {n} {name} nodes", what,
                                      f"pass {name} ids in [0, {n}) in row {row}")
-    if exclude_reverse_edges:
-        raise SamplingInputError("exclude_reverse_edges is for homogeneous graphs",
+    if exclude_reverse_edges and len(ets) > 1:
+        raise SamplingInputError("exclude_reverse_edges is for homogeneous graphs (one relation)",
                                  "on a typed graph the reverses live in their own relation",
                                  "pass reverse_edge_type (default 'auto': PyG's rev_ naming)")
-    rev = reverse_relation(et, ets, reverse_edge_type)
+    rev = reverse_relation(et, ets, et if exclude_reverse_edges else reverse_edge_type)
     fanout_table(sampler.graph, num_neighbors)
     fanouts = num_neighbors if isinstance(num_neighbors, Mapping) else \
         check_fanouts(num_neighbors)
