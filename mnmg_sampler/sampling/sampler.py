@@ -652,14 +652,30 @@ def renumbered_ids(arr: np.ndarray, node_ids: np.ndarray, name: str, what: str) 
     return pos.astype(np.int64)
 
 
-def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key: int = 0,
-           replace: bool = False, weights: np.ndarray | None = None) -> MiniBatch:
-    """Sample one minibatch from ``graph`` in this process (convenience wrapper); ``weights``
-    (one per CSR entry) samples neighbors with probability proportional to weight.
+def sample(graph: CSRGraph | TypedGraph, seeds, fanouts, *, seed: int = 0, key: int = 0,
+           replace: bool = False, weights: np.ndarray | None = None,
+           disjoint: bool | None = None, time_attr: str | None = None, input_time=None,
+           temporal_strategy: str = "uniform") -> MiniBatch:
+    """Sample one minibatch from ``graph`` in this process (convenience wrapper).
 
-    ``seeds`` are node ids (original ids for a renumbered graph; ``n_id`` shows original ids
-    too) or a bool mask of length ``num_nodes`` whose ``True`` positions are the seeds, as in
-    PyG; a mask of another length is refused (:func:`check_input_nodes`)."""
+    A :class:`CSRGraph`: ``seeds`` are node ids (original ids for a renumbered graph; ``n_id``
+    shows original ids too) or a bool mask of length ``num_nodes`` whose ``True`` positions are
+    the seeds, as in PyG (:func:`check_input_nodes`); ``weights`` (one per CSR entry) samples
+    neighbors with probability proportional to weight. A :class:`TypedGraph`: ``seeds`` is
+    PyG's ``(node type, ids)`` (plain ids for a graph of one type), ``fanouts`` a list (every
+    relation) or a dict per edge type, and ``disjoint``, ``time_attr``, ``input_time`` and
+    ``temporal_strategy`` are PyG's (docs/temporal.md)."""
+    if isinstance(graph, TypedGraph):
+        if len(graph.node_types) == 1 and not isinstance(seeds, tuple):
+            seeds = (graph.node_types[0], seeds)
+        if not (isinstance(seeds, tuple) and len(seeds) == 2 and isinstance(seeds[0], str)):
+            raise SamplingInputError(f"input_nodes is {type(seeds).__name__}, not a "
+                                     "(node type, ids) pair", "the seeds' type is unknown",
+                                     "pass input_nodes=('paper', ids), as PyG's NeighborLoader")
+        sampler = HeteroSampler(graph, seed, disjoint=disjoint, time_attr=time_attr,
+                                temporal_strategy=temporal_strategy)
+        return sampler.sample([SampleRequest(seeds[1], fanouts, key, replace,
+                                             input_type=seeds[0], input_time=input_time)])[0]
     ids = check_input_nodes(seeds, graph.num_nodes, node_ids=graph.node_ids, name="seeds",
                             what="no minibatch can be sampled")
     if weights is not None:
@@ -668,27 +684,11 @@ def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key
         hop_fn = local_weighted_hop_fn(graph, weights, seed)
     else:
         hop_fn = local_hop_fn(graph, seed)
-    s = MultiHopSampler(hop_fn, graph.num_nodes)
-    batch = s.sample([SampleRequest(ids, fanouts, key, replace)])[0]
+    batch = MultiHopSampler(hop_fn, graph.num_nodes).sample(
+        [SampleRequest(ids, fanouts, key, replace)])[0]
     if graph.node_ids is not None:
         batch.n_id = torch.from_numpy(graph.original_ids(batch.n_id.numpy()))
     return batch
 
 
-def sample_hetero(graph: TypedGraph, input_nodes: tuple[str, object], num_neighbors, *,
-                  seed: int = 0, key: int = 0, replace: bool = False,
-                  disjoint: bool | None = None, time_attr: str | None = None,
-                  input_time=None, temporal_strategy: str = "uniform") -> MiniBatch:
-    """Sample one minibatch of ``graph`` in this process: ``input_nodes=(type, ids)``,
-    ``num_neighbors`` a list (every relation) or a dict per edge type (PyG's); ``disjoint``,
-    ``time_attr``, ``input_time`` and ``temporal_strategy`` as PyG's (docs/temporal.md)."""
-    if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
-            and isinstance(input_nodes[0], str)):
-        raise SamplingInputError(f"input_nodes is {type(input_nodes).__name__}, not a "
-                                 "(node type, ids) pair", "the seeds' type is unknown",
-                                 "pass input_nodes=('paper', ids), as PyG's NeighborLoader")
-    t, ids = input_nodes
-    sampler = HeteroSampler(graph, seed, disjoint=disjoint, time_attr=time_attr,
-                            temporal_strategy=temporal_strategy)
-    return sampler.sample([HeteroSampleRequest(t, ids, num_neighbors, key, replace,
-                                               input_time=input_time)])[0]
+sample_hetero = sample  # the typed graphs' name: (graph, (node type, ids), num_neighbors, ...)
