@@ -29,26 +29,17 @@ from ..sampling.link import (
     build_link_request,
     finish_link_batch,
     max_degrees,
+    seed_edge_array,
     tree_node_bound,
     tree_request,
     typed_link_input,
 )
-from ..sampling.sampler import check_fanouts, renumbered_ids
+from ..sampling.sampler import check_fanouts
 from ..sampling.temporal import link_time_options
 from .epoch_cursor import EpochCursor
 from .neighbor import batch_positions, check_batching, num_global_batches
 
 __all__ = ["LinkMiniBatch", "DistLinkNeighborLoader", "TreeChunk"]
-
-
-def _as_numpy(a, what: str, dtype) -> np.ndarray:
-    if torch.is_tensor(a):
-        a = a.detach().cpu().numpy()
-    try:
-        return np.ascontiguousarray(np.asarray(a), dtype=dtype)
-    except (TypeError, ValueError) as e:
-        raise SamplingInputError(f"{what} cannot be read as {np.dtype(dtype).name} ({e})",
-                                 "the loader cannot be built", f"pass {what} as a tensor") from e
 
 
 @dataclass
@@ -249,20 +240,9 @@ class DistLinkNeighborLoader(EpochCursor):
             raise SamplingInputError("reverse_edge_type was given for a homogeneous graph",
                                      "it names a relation of a typed graph",
                                      "use exclude_reverse_edges=True for reverses")
-        eli = _as_numpy(edge_label_index, "edge_label_index", np.int64)
-        if eli.ndim != 2 or eli.shape[0] != 2:
-            raise SamplingInputError(f"edge_label_index has shape {list(eli.shape)}",
-                                     "seed edges are columns (src, dst)", "pass a [2, E] array")
-        node_ids = getattr(self.service, "node_ids", None)
-        if node_ids is not None and eli.size:  # a renumbered graph: the input's own ids
-            eli = renumbered_ids(eli.ravel(), node_ids, "edge_label_index",
-                                 "its edges cannot be sampled").reshape(2, -1)
-        elif eli.size and (int(eli.min()) < 0 or int(eli.max()) >= self.num_nodes):
-            bad = int(eli.min()) if int(eli.min()) < 0 else int(eli.max())
-            raise SamplingInputError(f"edge_label_index holds node id {bad}, out of range for "
-                                     f"{self.num_nodes} nodes", "its edges cannot be sampled",
-                                     f"pass original node ids in [0, {self.num_nodes})")
-        return eli
+        n = self.num_nodes
+        return seed_edge_array(edge_label_index, (n, n),
+                               node_ids=getattr(self.service, "node_ids", None))
 
     @staticmethod
     def _labels(edge_label, eli: np.ndarray, neg: NegativeSampling | None) -> np.ndarray | None:

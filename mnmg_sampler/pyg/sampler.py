@@ -29,6 +29,12 @@ from torch_geometric.sampler import (
 
 from ..errors import SamplingInputError
 from ..ops.rng import request_key
+from ..sampling.link import (
+    build_link_request,
+    finish_link_batch,
+    seed_edge_array,
+    typed_link_input,
+)
 from ..sampling.sampler import SampleRequest, check_fanouts
 from ..sampling.temporal import input_times
 from .stores import PartitionFeatureStore, PartitionGraphStore, flat_type, typed_part
@@ -175,8 +181,6 @@ class ServiceSampler(BaseSampler):
 
     def sample_from_edges(self, index: EdgeSamplerInput,
                           neg_sampling=None) -> SamplerOutput | HeteroSamplerOutput:
-        from ..sampling.link import build_link_request, finish_link_batch, typed_link_input
-
         tp = self.service.sampler.tp
         neg = _negatives(neg_sampling)
         time = self._times(index.time, "edge_label_time")
@@ -184,10 +188,12 @@ class ServiceSampler(BaseSampler):
             raise SamplingInputError("LinkLoader has no edge_label_time, but time_attr is set",
                                      "its seed edges have no time; this rank sends no request",
                                      "pass edge_label_time to LinkLoader, as to PyG's")
-        eli = torch.stack([index.row, index.col]).numpy().astype(np.int64)
+        eli = torch.stack([index.row, index.col])
         et, counts = None, int(self.service.num_nodes)
         try:
-            if tp is not None:  # a homogeneous part's ids are checked by its sampler
+            if tp is None:
+                eli = seed_edge_array(eli, (counts, counts))
+            else:
                 et, eli, counts, _, _ = typed_link_input(
                     self.service.sampler, (tp.edge_types[0] if self.flat else index.input_type,
                                            eli), self.num_neighbors, reverse_edge_type=None)

@@ -48,8 +48,8 @@ from .batch import EdgeType, LinkMiniBatch, MiniBatch
 from .sampler import SampleRequest, request_key
 
 __all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "finish_link_batch",
-           "max_degrees", "reverse_relation", "tree_node_bound", "tree_request",
-           "typed_link_input"]
+           "max_degrees", "reverse_relation", "seed_edge_array", "tree_node_bound",
+           "tree_request", "typed_link_input"]
 
 
 @dataclass
@@ -350,6 +350,35 @@ def reverse_relation(edge_type: EdgeType, edge_types: Sequence[EdgeType],
     return rev
 
 
+def seed_edge_array(index, counts: tuple[int, int], names=(None, None),
+                    what: str = "edge_label_index", node_ids=None) -> np.ndarray:
+    """Seed edges ``index`` as a ``[2, E]`` int64 array, checked: integers, row ``i``'s ids in
+    ``[0, counts[i])`` (of type ``names[i]``), or with ``node_ids`` (a renumbered graph's
+    original ids, ascending) original ids, translated."""
+    if torch.is_tensor(index):
+        index = index.detach().cpu().numpy()
+    index = np.asarray(index)
+    consequence = "the loader cannot be built; every rank raises this before sampling"
+    if index.ndim != 2 or index.shape[0] != 2 or (index.size and not np.issubdtype(
+            index.dtype, np.integer)):
+        raise SamplingInputError(f"{what} has shape {list(index.shape)} and dtype "
+                                 f"{index.dtype}", "seed edges are columns (src, dst)",
+                                 "pass a [2, E] integer array")
+    eli = np.ascontiguousarray(index, np.int64)
+    if node_ids is not None:
+        from .sampler import renumbered_ids
+
+        return renumbered_ids(eli.ravel(), node_ids, what, consequence).reshape(2, -1)
+    for row, (n, name) in enumerate(zip(counts, names, strict=True)):
+        ids = eli[row]
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            t = f"{name} " if name else ""
+            raise SamplingInputError(f"{what} holds {t}id {bad}, out of range for {n} {t}nodes",
+                                     consequence, f"pass {t}ids in [0, {n}) in row {row}")
+    return eli
+
+
 def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type="auto",
                      exclude_reverse_edges: bool = False):
     """``(edge type, [2, E] int64 seed edges, (source count, destination count), reverse
@@ -370,27 +399,9 @@ def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type
             f"pass edge_label_index=(edge_type, index) with edge_type one of {ets}, as PyG's "
             "LinkNeighborLoader on HeteroData")
     et = _edge_type(edge_label_index[0], "edge_label_index", ets)
-    index = edge_label_index[1]
-    if torch.is_tensor(index):
-        index = index.detach().cpu().numpy()
-    index = np.asarray(index)
-    if index.ndim != 2 or index.shape[0] != 2 or (index.size and not np.issubdtype(
-            index.dtype, np.integer)):
-        raise SamplingInputError(f"edge_label_index of {et} has shape {list(index.shape)} and "
-                                 f"dtype {index.dtype}", "seed edges are columns (src, dst)",
-                                 "pass a [2, E] integer array of per-type ids")
-    eli = np.ascontiguousarray(index, np.int64)
-    counts = []
-    for row, name in ((0, et[0]), (1, et[2])):
-        t = tp.node_types.index(name)
-        n = int(tp.node_type_offset[t + 1] - tp.node_type_offset[t])
-        counts.append(n)
-        ids = eli[row]
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
-            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            raise SamplingInputError(f"edge_label_index of {et} holds {name} id {bad}, out of "
-                                     f"range for {n} {name} nodes", what,
-                                     f"pass {name} ids in [0, {n}) in row {row}")
+    counts = tuple(int(np.diff(tp.node_type_offset)[tp.node_types.index(t)])
+                   for t in (et[0], et[2]))
+    eli = seed_edge_array(edge_label_index[1], counts, (et[0], et[2]), f"edge_label_index of {et}")
     if exclude_reverse_edges and len(ets) > 1:
         raise SamplingInputError("exclude_reverse_edges is for homogeneous graphs (one relation)",
                                  "on a typed graph the reverses live in their own relation",
@@ -399,4 +410,4 @@ def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type
     fanout_table(sampler.graph, num_neighbors)
     fanouts = num_neighbors if isinstance(num_neighbors, Mapping) else \
         check_fanouts(num_neighbors)
-    return et, eli, (counts[0], counts[1]), rev, fanouts
+    return et, eli, counts, rev, fanouts
