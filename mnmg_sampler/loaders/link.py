@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..distributed.collective import agree
 from ..errors import SamplingInputError
 from ..sampling.batch import LinkMiniBatch
 from ..sampling.link import (
@@ -87,13 +88,13 @@ class DistLinkNeighborLoader(EpochCursor):
         part: this rank's partition; needed for ``reject_known`` (membership is asked of the
             rank owning each candidate's destination).
         membership_group: process group of the membership exchange; default a new group made
-            here (then the constructor is collective: every rank builds its loader together).
+            here.
         seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
             (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
         reverse_edge_type: typed graphs: the relation whose edges ``d -> s`` are removed with
             ``exclude_seed_edges``; ``"auto"`` (default) = PyG's ``rev_`` relation when the
             graph has one, ``None`` = none, or an edge type from ``D`` to ``S``.
-        edge_label_time, time_attr, temporal_strategy, disjoint: typed graphs, PyG's
+        edge_label_time, time_attr, temporal_strategy, disjoint: parts with time, PyG's
             temporal link sampling (``docs/temporal.md``): ``edge_label_time`` one int time
             per seed edge (required with ``time_attr``); every endpoint of a seed edge and of
             its negatives grows a tree bounded by that edge's time; on a graph with node time
@@ -101,14 +102,14 @@ class DistLinkNeighborLoader(EpochCursor):
             uniform over them). Temporal sampling is disjoint; ``disjoint=True`` alone gives
             the trees without time.
 
-    On a typed part (``docs/hetero.md``), ``edge_label_index`` is PyG's
-    ``(edge_type, [2, E] per-type ids)``, ``num_neighbors`` a list (every relation) or a dict
-    per edge type, and negatives are drawn on the relation's types (binary: a random source of
-    type ``S`` and destination of type ``D``; triplet: destinations of type ``D``); construction
-    is collective on the default group (a bad argument on any rank raises on every rank),
-    ``reject_known`` asks the destination's owner about the target relation only, and
-    ``exclude_reverse_edges`` is refused. Each item is then a
-    :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`.
+    Construction is collective on the default group: every rank builds its loader together,
+    and a bad argument on any rank raises on every rank. On a typed part (``docs/hetero.md``),
+    ``edge_label_index`` is PyG's ``(edge_type, [2, E] per-type ids)`` (a part of one relation,
+    such as a ``Data`` with time, takes the ``[2, E]`` ids alone), ``num_neighbors`` a list
+    (every relation) or a dict per edge type, and negatives are drawn on the relation's types
+    (binary: a random source of type ``S`` and destination of type ``D``; triplet:
+    destinations of type ``D``); ``reject_known`` asks the destination's owner about the
+    target relation only, and ``exclude_reverse_edges`` is refused with several relations.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,
@@ -179,15 +180,10 @@ class DistLinkNeighborLoader(EpochCursor):
                                          "pass part=load_partition(dir, rank)")
             return eli, label, neg, fanouts
 
-        # typed: collective on the default group, as DistNeighborLoader's, so a bad input on
-        # any rank raises on every rank before any sampling round
-        if typed is not None:
-            from ..distributed.collective import agree
-
-            checked = agree(check, step="DistLinkNeighborLoader's argument checks")
-        else:
-            checked = check()
-        self.edge_label_index, self.edge_label, self.neg, self.num_neighbors = checked
+        # collective on the default group, as DistNeighborLoader's, so a bad input on any rank
+        # raises on every rank before any sampling round
+        self.edge_label_index, self.edge_label, self.neg, self.num_neighbors = agree(
+            check, step="DistLinkNeighborLoader's argument checks")
         if self.neg is not None and self._time.get("time_attr") is not None:
             self._negatives_by_time(service)
         reject = self.neg is not None and self.neg.reject_known
@@ -215,7 +211,6 @@ class DistLinkNeighborLoader(EpochCursor):
         positive's time. Collective on the default group when the graph has node time (the same
         on every rank); a seed edge earlier than every node of a drawn type is a
         :class:`SamplingInputError` on every rank."""
-        from ..distributed.collective import agree
         from ..ops.negative import AdmissibleNodes
 
         sampler = service.sampler
