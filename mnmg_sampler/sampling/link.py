@@ -128,12 +128,24 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
             srcs = srcs if neg_src is None else np.concatenate([src, neg_src.ravel()])
         dsts = np.concatenate([dst, negs.ravel()])
     label = None if edge_label is None else edge_label[cols]
-    if disjoint:
-        return _disjoint_plan(edge_type, srcs, dsts, pos, cols, key, num_neighbors, replace,
-                              label, neg, edge_label_time, time_attr, temporal_strategy,
-                              edge_ids)
+    if disjoint and edge_type is None:
+        raise SamplingInputError("disjoint link batches of a one-type graph given as a CSR",
+                                 "its sampler grows no trees",
+                                 "read the graph as a typed graph of one type "
+                                 "(load_temporal_graph, docs/temporal.md)")
     two = edge_type is not None and edge_type[0] != edge_type[2]
-    if two:
+    t_pos, trees = None, {}
+    if disjoint:  # one tree per endpoint, bounded by its positive's time; local ids: positions
+        s_seeds = srcs if two else np.concatenate([srcs, dsts])
+        d_seeds = dsts
+        s_loc = np.arange(srcs.size, dtype=np.int64)
+        d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
+        t_pos = None if edge_label_time is None else edge_label_time[cols]
+        trees = {"input_time": None if t_pos is None else np.tile(
+                     t_pos, (srcs.size + dsts.size) // max(pos.size, 1)),
+                 "time_attr": time_attr, "temporal_strategy": temporal_strategy,
+                 "disjoint": True}
+    elif two:
         s_seeds, s_loc = np.unique(srcs, return_inverse=True)
         d_seeds, d_loc = np.unique(dsts, return_inverse=True)
     else:  # one node type: sources and destinations are one seed list
@@ -141,37 +153,10 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
         s_loc, d_loc = inv[:srcs.size], inv[srcs.size:]
     request = SampleRequest(s_seeds, num_neighbors, key, replace, input_id=pos,
                             edge_ids=edge_ids, other_seeds={edge_type[2]: d_seeds} if two else None,
-                            input_type=None if edge_type is None else edge_type[0])
+                            input_type=None if edge_type is None else edge_type[0], **trees)
     return LinkPlan(request, pos, s_loc.astype(np.int64).ravel(),
-                    d_loc.astype(np.int64).ravel(), label, neg, edge_type)
-
-
-def _disjoint_plan(edge_type: EdgeType | None, srcs: np.ndarray, dsts: np.ndarray,
-                   pos: np.ndarray, cols: np.ndarray, key: int, num_neighbors, replace: bool,
-                   label: np.ndarray | None, neg: NegativeSampling | None,
-                   edge_label_time: np.ndarray | None, time_attr: str | None,
-                   temporal_strategy: str, edge_ids: bool) -> LinkPlan:
-    """The request of a disjoint (or temporal) link batch: one tree per endpoint, each bounded
-    by its positive's time; local ids are positions (each seed is first in its own tree)."""
-    if edge_type is None:
-        raise SamplingInputError("disjoint link batches of a one-type graph given as a CSR",
-                                 "its sampler grows no trees",
-                                 "read the graph as a typed graph of one type "
-                                 "(load_temporal_graph, docs/temporal.md)")
-    s_type, _, d_type = edge_type
-    P = pos.size
-    two = s_type != d_type
-    s_loc = np.arange(srcs.size, dtype=np.int64)
-    d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
-    t_pos = None if edge_label_time is None else edge_label_time[cols]
-    n_trees = srcs.size + dsts.size
-    times = None if t_pos is None else np.tile(t_pos, n_trees // max(P, 1))
-    seeds = srcs if two else np.concatenate([srcs, dsts])
-    request = SampleRequest(seeds, num_neighbors, key, replace, input_id=pos,
-                            edge_ids=edge_ids, input_type=s_type, input_time=times,
-                            time_attr=time_attr, temporal_strategy=temporal_strategy,
-                            disjoint=True, other_seeds={d_type: dsts} if two else None)
-    return LinkPlan(request, pos, s_loc, d_loc, label, neg, edge_type, t_pos, P)
+                    d_loc.astype(np.int64).ravel(), label, neg, edge_type, t_pos,
+                    pos.size if disjoint else 0)
 
 
 def max_degrees(graph) -> np.ndarray:
