@@ -81,15 +81,13 @@ class PartitionFeatureStore(FeatureStore):
         tp = typed_part(service)
         self.flat = flat_type(tp)
         self.typed = None if self.flat else tp
-        if tp is None:  # one group, None: shapes and count of the homogeneous graph
-            part = service.sampler.part
-            self._shapes = {(None, k): getattr(part, k).shape[1:] for k in _ATTRS
-                            if getattr(part, k) is not None}
-            self._counts = {None: int(service.num_nodes)}
-        else:  # every part holds every type's files (maybe of 0 rows): the same on every rank
-            self._shapes = {(None if self.flat else t, k): getattr(tp, k)[t].shape[1:]
-                            for t in tp.node_types for k in _ATTRS if t in getattr(tp, k)}
-            self._counts = {None if self.flat else t: type_count(tp, t) for t in tp.node_types}
+        # every part holds every type's files (maybe of 0 rows): the same on every rank; one
+        # type is group None (a homogeneous part is its one type)
+        lay = service.sampler.part.layout
+        group = {t: (t if self.typed is not None else None) for t in lay.node_types}
+        self._shapes = {(group[t], k): getattr(lay, k)[t].shape[1:]
+                        for t in lay.node_types for k in _ATTRS if t in getattr(lay, k)}
+        self._counts = {group[t]: type_count(lay, t) for t in lay.node_types}
         # a typed part's sampler fetches its rows, a homogeneous part's service
         self._fetches_rows = (service.features is not None if tp is None
                               else service.sampler.type_rows is not None)
