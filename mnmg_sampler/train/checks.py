@@ -64,7 +64,6 @@ _HOMOGENEOUS_ONLY = (
     ("dataset.undirected", lambda c: c.dataset.undirected is True),
     ("dataset.renumber", lambda c: c.dataset.renumber is True),
     ("sampler.weights", lambda c: c.sampler.weights is not None),
-    ("model.use_pyg", lambda c: c.model.use_pyg),
 )
 
 

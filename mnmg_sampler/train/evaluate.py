@@ -22,8 +22,9 @@ import torch.distributed as dist
 
 from ..distributed.collective import Exchanger, backend_device
 from ..errors import MemoryBudgetError
+from ..graph.typed import EDGE_TYPE
 from ..loaders.seeds import SeedSet
-from .model import GraphSAGE, inference_layer
+from .model import GraphSAGE, relation_key
 
 __all__ = ["check_budget", "estimate_layerwise_bytes", "estimate_sampled_bytes",
            "layerwise_logits", "evaluate_layerwise"]
@@ -110,7 +111,8 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
     indptr = np.asarray(part.indptr)
     rounds = int(_max_over_ranks(-(-n_local // batch_size), group))
     h = torch.from_numpy(np.array(part.x if x is None else x, dtype=np.float32))  # own rows
-    for i, conv in enumerate(model.convs):
+    for i, layer in enumerate(model.convs):
+        conv = layer[relation_key(EDGE_TYPE)]
         out = torch.empty((n_local, _out_dim(conv)), dtype=torch.float32)
         for r in range(rounds):
             a = min(r * batch_size, n_local)
@@ -122,8 +124,8 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
                 continue
             dst = np.repeat(np.arange(z - a, dtype=np.int64), np.diff(indptr[a:z + 1]))
             ei = torch.from_numpy(np.stack([inv.reshape(-1), dst])).to(device)
-            y = inference_layer(model, i, x_src.to(device), h[a:z].to(device), ei)
-            out[a:z] = y.float().cpu()
+            y = conv((x_src.to(device), h[a:z].to(device)), ei)  # eval mode: no dropout
+            out[a:z] = (torch.relu(y) if i < model.num_layers - 1 else y).float().cpu()
         h = out
     model.train(was_training)
     return h

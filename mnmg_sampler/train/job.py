@@ -52,12 +52,8 @@ log = logging.getLogger(__name__)
 def _logits(model, emb, b, target: str | None, device, train: bool = True
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The seeds' logits and labels (``target``: a typed batch's seed type)."""
-    if target is None:  # one type: the rows are features or learned rows
-        x = b.x.to(device) if emb is None else embed(emb, b, train).to(device)
-        out = model(x, b.edge_index.to(device))[: b.batch_size]
-        return out, b.y[: b.batch_size].to(device)
     out = model(b.x, b.edge_index, embed(emb, b, train))[: b.batch_size]
-    return out, b.y[target][: b.batch_size].to(device)
+    return out, (b.y if target is None else b.y[target])[: b.batch_size].to(device)
 
 
 @torch.no_grad()

@@ -52,19 +52,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 
 from ..config import JobConfig, config_to_dict
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
 from ..graph.unique import sorted_unique
 from .epochs import run_epochs
-from .model import GraphSAGE, LinkModel
+from .model import LinkModel
 from .report import RunReport
 from .setup import (
     Job,
     embed,
-    job_embedding,
     load_dataset,
     load_typed_dataset,
     make_model,
@@ -284,9 +282,7 @@ def _encode(model, emb, b, device, train: bool = True):
     (collective); a disjoint typed batch's trimmed per layer to the rows that reach the seeds
     (every seed a tree root, the only rows the loss reads)."""
     rows = embed(emb, b, train)
-    if not isinstance(b.edge_index, dict):  # one type
-        return model(None if b.x is None else b.x.to(device), b.edge_index.to(device), rows)
-    if b.batch:  # disjoint: every seed is a tree root
+    if b.batch:  # disjoint (a typed batch): every seed is a tree root
         return model(b.x, b.edge_index, rows, b.num_sampled_nodes, b.num_sampled_edges)
     return model(b.x, b.edge_index, rows)
 
@@ -418,21 +414,11 @@ def run_link_job(cfg: JobConfig, typed: bool, resume: bool = False,
 
 
 def _link_model(job: Job, et) -> tuple[LinkModel, object]:
-    """``(model, embedding)`` of :func:`~.setup.make_model` for ``link.decoder``; on a
-    homogeneous graph with learned rows (no features, or ``model.embeddings: all``) the
-    encoder reads them (``id_lin(x) + rows`` with features)."""
-    cfg, m = job.cfg, job.cfg.model
-    if et is not None:
-        encoder, emb = make_model(job, m.hidden, target=(et[0], et[2]))
-        return LinkModel(encoder, m.hidden, cfg.link.decoder, edge_type=et).to(job.device), emb
-    in_dim = int(job.part.x.shape[1]) if job.part.x is not None else 0
-    dim = int(m.embedding_dim or m.hidden) if in_dim == 0 or m.embeddings == "all" else 0
-    torch.manual_seed(cfg.sampler.seed)
-    id_lin = nn.Linear(in_dim, dim) if in_dim and dim else None
-    encoder = GraphSAGE(dim or in_dim, m.hidden, m.hidden, m.layers, dropout=m.dropout,
-                        aggr=m.aggr, use_pyg=m.use_pyg)
-    net = LinkModel(encoder, m.hidden, cfg.link.decoder, id_lin=id_lin).to(job.device)
-    return net, job_embedding(cfg, job.part, None, job.service) if dim else None
+    """``(model, embedding)`` of :func:`~.setup.make_model` (outputs of both endpoint types of
+    a typed graph's relation) with the ``link.decoder``."""
+    m = job.cfg.model
+    encoder, emb = make_model(job, m.hidden, target=None if et is None else (et[0], et[2]))
+    return LinkModel(encoder, m.hidden, job.cfg.link.decoder, edge_type=et).to(job.device), emb
 
 
 def _train(job: Job, et, train_loader, evals: dict, resume: bool,

@@ -37,7 +37,7 @@ from .report import RunReport
 log = logging.getLogger(__name__)
 
 __all__ = ["Job", "dataset_is_typed", "embed", "ensure_partitions", "job_edge_weights",
-           "job_embedding", "job_time_attr", "load_dataset", "load_typed_dataset", "make_model",
+           "job_time_attr", "load_dataset", "load_typed_dataset", "make_model",
            "make_optimizer", "num_neighbors", "resume_point", "split_ids", "start_job",
            "start_rank", "typed_meta", "typed_node_split"]
 
@@ -365,42 +365,33 @@ def make_optimizer(params, o) -> torch.optim.Optimizer:
     return opt_cls[o.name](params, lr=o.lr, weight_decay=o.weight_decay, **kw)
 
 
-def job_embedding(cfg: JobConfig, part, types: list[str] | None, service):
-    """Collective: the job's learned embedding rows
-    (:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``,
-    or ``model.hidden``; updated at ``optimizer.lr``; translating ids with the ``service``'s
-    id maps) of ``types`` of a typed part, every node of a homogeneous one (``None``); ``None``
-    when no type has rows."""
-    if types is not None and not types:
-        return None
-    from ..distributed.embeddings import DistEmbedding
-
-    m = cfg.model
-    return DistEmbedding(part, types, int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
-                         lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
-                         maps=service.sampler.ids)
-
-
 def make_model(job: Job, out_dim: int, target=None):
-    """``(model, embedding)``: the config's GraphSAGE for ``job``'s graph on its device (seeded
-    with ``sampler.seed``: the same initial weights on every rank), with outputs of ``target``
-    on a typed graph (default the input type); and the job's
-    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` rows (``None`` when the model
-    reads none; collective)."""
-    from .model import GraphSAGE, HeteroGraphSAGE
+    """``(model, embedding)``: the config's :class:`~.model.GraphSAGE` for ``job``'s graph on
+    its device (seeded with ``sampler.seed``: the same initial weights on every rank), with
+    outputs of ``target`` on a typed graph (default the input type); and the learned rows of
+    the types it reads rows of (``None`` when none; collective): a
+    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``
+    (null: ``model.hidden``) updated at ``optimizer.lr``, of every node of a homogeneous
+    part."""
+    from ..distributed.embeddings import DistEmbedding
+    from .model import GraphSAGE
 
-    m, part = job.cfg.model, job.part
-    if job.meta is None:
-        emb = job_embedding(job.cfg, part, None, job.service) if part.x is None else None
-        torch.manual_seed(job.cfg.sampler.seed)
-        model = GraphSAGE(int(part.x.shape[1]) if emb is None else emb.dim, m.hidden, out_dim,
-                          m.layers, dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg)
-        return model.to(job.device), emb
-    torch.manual_seed(job.cfg.sampler.seed)
-    model = HeteroGraphSAGE(job.meta.edge_types, job.meta.x_dims, m.hidden, out_dim, m.layers,
-                            target or job.input_type, int(m.embedding_dim or m.hidden),
-                            dropout=m.dropout, aggr=m.aggr, embeddings=m.embeddings)
-    return model.to(job.device), job_embedding(job.cfg, part, model.embedded, job.service)
+    cfg, part, meta = job.cfg, job.part, job.meta
+    m = cfg.model
+    torch.manual_seed(cfg.sampler.seed)
+    in_dim = meta.x_dims if meta is not None else \
+        None if part.x is None else int(part.x.shape[1])
+    model = GraphSAGE(in_dim, m.hidden, out_dim, m.layers, m.dropout, m.aggr, m.use_pyg,
+                      edge_types=None if meta is None else meta.edge_types,
+                      target=target or job.input_type, embedding_dim=m.embedding_dim,
+                      embeddings=m.embeddings)
+    emb = None
+    if model.embedded:
+        emb = DistEmbedding(part, None if meta is None else model.embedded,
+                            int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
+                            lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
+                            maps=job.service.sampler.ids)
+    return model.to(job.device), emb
 
 
 def embed(embedding, b, train: bool = True, uneven: bool = False):
