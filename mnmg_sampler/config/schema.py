@@ -93,7 +93,8 @@ class DatasetConfig:
         _NONNEG_WIDTH)
     split: list[float] = _opt(
         [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split; not used when the "
-        "dataset (or dataset.train_mask) gives a train mask.", _SPLIT)
+        "graph has a train mask (the file's, dataset.train_mask, or a typed graph's of "
+        "sampler.input_type): stored masks win.", _SPLIT)
     split_seed: int = _opt(0, "Seed of the random train/val/test split.", _SEED)
     features: str | None = _opt(
         None, "File of node features, one row per node (.npy, .npz, .pt, .csv); replaces those "

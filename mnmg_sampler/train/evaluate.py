@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from ..distributed.collective import Exchanger, backend_device
 from ..errors import MemoryBudgetError
-from ..graph.typed import EDGE_TYPE
+from ..graph.typed import EDGE_TYPE, NODE_TYPE
 from ..loaders.seeds import SeedSet
 from .model import GraphSAGE, relation_key
 
@@ -102,7 +102,8 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
                      group=None, x: np.ndarray | None = None) -> torch.Tensor:
     """Collective: the model's output rows (CPU float32) of every node this rank owns, from
     every neighbor (exact; no sampling), one layer at a time over batches of ``batch_size``;
-    the input rows are ``x`` (one per owned node: learned embedding rows), else ``part.x``."""
+    the inputs are ``part.x`` and/or learned rows ``x`` (one per owned node), as
+    :meth:`~.model.GraphSAGE.inputs` combines them."""
     was_training = model.training
     model.eval()
     ex = Exchanger(group, torch.device("cpu"))
@@ -110,7 +111,9 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
     lo, n_local = part.start, part.num_local_nodes
     indptr = np.asarray(part.indptr)
     rounds = int(_max_over_ranks(-(-n_local // batch_size), group))
-    h = torch.from_numpy(np.array(part.x if x is None else x, dtype=np.float32))  # own rows
+    x = {} if x is None else {NODE_TYPE: torch.as_tensor(np.asarray(x, np.float32))}
+    feats = {} if part.x is None else {NODE_TYPE: torch.from_numpy(np.array(part.x, np.float32))}
+    h = model.inputs(feats, x, device)[NODE_TYPE].float().cpu()  # own rows: features and/or rows
     for i, layer in enumerate(model.convs):
         conv = layer[relation_key(EDGE_TYPE)]
         out = torch.empty((n_local, _out_dim(conv)), dtype=torch.float32)
@@ -131,14 +134,6 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
     return h
 
 
-def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """``ids[i] in sorted_ids`` for every ``i``."""
-    if sorted_ids.size == 0:
-        return np.zeros(ids.shape, bool)
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
-    return sorted_ids[pos] == ids
-
-
 @torch.no_grad()
 def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray | SeedSet],
                        device: torch.device, batch_size: int, group=None,
@@ -153,7 +148,7 @@ def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray | Se
     acc = torch.zeros((len(splits), 3), dtype=torch.float64, device=backend_device(group))
     for k, ids in enumerate(splits.values()):
         mask = torch.from_numpy(ids.contains(own) if isinstance(ids, SeedSet)
-                                else _member(np.asarray(ids), orig))
+                                else np.isin(orig, np.asarray(ids)))
         out, lab = logits[mask], y[mask]
         acc[k, 0] = float((out.argmax(-1) == lab).sum())
         acc[k, 1] = float(mask.sum())

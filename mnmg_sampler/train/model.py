@@ -345,9 +345,8 @@ def _check_counts(h: Mapping, edge_index: Mapping, nodes: Mapping, edges: Mappin
 
 
 class HeteroGraphSAGE(GraphSAGE):
-    """:class:`GraphSAGE` over a typed graph, with the arguments in the order of earlier
-    versions: ``HeteroGraphSAGE(edge_types, in_dims, hidden, out_dim, layers, target,
-    embedding_dim, dropout=0.5, aggr="mean", embeddings="featureless")`` (the built-in layer).
+    """:class:`GraphSAGE` over a typed graph (the built-in layer), with the arguments in the
+    order of earlier versions.
 
     Example::
 
@@ -355,7 +354,6 @@ class HeteroGraphSAGE(GraphSAGE):
         emb = DistEmbedding(part, model.embedded, 64)
         h = emb.fetch({t: batch.n_id[t].numpy() for t in model.embedded})
         out = model(batch.x, batch.edge_index, h)[: batch.batch_size]
-        loss = F.cross_entropy(out, batch.y["paper"][: batch.batch_size])
     """
 
     def __init__(self, edge_types: Sequence[EdgeType], in_dims: Mapping[str, int], hidden: int,

@@ -1,17 +1,12 @@
 """What a job needs before it trains, for every task and graph: dataset -> partitions -> service.
 
-:func:`start_job` joins the job (:func:`start_rank`), partitions the dataset if
-``partition.dir`` does not hold it (:func:`ensure_partitions`), checks a typed job's config
-against the graph's types and relations (from the manifest, every rank, before the service
-starts), loads this rank's part and starts the sampling service: a :class:`Job`. A homogeneous
-graph is the one-type case; whether the dataset is typed (:func:`dataset_is_typed`) is decided
-once, from the dataset, by the caller. The node job (:mod:`.job`) and the link job
-(:mod:`.link`) import this module and never each other.
-
-A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLASSES]`` or
-``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
-``HeteroData`` (``.pt``), an OGB heterogeneous directory, or a homogeneous file with a time that
-the job samples or splits by (the one-type typed graph).
+:func:`start_job` joins the job (:func:`start_rank`), partitions the dataset unless
+``partition.dir`` holds it (:func:`ensure_partitions`), checks a typed job's config against the
+graph's types and relations (from the manifest, on every rank), loads this rank's part and
+starts the sampling service: a :class:`Job`. Whether the dataset is typed
+(:func:`dataset_is_typed`: a generated typed graph, a saved ``HeteroData``, an OGB
+heterogeneous directory, or a homogeneous file with a time the job samples or splits by) is
+decided once, by the caller; a homogeneous graph is the one-type case.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..config import JobConfig, parse_dataset_name
+from ..config import JobConfig, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import CheckpointError, PartitionError
 from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, load_rows
@@ -38,7 +33,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Job", "dataset_is_typed", "embed", "ensure_partitions", "job_edge_weights",
            "job_time_attr", "load_dataset", "load_typed_dataset", "make_model",
-           "make_optimizer", "num_neighbors", "resume_point", "split_ids", "start_job",
+           "make_optimizer", "num_neighbors", "split_ids", "start_job",
            "start_rank", "typed_meta", "typed_node_split"]
 
 
@@ -58,6 +53,48 @@ class Job:
     """A typed graph's types and relations; ``None`` for a homogeneous graph."""
     input_type: str | None = None
     """A typed node job's seed type (a link job's: the relation's source type)."""
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.service.shutdown()
+
+    def run(self, train_loader, progress: bool, train) -> dict:
+        """``train(report)`` -> ``(final record, console line)`` with the run's
+        :class:`RunReport` over ``train_loader``'s steps; then the service stopped and its
+        counters and the final record reported. Returns the final record."""
+        tr, out = self.cfg.training, self.cfg.output
+        try:
+            steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
+            report = RunReport(self.rank, tr.epochs, steps, tr.log_every, progress,
+                               Path(out.dir) / out.metrics_file)
+            try:
+                final, line = train(report)
+            finally:
+                report.close()
+        finally:
+            self.service.shutdown()
+        report.service(self.service.stats())
+        report.final(final, line)
+        return final
+
+    def start_training(self, net: torch.nn.Module, emb, loader, resume: bool,
+                       report: RunReport, line: str, **start):
+        """``(DDP model, optimizer, first epoch)`` of ``net`` (and ``emb``), resumed from the
+        newest checkpoint on ``--resume`` or a torchrun restart (collective); the run's
+        ``start`` record and console ``line`` reported."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dev = self.device
+        model = DDP(net, device_ids=[dev.index] if dev.type == "cuda" else None)
+        opt = make_optimizer(model.parameters(), self.cfg.optimizer)
+        first_epoch = _resume(self, resume, net, opt, loader, report, emb)
+        report.start(mode="train", **start, world_size=self.world, first_epoch=first_epoch,
+                     config=config_to_dict(self.cfg))
+        report.print(line)
+        report.open_bar(first_epoch)
+        return model, opt, first_epoch
 
     def seeds(self, ids):
         """Seed ids as the loaders take them: ``(input_type, ids)`` on a typed graph."""
@@ -254,21 +291,16 @@ def typed_meta(cfg: JobConfig) -> TypedMeta | None:
 def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False,
                       graph=None, load: dict | None = None) -> Path:
     """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
-    partitioning (collective).
+    partitioning (collective): the manifest records its source
+    (:func:`~..graph.partition_io.make_source`), and a directory of another source (or none) is
+    partitioned again.
 
-    The manifest records what it was made from (:func:`~..graph.partition_io.make_source`); a
-    directory made from another dataset, other load options or other partitioning settings, or
-    by an mnmg-sampler that recorded no source, is partitioned again. A non-empty directory that
-    is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
-    rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
-    the input and writes its own part) unless the job names separate node-data files or edge
-    weights; so does a ``typed`` graph saved as an OGB hetero directory or a ``.pt`` without
-    time (:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`); otherwise (for
-    ``metis``, for other ``typed`` graphs: :func:`load_typed_dataset`, typed parts, and for a
-    ``graph``) rank 0 partitions while the others wait. ``graph`` (a callable, run on rank 0
-    only when partitioning) replaces the dataset's graph, and ``load`` is recorded in the
-    source beside the load options (a link job's training graph and its edge split).
-    """
+    ``random``, ``range`` and ``hash`` run on every rank, each reading 1/W of the input
+    (:mod:`~mnmg_sampler.distributed.ingest`; a typed graph when saved as an OGB hetero
+    directory or a ``.pt`` without time), unless the job names node-data files or edge weights;
+    otherwise rank 0 partitions while the others wait. ``graph`` (a callable, run on rank 0
+    only) replaces the dataset's graph, and ``load`` is recorded in the source (a link job's
+    training graph and its edge split)."""
     from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
 
@@ -287,8 +319,6 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     want["load"].update(load or {})
 
     def needed() -> bool:
-        if rank != 0:
-            return False
         if not (out / MANIFEST).exists():
             return True
         try:
@@ -300,35 +330,26 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
                         "; ".join(stale))
         return bool(stale)
 
-    flag = torch.tensor([1 if agree(needed) else 0], dtype=torch.int64)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
-    if not int(flag.item()):
+    if not _rank0_says(rank, needed):
         return out
     distributed = (graph is None and p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
                    and all(v is None for v in node_files.values()))
-    if distributed and typed:
-        sliced = torch.tensor([int(agree(lambda: rank == 0 and _sliceable_untimed(d.name)))],
-                              dtype=torch.int64)
-        dist.all_reduce(sliced, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
-        if int(sliced.item()):  # a saved typed graph: every rank reads 1/W, as the CLI does
-            from ..distributed.ingest import partition_typed_distributed
-
-            if rank == 0:
-                log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method,
-                         out)
-            partition_typed_distributed(d.name, out, p.method, p.seed, overwrite=True,
-                                        source=want)
-            return out
-    elif distributed:
-        from ..distributed.ingest import partition_distributed
+    if distributed and typed:  # a saved typed graph: every rank reads 1/W, as the CLI does
+        distributed = _rank0_says(rank, lambda: _sliceable_untimed(d.name))
+    if distributed:
+        from ..distributed import ingest
 
         if rank == 0:
             log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method, out)
-        partition_distributed(
-            d.name, out, p.method, p.seed, undirected=d.undirected,
-            drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
-            feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
-            graph_seed=d.seed, overwrite=True, source=want, renumber=d.renumber)
+        if typed:
+            ingest.partition_typed_distributed(d.name, out, p.method, p.seed, overwrite=True,
+                                               source=want)
+        else:
+            ingest.partition_distributed(
+                d.name, out, p.method, p.seed, undirected=d.undirected,
+                drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
+                feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
+                graph_seed=d.seed, overwrite=True, source=want, renumber=d.renumber)
         return out
 
     def build() -> None:
@@ -344,6 +365,14 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
+
+
+def _rank0_says(rank: int, question) -> bool:
+    """Collective: ``question()`` asked on rank 0 (its errors raised on every rank), the answer
+    on every rank."""
+    flag = torch.tensor([int(agree(lambda: rank == 0 and bool(question())))], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def _sliceable_untimed(name: str) -> bool:
@@ -407,27 +436,27 @@ def embed(embedding, b, train: bool = True, uneven: bool = False):
                             for t in embedding.types}, train=train, uneven=uneven)
 
 
-def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: torch.device,
-                 net: torch.nn.Module, opt: torch.optim.Optimizer, loader,
-                 report: RunReport, embedding=None) -> int:
+def _resume(job: Job, resume: bool, net: torch.nn.Module, opt: torch.optim.Optimizer, loader,
+            report: RunReport, embedding=None) -> int:
     """Collective: the first epoch to run, after loading the newest checkpoint into ``net``,
     ``opt``, ``loader`` and ``embedding`` (its rows from every rank's file) on ``--resume`` or
     a torchrun restart (0 when there is none)."""
+    cfg = job.cfg
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if not (resume or restarted):
         return 0
-    found = agree(lambda: load_latest(checkpoint_dir(cfg), device))
+    found = agree(lambda: load_latest(checkpoint_dir(cfg), job.device))
     agree_on_checkpoint(found)
     if found is None:
-        if resume and rank == 0:
+        if resume and job.rank == 0:
             log.warning("--resume: no checkpoint under %s; starting from scratch",
                         checkpoint_dir(cfg))
         return 0
     ckpt, state = found
     agree(lambda: check_model_state(state["model"], net, ckpt))
-    if state.get("world_size") != world:
+    if state.get("world_size") != job.world:
         raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
-                              f"ranks, this job has {world}",
+                              f"ranks, this job has {job.world}",
                               "the loader order would differ", "resume with the same world "
                               "size, or start a fresh output.dir")
     net.load_state_dict(state["model"])
