@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import JobConfig, config_to_dict
+from ..distributed.collective import all_gather_1d
 from .checkpoint import save_checkpoint, save_rows
 from .report import RunReport, epoch_record
 
@@ -113,10 +114,8 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
 def embedding_record(embedding, sent0: int, steps: float) -> dict:
     """Collective: the embedding part of an epoch record (module docstring)."""
     t = embedding.traffic()
-    mine = torch.tensor([t["embedding_rows_local"], t["embedding_bytes_sent"] - sent0],
-                        dtype=torch.float64)
-    every = [torch.zeros(2, dtype=torch.float64) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, mine)
+    every = all_gather_1d(torch.tensor([t["embedding_rows_local"],
+                                        t["embedding_bytes_sent"] - sent0], dtype=torch.float64))
     return {"embedding_rows_local": [int(v[0]) for v in every],
             "embedding_rows_total": t["embedding_rows_total"],
             "embedding_bytes_per_step": float(sum(v[1] for v in every)) / max(steps, 1.0)}

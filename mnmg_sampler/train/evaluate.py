@@ -1,15 +1,12 @@
 """Evaluation within memory: layer-wise full-neighbor inference and memory estimates.
 
-Sampling every neighbor of every hop (``eval_fanouts`` all ``-1``) makes the L-hop frontier of a
-batch reach most of a large graph. Layer-wise inference (the ``inference`` methods of PyG's and
-DGL's GraphSAGE examples) computes the same exact outputs one layer at a time instead: layer
-``i`` runs over every node, in batches of target rows, reading the previous layer's outputs of
-their neighbors. Each rank computes the rows of the nodes it owns; remote neighbor rows come
-from their owners through the all-to-all exchange (counts before payloads, every rank in every
-round). Memory per rank: two layer tables of its own nodes plus one batch's block, O(part).
-
-:func:`check_budget` turns an estimate above ``training.eval_memory_mb`` into
-:class:`~mnmg_sampler.errors.MemoryBudgetError` on every rank, before anything is allocated.
+Sampling every neighbor of every hop reaches most of a large graph from each batch. Layer-wise
+inference (the ``inference`` of PyG's and DGL's GraphSAGE examples) computes the same exact
+outputs one layer at a time: each rank computes its own nodes' rows, in batches, reading the
+previous layer's rows of their neighbors from their owners (all-to-all, every rank every
+round). Memory per rank: two layer tables of its nodes plus one batch's block, O(part). It walks
+a homogeneous part's CSR (one relation). :func:`check_budget` refuses an estimate above
+``training.eval_memory_mb`` on every rank before anything is allocated.
 """
 
 from __future__ import annotations

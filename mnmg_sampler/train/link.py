@@ -33,6 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..config import JobConfig
+from ..distributed.collective import all_gather_1d
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
 from ..graph.unique import sorted_unique
@@ -114,16 +115,7 @@ def rank_metrics(pos: torch.Tensor, neg: torch.Tensor, k: int) -> tuple[float, f
 
 def _gather_scores(t: torch.Tensor) -> np.ndarray:
     """All ranks' 1-D float tensors concatenated in rank order (default group, collective)."""
-    world = dist.get_world_size()
-    n = torch.tensor([t.numel()], dtype=torch.int64)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, n)
-    m = max(int(s) for s in sizes)
-    buf = torch.zeros(m, dtype=torch.float64)
-    buf[:t.numel()] = t.double()
-    got = [torch.zeros(m, dtype=torch.float64) for _ in range(world)]
-    dist.all_gather(got, buf)
-    return torch.cat([g[:int(s)] for g, s in zip(got, sizes, strict=True)]).numpy()
+    return torch.cat(all_gather_1d(t.double())).numpy()
 
 
 def _triplet(h, b, score, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,9 +247,7 @@ def peak_rss_mb() -> list[float]:
     (collective on the default group)."""
     mine = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0],
                         dtype=torch.float64)  # KiB on Linux
-    got = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
-    dist.all_gather(got, mine)
-    return [round(float(g), 1) for g in got]
+    return [round(float(g), 1) for g in all_gather_1d(mine)]
 
 
 def _is_undirected(g: CSRGraph) -> bool:

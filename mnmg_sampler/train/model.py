@@ -12,13 +12,10 @@ names (``lin_l.weight``, ``lin_l.bias``, ``lin_r.weight``), so a checkpoint load
 Each layer runs one such layer per relation ``(src, rel, dst)`` (its own input width per side)
 and sums the results per destination type: PyG's ``to_hetero(GraphSAGE)`` with ``aggr="sum"``,
 which for one relation is PyG's ``GraphSAGE``. Node types without features read learned
-embedding rows (``model.embedded``), which the model does not hold: they come in with the batch
-(``emb``), fetched from their owners by a
-:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` and updated by its sparse optimizer,
-so DDP never sees a table. With ``embeddings="all"`` a featured type's input is
-``lin(x) + emb(n_id)`` (PyG users' learned id embedding). Only what can reach the target type's
-output is built, so every parameter gets a gradient from every batch (DDP needs no
-``find_unused_parameters``).
+embedding rows that come in with the batch (``emb``, from a
+:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding`), so DDP never sees a table; with
+``embeddings="all"`` a featured type's input is ``lin(x) + emb(n_id)``. Only what can reach the
+target type's output is built, so every parameter gets a gradient from every batch.
 
 Trimming (optional, PyG's ``trim_to_layer``): a minibatch's nodes and edges are ordered hop by
 hop, and layer ``i`` of ``L`` only needs the rows of the nodes within ``L - 1 - i`` hops of the

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Job", "dataset_is_typed", "embed", "ensure_partitions", "job_edge_weights",
            "job_time_attr", "load_dataset", "load_typed_dataset", "make_model",
-           "make_optimizer", "num_neighbors", "split_ids", "start_job",
+           "make_optimizer", "node_split", "num_neighbors", "split_ids", "start_job",
            "start_rank", "typed_meta", "typed_node_split"]
 
 
@@ -101,18 +101,8 @@ class Job:
         return ids if self.meta is None else (self.input_type, ids)
 
     def node_split(self) -> dict:
-        """Train/val/test seeds: masks stored with the graph (a file, ``dataset.*_mask``, a
-        typed graph's masks of the input type) win over a random split of the (input type's)
-        nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank."""
-        if self.meta is not None:
-            return typed_node_split(self.pdir, self.input_type, self.cfg)
-        from ..graph.api import split_from_partitions
-
-        # a random split is a seed set over the graph's nodes 0..N-1, taken by the loaders as
-        # is, renumbered or not; stored masks are the input's ids, translated by the loaders
-        d = self.cfg.dataset
-        return split_from_partitions(self.pdir) or split_ids(int(self.part.num_nodes), d.split,
-                                                             d.split_seed)
+        """Train/val/test seeds (:func:`node_split`)."""
+        return node_split(self.pdir, self.input_type, self.cfg)
 
 
 def start_job(cfg: JobConfig, typed: bool, graph=None, check=None) -> Job:
@@ -476,36 +466,42 @@ def num_neighbors(fanouts):
     return list(fanouts)
 
 
-def typed_node_split(pdir: str | Path, input_type: str, cfg: JobConfig) -> dict:
-    """Train/val/test seeds of ``input_type`` (per-type ids): the graph's own masks of that type
-    when it has a train mask (read from every part, small), else a random split of the type's
-    nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank without an
+def node_split(pdir: str | Path, input_type: str | None, cfg: JobConfig) -> dict:
+    """Train/val/test seeds (of ``input_type`` on a typed graph, per-type ids; else the input's
+    ids): the graph's own masks when it has a train mask (read from every part, small), else a
+    random split of the (type's) nodes (``dataset.split``, ``dataset.split_seed``; seed sets
+    over the nodes 0..N-1, taken by the loaders as is), the same on every rank without an
     exchange."""
     from ..graph.partition_io import load_partition, read_manifest
     from ..loaders.seeds import random_node_split
 
     manifest = read_manifest(pdir)
-    meta = meta_of_manifest(manifest)
-    names = manifest["typed"].get("masks", {}).get(input_type, [])
+    typed = manifest.get("typed")
+    names = (typed.get("masks", {}).get(input_type) if typed else manifest.get("masks")) or []
     if "train" not in names:
-        return random_node_split(meta.num_nodes[input_type], cfg.dataset.split,
-                                 cfg.dataset.split_seed)
+        n = meta_of_manifest(manifest).num_nodes[input_type] if typed else manifest["num_nodes"]
+        return random_node_split(int(n), cfg.dataset.split, cfg.dataset.split_seed)
     ids: dict[str, list[np.ndarray]] = {k: [] for k in names}
     for r in range(int(manifest["num_parts"])):
         part = load_partition(pdir, r, verify=False)
-        tp = part.typed
-        t = tp.node_types.index(input_type)
-        rows = np.asarray(part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]]
+        rows, masks = np.asarray(part.orig_ids), part.masks
+        if typed:  # the input type's rows, as per-type ids
+            tp = part.typed
+            t = tp.node_types.index(input_type)
+            rows = rows[tp.type_offset[t]:tp.type_offset[t + 1]] - tp.node_type_offset[t]
+            masks = tp.masks[input_type]
         for k in names:
-            ids[k].append(rows[np.asarray(tp.masks[input_type][k], bool)]
-                          - tp.node_type_offset[t])
+            got = rows[np.asarray(masks[k], bool)]
+            ids[k].append(got if typed else part.input_ids(got))
     out = {k: np.sort(np.concatenate(v)).astype(np.int64) for k, v in ids.items()}
     for k in ("val", "test"):
         out.setdefault(k, np.zeros(0, np.int64))
-    log.info("split of %s from the graph's masks: %s", input_type,
+    log.info("split%s from the graph's masks: %s", f" of {input_type}" if typed else "",
              ", ".join(f"{k} {v.size}" for k, v in out.items()))
     return out
 
+
+typed_node_split = node_split
 
 
 def split_ids(num_nodes: int, fractions, seed: int) -> dict:
