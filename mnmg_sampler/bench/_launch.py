@@ -155,17 +155,20 @@ def distinct_seeds(seeds, start: int, count: int):
     return seeds.take(np.arange(start, start + n), mode="wrap")
 
 
-def worker_finish(work: str, rank: int, result: dict) -> None:
-    """Write this rank's result atomically, then leave the process group."""
-    import torch.distributed as dist
-
-    cores = usable_cores()
-    if cores is not None:
-        result = {**result, "cores": cores}
+def write_result(work: str, rank: int, result: dict) -> None:
+    """Write this rank's result atomically (the parent reads ``rank{r}.json``)."""
     path = Path(work) / f"rank{rank}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
     os.replace(tmp, path)
+
+
+def worker_finish(work: str, rank: int, result: dict) -> None:
+    """:func:`write_result` with the cores this rank ran on, then leave the process group."""
+    import torch.distributed as dist
+
+    cores = usable_cores()
+    write_result(work, rank, result if cores is None else {**result, "cores": cores})
     dist.barrier()
     dist.destroy_process_group()
 
