@@ -184,10 +184,7 @@ def run(args: argparse.Namespace) -> int:
           f"{args.prefetch}), {args.batches} batches of {args.batch_size} per loader, fanouts "
           f"{fanouts}, threads {threads} per rank, median of {args.repeats}; load average "
           f"{res['machine']['loadavg_1m'] or 0:.2f} on {os.cpu_count()} cores", flush=True)
-    task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-            "loaders": args.loaders, "prefetch": args.prefetch, "seed": args.seed,
-            "repeats": args.repeats, "threads": threads}
-    ranks = launch_on_partitions("merge", args, graph, task, threads)
+    ranks = launch_on_partitions("merge", args, graph, fanouts, threads, loaders=args.loaders)
     for name in CONFIGS:
         res[name] = summarize(ranks, name)
     m, o = res["merged"], res["one_per_round"]
