@@ -640,7 +640,6 @@ def run(args: argparse.Namespace) -> int:
     fanouts = parse_fanouts(args.fanouts)
     if (args.rounds_in_flight or args.prefetch) and not args.loader:
         raise SystemExit("bench dist: --rounds-in-flight and --prefetch need --loader")
-    worlds = args.world_sizes
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
     if args.features and graph.x is None:  # synthetic rows
@@ -661,7 +660,8 @@ def run(args: argparse.Namespace) -> int:
         "name": graph.name, "undirected": args.undirected, "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size), "load_s": load_s,
         "fanouts": fanouts, **opts, "partition_method": args.partition_method,
-        "typed": args.typed, "machine": machine_info(threads),
+        "typed": args.typed, "machine": machine_info(threads), "host_cores": args.host_cores,
+        "dist": {},
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
@@ -671,24 +671,21 @@ def run(args: argparse.Namespace) -> int:
           flush=True)
 
     usable = usable_cores() if args.host_cores == "split" else None
-    layouts = {w: host_cores(w, args.hosts, usable) for w in worlds}
-    res["host_cores"] = args.host_cores
+    layouts = {w: host_cores(w, args.hosts, usable) for w in args.world_sizes}
     if args.hosts and args.host_cores == "split" and any(v is None for v in layouts.values()):
         print(f"emulated hosts share every core where fewer than {args.hosts} cores are "
               f"usable here ({len(usable) if usable else 'no'} pinnable cores)", flush=True)
     # the single process on one emulated host's cores (every world size splits them alike)
-    single_cores = next((v[0] for v in layouts.values() if v), None)
-    res["single_cores"] = single_cores
+    single_cores = res["single_cores"] = next((v[0] for v in layouts.values() if v), None)
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
     for _ in range(args.repeats):
         one.run_once(single_cores)
-    res["dist"] = {}
     task = {**opts, "fanouts": fanouts, "threads": threads}
     if args.typed:  # a typed part cannot list its non-isolated nodes by row: sent instead
         task["seeds"] = seeds.tolist()
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
-        for w in worlds:
+        for w in args.world_sizes:
             parts = partition_for(graph, w, args.partition_method, args.seed, root)
             over = f" (oversubscribed: {w * threads} threads on {cores} cores)" \
                 if w * threads > cores else ""
@@ -701,10 +698,8 @@ def run(args: argparse.Namespace) -> int:
             ranks = launch("dist", w, root / f"work-{w}",
                            {**task, "partitions": str(parts), "cores": cores_of},
                            args.timeout, threads)
-            s = summarize(ranks)
-            s["launch_s"] = time.perf_counter() - t
-            s["oversubscribed"] = bool(over)
-            res["dist"][str(w)] = s
+            res["dist"][str(w)] = {**summarize(ranks), "launch_s": time.perf_counter() - t,
+                                   "oversubscribed": bool(over)}
     single = res["single"] = one.result()
     for s in res["dist"].values():
         s["per_rank_vs_single"] = s["mean_edges_per_s_per_rank"] / single["per_s"]
@@ -720,9 +715,8 @@ def run(args: argparse.Namespace) -> int:
 def print_table(res: dict) -> None:
     single = res["single"]
     print(f"\n{'':14}{'edges/s per rank':>26}{'total':>12}{'x single':>9}{'per rank x':>11}"
-          f"{'CPU s/M edges':>14}{'x single':>9}{'id B/edge':>14}{'feat B/edge':>16}")
-    print(f"{'':14}{'':>26}{'':>12}{'':>9}{'':>11}{'(all ranks)':>14}{'':>9}"
-          f"{'self/others':>14}{'self/others':>16}")
+          f"{'CPU s/M edges':>14}{'x single':>9}{'id B/edge':>14}{'feat B/edge':>16}\n{'':72}"
+          f"{'(all ranks)':>14}{'':>9}{'self/others':>14}{'self/others':>16}")
     one = f"{single['per_s'] / 1e6:,.2f} M/s"
     print(f"{'single process':14}{one:>26}{one:>12}"
           f"{'1.00x':>9}{'1.00x':>11}{single['cpu_s_per_m_edges']:>14.3f}{'1.00x':>9}"
