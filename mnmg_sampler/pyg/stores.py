@@ -88,9 +88,6 @@ class PartitionFeatureStore(FeatureStore):
         self._shapes = {(group[t], k): getattr(lay, k)[t].shape[1:]
                         for t in lay.node_types for k in _ATTRS if t in getattr(lay, k)}
         self._counts = {group[t]: type_count(lay, t) for t in lay.node_types}
-        # a typed part's sampler fetches its rows, a homogeneous part's service
-        self._fetches_rows = (service.features is not None if tp is None
-                              else service.sampler.type_rows is not None)
         self.num_nodes = int(service.num_nodes)
         self._recent: OrderedDict[int, tuple[torch.Tensor, dict]] = OrderedDict()
         self._seed, self._fetches = int(seed), 0
@@ -135,7 +132,7 @@ class PartitionFeatureStore(FeatureStore):
         hit = self._recent.get(id(index))
         if hit is not None and hit[0] is index and hit[1].get(name) is not None:
             return hit[1][name]
-        if not self._fetches_rows:
+        if self.service.features is None:
             raise SamplingInputError(
                 "the sampling service was built with features=False",
                 "the feature store cannot fetch rows", "construct it with features=True")
