@@ -318,7 +318,7 @@ def _worker(work: str) -> int:
     if task.get("loader"):
         return _loader_worker(work, task, part, rank, world, seeds, budget, shared)
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
-                          shared_topology=shared, host_memory=budget, features=False)
+                          shared_topology=shared, host_memory=budget)
     ex = sampler.ex
     store = None
     if task["features"] and part.x is not None:

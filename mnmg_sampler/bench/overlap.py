@@ -141,10 +141,7 @@ def run(args: argparse.Namespace) -> int:
           f"{fanouts}, prefetch {args.prefetch}, threads {threads} per rank, median of "
           f"{args.repeats}; load average {res['machine']['loadavg_1m'] or 0:.2f} on "
           f"{os.cpu_count()} cores", flush=True)
-    task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-            "prefetch": args.prefetch, "step_ms": args.step_ms, "seed": args.seed,
-            "repeats": args.repeats, "threads": threads}
-    ranks = launch_on_partitions("overlap", args, graph, task, threads)
+    ranks = launch_on_partitions("overlap", args, graph, fanouts, threads, step_ms=args.step_ms)
     s = summarize(ranks)
     res.update(s)
     res["met"] = s["ratio"] <= TARGET

@@ -77,10 +77,11 @@ def print_table(rows: Iterable[tuple[str, Any]], file: TextIO | None = None) -> 
 
 def print_json(obj: Mapping[str, Any], file: TextIO | None = None) -> None:
     """``obj`` as indented JSON (numpy scalars and arrays converted), one document."""
-    print(json.dumps(obj, indent=2, default=_jsonable), file=file or sys.stdout)
+    print(json.dumps(obj, indent=2, default=jsonable), file=file or sys.stdout)
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
+    """``json.dumps``'s ``default``: numpy and torch values as lists or scalars, else text."""
     if hasattr(v, "tolist"):  # numpy / torch scalars and arrays
         return v.tolist()
     if isinstance(v, (set, tuple)):
