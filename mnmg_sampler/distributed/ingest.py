@@ -35,27 +35,34 @@ import torch.distributed as dist
 
 from ..errors import GraphFormatError, PartitionError
 from ..graph.build import RENUMBER_FLOOR, ReadOptions, should_renumber
-from ..graph.datasets import read_share
+from ..graph.datasets import _DEFAULT_UNDIRECTED, BUILTINS, _parse_rmat, read_share
+from ..graph.formats import is_ogb_hetero_dir
 from ..graph.partition import (
     DISTRIBUTED_METHODS,
     _even_boundaries,
     _save,
     assign_nodes,
     build_manifest,
+    check_type_names,
     install_directory,
     part_node_ids,
     part_stats,
+    typed_section,
 )
 from ..graph.partition_io import (
     MANIFEST,
     SAMPLE_BLOCKS,
     TMP_PREFIX,
+    TYPED_FORMAT_VERSION,
+    check_replaceable,
     file_entry,
     write_manifest,
 )
 from ..graph.permute import node_features, node_labels
 from ..graph.sources import NODE_DTYPES as _DTYPES
 from ..graph.sources import EdgeShare, node_rows_file
+from ..graph.typed import typed_layout
+from ..graph.typed_io import read_ogb_hetero_share, read_typed_torch_share
 from ..graph.unique import sorted_unique
 from ..system.host_limits import check_allocation
 from .collective import Exchanger, agree
@@ -176,8 +183,6 @@ def _check_args(spec, out: Path, method: str, overwrite: bool, world: int) -> No
         raise PartitionError(f"output directory {out} already exists", "it is left untouched",
                              "choose another --out, or pass --overwrite to replace it")
     if overwrite:
-        from ..graph.partition_io import check_replaceable
-
         check_replaceable(out)
 
 
@@ -266,8 +271,6 @@ def partition_distributed(
 
     Raises the same typed error on every rank (bad method, existing output, unreadable input).
     """
-    from ..graph.datasets import _DEFAULT_UNDIRECTED
-
     t0 = time.perf_counter()
     if undirected is None:
         undirected = _DEFAULT_UNDIRECTED.get(str(spec).strip().lower(), False)
@@ -385,12 +388,6 @@ def partition_typed_distributed(
     and ``seed``. Returns the partition statistics plus ``out``, ``seconds``, ``num_nodes``,
     ``num_edges``, ``graph_name`` and ``node_types``.
     """
-    from ..graph.formats import is_ogb_hetero_dir
-    from ..graph.partition import check_type_names, typed_section
-    from ..graph.partition_io import TYPED_FORMAT_VERSION
-    from ..graph.typed import typed_layout
-    from ..graph.typed_io import read_ogb_hetero_share, read_typed_torch_share
-
     t0 = time.perf_counter()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     out = Path(out_dir).absolute()
@@ -615,8 +612,6 @@ def _renumber(ex: Exchanger, share: EdgeShare, max_id: int, force: bool, chunk: 
 
 def share_name(spec) -> str:
     """The graph's name as :func:`mnmg_sampler.graph.datasets.load_graph` names it."""
-    from ..graph.datasets import BUILTINS, _parse_rmat
-
     s = str(spec)
     key = s.strip().lower()
     if key.startswith("rmat:"):

@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
-from .csr import CSRGraph
+from .csr import CSRGraph, check_weights
+from .datasets import load_graph
 from .partition_io import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -581,8 +582,6 @@ def write_partitions(
         )
     _check_node_data(graph)
     if weights is not None:
-        from .csr import check_weights
-
         weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     if out.exists() and not overwrite:
         raise PartitionError(
@@ -617,12 +616,8 @@ def partition(
     graph, validated before any partitioning work.
     """
     if not isinstance(graph, (CSRGraph, TypedGraph)):
-        from .datasets import load_graph
-
         graph = load_graph(graph)
     if weights is not None:  # a bad weight fails before any partitioning work
-        from .csr import check_weights
-
         weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)
     return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source,

@@ -353,7 +353,7 @@ def _int_array(arr: np.ndarray, name: str, key: str, ndim: int = 1,
     return arr.astype(np.int64) if arr.dtype.kind == "b" else as_ids(arr, name, key)
 
 
-def _check_node_data(name: str, num_nodes: int, x, y) -> None:
+def check_node_rows(name: str, num_nodes: int, x, y) -> None:
     for key, arr in (("x", x), ("y", y)):
         if arr is not None and (arr.ndim < 1 or arr.shape[0] != num_nodes):
             raise GraphFormatError(
@@ -469,7 +469,7 @@ def read_npz(path: str | PathLike, **opts) -> CSRGraph:
     if y is not None and y.dtype.kind in "iub":
         y = y.astype(np.int64, copy=False)
     g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes, x=x, y=y)
-    _check_node_data(name, g.num_nodes, g.x, g.y)
+    check_node_rows(name, g.num_nodes, g.x, g.y)
     g.masks = masks_from(mask_arrays, name, g.num_nodes, g.node_ids)
     return g
 
@@ -598,6 +598,6 @@ def read_gnn_benchmark(path: str | PathLike, **opts) -> CSRGraph:
         if "labels" in npz.files:
             y = _int_array(_get(npz, name, "labels", "the labels"), name, "labels",
                            allow_bool=True)
-    _check_node_data(name, n, x, y)
+    check_node_rows(name, n, x, y)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     return build_graph(name, src, indices, ReadOptions(**opts), n, x=x, y=y)

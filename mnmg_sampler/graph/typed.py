@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import GraphFormatError
+from ..errors import GraphFormatError, SamplingInputError
 from ..system.host_limits import check_allocation
 from .csr import check_weights
 from .readers import MASK_KEYS, as_mask, as_numpy
@@ -157,8 +157,6 @@ class TypedGraph:
         try:
             return self.node_types.index(node_type)
         except ValueError:
-            from ..errors import SamplingInputError
-
             raise SamplingInputError(f"node type {node_type!r} is not in graph '{self.name}'",
                                      "no node of it can be sampled",
                                      f"use one of {list(self.node_types)}") from None
@@ -168,16 +166,12 @@ class TypedGraph:
         try:
             return self.edge_types.index(et)
         except ValueError:
-            from ..errors import SamplingInputError
-
             raise SamplingInputError(f"edge type {et} is not in graph '{self.name}'",
                                      "no neighbor can be sampled along it",
                                      f"use one of {list(self.edge_types)}") from None
 
     def to_internal(self, node_type: str, ids: np.ndarray) -> np.ndarray:
         """Internal ids of per-type ``ids`` of ``node_type`` (range-checked)."""
-        from ..errors import SamplingInputError
-
         t = self.type_index(node_type)
         ids = np.ascontiguousarray(ids, dtype=np.int64).ravel()
         n = self.num_nodes_of(node_type)
