@@ -172,16 +172,12 @@ def _bad_memory(what: str) -> GraphFormatError:
         "Data, a dict with 'edge_index', a CSRGraph, or a spec string / path")
 
 
-def _np(v) -> np.ndarray:
-    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
-
-
 def graph_from_memory(data, *, num_nodes: int | None = None, name: str = "in-memory graph",
                       **opts) -> CSRGraph:
     """A :class:`CSRGraph` from arrays: ``edge_index`` ``(2, E)``, ``(src, dst)``, PyG ``Data``
     or a dict with ``edge_index`` (and optional ``x``, ``y``, ``num_nodes``, masks); ``opts``
     are those of :class:`~.build.ReadOptions`."""
-    from .readers import as_ids
+    from .readers import as_ids, as_numpy
     from .torch_files import graph_from_mapping
 
     if hasattr(data, "to_dict") and hasattr(data, "edge_index") and not isinstance(data, dict):
@@ -193,13 +189,13 @@ def graph_from_memory(data, *, num_nodes: int | None = None, name: str = "in-mem
     if isinstance(data, (tuple, list)):
         if len(data) != 2:
             raise _bad_memory(f"a sequence of {len(data)} items")
-        src, dst = _np(data[0]), _np(data[1])
+        src, dst = as_numpy(data[0]), as_numpy(data[1])
         if src.ndim != 1 or dst.ndim != 1 or src.dtype == object or dst.dtype == object:
             raise _bad_memory(f"src / dst are {src.dtype}{list(src.shape)} and "
                               f"{dst.dtype}{list(dst.shape)}, not 1-d integer arrays")
         src, dst = as_ids(src, name, "src"), as_ids(dst, name, "dst")
     else:
-        arr = _np(data)
+        arr = as_numpy(data)
         if arr.dtype == object:
             raise _bad_memory(f"a {type(data).__name__} is not an edge_index")
         src, dst = edge_index_pair(arr, name)

@@ -1,25 +1,17 @@
-"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph`.
+"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph` (the registry of
+every format is ``graph/datasets.py``; ``docs/formats.md``):
 
-The formats read here (``graph/datasets.py`` holds the registry of every format, see
-``docs/formats.md``):
+* SNAP-style edge lists (``.txt``, or gzip ``.txt.gz``): ``src dst`` per line, ``#`` comments;
+* ``.npz`` edge arrays: ``src`` and ``dst``, or ``edge_index`` (``2 x E``); optional
+  ``num_nodes``, ``x``, ``y`` and ``train_mask`` / ``val_mask`` / ``test_mask``;
+* a ``.npy`` holding one ``edge_index`` (``2 x E``, or ``E x 2``);
+* a matrix saved by ``scipy.sparse.save_npz`` (CSR, CSC or COO): entry ``(i, j)`` is ``i -> j``;
+* the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora).
 
-* SNAP-style edge lists (``.txt``, optionally gzip-compressed ``.txt.gz``): one ``src dst`` pair
-  per line, ``#`` starts a comment, blank lines are ignored.
-* numpy ``.npz`` edge arrays: ``src`` and ``dst``, or ``edge_index`` (``2 x E``); optional
-  ``num_nodes``, ``x``, ``y`` and boolean ``train_mask`` / ``val_mask`` / ``test_mask``.
-* a numpy ``.npy`` holding one ``edge_index`` array (``2 x E``, or ``E x 2``).
-* a scipy sparse matrix saved with ``scipy.sparse.save_npz`` (CSR, CSC or COO): entry ``(i, j)``
-  is the edge ``i -> j``. Read with numpy alone.
-* the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora): adjacency and features as
-  CSR arrays, ``labels``. Read with numpy alone, so scipy is not a runtime dependency.
-
-Every reader ends in :func:`~.build.build_graph`: sparse ids are renumbered, the CSR's memory is
-checked and ids above ``max_node_id`` (default :data:`MAX_NODE_ID`, 2**40) are refused, before
-anything is allocated. Node ids must be integers (bool and fractional arrays are refused).
-
-Edge lists are parsed vectorised (a 1M-edge file takes well under a second) and validated byte by
-byte with numpy, so a malformed file is reported with its file name, line number and the line
-itself instead of a bare ``ValueError`` from numpy.
+All with numpy alone (scipy is not a runtime dependency), and all end in
+:func:`~.build.build_graph` (renumbering, memory and id-bound checks before any allocation).
+Node ids must be integers. Edge lists are parsed and validated vectorised, so a malformed file
+is reported with its name, line number and line instead of a bare ``ValueError``.
 """
 
 from __future__ import annotations
@@ -321,6 +313,11 @@ def _get(npz: np.lib.npyio.NpzFile, name: str, key: str, what: str) -> np.ndarra
             "object arrays are not accepted, for safety",
             f"save '{key}' as a plain numeric array",
         ) from e
+
+
+def as_numpy(v) -> np.ndarray:
+    """A tensor (copied to the host) or an array-like as a numpy array."""
+    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
 
 
 def as_ids(arr: np.ndarray, name: str, key: str) -> np.ndarray:

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
-from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, _arr, attach_time, edge_type_of, typed_graph
+from .readers import as_numpy
+from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, attach_time, edge_type_of, typed_graph
 
 log = logging.getLogger(__name__)
 
@@ -37,17 +38,17 @@ def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") 
     if ei is None:
         raise GraphFormatError(f"{name} has no edge_index", "no graph can be built",
                                "give edge_index as a (2, E) array")
-    ei = _arr(ei)
+    ei = as_numpy(ei)
     n = get("num_nodes", None if isinstance(data, Mapping) else data.num_nodes)
     x = get("x")
     spec: dict = {"edge_index": {EDGE_TYPE: ei}}
     if n is None and x is None:
         n = int(ei.max()) + 1 if ei.size else 0
-    spec["num_nodes"] = {NODE_TYPE: int(n if n is not None else _arr(x).shape[0])}
+    spec["num_nodes"] = {NODE_TYPE: int(n if n is not None else as_numpy(x).shape[0])}
     if x is not None:
-        spec["x"] = {NODE_TYPE: _arr(x)}
+        spec["x"] = {NODE_TYPE: as_numpy(x)}
     if get("y") is not None:
-        spec["y"] = {NODE_TYPE: _arr(get("y"))}
+        spec["y"] = {NODE_TYPE: as_numpy(get("y"))}
     names = {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
     masks = {k: v for k, v in fields.items() if k in names and v is not None}
     if masks:
@@ -62,7 +63,7 @@ def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") 
                 raise GraphFormatError(f"{name}: {time_attr!r} is ambiguous (as many nodes as "
                                        "edges)", "it could be node or edge time",
                                        "give the dict keys 'node_time' or 'edge_time' instead")
-            is_edge = _arr(t).shape[0] == num_edges
+            is_edge = as_numpy(t).shape[0] == num_edges
         else:
             is_edge = bool(data.is_edge_attr(time_attr))
         spec["edge_time" if is_edge else "node_time"] = (

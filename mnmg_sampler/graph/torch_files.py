@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import edge_index_pair, input_path, masks_from
+from .readers import as_numpy, edge_index_pair, input_path, masks_from
 
 __all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping", "load_torch_object"]
 
@@ -46,14 +46,6 @@ def _safe_load(path: Path, extra: list | None = None, mmap: bool = False):
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
 
-def _to_numpy(v):
-    import torch
-
-    if torch.is_tensor(v):
-        return v.detach().cpu().numpy()
-    return np.asarray(v)
-
-
 def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
     """A graph from a mapping with ``edge_index`` and optional ``x``, ``y``, ``num_nodes`` and
     split masks (a PyG ``Data``'s fields); ``opts`` are those of :class:`~.build.ReadOptions`."""
@@ -61,11 +53,11 @@ def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
         raise GraphFormatError(f"{name} has no 'edge_index' (fields: {sorted(d)})",
                                "no graph can be built",
                                "save a Data (or dict) with a (2, E) edge_index")
-    src, dst = edge_index_pair(_to_numpy(d["edge_index"]), name)
+    src, dst = edge_index_pair(as_numpy(d["edge_index"]), name)
     num_nodes = d.get("num_nodes")
     num_nodes = None if num_nodes is None else int(num_nodes)
-    x = _to_numpy(d["x"]) if d.get("x") is not None else None
-    y = _to_numpy(d["y"]) if d.get("y") is not None else None
+    x = as_numpy(d["x"]) if d.get("x") is not None else None
+    y = as_numpy(d["y"]) if d.get("y") is not None else None
     if y is not None and y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y is not None and y.dtype.kind in "iub":
@@ -82,7 +74,7 @@ def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
             raise GraphFormatError(f"{name}: '{key}' has shape {arr.shape} but the graph has "
                                    f"{g.num_nodes} nodes", f"'{key}' needs one row per node",
                                    f"save '{key}' with {g.num_nodes} rows")
-    g.masks = masks_from({k: _to_numpy(v) for k, v in d.items() if "mask" in k or
+    g.masks = masks_from({k: as_numpy(v) for k, v in d.items() if "mask" in k or
                           k in ("train", "val", "valid", "test")}, name, g.num_nodes, g.node_ids)
     return g
 

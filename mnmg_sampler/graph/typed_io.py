@@ -29,11 +29,11 @@ from ..errors import GraphFormatError
 from .csr import check_weights
 from .formats import is_ogb_hetero_dir
 from .ogb import _find, _table, _unreadable, parse_table
-from .readers import MASK_KEYS, edge_index_pair, text_bytes
+from .readers import MASK_KEYS, as_numpy, edge_index_pair, text_bytes
+from .sources import edge_array
 from .typed import (
     EdgeType,
     TypedGraph,
-    _arr,
     _check_range,
     _edge_pair,
     _node_counts,
@@ -232,14 +232,7 @@ def _relation_edges(d: Path, rank: int, world: int):
     cf = _find(d, "num-edge-list")
     declared = None if cf is None else int(_table(cf, np.int64, "edge counts").sum())
     if ef.suffix == ".npy":
-        try:
-            a = np.load(ef, mmap_mode="r", allow_pickle=False)
-            if a.ndim != 2 or 2 not in a.shape:
-                raise ValueError(f"shape {a.shape} is not (2, E) or (E, 2)")
-        except (OSError, ValueError) as e:
-            raise GraphFormatError(f"{ef} is not a usable edge array ({e})", "its edges cannot "
-                                   "be read", "save a (2, E) or (E, 2) int array") from e
-        a = a.T if a.shape[0] != 2 else a  # (2, E), as PyG's edge_index where ambiguous
+        a = edge_array(ef)
         total = a.shape[1]
         if declared not in (None, total):
             raise GraphFormatError(f"{cf} says {declared} edges but {ef} has {total}",
@@ -326,13 +319,13 @@ def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) 
     weights = {edge_type_of(k, name): v for k, v in dict(spec.get("edge_weight") or {}).items()}
     for key, ei in dict(spec["edge_index"]).items():
         et = edge_type_of(key, name)
-        a = _arr(ei)
+        a = as_numpy(ei)
         total = a.shape[1] if a.ndim == 2 else 0
         lo, hi = total * rank // world, total * (rank + 1) // world
         sh.add(et, lo, total,
                *_edge_pair(a[:, lo:hi] if a.ndim == 2 and a.shape[0] == 2 else a, name, et))
         if et in weights:
-            w, what = _arr(weights.pop(et)), f"{name}: edge_weight of {et}"
+            w, what = as_numpy(weights.pop(et)), f"{name}: edge_weight of {et}"
             if w.shape != (total,):
                 check_weights(w, total, what)  # raises, naming the shape
             sh.weights[et] = check_weights(w[lo:hi], hi - lo, what)
