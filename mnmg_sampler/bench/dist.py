@@ -116,12 +116,11 @@ def _host_memory_arg(text: str) -> str:
     """``--host-memory``: bytes (an integer >= 0) or ``topology+F`` with F in [0, 1]."""
     t = text.strip()
     try:
-        v = float(t.split("+", 1)[1]) if t.startswith("topology+") else int(t)
-    except (ValueError, IndexError):
-        v = -1
-    if v < 0 or (t.startswith("topology+") and v > 1):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither bytes nor topology+F, F in "
-                                         "[0, 1]")
+        ok = 0 <= float(t[9:]) <= 1 if t.startswith("topology+") else int(t) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither bytes nor topology+F, F in [0, 1]")
     return t
 
 
@@ -190,9 +189,6 @@ class _HopTally:
         t["id_remote"] += ex.bytes.get("ids", [0, 0])[1] - b0
         return counts, nbr, eids
 
-    def snapshot(self) -> list[dict[str, int]]:
-        return [dict(self.per_hop[k]) for k in sorted(self.per_hop)]
-
 
 def _emulate_hosts(task: dict, rank: int, world: int):
     """``--hosts H``: this rank's forced host (contiguous ranks) and the shared topology
@@ -218,9 +214,8 @@ def _counters(sampler, store) -> dict:
             "cross_ids": sum(v for k, v in cb.items() if k != "features"),
             "cross_feat": cb.get("features", 0),
             **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
-                                          "rows_fetched", "cache_hits",
-                                          "duplicate_rows_fetched", "fetch_cpu_s",
-                                          "fetch_exchange_cpu_s")}}
+                                          "rows_fetched", "cache_hits", "duplicate_rows_fetched",
+                                          "fetch_cpu_s", "fetch_exchange_cpu_s")}}
 
 
 def _head(rank: int, world: int, batches: int, task: dict, sampler, store,
@@ -322,7 +317,6 @@ def _worker(work: str) -> int:
     budget = host_memory_for(task.get("host_memory"), part, rank, world, task.get("hosts"))
     if task.get("loader"):
         return _loader_worker(work, task, part, rank, world, seeds, budget, shared)
-    typed = part.typed is not None
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
                           shared_topology=shared, host_memory=budget)
     ex = sampler.ex
@@ -334,7 +328,7 @@ def _worker(work: str) -> int:
     K = task.get("merge") or 1  # requests per rank per round
     tally = _HopTally(sampler)
     mode = task.get("seed_lookup", "once")
-    once = mode in ("once", "both") and not typed  # (typed requests carry no new ids)
+    once = mode in ("once", "both") and part.typed is None  # (typed requests: no new ids)
     owned = 0
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
@@ -397,7 +391,7 @@ def _worker(work: str) -> int:
     for r in range(rounds):  # the same rounds again (deterministic): counted, not timed
         one_round(r)
     res["edges_sampled_here"] = int(sampler.kernel_edges)
-    res["hops"] = tally.snapshot()
+    res["hops"] = [dict(tally.per_hop[k]) for k in sorted(tally.per_hop)]
     worker_finish(work, rank, res)
     return 0
 
@@ -775,16 +769,10 @@ def _print_world(res: dict, w: str, s: dict) -> None:
             f"M edges ({s['fetch_exchange_cpu_s_per_m_edges']:.3f} in collectives)"))
     if not s.get("hops") or int(w) < 2:
         return
-    if res.get("shared_topology"):
-        print(f"W={w} shared topology: every hop sampled on the requesting rank; frontier "
-              "nodes of other ranks' parts sampled from the mapped parts: " + ", ".join(
-                  f"hop {i + 1} {h.get('mapped_fraction', 0):.0%} of {h['frontier_nodes']:,}"
-                  for i, h in enumerate(s["hops"])))
-        return
     p = s["id_bytes_per_edge_remote_parts"]
     hops = ", ".join(f"hop {i + 1} {h['id_bytes_per_edge_remote']:.2f} "
                      f"({h['remote_fraction']:.0%} of {h['frontier_nodes']:,} frontier nodes "
-                     f"remote" + (f", {h['mapped_fraction']:.0%} from the host's mapped parts"
+                     f"remote" + (f", {h['mapped_fraction']:.0%} sampled from mapped parts"
                                   if h.get("mapped_fraction") else "") + ")"
                      for i, h in enumerate(s["hops"]))
     owned = ("; owned seeds per rank " + ", ".join(f"{v:,}" for v in s["owned_seeds_per_rank"])
@@ -805,8 +793,7 @@ def plot(res: dict, path: str) -> None:
     except ImportError:
         print("matplotlib is not installed: pip install 'mnmg-sampler[plot]'; no plot written")
         return
-    ws = [int(w) for w in res["dist"]]
-    ss = list(res["dist"].values())
+    ws, ss = [int(w) for w in res["dist"]], list(res["dist"].values())
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, lines, one, label in (
             (axes[0], [("mean_edges_per_s_per_rank", "o-", "per rank"),
@@ -817,9 +804,7 @@ def plot(res: dict, path: str) -> None:
         for key, style, name in lines:
             ax.plot(ws, [s[key] / scale for s in ss], style, label=name)
         ax.axhline(res["single"][one] / scale, color="gray", ls=":", label="single process")
-        ax.set_xlabel("ranks (W)")
-        ax.set_ylabel(label)
-        ax.set_xticks(ws)
+        ax.set(xlabel="ranks (W)", ylabel=label, xticks=ws)
         ax.legend()
     fig.suptitle(f"{Path(res['graph']).name}, fanouts {res['fanouts']}, "
                  f"{res['partition_method']}, split {res['split']}", fontsize=9)

@@ -15,7 +15,6 @@ partitioning and merge pattern.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -359,22 +358,7 @@ class DistLinkNeighborLoader(EpochCursor):
                         first += int(ids.size)
                     yield req, (lo, hi, roots, n, edges, hi == n)
 
-        inflight: deque = deque()
-        it = units()
-
-        def top_up(k: int) -> None:
-            while len(inflight) < k:
-                u = next(it, None)
-                if u is None:
-                    return
-                inflight.append((self.service.submit(u[0]), u[1]))
-
-        top_up(1)
-        while inflight:
-            fut, (lo, hi, roots, n, edges, last) = inflight.popleft()
-            sub = self.service.result(fut)
-            if len(inflight) <= self.prefetch // 2:
-                top_up(self.prefetch)
+        for sub, (lo, hi, roots, n, edges, last) in self._prefetched(units()):
             yield TreeChunk(sub, lo, hi, roots, n, *edges, last)
 
     def __iter__(self) -> Iterator[LinkMiniBatch]:

@@ -163,17 +163,14 @@ class PartitionGraphStore(GraphStore):
         self.service = service
         self._fetches = 0
         self.part = service.sampler.part
-        self.flat = flat_type(typed_part(service))
+        tp = typed_part(service)
+        self.flat = flat_type(tp)
+        self.typed = None if self.flat else tp
         self.layout = lay = self.part.layout  # a homogeneous part: its one type and relation
         self._attrs = {et: EdgeAttr(edge_type=None if self.typed is None else et,
                                     layout=EdgeLayout.COO, is_sorted=False,
                                     size=(type_count(lay, et[0]), type_count(lay, et[2])))
                        for et in lay.edge_types}
-
-    @property
-    def typed(self):
-        """The part's types when shown as typed (several types or relations), else ``None``."""
-        return None if self.part.typed is None or self.flat else self.part.typed
 
     def _get_edge_index(self, edge_attr: EdgeAttr):
         # The neighbors' original ids are known to their owners only (no rank holds a global

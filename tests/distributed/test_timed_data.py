@@ -6,7 +6,8 @@ batches through our loaders, and PyG's own ``NodeLoader`` / ``LinkLoader`` over
 ``Data`` batches. Every batch equals the one-process sampler's (so W = 1 and 2 agree), every
 sampled edge is an edge of the graph, with its own id, and none is later than its tree's seed
 (edge). A homogeneous part without time serves ``LinkLoader`` too (``sample_from_edges``): its
-batches equal ``DistLinkNeighborLoader``'s."""
+batches equal ``DistLinkNeighborLoader``'s. ``edge_ids=False`` leaves a typed batch's ``e_id``
+empty, as a homogeneous one's."""
 
 from __future__ import annotations
 
@@ -116,6 +117,12 @@ def _run(rank, world, timed_dir, plain_dir):
                                     **opts, **extra)
         loader.set_epoch(EPOCH)
         out[kind] = [_fields(b) for b in loader]
+    # edge_ids=False on a typed part, as on a homogeneous one: e_id empty, the rest the same
+    loader = DistNeighborLoader(svc, torch.from_numpy(SEEDS), FAN, batch_size=B, seed=SEED,
+                                time_attr="time", input_time=torch.from_numpy(_seed_times()),
+                                edge_ids=False)
+    loader.set_epoch(EPOCH)
+    out["no_eids"] = [_fields(b) for b in loader]
     link = DistLinkNeighborLoader(svc, FAN, torch.from_numpy(eli), batch_size=LB, seed=SEED,
                                   neg_sampling="binary", exclude_seed_edges=True,
                                   exclude_reverse_edges=True, time_attr="time",
@@ -193,6 +200,11 @@ def test_timed_data_through_loaders_and_pyg_equals_one_process(tmp_path, world):
             assert torch.equal(flat.n_id[:B], torch.from_numpy(SEEDS[a.input_id.numpy()]))
             if kind == "temporal":
                 checked += _check_edges(flat, t_seeds[a.input_id.numpy()])
+    for a, w in zip(_in_order(res, "no_eids", world), _in_order(res, "temporal", world),
+                    strict=True):
+        assert all(v.size == 0 for v in a["e_id"].values())
+        assert any(v.size for v in w["e_id"].values())
+        assert _batch({**a, "e_id": w["e_id"]}).equal(_batch(w))
     want = _link_reference(world, exclude=True)
     got = [_batch(b) for b in _in_order(res, "link", world)]
     assert len(got) == len(want) == 6
