@@ -9,7 +9,6 @@ extra, instead of an ``ImportError`` from deep inside a kernel.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 from types import ModuleType
 
@@ -23,8 +22,6 @@ __all__ = [
     "require_pylibraft",
     "simulator_enabled",
 ]
-
-log = logging.getLogger(__name__)
 
 GPU_EXTRA = "pip install 'mnmg-sampler[gpu]'"
 
