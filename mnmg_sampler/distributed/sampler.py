@@ -49,7 +49,6 @@ from ..ops import typed as typed_ops
 from ..ops import wire
 from ..sampling.batch import HeteroMiniBatch, MiniBatch
 from ..sampling.sampler import (
-    HeteroSampleRequest,
     HopSegments,
     MultiHopSampler,
     SampleRequest,
@@ -596,11 +595,11 @@ class DistSampler:
     def _check_typed(self, r, consequence: str = "no neighbors can be sampled for it; every "
                                                   "rank stops this round") -> None:
         """:meth:`check_request` of a typed part: ``r`` must be a typed request it can serve."""
-        if not isinstance(r, HeteroSampleRequest):
+        if r.input_type is None:
             raise SamplingInputError(
-                f"a {type(r).__name__} was sent to the sampler of a typed graph", consequence,
-                "send HeteroSampleRequest(input_type, seeds, num_neighbors, key) (or use "
-                "DistNeighborLoader(service, input_nodes=(type, ids), ...))")
+                "a request without input_type was sent to the sampler of a typed graph",
+                consequence, "send SampleRequest(seeds, num_neighbors, key, input_type=...) "
+                "(or use DistNeighborLoader(service, input_nodes=(type, ids), ...))")
         for name, seeds in r.seed_groups():  # input_type's, then a link batch's other type
             if name not in self.tp.node_types:
                 raise SamplingInputError(f"node type {name!r} is not in the graph",
@@ -676,7 +675,7 @@ class DistSampler:
             e = np.zeros(nb.size, np.int64)
         return c, nb, rel, e
 
-    def _sample_typed(self, requests: Sequence[HeteroSampleRequest], features, agreed
+    def _sample_typed(self, requests: Sequence[SampleRequest], features, agreed
                       ) -> list[HeteroMiniBatch]:
         """:meth:`sample` of a typed part: ``x``/``y`` of every type from ``features``."""
         flags = self._agreed(requests, agreed)
@@ -810,6 +809,6 @@ def _table(fanouts: np.ndarray) -> np.ndarray:
     return fanouts if fanouts.ndim == 2 else fanouts[:, None]
 
 
-def _grows_trees(r: HeteroSampleRequest) -> bool:
+def _grows_trees(r: SampleRequest) -> bool:
     """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
     return r.time_attr is not None or bool(r.disjoint)
