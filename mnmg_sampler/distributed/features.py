@@ -33,7 +33,7 @@ from ..ops.rows import scatter_rows
 from .collective import Exchanger, agree
 from .fit import Placement
 from .host_groups import HostGroup, share_slices
-from .id_maps import counted_keys, identity_ids, with_counts
+from .id_maps import counted_keys, identity_ids, wire_dtype, with_counts
 from .row_cache import CachePlan, choose_rows
 from .shared_topology import SharedTopology
 
@@ -43,14 +43,6 @@ PLACEMENTS = ("host", "pinned", "device")
 # receive buffer of a fetch's id requests (every peer's block at its bound) up to which the ids
 # go in one bounded all-to-all instead of a size exchange and then the ids
 _BOUNDED_BYTES = 64 << 20
-
-
-def _release(arr) -> None:
-    """Drop the resident pages of a memory-mapped array from this process (they stay in the
-    page cache), so a file copied into the table is not counted twice in the rank's RSS."""
-    mm = getattr(arr, "_mmap", None)  # numpy.memmap's mapping
-    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-        mm.madvise(mmap.MADV_DONTNEED)
 
 
 class DistFeatureStore:
@@ -109,6 +101,7 @@ class DistFeatureStore:
         # original ids ride along unless the partitioning kept them (new == original)
         self.carries_orig = one and not identity_ids(part)
         self.types = [n for n in tp.node_types if n in tp.x or n in tp.y]
+        self.enabled = bool(self.types)
         self._t = {n: tp.node_types.index(n) for n in self.types}
         # per type: ((dtype, row shape) of x, of y, of the original id: None where absent)
         self._specs = {n: tuple(None if a is None else (np.dtype(d if one else a.dtype),
@@ -148,9 +141,11 @@ class DistFeatureStore:
             return
         orig = part.orig_ids if self.carries_orig else None
         tables = {n: self._pack(n, tp.x.get(n), tp.y.get(n), orig) for n in self.types}
-        for src in (tp.x, tp.y):  # the tables are the copy in use: unmap the files' pages
-            for a in src.values():
-                _release(a)
+        # the tables are the copy in use: drop the files' resident pages from this process
+        # (they stay in the page cache), so they are not counted twice in the rank's RSS
+        for mm in (getattr(a, "_mmap", None) for a in (*tp.x.values(), *tp.y.values())):
+            if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                mm.madvise(mmap.MADV_DONTNEED)
         # host placement reads rows with numpy fancy indexing; the others keep only their copy
         self._host = tables if placement == "host" else None
         self.tables = {n: torch.from_numpy(a) for n, a in tables.items()}
@@ -161,7 +156,7 @@ class DistFeatureStore:
         # the ids of a fetch go in one bounded all-to-all (a block per owner saying its size,
         # at most the owner's part) while every receive buffer stays small
         self._bounded = (self.ex.short_receives and self.ex.world_size > 1 and self.ex.world_size
-                         * (int(np.diff(bounds).max()) + 1) * _wire(bounds).itemsize
+                         * (int(np.diff(bounds).max()) + 1) * wire_dtype(bounds[-1]).itemsize
                          <= _BOUNDED_BYTES)
         fill = int(cache_rows) > 0  # the same on every rank
         if fit is not None and not fill:  # each host's own size; any host's makes it collective
@@ -193,10 +188,6 @@ class DistFeatureStore:
         parts = np.diff(self._bounds)
         return [h.cache_rows(self.row_bytes, int(parts.sum() - parts[list(h.ranks)].sum()))
                 for h in fit.hosts]
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.types)
 
     @property
     def cache_size(self) -> int:
@@ -469,10 +460,6 @@ class DistFeatureStore:
                 "cache_bytes_saved": st["cache_bytes_saved"]}
 
 
-def _wire(bounds: np.ndarray) -> np.dtype:  # int32 words where every new id fits
-    return np.dtype(np.int32 if int(bounds[-1]) < 2**31 else np.int64)
-
-
 def rows_from_owners(ex: Exchanger, bounds: np.ndarray, ids: np.ndarray, reply,
                      per_row: np.ndarray, bounded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Collective: the rows of remote new ids (none this rank's) as received bytes, and
@@ -483,7 +470,7 @@ def rows_from_owners(ex: Exchanger, bounds: np.ndarray, ids: np.ndarray, reply,
     all-to-all whose sizes both sides know."""
     W, me = ex.world_size, ex.rank
     bounds = np.asarray(bounds, np.int64)
-    wire = _wire(bounds)
+    wire = wire_dtype(bounds[-1])
     owner = np.searchsorted(bounds[1:-1], ids, side="right")
     perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
     send_counts = np.bincount(owner, minlength=W).astype(np.int64)

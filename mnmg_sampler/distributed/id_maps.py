@@ -58,6 +58,11 @@ def identity_ids(part) -> bool:
     return m.get("stats", {}).get("method") == "range" and "typed" not in m
 
 
+def wire_dtype(num_nodes: int, num_edges: int = 0) -> np.dtype:
+    """int32 when every node id and every per-node count fits, else int64 (once per job)."""
+    return np.dtype(np.int32 if max(int(num_nodes), int(num_edges)) < 2**31 else np.int64)
+
+
 def _cat(arrays: Sequence[np.ndarray]) -> np.ndarray:
     return np.concatenate(arrays).astype(np.int64, copy=False) if len(arrays) else \
         np.empty(0, np.int64)
@@ -95,7 +100,7 @@ class IdMaps:
         bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo, self.hi = int(bounds[ex.rank]), int(bounds[ex.rank + 1])
-        self.word = np.dtype(np.int32 if self.num_nodes < 2**31 else np.int64)
+        self.word = wire_dtype(self.num_nodes)
         self._word0 = np.empty(0, self.word)  # tells the packers the word type
         self.orig = None if self.identity else np.asarray(part.orig_ids)
         self.shard = None

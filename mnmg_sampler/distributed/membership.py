@@ -54,8 +54,7 @@ class EdgeMembership:
         perm = np.argsort(owner, kind="stable")
         send_counts = torch.from_numpy(np.bincount(owner, minlength=self.ex.world_size)
                                        .astype(np.int64))
-        payload = torch.from_numpy(np.stack([d[perm], s[perm]], 1) if d.size
-                                   else np.empty((0, 2), np.int64))
+        payload = torch.from_numpy(np.stack([d[perm], s[perm]], 1))
         recv, recv_counts = self.ex.exchange(payload, send_counts)
         recv = recv.numpy()
         flags = typed_has_edges(self.graph, self.relation, recv[:, 0] - self.lo, recv[:, 1])

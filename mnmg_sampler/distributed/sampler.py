@@ -75,16 +75,11 @@ from .cuda_hop import CudaHop
 from .fit import default_budget
 from .host_channel import open_host_channel
 from .host_groups import HostGroup
-from .id_maps import IdMaps
+from .id_maps import IdMaps, wire_dtype
 from .shared_topology import place, why_not_shared
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
-
-
-def wire_dtype(num_nodes: int, num_edges: int) -> np.dtype:
-    """int32 when every node id and every per-node count fits, else int64 (once per job)."""
-    return np.dtype(np.int32 if max(int(num_nodes), int(num_edges)) < 2**31 else np.int64)
 
 
 class DistSampler:
@@ -425,13 +420,11 @@ class DistSampler:
         """Use of the shared topology: frontier nodes of other ranks sampled here, their
         edges, and what a round's agreement goes over (``enabled`` False without it; with host
         groups, ``parts`` and ``host_ranks`` are the host's)."""
-        if self.host is not None:  # host groups: the host's parts only
-            return {**self.host.stats(), "agreement": "gloo"}
-        if self.shared is None:
-            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
-                    "agreement": "gloo"}
-        host = self.host_channel is not None
-        return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
+        agreement = "gloo" if self.host_channel is None else "host sockets"
+        if self.host is not None or self.shared is not None:  # host groups: the host's parts
+            return {**(self.host or self.shared).stats(), "agreement": agreement}
+        return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
+                "agreement": agreement}
 
     # -- public ---------------------------------------------------------------------------
     def round_flags(self, requests: Sequence[SampleRequest]
