@@ -19,11 +19,9 @@ Measured in one run, on one graph, one thread per rank:
 
 Reported per world size (medians over ``--repeats``): sampled edges/s per rank and in total (all
 ranks' edges / the slowest rank's time); **CPU seconds per million sampled edges summed over
-ranks**; bytes per sampled edge of ids (sampling traffic) and of features (ids, counts, rows), to
-self, to other ranks and to other hosts; with ``--features`` the host cache's hit rate, duplicate
-rows, and a loader's wait for its batches and their rows; per hop, frontier nodes, the share
-owned by another rank and the id bytes to others, split by what they scale with (per remote
-node, per remote edge, the rest). More ranks than cores oversubscribe them; the output says so.
+ranks**; id and feature bytes per sampled edge, to self, to other ranks and to other hosts; per
+hop, frontier nodes and their remote share. More ranks than cores oversubscribe them; the output
+says so. How it runs: benchmarks/README.md#distributed-modes-bench-dist-bench-merge-bench-overlap.
 """
 
 from __future__ import annotations

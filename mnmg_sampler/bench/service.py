@@ -1,5 +1,7 @@
-"""``mnmg-sampler bench merge`` and ``bench overlap``: a sampling service driven by its loaders
-on ranks; :data:`MERGE_DOC` and :data:`OVERLAP_DOC` say what each mode compares."""
+"""``mnmg-sampler bench merge`` and ``bench overlap``: on ranks (torchrun, gloo on loopback), a
+thread-mode :class:`~mnmg_sampler.distributed.service.SamplingService` (features off) driven by
+:class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` objects; :data:`MERGE_DOC` and
+:data:`OVERLAP_DOC` say what each mode compares."""
 
 from __future__ import annotations
 
@@ -23,35 +25,28 @@ from ._launch import (
 MERGE_DOC = """\
 ``mnmg-sampler bench merge``: requests/s of concurrent loaders, merged vs one request a round.
 
-On ``--ranks`` ranks (default 2, torchrun, gloo on loopback), each rank runs a
-:class:`~mnmg_sampler.distributed.service.SamplingService` in thread mode (features off) and
-``--loaders`` :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` objects (default 8), each
-iterated in its own thread, ``--batches`` batches of ``--batch-size`` seeds each (disjoint seed
-sets, one per loader; ``--prefetch`` requests in flight per loader). Two configurations of the same
-service, interleaved repeat by repeat:
+On ``--ranks`` ranks, ``--loaders`` loaders per rank, each iterated in its own thread over its own
+seeds. Two configurations of the same service, interleaved repeat by repeat:
 
 * **merged**: every round takes every pending local request (the default service): one kernel
   call per hop serves all of them;
-* **one request per round**: ``SamplingService(max_requests_per_round=1)``: each round takes
-  one local request, so each request pays its own rounds, collectives and kernel calls.
-  Requests of *different* ranks still share a round in both configurations (a round is
-  collective); only the merging of a rank's own loaders differs.
+* **one request per round**: ``SamplingService(max_requests_per_round=1)``: each request pays
+  its own rounds, collectives and kernel calls. Requests of *different* ranks still share a
+  round in both (a round is collective); only the merging of a rank's own loaders differs.
 
-Reported per configuration: requests/s per rank (its requests / its loaders' wall time), total
-requests/s (all ranks' requests / the slowest rank), sampled edges/s, and the service's
-``stats()`` over the timed part: rounds, requests per round, kernel calls per request.
-Target: merged >= 2x the requests/s of one request per round. Medians of ``--repeats``.
+Reported per configuration: requests/s per rank and in total (all ranks' requests / the slowest
+rank), sampled edges/s, and the service's ``stats()`` over the timed part. Target: merged >= 2x
+the requests/s of one request per round. Medians of ``--repeats``; details in
+benchmarks/README.md#distributed-modes-bench-dist-bench-merge-bench-overlap.
 """
 
 OVERLAP_DOC = """\
 ``mnmg-sampler bench overlap``: does sampling hide behind a training step (prefetch)?
 
-On ``--ranks`` ranks (default 2, torchrun, gloo on loopback), each rank runs a
-:class:`~mnmg_sampler.distributed.service.SamplingService` in thread mode (features off) and one
-:class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` over ``--batches`` batches per rank. The
-training step is a **fixed-cost** ``time.sleep(step)``: like a GPU step, it releases the GIL and
-leaves the CPU to the sampling thread (a CPU matmul would instead measure two computations
-fighting over the same two cores). Three epochs, interleaved repeat by repeat:
+On ``--ranks`` ranks, one loader per rank over ``--batches`` batches. The training step is a
+**fixed-cost** ``time.sleep(step)``: like a GPU step, it releases the GIL and leaves the CPU to
+the sampling thread (a CPU matmul would instead measure two computations fighting over the same
+cores). Three epochs, interleaved repeat by repeat:
 
 * **(a) sampling alone**: iterate the loader (prefetch ``--prefetch``), no step;
 * **(b) training alone**: the steps on batches sampled beforehand, no sampling;
