@@ -303,12 +303,10 @@ def launch_local(argv: list[str]) -> None:
 
 
 def _last_error_line(log_dir: str, local_rank: int) -> str | None:
-    """The last non-empty line of local rank ``local_rank``'s ``stderr.log`` under torchrun's
-    ``log_dir`` (``<run id>/attempt_<n>/<local rank>/``, the newest attempt), written when torchrun
-    redirects or tees the rank's output; None without one.
-
-    A typed error ends a rank with exactly one line, so a rank whose output the console filter
-    hides still gets its reason shown, whichever rank exited first."""
+    """The last non-empty line of local rank ``local_rank``'s newest ``stderr.log`` under
+    torchrun's ``log_dir`` (written when torchrun redirects or tees), or None. A typed error ends
+    a rank with exactly one line, so a rank the console filter hides still gets its reason shown,
+    whichever rank exited first."""
     logs = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", str(local_rank),
                                   "stderr.log"))
     if not logs:
