@@ -6,16 +6,11 @@ once per minibatch, per-request renumbering: :func:`run_hops`, the one hop loop)
 one hop's draws to a *hop function*: ``hop_fn(segments) -> (counts, neighbors, edge_ids)``. In
 one process that is the CPU kernel over a :class:`CSRGraph`; in the distributed sampler it is an
 exchange around the kernel on the owning ranks. :class:`HeteroSampler` is the same sampler over
-a :class:`TypedGraph` (the typed kernel: one call per hop for every relation and request; seeds
-``(input_type, per-type ids)``, PyG's ``num_neighbors`` as a list for every relation or a dict
-per edge type). Nodes of all types live in the graph's internal id space while sampling, so one
-dedup per hop renumbers every type at once; a typed batch is split into per-type ids and local
-indices only when it is built. Because every draw is keyed on (seed, key, hop, relation, node,
-slot), a request's output does not depend on which other requests share the call.
-
-A hop is described per request (:class:`HopSegments`: one key, fanout and flags per request and
-the concatenated frontier), so a distributed hop can send one small header per request instead
-of constants repeated per node.
+a :class:`TypedGraph`, whose nodes of all types share the internal id space while sampling, so
+one dedup per hop renumbers every type at once. Because every draw is keyed on (seed, key, hop,
+relation, node, slot), a request's output does not depend on which other requests share the
+call. A hop is described per request (:class:`HopSegments`), so a distributed hop sends one
+small header per request instead of constants repeated per node.
 """
 
 from __future__ import annotations
@@ -97,18 +92,13 @@ class SampleRequest:
     key, for any graph: a homogeneous graph is the case ``input_type=None``.
 
     On a typed graph ``seeds`` are per-type ids of ``input_type`` and ``fanouts`` a list (every
-    relation) or a dict per edge type, checked against the graph by its sampler;
-    ``other_seeds`` holds seeds of further types (a link batch's destinations of another type:
-    PyG's ``seed_dict``; each type's seeds come first in its ``n_id``). ``input_time`` (one per
-    seed), ``time_attr``, ``temporal_strategy`` and ``disjoint`` are PyG's temporal options
-    (``docs/temporal.md``), per request for the distributed sampler (one service serves every
-    loader; the one-process :class:`HeteroSampler` takes them at construction); disjoint and
-    temporal trees may repeat a seed, other requests take each seed once.
-    ``edge_ids=False`` leaves ``e_id`` empty and lets the sampler skip fetching edge ids.
-    ``new_seeds`` (optional, distributed, homogeneous): the seeds' ids in the partitioning,
-    translated once by their loader, so a round needs no seed lookup; one per seed (checked
-    here), and checked again by the sampler that takes the request
-    (:meth:`~mnmg_sampler.distributed.sampler.DistSampler.check_request`).
+    relation) or a dict per edge type; ``other_seeds`` holds seeds of further types (PyG's
+    ``seed_dict``; each type's seeds come first in its ``n_id``). ``input_time``,
+    ``time_attr``, ``temporal_strategy`` and ``disjoint`` are PyG's temporal options, per
+    request because one service serves every loader; disjoint and temporal trees may repeat a
+    seed, other requests take each seed once. ``edge_ids=False`` leaves ``e_id`` empty and
+    skips fetching edge ids. ``new_seeds`` (optional, distributed): the seeds' ids in the
+    partitioning, translated once by their loader so a round needs no seed lookup.
     """
 
     seeds: np.ndarray
