@@ -1,19 +1,12 @@
 """DistNeighborLoader: per-rank minibatches of a seed set, sampled by the SamplingService.
 
-Each epoch the seeds are put in one global order (when ``shuffle``, a keyed Feistel permutation
-of the positions, :func:`~mnmg_sampler.graph.permute.feistel`) and cut into a multiple of ``W``
-global batches; global batch ``g`` goes to rank ``g % W``. So ``len(loader)`` is the same on
-every rank and DDP steps line up; without ``drop_last`` every seed is used once per epoch
-(batch sizes differ by at most one), with it the tail of the order is skipped. Batch ``g`` of
-epoch ``e`` is keyed ``request_key(seed, e, g)``: reproducible from ``(seed, epoch, g)`` alone,
-whatever the world size. A rank computes one batch's positions when it requests it
-(:func:`batch_positions`, ``O(batch)``), so no rank holds an array of ``num_nodes`` for a seed
-set that is a rule (:mod:`mnmg_sampler.loaders.seeds`).
-
-``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so
-hop 1 is local and remote traffic follows the edge cut; its batches then depend on the
-partitioning and ``W`` (``load_state_dict`` refuses a state saved on another partitioning).
-``docs/loader.md`` works both through on an example.
+Each epoch the seeds are put in one global order (a keyed Feistel permutation when
+``shuffle``) and cut into a multiple of ``W`` global batches; batch ``g`` goes to rank
+``g % W`` and is keyed ``request_key(seed, epoch, g)``. So ``len(loader)`` is the same on every
+rank (DDP steps line up) and a batch does not depend on the world size. A rank computes one
+batch's positions when it requests it (``O(batch)``), so a seed set that is a rule is never an
+array of ``num_nodes``. ``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds
+its partition owns instead. See docs/loader.md#how-seeds-are-split-across-ranks.
 """
 
 from __future__ import annotations
@@ -216,13 +209,10 @@ class DistNeighborLoader(EpochCursor):
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
         input_nodes: seed node ids (original ids, each once) or a bool mask of length
-            ``num_nodes``; the same on every rank; ``None`` = every node of the graph, or a
-            :class:`~mnmg_sampler.loaders.seeds.SeedSet` (e.g. a split of
-            :func:`~mnmg_sampler.loaders.seeds.random_node_split`): both read batch by batch, never
-            as an array of ``num_nodes``. Kept as the seed set ``self.input_nodes``. Checked
-            here (:func:`check_input_nodes`): construction is collective on the default group,
-            and a bad or differing input on any rank raises :class:`SamplingInputError` on
-            every rank.
+            ``num_nodes``, the same on every rank; ``None`` = every node, or a
+            :class:`~mnmg_sampler.loaders.seeds.SeedSet` (both read batch by batch). Kept as
+            ``self.input_nodes``. Construction is collective on the default group: a bad or
+            differing input on any rank raises :class:`SamplingInputError` on every rank.
         num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors,
             ``0`` = none at that hop.
         batch_size: seeds per minibatch (at most; PyG's default 1).
@@ -233,18 +223,15 @@ class DistNeighborLoader(EpochCursor):
         replace: sample with replacement.
         rank, world_size: default: those of the service's process group.
         subgraph_type: ``"directional"`` only (PyG's default).
-        split: ``global`` (the global order above) or ``owner`` (each rank's own seeds; see the
-            module docstring for what it changes).
+        split: ``global`` (the global order above) or ``owner`` (each rank's own seeds;
+            docs/loader.md#seeds-by-owner-splitowner).
         edge_ids: return ``e_id``; off, ``e_id`` is empty and no edge id is fetched.
 
-    On a typed part (a service over a typed partition, ``docs/hetero.md``) ``input_nodes`` is
-    PyG's ``(node type, ids or bool mask)`` (``(type, None)``: every node of the type),
-    ``num_neighbors`` a list (every relation) or a dict per edge type, ``split`` ``global``, and
-    each item a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``x``/``y`` per
-    type.
-    There PyG's ``time_attr``, ``input_time`` (one int per seed of ``input_nodes``),
-    ``temporal_strategy`` and ``disjoint`` are taken (``docs/temporal.md``); a one-type graph
-    also takes plain ids as ``input_nodes``.
+    On a typed part ``input_nodes`` is PyG's ``(node type, ids or bool mask)`` (plain ids on a
+    one-type graph),
+    ``num_neighbors`` a list or a dict per edge type, items have ``x``/``y`` per type, and
+    PyG's ``time_attr``, ``input_time``, ``temporal_strategy`` and ``disjoint`` are taken
+    (docs/hetero.md#over-ranks-the-service-and-the-loader, docs/temporal.md#over-ranks).
 
     Each item is a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
