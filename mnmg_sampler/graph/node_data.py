@@ -1,14 +1,9 @@
 """Node features, labels and split masks given beside the graph: arrays or separate files.
 
 A graph file may carry its own ``x``, ``y`` and masks; these override or complete them. Each value
-is an array (numpy or torch) or the path of a file:
-
-* ``.npy``; ``.npz`` with one array (or the array under the key ``x`` / ``y`` / ``mask``);
-* ``.pt`` / ``.pth`` holding one tensor (loaded with ``weights_only=True``);
-* ``.csv`` / ``.tsv`` / ``.txt`` (optionally ``.gz``): one row per node, no header.
-
-A mask is a bool array with one entry per node, or an integer array of the node ids in the split
-(OGB's ``train.csv.gz`` form).
+is an array (numpy or torch) or the path of a ``.npy``, ``.npz``, ``.pt`` or headerless
+``.csv``/``.tsv``/``.txt`` file; a mask is a bool array or the node ids in the split
+(docs/formats.md#features-labels-and-split-masks).
 """
 
 from __future__ import annotations

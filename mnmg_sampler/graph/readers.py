@@ -1,12 +1,6 @@
-"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph` (the registry of
-every format is ``graph/datasets.py``; ``docs/formats.md``):
-
-* SNAP-style edge lists (``.txt``, or gzip ``.txt.gz``): ``src dst`` per line, ``#`` comments;
-* ``.npz`` edge arrays: ``src`` and ``dst``, or ``edge_index`` (``2 x E``); optional
-  ``num_nodes``, ``x``, ``y`` and ``train_mask`` / ``val_mask`` / ``test_mask``;
-* a ``.npy`` holding one ``edge_index`` (``2 x E``, or ``E x 2``);
-* a matrix saved by ``scipy.sparse.save_npz`` (CSR, CSC or COO): entry ``(i, j)`` is ``i -> j``;
-* the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora).
+"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph`: SNAP-style edge
+lists, ``.npz`` / ``.npy`` edge arrays, ``scipy.sparse.save_npz`` matrices and the gnn-benchmark
+layout (docs/formats.md#input-graphs; the registry of formats is ``graph/datasets.py``).
 
 All with numpy alone (scipy is not a runtime dependency), and all end in
 :func:`~.build.build_graph` (renumbering, memory and id-bound checks before any allocation).

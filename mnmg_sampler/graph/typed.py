@@ -19,8 +19,7 @@ Time (:func:`attach_time`): an int64 time per edge and/or per node. Each segment
 edge time (else by the neighbor's node time; stable, so ties keep edge id order, and
 ``edge_ids`` move with their entries), so a seed's admissible neighbors (time <= the seed's) are
 a prefix found by binary search; node time then gives each seed its default time. Without time
-nothing is sorted or copied. :func:`check_time` takes integer arrays, and float arrays only when
-every value is integral and fits int64.
+nothing is sorted or copied.
 """
 
 from __future__ import annotations
@@ -82,7 +81,6 @@ class TypedGraph:
         weighted: uint8 ``[R]``: 1 where the relation has edge weights.
         x, y: per-type features (own width and dtype) and labels, where given.
         masks: per-type boolean split masks (``train``, ``val``, ``test``).
-        name: where the graph came from, for messages.
         edge_time: int64 ``[E]`` time of every CSR entry, or ``None``; node_time: int64 ``[N]``
             per internal id, or ``None``; time_attr: their name (``docs/temporal.md``).
     """
@@ -308,13 +306,11 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     """Build a :class:`TypedGraph` from the plain dict form.
 
     ``spec`` holds ``num_nodes`` (``{type: count}``; a type with ``x`` may omit it),
-    ``edge_index`` (``{(src, rel, dst): (2, E) ints}``, per-type ids, row 0 of type ``src``,
-    row 1 of type ``dst``), and optionally ``x`` / ``y`` (``{type: array}``, one row per node),
-    ``masks`` (``{type: {"train"|"val"|"test": bool mask or ids}}``) and ``edge_weight``
-    (``{(src, rel, dst): E floats}``), ``edge_time`` / ``node_time`` (int64 per relation / per
-    node type, named ``time_attr``, default ``"time"``: :mod:`mnmg_sampler.graph.temporal`
-    sorts each segment by time). Edge types may be ``"src__rel__dst"`` strings. Bad input
-    raises :class:`~mnmg_sampler.errors.GraphFormatError` naming the type or relation.
+    ``edge_index`` (``{(src, rel, dst): (2, E) ints}``, per-type ids), and optionally ``x`` /
+    ``y``, ``masks``, ``edge_weight`` (docs/hetero.md#inputs) and ``edge_time`` /
+    ``node_time`` (int64 per relation / node type, named ``time_attr``, default ``"time"``).
+    Edge types may be ``"src__rel__dst"`` strings. Bad input raises
+    :class:`~mnmg_sampler.errors.GraphFormatError` naming the type or relation.
     """
     if not isinstance(spec, Mapping) or "edge_index" not in spec:
         raise GraphFormatError(f"{name} has no 'edge_index'", "no typed graph can be built",
