@@ -6,9 +6,8 @@ hosts' topology first (every part's CSR, memory-mapped from the partition direct
 in the host's page cache, as one host maps its own parts), then their rows: every other host's
 feature rows mapped in place when all of them fit, else the rows its ranks read most, copied
 once into the host's row cache (:mod:`.row_cache`, one copy per host), as many as the bytes
-left hold. Budget 0 keeps nothing of other hosts (their nodes and rows cross the wire); a
-budget that holds the graph makes hosts independent: no hop and no row crosses hosts, only
-the round's agreement. Results never depend on the placement.
+left hold. Budget 0 keeps nothing of other hosts; a budget that holds the graph makes hosts
+independent. Results never depend on the placement.
 
 The decision (:func:`decide`) is a pure function of what every rank put in one agreement (its
 host, budget, and its part's topology and row bytes), so every rank computes the same one.
@@ -61,9 +60,8 @@ class HostPlacement:
         ranks: the host's ranks (their parts are the host's own).
         budget: bytes for data of other hosts (the smallest its ranks were given).
         topology: every other host's CSR is mapped here (hops are sampled here).
-        topology_bytes: what the other hosts' CSR takes.
+        topology_bytes, row_bytes: what the other hosts' CSR and feature rows take.
         rows: every other host's feature rows are mapped here (none crosses the wire).
-        row_bytes: what the other hosts' feature rows take in their files.
         left: bytes the row cache may take (0 when ``rows``).
     """
 
