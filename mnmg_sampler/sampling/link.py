@@ -72,20 +72,17 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
     """Draw the negatives of global batch ``g`` and form its node request (step 1).
 
     ``edge_type`` names the relation of a typed graph (``None``: a homogeneous part's graph);
-    ``edge_ids=False`` leaves the batch's ``e_id`` empty; ``num_nodes`` is the node count, or
-    for a relation
-    ``(source count, destination count)``. With ``reject_known``, ``known(src ids, dst ids)``
-    (per-type ids; in a distributed loader a collective exchange to the destinations' owners,
-    ``more`` its agreement) tells which candidates are edges; a rejected destination is drawn
-    again (a binary negative's drawn source is kept).
+    ``num_nodes`` is the node count, or for a relation ``(source count, destination count)``.
+    With ``reject_known``, ``known(src ids, dst ids)`` (per-type ids; in a distributed loader a
+    collective exchange, ``more`` its agreement) tells which candidates are edges; a rejected
+    destination is drawn again (a binary negative's drawn source is kept).
 
-    ``disjoint`` (typed, implied by ``time_attr``, then ``edge_label_time`` ``[E]`` is
-    required): as PyG's ``edge_sample``, every endpoint is a seed of its own, not
-    de-duplicated (sources, then destinations; one list when both are of one type), negatives
-    ordered by draw then positive, so that tree ``b`` belongs to positive ``b % P`` and is
-    bounded by its time. ``neg_times`` (with ``time_attr`` on a graph with node time: the source
-    type's and the destination type's :class:`~mnmg_sampler.ops.negative.AdmissibleNodes`):
-    every drawn negative endpoint has node time <= its positive's time (PyG's rule).
+    ``disjoint`` (implied by ``time_attr``, which requires ``edge_label_time`` ``[E]``): as
+    PyG's ``edge_sample``, every endpoint is a seed of its own, not de-duplicated (sources, then
+    destinations), negatives ordered by draw then positive, so that tree ``b`` belongs to
+    positive ``b % P`` and is bounded by its time. ``neg_times`` (the source and destination
+    types' :class:`~mnmg_sampler.ops.negative.AdmissibleNodes`): every drawn negative endpoint
+    has node time <= its positive's time (PyG's rule).
 
     ``batch_columns``: ``edge_label_index``, ``edge_label`` and ``edge_label_time`` hold only
     the batch's columns, column ``i`` being the positive at position ``pos[i]`` (PyG's

@@ -505,17 +505,15 @@ def sample_trees(hop_fn, seeds: list[np.ndarray], requests: Sequence, tables: li
                  disjoint: Sequence[bool], last, num_nodes: int, n_rel: int,
                  n_hops: int | None = None) -> list[tuple]:
     """Every request's ``(tree, node, nodes per hop, edges per hop)`` with one ``hop_fn`` call
-    per hop: :func:`multi_hop` over pair ids ``b * N + v`` for the
-    ``disjoint`` requests (plain ids for the others: tree 0), each node bounded by its seed's
-    time for the requests with ``times`` (``None``: no time).
+    per hop: :func:`multi_hop` over pair ids ``b * N + v`` for the ``disjoint`` requests (plain
+    ids for the others: tree 0), each node bounded by its seed's time for the requests with
+    ``times`` (``None``: no time).
 
     ``hop_fn(rows, keys, req, fanouts, replace, hop, bounds, last)`` is the typed kernel's
-    call (``bounds``, ``last`` as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` takes
-    them; ``None`` when no active request has time, ``TIME_MAX`` for the untimed ones);
-    ``tables`` are the requests' fanout tables; ``seeds`` ids of ``hop_fn``'s space
-    (``N = num_nodes`` of them); ``last`` per request or for all: ``"last"`` instead of
-    ``"uniform"``; ``n_hops`` (default: the deepest table) is given over ranks, where every
-    rank runs the deepest request of any rank."""
+    call (``bounds``: ``None`` when no active request has time, ``TIME_MAX`` for the untimed
+    ones); ``seeds`` are ids of ``hop_fn``'s space (``N = num_nodes`` of them); ``last`` per
+    request or for all: ``"last"`` instead of ``"uniform"``; ``n_hops`` (default: the deepest
+    table) is given over ranks, where every rank runs the deepest request of any rank."""
     N = max(int(num_nodes), 1)
     Q = len(requests)
     last = np.broadcast_to(np.asarray(last, np.uint8), (Q,))
@@ -582,11 +580,10 @@ def check_input_nodes(input_nodes, num_nodes: int, *, node_ids: np.ndarray | Non
     :class:`SamplingInputError` saying what is wrong (the same on every rank for the same input).
 
     Accepted, as in PyG's ``NeighborLoader``: integer node ids (any int dtype, tensor, array or
-    sequence) or a bool mask of length ``num_nodes`` (its ``True`` positions are the seeds).
-    Refused: float ids (never cast silently), other shapes, out-of-range or repeated ids.
-    An empty input is valid and gives no batch. For a renumbered graph (``node_ids``: the
-    original id of each node, ascending) integer ids are original ids, translated here; a mask
-    has one entry per node, in ascending original id. ``name`` and ``what`` word the errors.
+    sequence) or a bool mask of length ``num_nodes``. Refused: float ids (never cast silently),
+    other shapes, out-of-range or repeated ids. An empty input gives no batch. For a renumbered
+    graph (``node_ids``: ascending original ids) ids are original ids, translated here, and a
+    mask is in ascending original id. ``name`` and ``what`` word the errors.
     """
     if torch.is_tensor(input_nodes):
         input_nodes = input_nodes.detach().cpu().numpy()
@@ -648,12 +645,11 @@ def sample(graph: CSRGraph | TypedGraph, seeds, fanouts, *, seed: int = 0, key: 
            temporal_strategy: str = "uniform") -> MiniBatch:
     """Sample one minibatch from ``graph`` in this process (convenience wrapper).
 
-    A :class:`CSRGraph`: ``seeds`` are node ids (original ids for a renumbered graph; ``n_id``
-    shows original ids too) or a bool mask of length ``num_nodes`` whose ``True`` positions are
-    the seeds, as in PyG (:func:`check_input_nodes`); ``weights`` (one per CSR entry) samples
-    neighbors with probability proportional to weight. A :class:`TypedGraph`: ``seeds`` is
-    PyG's ``(node type, ids)`` (plain ids for a graph of one type), ``fanouts`` a list (every
-    relation) or a dict per edge type, and ``disjoint``, ``time_attr``, ``input_time`` and
+    A :class:`CSRGraph`: ``seeds`` are node ids (original ids for a renumbered graph, as
+    ``n_id`` shows) or a bool mask (:func:`check_input_nodes`); ``weights`` (one per CSR entry)
+    samples neighbors with probability proportional to weight. A :class:`TypedGraph`: ``seeds``
+    is PyG's ``(node type, ids)`` (plain ids for a graph of one type), ``fanouts`` a list or a
+    dict per edge type, and ``disjoint``, ``time_attr``, ``input_time`` and
     ``temporal_strategy`` are PyG's (docs/temporal.md)."""
     if isinstance(graph, TypedGraph):
         if len(graph.node_types) == 1 and not isinstance(seeds, tuple):
