@@ -228,10 +228,10 @@ class DistNeighborLoader(EpochCursor):
         edge_ids: return ``e_id``; off, ``e_id`` is empty and no edge id is fetched.
 
     On a typed part ``input_nodes`` is PyG's ``(node type, ids or bool mask)`` (plain ids on a
-    one-type graph),
-    ``num_neighbors`` a list or a dict per edge type, items have ``x``/``y`` per type, and
-    PyG's ``time_attr``, ``input_time``, ``temporal_strategy`` and ``disjoint`` are taken
-    (docs/hetero.md#over-ranks-the-service-and-the-loader, docs/temporal.md#over-ranks).
+    one-type graph), ``num_neighbors`` a list or a dict per edge type, items have ``x``/``y``
+    per type, and PyG's ``time_attr``, ``input_time``, ``temporal_strategy`` and ``disjoint``
+    are taken (docs/hetero.md#over-ranks-the-service-and-the-loader,
+    docs/temporal.md#over-ranks).
 
     Each item is a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
