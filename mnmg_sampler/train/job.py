@@ -70,10 +70,9 @@ def make_evaluator(job: Job, ids: dict, num_classes: int, emb=None):
     ``emb``: the nodes' learned rows of a graph without features.
 
     ``layerwise`` (homogeneous graphs) runs exact full-neighbor inference one layer at a time
-    over this rank's nodes (:mod:`mnmg_sampler.train.evaluate`); ``sampled`` iterates
-    minibatches sampled with ``sampler.eval_fanouts``. Either way, the memory estimate is
-    checked against ``training.eval_memory_mb`` here, before anything is allocated for
-    evaluation.
+    (:mod:`mnmg_sampler.train.evaluate`); ``sampled`` iterates minibatches sampled with
+    ``sampler.eval_fanouts``. Either way the memory estimate is checked against
+    ``training.eval_memory_mb`` before anything is allocated.
     """
     from ..loaders.neighbor import DistNeighborLoader
     from .evaluate import (

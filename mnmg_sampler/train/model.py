@@ -60,12 +60,9 @@ def _check_aggr(aggr: str) -> str:
 
 
 class SAGELayer(nn.Module):
-    """One GraphSAGE layer: ``lin_l(aggr of neighbor messages) + lin_r(x_target)``.
-
-    Same math and parameter names as PyG's ``SAGEConv(in_dim, out_dim, aggr)`` with default
-    arguments; used when PyG is not installed. ``in_dim`` is one width, or ``(source width,
-    target width)`` as PyG's. A node with no incoming edge aggregates to zero.
-    """
+    """One GraphSAGE layer: ``lin_l(aggr of neighbor messages) + lin_r(x_target)``, PyG's
+    ``SAGEConv`` when PyG is not installed (module docstring); ``in_dim`` is one width, or
+    ``(source width, target width)`` as PyG's."""
 
     def __init__(self, in_dim: int | tuple[int, int], out_dim: int, aggr: str = "mean") -> None:
         super().__init__()
