@@ -27,7 +27,7 @@ _ALIASES = {"valid": "val", "validation": "val"}
 
 
 def read_node_array(path: str | PathLike, what: str = "node data") -> np.ndarray:
-    """The array stored in ``path`` (formats in the module docstring)."""
+    """The array stored in ``path`` (formats: docs/formats.md#features-labels-and-split-masks)."""
     p = Path(path)
     name = str(p)
     _require_file(p)

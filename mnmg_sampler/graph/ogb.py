@@ -57,7 +57,7 @@ def parse_table(raw: bytes, path, dtype, what: str) -> np.ndarray:
 
 
 def read_ogb_dir(path: str | PathLike, **opts) -> CSRGraph:
-    """Read an OGB node-property-prediction directory (layout in the module docstring)."""
+    """Read an OGB node-property-prediction directory (layout in docs/formats.md)."""
     root = Path(path)
     name = str(root)
     raw = root / "raw"

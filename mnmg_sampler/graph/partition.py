@@ -80,8 +80,7 @@ class PartitionPlan:
         assignment: int64 ``[num_nodes]``, part of each *original* node.
         boundaries: int64 ``[parts + 1]``; part ``r`` owns new ids
             ``[boundaries[r], boundaries[r+1])``.
-        new_to_orig: int64 ``[num_nodes]``, original id of each new id.
-        orig_to_new: int64 ``[num_nodes]``, new id of each original id.
+        new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps, new -> original and back.
         edge_cut: fraction of CSR entries (sampling edges) whose endpoints lie in different parts.
         imbalance: max nodes per part / mean nodes per part (1.0 = perfect).
         edge_imbalance: max CSR entries per part / mean (the sampling work per rank).
@@ -601,9 +600,8 @@ def partition(
     """:func:`partition_graph` then :func:`write_partitions`; returns the output directory.
 
     ``graph``: a :class:`CSRGraph`, a :class:`~.typed.TypedGraph`, or anything
-    :func:`~mnmg_sampler.graph.datasets.load_graph` reads (a spec, a path, an ``edge_index``, a
-    ``(src, dst)`` pair, a PyG ``Data``). ``weights``: one float per CSR entry of a homogeneous
-    graph, validated before any partitioning work.
+    :func:`~mnmg_sampler.graph.datasets.load_graph` reads. ``weights``: one float per CSR entry
+    of a homogeneous graph, validated before any partitioning work.
     """
     if not isinstance(graph, (CSRGraph, TypedGraph)):
         graph = load_graph(graph)

@@ -424,8 +424,7 @@ def read_npz(path: str | PathLike, **opts) -> CSRGraph:
     """Read an ``.npz`` of edge arrays: ``src`` and ``dst`` (equal length, ids >= 0), or
     ``edge_index`` (``2 x E``).
 
-    Optional ``num_nodes`` (scalar; default ``max id + 1``), ``x`` (features, one row per node),
-    ``y`` (labels, one per node; stored as int64 when integral) and split masks ``train_mask``,
+    Optional ``num_nodes``, ``x``, ``y`` (int64 when integral) and split masks ``train_mask``,
     ``val_mask``, ``test_mask`` (bool per node, or node ids). Loaded with ``allow_pickle=False``.
     """
     p = Path(path)
@@ -497,7 +496,7 @@ def read_scipy_npz(path: str | PathLike, **opts) -> CSRGraph:
     """Read a square sparse matrix saved by ``scipy.sparse.save_npz`` (csr, csc or coo).
 
     A stored entry at row ``i``, column ``j`` is the edge ``i -> j`` (its value is ignored), in
-    the order the matrix stores its entries. Read with numpy alone.
+    the order the matrix stores its entries.
     """
     p = Path(path)
     name = str(p)
@@ -570,7 +569,7 @@ def read_gnn_benchmark(path: str | PathLike, **opts) -> CSRGraph:
 
     ``adj_*`` is the adjacency as CSR: a stored entry at row ``i``, column ``j`` is the edge
     ``i -> j`` (its value is ignored). ``attr_*`` (CSR) or ``attr_matrix`` (dense) become the
-    dense float32 features ``x``; ``labels`` become int64 ``y``. Built with numpy only.
+    dense float32 features ``x``; ``labels`` become int64 ``y``.
     """
     p = Path(path)
     name = str(p)

@@ -65,12 +65,10 @@ class TypedGraph:
     """A typed graph ready to sample from (layout in the module docstring).
 
     Attributes:
-        node_types: type names, sorted; type ``t`` is ``node_types[t]``.
-        edge_types: relations ``(src, rel, dst)``, sorted by (dst, src, rel); relation ``r`` is
-            ``edge_types[r]``.
+        node_types: type names, sorted.
+        edge_types: relations ``(src, rel, dst)``, sorted by (dst, src, rel).
         node_type_offset: int64 ``[T + 1]``: first internal id of each type, then the total.
-        rel_offset: int64 ``[T + 1]``: relations ending at type ``t`` are
-            ``rel_offset[t] .. rel_offset[t + 1] - 1``.
+        rel_offset: int64 ``[T + 1]``: first relation ending at each type, then ``R``.
         seg_base: int64 ``[T]``: first segment of type ``t``.
         indptr: int64 ``[S + 1]`` segment offsets, ``S = sum_t N_t * R_t``.
         indices: int64 ``[E]`` neighbor internal ids.

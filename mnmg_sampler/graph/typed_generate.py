@@ -146,9 +146,9 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0,
     features show an item's community, not its popularity: that part of an item's signal is its
     own (a learned id row, ``model.embeddings: all``, can carry it; mean aggregation of
     neighbours cannot count them). A pure function of ``(users, items, seed)`` (``items`` >=
-    the communities). ``temporal``
-    (``typed-useritem-t``): the ratings of :func:`_drifting_ratings` instead, with their times,
-    and item features of scale :data:`TASTE_FEATURE_SIGNAL`."""
+    the communities). ``temporal`` (``typed-useritem-t``): the ratings of
+    :func:`_drifting_ratings` instead, with their times, and item features of scale
+    :data:`TASTE_FEATURE_SIGNAL`."""
     c = USERITEM_COMMUNITIES
     rng = np.random.default_rng([int(seed), int(users), int(items), 0x5E1])
     user_c, item_c = _communities(rng, users, items)

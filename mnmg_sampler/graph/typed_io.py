@@ -238,7 +238,7 @@ def _relation_edges(d: Path, rank: int, world: int):
 
 
 def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -> HeteroShare:
-    """Rank ``rank``'s share of an OGB heterogeneous directory (layout in the module docstring;
+    """Rank ``rank``'s share of an OGB heterogeneous directory (layout: docs/hetero.md#inputs;
     a relation's edges may also be one ``edge.npy`` of shape ``(E, 2)`` or ``(2, E)``).
     Pure I/O; bad input raises :class:`GraphFormatError` on the rank that reads it."""
     root = Path(path)
@@ -348,7 +348,7 @@ def _check_ids(ids: np.ndarray, n: int, what: str) -> None:
 
 
 def read_ogb_hetero_dir(path: str | PathLike) -> TypedGraph:
-    """Read an OGB heterogeneous node-property directory (layout in the module docstring)."""
+    """Read an OGB heterogeneous node-property directory (layout: docs/hetero.md#inputs)."""
     sh = read_ogb_hetero_share(path)
     spec = {"num_nodes": sh.num_nodes,
             "edge_index": {et: np.stack([s, d]) for et, (_, _, s, d) in sh.edges.items()},
