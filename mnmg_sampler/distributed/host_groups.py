@@ -31,9 +31,8 @@ _I64 = np.int64
 
 
 class HostGroup:
-    """This rank's view of its host's parts and of what the host holds of other hosts (a
-    :class:`SharedTopology` mapping the host's parts, or every part's CSR when the host's
-    budget holds it, see :mod:`.fit`).
+    """This rank's view of its host's parts and of what the host holds of other hosts (every
+    part's CSR when the host's budget holds it, :mod:`.fit`).
 
     Attributes:
         shared: the mapped parts.
@@ -240,9 +239,8 @@ def share_slices(ex: Exchanger, ranks: tuple[int, ...], ids: np.ndarray, rows: n
     ``ranks`` memory-mapped (read-only; one copy in the page cache for the whole host).
 
     Returns ``(ids, rows)`` per slice of the host. The files are unlinked by their writer once
-    every rank has mapped them (the mappings stay valid), or as soon as a step fails; a writer
-    that is killed before that leaves files named with its pid, which the next fill on the
-    host removes (:func:`sweep_stale`).
+    every rank has mapped them, or as soon as a step fails (a killed writer's:
+    :func:`sweep_stale`).
     """
     shm = _shm_dir()
     sweep_stale(shm)
