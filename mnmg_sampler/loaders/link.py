@@ -83,8 +83,7 @@ class DistLinkNeighborLoader(EpochCursor):
             rank owning each candidate's destination).
         membership_group: process group of the membership exchange; default a new group made
             here.
-        seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
-            (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
+        seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``.
         reverse_edge_type: typed graphs: the relation whose edges ``d -> s`` are removed with
             ``exclude_seed_edges``; ``"auto"`` (default) = PyG's ``rev_`` relation when the
             graph has one, ``None`` = none, or an edge type from ``D`` to ``S``.

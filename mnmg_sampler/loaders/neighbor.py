@@ -284,9 +284,8 @@ class DistNeighborLoader(EpochCursor):
             check_batching(batch_size, prefetch)
             return nodes, check_fanouts(num_neighbors)
 
-        # Collective on the default group (the service thread owns its own): a bad input on
-        # any rank raises on every rank here, before any sampling round, and so does a seed
-        # set or batching that differs between ranks (their batch counts would differ).
+        # Collective on the default group (the service thread owns its own): a bad or differing
+        # input on any rank raises on every rank here, before any round (batch counts differ).
         self.input_nodes, self.num_neighbors = agree(check)
         check_same_on_every_rank(
             [len(self.input_nodes), int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
@@ -317,8 +316,7 @@ class DistNeighborLoader(EpochCursor):
             if isinstance(self.input_nodes, NodeIds) and not self._typed:
                 self._new_nodes = np.full(len(self.input_nodes), -1, np.int64)  # others: unsent
                 self._new_nodes[pos] = ids.to_new_local(self.input_nodes.ids(pos))
-            # every rank's count with one all-reduce on the default group (construction is
-            # collective there)
+            # every rank's count: one all-reduce on the default group (construction is collective)
             counts = torch.zeros(self.world_size, dtype=torch.int64, device=backend_device())
             counts[self.rank] = pos.size
             with peer_errors("the loader's count of seeds per owner"):
