@@ -385,11 +385,9 @@ def make_optimizer(params, o) -> torch.optim.Optimizer:
 def make_model(job: Job, out_dim: int, target=None):
     """``(model, embedding)``: the config's :class:`~.model.GraphSAGE` for ``job``'s graph on
     its device (seeded with ``sampler.seed``: the same initial weights on every rank), with
-    outputs of ``target`` on a typed graph (default the input type); and the learned rows of
-    the types it reads rows of (``None`` when none; collective): a
-    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``
-    (null: ``model.hidden``) updated at ``optimizer.lr``, of every node of a homogeneous
-    part."""
+    outputs of ``target`` on a typed graph (default the input type); and the
+    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of the types it reads rows of
+    (``None`` when none; collective), updated at ``optimizer.lr``."""
     from ..distributed.embeddings import DistEmbedding
     from .model import GraphSAGE
 
