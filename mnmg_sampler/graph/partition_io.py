@@ -488,10 +488,8 @@ def _typed_part(section: dict, files: dict, get) -> TypedPart:
 class Partition:
     """One rank's part of a partitioned graph, memory-mapped.
 
-    New ids are global: part ``r`` owns ``[boundaries[r], boundaries[r+1])`` and local row ``i``
-    is new id ``boundaries[r] + i``, original id ``orig_ids[i]``. Key the sampling RNG on
-    ``orig_ids`` and map results back to original ids to get exactly the draws of the
-    unpartitioned graph.
+    Local row ``i`` is new (global) id ``boundaries[rank] + i``, original id ``orig_ids[i]``:
+    keying the RNG on ``orig_ids`` gives exactly the draws of the unpartitioned graph.
 
     Attributes:
         boundaries: int64 ``[num_parts + 1]``.

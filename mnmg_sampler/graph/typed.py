@@ -1,19 +1,14 @@
 """Typed (heterogeneous) graphs: every node type and relation in one CSR (GraphBolt's fused CSC).
 
-Node ids of all types share one *internal* space: type ``t`` holds ids
-``node_type_offset[t] .. node_type_offset[t + 1] - 1`` (per-type id ``i`` is internal id
-``node_type_offset[t] + i``). Node types are sorted by name; relations ``(src, rel, dst)`` by
-destination type, then source type and name, so the relations a node of type ``t`` samples from
-are the contiguous ids ``rel_offset[t] .. rel_offset[t+1]-1``.
-
-Rows are indexed by the destination node (PyG's convention: a frontier node of type ``dst`` draws
-among its ``rel``-neighbors of type ``src``) and cut into one *segment* per relation of the row's
-type: node ``v`` of type ``t`` (per-type id ``i``) and its ``j``-th relation own segment
-``seg_base[t] + i * R_t + j``, entries ``indptr[s] .. indptr[s + 1] - 1`` (two reads, no search).
-Within a segment neighbors keep ascending edge id order, as in
-:class:`~mnmg_sampler.graph.csr.CSRGraph`, so a homogeneous graph is the one-type, one-relation
-case with the very same ``indptr``, ``indices`` and ``edge_ids``. :func:`typed_graph` builds one
-from the plain dict form (``docs/hetero.md``); :mod:`.typed_io` reads the other forms into it.
+Node ids of all types share one *internal* space (per-type id ``i`` of type ``t`` is internal
+id ``node_type_offset[t] + i``; types sorted by name). Relations ``(src, rel, dst)`` are sorted
+by destination type, then source type and name, so those a node of type ``t`` samples from are
+contiguous. Rows are destination nodes, cut into one *segment* per relation of the row's type:
+node ``i`` of type ``t`` and its ``j``-th relation own segment ``seg_base[t] + i * R_t + j``
+(two reads, no search). Within a segment neighbors keep ascending edge id order, so a
+homogeneous graph is the one-type, one-relation case with the very same ``indptr``,
+``indices`` and ``edge_ids`` as :class:`~mnmg_sampler.graph.csr.CSRGraph`. See
+docs/hetero.md#the-layout-and-the-kernel.
 
 Time (:func:`attach_time`): an int64 time per edge and/or per node. Each segment is sorted by
 edge time (else by the neighbor's node time; stable, so ties keep edge id order, and
