@@ -1,13 +1,10 @@
 """Place by fit: what each host keeps of the other hosts' data, decided once by every rank.
 
-Each host has a memory budget for data beyond its own parts (``features.host_memory_mb``;
-default :data:`DEFAULT_SHARE` of the memory the host can see). The budget takes the other
-hosts' topology first (every part's CSR, memory-mapped from the partition directory: one copy
-in the host's page cache, as one host maps its own parts), then their rows: every other host's
-feature rows mapped in place when all of them fit, else the rows its ranks read most, copied
-once into the host's row cache (:mod:`.row_cache`, one copy per host), as many as the bytes
-left hold. Budget 0 keeps nothing of other hosts; a budget that holds the graph makes hosts
-independent. Results never depend on the placement.
+Each host has a memory budget for data beyond its own parts (``features.host_memory_mb``).
+It takes the other hosts' topology first (every part's CSR, memory-mapped: one copy in the
+host's page cache), then their feature rows: all mapped in place when they fit, else the rows
+its ranks read most, copied once into the host's row cache (:mod:`.row_cache`). Results never
+depend on the placement (docs/loader.md#host-groups-ranks-on-several-hosts).
 
 The decision (:func:`decide`) is a pure function of what every rank put in one agreement (its
 host, budget, and its part's topology and row bytes), so every rank computes the same one.
