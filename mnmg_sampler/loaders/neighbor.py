@@ -202,9 +202,8 @@ def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
 class DistNeighborLoader(EpochCursor):
     """Iterates this rank's minibatches of ``input_nodes``, with features, via a service.
 
-    The arguments are those of PyG's ``NeighborLoader`` that apply to a static homogeneous
-    graph; the others are accepted at PyG's default value and rejected otherwise
-    (:class:`~mnmg_sampler.errors.SamplingInputError`).
+    PyG's ``NeighborLoader`` arguments; those it has no use for are accepted at PyG's default
+    value only (:func:`check_pyg_arguments`).
 
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
