@@ -135,20 +135,16 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0,
                          temporal: bool = False) -> TypedGraph:
     """A user-item graph for link prediction (``dataset.name: typed-useritem:USERS[:ITEMS]``).
 
-    Users (no features: a model learns embeddings) and items (weak features: community centre
-    times :data:`FEATURE_SIGNAL` plus unit noise) each belong to one of
-    :data:`USERITEM_COMMUNITIES` latent communities; every user rates
-    :data:`RATINGS_PER_USER` items, each of its own community with probability
-    :data:`USERITEM_PLANTED`, else of a uniformly drawn one (repeats merged), and within the
-    community by the item's popularity (Zipf, :data:`ITEM_POPULARITY`). Relations
-    ``(user, rates, item)`` and its reverse ``(item, rev_rates, user)``. So whether a user rates
-    an item is predictable from who rated what, and a link predictor clearly beats chance. The
-    features show an item's community, not its popularity: that part of an item's signal is its
-    own (a learned id row, ``model.embeddings: all``, can carry it; mean aggregation of
-    neighbours cannot count them). A pure function of ``(users, items, seed)`` (``items`` >=
-    the communities). ``temporal`` (``typed-useritem-t``): the ratings of
-    :func:`_drifting_ratings` instead, with their times, and item features of scale
-    :data:`TASTE_FEATURE_SIGNAL`."""
+    Users (no features) and items (weak features) each belong to one of
+    :data:`USERITEM_COMMUNITIES` latent communities; every user rates :data:`RATINGS_PER_USER`
+    items (``(user, rates, item)`` and its reverse ``rev_rates``), of its own community with
+    probability :data:`USERITEM_PLANTED` (repeats merged), within it by the item's popularity
+    (Zipf, :data:`ITEM_POPULARITY`), so a link predictor clearly beats chance. The features show
+    an item's community, not its popularity: that part of its signal is its own (a learned id
+    row, ``model.embeddings: all``, can carry it; mean aggregation cannot count neighbours). A
+    pure function of ``(users, items, seed)`` (``items`` >= the communities). ``temporal``
+    (``typed-useritem-t``): the ratings of :func:`_drifting_ratings` instead, with their times,
+    and item features of scale :data:`TASTE_FEATURE_SIGNAL`."""
     c = USERITEM_COMMUNITIES
     rng = np.random.default_rng([int(seed), int(users), int(items), 0x5E1])
     user_c, item_c = _communities(rng, users, items)
