@@ -97,8 +97,9 @@ class SampleRequest:
     ``time_attr``, ``temporal_strategy`` and ``disjoint`` are PyG's temporal options, per
     request because one service serves every loader; disjoint and temporal trees may repeat a
     seed, other requests take each seed once. ``edge_ids=False`` leaves ``e_id`` empty and
-    skips fetching edge ids. ``new_seeds`` (optional, distributed): the seeds' ids in the
-    partitioning, translated once by their loader so a round needs no seed lookup.
+    skips fetching edge ids. ``new_seeds`` (optional, distributed, homogeneous): the seeds' ids
+    in the partitioning, one per seed, translated once by their loader so a round needs no seed
+    lookup.
     """
 
     seeds: np.ndarray
@@ -414,13 +415,9 @@ class MultiHopSampler:
 
 
 class HeteroSampler(MultiHopSampler):
-    """The :class:`MultiHopSampler` of a :class:`TypedGraph`: lists of
-    :class:`HeteroSampleRequest`, one typed kernel call per hop for all of them and every
-    relation (``kernel_calls`` counts the calls).
-
-    Each request's batch equals sampling it alone: every draw is keyed on (seed, request key,
-    hop, relation, node, slot). ``disjoint``, ``time_attr`` and ``temporal_strategy`` are
-    PyG's (:mod:`mnmg_sampler.sampling.temporal`, ``docs/temporal.md``).
+    """The :class:`MultiHopSampler` of a :class:`TypedGraph`: one typed kernel call per hop for
+    every request and relation (``kernel_calls`` counts the calls). ``disjoint``, ``time_attr``
+    and ``temporal_strategy`` are PyG's (:mod:`mnmg_sampler.sampling.temporal`).
     """
 
     def __init__(self, graph: TypedGraph, seed: int = 0, *, disjoint: bool | None = None,
