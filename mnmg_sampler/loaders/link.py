@@ -1,11 +1,8 @@
 """DistLinkNeighborLoader: minibatches of seed *edges* (link prediction), PyG's conventions.
 
 Seed edges are split across ranks exactly like node seeds (``batch_positions``). The loader
-only chooses global batch ``g``'s edges; :mod:`mnmg_sampler.sampling.link` draws its negatives,
-forms its node request for the service and turns the subgraph into a
-:class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`. Every step is a function of
-``(seed, epoch, g)`` and the graph, so a batch is bit-identical for any world size,
-partitioning and merge pattern.
+only chooses global batch ``g``'s edges; :mod:`mnmg_sampler.sampling.link` does the rest, as a
+function of ``(seed, epoch, g)`` and the graph (bit-identical for any world size).
 """
 
 from __future__ import annotations
