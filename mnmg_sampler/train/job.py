@@ -4,11 +4,10 @@
 On every rank: the config is checked (a bad config fails every rank alike, before any
 collective), the job starts (:mod:`.setup`: process group, partitions, checks against the
 graph, sampling service), then loaders, DDP training, evaluation and atomic checkpoints
-(:func:`~.epochs.run_epochs`). On a typed graph the seeds are the nodes of
-``sampler.input_type`` and fanouts are per relation. Seeds with a negative label (unlabelled,
-as OGB's NaN) are neither trained on nor counted. Model init, dropout and sampling are seeded
-per (seed, epoch, rank) and checkpoints taken at epoch ends, so a resumed run continues exactly
-as an uninterrupted one.
+(:func:`~.epochs.run_epochs`). Seeds with a negative label (unlabelled, as OGB's NaN) are
+neither trained on nor counted. Model init, dropout and sampling are seeded per (seed, epoch,
+rank) and checkpoints taken at epoch ends, so a resumed run continues exactly as an
+uninterrupted one.
 """
 
 from __future__ import annotations

@@ -60,9 +60,9 @@ def _check_aggr(aggr: str) -> str:
 
 
 class SAGELayer(nn.Module):
-    """One GraphSAGE layer: ``lin_l(aggr of neighbor messages) + lin_r(x_target)``, PyG's
-    ``SAGEConv`` when PyG is not installed (module docstring); ``in_dim`` is one width, or
-    ``(source width, target width)`` as PyG's."""
+    """One GraphSAGE layer: ``lin_l(aggr of neighbor messages) + lin_r(x_target)``, standing in
+    for PyG's ``SAGEConv`` when PyG is not installed (module docstring); ``in_dim`` is one
+    width, or ``(source width, target width)`` as PyG's."""
 
     def __init__(self, in_dim: int | tuple[int, int], out_dim: int, aggr: str = "mean") -> None:
         super().__init__()

@@ -4,9 +4,7 @@
 ``partition.dir`` holds it (:func:`ensure_partitions`), checks a typed job's config against the
 graph's types and relations (from the manifest, on every rank), loads this rank's part and
 starts the sampling service: a :class:`Job`. Whether the dataset is typed
-(:func:`dataset_is_typed`: a generated typed graph, a saved ``HeteroData``, an OGB
-heterogeneous directory, or a homogeneous file with a time the job samples or splits by) is
-decided once, by the caller; a homogeneous graph is the one-type case.
+(:func:`dataset_is_typed`) is decided once, by the caller.
 """
 
 from __future__ import annotations
