@@ -82,11 +82,8 @@ def _array(v, what: str) -> np.ndarray:
 
 def attach_node_data(graph: CSRGraph, x=None, y=None,
                      masks: Mapping[str, object] | None = None) -> CSRGraph:
-    """Set ``graph.x`` / ``graph.y`` / ``graph.masks[...]`` from arrays or files (in place).
-
-    Given values win over those the graph file carried. Raises :class:`GraphFormatError` when
-    a row count differs from ``graph.num_nodes``.
-    """
+    """Set ``graph.x`` / ``graph.y`` / ``graph.masks[...]`` from arrays or files (in place),
+    over those the graph file carried; :class:`GraphFormatError` for a wrong row count."""
     n = graph.num_nodes
     if x is not None:
         xa = _array(x, "features")

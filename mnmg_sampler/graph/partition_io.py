@@ -92,11 +92,8 @@ def write_manifest(directory: Path, manifest: dict) -> None:
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
-    """Read and validate the manifest of partition directory ``path`` (no array is opened).
-
-    Cheap enough to call before the process group exists, e.g. to compare ``num_parts`` with
-    the world size.
-    """
+    """Read and validate the manifest of partition directory ``path``; no array is opened, so
+    it is cheap enough to call before the process group exists."""
     d = Path(path)
     if d.name.startswith(TMP_PREFIX):
         raise PartitionError(
