@@ -219,7 +219,6 @@ class DistNeighborLoader(EpochCursor):
         drop_last: skip the tail so every batch has exactly ``batch_size`` seeds.
         seed: seed of the shuffle and the request keys.
         prefetch: requests kept in flight ahead of the consumer, so sampling overlaps training.
-        replace: sample with replacement.
         rank, world_size: default: those of the service's process group.
         subgraph_type: ``"directional"`` only (PyG's default).
         split: ``global`` (the global order above) or ``owner`` (each rank's own seeds;
