@@ -12,10 +12,3 @@ machine state) and reports medians of repeats, so ratios are meaningful.
 from __future__ import annotations
 
 MODES = ["single", "dist", "merge", "overlap", "link", "mem"]
-
-
-def add_mode_parsers(subparsers) -> None:
-    """Register every mode's parser."""
-    from ..commands.subcommands import add_module_parsers
-
-    add_module_parsers(subparsers, __name__, MODES)

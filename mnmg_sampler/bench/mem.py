@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import resource
 import tempfile
@@ -37,8 +36,6 @@ import time
 from pathlib import Path
 
 from ._launch import TASK, command_line, launch, write_json, write_result
-
-log = logging.getLogger(__name__)
 
 HELP = "memory: RSS per rank vs its part, distributed vs single partitioner peak"
 WHATS = ("rss", "partition")
@@ -169,11 +166,9 @@ def _single_partition_worker(work: str, task: dict) -> None:
 
     base = _rss()
     t0 = time.perf_counter()
-    if sliceable_typed_input(task["graph"]):
-        partition(load_typed_graph(task["graph"]), task["parts"], task["method"], task["out"], 0)
-    else:
-        partition(load_graph(task["graph"], undirected=True), task["parts"], task["method"],
-                  task["out"], 0)
+    name = task["graph"]
+    g = load_typed_graph(name) if sliceable_typed_input(name) else load_graph(name, undirected=True)
+    partition(g, task["parts"], task["method"], task["out"], 0)
     write_result(work, 0, {"rank": 0, "base": base, "peak": _peak(),
                       "seconds": time.perf_counter() - t0})
 

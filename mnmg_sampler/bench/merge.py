@@ -3,9 +3,8 @@
 On ``--ranks`` ranks (default 2, torchrun, gloo on loopback), each rank runs a
 :class:`~mnmg_sampler.distributed.service.SamplingService` in thread mode (features off) and
 ``--loaders`` :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` objects (default 8), each
-iterated
-in its own thread, ``--batches`` batches of ``--batch-size`` seeds each (disjoint seed sets, one
-per loader; ``--prefetch`` requests in flight per loader). Two configurations of the same
+iterated in its own thread, ``--batches`` batches of ``--batch-size`` seeds each (disjoint seed
+sets, one per loader; ``--prefetch`` requests in flight per loader). Two configurations of the same
 service, interleaved repeat by repeat:
 
 * **merged**: every round takes every pending local request (the default service): one kernel
@@ -24,7 +23,6 @@ Target: merged >= 2x the requests/s of one request per round. Medians of ``--rep
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import threading
 import time
@@ -40,8 +38,6 @@ from ._launch import (
     worker_start,
     write_json,
 )
-
-log = logging.getLogger(__name__)
 
 HELP = "distributed: 8 concurrent loaders, merged rounds vs one request per round"
 TARGET = 2.0

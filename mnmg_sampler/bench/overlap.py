@@ -20,7 +20,6 @@ actually tested. Reported: each epoch time (the slowest rank's, median of ``--re
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import time
 
@@ -35,8 +34,6 @@ from ._launch import (
     worker_start,
     write_json,
 )
-
-log = logging.getLogger(__name__)
 
 HELP = "distributed: epoch time of sampling + a fixed-cost step with prefetch vs each alone"
 TARGET = 1.15

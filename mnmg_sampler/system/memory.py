@@ -19,6 +19,7 @@ Nothing here imports cupy or numba.cuda at module import time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -62,10 +63,9 @@ def join_alloc_conf(items: list[tuple[str, str]]) -> str:
     return ",".join(f"{k}:{v}" if v else k for k, v in items)
 
 
-def effective_alloc_conf_var(environ: Mapping[str, str] | None = None) -> str:
+def effective_alloc_conf_var() -> str:
     """The environment variable this torch reads its allocator settings from."""
-    env = os.environ if environ is None else environ
-    return "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in env else "PYTORCH_CUDA_ALLOC_CONF"
+    return "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in os.environ else "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def configure_expandable_segments(enabled: bool = True) -> bool:
@@ -143,9 +143,6 @@ def route_cupy() -> Any:
 
 # --------------------------------------------------------------------------- Numba routing
 
-_numba_mm_class: type | None = None
-
-
 def _device_pointer(value: int) -> Any:
     """A device pointer object of the kind this Numba's driver binding expects."""
     from numba.cuda.cudadrv import driver, drvapi
@@ -155,6 +152,7 @@ def _device_pointer(value: int) -> Any:
     return drvapi.cu_device_ptr(value)
 
 
+@functools.cache
 def numba_memory_manager_class() -> type:
     """The Numba EMM plugin class backed by PyTorch's caching allocator (built once, lazily).
 
@@ -162,9 +160,6 @@ def numba_memory_manager_class() -> type:
     pinned/mapped host memory stays with Numba. Building (and instantiating with
     ``context=None``) needs no GPU; ``memalloc`` needs one.
     """
-    global _numba_mm_class
-    if _numba_mm_class is not None:
-        return _numba_mm_class
     cuda = require_numba_cuda(need_device=False)
     from numba.cuda.cudadrv.driver import MemoryInfo, MemoryPointer
 
@@ -198,8 +193,7 @@ def numba_memory_manager_class() -> type:
         def interface_version(self) -> int:
             return 1
 
-    _numba_mm_class = TorchNumbaMemoryManager
-    return _numba_mm_class
+    return TorchNumbaMemoryManager
 
 
 def route_numba() -> type:
@@ -222,23 +216,19 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def setup_memory_pool(
-    expandable_segments: bool = True, cupy: bool = True, numba: bool = True
-) -> dict[str, bool]:
+def setup_memory_pool(expandable_segments: bool = True) -> dict[str, bool]:
     """Start-up hook of a GPU rank: allocator settings first, then route CuPy and Numba.
 
     CuPy is routed only when it is installed (it is optional); Numba is always present. Returns
     what was done, for logs.
     """
-    done = {"expandable_segments": configure_expandable_segments(expandable_segments)}
-    done["numba"] = bool(numba) and route_numba() is not None
-    done["cupy"] = False
-    if cupy:
-        try:
-            route_cupy()
-            done["cupy"] = True
-        except ImportError:  # MissingDependencyError is an ImportError: CuPy is optional
-            log.debug("CuPy not installed; nothing to route")
+    done = {"expandable_segments": configure_expandable_segments(expandable_segments),
+            "numba": route_numba() is not None, "cupy": False}
+    try:
+        route_cupy()
+        done["cupy"] = True
+    except ImportError:  # MissingDependencyError is an ImportError: CuPy is optional
+        log.debug("CuPy not installed; nothing to route")
     return done
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-log = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost")
 
 

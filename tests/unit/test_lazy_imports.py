@@ -103,14 +103,11 @@ def test_sys_modules_after_import(fresh):
     assert json.loads(out) == {name: [] for name in LIGHT_MODULES}
 
 
-@pytest.mark.parametrize("loader,module", [("require_cupy", "cupy"),
-                                           ("require_pylibraft", "pylibraft")])
+@pytest.mark.parametrize("loader,module", [("require_cupy", "cupy")])
 def test_missing_extra_names_the_pip_extra(monkeypatch, loader, module):
     import mnmg_sampler.system.gpu as gpu
 
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
-    if module == "pylibraft":
-        monkeypatch.setitem(sys.modules, "pylibraft.random", None)
     with pytest.raises(MissingDependencyError) as info:
         getattr(gpu, loader)()
     assert GPU_EXTRA in str(info.value)

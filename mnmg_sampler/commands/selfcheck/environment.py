@@ -15,7 +15,7 @@ import subprocess
 from .result import PASS, Check, skipped
 
 NO_CUDA = "no CUDA device"
-OPTIONAL = (("numba", "numba"), ("cupy", "cupy"), ("pylibraft", "pylibraft"))
+OPTIONAL = (("numba", "numba"), ("cupy", "cupy"))
 
 
 def _version(module: str) -> str:
@@ -70,8 +70,7 @@ def versions() -> Check:
     for key, module in OPTIONAL:
         data[key] = _version(module)
     detail = (f"torch {data['torch']} (CUDA {data['torch_cuda'] or 'none'}), driver "
-              f"{data['driver'] or 'none'}, numba {data['numba']}, cupy {data['cupy']}, "
-              f"pylibraft {data['pylibraft']}")
+              f"{data['driver'] or 'none'}, numba {data['numba']}, cupy {data['cupy']}")
     if data["numba_cuda_simulator"]:
         detail += "; Numba CUDA simulator on"
     return Check("env.versions", PASS, detail, data=data)

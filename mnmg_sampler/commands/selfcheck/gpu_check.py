@@ -63,7 +63,7 @@ CLAIMS = {
     "features.placement pinned and device serving the right rows": ("train",),
 }
 NOT_COVERED = ("NCCL all-to-all between ranks (exchange lines need torchrun with 2+ GPUs)",
-               "GPU R-MAT (pylibraft)", "bit-packing (CPU only: no GPU twin)")
+               "bit-packing (CPU only: no GPU twin)")
 
 
 def _step(name: str, out: Path, simulate: bool, timeout: float) -> dict:

@@ -170,13 +170,9 @@ def gpu_tests(s: Step) -> None:
             p.wait()
             res[f] = {"status": "timeout"}
         log.close()
-        if f in res:
-            pass
-        elif xml.is_file():
-            res[f] = _junit(xml)
-            res[f]["exit_code"] = p.returncode
-        else:
-            res[f] = {"exit_code": p.returncode, "status": "no junit report (see its .log)"}
+        if f not in res:
+            res[f] = ({**_junit(xml), "exit_code": p.returncode} if xml.is_file() else
+                      {"exit_code": p.returncode, "status": "no junit report (see its .log)"})
         s.put(files=res)
     total = {k: sum(r.get(k, 0) for r in res.values())
              for k in ("tests", "failures", "errors", "skipped")}

@@ -21,7 +21,6 @@ from ...system.console import jsonable, rank_prefix
 from . import environment, exchange, kernels, pool, typed_kernels
 from .result import FAIL, PASS, SKIPPED, Check, merge, run_check, skipped, table
 
-log = logging.getLogger(__name__)
 STDOUT = "-"
 FORMAT_NAME = "mnmg-sampler-selfcheck/1"
 EXIT_FAILED = 1  # a line failed on some rank (2: a user error, 3: a peer stopped answering)
