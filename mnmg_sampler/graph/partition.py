@@ -112,8 +112,7 @@ class PartitionPlan:
 
 def part_stats(method: str, seed: int, n: int, num_edges: int, part_nodes, part_edges,
                cut: float) -> dict:
-    """The manifest's ``stats`` of a partitioning (``cut``: its edge cut), which the single-
-    process and the distributed partitioner both write."""
+    """The manifest's ``stats`` of a partitioning (``cut``: its edge cut)."""
     part_nodes = np.asarray(part_nodes, np.int64)
     part_edges = np.asarray(part_edges, np.int64)
     parts = part_nodes.shape[0]
@@ -471,8 +470,7 @@ def typed_section(node_types, edge_types, node_type_offset, num_edges: dict, wei
                   x: dict[str, tuple[str, tuple]], y: dict[str, str], masks: dict[str, list],
                   part_type_nodes, time_attr: str | None) -> dict:
     """The manifest's ``typed`` section: types, relations, offsets, node data (``x``: dtype
-    and row shape, ``y``: dtype, ``masks``: split names, per type) and nodes per part and type
-    (the single-process and distributed writers share it)."""
+    and row shape, ``y``: dtype, ``masks``: split names, per type) and nodes per part and type."""
     return {
         "node_types": list(node_types),
         "edge_types": [list(et) for et in edge_types],
