@@ -1,4 +1,4 @@
-"""``mnmg-sampler bench MODE``: measured comparisons, one mode per module in ``mnmg_sampler.bench``.
+"""``mnmg-sampler bench MODE``: measured comparisons, by the modules in ``mnmg_sampler.bench``.
 
 Modes: ``single`` (one process: one-hop kernel vs a random-gather loop, multi-hop minibatches vs
 DGL's sampler when a peer venv exists), ``dist``, ``merge`` and ``overlap`` (ranks under
