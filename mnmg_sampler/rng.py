@@ -2,11 +2,9 @@
 
 Every draw is a pure function of ``(seed, key, hop, node, slot)``; there is no generator state.
 That is what makes a minibatch independent of thread count, merge pattern, partitioning, world
-size and device. The construction is documented in ``docs/rng.md``.
-
-The functions here are plain Python over ``numpy.uint64``; :func:`compile_rng` compiles one set
-with ``numba.njit`` (``ops.cpu``, ``graph.generate``) and one with
-``numba.cuda.jit(device=True)`` (``ops.cuda``), so both devices run the same arithmetic.
+size and device. The construction is documented in ``docs/rng.md``; the functions here are
+plain Python over ``numpy.uint64``, which :func:`compile_rng` compiles for each device, so both
+run the same arithmetic.
 
 It sits below every layer (it imports nothing of the package, like ``errors``): the graph layer
 draws R-MAT edges and keyed permutations from it, and imports run graph -> ops, so it cannot live
@@ -70,11 +68,8 @@ RNG_FUNCTIONS = ("mix64", "stream_base", "draw", "bounded", "unit")
 
 
 def compile_rng(jit: Callable) -> dict:
-    """Compile the RNG with ``jit``; returns a namespace dict of the compiled functions.
-
-    Each function is re-bound to a namespace where its callees are the compiled versions, so
-    the same source serves ``njit`` and ``cuda.jit(device=True)``.
-    """
+    """Compile the RNG with ``jit`` (``njit`` or ``cuda.jit(device=True)``); returns a namespace
+    dict of the compiled functions, each calling the compiled versions of its callees."""
     ns = {k: v for k, v in globals().items() if k.isupper() or k == "np"}
     for name in RNG_FUNCTIONS:
         f = globals()[name]

@@ -1,7 +1,8 @@
-"""Benchmarks behind ``mnmg-sampler bench MODE``, one module per mode.
+"""Benchmarks behind ``mnmg-sampler bench MODE``.
 
-Each mode module ``mnmg_sampler.bench.<mode>`` defines ``add_parser(subparsers)``, which adds the
-mode's sub-subparser and sets ``bench_run=run`` with ``set_defaults``, and ``run(args) -> int``.
+Each module of :data:`MODES` defines ``add_parser(subparsers)``, which adds its modes'
+sub-subparsers (``service`` adds ``merge`` and ``overlap``) and sets their ``bench_run`` with
+``set_defaults`` to a ``run(args) -> int``.
 Mode modules import heavy dependencies (numba, torch, the graph) inside ``run`` so that building
 the CLI parser stays fast.
 
@@ -11,4 +12,4 @@ machine state) and reports medians of repeats, so ratios are meaningful.
 
 from __future__ import annotations
 
-MODES = ["single", "dist", "merge", "overlap", "link", "mem"]
+MODES = ["single", "dist", "service", "link", "mem"]

@@ -1,11 +1,10 @@
 """Shared plumbing of the distributed bench modes (``dist``, ``merge``, ``overlap``).
 
-The user runs a mode as a plain command. The mode (the *parent*) loads the graph, partitions it
-into a temporary directory once per world size, writes the work for the ranks to
-``WORK/task.json`` and starts them with ``python -m torch.distributed.run`` on a free loopback
-port, re-entering the same mode with the hidden option ``--worker WORK``. Each rank writes
-``WORK/rank{r}.json``; the parent reads them after torchrun exits. Every launch has a hard
-timeout, and a failed launch raises with the tail of the ranks' output.
+The mode (the *parent*) partitions the graph, writes the ranks' work to ``WORK/task.json`` and
+starts them under torchrun, re-entering the mode with the hidden ``--worker WORK``; each rank
+writes ``WORK/rank{r}.json``. Every launch has a hard timeout, and a failed launch raises with
+the tail of the ranks' output. How they run:
+benchmarks/README.md#distributed-modes-bench-dist-bench-merge-bench-overlap.
 """
 
 from __future__ import annotations

@@ -6,24 +6,20 @@ Measured in one run, on one graph, one thread per rank:
    ``--batches`` minibatches, one request per call (with ``--features``, each batch gathers its
    feature rows, as a rank does); ``--repeats`` times first and once more before each world
    size, so load changes hit both sides of a ratio.
-2. **distributed**, for each world size ``W`` in ``--world-sizes``: the graph partitioned into
-   ``W`` parts in a temporary directory, ``W`` ranks started with torchrun (gloo, loopback), each
-   sampling ``--batches`` minibatches with :class:`~mnmg_sampler.distributed.sampler.DistSampler`
-   (``--merge K`` requests per rank per collective call, as a service merges its loaders'), after
-   an untimed warm-up; or, with ``--loader``, through a ``DistNeighborLoader`` and a
-   ``SamplingService`` at default settings. Seeds: global batch ``i`` on rank ``i % W``
-   (``--split global``) or each rank's own (``--split owner``), translated to the partitioning's
-   ids once before the timed rounds as a loader does (a setup figure; ``--seed-lookup per-round``
-   or ``both`` times rounds that look them up). With ``--hosts H`` each emulated host's ranks run
-   on their own share of the cores and the single process on one host's share (:mod:`.cores`).
+2. **distributed**, for each world size ``W`` in ``--world-sizes``: ``W`` ranks under torchrun
+   (gloo, loopback) on the graph partitioned into ``W`` parts, each sampling ``--batches``
+   minibatches with :class:`~mnmg_sampler.distributed.sampler.DistSampler` after an untimed
+   warm-up (``--loader``: through a ``DistNeighborLoader`` and a ``SamplingService``). Global
+   batch ``i`` goes to rank ``i % W`` (``--split``); seeds are translated to the partitioning's
+   ids once before the timed rounds, as a loader does (a setup figure; ``--seed-lookup``). With
+   ``--hosts H`` each emulated host's ranks run on their own share of the cores, and the single
+   process on one host's share (:mod:`.cores`).
 
 Reported per world size (medians over ``--repeats``): sampled edges/s per rank and in total (all
 ranks' edges / the slowest rank's time); **CPU seconds per million sampled edges summed over
-ranks**; bytes per sampled edge of ids (sampling traffic) and of features (ids, counts, rows), to
-self, to other ranks and to other hosts; with ``--features`` the host cache's hit rate, duplicate
-rows, and a loader's wait for its batches and their rows; per hop, frontier nodes, the share
-owned by another rank and the id bytes to others, split by what they scale with (per remote
-node, per remote edge, the rest). More ranks than cores oversubscribe them; the output says so.
+ranks**; id and feature bytes per sampled edge, to self, to other ranks and to other hosts; per
+hop, frontier nodes and their remote share. More ranks than cores oversubscribe them; the output
+says so. How it runs: benchmarks/README.md#distributed-modes-bench-dist-bench-merge-bench-overlap.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """``mnmg-sampler bench link``: link-prediction minibatches vs DGL 2.1's link sampler, one run.
 
-Both sides sample the **same seed edges** (``--batches`` batches of ``--batch-size`` edges drawn
-from the graph with ``--seed``) with the same fanouts and thread count:
-
-* **mnmg-sampler**: what :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` does per batch,
-  in one process: ``--negatives`` binary negatives per positive from the counter-based RNG
-  (``--reject``: known edges redrawn), one multi-hop request for the endpoints, and the seed edges
-  removed from the subgraph (``exclude_seed_edges``; ``--no-exclude`` keeps them).
-* **DGL**: ``as_edge_prediction_sampler(NeighborSampler, exclude="self",
-  negative_sampler=Uniform(k))`` in a subprocess of the peer venv (``bench/dgl_link_peer.py``).
+Both sides sample the **same seed edges** with the same fanouts and thread count: ours what
+:class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` does per batch, in one process; DGL's
+``as_edge_prediction_sampler(NeighborSampler, exclude="self", negative_sampler=Uniform(k))`` in
+the peer venv (``bench/dgl_link_peer.py``). Options: benchmarks/README.md#bench-link.
 
 DGL samples every destination node of each layer again, so its edges per batch differ; sampled
 edges per second is the comparable number (batches per second is printed beside it). Our repeats

@@ -4,15 +4,14 @@ kernel on the same graph.
 The loaded graph becomes a one-type typed graph (:func:`~mnmg_sampler.bench.hetero.typed_view`)
 with uniform random int64 edge times in ``[0, 2**20)`` (fixed seed), so its segments are sorted
 by time. Interleaved repeats over the same ``--kernel-nodes`` frontier (with edge ids):
-:func:`mnmg_sampler.ops.typed.sample_typed_neighbors` (no time) against
-the same kernel with ``bounds``, every node bounded by the
-median edge time, ``"uniform"`` and ``"last"``. They sample different edge sets (the temporal
-one from about half of each neighborhood), so the comparable number is the cost per sampled
-edge. A third reference, ``uniform on admissible edges``, runs the non-temporal kernel on a
-static graph holding only the edges with time <= the median: it samples exactly the temporal
-kernel's edge counts, so its ratio isolates what the time filter costs. Costs are CPU seconds
-of this process (wall-time ratios beside them): on shared cores wall time also counts other
-jobs.
+:func:`mnmg_sampler.ops.typed.sample_typed_neighbors` (no time) against the same kernel with
+``bounds`` (every node bounded by the median edge time), ``"uniform"`` and ``"last"``. They
+sample different edge sets (the temporal one about half of each neighborhood), so the
+comparable number is the cost per sampled edge. A third reference, ``uniform on admissible
+edges``, runs the non-temporal kernel on a static graph of only the edges with time <= the
+median: it samples exactly the temporal kernel's edge counts, so its ratio isolates what the
+time filter costs. Costs are CPU seconds of this process (wall-time ratios beside them): on
+shared cores wall time also counts other jobs.
 """
 
 from __future__ import annotations

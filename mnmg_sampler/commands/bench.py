@@ -1,9 +1,10 @@
-"""``mnmg-sampler bench MODE``: measured comparisons, one mode per module in ``mnmg_sampler.bench``.
+"""``mnmg-sampler bench MODE``: measured comparisons, by the modules in ``mnmg_sampler.bench``.
 
 Modes: ``single`` (one process: one-hop kernel vs a random-gather loop, multi-hop minibatches vs
-DGL's sampler when a peer venv exists), ``dist``, ``merge`` and ``overlap`` (ranks under
-torchrun). Each prints a table; ``--json`` prints the results as JSON instead (the table goes to
-stderr), ``--json OUT`` writes them to OUT as well as printing the table.
+DGL's sampler when a peer venv exists; ``--hetero``, ``--temporal`` for typed and timed graphs),
+``dist``, ``merge``, ``overlap`` (ranks under torchrun), ``link`` and ``mem``. Each prints a
+table; ``--json`` prints the results as JSON instead (the table goes to stderr), ``--json OUT``
+writes them to OUT as well as printing the table.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Command-line options that ``info``, ``partition`` and ``sample`` share for reading a graph.
-
-Kept apart from the commands so that none of them imports another: node-data files, the node-id
-bound, ``--renumber``, ``--weights``, ``--time-column``, and how a typed input (a saved
-``HeteroData``, an OGB hetero directory or a table with a time column) refuses the options that
-only apply to homogeneous graphs.
+"""Command-line options that ``info``, ``partition`` and ``sample`` share for reading a graph,
+and the refusal of the homogeneous-only ones for a typed input; kept apart from the commands so
+that none of them imports another.
 """
 
 from __future__ import annotations
@@ -63,9 +60,8 @@ def node_data_kwargs(args: argparse.Namespace) -> dict:
 
 
 def check_typed_renumber(name: str, renumber, typed: bool | None = None) -> None:
-    """``--renumber true`` on a typed graph (``typed``: known already, else looked up): a
-    :class:`GraphFormatError`. Typed graphs keep their per-type ids and are never renumbered, so
-    the flag would be silently ignored."""
+    """``--renumber true`` on a typed graph: a :class:`GraphFormatError`. Typed graphs keep their
+    per-type ids and are never renumbered, so the flag would be silently ignored."""
     from ..errors import GraphFormatError
 
     if str(renumber).lower() != "true":

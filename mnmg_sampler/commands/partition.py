@@ -1,23 +1,15 @@
 """``mnmg-sampler partition INPUT --parts N --method M --out DIR``: split a graph for N ranks.
 
-Writes one part per rank (contiguous relabelled id ranges, see ``docs/partitioning.md``) and
-prints the edge cut, the imbalance, the time taken and the output directory.
+Writes one part per rank (contiguous relabelled id ranges) and prints the edge cut, the
+imbalance, the time taken and the output directory. ``--weights NAME|FILE`` stores one float32
+edge weight per CSR entry, which ``sample --partitions`` then samples by. A typed INPUT (a saved
+``HeteroData`` ``.pt`` or an OGB hetero directory) writes typed parts with its own node data,
+so the homogeneous-only options are refused.
 
-``--weights NAME|FILE`` (a job's ``sampler.weights``) stores one float32 edge weight per CSR
-entry in every part; ``sample --partitions`` then samples with probability proportional to it.
-
-Under torchrun (``torchrun --nproc-per-node N -m mnmg_sampler partition INPUT --method random
---out DIR``) the ``random``, ``range`` and ``hash`` methods run on every rank
-(:mod:`mnmg_sampler.distributed.ingest`): each rank reads 1/N of the input and writes its own
-part, the same files as one process writes. ``metis``, edge weights, and node data other than
-``.npy`` features and labels, run on rank 0 alone while the others wait.
-
-A typed INPUT (a saved ``HeteroData`` ``.pt`` or an OGB hetero directory) writes typed parts
-(:mod:`mnmg_sampler.graph.partition`, ``docs/hetero.md``); its node data comes with it, so
-the homogeneous-only options are refused. Under torchrun it is partitioned on every rank with
-``random``, ``range`` and ``hash``
-(:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`: each rank reads 1/N of
-every relation; a ``.pt`` is memory-mapped); ``metis`` runs on rank 0.
+Under torchrun ``random``, ``range`` and ``hash`` run on every rank
+(:mod:`mnmg_sampler.distributed.ingest`), writing the files one process writes; ``metis``, edge
+weights, and node data other than ``.npy`` features and labels run on rank 0 alone. See
+docs/partitioning.md#distributed-partitioning.
 """
 
 from __future__ import annotations

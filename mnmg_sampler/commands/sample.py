@@ -1,17 +1,12 @@
 """``mnmg-sampler sample``: sample every minibatch of one epoch and print the throughput.
 
 In one process (no ``--partitions``) the whole graph is loaded here and sampled with the CPU
-kernel. The epoch's seed order and each batch's request key are the ones a distributed run uses,
-so ``--out`` files from both can be compared bit for bit:
-
-* seeds: every node with at least one neighbor (``--include-isolated``: every node), or the ids
-  in ``--seeds-file`` (in file order), as a seed set (:mod:`mnmg_sampler.loaders.seeds`): the nodes
-  with a neighbor are a bitmap (one bit per node, built a part at a time with ``--partitions``),
-  every node a rule, so no rank holds an id array of ``num_nodes``;
-* the epoch's order: the loaders' keyed shuffle of the seed positions
-  (:func:`~mnmg_sampler.loaders.neighbor.epoch_order` with ``shuffle_keys(True, seed, 0)``), batch
-  ``i`` = positions ``i*B .. (i+1)*B - 1`` of it (:func:`batch_seeds`, ``O(B)``), request key
-  ``request_key(seed, epoch=0, batch=i)``.
+kernel. Seeds, their order and each batch's request key are the ones a distributed run uses, so
+``--out`` files from both can be compared bit for bit. Seeds: every node with a neighbor
+(``--include-isolated``: every node) or the ids of ``--seeds-file`` in file order, as a seed set
+(:mod:`mnmg_sampler.loaders.seeds`: a bitmap or a rule, so no rank holds an id array of
+``num_nodes``). Batch ``i``: positions ``i*B .. (i+1)*B - 1`` of the loaders' keyed shuffle
+(:func:`batch_seeds`), request key ``request_key(seed, epoch=0, batch=i)``.
 
 Weighted sampling: ``--weights NAME|FILE`` (a job's ``sampler.weights``) in one process; with
 ``--partitions`` the weights stored by ``partition --weights`` are used (``--weights``, if given,
@@ -310,12 +305,9 @@ def partition_weights(part, spec: str | None, where: str) -> str | None:
 def run_distributed(args: argparse.Namespace) -> int:
     """Sample one epoch under torchrun over a partition directory; rank 0 prints a summary.
 
-    Global batch ``i`` takes positions ``i*B .. (i+1)*B - 1`` of the epoch's seed order
-    (:func:`batch_seeds`, computed by the rank that samples it) and is sampled by rank
-    ``i % W`` with key ``request_key(seed, 0, i)``; each rank writes its batches as
-    ``OUT/batch_{i:06d}.npz`` (original node ids; layout in ``docs/formats.md``), atomically.
-    A peer that dies or stops answering is a :class:`~mnmg_sampler.errors.PeerError` naming the
-    step (start-up, round, summary), as in ``train``.
+    Global batch ``i`` (the module's seeds and key) is sampled by rank ``i % W``, which writes it
+    atomically as ``OUT/batch_{i:06d}.npz`` (original node ids; layout in ``docs/formats.md``).
+    A dead or silent peer is a :class:`~mnmg_sampler.errors.PeerError` naming the step.
     """
     import json
     import os

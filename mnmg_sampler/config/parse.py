@@ -1,8 +1,5 @@
-"""Values and overrides: type coercion, unknown-key hints and ``dotted.key=value`` parsing.
-
-Every problem is a :class:`~mnmg_sampler.errors.ConfigError` whose message starts with the dotted
-key, and an unknown key gets a "did you mean" hint.
-"""
+"""Values and overrides: type coercion, unknown-key hints and ``dotted.key=value`` parsing
+(errors as the package docstring says)."""
 
 from __future__ import annotations
 

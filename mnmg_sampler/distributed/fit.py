@@ -1,14 +1,10 @@
 """Place by fit: what each host keeps of the other hosts' data, decided once by every rank.
 
-Each host has a memory budget for data beyond its own parts (``features.host_memory_mb``;
-default :data:`DEFAULT_SHARE` of the memory the host can see). The budget takes the other
-hosts' topology first (every part's CSR, memory-mapped from the partition directory: one copy
-in the host's page cache, as one host maps its own parts), then their rows: every other host's
-feature rows mapped in place when all of them fit, else the rows its ranks read most, copied
-once into the host's row cache (:mod:`.row_cache`, one copy per host), as many as the bytes
-left hold. Budget 0 keeps nothing of other hosts (their nodes and rows cross the wire); a
-budget that holds the graph makes hosts independent: no hop and no row crosses hosts, only
-the round's agreement. Results never depend on the placement.
+Each host has a memory budget for data beyond its own parts (``features.host_memory_mb``).
+It takes the other hosts' topology first (every part's CSR, memory-mapped: one copy in the
+host's page cache), then their feature rows: all mapped in place when they fit, else the rows
+its ranks read most, copied once into the host's row cache (:mod:`.row_cache`). Results never
+depend on the placement (docs/loader.md#host-groups-ranks-on-several-hosts).
 
 The decision (:func:`decide`) is a pure function of what every rank put in one agreement (its
 host, budget, and its part's topology and row bytes), so every rank computes the same one.
@@ -61,9 +57,8 @@ class HostPlacement:
         ranks: the host's ranks (their parts are the host's own).
         budget: bytes for data of other hosts (the smallest its ranks were given).
         topology: every other host's CSR is mapped here (hops are sampled here).
-        topology_bytes: what the other hosts' CSR takes.
+        topology_bytes, row_bytes: what the other hosts' CSR and feature rows take.
         rows: every other host's feature rows are mapped here (none crosses the wire).
-        row_bytes: what the other hosts' feature rows take in their files.
         left: bytes the row cache may take (0 when ``rows``).
     """
 

@@ -1,20 +1,15 @@
 """Host channel: the round's agreement between ranks of one host, over Unix sockets.
 
 With the shared topology a sampling round's only collective is its agreement: an element-wise
-maximum of a few integers. As a gloo all-reduce it costs each rank about 0.25 ms of CPU on a
-2-core machine at 2 ranks, and 1-1.5 ms with 4 ranks on the 2 cores, mostly in gloo's worker and
-transport threads handing the work to each other: 10-30% of what the round's sampling costs.
-Ranks known to share a host (the shared topology checks it) reduce over a star of Unix stream
-sockets instead, rooted at rank 0: every other rank sends its values and blocks until rank 0
-returns the maximum. Blocking socket calls release the GIL and wake when data arrives; nothing
-polls.
+maximum of a few integers, which as a gloo all-reduce costs 10-30% of the round's sampling
+(docs/loader.md#shared-topology). Ranks known to share a host reduce over a star of Unix stream
+sockets instead, rooted at rank 0; blocking socket calls release the GIL, nothing polls.
 
 Failure modes match a collective's: a peer that exits closes its socket, so the others get a
-:class:`~mnmg_sampler.errors.PeerError` at once (rank 0 closes every socket when it fails, so
-its peers stop too); a peer that stops answering gives a ``PeerError`` after the group's
-collective timeout. A channel that cannot be set up (not Linux, no socket) leaves every rank on
-gloo, agreed by all of them. Forked children (DataLoader workers) close their copies of the
-sockets, so a parent's death is still seen by its peers.
+:class:`~mnmg_sampler.errors.PeerError` at once (rank 0 closes every socket when it fails); a
+peer that stops answering gives a ``PeerError`` after the group's collective timeout. A channel
+that cannot be set up leaves every rank on gloo, agreed by all. Forked children (DataLoader
+workers) close their copies of the sockets, so a parent's death is still seen by its peers.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Host groups: the ranks of one host share its parts; only other hosts' nodes touch the wire.
 
-Ranks are grouped by host (:func:`~.shared_topology.host_id`: the host name and boot id, or
-the ``MNMG_HOST_ID`` environment variable, which forces a host per rank so that several
-torchrun nodes on one machine act as separate hosts). With the shared topology on and ranks on
-several hosts, each rank maps the parts of its own host's ranks, and what its host's budget
-holds of the others (:mod:`.fit`: every part's CSR, then every part's rows), and:
-
-- a hop's frontier nodes of mapped parts are sampled here, in one compiled pass
-  (:meth:`HostGroup.hop`; typed parts: :meth:`HostGroup.typed_hop`); only the nodes of parts
-  not mapped enter the exchange, so they go to another host's ranks only (when every host
-  maps every part, no hop exchanges at all: ``DistSampler.shared``). One host is the whole
-  shared topology; one rank per host at budget 0 is the wire path: the same round either way;
-- the feature store reads the host's rows in place and fetches other hosts' rows over the
-  wire, through a per-host row cache (:func:`share_slices`): each rank of the host fetches a
-  slice of it once, writes it to a file every rank of the host maps (one copy in the page
-  cache), and its rows never cross the wire again.
-
-The RNG is keyed on original ids and every part keeps its rows' canonical order, so minibatches
-and features are bit-identical to the single process for any host layout.
+Ranks are grouped by host (:func:`~.shared_topology.host_id`; ``MNMG_HOST_ID`` forces a host
+per rank, so several torchrun nodes on one machine act as separate hosts). Each rank maps the
+parts of its own host's ranks and what its host's budget holds of the others (:mod:`.fit`). A
+hop's frontier nodes of mapped parts are sampled here in one compiled pass; only the others
+enter the exchange, so they go to another host's ranks only. Feature rows of other hosts are
+fetched once into a per-host row cache (:func:`share_slices`: one copy in the page cache). One
+host is the whole shared topology; one rank per host at budget 0 is the wire path: the same
+round either way. See docs/loader.md#host-groups-ranks-on-several-hosts.
 """
 
 from __future__ import annotations
@@ -41,9 +31,8 @@ _I64 = np.int64
 
 
 class HostGroup:
-    """This rank's view of its host's parts and of what the host holds of other hosts (a
-    :class:`SharedTopology` mapping the host's parts, or every part's CSR when the host's
-    budget holds it, see :mod:`.fit`).
+    """This rank's view of its host's parts and of what the host holds of other hosts (every
+    part's CSR when the host's budget holds it, :mod:`.fit`).
 
     Attributes:
         shared: the mapped parts.
@@ -250,9 +239,8 @@ def share_slices(ex: Exchanger, ranks: tuple[int, ...], ids: np.ndarray, rows: n
     ``ranks`` memory-mapped (read-only; one copy in the page cache for the whole host).
 
     Returns ``(ids, rows)`` per slice of the host. The files are unlinked by their writer once
-    every rank has mapped them (the mappings stay valid), or as soon as a step fails; a writer
-    that is killed before that leaves files named with its pid, which the next fill on the
-    host removes (:func:`sweep_stale`).
+    every rank has mapped them, or as soon as a step fails (a killed writer's:
+    :func:`sweep_stale`).
     """
     shm = _shm_dir()
     sweep_stale(shm)

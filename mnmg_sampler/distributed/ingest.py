@@ -1,23 +1,13 @@
 """Distributed ingest and partitioning: every rank reads 1/W of the input and writes its own part.
 
-Collective (every rank of the group calls with the same arguments); the world size is the
-number of parts. Each rank
-
-1. reads its share of the edges (:func:`mnmg_sampler.graph.datasets.read_share`, or a typed
-   input's slice of every relation) in input order; gathered counts give every edge its position
-   in the whole input, hence the edge id a single process gives it (self-loops dropped and
-   reverse edges added locally; with duplicate removal the first copy is kept);
-2. sends each CSR entry to the owner of its target (``all_to_all_single`` in rounds of at most
-   ``chunk`` rows per rank, counts before payloads; no pickle);
-3. as the owner, relabels (asking each remote source's owner for its new id), builds its rows
-   in canonical order and receives its node rows the same way;
-4. writes its own files into a shared temporary directory (the global id maps slice by slice);
-   rank 0 writes the manifest last and renames the directory into place.
-
-For :data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the files are the bytes
-:func:`mnmg_sampler.graph.partition.partition` writes for the same input and seed. Peak memory
-per rank is about its part plus its share of the input. The output directory must be on a file
-system every rank can write.
+Collective; the world size is the number of parts. Each rank reads its share of the input in
+input order (so every edge keeps the id a single process gives it), sends each CSR entry and
+node row to the owner of its target (``all_to_all_single`` in bounded rounds, counts before
+payloads; no pickle), and as the owner relabels, builds its rows in canonical order and writes
+its own files; rank 0 writes the manifest last. For
+:data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the files are the bytes the
+single-process partitioner writes. Peak memory per rank is about its part plus its share of
+the input. See docs/partitioning.md#distributed-partitioning.
 """
 
 from __future__ import annotations
@@ -258,14 +248,10 @@ def partition_distributed(
 
     Collective. ``method`` is ``random``, ``range`` or ``hash``; ``seed`` seeds it (and R-MAT
     generation unless ``graph_seed`` is given); ``undirected=None`` keeps the input's
-    convention (as ``load_graph``).
-    ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped); without
-    them, ``feature_dim > 0`` / ``num_classes > 0`` give the synthetic rows of
-    :func:`mnmg_sampler.graph.permute.node_features` / ``node_labels`` (seeded by ``data_seed``).
-    ``source`` (:func:`~mnmg_sampler.graph.partition_io.make_source`) is recorded in the
-    manifest, as the single-process writer records it. ``renumber`` (``auto``, ``true``,
-    ``false``) numbers sparse ids ``0..N-1`` as :func:`~mnmg_sampler.graph.build.build_graph`
-    does, without any array sized by the largest id (:func:`_renumber`).
+    convention. ``features``/``labels`` are ``.npy`` files of node rows (memory-mapped);
+    without them ``feature_dim`` / ``num_classes`` give synthetic rows seeded by
+    ``data_seed``. ``source`` is recorded in the manifest. ``renumber`` numbers sparse ids
+    ``0..N-1`` as ``build_graph`` does, without any array sized by the largest id.
     Returns the partition statistics (as in the manifest) plus ``out``, ``seconds``,
     ``num_nodes``, ``num_edges``, ``graph_name`` and ``renumbered``.
 
@@ -375,18 +361,11 @@ def partition_typed_distributed(
     """Partition the typed graph at ``path`` (an OGB hetero directory, or a ``.pt`` of a
     ``HeteroData``, its ``to_dict()`` or the dict form) into one typed part per rank.
 
-    Collective, the steps of :func:`partition_distributed` over the internal ids (type offset +
-    per-type id): each rank reads the ``r``-th of ``W`` slices of every relation and of every
-    type's node rows (:func:`~mnmg_sampler.graph.typed_io.read_ogb_hetero_share`,
-    :func:`~mnmg_sampler.graph.typed_io.read_typed_torch_share`: a ``.pt`` is memory-mapped);
-    every CSR entry goes to the owner of its target as a (target, source, edge id, relation
-    [, weight]) row, the owner deciding per type as
-    :func:`~mnmg_sampler.graph.partition.partition_graph` does; node rows go to their owners
-    the same way; the owner relabels, cuts its rows into (node, relation) segments, writes its
-    own typed part, and rank 0 the manifest. The files are those of
-    :func:`~mnmg_sampler.graph.partition.partition` for the same input, ``method``
-    and ``seed``. Returns the partition statistics plus ``out``, ``seconds``, ``num_nodes``,
-    ``num_edges``, ``graph_name`` and ``node_types``.
+    Collective, the steps of :func:`partition_distributed` over the internal ids, each rank
+    reading the ``r``-th of ``W`` slices of every relation and type's node rows (a ``.pt`` is
+    memory-mapped). The files are those of :func:`~mnmg_sampler.graph.partition.partition` for
+    the same input, ``method`` and ``seed``. Returns the partition statistics plus ``out``,
+    ``seconds``, ``num_nodes``, ``num_edges``, ``graph_name`` and ``node_types``.
     """
     t0 = time.perf_counter()
     rank, world = dist.get_rank(group), dist.get_world_size(group)

@@ -12,9 +12,8 @@ all-reduce per hop sums them: ``hops`` collectives of ``num_nodes`` float64 at s
 sampling, the same on every run. Edge weights and temporal constraints are ignored (uniform
 draws assumed): a cache choice, never a result, depends on it.
 
-When the fanouts are not known (the store built without them) or the estimate's arrays do not
-fit in memory (checked before allocation, agreed by every rank), the cheap fallback is the
-degree into the host: a node of another host counted once per edge from this rank's part.
+Without the fanouts, or when the estimate's arrays do not fit in memory (agreed by every rank),
+the fallback is the degree into the host (docs/loader.md#host-groups-ranks-on-several-hosts).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Partition a graph given in any form, in one call: ``partition_graph(edge_index, x=..., ...)``.
 
-The lower-level pieces (``graph.partition.partition_graph`` making a plan, ``write_partitions``)
-stay where they are; this is the entry point for a user holding tensors, a PyG ``Data`` or a
-path. :func:`split_from_partitions` recovers the train/val/test node ids a graph's masks define.
+The entry point for a user holding tensors, a PyG ``Data`` or a path, over the plan
+(``graph.partition``) and the writer. :func:`split_from_partitions` recovers the
+train/val/test node ids a graph's masks define.
 """
 
 from __future__ import annotations
@@ -57,10 +57,9 @@ def partition_graph(
         data: the graph: an ``edge_index`` (``2 x E`` tensor or array, row 0 = source), a
             ``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, a ``CSRGraph``, or a spec
             string / path that :func:`~mnmg_sampler.graph.datasets.load_graph` reads. A typed
-            graph (a PyG ``HeteroData``, the plain dict form, a ``TypedGraph``, a saved one or
-            an OGB hetero directory) writes typed parts (:mod:`.partition`,
-            ``docs/hetero.md``); its node data comes with it, so ``x``, ``y``, ``masks`` and the
-            clean-up options are refused for it. So is a graph with a time (``time_attr``).
+            graph (``HeteroData``, its dict form, a ``TypedGraph``, a saved one, an OGB hetero
+            directory) or one with time carries its node data, so ``x``, ``y``, ``masks`` and
+            the clean-up options are refused for it.
         x, y: node features ``[N, F]`` and labels ``[N]`` (arrays or file paths); they
             replace those the input carries.
         num_parts: number of parts: the world size of the job that loads them.
@@ -73,11 +72,10 @@ def partition_graph(
         max_node_id: refuse larger ids (``None``: no bound).
         renumber: ``auto`` (sparse ids), ``true`` or ``false``: number the nodes ``0..N-1`` and
             keep the input's ids for ``n_id`` and seeds (``docs/formats.md``).
-        time_attr: the node or edge attribute that holds time (PyG's ``time_attr``): when the
-            input has one (a ``HeteroData`` store's, a ``Data``'s, a dict's ``edge_time`` /
-            ``node_time``, a table's column), it travels into the parts, which are then typed
-            (a homogeneous graph becomes the one type ``"node"``, ``docs/temporal.md``) and
-            sample with ``time_attr=...``. ``None``: read no time.
+        time_attr: the node or edge attribute that holds time (PyG's ``time_attr``): an input
+            with one is written as typed parts (a homogeneous graph as the one type ``"node"``)
+            that sample with ``time_attr=...`` (docs/temporal.md#time-in-the-data). ``None``:
+            read no time.
         overwrite: replace an existing ``out`` once the new one is complete.
 
     Returns:

@@ -23,9 +23,7 @@ class CSRGraph:
         indptr: int64 ``[num_nodes + 1]`` row offsets.
         indices: int64 ``[num_edges]`` neighbor (source) ids, canonical order within each row.
         edge_ids: int64 ``[num_edges]`` id of each CSR entry in the input edge list.
-        x: optional node features ``[num_nodes, F]``.
-        y: optional node labels ``[num_nodes]``.
-        name: where the graph came from (path or built-in name), for messages.
+        x, y: optional node features ``[num_nodes, F]`` and labels ``[num_nodes]``.
         masks: optional boolean node masks by split name (``train``, ``val``, ``test``).
         node_ids: for a renumbered graph (sparse or 64-bit input ids), int64 ``[num_nodes]``,
             the original id of each node, ascending; ``None`` when ids are the input's own.

@@ -197,13 +197,11 @@ def load_graph(
 
     ``undirected=None`` keeps the dataset's default: True for ``cora``, False otherwise.
     ``seed`` only affects ``rmat:`` graphs. ``x``, ``y`` and ``masks`` (``{"train": ...}``)
-    are arrays or file paths that replace the node data the input carries
-    (:func:`~mnmg_sampler.graph.node_data.attach_node_data`; for a renumbered graph, one row
-    per node in ascending original id). ``num_nodes`` applies to arrays in memory. Node ids
-    above ``max_node_id`` are refused (``None``: no bound). ``renumber`` (``auto``, ``true``,
-    ``false``) maps sparse ids to ``0..N-1`` and keeps the originals in ``graph.node_ids``
-    (:mod:`~mnmg_sampler.graph.build`). Raises :class:`GraphFormatError` for an unknown spec,
-    a missing file or a malformed one; the message lists the supported formats.
+    are arrays or file paths that replace the input's node data (for a renumbered graph, one
+    row per node in ascending original id). ``num_nodes`` applies to arrays in memory.
+    ``max_node_id`` and ``renumber``: as in :class:`~.build.ReadOptions`. Raises
+    :class:`GraphFormatError` for an unknown spec, a missing file or a malformed one; the
+    message lists the supported formats.
     """
     opts = dict(drop_self_loops=drop_self_loops, drop_duplicates=drop_duplicates,
                 max_node_id=max_node_id, renumber=renumber)
@@ -290,8 +288,7 @@ def read_share(spec: str | PathLike, rank: int, world: int, seed: int = 0,
 def nonisolated_nodes(graph: CSRGraph) -> np.ndarray:
     """Ids (int64, ascending) of the nodes with at least one neighbor to sample.
 
-    That is ``graph.degrees() >= 1`` (in-degree; any degree for an undirected graph). Seeds
-    are drawn from these in benchmarks because half or more of an R-MAT graph's nodes are
-    isolated and would make empty minibatches.
+    That is in-degree ``>= 1``. Benchmarks draw seeds from these because half or more of an
+    R-MAT graph's nodes are isolated and would make empty minibatches.
     """
     return np.flatnonzero(graph.degrees() >= 1).astype(np.int64, copy=False)

@@ -2,11 +2,10 @@
 or by time, and the *training graph* that holds no held-out edge.
 
 At random (:func:`split_relation`): the relation's distinct ``(src, dst)`` pairs are permuted with
-``seed`` and cut as the one-type split cuts its pairs (:func:`~mnmg_sampler.train.link.split_edges`:
-``round(f0 * P)``, ``round((f0 + f1) * P)``, ``round(min(1, sum) * P)``). The training graph keeps
-every other relation whole, the target relation's train pairs and, in the reverse relation (PyG's
-``rev_``, chosen by the caller), the edges whose reverse is not held out: a held-out edge is never
-a message, in either direction.
+``seed`` and cut as :func:`~mnmg_sampler.train.link.split_edges` cuts them. The training graph
+keeps every other relation whole, the target relation's train pairs and, in the reverse
+relation, the edges whose reverse is not held out: a held-out edge is never a message, in either
+direction.
 
 By time (``link.split_by: time``; :func:`temporal_edge_split`, :func:`split_relation_by_time`):
 edges ordered by time (stable) are cut by the same fractions, each cut moved back to the first

@@ -1,14 +1,9 @@
 """Node features, labels and split masks given beside the graph: arrays or separate files.
 
 A graph file may carry its own ``x``, ``y`` and masks; these override or complete them. Each value
-is an array (numpy or torch) or the path of a file:
-
-* ``.npy``; ``.npz`` with one array (or the array under the key ``x`` / ``y`` / ``mask``);
-* ``.pt`` / ``.pth`` holding one tensor (loaded with ``weights_only=True``);
-* ``.csv`` / ``.tsv`` / ``.txt`` (optionally ``.gz``): one row per node, no header.
-
-A mask is a bool array with one entry per node, or an integer array of the node ids in the split
-(OGB's ``train.csv.gz`` form).
+is an array (numpy or torch) or the path of a ``.npy``, ``.npz``, ``.pt`` or headerless
+``.csv``/``.tsv``/``.txt`` file; a mask is a bool array or the node ids in the split
+(docs/formats.md#features-labels-and-split-masks).
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ _ALIASES = {"valid": "val", "validation": "val"}
 
 
 def read_node_array(path: str | PathLike, what: str = "node data") -> np.ndarray:
-    """The array stored in ``path`` (formats in the module docstring)."""
+    """The array stored in ``path`` (formats: docs/formats.md#features-labels-and-split-masks)."""
     p = Path(path)
     name = str(p)
     _require_file(p)
@@ -87,11 +82,8 @@ def _array(v, what: str) -> np.ndarray:
 
 def attach_node_data(graph: CSRGraph, x=None, y=None,
                      masks: Mapping[str, object] | None = None) -> CSRGraph:
-    """Set ``graph.x`` / ``graph.y`` / ``graph.masks[...]`` from arrays or files (in place).
-
-    Given values win over those the graph file carried. Raises :class:`GraphFormatError` when
-    a row count differs from ``graph.num_nodes``.
-    """
+    """Set ``graph.x`` / ``graph.y`` / ``graph.masks[...]`` from arrays or files (in place),
+    over those the graph file carried; :class:`GraphFormatError` for a wrong row count."""
     n = graph.num_nodes
     if x is not None:
         xa = _array(x, "features")

@@ -1,15 +1,8 @@
 """An OGB node-property-prediction dataset directory, read from disk (never downloaded).
 
-The layout is the one ``ogb`` unpacks (e.g. ``ogbn_arxiv/``)::
-
-    raw/edge.csv.gz            one "src,dst" row per edge (required)
-    raw/num-node-list.csv.gz   the number of nodes (optional; default max id + 1)
-    raw/node-feat.csv.gz       one row of float features per node (optional)
-    raw/node-label.csv.gz      one label per node (optional; NaN, for unlabelled nodes, -> -1)
-    split/<name>/{train,valid,test}.csv.gz   node ids of each split (optional)
-
-With several ``split/`` subdirectories the first in sorted order is used. The ``ogb`` package is
-not needed; files are parsed with numpy.
+The layout is the one ``ogb`` unpacks (e.g. ``ogbn_arxiv/``;
+docs/formats.md#ogb-node-property-prediction-directory). The ``ogb`` package is not needed;
+files are parsed with numpy.
 """
 
 from __future__ import annotations
@@ -64,7 +57,7 @@ def parse_table(raw: bytes, path, dtype, what: str) -> np.ndarray:
 
 
 def read_ogb_dir(path: str | PathLike, **opts) -> CSRGraph:
-    """Read an OGB node-property-prediction directory (layout in the module docstring)."""
+    """Read an OGB node-property-prediction directory (layout in docs/formats.md)."""
     root = Path(path)
     name = str(root)
     raw = root / "raw"

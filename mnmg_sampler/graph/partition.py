@@ -14,14 +14,9 @@ from its id alone (:func:`assign_nodes`), which lets :mod:`mnmg_sampler.distribu
 partition on every rank with the same result.
 
 One partitioner serves every graph: a :class:`~.csr.CSRGraph` is the one-type, one-relation
-:class:`~.typed.TypedGraph` (:meth:`~.typed.TypedGraph.from_csr`, the same arrays). Each node
-type is split on its own; ``metis`` runs on all relations as one graph. A part is a CSR over its
-owned (node, relation) segments: ``indptr``, ``indices`` (new global ids), ``edge_ids`` (per
-relation), ``orig_ids`` (internal ids: the RNG's keys), ``weights``, ``edge_time`` /
-``node_time`` and node data: ``type_offset``, ``x.<type>``, ``y.<type>``, ``mask.<type>.<split>``
-and the manifest's ``typed`` section for named types (format version 2); ``x``, ``y``,
-``mask_<split>`` and, renumbered, ``node_ids`` for a homogeneous graph (format version 1, read as
-the one type). Layout: ``docs/formats.md``, "Partition directories".
+:class:`~.typed.TypedGraph` (the same arrays). Each node type is split on its own; ``metis`` runs
+on all relations as one graph. A part is a CSR over its owned (node, relation) segments, keyed
+for the RNG by internal ids; layout in docs/formats.md#partition-directories.
 """
 
 from __future__ import annotations
@@ -82,13 +77,10 @@ class PartitionPlan:
     """Where every node goes and its new id.
 
     Attributes:
-        method, seed: how the plan was made.
-        parts: number of parts.
         assignment: int64 ``[num_nodes]``, part of each *original* node.
         boundaries: int64 ``[parts + 1]``; part ``r`` owns new ids
             ``[boundaries[r], boundaries[r+1])``.
-        new_to_orig: int64 ``[num_nodes]``, original id of each new id.
-        orig_to_new: int64 ``[num_nodes]``, new id of each original id.
+        new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps, new -> original and back.
         edge_cut: fraction of CSR entries (sampling edges) whose endpoints lie in different parts.
         imbalance: max nodes per part / mean nodes per part (1.0 = perfect).
         edge_imbalance: max CSR entries per part / mean (the sampling work per rank).
@@ -120,8 +112,7 @@ class PartitionPlan:
 
 def part_stats(method: str, seed: int, n: int, num_edges: int, part_nodes, part_edges,
                cut: float) -> dict:
-    """The manifest's ``stats`` of a partitioning (``cut``: its edge cut), which the single-
-    process and the distributed partitioner both write."""
+    """The manifest's ``stats`` of a partitioning (``cut``: its edge cut)."""
     part_nodes = np.asarray(part_nodes, np.int64)
     part_edges = np.asarray(part_edges, np.int64)
     parts = part_nodes.shape[0]
@@ -303,11 +294,10 @@ def partition_graph(graph: CSRGraph | TypedGraph, parts: int, method: str, seed:
     """Assign every node to one of ``parts`` parts and relabel so parts are contiguous id ranges.
 
     Args:
-        graph: the graph to split (a :class:`CSRGraph` or a :class:`~.typed.TypedGraph`, whose
-            internal ids the plan covers).
-        parts: number of parts; one per rank (the torch.distributed world size).
-        method: ``range``, ``random``, ``hash`` or ``metis``.
-        seed: seeds ``random``, ``hash`` and METIS; ``range`` ignores it.
+        graph: a :class:`CSRGraph` or a :class:`~.typed.TypedGraph` (the plan covers its
+            internal ids).
+        parts: number of parts; one per rank.
+        method: ``range``, ``random``, ``hash`` or ``metis``; ``seed`` seeds all but ``range``.
         metis_max_edges: METIS refuses graphs with more CSR entries (:class:`PartitionError`);
             ``None`` = :data:`METIS_MAX_EDGES`.
 
@@ -368,8 +358,8 @@ def _entry_positions(graph, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def part_arrays(g: TypedGraph, plan: PartitionPlan, rank: int, *,
                 named: bool = True) -> dict[str, np.ndarray]:
-    """The arrays of part ``rank`` (layout in the module docstring); ``named=False`` gives the
-    homogeneous file names (``x``, ``y``, ``mask_<split>``, no ``type_offset``)."""
+    """The arrays of part ``rank`` (docs/formats.md#partition-directories); ``named=False``
+    gives the homogeneous file names (``x``, ``y``, ``mask_<split>``, no ``type_offset``)."""
     lo, hi = int(plan.boundaries[rank]), int(plan.boundaries[rank + 1])
     owned = np.ascontiguousarray(plan.new_to_orig[lo:hi])  # ascending internal ids
     type_offset = np.searchsorted(owned, g.node_type_offset).astype(np.int64)
@@ -480,8 +470,7 @@ def typed_section(node_types, edge_types, node_type_offset, num_edges: dict, wei
                   x: dict[str, tuple[str, tuple]], y: dict[str, str], masks: dict[str, list],
                   part_type_nodes, time_attr: str | None) -> dict:
     """The manifest's ``typed`` section: types, relations, offsets, node data (``x``: dtype
-    and row shape, ``y``: dtype, ``masks``: split names, per type) and nodes per part and type
-    (the single-process and distributed writers share it)."""
+    and row shape, ``y``: dtype, ``masks``: split names, per type) and nodes per part and type."""
     return {
         "node_types": list(node_types),
         "edge_types": [list(et) for et in edge_types],
@@ -562,15 +551,13 @@ def write_partitions(
 ) -> Path:
     """Write every part of ``plan`` to ``out_dir`` atomically and return its path.
 
-    The parts are built in a hidden temporary directory beside ``out_dir`` (``.mnmg-partial-*``,
-    which :func:`load_partition` refuses), the manifest is written last, then the directory is
-    renamed into place. A failed or interrupted run leaves no ``out_dir``; an existing ``out_dir``
-    is replaced only with ``overwrite=True``, only if it is empty or a partition directory of
-    ours (:func:`~.partition_io.check_replaceable`), and only once the new one is complete.
-    ``source`` (:func:`~.partition_io.make_source`) is recorded in the manifest. ``weights``
-    (for a :class:`CSRGraph`: one per CSR entry, in CSR order; a typed graph carries its own)
-    are validated first (:func:`~.csr.check_weights`: a negative, NaN or infinite weight is an
-    ``EdgeWeightError``) and stored as float32 beside each part's ``indices``.
+    The parts are built in a hidden ``.mnmg-partial-*`` directory beside ``out_dir`` (which
+    :func:`load_partition` refuses), the manifest written last, then renamed into place: a
+    failed run leaves no ``out_dir``. An existing ``out_dir`` is replaced only with
+    ``overwrite=True``, only if it is empty or ours, and only once the new one is complete.
+    ``source`` is recorded in the manifest. ``weights`` (a :class:`CSRGraph`'s, one per CSR
+    entry; a typed graph carries its own) are checked (``EdgeWeightError``) and stored as
+    float32.
     """
     out = Path(out_dir).absolute()
     if plan.num_nodes != graph.num_nodes:
@@ -611,9 +598,8 @@ def partition(
     """:func:`partition_graph` then :func:`write_partitions`; returns the output directory.
 
     ``graph``: a :class:`CSRGraph`, a :class:`~.typed.TypedGraph`, or anything
-    :func:`~mnmg_sampler.graph.datasets.load_graph` reads (a spec, a path, an ``edge_index``, a
-    ``(src, dst)`` pair, a PyG ``Data``). ``weights``: one float per CSR entry of a homogeneous
-    graph, validated before any partitioning work.
+    :func:`~mnmg_sampler.graph.datasets.load_graph` reads. ``weights``: one float per CSR entry
+    of a homogeneous graph, validated before any partitioning work.
     """
     if not isinstance(graph, (CSRGraph, TypedGraph)):
         graph = load_graph(graph)

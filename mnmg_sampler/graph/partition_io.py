@@ -1,11 +1,9 @@
 """Partition directories on disk: the manifest, checksums and :func:`load_partition`.
 
-A partition directory holds ``manifest.json`` beside ``.npy`` arrays (layout in
-``docs/formats.md``, section "Partition directories"). Each rank memory-maps only its own part
-(the global id maps stay on disk for tools), after checking every file's size and checksum
-against the manifest, so
-a truncated copy or a stale file fails at start-up with the file's name instead of producing
-wrong samples later.
+A directory holds ``manifest.json`` beside ``.npy`` arrays
+(docs/formats.md#partition-directories). Each rank memory-maps only its own part after checking
+its files' sizes and checksums against the manifest, so a truncated copy or a stale file fails
+at start-up with the file's name instead of producing wrong samples later.
 """
 
 from __future__ import annotations
@@ -94,11 +92,8 @@ def write_manifest(directory: Path, manifest: dict) -> None:
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
-    """Read and validate the manifest of partition directory ``path`` (no array is opened).
-
-    Cheap enough to call before the process group exists, e.g. to compare ``num_parts`` with
-    the world size.
-    """
+    """Read and validate the manifest of partition directory ``path``; no array is opened, so
+    it is cheap enough to call before the process group exists."""
     d = Path(path)
     if d.name.startswith(TMP_PREFIX):
         raise PartitionError(
@@ -490,13 +485,10 @@ def _typed_part(section: dict, files: dict, get) -> TypedPart:
 class Partition:
     """One rank's part of a partitioned graph, memory-mapped.
 
-    New ids are global: part ``r`` owns ``[boundaries[r], boundaries[r+1])`` and local row ``i``
-    is new id ``boundaries[r] + i``, original id ``orig_ids[i]``. Key the sampling RNG on
-    ``orig_ids`` and map results back to original ids to get exactly the draws of the
-    unpartitioned graph.
+    Local row ``i`` is new (global) id ``boundaries[rank] + i``, original id ``orig_ids[i]``:
+    keying the RNG on ``orig_ids`` gives exactly the draws of the unpartitioned graph.
 
     Attributes:
-        rank, num_parts: this part and how many there are.
         boundaries: int64 ``[num_parts + 1]``.
         num_nodes, num_edges: of the whole graph.
         indptr: int64 local row offsets ``[num_local_nodes + 1]``.
@@ -506,14 +498,11 @@ class Partition:
         x, y: owned feature rows and labels, or ``None``.
         weights: float32 weight of each local CSR entry (weighted sampling), or ``None``.
         masks: owned slices of boolean node masks by split name.
-        new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps of the whole graph, for tools:
-            memory-mapped from the directory on first access, never by :func:`load_partition`
-            or the sampler (which translate ids through
+        new_to_orig, orig_to_new: int64 ``[num_nodes]`` id maps of the whole graph, for tools
+            only (memory-mapped on first access; samplers use
             :class:`~mnmg_sampler.distributed.id_maps.IdMaps`).
         node_ids: for a renumbered graph, int64 ``[num_nodes]``: the input's id of each
-            original id, ascending (memory-mapped on first access; ``None`` otherwise).
-            Samplers show these in ``n_id`` and loaders take seeds in them.
-        path, manifest: where it came from.
+            original id, ascending, as ``n_id`` shows and loaders take seeds (else ``None``).
         typed: a typed part's types and per-type node data (:class:`TypedPart`; ``indptr``
             is then over (node, relation) segments and ``orig_ids`` are internal ids), or
             ``None`` for a homogeneous part.
@@ -779,12 +768,10 @@ def _signature(d: Path, rels: list[str], manifest: dict) -> dict:
 def verify_part(d: Path, manifest: dict, rank: int, verify: bool | str = "auto") -> str:
     """Check the checksums of the files rank ``rank`` owns; returns what was done.
 
-    Each rank reads only its own part's files (none reads the global id maps): ``full`` every
-    byte, ``sampled`` the blocks listed in the manifest (``samples``; whole files when small),
-    ``off`` nothing. After a check passes, a stamp ``part{rank}/.verified.json`` records each
-    file's size, mtime and manifest checksum; a later start whose files still match the stamp
-    skips the reading (``"stamped"``). A stamp that cannot be written (read-only directory) is
-    skipped. Missing or resized files are reported by the loader, not here.
+    ``full`` reads every byte, ``sampled`` the blocks listed in the manifest, ``off`` nothing.
+    A passed check writes a stamp ``part{rank}/.verified.json`` (size, mtime, checksum per
+    file; skipped on a read-only directory), so a later start with matching files skips the
+    reading (``"stamped"``). Missing or resized files are reported by the loader.
     """
     mode = _mode(verify)
     if mode == "off":

@@ -1,12 +1,6 @@
-"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph` (the registry of
-every format is ``graph/datasets.py``; ``docs/formats.md``):
-
-* SNAP-style edge lists (``.txt``, or gzip ``.txt.gz``): ``src dst`` per line, ``#`` comments;
-* ``.npz`` edge arrays: ``src`` and ``dst``, or ``edge_index`` (``2 x E``); optional
-  ``num_nodes``, ``x``, ``y`` and ``train_mask`` / ``val_mask`` / ``test_mask``;
-* a ``.npy`` holding one ``edge_index`` (``2 x E``, or ``E x 2``);
-* a matrix saved by ``scipy.sparse.save_npz`` (CSR, CSC or COO): entry ``(i, j)`` is ``i -> j``;
-* the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora).
+"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph`: SNAP-style edge
+lists, ``.npz`` / ``.npy`` edge arrays, ``scipy.sparse.save_npz`` matrices and the gnn-benchmark
+layout (docs/formats.md#input-graphs; the registry of formats is ``graph/datasets.py``).
 
 All with numpy alone (scipy is not a runtime dependency), and all end in
 :func:`~.build.build_graph` (renumbering, memory and id-bound checks before any allocation).
@@ -201,11 +195,8 @@ def _blank_line(raw: bytes, line: int) -> bytes:
 
 
 def parse_edge_list(raw: bytes, name: str = "<edge list>") -> tuple[np.ndarray, np.ndarray]:
-    """Parse the text of an edge list into ``(src, dst)`` int64 arrays.
-
-    Vectorised: token boundaries, field counts and characters are checked with numpy over the
-    bytes, the numbers are converted by ``np.fromstring``. Raises :class:`GraphFormatError`
-    naming ``name``, the first bad line number and its text.
+    """Parse the text of an edge list into ``(src, dst)`` int64 arrays, vectorised over the
+    bytes with numpy; :class:`GraphFormatError` names ``name``, the first bad line and its text.
     """
     text = _blank_comments(raw)
     b = np.frombuffer(text, dtype=np.uint8)
@@ -268,13 +259,10 @@ def parse_edge_list(raw: bytes, name: str = "<edge list>") -> tuple[np.ndarray, 
 
 def read_edge_list(path: str | PathLike, *, num_nodes: int | None = None,
                    **opts) -> CSRGraph:
-    """Read a SNAP-style edge list (``.txt`` or gzip ``.txt.gz``): ``src dst`` per line.
-
-    Lines may hold ``#`` comments and be blank, and end in CRLF; ids are non-negative integers.
-    A UTF-8 byte-order mark is skipped; a first line without any number is a header row
-    (:func:`header_line`, recorded in ``graph.header``). Without ``num_nodes`` the graph has
-    ``max id + 1`` nodes, unless renumbered. ``opts`` are those of :class:`ReadOptions`; the
-    graph's ``name`` is the path.
+    """Read a SNAP-style edge list (``.txt`` or gzip ``.txt.gz``): ``src dst`` per line, ``#``
+    comments, blank lines and CRLF allowed (docs/formats.md#snap-style-edge-lists-txt-txtgz).
+    A header row (:func:`header_line`) is recorded in ``graph.header``. Without ``num_nodes``
+    the graph has ``max id + 1`` nodes, unless renumbered.
     """
     p = Path(path)
     raw = read_text_bytes(p)
@@ -381,10 +369,8 @@ def edge_index_pair(arr: np.ndarray, name: str, key: str = "edge_index"
 
 def masks_from(arrays: dict, name: str, num_nodes: int,
                node_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Boolean split masks found in ``arrays`` under the keys of :data:`MASK_KEYS`.
-
-    A mask may be stored as ``bool [num_nodes]`` or as an integer array of node ids; for a
-    renumbered graph (``node_ids``: the original id of each node) both speak original ids.
+    """Boolean split masks found in ``arrays`` under the keys of :data:`MASK_KEYS`, each stored
+    as ``bool [num_nodes]`` or node ids (original ids for a renumbered graph: :func:`as_mask`).
     """
     out = {}
     for split, keys in MASK_KEYS.items():
@@ -427,13 +413,9 @@ def as_mask(arr: np.ndarray, num_nodes: int, what: str,
 
 
 def read_npz(path: str | PathLike, **opts) -> CSRGraph:
-    """Read an ``.npz`` of edge arrays: ``src`` and ``dst`` (equal length, ids >= 0), or
-    ``edge_index`` (``2 x E``).
-
-    Optional ``num_nodes`` (scalar; default ``max id + 1``), ``x`` (features, one row per node),
-    ``y`` (labels, one per node; stored as int64 when integral) and split masks ``train_mask``,
-    ``val_mask``, ``test_mask`` (bool per node, or node ids). Loaded with ``allow_pickle=False``.
-    """
+    """Read an ``.npz`` of edge arrays (``src`` and ``dst``, or ``edge_index``) with optional
+    ``num_nodes``, ``x``, ``y`` and split masks (docs/formats.md#numpy-edge-arrays-npz-npy),
+    loaded with ``allow_pickle=False``."""
     p = Path(path)
     name = str(p)
     with _open_npz(p) as npz:
@@ -500,11 +482,8 @@ def is_scipy_sparse(path: str | PathLike) -> bool:
 
 
 def read_scipy_npz(path: str | PathLike, **opts) -> CSRGraph:
-    """Read a square sparse matrix saved by ``scipy.sparse.save_npz`` (csr, csc or coo).
-
-    A stored entry at row ``i``, column ``j`` is the edge ``i -> j`` (its value is ignored), in
-    the order the matrix stores its entries. Read with numpy alone.
-    """
+    """Read a square sparse matrix saved by ``scipy.sparse.save_npz`` (csr, csc or coo): a
+    stored entry ``(i, j)`` is the edge ``i -> j`` (value ignored), in stored order."""
     p = Path(path)
     name = str(p)
     with _open_npz(p) as npz:
@@ -572,12 +551,9 @@ def _csr_parts(npz, name: str, prefix: str, what: str):
 
 
 def read_gnn_benchmark(path: str | PathLike, **opts) -> CSRGraph:
-    """Read the gnn-benchmark ``.npz`` layout (Cora, CiteSeer, ... of Shchur et al.).
-
-    ``adj_*`` is the adjacency as CSR: a stored entry at row ``i``, column ``j`` is the edge
-    ``i -> j`` (its value is ignored). ``attr_*`` (CSR) or ``attr_matrix`` (dense) become the
-    dense float32 features ``x``; ``labels`` become int64 ``y``. Built with numpy only.
-    """
+    """Read the gnn-benchmark ``.npz`` layout (Cora, CiteSeer, ... of Shchur et al.): ``adj_*``
+    is the adjacency as CSR (entry ``(i, j)``: edge ``i -> j``), ``attr_*`` (CSR) or
+    ``attr_matrix`` become float32 ``x``, ``labels`` int64 ``y``."""
     p = Path(path)
     name = str(p)
     with _open_npz(p) as npz:

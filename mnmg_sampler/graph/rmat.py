@@ -108,11 +108,9 @@ def rmat_edge_range(
     seed: int = 0,
     chunk: int = 1 << 24,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Edges ``lo .. hi-1`` of the R-MAT graph of :func:`rmat_edges` (int64 ``src, dst``).
-
-    Edge ``i`` is a pure function of ``(seed, i)``, so any split of ``[0, edge_factor * 2**scale)``
-    into ranges gives, concatenated, the same edges: each rank of a distributed job draws its own.
-    Compiled (numba, parallel over edges); ``chunk`` edges per call.
+    """Edges ``lo .. hi-1`` of the R-MAT graph of :func:`rmat_edges` (int64 ``src, dst``): any
+    split into ranges gives, concatenated, the same edges (module docstring). Compiled (numba,
+    parallel over edges); ``chunk`` edges per call.
     """
     _check(scale, edge_factor, a, b, c)
     scale, edge_factor = int(scale), int(edge_factor)
@@ -147,9 +145,8 @@ def rmat_edges(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``edge_factor * 2**scale`` directed R-MAT edges over ``2**scale`` nodes.
 
-    Returns int64 ``(src, dst)``: :func:`rmat_edge_range` over all edges, so the same arguments
-    always give the same edges, in one process or split over any number of ranks.
-    Self-loops and duplicate edges are kept, as in Graph500; drop them when building the CSR.
+    Returns int64 ``(src, dst)``: :func:`rmat_edge_range` over all edges. Self-loops and
+    duplicate edges are kept, as in Graph500; drop them when building the CSR.
     """
     _check(scale, edge_factor, a, b, c)
     return rmat_edge_range(scale, edge_factor, 0, int(edge_factor) << int(scale), a, b, c, seed)
@@ -167,10 +164,8 @@ def rmat_graph(
     b: float = 0.19,
     c: float = 0.19,
 ) -> CSRGraph:
-    """An R-MAT :class:`CSRGraph` named ``rmat:SCALE:EDGE_FACTOR`` with ``2**scale`` nodes.
-
-    Its memory (:func:`rmat_bytes`) is checked before any edge is drawn.
-    """
+    """An R-MAT :class:`CSRGraph` named ``rmat:SCALE:EDGE_FACTOR`` with ``2**scale`` nodes; its
+    memory (:func:`rmat_bytes`) is checked before any edge is drawn."""
     _check(scale, edge_factor, a, b, c)
     check_rmat_memory(scale, edge_factor)
     src, dst = rmat_edges(scale, edge_factor, a, b, c, seed)

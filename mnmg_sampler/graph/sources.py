@@ -2,20 +2,11 @@
 
 A *share* is the edges rank ``r`` of ``W`` reads; the shares of ranks ``0 .. W-1`` concatenated
 are the input's edges in the order a single process reads them, so edge ids (positions in the
-input) agree however many ranks read. Splittable inputs:
-
-* ``rmat:SCALE[:EF]``: rank ``r`` draws edges ``[r*m/W, (r+1)*m/W)`` (``rmat_edge_range``).
-* one uncompressed whitespace edge list (``.txt``, ``.edges``, ``.el`` without a header row):
-  byte ranges cut at line starts.
-* a directory (other than an OGB directory) or a glob of shards, read in sorted name order,
-  contiguous runs of files per rank (balanced by bytes): whitespace edge lists (also ``.gz``),
-  ``.npy`` edge_index arrays of shape ``(2, E)``, ``NAME.src.npy`` beside ``NAME.dst.npy``, and
-  Parquet files with ``src`` and ``dst`` columns (needs pyarrow).
-
-Anything else (any other single file of :data:`~.datasets.FORMATS`, an OGB directory,
-built-ins) is read whole by rank 0; the other ranks' shares are empty
-(:func:`~.datasets.read_share` chooses). Pure I/O: no collectives here (see
-``distributed.ingest``), and no import of ``datasets`` (which imports this module).
+input) agree however many ranks read. Splittable inputs are ``rmat:``, one uncompressed edge
+list (byte ranges cut at line starts) and a directory or glob of shards (contiguous runs of
+files per rank, balanced by bytes); anything else is read whole by rank 0
+(docs/partitioning.md#distributed-partitioning). Pure I/O: no collectives here, and no import
+of ``datasets`` (which imports this module).
 """
 
 from __future__ import annotations

@@ -109,12 +109,8 @@ def _decode(raw: bytes, name: str) -> str:
 
 
 def read_table(path: str | PathLike, *, num_nodes: int | None = None, **opts) -> CSRGraph:
-    """Read a CSV / TSV edge table (``.csv``, ``.tsv``, optionally ``.gz``).
-
-    ``#`` starts a comment; blank lines and CRLF line ends are fine. The header row (recorded
-    in ``graph.header``) and the columns are chosen as the module docstring says; ``opts`` are
-    those of :class:`~.build.ReadOptions`.
-    """
+    """Read a CSV / TSV edge table (``.csv``, ``.tsv``, optionally ``.gz``); the header row
+    (recorded in ``graph.header``) and the columns are chosen as the module docstring says."""
     p = Path(path)
     name = str(p)
     raw = read_text_bytes(p)

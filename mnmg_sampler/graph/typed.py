@@ -1,26 +1,20 @@
 """Typed (heterogeneous) graphs: every node type and relation in one CSR (GraphBolt's fused CSC).
 
-Node ids of all types share one *internal* space: type ``t`` holds ids
-``node_type_offset[t] .. node_type_offset[t + 1] - 1`` (per-type id ``i`` is internal id
-``node_type_offset[t] + i``). Node types are sorted by name; relations ``(src, rel, dst)`` by
-destination type, then source type and name, so the relations a node of type ``t`` samples from
-are the contiguous ids ``rel_offset[t] .. rel_offset[t+1]-1``.
-
-Rows are indexed by the destination node (PyG's convention: a frontier node of type ``dst`` draws
-among its ``rel``-neighbors of type ``src``) and cut into one *segment* per relation of the row's
-type: node ``v`` of type ``t`` (per-type id ``i``) and its ``j``-th relation own segment
-``seg_base[t] + i * R_t + j``, entries ``indptr[s] .. indptr[s + 1] - 1`` (two reads, no search).
-Within a segment neighbors keep ascending edge id order, as in
-:class:`~mnmg_sampler.graph.csr.CSRGraph`, so a homogeneous graph is the one-type, one-relation
-case with the very same ``indptr``, ``indices`` and ``edge_ids``. :func:`typed_graph` builds one
-from the plain dict form (``docs/hetero.md``); :mod:`.typed_io` reads the other forms into it.
+Node ids of all types share one *internal* space (per-type id ``i`` of type ``t`` is internal
+id ``node_type_offset[t] + i``; types sorted by name). Relations ``(src, rel, dst)`` are sorted
+by destination type, then source type and name, so those a node of type ``t`` samples from are
+contiguous. Rows are destination nodes, cut into one *segment* per relation of the row's type:
+node ``i`` of type ``t`` and its ``j``-th relation own segment ``seg_base[t] + i * R_t + j``
+(two reads, no search). Within a segment neighbors keep ascending edge id order, so a
+homogeneous graph is the one-type, one-relation case with the very same ``indptr``,
+``indices`` and ``edge_ids`` as :class:`~mnmg_sampler.graph.csr.CSRGraph`. See
+docs/hetero.md#the-layout-and-the-kernel.
 
 Time (:func:`attach_time`): an int64 time per edge and/or per node. Each segment is sorted by
 edge time (else by the neighbor's node time; stable, so ties keep edge id order, and
 ``edge_ids`` move with their entries), so a seed's admissible neighbors (time <= the seed's) are
 a prefix found by binary search; node time then gives each seed its default time. Without time
-nothing is sorted or copied. :func:`check_time` takes integer arrays, and float arrays only when
-every value is integral and fits int64.
+nothing is sorted or copied.
 """
 
 from __future__ import annotations
@@ -66,12 +60,10 @@ class TypedGraph:
     """A typed graph ready to sample from (layout in the module docstring).
 
     Attributes:
-        node_types: type names, sorted; type ``t`` is ``node_types[t]``.
-        edge_types: relations ``(src, rel, dst)``, sorted by (dst, src, rel); relation ``r`` is
-            ``edge_types[r]``.
+        node_types: type names, sorted.
+        edge_types: relations ``(src, rel, dst)``, sorted by (dst, src, rel).
         node_type_offset: int64 ``[T + 1]``: first internal id of each type, then the total.
-        rel_offset: int64 ``[T + 1]``: relations ending at type ``t`` are
-            ``rel_offset[t] .. rel_offset[t + 1] - 1``.
+        rel_offset: int64 ``[T + 1]``: first relation ending at each type, then ``R``.
         seg_base: int64 ``[T]``: first segment of type ``t``.
         indptr: int64 ``[S + 1]`` segment offsets, ``S = sum_t N_t * R_t``.
         indices: int64 ``[E]`` neighbor internal ids.
@@ -82,7 +74,6 @@ class TypedGraph:
         weighted: uint8 ``[R]``: 1 where the relation has edge weights.
         x, y: per-type features (own width and dtype) and labels, where given.
         masks: per-type boolean split masks (``train``, ``val``, ``test``).
-        name: where the graph came from, for messages.
         edge_time: int64 ``[E]`` time of every CSR entry, or ``None``; node_time: int64 ``[N]``
             per internal id, or ``None``; time_attr: their name (``docs/temporal.md``).
     """
@@ -308,13 +299,11 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
     """Build a :class:`TypedGraph` from the plain dict form.
 
     ``spec`` holds ``num_nodes`` (``{type: count}``; a type with ``x`` may omit it),
-    ``edge_index`` (``{(src, rel, dst): (2, E) ints}``, per-type ids, row 0 of type ``src``,
-    row 1 of type ``dst``), and optionally ``x`` / ``y`` (``{type: array}``, one row per node),
-    ``masks`` (``{type: {"train"|"val"|"test": bool mask or ids}}``) and ``edge_weight``
-    (``{(src, rel, dst): E floats}``), ``edge_time`` / ``node_time`` (int64 per relation / per
-    node type, named ``time_attr``, default ``"time"``: :mod:`mnmg_sampler.graph.temporal`
-    sorts each segment by time). Edge types may be ``"src__rel__dst"`` strings. Bad input
-    raises :class:`~mnmg_sampler.errors.GraphFormatError` naming the type or relation.
+    ``edge_index`` (``{(src, rel, dst): (2, E) ints}``, per-type ids), and optionally ``x`` /
+    ``y``, ``masks``, ``edge_weight`` (docs/hetero.md#inputs) and ``edge_time`` /
+    ``node_time`` (int64 per relation / node type, named ``time_attr``, default ``"time"``).
+    Edge types may be ``"src__rel__dst"`` strings. Bad input raises
+    :class:`~mnmg_sampler.errors.GraphFormatError` naming the type or relation.
     """
     if not isinstance(spec, Mapping) or "edge_index" not in spec:
         raise GraphFormatError(f"{name} has no 'edge_index'", "no typed graph can be built",

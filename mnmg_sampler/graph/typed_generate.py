@@ -2,21 +2,17 @@
 
 A small citation graph in ogbn-mag's shape, so a typed job has something to learn whose accuracy
 means something: ``paper`` (features, labels), ``author`` and ``field`` (no features: a model
-learns embeddings for them), and the relations
-
-    (author, writes, paper)    (paper, rev_writes, author)     3 authors per paper
-    (paper, has_topic, field)  (field, rev_has_topic, paper)   2 fields per paper
-    (paper, cites, paper)                                      4 citations per paper
-
-Every paper has a class in ``[0, CLASSES)``; every author a community and every field a class
-(field ``f`` is of class ``f % CLASSES``). A paper's authors come from its class's community, its
-fields and cited papers from its class, each with a planted probability (:data:`PLANTED`), else
-from anywhere. A paper's own features are weak (class centre times :data:`FEATURE_SIGNAL` plus
-unit noise), so a model that reads only them is clearly worse than one that reads the
-neighbours; the signal is in who wrote a paper, its fields and what it cites.
+learns embeddings for them); 3 authors (``writes``), 2 fields (``has_topic``), both with their
+``rev_`` reverses, and 4 citations (``cites``) per paper (docs/hetero.md#yaml-jobs). Every paper
+has a class in ``[0, CLASSES)``; every author a community and every field a class (field ``f``
+is of class ``f % CLASSES``). A paper's authors come from its class's community, its fields and
+cited papers from its class, each with a planted probability (:data:`PLANTED`), else from
+anywhere. A paper's own features are weak (class centre times :data:`FEATURE_SIGNAL` plus unit
+noise), so a model that reads only them is clearly worse than one that reads the neighbours;
+the signal is in who wrote a paper, its fields and what it cites.
 
 A pure function of ``(papers, classes, seed)`` (NumPy's PCG64 generator), the same on every
-rank and run. One process builds it (typed graphs are partitioned by one process).
+rank and run. One process builds it (a generated graph is partitioned by one process).
 """
 
 from __future__ import annotations
@@ -135,18 +131,14 @@ def typed_useritem_graph(users: int, items: int, seed: int = 0,
                          temporal: bool = False) -> TypedGraph:
     """A user-item graph for link prediction (``dataset.name: typed-useritem:USERS[:ITEMS]``).
 
-    Users (no features: a model learns embeddings) and items (weak features: community centre
-    times :data:`FEATURE_SIGNAL` plus unit noise) each belong to one of
-    :data:`USERITEM_COMMUNITIES` latent communities; every user rates
-    :data:`RATINGS_PER_USER` items, each of its own community with probability
-    :data:`USERITEM_PLANTED`, else of a uniformly drawn one (repeats merged), and within the
-    community by the item's popularity (Zipf, :data:`ITEM_POPULARITY`). Relations
-    ``(user, rates, item)`` and its reverse ``(item, rev_rates, user)``. So whether a user rates
-    an item is predictable from who rated what, and a link predictor clearly beats chance. The
-    features show an item's community, not its popularity: that part of an item's signal is its
-    own (a learned id row, ``model.embeddings: all``, can carry it; mean aggregation of
-    neighbours cannot count them). A pure
-    function of ``(users, items, seed)`` (``items`` >= the communities). ``temporal``
+    Users (no features) and items (weak features) each belong to one of
+    :data:`USERITEM_COMMUNITIES` latent communities; every user rates :data:`RATINGS_PER_USER`
+    items (``(user, rates, item)`` and its reverse ``rev_rates``), of its own community with
+    probability :data:`USERITEM_PLANTED` (repeats merged), within it by the item's popularity
+    (Zipf, :data:`ITEM_POPULARITY`), so a link predictor clearly beats chance. The features show
+    an item's community, not its popularity: that part of its signal is its own (a learned id
+    row, ``model.embeddings: all``, can carry it; mean aggregation cannot count neighbours). A
+    pure function of ``(users, items, seed)`` (``items`` >= the communities). ``temporal``
     (``typed-useritem-t``): the ratings of :func:`_drifting_ratings` instead, with their times,
     and item features of scale :data:`TASTE_FEATURE_SIGNAL`."""
     c = USERITEM_COMMUNITIES

@@ -1,17 +1,9 @@
 """Typed graphs in: a PyG ``HeteroData``, a saved one (``.pt``, or its ``to_dict()``), the plain
-dict form, and OGB's heterogeneous raw directory layout (as ogbn-mag's)::
-
-    raw/num-node-dict.csv.gz                        header of type names, one row of counts
-    raw/relations/<src>___<rel>___<dst>/edge.csv.gz one "src,dst" row per edge (per-type ids)
-                                                    (or edge.csv, or edge.npy (E, 2) / (2, E))
-    raw/relations/<...>/num-edge-list.csv.gz        the relation's edge count (optional, checked)
-    raw/node-feat/<type>/node-feat.csv.gz           float features of that type (optional)
-    raw/node-label/<type>/node-label.csv.gz         labels of that type (optional; NaN -> -1)
-    split/<name>/<type>/{train,valid,test}.csv.gz   per-type split ids (optional; first name)
+dict form, and OGB's heterogeneous raw directory layout (as ogbn-mag's; docs/hetero.md#inputs).
 
 Every form becomes the dict of :func:`~mnmg_sampler.graph.typed.typed_graph`, which checks it.
-Of a ``HeteroData`` the sampler reads ``num_nodes``, ``x``, ``y`` and split masks per node type
-and ``edge_index`` and ``edge_weight`` per edge type; other attributes are not read.
+Of a ``HeteroData`` only ``num_nodes``, ``x``, ``y`` and split masks per node type and
+``edge_index`` and ``edge_weight`` per edge type are read.
 """
 
 from __future__ import annotations
@@ -246,7 +238,7 @@ def _relation_edges(d: Path, rank: int, world: int):
 
 
 def read_ogb_hetero_share(path: str | PathLike, rank: int = 0, world: int = 1) -> HeteroShare:
-    """Rank ``rank``'s share of an OGB heterogeneous directory (layout in the module docstring;
+    """Rank ``rank``'s share of an OGB heterogeneous directory (layout: docs/hetero.md#inputs;
     a relation's edges may also be one ``edge.npy`` of shape ``(E, 2)`` or ``(2, E)``).
     Pure I/O; bad input raises :class:`GraphFormatError` on the rank that reads it."""
     root = Path(path)
@@ -356,7 +348,7 @@ def _check_ids(ids: np.ndarray, n: int, what: str) -> None:
 
 
 def read_ogb_hetero_dir(path: str | PathLike) -> TypedGraph:
-    """Read an OGB heterogeneous node-property directory (layout in the module docstring)."""
+    """Read an OGB heterogeneous node-property directory (layout: docs/hetero.md#inputs)."""
     sh = read_ogb_hetero_share(path)
     spec = {"num_nodes": sh.num_nodes,
             "edge_index": {et: np.stack([s, d]) for et, (_, _, s, d) in sh.edges.items()},

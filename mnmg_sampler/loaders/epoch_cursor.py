@@ -54,10 +54,8 @@ class EpochCursor:
         raise NotImplementedError
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch's shuffle and request keys (call before iterating, like PyTorch's).
-
-        A resume point from :meth:`load_state_dict` survives ``set_epoch`` of the same epoch.
-        """
+        """Select the epoch's shuffle and request keys (call before iterating, like PyTorch's);
+        a resume point from :meth:`load_state_dict` survives ``set_epoch`` of the same epoch."""
         self.epoch = int(epoch)
         if self._resume_epoch != self.epoch:
             self._resume = 0
@@ -103,11 +101,8 @@ class EpochCursor:
             yield result, extra
 
     def state_dict(self) -> dict:
-        """Where the iteration stands: resuming yields exactly the batches not yet handed out.
-
-        With batches that depend on the partitioning (``split="owner"``), ``partition`` holds
-        its fingerprint (:func:`~mnmg_sampler.distributed.consistency.manifest_fingerprint`).
-        """
+        """Where the iteration stands: resuming yields exactly the batches not yet handed out
+        (with ``split="owner"``, ``partition`` holds the partitioning's fingerprint)."""
         state = {"epoch": self.epoch, "next_batch": self._next, "seed": self.seed,
                  "world_size": self.world_size, "num_seeds": self._num_seeds()}
         fp = self._partition_fingerprint()

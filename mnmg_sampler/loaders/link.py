@@ -1,16 +1,8 @@
 """DistLinkNeighborLoader: minibatches of seed *edges* (link prediction), PyG's conventions.
 
-Seed edges are split across ranks exactly like node seeds (``loader.batch_positions`` over
-positions of ``edge_label_index``, one batch at a time): the same batch count on every rank,
-every edge used once per epoch without ``drop_last``. The loader only chooses global batch
-``g``'s edges; :mod:`mnmg_sampler.sampling.link` draws its negatives and forms its node request
-(with ``reject_known``, membership is asked of the owner rank of each candidate's destination:
-one collective exchange per attempt, on the loader's own group), which is submitted to the
-:class:`~mnmg_sampler.distributed.service.SamplingService` like any node batch, and turns the
-sampled subgraph into a :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`. Every step is a
-function
-of ``(seed, epoch, g)`` and the graph, so a batch is bit-identical for any world size,
-partitioning and merge pattern.
+Seed edges are split across ranks exactly like node seeds (``batch_positions``). The loader
+only chooses global batch ``g``'s edges; :mod:`mnmg_sampler.sampling.link` does the rest, as a
+function of ``(seed, epoch, g)`` and the graph (bit-identical for any world size).
 """
 
 from __future__ import annotations
@@ -88,27 +80,19 @@ class DistLinkNeighborLoader(EpochCursor):
             rank owning each candidate's destination).
         membership_group: process group of the membership exchange; default a new group made
             here.
-        seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
-            (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
+        seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``.
         reverse_edge_type: typed graphs: the relation whose edges ``d -> s`` are removed with
             ``exclude_seed_edges``; ``"auto"`` (default) = PyG's ``rev_`` relation when the
             graph has one, ``None`` = none, or an edge type from ``D`` to ``S``.
-        edge_label_time, time_attr, temporal_strategy, disjoint: parts with time, PyG's
-            temporal link sampling (``docs/temporal.md``): ``edge_label_time`` one int time
-            per seed edge (required with ``time_attr``); every endpoint of a seed edge and of
-            its negatives grows a tree bounded by that edge's time; on a graph with node time
-            the negatives are drawn among the nodes whose time is <= it (PyG's rule; exactly
-            uniform over them). Temporal sampling is disjoint; ``disjoint=True`` alone gives
-            the trees without time.
+        edge_label_time, time_attr, temporal_strategy, disjoint: PyG's temporal link
+            sampling: ``edge_label_time`` one int time per seed edge (required with
+            ``time_attr``) bounds the trees of its endpoints and negatives. See
+            docs/temporal.md#link-prediction-over-time.
 
-    Construction is collective on the default group: every rank builds its loader together,
-    and a bad argument on any rank raises on every rank. On a typed part (``docs/hetero.md``),
-    ``edge_label_index`` is PyG's ``(edge_type, [2, E] per-type ids)`` (a part of one relation,
-    such as a ``Data`` with time, takes the ``[2, E]`` ids alone), ``num_neighbors`` a list
-    (every relation) or a dict per edge type, and negatives are drawn on the relation's types
-    (binary: a random source of type ``S`` and destination of type ``D``; triplet:
-    destinations of type ``D``); ``reject_known`` asks the destination's owner about the
-    target relation only, and ``exclude_reverse_edges`` is refused with several relations.
+    Construction is collective on the default group: a bad argument on any rank raises on
+    every rank. On a typed part ``edge_label_index`` is PyG's ``(edge_type, [2, E] per-type
+    ids)`` and ``num_neighbors`` a list or a dict per edge type; see
+    docs/hetero.md#link-prediction-distlinkneighborloader-on-a-relation.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,

@@ -1,19 +1,12 @@
 """DistNeighborLoader: per-rank minibatches of a seed set, sampled by the SamplingService.
 
-Each epoch the seeds are put in one global order (when ``shuffle``, a keyed Feistel permutation
-of the positions, :func:`~mnmg_sampler.graph.permute.feistel`) and cut into a multiple of ``W``
-global batches; global batch ``g`` goes to rank ``g % W``. So ``len(loader)`` is the same on
-every rank and DDP steps line up; without ``drop_last`` every seed is used once per epoch
-(batch sizes differ by at most one), with it the tail of the order is skipped. Batch ``g`` of
-epoch ``e`` is keyed ``request_key(seed, e, g)``: reproducible from ``(seed, epoch, g)`` alone,
-whatever the world size. A rank computes one batch's positions when it requests it
-(:func:`batch_positions`, ``O(batch)``), so no rank holds an array of ``num_nodes`` for a seed
-set that is a rule (:mod:`mnmg_sampler.loaders.seeds`).
-
-``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so
-hop 1 is local and remote traffic follows the edge cut; its batches then depend on the
-partitioning and ``W`` (``load_state_dict`` refuses a state saved on another partitioning).
-``docs/loader.md`` works both through on an example.
+Each epoch the seeds are put in one global order (a keyed Feistel permutation when
+``shuffle``) and cut into a multiple of ``W`` global batches; batch ``g`` goes to rank
+``g % W`` and is keyed ``request_key(seed, epoch, g)``. So ``len(loader)`` is the same on every
+rank (DDP steps line up) and a batch does not depend on the world size. A rank computes one
+batch's positions when it requests it (``O(batch)``), so a seed set that is a rule is never an
+array of ``num_nodes``. ``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds
+its partition owns instead. See docs/loader.md#how-seeds-are-split-across-ranks.
 """
 
 from __future__ import annotations
@@ -209,20 +202,16 @@ def check_pyg_arguments(num_neighbors, subgraph_type: str, extra: dict) -> None:
 class DistNeighborLoader(EpochCursor):
     """Iterates this rank's minibatches of ``input_nodes``, with features, via a service.
 
-    The arguments are those of PyG's ``NeighborLoader`` that apply to a static homogeneous
-    graph; the others are accepted at PyG's default value and rejected otherwise
-    (:class:`~mnmg_sampler.errors.SamplingInputError`).
+    PyG's ``NeighborLoader`` arguments; those it has no use for are accepted at PyG's default
+    value only (:func:`check_pyg_arguments`).
 
     Args:
         service: this rank's :class:`~mnmg_sampler.distributed.service.SamplingService`.
         input_nodes: seed node ids (original ids, each once) or a bool mask of length
-            ``num_nodes``; the same on every rank; ``None`` = every node of the graph, or a
-            :class:`~mnmg_sampler.loaders.seeds.SeedSet` (e.g. a split of
-            :func:`~mnmg_sampler.loaders.seeds.random_node_split`): both read batch by batch, never
-            as an array of ``num_nodes``. Kept as the seed set ``self.input_nodes``. Checked
-            here (:func:`check_input_nodes`): construction is collective on the default group,
-            and a bad or differing input on any rank raises :class:`SamplingInputError` on
-            every rank.
+            ``num_nodes``, the same on every rank; ``None`` = every node, or a
+            :class:`~mnmg_sampler.loaders.seeds.SeedSet` (both read batch by batch). Kept as
+            ``self.input_nodes``. Construction is collective on the default group: a bad or
+            differing input on any rank raises :class:`SamplingInputError` on every rank.
         num_neighbors: fanouts per hop, hop 1 first (PyG order); ``-1`` = all neighbors,
             ``0`` = none at that hop.
         batch_size: seeds per minibatch (at most; PyG's default 1).
@@ -230,21 +219,17 @@ class DistNeighborLoader(EpochCursor):
         drop_last: skip the tail so every batch has exactly ``batch_size`` seeds.
         seed: seed of the shuffle and the request keys.
         prefetch: requests kept in flight ahead of the consumer, so sampling overlaps training.
-        replace: sample with replacement.
         rank, world_size: default: those of the service's process group.
         subgraph_type: ``"directional"`` only (PyG's default).
-        split: ``global`` (the global order above) or ``owner`` (each rank's own seeds; see the
-            module docstring for what it changes).
+        split: ``global`` (the global order above) or ``owner`` (each rank's own seeds;
+            docs/loader.md#seeds-by-owner-splitowner).
         edge_ids: return ``e_id``; off, ``e_id`` is empty and no edge id is fetched.
 
-    On a typed part (a service over a typed partition, ``docs/hetero.md``) ``input_nodes`` is
-    PyG's ``(node type, ids or bool mask)`` (``(type, None)``: every node of the type),
-    ``num_neighbors`` a list (every relation) or a dict per edge type, ``split`` ``global``, and
-    each item a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``x``/``y`` per
-    type.
-    There PyG's ``time_attr``, ``input_time`` (one int per seed of ``input_nodes``),
-    ``temporal_strategy`` and ``disjoint`` are taken (``docs/temporal.md``); a one-type graph
-    also takes plain ids as ``input_nodes``.
+    On a typed part ``input_nodes`` is PyG's ``(node type, ids or bool mask)`` (plain ids on a
+    one-type graph), ``num_neighbors`` a list or a dict per edge type, items have ``x``/``y``
+    per type, and PyG's ``time_attr``, ``input_time``, ``temporal_strategy`` and ``disjoint``
+    are taken (docs/hetero.md#over-ranks-the-service-and-the-loader,
+    docs/temporal.md#over-ranks).
 
     Each item is a :class:`~mnmg_sampler.sampling.batch.MiniBatch` with ``n_id`` (seeds first),
     ``edge_index`` (local, row = neighbor, col = target), ``e_id``, ``input_id`` (positions in
@@ -297,9 +282,8 @@ class DistNeighborLoader(EpochCursor):
             check_batching(batch_size, prefetch)
             return nodes, check_fanouts(num_neighbors)
 
-        # Collective on the default group (the service thread owns its own): a bad input on
-        # any rank raises on every rank here, before any sampling round, and so does a seed
-        # set or batching that differs between ranks (their batch counts would differ).
+        # Collective on the default group (the service thread owns its own): a bad or differing
+        # input on any rank raises on every rank here, before any round (batch counts differ).
         self.input_nodes, self.num_neighbors = agree(check)
         check_same_on_every_rank(
             [len(self.input_nodes), int(batch_size), int(bool(drop_last)), int(bool(shuffle)),
@@ -330,8 +314,7 @@ class DistNeighborLoader(EpochCursor):
             if isinstance(self.input_nodes, NodeIds) and not self._typed:
                 self._new_nodes = np.full(len(self.input_nodes), -1, np.int64)  # others: unsent
                 self._new_nodes[pos] = ids.to_new_local(self.input_nodes.ids(pos))
-            # every rank's count with one all-reduce on the default group (construction is
-            # collective there)
+            # every rank's count: one all-reduce on the default group (construction is collective)
             counts = torch.zeros(self.world_size, dtype=torch.int64, device=backend_device())
             counts[self.rank] = pos.size
             with peer_errors("the loader's count of seeds per owner"):

@@ -1,13 +1,10 @@
 """Seed sets read position by position: every node, a random split of the nodes, or given ids.
 
-A loader needs the ids of one batch at a time (at the batch's positions in the set), never the
-whole set, so a seed set over all nodes is a rule, not an array: :class:`AllNodes` (position
-``i`` is node ``i``, PyG's ``input_nodes=None``) and :class:`NodeSplit` (positions
-``start .. stop`` of a keyed permutation of ``[0, num_nodes)``: a random train/val/test split,
-:func:`random_node_split`) hold a few integers whatever the graph's size. :class:`NodeIds` holds
-the user's own ids (an array of their size, checked by :func:`check_input_nodes`);
-:class:`NodeBits` a subset of the nodes as a bitmap (one bit per node: ``mnmg-sampler sample``'s
-nodes with a neighbor).
+A loader needs the ids of one batch at a time, never the whole set, so a seed set over all
+nodes is a rule, not an array: :class:`AllNodes` (PyG's ``input_nodes=None``) and
+:class:`NodeSplit` (a range of a keyed permutation: a random split) hold a few integers whatever
+the graph's size. :class:`NodeIds` holds the user's own ids; :class:`NodeBits` a subset of the
+nodes as a bitmap (one bit per node).
 """
 
 from __future__ import annotations

@@ -14,14 +14,8 @@ provides both on top of a :class:`~mnmg_sampler.distributed.service.SamplingServ
     for data in loader:            # a torch_geometric.data.Data, as NeighborLoader gives
         out = model(data.x, data.edge_index)[: data.batch_size]
 
-On a service over typed parts the same sampler serves PyG's hetero loaders: ``num_neighbors`` a
-list or a dict per edge type, ``NodeLoader(..., input_nodes=(node type, ids))`` and
-``LinkLoader(..., edge_label_index=(edge type, [2, E] ids), neg_sampling=NegativeSampling(...))``
-(``binary`` or ``triplet``) give ``HeteroData`` batches laid out as PyG's ``NeighborLoader`` /
-``LinkNeighborLoader`` lay them out, ``x`` and ``y`` per node type. A part of one node type
-and one relation (a PyG ``Data`` with time) gives ``Data`` batches, and with
-``ServiceSampler(..., time_attr=...)`` the loaders' ``input_time`` / ``edge_label_time`` sample
-in time, as PyG's ``NeighborSampler``.
+On typed parts the same sampler serves PyG's hetero loaders and ``LinkLoader``
+(:class:`ServiceSampler`; docs/hetero.md#pygs-own-loaders-servicesampler).
 
 Needs the ``pyg`` extra (``pip install 'mnmg-sampler[pyg]'``).
 """

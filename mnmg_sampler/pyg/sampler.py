@@ -1,15 +1,11 @@
 """Our sampling service as a PyG ``BaseSampler``: ``sample_from_nodes`` and
 ``sample_from_edges`` -> ``SamplerOutput`` (``HeteroSamplerOutput`` on typed parts).
 
-Request keys follow :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` without shuffling:
-batch ``j`` of epoch ``e`` on rank ``r`` of ``W`` uses ``request_key(seed, e, r + W * j)``. So
-when each rank's ``NodeLoader`` (``shuffle=False``) walks the seeds our loader would give that
-rank, the minibatches are bit-identical to our loader's. Call :meth:`ServiceSampler.set_epoch`
-before each epoch (as with a ``DistributedSampler``) to restart ``j``. Link batches count ``j``
-the same way and draw their negatives as
-:class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` does, keyed on each positive's
-``input_id`` (its position in the ``LinkLoader``'s ``edge_label_index``): a rank whose
-``LinkLoader`` walks the seed edges our loader gives it gets our loader's batches.
+Request keys follow our loaders without shuffling: batch ``j`` of epoch ``e`` on rank ``r`` of
+``W`` uses ``request_key(seed, e, r + W * j)``, and link negatives are keyed on each positive's
+``input_id``. So a rank whose PyG loader (``shuffle=False``) walks the seeds our loader would
+give it gets bit-identical batches. Call :meth:`ServiceSampler.set_epoch` before each epoch
+(as with a ``DistributedSampler``) to restart ``j``.
 """
 
 from __future__ import annotations
@@ -50,7 +46,6 @@ class ServiceSampler(BaseSampler):
         num_neighbors: fanouts per hop, hop 1 first; ``-1`` = all, ``0`` = none. On a typed
             part, PyG's hetero form too: a dict per edge type (``(src, rel, dst)`` or
             ``"src__rel__dst"``) naming every relation, with equally many hops.
-        replace: sample with replacement.
         seed: seed of the request keys.
         rank, world_size: default: those of the service's process group.
         time_attr, temporal_strategy, disjoint: PyG's ``NeighborSampler`` options, on parts
@@ -63,14 +58,11 @@ class ServiceSampler(BaseSampler):
     ``LinkLoader`` takes ``edge_label_index``, ``edge_label`` and PyG's ``NegativeSampling``
     (``binary`` or ``triplet``, an integer ``amount``).
 
-    On a typed part, construction is collective on the default group (as our loaders' on typed
-    parts): options that the graph cannot serve (``num_neighbors`` that name a relation the
-    graph lacks or miss one, a time it does not hold) raise the same
-    :class:`~mnmg_sampler.errors.SamplingInputError` on every rank. ``NodeLoader`` then takes
-    ``input_nodes=(node type, ids)``, ``LinkLoader`` ``edge_label_index=(edge type, [2, E]
-    per-type ids)``, and both give ``HeteroData`` batches; a part of one node type and one
-    relation (a PyG ``Data`` with time) is sampled as a ``Data``. A node type or edge type the
-    graph lacks is refused by each rank before it sends the batch.
+    On a typed part, construction is collective on the default group: options the graph cannot
+    serve raise the same :class:`~mnmg_sampler.errors.SamplingInputError` on every rank.
+    ``NodeLoader`` then takes ``input_nodes=(node type, ids)``, ``LinkLoader``
+    ``edge_label_index=(edge type, [2, E] per-type ids)``, and both give ``HeteroData``
+    batches in PyG's ``NeighborLoader`` layout (a one-type part with time: ``Data``).
     """
 
     def __init__(self, service, num_neighbors: Sequence[int] | Mapping, replace: bool = False,

@@ -1,19 +1,13 @@
 """PyG ``FeatureStore`` / ``GraphStore`` views of one rank's partition, served by the service.
 
-Node ids are original ids, as everywhere in the public API (per-type ids on a typed part). The
-feature store answers any ``index`` (rows owned by other ranks included): rows of a batch the
-:class:`ServiceSampler` just sampled are taken from that batch (the service fetched them with
-it); any other index is fetched through the service with a fanout-0 request, so no collective
-runs outside the service. Like PyG's own ``LocalGraphStore`` in ``torch_geometric.distributed``,
-the graph store holds this rank's part: the in-edges of the nodes it owns, their sources
-translated to original ids by their owners through one service request (with the features of
-those nodes when the service fetches features).
-
-On a typed part (``part.typed``) the same two classes are PyG's hetero stores: tensors are
-keyed by node type (``group_name``; ``x`` / ``y`` of the types that have them) and edges by
-relation (``edge_type``, one COO ``EdgeAttr`` per relation of the graph, sized
-``(source type count, destination type count)``). A part of one node type and one relation (a
-PyG ``Data`` with time is written so) is shown as a homogeneous graph, as its ``Data`` was.
+Node ids are original ids (per-type ids on a typed part). The feature store answers any
+``index``: rows of the batch the :class:`ServiceSampler` just sampled come from that batch, any
+other index through the service with a fanout-0 request, so no collective runs outside the
+service. Like PyG's ``LocalGraphStore``, the graph store holds this rank's part: the in-edges of
+the nodes it owns, sources translated to original ids by their owners in one service request.
+On a typed part the same classes are PyG's hetero stores (tensors keyed by node type, one COO
+``EdgeAttr`` per relation); a part of one type and one relation is shown as homogeneous, as its
+``Data`` was.
 """
 
 from __future__ import annotations

@@ -159,12 +159,10 @@ class MiniBatch:
 
     def to_pyg(self):
         """A ``torch_geometric.data.Data`` (one type) or ``HeteroData`` (typed) laid out as PyG's
-        ``NeighborLoader`` returns it (needs the ``pyg`` extra): ``n_id``, ``e_id``,
-        ``input_id``, ``batch_size``, ``num_sampled_nodes``, ``num_sampled_edges``,
-        ``edge_index``, ``x``, ``y`` and, disjoint, ``batch`` (with time ``seed_time``), so
-        ``model(data.x, data.edge_index)`` works as with PyG. Typed: ``data[t].n_id``,
-        ``data[t].x``, ... per node type, ``data[et].edge_index``, ``data[et].e_id``, ... per
-        edge type, ``data[input_type].input_id`` and ``.batch_size`` (and ``.seed_time``)."""
+        ``NeighborLoader`` returns it (needs the ``pyg`` extra): this batch's fields under the
+        same names, so ``model(data.x, data.edge_index)`` works as with PyG. Typed: node fields
+        per node type, edge fields per edge type, ``input_id``, ``batch_size`` (and
+        ``seed_time``) on ``data[input_type]``."""
         if self.typed:
             return self._hetero_data()
         data = _pyg("Data")(edge_index=self.edge_index, n_id=self.n_id, e_id=self.e_id,

@@ -5,27 +5,19 @@ The link loader (:mod:`mnmg_sampler.loaders.link`) only chooses which seed edges
 ``g``; everything below is a function of ``(seed, epoch, g)``, those edges and the graph, so a
 batch is bit-identical for any world size, partitioning and merge pattern:
 
-1. :func:`build_link_request` draws the negatives of relation ``(S, rel, D)`` (one type: of the
-   graph) with the counter-based RNG (:mod:`mnmg_sampler.ops.negative`, keyed on
-   ``(seed, request_key(seed, e, g), positive index, draw)``): a destination of type ``D`` per
-   negative, and on a typed graph in binary mode also a source of type ``S`` (PyG draws both
-   endpoints of a binary negative; a one-type graph's binary negative and a triplet keep the
-   positive's source). With ``reject_known`` the caller's membership test (in a distributed
-   loader, the owner rank of each candidate's destination) tells whether a candidate is an
-   edge, and it is drawn again. As PyG, the endpoints are de-duplicated and sorted into the
-   seeds (typed: sources into those of type ``S``, destinations into those of type ``D``, one
-   list when ``S == D``) of one request with key ``request_key(seed, epoch, g)``, sampled like
-   any node batch (so a service merges it into the same rounds). With time (``time_attr``,
-   typed graphs) every endpoint, negatives' included, grows its own tree bounded by its
-   positive's time, and on a graph with node time each negative endpoint is drawn among the
-   nodes whose time is <= that time (PyG's rule; :class:`~.ops.negative.AdmissibleNodes`).
+1. :func:`build_link_request` draws the negatives of relation ``(S, rel, D)`` with the
+   counter-based RNG (:mod:`mnmg_sampler.ops.negative`), redrawing those the caller's
+   membership test calls edges (``reject_known``), and sorts the de-duplicated endpoints into
+   the seeds of one node request keyed ``request_key(seed, epoch, g)``, sampled like any node
+   batch (so a service merges it into the same rounds). With time every endpoint grows its own
+   tree bounded by its positive's time.
 2. :func:`finish_link_batch` turns the sampled subgraph into a
-   :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`: ``edge_label_index`` and the triplet
-   indices are local ids into ``n_id``; with ``exclude_seed_edges`` the positive seed edges
-   ``s -> d`` are removed from their relation and ``d -> s`` from the reverse relation (one
-   type: with ``exclude_reverse_edges``, the graph's one relation), by node pair, as
-   GraphBolt's ``exclude_seed_edges`` does after sampling; only hop-1 edges can be either,
-   since both end at a seed and seeds are expanded at hop 1 only.
+   :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch` (local ``edge_label_index`` and triplet
+   indices) and, with ``exclude_seed_edges``, removes the seed edges and their reverses by node
+   pair after sampling, as GraphBolt does; only hop-1 edges can be either, since both end at a
+   seed and seeds are expanded at hop 1 only.
+
+See docs/link.md#negative-sampling-mnmg_sampleropsnegative-called-by-mnmg_samplersamplinglink.
 """
 
 from __future__ import annotations
@@ -80,20 +72,17 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
     """Draw the negatives of global batch ``g`` and form its node request (step 1).
 
     ``edge_type`` names the relation of a typed graph (``None``: a homogeneous part's graph);
-    ``edge_ids=False`` leaves the batch's ``e_id`` empty; ``num_nodes`` is the node count, or
-    for a relation
-    ``(source count, destination count)``. With ``reject_known``, ``known(src ids, dst ids)``
-    (per-type ids; in a distributed loader a collective exchange to the destinations' owners,
-    ``more`` its agreement) tells which candidates are edges; a rejected destination is drawn
-    again (a binary negative's drawn source is kept).
+    ``num_nodes`` is the node count, or for a relation ``(source count, destination count)``.
+    With ``reject_known``, ``known(src ids, dst ids)`` (per-type ids; in a distributed loader a
+    collective exchange, ``more`` its agreement) tells which candidates are edges; a rejected
+    destination is drawn again (a binary negative's drawn source is kept).
 
-    ``disjoint`` (typed, implied by ``time_attr``, then ``edge_label_time`` ``[E]`` is
-    required): as PyG's ``edge_sample``, every endpoint is a seed of its own, not
-    de-duplicated (sources, then destinations; one list when both are of one type), negatives
-    ordered by draw then positive, so that tree ``b`` belongs to positive ``b % P`` and is
-    bounded by its time. ``neg_times`` (with ``time_attr`` on a graph with node time: the source
-    type's and the destination type's :class:`~mnmg_sampler.ops.negative.AdmissibleNodes`):
-    every drawn negative endpoint has node time <= its positive's time (PyG's rule).
+    ``disjoint`` (implied by ``time_attr``, which requires ``edge_label_time`` ``[E]``): as
+    PyG's ``edge_sample``, every endpoint is a seed of its own, not de-duplicated (sources, then
+    destinations), negatives ordered by draw then positive, so that tree ``b`` belongs to
+    positive ``b % P`` and is bounded by its time. ``neg_times`` (the source and destination
+    types' :class:`~mnmg_sampler.ops.negative.AdmissibleNodes`): every drawn negative endpoint
+    has node time <= its positive's time (PyG's rule).
 
     ``batch_columns``: ``edge_label_index``, ``edge_label`` and ``edge_label_time`` hold only
     the batch's columns, column ``i`` being the positive at position ``pos[i]`` (PyG's

@@ -6,16 +6,11 @@ once per minibatch, per-request renumbering: :func:`run_hops`, the one hop loop)
 one hop's draws to a *hop function*: ``hop_fn(segments) -> (counts, neighbors, edge_ids)``. In
 one process that is the CPU kernel over a :class:`CSRGraph`; in the distributed sampler it is an
 exchange around the kernel on the owning ranks. :class:`HeteroSampler` is the same sampler over
-a :class:`TypedGraph` (the typed kernel: one call per hop for every relation and request; seeds
-``(input_type, per-type ids)``, PyG's ``num_neighbors`` as a list for every relation or a dict
-per edge type). Nodes of all types live in the graph's internal id space while sampling, so one
-dedup per hop renumbers every type at once; a typed batch is split into per-type ids and local
-indices only when it is built. Because every draw is keyed on (seed, key, hop, relation, node,
-slot), a request's output does not depend on which other requests share the call.
-
-A hop is described per request (:class:`HopSegments`: one key, fanout and flags per request and
-the concatenated frontier), so a distributed hop can send one small header per request instead
-of constants repeated per node.
+a :class:`TypedGraph`, whose nodes of all types share the internal id space while sampling, so
+one dedup per hop renumbers every type at once. Because every draw is keyed on (seed, key, hop,
+relation, node, slot), a request's output does not depend on which other requests share the
+call. A hop is described per request (:class:`HopSegments`), so a distributed hop sends one
+small header per request instead of constants repeated per node.
 """
 
 from __future__ import annotations
@@ -97,18 +92,14 @@ class SampleRequest:
     key, for any graph: a homogeneous graph is the case ``input_type=None``.
 
     On a typed graph ``seeds`` are per-type ids of ``input_type`` and ``fanouts`` a list (every
-    relation) or a dict per edge type, checked against the graph by its sampler;
-    ``other_seeds`` holds seeds of further types (a link batch's destinations of another type:
-    PyG's ``seed_dict``; each type's seeds come first in its ``n_id``). ``input_time`` (one per
-    seed), ``time_attr``, ``temporal_strategy`` and ``disjoint`` are PyG's temporal options
-    (``docs/temporal.md``), per request for the distributed sampler (one service serves every
-    loader; the one-process :class:`HeteroSampler` takes them at construction); disjoint and
-    temporal trees may repeat a seed, other requests take each seed once.
-    ``edge_ids=False`` leaves ``e_id`` empty and lets the sampler skip fetching edge ids.
-    ``new_seeds`` (optional, distributed, homogeneous): the seeds' ids in the partitioning,
-    translated once by their loader, so a round needs no seed lookup; one per seed (checked
-    here), and checked again by the sampler that takes the request
-    (:meth:`~mnmg_sampler.distributed.sampler.DistSampler.check_request`).
+    relation) or a dict per edge type; ``other_seeds`` holds seeds of further types (PyG's
+    ``seed_dict``; each type's seeds come first in its ``n_id``). ``input_time``,
+    ``time_attr``, ``temporal_strategy`` and ``disjoint`` are PyG's temporal options, per
+    request because one service serves every loader; disjoint and temporal trees may repeat a
+    seed, other requests take each seed once. ``edge_ids=False`` leaves ``e_id`` empty and
+    skips fetching edge ids. ``new_seeds`` (optional, distributed, homogeneous): the seeds' ids
+    in the partitioning, one per seed, translated once by their loader so a round needs no seed
+    lookup.
     """
 
     seeds: np.ndarray
@@ -424,13 +415,9 @@ class MultiHopSampler:
 
 
 class HeteroSampler(MultiHopSampler):
-    """The :class:`MultiHopSampler` of a :class:`TypedGraph`: lists of
-    :class:`HeteroSampleRequest`, one typed kernel call per hop for all of them and every
-    relation (``kernel_calls`` counts the calls).
-
-    Each request's batch equals sampling it alone: every draw is keyed on (seed, request key,
-    hop, relation, node, slot). ``disjoint``, ``time_attr`` and ``temporal_strategy`` are
-    PyG's (:mod:`mnmg_sampler.sampling.temporal`, ``docs/temporal.md``).
+    """The :class:`MultiHopSampler` of a :class:`TypedGraph`: one typed kernel call per hop for
+    every request and relation (``kernel_calls`` counts the calls). ``disjoint``, ``time_attr``
+    and ``temporal_strategy`` are PyG's (:mod:`mnmg_sampler.sampling.temporal`).
     """
 
     def __init__(self, graph: TypedGraph, seed: int = 0, *, disjoint: bool | None = None,
@@ -515,17 +502,15 @@ def sample_trees(hop_fn, seeds: list[np.ndarray], requests: Sequence, tables: li
                  disjoint: Sequence[bool], last, num_nodes: int, n_rel: int,
                  n_hops: int | None = None) -> list[tuple]:
     """Every request's ``(tree, node, nodes per hop, edges per hop)`` with one ``hop_fn`` call
-    per hop: :func:`multi_hop` over pair ids ``b * N + v`` for the
-    ``disjoint`` requests (plain ids for the others: tree 0), each node bounded by its seed's
-    time for the requests with ``times`` (``None``: no time).
+    per hop: :func:`multi_hop` over pair ids ``b * N + v`` for the ``disjoint`` requests (plain
+    ids for the others: tree 0), each node bounded by its seed's time for the requests with
+    ``times`` (``None``: no time).
 
     ``hop_fn(rows, keys, req, fanouts, replace, hop, bounds, last)`` is the typed kernel's
-    call (``bounds``, ``last`` as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` takes
-    them; ``None`` when no active request has time, ``TIME_MAX`` for the untimed ones);
-    ``tables`` are the requests' fanout tables; ``seeds`` ids of ``hop_fn``'s space
-    (``N = num_nodes`` of them); ``last`` per request or for all: ``"last"`` instead of
-    ``"uniform"``; ``n_hops`` (default: the deepest table) is given over ranks, where every
-    rank runs the deepest request of any rank."""
+    call (``bounds``: ``None`` when no active request has time, ``TIME_MAX`` for the untimed
+    ones); ``seeds`` are ids of ``hop_fn``'s space (``N = num_nodes`` of them); ``last`` per
+    request or for all: ``"last"`` instead of ``"uniform"``; ``n_hops`` (default: the deepest
+    table) is given over ranks, where every rank runs the deepest request of any rank."""
     N = max(int(num_nodes), 1)
     Q = len(requests)
     last = np.broadcast_to(np.asarray(last, np.uint8), (Q,))
@@ -592,11 +577,10 @@ def check_input_nodes(input_nodes, num_nodes: int, *, node_ids: np.ndarray | Non
     :class:`SamplingInputError` saying what is wrong (the same on every rank for the same input).
 
     Accepted, as in PyG's ``NeighborLoader``: integer node ids (any int dtype, tensor, array or
-    sequence) or a bool mask of length ``num_nodes`` (its ``True`` positions are the seeds).
-    Refused: float ids (never cast silently), other shapes, out-of-range or repeated ids.
-    An empty input is valid and gives no batch. For a renumbered graph (``node_ids``: the
-    original id of each node, ascending) integer ids are original ids, translated here; a mask
-    has one entry per node, in ascending original id. ``name`` and ``what`` word the errors.
+    sequence) or a bool mask of length ``num_nodes``. Refused: float ids (never cast silently),
+    other shapes, out-of-range or repeated ids. An empty input gives no batch. For a renumbered
+    graph (``node_ids``: ascending original ids) ids are original ids, translated here, and a
+    mask is in ascending original id. ``name`` and ``what`` word the errors.
     """
     if torch.is_tensor(input_nodes):
         input_nodes = input_nodes.detach().cpu().numpy()
@@ -658,12 +642,11 @@ def sample(graph: CSRGraph | TypedGraph, seeds, fanouts, *, seed: int = 0, key: 
            temporal_strategy: str = "uniform") -> MiniBatch:
     """Sample one minibatch from ``graph`` in this process (convenience wrapper).
 
-    A :class:`CSRGraph`: ``seeds`` are node ids (original ids for a renumbered graph; ``n_id``
-    shows original ids too) or a bool mask of length ``num_nodes`` whose ``True`` positions are
-    the seeds, as in PyG (:func:`check_input_nodes`); ``weights`` (one per CSR entry) samples
-    neighbors with probability proportional to weight. A :class:`TypedGraph`: ``seeds`` is
-    PyG's ``(node type, ids)`` (plain ids for a graph of one type), ``fanouts`` a list (every
-    relation) or a dict per edge type, and ``disjoint``, ``time_attr``, ``input_time`` and
+    A :class:`CSRGraph`: ``seeds`` are node ids (original ids for a renumbered graph, as
+    ``n_id`` shows) or a bool mask (:func:`check_input_nodes`); ``weights`` (one per CSR entry)
+    samples neighbors with probability proportional to weight. A :class:`TypedGraph`: ``seeds``
+    is PyG's ``(node type, ids)`` (plain ids for a graph of one type), ``fanouts`` a list or a
+    dict per edge type, and ``disjoint``, ``time_attr``, ``input_time`` and
     ``temporal_strategy`` are PyG's (docs/temporal.md)."""
     if isinstance(graph, TypedGraph):
         if len(graph.node_types) == 1 and not isinstance(seeds, tuple):

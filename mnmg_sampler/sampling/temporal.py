@@ -11,12 +11,9 @@ While sampling, a node of tree ``b`` is the pair id ``b * N + v`` (``N`` nodes i
 ``v`` as without ``disjoint``, so each tree equals that seed sampled alone with the same key.
 
 Temporal: every node of tree ``b`` is bounded by the seed's time (``input_time``, default the
-seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`
-(with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
-(as PyG requires). Over ranks the options travel with each request (``time_attr``,
-``temporal_strategy``, ``disjoint`` of
-:class:`~mnmg_sampler.sampling.sampler.SampleRequest`, checked by
-:func:`check_request_time`).
+seed's node time), one typed kernel call per hop for every relation and request. Temporal
+sampling is disjoint (as PyG requires). Over ranks the options travel with each request
+(:func:`check_request_time`). See docs/temporal.md#sampling.
 """
 
 from __future__ import annotations

@@ -28,10 +28,9 @@ GPU_EXTRA = "pip install 'mnmg-sampler[gpu]'"
 def numpy_compat() -> None:
     """Give NumPy >= 2.5 back ``np.row_stack`` (removed there), which numba-cuda <= 0.30 needs.
 
-    numba-cuda registers an overload for ``np.row_stack`` when it first compiles a kernel; on
-    NumPy 2.5 that raises ``AttributeError`` and no CUDA kernel compiles (seen on the GPU
-    machine: numba-cuda 0.30.4, NumPy 2.5.2). A distinct function, so the overload does not
-    collide with the one numba-cuda registers for ``np.vstack``.
+    numba-cuda registers an overload for it at its first compile, which raises
+    ``AttributeError`` without it (numba-cuda 0.30.4, NumPy 2.5.2). A distinct function, so the
+    overload does not collide with the one numba-cuda registers for ``np.vstack``.
     """
     import numpy as np
 

@@ -1,13 +1,10 @@
 """Host malloc: keep glibc from returning a sampler's multi-MB buffers to the kernel each call.
 
-Every hop allocates arrays of 0.1-10 MB (kernel outputs, the dedup table, ``n_id``). glibc
-serves a request above its mmap threshold with a fresh ``mmap`` and unmaps it when freed, and
-trims the heap's free top above its trim threshold; either way the next batch touches new pages
-and pays a page fault per 4 KiB. The thresholds start at 128 KiB and rise only when a mapped
-chunk is freed, so whether a process settles into reusing memory depends on its allocation
-history. Measured on Slashdot (fanouts 15,10,5, batch 1024): a process that does not settle
-pays about 1,000 page faults per batch and 1.5x the CPU (5.4 ms against 3.5 ms per batch); in a
-2-rank job one rank settled and the other did not.
+Every hop allocates arrays of 0.1-10 MB. glibc serves a request above its mmap threshold with a
+fresh ``mmap`` and trims the heap's free top above its trim threshold; either way the next batch
+pays a page fault per 4 KiB. The thresholds start at 128 KiB and rise only when a mapped chunk is
+freed, so whether a process settles depends on its allocation history (measured: 1,000 faults
+and 1.5x the CPU per batch when it does not, docs/performance.md#page-faults-and-the-host-channel).
 
 :func:`tune_host_malloc` sets the mmap threshold to glibc's own maximum (32 MiB) and the trim
 threshold to twice that, the values glibc's dynamic rule reaches after a 32 MiB buffer is

@@ -1,18 +1,6 @@
-"""One memory pool per GPU: PyTorch's caching allocator, with CuPy and Numba routed into it.
-
-Why: in a Dask + DDP setup every process on a GPU keeps its own pool (RMM for the sampler,
-PyTorch's for the trainer), and each pool holds on to memory the other cannot use. Here the sampler
-lives in the trainer's process and every GPU allocation goes to PyTorch's caching allocator:
-
-* CuPy: :func:`route_cupy` installs ``cupy.cuda.set_allocator`` over
-  ``torch.cuda.caching_allocator_alloc`` / ``caching_allocator_delete``.
-* Numba: :func:`route_numba` installs an External Memory Management (EMM) plugin whose
-  ``memalloc`` draws from the same allocator.
-  ``NUMBA_CUDA_MEMORY_MANAGER=mnmg_sampler.system.memory``
-  does the same before Numba starts (this module exposes ``_numba_memory_manager`` lazily).
-* Irregular minibatch sizes fragment a caching pool; ``expandable_segments:True`` lets segments
-  grow instead. :func:`configure_expandable_segments` writes it into the allocator's environment
-  variable before CUDA initialises, and warns with the exact ``export`` line when it is too late.
+"""One memory pool per GPU: PyTorch's caching allocator, with CuPy and Numba routed into it, so
+that sampler and trainer never each hold memory the other cannot use (why and how:
+docs/gpu.md#one-memory-pool-per-gpu-mnmg_samplersystemmemorypy).
 
 Nothing here imports cupy or numba.cuda at module import time.
 """
@@ -71,15 +59,11 @@ def effective_alloc_conf_var() -> str:
 def configure_expandable_segments(enabled: bool = True) -> bool:
     """Ask PyTorch's CUDA allocator for ``expandable_segments:<enabled>``; True if it will apply.
 
-    The setting is read once, when CUDA initialises, from ``PYTORCH_ALLOC_CONF`` (or the older
-    ``PYTORCH_CUDA_ALLOC_CONF`` when the former is unset). So:
-
-    * CUDA not initialised: the value is merged into that variable, keeping the user's other
-      options; an ``expandable_segments`` the user already set explicitly wins (a warning
-      names both values), because the environment is the most specific place to say it.
-    * CUDA already initialised: nothing changes; unless the variable already asked for the
-      same value, a ``RuntimeWarning`` says the setting cannot take effect and gives the exact
-      ``export`` line to use before the process starts.
+    Torch reads the setting once, when CUDA initialises, from :func:`effective_alloc_conf_var`.
+    Before that, the value is merged into that variable, the user's other options kept; an
+    other ``expandable_segments`` the user set there wins, with a warning naming both (the
+    environment is the most specific place to say it). After that nothing changes and, unless
+    already asked for, a ``RuntimeWarning`` gives the ``export`` line to use before the start.
     """
     want = "True" if enabled else "False"
     var = effective_alloc_conf_var()
@@ -197,11 +181,8 @@ def numba_memory_manager_class() -> type:
 
 
 def route_numba() -> type:
-    """Route Numba's device allocations into PyTorch's pool (call before Numba's first kernel).
-
-    Numba binds a memory manager to a context when it creates that context, so this must run
-    before the first Numba CUDA call in the process; ``setup_memory_pool`` does it at start-up.
-    """
+    """Route Numba's device allocations into PyTorch's pool: before the first Numba CUDA call
+    (Numba binds a memory manager when it creates a context); ``setup_memory_pool`` does it."""
     cuda = require_numba_cuda(need_device=False)
     cls = numba_memory_manager_class()
     cuda.set_memory_manager(cls)
@@ -217,11 +198,8 @@ def __getattr__(name: str):
 
 
 def setup_memory_pool(expandable_segments: bool = True) -> dict[str, bool]:
-    """Start-up hook of a GPU rank: allocator settings first, then route CuPy and Numba.
-
-    CuPy is routed only when it is installed (it is optional); Numba is always present. Returns
-    what was done, for logs.
-    """
+    """Start-up hook of a GPU rank: allocator settings first, then route Numba and (when
+    installed: it is optional) CuPy. Returns what was done, for logs."""
     done = {"expandable_segments": configure_expandable_segments(expandable_segments),
             "numba": route_numba() is not None, "cupy": False}
     try:

@@ -1,12 +1,9 @@
 """torchrun environment, process groups, device and thread setup.
 
 Everything here runs in the trainer's own process; nothing touches CUDA unless the device or
-backend asks for it.
-
-Stores on one node listen on loopback only: torch's ``TCPStore`` server listens on every
-interface, so a job whose ``MASTER_ADDR`` is loopback gets a store bound to ``127.0.0.1`` here,
-and ``python -m mnmg_sampler.system.runtime TORCHRUN_ARGS`` (what ``launch/run.sh`` runs) is
-torchrun whose rendezvous store does the same when the endpoint is loopback.
+backend asks for it. ``python -m mnmg_sampler.system.runtime TORCHRUN_ARGS`` (what
+``launch/run.sh`` runs) is torchrun with stores on loopback and one-line typed failures:
+docs/reliability.md#stores-and-addresses and docs/reliability.md#exit-codes.
 """
 
 from __future__ import annotations
@@ -85,10 +82,9 @@ def timeout_delta(seconds: float, what: str = "runtime.collective_timeout_s") ->
 def group_backend(backend: str) -> str:
     """The backend string the default group is made with: NCCL comes with gloo for CPU tensors.
 
-    The data path moves its buffers to the GPU, but control collectives (counts, agreements,
-    flags, barriers, DDP's and the checkpoint's small tensors) use CPU tensors; on a group of
-    NCCL alone each of those fails with "No backend type associated with device type cpu"
-    (seen on the GPU machine). One group of two backends, chosen per tensor's device.
+    Control collectives (counts, agreements, flags, barriers, DDP's and the checkpoint's small
+    tensors) use CPU tensors, which a group of NCCL alone refuses ("No backend type associated
+    with device type cpu"); the data path's buffers are on the GPU.
     """
     return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
 
@@ -235,19 +231,12 @@ def reported_failure(failures: dict, signalled: set[int]) -> tuple[int, int] | N
 
 def launch_local(argv: list[str]) -> None:
     """torchrun (same arguments) whose stores listen on loopback when the endpoint is loopback
-    and the job runs on one node.
+    and the job runs on one node (:func:`_loopback_args`; any other endpoint: plain torchrun).
 
-    The rendezvous store is created here, bound to ``127.0.0.1``, before torchrun asks for a
-    store on the same port (torch then shares this server: ``multi_tenant``). The workers get
-    ``MASTER_ADDR=127.0.0.1`` and their own store, which :func:`init_distributed` binds to
-    loopback as well. Any other endpoint: plain torchrun.
-
-    A run that fails because a rank reported a typed error (exit 2, or 3 for ``PeerError``:
-    its one error line is already on the console) ends with one more line naming the rank and
-    the exit code, and exits with that code; torchrun's failure summary and traceback are kept
-    for everything else (a rank killed by a signal, an unexpected exception). On several nodes,
-    a node whose rendezvous store goes away (the host node's torchrun ended, typically after its
-    own rank's error) stops its ranks and says so in one line, exit code 3.
+    A run that failed only by typed errors (exit 2 or 3: their line is already on the console)
+    ends with one more line naming the rank and exits with its code; anything else keeps
+    torchrun's summary and traceback. On several nodes, a node that loses the rendezvous store
+    stops its ranks with one line, exit code 3 (docs/reliability.md#exit-codes).
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import (
@@ -314,12 +303,10 @@ def launch_local(argv: list[str]) -> None:
 
 
 def _last_error_line(log_dir: str, local_rank: int) -> str | None:
-    """The last non-empty line of local rank ``local_rank``'s ``stderr.log`` under torchrun's
-    ``log_dir`` (``<run id>/attempt_<n>/<local rank>/``, the newest attempt), written when torchrun
-    redirects or tees the rank's output; None without one.
-
-    A typed error ends a rank with exactly one line, so a rank whose output the console filter
-    hides still gets its reason shown, whichever rank exited first."""
+    """The last non-empty line of local rank ``local_rank``'s newest ``stderr.log`` under
+    torchrun's ``log_dir`` (written when torchrun redirects or tees), or None. A typed error ends
+    a rank with exactly one line, so a rank the console filter hides still gets its reason shown,
+    whichever rank exited first."""
     logs = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", str(local_rank),
                                   "stderr.log"))
     if not logs:
@@ -370,9 +357,9 @@ def _shown_local_ranks(args: list[str]) -> set[int] | None:
 
 def _loopback_args(args: list[str]) -> list[str]:
     """torchrun's arguments with a loopback rendezvous endpoint served by a store bound to
-    loopback (see :func:`launch_local`); other endpoints unchanged, and so are several nodes
-    (``--nnodes`` other than 1, as ``launch/multinode.sh`` passes): their agents share one
-    endpoint, which only the host node's torchrun serves."""
+    ``127.0.0.1``, created before torchrun asks for one on the same port (torch then shares it:
+    ``multi_tenant``). Other endpoints unchanged, and so are several nodes (``--nnodes`` other
+    than 1): their agents share one endpoint, which only the host node's torchrun serves."""
     if (_arg_value(args, "--nnodes") or "1") not in ("1", "1:1"):
         return args
     at = next((i for i, a in enumerate(args)
@@ -419,11 +406,8 @@ def free_port() -> int:
 
 def set_threads(threads: int | None) -> int:
     """Set torch and numba thread counts (``None`` or 0: cores / local ranks, at least 1);
-    returns numba's count.
-
-    Cores are those this process may run on (a node pinned to one core by ``taskset`` has
-    one): with the machine's count, torch's and numba's threads outnumbered a pinned node's
-    cores and took turns on them."""
+    returns numba's count. Cores are those this process may run on (``taskset``), lest the
+    threads outnumber a pinned node's cores and take turns on them."""
     if not threads:
         n = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
              else os.cpu_count()) or 1

@@ -1,19 +1,13 @@
 """Training checkpoints: tensors and plain types only, written atomically, read without code.
 
-A checkpoint is ``checkpoint-epochNNNNN.pt`` in ``<output.dir>/checkpoints``: a ``torch.save``
-of a dict of tensors, numbers, strings, lists and dicts (model and optimizer state, the loader's
-position, the epoch, the world size, the config). It is read with ``torch.load(weights_only=True)``,
-which refuses any object that would need code to rebuild, so a crafted file cannot run anything;
-such a file is a :class:`~mnmg_sampler.errors.CheckpointError`, never silently skipped.
-
-Embedding rows (:mod:`mnmg_sampler.distributed.embeddings`) are not in it: each rank writes its
-own rows beside it, ``checkpoint-epochNNNNN.rows-R-of-W.pt`` (:func:`save_rows`, before rank 0
-writes the checkpoint itself, so a checkpoint's rows always exist), and a resume reads every
-rank's file of that epoch and keeps the rows it owns (:func:`load_rows`): any world size.
-
-A file that is not a complete zip archive (a copy cut short, a full disk) is not a checkpoint:
-:func:`load_latest` warns and falls back to the previous one. Only names this module writes are
-ever read or pruned; anything else in the directory is left alone.
+A checkpoint (docs/formats.md#training-checkpoints-outputdircheckpoints) is read with
+``torch.load(weights_only=True)``, which refuses any object that would need code to rebuild, so
+a crafted file cannot run anything; such a file is a
+:class:`~mnmg_sampler.errors.CheckpointError`, never silently skipped. Each rank writes its
+embedding rows beside it before rank 0 writes the checkpoint (so a checkpoint's rows always
+exist), and a resume at any world size keeps the rows it owns. A file that is not a complete zip
+archive (a copy cut short, a full disk) is not a checkpoint: :func:`load_latest` falls back to
+the previous one. Only names this module writes are ever read or pruned.
 """
 
 from __future__ import annotations

@@ -4,11 +4,10 @@
 On every rank: the config is checked (a bad config fails every rank alike, before any
 collective), the job starts (:mod:`.setup`: process group, partitions, checks against the
 graph, sampling service), then loaders, DDP training, evaluation and atomic checkpoints
-(:func:`~.epochs.run_epochs`). On a typed graph the seeds are the nodes of
-``sampler.input_type`` and fanouts are per relation. Seeds with a negative label (unlabelled,
-as OGB's NaN) are neither trained on nor counted. Model init, dropout and sampling are seeded
-per (seed, epoch, rank) and checkpoints taken at epoch ends, so a resumed run continues exactly
-as an uninterrupted one.
+(:func:`~.epochs.run_epochs`). Seeds with a negative label (unlabelled, as OGB's NaN) are
+neither trained on nor counted. Model init, dropout and sampling are seeded per (seed, epoch,
+rank) and checkpoints taken at epoch ends, so a resumed run continues exactly as an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -70,10 +69,9 @@ def make_evaluator(job: Job, ids: dict, num_classes: int, emb=None):
     ``emb``: the nodes' learned rows of a graph without features.
 
     ``layerwise`` (homogeneous graphs) runs exact full-neighbor inference one layer at a time
-    over this rank's nodes (:mod:`mnmg_sampler.train.evaluate`); ``sampled`` iterates
-    minibatches sampled with ``sampler.eval_fanouts``. Either way, the memory estimate is
-    checked against ``training.eval_memory_mb`` here, before anything is allocated for
-    evaluation.
+    (:mod:`mnmg_sampler.train.evaluate`); ``sampled`` iterates minibatches sampled with
+    ``sampler.eval_fanouts``. Either way the memory estimate is checked against
+    ``training.eval_memory_mb`` before anything is allocated.
     """
     from ..loaders.neighbor import DistNeighborLoader
     from .evaluate import (

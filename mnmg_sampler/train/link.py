@@ -2,23 +2,13 @@
 (:class:`~.model.LinkModel`), BCE loss, on a homogeneous graph or on one relation of a typed
 graph (``link.edge_type``), with the node job's order of events (:mod:`.job`).
 
-The edges (of the relation) are split into train/val/test, the same on every rank
-(:func:`split_edges`, :func:`~mnmg_sampler.graph.link_split.split_relation`, or by time with
-``link.split_by: time``: the training graph then holds only edges before the validation
-start). The *training graph* (train edges only, no reverse of a held-out edge) is what is
-partitioned, so held-out edges are never sampled as messages. The
-:class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws binary or triplet negatives and
-removes the seed edges and their reverses from their own subgraphs; with ``sampler.time_attr``
-every edge bounds its subgraph by its own time minus one. Evaluation ranks each held-out edge
-among ``link.eval_negatives`` negatives (redrawn when they are edges of the training graph):
-AUC over all pairs, MRR and Hits@K. Nodes without features read learned embedding rows
-(``model.embeddings``).
-
-Disjoint (temporal) evaluation grows one tree per endpoint and negative, so
-``sampler.eval_fanouts: null`` means the training fanouts there, and each batch is encoded in
-chunks of whole trees of at most :func:`eval_node_budget` nodes, keeping only the roots'
-embeddings: evaluation memory does not grow with the batch. A typed job's final record holds
-every rank's peak resident memory (``peak_rss_mb``).
+The edges are split into train/val/test, the same on every rank (randomly, or by time with
+``link.split_by: time``). Only the *training graph* (train edges, no reverse of a held-out edge)
+is partitioned, so held-out edges are never sampled as messages. Evaluation ranks each held-out
+edge among ``link.eval_negatives`` negatives (AUC, MRR, Hits@K); disjoint (temporal) evaluation
+encodes each batch in chunks of whole trees of at most :func:`eval_node_budget` nodes, so its
+memory does not grow with the batch. See docs/link.md#the-job-task-link and
+docs/temporal.md#evaluation-memory-and-step-time.
 """
 
 from __future__ import annotations

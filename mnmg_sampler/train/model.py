@@ -2,25 +2,18 @@
 the case of one node type and one relation) and the edge decoder of link prediction
 (:class:`LinkModel`).
 
-A layer computes, for every node ``i`` of the minibatch,
-``lin_l(aggr_{j -> i} x_j) + lin_r(x_i)``, where the messages ``x_j`` flow along
-``edge_index[0] -> edge_index[1]`` (row = sampled neighbor, col = the node it was sampled for,
-PyG's convention) and nodes without a sampled neighbor aggregate to zero. That is PyG's
-``SAGEConv`` with default arguments; the built-in :class:`SAGELayer` has the same parameter
-names (``lin_l.weight``, ``lin_l.bias``, ``lin_r.weight``), so a checkpoint loads into either.
+A layer is PyG's ``SAGEConv`` with default arguments (messages flow ``edge_index[0] ->
+edge_index[1]``; a node without a sampled neighbor aggregates to zero); the built-in
+:class:`SAGELayer` has the same parameter names, so a checkpoint loads into either. Each layer
+runs one per relation and sums per destination type: PyG's ``to_hetero(GraphSAGE)`` with
+``aggr="sum"``, which for one relation is PyG's ``GraphSAGE``. Node types without features read
+learned embedding rows that come with the batch (``emb``), so DDP never sees a table. Only what
+can reach the target type's output is built, so every parameter gets a gradient every batch.
 
-Each layer runs one such layer per relation ``(src, rel, dst)`` (its own input width per side)
-and sums the results per destination type: PyG's ``to_hetero(GraphSAGE)`` with ``aggr="sum"``,
-which for one relation is PyG's ``GraphSAGE``. Node types without features read learned
-embedding rows that come in with the batch (``emb``, from a
-:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding`), so DDP never sees a table; with
-``embeddings="all"`` a featured type's input is ``lin(x) + emb(n_id)``. Only what can reach the
-target type's output is built, so every parameter gets a gradient from every batch.
-
-Trimming (optional, PyG's ``trim_to_layer``): a minibatch's nodes and edges are ordered hop by
-hop, and layer ``i`` of ``L`` only needs the rows of the nodes within ``L - 1 - i`` hops of the
-seeds and the edges of the first ``L - i`` hops. Passing ``num_sampled_nodes`` and
-``num_sampled_edges`` computes only those: the seeds' outputs are unchanged, less is computed.
+Trimming (optional, PyG's ``trim_to_layer``): nodes and edges are ordered hop by hop, so layer
+``i`` of ``L`` only needs the nodes within ``L - 1 - i`` hops and the edges of the first
+``L - i`` hops; given ``num_sampled_nodes``/``num_sampled_edges`` only those are computed, and
+the seeds' outputs are unchanged.
 """
 
 from __future__ import annotations
@@ -67,12 +60,9 @@ def _check_aggr(aggr: str) -> str:
 
 
 class SAGELayer(nn.Module):
-    """One GraphSAGE layer: ``lin_l(aggr of neighbor messages) + lin_r(x_target)``.
-
-    Same math and parameter names as PyG's ``SAGEConv(in_dim, out_dim, aggr)`` with default
-    arguments; used when PyG is not installed. ``in_dim`` is one width, or ``(source width,
-    target width)`` as PyG's. A node with no incoming edge aggregates to zero.
-    """
+    """One GraphSAGE layer: ``lin_l(aggr of neighbor messages) + lin_r(x_target)``, standing in
+    for PyG's ``SAGEConv`` when PyG is not installed (module docstring); ``in_dim`` is one
+    width, or ``(source width, target width)`` as PyG's."""
 
     def __init__(self, in_dim: int | tuple[int, int], out_dim: int, aggr: str = "mean") -> None:
         super().__init__()
@@ -177,13 +167,12 @@ class GraphSAGE(nn.Module):
         layers: number of layers; use as many as the loader samples hops.
         dropout: dropout probability after every hidden layer (training only).
         aggr: neighbor aggregation, one of :data:`AGGRS`.
-        use_pyg: ``None`` uses PyG's ``SAGEConv`` when ``torch_geometric`` imports, else the
-            built-in :class:`SAGELayer`; ``True`` requires PyG; ``False`` never uses it.
+        use_pyg: ``None``: PyG's ``SAGEConv`` when ``torch_geometric`` imports, else the
+            built-in :class:`SAGELayer`; ``True`` requires PyG.
         edge_types: the graph's relations ``(src, rel, dst)``; ``None`` = one type and one
             relation (``graph.typed.NODE_TYPE``, ``EDGE_TYPE``).
-        target: the node type whose logits are returned, or several (link prediction: both
-            endpoint types), then ``forward`` returns ``{type: output}``; ``None`` = the one
-            type.
+        target: the node type whose logits are returned, or several (link prediction), then
+            ``forward`` returns ``{type: output}``; ``None`` = the one type.
         embedding_dim: width of the embedding rows; ``None`` = ``hidden``.
         embeddings: ``featureless``, ``all`` or ``none`` (:func:`embedded_types`); the types
             that read rows are :attr:`embedded`.
@@ -288,13 +277,10 @@ class GraphSAGE(nn.Module):
         """Logits of every ``target`` node of the minibatch (seeds first: slice
         ``[:batch_size]``), or ``{type: output}`` for several targets.
 
-        One type: tensors ``x`` (or ``None`` with embedding rows), ``edge_index`` and ``emb``
-        (the rows of ``n_id`` when :attr:`embedded`); ``model(x, edge_index,
-        num_sampled_nodes, num_sampled_edges)`` works too. Several: the
-        :class:`~mnmg_sampler.sampling.batch.MiniBatch` dicts, ``emb`` the rows of its
-        ``n_id`` of the :attr:`embedded` types. With the batch's ``num_sampled_nodes`` and
-        ``num_sampled_edges`` only the rows that reach the seeds are computed (module
-        docstring): fewer rows come back, and the seeds' rows are the same."""
+        One type: tensors (``emb`` the rows of ``n_id`` when :attr:`embedded`; ``model(x,
+        edge_index, num_sampled_nodes, num_sampled_edges)`` works too); several: the batch's
+        dicts. With ``num_sampled_nodes``/``num_sampled_edges`` the model trims (module
+        docstring): fewer rows come back, the seeds' rows the same."""
         if not isinstance(edge_index, Mapping):  # one type: its tensors as the one-type dicts
             if emb is not None and not torch.is_tensor(emb):  # (x, ei, nodes, edges)
                 emb, num_sampled_nodes, num_sampled_edges = None, emb, num_sampled_nodes

@@ -66,11 +66,8 @@ def service_line(stats: dict) -> str:
 
 
 class RunReport:
-    """Console and metrics of one run, on every rank (only rank 0 prints or writes).
-
-    ``step`` is called after every training/sampling step, ``epoch`` with the epoch's record
-    (already reduced over ranks), ``final`` once at the end.
-    """
+    """Console and metrics of one run, on every rank (only rank 0 prints or writes); ``epoch``
+    takes a record already reduced over ranks."""
 
     def __init__(self, rank: int, epochs: int, steps_per_epoch: int, log_every: int = 0,
                  progress: bool = True, metrics_path: Path | None = None) -> None:

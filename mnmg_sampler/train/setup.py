@@ -4,9 +4,7 @@
 ``partition.dir`` holds it (:func:`ensure_partitions`), checks a typed job's config against the
 graph's types and relations (from the manifest, on every rank), loads this rank's part and
 starts the sampling service: a :class:`Job`. Whether the dataset is typed
-(:func:`dataset_is_typed`: a generated typed graph, a saved ``HeteroData``, an OGB
-heterogeneous directory, or a homogeneous file with a time the job samples or splits by) is
-decided once, by the caller; a homogeneous graph is the one-type case.
+(:func:`dataset_is_typed`) is decided once, by the caller.
 """
 
 from __future__ import annotations
@@ -281,16 +279,14 @@ def typed_meta(cfg: JobConfig) -> TypedMeta | None:
 def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False,
                       graph=None, load: dict | None = None) -> Path:
     """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
-    partitioning (collective): the manifest records its source
-    (:func:`~..graph.partition_io.make_source`), and a directory of another source (or none) is
+    partitioning (collective): a directory whose manifest records another source (or none) is
     partitioned again.
 
-    ``random``, ``range`` and ``hash`` run on every rank, each reading 1/W of the input
-    (:mod:`~mnmg_sampler.distributed.ingest`; a typed graph when saved as an OGB hetero
-    directory or a ``.pt`` without time), unless the job names node-data files or edge weights;
-    otherwise rank 0 partitions while the others wait. ``graph`` (a callable, run on rank 0
-    only) replaces the dataset's graph, and ``load`` is recorded in the source (a link job's
-    training graph and its edge split)."""
+    ``random``, ``range`` and ``hash`` run on every rank (:mod:`~mnmg_sampler.distributed.ingest`;
+    a typed graph only from an OGB hetero directory or a ``.pt`` without time) unless the job
+    names node-data files or edge weights; otherwise rank 0 partitions while the others wait.
+    ``graph`` (a callable, run on rank 0 only) replaces the dataset's graph, and ``load`` is
+    recorded in the source (a link job's training graph and its edge split)."""
     from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
 
@@ -387,11 +383,9 @@ def make_optimizer(params, o) -> torch.optim.Optimizer:
 def make_model(job: Job, out_dim: int, target=None):
     """``(model, embedding)``: the config's :class:`~.model.GraphSAGE` for ``job``'s graph on
     its device (seeded with ``sampler.seed``: the same initial weights on every rank), with
-    outputs of ``target`` on a typed graph (default the input type); and the learned rows of
-    the types it reads rows of (``None`` when none; collective): a
-    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``
-    (null: ``model.hidden``) updated at ``optimizer.lr``, of every node of a homogeneous
-    part."""
+    outputs of ``target`` on a typed graph (default the input type); and the
+    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of the types it reads rows of
+    (``None`` when none; collective), updated at ``optimizer.lr``."""
     from ..distributed.embeddings import DistEmbedding
     from .model import GraphSAGE
 
@@ -467,11 +461,9 @@ def num_neighbors(fanouts):
 
 
 def node_split(pdir: str | Path, input_type: str | None, cfg: JobConfig) -> dict:
-    """Train/val/test seeds (of ``input_type`` on a typed graph, per-type ids; else the input's
-    ids): the graph's own masks when it has a train mask (read from every part, small), else a
-    random split of the (type's) nodes (``dataset.split``, ``dataset.split_seed``; seed sets
-    over the nodes 0..N-1, taken by the loaders as is), the same on every rank without an
-    exchange."""
+    """Train/val/test seeds (per-type ids of ``input_type`` on a typed graph): the graph's own
+    masks when it has a train mask, else a random split of the (type's) nodes
+    (``dataset.split``, ``dataset.split_seed``), the same on every rank without an exchange."""
     from ..graph.partition_io import load_partition, read_manifest
     from ..loaders.seeds import random_node_split
 
@@ -505,10 +497,9 @@ typed_node_split = node_split
 
 
 def split_ids(num_nodes: int, fractions, seed: int) -> dict:
-    """Random train/val/test split of node ids (original ids), the same on every rank: ranges of
-    a keyed permutation (:func:`~mnmg_sampler.loaders.seeds.random_node_split`, a
-    :class:`~mnmg_sampler.loaders.seeds.NodeSplit` per name), no array of ``num_nodes`` on any
-    rank."""
+    """Random train/val/test split of node ids, the same on every rank: ranges of a keyed
+    permutation (:func:`~mnmg_sampler.loaders.seeds.random_node_split`), no array of
+    ``num_nodes`` on any rank."""
     from ..loaders.seeds import random_node_split
 
     return random_node_split(num_nodes, fractions, seed)

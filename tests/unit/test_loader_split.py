@@ -76,7 +76,7 @@ def test_doc_tables_equal_the_code():
 
 
 def test_doc_example_matches_loader_docstring():
-    # the case spelled out in loader.py's module docstring
+    # the case spelled out in docs/loader.md (seed splitting across ranks)
     per_rank = rank_batches(15, 2, 4, shuffle=False, drop_last=False)
     assert [[b.tolist() for b in r] for r in per_rank] == [
         [[0, 1], [8, 9]], [[2, 3], [10, 11]], [[4, 5], [12, 13]], [[6, 7], [14]]]

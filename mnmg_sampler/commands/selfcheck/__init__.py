@@ -1,17 +1,10 @@
 """``mnmg-sampler selfcheck``: does every GPU part work on this machine, and how fast?
 
-Checks, one line each, with a verdict (pass / fail / skipped, always with why) and a time:
-
-* environment: versions (torch, CUDA, driver, numba, cupy), GPUs and their memory,
-  GPU-to-GPU links, the torch.distributed backends;
-* kernels: every sampling kernel against its twin on a generated graph, bit for bit, with
-  sampled edges/s beside a random-gather loop; the CUDA kernels on the GPU, or in Numba's
-  simulator with ``NUMBA_ENABLE_CUDASIM=1`` (small sizes; skipped without either);
-* memory (with a GPU): Numba and CuPy allocations land in PyTorch's caching allocator,
-  ``expandable_segments`` as configured;
-* exchange (under torchrun, every rank): the service's wire messages through the all-to-all of
-  the default backend (NCCL with CUDA, else gloo), checked and timed; a 2-hop distributed
-  sampling round equal to the single process.
+Checks, one line each, with a verdict (pass / fail / skipped, always with why) and a time: the
+environment (versions, GPUs, links, backends); every sampling kernel against its twin, bit for
+bit, with sampled edges/s (the CUDA kernels on the GPU, or in Numba's simulator with
+``NUMBA_ENABLE_CUDASIM=1``); with a GPU, the memory pool; under torchrun, the service's
+exchange and a 2-hop distributed round. Each line: docs/gpu.md#run-selfcheck-and-send-us-the-report.
 
 Run it alone, or on every local GPU with ``torchrun --nproc-per-node N -m mnmg_sampler
 selfcheck``; rank 0 prints the table, ``--json OUT`` writes the report. Exit code 0 when nothing

@@ -1,11 +1,10 @@
 """Exchange lines, under torchrun (world size > 1); every rank runs them together.
 
-* ``exchange.all_to_all``: each rank packs requests in the service's own wire layout
-  (:func:`mnmg_sampler.ops.wire.pack_requests`, int32 and int64 words) and sends them through the
-  service's :class:`~mnmg_sampler.distributed.collective.Exchanger` (``all_to_all_single`` on the
-  default backend: NCCL with CUDA, else gloo); the receiver decodes them with
-  :func:`~mnmg_sampler.ops.wire.gather_work` and checks every field against what each sender
-  must have sent. Then the latency of one exchange and the bandwidth of a large payload.
+* ``exchange.all_to_all``: requests packed in the service's wire layout
+  (:func:`mnmg_sampler.ops.wire.pack_requests`) through the service's
+  :class:`~mnmg_sampler.distributed.collective.Exchanger`, each field checked by the receiver
+  (:func:`~mnmg_sampler.ops.wire.gather_work`); the latency of one exchange and the bandwidth
+  of a large payload (docs/gpu.md#run-selfcheck-and-send-us-the-report);
 * ``exchange.sampling``: a 2-hop round of :class:`~mnmg_sampler.distributed.sampler.DistSampler`
   on a generated graph partitioned in memory, every batch equal to the single process's.
 """

@@ -1,19 +1,12 @@
 """``launch/gpu_check.sh``: every GPU claim checked and measured in one short run.
 
 ``python -m mnmg_sampler.commands.selfcheck.gpu_check --out DIR [--simulate] [--budget S]``
-runs the steps of :mod:`.gpu_steps` one after another, each in its own process with its own
-deadline inside one overall budget (default 345 s), and writes ``DIR/gpu_check.json`` and
-``DIR/gpu_check.md``. A step that fails, crashes or runs past its deadline is recorded as
-``fail`` or ``timeout`` with its error and the next step still runs; a step with no time left
-is ``skipped``. The runner itself imports nothing heavy (no torch), so a broken CUDA install
-cannot take the report down with it.
-
-The report's top-level keys are fixed (:data:`REPORT_KEYS`); every step has ``status``
-(:data:`STATUSES`), ``seconds``, ``error``, ``figures`` and ``skipped_parts``. ``figures``
-collects the headline numbers; ``never_run_on_gpu`` lists the GPU claims no step has passed on a
-GPU in this run (in ``--simulate`` mode: all of them).
-
-Exit code 0 when no step failed or timed out, 1 otherwise.
+runs the steps of :mod:`.gpu_steps`, each in its own process with its own deadline, so that a
+step that fails, crashes or hangs cannot stop the others. The report's keys
+(:data:`REPORT_KEYS`) and statuses (:data:`STATUSES`):
+docs/gpu.md#the-projects-own-gpu-run-launchgpu_checksh.
+The runner itself imports nothing heavy (no torch), so a broken CUDA install cannot take the
+report down with it. Exit code 0 when no step failed or timed out, 1 otherwise.
 """
 
 from __future__ import annotations
