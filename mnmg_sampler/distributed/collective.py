@@ -43,30 +43,26 @@ def backend_device(group: dist.ProcessGroup | None = None) -> torch.device:
 class Exchanger:
     """All-to-all-v over one process group; the one place that counts what the data path sends.
 
-    ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` to rank
-    ``r``; payload rows may be multi-column. Buffers are moved to the backend's device and results
-    come back on the caller's device.
+    ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` (of any
+    width) to rank ``r``, counts first, then payload; buffers move to the backend's device and
+    results come back on the caller's. The data path avoids the count exchange: :meth:`bounded`
+    sends blocks that say their own size, at most a bound both sides compute, in one
+    all-to-all (gloo takes a shorter message; elsewhere blocks are padded to their bounds);
+    :meth:`payload` sends rows whose counts both sides know. :meth:`agree_max` is one
+    all-reduce.
 
-    An exchange of unknown sizes (:meth:`exchange`) is two all-to-alls: counts, then payload.
-    The data path avoids it: :meth:`bounded` sends blocks that say their own size inside, at most
-    a bound both sides compute, in one all-to-all (on gloo only the rows travel, into a receive
-    of the bound; elsewhere each block is padded to its bound); :meth:`payload` sends rows whose
-    counts both sides know. The agreement (:meth:`agree_max`) is one all-reduce.
-
-    Integer words between hosts travel bit-packed: on gloo, a 1-D int32/int64 payload of
-    :meth:`payload` or :meth:`bounded` (ids, counts, headers, lookups, the ids of a feature
-    fetch; not feature rows) goes to each rank of another host (``far``) as
-    :mod:`..ops.bitpack` blocks, whose byte bound follows from the word bound, so no size
-    travels first; the receiver gets exactly the words sent. Blocks to this host's ranks stay
-    raw words (packing costs CPU, and those bytes never leave the host), and so does everything
-    when the host layout is unknown (``far`` None) or on NCCL (blocks padded to their bounds).
+    Integer words to other hosts travel bit-packed: on gloo, a 1-D int32/int64 payload of
+    :meth:`payload` or :meth:`bounded` (ids, counts, headers, lookups; not feature rows) goes
+    to each rank of another host (``far``) as :mod:`..ops.bitpack` blocks, whose byte bound
+    follows from the word bound; the receiver gets exactly the words sent. Blocks within a host
+    stay raw words (packing costs CPU and saves no scarce bytes), and so does everything when
+    the layout is unknown (``far`` None) or on NCCL.
 
     Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
     byte handed to a collective, packed blocks at their encoded size), ``bytes[tag] = [to self,
     to others]`` per traffic class (``ids``, ``features``, ...), ``cross_bytes[tag]`` (to other
     hosts), ``calls`` (collectives; ``agreements`` of them all-reduces), ``transfers`` (host
-    <-> device copies of the data path: ``h2d`` and ``d2h``; every one goes through
-    :meth:`h2d` / :meth:`d2h`).
+    <-> device copies of the data path, through :meth:`h2d` / :meth:`d2h`).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -135,6 +131,14 @@ class Exchanger:
         return self.d2h(t) if device.type == "cpu" else t.to(device)
 
     # -- collectives --------------------------------------------------------------------------
+    def _all_to_all(self, out: torch.Tensor, send: torch.Tensor, recv_splits=None,
+                    send_splits=None) -> None:
+        """One all-to-all over the group, counted (a call, this thread's CPU in it)."""
+        c0 = time.thread_time()
+        dist.all_to_all_single(out, send, recv_splits, send_splits, group=self.group)
+        self.cpu_exchange += time.thread_time() - c0
+        self.calls += 1
+
     def counts(self, send_counts: torch.Tensor, tag: str = "counts") -> torch.Tensor:
         """Exchange per-rank row counts (int64 ``[world_size]``); returns the received counts."""
         t0 = time.perf_counter()
@@ -143,11 +147,8 @@ class Exchanger:
             self.t_exchange += time.perf_counter() - t0
             return send
         recv = torch.empty_like(send)
-        c0 = time.thread_time()
-        dist.all_to_all_single(recv, send, group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
+        self._all_to_all(recv, send)
         self.t_exchange += time.perf_counter() - t0
-        self.calls += 1
         self._count(tag, 8, [1] * self.world_size)
         return recv
 
@@ -169,11 +170,7 @@ class Exchanger:
         send = self._stage(payload).contiguous()
         if out is None:
             out = send.new_empty((int(sum(recv_counts)), *send.shape[1:]))
-        c0 = time.thread_time()
-        dist.all_to_all_single(out, send, [int(c) for c in recv_counts],
-                               [int(c) for c in send_counts], group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
+        self._all_to_all(out, send, [int(c) for c in recv_counts], [int(c) for c in send_counts])
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
@@ -219,10 +216,7 @@ class Exchanger:
             send_t, send = padded, sb
         self._count(tag, _row_bytes(payload), send)
         out = send_t.new_empty((sum(rb), *send_t.shape[1:]))
-        c0 = time.thread_time()
-        dist.all_to_all_single(out, send_t, rb, send, group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
+        self._all_to_all(out, send_t, rb, send)
         out = self._unstage(out, src_dev)
         self.t_exchange += time.perf_counter() - t0
         return out
@@ -267,11 +261,7 @@ class Exchanger:
         rbb[me] = 0
         buf, sizes = bitpack.encode_blocks(vals, send, to, me)
         got = torch.empty(sum(rbb), dtype=torch.uint8)
-        c0 = time.thread_time()
-        dist.all_to_all_single(got, torch.from_numpy(buf), rbb, sizes.tolist(),
-                               group=self.group)
-        self.cpu_exchange += time.thread_time() - c0
-        self.calls += 1
+        self._all_to_all(got, torch.from_numpy(buf), rbb, sizes.tolist())
         sizes[me] = send[me] * isz
         self._count(tag, 1, sizes)
         out = np.empty(sum(rb), vals.dtype)

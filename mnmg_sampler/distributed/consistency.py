@@ -75,13 +75,8 @@ def check_same_partitioning(part, group: dist.ProcessGroup | None = None) -> Non
     """Collective: raise :class:`PartitionMismatchError` on every rank unless each rank ``r``
     of ``group`` loaded part ``r`` of one and the same partitioning."""
     world = dist.get_world_size(group)
-    row = [int(part.rank), int(part.num_parts), *manifest_fingerprint(part),
-           *part_fingerprint(part)]
-    dev = backend_device(group)
-    mine = torch.tensor(row, dtype=torch.int64, device=dev)
-    rows = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(rows, mine, group=group)
-    table = [[int(v) for v in t.cpu().tolist()] for t in rows]
+    table = _gather([int(part.rank), int(part.num_parts), *manifest_fingerprint(part),
+                     *part_fingerprint(part)], group)
     problems = _problems(table, part, world)
     if problems:
         path = f" ({part.path})" if part.path is not None else ""
@@ -119,6 +114,15 @@ def _problems(table: list[list[int]], part, world: int) -> list[str]:
     return out
 
 
+def _gather(values: list[int], group: dist.ProcessGroup | None) -> list[list[int]]:
+    """Collective: every rank's ``values`` (one fixed-length int64 row each), by rank."""
+    mine = torch.tensor([int(v) for v in values], dtype=torch.int64,
+                        device=backend_device(group))
+    rows = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(rows, mine, group=group)
+    return [[int(v) for v in t.cpu().tolist()] for t in rows]
+
+
 def _ranks(rs: list[int]) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
 
@@ -136,16 +140,11 @@ def check_same_on_every_rank(values: list[int], what: str, consequence: str, fix
                              group: dist.ProcessGroup | None = None) -> None:
     """Collective: raise ``error`` on every rank unless every rank passed the same ``values``
     (a fixed-length list of ints); the message names which ranks differ."""
-    world = dist.get_world_size(group)
-    if world == 1:
+    if dist.get_world_size(group) == 1:
         return
-    mine = torch.tensor([int(v) for v in values], dtype=torch.int64,
-                        device=backend_device(group))
-    rows = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(rows, mine, group=group)
     groups: dict[tuple, list[int]] = {}
-    for r, t in enumerate(rows):
-        groups.setdefault(tuple(t.cpu().tolist()), []).append(r)
+    for r, row in enumerate(_gather(values, group)):
+        groups.setdefault(tuple(row), []).append(r)
     if len(groups) > 1:
         raise error(f"{what} differs between ranks: "
                     + " vs ".join(_ranks(rs) for rs in groups.values()),

@@ -14,24 +14,14 @@ __all__ = ["CudaHop"]
 
 
 class CudaHop:
-    """The hop kernel on a CUDA device: the partition's CSR lives there; each hop costs one
-    host -> device copy (rows, keys, fanouts and flags packed in one buffer) and one device ->
-    host copy (counts, neighbors and, when asked, edge ids in one buffer), both through the
-    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`. The kernel itself reads
-    one scalar (the hop's edge total) to size its outputs. Draws run on a dedicated stream.
-
-    With edge weights (a weighted partition) the hop runs the weighted kernels
-    (:func:`~mnmg_sampler.ops.cuda.sample_neighbors_weighted_cuda`), the weights living on the
-    device beside the CSR; the copies per hop are the same.
-
-    A typed part (``graph``: its :class:`~mnmg_sampler.graph.typed.TypedGraph`) runs the typed
-    twin (:meth:`typed`, :func:`~mnmg_sampler.ops.cuda_typed.sample_typed_neighbors_cuda`): the
-    CSR and internal ids on the device, the small typed tables (and edge weights, copied by the
-    twin each hop) on the host; rows, keys and request rows in one copy, counts, neighbors,
-    relations and edge ids back in one.
-
-    Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same code runs on the CPU,
-    which is how it is tested here; it has not run on a real GPU.
+    """The hop kernel on a CUDA device: the partition's CSR (and edge weights) live there;
+    each hop costs one host -> device copy (rows, keys, fanouts and flags in one buffer) and
+    one device -> host copy (counts, neighbors, edge ids when asked), both through the
+    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`; draws run on a
+    dedicated stream. A typed part (``graph``, its
+    :class:`~mnmg_sampler.graph.typed.TypedGraph`) runs the typed twin (:meth:`typed`): the
+    small typed tables stay on the host. Tested under Numba's CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``); it has not run on a real GPU.
     """
 
     def __init__(self, csr: tuple, device: torch.device | None,

@@ -9,31 +9,24 @@ another's rows, and the table is no ``nn.Parameter``: DDP never sees it, so no d
 of a table ever happens. Row ``v`` of type ``t`` starts as ``N(0, 1)`` draws keyed on ``(seed,
 t, v)`` (its global per-type id), so every world size and partitioning starts from one table.
 
-Per training batch, in the training thread (rows change at every step, so they cannot be
-prefetched with the sampling round's feature rows; the exchange is this module's own, on the
-default group, once per batch for every table):
+Per training batch, in the training thread (rows change at every step, so they are not
+prefetched with the round's feature rows; the exchange is this module's own, on the default
+group, once per batch for every table):
 
 1. :meth:`DistEmbedding.fetch`: the batch's original ids of all types become new ids (the
-   job's :class:`~.id_maps.IdMaps`: no collective when replicated), are de-duplicated, go to
-   their owners (counts, then ids) and the rows come back (one more all-to-all). Each
-   occurrence is a leaf tensor of its own, so autograd leaves its gradient unsummed.
+   job's :class:`~.id_maps.IdMaps`), are de-duplicated, go to their owners (counts, then ids)
+   and the rows come back; each occurrence is a leaf tensor of its own, so autograd leaves its
+   gradient unsummed.
 2. :meth:`DistEmbedding.step` (after ``loss.backward()``): each rank sums its occurrences'
-   gradients per row in float64, in occurrence order; the sums go back to the owners in float64
-   (the fetch's counts reversed, one all-to-all), and the owner adds them per row in rank
-   order, again in float64. Sums of float32 values in float64 are exact unless the values span
-   more than about 2^29 in magnitude, so the row's gradient does not depend on how the global
-   batch was split over ranks or threads; then Adam with a step count per row (rows a batch
-   did not touch keep their moments) updates the touched rows, elementwise in float32, in one
-   pass that sums a row and steps it.
+   gradients per row in float64, in occurrence order; the sums go back to the owners (one
+   all-to-all), which add them per row in rank order, again in float64 (exact unless the
+   values span more than about 2^29 in magnitude, so independent of how the global batch was
+   split), then run Adam with a step count per row on the touched rows, in float32.
 
-The batch-sized exchange buffers (the batch's distinct rows, the rows this rank serves; float64
-for the gradients) are kept and reused, so a rank's memory is its rows, Adam's moments and the
-largest batch's buffers, not a heap of freed batch-sized arrays.
-
-The same global batches on 1, 2 or 3 ranks therefore give bit-identical tables
-(``tests/distributed/test_embeddings.py``). A job's dense parameters are averaged by DDP, whose
-sums of float32 gradients depend on the world size in their last bits, so whole jobs on
-different world sizes agree to rounding, not bit for bit.
+The batch-sized exchange buffers are kept and reused, so a rank's memory is its rows, Adam's
+moments and the largest batch's buffers. The same global batches on 1, 2 or 3 ranks give
+bit-identical tables (``tests/distributed/test_embeddings.py``); a job's dense parameters are
+averaged by DDP, whose float32 sums depend on the world size in their last bits.
 
 :meth:`state_dict` holds this rank's rows with their global ids and optimizer state;
 :meth:`load_state_dicts` takes every saved rank's dicts and keeps the rows this rank owns, so a

@@ -1,38 +1,20 @@
 """Distributed feature store: the feature rows and labels of a round's nodes, of every node
 type (a homogeneous part is one type), wherever they live.
 
-When every part's rows are mapped on every rank (the shared topology, :mod:`.shared_topology`,
-or every host's budget holding them, :mod:`.fit`), a fetch reads them in place: no exchange,
-no copy of the rows (they stay the page cache's), and no cache.
+When every part's rows are mapped on every rank (:mod:`.shared_topology`, :mod:`.fit`), a
+fetch reads them in place: no exchange, no copy, no cache. Otherwise a fetch is collective,
+once per round for all merged requests and every node type: rows of this rank's part and of
+the parts mapped here (host groups, :mod:`.host_groups`) are read in place; the other ids are
+de-duplicated (one hash pass), those in the host cache read from it, and the rest go to their
+owners in one all-to-all (wire ids; a bounded one, each block saying its size, while the
+receive buffer stays small, else counts first); the rows come back in one more, whose sizes
+both sides know (each type's row width is). Every row is copied once, from its source to its
+place in the batch (:func:`~mnmg_sampler.ops.rows.scatter_rows`).
 
-Otherwise each rank holds the rows of its own nodes and a fetch is collective, once per round
-for all merged requests and every node type:
-
-1. rows this rank owns are read in place, never sent; so are the rows of every part mapped
-   here (host groups: every part of this rank's host, :mod:`.host_groups`);
-2. the ids of other nodes of all requests are de-duplicated (one hash pass), so a row needed
-   by several requests of the round, or several times by one, is fetched once;
-3. rows held in the host cache are read from it and never asked for;
-4. the remaining ids of every type go to their owners in one all-to-all (wire ids, int32 when
-   they fit; each block says its own size and is bounded by the owner's part, so no size
-   exchange comes first while those bounds keep the receive buffer small, else counts go
-   first) and the rows come back in one more, whose sizes both sides know (each type's row
-   width is). Every row is copied once, from its source (table, cache, received buffer) to
-   its place in the batch's features (:func:`~mnmg_sampler.ops.rows.scatter_rows`).
-
-Labels travel in the same row as features, as raw words (exact, no rounding), and so does a
-homogeneous part's original node id (unless the partitioning kept ids, ``range``): the owner
-of a node returns its original id with its row, so the sampler translates a minibatch's
-``n_id`` back to original ids with no exchange of its own
-(:meth:`DistFeatureStore.fetch_with_orig`).
-
-The host cache is filled once, at construction (collective), with the nodes of other hosts
-that rounds touch most (:mod:`.row_cache`): by their inclusion probability in a round of the
-given fanouts and batch size (``cache_plan``, as SALIENT++ chooses), else by their degree into
-the host. Its bytes are checked against the memory at hand before anything is allocated. Each
-rank of the host fetches a disjoint share and every rank of the host maps all shares
-(:func:`~.host_groups.share_slices`): one copy per host. With one rank per host it is that
-rank's own cache.
+Labels travel in the same row as features, as raw words (exact), and so does a homogeneous
+part's original node id (unless the partitioning kept ids): the sampler translates ``n_id``
+with no exchange of its own (:meth:`DistFeatureStore.fetch`). The host cache holds
+the other hosts' rows that rounds touch most (:meth:`DistFeatureStore._fill_cache`).
 """
 
 from __future__ import annotations
@@ -51,7 +33,7 @@ from ..ops.rows import scatter_rows
 from .collective import Exchanger, agree
 from .fit import Placement
 from .host_groups import HostGroup, share_slices
-from .id_maps import identity_ids
+from .id_maps import counted_keys, identity_ids, wire_dtype, with_counts
 from .row_cache import CachePlan, choose_rows
 from .shared_topology import SharedTopology
 
@@ -63,22 +45,12 @@ PLACEMENTS = ("host", "pinned", "device")
 _BOUNDED_BYTES = 64 << 20
 
 
-def _release(arr) -> None:
-    """Drop the resident pages of a memory-mapped array from this process (they stay in the
-    page cache), so a file copied into the table is not counted twice in the rank's RSS."""
-    mm = getattr(arr, "_mmap", None)  # numpy.memmap's mapping
-    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-        mm.madvise(mmap.MADV_DONTNEED)
-
-
 class DistFeatureStore:
     """Feature rows and labels of every node type of one partition (a homogeneous part: its
     one type), fetched across ranks by new (relabelled) id.
 
-    A node's row is its ``x``, then its ``y``, then (a homogeneous part whose ids were
-    relabelled) its original id, as words of one table per type: every type's row width is
-    known on every rank, so the rows of every type come back in one exchange whose sizes both
-    sides know. A homogeneous part keeps the ``MiniBatch``'s dtypes (``float32`` features,
+    A node's row is its ``x``, ``y`` and (homogeneous, relabelled) original id, as words of one
+    table per type. A homogeneous part keeps the ``MiniBatch``'s dtypes (``float32`` features,
     ``int64`` labels); a typed part keeps its files' dtypes.
 
     Args:
@@ -91,13 +63,11 @@ class DistFeatureStore:
             ranks (each fetches its share; see :mod:`.host_groups`). Collective when > 0:
             every rank must pass the same value, as the fill fetches rows from their owners.
             Unused when every part's rows are mapped here.
-        shared: the sampler's :class:`~.shared_topology.SharedTopology` (``DistSampler.shared``):
-            rows of the parts it maps are read in place; when it maps every part's rows on
-            every rank, a fetch is no collective. With placement ``pinned`` or ``device`` the
-            rows read are copied to page-locked memory (this path never ran on a GPU).
-        host: the sampler's :class:`~.host_groups.HostGroup` (``DistSampler.host``, ranks on
-            several hosts): rows of the host's parts are read in place from its mappings, only
-            other hosts' rows are fetched.
+        shared, host: the sampler's :class:`~.shared_topology.SharedTopology`
+            (``DistSampler.shared``) or :class:`~.host_groups.HostGroup` (``DistSampler.host``):
+            rows of the parts they map are read in place; when every part's rows are mapped on
+            every rank, a fetch is no collective (placement ``pinned`` or ``device``: the rows
+            read are copied to page-locked memory; never run on a GPU).
         cache_plan: the fanouts and batch size the loaders will ask for: the cache takes the
             rows of highest inclusion probability (``None``, or several relations: by degree).
         fit: the hosts' placement (``DistSampler.placement``, :mod:`.fit`; the same on every
@@ -131,6 +101,7 @@ class DistFeatureStore:
         # original ids ride along unless the partitioning kept them (new == original)
         self.carries_orig = one and not identity_ids(part)
         self.types = [n for n in tp.node_types if n in tp.x or n in tp.y]
+        self.enabled = bool(self.types)
         self._t = {n: tp.node_types.index(n) for n in self.types}
         # per type: ((dtype, row shape) of x, of y, of the original id: None where absent)
         self._specs = {n: tuple(None if a is None else (np.dtype(d if one else a.dtype),
@@ -170,9 +141,11 @@ class DistFeatureStore:
             return
         orig = part.orig_ids if self.carries_orig else None
         tables = {n: self._pack(n, tp.x.get(n), tp.y.get(n), orig) for n in self.types}
-        for src in (tp.x, tp.y):  # the tables are the copy in use: unmap the files' pages
-            for a in src.values():
-                _release(a)
+        # the tables are the copy in use: drop the files' resident pages from this process
+        # (they stay in the page cache), so they are not counted twice in the rank's RSS
+        for mm in (getattr(a, "_mmap", None) for a in (*tp.x.values(), *tp.y.values())):
+            if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                mm.madvise(mmap.MADV_DONTNEED)
         # host placement reads rows with numpy fancy indexing; the others keep only their copy
         self._host = tables if placement == "host" else None
         self.tables = {n: torch.from_numpy(a) for n, a in tables.items()}
@@ -180,7 +153,11 @@ class DistFeatureStore:
             self.tables = {n: a.pin_memory() for n, a in self.tables.items()}
         elif placement == "device":
             self.tables = {n: a.to(device) for n, a in self.tables.items()}
-        self._bounded = bounded_ids(self.ex, self._bounds)
+        # the ids of a fetch go in one bounded all-to-all (a block per owner saying its size,
+        # at most the owner's part) while every receive buffer stays small
+        self._bounded = (self.ex.short_receives and self.ex.world_size > 1 and self.ex.world_size
+                         * (int(np.diff(bounds).max()) + 1) * wire_dtype(bounds[-1]).itemsize
+                         <= _BOUNDED_BYTES)
         fill = int(cache_rows) > 0  # the same on every rank
         if fit is not None and not fill:  # each host's own size; any host's makes it collective
             sizes = self.cache_sizes(fit)
@@ -209,16 +186,8 @@ class DistFeatureStore:
         topology, in rows of this store (its widest), at most the other hosts' rows it does
         not map."""
         parts = np.diff(self._bounds)
-        out = []
-        for h in fit.hosts:
-            held = np.zeros(parts.size, bool)
-            held[list(h.ranks)] = True
-            out.append(h.cache_rows(self.row_bytes, int(parts[~held].sum())))
-        return out
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.types)
+        return [h.cache_rows(self.row_bytes, int(parts.sum() - parts[list(h.ranks)].sum()))
+                for h in fit.hosts]
 
     @property
     def cache_size(self) -> int:
@@ -288,23 +257,14 @@ class DistFeatureStore:
     def _types_of(self):
         """``ids -> node type index`` for new ids of any part (collective with several node
         types: one gather of every part's type offsets, tiny)."""
-        off = np.asarray(self._tp.type_offset, np.int64)
-        if off.size == 2:
-            return lambda ids: np.zeros(ids.size, np.int64)
         from .collective import all_gather_1d
 
-        offs = np.stack([t.numpy() for t in all_gather_1d(torch.from_numpy(off.copy()),
-                                                           self.ex.group)])
-
-        def types_of(ids: np.ndarray) -> np.ndarray:
-            owner = self._owner(ids)
-            local = ids - self._bounds[owner]
-            t = np.empty(ids.size, np.int64)
-            for r in np.unique(owner):
-                at = owner == r
-                t[at] = np.searchsorted(offs[r], local[at], side="right") - 1
-            return t
-        return types_of
+        off = np.asarray(self._tp.type_offset, np.int64)
+        offs = off[None, :-1] if off.size == 2 else np.stack([t.numpy()[:-1] for t in (
+            all_gather_1d(torch.from_numpy(off.copy()), self.ex.group))])
+        # every part's types start in turn (an empty type shares its start with the next one)
+        starts = (self._bounds[:-1, None] + offs).reshape(-1)
+        return lambda ids: (np.searchsorted(starts, ids, side="right") - 1) % offs.shape[1]
 
     def _from_owners(self, ids: dict[str, np.ndarray]
                      ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -349,28 +309,12 @@ class DistFeatureStore:
             flat[start[at, None] + np.arange(self._width[t])] = rows.view(np.uint8)
         return torch.from_numpy(flat), width
 
-    def fetch(self, n_ids: Sequence[np.ndarray]) -> list[tuple[torch.Tensor | None,
-                                                              torch.Tensor | None]]:
-        """Collective (unless every row is mapped here): ``(x, y)`` rows of each array of new
-        ids of a homogeneous part, in order."""
-        return [(x, y) for x, y, _ in self._fetch(n_ids)]
-
-    def fetch_with_orig(self, n_ids: Sequence[np.ndarray]
-                        ) -> list[tuple[torch.Tensor | None, torch.Tensor | None, np.ndarray]]:
-        """Collective (unless every row is mapped here): ``(x, y, original ids)`` of each
-        array of new ids of a homogeneous part, in order (needs :attr:`carries_orig`)."""
-        if not self.carries_orig:
-            raise ValueError("this store's rows carry no original ids (range partitioning)")
-        return self._fetch(n_ids)
-
-    def fetch_types(self, n_ids: Sequence[np.ndarray], types: Sequence[np.ndarray]
-                    ) -> list[dict[str, tuple]]:
-        """Collective (unless every row is mapped here): per array of new ids (``types``: the
-        node type index of each), ``{type: (x, y, None)}`` of its ids of each type with rows,
-        in their order."""
-        return self._fetch(n_ids, types)
-
-    def _fetch(self, n_ids: Sequence[np.ndarray], types=None) -> list:
+    def fetch(self, n_ids: Sequence[np.ndarray], types: Sequence[np.ndarray] | None = None
+              ) -> list:
+        """Collective (unless every row is mapped here): per array of new ids, the rows of its
+        ids in order: ``(x, y, original ids)`` of a homogeneous part (original ids ``None``
+        unless :attr:`carries_orig`); with ``types`` (the node type index of each id),
+        ``{type: (x, y, None)}`` for each type with rows."""
         c0, x0, t0 = time.thread_time(), self.ex.cpu_exchange, time.perf_counter()
         try:
             per = {n: [np.asarray(a, np.int64) if types is None else
@@ -516,61 +460,31 @@ class DistFeatureStore:
                 "cache_bytes_saved": st["cache_bytes_saved"]}
 
 
-def bounded_ids(ex: Exchanger, bounds: np.ndarray) -> bool:
-    """Whether the ids of a fetch go in one bounded all-to-all (a block per owner saying its
-    size, at most the owner's part: gloo takes the shorter message) instead of a size exchange
-    first; only when every receive buffer of a fetch stays small."""
-    largest = int(np.diff(bounds).max()) + 1  # the same decision on every rank
-    return (ex.short_receives and ex.world_size > 1
-            and largest * ex.world_size * _wire(bounds).itemsize <= _BOUNDED_BYTES)
-
-
-def _wire(bounds: np.ndarray) -> np.dtype:  # int32 words where every new id fits
-    return np.dtype(np.int32 if int(bounds[-1]) < 2**31 else np.int64)
-
-
 def rows_from_owners(ex: Exchanger, bounds: np.ndarray, ids: np.ndarray, reply,
                      per_row: np.ndarray, bounded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Collective: the rows of remote new ids (none this rank's) as received bytes, and
     ``perm``: received row ``k`` is that of ``ids[perm[k]]``. The ids go to their owners as
-    wire words, in one bounded all-to-all when ``bounded`` (:func:`bounded_ids`), else counts
+    wire words, in one bounded all-to-all when ``bounded``, else counts
     then ids. An owner answers ``reply(local ids)``: ``(uint8 payload, bytes per id)``,
     ``per_row`` the bytes of each id as the asker knows them, so the rows come back in one
     all-to-all whose sizes both sides know."""
     W, me = ex.world_size, ex.rank
     bounds = np.asarray(bounds, np.int64)
-    wire = _wire(bounds)
+    wire = wire_dtype(bounds[-1])
     owner = np.searchsorted(bounds[1:-1], ids, side="right")
     perm = np.argsort(owner.astype(np.int16 if W < 2**15 else np.int64), kind="stable")
     send_counts = np.bincount(owner, minlength=W).astype(np.int64)
     wid = ids[perm].astype(wire)
-    if bounded:
+    if bounded:  # a count word, then the ids, per owner: at most its part
         parts = np.diff(bounds)
-        sb = parts + 1
-        sb[me] = 0
-        rb = np.full(W, parts[me] + 1, np.int64)
-        rb[me] = 0
-        blocks = np.empty(wid.size + W - 1, wire)
-        starts = np.concatenate(([0], np.cumsum(send_counts)))
-        sizes, o = np.zeros(W, np.int64), 0
-        for r in range(W):
-            if r == me:
-                continue
-            c = int(send_counts[r])
-            blocks[o] = c
-            blocks[o + 1:o + 1 + c] = wid[starts[r]:starts[r] + c]
-            sizes[r] = c + 1
-            o += c + 1
-        got = ex.bounded(torch.from_numpy(blocks), sizes.tolist(), sb.tolist(), rb.tolist(),
-                         "features").numpy()
-        offs = np.concatenate(([0], np.cumsum(rb)))
-        recv_counts = np.array([int(got[offs[r]]) if r != me else 0 for r in range(W)],
-                               np.int64)
-        if (recv_counts < 0).any() or (recv_counts > np.maximum(rb - 1, 0)).any():
-            raise RuntimeError(f"a feature request block says {recv_counts.tolist()} ids, "
-                               f"above its bound {np.maximum(rb - 1, 0).tolist()}")
-        recv = np.concatenate([got[offs[r] + 1:offs[r] + 1 + recv_counts[r]]
-                               for r in range(W)]).astype(np.int64)
+        sb, rb = parts + 1, np.full(W, parts[me] + 1, np.int64)
+        sb[me] = rb[me] = 0
+        words = send_counts + 1
+        words[me] = 0
+        got = ex.bounded(torch.from_numpy(with_counts(wid, send_counts, me, wid)),
+                         words.tolist(), sb.tolist(), rb.tolist(), "features").numpy()
+        recv, rc = counted_keys(got, rb)
+        recv, recv_counts = recv.astype(np.int64), np.array(rc, np.int64)
     else:
         t, rc = ex.exchange(torch.from_numpy(wid), torch.from_numpy(send_counts), "features")
         recv, recv_counts = t.numpy().astype(np.int64), rc.numpy()

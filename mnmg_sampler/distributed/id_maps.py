@@ -2,30 +2,24 @@
 
 Requests and minibatches speak the input graph's *original* ids; the CSR of each part speaks
 the *new* ids of the partitioning (part ``r`` owns ``[boundaries[r], boundaries[r+1])``). Each
-rank holds only what is its share:
+rank holds only its share:
 
-* **its own nodes** (``part.orig_ids``: local row -> original id, ascending within a part, as
-  every partitioner here writes it): new -> original for the ids it owns, and, by binary search,
-  original -> new for the original ids it owns (the common case of a seed split by owner);
-* **one shard of original -> new** for the original ids ``[even[r], even[r+1])`` (``even``
-  splits ``[0, num_nodes)`` into ``W`` equal ranges), built once at construction with one
-  all-to-all from every rank's own ids, so the global map files are never read.
+* **its own nodes** (``part.orig_ids``, ascending within a part as every partitioner here
+  writes it): new -> original for the ids it owns and, by binary search, original -> new for
+  the original ids it owns (the common case of a seed split by owner);
+* **one shard of original -> new** for the original ids ``[even[r], even[r+1])`` (``W`` equal
+  ranges), built once with one all-to-all from every rank's own ids.
 
-Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers; the
-answers have the sizes of the questions, so they need no second count exchange): original ids
-go to their shard's rank, new ids to their owner (one compiled pass; a key repeated travels
-again). A ``range`` partitioning keeps every id
-(new == original) and needs none of this. Lookups are collective: every rank calls them
-together, with any number of ids, including none.
+Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers of
+the questions' sizes): original ids go to their shard's rank, new ids to their owner. A
+``range`` partitioning keeps every id (new == original) and needs none of this. Lookups are
+collective: every rank calls them together, with any number of ids, including none.
 
-``mode="replicated"`` maps both global map files instead and translates locally: no lookup
-collectives, at 16 bytes per node on every rank (memory-mapped: one copy in a host's page
-cache). Sampling-only rounds save the n_id lookup (and, for requests without their seeds' new
-ids, which loaders translate once, the seed lookup), and hop replies carry no original ids.
-``mode="auto"`` (the default) is ``replicated`` when the graph has at most
-:data:`AUTO_REPLICATED_MAX_NODES` nodes (maps of at most 32 MiB) and every rank can open both
-map files, else ``sharded``; the ranks agree in the all-reduce that checks their modes. Results
-are the same in every mode.
+``mode="replicated"`` maps both global map files instead (16 bytes per node, one copy in a
+host's page cache) and translates locally: no lookup collectives, and hop replies carry no
+original ids. ``mode="auto"`` (the default) replicates graphs of at most
+:data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files every rank can open, else shards;
+the ranks agree in the all-reduce that checks their modes. Results are the same in every mode.
 """
 
 from __future__ import annotations
@@ -62,6 +56,11 @@ def identity_ids(part) -> bool:
     needed. A typed ``range`` split cuts each type on its own, so it relabels."""
     m = getattr(part, "manifest", None) or {}
     return m.get("stats", {}).get("method") == "range" and "typed" not in m
+
+
+def wire_dtype(num_nodes: int, num_edges: int = 0) -> np.dtype:
+    """int32 when every node id and every per-node count fits, else int64 (once per job)."""
+    return np.dtype(np.int32 if max(int(num_nodes), int(num_edges)) < 2**31 else np.int64)
 
 
 def _cat(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -101,7 +100,7 @@ class IdMaps:
         bounds = np.asarray(part.boundaries, np.int64)
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo, self.hi = int(bounds[ex.rank]), int(bounds[ex.rank + 1])
-        self.word = np.dtype(np.int32 if self.num_nodes < 2**31 else np.int64)
+        self.word = wire_dtype(self.num_nodes)
         self._word0 = np.empty(0, self.word)  # tells the packers the word type
         self.orig = None if self.identity else np.asarray(part.orig_ids)
         self.shard = None
@@ -278,11 +277,11 @@ class IdMaps:
             rc = rcounts.tolist()
         else:
             me, (sb, rb) = self.ex.rank, bounds
-            blocks = _with_counts(send, counts, me, self._word0)
+            blocks = with_counts(send, counts, me, self._word0)
             words = counts + 1
             words[me] = 0
             recv = self.ex.bounded(torch.from_numpy(blocks), words, sb, rb, TAG).numpy()
-            got, rc = _counted_keys(recv, rb)
+            got, rc = counted_keys(recv, rb)
             ans = wire.answer_lookup(got, lo, table, self._word0)
             rc[me] = 0
         back = self.ex.payload(torch.from_numpy(ans), rc, counts.tolist(), TAG)
@@ -290,7 +289,7 @@ class IdMaps:
         return out
 
 
-def _with_counts(keys: np.ndarray, counts: np.ndarray, me: int, like: np.ndarray) -> np.ndarray:
+def with_counts(keys: np.ndarray, counts: np.ndarray, me: int, like: np.ndarray) -> np.ndarray:
     """The keys of every other rank behind one count word each (rank ``me`` gets nothing)."""
     W = counts.size
     out = np.empty(keys.size + W - 1, like.dtype)
@@ -305,9 +304,9 @@ def _with_counts(keys: np.ndarray, counts: np.ndarray, me: int, like: np.ndarray
     return out
 
 
-def _counted_keys(recv: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, list[int]]:
+def counted_keys(recv: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """The keys of every block of ``recv`` (block ``r`` after ``bounds[:r]`` words: a count,
-    then that many keys), concatenated, and their count per rank."""
+    then that many keys), concatenated, and their count per rank (a bounded exchange's)."""
     parts, counts, p = [], [], 0
     for b in (int(v) for v in bounds):
         c = int(recv[p]) if b > 0 else 0

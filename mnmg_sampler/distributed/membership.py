@@ -16,10 +16,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..ops.negative import csr_has_edges, typed_has_edges
-from .collective import Exchanger, backend_device
+from ..ops.negative import typed_has_edges
+from .collective import Exchanger
 from .id_maps import IdMaps
-from .partition_book import PartitionBook
 
 
 class EdgeMembership:
@@ -37,16 +36,11 @@ class EdgeMembership:
 
     def __init__(self, part, group: dist.ProcessGroup | None = None,
                  ids: IdMaps | None = None, relation: int | None = None) -> None:
-        self.relation = relation
-        self.graph = None
-        if relation is not None:  # a typed part: the rows' segments of that relation
-            from ..graph.partition_io import part_graph
+        from ..graph.partition_io import part_graph
 
-            self.graph = part_graph(part)
-        self.indptr = np.asarray(part.indptr)
-        self.indices = np.asarray(part.indices)
+        self.relation = relation or 0  # a homogeneous part: its one relation
+        self.graph = part_graph(part)
         self.lo = int(part.boundaries[part.rank])
-        self.book = PartitionBook(torch.from_numpy(np.asarray(part.boundaries, np.int64)))
         self.group = group
         self.ex = Exchanger(group)
         self.ids = IdMaps(part, self.ex) if ids is None else ids.with_exchanger(self.ex)
@@ -56,18 +50,14 @@ class EdgeMembership:
         """Collective: bool per pair, True when ``src -> dst`` (original ids) is an edge."""
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         s, d = self.ids.to_new_many([src, dst])
-        owner = self.book.owner(torch.from_numpy(d)).numpy()
+        owner = self.ids.owner(d)
         perm = np.argsort(owner, kind="stable")
         send_counts = torch.from_numpy(np.bincount(owner, minlength=self.ex.world_size)
                                        .astype(np.int64))
-        payload = torch.from_numpy(np.stack([d[perm], s[perm]], 1) if d.size
-                                   else np.empty((0, 2), np.int64))
+        payload = torch.from_numpy(np.stack([d[perm], s[perm]], 1))
         recv, recv_counts = self.ex.exchange(payload, send_counts)
         recv = recv.numpy()
-        if self.graph is None:
-            flags = csr_has_edges(self.indptr, self.indices, recv[:, 0] - self.lo, recv[:, 1])
-        else:
-            flags = typed_has_edges(self.graph, self.relation, recv[:, 0] - self.lo, recv[:, 1])
+        flags = typed_has_edges(self.graph, self.relation, recv[:, 0] - self.lo, recv[:, 1])
         back = self.ex.payload(torch.from_numpy(flags.astype(np.uint8)), recv_counts.tolist(),
                                send_counts.tolist()).numpy()
         out = np.empty(d.size, bool)
@@ -77,7 +67,4 @@ class EdgeMembership:
 
     def any(self, flag: bool) -> bool:
         """Collective: True when ``flag`` is True on any rank."""
-        t = torch.tensor([1 if flag else 0], dtype=torch.int64,
-                         device=backend_device(self.group))
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(int(t.item()))
+        return self.ex.agree_max([int(bool(flag))])[0] > 0

@@ -1,47 +1,36 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
 Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
-owner. Nodes it owns never touch the wire; the others go to their owners in one exchange (an
-all-to-all, see :class:`~mnmg_sampler.distributed.collective.Exchanger`), as wire ids (int32
-whenever the graph's node and edge counts fit, decided once per job) behind one small header per
-request and destination (node count, key, fanout, flags) instead of constants repeated per node.
-**One** kernel call per rank serves its own nodes and every node received from all ranks; counts,
-neighbor ids, (only when some request asked) edge ids and (when ``n_id`` is translated without
-features) the nodes' original ids go back in one more exchange, received into a bound both sides
-compute when no request of the round has a fanout of -1 (so without a size exchange; on gloo only
-the rows travel, elsewhere blocks are padded to the bound), and the requester puts them back in
-frontier order. With the shared topology (:mod:`.shared_topology`, every rank on one host, or
-every host's budget holding every part, :mod:`.fit`) a rank maps every part and samples every hop
-itself, and the feature store reads every part's rows in place: a round is then its agreement
-alone. The requester deduplicates and renumbers
-(:class:`~mnmg_sampler.sampling.sampler.MultiHopSampler`). Calls are collective: every rank calls
-:meth:`DistSampler.sample` the same number of times, with any number of requests, including none.
+owner. Nodes it owns never touch the wire; the others go to their owners in one all-to-all
+(:class:`~mnmg_sampler.distributed.collective.Exchanger`) as wire ids (int32 whenever the
+graph's node and edge counts fit) behind one small header per request and destination (node
+count, key, fanouts, flags). **One** kernel call per rank serves its own nodes and every node
+received; counts, neighbors, edge ids (only when asked) and original ids (when ``n_id`` is
+translated without features) go back in one more all-to-all, received into a bound both sides
+compute when no fanout of the round is -1 (no size exchange), and the requester puts them
+back in frontier order, deduplicates and renumbers
+(:class:`~mnmg_sampler.sampling.sampler.MultiHopSampler`). With the shared topology
+(:mod:`.shared_topology`, :mod:`.fit`) a rank maps every part and samples every hop itself: a
+round is then its agreement alone. Calls are collective: every rank calls
+:meth:`DistSampler.sample` the same number of times, with any number of requests, even none.
 
 Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
 ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
 canonical order, so results are bit-identical to the single-process sampler for any world size
 and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
-translated locally, others arrive translated by their loader (``SampleRequest.new_seeds``,
-translated once when the loader is built) or, when any rank has an untranslated one, in one lookup
-to the map shards before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows
-when features are fetched, else in the hop replies, and for the nodes of each request's last hop
-in one lookup after it.
+translated locally, others arrive translated by their loader (``SampleRequest.new_seeds``) or
+in one lookup before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows,
+else in the hop replies, and for each request's last hop in one lookup after it.
 
-A typed part (:mod:`mnmg_sampler.graph.partition`; a homogeneous part is the one-type,
-one-relation case) takes the same wire: each header carries the hop's fanout per relation, a
-timed round sends each node's time bound behind its id, the owner's one call is the typed kernel
-(:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids: type offset +
-per-type id) and replies with one word per edge (``neighbor x R + relation``). Requests are
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest` (per-type seeds, translated
-every round); the requester dedups as :func:`~mnmg_sampler.sampling.sampler.multi_hop`
-does in one process; temporal and disjoint requests (``docs/temporal.md``) grow trees
-(:func:`~mnmg_sampler.sampling.sampler.sample_trees`: pair ids ``tree * N + new id``,
-each node bounded by its seed's time); ``x``/``y`` of every node type come from one
-:class:`~.features.DistFeatureStore` exchange. Every node's time is on every rank (one gather
-when built, 8 bytes per node, unless the shared topology maps it): the kernel reads the
-neighbors' node times by new id. Host groups and place by fit (:mod:`.host_groups`,
-:mod:`.fit`) are the homogeneous ones. Batches equal
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s for any world size.
+A typed part (a homogeneous part is the one-type, one-relation case) takes the same wire: a
+header carries the hop's fanout per relation, a timed round sends each node's time bound behind
+its id, the owner's one call is the typed kernel
+(:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids) and a reply is
+one word per edge (``neighbor x R + relation``). Requests are
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`; temporal and disjoint ones grow
+trees (:func:`~mnmg_sampler.sampling.sampler.sample_trees`, ``docs/temporal.md``), the
+neighbors' node times read by new id (gathered once, 8 bytes per node, unless mapped). Batches
+equal :class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s for any world size.
 """
 
 from __future__ import annotations
@@ -86,16 +75,11 @@ from .cuda_hop import CudaHop
 from .fit import default_budget
 from .host_channel import open_host_channel
 from .host_groups import HostGroup
-from .id_maps import IdMaps
-from .shared_topology import place
+from .id_maps import IdMaps, wire_dtype
+from .shared_topology import place, why_not_shared
 
 _I64 = np.dtype(np.int64)
 _EMPTY = np.empty(0, np.int64)
-
-
-def wire_dtype(num_nodes: int, num_edges: int) -> np.dtype:
-    """int32 when every node id and every per-node count fits, else int64 (once per job)."""
-    return np.dtype(np.int32 if max(int(num_nodes), int(num_edges)) < 2**31 else np.int64)
 
 
 class DistSampler:
@@ -126,9 +110,7 @@ class DistSampler:
         self.graph = part_graph(part) if self._typed else None  # the typed kernel's view
         tune_host_malloc()  # a round's buffers are reused, not faulted in again (host_malloc)
         if shared_topology is True and kernel == "cuda":  # before the CUDA set-up
-            raise ConfigError("the shared topology is not supported with kernel='cuda'",
-                              "no rank builds its sampler",
-                              "pass shared_topology=False, or use kernel='cpu'")
+            raise why_not_shared(part, kernel)
         self.part = part
         # plain ndarray views of the memory-mapped arrays (no copy; cheaper to index)
         self._csr = tuple(np.asarray(a) for a in (part.indptr, part.indices, part.edge_ids,
@@ -137,7 +119,7 @@ class DistSampler:
         self._weights = None if getattr(part, "weights", None) is None else np.asarray(
             part.weights)  # weighted sampling: one float32 per local CSR entry
         if kernel == "cuda":
-            self._cuda = self._cuda_hop(device)
+            self._cuda = CudaHop(self._csr, device, self._weights, graph=self.graph)
         elif kernel != "cpu":
             raise SamplingInputError(f"unknown kernel {kernel!r}", "no hop can be sampled",
                                      "use kernel='cpu' or kernel='cuda'")
@@ -151,9 +133,8 @@ class DistSampler:
         self.lo = int(bounds[part.rank])
         # relations: a neighbor word is `id x R + relation` (R = 1: the id); the types'
         # relations (rel_off[t]:rel_off[t + 1] end at type t) bound a node's neighbors
-        self._R = 1 if typed is None else len(typed.edge_types)
-        self._rel_off = np.array([0, 1], np.int64) if typed is None else np.ascontiguousarray(
-            typed.rel_offset, np.int64)
+        self._R = len(part.layout.edge_types)
+        self._rel_off = np.ascontiguousarray(part.layout.rel_offset, np.int64)
         self.wire = wire_dtype(part.num_nodes * self._R, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
@@ -207,9 +188,6 @@ class DistSampler:
             if mapped is not None and mapped.node_time is None:  # host groups: as gathered
                 mapped.node_time = self.graph.node_time
 
-    def _cuda_hop(self, device):
-        return CudaHop(self._csr, device, self._weights, graph=self.graph)
-
     def _attach_time(self, part, node_time: np.ndarray | None) -> None:
         """Collective when the part has node time and ``node_time`` is ``None``: set
         ``graph.edge_time`` (per local entry), ``graph.node_time`` (every node, by new id: the
@@ -248,12 +226,9 @@ class DistSampler:
             torch.from_numpy(np.ascontiguousarray(self.part.orig_ids, np.int64)), None)])
         by_internal = np.empty(n, np.int64)
         by_internal[orig] = self.graph.node_time
-        off = np.asarray(self.tp.node_type_offset, np.int64)
-        out = {}
-        for name in types:
-            t = self.tp.node_types.index(name)
-            out[name] = by_internal[off[t]:off[t + 1]].copy()
-        return out
+        off, names = np.asarray(self.tp.node_type_offset, np.int64), self.tp.node_types
+        return {name: by_internal[off[names.index(name)]:off[names.index(name) + 1]].copy()
+                for name in types}
 
     def on_group(self, group: dist.ProcessGroup) -> DistSampler:
         """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
@@ -445,13 +420,11 @@ class DistSampler:
         """Use of the shared topology: frontier nodes of other ranks sampled here, their
         edges, and what a round's agreement goes over (``enabled`` False without it; with host
         groups, ``parts`` and ``host_ranks`` are the host's)."""
-        if self.host is not None:  # host groups: the host's parts only
-            return {**self.host.stats(), "agreement": "gloo"}
-        if self.shared is None:
-            return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
-                    "agreement": "gloo"}
-        host = self.host_channel is not None
-        return {**self.shared.stats(), "agreement": "host sockets" if host else "gloo"}
+        agreement = "gloo" if self.host_channel is None else "host sockets"
+        if self.host is not None or self.shared is not None:  # host groups: the host's parts
+            return {**(self.host or self.shared).stats(), "agreement": agreement}
+        return {"enabled": False, "parts": 0, "peer_nodes": 0, "peer_edges": 0,
+                "agreement": agreement}
 
     # -- public ---------------------------------------------------------------------------
     def round_flags(self, requests: Sequence[SampleRequest]
@@ -461,14 +434,11 @@ class DistSampler:
         ``flags = [error, deepest request, any seed owned by another rank, any fanout -1, any
         seed that needs the lookup, requests, seeds, requests of 2 hops or more, a bound of
         their hop-2 frontier, any time, any disjoint trees]``, to be reduced with ``MAX`` over
-        ranks (requests to trees bound the first exchanged hop's blocks). Callers that agree
-        on a round anyway (the service) put them in their own agreement and pass ``(error,
-        reduced flags)`` to :meth:`sample` as ``agreed``, so a round costs one agreement
-        collective, not two. When no rank has a remote seed (e.g. with a seed split by owner),
-        hop 1 skips its exchanges; when no rank asks for all neighbors (fanout ``-1``), every
-        reply has a size both sides know and travels without a size exchange; when every remote
-        seed came translated (``SampleRequest.new_seeds``, as the loader sends them), the seed
-        lookup is skipped.
+        ranks (requests to trees bound the first exchanged hop's blocks). The service puts them
+        in its own agreement and passes ``(error, reduced flags)`` to :meth:`sample` as
+        ``agreed``: one agreement per round. No remote seed on any rank (a split by owner):
+        hop 1 exchanges nothing; no fanout ``-1``: no size exchange; every remote seed
+        translated (``SampleRequest.new_seeds``): no seed lookup.
         """
         try:
             for r in requests:
@@ -507,18 +477,16 @@ class DistSampler:
         a typed request whose types, per-type ids and fanouts this graph has."""
         if self._typed:
             return self._check_typed(r, consequence)
-        self._check(r.seeds, consequence)
+        n = int(self.part.num_nodes)
+        _in_range(r.seeds, n, "seed id", f"a graph with {n} nodes", consequence,
+                  f"pass original node ids in [0, {n})")
         if r.new_seeds is None:
             return
         check_new_seeds(r)
         new = np.asarray(r.new_seeds)
-        n = int(self.part.num_nodes)
-        if new.size and (int(new.min()) < 0 or int(new.max()) >= n):
-            bad = int(new.min()) if int(new.min()) < 0 else int(new.max())
-            raise SamplingInputError(
-                f"translated seed id {bad} is out of range for a graph with {n} nodes",
-                consequence, "pass new_seeds=None (the sampler translates the seeds) or the "
-                             "seeds' new ids from the same partitioning")
+        _in_range(new, n, "translated seed id", f"a graph with {n} nodes", consequence,
+                  "pass new_seeds=None (the sampler translates the seeds) or the seeds' new ids "
+                  "from the same partitioning")
         if self.identity_ids:
             ok = bool(np.array_equal(new, r.seeds))
         else:
@@ -530,22 +498,28 @@ class DistSampler:
                 consequence, "pass new_seeds=None, or translate the seeds with the partitioning "
                              "the sampler loaded (as DistNeighborLoader does)")
 
-    def _new_seeds(self, requests: Sequence[SampleRequest], lookup: bool) -> list[np.ndarray]:
-        """New ids of every request's seeds: as translated by the request's loader, else
-        locally, else (``lookup``: some rank has an untranslated seed it does not own) in one
-        collective lookup of the untranslated ones."""
+    def _to_new(self, seeds: Sequence[np.ndarray], lookup: bool,
+                given: Sequence | None = None) -> list[np.ndarray]:
+        """New ids of every request's seeds (original ids): ``given`` (a loader's translation)
+        where not ``None``, else read from the mapped parts, or translated locally, or
+        (``lookup``: some rank has an untranslated seed it does not own) in one collective
+        lookup of the untranslated ones."""
+        new = list(given or [None] * len(seeds))
+        todo = [i for i, g in enumerate(new) if g is None]
         if self.shared is not None:  # every part's original ids are mapped here
-            return [r.new_seeds if r.new_seeds is not None else self.shared.to_new(r.seeds)
-                    for r in requests]
-        if lookup and self.ex.world_size > 1:
-            new = [r.new_seeds for r in requests]
-            todo = [i for i, n in enumerate(new) if n is None]
-            for i, got in zip(todo, self.ids.to_new_many([requests[i].seeds for i in todo]),
-                              strict=True):
-                new[i] = got
-            return new
-        return [r.new_seeds if r.new_seeds is not None else self.ids.to_new_local(r.seeds)
-                for r in requests]
+            got = [self.shared.to_new(seeds[i]) for i in todo]
+        elif lookup and self.ex.world_size > 1:
+            got = self.ids.to_new_many([seeds[i] for i in todo])
+        else:
+            got = [self.ids.to_new_local(seeds[i]) for i in todo]
+        for i, g in zip(todo, got, strict=True):
+            new[i] = g
+        return new
+
+    def _to_orig(self, new_ids: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Collective unless the parts are mapped here: original ids of arrays of new ids."""
+        return self.ids.to_orig_many(new_ids) if self.shared is None else [
+            self.shared.to_orig(a) for a in new_ids]
 
     def sample(self, requests: Sequence[SampleRequest], features=None,
                agreed: tuple[SamplingInputError | None, Sequence[int]] | None = None
@@ -557,10 +531,9 @@ class DistSampler:
         if self._typed:
             return self._sample_typed(requests, features, agreed)
         out = self.sample_original(requests, features, agreed)
-        node_ids = getattr(self.part, "node_ids", None)
-        if node_ids is not None:
+        if getattr(self.part, "node_ids", None) is not None:  # a renumbered graph's own ids
             for b in out:
-                b.n_id = torch.from_numpy(np.asarray(node_ids[b.n_id.numpy()], np.int64))
+                b.n_id = torch.from_numpy(self.part.input_ids(b.n_id.numpy()))
         return out
 
     def sample_original(self, requests: Sequence[SampleRequest], features=None,
@@ -569,16 +542,12 @@ class DistSampler:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
         With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch are fetched in the same call (one more exchange each way; none when the
-        store reads the shared topology's mapped parts), and the rows carry the nodes' original
-        ids; without one, the owners return the original ids of the
-        frontier nodes in the hop replies and only the remote nodes of each request's last hop
-        are translated, by one lookup to their owners. Seeds come translated (``new_seeds``) or
-        are translated locally, unless some rank has an untranslated seed it does not own: then
-        one lookup (3 collectives). ``agreed = (local error, flags reduced over ranks)``
-        skips this call's own agreement
-        (:meth:`~mnmg_sampler.distributed.collective.Exchanger.agree_max`, see
-        :meth:`round_flags`).
+        every minibatch come in the same call, and the rows carry the nodes' original ids;
+        without one, the owners return the frontier's original ids in the hop replies and each
+        request's last new nodes are translated in one lookup. Seeds come translated
+        (``new_seeds``) or are translated locally, unless some rank has an untranslated seed it
+        does not own (one lookup). ``agreed = (local error, flags reduced over ranks)`` skips
+        this call's own agreement (see :meth:`round_flags`).
         """
         W = self.ex.world_size
         flags = self._agreed(requests, agreed)
@@ -590,7 +559,8 @@ class DistSampler:
         self._want_orig = (W > 1 and not carried and not self.identity_ids
                            and self.ids.n2o is None and self.shared is None)
         self._front_orig = {}
-        new = self._new_seeds(requests, bool(lookup))
+        new = self._to_new([r.seeds for r in requests], bool(lookup),
+                           [r.new_seeds for r in requests])
         internal = [SampleRequest(n, r.fanouts, r.key, r.replace, r.input_id, r.edge_ids)
                     for n, r in zip(new, requests, strict=True)]
         try:
@@ -598,19 +568,16 @@ class DistSampler:
         finally:
             front, self._front_orig = self._front_orig, {}
         n_ids = [b.n_id.numpy() for b in out]
-        if carried:
-            # the owners return each row's original id with it: no exchange of its own
-            for b, (x, y, orig) in zip(out, features.fetch_with_orig(n_ids), strict=True):
-                b.x, b.y, b.n_id = x, y, torch.from_numpy(orig)
-            return out
         if features is not None and features.enabled:
-            for b, (x, y) in zip(out, features.fetch(n_ids), strict=True):
+            for b, (x, y, orig) in zip(out, features.fetch(n_ids), strict=True):
                 b.x, b.y = x, y
+                if carried:  # the owners returned each row's original id with it
+                    b.n_id = torch.from_numpy(orig)
+            if carried:
+                return out
         if not self._want_orig:  # local translation (or none): every node but the seeds
             todo = [a[b.batch_size:] for a, b in zip(n_ids, out, strict=True)]
-            rest = (self.ids.to_orig_many(todo) if self.shared is None
-                    else [self.shared.to_orig(a) for a in todo])
-            for b, r, orig in zip(out, requests, rest, strict=True):
+            for b, r, orig in zip(out, requests, self._to_orig(todo), strict=True):
                 b.n_id = torch.from_numpy(np.concatenate([r.seeds, orig]))
             return out
         for b, orig in zip(out, self._orig_ids(requests, out, n_ids, front), strict=True):
@@ -632,10 +599,8 @@ class DistSampler:
                                          consequence, f"use one of {list(self.tp.node_types)}")
             t = self.tp.node_types.index(name)
             n = int(self.tp.node_type_offset[t + 1] - self.tp.node_type_offset[t])
-            if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
-                bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
-                raise SamplingInputError(f"{name} id {bad} is out of range for {n} {name} "
-                                         "nodes", consequence, f"pass {name} ids in [0, {n})")
+            _in_range(seeds, n, f"{name} id", f"{n} {name} nodes", consequence,
+                      f"pass {name} ids in [0, {n})")
         fanout_table(self.graph, r.num_neighbors)
         if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
             check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
@@ -709,27 +674,25 @@ class DistSampler:
         flags = self._agreed(requests, agreed)
         hops = int(flags[1])
         tp = self.tp
-        internal = [r.internal_seeds(tp.node_types, tp.node_type_offset) for r in requests]
-        sh = self.shared
-        # read from the mapped parts (shared topology), or every rank's own: no collective
-        if sh is not None:
-            seeds = [sh.to_new(a) for a in internal]
-        elif not int(flags[4]):
-            seeds = [self.ids.to_new_local(a) for a in internal]
-        else:
-            seeds = self.ids.to_new_many(internal)
+        seeds = self._to_new([r.internal_seeds(tp.node_types, tp.node_type_offset)
+                              for r in requests], bool(int(flags[4])))
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
         self._bound_round(flags, [t.shape[0] for t in tables],
                           any(_grows_trees(r) for r in requests))
         self._edge_ids = any(r.edge_ids for r in requests)
-        trees, times = None, None
-        if self._trees:
-            got, trees, times = self._sample_trees(requests, seeds, tables, hops)
+        trees = times = None
+        if self._trees:  # disjoint or temporal requests: trees over new ids, time bounds on
+            times = [seed_times(self.graph, r, s) if r.time_attr is not None else None  # wire
+                     for r, s in zip(requests, seeds, strict=True)]
+            got = sample_trees(self._typed_hop, seeds, requests, tables, times,
+                               [_grows_trees(r) for r in requests],
+                               [r.temporal_strategy == "last" for r in requests],
+                               int(self.part.num_nodes), len(tp.edge_types), n_hops=hops)
+            trees, got = [g[0] for g in got], [g[1:] for g in got]
         else:
             got = multi_hop(self._typed_hop, seeds, tables, requests, hops,
                             len(tp.edge_types))
-        nids = self.ids.to_orig_many([g[0] for g in got]) if sh is None else [
-            sh.to_orig(g[0]) for g in got]
+        nids = self._to_orig([g[0] for g in got])
         out = [assemble_batch(tp.node_types, tp.edge_types, tp.node_type_offset, r, nid, n, e)
                for r, nid, (_, n, e) in zip(requests, nids, got, strict=True)]
         if trees is not None:
@@ -738,7 +701,7 @@ class DistSampler:
                     mark_trees(b, tree, nid, tp.node_types, tp.node_type_offset, t)
         if features is not None and features.enabled:
             off = tp.node_type_offset
-            rows = features.fetch_types([g[0] for g in got], [
+            rows = features.fetch([g[0] for g in got], [
                 np.searchsorted(off, n, side="right") - 1 for n in nids])
             for b, per in zip(out, rows, strict=True):
                 for name, (x, y, _) in per.items():
@@ -765,19 +728,6 @@ class DistSampler:
         if self._bounded:  # an id (and its time bound) per node
             S, N = (int(v) for v in (flags[5:7] if remote else flags[7:9]))
             self._first_bounds(S, N, 1 + (self._k if int(flags[9]) else 0), bool(int(flags[10])))
-
-    def _sample_trees(self, requests, seeds, tables, hops):
-        """The hops of a round with disjoint or temporal requests
-        (:func:`~mnmg_sampler.sampling.sampler.sample_trees` over new ids, every node's time
-        bound on the wire with it): ``(multi_hop's tuples, trees, seed times)``."""
-        times = [seed_times(self.graph, r, s) if r.time_attr is not None else None
-                 for r, s in zip(requests, seeds, strict=True)]
-        disjoint = [_grows_trees(r) for r in requests]
-        last = [r.temporal_strategy == "last" for r in requests]
-        n = int(np.asarray(self.part.boundaries)[-1])
-        got = sample_trees(self._typed_hop, seeds, requests, tables, times, disjoint, last, n,
-                           len(self.tp.edge_types), n_hops=hops)
-        return [(v, nn, e) for _, v, nn, e in got], [g[0] for g in got], times
 
     def _first_bounds(self, S: int, N: int, per_id: int = 1, trees: bool = False) -> None:
         """The bounds of the round's first exchanged blocks, from the agreement: at most
@@ -839,17 +789,12 @@ class DistSampler:
             raise RuntimeError("the original ids returned with a hop do not match its frontier")
         return res
 
-    def _check(self, seeds: np.ndarray,
-               consequence: str = "no neighbors can be sampled for it; every rank stops this "
-                                  "round") -> None:
-        n = int(self.part.num_nodes)
-        if seeds.size and (int(seeds.min()) < 0 or int(seeds.max()) >= n):
-            bad = int(seeds.min()) if int(seeds.min()) < 0 else int(seeds.max())
-            raise SamplingInputError(
-                f"seed id {bad} is out of range for a graph with {n} nodes",
-                consequence,
-                f"pass original node ids in [0, {n})",
-            )
+
+def _in_range(ids: np.ndarray, n: int, what: str, of: str, consequence: str, fix: str) -> None:
+    """:class:`SamplingInputError` naming the first id of ``ids`` outside ``[0, n)``."""
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise SamplingInputError(f"{what} {bad} is out of range for {of}", consequence, fix)
 
 
 def _table(fanouts: np.ndarray) -> np.ndarray:

@@ -100,9 +100,8 @@ class SamplingService:
             ``"auto"``: exactly when it can; results do not change); its use in :meth:`stats`
             under ``shared_topology``.
 
-    On a typed part (``part.typed``) the same sampler takes typed requests: one typed kernel
-    call per hop per rank, ``x``/``y`` per node type, the shared topology and the CUDA kernel
-    as for homogeneous parts.
+    On a typed part the same service takes typed requests and fetches ``x``/``y`` of every
+    node type.
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
@@ -162,14 +161,9 @@ class SamplingService:
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)
         self._q: queue.Queue = queue.Queue()
-        # Balanced rounds: when a round exchanges nothing (every rank maps every part and
-        # reads every row, one round in flight), a rank samples as many of its pending
-        # requests as the rank with the fewest (at least one) and holds the rest, oldest
-        # first, for its next round. A round lasts as long as its slowest rank, so a rank that
-        # took 4 requests beside a peer's 1 kept that peer waiting for 3 batches; merging
-        # saves no exchange here. Where rows cross hosts, merging saves fetches (Slashdot, 2
-        # hosts, the topology and no rows: 2.4 requests per round balanced, 37.6 feature
-        # B/edge across hosts).
+        # Balanced rounds (module docstring) only where a round exchanges nothing: where rows
+        # cross hosts, merging saves fetches (Slashdot, 2 hosts, the topology and no rows:
+        # 2.4 requests per round balanced, 37.6 feature B/edge across hosts).
         self._balanced = (self.sampler.shared is not None and len(self._slots) == 1
                           and (self.features is None or self.features.shared is not None))
         self._held: deque = deque()  # (request, future) pairs taken but left for later

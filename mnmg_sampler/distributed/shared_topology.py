@@ -22,13 +22,10 @@ hosts map their host's parts and what the host's budget holds of the others (:fu
 resident set counts the pages of other parts it touches; they are shared with the ranks that
 own them, not copied.
 
-Typed parts (``part.typed``) also map each part's typed tables (``type_offset``,
-``seg_base``) and edge times: a typed hop is one call of
-:func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every part
-(:meth:`SharedTopology.typed_hop`; every relation, every merged request, each node with its
-time bound in a round with time). With node time only, the kernel reads the neighbors' node
-times by new id, so :attr:`SharedTopology.node_time` concatenates the parts' (8 bytes per
-node, the array the wire path exchanges).
+A typed hop (and a weighted one) is one call of
+:func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every part's type tables and
+edge times (:meth:`SharedTopology.typed_hop`); with node time only, the kernel reads the
+neighbors' node times by new id (:attr:`SharedTopology.node_time`, 8 bytes per node).
 """
 
 from __future__ import annotations
@@ -90,15 +87,7 @@ def host_layout(keys: Sequence[int]) -> np.ndarray:
     return np.asarray([first.setdefault(int(k), len(first)) for k in keys], _I64)
 
 
-def _check_value(enabled) -> None:
-    if not (isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, str)
-                                                      and enabled == "auto")):
-        raise ConfigError(f"shared_topology must be true, false or 'auto', got "
-                          f"{enabled!r}", "no rank builds its sampler",
-                          "pass true, false or 'auto'")
-
-
-def _why_not(part, kernel: str) -> ConfigError | None:
+def why_not_shared(part, kernel: str) -> ConfigError | None:
     """Why this rank cannot map the other parts, as the error ``true`` raises (``None``: it
     can; ``auto`` logs the message and stays off)."""
     if kernel == "cuda":
@@ -115,10 +104,14 @@ def _why_not(part, kernel: str) -> ConfigError | None:
 
 def _check_local(part, enabled, kernel: str) -> None:
     """This rank's own reasons to refuse (no collective)."""
-    _check_value(enabled)
+    if not (isinstance(enabled, (bool, np.bool_)) or (isinstance(enabled, str)
+                                                      and enabled == "auto")):
+        raise ConfigError(f"shared_topology must be true, false or 'auto', got "
+                          f"{enabled!r}", "no rank builds its sampler",
+                          "pass true, false or 'auto'")
     if isinstance(enabled, str) or not enabled:  # 'auto' never refuses
         return
-    err = _why_not(part, kernel)
+    err = why_not_shared(part, kernel)
     if err is not None:
         raise err
 
@@ -128,11 +121,10 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     """Collective: the parts mapped here (``None`` when no rank maps any other part) and the
     :class:`~.fit.Placement` every rank agreed on (one agreement).
 
-    ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. With ``True``, a
-    rank that cannot map (``kernel='cuda'``, no partition directory) or a part that does not
-    open give a :class:`ConfigError` (or the part's error) on every rank; with ``"auto"``
-    each of these turns it off on every rank instead. A bad value, or ranks that disagree, are
-    a ``ConfigError`` either way.
+    ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. A rank that cannot
+    map (``kernel='cuda'``, no partition directory) or a part that does not open is an error
+    on every rank with ``True``, turns it off on every rank with ``"auto"``; a bad value, or
+    ranks that disagree, are a ``ConfigError`` either way.
 
     Ranks on several hosts (:func:`host_id`; ``ex.far`` is set from the layout whatever the
     outcome): each rank maps the parts of its host's ranks (:mod:`.host_groups`) and what a
@@ -148,7 +140,7 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
         return None, decide([0], [0], [topo_b], [row_b], True)
     auto = isinstance(enabled, str)
     code = 2 if auto else int(bool(enabled))  # every rank must pass the same setting
-    can = _why_not(part, kernel) is None
+    can = why_not_shared(part, kernel) is None
     slots = [0] * (5 * W)
     me = ex.rank
     budget = max(0, int(host_memory))
@@ -171,7 +163,7 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     if code == 0:
         return None, placement
     if cannot:  # auto only: true has refused above
-        why = _why_not(part, kernel)
+        why = why_not_shared(part, kernel)
         _log_off(ex, why.what if why is not None else "another rank cannot map parts")
         return None, placement
     if all(not h.topology and len(h.ranks) == 1 for h in placement.hosts):
@@ -265,7 +257,6 @@ class SharedTopology:
     """Every part's CSR on this rank, memory-mapped (see the module docstring).
 
     Attributes:
-        parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
         type_x, type_y: per node type name (a homogeneous part's one type), ``(one read-only
             byte view per part, dtype, row shape)`` (types without them are absent).
         node_time: typed parts with node time: int64 node time of every node by new id.
@@ -287,27 +278,23 @@ class SharedTopology:
         # every rank maps every part's rows (set by place() across hosts): a fetch then needs
         # no collective at all
         self.rows_everywhere = self.rows_whole
-        self.parts = []
         mapped = {r: part if r == rank else load_partition(part.path, r, world_size,
                                                            verify="off") for r in self.ranks}
-        w0 = getattr(part, "weights", None)
-        for r in range(world_size):
-            p = mapped.get(r)
-            if p is None:
-                csr = (np.zeros(1, _I64), *(np.empty(0, _I64) for _ in range(3)))
-                self.parts.append((csr, None if w0 is None else np.empty(0, np.float32)))
-                continue
-            csr = tuple(np.asarray(a) for a in (p.indptr, p.indices, p.edge_ids, p.orig_ids))
-            w = getattr(p, "weights", None)
-            self.parts.append((csr, None if w is None else np.asarray(w)))
-        # one numba type for all (read-only views), so compiled code can index them by part
-        self._origs = tuple(_readonly(csr[3]) for csr, _ in self.parts)
-        self._csrs = tuple(tuple(_readonly(csr[k]) for csr, _ in self.parts) for k in range(3))
-        self.weighted = self.parts[rank][1] is not None
-        if any((w is None) != (self.parts[rank][1] is None) for _, w in self.parts):
+        self.weighted = getattr(part, "weights", None) is not None
+        if any((getattr(p, "weights", None) is not None) != self.weighted
+               for p in mapped.values()):
             raise ConfigError("the parts of the partition are not all weighted (or unweighted)",
                               "the shared topology cannot sample them alike",
                               "partition again with --weights for every part")
+
+        def views(name: str, dtype=_I64) -> tuple:  # one numba type for every part (read-only)
+            stand_in = np.zeros(1 if name == "indptr" else 0, dtype)  # a part not mapped here
+            return tuple(_readonly(stand_in if getattr(mapped.get(r), name, None) is None
+                                   else getattr(mapped[r], name), dtype)
+                         for r in range(world_size))
+
+        self._csrs = tuple(views(n) for n in ("indptr", "indices", "edge_ids"))
+        self._origs, self._weights = views("orig_ids"), views("weights", np.float32)
         self.node_time = None
         self._map_types(part, mapped, world_size)
         self.peer_nodes = 0
@@ -335,9 +322,6 @@ class SharedTopology:
                                                   for r in range(world_size)]), _I64)
 
         self._type_offs, self._seg_bases = table("type_offset"), table("seg_base")
-        empty = np.zeros(0, np.float32)
-        self._weights = tuple(_readonly(empty if w is None else w, np.float32)
-                              for _, w in self.parts)
         self.type_x = {t: v for t in tp.node_types
                        if (v := _per_type(held, part, "x", t, world_size))}
         self.type_y = {t: v for t in tp.node_types

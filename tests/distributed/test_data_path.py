@@ -21,7 +21,7 @@ def _merged_with_features(rank, world, d, reqs_by_rank, cache_rows):
     s = DistSampler(load_partition(d, rank, world), seed=SEED, shared_topology=False)
     store = DistFeatureStore(s.part, s.ex, cache_rows=cache_rows)
     calls = []  # collectives of each feature fetch
-    fetch = store._fetch
+    fetch = store.fetch
 
     def counted(n_ids):
         c0 = s.ex.calls
@@ -30,7 +30,7 @@ def _merged_with_features(rank, world, d, reqs_by_rank, cache_rows):
         finally:
             calls.append(s.ex.calls - c0)
 
-    store._fetch = counted
+    store.fetch = counted
     out = []
     for with_e in (True, False):
         b0 = list(s.ex.bytes.get("ids", [0, 0]))

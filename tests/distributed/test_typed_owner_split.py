@@ -34,6 +34,16 @@ def _count_lookups(ids) -> list:
     return calls
 
 
+def _count_hop_exchanges(ex) -> list:
+    """Record each all-to-all of a hop's ids or replies (tag ``ids``) on ``ex``."""
+    calls = []
+    for name in ("bounded", "exchange"):
+        real = getattr(ex, name)
+        setattr(ex, name, lambda *a, real=real, **k: (a[-1] == "ids" and calls.append(1))
+                or real(*a, **k))
+    return calls
+
+
 def _load(rank, world, d):
     import torch
 
@@ -47,6 +57,7 @@ def _load(rank, world, d):
         svc = SamplingService(load_partition(d, rank, world), seed=SEED,
                               shared_topology=shared, id_maps="sharded")
         lookups = _count_lookups(svc.sampler.ids)
+        hop_calls = _count_hop_exchanges(svc.sampler.ex)
         for name, (t, ids) in _seed_sets(typed_spec(3)).items():
             loader = DistNeighborLoader(svc, (t, None if ids is None else torch.from_numpy(ids)),
                                         NUM, batch_size=B, shuffle=True, seed=LOADER_SEED,
@@ -58,6 +69,7 @@ def _load(rank, world, d):
                     for k in ("n_id", "edge_index", "e_id", "x", "y")}} for b in loader]
         out[shared, "enabled"] = svc.stats()["shared_topology"]["enabled"]
         out[shared, "lookups"] = len(lookups)
+        out[shared, "hop exchanges"] = (len(hop_calls), svc.stats()["rounds"])
         svc.shutdown()
     return out
 
@@ -71,6 +83,8 @@ def test_owner_split_on_typed_parts_equals_one_process(tmp_path):
     for shared in (False, "auto"):
         assert [r[shared, "enabled"] for r in res] == [shared == "auto"] * W
         assert [r[shared, "lookups"] for r in res] == [0] * W  # every seed translated here
+        if not shared:  # every seed its rank's own: hop 1 is local, hop 2 one all-to-all each way
+            assert all(c == 2 * n > 0 for c, n in (r[shared, "hop exchanges"] for r in res))
         for name, (t, ids) in _seed_sets(spec).items():
             n = g.num_nodes_of(t)
             seeds = np.arange(n) if ids is None else ids
