@@ -72,12 +72,10 @@ class DistSampler:
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
         kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
-        id_maps: ``auto`` (``replicated`` for small graphs), ``sharded`` (no num_nodes-sized
-            array on any rank) or ``replicated`` (both global maps on every rank: no lookup
-            collectives); see :mod:`.id_maps`.
-        shared_topology: every rank on one host maps the other ranks' parts and samples every
-            hop itself, off the wire (:mod:`.shared_topology`; all ranks alike; ``"auto"``:
-            exactly when it can). Results do not change.
+        id_maps: ``auto``, ``sharded`` or ``replicated`` (:mod:`.id_maps`).
+        shared_topology: ``True``, ``False`` or ``"auto"`` (exactly when it can), the same on
+            every rank: ranks on one host sample every hop themselves (:mod:`.shared_topology`).
+            Results do not change.
         host_memory: bytes each host gives to other hosts' data, the smallest of its ranks'
             (:mod:`.fit`: their topology first, then their feature rows); ``None``: a share
             of the memory the host can see; 0: nothing (their nodes go over the wire).
@@ -120,13 +118,9 @@ class DistSampler:
         self.wire = wire_dtype(part.num_nodes * self._R, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
-        # Id maps: this rank's own ids and one shard of original -> new (collective to build;
-        # a range partitioning keeps every id and needs none). No num_nodes-sized array.
-        self.ids = IdMaps(part, self.ex, id_maps)
+        self.ids = IdMaps(part, self.ex, id_maps)  # collective
         self.identity_ids = self.ids.identity
-        # collective: what each host holds beyond its own parts (.fit), and the parts mapped
-        # here: every part (one host, or every host's budget holds the topology), or the
-        # host's parts (host groups), or none
+        # collective: the parts mapped here (every part, the host's, or none; .fit)
         mapped, self.placement = place(part, self.ex, shared_topology, kernel,
                                        default_budget() if host_memory is None else host_memory)
         one_host = self.placement is None or len(self.placement.hosts) == 1
