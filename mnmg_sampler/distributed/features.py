@@ -159,9 +159,8 @@ class DistFeatureStore:
         return None if not self.tables else next(iter(self.tables.values()))
 
     def on_exchanger(self, ex: Exchanger) -> DistFeatureStore:
-        """The same store (row tables and host cache shared, no copy, no collective) fetching
-        over another exchanger of the same ranks: a service's other round in flight. Its
-        counters start at zero."""
+        """The same store (tables and cache shared, no collective) over another exchanger of
+        the same ranks, for a service's other round in flight; counters start at zero."""
         other = copy.copy(self)
         other.ex = ex
         other.stats = dict.fromkeys(self.stats, 0)
@@ -170,8 +169,7 @@ class DistFeatureStore:
 
     def cache_sizes(self, fit: Placement) -> list[int]:
         """Rows each host's cache takes under ``fit``: what its budget leaves after the
-        topology, in rows of this store (its widest), at most the other hosts' rows it does
-        not map."""
+        topology, in rows of this store's widest type, at most the rows it does not map."""
         parts = np.diff(self._bounds)
         return [h.cache_rows(self.row_bytes, int(parts.sum() - parts[list(h.ranks)].sum()))
                 for h in fit.hosts]

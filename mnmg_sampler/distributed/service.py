@@ -277,13 +277,11 @@ class SamplingService:
 
     # -- rounds ----------------------------------------------------------------------------------
     def run_round(self, slot: _Slot | None = None) -> bool:
-        """Collective: one round. Returns False when every rank is done (shutting down, idle).
+        """Collective: one round on ``slot`` (default the first); False when every rank is done.
 
-        Three steps: agreement (one all-reduce of pending counts and done flags), sampling of
-        every rank's requests together, resolution of this rank's futures. A typed error agreed
-        by every rank fails only this round's requests; any other failure fails them and raises.
-        With rounds in flight, each ``slot`` (its own sampler and process group, default the
-        first) runs its rounds in its own thread, while the others' are in flight.
+        Agreement (one all-reduce), sampling of every rank's requests together, resolution of
+        this rank's futures. A typed error agreed by every rank fails only this round's
+        requests; any other failure fails them and raises.
         """
         slot = slot or self._slots[0]
         if not slot.lock.acquire(timeout=self.deadline_s):
@@ -507,10 +505,9 @@ class SamplingService:
         self.shutdown()
 
     def _progress(self) -> tuple[int, int, int]:
-        """Changes whenever a round or an exchange completes, or the service threads compute
-        (read by waiting threads). A thread blocked on a peer uses no CPU; one that compiles
-        or samples for long (numba compiling a kernel on a loaded machine) is working, not
-        stalled, and must not be taken for a dead peer."""
+        """Changes whenever a round or an exchange completes, or the service threads compute:
+        a thread blocked on a peer uses no CPU, while one compiling a numba kernel on a loaded
+        machine is working and must not be taken for a dead peer."""
         return (self._stats["rounds"] + self._stats["idle_rounds"],
                 sum(slot.sampler.ex.calls for slot in self._slots),
                 _cpu_ticks(self._threads) // _BUSY_TICKS)
