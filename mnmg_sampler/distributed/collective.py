@@ -44,25 +44,15 @@ class Exchanger:
     """All-to-all-v over one process group; the one place that counts what the data path sends.
 
     ``exchange(payload, send_counts)`` sends rows ``payload[sum(c[:r]):sum(c[:r+1])]`` (of any
-    width) to rank ``r``, counts first, then payload; buffers move to the backend's device and
-    results come back on the caller's. The data path avoids the count exchange: :meth:`bounded`
-    sends blocks that say their own size, at most a bound both sides compute, in one
-    all-to-all (gloo takes a shorter message; elsewhere blocks are padded to their bounds);
-    :meth:`payload` sends rows whose counts both sides know. :meth:`agree_max` is one
-    all-reduce.
+    width) to rank ``r``, counts first, then payload; results come back on the caller's
+    device. The data path avoids the count exchange with :meth:`bounded` and :meth:`payload`.
+    Integer words to ranks of other hosts travel bit-packed on gloo (:meth:`_packs`; see
+    docs/architecture.md#bit-packed-words-between-hosts).
 
-    Integer words to other hosts travel bit-packed: on gloo, a 1-D int32/int64 payload of
-    :meth:`payload` or :meth:`bounded` (ids, counts, headers, lookups; not feature rows) goes
-    to each rank of another host (``far``) as :mod:`..ops.bitpack` blocks, whose byte bound
-    follows from the word bound; the receiver gets exactly the words sent. Blocks within a host
-    stay raw words (packing costs CPU and saves no scarce bytes), and so does everything when
-    the layout is unknown (``far`` None) or on NCCL.
-
-    Counters (read by ``service.stats()``, the benchmarks and the tests): ``bytes_sent`` (every
-    byte handed to a collective, packed blocks at their encoded size), ``bytes[tag] = [to self,
-    to others]`` per traffic class (``ids``, ``features``, ...), ``cross_bytes[tag]`` (to other
-    hosts), ``calls`` (collectives; ``agreements`` of them all-reduces), ``transfers`` (host
-    <-> device copies of the data path, through :meth:`h2d` / :meth:`d2h`).
+    Counters (read by ``service.stats()``, the benchmarks and the tests; see
+    docs/architecture.md#counters): ``bytes_sent`` (packed blocks at their encoded size),
+    ``bytes[tag] = [to self, to others]``, ``cross_bytes[tag]`` (to other hosts), ``calls``
+    (``agreements`` of them all-reduces), ``transfers`` (:meth:`h2d` / :meth:`d2h` copies).
     """
 
     def __init__(self, group: dist.ProcessGroup | None = None,
@@ -240,11 +230,9 @@ class Exchanger:
     def _packed(self, payload: torch.Tensor, send_counts: Sequence[int],
                 send_bounds: Sequence[int], recv_bounds: Sequence[int], exact: bool,
                 tag: str) -> torch.Tensor:
-        """:meth:`bounded` (``exact`` False) or :meth:`payload` (``exact``: each block is
-        exactly its bound) of integer words, bit-packed to the peers of :meth:`_pack_peers`:
-        byte bounds follow from the word bounds (:func:`~..ops.bitpack.encoded_bound`), so
-        nothing travels first; the block to self is copied, never sent. The counters count
-        the bytes that travel."""
+        """:meth:`bounded` (``exact`` False) or :meth:`payload` (``exact``) of integer words,
+        bit-packed to the peers of :meth:`_pack_peers`: byte bounds follow from the word
+        bounds, so nothing travels first; the block to self is copied, never sent."""
         t0 = time.perf_counter()
         me = self.rank
         vals = payload.contiguous().numpy()
@@ -297,12 +285,11 @@ def _row_bytes(t: torch.Tensor) -> int:
 
 def agree(fn: Callable[[], T], group: dist.ProcessGroup | None = None,
           step: str | None = None) -> T:
-    """Run ``fn`` on every rank; if it raises on any rank, raise on all.
+    """Collective: run ``fn`` on every rank; if it raises on any rank, raise on all.
 
-    The failing rank raises its own error; the others raise the same :class:`MnmgError` type
-    (any other exception: :class:`ServiceError`), prefixed with the failing rank, so no rank is
-    left waiting in a collective that will never complete. ``step`` names ``fn`` in the
-    :class:`PeerError` raised when a peer dies during the agreement itself.
+    The failing rank raises its own error; the others the same :class:`MnmgError` type (any
+    other exception: :class:`ServiceError`), prefixed with the failing rank. ``step`` names
+    ``fn`` in the :class:`PeerError` raised when a peer dies during the agreement itself.
     """
     err: BaseException | None = None
     result = None
@@ -326,11 +313,9 @@ def raise_if_any(err: BaseException | None, group: dist.ProcessGroup | None = No
 
 
 def raise_agreed(err: BaseException | None, group: dist.ProcessGroup | None = None) -> None:
-    """Collective, once every rank knows that some rank failed: raise on every rank.
-
-    For callers that already agreed on a failure flag (e.g. inside a larger all-reduce). The
-    lowest failing rank's error is raised on the ranks that did not fail.
-    """
+    """Collective, once every rank agreed that some rank failed (e.g. inside a larger
+    all-reduce): raise on every rank; the ranks that did not fail raise the lowest failing
+    rank's error."""
     with peer_errors("the error exchange between ranks"):
         records = all_gather_bytes(_portable(err), group)
     if err is not None:
@@ -375,10 +360,8 @@ def _rebuild(rank: int, raw: bytes) -> MnmgError:
 
 def all_gather_1d(t: torch.Tensor, group: dist.ProcessGroup | None = None
                   ) -> list[torch.Tensor]:
-    """Collective: every rank's 1-D tensor (any length, same dtype on every rank), by rank.
-
-    Lengths travel first, then payloads padded to the longest; results are on the CPU.
-    """
+    """Collective: every rank's 1-D tensor (any length, same dtype on every rank), by rank,
+    on the CPU (lengths first, then payloads padded to the longest)."""
     dev = backend_device(group)
     world = dist.get_world_size(group)
     n = torch.tensor([t.numel()], dtype=torch.int64, device=dev)
@@ -408,11 +391,8 @@ _TRANSPORT_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "co
 
 
 def is_peer_failure(exc: BaseException) -> bool:
-    """True for the errors a collective raises when another rank died or stopped answering.
-
-    torch raises ``DistError`` subclasses for store and network failures, but gloo raises a
-    plain ``RuntimeError`` whose text names the transport; that text is what is matched.
-    """
+    """True for the errors a collective raises when another rank died or stopped answering
+    (torch's ``DistError``, or gloo's plain ``RuntimeError`` whose text names the transport)."""
     if isinstance(exc, PeerError):
         return True
     if isinstance(exc, MnmgError) or not isinstance(exc, RuntimeError):

@@ -1,15 +1,11 @@
 """Start-up agreement: every rank must serve its own part of one and the same partitioning.
 
-A rank that loaded another directory (same graph, another seed or method) or another rank's part
-would answer frontier requests from the wrong rows, and the samples would be silently wrong.
-So before the first round every rank hashes what it loaded into a fixed-size int64 row
-(which part, a fingerprint of the manifest, a fingerprint of its own part), the rows are gathered
-with one tensor collective (no pickle), and every rank checks the whole table. Any difference
-raises the same :class:`~mnmg_sampler.errors.PartitionMismatchError` on every rank, naming the
-ranks that differ.
-
-The fingerprints reuse the checksums the manifest already holds, so the check costs one small
-all-gather, not a pass over the data (``load_partition`` verifies the files themselves).
+A rank that loaded another directory (same graph, another seed or method) or another rank's
+part would answer frontier requests from the wrong rows, silently. So before the first round
+every rank hashes what it loaded (which part, the manifest's and its part's fingerprints, from
+the checksums the manifest already holds) into a fixed-size int64 row; one all-gather (no
+pickle) and every rank checks the table. Any difference raises the same
+:class:`~mnmg_sampler.errors.PartitionMismatchError` on every rank, naming the ranks.
 """
 
 from __future__ import annotations

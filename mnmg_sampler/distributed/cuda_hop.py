@@ -15,12 +15,9 @@ __all__ = ["CudaHop"]
 
 class CudaHop:
     """The hop kernel on a CUDA device: the partition's CSR (and edge weights) live there;
-    each hop costs one host -> device copy (rows, keys, fanouts and flags in one buffer) and
-    one device -> host copy (counts, neighbors, edge ids when asked), both through the
-    exchanger's counted :meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`; draws run on a
-    dedicated stream. A typed part (``graph``, its
-    :class:`~mnmg_sampler.graph.typed.TypedGraph`) runs the typed twin (:meth:`typed`): the
-    small typed tables stay on the host. Tested under Numba's CUDA simulator
+    each hop costs one counted copy each way (:meth:`~Exchanger.h2d` / :meth:`~Exchanger.d2h`);
+    draws run on a dedicated stream. A typed part (``graph``) runs the typed twin
+    (:meth:`typed`); its small tables stay on the host. Tested under Numba's CUDA simulator
     (``NUMBA_ENABLE_CUDASIM=1``); it has not run on a real GPU.
     """
 

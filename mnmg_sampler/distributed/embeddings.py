@@ -2,35 +2,17 @@
 node, a batch fetches its rows from their owners, and the gradients of the rows it touched go
 back to those owners, where a sparse Adam updates only them (DistDGL's ``DistEmbedding``).
 
-Layout: the owner of a node's row is the owner of its feature row (the part whose new-id range
-holds the node, :class:`~.partition_book.PartitionBook`'s rule); a rank's table holds the rows
-of its part's nodes of the embedded types, grouped by type in local-row order. No rank holds
-another's rows, and the table is no ``nn.Parameter``: DDP never sees it, so no dense all-reduce
-of a table ever happens. Row ``v`` of type ``t`` starts as ``N(0, 1)`` draws keyed on ``(seed,
-t, v)`` (its global per-type id), so every world size and partitioning starts from one table.
-
-Per training batch, in the training thread (rows change at every step, so they are not
-prefetched with the round's feature rows; the exchange is this module's own, on the default
-group, once per batch for every table):
-
-1. :meth:`DistEmbedding.fetch`: the batch's original ids of all types become new ids (the
-   job's :class:`~.id_maps.IdMaps`), are de-duplicated, go to their owners (counts, then ids)
-   and the rows come back; each occurrence is a leaf tensor of its own, so autograd leaves its
-   gradient unsummed.
-2. :meth:`DistEmbedding.step` (after ``loss.backward()``): each rank sums its occurrences'
-   gradients per row in float64, in occurrence order; the sums go back to the owners (one
-   all-to-all), which add them per row in rank order, again in float64 (exact unless the
-   values span more than about 2^29 in magnitude, so independent of how the global batch was
-   split), then run Adam with a step count per row on the touched rows, in float32.
-
-The batch-sized exchange buffers are kept and reused, so a rank's memory is its rows, Adam's
-moments and the largest batch's buffers. The same global batches on 1, 2 or 3 ranks give
-bit-identical tables (``tests/distributed/test_embeddings.py``); a job's dense parameters are
-averaged by DDP, whose float32 sums depend on the world size in their last bits.
-
-:meth:`state_dict` holds this rank's rows with their global ids and optimizer state;
-:meth:`load_state_dicts` takes every saved rank's dicts and keeps the rows this rank owns, so a
-checkpoint of any world size loads into any other (rows re-partitioned by id).
+A rank's table holds the rows of its part's nodes of the embedded types, grouped by type in
+local-row order. It is no ``nn.Parameter``: DDP never all-reduces a table. Row ``v`` of type
+``t`` starts as ``N(0, 1)`` draws keyed on ``(seed, t, v)``, the same for any world size and
+partitioning. :meth:`DistEmbedding.fetch` and :meth:`DistEmbedding.step` run in the training
+thread, on this module's own exchange (rows change every step: not prefetched with a round).
+Gradients are summed per row in float64, per rank in occurrence order and at the owner in rank
+order, so the same global batches on 1, 2 or 3 ranks give bit-identical tables
+(``tests/distributed/test_embeddings.py``). Memory: the rows, Adam's moments and the largest
+batch's reused buffers. Checkpoints of any world size load into any other
+(:meth:`DistEmbedding.load_state_dicts`).
+See docs/hetero.md#learned-embeddings-rows-with-their-owners.
 """
 
 from __future__ import annotations
@@ -189,11 +171,10 @@ class DistEmbedding:
         return self._base[k] + loc - self._local[k, 0]
 
     def _buffer(self, name: str, rows: int, dtype) -> np.ndarray:
-        """``[rows, dim]`` of ``dtype`` in a reused buffer: ``"uniq"`` holds a batch's distinct
-        rows (the fetched rows, then their float64 gradient sums), ``"recv"`` the rows this rank
-        serves (the rows it sends, then the float64 gradients it receives). Grown by a quarter
-        when short, never freed: freed batch-sized arrays would stay in the allocator's heap as
-        fragments (RSS grows past the rows they held), reused ones take their bytes once."""
+        """``[rows, dim]`` of ``dtype`` in a reused buffer (``"uniq"``: a batch's distinct rows,
+        then their gradient sums; ``"recv"``: the rows this rank serves, then their gradients).
+        Grown by a quarter when short, never freed: freed batch-sized arrays would stay in the
+        allocator's heap as fragments."""
         need = rows * self.dim * np.dtype(dtype).itemsize
         buf = self._scratch[name]
         if buf.size < need:

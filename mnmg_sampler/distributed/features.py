@@ -3,18 +3,11 @@ type (a homogeneous part is one type), wherever they live.
 
 When every part's rows are mapped on every rank (:mod:`.shared_topology`, :mod:`.fit`), a
 fetch reads them in place: no exchange, no copy, no cache. Otherwise a fetch is collective,
-once per round for all merged requests and every node type: rows of this rank's part and of
-the parts mapped here (host groups, :mod:`.host_groups`) are read in place; the other ids are
-de-duplicated (one hash pass), those in the host cache read from it, and the rest go to their
-owners in one all-to-all (wire ids; a bounded one, each block saying its size, while the
-receive buffer stays small, else counts first); the rows come back in one more, whose sizes
-both sides know (each type's row width is). Every row is copied once, from its source to its
-place in the batch (:func:`~mnmg_sampler.ops.rows.scatter_rows`).
-
-Labels travel in the same row as features, as raw words (exact), and so does a homogeneous
-part's original node id (unless the partitioning kept ids): the sampler translates ``n_id``
-with no exchange of its own (:meth:`DistFeatureStore.fetch`). The host cache holds
-the other hosts' rows that rounds touch most (:meth:`DistFeatureStore._fill_cache`).
+once per round for all merged requests and every node type: own, mapped and host-cached rows
+are read in place, the other distinct ids go to their owners in one all-to-all and the rows
+come back in one more, whose sizes both sides know. Every row is copied once, from its source
+to its place in the batch. Labels (and a relabelled homogeneous part's original ids, so the
+sampler translates ``n_id`` with no exchange of its own) travel in the row as raw words.
 """
 
 from __future__ import annotations
@@ -46,12 +39,9 @@ _BOUNDED_BYTES = 64 << 20
 
 
 class DistFeatureStore:
-    """Feature rows and labels of every node type of one partition (a homogeneous part: its
-    one type), fetched across ranks by new (relabelled) id.
-
-    A node's row is its ``x``, ``y`` and (homogeneous, relabelled) original id, as words of one
-    table per type. A homogeneous part keeps the ``MiniBatch``'s dtypes (``float32`` features,
-    ``int64`` labels); a typed part keeps its files' dtypes.
+    """Feature rows and labels of every node type of one partition, fetched across ranks by
+    new (relabelled) id. A homogeneous part keeps the ``MiniBatch``'s dtypes (``float32``
+    features, ``int64`` labels); a typed part keeps its files' dtypes.
 
     Args:
         part: this rank's partition (typed or not; node data may be absent).
@@ -60,14 +50,11 @@ class DistFeatureStore:
             CUDA only) or ``device`` (on ``device``). Decided once, here, in the owning process.
         device: the device for ``placement='device'``.
         cache_rows: rows of other hosts the host keeps (0: no cache), shared by the host's
-            ranks (each fetches its share; see :mod:`.host_groups`). Collective when > 0:
-            every rank must pass the same value, as the fill fetches rows from their owners.
-            Unused when every part's rows are mapped here.
-        shared, host: the sampler's :class:`~.shared_topology.SharedTopology`
-            (``DistSampler.shared``) or :class:`~.host_groups.HostGroup` (``DistSampler.host``):
-            rows of the parts they map are read in place; when every part's rows are mapped on
-            every rank, a fetch is no collective (placement ``pinned`` or ``device``: the rows
-            read are copied to page-locked memory; never run on a GPU).
+            ranks. Collective when > 0: every rank must pass the same value. Unused when every
+            part's rows are mapped here.
+        shared, host: the sampler's ``DistSampler.shared`` or ``DistSampler.host``: rows of
+            the parts they map are read in place; with every part's rows mapped on every rank,
+            a fetch is no collective.
         cache_plan: the fanouts and batch size the loaders will ask for: the cache takes the
             rows of highest inclusion probability (``None``, or several relations: by degree).
         fit: the hosts' placement (``DistSampler.placement``, :mod:`.fit`; the same on every
@@ -172,9 +159,8 @@ class DistFeatureStore:
         return None if not self.tables else next(iter(self.tables.values()))
 
     def on_exchanger(self, ex: Exchanger) -> DistFeatureStore:
-        """The same store (row tables and host cache shared, no copy, no collective) fetching
-        over another exchanger of the same ranks: a service's other round in flight. Its
-        counters start at zero."""
+        """The same store (tables and cache shared, no collective) over another exchanger of
+        the same ranks, for a service's other round in flight; counters start at zero."""
         other = copy.copy(self)
         other.ex = ex
         other.stats = dict.fromkeys(self.stats, 0)
@@ -183,8 +169,7 @@ class DistFeatureStore:
 
     def cache_sizes(self, fit: Placement) -> list[int]:
         """Rows each host's cache takes under ``fit``: what its budget leaves after the
-        topology, in rows of this store (its widest), at most the other hosts' rows it does
-        not map."""
+        topology, in rows of this store's widest type, at most the rows it does not map."""
         parts = np.diff(self._bounds)
         return [h.cache_rows(self.row_bytes, int(parts.sum() - parts[list(h.ranks)].sum()))
                 for h in fit.hosts]
@@ -225,11 +210,9 @@ class DistFeatureStore:
 
     def _fill_cache(self, part, rows: int, plan: CachePlan | None) -> None:
         """Collective: the host caches the ``rows`` nodes of other hosts its rounds touch most
-        (:func:`~.row_cache.choose_rows`: by inclusion probability with a ``plan``, else by
-        degree), of types with rows. Rank ``j`` of a host of ``G`` ranks takes ``rows / G``
-        of them among the ids ``== j (mod G)``, so slices never overlap. The host's cache
-        bytes are checked against the memory at hand on every rank before anything is
-        allocated."""
+        (:func:`~.row_cache.choose_rows`). Rank ``j`` of a host of ``G`` ranks takes the ids
+        ``== j (mod G)``, so slices never overlap. The cache's bytes are checked on every rank
+        before anything is allocated."""
         from ..system.host_limits import check_allocation
 
         ranks = self.host.ranks if self.host is not None else (self.ex.rank,)
@@ -463,11 +446,10 @@ class DistFeatureStore:
 def rows_from_owners(ex: Exchanger, bounds: np.ndarray, ids: np.ndarray, reply,
                      per_row: np.ndarray, bounded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Collective: the rows of remote new ids (none this rank's) as received bytes, and
-    ``perm``: received row ``k`` is that of ``ids[perm[k]]``. The ids go to their owners as
-    wire words, in one bounded all-to-all when ``bounded``, else counts
-    then ids. An owner answers ``reply(local ids)``: ``(uint8 payload, bytes per id)``,
-    ``per_row`` the bytes of each id as the asker knows them, so the rows come back in one
-    all-to-all whose sizes both sides know."""
+    ``perm``: received row ``k`` is that of ``ids[perm[k]]``. The ids go to their owners in
+    one bounded all-to-all when ``bounded``, else counts then ids; an owner answers
+    ``reply(local ids) = (uint8 payload, bytes per id)``, and ``per_row`` (the same bytes as
+    the asker knows them) sizes the rows' all-to-all on both sides."""
     W, me = ex.world_size, ex.rank
     bounds = np.asarray(bounds, np.int64)
     wire = wire_dtype(bounds[-1])

@@ -91,9 +91,8 @@ class HostGroup:
 
     def typed_hop(self, h: HopSegments, wire_hop: Callable, kernel: Callable, relations: int):
         """:meth:`hop` of a typed part: the typed kernel's four arrays in frontier order
-        (``kernel(nodes, keys, req, bounds)``: :meth:`SharedTopology.typed_hop` of the host's
-        nodes with ``h``'s fanouts; ``h.bounds``: each node's time bound; ``relations``: the
-        graph's, to carry each neighbor's relation in its word while the sides interleave)."""
+        (``kernel(nodes, keys, req, bounds)`` samples the host's nodes; ``relations``: the
+        graph's, carried in each neighbor's word while the sides interleave)."""
         hit, miss_n, miss_s, hit_n, hit_s = self._sides(h)
         if not hit_n.size:
             return wire_hop(h)
@@ -180,10 +179,9 @@ def _interleave(hit, c_miss, nb_miss, e_miss, c_hit, nb_hit, e_hit, with_e):
 
 
 def interleave(hit: np.ndarray, miss: tuple, hits: tuple, with_e: bool) -> tuple:
-    """``(counts, neighbors, edge ids or None)`` in frontier order from the results
-    ``(counts, neighbors, edge ids)`` of the frontier's misses and of its hits (``hit[i]``:
-    node ``i`` is a hit), each in frontier order among themselves (edge ids missing on one
-    side: zeros)."""
+    """:func:`_interleave` of the misses' and the hits' ``(counts, neighbors, edge ids)``:
+    ``(counts, neighbors, edge ids or None)`` in frontier order (edge ids missing on one side:
+    zeros)."""
     empty = np.empty(0, _I64)
 
     def arrays(c, nb, e):

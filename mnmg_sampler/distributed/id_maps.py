@@ -1,25 +1,17 @@
 """Original <-> new node ids of a partitioned graph, with no num_nodes-sized array on any rank.
 
-Requests and minibatches speak the input graph's *original* ids; the CSR of each part speaks
-the *new* ids of the partitioning (part ``r`` owns ``[boundaries[r], boundaries[r+1])``). Each
-rank holds only its share:
-
-* **its own nodes** (``part.orig_ids``, ascending within a part as every partitioner here
-  writes it): new -> original for the ids it owns and, by binary search, original -> new for
-  the original ids it owns (the common case of a seed split by owner);
-* **one shard of original -> new** for the original ids ``[even[r], even[r+1])`` (``W`` equal
-  ranges), built once with one all-to-all from every rank's own ids.
-
-Anything else is asked of the rank that knows it, in one exchange (counts, ids, answers of
-the questions' sizes): original ids go to their shard's rank, new ids to their owner. A
-``range`` partitioning keeps every id (new == original) and needs none of this. Lookups are
-collective: every rank calls them together, with any number of ids, including none.
+Each rank holds its own nodes' original ids (``part.orig_ids``, ascending within a part:
+new -> original for its nodes and, by binary search, original -> new) and one shard of
+original -> new (``W`` equal ranges of original ids), built once with one all-to-all. Anything
+else is asked of the rank that knows it, in one exchange. A ``range`` partitioning keeps every
+id (new == original) and needs none of this. Lookups are collective: every rank calls them
+together, with any number of ids, including none.
 
 ``mode="replicated"`` maps both global map files instead (16 bytes per node, one copy in a
-host's page cache) and translates locally: no lookup collectives, and hop replies carry no
-original ids. ``mode="auto"`` (the default) replicates graphs of at most
-:data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files every rank can open, else shards;
-the ranks agree in the all-reduce that checks their modes. Results are the same in every mode.
+host's page cache) and translates locally: no lookup collectives. ``mode="auto"`` (the
+default) replicates graphs of at most :data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files
+every rank can open, else shards. Results are the same in every mode.
+See docs/architecture.md#ids-original-outside-relabelled-inside.
 """
 
 from __future__ import annotations
@@ -75,17 +67,9 @@ def _split(flat: np.ndarray, like: Sequence[np.ndarray]) -> list[np.ndarray]:
 class IdMaps:
     """This rank's share of the id maps of a partitioned graph (see the module docstring).
 
-    Args:
-        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition` (its
-            ``orig_ids``, ``boundaries`` and sizes; the global map files only when the maps
-            are replicated, or ``auto`` checks it can open them).
-        ex: the exchanger lookups run on (its process group's ranks are the parts).
-        mode: ``auto`` (default: ``replicated`` for a graph of at most
-            :data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files every rank can open, else
-            ``sharded``), ``sharded`` (no num_nodes-sized array) or ``replicated``.
-
-    Construction is collective on ``ex``'s group (the ranks check they agree on ``mode`` and
-    resolve ``auto`` alike; one all-to-all builds the shard) unless the group has one rank.
+    ``ex`` is the exchanger lookups run on (its group's ranks are the parts); ``mode`` is
+    ``auto``, ``sharded`` or ``replicated``. Construction is collective on ``ex``'s group (the
+    ranks agree on ``mode``; one all-to-all builds the shard) unless the group has one rank.
     ``self.mode`` is the mode in use (never ``auto``).
     """
 

@@ -1,13 +1,9 @@
 """Edge membership over a partitioned graph: "is ``src -> dst`` an edge?" asked of the owner.
 
-The in-edge CSR row of ``dst`` lives on the rank that owns ``dst``, so each query travels there
-in one all-to-all (counts, then ``(dst, src)`` rows), is answered by a scan of that row, and the
-answer comes back in a second exchange. The pairs' original ids are first translated to new ids
-by :class:`~mnmg_sampler.distributed.id_maps.IdMaps` (locally for this rank's own nodes, else in
-one exchange with the ranks holding their map shards; nothing for a ``range`` partitioning). No
-rank holds more than its own part and its share of the id maps. Calls are
-collective: every rank calls :meth:`EdgeMembership.known` the same number of times, with any
-number of queries, including none.
+The in-edge CSR row of ``dst`` lives on the rank that owns ``dst``: each query travels there in
+one all-to-all (after its original ids became new ids, :mod:`.id_maps`), is answered by a scan
+of that row, and the answer comes back in a second. Calls are collective: every rank calls
+:meth:`EdgeMembership.known` the same number of times, with any number of queries, even none.
 """
 
 from __future__ import annotations
@@ -26,8 +22,8 @@ class EdgeMembership:
 
     Args:
         part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
-        group: process group of the exchange (its own, so it never interleaves with another
-            thread's collectives on a different group).
+        group: process group of the exchange (its own: it never interleaves with another
+            thread's collectives).
         ids: the sampler's :class:`~mnmg_sampler.distributed.id_maps.IdMaps` to share (its
             arrays, over this group); ``None`` builds this rank's share here (collective).
         relation: on a typed part, the relation (index in its edge types) to test; pairs are

@@ -1,36 +1,18 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
-Every rank owns one partition. For each hop, a rank splits the frontier of all its requests by
-owner. Nodes it owns never touch the wire; the others go to their owners in one all-to-all
-(:class:`~mnmg_sampler.distributed.collective.Exchanger`) as wire ids (int32 whenever the
-graph's node and edge counts fit) behind one small header per request and destination (node
-count, key, fanouts, flags). **One** kernel call per rank serves its own nodes and every node
-received; counts, neighbors, edge ids (only when asked) and original ids (when ``n_id`` is
-translated without features) go back in one more all-to-all, received into a bound both sides
-compute when no fanout of the round is -1 (no size exchange), and the requester puts them
-back in frontier order, deduplicates and renumbers
-(:class:`~mnmg_sampler.sampling.sampler.MultiHopSampler`). With the shared topology
-(:mod:`.shared_topology`, :mod:`.fit`) a rank maps every part and samples every hop itself: a
-round is then its agreement alone. Calls are collective: every rank calls
-:meth:`DistSampler.sample` the same number of times, with any number of requests, even none.
+Every rank owns one partition. Per hop, a rank sends the frontier nodes it does not own to their
+owners in one all-to-all; **one** kernel call per rank serves its own nodes and every node
+received, and the replies come back in one more all-to-all (sized by a bound both sides compute
+when no fanout of the round is -1). With the shared topology (:mod:`.shared_topology`,
+:mod:`.fit`) a rank samples every hop itself and a round is its agreement alone. Calls are
+collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any
+number of requests, even none. A homogeneous part is the one-type, one-relation case of a typed
+part: one wire, one code path. See docs/architecture.md#wire-format.
 
-Ids: requests and minibatches use the **original** node ids of the input graph; the relabelled
-ids of the partitioning stay inside. The RNG is keyed on original ids and neighbor lists keep
-canonical order, so results are bit-identical to the single-process sampler for any world size
-and partitioning. No rank holds a global id map (:mod:`.id_maps`): seeds a rank owns are
-translated locally, others arrive translated by their loader (``SampleRequest.new_seeds``) or
-in one lookup before hop 1; ``n_id`` comes back from the nodes' owners: with the feature rows,
-else in the hop replies, and for each request's last hop in one lookup after it.
-
-A typed part (a homogeneous part is the one-type, one-relation case) takes the same wire: a
-header carries the hop's fanout per relation, a timed round sends each node's time bound behind
-its id, the owner's one call is the typed kernel
-(:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`, keyed on internal ids) and a reply is
-one word per edge (``neighbor x R + relation``). Requests are
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`; temporal and disjoint ones grow
-trees (:func:`~mnmg_sampler.sampling.sampler.sample_trees`, ``docs/temporal.md``), the
-neighbors' node times read by new id (gathered once, 8 bytes per node, unless mapped). Batches
-equal :class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s for any world size.
+Requests and minibatches use **original** ids; the RNG is keyed on them and neighbor lists keep
+canonical order, so results are bit-identical to the single-process sampler (homogeneous or
+typed, temporal and disjoint included) for any world size and partitioning. No rank holds a
+global id map (:mod:`.id_maps`; docs/architecture.md#ids-original-outside-relabelled-inside).
 """
 
 from __future__ import annotations
@@ -86,16 +68,14 @@ class DistSampler:
     """Collective multi-hop sampler over a partitioned graph, homogeneous or typed.
 
     Args:
-        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition` (typed or not).
+        part: this rank's :class:`~mnmg_sampler.graph.partition_io.Partition`.
         seed: the job's sampling seed (the RNG's first counter).
         group: the process group to exchange over (the sampler's own group in the service).
         kernel: ``cpu`` or ``cuda`` (numba.cuda; CSR on ``device``).
-        id_maps: ``auto`` (``replicated`` for small graphs), ``sharded`` (no num_nodes-sized
-            array on any rank) or ``replicated`` (both global maps on every rank: no lookup
-            collectives); see :mod:`.id_maps`.
-        shared_topology: every rank on one host maps the other ranks' parts and samples every
-            hop itself, off the wire (:mod:`.shared_topology`; all ranks alike; ``"auto"``:
-            exactly when it can). Results do not change.
+        id_maps: ``auto``, ``sharded`` or ``replicated`` (:mod:`.id_maps`).
+        shared_topology: ``True``, ``False`` or ``"auto"`` (exactly when it can), the same on
+            every rank: ranks on one host sample every hop themselves (:mod:`.shared_topology`).
+            Results do not change.
         host_memory: bytes each host gives to other hosts' data, the smallest of its ranks'
             (:mod:`.fit`: their topology first, then their feature rows); ``None``: a share
             of the memory the host can see; 0: nothing (their nodes go over the wire).
@@ -138,13 +118,9 @@ class DistSampler:
         self.wire = wire_dtype(part.num_nodes * self._R, part.num_edges)
         self._k = _I64.itemsize // self.wire.itemsize  # wire words per int64
         self._wire0 = np.empty(0, self.wire)  # tells the packers the word type
-        # Id maps: this rank's own ids and one shard of original -> new (collective to build;
-        # a range partitioning keeps every id and needs none). No num_nodes-sized array.
-        self.ids = IdMaps(part, self.ex, id_maps)
+        self.ids = IdMaps(part, self.ex, id_maps)  # collective
         self.identity_ids = self.ids.identity
-        # collective: what each host holds beyond its own parts (.fit), and the parts mapped
-        # here: every part (one host, or every host's budget holds the topology), or the
-        # host's parts (host groups), or none
+        # collective: the parts mapped here (every part, the host's, or none; .fit)
         mapped, self.placement = place(part, self.ex, shared_topology, kernel,
                                        default_budget() if host_memory is None else host_memory)
         one_host = self.placement is None or len(self.placement.hosts) == 1
@@ -213,10 +189,9 @@ class DistSampler:
             [t.numpy() for t in all_gather_1d(torch.from_numpy(np.array(own)), self.group)]))
 
     def node_time_of_types(self, types) -> dict[str, np.ndarray]:
-        """Collective on the default group (every rank, the same ``types``; not the
-        service's, whose rounds may be running): the node time of every node of each type in
-        ``types``, by per-type id (one gather of every part's internal ids, 8 bytes per
-        node), for a temporal link loader's negatives."""
+        """Collective on the default group (not the service's, whose rounds may be running):
+        the node time of each type in ``types`` by per-type id, for a temporal link loader's
+        negatives (one gather of every part's internal ids, 8 bytes per node)."""
         n = int(self.graph.node_time.shape[0])
         agree(lambda: check_allocation(f"the node time of all {n:,} nodes by internal id",
                                        8 * 2 * n, "use a machine with more memory, or no "
@@ -231,12 +206,10 @@ class DistSampler:
                 for name in types}
 
     def on_group(self, group: dist.ProcessGroup) -> DistSampler:
-        """The same sampler (arrays and id maps shared, no copy, no collective) exchanging over
-        another process group of the same ranks: a service's other round in flight, whose
-        collectives must not interleave with this one's. Its counters start at zero. The wire
-        path (host groups included: the host's mapped parts are shared read-only, each round
-        keeps its own last-hop state) on the CPU kernel; not with every part mapped (one host,
-        no exchange to overlap) or the CUDA kernel."""
+        """The same sampler (arrays and id maps shared, no collective) over another group of
+        the same ranks, for a service's second round in flight, whose collectives must not
+        interleave with this one's; counters start at zero. Wire path (host groups included)
+        on the CPU kernel only: :class:`ConfigError` with every part mapped or on CUDA."""
         if self.host_channel is not None or self.kernel != "cpu":
             raise ConfigError("a second round in flight needs ranks on several hosts (or the "
                               "wire path) on the CPU kernel", "no second sampler is made",
@@ -314,12 +287,11 @@ class DistSampler:
         return self._hop_wire(h)
 
     def _next_bounds(self, hop: int, last: int) -> np.ndarray:
-        """Words this rank may send each owner in its next exchange of the round, from the
-        whole frontier of hop ``hop`` (every fanout >= 0): a request's next frontier holds at
-        most ``frontier x fanout`` nodes (its fanout bounded by the graph's largest degree
-        without replacement) and at most a part's nodes per owner. After the round's last hop
-        ``last``, the next exchange is the lookup of every request's last new nodes (one count
-        word, then ids), which the requests that ended earlier add to (``_carry``)."""
+        """Words this rank may send each owner in the round's next exchange (every fanout
+        >= 0): a request's next frontier holds at most ``frontier x fanout`` nodes (fanout
+        capped by the largest degree without replacement), at most a part's nodes per owner.
+        After hop ``last`` the next exchange is the lookup of every request's last new nodes,
+        which the requests that ended earlier add to (``_carry``)."""
         h = self._hop_full
         grow = wire.request_bounds(_table(h.fanouts), h.replace.astype(np.int64),
                                    self._deg_cap, self._rel_off) * h.sizes
@@ -433,12 +405,10 @@ class DistSampler:
 
         ``flags = [error, deepest request, any seed owned by another rank, any fanout -1, any
         seed that needs the lookup, requests, seeds, requests of 2 hops or more, a bound of
-        their hop-2 frontier, any time, any disjoint trees]``, to be reduced with ``MAX`` over
-        ranks (requests to trees bound the first exchanged hop's blocks). The service puts them
-        in its own agreement and passes ``(error, reduced flags)`` to :meth:`sample` as
-        ``agreed``: one agreement per round. No remote seed on any rank (a split by owner):
-        hop 1 exchanges nothing; no fanout ``-1``: no size exchange; every remote seed
-        translated (``SampleRequest.new_seeds``): no seed lookup.
+        their hop-2 frontier, any time, any disjoint trees]``, reduced with ``MAX`` over ranks;
+        the service passes ``(error, reduced flags)`` to :meth:`sample` as ``agreed``, so a
+        round has one agreement. No remote seed anywhere: hop 1 exchanges nothing; no fanout
+        ``-1``: no size exchange; every remote seed translated: no seed lookup.
         """
         try:
             for r in requests:
@@ -469,12 +439,10 @@ class DistSampler:
                       consequence: str = "no neighbors can be sampled for it; every rank stops "
                                          "this round") -> None:
         """:class:`SamplingInputError` unless ``r``'s seeds are in range and its translated
-        seeds (when given) are one per seed, in range, and name the seeds wherever this rank
-        can tell without a collective: a new id it owns must be the new id of its seed (one
-        gather of its own original ids; all of them with a ``range`` partitioning). A new id
-        owned by another rank is trusted: checking it would be the lookup it saves. A wrong
-        one there gives another node's neighbors, never an out-of-range read. On a typed part:
-        a typed request whose types, per-type ids and fanouts this graph has."""
+        seeds (when given) are one per seed, in range, and, where this rank owns them, the new
+        ids of its seeds. A new id another rank owns is trusted (checking it would be the
+        lookup it saves); a wrong one gives another node's neighbors, never an out-of-range
+        read. On a typed part: a request whose types, per-type ids and fanouts the graph has."""
         if self._typed:
             return self._check_typed(r, consequence)
         n = int(self.part.num_nodes)
@@ -500,10 +468,9 @@ class DistSampler:
 
     def _to_new(self, seeds: Sequence[np.ndarray], lookup: bool,
                 given: Sequence | None = None) -> list[np.ndarray]:
-        """New ids of every request's seeds (original ids): ``given`` (a loader's translation)
-        where not ``None``, else read from the mapped parts, or translated locally, or
-        (``lookup``: some rank has an untranslated seed it does not own) in one collective
-        lookup of the untranslated ones."""
+        """New ids of every request's seeds: ``given`` (a loader's translation) where not
+        ``None``, else from the mapped parts, locally, or (``lookup``: collective) in one
+        lookup."""
         new = list(given or [None] * len(seeds))
         todo = [i for i, g in enumerate(new) if g is None]
         if self.shared is not None:  # every part's original ids are mapped here
@@ -541,13 +508,11 @@ class DistSampler:
                         ) -> list[MiniBatch]:
         """Collective: sample this rank's requests (original ids) together with every rank's.
 
-        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y`` of
-        every minibatch come in the same call, and the rows carry the nodes' original ids;
-        without one, the owners return the frontier's original ids in the hop replies and each
-        request's last new nodes are translated in one lookup. Seeds come translated
-        (``new_seeds``) or are translated locally, unless some rank has an untranslated seed it
-        does not own (one lookup). ``agreed = (local error, flags reduced over ranks)`` skips
-        this call's own agreement (see :meth:`round_flags`).
+        With a :class:`~mnmg_sampler.distributed.features.DistFeatureStore`, ``x`` and ``y``
+        come in the same call, with the nodes' original ids beside the rows; without one, the
+        owners return them in the hop replies and the last hop's nodes take one lookup.
+        ``agreed = (local error, flags reduced over ranks)`` skips this call's own agreement
+        (see :meth:`round_flags`).
         """
         W = self.ex.world_size
         flags = self._agreed(requests, agreed)
@@ -647,9 +612,8 @@ class DistSampler:
         return out
 
     def _typed_hop(self, nodes, keys, req, fan, rep, hop, bounds=None, last=None):
-        """One hop of every request (frontier ``nodes`` in new ids, request ``req`` of each,
-        ascending; each with its time bound when ``bounds`` is given): the typed kernel's four
-        arrays in frontier order, through the wire of :meth:`~.DistSampler._hop_wire`."""
+        """One hop of every request (``nodes`` in new ids, ``req`` ascending, ``bounds``: each
+        node's time bound): the typed kernel's four arrays in frontier order."""
         if self.shared is not None:  # every part mapped here: one call, no exchange
             return self._mapped_hop(self.shared, nodes, keys, req, fan, rep, hop, bounds, last)
         Q = fan.shape[0]
@@ -711,12 +675,10 @@ class DistSampler:
         return out
 
     def _bound_round(self, flags, lens: list[int], trees: bool) -> None:
-        """This round's wire state from its agreed ``flags`` (:meth:`round_flags`; ``lens``:
-        hops of each of this rank's requests, ``trees``: one grows disjoint trees): without a
-        seed of another rank, hop 1 is local; with every fanout ``>= 0``, the first exchanged
-        hop's blocks are bounded by the requests and seeds of any rank (a part's nodes too,
-        unless trees repeat nodes) and each block tells the bound of the next
-        (:meth:`_next_bounds`)."""
+        """This round's wire state from its agreed ``flags`` (``lens``: hops of each of this
+        rank's requests; ``trees``: one grows disjoint trees): without a remote seed hop 1 is
+        local; with every fanout ``>= 0`` each block is bounded and tells the bound of the
+        next (:meth:`_next_bounds`)."""
         W = self.ex.world_size
         hops, remote, unbounded = (int(v) for v in flags[1:4])
         self._trees = trees
@@ -757,10 +719,8 @@ class DistSampler:
 
     def _orig_ids(self, requests: Sequence[SampleRequest], out: list[MiniBatch],
                   n_ids: list[np.ndarray], front: dict[int, np.ndarray]) -> list[np.ndarray]:
-        """Collective: every batch's ``n_id`` in original ids. Seeds are known; the nodes of a
-        frontier that went through an exchanged hop came back with their original ids
-        (``front``, in frontier order); the rest (each request's last new nodes, and the
-        frontiers of hops without an exchange) are translated in one lookup."""
+        """Collective: every batch's ``n_id`` in original ids: the seeds, the frontiers that
+        came back with their original ids (``front``), and the rest in one lookup."""
         res = [np.empty(a.size, np.int64) for a in n_ids]
         ask_at: list[tuple[int, int, int]] = []  # (batch, start, end) of nodes to look up
         taken: dict[int, int] = {}  # per hop: frontier entries consumed so far

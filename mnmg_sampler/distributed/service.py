@@ -9,14 +9,9 @@ topology a round exchanges nothing, so merging saves nothing and the round is ba
 each rank samples as many of its requests as the rank with the fewest (at least one) and keeps
 the rest, oldest first, for its next rounds (a round lasts as long as its slowest rank).
 
-Modes:
-    ``thread`` (default with gloo): a service thread runs rounds on the sampler's own process
-        group while the training loop runs DDP on the default group, so sampling overlaps
-        training.
-    ``inline`` (default with NCCL): no thread; rounds run in the caller's thread when it waits
-        for a batch, i.e. only between training steps. Two NCCL communicators whose kernels are
-        launched in different orders on different ranks can deadlock; inline rounds keep one
-        order on every rank. This is the safe mode; ``thread`` on NCCL is not verified here.
+Modes: ``thread`` (default with gloo: rounds on the service's own group overlap training) and
+``inline`` (default with NCCL: rounds run in the caller's thread while it waits, keeping one
+kernel order on every rank); see docs/architecture.md#service-modes-thread-and-inline.
 
 Deadlines: every collective of the service's group has the group's timeout (by default the
 default group's, e.g. ``runtime.collective_timeout_s``). A round that fails fails every request
@@ -69,13 +64,11 @@ class SamplingService:
         group: process group for sampling traffic; default: a new group made from the default
             group (collective: every rank constructs its service at the same point).
         mode: ``thread`` or ``inline`` (see module docstring); ``None`` picks by backend.
-        features: fetch ``x``/``y`` rows with each minibatch (needs them in the partition;
-            with the shared topology they are read in place from every part's mapped files,
-            with no collective).
+        features: fetch ``x``/``y`` rows with each minibatch (needs them in the partition).
         placement: feature placement, ``host``, ``pinned`` or ``device``.
         device: device for ``placement='device'``.
-        kernel: ``cpu`` (numba njit), ``cuda`` (numba.cuda, the partition's CSR on ``device``;
-            not yet run on a real GPU) or ``auto`` (``cuda`` when ``device`` is a CUDA device).
+        kernel: ``cpu``, ``cuda`` (the CSR on ``device``) or ``auto`` (``cuda`` when ``device``
+            is a CUDA device).
         timeout_s: collective timeout of the service's own group (default: the default group's);
             a rank that stops serving makes the others fail after this long instead of hanging.
         idle_sleep_s: the service thread's first sleep before a round when its queue is empty;
@@ -83,22 +76,13 @@ class SamplingService:
             request or :meth:`shutdown` ends one at once.
         max_requests_per_round: take at most this many pending local requests per round
             (``None``: all of them). ``1`` disables merging, for benchmarks and debugging.
-        host_memory: bytes each host gives to other hosts' data (their topology first, then
-            their feature rows, :mod:`~mnmg_sampler.distributed.fit`); ``None``: a share of the
-            memory the host can see; 0: nothing. The placement is in :meth:`stats` under
-            ``placement``, the row cache's hit rate and bytes saved under ``features``.
+        host_memory, id_maps, shared_topology: as :class:`~.sampler.DistSampler` (the same on
+            every rank); the host memory also holds other hosts' feature rows. Their use is in
+            :meth:`stats` under ``placement``, ``features`` and ``shared_topology``.
+        rounds_in_flight: rounds run at once, each on its own group (see :meth:`_in_flight`).
         feature_cache_plan: ``(fanouts, batch size)`` the loaders will ask for: the feature
             cache takes the rows of highest inclusion probability in such rounds
             (:mod:`~mnmg_sampler.distributed.row_cache`); ``None``: by degree.
-        id_maps: ``auto`` (default: ``replicated`` for graphs of at most 2M nodes, else
-            ``sharded``), ``sharded`` (no num_nodes-sized array on any rank) or ``replicated``
-            (both global id maps on every rank, no lookup exchanges); the same on every rank
-            (see :mod:`~mnmg_sampler.distributed.id_maps`).
-        shared_topology: every rank (all on one host) maps the other ranks' parts, samples
-            every hop and reads every feature row itself, off the wire
-            (:mod:`~mnmg_sampler.distributed.shared_topology`; the same on every rank;
-            ``"auto"``: exactly when it can; results do not change); its use in :meth:`stats`
-            under ``shared_topology``.
 
     On a typed part the same service takes typed requests and fetches ``x``/``y`` of every
     node type.
@@ -196,15 +180,12 @@ class SamplingService:
                 _stop_at_exit, self._closing, self._threads, self.deadline_s))
 
     def _in_flight(self, value: int | str, part) -> int:
-        """Rounds in flight. ``auto`` is 2 for a service that merges nothing
-        (``max_requests_per_round=1``) where more rounds can run, else 1: rounds of one
-        request are short, so a second round's kernels fill the first one's exchange waits
-        (2 hosts x 1, one request per round: 0.36x against 0.24x per rank), while merged
-        rounds grow instead and a second round did not win (``docs/performance.md``). More
-        than one need thread mode, the CPU kernel, ranks on several hosts or the wire path
-        (not one host's shared topology: nothing to overlap) and a
-        group of the service's own. Agreed by every rank (one all-reduce): an
-        explicit ``K`` must be the same on all; ranks that all pass ``auto`` take the fewest."""
+        """Rounds in flight. ``auto``: 2 where rounds merge nothing
+        (``max_requests_per_round=1``: a second round's kernels fill the first's exchange
+        waits; merged rounds did not win, docs/performance.md), else 1. More than one needs
+        thread mode, the CPU kernel, the wire path or several hosts, and a group of the
+        service's own. Agreed by one all-reduce: an explicit ``K`` must be the same on every
+        rank; ranks that all pass ``auto`` take the fewest."""
         s = self.sampler
         can = (self.mode == "thread" and self._own_group
                and getattr(s, "host_channel", None) is None
@@ -296,13 +277,11 @@ class SamplingService:
 
     # -- rounds ----------------------------------------------------------------------------------
     def run_round(self, slot: _Slot | None = None) -> bool:
-        """Collective: one round. Returns False when every rank is done (shutting down, idle).
+        """Collective: one round on ``slot`` (default the first); False when every rank is done.
 
-        Three steps: agreement (one all-reduce of pending counts and done flags), sampling of
-        every rank's requests together, resolution of this rank's futures. A typed error agreed
-        by every rank fails only this round's requests; any other failure fails them and raises.
-        With rounds in flight, each ``slot`` (its own sampler and process group, default the
-        first) runs its rounds in its own thread, while the others' are in flight.
+        Agreement (one all-reduce), sampling of every rank's requests together, resolution of
+        this rank's futures. A typed error agreed by every rank fails only this round's
+        requests; any other failure fails them and raises.
         """
         slot = slot or self._slots[0]
         if not slot.lock.acquire(timeout=self.deadline_s):
@@ -388,12 +367,10 @@ class SamplingService:
             slot.lock.release()
 
     def _hang_up(self, slot: _Slot) -> None:
-        """A round failed here, not on a peer: close this rank's end of the host channel (the
-        agreement of ranks that map every part, over Unix sockets), so peers waiting for it
-        in the next agreement fail at once (a :class:`PeerError`: this rank closed its
-        connection) instead of after the collective timeout. Gloo offers no such close (its
-        ``abort`` and ``shutdown`` leave the connections up while the group is referenced):
-        on the wire path the peers still wait for the timeout."""
+        """A round failed here: close this rank's end of the host channel, so peers waiting in
+        the next agreement get a :class:`PeerError` at once instead of after the timeout. Gloo
+        has no such close (``abort`` leaves its connections up): on the wire path peers still
+        wait for the timeout."""
         if slot.sampler.ex.host_channel is not None:
             slot.sampler.ex.host_channel.close()
 
@@ -528,10 +505,9 @@ class SamplingService:
         self.shutdown()
 
     def _progress(self) -> tuple[int, int, int]:
-        """Changes whenever a round or an exchange completes, or the service threads compute
-        (read by waiting threads). A thread blocked on a peer uses no CPU; one that compiles
-        or samples for long (numba compiling a kernel on a loaded machine) is working, not
-        stalled, and must not be taken for a dead peer."""
+        """Changes whenever a round or an exchange completes, or the service threads compute:
+        a thread blocked on a peer uses no CPU, while one compiling a numba kernel on a loaded
+        machine is working and must not be taken for a dead peer."""
         return (self._stats["rounds"] + self._stats["idle_rounds"],
                 sum(slot.sampler.ex.calls for slot in self._slots),
                 _cpu_ticks(self._threads) // _BUSY_TICKS)

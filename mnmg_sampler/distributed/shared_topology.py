@@ -1,31 +1,18 @@
 """Shared topology: ranks on one host read each other's parts and sample every hop themselves.
 
 The parts of a partition directory are memory-mapped files, so every process on the host that
-maps them shares one copy in the page cache. With the shared topology on, each rank
-maps the CSR (indptr, indices, edge ids, original ids, weights) of every other rank's part
-too. A hop's frontier is then sampled here in one compiled pass over all parts
-(:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`; weighted parts: one kernel call per part
-that owns some of the frontier, put back in frontier order): no ids or neighbors go on the
-wire, and the original ids of ``n_id`` (and of seeds given in original ids) are read from the
-parts' own sorted ``orig_ids``, so no id lookup is exchanged either. The parts' feature rows
-and labels are mapped too, per node type (a homogeneous part is one type): the feature store
-reads a round's rows of every part in place (:meth:`SharedTopology.type_rows`), so a round
-with features also costs one collective, its agreement.
+maps them shares one copy in the page cache. With the shared topology on, each rank maps every
+other part's CSR, feature rows and labels too: a hop is one compiled pass over all parts
+(:meth:`SharedTopology.hop`, :meth:`SharedTopology.typed_hop`), ``n_id`` is read from the
+parts' sorted ``orig_ids`` and a round's feature rows in place, so a round costs one
+collective, its agreement. The RNG is keyed on original ids and every part keeps its rows'
+canonical order, so results are bit-identical to the wire path and to the single process.
 
-The RNG is keyed on original ids and every part keeps its rows' canonical order, so results
-are bit-identical to the wire path and to the single process. It needs every rank of the
-group on one host (checked at construction by a hash of the host name and boot id), a
-partition loaded from a directory and the CPU kernel. A part of another rank that does not
-open (features and labels included) turns it off on every rank with ``auto``. Ranks on several
-hosts map their host's parts and what the host's budget holds of the others (:func:`place`,
-:mod:`.fit`). Memory: a rank's
-resident set counts the pages of other parts it touches; they are shared with the ranks that
-own them, not copied.
-
-A typed hop (and a weighted one) is one call of
-:func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every part's type tables and
-edge times (:meth:`SharedTopology.typed_hop`); with node time only, the kernel reads the
-neighbors' node times by new id (:attr:`SharedTopology.node_time`, 8 bytes per node).
+It needs every rank of the group on one host (a hash of the host name and boot id), a
+partition loaded from a directory and the CPU kernel; with ``auto``, a part that does not open
+on any rank turns it off on every rank. Ranks on several hosts map what :func:`place` gives
+them. A rank's resident set counts the other parts' pages it touches, shared, not copied.
+See docs/loader.md#shared-topology.
 """
 
 from __future__ import annotations
@@ -124,13 +111,9 @@ def place(part, ex: Exchanger, enabled: bool | str, kernel: str = "cpu",
     ``enabled``: ``True``, ``False`` or ``"auto"``, the same on every rank. A rank that cannot
     map (``kernel='cuda'``, no partition directory) or a part that does not open is an error
     on every rank with ``True``, turns it off on every rank with ``"auto"``; a bad value, or
-    ranks that disagree, are a ``ConfigError`` either way.
-
-    Ranks on several hosts (:func:`host_id`; ``ex.far`` is set from the layout whatever the
-    outcome): each rank maps the parts of its host's ranks (:mod:`.host_groups`) and what a
-    budget of ``host_memory`` bytes per host holds of the others: every part's topology
-    (:attr:`SharedTopology.whole`), then every part's feature rows
-    (:attr:`SharedTopology.rows_whole`)."""
+    ranks that disagree, are a ``ConfigError`` either way. Ranks on several hosts map their
+    host's parts and what ``host_memory`` bytes per host hold of the others (:mod:`.fit`);
+    ``ex.far`` is set from the host layout whatever the outcome."""
     agree(lambda: _check_local(part, enabled, kernel), ex.group,
           "checking shared_topology")
     W = ex.world_size
@@ -301,10 +284,9 @@ class SharedTopology:
         self.peer_edges = 0
 
     def _map_types(self, part, mapped: dict, world_size: int) -> None:
-        """The mapped parts' type tables (:attr:`Partition.layout`: a homogeneous part is one
-        type) and times, and the per-type rows of the parts whose rows are mapped here; the
-        others get stand-ins, never indexed. The node time of every node by new id only when
-        every part is mapped (host groups: the sampler sets the one it gathered)."""
+        """The mapped parts' type tables, times and per-type rows (stand-ins for the others,
+        never indexed); the node time by new id only when every part is mapped (host groups:
+        the sampler sets the one it gathered)."""
         if any((p.typed is None) != (part.typed is None) for p in mapped.values()):
             raise ConfigError("the partition mixes typed and homogeneous parts",
                               "the shared topology cannot sample them alike",

@@ -1,19 +1,15 @@
 """Interpreter exit without ``shutdown()`` or ``destroy_process_group()``: stop, then tear down.
 
-A process that leaves its process group alive to the end of the interpreter can abort in C++
-static destruction ("terminate called without an active exception"), most often on the rank
-hosting the store. One exit hook runs, in this order: every registered stopper (a sampling
-service's thread leaves its rounds, bounded by its deadline), then the default process group is
-destroyed. One hook, not two, so the order cannot depend on when each was registered.
+A process group left alive to the end of the interpreter can abort in C++ static destruction
+("terminate called without an active exception"), most often on the rank hosting the store.
+One exit hook (one, so the order cannot depend on registration) runs every registered stopper
+(a sampling service's thread leaves its rounds, bounded), then destroys the default group.
 
-Last, the hook waits (bounded) until gloo's worker threads are idle. A worker drops its
-reference to a finished collective *after* waking the caller; when that is the last reference
-and the work holds a Python object (a tensor, a torch-function mode), the worker needs the GIL.
-Once the interpreter finalizes, a thread that asks for the GIL is ended with ``pthread_exit``,
-whose unwinding through C++ aborts the process ("terminate called without an active
-exception", pytorch/pytorch#190489). ``destroy_process_group()`` does not prevent it: DDP keeps
-the default group alive, so its workers outlive the group. Atexit hooks run before finalization,
-so the workers can still take the GIL while this hook sleeps.
+Last, it waits (bounded) until gloo's worker threads are idle: a worker drops its reference to
+a finished collective *after* waking the caller, and if that reference holds a Python object
+the worker needs the GIL; once the interpreter finalizes, such a thread is ended with
+``pthread_exit``, whose unwinding through C++ aborts the process (pytorch/pytorch#190489).
+DDP keeps the default group alive, so ``destroy_process_group()`` does not prevent it.
 """
 
 from __future__ import annotations
