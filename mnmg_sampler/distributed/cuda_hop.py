@@ -25,7 +25,7 @@ class CudaHop:
     device beside the CSR; the copies per hop are the same.
 
     A typed part (``graph``: its :class:`~mnmg_sampler.graph.typed.TypedGraph`) runs the typed
-    twin (:meth:`typed`, :func:`~mnmg_sampler.ops.cuda_typed.sample_typed_neighbors_cuda`): the
+    twin (:meth:`typed`, :func:`~mnmg_sampler.ops.cuda.sample_typed_neighbors_cuda`): the
     CSR and internal ids on the device, the small typed tables (and edge weights, copied by the
     twin each hop) on the host; rows, keys and request rows in one copy, counts, neighbors,
     relations and edge ids back in one.
@@ -63,7 +63,7 @@ class CudaHop:
         """The typed kernel's four host arrays
         (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`; ``bounds`` / ``last`` for time
         are passed to the twin as they are: not tested over ranks)."""
-        from ..ops.cuda_typed import sample_typed_neighbors_cuda
+        from ..ops.cuda import sample_typed_neighbors_cuda
 
         n = rows.shape[0]
         packed = np.empty((3, n), np.int64)
