@@ -225,7 +225,7 @@ def _positions_py(ws, part, wflag, nodes, keys, req, fan, replace, last, seed, h
     # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32); "last"
     # (only with time; ``last is None`` is pruned) takes the prefix's tail. Weights: the
     # array ``ws[part[i]]`` of node i's part (``ops.typed_parts``), ``ws[0]`` when ``part``
-    # is empty (one CSR).
+    # is None (one CSR).
     n = nodes.shape[0]
     for i in numba.prange(n):
         q = req[i]
@@ -248,7 +248,10 @@ def _positions_py(ws, part, wflag, nodes, keys, req, fan, replace, last, seed, h
                 for m in range(k):
                     pos[np.uint64(o + m)] = first + m
             elif wflag[r] != 0:
-                w = ws[part[i]] if part.shape[0] > 0 else ws[0]
+                if part is None:  # one CSR (pruned at compile time)
+                    w = ws[0]
+                else:
+                    w = ws[part[i]]
                 base = stream_base(seed, keys[i], hop_r, nodes[i])
                 weighted_positions(pos, o, w, start, degs[p], nzs[p], k, f, rep != 0, base, c,
                                    soffs[p])
@@ -367,7 +370,7 @@ def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, wei
     rel_out = np.empty(total, np.int64)
     eid_out = np.empty(total if with_eids else 0, np.int64)
     c = cpu.scratch_float64(int(soffs[-1]))
-    positions_k((w,), cpu._EMPTY, wflag, nodes, keys, req, fan, repl, last, np.uint64(seed),
+    positions_k((w,), None, wflag, nodes, keys, req, fan, repl, last, np.uint64(seed),
                 np.uint64(hop), width, starts, degs, nzs, offsets, soffs, rels, c, pos, rel_out)
     gather_k = cpu._KERNELS[cpu._parallel(n)][2]
     gather_k(indices, edge_ids, pos, pos, eid_out, with_eids)
