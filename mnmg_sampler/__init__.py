@@ -31,7 +31,7 @@ PyG integration              :mod:`mnmg_sampler.pyg` (needs the ``pyg`` extra)
 ===========================  ==================================================================
 
 ``import mnmg_sampler`` is light: the names above load on first use, and it imports neither
-CUDA libraries (cupy, pylibraft, numba.cuda) nor the numba kernels.
+CUDA libraries (cupy, numba.cuda) nor the numba kernels.
 """
 
 from __future__ import annotations

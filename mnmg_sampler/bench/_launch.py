@@ -124,22 +124,18 @@ def worker_start(work: str) -> tuple[dict, object, int, int, object]:
     """Init gloo from torchrun's environment, set threads, load this rank's part (no checksums:
     the parent has just written it). Returns ``(task, part, rank, world, seeds)``, ``seeds``
     being every non-isolated node in the seed order ``mnmg-sampler sample`` uses."""
-    import numba
     import numpy as np
-    import torch
 
     from ..commands.sample import seed_order
     from ..distributed.offline import global_nonisolated
     from ..graph.partition_io import load_partition
-    from ..system.runtime import init_distributed
+    from ..system.runtime import init_distributed, set_threads
 
     task = json.loads((Path(work) / TASK).read_text())
     if task.get("cores"):  # an emulated host's cores, before gloo and numba start threads
         pin(task["cores"][int(os.environ["RANK"])])
     env, _ = init_distributed("gloo", "cpu")
-    threads = int(task.get("threads", 1))
-    torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    set_threads(int(task.get("threads", 1)))
     part = load_partition(task["partitions"], env.rank, env.world_size, verify=False)
     seeds = (np.asarray(task["seeds"], np.int64) if "seeds" in task  # (a typed part's)
              else seed_order(global_nonisolated(part), task["seed"]))
@@ -155,17 +151,20 @@ def distinct_seeds(seeds, start: int, count: int):
     return seeds.take(np.arange(start, start + n), mode="wrap")
 
 
-def worker_finish(work: str, rank: int, result: dict) -> None:
-    """Write this rank's result atomically, then leave the process group."""
-    import torch.distributed as dist
-
-    cores = usable_cores()
-    if cores is not None:
-        result = {**result, "cores": cores}
+def write_result(work: str, rank: int, result: dict) -> None:
+    """Write this rank's result atomically (the parent reads ``rank{r}.json``)."""
     path = Path(work) / f"rank{rank}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
     os.replace(tmp, path)
+
+
+def worker_finish(work: str, rank: int, result: dict) -> None:
+    """:func:`write_result` with the cores this rank ran on, then leave the process group."""
+    import torch.distributed as dist
+
+    cores = usable_cores()
+    write_result(work, rank, result if cores is None else {**result, "cores": cores})
     dist.barrier()
     dist.destroy_process_group()
 
@@ -214,15 +213,11 @@ def set_bench_threads(threads: int | None) -> int:
     figure runs under a rank's settings (a kernel timed before any sampler tuned malloc paid
     page faults on its outputs: 0.40x the gather instead of 0.51x on rmat:20)."""
 
-    import torch
-
     from ..commands.sample import set_threads
     from ..system.host_malloc import tune_host_malloc
 
     tune_host_malloc()
-    n = set_threads(threads)
-    torch.set_num_threads(n)
-    return n
+    return set_threads(threads)
 
 
 def load_for_bench(args) -> tuple[object, object, float]:
@@ -242,22 +237,25 @@ def graph_line(args, graph, seeds, load_s: float) -> str:
             f"{graph.num_edges:,} edges, loaded in {load_s:.1f}s")
 
 
+HEAD_OPTIONS = ("batch_size", "batches", "prefetch", "ranks", "replace", "seed", "repeats",
+                "partition_method")
+
+
 def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: int,
                 target: float, **extra) -> dict:
-    """The JSON head every 2-rank mode reports: what ran, on what, on which machine."""
+    """The JSON head every mode reports: what ran, on what, on which machine (the options of
+    ``args`` among :data:`HEAD_OPTIONS` that the mode has)."""
     return {
         "mode": mode, "command": command_line(mode), "graph": args.graph, "name": graph.name,
         "undirected": args.undirected, "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size), "load_s": load_s,
-        "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-        "prefetch": args.prefetch, "ranks": args.ranks, "replace": args.replace,
-        "seed": args.seed, "repeats": args.repeats, "partition_method": args.partition_method,
+        "fanouts": fanouts, **{k: getattr(args, k) for k in HEAD_OPTIONS if hasattr(args, k)},
         "target": target, "machine": machine_info(threads), **extra,
     }
 
 
 def start_run(mode: str, args, target: float, **extra) -> tuple[list[int], int, object, dict]:
-    """The parent's first steps in a 2-rank mode: fanouts, threads, the graph (its line printed)
+    """The parent's first steps in a mode: fanouts, threads, the graph (its line printed)
     and the JSON head; returns ``(fanouts, threads, graph, result)``."""
     from ..commands.sample import parse_fanouts
 
@@ -269,11 +267,14 @@ def start_run(mode: str, args, target: float, **extra) -> tuple[list[int], int, 
     return fanouts, threads, graph, res
 
 
-def launch_on_partitions(mode: str, args, graph, task: dict, threads: int) -> list[dict]:
+def launch_on_partitions(mode: str, args, graph, fanouts, threads: int, **task) -> list[dict]:
     """Partition ``graph`` into ``args.ranks`` parts in a temporary directory and run the mode's
-    workers on them; returns each rank's result."""
+    workers on them, their task ``task`` and the options every service mode has; returns each
+    rank's result."""
     import tempfile
 
+    task.update(fanouts=fanouts, threads=threads, **{k: getattr(args, k) for k in (
+        "batch_size", "batches", "prefetch", "seed", "repeats")})
     with tempfile.TemporaryDirectory(prefix=f"mnmg-bench-{mode}-") as tmp:
         root = Path(tmp)
         parts = partition_for(graph, args.ranks, args.partition_method, args.seed, root)

@@ -3,43 +3,27 @@
 Measured in one run, on one graph, one thread per rank:
 
 1. **single process**: :class:`~mnmg_sampler.sampling.sampler.MultiHopSampler` on the whole graph,
-   ``--batches`` minibatches, one request per call, in this process (with ``--features``, each
-   batch also gathers its feature rows, as a rank does); ``--repeats`` times first and once more
-   before each world size, so load changes hit both sides of a ratio.
-2. **distributed**, for each world size ``W`` in ``--world-sizes`` (default 1,2): the graph is
-   partitioned into ``W`` parts in a temporary directory and ``W`` ranks are started with
-   torchrun (gloo, loopback). Each rank samples ``--batches`` minibatches with
-   :class:`~mnmg_sampler.distributed.sampler.DistSampler`, one request per rank per collective
-   call (``--merge K``: K requests per rank per call, as a service merges its loaders'
-   requests), after one untimed warm-up call. Seeds: global batch ``i`` on rank ``i % W``
-   (``--split global``, keys as ``mnmg-sampler sample`` uses) or each rank's own seeds
-   (``--split owner``). Like a :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader`, each rank
-   translates its seeds to the partitioning's ids once, after the warm-up and before the timed
-   rounds (one lookup with sharded id maps and the global split; reported as a setup figure,
-   compiled code already loaded), and its requests carry
-   them, so no round looks seeds up; ``--seed-lookup per-round`` measures rounds that look them
-   up instead, as requests without translated seeds do. More ranks than cores oversubscribe
-   them; the output says so. With ``--hosts H`` each emulated host's ranks run on their own
-   share of the cores and the single process on one host's share (``--host-cores split``,
-   :mod:`.cores`: separate machines do not share cores); ``--host-cores shared`` lets every
-   rank run on every core.
+   ``--batches`` minibatches, one request per call (with ``--features``, each batch gathers its
+   feature rows, as a rank does); ``--repeats`` times first and once more before each world
+   size, so load changes hit both sides of a ratio.
+2. **distributed**, for each world size ``W`` in ``--world-sizes``: the graph partitioned into
+   ``W`` parts in a temporary directory, ``W`` ranks started with torchrun (gloo, loopback), each
+   sampling ``--batches`` minibatches with :class:`~mnmg_sampler.distributed.sampler.DistSampler`
+   (``--merge K`` requests per rank per collective call, as a service merges its loaders'), after
+   an untimed warm-up; or, with ``--loader``, through a ``DistNeighborLoader`` and a
+   ``SamplingService`` at default settings. Seeds: global batch ``i`` on rank ``i % W``
+   (``--split global``) or each rank's own (``--split owner``), translated to the partitioning's
+   ids once before the timed rounds as a loader does (a setup figure; ``--seed-lookup per-round``
+   or ``both`` times rounds that look them up). With ``--hosts H`` each emulated host's ranks run
+   on their own share of the cores and the single process on one host's share (:mod:`.cores`).
 
-Reported per world size: sampled edges/s of each rank (its edges / its time) and in total (all
+Reported per world size (medians over ``--repeats``): sampled edges/s per rank and in total (all
 ranks' edges / the slowest rank's time); **CPU seconds per million sampled edges summed over
-ranks** (process CPU time, comparable across world sizes on shared cores); bytes per sampled
-edge of node ids (sampling traffic) and of features (feature traffic: ids, counts, rows), each to
-self and to other ranks; with ``--features``: the fraction of fetched rows that duplicate a row
-already fetched in the same round, and feature bytes on the wire against distinct remote rows x
-row size (with ``--shared-topology``: the rows of other ranks' parts read in place from the
-mapped parts instead, none on the wire). Edge ids are not fetched unless ``--edge-ids``. Every
-time is the median over ``--repeats``.
-
-Per hop (the requesting side of each rank's hop calls, summed over ranks): frontier nodes, the
-fraction of them owned by another rank, and the id bytes sent to other ranks per sampled edge
-(of all hops, so the hops add up to the total), with the total split into what scales per
-remote node (requested ids, reply counts), per remote edge (neighbor and edge ids) and the rest
-(request headers, size vectors, the padding of replies of known size, the original ids of
-frontier nodes in the replies). With ``--split owner`` also each rank's count of owned seeds.
+ranks**; bytes per sampled edge of ids (sampling traffic) and of features (ids, counts, rows), to
+self, to other ranks and to other hosts; with ``--features`` the host cache's hit rate, duplicate
+rows, and a loader's wait for its batches and their rows; per hop, frontier nodes, the share
+owned by another rank and the id bytes to others, split by what they scale with (per remote
+node, per remote edge, the rest). More ranks than cores oversubscribe them; the output says so.
 """
 
 from __future__ import annotations
@@ -79,64 +63,51 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_common_arguments(p, "rmat:20", "15,10,5", 1024)
     p.add_argument("--batches", type=positive_int, default=30,
                    help="timed minibatches per rank per repeat (default: 30)")
-    p.add_argument("--world-sizes", default="1,2",
+    p.add_argument("--world-sizes", type=_world_sizes, default=[1, 2],
                    help="comma-separated rank counts to run, one torchrun each (default: 1,2)")
     p.add_argument("--features", type=int, default=0, metavar="D",
-                   help="fetch feature rows with every batch; synthetic D-dim float32 rows when "
-                        "the graph has none (default: 0 = no features)")
+                   help="fetch feature rows with every batch (synthetic D-dim rows where the "
+                        "graph has none) (default: 0, none)")
     p.add_argument("--host-memory", type=_host_memory_arg, default=None,
                    metavar="BYTES|topology+F",
                    help="each host's budget for other hosts' data (features.host_memory_mb): "
-                        "BYTES (0 = nothing of other hosts), or topology+F: their topology and "
-                        "a fraction F of their feature rows (default: half of the memory the "
-                        "host can see)")
+                        "BYTES (0: none), or their topology and a fraction F of their feature "
+                        "rows (default: half of the memory the host can see)")
     p.add_argument("--hosts", type=positive_int, default=None, metavar="H",
                    help="split each world size into H emulated hosts of contiguous ranks "
-                        "(MNMG_HOST_ID per rank; the shared topology on, auto): a host's ranks "
-                        "map its parts, only other hosts' nodes and rows go over the wire "
-                        "(default: off, every rank on its own part)")
+                        "(MNMG_HOST_ID per rank, the shared topology auto) (default: off)")
     p.add_argument("--host-cores", choices=["split", "shared"], default="split",
-                   help="with --hosts: split (each emulated host's ranks run on their own "
-                        "share of the cores, and the single process on one host's share, as "
-                        "separate machines do not share cores) or shared (every rank on every "
-                        "core) (default: split; shared when there are fewer cores than hosts)")
+                   help="with --hosts: each emulated host's ranks (and the single process) "
+                        "on their own share of the cores, or every rank on every core "
+                        "(default: split; shared when there are fewer cores than hosts)")
     p.add_argument("--loader", action="store_true",
                    help="drive the rounds with a DistNeighborLoader per rank through a "
-                        "SamplingService at default settings (thread, merging, prefetch, the "
-                        "shared topology auto, features when --features), instead of calling "
-                        "the sampler directly")
+                        "SamplingService at default settings, not the sampler directly")
     p.add_argument("--split", choices=["global", "owner"], default="global",
-                   help="seeds of each rank: global batch order, or the seeds it owns "
-                        "(default: global)")
+                   help="seeds of each rank: global batch order, or its own (default: global)")
     p.add_argument("--id-maps", choices=["auto", "sharded", "replicated"], default="auto",
                    help="original <-> new id maps: sharded (lookups), replicated on every "
                         "rank, or auto: replicated up to 2M nodes (default: auto)")
     p.add_argument("--shared-topology", action="store_true",
-                   help="ranks map each other's parts and sample every hop off the wire "
-                        "(what jobs do on one host; default: off, the wire path)")
+                   help="ranks map each other's parts, as jobs on one host do (default: off)")
     p.add_argument("--merge", type=positive_int, default=None, metavar="K",
-                   help="requests each rank merges into one round, as a service merges its "
-                        "loaders' requests (default: 1; with --loader the service's "
-                        "max_requests_per_round, default: every pending request)")
+                   help="requests each rank merges into one round (default: 1; with --loader "
+                        "the service's max_requests_per_round: every pending request)")
     p.add_argument("--rounds-in-flight", type=positive_int, default=None, metavar="K",
                    help="with --loader: the service's rounds_in_flight (default: auto)")
     p.add_argument("--prefetch", type=positive_int, default=None, metavar="N",
                    help="with --loader: the loader's prefetch (default: the loader's own)")
     p.add_argument("--seed-lookup", choices=["once", "per-round", "both"], default="once",
-                   help="translate each rank's seeds to the partitioning's ids once before the "
-                        "timed rounds, as the loader does, or in every round; both: each "
-                        "repeat times the two alternately, reported side by side "
-                        "(default: once)")
+                   help="translate each rank's seeds to new ids once before the timed rounds "
+                        "(as a loader does), in every round, or both, alternately (default: "
+                        "once)")
     p.add_argument("--typed", type=int, default=0, metavar="T",
-                   help="sample the graph typed: its nodes split into T types by id range, one "
-                        "relation per type pair, the seeds of each batch grouped by type "
-                        "(bench single --hetero's typed view; the same JSON keys) (default: 0, "
-                        "homogeneous)")
+                   help="sample the graph typed: T node types by id range, a relation per "
+                        "type pair (bench single --hetero's view) (default: 0, homogeneous)")
     p.add_argument("--edge-ids", action="store_true",
                    help="also fetch edge ids (default: off, as a GNN without edge features)")
     p.add_argument("--plot", metavar="PNG",
-                   help="write a plot of per-rank edges/s and CPU per edge against W "
-                        "(needs matplotlib)")
+                   help="plot edges/s and CPU per edge against W (needs matplotlib)")
     p.set_defaults(bench_run=run)
     return p
 
@@ -145,12 +116,11 @@ def _host_memory_arg(text: str) -> str:
     """``--host-memory``: bytes (an integer >= 0) or ``topology+F`` with F in [0, 1]."""
     t = text.strip()
     try:
-        v = float(t.split("+", 1)[1]) if t.startswith("topology+") else int(t)
-    except (ValueError, IndexError):
-        v = -1
-    if v < 0 or (t.startswith("topology+") and v > 1):
-        raise argparse.ArgumentTypeError(f"{text!r} is neither bytes nor topology+F, F in "
-                                         "[0, 1]")
+        ok = 0 <= float(t[9:]) <= 1 if t.startswith("topology+") else int(t) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither bytes nor topology+F, F in [0, 1]")
     return t
 
 
@@ -175,29 +145,12 @@ def host_memory_for(spec: str | None, part, rank: int, world: int,
     return topo + int(float(spec.split("+", 1)[1]) * rows) * width * 4
 
 
-def parse_world_sizes(text: str) -> list[int]:
-    """``"1,2"`` -> ``[1, 2]``; each >= 1."""
-    from ..errors import ConfigError
-
-    try:
-        out = [int(t) for t in str(text).split(",") if t.strip()]
-    except ValueError:
-        out = []
-    if not out or min(out) < 1:
-        raise ConfigError(f"--world-sizes {text!r} is not a list of positive integers",
-                          "no distributed run can be started", "pass e.g. --world-sizes 1,2")
-    return out
+def _world_sizes(text: str) -> list[int]:
+    """``--world-sizes``: ``"1,2"`` -> ``[1, 2]``, each >= 1."""
+    return [positive_int(t) for t in text.split(",")]
 
 
 # -- one rank ------------------------------------------------------------------------------------
-def _local_counts(local) -> tuple[int, int]:
-    """Remote frontier nodes sampled on this rank so far (from the mapped parts of the
-    shared topology or host group), and their edges."""
-    if local is None:
-        return 0, 0
-    return local.peer_nodes, local.peer_edges
-
-
 class _HopTally:
     """Wraps a :class:`DistSampler`'s hop function to count, per hop, what the requesting side
     sends other ranks: frontier nodes, remote ones, their sampled edges and the exchanger's
@@ -218,12 +171,15 @@ class _HopTally:
         # remote nodes sampled from their owner's mapped part (shared topology, host group)
         # never went on the wire
         local = self.ds.shared or getattr(self.ds.host, "shared", None)
-        b0 = ex.bytes.get("ids", [0, 0])[1]
-        c0 = _local_counts(local)
+
+        def mapped() -> tuple[int, int]:
+            return (0, 0) if local is None else (local.peer_nodes, local.peer_edges)
+
+        b0, c0 = ex.bytes.get("ids", [0, 0])[1], mapped()
         counts, nbr, eids = self.inner(h)
         remote = self.ds.owner(h.nodes) != self.ds.rank
         t = self.per_hop.setdefault(int(h.hop), dict.fromkeys(self.KEYS, 0))
-        c1 = _local_counts(local)
+        c1 = mapped()
         hits, hit_edges = c1[0] - c0[0], c1[1] - c0[1]
         t["mapped"] += hits
         t["nodes"] += int(h.nodes.size)
@@ -233,9 +189,6 @@ class _HopTally:
         t["id_remote"] += ex.bytes.get("ids", [0, 0])[1] - b0
         return counts, nbr, eids
 
-    def snapshot(self) -> list[dict[str, int]]:
-        return [dict(self.per_hop[k]) for k in sorted(self.per_hop)]
-
 
 def _emulate_hosts(task: dict, rank: int, world: int):
     """``--hosts H``: this rank's forced host (contiguous ranks) and the shared topology
@@ -243,10 +196,9 @@ def _emulate_hosts(task: dict, rank: int, world: int):
     from ..distributed.shared_topology import HOST_ENV
 
     hosts = task.get("hosts")
-    if not hosts:
-        return "auto" if task.get("loader") else task.get("shared_topology", False)
-    os.environ[HOST_ENV] = f"bench-host-{rank * min(hosts, world) // world}"
-    return "auto"
+    if hosts:
+        os.environ[HOST_ENV] = f"bench-host-{rank * min(hosts, world) // world}"
+    return "auto" if hosts or task.get("loader") else task.get("shared_topology", False)
 
 
 def _counters(sampler, store) -> dict:
@@ -254,20 +206,50 @@ def _counters(sampler, store) -> dict:
     traffic class but the feature rows'), exchange calls, times and feature rows."""
     ex = sampler.ex
     fs = store.stats if store else {}
-    cb = ex.cross_bytes
-    return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes,
-            "id_self": ex.bytes.get("ids", [0, 0])[0],
-            "id_remote": ex.bytes.get("ids", [0, 0])[1],
-            "feat_self": ex.bytes.get("features", [0, 0])[0],
-            "feat_remote": ex.bytes.get("features", [0, 0])[1],
+    cb, ids, feat = ex.cross_bytes, ex.bytes.get("ids", [0, 0]), ex.bytes.get("features", [0, 0])
+    return {"bytes": ex.bytes_sent, "remote_bytes": ex.remote_bytes, "id_self": ids[0],
+            "id_remote": ids[1], "feat_self": feat[0], "feat_remote": feat[1],
             "t_kernel": sampler.t_kernel, "t_exchange": ex.t_exchange,
             "exchange_calls": ex.calls, "agreements": ex.agreements,
             "cross_ids": sum(v for k, v in cb.items() if k != "features"),
             "cross_feat": cb.get("features", 0),
             **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
-                                          "rows_fetched", "cache_hits",
-                                          "duplicate_rows_fetched", "fetch_cpu_s",
-                                          "fetch_exchange_cpu_s")}}
+                                          "rows_fetched", "cache_hits", "duplicate_rows_fetched",
+                                          "fetch_cpu_s", "fetch_exchange_cpu_s")}}
+
+
+def _head(rank: int, world: int, batches: int, task: dict, sampler, store,
+          placement) -> dict:
+    """What a rank reports besides its timed repeats: its batches, its wire's id width, its
+    feature store's cache, and the hosts' placement."""
+    return {"rank": rank, "world": world, "batches": batches, "owned_seeds": 0, "hops": [],
+            "wire_bytes": int(getattr(getattr(sampler, "wire", None), "itemsize", 4)),
+            "edge_id_bytes": 8 if task["edge_ids"] else 0,
+            "cache_size": store.cache_size if store else 0,
+            "cache_choice": store.cache_choice if store else "none",
+            "row_bytes": store.row_bytes if store else 0, "placement": placement,
+            "seed_setup": {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}}
+
+
+def _timed(res: dict, repeats: int, snap, epoch, around=None) -> None:
+    """``repeats`` timed calls of ``epoch`` (it returns its sampled edges), each after a
+    barrier: per repeat, its wall and CPU seconds, edges, and the change of every counter of
+    ``snap()`` are appended to ``res``; ``around(k, after)`` runs untimed before and after."""
+    import torch.distributed as dist
+
+    for k in range(repeats):
+        if around is not None:
+            around(k, False)
+        dist.barrier()
+        s0 = snap()
+        t, c = time.perf_counter(), time.process_time()
+        got = {"edges": epoch()}
+        got.update(seconds=time.perf_counter() - t, cpu_s=time.process_time() - c)
+        s1 = snap()
+        for key, v in {**got, **{key: s1[key] - s0[key] for key in s0}}.items():
+            res.setdefault(key, []).append(v)
+        if around is not None:
+            around(k, True)
 
 
 def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
@@ -292,22 +274,8 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
         more = {"prefetch": task["prefetch"]} if task.get("prefetch") else {}
         loader = DistNeighborLoader(svc, seeds[:n], task["fanouts"], B, seed=task["seed"],
                                     replace=task["replace"], edge_ids=task["edge_ids"], **more)
-        ds, fs = svc.sampler, svc.features
-        keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
-                "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
-                "agreements", "rounds", "remote_rows", "mapped_rows", "distinct_remote_rows",
-                "rows_fetched", "cache_hits", "duplicate_rows_fetched", "cross_ids",
-                "cross_feat", "fetch_cpu_s", "fetch_exchange_cpu_s", "waits", "t_wait",
-                "t_wait_rows")
-        res: dict = {"rank": rank, "world": world, "batches": len(loader),
-                     **{k: [] for k in keys},
-                     "owned_seeds": 0, "wire_bytes": int(getattr(ds, "wire", None).itemsize
-                                                         if hasattr(ds, "wire") else 4),
-                     "edge_id_bytes": 8 if task["edge_ids"] else 0,
-                     "cache_size": fs.cache_size if fs else 0,
-                     "cache_choice": fs.cache_choice if fs else "none",
-                     "row_bytes": fs.row_bytes if fs else 0, "hops": [],
-                     "placement": svc.stats().get("placement")}
+        res = _head(rank, world, len(loader), task, svc.sampler, svc.features,
+                    svc.stats().get("placement"))
 
         def snap() -> dict:
             # collectives counted per working round by the service: the ranks' counters are
@@ -317,26 +285,15 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
             for slot in svc._slots:
                 for k, v in _counters(slot.sampler, slot.features).items():
                     out[k] = out.get(k, 0) + v
-            return {**out, **{k: svc._stats[k] for k in ("waits", "t_wait", "t_wait_rows")},
-                    "rounds": svc._stats["rounds"],
-                    "exchange_calls": svc._stats["round_calls"],
-                    "agreements": svc._stats["round_agreements"]}
+            st = svc._stats
+            return {**out, **{k: st[k] for k in ("waits", "t_wait", "t_wait_rows", "rounds")},
+                    "exchange_calls": st["round_calls"], "agreements": st["round_agreements"]}
 
         def epoch() -> int:
-            return sum(int(b.edge_index.shape[1]) for b in loader)
+            return sum(num_edges(b) for b in loader)
 
         epoch()  # warm-up: compiled code, page cache, buffers
-        for _ in range(task["repeats"]):
-            dist.barrier()
-            s0 = snap()
-            t, c = time.perf_counter(), time.process_time()
-            res["edges"].append(epoch())
-            res["seconds"].append(time.perf_counter() - t)
-            res["cpu_s"].append(time.process_time() - c)
-            s1 = snap()
-            for key in s0:
-                res[key].append(s1[key] - s0[key])
-        res["seed_setup"] = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
+        _timed(res, task["repeats"], snap, epoch)
         res["idle_rounds"] = svc._stats["idle_rounds"]
         res["rounds_in_flight"] = svc.rounds_in_flight
         dist.barrier()
@@ -353,8 +310,6 @@ def _worker(work: str) -> int:
     from ..distributed.features import DistFeatureStore
     from ..distributed.row_cache import CachePlan
     from ..distributed.sampler import DistSampler
-    from ..ops.rng import request_key
-    from ..sampling.sampler import SampleRequest
 
     task, part, rank, world, seeds = worker_start(work)
     seed, B, fanouts = task["seed"], task["batch_size"], task["fanouts"]
@@ -362,9 +317,8 @@ def _worker(work: str) -> int:
     budget = host_memory_for(task.get("host_memory"), part, rank, world, task.get("hosts"))
     if task.get("loader"):
         return _loader_worker(work, task, part, rank, world, seeds, budget, shared)
-    typed = part.typed is not None
     sampler = DistSampler(part, seed=seed, id_maps=task.get("id_maps", "auto"),
-                          shared_topology=shared, host_memory=budget, features=False)
+                          shared_topology=shared, host_memory=budget)
     ex = sampler.ex
     store = None
     if task["features"] and part.x is not None:
@@ -373,9 +327,9 @@ def _worker(work: str) -> int:
                                  fit=sampler.placement)
     K = task.get("merge") or 1  # requests per rank per round
     tally = _HopTally(sampler)
-    owned = 0
     mode = task.get("seed_lookup", "once")
-    once = mode in ("once", "both") and not typed  # (typed requests carry no new ids)
+    once = mode in ("once", "both") and part.typed is None  # (typed requests: no new ids)
+    owned = 0
     if task["split"] == "owner":
         mine = seeds[sampler.owns(seeds)]
         owned = int(mine.size)
@@ -401,195 +355,145 @@ def _worker(work: str) -> int:
         todo = [(b, x) for b, x in ((b, batch(b)) for b in range(r * K, (r + 1) * K))
                 if x is not None]
         use = new_seeds if translated else None
-        if typed:
-            reqs = [typed_request(part.typed.node_types, part.typed.node_type_offset, sd,
-                                  fanouts, request_key(seed, 0, i), task["replace"],
-                                  task["edge_ids"]) for _, (sd, i) in todo]
-        else:
-            reqs = [SampleRequest(sd, fanouts, request_key(seed, 0, i),
-                                  replace=task["replace"], edge_ids=task["edge_ids"],
-                                  new_seeds=None if use is None else use[b])
-                    for b, (sd, i) in todo]
+        reqs = [_request(part.typed, sd, fanouts, seed, i, task["replace"], task["edge_ids"],
+                         None if use is None else use[b]) for b, (sd, i) in todo]
         return sum(num_edges(mb) for mb in sampler.sample(reqs, store))
 
     one_round(0)  # warm-up (seeds looked up in the round): compiled code, page cache, buffers
-    setup = {"seconds": 0.0, "cpu_s": 0.0, "remote_bytes": 0}
+    res = _head(rank, world, n_mine, task, sampler, store, sampler.placement.report(
+        None if store is None or store.shared is not None
+        else store.cache_sizes(sampler.placement)))
+    res.update(owned_seeds=owned, rounds=[rounds] * task["repeats"])
     if once:  # as a loader does when it is built: every seed of this rank's batches, one lookup
         dist.barrier()
         t, c, b0 = time.perf_counter(), time.process_time(), ex.remote_bytes
         todo = [x[0] for x in (batch(b) for b in range(slots)) if x is not None]
         new_seeds = (sampler.ids.to_new_many(todo) if task["split"] == "global"
                      else [sampler.ids.to_new_local(sd) for sd in todo])  # own: no exchange
-        setup = {"seconds": time.perf_counter() - t, "cpu_s": time.process_time() - c,
-                 "remote_bytes": ex.remote_bytes - b0}
-    keys = ("seconds", "cpu_s", "edges", "bytes", "remote_bytes", "id_self", "id_remote",
-            "feat_self", "feat_remote", "t_kernel", "t_exchange", "exchange_calls",
-            "agreements", "kernel_nodes", "remote_rows", "mapped_rows", "distinct_remote_rows",
-            "rows_fetched", "cache_hits", "duplicate_rows_fetched", "cross_ids", "cross_feat",
-            "fetch_cpu_s", "fetch_exchange_cpu_s")
-    res: dict = {"rank": rank, "world": world, "batches": n_mine, **{k: [] for k in keys},
-                 "owned_seeds": owned, "wire_bytes": int(sampler.wire.itemsize),
-                 "seed_setup": setup,
-                 "edge_id_bytes": 8 if task["edge_ids"] else 0,
-                 "cache_size": store.cache_size if store else 0,
-                 "cache_choice": store.cache_choice if store else "none",
-                 "row_bytes": store.row_bytes if store else 0, "rounds": rounds,
-                 "placement": sampler.placement.report(
-                     None if store is None or store.shared is not None
-                     else store.cache_sizes(sampler.placement))}
+        res["seed_setup"] = {"seconds": time.perf_counter() - t,
+                             "cpu_s": time.process_time() - c,
+                             "remote_bytes": ex.remote_bytes - b0}
 
-    def snap() -> dict:
-        return {**_counters(sampler, store), "kernel_nodes": sampler.kernel_nodes}
-
-    def per_round_lookup() -> None:
-        """``--seed-lookup both``: the same rounds with their seeds looked up in the round."""
-        hops = {h: dict(v) for h, v in tally.per_hop.items()}  # the tally is the main run's
-        dist.barrier()
-        c0 = ex.calls
-        t, c = time.perf_counter(), time.process_time()
-        edges = sum(one_round(r, translated=False) for r in range(rounds))
-        pr = res.setdefault("per_round", {"seconds": [], "cpu_s": [], "edges": [],
-                                          "exchange_calls": []})
-        pr["seconds"].append(time.perf_counter() - t)
-        pr["cpu_s"].append(time.process_time() - c)
-        pr["edges"].append(edges)
-        pr["exchange_calls"].append(ex.calls - c0)
-        tally.per_hop = hops
+    def per_round_lookup(k: int, after: bool) -> None:
+        """``--seed-lookup both``: the same rounds with their seeds looked up in the round,
+        before even repeats and after odd ones (uncounted by the tally, off meanwhile)."""
+        if mode == "both" and k % 2 == after:
+            _timed(res.setdefault("per_round", {}), 1, lambda: {"exchange_calls": ex.calls},
+                   lambda: sum(one_round(r, translated=False) for r in range(rounds)))
 
     tally.on = False  # per-hop counts come from one untimed pass after the timed repeats
-    for k in range(task["repeats"]):
-        if mode == "both" and k % 2 == 0:  # alternate which variant runs first
-            per_round_lookup()
-        dist.barrier()
-        s0 = snap()
-        t, c = time.perf_counter(), time.process_time()
-        edges = sum(one_round(r) for r in range(rounds))
-        res["seconds"].append(time.perf_counter() - t)
-        res["cpu_s"].append(time.process_time() - c)
-        res["edges"].append(edges)
-        s1 = snap()
-        for key in s0:
-            res[key].append(s1[key] - s0[key])
-        if mode == "both" and k % 2 == 1:
-            per_round_lookup()
+    _timed(res, task["repeats"],
+           lambda: {**_counters(sampler, store), "kernel_nodes": sampler.kernel_nodes},
+           lambda: sum(one_round(r) for r in range(rounds)), per_round_lookup)
     tally.per_hop.clear()
     tally.on = True
     dist.barrier()
     for r in range(rounds):  # the same rounds again (deterministic): counted, not timed
         one_round(r)
     res["edges_sampled_here"] = int(sampler.kernel_edges)
-    res["hops"] = tally.snapshot()
+    res["hops"] = [dict(tally.per_hop[k]) for k in sorted(tally.per_hop)]
     worker_finish(work, rank, res)
     return 0
 
 
 # -- parent --------------------------------------------------------------------------------------
-def _first(v) -> float:
-    """A per-repeat list's first value (a scalar as is)."""
-    return v[0] if isinstance(v, list) else v
+def _rates(ranks: list[dict]) -> dict:
+    """Edges/s per rank (median time) and in total (all ranks' edges over the slowest rank's
+    time), and CPU seconds per million edges summed over ranks, from each rank's per-repeat
+    ``seconds``, ``cpu_s`` and ``edges``; medians over the repeats."""
+    reps = range(len(ranks[0]["seconds"]))
+    per_s = [r["edges"][0] / median(r["seconds"]) for r in ranks]
+    totals = [sum(r["edges"][k] for r in ranks) / max(r["seconds"][k] for r in ranks)
+              for k in reps]
+    cpu = [sum(r["cpu_s"][k] for r in ranks) / max(sum(r["edges"][k] for r in ranks), 1) * 1e6
+           for k in reps]
+    return {"edges_per_s_per_rank": per_s, "mean_edges_per_s_per_rank": sum(per_s) / len(ranks),
+            "total_edges_per_s": median(totals), "total_edges_per_s_runs": totals,
+            "cpu_s_per_m_edges": median(cpu), "cpu_s_per_m_edges_runs": cpu}
+
+
+# bytes per sampled edge (summed over ranks): JSON key <- the ranks' counter
+_PER_EDGE = {"bytes_per_edge": "bytes", "remote_bytes_per_edge": "remote_bytes",
+             "id_bytes_per_edge_self": "id_self", "id_bytes_per_edge_remote": "id_remote",
+             "feature_bytes_per_edge_self": "feat_self",
+             "feature_bytes_per_edge_remote": "feat_remote",
+             # to ranks of other hosts (--hosts; 0 on one host)
+             "cross_host_id_bytes_per_edge": "cross_ids",
+             "cross_host_feature_bytes_per_edge": "cross_feat"}
 
 
 def summarize(ranks: list[dict]) -> dict:
     """Per-rank and total rates and costs of one world size from the ranks' JSON."""
     world = len(ranks)
-    reps = len(ranks[0]["seconds"])
-    per_rank = []
-    for r in ranks:
-        med = median(r["seconds"])
-        per_rank.append({"rank": r["rank"], "batches": r["batches"], "edges": r["edges"][0],
-                         "median_s": med, "edges_per_s": r["edges"][0] / med,
-                         "kernel_share": median(r["t_kernel"]) / med,
-                         "exchange_share": median(r["t_exchange"]) / med,
-                         "exchange_calls": r["exchange_calls"][0], "seconds": r["seconds"],
-                         "cpu_s": r["cpu_s"], "cores": r.get("cores")})
-    totals = [sum(r["edges"][k] for r in ranks) / max(r["seconds"][k] for r in ranks)
-              for k in range(reps)]
-    cpu = [sum(r["cpu_s"][k] for r in ranks) / max(sum(r["edges"][k] for r in ranks), 1) * 1e6
-           for k in range(reps)]
+    rates = _rates(ranks)
+    per_rank = [{"rank": r["rank"], "batches": r["batches"], "edges": r["edges"][0],
+                 "median_s": median(r["seconds"]), "edges_per_s": v,
+                 "kernel_share": median(r["t_kernel"]) / median(r["seconds"]),
+                 "exchange_share": median(r["t_exchange"]) / median(r["seconds"]),
+                 "exchange_calls": r["exchange_calls"][0], "seconds": r["seconds"],
+                 "cpu_s": r["cpu_s"], "cores": r.get("cores")}
+                for r, v in zip(ranks, rates["edges_per_s_per_rank"], strict=True)]
     edges = max(sum(sum(r["edges"]) for r in ranks), 1)
-
-    def per_edge(key: str) -> float:
-        return sum(sum(r[key]) for r in ranks) / edges
 
     def tot(key: str) -> int:
         return sum(sum(r[key]) for r in ranks)
 
     def per_round_of(r: dict) -> tuple[float, float, float]:
-        n = max(_first(r["rounds"]), 1)
+        n = max(r["rounds"][0], 1)
         calls, agree = r["exchange_calls"][0], r["agreements"][0]
         # an exchange: an agreement, or an all-to-all each way (a request and its reply)
         return calls / n, r["remote_bytes"][0] / n, (agree + (calls - agree) / 2) / n
 
     rounds = [per_round_of(r) for r in ranks]
-    hops = _hop_summary(ranks)
-    per_round = _per_round_summary(ranks, median(cpu),
-                                   sum(p["edges_per_s"] for p in per_rank) / world)
+    pr = [r.get("per_round") for r in ranks]
     fetched, row_bytes = tot("rows_fetched"), ranks[0]["row_bytes"]
-    feat_wire = tot("feat_remote") + tot("feat_self")
+    distinct = tot("distinct_remote_rows")
+    hit_rate = tot("cache_hits") / distinct if distinct else 0.0
     wired = tot("remote_rows") - tot("mapped_rows")  # remote rows the wire path served
+    setup = [r.get("seed_setup", {}) for r in ranks]
     return {
-        "world_size": world, "ranks": per_rank,
-        "edges_per_rank": [p["edges"] for p in per_rank],
-        "edges_per_s_per_rank": [p["edges_per_s"] for p in per_rank],
-        "mean_edges_per_s_per_rank": sum(p["edges_per_s"] for p in per_rank) / world,
-        "total_edges_per_s": median(totals), "total_edges_per_s_runs": totals,
-        "cpu_s_per_m_edges": median(cpu), "cpu_s_per_m_edges_runs": cpu,
-        "bytes_per_edge": per_edge("bytes"),
-        "remote_bytes_per_edge": per_edge("remote_bytes"),
-        "id_bytes_per_edge_self": per_edge("id_self"),
-        "id_bytes_per_edge_remote": per_edge("id_remote"),
-        "feature_bytes_per_edge_self": per_edge("feat_self"),
-        "feature_bytes_per_edge_remote": per_edge("feat_remote"),
+        "world_size": world, "ranks": per_rank, "edges_per_rank": [p["edges"] for p in per_rank],
+        **rates, **{k: tot(v) / edges for k, v in _PER_EDGE.items()},
         # per round, mean of ranks: collectives (agreements included); exchanges (each
         # agreement, and each all-to-all each way: a request and its reply); bytes to others
         "collectives_per_round": sum(c for c, _, _ in rounds) / world,
         "exchanges_per_round": sum(e for _, _, e in rounds) / world,
         "bytes_per_round": sum(b for _, b, _ in rounds) / world,
         # requests per round, per rank (timed rounds of the first repeat)
-        "requests_per_round": sum(r["batches"] / max(_first(r["rounds"]), 1)
-                                  for r in ranks) / world,
+        "requests_per_round": sum(r["batches"] / max(r["rounds"][0], 1) for r in ranks) / world,
         # --loader: the service's rounds in flight (as `auto` chose them); 1 for sampler calls
         "rounds_in_flight": ranks[0].get("rounds_in_flight", 1),
-        # bytes sent to ranks of other hosts (--hosts; 0 on one host) per sampled edge
-        "cross_host_id_bytes_per_edge": per_edge("cross_ids"),
-        "cross_host_feature_bytes_per_edge": per_edge("cross_feat"),
         "bytes_exchanged": sum(r["bytes"][0] for r in ranks),
-        **hops,
+        **_hop_summary(ranks),
         "owned_seeds_per_rank": [r.get("owned_seeds", 0) for r in ranks],
+        # --seed-lookup both: the same rounds with seeds looked up per round, timed alternately
+        # with the main (translated once) repeats, and the main run's ratios to them
+        **({"per_round_seed_lookup": _per_round(pr, rates)} if all(pr) else {}),
         # the one-time translation of the ranks' seeds before the timed rounds (slowest rank;
         # CPU and bytes to others summed over ranks); zero work with --seed-lookup per-round
-        **per_round,
-        "seed_setup_s": max(r.get("seed_setup", {}).get("seconds", 0.0) for r in ranks),
-        "seed_setup_cpu_s": sum(r.get("seed_setup", {}).get("cpu_s", 0.0) for r in ranks),
-        "seed_setup_remote_bytes": sum(r.get("seed_setup", {}).get("remote_bytes", 0)
-                                       for r in ranks),
-        # every remote row requested, the distinct ones, and what crossed the wire
-        "feature_rows_remote": tot("remote_rows"),
-        # rows of other ranks' parts read in place (shared topology): never on the wire
-        "feature_rows_mapped": tot("mapped_rows"),
-        "feature_rows_distinct_remote": tot("distinct_remote_rows"),
+        "seed_setup_s": max(s.get("seconds", 0.0) for s in setup),
+        "seed_setup_cpu_s": sum(s.get("cpu_s", 0.0) for s in setup),
+        "seed_setup_remote_bytes": sum(s.get("remote_bytes", 0) for s in setup),
+        # every remote row requested; those of other ranks' parts read in place (shared
+        # topology, host groups: never on the wire); the distinct ones; what crossed the wire
+        "feature_rows_remote": tot("remote_rows"), "feature_rows_mapped": tot("mapped_rows"),
+        "feature_rows_distinct_remote": distinct,
         "feature_rows_fetched": fetched, "feature_cache_hits": tot("cache_hits"),
         # CPU seconds of the feature fetches per million sampled edges (all ranks; the
         # service thread's), and the part of them inside collectives
-        "fetch_cpu_s_per_m_edges": sum(sum(r.get("fetch_cpu_s", [0])) for r in ranks)
-        / edges * 1e6,
-        "fetch_exchange_cpu_s_per_m_edges": sum(sum(r.get("fetch_exchange_cpu_s", [0]))
-                                                for r in ranks) / edges * 1e6,
+        "fetch_cpu_s_per_m_edges": tot("fetch_cpu_s") / edges * 1e6,
+        "fetch_exchange_cpu_s_per_m_edges": tot("fetch_exchange_cpu_s") / edges * 1e6,
         "feature_cache_rows": [r["cache_size"] for r in ranks],
         # how the cache's rows were chosen: inclusion (probability), degree or none
         "feature_cache_choice": ranks[0].get("cache_choice", "none"),
         # fetched rows that duplicate another fetched row of the same round (0 by construction)
         "duplicate_rows_fetched_fraction": tot("duplicate_rows_fetched") / fetched
         if fetched else 0.0,
-        "duplicate_rows_avoided_fraction": (1 - tot("distinct_remote_rows") / wired)
-        if wired else 0.0,
-        "feature_wire_vs_distinct_rows": feat_wire / (tot("distinct_remote_rows") * row_bytes)
-        if tot("distinct_remote_rows") and row_bytes else 0.0,
-        "cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
-        if tot("distinct_remote_rows") else 0.0,
+        "duplicate_rows_avoided_fraction": (1 - distinct / wired) if wired else 0.0,
+        "feature_wire_vs_distinct_rows": (tot("feat_remote") + tot("feat_self"))
+        / (distinct * row_bytes) if distinct and row_bytes else 0.0,
         # of the distinct rows a round needs from parts not read in place, the cached ones
-        "row_cache_hit_rate": tot("cache_hits") / tot("distinct_remote_rows")
-        if tot("distinct_remote_rows") else 0.0,
+        "cache_hit_rate": hit_rate, "row_cache_hit_rate": hit_rate,
         # --loader: seconds a batch's consumer waited for it, and for its rows (the part of
         # the wait while the serving round fetched them), per batch, mean of ranks
         **{name: sum(sum(r.get(k, [0])) / max(sum(r.get("waits", [0])), 1) for r in ranks)
@@ -600,26 +504,18 @@ def summarize(ranks: list[dict]) -> dict:
     }
 
 
-def _per_round_summary(ranks: list[dict], cpu_once: float, per_rank_once: float) -> dict:
-    """``--seed-lookup both``: the same rounds with seeds looked up per round, timed alternately
-    with the main (translated once) repeats, and the main run's ratios to them."""
-    pr = [r.get("per_round") for r in ranks]
-    if not all(pr):
-        return {}
-    reps = len(pr[0]["seconds"])
-    per_s = [p["edges"][0] / median(p["seconds"]) for p in pr]
-    cpu = median([sum(p["cpu_s"][k] for p in pr) / max(sum(p["edges"][k] for p in pr), 1) * 1e6
-                  for k in range(reps)])
-    mean = sum(per_s) / len(per_s)
-    return {"per_round_seed_lookup": {
-        "edges_per_s_per_rank": per_s, "mean_edges_per_s_per_rank": mean,
-        "total_edges_per_s": median([sum(p["edges"][k] for p in pr) /
-                                     max(p["seconds"][k] for p in pr) for k in range(reps)]),
-        "cpu_s_per_m_edges": cpu,
-        "exchange_calls_per_rank": [p["exchange_calls"][0] for p in pr],
-        "seconds": [p["seconds"] for p in pr], "cpu_s": [p["cpu_s"] for p in pr],
-        "once_per_rank_edges_per_s_ratio": per_rank_once / mean if mean else 0.0,
-        "once_cpu_ratio": cpu_once / cpu if cpu else 0.0}}
+def _per_round(pr: list[dict], once: dict) -> dict:
+    """The rates of the per-round seed lookups ``pr`` (per rank), and those of the main run
+    (``once``) against them."""
+    got = _rates(pr)
+    mean, cpu = got["mean_edges_per_s_per_rank"], got["cpu_s_per_m_edges"]
+    return {**{k: got[k] for k in ("edges_per_s_per_rank", "mean_edges_per_s_per_rank",
+                                   "total_edges_per_s", "cpu_s_per_m_edges")},
+            "exchange_calls_per_rank": [p["exchange_calls"][0] for p in pr],
+            "seconds": [p["seconds"] for p in pr], "cpu_s": [p["cpu_s"] for p in pr],
+            "once_per_rank_edges_per_s_ratio":
+                once["mean_edges_per_s_per_rank"] / mean if mean else 0.0,
+            "once_cpu_ratio": once["cpu_s_per_m_edges"] / cpu if cpu else 0.0}
 
 
 def _hop_summary(ranks: list[dict]) -> dict:
@@ -645,10 +541,6 @@ def _hop_summary(ranks: list[dict]) -> dict:
     }
 
 
-def _fmt(x: float) -> str:
-    return f"{x / 1e6:,.2f} M/s"
-
-
 class _Single:
     """The single process's figures: same batches, keys and edge-id setting as the ranks.
 
@@ -657,24 +549,15 @@ class _Single:
     """
 
     def __init__(self, graph, seeds, fanouts, args, edge_ids: bool) -> None:
-        from ..ops.rng import request_key
-        from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
+        from ..sampling.sampler import HeteroSampler, MultiHopSampler, local_hop_fn
 
         B = args.batch_size
         self.n = min(args.batches, -(-seeds.size // B))
-        if getattr(graph, "node_types", None) is not None:  # --typed: a TypedGraph
-            from ..sampling.sampler import HeteroSampler
-
-            self.reqs = [typed_request(graph.node_types, graph.node_type_offset,
-                                       seeds[i * B:(i + 1) * B], fanouts,
-                                       request_key(args.seed, 0, i), args.replace, edge_ids)
-                         for i in range(self.n)]
-            self.sampler = HeteroSampler(graph, args.seed)
-        else:
-            self.reqs = [SampleRequest(seeds[i * B:(i + 1) * B], fanouts,
-                                       request_key(args.seed, 0, i), replace=args.replace,
-                                       edge_ids=edge_ids) for i in range(self.n)]
-            self.sampler = MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
+        typed = graph if getattr(graph, "node_types", None) is not None else None  # --typed
+        self.reqs = [_request(typed, seeds[i * B:(i + 1) * B], fanouts, args.seed, i,
+                              args.replace, edge_ids) for i in range(self.n)]
+        self.sampler = HeteroSampler(graph, args.seed) if typed is not None else \
+            MultiHopSampler(local_hop_fn(graph, args.seed), graph.num_nodes)
         self.x = graph.x if args.features else None
         self.sampler.sample(self.reqs[:1])  # warm-up
         self.secs: list[float] = []
@@ -717,6 +600,21 @@ def typed_request(node_types, offsets, seeds, fanouts, key: int, replace: bool,
                                other_seeds=groups, edge_ids=edge_ids)
 
 
+def _request(typed, seeds, fanouts, seed: int, i: int, replace: bool, edge_ids: bool,
+             new_seeds=None):
+    """Global batch ``i``'s request: typed (``typed``: a typed graph or part's types, the seeds
+    grouped by node type) or homogeneous (``new_seeds``: its seeds in new ids, when known)."""
+    from ..ops.rng import request_key
+    from ..sampling.sampler import SampleRequest
+
+    key = request_key(seed, 0, i)
+    if typed is not None:
+        return typed_request(typed.node_types, typed.node_type_offset, seeds, fanouts, key,
+                             replace, edge_ids)
+    return SampleRequest(seeds, fanouts, key, replace=replace, edge_ids=edge_ids,
+                         new_seeds=new_seeds)
+
+
 def num_edges(b) -> int:
     """Sampled edges of a batch, homogeneous or typed."""
     ei = b.edge_index
@@ -724,13 +622,9 @@ def num_edges(b) -> int:
         ei.shape[1])
 
 
-def _synthetic_features(graph, dim: int, seed: int):
-    import numpy as np
-
-    if graph.x is None:
-        rng = np.random.default_rng(seed)
-        graph.x = rng.standard_normal((graph.num_nodes, dim), dtype=np.float32)
-    return graph
+_TASK_ARGS = ("batch_size", "batches", "seed", "replace", "repeats", "split", "features",
+              "host_memory", "edge_ids", "merge", "rounds_in_flight", "prefetch", "id_maps",
+              "seed_lookup", "shared_topology", "hosts", "loader")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -740,11 +634,13 @@ def run(args: argparse.Namespace) -> int:
     fanouts = parse_fanouts(args.fanouts)
     if (args.rounds_in_flight or args.prefetch) and not args.loader:
         raise SystemExit("bench dist: --rounds-in-flight and --prefetch need --loader")
-    worlds = parse_world_sizes(args.world_sizes)
     threads = set_bench_threads(args.threads)
     graph, seeds, load_s = load_for_bench(args)
-    if args.features:
-        graph = _synthetic_features(graph, args.features, args.seed)
+    if args.features and graph.x is None:  # synthetic rows
+        import numpy as np
+
+        graph.x = np.random.default_rng(args.seed).standard_normal(
+            (graph.num_nodes, args.features), dtype=np.float32)
     if args.typed:
         if args.features or args.loader or args.hosts or args.split != "global":
             raise SystemExit("bench dist: --typed runs the sampler alone (no --features, "
@@ -752,62 +648,38 @@ def run(args: argparse.Namespace) -> int:
         from .hetero import typed_view
 
         graph = typed_view(graph, args.typed)[0]  # types by id range: internal id == id
+    opts = {k: getattr(args, k) for k in _TASK_ARGS}  # what the ranks and the JSON both get
     res: dict = {
         "mode": "dist", "command": command_line("dist"), "graph": args.graph,
         "name": graph.name, "undirected": args.undirected, "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size), "load_s": load_s,
-        "fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-        "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
-        "partition_method": args.partition_method, "split": args.split,
-        "features": args.features, "host_memory": args.host_memory, "edge_ids": args.edge_ids,
-        "merge": args.merge, "rounds_in_flight": args.rounds_in_flight,
-        "prefetch": args.prefetch, "id_maps": args.id_maps,
-        "seed_lookup": args.seed_lookup,
-        "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
-        "loader": bool(args.loader), "typed": args.typed, "machine": machine_info(threads),
+        "fanouts": fanouts, **opts, "partition_method": args.partition_method,
+        "typed": args.typed, "machine": machine_info(threads), "host_cores": args.host_cores,
+        "dist": {},
     }
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
-    print(f"threads {threads} per rank, fanouts {fanouts}, batch size {args.batch_size}, "
-          f"{args.batches} batches per rank, median of {args.repeats}, partitioning "
-          f"{args.partition_method}, split {args.split}, features {args.features or 'none'}, "
-          f"host memory {args.host_memory or 'default'}, "
-          f"edge ids {'on' if args.edge_ids else 'off'}, "
-          f"{args.merge or ('all pending' if args.loader else 1)} request(s) per rank per "
-          f"round, {args.rounds_in_flight or 'auto'} round(s) in flight, "
-          f"{args.id_maps} id maps, seed lookup {args.seed_lookup}, shared topology "
-          f"{'on' if args.shared_topology else 'off'}, "
-          f"{f'{args.hosts} emulated host(s)' if args.hosts else 'no emulated hosts'}, "
-          f"{'loader through a service' if args.loader else 'sampler calls'}; "
-          f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores", flush=True)
+    print(f"threads {threads} per rank, fanouts {fanouts}, partitioning "
+          f"{args.partition_method}, " + ", ".join(f"{k} {v}" for k, v in opts.items())
+          + f"; load average {res['machine']['loadavg_1m'] or 0:.2f} on {cores} cores",
+          flush=True)
 
     usable = usable_cores() if args.host_cores == "split" else None
-    layouts = {w: host_cores(w, args.hosts, usable) for w in worlds}
-    res["host_cores"] = args.host_cores
+    layouts = {w: host_cores(w, args.hosts, usable) for w in args.world_sizes}
     if args.hosts and args.host_cores == "split" and any(v is None for v in layouts.values()):
         print(f"emulated hosts share every core where fewer than {args.hosts} cores are "
               f"usable here ({len(usable) if usable else 'no'} pinnable cores)", flush=True)
     # the single process on one emulated host's cores (every world size splits them alike)
-    single_cores = next((v[0] for v in layouts.values() if v), None)
-    res["single_cores"] = single_cores
+    single_cores = res["single_cores"] = next((v[0] for v in layouts.values() if v), None)
     one = _Single(graph, seeds, fanouts, args, args.edge_ids)
     for _ in range(args.repeats):
         one.run_once(single_cores)
-    res["dist"] = {}
-    task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-            "seed": args.seed, "replace": bool(args.replace), "repeats": args.repeats,
-            "threads": threads, "features": args.features, "host_memory": args.host_memory,
-            "split": args.split, "edge_ids": bool(args.edge_ids), "merge": args.merge,
-            "rounds_in_flight": args.rounds_in_flight, "prefetch": args.prefetch,
-            "id_maps": args.id_maps,
-            "seed_lookup": args.seed_lookup,
-            "shared_topology": bool(args.shared_topology), "hosts": args.hosts,
-            "loader": bool(args.loader)}
+    task = {**opts, "fanouts": fanouts, "threads": threads}
     if args.typed:  # a typed part cannot list its non-isolated nodes by row: sent instead
         task["seeds"] = seeds.tolist()
     with tempfile.TemporaryDirectory(prefix="mnmg-bench-dist-") as tmp:
         root = Path(tmp)
-        for w in worlds:
+        for w in args.world_sizes:
             parts = partition_for(graph, w, args.partition_method, args.seed, root)
             over = f" (oversubscribed: {w * threads} threads on {cores} cores)" \
                 if w * threads > cores else ""
@@ -820,10 +692,8 @@ def run(args: argparse.Namespace) -> int:
             ranks = launch("dist", w, root / f"work-{w}",
                            {**task, "partitions": str(parts), "cores": cores_of},
                            args.timeout, threads)
-            s = summarize(ranks)
-            s["launch_s"] = time.perf_counter() - t
-            s["oversubscribed"] = bool(over)
-            res["dist"][str(w)] = s
+            res["dist"][str(w)] = {**summarize(ranks), "launch_s": time.perf_counter() - t,
+                                   "oversubscribed": bool(over)}
     single = res["single"] = one.result()
     for s in res["dist"].values():
         s["per_rank_vs_single"] = s["mean_edges_per_s_per_rank"] / single["per_s"]
@@ -839,10 +709,10 @@ def run(args: argparse.Namespace) -> int:
 def print_table(res: dict) -> None:
     single = res["single"]
     print(f"\n{'':14}{'edges/s per rank':>26}{'total':>12}{'x single':>9}{'per rank x':>11}"
-          f"{'CPU s/M edges':>14}{'x single':>9}{'id B/edge':>14}{'feat B/edge':>16}")
-    print(f"{'':14}{'':>26}{'':>12}{'':>9}{'':>11}{'(all ranks)':>14}{'':>9}"
-          f"{'self/others':>14}{'self/others':>16}")
-    print(f"{'single process':14}{_fmt(single['per_s']):>26}{_fmt(single['per_s']):>12}"
+          f"{'CPU s/M edges':>14}{'x single':>9}{'id B/edge':>14}{'feat B/edge':>16}\n{'':72}"
+          f"{'(all ranks)':>14}{'':>9}{'self/others':>14}{'self/others':>16}")
+    one = f"{single['per_s'] / 1e6:,.2f} M/s"
+    print(f"{'single process':14}{one:>26}{one:>12}"
           f"{'1.00x':>9}{'1.00x':>11}{single['cpu_s_per_m_edges']:>14.3f}{'1.00x':>9}"
           f"{'-':>14}{'-':>16}")
     for w, s in res["dist"].items():
@@ -854,80 +724,63 @@ def print_table(res: dict) -> None:
         print(f"{name:14}{each:>26}{s['total_edges_per_s'] / 1e6:>8.2f} M/s"
               f"{s['total_vs_single']:>8.2f}x{s['per_rank_vs_single']:>10.2f}x"
               f"{s['cpu_s_per_m_edges']:>14.3f}{s['cpu_vs_single']:>8.2f}x{ids:>14}{feat:>16}")
-    for w, s in res["dist"].items():
-        print(f"W={w}: {s['requests_per_round']:.1f} requests, {s['rounds_in_flight']} in "
-              f"flight, "
-              f"{s['collectives_per_round']:.1f} collectives ({s['exchanges_per_round']:.1f} "
-              f"exchanges) and "
-              f"{s['bytes_per_round'] / 1024:.1f} KiB to others per round (per rank); crossing "
-              f"hosts per sampled edge: {s['cross_host_id_bytes_per_edge']:.2f} id B, "
-              f"{s['cross_host_feature_bytes_per_edge']:.2f} feature B"
-              + (f"; a batch waited {s['step_wait_s'] * 1e3:.1f} ms, "
-                 f"{s['step_wait_for_rows_s'] * 1e3:.1f} ms of it for rows"
-                 if s["step_wait_s"] else ""))
     if any(s["oversubscribed"] for s in res["dist"].values()):
         print("* more rank threads than cores: ranks share cores, so per-rank edges/s drops; "
               "CPU s per edge stays comparable")
-    print("seeds translated to the partitioning's ids " + (
-        "once before the timed rounds (as the loader does): " + "; ".join(
-            f"W={w}: {s['seed_setup_s'] * 1e3:.1f} ms (slowest rank), "
-            f"{s['seed_setup_cpu_s'] * 1e3:.1f} ms CPU (all ranks), "
-            f"{s['seed_setup_remote_bytes']:,} B to others"
-            for w, s in res["dist"].items())
-        if res.get("seed_lookup", "once") != "per-round"
-        else "in every timed round (per-round)"))
     for w, s in res["dist"].items():
-        p = s.get("per_round_seed_lookup")
-        if not p:
-            continue
-        each = ", ".join(f"{v / 1e6:.2f}" for v in p["edges_per_s_per_rank"])
-        calls = ", ".join(str(c) for c in p["exchange_calls_per_rank"])
-        mine = ", ".join(str(r["exchange_calls"]) for r in s["ranks"])
-        print(f"W={w}, same run, alternate repeats: seeds looked up in every round {each} M/s "
-              f"per rank, {p['cpu_s_per_m_edges']:.3f} CPU s/M edges, {calls} collectives per "
-              f"rank per repeat; translated once: {p['once_per_rank_edges_per_s_ratio']:.2f}x "
-              f"edges/s per rank, {p['once_cpu_ratio']:.2f}x CPU per edge, {mine} collectives")
-    if res["features"] and res.get("shared_topology"):
-        print("\nfeatures: " + "; ".join(
-            f"W={w}: {s['feature_rows_mapped']:,} rows of other ranks' parts read in place from "
-            f"the mapped parts, {s['feature_bytes_per_edge_remote']:.2f} feature B/edge to others"
-            for w, s in res["dist"].items()))
-    elif res["features"]:
-        print("\nfeatures: " + "; ".join(
-            f"W={w}: duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} "
-            f"(avoided {s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "
+        _print_world(res, w, s)
+    print(f"{single['edges_per_batch']:,.0f} edges/batch; id bytes: sampling traffic; feature "
+          "bytes: ids and rows of the feature fetch; self: what a rank hands its own collective")
+
+
+def _print_world(res: dict, w: str, s: dict) -> None:
+    """One world size's lines below the table: rounds, seeds, features, hops."""
+    print(f"W={w}: {s['requests_per_round']:.1f} requests, {s['rounds_in_flight']} in flight, "
+          f"{s['collectives_per_round']:.1f} collectives ({s['exchanges_per_round']:.1f} "
+          f"exchanges) and {s['bytes_per_round'] / 1024:.1f} KiB to others per round (per "
+          f"rank); crossing hosts per sampled edge: {s['cross_host_id_bytes_per_edge']:.2f} id "
+          f"B, {s['cross_host_feature_bytes_per_edge']:.2f} feature B"
+          + (f"; a batch waited {s['step_wait_s'] * 1e3:.1f} ms, "
+             f"{s['step_wait_for_rows_s'] * 1e3:.1f} ms of it for rows" if s["step_wait_s"]
+             else ""))
+    print(f"W={w}: seeds " + (
+        "looked up in every timed round" if res.get("seed_lookup") == "per-round" else
+        f"translated once before the timed rounds (as a loader does): {s['seed_setup_s'] * 1e3:.1f}"
+        f" ms (slowest rank), {s['seed_setup_cpu_s'] * 1e3:.1f} ms CPU (all ranks), "
+        f"{s['seed_setup_remote_bytes']:,} B to others"))
+    p = s.get("per_round_seed_lookup")
+    if p:
+        print(f"W={w}, alternate repeats, seeds looked up in every round: "
+              + ", ".join(f"{v / 1e6:.2f}" for v in p["edges_per_s_per_rank"])
+              + f" M/s per rank, {p['cpu_s_per_m_edges']:.3f} CPU s/M edges, collectives per "
+              f"rank per repeat {p['exchange_calls_per_rank']} (translated once: "
+              f"{[r['exchange_calls'] for r in s['ranks']]}, "
+              f"{p['once_per_rank_edges_per_s_ratio']:.2f}x edges/s per rank, "
+              f"{p['once_cpu_ratio']:.2f}x CPU per edge)")
+    if res["features"]:
+        print(f"W={w} features: " + (
+            f"{s['feature_rows_mapped']:,} rows of other ranks' parts read in place, none "
+            "fetched" if not s["feature_rows_fetched"] else
+            f"duplicate rows fetched {s['duplicate_rows_fetched_fraction']:.0%} (avoided "
+            f"{s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "
             f"{s['feature_wire_vs_distinct_rows']:.3f}x distinct remote rows x row size, "
             f"cache hit rate {s['cache_hit_rate']:.0%} (rows chosen by "
             f"{s['feature_cache_choice']}); fetch CPU {s['fetch_cpu_s_per_m_edges']:.3f} s per "
-            f"M edges ({s['fetch_exchange_cpu_s_per_m_edges']:.3f} in collectives)"
-            for w, s in res["dist"].items()))
-    for w, s in res["dist"].items():
-        if not s.get("hops") or int(w) < 2:
-            continue
-        p = s["id_bytes_per_edge_remote_parts"]
-        hops = ", ".join(f"hop {i + 1} {h['id_bytes_per_edge_remote']:.2f} "
-                         f"({h['remote_fraction']:.0%} of {h['frontier_nodes']:,} frontier nodes "
-                         f"remote" + (f", {h['mapped_fraction']:.0%} from the host's mapped "
-                                      "parts" if h.get("mapped_fraction") else "") + ")"
-                         for i, h in enumerate(s["hops"]))
-        if res.get("shared_topology"):
-            print(f"W={w} shared topology: every hop sampled on the requesting rank, 0 id bytes "
-                  "on the wire; frontier nodes in other ranks' parts, sampled from the mapped "
-                  "parts: " + ", ".join(f"hop {i + 1} {h.get('mapped_fraction', 0):.0%} of "
-                                        f"{h['frontier_nodes']:,}"
-                                        for i, h in enumerate(s["hops"])))
-            continue
-        owned = ("; owned seeds per rank " + ", ".join(f"{v:,}" for v in
-                                                        s["owned_seeds_per_rank"])
-                 if res["split"] == "owner" else "")
-        print(f"W={w} id B/edge to others by hop: {hops}; by kind: "
-              f"{p['per_remote_node']:.2f} ids and counts (per remote node), "
-              f"{p['per_remote_edge']:.2f} neighbors (per remote edge), "
-              f"{p['headers_and_sizes']:.3f} the rest (headers, sizes, reply padding, original "
-              f"ids){owned}")
-    print(f"{single['edges_per_batch']:,.0f} edges/batch; id bytes: sampling traffic (headers, "
-          "ids, counts, neighbors); feature bytes: ids and rows of the feature fetch; self = "
-          "rows a rank hands its own collective (nodes it owns never enter one)")
+            f"M edges ({s['fetch_exchange_cpu_s_per_m_edges']:.3f} in collectives)"))
+    if not s.get("hops") or int(w) < 2:
+        return
+    p = s["id_bytes_per_edge_remote_parts"]
+    hops = ", ".join(f"hop {i + 1} {h['id_bytes_per_edge_remote']:.2f} "
+                     f"({h['remote_fraction']:.0%} of {h['frontier_nodes']:,} frontier nodes "
+                     f"remote" + (f", {h['mapped_fraction']:.0%} sampled from mapped parts"
+                                  if h.get("mapped_fraction") else "") + ")"
+                     for i, h in enumerate(s["hops"]))
+    owned = ("; owned seeds per rank " + ", ".join(f"{v:,}" for v in s["owned_seeds_per_rank"])
+             if res["split"] == "owner" else "")
+    print(f"W={w} id B/edge to others by hop: {hops}; by kind: {p['per_remote_node']:.2f} ids "
+          f"and counts (per remote node), {p['per_remote_edge']:.2f} neighbors (per remote "
+          f"edge), {p['headers_and_sizes']:.3f} the rest (headers, sizes, reply padding, "
+          f"original ids){owned}")
 
 
 def plot(res: dict, path: str) -> None:
@@ -940,22 +793,19 @@ def plot(res: dict, path: str) -> None:
     except ImportError:
         print("matplotlib is not installed: pip install 'mnmg-sampler[plot]'; no plot written")
         return
-    ws = [int(w) for w in res["dist"]]
-    ss = list(res["dist"].values())
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
-    a.plot(ws, [s["mean_edges_per_s_per_rank"] / 1e6 for s in ss], "o-", label="per rank")
-    a.plot(ws, [s["total_edges_per_s"] / 1e6 for s in ss], "s--", label="total")
-    a.axhline(res["single"]["per_s"] / 1e6, color="gray", ls=":", label="single process")
-    a.set_xlabel("ranks (W)")
-    a.set_ylabel("sampled edges/s (M)")
-    a.set_xticks(ws)
-    a.legend()
-    b.plot(ws, [s["cpu_s_per_m_edges"] for s in ss], "o-", label="all ranks")
-    b.axhline(res["single"]["cpu_s_per_m_edges"], color="gray", ls=":", label="single process")
-    b.set_xlabel("ranks (W)")
-    b.set_ylabel("CPU s per M sampled edges")
-    b.set_xticks(ws)
-    b.legend()
+    ws, ss = [int(w) for w in res["dist"]], list(res["dist"].values())
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, lines, one, label in (
+            (axes[0], [("mean_edges_per_s_per_rank", "o-", "per rank"),
+                       ("total_edges_per_s", "s--", "total")], "per_s", "sampled edges/s (M)"),
+            (axes[1], [("cpu_s_per_m_edges", "o-", "all ranks")], "cpu_s_per_m_edges",
+             "CPU s per M sampled edges")):
+        scale = 1e6 if one == "per_s" else 1.0
+        for key, style, name in lines:
+            ax.plot(ws, [s[key] / scale for s in ss], style, label=name)
+        ax.axhline(res["single"][one] / scale, color="gray", ls=":", label="single process")
+        ax.set(xlabel="ranks (W)", ylabel=label, xticks=ws)
+        ax.legend()
     fig.suptitle(f"{Path(res['graph']).name}, fanouts {res['fanouts']}, "
                  f"{res['partition_method']}, split {res['split']}", fontsize=9)
     fig.tight_layout()

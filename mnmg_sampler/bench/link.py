@@ -124,24 +124,18 @@ def bench_dgl_link(graph, seed_pos, python: Path, args, fanouts, before_each) ->
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ..commands.sample import parse_fanouts
-    from ._launch import command_line, load_for_bench, set_bench_threads, write_json
-    from .single import _fmt, _machine, _verdict
+    from ._launch import start_run, write_json
+    from .single import _fmt, _verdict
 
-    fanouts = parse_fanouts(args.fanouts)
-    threads = set_bench_threads(args.threads)  # torch's too: idle intra-op threads spin
-    graph, _seeds, load_s = load_for_bench(args)
+    # start_run sets torch's threads too: idle intra-op threads spin
+    fanouts, threads, graph, res = start_run(
+        "link", args, DGL_TARGET, negatives=args.negatives, reject_known=args.reject,
+        exclude_seed_edges=not args.no_exclude)
     n_seed = min(args.batches * args.batch_size, graph.num_edges)
     seed_pos = np.random.default_rng([args.seed, 0x11CC]).choice(graph.num_edges, n_seed,
                                                                  replace=False)
-    res: dict = {"mode": "link", "command": command_line("link"), "graph": args.graph,
-                 "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "load_s": load_s,
-                 "fanouts": fanouts, "batch_size": args.batch_size, "negatives": args.negatives,
-                 "reject_known": args.reject, "exclude_seed_edges": not args.no_exclude,
-                 "replace": args.replace, "seed": args.seed, "machine": _machine(threads)}
-    print(f"graph {args.graph}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges, loaded "
-          f"in {load_s:.1f}s; threads {threads}, fanouts {fanouts}, {args.batches} batches of "
-          f"{args.batch_size} seed edges, {args.negatives} negative(s) each, exclude seed edges "
+    print(f"threads {threads}, fanouts {fanouts}, {args.batches} batches of {args.batch_size} "
+          f"seed edges, {args.negatives} negative(s) each, exclude seed edges "
           f"{not args.no_exclude}, reject known {args.reject}")
     lb = LinkBench(graph, seed_pos, fanouts, args)
     peer = None if args.no_peers else peer_python(args.peers_venv)

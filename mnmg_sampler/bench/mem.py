@@ -1,6 +1,6 @@
-"""``mnmg-sampler bench mem``: memory per rank, the distributed partitioner, cost vs graph size.
+"""``mnmg-sampler bench mem``: memory per rank and the distributed partitioner.
 
-Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
+Two measurements, chosen with ``--what`` (comma-separated; default ``rss``):
 
 ``rss``
     For each world size in ``--world-sizes`` (default 1,2,4) the graph (with ``--feature-dim``
@@ -18,11 +18,9 @@ Three measurements, chosen with ``--what`` (comma-separated; default ``rss``):
     (:func:`mnmg_sampler.graph.partition.partition`) and by ``--partition-ranks``
     ranks (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports
     its own peak RSS, and the two output directories are compared file by file.
-``scaling``
-    For ``rmat:S`` with S in ``--scales`` (default 16..22, undirected): 2 ranks partition the
-    graph (distributed), then sample ``--batches`` minibatches each with the distributed sampler;
-    reported: sampled edges per CPU-second (all ranks' edges / all ranks' process CPU time).
-    ``--plot PNG`` draws it (matplotlib).
+
+Sampling cost against graph size is ``bench dist --graph rmat:S`` for each ``S``: it reports
+CPU seconds per sampled edge summed over ranks (``cpu_s_per_m_edges``).
 
 Absolute figures drift on a shared machine; compare the ratios printed beside them.
 """
@@ -31,29 +29,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from ._launch import TASK, _env, _tail, command_line, launch, write_json
+from ._launch import TASK, command_line, launch, write_json, write_result
 
-log = logging.getLogger(__name__)
-
-HELP = "memory: RSS per rank vs its part, distributed vs single partitioner peak, cost vs size"
-WHATS = ("rss", "partition", "scaling")
+HELP = "memory: RSS per rank vs its part, distributed vs single partitioner peak"
+WHATS = ("rss", "partition")
 MB = 2**20
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("mem", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--what", default="rss", help="comma-separated: rss, partition, scaling "
-                   "(default: rss)")
+    p.add_argument("--what", default="rss", help="comma-separated: rss, partition (default: rss)")
     p.add_argument("--graph", default="rmat:18", help="graph of the rss runs (default rmat:18)")
     p.add_argument("--undirected", action="store_true", help="add reverse edges (rss runs)")
     p.add_argument("--feature-dim", type=int, default=64,
@@ -62,7 +54,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--fanouts", default="10,10", help="(default 10,10)")
     p.add_argument("--batch-size", type=int, default=1024, help="(default 1024)")
     p.add_argument("--batches", type=int, default=20,
-                   help="minibatches per rank in rss and scaling runs (default 20)")
+                   help="minibatches per rank in rss runs (default 20)")
     p.add_argument("--verify", default="auto", choices=["auto", "full", "sampled", "off"],
                    help="start-up verification of the rss runs (default auto)")
     p.add_argument("--partition-graph", default="rmat:22",
@@ -71,8 +63,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--partition-ranks", type=int, default=4, help="(default 4)")
     p.add_argument("--partition-method", default="random", choices=["random", "range", "hash"],
                    help="(default random)")
-    p.add_argument("--scales", default="16,17,18,19,20,21,22", help="scaling runs")
-    p.add_argument("--plot", metavar="PNG", help="write the scaling plot here")
     p.add_argument("--timeout", type=float, default=3600.0, help="per launch (default 3600)")
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     p.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
@@ -97,13 +87,6 @@ def _since_start() -> float:
     with open("/proc/uptime") as f:
         uptime = float(f.read().split()[0])
     return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _finish(work: str, rank: int, res: dict) -> None:
-    path = Path(work) / f"rank{rank}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res))
-    os.replace(tmp, path)
 
 
 def _part_bytes(path: str, rank: int) -> dict:
@@ -149,7 +132,7 @@ def _rss_worker(work: str, task: dict) -> None:
     svc.shutdown()
     dist.barrier()
     half = samples[len(samples) // 2:] or [_rss()]
-    _finish(work, rank, {"rank": rank, "base": base, "steady": float(np.median(half)),
+    write_result(work, rank, {"rank": rank, "base": base, "steady": float(np.median(half)),
                          "peak": max(_peak(), max(half)), "load_s": t_load, "first_batch_s": first,
                          "batches": len(samples), "edges": edges,
                          "maps": svc.sampler.ids.nbytes, **_part_bytes(task["partitions"], rank)})
@@ -170,7 +153,7 @@ def _dist_partition_worker(work: str, task: dict) -> None:
         partition_typed_distributed(task["graph"], task["out"], task["method"], 0)
     else:
         partition_distributed(task["graph"], task["out"], task["method"], 0, undirected=True)
-    _finish(work, env.rank, {"rank": env.rank, "base": base, "peak": _peak(),
+    write_result(work, env.rank, {"rank": env.rank, "base": base, "peak": _peak(),
                              "seconds": time.perf_counter() - t0})
     dist.barrier()
     dist.destroy_process_group()
@@ -183,58 +166,15 @@ def _single_partition_worker(work: str, task: dict) -> None:
 
     base = _rss()
     t0 = time.perf_counter()
-    if sliceable_typed_input(task["graph"]):
-        partition(load_typed_graph(task["graph"]), task["parts"], task["method"], task["out"], 0)
-    else:
-        partition(load_graph(task["graph"], undirected=True), task["parts"], task["method"],
-                  task["out"], 0)
-    _finish(work, 0, {"rank": 0, "base": base, "peak": _peak(),
+    name = task["graph"]
+    g = load_typed_graph(name) if sliceable_typed_input(name) else load_graph(name, undirected=True)
+    partition(g, task["parts"], task["method"], task["out"], 0)
+    write_result(work, 0, {"rank": 0, "base": base, "peak": _peak(),
                       "seconds": time.perf_counter() - t0})
 
 
-def _scaling_worker(work: str, task: dict) -> None:
-    import numpy as np
-    import torch.distributed as dist
-
-    from ..distributed.ingest import partition_distributed
-    from ..distributed.sampler import DistSampler
-    from ..graph.partition_io import load_partition
-    from ..graph.permute import permute
-    from ..ops.rng import request_key
-    from ..sampling.sampler import SampleRequest
-    from ..system.runtime import init_distributed, set_threads
-
-    env, _ = init_distributed("gloo", "cpu")
-    set_threads(1)
-    rank, world = env.rank, env.world_size
-    partition_distributed(task["graph"], task["out"], "random", 0, undirected=True)
-    part = load_partition(task["out"], rank, world, verify="off")
-    sampler = DistSampler(part, seed=0, shared_topology=False)
-    deg = np.diff(np.asarray(part.indptr))
-    # seeds: non-isolated nodes of this rank, in a seeded order (a fixed amount of work)
-    mine = np.asarray(part.orig_ids)[deg > 0]
-    mine = mine[np.argsort(permute(mine, part.num_nodes, 2))]
-    b, fan = task["batch_size"], task["fanouts"]
-    rounds = task["batches"]
-
-    def one(i: int) -> int:
-        s = mine[(i * b) % max(1, mine.size):][:b]
-        reqs = [SampleRequest(s, fan, request_key(0, 0, i * world + rank))]
-        return sum(int(x.e_id.numel()) for x in sampler.sample(reqs))
-
-    one(0)  # warm-up: compiled code, page cache
-    dist.barrier()
-    c0, t0 = time.process_time(), time.perf_counter()
-    edges = sum(one(i) for i in range(1, rounds + 1))
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    _finish(work, rank, {"rank": rank, "edges": edges, "cpu_s": cpu, "wall_s": wall,
-                         "num_nodes": part.num_nodes, "num_edges": part.num_edges})
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 WORKERS = {"rss": _rss_worker, "dist_partition": _dist_partition_worker,
-           "single_partition": _single_partition_worker, "scaling": _scaling_worker}
+           "single_partition": _single_partition_worker}
 
 
 def _worker(work: str) -> int:
@@ -246,17 +186,6 @@ def _worker(work: str) -> int:
 # -- parent -------------------------------------------------------------------------------------
 def _ints(text: str) -> list[int]:
     return [int(t) for t in str(text).split(",") if t.strip()]
-
-
-def _single(work: Path, task: dict, timeout: float) -> dict:
-    """Run a worker as one plain process (no torchrun); its result."""
-    work.mkdir(parents=True, exist_ok=True)
-    (work / TASK).write_text(json.dumps(task))
-    cmd = [sys.executable, "-m", "mnmg_sampler", "bench", "mem", "--worker", str(work)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(1), timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"single-process worker failed\n{_tail(proc.stderr)}")
-    return json.loads((work / "rank0.json").read_text())
 
 
 def _rss_runs(args, root: Path) -> dict:
@@ -316,8 +245,9 @@ def _partition_runs(args, root: Path) -> dict:
     w = args.partition_ranks
     base = {"graph": args.partition_graph, "method": args.partition_method}
     print(f"partition: {args.partition_graph}, one process ...", flush=True)
-    single = _single(root / "work-single", {**base, "kind": "single_partition", "parts": w,
-                                            "out": str(root / "single")}, args.timeout)
+    single, = launch("mem", 1, root / "work-single", {**base, "kind": "single_partition",
+                                                      "parts": w, "out": str(root / "single")},
+                     args.timeout, 1)
     print(f"partition: {w} ranks ...", flush=True)
     ranks = launch("mem", w, root / "work-dist", {**base, "kind": "dist_partition",
                                                   "out": str(root / "dist")}, args.timeout, 1)
@@ -341,59 +271,6 @@ def _print_partition(res: dict) -> None:
           "byte for byte)")
 
 
-def _scaling_runs(args, root: Path) -> dict:
-    rows = []
-    for scale in _ints(args.scales):
-        task = {"kind": "scaling", "graph": f"rmat:{scale}", "out": str(root / f"s{scale}"),
-                "fanouts": _ints(args.fanouts), "batch_size": args.batch_size,
-                "batches": args.batches}
-        print(f"scaling: rmat:{scale} on 2 ranks ...", flush=True)
-        ranks = launch("mem", 2, root / f"work-s{scale}", task, args.timeout, 1)
-        edges = sum(r["edges"] for r in ranks)
-        cpu = sum(r["cpu_s"] for r in ranks)
-        rows.append({"scale": scale, "num_nodes": ranks[0]["num_nodes"],
-                     "num_edges": ranks[0]["num_edges"], "edges": edges, "cpu_s": cpu,
-                     "edges_per_cpu_s": edges / cpu if cpu else 0.0})
-        import shutil
-
-        shutil.rmtree(root / f"s{scale}", ignore_errors=True)
-    best = max(r["edges_per_cpu_s"] for r in rows)
-    worst = min(r["edges_per_cpu_s"] for r in rows)
-    return {"rows": rows, "spread": best / worst if worst else float("inf")}
-
-
-def _print_scaling(res: dict) -> None:
-    print(f"\nscaling: sampled edges per CPU-second, 2 ranks\n{'graph':>10}{'nodes':>12}"
-          f"{'CSR entries':>14}{'edges/CPU-s':>14}")
-    for r in res["rows"]:
-        print(f"{'rmat:' + str(r['scale']):>10}{r['num_nodes']:>12,}{r['num_edges']:>14,}"
-              f"{r['edges_per_cpu_s'] / 1e6:>12.2f} M")
-    print(f"largest / smallest rate: {res['spread']:.2f}x (acceptance: within 2x)")
-
-
-def _plot(res: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = res["rows"]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([r["num_edges"] for r in rows], [r["edges_per_cpu_s"] / 1e6 for r in rows], "o-")
-    for r in rows:
-        ax.annotate(f"rmat:{r['scale']}", (r["num_edges"], r["edges_per_cpu_s"] / 1e6),
-                    textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-    ax.set_xscale("log")
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("CSR entries of the graph (undirected R-MAT)")
-    ax.set_ylabel("sampled edges per CPU-second (M)")
-    ax.set_title("Sampling cost vs graph size (2 ranks, gloo)")
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker(args.worker)
@@ -413,10 +290,5 @@ def run(args: argparse.Namespace) -> int:
         if "partition" in whats:
             res["partition"] = _partition_runs(args, root / "partition")
             _print_partition(res["partition"])
-        if "scaling" in whats:
-            res["scaling"] = _scaling_runs(args, root / "scaling")
-            _print_scaling(res["scaling"])
-            if args.plot:
-                _plot(res["scaling"], args.plot)
     write_json(args.json, res)
     return 0

@@ -3,9 +3,8 @@
 On ``--ranks`` ranks (default 2, torchrun, gloo on loopback), each rank runs a
 :class:`~mnmg_sampler.distributed.service.SamplingService` in thread mode (features off) and
 ``--loaders`` :class:`~mnmg_sampler.loaders.neighbor.DistNeighborLoader` objects (default 8), each
-iterated
-in its own thread, ``--batches`` batches of ``--batch-size`` seeds each (disjoint seed sets, one
-per loader; ``--prefetch`` requests in flight per loader). Two configurations of the same
+iterated in its own thread, ``--batches`` batches of ``--batch-size`` seeds each (disjoint seed
+sets, one per loader; ``--prefetch`` requests in flight per loader). Two configurations of the same
 service, interleaved repeat by repeat:
 
 * **merged**: every round takes every pending local request (the default service): one kernel
@@ -24,7 +23,6 @@ Target: merged >= 2x the requests/s of one request per round. Medians of ``--rep
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import threading
 import time
@@ -40,8 +38,6 @@ from ._launch import (
     worker_start,
     write_json,
 )
-
-log = logging.getLogger(__name__)
 
 HELP = "distributed: 8 concurrent loaders, merged rounds vs one request per round"
 TARGET = 2.0
@@ -61,9 +57,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="batches per loader per rank per repeat (default: 20)")
     p.add_argument("--prefetch", type=positive_int, default=1,
                    help="requests in flight per loader (default: 1)")
-    p.add_argument("--rounds-in-flight", type=positive_int, default=1, metavar="K",
-                   help="K > 1: also time the merged service with K rounds in flight "
-                        "(SamplingService(rounds_in_flight=K)), interleaved (default: 1)")
     p.set_defaults(bench_run=run)
     return p
 
@@ -82,10 +75,9 @@ def _worker(work: str) -> int:
     # loader k: its own window of the seed order (windows wrap and overlap on small graphs)
     inputs = [distinct_seeds(seeds, k * per, per) for k in range(task["loaders"])]
 
-    def phase(limit: int | None, in_flight: int = 1) -> dict:
+    def phase(limit: int | None) -> dict:
         svc = SamplingService(part, seed=seed, mode="thread", features=False,
-                              max_requests_per_round=limit, shared_topology=False,
-                              rounds_in_flight=in_flight)
+                              max_requests_per_round=limit, shared_topology=False)
         loaders = [DistNeighborLoader(svc, x, fanouts, B, seed=k, prefetch=task["prefetch"])
                    for k, x in enumerate(inputs)]
         warm = loaders[0]
@@ -120,11 +112,10 @@ def _worker(work: str) -> int:
                  edges=sum(c[1] for c in counts))
         return d
 
-    configs = _configs(task)
-    res: dict = {"rank": rank, "world": world, **{name: [] for name in configs}}
+    res: dict = {"rank": rank, "world": world, **{name: [] for name in CONFIGS}}
     for _ in range(task["repeats"]):
-        for name, (limit, k) in configs.items():
-            res[name].append(phase(limit, k))
+        for name, limit in CONFIGS.items():
+            res[name].append(phase(limit))
     worker_finish(work, rank, res)
     return 0
 
@@ -148,14 +139,6 @@ def settled_stats(svc) -> dict:
         if int(r[0]) == -int(r[1]):
             return st
         time.sleep(0.01)
-
-
-def _configs(task: dict) -> dict[str, tuple[int | None, int]]:
-    """Configuration name -> (max_requests_per_round, rounds_in_flight)."""
-    out = {name: (limit, 1) for name, limit in CONFIGS.items()}
-    if task.get("rounds_in_flight", 1) > 1:
-        out["in_flight"] = (None, task["rounds_in_flight"])
-    return out
 
 
 # -- parent --------------------------------------------------------------------------------------
@@ -197,11 +180,8 @@ def run(args: argparse.Namespace) -> int:
           f"{args.prefetch}), {args.batches} batches of {args.batch_size} per loader, fanouts "
           f"{fanouts}, threads {threads} per rank, median of {args.repeats}; load average "
           f"{res['machine']['loadavg_1m'] or 0:.2f} on {os.cpu_count()} cores", flush=True)
-    task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-            "loaders": args.loaders, "prefetch": args.prefetch, "seed": args.seed,
-            "repeats": args.repeats, "threads": threads, "rounds_in_flight": args.rounds_in_flight}
-    ranks = launch_on_partitions("merge", args, graph, task, threads)
-    for name in _configs(task):
+    ranks = launch_on_partitions("merge", args, graph, fanouts, threads, loaders=args.loaders)
+    for name in CONFIGS:
         res[name] = summarize(ranks, name)
     m, o = res["merged"], res["one_per_round"]
     res["ratio"] = m["requests_per_s"] / o["requests_per_s"]
@@ -209,20 +189,13 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"\n{'':24}{'requests/s':>12}{'edges/s':>14}{'req/round':>11}{'rounds':>8}"
           f"{'kernel calls':>14}{'calls/req':>11}")
-    rows = [("merged", m), ("one request per round", o)]
-    if "in_flight" in res:
-        rows.append((f"merged, {args.rounds_in_flight} in flight", res["in_flight"]))
-        res["in_flight_vs_merged"] = res["in_flight"]["requests_per_s"] / m["requests_per_s"]
-    for label, s in rows:
+    for label, s in (("merged", m), ("one request per round", o)):
         print(f"{label:24}{s['requests_per_s']:>12,.1f}{s['edges_per_s'] / 1e6:>10,.2f} M/s"
               f"{s['requests_per_round']:>11.2f}{s['rounds']:>8}{s['kernel_calls']:>14}"
               f"{s['kernel_calls_per_request']:>11.2f}")
     verdict = "met" if res["met"] else "MISSED"
     print(f"\nmerged / one per round   {res['ratio']:.2f}x requests/s "
           f"(target >= {TARGET:g}x: {verdict})")
-    if "in_flight" in res:
-        print(f"{args.rounds_in_flight} rounds in flight / one: "
-              f"{res['in_flight_vs_merged']:.2f}x requests/s")
     print("(first repeat; req/round: all ranks' requests per collective round; kernel calls: "
           "summed over ranks. Requests of different ranks share a round in both "
           "configurations.)")

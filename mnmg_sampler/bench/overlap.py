@@ -20,7 +20,6 @@ actually tested. Reported: each epoch time (the slowest rank's, median of ``--re
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import time
 
@@ -35,8 +34,6 @@ from ._launch import (
     worker_start,
     write_json,
 )
-
-log = logging.getLogger(__name__)
 
 HELP = "distributed: epoch time of sampling + a fixed-cost step with prefetch vs each alone"
 TARGET = 1.15
@@ -141,10 +138,7 @@ def run(args: argparse.Namespace) -> int:
           f"{fanouts}, prefetch {args.prefetch}, threads {threads} per rank, median of "
           f"{args.repeats}; load average {res['machine']['loadavg_1m'] or 0:.2f} on "
           f"{os.cpu_count()} cores", flush=True)
-    task = {"fanouts": fanouts, "batch_size": args.batch_size, "batches": args.batches,
-            "prefetch": args.prefetch, "step_ms": args.step_ms, "seed": args.seed,
-            "repeats": args.repeats, "threads": threads}
-    ranks = launch_on_partitions("overlap", args, graph, task, threads)
+    ranks = launch_on_partitions("overlap", args, graph, fanouts, threads, step_ms=args.step_ms)
     s = summarize(ranks)
     res.update(s)
     res["met"] = s["ratio"] <= TARGET

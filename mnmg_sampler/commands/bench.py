@@ -15,12 +15,13 @@ STDOUT = "-"  # const of every mode's --json [OUT]
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from ..bench import add_mode_parsers
+    from ..bench import MODES
+    from .subcommands import add_module_parsers
 
     p = subparsers.add_parser("bench", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = p.add_subparsers(dest="bench_mode", required=True, metavar="MODE")
-    add_mode_parsers(modes)
+    add_module_parsers(modes, "mnmg_sampler.bench", MODES)
     p.set_defaults(func=run)
     return p
 

@@ -86,38 +86,12 @@ def run(args: argparse.Namespace) -> int:
             f"{stats['min']} / {stats['mean']:.2f} / {stats['median']:g} / {stats['max']} / "
             f"{stats['p99']:g}",
         ))
-    if g.x is None:
-        data["features"] = None
-        rows.append(("features x", "none"))
-    else:
-        data["features"] = {"shape": list(g.x.shape), "dtype": str(g.x.dtype)}
-        rows.append(("features x", f"{tuple(g.x.shape)} {g.x.dtype}"))
-    if g.y is None:
-        data["labels"] = None
-        rows.append(("labels y", "none"))
-    else:
-        data["labels"] = {"shape": list(g.y.shape), "dtype": str(g.y.dtype)}
-        classes = ""
-        if g.y.dtype.kind in "iub":
-            data["labels"]["classes"] = int(np.unique(g.y).size)
-            classes = f", {data['labels']['classes']} classes"
-        rows.append(("labels y", f"{tuple(g.y.shape)} {g.y.dtype}{classes}"))
+    data["features"] = _array(rows, "features x", g.x)
+    data["labels"] = _array(rows, "labels y", g.y, g.y)
     if g.masks:
         rows.append(("split masks", ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks.items())))
-    # what a host's budget must hold to keep every part (distributed/fit.py): the parts' CSR
-    # (int64 row pointers, neighbors, edge ids, original ids) and their rows as stored
-    from ..system.host_limits import format_bytes
-
-    topo = 8 * (2 * int(g.num_nodes) + 1 + 2 * int(g.num_edges))
     row = sum(int(a.nbytes) for a in (g.x, g.y) if a is not None)
-    data["placement"] = {"topology_bytes": topo, "row_bytes": row}
-    rows.append(("whole graph on one host", f"topology {format_bytes(topo)}, feature rows "
-                 f"{format_bytes(row)} (a features.host_memory_mb that holds the other hosts' "
-                 "share of both: hosts sample and read rows independently)"))
-    data["load_s"] = load_s
-    rows.append(("load time", f"{load_s:.2f} s"))
-    report(rows, data, args.json)
-    return 0
+    return _report(args, rows, data, g, row, load_s)
 
 
 # --- typed (heterogeneous) inputs: node counts per type, edges per relation, features per type ---
@@ -140,26 +114,41 @@ def _run_typed(args: argparse.Namespace, g, load_s: float) -> int:
                                           else "")) for t, n in edges.items()]
     for t in g.node_types:
         x, y = g.x.get(t), g.y.get(t)
-        data["features"][t] = None if x is None else {"shape": list(x.shape),
-                                                      "dtype": str(x.dtype)}
-        rows.append((f"  features x {t}", "none" if x is None else f"{tuple(x.shape)} {x.dtype}"))
+        data["features"][t] = _array(rows, f"  features x {t}", x)
         if y is not None:
-            data["labels"][t] = {"shape": list(y.shape), "dtype": str(y.dtype)}
-            classes = ""
-            if y.dtype.kind in "iub":
-                data["labels"][t]["classes"] = int(np.unique(y[y >= 0]).size)
-                classes = f", {data['labels'][t]['classes']} classes"
-            rows.append((f"  labels y {t}", f"{tuple(y.shape)} {y.dtype}{classes}"))
+            data["labels"][t] = _array(rows, f"  labels y {t}", y, y[y >= 0])
         if g.masks.get(t):
             rows.append((f"  split masks {t}",
                          ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks[t].items())))
     data["features"] = {t: v for t, v in data["features"].items() if v is not None}
-    # what a host's budget must hold to keep every part (distributed/fit.py): the parts' CSR
-    # (int64 row pointers, neighbors, edge ids, original ids) and their rows as stored
+    row = sum(int(np.asarray(a).nbytes) for d in (g.x, g.y) for a in d.values())
+    return _report(args, rows, data, g, row, load_s)
+
+
+def _array(rows: list, label: str, a, classes=None) -> dict | None:
+    """Shape and dtype of node data ``a`` (and for integer labels, the classes among
+    ``classes``), with its row of the table."""
+    import numpy as np
+
+    if a is None:
+        rows.append((label, "none"))
+        return None
+    d = {"shape": list(a.shape), "dtype": str(a.dtype)}
+    text = f"{tuple(a.shape)} {a.dtype}"
+    if classes is not None and a.dtype.kind in "iub":
+        d["classes"] = int(np.unique(classes).size)
+        text += f", {d['classes']} classes"
+    rows.append((label, text))
+    return d
+
+
+def _report(args: argparse.Namespace, rows: list, data: dict, g, row: int, load_s: float) -> int:
+    """The placement and load-time lines, then the table (or JSON). Placement: what a host's
+    budget must hold to keep every part (distributed/fit.py), the parts' CSR (int64 row
+    pointers, neighbors, edge ids, original ids) and their ``row`` bytes as stored."""
     from ..system.host_limits import format_bytes
 
     topo = 8 * (2 * int(g.num_nodes) + 1 + 2 * int(g.num_edges))
-    row = sum(int(np.asarray(a).nbytes) for d in (g.x, g.y) for a in d.values())
     data["placement"] = {"topology_bytes": topo, "row_bytes": row}
     rows.append(("whole graph on one host", f"topology {format_bytes(topo)}, feature rows "
                  f"{format_bytes(row)} (a features.host_memory_mb that holds the other hosts' "

@@ -160,21 +160,14 @@ def _run_distributed(args: argparse.Namespace) -> int:
 
             agree(single)
             return 0
-        if args.overwrite and env.rank == 0:
-            from ..graph.partition_io import check_replaceable
-
-            agree(lambda: check_replaceable(args.out))
-        elif args.overwrite:
-            agree(lambda: None)
         if typed:
             agree(lambda: check_typed_options(
                 argparse.Namespace(**{**vars(args), "graph": args.input})))
             stats = partition_typed_distributed(
                 args.input, args.out, args.method, args.seed, overwrite=args.overwrite,
                 source=_source(args, world), chunk=args.chunk_rows or DEFAULT_CHUNK)
-            graph = (f"{stats['graph_name']}: {stats['num_nodes']:,} nodes of "
-                     f"{stats['node_types']} types, {stats['num_edges']:,} edges of "
-                     f"{stats['edge_types']} relations")
+            graph = _describe(stats["graph_name"], stats["num_nodes"], stats["num_edges"],
+                              (stats["node_types"], stats["edge_types"]))
         else:
             stats = partition_distributed(
                 args.input, args.out, args.method, args.seed, undirected=args.undirected,
@@ -182,10 +175,8 @@ def _run_distributed(args: argparse.Namespace) -> int:
                 features=args.features, labels=args.labels, overwrite=args.overwrite,
                 chunk=args.chunk_rows or DEFAULT_CHUNK, source=_source(args, world),
                 renumber=args.renumber)
-            graph = (f"{stats['graph_name']}: {stats['num_nodes']:,} nodes, "
-                     f"{stats['num_edges']:,} edges"
-                     + (" (renumbered; n_id shows the input's ids)" if stats["renumbered"]
-                        else ""))
+            graph = _describe(stats["graph_name"], stats["num_nodes"], stats["num_edges"],
+                              renumbered=stats["renumbered"])
         if env.rank == 0:
             report(_rows(graph, stats, f"{stats['seconds']:.2f}s on {world} ranks", args.out,
                          ", every type split" if typed else ""),
@@ -201,6 +192,16 @@ def _is_typed_path(spec: str) -> bool:
 
     p = Path(spec)
     return is_ogb_hetero_dir(p) or (p.suffix in (".pt", ".pth") and p.is_file())
+
+
+def _describe(name: str, nodes: int, edges: int, types: tuple[int, int] | None = None,
+              renumbered: bool = False) -> str:
+    """The report's graph line (``types``: node types and relations of a typed graph)."""
+    if types is not None:
+        return (f"{name}: {nodes:,} nodes of {types[0]} types, {edges:,} edges of {types[1]} "
+                "relations")
+    return f"{name}: {nodes:,} nodes, {edges:,} edges" + (
+        " (renumbered; n_id shows the input's ids)" if renumbered else "")
 
 
 def _rows(graph: str, s: dict, took: str, out: str, split: str = "") -> list[tuple[str, str]]:
@@ -255,15 +256,14 @@ def _run_single(args: argparse.Namespace) -> int:
     t3 = time.perf_counter()
     stats = plan.summary()
     if typed:
-        rows = _rows(f"{graph.name}: {graph.num_nodes:,} nodes of {len(graph.node_types)} "
-                     f"types, {graph.num_edges:,} edges of {len(graph.edge_types)} relations",
-                     stats, f"load {t1 - t0:.2f}s, partition and write {t3 - t1:.2f}s",
-                     args.out, ", every type split")
+        rows = _rows(_describe(graph.name, graph.num_nodes, graph.num_edges,
+                               (len(graph.node_types), len(graph.edge_types))), stats,
+                     f"load {t1 - t0:.2f}s, partition and write {t3 - t1:.2f}s", args.out,
+                     ", every type split")
         masks, more = {}, {}
     else:
-        rows = _rows(f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges"
-                     + ("" if graph.node_ids is None else
-                        " (renumbered; n_id shows the input's ids)"), stats,
+        rows = _rows(_describe(graph.name, graph.num_nodes, graph.num_edges,
+                               renumbered=graph.node_ids is not None), stats,
                      f"load {t1 - t0:.2f}s, partition {t2 - t1:.2f}s, write {t3 - t2:.2f}s",
                      args.out)
         masks = {k: int(v.sum()) for k, v in graph.masks.items()} if graph.masks else {}

@@ -6,13 +6,11 @@ so ``--out`` files from both can be compared bit for bit:
 
 * seeds: every node with at least one neighbor (``--include-isolated``: every node), or the ids
   in ``--seeds-file`` (in file order), as a seed set (:mod:`mnmg_sampler.loaders.seeds`): the nodes
-  with a
-  neighbor are a bitmap (one bit per node, built a part at a time with ``--partitions``), every
-  node a rule, so no rank holds an id array of ``num_nodes``;
+  with a neighbor are a bitmap (one bit per node, built a part at a time with ``--partitions``),
+  every node a rule, so no rank holds an id array of ``num_nodes``;
 * the epoch's order: the loaders' keyed shuffle of the seed positions
   (:func:`~mnmg_sampler.loaders.neighbor.epoch_order` with ``shuffle_keys(True, seed, 0)``), batch
-  ``i``
-  = positions ``i*B .. (i+1)*B - 1`` of it (:func:`batch_seeds`, ``O(B)``), request key
+  ``i`` = positions ``i*B .. (i+1)*B - 1`` of it (:func:`batch_seeds`, ``O(B)``), request key
   ``request_key(seed, epoch=0, batch=i)``.
 
 Weighted sampling: ``--weights NAME|FILE`` (a job's ``sampler.weights``) in one process; with
@@ -76,7 +74,7 @@ def add_graph_arguments(p: argparse.ArgumentParser) -> None:
                    help="add reverse edges when loading the graph (default: the dataset's own)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="sampling threads (numba); results do not depend on it "
-                        "(default: numba's default)")
+                        "(default: the cores this process may use)")
     p.add_argument("--replace", action="store_true", help="sample with replacement")
 
 
@@ -147,40 +145,43 @@ def read_seeds_file(path: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def save_batch(path: str | Path, batch) -> None:
-    """Write one :class:`MiniBatch` as ``.npz`` (n_id, edge_index, e_id, counts, key)."""
-    np.savez(
-        path, n_id=batch.n_id.numpy(), edge_index=batch.edge_index.numpy(),
-        e_id=batch.e_id.numpy(), input_id=batch.input_id.numpy(),
-        batch_size=np.int64(batch.batch_size),
-        num_sampled_nodes=np.asarray(batch.num_sampled_nodes, np.int64),
-        num_sampled_edges=np.asarray(batch.num_sampled_edges, np.int64),
-        key=np.int64(batch.key),
-    )
-
-
-def save_batch_atomic(path: Path, batch) -> None:
-    """:func:`save_batch` to a temporary name, then rename: no half-written batch is left."""
+def save_batch(path: Path, batch) -> None:
+    """Write one :class:`MiniBatch` as ``.npz`` (n_id, edge_index, e_id, counts, key), through
+    a temporary name and a rename: no half-written batch is left."""
     import os
 
     tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
-    save_batch(tmp, batch)
+    np.savez(tmp, n_id=batch.n_id.numpy(), edge_index=batch.edge_index.numpy(),
+             e_id=batch.e_id.numpy(), input_id=batch.input_id.numpy(),
+             batch_size=np.int64(batch.batch_size),
+             num_sampled_nodes=np.asarray(batch.num_sampled_nodes, np.int64),
+             num_sampled_edges=np.asarray(batch.num_sampled_edges, np.int64),
+             key=np.int64(batch.key))
     os.replace(tmp, path)
 
 
+def batch_request(seeds: SeedSet, i: int, fanouts: list[int], args: argparse.Namespace):
+    """The request of global batch ``i`` of epoch 0: :func:`batch_seeds`, key
+    ``request_key(seed, 0, i)``."""
+    from ..sampling.sampler import SampleRequest, request_key
+
+    return SampleRequest(batch_seeds(seeds, i, args.batch_size, args.seed), fanouts,
+                         request_key(args.seed, 0, i), replace=args.replace)
+
+
 def set_threads(threads: int | None) -> int:
-    """Set numba's thread count (``None``: keep the default); returns the count in use."""
+    """``--threads``: :func:`mnmg_sampler.system.runtime.set_threads` (torch's and numba's;
+    ``None``: the cores this process may use), refusing more than numba's limit."""
     import numba
 
-    if threads is not None:
-        limit = numba.config.NUMBA_NUM_THREADS
-        if threads > limit:
-            raise ConfigError(
-                f"--threads {threads} exceeds numba's limit of {limit} threads",
-                "numba cannot start more threads than NUMBA_NUM_THREADS",
-                f"use --threads {limit} or fewer, or set NUMBA_NUM_THREADS={threads}")
-        numba.set_num_threads(threads)
-    return numba.get_num_threads()
+    from ..system.runtime import set_threads as set_all
+
+    limit = numba.config.NUMBA_NUM_THREADS
+    if threads is not None and threads > limit:
+        raise ConfigError(f"--threads {threads} exceeds numba's limit of {limit} threads",
+                          "numba cannot start more threads than NUMBA_NUM_THREADS",
+                          f"use --threads {limit} or fewer, or set NUMBA_NUM_THREADS={threads}")
+    return set_all(threads)
 
 
 def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.ndarray:
@@ -327,7 +328,6 @@ def run_distributed(args: argparse.Namespace) -> int:
     from ..distributed.sampler import DistSampler
     from ..graph.partition_io import load_partition
     from ..loaders.seeds import AllNodes, NodeBits, NodeIds
-    from ..sampling.sampler import SampleRequest, request_key
     from ..system.runtime import init_distributed
 
     fanouts = parse_fanouts(args.fanouts)
@@ -339,9 +339,7 @@ def run_distributed(args: argparse.Namespace) -> int:
         weights = agree(lambda: partition_weights(part, getattr(args, "weights", None),
                                                   args.partitions))
         if args.threads:
-            import numba
-
-            numba.set_num_threads(args.threads)
+            set_threads(args.threads)
         n = int(part.num_nodes)
         if args.seeds_file:
             seeds = NodeIds(agree(lambda: input_seeds(read_seeds_file(args.seeds_file), n,
@@ -361,13 +359,11 @@ def run_distributed(args: argparse.Namespace) -> int:
         for r in range(rounds):
             step = f"sampling round {r + 1} of {rounds}"
             todo = mine[r:r + 1]
-            reqs = [SampleRequest(batch_seeds(seeds, i, B, args.seed), fanouts,
-                                  request_key(args.seed, 0, i), replace=args.replace)
-                    for i in todo]
+            reqs = [batch_request(seeds, i, fanouts, args) for i in todo]
             for i, b in zip(todo, sampler.sample(reqs), strict=True):
                 edges += int(b.e_id.numel())
                 if out is not None:
-                    save_batch_atomic(out / f"batch_{i:06d}.npz", b)
+                    save_batch(out / f"batch_{i:06d}.npz", b)
         dt = time.perf_counter() - t0
         step = "the summary (totals over ranks)"
         tot = torch.tensor([edges, sampler.ex.bytes_sent], dtype=torch.float64)
@@ -399,7 +395,7 @@ def run_single(args: argparse.Namespace) -> int:
     import torch
 
     from ..graph.datasets import load_graph
-    from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn, request_key
+    from ..sampling.sampler import MultiHopSampler, local_hop_fn
 
     fanouts = parse_fanouts(args.fanouts)
     threads = set_threads(args.threads)
@@ -420,16 +416,11 @@ def run_single(args: argparse.Namespace) -> int:
     n_batches, out = epoch_plan(len(seeds), args)
 
     sampler = MultiHopSampler(hop, graph.num_nodes)
-
-    def request(i: int) -> SampleRequest:
-        return SampleRequest(batch_seeds(seeds, i, B, args.seed), fanouts,
-                             request_key(args.seed, 0, i), replace=args.replace)
-
-    sampler.sample([request(0)])  # warm-up: loads the compiled kernels; not timed
+    sampler.sample([batch_request(seeds, 0, fanouts, args)])  # warm-up (compiled kernels)
     edges = nodes = 0
     busy = 0.0
     for i in range(n_batches):
-        req = request(i)
+        req = batch_request(seeds, i, fanouts, args)
         t = time.perf_counter()
         (batch,) = sampler.sample([req])
         busy += time.perf_counter() - t
@@ -437,7 +428,7 @@ def run_single(args: argparse.Namespace) -> int:
         nodes += batch.num_nodes
         if out is not None:
             batch.n_id = torch.from_numpy(graph.original_ids(batch.n_id.numpy()))
-            save_batch_atomic(out / f"batch_{i:06d}.npz", batch)
+            save_batch(out / f"batch_{i:06d}.npz", batch)
     busy = max(busy, 1e-9)
     data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
             "load_s": load_s, "seeds": len(seeds), "batch_size": B, "fanouts": fanouts,

@@ -1,19 +1,15 @@
 """The YAML job schema: nested dataclasses, dotted overrides, validation with dotted keys.
 
-A job is ``defaults < YAML file < command-line overrides`` (``sampler.batch_size=512``), checked
-before any rank starts so a typo fails in one second instead of after the rendezvous::
+A job is ``defaults < YAML file < command-line overrides``, checked before any rank starts so
+a typo fails in one second instead of after the rendezvous::
 
     cfg = load_config("configs/quickstart.yaml", ["sampler.fanouts=15,10", "training.epochs=5"])
-    cfg.sampler.batch_size, cfg.runtime.backend
 
-Every field carries a one-line doc (``metadata["doc"]``); :func:`iter_fields` exposes them to
-``--help`` and to the generated ``docs/configuration.md``. Every problem raises
+Every field carries a one-line doc, shown by ``--help`` and the generated
+``docs/configuration.md`` (:func:`iter_fields`). Every problem is a
 :class:`~mnmg_sampler.errors.ConfigError` whose message starts with the dotted key (or the file
-path), e.g. ``sampler.batch_size: expected a positive integer, got -3``. Unknown keys are
-rejected with a "did you mean" hint, because a silently ignored typo is the worst config bug.
-
-Relative paths in a config are relative to the working directory (run jobs from the repository
-root); ``~`` and ``$VARS`` in path fields are expanded.
+path); unknown keys get a "did you mean" hint. Relative paths are relative to the working
+directory; ``~`` and ``$VARS`` in path fields are expanded.
 """
 
 from ..graph.names import BUILTIN_DATASETS

@@ -6,8 +6,6 @@ from typing import Any
 
 from .fields import fields_epilog
 
-# --------------------------------------------------------------------------- CLI glue
-
 
 def add_config_arguments(parser: Any, config_flag: bool = True) -> None:
     """Add the config arguments every config-taking subcommand shares.

@@ -21,8 +21,6 @@ from ..graph.names import parse_dataset_name as classify_name
 from .parse import _err
 from .schema import JobConfig
 
-# --------------------------------------------------------------------------- datasets
-
 
 def parse_dataset_name(name: str, key: str = "dataset.name") -> DatasetSpec:
     """Classify ``dataset.name`` (:func:`mnmg_sampler.graph.names.parse_dataset_name`); a bad

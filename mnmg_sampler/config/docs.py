@@ -1,16 +1,13 @@
 """Generate ``docs/configuration.md`` from the config schema, so the reference cannot drift.
 
-    python -m mnmg_sampler.config.docs > docs/configuration.md      # regenerate
-    python -m mnmg_sampler.config.docs --check docs/configuration.md  # exit 1 if stale
+    python -m mnmg_sampler.config.docs > docs/configuration.md
 
 A unit test compares the committed file with :func:`render_markdown`.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 from .fields import FieldInfo, format_value, iter_fields, section_docs
 from .schema import CROSS_FIELD_RULES, REMOVED_KEYS
@@ -90,22 +87,5 @@ def render_markdown() -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mnmg_sampler.config.docs",
-                                description="Print docs/configuration.md, or --check a file.")
-    p.add_argument("--check", metavar="PATH", help="exit 1 if PATH differs from the generated text")
-    args = p.parse_args(argv)
-    text = render_markdown()
-    if args.check:
-        path = Path(args.check)
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            print(f"{path} is stale: run python -m mnmg_sampler.config.docs > {path}",
-                  file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.stdout.write(render_markdown())

@@ -13,8 +13,6 @@ from typing import Any, Literal
 
 from .schema import JobConfig
 
-# --------------------------------------------------------------------------- introspection
-
 
 @dataclass(frozen=True)
 class FieldInfo:

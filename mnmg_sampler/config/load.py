@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,40 +18,30 @@ from .schema import JobConfig
 # --------------------------------------------------------------------------- loading
 
 
-class _UniqueKeyLoader:
-    """Factory of a SafeLoader that rejects duplicate keys (PyYAML keeps the last silently)."""
+@functools.cache
+def _unique_key_loader():
+    """A SafeLoader that rejects duplicate keys (PyYAML keeps the last silently)."""
+    import yaml
 
-    _cls = None
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                k = self.construct_object(key_node, deep=deep)
+                try:
+                    hash(k)
+                except TypeError:  # `? [a, b]` or `{x: 1}: 2`: not a setting's name
+                    kind = {list: "list", dict: "mapping"}.get(type(k), type(k).__name__)
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"a {kind} cannot be a key (keys are setting names)",
+                        key_node.start_mark) from None
+                if k in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {k!r}", key_node.start_mark)
+                seen.add(k)
+            return super().construct_mapping(node, deep)
 
-    @classmethod
-    def get(cls):
-        if cls._cls is None:
-            import yaml
-
-            class Loader(yaml.SafeLoader):
-                pass
-
-            def construct_mapping(loader, node, deep=False):
-                seen = {}
-                for key_node, _ in node.value:
-                    k = loader.construct_object(key_node, deep=deep)
-                    try:
-                        hash(k)
-                    except TypeError:  # `? [a, b]` or `{x: 1}: 2`: not a setting's name
-                        kind = {list: "list", dict: "mapping"}.get(type(k), type(k).__name__)
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"a {kind} cannot be a key (keys are setting names)",
-                            key_node.start_mark) from None
-                    if k in seen:
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {k!r}", key_node.start_mark)
-                    seen[k] = True
-                return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-            Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                                   construct_mapping)
-            cls._cls = Loader
-        return cls._cls
+    return Loader
 
 
 def _read_yaml(path: str | os.PathLike) -> dict:
@@ -67,7 +58,7 @@ def _read_yaml(path: str | os.PathLike) -> dict:
         raise ConfigError(f"{path}: cannot read the config file ({e})", "",
                           "check the file's permissions and that it is UTF-8 text") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader.get())  # noqa: S506 (a SafeLoader)
+        data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -30,8 +30,9 @@ def _opt(default: Any, doc: str, check: Check | tuple[Check, ...] | None = None,
     return field(default=default, metadata=meta)
 
 
-def _section(cls: type, doc: str) -> Any:
-    return field(default_factory=cls, metadata={"doc": doc})
+def _section(cls: type) -> Any:
+    """A section field; its doc is the section class's docstring."""
+    return field(default_factory=cls, metadata={"doc": cls.__doc__})
 
 
 #: Hard caps of values that size arrays, threads or timers: far above any real job, low enough
@@ -93,7 +94,8 @@ class DatasetConfig:
         _NONNEG_WIDTH)
     split: list[float] = _opt(
         [0.6, 0.2, 0.2], "Train/val/test fractions of a random node split; not used when the "
-        "dataset (or dataset.train_mask) gives a train mask.", _SPLIT)
+        "graph has a train mask (the file's, dataset.train_mask, or a typed graph's of "
+        "sampler.input_type): stored masks win.", _SPLIT)
     split_seed: int = _opt(0, "Seed of the random train/val/test split.", _SEED)
     features: str | None = _opt(
         None, "File of node features, one row per node (.npy, .npz, .pt, .csv); replaces those "
@@ -369,17 +371,16 @@ class JobConfig:
     name: str = _opt("job", "Job name, used in the default output.dir (runs/<name>).")
     task: Literal["node", "link"] = _opt(
         "node", "node = node classification; link = link prediction (section link).")
-    dataset: DatasetConfig = _section(DatasetConfig, "Which graph to load and how to clean it.")
-    partition: PartitionConfig = _section(PartitionConfig, "How the graph is cut into one "
-                                          "partition per rank.")
-    sampler: SamplerConfig = _section(SamplerConfig, "Neighbor sampling and minibatching.")
-    link: LinkConfig = _section(LinkConfig, "Link prediction (task: link).")
-    features: FeaturesConfig = _section(FeaturesConfig, "Where node features live.")
-    model: ModelConfig = _section(ModelConfig, "The GraphSAGE model.")
-    optimizer: OptimizerConfig = _section(OptimizerConfig, "The optimizer.")
-    training: TrainingConfig = _section(TrainingConfig, "The training loop.")
-    runtime: RuntimeConfig = _section(RuntimeConfig, "Process group, device and threads.")
-    output: OutputConfig = _section(OutputConfig, "Where results go.")
+    dataset: DatasetConfig = _section(DatasetConfig)
+    partition: PartitionConfig = _section(PartitionConfig)
+    sampler: SamplerConfig = _section(SamplerConfig)
+    link: LinkConfig = _section(LinkConfig)
+    features: FeaturesConfig = _section(FeaturesConfig)
+    model: ModelConfig = _section(ModelConfig)
+    optimizer: OptimizerConfig = _section(OptimizerConfig)
+    training: TrainingConfig = _section(TrainingConfig)
+    runtime: RuntimeConfig = _section(RuntimeConfig)
+    output: OutputConfig = _section(OutputConfig)
 
 
 #: Keys earlier versions had: a config that still sets one gets a ConfigError saying it was

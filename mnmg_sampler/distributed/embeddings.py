@@ -149,21 +149,14 @@ class DistEmbedding:
         self._inner = np.ascontiguousarray(bounds[1:-1])
         self.lo = int(bounds[self.ex.rank])
         orig = np.asarray(part.orig_ids, np.int64)
-        tp = getattr(part, "typed", None)
-        self.typed = tp is not None
-        if tp is None:
-            self.types = [""]
-            self._global_off = {"": 0}
-            ranges = {"": (0, orig.size)}
-            self.rows_total = int(part.num_nodes)
-        else:
-            names = list(tp.node_types)
-            self.types = [t for t in names if t in set(types or ())]
-            self._global_off = {t: int(tp.node_type_offset[names.index(t)]) for t in self.types}
-            ranges = {t: (int(tp.type_offset[names.index(t)]),
-                          int(tp.type_offset[names.index(t) + 1])) for t in self.types}
-            self.rows_total = sum(int(tp.node_type_offset[names.index(t) + 1]
-                                      - tp.node_type_offset[names.index(t)]) for t in self.types)
+        tp, self.typed = part.layout, part.typed is not None
+        names = list(tp.node_types)
+        # the embedded types' indices; a homogeneous graph's one type is "" here (its keys)
+        at = {t: names.index(t) for t in names if t in set(types or ())} if self.typed else {"": 0}
+        self.types = list(at)
+        self._global_off = {t: int(tp.node_type_offset[i]) for t, i in at.items()}
+        ranges = {t: (int(tp.type_offset[i]), int(tp.type_offset[i + 1])) for t, i in at.items()}
+        self.rows_total = sum(int(np.diff(tp.node_type_offset)[i]) for i in at.values())
         # local rows [a, b) of each type in the part -> rows [base, base + b - a) of the table
         self._local = np.array([ranges[t] for t in self.types], np.int64).reshape(-1, 2)
         self._base = np.concatenate(([0], np.cumsum(self._local[:, 1] - self._local[:, 0])))

@@ -78,17 +78,16 @@ class HostGroup:
         out[~hit] = miss_orig
         return out
 
-    def hop(self, h: HopSegments, wire_hop: Callable, kernel: Callable, seed: int):
+    def hop(self, h: HopSegments, wire_hop: Callable, seed: int):
         """One hop: ``wire_hop`` (collective, always called once) samples the frontier nodes of
-        other hosts, the mapped parts the host's own (``kernel``: the weighted per-part call of
-        :meth:`SharedTopology.hop`); results in frontier order."""
+        other hosts, the mapped parts the host's own; results in frontier order."""
         hit, miss_n, miss_s, hit_n, hit_s = self._sides(h)
         if not hit_n.size:
             return wire_hop(h)
         miss = HopSegments(miss_n, miss_s, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids)
         mine = HopSegments(hit_n, hit_s, h.keys, h.fanouts, h.replace, h.hop, h.edge_ids)
         c_miss, nb_miss, e_miss = wire_hop(miss)
-        c_hit, nb_hit, e_hit = self.shared.hop(mine, kernel, seed)
+        c_hit, nb_hit, e_hit = self.shared.hop(mine, seed)
         self.last = (hit, mine.nodes)
         return interleave(hit, (c_miss, nb_miss, e_miss), (c_hit, nb_hit, e_hit),
                           bool(h.edge_ids))

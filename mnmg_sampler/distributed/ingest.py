@@ -1,24 +1,23 @@
 """Distributed ingest and partitioning: every rank reads 1/W of the input and writes its own part.
 
-Collective (every rank of the group calls :func:`partition_distributed` with the same
-arguments); the world size is the number of parts. The steps:
+Collective (every rank of the group calls with the same arguments); the world size is the
+number of parts. Each rank
 
-1. each rank reads its share of the edges (:func:`mnmg_sampler.graph.sources.read_share`), in
-   input order; counts are gathered so every edge knows its position in the whole input;
-2. self-loops are dropped and reverse edges added locally; edge ids are the positions a single
-   process would give them (with duplicate removal, the owner keeps the first copy and the rank
-   that read it hands out the compacted id);
-3. each edge goes to the owner of its target with ``all_to_all_single`` in rounds of at most
-   ``chunk`` rows per rank (counts before payloads; no pickle);
-4. the owner relabels (the new id of a remote source is asked from that source's owner), builds
-   its CSR rows in canonical order and receives its feature and label rows the same way;
-5. each rank writes its own files into a shared temporary directory; the global id maps are
-   written slice by slice; rank 0 writes the manifest last and renames the directory into place.
+1. reads its share of the edges (:func:`mnmg_sampler.graph.datasets.read_share`, or a typed
+   input's slice of every relation) in input order; gathered counts give every edge its position
+   in the whole input, hence the edge id a single process gives it (self-loops dropped and
+   reverse edges added locally; with duplicate removal the first copy is kept);
+2. sends each CSR entry to the owner of its target (``all_to_all_single`` in rounds of at most
+   ``chunk`` rows per rank, counts before payloads; no pickle);
+3. as the owner, relabels (asking each remote source's owner for its new id), builds its rows
+   in canonical order and receives its node rows the same way;
+4. writes its own files into a shared temporary directory (the global id maps slice by slice);
+   rank 0 writes the manifest last and renames the directory into place.
 
-For the methods of :data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the files are the
-same bytes as :func:`mnmg_sampler.graph.partition.partition` writes for the same input and seed.
-Peak memory per rank is about its part (edges, features) plus its share of the input, instead of
-the whole graph. The output directory must be on a file system every rank can write.
+For :data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the files are the bytes
+:func:`mnmg_sampler.graph.partition.partition` writes for the same input and seed. Peak memory
+per rank is about its part plus its share of the input. The output directory must be on a file
+system every rank can write.
 """
 
 from __future__ import annotations
@@ -36,26 +35,34 @@ import torch.distributed as dist
 
 from ..errors import GraphFormatError, PartitionError
 from ..graph.build import RENUMBER_FLOOR, ReadOptions, should_renumber
-from ..graph.datasets import read_share
+from ..graph.datasets import _DEFAULT_UNDIRECTED, BUILTINS, _parse_rmat, read_share
+from ..graph.formats import is_ogb_hetero_dir
 from ..graph.partition import (
     DISTRIBUTED_METHODS,
     _even_boundaries,
     _save,
     assign_nodes,
     build_manifest,
+    check_type_names,
     install_directory,
     part_node_ids,
+    part_stats,
+    typed_section,
 )
 from ..graph.partition_io import (
     MANIFEST,
     SAMPLE_BLOCKS,
     TMP_PREFIX,
+    TYPED_FORMAT_VERSION,
+    check_replaceable,
     file_entry,
     write_manifest,
 )
 from ..graph.permute import node_features, node_labels
 from ..graph.sources import NODE_DTYPES as _DTYPES
 from ..graph.sources import EdgeShare, node_rows_file
+from ..graph.typed import typed_layout
+from ..graph.typed_io import read_ogb_hetero_share, read_typed_torch_share
 from ..graph.unique import sorted_unique
 from ..system.host_limits import check_allocation
 from .collective import Exchanger, agree
@@ -100,53 +107,45 @@ def shuffle(ex: Exchanger, cols: np.ndarray, dest: np.ndarray, chunk: int,
     """Send row ``i`` of ``cols`` (int64 ``[k, c]``, and of ``rows`` if given) to rank
     ``dest[i]``, ``chunk`` rows per rank per round; returns what this rank received, in order of
     source rank and round (``(cols, rows)``)."""
-    w = ex.world_size
-    totals = np.bincount(dest, minlength=w).astype(np.int64)
-    recv_total = ex.counts(torch.from_numpy(totals)).numpy()
-    out = np.empty((int(recv_total.sum()), cols.shape[1]), np.int64)
-    out_rows = None
-    if rows is not None:
-        out_rows = np.empty((out.shape[0], *rows.shape[1:]), rows.dtype)
-    filled = 0
-    for r in range(_rounds(dest.shape[0], chunk, ex.group)):
-        sl = slice(r * chunk, (r + 1) * chunk)
-        d = dest[sl]
-        order = np.argsort(d, kind="stable")
-        send = np.bincount(d, minlength=w).astype(np.int64)
-        recv = ex.counts(torch.from_numpy(send)).numpy()
-        got = ex.payload(torch.from_numpy(np.ascontiguousarray(cols[sl][order])), send, recv)
-        k = got.shape[0]
-        out[filled:filled + k] = got.numpy()
-        if rows is not None:
-            gb = ex.payload(_as_bytes(rows[sl][order]), send, recv).numpy()
-            out_rows[filled:filled + k] = gb.view(rows.dtype).reshape(k, *rows.shape[1:])
-        filled += k
-    return out, out_rows
+    def make(i: int):
+        sl = slice(i * chunk, (i + 1) * chunk)
+        return cols[sl], dest[sl], None if rows is None else rows[sl]
+
+    return shuffle_stream(ex, -(-dest.shape[0] // chunk), make, cols.shape[1], rows)
 
 
-def shuffle_stream(ex: Exchanger, n_chunks: int, make, width: int) -> np.ndarray:
+def shuffle_stream(ex: Exchanger, n_chunks: int, make, width: int, rows_like=None):
     """Like :func:`shuffle`, for rows made chunk by chunk: ``make(i) -> (cols [k, width],
-    dest [k])`` builds this rank's chunk ``i`` (called twice: once to count, once to send), so
-    the rows never exist all at once on the sending side."""
+    dest [k], rows [k, ...] or None)`` builds this rank's chunk ``i`` (called twice: once to
+    count, once to send), so the rows never exist all at once on the sending side.
+    ``rows_like``: an array of the rows' dtype and row shape, when there are rows."""
     w = ex.world_size
     totals = np.zeros(w, np.int64)
     for i in range(n_chunks):
         totals += np.bincount(make(i)[1], minlength=w)
     recv_total = ex.counts(torch.from_numpy(totals)).numpy()
     out = np.empty((int(recv_total.sum()), width), np.int64)
+    out_rows = None
+    if rows_like is not None:
+        out_rows = np.empty((out.shape[0], *rows_like.shape[1:]), rows_like.dtype)
     filled = 0
     for i in range(_allreduce(n_chunks, dist.ReduceOp.MAX, ex.group)):
         if i < n_chunks:
-            cols, d = make(i)
+            cols, d, rows = make(i)
         else:
-            cols, d = np.zeros((0, width), np.int64), np.zeros(0, np.int64)
+            cols, d, rows = np.zeros((0, width), np.int64), np.zeros(0, np.int64), rows_like
         order = np.argsort(d, kind="stable")
         send = np.bincount(d, minlength=w).astype(np.int64)
         recv = ex.counts(torch.from_numpy(send)).numpy()
         got = ex.payload(torch.from_numpy(np.ascontiguousarray(cols[order])), send, recv)
-        out[filled:filled + got.shape[0]] = got.numpy()
-        filled += got.shape[0]
-    return out
+        k = got.shape[0]
+        out[filled:filled + k] = got.numpy()
+        if rows_like is not None:
+            gb = ex.payload(_as_bytes(rows[order]), send, recv).numpy()
+            out_rows[filled:filled + k] = gb.view(rows_like.dtype).reshape(k,
+                                                                          *rows_like.shape[1:])
+        filled += k
+    return out, out_rows
 
 
 def lookup(ex: Exchanger, keys: np.ndarray, owner_of, answer, chunk: int) -> np.ndarray:
@@ -184,8 +183,6 @@ def _check_args(spec, out: Path, method: str, overwrite: bool, world: int) -> No
         raise PartitionError(f"output directory {out} already exists", "it is left untouched",
                              "choose another --out, or pass --overwrite to replace it")
     if overwrite:
-        from ..graph.partition_io import check_replaceable
-
         check_replaceable(out)
 
 
@@ -231,7 +228,7 @@ def _record_maker(share: EdgeShare, off: int, m: int, undirected: bool, drop_sel
         cols = np.empty((src.shape[0], 3), np.int64)
         cols[:, 0], cols[:, 1] = (src, dst) if rev else (dst, src)
         cols[:, 2] = e
-        return cols, owner_of(cols[:, 0])
+        return cols, owner_of(cols[:, 0]), None
 
     return nc * (2 if undirected else 1), make, int(kept_in[-1])
 
@@ -274,8 +271,6 @@ def partition_distributed(
 
     Raises the same typed error on every rank (bad method, existing output, unreadable input).
     """
-    from ..graph.datasets import _DEFAULT_UNDIRECTED
-
     t0 = time.perf_counter()
     if undirected is None:
         undirected = _DEFAULT_UNDIRECTED.get(str(spec).strip().lower(), False)
@@ -323,10 +318,10 @@ def partition_distributed(
         y_src = (np.asarray(share.y), 0, n)
     has_x = x_src is not None or bool(head[0, 3]) or feature_dim > 0
     has_y = y_src is not None or bool(head[0, 4]) or num_classes > 0
-    x_meta = _row_meta(x_src, bool(head[0, 3]) and features is None, group)
-    y_meta = _row_meta(y_src, bool(head[0, 4]) and labels is None, group)
+    x_meta = _agreed_meta(x_src, features is not None or bool(head[0, 3]), "features", group)
+    y_meta = _agreed_meta(y_src, labels is not None or bool(head[0, 4]), "labels", group)
 
-    # 1-3. every CSR entry to the owner of its target, with its edge id
+    # 1-2. every CSR entry to the owner of its target, with its edge id
     def owner_of(ids: np.ndarray) -> np.ndarray:
         return assign_nodes(ids, n, world, method, seed)
 
@@ -336,35 +331,20 @@ def partition_distributed(
     n_chunks, make, _ = _record_maker(share, off, m, undirected, drop_self_loops,
                                       drop_duplicates, int(kept[:rank].sum()), int(kept.sum()),
                                       owner_of, chunk)
-    rec = shuffle_stream(ex, n_chunks, make, 3)
+    rec, _ = shuffle_stream(ex, n_chunks, make, 3)
     del share, make
     if drop_duplicates:
         rec = _dedup(ex, rec, counts, m, n, chunk, group)
-    # 4. relabel and build the CSR (freeing each input as soon as it is used: peak ~ 2x part)
+    # 3. relabel and build the CSR (freeing each input as soon as it is used: peak ~ 2x part)
     check_allocation(f"{share_name(spec)}: the node arrays of part {rank} ({n:,} nodes, "
                      f"{world} parts)", 40 * (n // world + 1),
                      "use more ranks, or renumber sparse ids (--renumber true, "
                      "dataset.renumber: true)")
     orig_ids = part_node_ids(rank, n, world, method, seed)
-    sizes, bounds, cut = _owned(ex, orig_ids, rec, owner_of, chunk)
-    start = int(bounds[rank])
-    local_edges = rec.shape[0]
-    if method == "range" or world == 1:
-        new_src = rec[:, 1].copy()
-    else:
-        new_src = lookup(ex, rec[:, 1], owner_of,
-                         lambda q: start + np.searchsorted(orig_ids, q), chunk)
-    row = np.searchsorted(orig_ids, rec[:, 0])
-    eid = rec[:, 2].copy()
+    box = [rec]
     del rec
-    arrays = {"indptr": _indptr(row, orig_ids.shape[0])}
-    order = _entry_order(row, eid, orig_ids.shape[0], 2 * m)  # edge ids are below 2m
-    del row
-    arrays["indices"] = new_src[order]
-    del new_src
-    arrays["edge_ids"] = eid[order]
-    del eid, order
-    arrays["orig_ids"] = orig_ids
+    arrays, bounds, stats = _part_csr(ex, box, orig_ids, owner_of, chunk, 2 * m, n, method,
+                                      seed, keep_ids=method == "range" or world == 1)
     if has_x:
         arrays["x"] = _place_rows(ex, x_src, x_meta, orig_ids, n, method, seed, chunk,
                                   lambda ids: node_features(ids, feature_dim, data_seed,
@@ -372,14 +352,11 @@ def partition_distributed(
     if has_y:
         arrays["y"] = _place_rows(ex, y_src, y_meta, orig_ids, n, method, seed, chunk,
                                   lambda ids: node_labels(ids, num_classes, data_seed))
-    totals = _gather([local_edges, cut], group)
-    num_edges = int(totals[:, 0].sum())
-    stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
-    # 5. write
+    # 4. write
     _write(ex, out, arrays, bounds, n, chunk, stats, share_name(spec),
            has_x, has_y, overwrite, source, group, node_ids)
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
-                 num_edges=num_edges, graph_name=share_name(spec),
+                 num_edges=sum(stats["part_edges"]), graph_name=share_name(spec),
                  renumbered=node_ids is not None)
     return stats
 
@@ -411,12 +388,6 @@ def partition_typed_distributed(
     and ``seed``. Returns the partition statistics plus ``out``, ``seconds``, ``num_nodes``,
     ``num_edges``, ``graph_name`` and ``node_types``.
     """
-    from ..graph.formats import is_ogb_hetero_dir
-    from ..graph.partition import check_type_names, typed_section
-    from ..graph.partition_io import TYPED_FORMAT_VERSION
-    from ..graph.typed import typed_layout
-    from ..graph.typed_io import read_ogb_hetero_share, read_typed_torch_share
-
     t0 = time.perf_counter()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     out = Path(out_dir).absolute()
@@ -445,7 +416,7 @@ def partition_typed_distributed(
             d[m] = assign_nodes(v[m] - off[i], int(off[i + 1] - off[i]), world, method, seed)
         return d
 
-    # 1-3. every CSR entry to the owner of its target: (target, source, edge id, relation
+    # 1-2. every CSR entry to the owner of its target: (target, source, edge id, relation
     # [, float32 weight bits])
     rel_edges = [sh.edges[et][1] for et in lay.edge_types]
     weighted = np.array([et in sh.weights for et in lay.edge_types], np.uint8)
@@ -464,37 +435,19 @@ def partition_typed_distributed(
         if width == 5:
             w = sh.weights.get(lay.edge_types[r], np.ones(len(src), np.float32))
             cols[:, 4] = w[a:b].view(np.int32)
-        return cols, owner_of(cols[:, 0])
+        return cols, owner_of(cols[:, 0]), None
 
-    rec = shuffle_stream(ex, len(pieces), make, width)
+    rec, _ = shuffle_stream(ex, len(pieces), make, width)
     sh.edges.clear()
     sh.weights.clear()
-    # 4. relabel; rows are the owned nodes' (node, relation) segments, entries by edge id
+    # 3. relabel; rows are the owned nodes' (node, relation) segments, entries by edge id
     per_type = [part_node_ids(rank, int(off[t + 1] - off[t]), world, method, seed) for t in types]
     owned = np.concatenate([ids + off[t] for t, ids in zip(types, per_type, strict=True)])
-    sizes, bounds, cut = _owned(ex, owned, rec, owner_of, chunk)
-    start = int(bounds[rank])
-    local_edges = rec.shape[0]
-    new_src = lookup(ex, rec[:, 1], owner_of, lambda q: start + np.searchsorted(owned, q), chunk)
-    type_offset = np.searchsorted(owned, off).astype(np.int64)
-    seg0 = np.zeros(owned.shape[0] + 1, np.int64)  # first segment of every owned node
-    np.cumsum(np.repeat(np.diff(lay.rel_offset), np.diff(type_offset)), out=seg0[1:])
-    seg = seg0[np.searchsorted(owned, rec[:, 0])]
-    seg += (np.arange(len(rel_edges)) - lay.rel_offset[lay.rel_dst])[rec[:, 3]]
-    eid = rec[:, 2].copy()
-    w = rec[:, 4].astype(np.int32).view(np.float32) if width == 5 else None
+    box = [rec]
     del rec
-    arrays = {"indptr": _indptr(seg, int(seg0[-1]))}
-    order = _entry_order(seg, eid, int(seg0[-1]), max([0, *rel_edges]))  # per relation
-    del seg
-    arrays["indices"] = new_src[order]
-    del new_src
-    arrays["edge_ids"] = eid[order]
-    del eid
-    arrays.update(orig_ids=owned, type_offset=type_offset)
-    if w is not None:
-        arrays["weights"] = w[order]
-    del order
+    arrays, bounds, stats = _part_csr(ex, box, owned, owner_of, chunk, max([0, *rel_edges]), n,
+                                      method, seed, layout=lay)
+    type_offset = arrays["type_offset"]
     # node rows of every type: sent by the ranks that read them
     meta: dict[str, tuple[str, tuple]] = {}
     masks = {t: [*sh.mask_rows.get(t, {}), *sh.masks.get(t, {})] for t in lay.node_types}
@@ -504,34 +457,36 @@ def partition_typed_distributed(
         for key, got in rows:
             if got is not None:
                 lo, a = got
-                meta[key] = _agreed_meta(a, f"{path}: {key}", group)
+                meta[key] = _agreed_meta((a, lo), True, f"{path}: {key}", group)
                 a = a if a.shape[0] else np.zeros((0, *meta[key][1]), meta[key][0])
                 arrays[key] = _place_rows(ex, (a, lo, lo + a.shape[0]), meta[key], per_type[t],
                                           int(off[t + 1] - off[t]), method, seed, chunk, None)
         for split, ids in sh.masks.get(name, {}).items():
             arrays[f"mask.{name}.{split}"] = np.isin(per_type[t], ids)
-    totals = _gather([local_edges, cut], group)
     type_nodes = _gather(np.diff(type_offset), group)
-    num_edges = int(sum(rel_edges))
-    stats = _stats(method, seed, world, n, num_edges, sizes, totals[:, 0], int(totals[:, 1].sum()))
     typed = typed_section(lay.node_types, lay.edge_types, off,
                           dict(zip(lay.edge_types, rel_edges, strict=True)), weighted,
                           {t: meta[f"x.{t}"] for t in lay.node_types if f"x.{t}" in meta},
                           {t: meta[f"y.{t}"][0] for t in lay.node_types if f"y.{t}" in meta},
                           masks, type_nodes, None)
-    # 5. write
+    # 4. write
     _write(ex, out, arrays, bounds, n, chunk, stats, sh.name, False, False, overwrite, source,
            group, extra={"typed": typed, "format_version": TYPED_FORMAT_VERSION,
                          "has_weights": bool(weighted.any())})
     stats.update(out=str(out), seconds=time.perf_counter() - t0, num_nodes=n,
-                 num_edges=num_edges, graph_name=sh.name, node_types=len(lay.node_types),
-                 edge_types=len(lay.edge_types))
+                 num_edges=sum(stats["part_edges"]), graph_name=sh.name,
+                 node_types=len(lay.node_types), edge_types=len(lay.edge_types))
     return stats
 
 
-def _agreed_meta(a: np.ndarray, what: str, group) -> tuple[str, tuple]:
-    """(dtype, row shape) of node rows read in slices, the same on every rank (a rank without
-    rows, whose CSV slice has no type, takes the others'); else an error on every rank."""
+def _agreed_meta(src, given: bool, what: str, group) -> tuple[str, tuple] | None:
+    """(dtype, row shape) of node rows read in slices (``src``: ``(rows, lo, hi)`` or ``None``
+    on a rank without rows), the same on every rank: a rank without rows (a CSV slice without a
+    type, the ranks other than 0 of a whole input) takes the others'; an error on every rank
+    where they differ. ``None`` where no rank was ``given`` rows (the rows are then made)."""
+    if not given:
+        return None
+    a = np.zeros(0) if src is None else src[0]
     v = np.full(5, -1, np.int64)
     if a.shape[0]:
         v[0] = _DTYPES.index(a.dtype.str) if a.dtype.str in _DTYPES and a.ndim < 5 else -2
@@ -548,15 +503,54 @@ def _agreed_meta(a: np.ndarray, what: str, group) -> tuple[str, tuple]:
     return _DTYPES[r[0]], tuple(c for c in r[1:] if c >= 0)
 
 
-def _owned(ex, owned, rec, owner_of, chunk):
-    """``(nodes per part, part boundaries, cut entries here)`` once every rank knows its
-    ``owned`` nodes and received entries ``rec`` (target, source, ...)."""
+def _part_csr(ex, box: list, owned, owner_of, chunk: int, max_eid: int, n: int, method: str,
+              seed: int, keep_ids: bool = False, layout=None):
+    """``(arrays, boundaries, stats)`` of this part once every rank knows its ``owned`` nodes
+    (ascending) and received its entries (``box``: ``[rec]``, handed over so that they are freed
+    here), rows (target, source, edge id[, relation[, float32 weight bits]]). ``keep_ids``: new
+    ids are the ids (``range`` or one part of a one-type graph); ``layout``: a typed graph's
+    :class:`~mnmg_sampler.graph.typed.TypedLayout`, whose rows are (node, relation) segments."""
+    rec = box.pop()
+    rank = ex.rank
     sizes = _gather([owned.shape[0]], ex.group)[:, 0]
     bounds = np.zeros(ex.world_size + 1, np.int64)
     np.cumsum(sizes, out=bounds[1:])
-    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != ex.rank))
+    cut = sum(int(np.count_nonzero(owner_of(rec[a:a + chunk, 1]) != rank))
               for a in range(0, rec.shape[0], chunk))
-    return sizes, bounds, cut
+    totals = _gather([rec.shape[0], cut], ex.group)
+    num_edges = int(totals[:, 0].sum())
+    stats = part_stats(method, seed, n, num_edges, sizes, totals[:, 0],
+                       int(totals[:, 1].sum()) / num_edges if num_edges else 0.0)
+    start = int(bounds[rank])
+    if keep_ids:
+        new_src = rec[:, 1].copy()
+    else:
+        new_src = lookup(ex, rec[:, 1], owner_of, lambda q: start + np.searchsorted(owned, q),
+                         chunk)
+    seg, rows = np.searchsorted(owned, rec[:, 0]), owned.shape[0]
+    if layout is not None:  # the first segment of every owned node, plus the relation's place
+        type_offset = np.searchsorted(owned, layout.node_type_offset).astype(np.int64)
+        seg0 = np.zeros(rows + 1, np.int64)
+        np.cumsum(np.repeat(np.diff(layout.rel_offset), np.diff(type_offset)), out=seg0[1:])
+        seg = seg0[seg]
+        seg += (np.arange(len(layout.edge_types)) - layout.rel_offset[layout.rel_dst])[rec[:, 3]]
+        rows = int(seg0[-1])
+    eid = rec[:, 2].copy()
+    w = rec[:, 4].astype(np.int32).view(np.float32) if rec.shape[1] == 5 else None
+    del rec
+    arrays = {"indptr": _indptr(seg, rows)}
+    order = _entry_order(seg, eid, rows, max_eid)
+    del seg
+    arrays["indices"] = new_src[order]
+    del new_src
+    arrays["edge_ids"] = eid[order]
+    del eid
+    arrays["orig_ids"] = owned
+    if layout is not None:
+        arrays["type_offset"] = type_offset
+    if w is not None:
+        arrays["weights"] = w[order]
+    return arrays, bounds, stats
 
 
 def _indptr(row: np.ndarray, rows: int) -> np.ndarray:
@@ -618,8 +612,6 @@ def _renumber(ex: Exchanger, share: EdgeShare, max_id: int, force: bool, chunk: 
 
 def share_name(spec) -> str:
     """The graph's name as :func:`mnmg_sampler.graph.datasets.load_graph` names it."""
-    from ..graph.datasets import BUILTINS, _parse_rmat
-
     s = str(spec)
     key = s.strip().lower()
     if key.startswith("rmat:"):
@@ -628,31 +620,6 @@ def share_name(spec) -> str:
     if key in BUILTINS:
         return key
     return str(Path(s).expanduser())
-
-
-def _row_meta(src, rank0_only: bool, group) -> tuple[str, tuple] | None:
-    """(dtype, row shape) of node rows, which only rank 0 may know (a whole input's x)."""
-    if src is not None and not rank0_only:
-        a = src[0]
-        return a.dtype.str, tuple(a.shape[1:])
-    if not rank0_only:
-        return None
-    meta = np.zeros(4, np.int64)
-    if dist.get_rank(group) == 0:
-        a = src[0]
-        if a.dtype.str not in _DTYPES or a.ndim > 3:
-            meta[0] = -1
-        else:
-            meta[0] = _DTYPES.index(a.dtype.str)
-            meta[1] = a.ndim
-            meta[2:2 + a.ndim - 1] = a.shape[1:]
-    t = torch.from_numpy(meta)
-    dist.broadcast(t, 0, group=group)
-    meta = t.numpy()
-    if meta[0] < 0:
-        raise PartitionError("the input's node data has an unsupported dtype",
-                             "it cannot be partitioned", "save features as float32 or int64")
-    return _DTYPES[int(meta[0])], tuple(int(v) for v in meta[2:2 + int(meta[1]) - 1])
 
 
 def _place_rows(ex, src, meta, orig_ids, n, method, seed, chunk, synth) -> np.ndarray:
@@ -724,20 +691,6 @@ def _dedup(ex, rec, counts, m, n, chunk, group) -> np.ndarray:
     return rec
 
 
-def _stats(method, seed, parts, n, num_edges, part_nodes, part_edges, cut) -> dict:
-    """The manifest's ``stats``, computed as :meth:`PartitionPlan.summary` computes them."""
-    part_nodes = np.asarray(part_nodes, np.int64)
-    part_edges = np.asarray(part_edges, np.int64)
-    return {
-        "method": method, "seed": int(seed), "parts": parts,
-        "edge_cut": float(cut / num_edges) if num_edges else 0.0,
-        "imbalance": float(part_nodes.max() / (n / parts)) if n else 1.0,
-        "edge_imbalance": float(part_edges.max() / (num_edges / parts)) if num_edges else 1.0,
-        "part_nodes": [int(v) for v in part_nodes],
-        "part_edges": [int(v) for v in part_edges],
-    }
-
-
 def _write_map_slice(path: Path, header: int, first: int, values: np.ndarray) -> None:
     with open(path, "r+b") as f:
         f.seek(header + 8 * first)
@@ -761,21 +714,20 @@ def _write(ex, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
     """Write every rank's part into a shared temporary directory; rank 0 installs it. On any
     failure the temporary directory is removed and every rank raises. ``arrays`` has the same
     keys, in the same order, on every rank; ``extra`` entries are added to the manifest."""
-    rank = ex.rank
-    nonce = torch.tensor([secrets.randbits(62) if rank == 0 else 0], dtype=torch.int64)
+    nonce = torch.tensor([secrets.randbits(62) if ex.rank == 0 else 0], dtype=torch.int64)
     dist.broadcast(nonce, 0, group=group)
     tmp = out.parent / f"{TMP_PREFIX}{out.name}-{int(nonce.item()):x}"
     try:
         _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
                      overwrite, source, group, node_ids, extra)
     except BaseException:
-        if rank == 0:
+        if ex.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
 def _write_parts(ex, tmp, out, arrays, bounds, n, chunk, stats, name, has_x, has_y,
-                 overwrite, source, group, node_ids=None, extra=None) -> None:
+                 overwrite, source, group, node_ids, extra) -> None:
     rank, world = ex.rank, ex.world_size
     # the global maps; node_ids.npy (a renumbered graph's input ids) is written slice by slice
     maps = ("new_to_orig.npy", "orig_to_new.npy") + (("node_ids.npy",) if node_ids else ())

@@ -36,12 +36,12 @@ per-type id) and replies with one word per edge (``neighbor x R + relation``). R
 every round); the requester dedups as :func:`~mnmg_sampler.sampling.sampler.multi_hop`
 does in one process; temporal and disjoint requests (``docs/temporal.md``) grow trees
 (:func:`~mnmg_sampler.sampling.sampler.sample_trees`: pair ids ``tree * N + new id``,
-each node bounded by its seed's time); ``x``/``y`` of every node type come from
-:class:`~.features.TypeRows`. Every node's time is on every rank (one gather when built, 8
-bytes per node, unless the shared topology maps it): the kernel reads the neighbors' node times
-by new id. Host groups and place by fit (:mod:`.host_groups`, :mod:`.fit`) are the
-homogeneous ones. Batches equal :class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s
-for any world size.
+each node bounded by its seed's time); ``x``/``y`` of every node type come from one
+:class:`~.features.DistFeatureStore` exchange. Every node's time is on every rank (one gather
+when built, 8 bytes per node, unless the shared topology maps it): the kernel reads the
+neighbors' node times by new id. Host groups and place by fit (:mod:`.host_groups`,
+:mod:`.fit`) are the homogeneous ones. Batches equal
+:class:`~mnmg_sampler.sampling.sampler.HeteroSampler`'s for any world size.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ from ..ops import typed as typed_ops
 from ..ops import wire
 from ..sampling.batch import HeteroMiniBatch, MiniBatch
 from ..sampling.sampler import (
-    HeteroSampleRequest,
     HopSegments,
     MultiHopSampler,
     SampleRequest,
@@ -84,7 +83,6 @@ from ..system.host_malloc import tune_host_malloc
 from .collective import Exchanger, agree, all_gather_1d, peer_errors, raise_agreed
 from .consistency import check_same_partitioning
 from .cuda_hop import CudaHop
-from .features import TypeRows
 from .fit import default_budget
 from .host_channel import open_host_channel
 from .host_groups import HostGroup
@@ -117,15 +115,12 @@ class DistSampler:
         host_memory: bytes each host gives to other hosts' data, the smallest of its ranks'
             (:mod:`.fit`: their topology first, then their feature rows); ``None``: a share
             of the memory the host can see; 0: nothing (their nodes go over the wire).
-            Typed parts: the row cache's budget.
-        features: typed parts: fetch each batch's ``x``/``y`` per node type from the owners
-            (homogeneous parts take a :class:`~.features.DistFeatureStore` in :meth:`sample`).
     """
 
     def __init__(self, part, seed: int = 0, group: dist.ProcessGroup | None = None,
                  kernel: str = "cpu", device: torch.device | None = None,
                  id_maps: str = "auto", shared_topology: bool | str = "auto",
-                 host_memory: int | None = None, features: bool = True) -> None:
+                 host_memory: int | None = None) -> None:
         typed = self.tp = getattr(part, "typed", None)
         self._typed = typed is not None
         self.graph = part_graph(part) if self._typed else None  # the typed kernel's view
@@ -207,13 +202,10 @@ class DistSampler:
         self.kernel_edges = 0
         self.t_kernel = 0.0
         self._edge_ids = True  # typed: this round, a request asks for edge ids
-        self.type_rows = None
         if self._typed:  # collective with node time, unless every rank mapped every part
             self._attach_time(part, None if self.shared is None else self.shared.node_time)
             if mapped is not None and mapped.node_time is None:  # host groups: as gathered
                 mapped.node_time = self.graph.node_time
-            self.type_rows = TypeRows(part, self.ex, mapped, self.placement) if features \
-                else None
 
     def _cuda_hop(self, device):
         return CudaHop(self._csr, device, self._weights, graph=self.graph)
@@ -282,8 +274,6 @@ class DistSampler:
         other.ex = Exchanger(group)
         other.ex.far = self.ex.far  # the host layout, for the bytes that cross hosts
         other.ids = self.ids.with_exchanger(other.ex)
-        if self.type_rows is not None:
-            other.type_rows = self.type_rows.on_exchanger(other.ex)
         other.sampler = MultiHopSampler(other._hop, int(self.part.num_nodes))
         other._front_orig = {}
         other.kernel_calls = other.kernel_nodes = other.kernel_edges = 0
@@ -299,39 +289,28 @@ class DistSampler:
         """bool per original id: is it this rank's node (no collective)."""
         return self.ids.owns(orig_ids)
 
-    def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
-        """Collective (see :class:`~.id_maps.IdMaps`): new (relabelled) ids of original ids."""
-        return self.ids.to_new(orig_ids)
-
-    def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
-        """Collective (see :class:`~.id_maps.IdMaps`): original ids of new ids."""
-        return self.ids.to_orig(new_ids)
-
     def owner_of(self, orig_ids: np.ndarray) -> np.ndarray:
         """Collective (except for ``range``): owner rank of each *original* node id. The
         loader's seed split by owner needs no collective: it asks :meth:`owns`."""
         return self.ids.owner_of(orig_ids)
 
-    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None,
-                arrays=None):
-        """One kernel call on this part's CSR, or on ``arrays = (csr, weights)`` (a mapped
-        part's); ``rng_nodes``: the rows' original ids when known (default: gathered)."""
+    def _kernel(self, rows, keys, hop, fanouts, replace, edge_ids, rng_nodes=None):
+        """One kernel call on this part's CSR; ``rng_nodes``: the rows' original ids when known
+        (default: gathered)."""
         t0 = time.perf_counter()
-        csr, weights = (self._csr, self._weights) if arrays is None else arrays
+        indptr, indices, eids, orig = self._csr
         if self.kernel == "cuda":
             c, nb, e = self._cuda(self.ex, rows, keys, self.seed, hop, fanouts, replace,
                                   edge_ids)
-        elif weights is not None:
+        elif self._weights is not None:
             from ..ops.weighted import sample_neighbors_weighted
 
-            indptr, indices, eids, orig = csr
-            c, nb, e = sample_neighbors_weighted(indptr, indices, eids, weights, rows,
-                                                 orig[rows] if rng_nodes is None else rng_nodes,
-                                                 keys, self.seed, hop, fanouts, replace,
-                                                 with_eids=edge_ids)
+            c, nb, e = sample_neighbors_weighted(
+                indptr, indices, eids, self._weights, rows,
+                orig[rows] if rng_nodes is None else rng_nodes, keys, self.seed, hop, fanouts,
+                replace, with_eids=edge_ids)
             e = e if edge_ids else None
         else:
-            indptr, indices, eids, orig = csr
             c, nb, e = run_cpu_kernel(indptr, indices, eids, rows,
                                       orig[rows] if rng_nodes is None else rng_nodes, keys,
                                       self.seed, hop, fanouts, replace, edge_ids)
@@ -348,17 +327,12 @@ class DistSampler:
     def _hop(self, h: HopSegments):
         self._hop_full = h
         if self.shared is not None:  # every part mapped here: no exchange at all
-            if self.shared.weighted:  # one _kernel call per part (it keeps the statistics)
-                return self.shared.hop(h, lambda rows, keys, fans, reps, e, arrays: self._kernel(
-                    rows, keys, h.hop, fans, reps, e, None, arrays), self.seed)
             t0 = time.perf_counter()
-            c, nb, e = self.shared.hop(h, None, self.seed)
+            c, nb, e = self.shared.hop(h, self.seed)
             self._counted(t0, h.nodes.size, nb.size)
             return c, nb, e
         if self.host is not None and h.hop not in self._local_hops:  # host groups
-            out = self.host.hop(h, self._hop_wire, lambda rows, keys, fans, reps, e, arrays:
-                                self._kernel(rows, keys, h.hop, fans, reps, e, None, arrays),
-                                self.seed)
+            out = self.host.hop(h, self._hop_wire, self.seed)
             if self.host.last is not None and h.hop in self._front_orig:
                 self._front_orig[h.hop] = self.host.frontier_orig(self._front_orig[h.hop])
             return out
@@ -485,9 +459,9 @@ class DistSampler:
         """Local half of a round's agreement: ``(flags, this rank's input error or None)``.
 
         ``flags = [error, deepest request, any seed owned by another rank, any fanout -1, any
-        seed that needs the lookup, requests, seeds, requests of 2 hops or more, their seeds x
-        hop 1's fanout bound]``, to be reduced with ``MAX`` over ranks (the last four bound
-        the first exchanged hop's blocks). Callers that agree
+        seed that needs the lookup, requests, seeds, requests of 2 hops or more, a bound of
+        their hop-2 frontier, any time, any disjoint trees]``, to be reduced with ``MAX`` over
+        ranks (requests to trees bound the first exchanged hop's blocks). Callers that agree
         on a round anyway (the service) put them in their own agreement and pass ``(error,
         reduced flags)`` to :meth:`sample` as ``agreed``, so a round costs one agreement
         collective, not two. When no rank has a remote seed (e.g. with a seed split by owner),
@@ -496,13 +470,13 @@ class DistSampler:
         seed came translated (``SampleRequest.new_seeds``, as the loader sends them), the seed
         lookup is skipped.
         """
-        if self._typed:
-            return self._typed_flags(requests)
         try:
             for r in requests:
                 self.check_request(r)
         except SamplingInputError as e:
-            return [1, 0, 1, 1, 1, 0, 0, 0, 0], e
+            return [1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0], e
+        if self._typed:
+            return self._typed_flags(requests), None
         hops = max((len(r.fanouts) for r in requests), default=0)
         lo, hi = self.lo, self.ids.hi
         remote = lookup = False
@@ -519,7 +493,7 @@ class DistSampler:
             min(r.seeds.size * (r.fanouts[0] if r.replace or r.fanouts[0] <= cap else cap), n)
             for r in two)
         return [0, hops, int(remote), int(unbounded), int(lookup), len(on),
-                sum(r.seeds.size for r in on), len(two), grow], None
+                sum(r.seeds.size for r in on), len(two), grow, 0, 0], None
 
     def check_request(self, r: SampleRequest,
                       consequence: str = "no neighbors can be sampled for it; every rank stops "
@@ -578,11 +552,10 @@ class DistSampler:
                ) -> list[MiniBatch]:
         """Collective: :meth:`sample_original`, with ``n_id`` in the input's own ids when the
         graph was renumbered (``part.node_ids``, a memory-mapped file, indexed per batch). On a
-        typed part, requests are :class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`,
-        batches :class:`~mnmg_sampler.sampling.batch.MiniBatch` and ``features``
-        is unused (:attr:`type_rows` fetches every type's rows)."""
+        typed part, requests are :class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`
+        and ``features`` gives ``x``/``y`` of every node type."""
         if self._typed:
-            return self._sample_typed(requests, agreed)
+            return self._sample_typed(requests, features, agreed)
         out = self.sample_original(requests, features, agreed)
         node_ids = getattr(self.part, "node_ids", None)
         if node_ids is not None:
@@ -609,18 +582,8 @@ class DistSampler:
         """
         W = self.ex.world_size
         flags = self._agreed(requests, agreed)
-        hops, remote = (int(v) for v in flags[1:3])
-        unbounded = int(flags[3]) if len(flags) > 3 else 1
-        lookup = int(flags[4]) if len(flags) > 4 else remote
-        self._local_hops = () if remote else (0,)
-        self._bounded = (not unbounded and W > 1 and self.shared is None and len(flags) > 8
-                         and int(hops) > 0)
-        self._lens = np.array([len(r.fanouts) for r in requests], np.int64)
-        self._last_hop = int(hops) - 1
-        self._carry = np.zeros(W, np.int64)
-        if self._bounded:  # the first exchanged hop's blocks: bounded by the agreement
-            self._first_bounds(*((int(flags[5]), int(flags[6])) if remote
-                                 else (int(flags[7]), int(flags[8]))))
+        hops, lookup = int(flags[1]), int(flags[4])
+        self._bound_round(flags, [len(r.fanouts) for r in requests], False)
         carried = features is not None and features.enabled and features.carries_orig
         # the frontier's original ids ride in the replies when they would otherwise need a
         # lookup collective (sharded maps) and no feature row carries them
@@ -658,11 +621,11 @@ class DistSampler:
     def _check_typed(self, r, consequence: str = "no neighbors can be sampled for it; every "
                                                   "rank stops this round") -> None:
         """:meth:`check_request` of a typed part: ``r`` must be a typed request it can serve."""
-        if not isinstance(r, HeteroSampleRequest):
+        if r.input_type is None:
             raise SamplingInputError(
-                f"a {type(r).__name__} was sent to the sampler of a typed graph", consequence,
-                "send HeteroSampleRequest(input_type, seeds, num_neighbors, key) (or use "
-                "DistNeighborLoader(service, input_nodes=(type, ids), ...))")
+                "a request without input_type was sent to the sampler of a typed graph",
+                consequence, "send SampleRequest(seeds, num_neighbors, key, input_type=...) "
+                "(or use DistNeighborLoader(service, input_nodes=(type, ids), ...))")
         for name, seeds in r.seed_groups():  # input_type's, then a link batch's other type
             if name not in self.tp.node_types:
                 raise SamplingInputError(f"node type {name!r} is not in the graph",
@@ -677,26 +640,26 @@ class DistSampler:
         if check_request_time(self.graph, r):  # disjoint: tree ids must fit int64
             check_tree_ids(num_seeds(r), int(np.asarray(self.part.boundaries)[-1]))
 
-    def _typed_flags(self, requests: Sequence) -> tuple[list[int], SamplingInputError | None]:
-        """:meth:`round_flags` of a typed part: ``[error, deepest request, any fanout -1, requests
-        with a hop, their seeds, any time, any disjoint trees, any seed of another rank]``
-        (hop 1's blocks are bounded by the four before the last, so that no exchange of the
-        round sends its sizes first; the last asks for the seed lookup: not with every rank's
-        seeds its own, as a split by owner gives them)."""
-        try:
-            for r in requests:
-                self.check_request(r)
-        except SamplingInputError as e:
-            return [1, 0, 1, 0, 0, 0, 0, 1], e
-        tp = self.tp
-        lookup = any(not self.ids.owns(r.internal_seeds(tp.node_types, tp.node_type_offset))
+    def _typed_flags(self, requests: Sequence) -> list[int]:
+        """:meth:`round_flags` of a typed part's checked requests (seeds in internal ids, none
+        translated by a loader: a seed of another rank is one to look up)."""
+        tp, n = self.tp, int(self.part.num_nodes)
+        remote = any(not self.ids.owns(r.internal_seeds(tp.node_types, tp.node_type_offset))
                      .all() for r in requests)
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
+        unbounded = any((t < 0).any() for t in tables)
         on = [(r, t) for r, t in zip(requests, tables, strict=True) if t.shape[0] > 0]
-        return [0, max((t.shape[0] for t in tables), default=0),
-                int(any((t < 0).any() for t in tables)), len(on),
-                sum(num_seeds(r) for r, _ in on), int(any(r.time_attr is not None for r, _ in on)),
-                int(any(_grows_trees(r) for r, _ in on)), int(lookup)], None
+        grow = 0
+        for r, t in on if not unbounded else ():
+            if t.shape[0] > 1:  # hop 2's frontier: trees repeat nodes, else at most every node
+                b = num_seeds(r) * int(wire.request_bounds(t[:1], np.array([int(r.replace)]),
+                                                           self._deg_cap, self._rel_off)[0])
+                grow += b if _grows_trees(r) else min(b, n)
+        return [0, max((t.shape[0] for t in tables), default=0), int(remote), int(unbounded),
+                int(remote), len(on), sum(num_seeds(r) for r, _ in on),
+                sum(t.shape[0] > 1 for _, t in on), grow,
+                int(any(r.time_attr is not None for r, _ in on)),
+                int(any(_grows_trees(r) for r, _ in on))]
 
     def _typed_kernel(self, rows, keys, req, fan, rep, hop, bounds=None, last=None,
                       edge_ids: bool = True):
@@ -730,18 +693,19 @@ class DistSampler:
         key_q[req] = keys  # every node of a request has its key
         self._hop_full = h = HopSegments(nodes, sizes, key_q, fan, rep, hop, self._edge_ids,
                                          bounds, last)
-        if self.host is not None:  # host groups: the host's nodes here, the others' on the wire
-            c, nb, rel, e = self.host.typed_hop(h, self._hop_wire, lambda n, k, r, b: (
-                self._mapped_hop(self.host.shared, n, k, r, fan, rep, hop, b, last)), self._R)
+        if self.host is not None and hop not in self._local_hops:  # host groups: the host's
+            c, nb, rel, e = self.host.typed_hop(  # nodes here, the others' on the wire
+                h, self._hop_wire, lambda n, k, r, b: self._mapped_hop(
+                    self.host.shared, n, k, r, fan, rep, hop, b, last), self._R)
         else:
             c, nb, rel, e = self._hop_wire(h)
         if e is None or e.size != nb.size:  # no request of the round asked for them
             e = np.zeros(nb.size, np.int64)
         return c, nb, rel, e
 
-    def _sample_typed(self, requests: Sequence[HeteroSampleRequest], agreed
+    def _sample_typed(self, requests: Sequence[SampleRequest], features, agreed
                       ) -> list[HeteroMiniBatch]:
-        """:meth:`sample` of a typed part: ``x``/``y`` per type from :attr:`type_rows`."""
+        """:meth:`sample` of a typed part: ``x``/``y`` of every type from ``features``."""
         flags = self._agreed(requests, agreed)
         hops = int(flags[1])
         tp = self.tp
@@ -750,12 +714,13 @@ class DistSampler:
         # read from the mapped parts (shared topology), or every rank's own: no collective
         if sh is not None:
             seeds = [sh.to_new(a) for a in internal]
-        elif len(flags) > 7 and not int(flags[7]):
+        elif not int(flags[4]):
             seeds = [self.ids.to_new_local(a) for a in internal]
         else:
             seeds = self.ids.to_new_many(internal)
         tables = [fanout_table(self.graph, r.num_neighbors) for r in requests]
-        self._bound_round(flags, tables, any(_grows_trees(r) for r in requests))
+        self._bound_round(flags, [t.shape[0] for t in tables],
+                          any(_grows_trees(r) for r in requests))
         self._edge_ids = any(r.edge_ids for r in requests)
         trees, times = None, None
         if self._trees:
@@ -771,25 +736,35 @@ class DistSampler:
             for b, r, tree, nid, t in zip(out, requests, trees, nids, times, strict=True):
                 if _grows_trees(r):
                     mark_trees(b, tree, nid, tp.node_types, tp.node_type_offset, t)
-        if self.type_rows is not None:
-            self.type_rows.fetch([g[0] for g in got], nids, out)
+        if features is not None and features.enabled:
+            off = tp.node_type_offset
+            rows = features.fetch_types([g[0] for g in got], [
+                np.searchsorted(off, n, side="right") - 1 for n in nids])
+            for b, per in zip(out, rows, strict=True):
+                for name, (x, y, _) in per.items():
+                    for key, v in (("x", x), ("y", y)):
+                        if v is not None:
+                            getattr(b, key)[name] = v
         return out
 
-    def _bound_round(self, flags, tables: list[np.ndarray], trees: bool) -> None:
-        """This round's wire state: with every fanout ``>= 0`` (``flags`` agreed, see
-        :meth:`round_flags`), hop 1's blocks are bounded by the requests and seeds of any rank
-        (a part's nodes too, unless a rank grows trees, where nodes repeat) and each block
-        tells the bound of the next (:meth:`~.DistSampler._next_bounds`)."""
-        W, k = self.ex.world_size, self._k
-        _, hops, unbounded, S, N, timed, any_trees = (int(v) for v in flags[:7])
+    def _bound_round(self, flags, lens: list[int], trees: bool) -> None:
+        """This round's wire state from its agreed ``flags`` (:meth:`round_flags`; ``lens``:
+        hops of each of this rank's requests, ``trees``: one grows disjoint trees): without a
+        seed of another rank, hop 1 is local; with every fanout ``>= 0``, the first exchanged
+        hop's blocks are bounded by the requests and seeds of any rank (a part's nodes too,
+        unless trees repeat nodes) and each block tells the bound of the next
+        (:meth:`_next_bounds`)."""
+        W = self.ex.world_size
+        hops, remote, unbounded = (int(v) for v in flags[1:4])
         self._trees = trees
-        self._local_hops = ()
+        self._local_hops = () if remote else (0,)
         self._bounded = not unbounded and W > 1 and self.shared is None and hops > 0
-        self._lens = np.array([t.shape[0] for t in tables], np.int64)
+        self._lens = np.asarray(lens, np.int64)
         self._last_hop = hops - 1
         self._carry = np.zeros(W, np.int64)
-        if self._bounded:  # an id, and its time bound
-            self._first_bounds(S, N, 1 + (k if timed else 0), bool(any_trees))
+        if self._bounded:  # an id (and its time bound) per node
+            S, N = (int(v) for v in (flags[5:7] if remote else flags[7:9]))
+            self._first_bounds(S, N, 1 + (self._k if int(flags[9]) else 0), bool(int(flags[10])))
 
     def _sample_trees(self, requests, seeds, tables, hops):
         """The hops of a round with disjoint or temporal requests
@@ -882,6 +857,6 @@ def _table(fanouts: np.ndarray) -> np.ndarray:
     return fanouts if fanouts.ndim == 2 else fanouts[:, None]
 
 
-def _grows_trees(r: HeteroSampleRequest) -> bool:
+def _grows_trees(r: SampleRequest) -> bool:
     """Disjoint trees: asked for, or temporal (PyG's temporal sampling is disjoint)."""
     return r.time_attr is not None or bool(r.disjoint)

@@ -136,10 +136,9 @@ class SamplingService:
             kernel = "cuda" if device is not None and device.type == "cuda" else "cpu"
         self.sampler = DistSampler(part, seed, group, kernel=kernel, id_maps=id_maps,
                                    device=device if kernel == "cuda" else None,
-                                   shared_topology=shared_topology, host_memory=host_memory,
-                                   features=features)
+                                   shared_topology=shared_topology, host_memory=host_memory)
         self.features = None
-        if features and (part.x is not None or part.y is not None):
+        if features and (part.layout.x or part.layout.y):
             from .features import DistFeatureStore
             from .row_cache import CachePlan
 
@@ -171,10 +170,8 @@ class SamplingService:
         # saves no exchange here. Where rows cross hosts, merging saves fetches (Slashdot, 2
         # hosts, the topology and no rows: 2.4 requests per round balanced, 37.6 feature
         # B/edge across hosts).
-        rows = self.sampler.type_rows
         self._balanced = (self.sampler.shared is not None and len(self._slots) == 1
-                          and (self.features is None or self.features.shared is not None)
-                          and (rows is None or rows.local))
+                          and (self.features is None or self.features.shared is not None))
         self._held: deque = deque()  # (request, future) pairs taken but left for later
         self._closing = threading.Event()
         self._closed = False
@@ -573,9 +570,6 @@ class SamplingService:
                                          else f.cache_sizes(fit))
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
-        elif self.sampler.type_rows is not None:  # a typed part's rows, fetched by its sampler
-            rows = self.sampler.type_rows
-            st["features"] = dict(rows.stats, **rows.cache_stats())
         return st
 
 

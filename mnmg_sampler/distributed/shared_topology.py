@@ -8,9 +8,9 @@ too. A hop's frontier is then sampled here in one compiled pass over all parts
 that owns some of the frontier, put back in frontier order): no ids or neighbors go on the
 wire, and the original ids of ``n_id`` (and of seeds given in original ids) are read from the
 parts' own sorted ``orig_ids``, so no id lookup is exchanged either. The parts' feature rows
-and labels are mapped too (:attr:`SharedTopology.x`, :attr:`SharedTopology.y`): the feature
-store reads a round's rows of every part in place from them (:meth:`SharedTopology.rows`), so
-a round with features also costs one collective, its agreement.
+and labels are mapped too, per node type (a homogeneous part is one type): the feature store
+reads a round's rows of every part in place (:meth:`SharedTopology.type_rows`), so a round
+with features also costs one collective, its agreement.
 
 The RNG is keyed on original ids and every part keeps its rows' canonical order, so results
 are bit-identical to the wire path and to the single process. It needs every rank of the
@@ -22,14 +22,13 @@ hosts map their host's parts and what the host's budget holds of the others (:fu
 resident set counts the pages of other parts it touches; they are shared with the ranks that
 own them, not copied.
 
-Typed parts (``part.typed``) are the same mapping plus each part's typed tables
-(``type_offset``, ``seg_base``), its per-type ``x``/``y`` files and its edge times, read-only: a
-typed hop is one call of :func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every
-part (:meth:`SharedTopology.typed_hop`; every relation, every merged request, each node with
-its time bound in a round with time), and :meth:`SharedTopology.type_rows` reads ``x``/``y``
-of one node type in place. With node time only, the kernel reads the neighbors' node times by
-new id, so :attr:`SharedTopology.node_time` concatenates the parts' (8 bytes per node, the array
-the wire path exchanges).
+Typed parts (``part.typed``) also map each part's typed tables (``type_offset``,
+``seg_base``) and edge times: a typed hop is one call of
+:func:`~mnmg_sampler.ops.typed_parts.sample_typed_parts` over every part
+(:meth:`SharedTopology.typed_hop`; every relation, every merged request, each node with its
+time bound in a round with time). With node time only, the kernel reads the neighbors' node
+times by new id, so :attr:`SharedTopology.node_time` concatenates the parts' (8 bytes per
+node, the array the wire path exchanges).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ import hashlib
 import logging
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numba
@@ -46,7 +45,7 @@ import numpy as np
 
 from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
-from ..ops.cpu import group_by_part, sample_neighbors_parts
+from ..ops.cpu import sample_neighbors_parts
 from ..ops.typed_parts import part_of, sample_typed_parts
 from ..sampling.sampler import HopSegments
 from ..system.host_limits import check_allocation
@@ -209,34 +208,6 @@ def _log_off(ex: Exchanger, why: str) -> None:
         log.info("shared topology auto: off (%s); hops go over the wire", why)
 
 
-@numba.njit(cache=True, nogil=True)
-def _regroup(order, c_sorted, nb_sorted, e_sorted, with_e):
-    """Counts, neighbors and edge ids in frontier order from results in owner order
-    (``order[i]``: the frontier position of owner-order node ``i``)."""
-    n = order.shape[0]
-    out_c = np.empty(n, np.int64)
-    for i in range(n):
-        out_c[order[i]] = c_sorted[i]
-    off = np.empty(n, np.int64)
-    o = 0
-    for j in range(n):
-        off[j] = o
-        o += out_c[j]
-    out_n = np.empty(nb_sorted.shape[0], np.int64)
-    out_e = np.empty(nb_sorted.shape[0] if with_e else 0, np.int64)
-    p = 0
-    for i in range(n):
-        c = c_sorted[i]
-        o = off[order[i]]
-        for j in range(c):
-            out_n[o + j] = nb_sorted[p + j]
-        if with_e:
-            for j in range(c):
-                out_e[o + j] = e_sorted[p + j]
-        p += c
-    return out_c, out_n, out_e
-
-
 def _readonly(a: np.ndarray, dtype=_I64) -> np.ndarray:
     v = np.ascontiguousarray(a, dtype).view()  # a mapped file is contiguous: no copy
     v.flags.writeable = False
@@ -268,59 +239,26 @@ def _gather_rows(ids, bounds, arrays, out):
     return out
 
 
-def _to_orig(ids, bounds, origs):
-    """``origs[r][v - bounds[r]]`` for each id ``v`` of part ``r``."""
-    return _gather(ids, bounds, origs, np.empty(ids.shape[0], np.int64))
-
-
-def _rows_of(arrays: list, what: str) -> tuple | None:
-    """Read-only views of every part's mapped ``arrays`` (one numba type), or ``None`` when
-    the partition has none; parts that disagree in presence, dtype or width are an error."""
+def _per_type(mapped: dict, own, attr: str, name: str, world_size: int) -> tuple | None:
+    """Every part's ``layout.<attr>[name]`` as read-only ``uint8 [rows, row bytes]`` views (one
+    numba type whatever the dtype, e.g. float16; parts not in ``mapped``: empty stand-ins
+    shaped like ``own``'s), then the dtype and row shape; ``None`` when no part holds it.
+    Parts that disagree in presence, dtype or row shape are an error."""
+    mine = getattr(own.layout, attr).get(name)
+    empty = None if mine is None else np.empty((0, *mine.shape[1:]), mine.dtype)
+    arrays = [getattr(mapped[r].layout, attr).get(name) if r in mapped else empty
+              for r in range(world_size)]
     if all(a is None for a in arrays):
         return None
     first = next(a for a in arrays if a is not None)
     if any(a is None or a.dtype != first.dtype or a.shape[1:] != first.shape[1:]
            for a in arrays):
-        raise ConfigError(f"the parts of the partition do not all hold {what} of one dtype "
-                          "and width", f"the {what} of other parts cannot be read in place",
-                          "partition the graph again (every part is written alike)")
-    views = []
-    for a in arrays:
-        v = np.ascontiguousarray(a).view()  # a mapped file is contiguous: no copy
-        v.flags.writeable = False
-        views.append(v)
-    return tuple(views)
-
-
-def _per_type(mapped: dict, own, attr: str, name: str, world_size: int) -> tuple | None:
-    """Every part's ``typed.<attr>[name]`` as read-only ``uint8 [rows, row bytes]`` views (one
-    numba type whatever the dtype, e.g. float16; parts not in ``mapped``: empty stand-ins
-    shaped like ``own``'s), then the dtype and row shape; ``None`` when no part holds it.
-    Parts that disagree in presence, dtype or row shape are an error."""
-    mine = getattr(own.typed, attr).get(name)
-    empty = None if mine is None else np.empty((0, *mine.shape[1:]), mine.dtype)
-    views = _rows_of([getattr(mapped[r].typed, attr).get(name) if r in mapped else empty
-                      for r in range(world_size)], f"{attr}.{name}")
-    if views is None:
-        return None
-    first = views[0]
+        raise ConfigError(f"the parts of the partition do not all hold {attr}.{name} of one "
+                          "dtype and width", f"the {attr}.{name} of other parts cannot be read "
+                          "in place", "partition the graph again (every part is written alike)")
     width = first.dtype.itemsize * int(np.prod(first.shape[1:], dtype=np.int64))
-    return tuple(v.view(np.uint8).reshape(v.shape[0], width) for v in views), first.dtype, \
-        first.shape[1:]
-
-
-def _stand_in(mapped: dict, attr: str, own, world_size: int) -> list:
-    """Every part's array ``attr`` (``x`` or ``y``): the mapped ones', and for the others an
-    empty array shaped like this rank's ``own`` (``None`` when it has none)."""
-    empty = None if own is None else np.empty((0, *own.shape[1:]), own.dtype)
-    return [getattr(mapped[r], attr) if r in mapped else empty for r in range(world_size)]
-
-
-def _by_owner(nodes: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Frontier nodes per part and the frontier positions grouped by part (stable)."""
-    order = np.empty(nodes.size, _I64)
-    per = group_by_part(nodes, bounds, np.empty(nodes.size, _I64), order)
-    return np.diff(per), order
+    return tuple(_readonly(a, a.dtype).view(np.uint8).reshape(a.shape[0], width)
+                 for a in arrays), first.dtype, first.shape[1:]
 
 
 class SharedTopology:
@@ -328,11 +266,8 @@ class SharedTopology:
 
     Attributes:
         parts: per rank ``((indptr, indices, edge_ids, orig_ids), weights or None)``.
-        x, y: per rank, read-only views of the part's mapped feature rows and labels
-            (``None``: the partition has none).
-        typed: typed parts (:meth:`typed_hop`, :meth:`type_rows`).
-        type_x, type_y: typed parts: per node type name, ``(one read-only byte view per part,
-            dtype, row shape)`` (types without them are absent).
+        type_x, type_y: per node type name (a homogeneous part's one type), ``(one read-only
+            byte view per part, dtype, row shape)`` (types without them are absent).
         node_time: typed parts with node time: int64 node time of every node by new id.
         peer_nodes, peer_edges: frontier nodes of other ranks sampled here, and their edges.
     """
@@ -373,34 +308,29 @@ class SharedTopology:
             raise ConfigError("the parts of the partition are not all weighted (or unweighted)",
                               "the shared topology cannot sample them alike",
                               "partition again with --weights for every part")
-        # every mapped part's feature rows and labels (read in place by the feature store)
-        held = {r: p for r, p in mapped.items() if r in self.row_ranks}
-        self.x = _rows_of(_stand_in(held, "x", part.x, world_size), "feature rows")
-        self.y = _rows_of(_stand_in(held, "y", part.y, world_size), "labels")
-        self.typed = getattr(part, "typed", None) is not None
         self.node_time = None
-        if self.typed:
-            self._map_typed(part, mapped, held, world_size)
+        self._map_types(part, mapped, world_size)
         self.peer_nodes = 0
         self.peer_edges = 0
 
-    def _map_typed(self, part, mapped: dict, held: dict, world_size: int) -> None:
-        """Typed parts: the mapped parts' typed tables and times, and the per-type rows of
-        ``held`` (the parts whose rows are mapped); the others get stand-ins, never indexed.
-        The node time of every node by new id only when every part is mapped (host groups:
-        the sampler sets the one it gathered)."""
-        if any(p.typed is None for p in mapped.values()):
+    def _map_types(self, part, mapped: dict, world_size: int) -> None:
+        """The mapped parts' type tables (:attr:`Partition.layout`: a homogeneous part is one
+        type) and times, and the per-type rows of the parts whose rows are mapped here; the
+        others get stand-ins, never indexed. The node time of every node by new id only when
+        every part is mapped (host groups: the sampler sets the one it gathered)."""
+        if any((p.typed is None) != (part.typed is None) for p in mapped.values()):
             raise ConfigError("the partition mixes typed and homogeneous parts",
                               "the shared topology cannot sample them alike",
                               "partition the graph again")
-        tp = part.typed
+        tp = part.layout
+        held = {r: p for r, p in mapped.items() if r in self.row_ranks}
         self.node_types = tp.node_types
         self.rel_offset = np.ascontiguousarray(tp.rel_offset, _I64)  # small tables: copies
         self.rel_weighted = np.ascontiguousarray(tp.weighted, np.uint8)
 
         def table(name: str) -> np.ndarray:  # per part; a stand-in starts every type at 0
             own = getattr(tp, name)
-            return np.ascontiguousarray(np.stack([getattr(mapped[r].typed, name) if r in mapped
+            return np.ascontiguousarray(np.stack([getattr(mapped[r].layout, name) if r in mapped
                                                   else np.zeros_like(own)
                                                   for r in range(world_size)]), _I64)
 
@@ -431,7 +361,8 @@ class SharedTopology:
     # -- ids -------------------------------------------------------------------------------
     def to_orig(self, new_ids: np.ndarray) -> np.ndarray:
         """Original ids of new ids, read from their parts (no collective)."""
-        return _to_orig(np.ascontiguousarray(new_ids, _I64), self.bounds, self._origs)
+        ids = np.ascontiguousarray(new_ids, _I64)
+        return _gather(ids, self.bounds, self._origs, np.empty(ids.shape[0], _I64))
 
     def to_new(self, orig_ids: np.ndarray) -> np.ndarray:
         """New ids of original ids in ``[0, num_nodes)``: each part's ``orig_ids`` is
@@ -448,61 +379,27 @@ class SharedTopology:
             raise RuntimeError("an original id is in no part of the shared topology")
         return out
 
-    def rows(self, ids: np.ndarray, arrays: tuple) -> np.ndarray:
-        """Rows of new ids read in place from every part's mapped ``arrays`` (:attr:`x` or
-        :attr:`y`), in ``ids`` order and the files' dtype (no collective)."""
-        out = np.empty((ids.shape[0], *arrays[0].shape[1:]), arrays[0].dtype)
-        fn = _gather_rows if out.ndim == 2 else _gather
-        return fn(np.ascontiguousarray(ids, _I64), self.bounds, arrays, out)
-
     # -- one hop ---------------------------------------------------------------------------
-    def hop(self, h: HopSegments, kernel: Callable, seed: int):
-        """Sample ``h`` here, results in frontier order. Unweighted: one compiled pass over
-        every part (:func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`). Weighted:
-        ``kernel(rows, keys, fanouts, replace, edge_ids, arrays)`` once per part that owns some
-        of the frontier, then the results are put back in frontier order."""
+    def hop(self, h: HopSegments, seed: int):
+        """Sample ``h`` here, results in frontier order, in one compiled pass over every part:
+        :func:`~mnmg_sampler.ops.cpu.sample_neighbors_parts`, or weighted, the typed kernel's
+        (:meth:`typed_hop`: one relation, the same draws)."""
         keys, fans, reps = h.per_node()
         nodes = np.ascontiguousarray(h.nodes, _I64)
         with_e = bool(h.edge_ids)
-        if not self.weighted:
-            indptrs, indices, eids = self._csrs
-            c, nb, e, by_part = sample_neighbors_parts(
-                indptrs, indices, eids, self._origs, self.bounds, nodes, keys, seed, h.hop,
-                fans, reps, with_eids=with_e)
-            mine_nodes, mine_edges = (int(v) for v in by_part[self.rank])
-        else:
-            per, order = _by_owner(nodes, self.bounds)
-            if nodes.size == 0 or int(per.max()) == nodes.size:  # one owner: no regrouping
-                r = int(np.argmax(per)) if nodes.size else self.rank
-                c, nb, e = kernel(nodes - self.bounds[r], keys, fans, reps, with_e,
-                                  self.parts[r])
-            else:
-                c, nb, e = self._by_part(nodes, keys, fans, reps, with_e, per, order, kernel)
-            a = int(per[:self.rank].sum())
-            mine_nodes = int(per[self.rank])
-            mine_edges = int(np.asarray(c)[order[a:a + mine_nodes]].sum())
+        if self.weighted:
+            req = np.repeat(np.arange(h.sizes.size, dtype=_I64), h.sizes)
+            c, nb, _, e = self.typed_hop(nodes, keys, req, np.asarray(h.fanouts, _I64).reshape(
+                -1, 1), np.asarray(h.replace, np.uint8), seed, h.hop)
+            return c, nb, (e if with_e else None)
+        indptrs, indices, eids = self._csrs
+        c, nb, e, by_part = sample_neighbors_parts(
+            indptrs, indices, eids, self._origs, self.bounds, nodes, keys, seed, h.hop, fans,
+            reps, with_eids=with_e)
+        mine_nodes, mine_edges = (int(v) for v in by_part[self.rank])
         self.peer_nodes += int(nodes.size) - mine_nodes
         self.peer_edges += int(nb.size) - mine_edges
         return c, nb, (e if with_e else None)
-
-    def _by_part(self, nodes, keys, fans, reps, with_e, per, order, kernel):
-        """One ``kernel`` call per part that owns some of the frontier, regrouped."""
-        cs, nbs, es = [], [], []
-        a = 0
-        for r, n in enumerate(per.tolist()):
-            if n == 0:
-                continue
-            sel = order[a:a + n]
-            a += n
-            c, nb, e = kernel(nodes[sel] - self.bounds[r], keys[sel], fans[sel], reps[sel],
-                              with_e, self.parts[r])
-            cs.append(np.asarray(c, _I64))
-            nbs.append(np.asarray(nb, _I64))
-            if with_e:
-                es.append(np.asarray(e, _I64))
-        empty = np.empty(0, _I64)
-        return _regroup(order, np.concatenate(cs), np.concatenate(nbs),
-                        np.concatenate(es) if with_e else empty, with_e)
 
     def typed_hop(self, nodes, keys, req, fan, rep, seed: int, hop: int, bounds=None,
                   last=None):
@@ -524,7 +421,7 @@ class SharedTopology:
 
     def type_rows(self, name: str, t: int, new_ids: np.ndarray, raw: bool = False
                   ) -> dict[str, np.ndarray]:
-        """Typed parts: ``x`` / ``y`` rows of new ids of type ``name`` (index ``t``), read in
+        """``x`` / ``y`` rows of new ids of type ``name`` (index ``t``), read in
         place from the mapped parts' files, in ``new_ids`` order (no collective; ``raw``: as
         ``uint8 [n, row bytes]``)."""
         starts = np.append(self.bounds[:-1] + self._type_offs[:, t], self.bounds[-1])

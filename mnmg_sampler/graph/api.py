@@ -14,7 +14,18 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import GraphFormatError
 from .build import MAX_NODE_ID
+from .datasets import load_graph
+from .formats import is_ogb_hetero_dir
+from .partition import partition_graph as make_plan
+from .partition import write_partitions
+from .partition_io import load_partition, read_manifest
+from .tables import TABLE_SUFFIXES, table_has_column
+from .temporal import read_with_time
+from .torch_files import load_torch_object
+from .typed import TypedGraph
+from .typed_io import _is_typed_object, load_typed_graph, typed_graph_at
 
 __all__ = ["partition_graph", "split_from_partitions", "typed_graph_of", "typed_source"]
 
@@ -78,10 +89,6 @@ def partition_graph(
         partition_graph(edge_index, x=torch.randn(3, 8), y=torch.tensor([0, 1, 0]),
                         num_parts=2, out="parts")
     """
-    from .datasets import load_graph
-    from .partition import partition_graph as make_plan
-    from .partition import write_partitions
-
     typed = typed_graph_of(data, time_attr)
     if typed is not None:
         given = [k for k, v in (("x", x), ("y", y), ("masks", masks), ("num_nodes", num_nodes),
@@ -90,8 +97,6 @@ def partition_graph(
                                 ("renumber", renumber if str(renumber).lower() == "true" else None))
                  if v is not None and v is not False]
         if given:
-            from ..errors import GraphFormatError
-
             untimed = typed.edge_time is None and typed.node_time is None
             what = "a typed graph" if untimed else \
                 f"a graph with time ({typed.time_attr!r}, written as typed parts)"
@@ -118,9 +123,6 @@ def typed_graph_of(data, time_attr: str | None = "time",
     since only typed parts hold time; with ``timed_homogeneous=False`` it stays homogeneous
     (its time unread: a job that samples without time). ``name`` names an object in errors
     (a path names itself)."""
-    from .temporal import read_with_time
-    from .typed_io import load_typed_graph, typed_graph_at
-
     kind, source, where = typed_source(data, time_attr, timed_homogeneous)
     name = where or name
     if kind == "built":
@@ -139,11 +141,6 @@ def typed_source(data, time_attr: str | None = "time", timed_homogeneous: bool =
     (an OGB hetero directory, or a generated typed graph's name), ``typed`` (a ``HeteroData``
     or the dict form), ``timed`` (a homogeneous graph or table with time), ``None``
     (homogeneous)."""
-    from .formats import is_ogb_hetero_dir
-    from .tables import TABLE_SUFFIXES, table_has_column
-    from .typed import TypedGraph
-    from .typed_io import _hetero_safe_globals, _is_typed_object
-
     if isinstance(data, TypedGraph):
         return "built", data, None
     timed = time_attr is not None and timed_homogeneous
@@ -158,9 +155,7 @@ def typed_source(data, time_attr: str | None = "time", timed_homogeneous: bool =
             return ("timed" if has else None), p, str(p)
         if p.suffix not in (".pt", ".pth") or not p.is_file():
             return ("named" if is_ogb_hetero_dir(p) else None), p, str(p)
-        from .torch_files import load_torch_object
-
-        data, name = load_torch_object(p, _hetero_safe_globals()), str(p)
+        data, name = load_torch_object(p), str(p)
     if _is_typed_object(data):
         return "typed", data, name
     return ("timed" if timed and _has_time(data, time_attr) else None), data, name
@@ -182,8 +177,6 @@ def split_from_partitions(path: str | os.PathLike) -> dict[str, np.ndarray] | No
     Reads every part's mask files (small) so every rank gets the same global arrays without a
     collective. ``None`` when the graph was partitioned without a ``train`` mask.
     """
-    from .partition_io import load_partition, read_manifest
-
     manifest = read_manifest(path)
     names = manifest.get("masks") or []
     if "train" not in names:

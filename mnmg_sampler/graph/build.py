@@ -1,17 +1,11 @@
 """The last step every reader shares: options, checks before allocating, renumbering, the CSR.
 
-Every reader (``readers.py``, ``tables.py``, ``torch_files.py``, ``ogb.py``, in-memory arrays)
-ends with :func:`build_graph`, which
-
-1. refuses negative ids,
-2. renumbers sparse ids (:func:`should_renumber`): real interaction data carries 64-bit ids
-   (hashed user ids, database keys), and a CSR sized by the largest id would need one row per
-   possible id. The distinct ids, sorted, become ``0 .. N-1``; the graph keeps them in
-   :attr:`CSRGraph.node_ids`, so outputs (``n_id``) show the original ids again,
-3. otherwise checks the CSR's size against what the process can allocate
-   (:func:`mnmg_sampler.system.host_limits.check_allocation`), then refuses ids above
-   ``max_node_id``
-   (default 2**40), both before the CSR is built.
+Every reader ends with :func:`build_graph`, which refuses negative ids, renumbers sparse ids
+(:func:`should_renumber`: real interaction data carries 64-bit ids, and a CSR sized by the
+largest id would need a row per possible id; the distinct ids, sorted, become ``0 .. N-1`` and
+stay in :attr:`CSRGraph.node_ids`, so outputs show them again), and otherwise checks the CSR's
+size against what the process can allocate and refuses ids above ``max_node_id`` (default
+2**40), all before the CSR is built.
 """
 
 from __future__ import annotations

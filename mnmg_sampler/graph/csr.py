@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import EdgeWeightError, GraphFormatError
+from ..errors import EdgeWeightError, GraphFormatError, SamplingInputError
 
 
 @dataclass
@@ -118,8 +118,6 @@ class CSRGraph:
 
     def check_ids(self, ids: np.ndarray, what: str = "seed") -> None:
         """Raise :class:`SamplingInputError` if any id is outside ``[0, num_nodes)``."""
-        from ..errors import SamplingInputError
-
         if ids.size == 0:
             return
         lo, hi = int(ids.min()), int(ids.max())

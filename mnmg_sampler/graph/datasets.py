@@ -42,7 +42,10 @@ from .formats import (
     supported_formats,
 )
 from .node_data import attach_node_data
+from .ogb import read_ogb_dir
 from .readers import (
+    as_ids,
+    as_numpy,
     edge_index_pair,
     has_header_row,
     is_gnn_benchmark,
@@ -56,6 +59,8 @@ from .readers import (
 from .rmat import parse_rmat_spec, rmat_edge_range, rmat_graph
 from .sources import TEXT_SUFFIXES as SPLIT_TEXT_SUFFIXES
 from .sources import EdgeShare, read_files_share, read_text_range
+from .tables import read_parquet, read_table
+from .torch_files import graph_from_mapping, read_torch
 
 __all__ = ["load_graph", "nonisolated_nodes", "BUILTINS", "SPEC_FORMS", "FORMATS",
            "GraphFormat", "detect_format", "supported_formats", "graph_from_memory",
@@ -70,33 +75,7 @@ _DEFAULT_UNDIRECTED = {"cora": True}  # Cora's citations are conventionally used
 
 def _read_text(path, **opts) -> CSRGraph:
     """Whitespace edge list; one with a header row goes through the table reader."""
-    from .tables import read_table
-
     return read_table(path, **opts) if has_header_row(Path(path)) else read_edge_list(path, **opts)
-
-
-def _read_table(path, **opts) -> CSRGraph:
-    from .tables import read_table
-
-    return read_table(path, **opts)
-
-
-def _read_parquet(path, **opts) -> CSRGraph:
-    from .tables import read_parquet
-
-    return read_parquet(path, **opts)
-
-
-def _read_torch(path, **opts) -> CSRGraph:
-    from .torch_files import read_torch
-
-    return read_torch(path, **opts)
-
-
-def _read_ogb(path, **opts) -> CSRGraph:
-    from .ogb import read_ogb_dir
-
-    return read_ogb_dir(path, **opts)
 
 
 def _suffix(*suffixes: str) -> Callable[[Path], bool]:
@@ -115,14 +94,14 @@ class GraphFormat:
 
 _READERS = (
     (_suffix(*TEXT_SUFFIXES), _read_text),
-    (_suffix(*TABLE_SUFFIXES), _read_table),
-    (_suffix(".parquet", ".pq"), _read_parquet),
+    (_suffix(*TABLE_SUFFIXES), read_table),
+    (_suffix(".parquet", ".pq"), read_parquet),
     (_suffix(".npy"), read_npy),
     (lambda p: _suffix(".npz")(p) and is_gnn_benchmark(p), read_gnn_benchmark),
     (lambda p: _suffix(".npz")(p) and is_scipy_sparse(p), read_scipy_npz),
     (_suffix(".npz"), read_npz),
-    (_suffix(".pt", ".pth"), _read_torch),
-    (is_ogb_dir, _read_ogb),
+    (_suffix(".pt", ".pth"), read_torch),
+    (is_ogb_dir, read_ogb_dir),
 )
 
 FORMATS: tuple[GraphFormat, ...] = tuple(
@@ -172,18 +151,11 @@ def _bad_memory(what: str) -> GraphFormatError:
         "Data, a dict with 'edge_index', a CSRGraph, or a spec string / path")
 
 
-def _np(v) -> np.ndarray:
-    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
-
-
 def graph_from_memory(data, *, num_nodes: int | None = None, name: str = "in-memory graph",
                       **opts) -> CSRGraph:
     """A :class:`CSRGraph` from arrays: ``edge_index`` ``(2, E)``, ``(src, dst)``, PyG ``Data``
     or a dict with ``edge_index`` (and optional ``x``, ``y``, ``num_nodes``, masks); ``opts``
     are those of :class:`~.build.ReadOptions`."""
-    from .readers import as_ids
-    from .torch_files import graph_from_mapping
-
     if hasattr(data, "to_dict") and hasattr(data, "edge_index") and not isinstance(data, dict):
         d = data.to_dict()
         d.setdefault("num_nodes", data.num_nodes)
@@ -193,13 +165,13 @@ def graph_from_memory(data, *, num_nodes: int | None = None, name: str = "in-mem
     if isinstance(data, (tuple, list)):
         if len(data) != 2:
             raise _bad_memory(f"a sequence of {len(data)} items")
-        src, dst = _np(data[0]), _np(data[1])
+        src, dst = as_numpy(data[0]), as_numpy(data[1])
         if src.ndim != 1 or dst.ndim != 1 or src.dtype == object or dst.dtype == object:
             raise _bad_memory(f"src / dst are {src.dtype}{list(src.shape)} and "
                               f"{dst.dtype}{list(dst.shape)}, not 1-d integer arrays")
         src, dst = as_ids(src, name, "src"), as_ids(dst, name, "dst")
     else:
-        arr = _np(data)
+        arr = as_numpy(data)
         if arr.dtype == object:
             raise _bad_memory(f"a {type(data).__name__} is not an edge_index")
         src, dst = edge_index_pair(arr, name)

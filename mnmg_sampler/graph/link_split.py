@@ -2,24 +2,19 @@
 or by time, and the *training graph* that holds no held-out edge.
 
 At random (:func:`split_relation`): the relation's distinct ``(src, dst)`` pairs are permuted with
-``seed`` and cut by the fractions as the one-type split cuts its pairs
-(:func:`~mnmg_sampler.train.link.split_edges`): ``round(f0 * P)``, ``round((f0 + f1) * P)``,
-``round(min(1, sum) * P)``. The training graph keeps every other relation whole, the target
-relation's train pairs, and, in the reverse relation (PyG's ``rev_`` relation, chosen by the
-caller), the edges whose reverse is not held out; so a held-out edge can never be read as a
-message, in either direction.
+``seed`` and cut as the one-type split cuts its pairs (:func:`~mnmg_sampler.train.link.split_edges`:
+``round(f0 * P)``, ``round((f0 + f1) * P)``, ``round(min(1, sum) * P)``). The training graph keeps
+every other relation whole, the target relation's train pairs and, in the reverse relation (PyG's
+``rev_``, chosen by the caller), the edges whose reverse is not held out: a held-out edge is never
+a message, in either direction.
 
 By time (``link.split_by: time``; :func:`temporal_edge_split`, :func:`split_relation_by_time`):
-train on the earliest edges, validate on the next, test on the latest, so no split learns from
-its future. Edges are ordered by time (stable: ties in edge id order) and cut by the fractions as
-above. A cut never separates equal times: it moves back to the first edge of its time, so every
-edge of a later split is strictly later than every edge of an earlier one, and each split starts
-at a time ``start[split]`` (its first edge's). The sampling graph of a split holds only the edges
-strictly before the *next* split's start for training (the train edges: no validation or test
-edge, nor any later one) and strictly before the split's own start for validation and test, so
-evaluation never sees an edge at or after the evaluated edges' start. The typed training graph
-holds only the edges strictly before the validation start, in every relation with edge time;
-edge and node times are kept for temporal sampling.
+edges ordered by time (stable) are cut by the same fractions, each cut moved back to the first
+edge of its time, so every edge of a later split is strictly later than every edge of an earlier
+one; split ``s`` starts at ``start[s]``. Training samples only edges before the next split's
+start, validation and test only edges before their own start, so no split sees its future. The
+typed training graph holds, in every relation with edge time, only the edges before the
+validation start; edge and node times are kept for temporal sampling.
 """
 
 from __future__ import annotations

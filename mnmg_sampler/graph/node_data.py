@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from .csr import CSRGraph
-from .readers import _require_file, as_mask
+from .readers import _require_file, as_mask, as_numpy
 
 __all__ = ["read_node_array", "attach_node_data", "SPLIT_NAMES"]
 
@@ -82,9 +82,7 @@ def read_node_array(path: str | PathLike, what: str = "node data") -> np.ndarray
 def _array(v, what: str) -> np.ndarray:
     if isinstance(v, (str, PathLike)):
         return read_node_array(v, what)
-    if hasattr(v, "detach"):
-        return v.detach().cpu().numpy()
-    return np.asarray(v)
+    return as_numpy(v)
 
 
 def attach_node_data(graph: CSRGraph, x=None, y=None,

@@ -1,36 +1,27 @@
 """Split a graph into contiguous id ranges, one per rank, and write them atomically.
 
-Partitioning is a *relabelling*: nodes get new ids so that part ``r`` owns the contiguous range
-``[boundaries[r], boundaries[r+1])``, which makes the owner of an id one ``searchsorted`` away
+Partitioning is a *relabelling*: part ``r`` owns the new ids ``[boundaries[r], boundaries[r+1])``,
+so the owner of an id is one ``searchsorted`` away
 (:class:`mnmg_sampler.distributed.partition_book.PartitionBook`). Within a part nodes keep the
-order of their original ids. Every owned row keeps its neighbor list in the input's canonical
-order (ascending original edge id), and samplers key the RNG on original ids, so a sampled
-minibatch mapped back through ``new_to_orig`` is bit-identical to sampling the unpartitioned graph.
+order of their original ids, rows keep the input's canonical order and samplers key the RNG on
+original ids, so a minibatch mapped back through ``new_to_orig`` is bit-identical to sampling the
+unpartitioned graph.
 
-Methods: ``range`` (identity order in equal chunks), ``random`` (seeded, balanced to +-1 node),
-``hash`` (a seeded hash of the id picks the part; balanced in expectation) and ``metis``
-(``pymetis`` on the symmetrised graph; fewest cut edges, optional extra). ``range``, ``random``
-and ``hash`` decide a node's part from its id alone (:func:`assign_nodes`), which is what lets
-:mod:`mnmg_sampler.distributed.ingest` partition on many ranks with the same result; ``random``
-places node ``v`` at position ``permute(v)`` of a keyed permutation (:mod:`.permute`) and cuts
-the positions into equal chunks. (Before that, ``random`` drew NumPy's ``default_rng(seed)
-.permutation``; the same seed now gives a different, equally balanced partition.)
+Methods: ``range`` (equal chunks of the input order), ``random`` (a keyed permutation,
+:mod:`.permute`, cut into equal chunks), ``hash`` (a seeded hash of the id) and ``metis``
+(``pymetis`` on the symmetrised graph: fewest cut edges). The first three decide a node's part
+from its id alone (:func:`assign_nodes`), which lets :mod:`mnmg_sampler.distributed.ingest`
+partition on every rank with the same result.
 
 One partitioner serves every graph: a :class:`~.csr.CSRGraph` is the one-type, one-relation
-:class:`~.typed.TypedGraph` (:meth:`~.typed.TypedGraph.from_csr`, the same ``indptr``,
-``indices`` and ``edge_ids``), so the plan and the part arrays come from one code path. Every
-node type is split on its own (``range``, ``random`` and ``hash`` assign a node from its per-type
-id, so each type is balanced over the parts); ``metis`` runs on all relations as one graph.
-A part's nodes come in internal-id order, so grouped by type. A part is a CSR over its owned
-(node, relation) segments (a homogeneous graph: one segment per row): ``indptr``, ``indices``
-(new global ids), ``edge_ids`` (per relation), ``orig_ids`` (internal ids, on which the RNG is
-keyed: fixed by the graph, not by the partitioning), ``weights``, ``edge_time`` / ``node_time``,
-and node data. A graph with named types also stores ``type_offset`` (first local row of each
-type), node data per type (``x.<type>``, ``y.<type>``, ``mask.<type>.<split>``) and the
-manifest's ``typed`` section (format version 2); a homogeneous graph stores ``x``, ``y``,
-``mask_<split>`` and, renumbered, ``node_ids`` (format version 1, which the loader reads as the
-one type). The on-disk layout is described in ``docs/formats.md`` (section "Partition
-directories").
+:class:`~.typed.TypedGraph` (:meth:`~.typed.TypedGraph.from_csr`, the same arrays). Each node
+type is split on its own; ``metis`` runs on all relations as one graph. A part is a CSR over its
+owned (node, relation) segments: ``indptr``, ``indices`` (new global ids), ``edge_ids`` (per
+relation), ``orig_ids`` (internal ids: the RNG's keys), ``weights``, ``edge_time`` /
+``node_time`` and node data: ``type_offset``, ``x.<type>``, ``y.<type>``, ``mask.<type>.<split>``
+and the manifest's ``typed`` section for named types (format version 2); ``x``, ``y``,
+``mask_<split>`` and, renumbered, ``node_ids`` for a homogeneous graph (format version 1, read as
+the one type). Layout: ``docs/formats.md``, "Partition directories".
 """
 
 from __future__ import annotations
@@ -46,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
-from .csr import CSRGraph
+from .csr import CSRGraph, check_weights
+from .datasets import load_graph
 from .partition_io import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -70,6 +62,7 @@ __all__ = [
     "part_arrays",
     "part_node_ids",
     "partition_graph",
+    "part_stats",
     "typed_section",
     "write_partitions",
     "partition",
@@ -120,17 +113,25 @@ class PartitionPlan:
         return int(self.new_to_orig.shape[0])
 
     def summary(self) -> dict:
-        """Plain numbers for logs, the CLI and the manifest."""
-        return {
-            "method": self.method,
-            "seed": self.seed,
-            "parts": self.parts,
-            "edge_cut": self.edge_cut,
-            "imbalance": self.imbalance,
-            "edge_imbalance": self.edge_imbalance,
-            "part_nodes": [int(v) for v in self.part_nodes],
-            "part_edges": [int(v) for v in self.part_edges],
-        }
+        """Plain numbers for logs, the CLI and the manifest (:func:`part_stats`)."""
+        return part_stats(self.method, self.seed, self.num_nodes, int(self.part_edges.sum()),
+                          self.part_nodes, self.part_edges, self.edge_cut)
+
+
+def part_stats(method: str, seed: int, n: int, num_edges: int, part_nodes, part_edges,
+               cut: float) -> dict:
+    """The manifest's ``stats`` of a partitioning (``cut``: its edge cut), which the single-
+    process and the distributed partitioner both write."""
+    part_nodes = np.asarray(part_nodes, np.int64)
+    part_edges = np.asarray(part_edges, np.int64)
+    parts = part_nodes.shape[0]
+    return {
+        "method": method, "seed": int(seed), "parts": parts, "edge_cut": float(cut),
+        "imbalance": float(part_nodes.max() / (n / parts)) if n else 1.0,
+        "edge_imbalance": float(part_edges.max() / (num_edges / parts)) if num_edges else 1.0,
+        "part_nodes": [int(v) for v in part_nodes],
+        "part_edges": [int(v) for v in part_edges],
+    }
 
 
 def _dst_of_entries(graph: CSRGraph) -> np.ndarray:
@@ -343,22 +344,11 @@ def plan_from_assignment(graph: CSRGraph, assignment: np.ndarray, method: str, s
     boundaries = np.zeros(parts + 1, np.int64)
     np.cumsum(part_nodes, out=boundaries[1:])
     part_edges = np.bincount(assignment, weights=graph.degrees(), minlength=parts).astype(np.int64)
-    mean_nodes = n / parts
-    mean_edges = graph.num_edges / parts
-    plan = PartitionPlan(
-        method=method,
-        seed=int(seed),
-        parts=parts,
-        assignment=assignment,
-        boundaries=boundaries,
-        new_to_orig=new_to_orig,
-        orig_to_new=orig_to_new,
-        edge_cut=edge_cut(graph, assignment),
-        imbalance=float(part_nodes.max() / mean_nodes) if n else 1.0,
-        edge_imbalance=float(part_edges.max() / mean_edges) if graph.num_edges else 1.0,
-        part_nodes=part_nodes,
-        part_edges=part_edges,
-    )
+    s = part_stats(method, seed, n, graph.num_edges, part_nodes, part_edges,
+                   edge_cut(graph, assignment))
+    plan = PartitionPlan(method, int(seed), parts, assignment, boundaries, new_to_orig,
+                         orig_to_new, s["edge_cut"], s["imbalance"], s["edge_imbalance"],
+                         part_nodes, part_edges)
     log.info("partitioned '%s' into %d parts with %s: edge cut %.4f, imbalance %.3f nodes, "
              "%.3f edges", graph.name, parts, method, plan.edge_cut, plan.imbalance,
              plan.edge_imbalance)
@@ -425,33 +415,28 @@ def check_type_names(name: str, node_types) -> None:
 
 
 def _check_node_data(graph: CSRGraph | TypedGraph) -> None:
-    if isinstance(graph, TypedGraph):
-        check_type_names(graph.name, graph.node_types)
-        for name, arr in graph.x.items():
-            if np.asarray(arr).dtype.hasobject:
-                raise PartitionError(f"typed graph '{graph.name}': x[{name!r}] has dtype "
-                                     "object", "it cannot be stored",
-                                     "give features a numeric dtype")
-        return
-    n = graph.num_nodes
-    for what, arr in (("x", graph.x), ("y", graph.y), *((f"masks[{k!r}]", v)
-                                                        for k, v in (graph.masks or {}).items())):
-        if arr is None:
-            continue
-        arr = np.asarray(arr)
-        if arr.ndim == 0 or arr.shape[0] != n or arr.dtype.hasobject:
-            raise PartitionError(
-                f"graph '{graph.name}': {what} has shape {arr.shape} and dtype {arr.dtype}",
-                "node data needs one row per node in a plain numeric dtype to be split",
-                f"give {what} with {n} rows (numeric or bool)",
-            )
-    for name in graph.masks or {}:
-        if not _MASK_NAME.match(str(name)):
-            raise PartitionError(
-                f"graph '{graph.name}': mask name {name!r} cannot be used in a file name",
-                "the mask cannot be stored",
-                "use letters, digits, '_', '-' or '.' in mask names",
-            )
+    """Node data must be storable: one row per node in a plain dtype, file-name-safe names."""
+    named = isinstance(graph, TypedGraph)
+    g = graph if named else TypedGraph.from_csr(graph)
+    check_type_names(g.name, g.node_types)
+    for t in g.node_types:
+        at = f"[{t!r}]" if named else ""
+        masks = g.masks.get(t, {})
+        for what, arr in ((f"x{at}", g.x.get(t)), (f"y{at}", g.y.get(t)),
+                          *((f"masks{at}[{k!r}]", v) for k, v in masks.items())):
+            arr = None if arr is None else np.asarray(arr)
+            if arr is not None and (arr.ndim == 0 or arr.shape[0] != g.num_nodes_of(t)
+                                    or arr.dtype.hasobject):
+                raise PartitionError(
+                    f"graph '{g.name}': {what} has shape {arr.shape} and dtype {arr.dtype}",
+                    "node data needs one row per node in a plain numeric dtype to be split",
+                    f"give {what} with {g.num_nodes_of(t)} rows (numeric or bool)")
+        for name in masks:
+            if not _MASK_NAME.match(str(name)):
+                raise PartitionError(
+                    f"graph '{g.name}': mask name {name!r} cannot be used in a file name",
+                    "the mask cannot be stored",
+                    "use letters, digits, '_', '-' or '.' in mask names")
 
 
 def _save(directory: Path, rel: str, arr: np.ndarray, files: dict) -> None:
@@ -597,8 +582,6 @@ def write_partitions(
         )
     _check_node_data(graph)
     if weights is not None:
-        from .csr import check_weights
-
         weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     if out.exists() and not overwrite:
         raise PartitionError(
@@ -633,12 +616,8 @@ def partition(
     graph, validated before any partitioning work.
     """
     if not isinstance(graph, (CSRGraph, TypedGraph)):
-        from .datasets import load_graph
-
         graph = load_graph(graph)
     if weights is not None:  # a bad weight fails before any partitioning work
-        from .csr import check_weights
-
         weights = check_weights(weights, graph.num_edges, f"edge weights of '{graph.name}'")
     plan = partition_graph(graph, parts, method, seed, metis_max_edges=metis_max_edges)
     return write_partitions(graph, plan, out_dir, overwrite=overwrite, source=source,

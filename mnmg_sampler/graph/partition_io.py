@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PartitionError, WorldSizeError
+from .datasets import _DEFAULT_UNDIRECTED
+from .names import parse_dataset_name
 from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, typed_layout
 
 __all__ = [
@@ -241,8 +243,6 @@ def input_identity(spec: str | os.PathLike) -> dict:
     file's content is replaced, which is what makes partitions stale); a directory (e.g. an OGB
     dataset) by the same for every file in it.
     """
-    from .names import parse_dataset_name
-
     text = str(spec)
     key = text.strip().lower()
     ds = parse_dataset_name(key)  # a generator's spec is valid here: its graph was made
@@ -287,8 +287,6 @@ def make_source(spec: str | os.PathLike, *, method: str, seed: int, parts: int,
     ``train_mask``; ``None`` entries are left out) and the partitioning settings.
     ``graph_seed`` is kept only where it changes the graph (generators, random features of
     ``feature_dim`` columns), ``renumber`` only when it is not the default ``auto``."""
-    from .datasets import _DEFAULT_UNDIRECTED
-
     ident = input_identity(spec)
     if undirected is None:
         undirected = _DEFAULT_UNDIRECTED.get(str(spec).strip().lower(), False)

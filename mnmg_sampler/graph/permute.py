@@ -1,29 +1,23 @@
 """Keyed permutations of ``[0, n)`` evaluated id by id, and counter-based node data.
 
-A global permutation (``np.random.default_rng(seed).permutation(n)``) needs one process to draw
-all ``n`` values in order. :func:`permute` instead computes the image of any id on its own, so
-each rank of a distributed job can place, generate or look up only the ids it handles and still
-agree with a single process: the R-MAT node relabelling (:mod:`.rmat`), the ``random`` partition
-method (:mod:`.partition`) and synthetic features and labels (:func:`node_features`,
-:func:`node_labels`) all use it.
+Unlike ``np.random.default_rng(seed).permutation(n)``, :func:`permute` computes the image of any
+id on its own, so each rank places, generates or looks up only its ids and still agrees with a
+single process: the R-MAT relabelling (:mod:`.rmat`), the ``random`` partition method
+(:mod:`.partition`) and synthetic features and labels (:func:`node_features`,
+:func:`node_labels`) use it. The bijection works on ``ceil(log2 n)`` bits: four invertible
+rounds of add-key, multiply by an odd constant and xor-shift, with cycle walking for ids that
+land at or above ``n``. A mixing function, not a cryptographic one.
 
-The bijection works on ``bits = ceil(log2 n)`` bits: four rounds of add-key, multiply by an odd
-constant and xor-shift, each invertible modulo ``2**bits``; ids that land at or above ``n`` are
-mapped again (cycle walking), which keeps it a bijection of ``[0, n)``. It is a mixing function,
-not a cryptographic one.
-
-Shuffles (a loader's epoch order, a random split of the nodes) use :func:`feistel` instead: a
-keyed Feistel network with :data:`FEISTEL_ROUNDS` rounds, whose orders are statistically
-indistinguishable from uniform ones even for tiny ``n`` (``tests/unit/test_shuffle.py``), where
-the four mixing rounds above reach only some orders of a small set. Either way, batch ``g`` of an
-epoch costs ``O(batch)`` memory, never an array of ``n``.
+Shuffles (a loader's epoch order, a random split) use :func:`feistel`: a keyed Feistel network
+of :data:`FEISTEL_ROUNDS` rounds, whose orders are indistinguishable from uniform ones even for
+tiny ``n`` (``tests/unit/test_shuffle.py``). Either way a batch costs ``O(batch)`` memory.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..rng import _mix64_int
+from ..rng import _mix64_int, mix64
 
 __all__ = ["permute", "unpermute", "feistel", "feistel_keys", "FEISTEL_ROUNDS", "hash_ids",
            "node_features", "node_labels"]
@@ -145,16 +139,10 @@ def feistel(ids: np.ndarray, n: int, keys: np.ndarray, inverse: bool = False) ->
     return out
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def hash_ids(ids: np.ndarray, seed: int, salt: int) -> np.ndarray:
     """A 64-bit hash (uint64) of every id, keyed by ``(seed, salt)``."""
     key = np.uint64(_mix64_int((int(seed) & _U64) ^ _mix64_int(salt)))
-    return _mix(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ key)
+    return mix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ key)
 
 
 _FEAT_SALT, _LABEL_SALT, _CENTER_SALT = 0xFEA7, 0x1AB, 0xCE7
@@ -172,7 +160,7 @@ def _normals(ids: np.ndarray, dim: int, seed: int, salt: int) -> np.ndarray:
     half = -(-dim // 2)
     cols = np.arange(half, dtype=np.uint64)
     base = hash_ids(ids, seed, salt)[:, None]
-    r = _mix(base ^ ((cols + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)))
+    r = mix64(base ^ ((cols + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)))
     u1 = ((r >> np.uint64(40)).astype(np.float64) + 0.5) / float(1 << 24)
     u2 = (r & np.uint64((1 << 24) - 1)).astype(np.float64) / float(1 << 24)
     rad = np.sqrt(-2.0 * np.log(u1))

@@ -1,25 +1,17 @@
-"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph`.
+"""Readers of whitespace edge lists and numpy files into a :class:`CSRGraph` (the registry of
+every format is ``graph/datasets.py``; ``docs/formats.md``):
 
-The formats read here (``graph/datasets.py`` holds the registry of every format, see
-``docs/formats.md``):
+* SNAP-style edge lists (``.txt``, or gzip ``.txt.gz``): ``src dst`` per line, ``#`` comments;
+* ``.npz`` edge arrays: ``src`` and ``dst``, or ``edge_index`` (``2 x E``); optional
+  ``num_nodes``, ``x``, ``y`` and ``train_mask`` / ``val_mask`` / ``test_mask``;
+* a ``.npy`` holding one ``edge_index`` (``2 x E``, or ``E x 2``);
+* a matrix saved by ``scipy.sparse.save_npz`` (CSR, CSC or COO): entry ``(i, j)`` is ``i -> j``;
+* the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora).
 
-* SNAP-style edge lists (``.txt``, optionally gzip-compressed ``.txt.gz``): one ``src dst`` pair
-  per line, ``#`` starts a comment, blank lines are ignored.
-* numpy ``.npz`` edge arrays: ``src`` and ``dst``, or ``edge_index`` (``2 x E``); optional
-  ``num_nodes``, ``x``, ``y`` and boolean ``train_mask`` / ``val_mask`` / ``test_mask``.
-* a numpy ``.npy`` holding one ``edge_index`` array (``2 x E``, or ``E x 2``).
-* a scipy sparse matrix saved with ``scipy.sparse.save_npz`` (CSR, CSC or COO): entry ``(i, j)``
-  is the edge ``i -> j``. Read with numpy alone.
-* the gnn-benchmark ``.npz`` layout (Shchur et al.; the embedded Cora): adjacency and features as
-  CSR arrays, ``labels``. Read with numpy alone, so scipy is not a runtime dependency.
-
-Every reader ends in :func:`~.build.build_graph`: sparse ids are renumbered, the CSR's memory is
-checked and ids above ``max_node_id`` (default :data:`MAX_NODE_ID`, 2**40) are refused, before
-anything is allocated. Node ids must be integers (bool and fractional arrays are refused).
-
-Edge lists are parsed vectorised (a 1M-edge file takes well under a second) and validated byte by
-byte with numpy, so a malformed file is reported with its file name, line number and the line
-itself instead of a bare ``ValueError`` from numpy.
+All with numpy alone (scipy is not a runtime dependency), and all end in
+:func:`~.build.build_graph` (renumbering, memory and id-bound checks before any allocation).
+Node ids must be integers. Edge lists are parsed and validated vectorised, so a malformed file
+is reported with its name, line number and line instead of a bare ``ValueError``.
 """
 
 from __future__ import annotations
@@ -323,6 +315,11 @@ def _get(npz: np.lib.npyio.NpzFile, name: str, key: str, what: str) -> np.ndarra
         ) from e
 
 
+def as_numpy(v) -> np.ndarray:
+    """A tensor (copied to the host) or an array-like as a numpy array."""
+    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+
+
 def as_ids(arr: np.ndarray, name: str, key: str) -> np.ndarray:
     """``arr`` as int64 node ids. Refused with :class:`GraphFormatError`: bool arrays (a mask
     is not a list of ids), floats (never cast silently, whole or not), uint64 above
@@ -356,7 +353,7 @@ def _int_array(arr: np.ndarray, name: str, key: str, ndim: int = 1,
     return arr.astype(np.int64) if arr.dtype.kind == "b" else as_ids(arr, name, key)
 
 
-def _check_node_data(name: str, num_nodes: int, x, y) -> None:
+def check_node_rows(name: str, num_nodes: int, x, y) -> None:
     for key, arr in (("x", x), ("y", y)):
         if arr is not None and (arr.ndim < 1 or arr.shape[0] != num_nodes):
             raise GraphFormatError(
@@ -472,7 +469,7 @@ def read_npz(path: str | PathLike, **opts) -> CSRGraph:
     if y is not None and y.dtype.kind in "iub":
         y = y.astype(np.int64, copy=False)
     g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes, x=x, y=y)
-    _check_node_data(name, g.num_nodes, g.x, g.y)
+    check_node_rows(name, g.num_nodes, g.x, g.y)
     g.masks = masks_from(mask_arrays, name, g.num_nodes, g.node_ids)
     return g
 
@@ -601,6 +598,6 @@ def read_gnn_benchmark(path: str | PathLike, **opts) -> CSRGraph:
         if "labels" in npz.files:
             y = _int_array(_get(npz, name, "labels", "the labels"), name, "labels",
                            allow_bool=True)
-    _check_node_data(name, n, x, y)
+    check_node_rows(name, n, x, y)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     return build_graph(name, src, indices, ReadOptions(**opts), n, x=x, y=y)

@@ -1,19 +1,16 @@
 """Graph500 R-MAT generator: power-law synthetic graphs of any size, deterministic by seed.
 
 Each edge picks one quadrant of the adjacency matrix per bit of the node id, with probabilities
-``a`` (top-left), ``b`` (top-right), ``c`` (bottom-left) and ``d = 1 - a - b - c``. The Graph500
-defaults (0.57, 0.19, 0.19) give a heavy-tailed degree distribution where half or more of the
-nodes are isolated, which is why benchmarks draw seeds with
-:func:`mnmg_sampler.graph.datasets.nonisolated_nodes`. Node ids are randomly permuted afterwards
-so high-degree nodes are not clustered at low ids (as Graph500 does).
+``a``, ``b``, ``c`` and ``d = 1 - a - b - c``; the Graph500 defaults (0.57, 0.19, 0.19) leave half
+or more of the nodes isolated (benchmarks draw seeds with
+:func:`mnmg_sampler.graph.datasets.nonisolated_nodes`). Node ids are then permuted so that
+high-degree nodes are not clustered at low ids (as Graph500 does).
 
-Edge ``i`` is a pure function of ``(seed, i)``: its quadrant draws come from the counter-based
-RNG of :mod:`mnmg_sampler.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw
-per two levels) and the relabelling is the keyed bijection :func:`.permute.permute`. So a rank can
-draw any range of edges alone (:func:`rmat_edge_range`) and the graph of ``(scale, edge_factor,
-seed)`` is the same for one process or any number of ranks. (Before this generator, R-MAT used
-NumPy's sequential ``default_rng``; the same seed now gives a different, equally distributed
-graph.) Generation is vectorised in chunks of edges, looping over the ``scale`` levels.
+Edge ``i`` is a pure function of ``(seed, i)``: its draws come from the counter-based RNG of
+:mod:`mnmg_sampler.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw per two
+levels) and the relabelling is the keyed bijection :func:`.permute.permute`. So a rank can draw
+any range of edges alone (:func:`rmat_edge_range`), and one process or any number of ranks get
+the same graph.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from ..rng import _mix64_int
+from ..system.host_limits import check_allocation
 from .csr import CSRGraph
 from .permute import permute
 
@@ -79,8 +77,6 @@ def check_rmat_memory(scale: int, edge_factor: int, parts: int = 1, ranks_per_ho
     """:class:`~mnmg_sampler.errors.MemoryBudgetError` before generating an R-MAT graph whose
     share (:func:`rmat_bytes`, times the ranks sharing this host) cannot fit here; ``key``
     (e.g. ``dataset.name``) prefixes the message."""
-    from ..system.host_limits import check_allocation
-
     scale, edge_factor = int(scale), int(edge_factor)
     nbytes = rmat_bytes(scale, edge_factor, parts) * max(1, int(ranks_per_host))
     share = f"1/{parts} of " if parts > 1 else ""
@@ -123,8 +119,6 @@ def rmat_edge_range(
     m = edge_factor << scale
     lo, hi = max(0, int(lo)), min(m, int(hi))
     n_out = max(0, hi - lo)
-    from ..system.host_limits import check_allocation
-
     check_allocation(  # src, dst and their relabelled copies
         f"edges {lo:,}..{hi:,} of R-MAT scale {scale}, edge factor {edge_factor}", 32 * n_out,
         "use a smaller scale or edge factor, or draw the edges over more ranks")

@@ -76,20 +76,29 @@ def node_rows_file(path: str | PathLike, n: int, what: str) -> np.ndarray:
     return a
 
 
-def _read_npy(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    name = path.name.lower()
+def edge_array(path: Path) -> np.ndarray:
+    """The edge_index in a ``.npy`` of shape ``(2, E)`` or ``(E, 2)``, memory-mapped, as
+    ``(2, E)`` (PyG's orientation where a ``(2, 2)`` array is ambiguous)."""
     try:
-        if name.endswith(".src.npy"):
-            other = path.with_name(path.name[: -len(".src.npy")] + ".dst.npy")
-            src = np.load(path, mmap_mode="r", allow_pickle=False)
-            dst = np.load(other, mmap_mode="r", allow_pickle=False)
-            if src.ndim != 1 or src.shape != dst.shape:
-                raise ValueError(f"{path.name} and {other.name} are not 1-d of equal length")
-        else:
-            a = np.load(path, mmap_mode="r", allow_pickle=False)
-            if a.ndim != 2 or 2 not in a.shape:
-                raise ValueError(f"shape {a.shape} is not (2, E) or (E, 2)")
-            src, dst = edge_index_pair(a, str(path))
+        a = np.load(path, mmap_mode="r", allow_pickle=False)
+        if a.ndim != 2 or 2 not in a.shape:
+            raise ValueError(f"shape {a.shape} is not (2, E) or (E, 2)")
+    except (OSError, ValueError) as e:
+        raise GraphFormatError(f"{path} is not a usable edge array ({e})",
+                               "the edges cannot be read",
+                               "save a (2, E) or (E, 2) int array") from e
+    return a.T if a.shape[0] != 2 else a
+
+
+def _read_npy(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    if not path.name.lower().endswith(".src.npy"):
+        return edge_index_pair(np.asarray(edge_array(path)), str(path))
+    try:
+        other = path.with_name(path.name[: -len(".src.npy")] + ".dst.npy")
+        src = np.load(path, mmap_mode="r", allow_pickle=False)
+        dst = np.load(other, mmap_mode="r", allow_pickle=False)
+        if src.ndim != 1 or src.shape != dst.shape:
+            raise ValueError(f"{path.name} and {other.name} are not 1-d of equal length")
     except (OSError, ValueError) as e:
         raise GraphFormatError(f"{path} is not a usable edge array ({e})",
                                "the edges cannot be read",

@@ -22,6 +22,7 @@ from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
 from .readers import as_ids, head_bytes, header_line, input_path, read_text_bytes
+from .typed import check_time
 
 __all__ = ["read_table", "read_parquet", "read_table_times", "SRC_NAMES", "DST_NAMES",
            "TABLE_SUFFIXES"]
@@ -201,8 +202,6 @@ def read_table_times(path: str | PathLike, column: str
     columns are chosen as :func:`read_table` chooses them. A time that is not an integer (a
     fraction, ``NaN``, an empty field) is a :class:`GraphFormatError` naming the file (and the
     line, in text)."""
-    from .typed import check_time
-
     p = Path(path)
     name = str(p)
     if p.name.lower().endswith((".parquet", ".pq")):

@@ -14,7 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
-from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, _arr, attach_time, edge_type_of, typed_graph
+from .build import check_id_bound, should_renumber
+from .readers import MASK_KEYS, as_numpy
+from .tables import TABLE_SUFFIXES, read_table_times
+from .torch_files import load_torch_object
+from .typed import EDGE_TYPE, NODE_TYPE, TypedGraph, attach_time, edge_type_of, typed_graph
+from .typed_io import load_typed_graph
+from .unique import sorted_unique
 
 log = logging.getLogger(__name__)
 
@@ -29,25 +35,23 @@ def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") 
     ``data[time_attr]`` is node time or edge time as PyG decides (``Data.is_edge_attr``; for a
     dict, its length: ``num_edges`` means edge time, and a graph with as many nodes as edges is
     refused as ambiguous)."""
-    from .readers import MASK_KEYS
-
     fields = dict(data) if isinstance(data, Mapping) else data.to_dict()
     get = fields.get
     ei = get("edge_index")
     if ei is None:
         raise GraphFormatError(f"{name} has no edge_index", "no graph can be built",
                                "give edge_index as a (2, E) array")
-    ei = _arr(ei)
+    ei = as_numpy(ei)
     n = get("num_nodes", None if isinstance(data, Mapping) else data.num_nodes)
     x = get("x")
     spec: dict = {"edge_index": {EDGE_TYPE: ei}}
     if n is None and x is None:
         n = int(ei.max()) + 1 if ei.size else 0
-    spec["num_nodes"] = {NODE_TYPE: int(n if n is not None else _arr(x).shape[0])}
+    spec["num_nodes"] = {NODE_TYPE: int(n if n is not None else as_numpy(x).shape[0])}
     if x is not None:
-        spec["x"] = {NODE_TYPE: _arr(x)}
+        spec["x"] = {NODE_TYPE: as_numpy(x)}
     if get("y") is not None:
-        spec["y"] = {NODE_TYPE: _arr(get("y"))}
+        spec["y"] = {NODE_TYPE: as_numpy(get("y"))}
     names = {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
     masks = {k: v for k, v in fields.items() if k in names and v is not None}
     if masks:
@@ -62,7 +66,7 @@ def temporal_graph_from_data(data, time_attr: str = "time", name: str = "Data") 
                 raise GraphFormatError(f"{name}: {time_attr!r} is ambiguous (as many nodes as "
                                        "edges)", "it could be node or edge time",
                                        "give the dict keys 'node_time' or 'edge_time' instead")
-            is_edge = _arr(t).shape[0] == num_edges
+            is_edge = as_numpy(t).shape[0] == num_edges
         else:
             is_edge = bool(data.is_edge_attr(time_attr))
         spec["edge_time" if is_edge else "node_time"] = (
@@ -83,10 +87,6 @@ def temporal_table_graph(path, time_column: str, name: str | None = None,
     ``renumber``: sparse ids (hashed, as the ``auto`` rule of :mod:`.build` finds them) become
     their rank among the distinct ids, for a caller that never shows ids (a YAML job); typed
     parts keep no map back to the file's ids, so the API refuses such ids instead."""
-    from .build import check_id_bound, should_renumber
-    from .tables import read_table_times
-    from .unique import sorted_unique
-
     name = name or str(path)
     src, dst, t = read_table_times(path, time_column)
     top = int(max(src.max(), dst.max())) if src.size else -1
@@ -125,18 +125,13 @@ def read_with_time(source, time_attr: str = "time", name: str | None = None) -> 
     """:func:`load_temporal_graph`'s graph, with the time it holds, or none: every node or edge
     attribute named ``time_attr`` is kept (a typed graph's partitioner and jobs read graphs
     this way, so a time on the data is never dropped)."""
-    from .tables import TABLE_SUFFIXES
-    from .typed_io import _hetero_safe_globals, load_typed_graph
-
     if isinstance(source, (str, PathLike)):
         suffix = str(source).lower()
         if suffix.endswith(TABLE_SUFFIXES):
             return temporal_table_graph(source, time_attr, name)
         if suffix.endswith((".pt", ".pth")):  # a saved HeteroData, Data or dict: read it
-            from .torch_files import load_torch_object
-
             name = name or str(source)
-            source = load_torch_object(source, _hetero_safe_globals())
+            source = load_torch_object(source)
     kind = type(source).__name__
     if kind == "Data" or (isinstance(source, Mapping) and "edge_index" in source
                           and not isinstance(source["edge_index"], Mapping)):
@@ -156,12 +151,9 @@ def saved_time(path, time_attr: str = "time") -> bool:
     """True when the ``.pt`` at ``path`` (a ``HeteroData``, ``Data`` or a dict form) holds a
     node or edge attribute ``time_attr`` (or the plain dict form's ``edge_time``/``node_time``).
     The file is memory-mapped: nothing but its structure is read."""
-    from .torch_files import load_torch_object
-    from .typed_io import _hetero_safe_globals
-
     if not str(path).lower().endswith((".pt", ".pth")) or not Path(path).is_file():
         return False
-    src = load_torch_object(path, _hetero_safe_globals(), mmap=True)
+    src = load_torch_object(path, mmap=True)
     if type(src).__name__ == "Data":
         return getattr(src, time_attr, None) is not None
     if not isinstance(src, Mapping) and type(src).__name__ != "HeteroData":

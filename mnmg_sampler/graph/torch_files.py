@@ -1,9 +1,9 @@
 """A PyG ``Data`` (or a dict of tensors) saved with ``torch.save``, loaded with
 ``weights_only=True``.
 
-PyG registers ``Data`` as a safe global itself; the attribute classes a pickled ``Data`` also
-names (``DataEdgeAttr``, ``DataTensorAttr``, ``GlobalStorage``) are allowed only for this one load,
-with ``torch.serialization.safe_globals``. Nothing else in the file can run code.
+The PyG classes a pickled ``Data`` or ``HeteroData`` names (:func:`pyg_safe_globals`) are allowed
+only for the one load, with ``torch.serialization.safe_globals``. Nothing else in the file can
+run code.
 """
 
 from __future__ import annotations
@@ -17,41 +17,37 @@ import numpy as np
 from ..errors import GraphFormatError, MissingDependencyError
 from .build import ReadOptions, build_graph
 from .csr import CSRGraph
-from .readers import edge_index_pair, input_path, masks_from
+from .readers import as_numpy, check_node_rows, edge_index_pair, input_path, masks_from
 
 __all__ = ["read_torch", "pyg_safe_globals", "graph_from_mapping", "load_torch_object"]
 
 
 def pyg_safe_globals() -> list:
-    """The PyG classes a saved ``Data`` needs, or ``[]`` without PyG."""
+    """The PyG classes a saved ``Data`` or ``HeteroData`` needs, or ``[]`` without PyG."""
     try:
-        from torch_geometric.data import Data
+        from torch_geometric.data import Data, HeteroData
         from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-        from torch_geometric.data.storage import GlobalStorage
+        from torch_geometric.data.storage import (
+            BaseStorage,
+            EdgeStorage,
+            GlobalStorage,
+            NodeStorage,
+        )
     except ImportError:
         return []
-    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
+    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, HeteroData, BaseStorage,
+            NodeStorage, EdgeStorage]
 
 
-def _safe_load(path: Path, extra: list | None = None, mmap: bool = False):
+def _safe_load(path: Path, mmap: bool = False):
     import torch
 
     allowed = pyg_safe_globals()
-    if allowed and extra:
-        allowed = allowed + extra
     ctx = getattr(torch.serialization, "safe_globals", None)
     with ctx(allowed) if (ctx and allowed) else contextlib.nullcontext():
         if allowed and ctx is None:  # torch 2.4: no scoped form
             torch.serialization.add_safe_globals(allowed)
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-
-
-def _to_numpy(v):
-    import torch
-
-    if torch.is_tensor(v):
-        return v.detach().cpu().numpy()
-    return np.asarray(v)
 
 
 def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
@@ -61,11 +57,11 @@ def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
         raise GraphFormatError(f"{name} has no 'edge_index' (fields: {sorted(d)})",
                                "no graph can be built",
                                "save a Data (or dict) with a (2, E) edge_index")
-    src, dst = edge_index_pair(_to_numpy(d["edge_index"]), name)
+    src, dst = edge_index_pair(as_numpy(d["edge_index"]), name)
     num_nodes = d.get("num_nodes")
     num_nodes = None if num_nodes is None else int(num_nodes)
-    x = _to_numpy(d["x"]) if d.get("x") is not None else None
-    y = _to_numpy(d["y"]) if d.get("y") is not None else None
+    x = as_numpy(d["x"]) if d.get("x") is not None else None
+    y = as_numpy(d["y"]) if d.get("y") is not None else None
     if y is not None and y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y is not None and y.dtype.kind in "iub":
@@ -77,24 +73,19 @@ def graph_from_mapping(d, name: str, **opts) -> CSRGraph:
             raise GraphFormatError(f"{name}: '{key}' is a scalar", f"'{key}' needs one row per "
                                    "node", f"save '{key}' with one row per node")
     g = build_graph(name, src, dst, ReadOptions(**opts), num_nodes, x=x, y=y)
-    for key, arr in (("x", g.x), ("y", g.y)):
-        if arr is not None and arr.shape[0] != g.num_nodes:
-            raise GraphFormatError(f"{name}: '{key}' has shape {arr.shape} but the graph has "
-                                   f"{g.num_nodes} nodes", f"'{key}' needs one row per node",
-                                   f"save '{key}' with {g.num_nodes} rows")
-    g.masks = masks_from({k: _to_numpy(v) for k, v in d.items() if "mask" in k or
+    check_node_rows(name, g.num_nodes, g.x, g.y)
+    g.masks = masks_from({k: as_numpy(v) for k, v in d.items() if "mask" in k or
                           k in ("train", "val", "valid", "test")}, name, g.num_nodes, g.node_ids)
     return g
 
 
-def load_torch_object(path: str | PathLike, extra_globals: list | None = None,
-                      mmap: bool = False):
+def load_torch_object(path: str | PathLike, mmap: bool = False):
     """The object in a ``torch.save`` file, loaded with ``weights_only=True``: tensors, plain
-    containers, PyG ``Data`` and the classes in ``extra_globals``; anything else is a typed
-    error. ``mmap``: tensors map the file (read when touched)."""
+    containers, PyG ``Data`` and ``HeteroData``; anything else is a typed error. ``mmap``:
+    tensors map the file (read when touched)."""
     p, name = input_path(path)
     try:
-        obj = _safe_load(p, extra_globals, mmap)
+        obj = _safe_load(p, mmap)
     except (OSError, RuntimeError, EOFError) as e:
         raise GraphFormatError(f"{name} is not a readable torch.save file: {e}",
                                "the graph cannot be loaded", "save it with torch.save") from e

@@ -1,34 +1,26 @@
 """Typed (heterogeneous) graphs: every node type and relation in one CSR (GraphBolt's fused CSC).
 
 Node ids of all types share one *internal* space: type ``t`` holds ids
-``node_type_offset[t] .. node_type_offset[t + 1] - 1``, and per-type id ``i`` of type ``t`` is
-internal id ``node_type_offset[t] + i``. Node types are sorted by name; relations
-``(src, rel, dst)`` are sorted by destination type, then source type and name, so the relations
-a node of type ``t`` samples from are the contiguous ids ``rel_offset[t] .. rel_offset[t+1]-1``.
+``node_type_offset[t] .. node_type_offset[t + 1] - 1`` (per-type id ``i`` is internal id
+``node_type_offset[t] + i``). Node types are sorted by name; relations ``(src, rel, dst)`` by
+destination type, then source type and name, so the relations a node of type ``t`` samples from
+are the contiguous ids ``rel_offset[t] .. rel_offset[t+1]-1``.
 
-Rows are indexed by the destination node (PyG's convention: for relation ``(src, rel, dst)`` a
-frontier node of type ``dst`` draws among its ``rel``-neighbors of type ``src``). Each row is cut
-into one *segment* per relation of its type, so the kernel finds a (node, relation) neighborhood
-with two reads and no search: node ``v`` of type ``t`` (per-type id ``i``) and its ``j``-th
-relation own segment ``seg_base[t] + i * R_t + j`` (``R_t`` relations end at ``t``), whose
-entries are ``indptr[s] .. indptr[s + 1] - 1``. Within a segment neighbors keep ascending edge
-id order, as in :class:`~mnmg_sampler.graph.csr.CSRGraph`, so a homogeneous graph is the
-one-type, one-relation case with the very same ``indptr``, ``indices`` and ``edge_ids``.
+Rows are indexed by the destination node (PyG's convention: a frontier node of type ``dst`` draws
+among its ``rel``-neighbors of type ``src``) and cut into one *segment* per relation of the row's
+type: node ``v`` of type ``t`` (per-type id ``i``) and its ``j``-th relation own segment
+``seg_base[t] + i * R_t + j``, entries ``indptr[s] .. indptr[s + 1] - 1`` (two reads, no search).
+Within a segment neighbors keep ascending edge id order, as in
+:class:`~mnmg_sampler.graph.csr.CSRGraph`, so a homogeneous graph is the one-type, one-relation
+case with the very same ``indptr``, ``indices`` and ``edge_ids``. :func:`typed_graph` builds one
+from the plain dict form (``docs/hetero.md``); :mod:`.typed_io` reads the other forms into it.
 
-:func:`typed_graph` builds one from the plain dict form documented there (``docs/hetero.md``);
-:mod:`mnmg_sampler.graph.typed_io` reads a PyG ``HeteroData``, a saved one, and OGB's hetero
-directories into that form.
-
-Time (:func:`attach_time`): an int64 edge time per relation and/or a node time per node type.
-With edge time, every (row, relation) segment is sorted by edge time when the graph is built
-(stable: ties keep ascending edge id order), so a seed's admissible neighbors (time <= the
-seed's time) are a prefix of the segment found by binary search. ``edge_ids`` move with their
-entries, so they still name the input's edges. With node time only, segments are sorted the same
-way by the neighbor's node time, so the admissible neighbors are again a prefix. With both, edge
-time orders the segments and decides admissibility; node time then only gives each seed its
-default time. Without time nothing changes (no pass, no copy). Times are int64 (e.g. Unix
-seconds); :func:`check_time` takes integer arrays as they are, converts a float array only when
-every value is integral and fits int64, and refuses others.
+Time (:func:`attach_time`): an int64 time per edge and/or per node. Each segment is sorted by
+edge time (else by the neighbor's node time; stable, so ties keep edge id order, and
+``edge_ids`` move with their entries), so a seed's admissible neighbors (time <= the seed's) are
+a prefix found by binary search; node time then gives each seed its default time. Without time
+nothing is sorted or copied. :func:`check_time` takes integer arrays, and float arrays only when
+every value is integral and fits int64.
 """
 
 from __future__ import annotations
@@ -39,10 +31,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import GraphFormatError
+from ..errors import GraphFormatError, SamplingInputError
 from ..system.host_limits import check_allocation
 from .csr import check_weights
-from .readers import MASK_KEYS, as_mask
+from .readers import MASK_KEYS, as_mask, as_numpy
 
 __all__ = ["EDGE_TYPE", "NODE_TYPE", "TIME_MAX", "EdgeType", "TypedGraph", "TypedLayout",
            "attach_time", "check_time", "edge_type_of", "typed_graph", "typed_layout"]
@@ -165,8 +157,6 @@ class TypedGraph:
         try:
             return self.node_types.index(node_type)
         except ValueError:
-            from ..errors import SamplingInputError
-
             raise SamplingInputError(f"node type {node_type!r} is not in graph '{self.name}'",
                                      "no node of it can be sampled",
                                      f"use one of {list(self.node_types)}") from None
@@ -176,16 +166,12 @@ class TypedGraph:
         try:
             return self.edge_types.index(et)
         except ValueError:
-            from ..errors import SamplingInputError
-
             raise SamplingInputError(f"edge type {et} is not in graph '{self.name}'",
                                      "no neighbor can be sampled along it",
                                      f"use one of {list(self.edge_types)}") from None
 
     def to_internal(self, node_type: str, ids: np.ndarray) -> np.ndarray:
         """Internal ids of per-type ``ids`` of ``node_type`` (range-checked)."""
-        from ..errors import SamplingInputError
-
         t = self.type_index(node_type)
         ids = np.ascontiguousarray(ids, dtype=np.int64).ravel()
         n = self.num_nodes_of(node_type)
@@ -204,17 +190,6 @@ class TypedGraph:
     def metadata(self) -> tuple[list[str], list[EdgeType]]:
         """``(node_types, edge_types)`` as PyG's ``HeteroData.metadata()`` gives them."""
         return list(self.node_types), list(self.edge_types)
-
-
-def _arr(v) -> np.ndarray:
-    try:
-        import torch
-
-        if torch.is_tensor(v):
-            return v.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        pass
-    return np.asarray(v)
 
 
 def _edge_pair(arr: np.ndarray, name: str, et: EdgeType) -> tuple[np.ndarray, np.ndarray]:
@@ -240,7 +215,7 @@ def _check_range(name: str, et: EdgeType, which: str, ids: np.ndarray, n: int) -
 def _node_counts(spec: Mapping, name: str) -> dict[str, int]:
     counts = {str(k): v for k, v in dict(spec.get("num_nodes") or {}).items()}
     for t, x in dict(spec.get("x") or {}).items():
-        counts.setdefault(str(t), int(_arr(x).shape[0]))
+        counts.setdefault(str(t), int(as_numpy(x).shape[0]))
     out = {}
     for t, n in counts.items():
         try:
@@ -264,7 +239,7 @@ def _node_data(spec: Mapping, name: str, counts: dict[str, int]):
                 raise GraphFormatError(f"{name}: {key}[{t!r}] names an unknown node type",
                                        "its rows belong to no node",
                                        f"use one of {sorted(counts)} or add num_nodes[{t!r}]")
-            a = _arr(v)
+            a = as_numpy(v)
             if key == "y":
                 if a.ndim == 2 and a.shape[1] == 1:
                     a = a[:, 0]
@@ -285,7 +260,7 @@ def _node_data(spec: Mapping, name: str, counts: dict[str, int]):
         for split, keys in MASK_KEYS.items():
             k = next((k for k in (split, *keys) if k in m), None)
             if k is not None:
-                got[split] = as_mask(_arr(m[k]), counts[t], f"{name}: masks[{t!r}][{k!r}]")
+                got[split] = as_mask(as_numpy(m[k]), counts[t], f"{name}: masks[{t!r}][{k!r}]")
         unknown = set(m) - {k for s, ks in MASK_KEYS.items() for k in (s, *ks)}
         if unknown:
             raise GraphFormatError(f"{name}: masks[{t!r}] has unknown splits {sorted(unknown)}",
@@ -357,7 +332,7 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
                     f"{name}: relation {et} names node type {t!r}, which has no node count",
                     "its node ids cannot be placed",
                     f"add num_nodes[{t!r}] (or x[{t!r}]); known types: {sorted(counts)}")
-        src, dst = _edge_pair(_arr(ei), name, et)
+        src, dst = _edge_pair(as_numpy(ei), name, et)
         _check_range(name, et, "source", src, counts[et[0]])
         _check_range(name, et, "destination", dst, counts[et[2]])
         edges[et] = (src, dst)
@@ -390,7 +365,7 @@ def typed_graph(spec: Mapping, name: str = "graph") -> TypedGraph:
         eids.append(np.arange(src.shape[0], dtype=np.int64))
         if et in weights_in:
             weighted[r] = 1
-            ws.append(check_weights(_arr(weights_in[et]), src.shape[0],
+            ws.append(check_weights(as_numpy(weights_in[et]), src.shape[0],
                                     f"{name}: edge_weight of {et}"))
         else:
             ws.append(np.ones(src.shape[0], np.float32))
@@ -418,7 +393,7 @@ def check_time(values, n: int, what: str) -> np.ndarray:
 
     Integers (and booleans: no) are taken; floats only when exactly integral and in int64 range.
     """
-    a = _arr(values)
+    a = as_numpy(values)
     if a.ndim == 2 and a.shape[1] == 1:
         a = a[:, 0]
     if a.ndim != 1 or a.shape[0] != n:

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..system.host_limits import check_allocation
 from .typed import TypedGraph, typed_graph
 from .unique import sorted_unique
 
@@ -234,8 +235,6 @@ def _drifting_ratings(users: int, items: int, seed: int) -> tuple[np.ndarray, np
     ones point to communities it has left: a temporal sampler that takes the latest neighbors
     sees the current taste, a static one a mix of the past ones (docs/temporal.md#yaml-jobs).
     ``[2, E]`` (user, item) pairs and their int64 times."""
-    from ..system.host_limits import check_allocation
-
     # per user: the communities' random order (8 + 8 bytes each) and, per rating, about ten
     # int64-sized temporaries (user, time, item, pair code, sort order, phase)
     check_allocation(f"typed-useritem-t: the ratings of {users:,} users",

@@ -28,12 +28,14 @@ import numpy as np
 from ..errors import GraphFormatError
 from .csr import check_weights
 from .formats import is_ogb_hetero_dir
+from .names import parse_dataset_name
 from .ogb import _find, _table, _unreadable, parse_table
-from .readers import MASK_KEYS, edge_index_pair, text_bytes
+from .readers import MASK_KEYS, as_numpy, edge_index_pair, text_bytes
+from .sources import edge_array
+from .torch_files import load_torch_object
 from .typed import (
     EdgeType,
     TypedGraph,
-    _arr,
     _check_range,
     _edge_pair,
     _node_counts,
@@ -41,6 +43,7 @@ from .typed import (
     edge_type_of,
     typed_graph,
 )
+from .typed_generate import typed_sbm_graph, typed_useritem_graph
 
 __all__ = ["HeteroShare", "is_ogb_hetero_dir", "load_typed_graph", "read_ogb_hetero_dir",
            "read_ogb_hetero_share", "read_typed_torch_share", "sliceable_typed_input",
@@ -98,15 +101,6 @@ def _spec_of(obj, name: str) -> dict:
         else:
             nodes[str(k)] = v
     return _spec_from_stores(nodes, edges, name)
-
-
-def _hetero_safe_globals() -> list:
-    try:
-        from torch_geometric.data import HeteroData
-        from torch_geometric.data.storage import BaseStorage, EdgeStorage, NodeStorage
-    except ImportError:
-        return []
-    return [HeteroData, BaseStorage, NodeStorage, EdgeStorage]
 
 
 def _node_count_dict(f: Path) -> dict[str, int]:
@@ -232,14 +226,7 @@ def _relation_edges(d: Path, rank: int, world: int):
     cf = _find(d, "num-edge-list")
     declared = None if cf is None else int(_table(cf, np.int64, "edge counts").sum())
     if ef.suffix == ".npy":
-        try:
-            a = np.load(ef, mmap_mode="r", allow_pickle=False)
-            if a.ndim != 2 or 2 not in a.shape:
-                raise ValueError(f"shape {a.shape} is not (2, E) or (E, 2)")
-        except (OSError, ValueError) as e:
-            raise GraphFormatError(f"{ef} is not a usable edge array ({e})", "its edges cannot "
-                                   "be read", "save a (2, E) or (E, 2) int array") from e
-        a = a.T if a.shape[0] != 2 else a  # (2, E), as PyG's edge_index where ambiguous
+        a = edge_array(ef)
         total = a.shape[1]
         if declared not in (None, total):
             raise GraphFormatError(f"{cf} says {declared} edges but {ef} has {total}",
@@ -312,10 +299,8 @@ def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) 
     memory-mapped (``load_torch_object(mmap=True)``): only the rank's slices are read. Node data and
     split masks are checked as :func:`~.typed.typed_graph` checks them (a split given as ids
     becomes a mask of the type's nodes on every rank)."""
-    from .torch_files import load_torch_object
-
     name = str(path)
-    obj = load_torch_object(path, _hetero_safe_globals(), mmap=True)
+    obj = load_torch_object(path, mmap=True)
     if not _is_typed_object(obj):
         raise GraphFormatError(f"{name} holds a {type(obj).__name__} that is not a typed graph",
                                "it has no node types or relations to partition",
@@ -326,13 +311,13 @@ def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) 
     weights = {edge_type_of(k, name): v for k, v in dict(spec.get("edge_weight") or {}).items()}
     for key, ei in dict(spec["edge_index"]).items():
         et = edge_type_of(key, name)
-        a = _arr(ei)
+        a = as_numpy(ei)
         total = a.shape[1] if a.ndim == 2 else 0
         lo, hi = total * rank // world, total * (rank + 1) // world
         sh.add(et, lo, total,
                *_edge_pair(a[:, lo:hi] if a.ndim == 2 and a.shape[0] == 2 else a, name, et))
         if et in weights:
-            w, what = _arr(weights.pop(et)), f"{name}: edge_weight of {et}"
+            w, what = as_numpy(weights.pop(et)), f"{name}: edge_weight of {et}"
             if w.shape != (total,):
                 check_weights(w, total, what)  # raises, naming the shape
             sh.weights[et] = check_weights(w[lo:hi], hi - lo, what)
@@ -353,14 +338,12 @@ def read_typed_torch_share(path: str | PathLike, rank: int = 0, world: int = 1) 
 def sliceable_typed_input(path: str | PathLike) -> bool:
     """True for what :func:`read_ogb_hetero_share` or :func:`read_typed_torch_share` reads: an
     OGB hetero directory, or a ``.pt`` holding a typed graph (mapped, not read)."""
-    from .torch_files import load_torch_object
-
     p = Path(path)
     if is_ogb_hetero_dir(p):
         return True
     try:
         return p.suffix in (".pt", ".pth") and p.is_file() and _is_typed_object(
-            load_torch_object(p, _hetero_safe_globals(), mmap=True))
+            load_torch_object(p, mmap=True))
     except GraphFormatError:
         return False  # left to the reader that reports it
 
@@ -395,9 +378,7 @@ def load_typed_graph(source, name: str | None = None) -> TypedGraph:
                                    "directory", "no typed graph can be read from it",
                                    "give a saved HeteroData (.pt) or a directory with "
                                    "raw/num-node-dict.csv.gz")
-        from .torch_files import load_torch_object
-
-        name, source = str(p), load_torch_object(p, _hetero_safe_globals())
+        name, source = str(p), load_torch_object(p)
         if not _is_typed_object(source):
             raise GraphFormatError(f"{name} holds a {type(source).__name__} that is not a typed "
                                    "graph", "a typed graph is read from a HeteroData, its "
@@ -423,24 +404,16 @@ def typed_graph_at(path: str | PathLike) -> TypedGraph | None:
     homogeneous readers. ``typed-sbm:PAPERS[:CLASSES]`` and ``typed-useritem:USERS[:ITEMS]`` are
     the generated typed graphs (:mod:`.typed_generate`, seed 0)."""
     if str(path).startswith("typed-sbm:"):
-        from .names import parse_dataset_name
-        from .typed_generate import typed_sbm_graph
-
         spec = parse_dataset_name(str(path), "graph")
         return typed_sbm_graph(spec.papers, spec.classes, 0)
     if str(path).startswith(("typed-useritem:", "typed-useritem-t:")):
-        from .names import parse_dataset_name
-        from .typed_generate import typed_useritem_graph
-
         spec = parse_dataset_name(str(path), "graph")
         return typed_useritem_graph(spec.users, spec.items, 0, spec.temporal)
     p = Path(path)
     if is_ogb_hetero_dir(p):
         return read_ogb_hetero_dir(p)
     if p.suffix in (".pt", ".pth") and p.is_file():
-        from .torch_files import load_torch_object
-
-        obj = load_torch_object(p, _hetero_safe_globals())
+        obj = load_torch_object(p)
         if _is_typed_object(obj):
             return load_typed_graph(obj, str(p))
     return None

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from .csr import CSRGraph
+from .datasets import BUILTINS, load_graph
 
 __all__ = ["input_edge_weights", "map_pair_weights", "resolve_edge_weights"]
 
@@ -29,8 +30,6 @@ def _dst_of(g: CSRGraph) -> np.ndarray:
 
 
 def _npz_path(dataset: str) -> Path | None:
-    from .datasets import BUILTINS
-
     key = dataset.strip().lower()
     if key in BUILTINS:
         res = importlib.resources.files("mnmg_sampler.data").joinpath(BUILTINS[key])
@@ -108,8 +107,6 @@ def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int 
                          key: str = "sampler.weights") -> np.ndarray:
     """Per-CSR-entry weights of ``graph`` (loaded from ``dataset``) for ``sampler.weights``
     (``key`` in messages: the CLI's ``--weights``)."""
-    from .datasets import load_graph
-
     raw = load_graph(dataset, undirected=False, seed=seed)  # no cleaning: ids = input order
     m = raw.num_edges
     src, dst = np.empty(m, np.int64), np.empty(m, np.int64)

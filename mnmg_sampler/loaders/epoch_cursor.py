@@ -69,32 +69,38 @@ class EpochCursor:
         of global batch ``g`` and what ``finish(result, that)`` needs to make the item."""
         start, epoch, count = self._resume, self.epoch, self._num_my_batches()
         self._resume, self._resume_epoch = 0, None
+        units = (plan(*self._my_batch(j, epoch), epoch) for j in range(start, count))
+        for j, (result, extra) in enumerate(self._prefetched(units)):
+            self._next = start + j + 1
+            yield finish(result, extra)
+        self._next = 0
+
+    def _prefetched(self, units: Iterator[tuple[Any, T]]) -> Iterator[tuple[Any, T]]:
+        """``(result, extra)`` of each ``(request, extra)`` of ``units``, in order, with up to
+        ``prefetch`` requests in flight at the service.
+
+        The first request goes alone, so it is not delayed by a merged burst; the rest are
+        submitted when a result arrives, before it is handed to the caller, so sampling runs
+        while the caller trains. Refills come in bursts (once at most half of ``prefetch`` is
+        left in flight): a burst reaches the service before its next round starts, so its
+        requests share one round (one agreement and one exchange per hop, whose fixed cost
+        dominated rounds of one request over the wire)."""
         inflight: deque = deque()
-        it = (self._my_batch(j, epoch) for j in range(start, count))
 
         def top_up(n: int) -> None:
             while len(inflight) < n:
-                nxt = next(it, None)
-                if nxt is None:
+                unit = next(units, None)
+                if unit is None:
                     return
-                request, extra = plan(*nxt, epoch)
-                inflight.append((self.service.submit(request), extra))
+                inflight.append((self.service.submit(unit[0]), unit[1]))
 
-        # The first batch is requested alone, so it is not delayed by a merged burst; the
-        # rest are requested when a result arrives, before it is handed to the caller, so
-        # sampling runs while the caller trains. Refills come in bursts (once at most half of
-        # `prefetch` is left in flight): a burst reaches the service before its next round
-        # starts, so its requests share one round (one agreement and one exchange per hop,
-        # whose fixed cost dominated rounds of one request over the wire).
         top_up(1)
-        for j in range(max(0, count - start)):
+        while inflight:
             fut, extra = inflight.popleft()
             result = self.service.result(fut)
             if len(inflight) <= self.prefetch // 2:
                 top_up(self.prefetch)
-            self._next = start + j + 1
-            yield finish(result, extra)
-        self._next = 0
+            yield result, extra
 
     def state_dict(self) -> dict:
         """Where the iteration stands: resuming yields exactly the batches not yet handed out.

@@ -15,13 +15,13 @@ partitioning and merge pattern.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..distributed.collective import agree
 from ..errors import SamplingInputError
 from ..sampling.batch import LinkMiniBatch
 from ..sampling.link import (
@@ -29,26 +29,17 @@ from ..sampling.link import (
     build_link_request,
     finish_link_batch,
     max_degrees,
+    seed_edge_array,
     tree_node_bound,
     tree_request,
     typed_link_input,
 )
-from ..sampling.sampler import check_fanouts, renumbered_ids
+from ..sampling.sampler import check_fanouts
 from ..sampling.temporal import link_time_options
 from .epoch_cursor import EpochCursor
 from .neighbor import batch_positions, check_batching, num_global_batches
 
 __all__ = ["LinkMiniBatch", "DistLinkNeighborLoader", "TreeChunk"]
-
-
-def _as_numpy(a, what: str, dtype) -> np.ndarray:
-    if torch.is_tensor(a):
-        a = a.detach().cpu().numpy()
-    try:
-        return np.ascontiguousarray(np.asarray(a), dtype=dtype)
-    except (TypeError, ValueError) as e:
-        raise SamplingInputError(f"{what} cannot be read as {np.dtype(dtype).name} ({e})",
-                                 "the loader cannot be built", f"pass {what} as a tensor") from e
 
 
 @dataclass
@@ -96,14 +87,13 @@ class DistLinkNeighborLoader(EpochCursor):
         part: this rank's partition; needed for ``reject_known`` (membership is asked of the
             rank owning each candidate's destination).
         membership_group: process group of the membership exchange; default a new group made
-            here (then the constructor is collective: every rank builds its loader together).
+            here.
         seed, prefetch, replace, rank, world_size, edge_ids: as ``DistNeighborLoader``
-            (``edge_ids=False``: ``e_id`` empty, no edge id fetched; typed parts always
-            return ``e_id``).
+            (``edge_ids=False``: ``e_id`` empty, no edge id fetched).
         reverse_edge_type: typed graphs: the relation whose edges ``d -> s`` are removed with
             ``exclude_seed_edges``; ``"auto"`` (default) = PyG's ``rev_`` relation when the
             graph has one, ``None`` = none, or an edge type from ``D`` to ``S``.
-        edge_label_time, time_attr, temporal_strategy, disjoint: typed graphs, PyG's
+        edge_label_time, time_attr, temporal_strategy, disjoint: parts with time, PyG's
             temporal link sampling (``docs/temporal.md``): ``edge_label_time`` one int time
             per seed edge (required with ``time_attr``); every endpoint of a seed edge and of
             its negatives grows a tree bounded by that edge's time; on a graph with node time
@@ -111,14 +101,14 @@ class DistLinkNeighborLoader(EpochCursor):
             uniform over them). Temporal sampling is disjoint; ``disjoint=True`` alone gives
             the trees without time.
 
-    On a typed part (``docs/hetero.md``), ``edge_label_index`` is PyG's
-    ``(edge_type, [2, E] per-type ids)``, ``num_neighbors`` a list (every relation) or a dict
-    per edge type, and negatives are drawn on the relation's types (binary: a random source of
-    type ``S`` and destination of type ``D``; triplet: destinations of type ``D``); construction
-    is collective on the default group (a bad argument on any rank raises on every rank),
-    ``reject_known`` asks the destination's owner about the target relation only, and
-    ``exclude_reverse_edges`` is refused. Each item is then a
-    :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch`.
+    Construction is collective on the default group: every rank builds its loader together,
+    and a bad argument on any rank raises on every rank. On a typed part (``docs/hetero.md``),
+    ``edge_label_index`` is PyG's ``(edge_type, [2, E] per-type ids)`` (a part of one relation,
+    such as a ``Data`` with time, takes the ``[2, E]`` ids alone), ``num_neighbors`` a list
+    (every relation) or a dict per edge type, and negatives are drawn on the relation's types
+    (binary: a random source of type ``S`` and destination of type ``D``; triplet:
+    destinations of type ``D``); ``reject_known`` asks the destination's owner about the
+    target relation only, and ``exclude_reverse_edges`` is refused with several relations.
 
     Each item is a :class:`LinkMiniBatch`: ``n_id``, ``e_id``, ``edge_index``,
     ``edge_label_index``, ``edge_label``, ``input_id``, ``num_sampled_nodes``,
@@ -189,15 +179,10 @@ class DistLinkNeighborLoader(EpochCursor):
                                          "pass part=load_partition(dir, rank)")
             return eli, label, neg, fanouts
 
-        # typed: collective on the default group, as DistNeighborLoader's, so a bad input on
-        # any rank raises on every rank before any sampling round
-        if typed is not None:
-            from ..distributed.collective import agree
-
-            checked = agree(check, step="DistLinkNeighborLoader's argument checks")
-        else:
-            checked = check()
-        self.edge_label_index, self.edge_label, self.neg, self.num_neighbors = checked
+        # collective on the default group, as DistNeighborLoader's, so a bad input on any rank
+        # raises on every rank before any sampling round
+        self.edge_label_index, self.edge_label, self.neg, self.num_neighbors = agree(
+            check, step="DistLinkNeighborLoader's argument checks")
         if self.neg is not None and self._time.get("time_attr") is not None:
             self._negatives_by_time(service)
         reject = self.neg is not None and self.neg.reject_known
@@ -225,7 +210,6 @@ class DistLinkNeighborLoader(EpochCursor):
         positive's time. Collective on the default group when the graph has node time (the same
         on every rank); a seed edge earlier than every node of a drawn type is a
         :class:`SamplingInputError` on every rank."""
-        from ..distributed.collective import agree
         from ..ops.negative import AdmissibleNodes
 
         sampler = service.sampler
@@ -250,20 +234,9 @@ class DistLinkNeighborLoader(EpochCursor):
             raise SamplingInputError("reverse_edge_type was given for a homogeneous graph",
                                      "it names a relation of a typed graph",
                                      "use exclude_reverse_edges=True for reverses")
-        eli = _as_numpy(edge_label_index, "edge_label_index", np.int64)
-        if eli.ndim != 2 or eli.shape[0] != 2:
-            raise SamplingInputError(f"edge_label_index has shape {list(eli.shape)}",
-                                     "seed edges are columns (src, dst)", "pass a [2, E] array")
-        node_ids = getattr(self.service, "node_ids", None)
-        if node_ids is not None and eli.size:  # a renumbered graph: the input's own ids
-            eli = renumbered_ids(eli.ravel(), node_ids, "edge_label_index",
-                                 "its edges cannot be sampled").reshape(2, -1)
-        elif eli.size and (int(eli.min()) < 0 or int(eli.max()) >= self.num_nodes):
-            bad = int(eli.min()) if int(eli.min()) < 0 else int(eli.max())
-            raise SamplingInputError(f"edge_label_index holds node id {bad}, out of range for "
-                                     f"{self.num_nodes} nodes", "its edges cannot be sampled",
-                                     f"pass original node ids in [0, {self.num_nodes})")
-        return eli
+        n = self.num_nodes
+        return seed_edge_array(edge_label_index, (n, n),
+                               node_ids=getattr(self.service, "node_ids", None))
 
     @staticmethod
     def _labels(edge_label, eli: np.ndarray, neg: NegativeSampling | None) -> np.ndarray | None:
@@ -385,22 +358,7 @@ class DistLinkNeighborLoader(EpochCursor):
                         first += int(ids.size)
                     yield req, (lo, hi, roots, n, edges, hi == n)
 
-        inflight: deque = deque()
-        it = units()
-
-        def top_up(k: int) -> None:
-            while len(inflight) < k:
-                u = next(it, None)
-                if u is None:
-                    return
-                inflight.append((self.service.submit(u[0]), u[1]))
-
-        top_up(1)
-        while inflight:
-            fut, (lo, hi, roots, n, edges, last) = inflight.popleft()
-            sub = self.service.result(fut)
-            if len(inflight) <= self.prefetch // 2:
-                top_up(self.prefetch)
+        for sub, (lo, hi, roots, n, edges, last) in self._prefetched(units()):
             yield TreeChunk(sub, lo, hi, roots, n, *edges, last)
 
     def __iter__(self) -> Iterator[LinkMiniBatch]:

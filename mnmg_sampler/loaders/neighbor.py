@@ -1,37 +1,19 @@
 """DistNeighborLoader: per-rank minibatches of a seed set, sampled by the SamplingService.
 
-Seed splitting (``n`` seeds, batch size ``B``, world size ``W``): each epoch, the seeds are put in
-one global order (when ``shuffle``, a keyed Feistel permutation of the positions seeded by
-``(seed, epoch)``, :func:`~mnmg_sampler.graph.permute.feistel`), then cut into a number of global
-batches that is a multiple of ``W``, and global batch ``g`` goes to rank ``g % W`` as its batch
-``g // W``. So ``len(loader)`` is the same on every rank, and DDP steps line up:
+Each epoch the seeds are put in one global order (when ``shuffle``, a keyed Feistel permutation
+of the positions, :func:`~mnmg_sampler.graph.permute.feistel`) and cut into a multiple of ``W``
+global batches; global batch ``g`` goes to rank ``g % W``. So ``len(loader)`` is the same on
+every rank and DDP steps line up; without ``drop_last`` every seed is used once per epoch
+(batch sizes differ by at most one), with it the tail of the order is skipped. Batch ``g`` of
+epoch ``e`` is keyed ``request_key(seed, e, g)``: reproducible from ``(seed, epoch, g)`` alone,
+whatever the world size. A rank computes one batch's positions when it requests it
+(:func:`batch_positions`, ``O(batch)``), so no rank holds an array of ``num_nodes`` for a seed
+set that is a rule (:mod:`mnmg_sampler.loaders.seeds`).
 
-* ``drop_last=False``: ``W * ceil(n / (B * W))`` batches whose sizes differ by at most one (all
-  ``<= B``); every seed is used exactly once per epoch.
-* ``drop_last=True``: ``W * floor(n / (B * W))`` batches of exactly ``B`` seeds; the last
-  ``n mod (B * W)`` seeds of the epoch's order are skipped (a different set each epoch when
-  shuffling).
-
-Example, 15 seeds ``0..14``, ``B=2``, ``W=4`` (``docs/loader.md`` lists every flag combination):
-``shuffle=False, drop_last=False`` gives 8 global batches ``[0 1] [2 3] [4 5] [6 7] [8 9] [10 11]
-[12 13] [14]``; rank 0 gets ``[0 1], [8 9]``, rank 1 ``[2 3], [10 11]``, rank 2 ``[4 5], [12 13]``,
-rank 3 ``[6 7], [14]``. With ``drop_last=True``: 4 batches, ``[0 1] [2 3] [4 5] [6 7]``, one per
-rank; seeds 8..14 are skipped.
-
-The request key of global batch ``g`` in epoch ``e`` is ``request_key(seed, e, g)``, so a batch is
-reproducible from ``(seed, epoch, g)`` alone. A rank computes the positions of one batch when it
-requests it (:func:`batch_positions`, ``O(batch)``): with ``input_nodes=None`` or a random split
-(:mod:`mnmg_sampler.loaders.seeds`) no rank holds an array of ``num_nodes`` for its seeds.
-
-``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so hop 1
-is sampled locally and remote traffic follows the edge cut. Rank ``r`` shuffles its own seeds (by a
-permutation keyed on ``(seed, epoch, r)``) and cuts them into as many batches as the rank with most
-seeds needs (``drop_last``: as many full batches as the rank with fewest seeds has); its batch ``b``
-is global batch ``b * W + r``. What changes in the determinism contract: a batch's seeds now depend
-on the partitioning and the world size, so results are reproducible for the same partitions and
-``W`` (any thread count, merge pattern or run), not across world sizes (``load_state_dict`` refuses
-a state saved on another partitioning); batch sizes may differ across ranks (and a rank may get
-empty batches) when the partitions own unequal shares of the seeds.
+``split="owner"`` (DistDGL's ``node_split``) gives each rank the seeds its partition owns, so
+hop 1 is local and remote traffic follows the edge cut; its batches then depend on the
+partitioning and ``W`` (``load_state_dict`` refuses a state saved on another partitioning).
+``docs/loader.md`` works both through on an example.
 """
 
 from __future__ import annotations
@@ -48,7 +30,6 @@ from ..errors import SamplingInputError
 from ..graph.permute import feistel, feistel_keys
 from ..sampling.batch import MiniBatch
 from ..sampling.sampler import (
-    HeteroSampleRequest,
     SampleRequest,
     check_fanouts,
     check_input_nodes,
@@ -428,26 +409,20 @@ class DistNeighborLoader(EpochCursor):
     def request(self, g: int, pos: np.ndarray, epoch: int | None = None) -> SampleRequest:
         """The request of global batch ``g`` (positions ``pos`` into ``input_nodes``)."""
         seeds = self.input_nodes.ids(pos)
-        if self._typed:  # per-type ids, translated by the typed sampler every round
-            t = self._time.get("input_time")
-            return HeteroSampleRequest(self.input_type, seeds, self.num_neighbors,
-                                       request_key(self.seed, self.epoch if epoch is None
-                                                   else epoch, g),
-                                       self.replace, input_id=pos,
-                                       input_time=None if t is None else t[pos],
-                                       time_attr=self._time.get("time_attr"),
-                                       temporal_strategy=self._time.get("temporal_strategy",
-                                                                        "uniform"),
-                                       disjoint=self._time.get("disjoint"))
         if self._new_nodes is not None:
             new = self._new_nodes[pos]
-        elif self.split == "owner":  # this rank's own seeds: translated in its own ids
+        elif self.split == "owner" and not self._typed:  # own seeds: translated in own ids
             new = self._ids.to_new_local(seeds)
-        else:
+        else:  # a typed part's per-type ids are translated by its sampler every round
             new = None
-        epoch = self.epoch if epoch is None else epoch
-        return SampleRequest(seeds, self.num_neighbors, request_key(self.seed, epoch, g),
-                             self.replace, input_id=pos, edge_ids=self.edge_ids, new_seeds=new)
+        t = self._time.get("input_time")
+        return SampleRequest(
+            seeds, self.num_neighbors, request_key(self.seed, self.epoch if epoch is None
+                                                   else epoch, g), self.replace,
+            input_id=pos, edge_ids=self.edge_ids, new_seeds=new, input_type=self.input_type,
+            input_time=None if t is None else t[pos], time_attr=self._time.get("time_attr"),
+            temporal_strategy=self._time.get("temporal_strategy", "uniform"),
+            disjoint=self._time.get("disjoint"))
 
     def _num_seeds(self) -> int:
         return len(self.input_nodes)

@@ -18,8 +18,10 @@ On a service over typed parts the same sampler serves PyG's hetero loaders: ``nu
 list or a dict per edge type, ``NodeLoader(..., input_nodes=(node type, ids))`` and
 ``LinkLoader(..., edge_label_index=(edge type, [2, E] ids), neg_sampling=NegativeSampling(...))``
 (``binary`` or ``triplet``) give ``HeteroData`` batches laid out as PyG's ``NeighborLoader`` /
-``LinkNeighborLoader`` lay them out, ``x`` and ``y`` per node type. Link sampling
-(``sample_from_edges``) is for typed parts only; time inputs are refused on both.
+``LinkNeighborLoader`` lay them out, ``x`` and ``y`` per node type. A part of one node type
+and one relation (a PyG ``Data`` with time) gives ``Data`` batches, and with
+``ServiceSampler(..., time_attr=...)`` the loaders' ``input_time`` / ``edge_label_time`` sample
+in time, as PyG's ``NeighborSampler``.
 
 Needs the ``pyg`` extra (``pip install 'mnmg-sampler[pyg]'``).
 """

@@ -12,7 +12,8 @@ those nodes when the service fetches features).
 On a typed part (``part.typed``) the same two classes are PyG's hetero stores: tensors are
 keyed by node type (``group_name``; ``x`` / ``y`` of the types that have them) and edges by
 relation (``edge_type``, one COO ``EdgeAttr`` per relation of the graph, sized
-``(source type count, destination type count)``).
+``(source type count, destination type count)``). A part of one node type and one relation (a
+PyG ``Data`` with time is written so) is shown as a homogeneous graph, as its ``Data`` was.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def typed_part(service):
     """The service's :class:`~mnmg_sampler.graph.partition_io.TypedPart`, or ``None`` on a
     homogeneous part."""
     return getattr(getattr(service, "sampler", None), "tp", None)
+
+
+def flat_type(tp) -> str | None:
+    """The one node type of a typed part of one type and one relation (shown to PyG as a
+    homogeneous graph), else ``None``."""
+    return tp.node_types[0] if tp is not None and len(tp.edge_types) == 1 \
+        and len(tp.node_types) == 1 else None
 
 
 def type_count(tp, name: str) -> int:
@@ -70,17 +78,16 @@ class PartitionFeatureStore(FeatureStore):
         super().__init__()
         _check_not_renumbered(service)
         self.service = service
-        part = service.sampler.part
-        self.typed = typed_part(service)
-        tp = self.typed
-        if tp is None:  # one group, None: shapes and count of the homogeneous graph
-            self._shapes = {(None, k): getattr(part, k).shape[1:] for k in _ATTRS
-                            if getattr(part, k) is not None}
-            self._counts = {None: int(service.num_nodes)}
-        else:  # every part holds every type's files (maybe of 0 rows): the same on every rank
-            self._shapes = {(t, k): getattr(tp, k)[t].shape[1:] for t in tp.node_types
-                            for k in _ATTRS if t in getattr(tp, k)}
-            self._counts = {t: type_count(tp, t) for t in tp.node_types}
+        tp = typed_part(service)
+        self.flat = flat_type(tp)
+        self.typed = None if self.flat else tp
+        # every part holds every type's files (maybe of 0 rows): the same on every rank; one
+        # type is group None (a homogeneous part is its one type)
+        lay = service.sampler.part.layout
+        group = {t: (t if self.typed is not None else None) for t in lay.node_types}
+        self._shapes = {(group[t], k): getattr(lay, k)[t].shape[1:]
+                        for t in lay.node_types for k in _ATTRS if t in getattr(lay, k)}
+        self._counts = {group[t]: type_count(lay, t) for t in lay.node_types}
         self.num_nodes = int(service.num_nodes)
         self._recent: OrderedDict[int, tuple[torch.Tensor, dict]] = OrderedDict()
         self._seed, self._fetches = int(seed), 0
@@ -88,7 +95,7 @@ class PartitionFeatureStore(FeatureStore):
     def remember(self, n_id, batch) -> None:
         """Keep the rows a sampled batch carries, for the ``index=n_id`` lookups that follow
         (``n_id`` and ``batch.x`` / ``batch.y`` per node type on a typed part)."""
-        if self.typed is None:
+        if not batch.typed:
             self._keep(n_id, {"x": batch.x, "y": batch.y})
         else:
             for t, ids in n_id.items():
@@ -105,15 +112,11 @@ class PartitionFeatureStore(FeatureStore):
         # A fanout-0 request samples nothing and returns the rows of its seeds.
         key = request_key(self._seed, 1 << 20, self._fetches)
         self._fetches += 1
-        if self.typed is None:
-            b = self.service.result(self.service.submit(SampleRequest(ids.numpy(), [0], key)))
-            got = (("x", b.x), ("y", b.y))
-        else:
-            from ..sampling.sampler import HeteroSampleRequest
-
-            b = self.service.result(self.service.submit(
-                HeteroSampleRequest(group, ids.numpy(), [0], key)))
-            got = (("x", b.x.get(group)), ("y", b.y.get(group)))
+        t = group if self.typed is not None else self.flat
+        b = self.service.result(self.service.submit(
+            SampleRequest(ids.numpy(), [0], key, input_type=t)))
+        got = (("x", b.x), ("y", b.y)) if t is None else \
+            (("x", b.x.get(t)), ("y", b.y.get(t)))
         return {k: (None if v is None else v[inverse]) for k, v in got}
 
     def _get_tensor(self, attr: TensorAttr):
@@ -129,9 +132,7 @@ class PartitionFeatureStore(FeatureStore):
         hit = self._recent.get(id(index))
         if hit is not None and hit[0] is index and hit[1].get(name) is not None:
             return hit[1][name]
-        fetches = self.service.features is not None if self.typed is None else \
-            self.service.sampler.type_rows is not None  # a typed part: its sampler fetches
-        if not fetches:
+        if self.service.features is None:
             raise SamplingInputError(
                 "the sampling service was built with features=False",
                 "the feature store cannot fetch rows", "construct it with features=True")
@@ -162,15 +163,14 @@ class PartitionGraphStore(GraphStore):
         self.service = service
         self._fetches = 0
         self.part = service.sampler.part
-        self.typed = tp = typed_part(service)
-        if tp is None:
-            n = int(self.part.num_nodes)
-            self._attrs = {None: EdgeAttr(edge_type=None, layout=EdgeLayout.COO,
-                                          is_sorted=False, size=(n, n))}
-        else:
-            self._attrs = {et: EdgeAttr(edge_type=et, layout=EdgeLayout.COO, is_sorted=False,
-                                        size=(type_count(tp, et[0]), type_count(tp, et[2])))
-                           for et in tp.edge_types}
+        tp = typed_part(service)
+        self.flat = flat_type(tp)
+        self.typed = None if self.flat else tp
+        self.layout = lay = self.part.layout  # a homogeneous part: its one type and relation
+        self._attrs = {et: EdgeAttr(edge_type=None if self.typed is None else et,
+                                    layout=EdgeLayout.COO, is_sorted=False,
+                                    size=(type_count(lay, et[0]), type_count(lay, et[2])))
+                       for et in lay.edge_types}
 
     def _get_edge_index(self, edge_attr: EdgeAttr):
         # The neighbors' original ids are known to their owners only (no rank holds a global
@@ -178,26 +178,22 @@ class PartitionGraphStore(GraphStore):
         # (fanout -1 keeps each row whole and in CSR order) returns them as its n_id.
         key = request_key(0, 1 << 21, self._fetches)
         self._fetches += 1
-        tp = self.typed
-        if tp is None:
-            own = np.asarray(self.part.orig_ids)
-            b = self.service.result(self.service.submit(
-                SampleRequest(own, [-1], key, edge_ids=False)))
-            n_id = b.n_id
-            return n_id[b.edge_index[0]], n_id[b.edge_index[1]]
-        from ..sampling.sampler import HeteroSampleRequest
-
-        et = edge_attr.edge_type
+        lay = self.layout
+        et = lay.edge_types[0] if self.typed is None else edge_attr.edge_type
         if et not in self._attrs:
             raise SamplingInputError(f"edge type {et} is not a relation of the graph",
                                      "the graph store holds no edges of it",
                                      f"use one of {list(self._attrs)}")
         s, _, d = et
-        t = tp.node_types.index(d)  # the part's rows are grouped by type, ids internal
-        own = np.asarray(self.part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]] \
-            - tp.node_type_offset[t]
-        fanouts = {r: ([-1] if r == et else [0]) for r in tp.edge_types}
-        b = self.service.result(self.service.submit(HeteroSampleRequest(d, own, fanouts, key)))
+        t = lay.node_types.index(d)  # the part's rows are grouped by type, ids internal
+        own = np.asarray(self.part.orig_ids)[lay.type_offset[t]:lay.type_offset[t + 1]] \
+            - lay.node_type_offset[t]
+        typed = self.part.typed is not None
+        fanouts = {r: ([-1] if r == et else [0]) for r in lay.edge_types} if typed else [-1]
+        b = self.service.result(self.service.submit(SampleRequest(
+            own, fanouts, key, edge_ids=False, input_type=d if typed else None)))
+        if not typed:
+            return b.n_id[b.edge_index[0]], b.n_id[b.edge_index[1]]
         ei = b.edge_index[et]
         return b.n_id[s][ei[0]], b.n_id[d][ei[1]]
 

@@ -31,7 +31,7 @@ batch is bit-identical for any world size, partitioning and merge pattern:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -45,18 +45,18 @@ from ..ops.negative import (
     sample_negatives,
 )
 from .batch import EdgeType, LinkMiniBatch, MiniBatch
-from .sampler import HeteroSampleRequest, SampleRequest, request_key
+from .sampler import SampleRequest, request_key
 
 __all__ = ["KnownFn", "LinkPlan", "NegativeSampling", "build_link_request", "finish_link_batch",
-           "max_degrees", "reverse_relation", "tree_node_bound", "tree_request",
-           "typed_link_input"]
+           "max_degrees", "reverse_relation", "seed_edge_array", "tree_node_bound",
+           "tree_request", "typed_link_input"]
 
 
 @dataclass
 class LinkPlan:
     """What a link batch needs after sampling: the request and how to read its result."""
 
-    request: SampleRequest | HeteroSampleRequest
+    request: SampleRequest
     pos: np.ndarray  # positions of the positives in edge_label_index
     src_local: np.ndarray  # local id (in n_id[S]) of every source: positives', then negatives'
     dst_local: np.ndarray  # local id (in n_id[D]) of every destination, in the same order
@@ -79,9 +79,9 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
                        batch_columns: bool = False) -> LinkPlan:
     """Draw the negatives of global batch ``g`` and form its node request (step 1).
 
-    ``edge_type`` names the relation of a typed graph (``None``: a one-type graph, whose request
-    is a :class:`SampleRequest`; ``edge_ids=False`` leaves its ``e_id`` empty, typed requests
-    always carry them); ``num_nodes`` is the node count, or for a relation
+    ``edge_type`` names the relation of a typed graph (``None``: a homogeneous part's graph);
+    ``edge_ids=False`` leaves the batch's ``e_id`` empty; ``num_nodes`` is the node count, or
+    for a relation
     ``(source count, destination count)``. With ``reject_known``, ``known(src ids, dst ids)``
     (per-type ids; in a distributed loader a collective exchange to the destinations' owners,
     ``more`` its agreement) tells which candidates are edges; a rejected destination is drawn
@@ -128,53 +128,35 @@ def build_link_request(edge_label_index: np.ndarray, edge_label: np.ndarray | No
             srcs = srcs if neg_src is None else np.concatenate([src, neg_src.ravel()])
         dsts = np.concatenate([dst, negs.ravel()])
     label = None if edge_label is None else edge_label[cols]
-    if disjoint:
-        return _disjoint_plan(edge_type, srcs, dsts, pos, cols, key, num_neighbors, replace,
-                              label, neg, edge_label_time, time_attr, temporal_strategy)
+    if disjoint and edge_type is None:
+        raise SamplingInputError("disjoint link batches of a one-type graph given as a CSR",
+                                 "its sampler grows no trees",
+                                 "read the graph as a typed graph of one type "
+                                 "(load_temporal_graph, docs/temporal.md)")
     two = edge_type is not None and edge_type[0] != edge_type[2]
-    if two:
+    t_pos, trees = None, {}
+    if disjoint:  # one tree per endpoint, bounded by its positive's time; local ids: positions
+        s_seeds = srcs if two else np.concatenate([srcs, dsts])
+        d_seeds = dsts
+        s_loc = np.arange(srcs.size, dtype=np.int64)
+        d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
+        t_pos = None if edge_label_time is None else edge_label_time[cols]
+        trees = {"input_time": None if t_pos is None else np.tile(
+                     t_pos, (srcs.size + dsts.size) // max(pos.size, 1)),
+                 "time_attr": time_attr, "temporal_strategy": temporal_strategy,
+                 "disjoint": True}
+    elif two:
         s_seeds, s_loc = np.unique(srcs, return_inverse=True)
         d_seeds, d_loc = np.unique(dsts, return_inverse=True)
     else:  # one node type: sources and destinations are one seed list
         s_seeds, inv = np.unique(np.concatenate([srcs, dsts]), return_inverse=True)
         s_loc, d_loc = inv[:srcs.size], inv[srcs.size:]
-    if edge_type is None:
-        request = SampleRequest(s_seeds, num_neighbors, key, replace, input_id=pos,
-                                edge_ids=edge_ids)
-    else:
-        request = HeteroSampleRequest(edge_type[0], s_seeds, num_neighbors, key, replace,
-                                      input_id=pos,
-                                      other_seeds={edge_type[2]: d_seeds} if two else None)
+    request = SampleRequest(s_seeds, num_neighbors, key, replace, input_id=pos,
+                            edge_ids=edge_ids, other_seeds={edge_type[2]: d_seeds} if two else None,
+                            input_type=None if edge_type is None else edge_type[0], **trees)
     return LinkPlan(request, pos, s_loc.astype(np.int64).ravel(),
-                    d_loc.astype(np.int64).ravel(), label, neg, edge_type)
-
-
-def _disjoint_plan(edge_type: EdgeType | None, srcs: np.ndarray, dsts: np.ndarray,
-                   pos: np.ndarray, cols: np.ndarray, key: int, num_neighbors, replace: bool,
-                   label: np.ndarray | None, neg: NegativeSampling | None,
-                   edge_label_time: np.ndarray | None, time_attr: str | None,
-                   temporal_strategy: str) -> LinkPlan:
-    """The request of a disjoint (or temporal) link batch: one tree per endpoint, each bounded
-    by its positive's time; local ids are positions (each seed is first in its own tree)."""
-    if edge_type is None:
-        raise SamplingInputError("disjoint link batches of a one-type graph given as a CSR",
-                                 "its sampler grows no trees",
-                                 "read the graph as a typed graph of one type "
-                                 "(load_temporal_graph, docs/temporal.md)")
-    s_type, _, d_type = edge_type
-    P = pos.size
-    two = s_type != d_type
-    s_loc = np.arange(srcs.size, dtype=np.int64)
-    d_loc = np.arange(dsts.size, dtype=np.int64) + (0 if two else srcs.size)
-    t_pos = None if edge_label_time is None else edge_label_time[cols]
-    n_trees = srcs.size + dsts.size
-    times = None if t_pos is None else np.tile(t_pos, n_trees // max(P, 1))
-    seeds = srcs if two else np.concatenate([srcs, dsts])
-    request = HeteroSampleRequest(s_type, seeds, num_neighbors, key, replace, input_id=pos,
-                                  input_time=times, time_attr=time_attr,
-                                  temporal_strategy=temporal_strategy, disjoint=True,
-                                  other_seeds={d_type: dsts} if two else None)
-    return LinkPlan(request, pos, s_loc, d_loc, label, neg, edge_type, t_pos, P)
+                    d_loc.astype(np.int64).ravel(), label, neg, edge_type, t_pos,
+                    pos.size if disjoint else 0)
 
 
 def max_degrees(graph) -> np.ndarray:
@@ -224,7 +206,7 @@ def tree_node_bound(graph, num_neighbors, root_types: Sequence[str],
     return int(min(best, 2**62))
 
 
-def tree_request(plan: LinkPlan, lo: int, hi: int) -> HeteroSampleRequest:
+def tree_request(plan: LinkPlan, lo: int, hi: int) -> SampleRequest:
     """The request of trees ``lo .. hi - 1`` of a disjoint ``plan`` (trees numbered in its seed
     order: sources, then destinations of another type): the same key and times, so each tree
     equals its tree in ``plan.request`` (draws are keyed on the node, not on the tree)."""
@@ -239,10 +221,8 @@ def tree_request(plan: LinkPlan, lo: int, hi: int) -> HeteroSampleRequest:
         raise SamplingInputError(f"trees {lo}..{hi - 1} of a batch of {off} trees", "",
                                  "ask for trees the batch has")
     times = None if req.input_time is None else req.input_time[lo:hi]
-    return HeteroSampleRequest(groups[0][0], groups[0][1], req.num_neighbors, req.key,
-                               req.replace, input_id=req.input_id, input_time=times,
-                               time_attr=req.time_attr, temporal_strategy=req.temporal_strategy,
-                               disjoint=True, other_seeds=dict(groups[1:]) or None)
+    return replace(req, input_type=groups[0][0], seeds=groups[0][1], input_time=times,
+                   other_seeds=dict(groups[1:]) or None)
 
 
 def _drop_pairs(edges: dict, eids: dict, n_edges: dict, et, row_nid: np.ndarray,
@@ -355,16 +335,48 @@ def reverse_relation(edge_type: EdgeType, edge_types: Sequence[EdgeType],
     return rev
 
 
+def seed_edge_array(index, counts: tuple[int, int], names=(None, None),
+                    what: str = "edge_label_index", node_ids=None) -> np.ndarray:
+    """Seed edges ``index`` as a ``[2, E]`` int64 array, checked: integers, row ``i``'s ids in
+    ``[0, counts[i])`` (of type ``names[i]``), or with ``node_ids`` (a renumbered graph's
+    original ids, ascending) original ids, translated."""
+    if torch.is_tensor(index):
+        index = index.detach().cpu().numpy()
+    index = np.asarray(index)
+    consequence = "the loader cannot be built; every rank raises this before sampling"
+    if index.ndim != 2 or index.shape[0] != 2 or (index.size and not np.issubdtype(
+            index.dtype, np.integer)):
+        raise SamplingInputError(f"{what} has shape {list(index.shape)} and dtype "
+                                 f"{index.dtype}", "seed edges are columns (src, dst)",
+                                 "pass a [2, E] integer array")
+    eli = np.ascontiguousarray(index, np.int64)
+    if node_ids is not None:
+        from .sampler import renumbered_ids
+
+        return renumbered_ids(eli.ravel(), node_ids, what, consequence).reshape(2, -1)
+    for row, (n, name) in enumerate(zip(counts, names, strict=True)):
+        ids = eli[row]
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            t = f"{name} " if name else ""
+            raise SamplingInputError(f"{what} holds {t}id {bad}, out of range for {n} {t}nodes",
+                                     consequence, f"pass {t}ids in [0, {n}) in row {row}")
+    return eli
+
+
 def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type="auto",
                      exclude_reverse_edges: bool = False):
     """``(edge type, [2, E] int64 seed edges, (source count, destination count), reverse
     relation, num_neighbors)`` of a link loader on a typed part, checked: ``edge_label_index``
-    is PyG's ``(edge type, [2, E] per-type ids)``, ids in their types' ranges."""
+    is PyG's ``(edge type, [2, E] per-type ids)`` (a graph of one relation: the ``[2, E]`` ids
+    alone, and ``exclude_reverse_edges`` its own reverses), ids in their types' ranges."""
     from .sampler import check_fanouts, fanout_table
 
     tp = sampler.tp
     ets = list(tp.edge_types)
     what = "the loader cannot be built; every rank raises this before sampling"
+    if len(ets) == 1 and not isinstance(edge_label_index, tuple):  # one type: plain ids
+        edge_label_index = (ets[0], edge_label_index)
     if not (isinstance(edge_label_index, tuple) and len(edge_label_index) == 2):
         raise SamplingInputError(
             f"edge_label_index is a {type(edge_label_index).__name__}, not an (edge type, "
@@ -372,33 +384,15 @@ def typed_link_input(sampler, edge_label_index, num_neighbors, reverse_edge_type
             f"pass edge_label_index=(edge_type, index) with edge_type one of {ets}, as PyG's "
             "LinkNeighborLoader on HeteroData")
     et = _edge_type(edge_label_index[0], "edge_label_index", ets)
-    index = edge_label_index[1]
-    if torch.is_tensor(index):
-        index = index.detach().cpu().numpy()
-    index = np.asarray(index)
-    if index.ndim != 2 or index.shape[0] != 2 or (index.size and not np.issubdtype(
-            index.dtype, np.integer)):
-        raise SamplingInputError(f"edge_label_index of {et} has shape {list(index.shape)} and "
-                                 f"dtype {index.dtype}", "seed edges are columns (src, dst)",
-                                 "pass a [2, E] integer array of per-type ids")
-    eli = np.ascontiguousarray(index, np.int64)
-    counts = []
-    for row, name in ((0, et[0]), (1, et[2])):
-        t = tp.node_types.index(name)
-        n = int(tp.node_type_offset[t + 1] - tp.node_type_offset[t])
-        counts.append(n)
-        ids = eli[row]
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
-            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            raise SamplingInputError(f"edge_label_index of {et} holds {name} id {bad}, out of "
-                                     f"range for {n} {name} nodes", what,
-                                     f"pass {name} ids in [0, {n}) in row {row}")
-    if exclude_reverse_edges:
-        raise SamplingInputError("exclude_reverse_edges is for homogeneous graphs",
+    counts = tuple(int(np.diff(tp.node_type_offset)[tp.node_types.index(t)])
+                   for t in (et[0], et[2]))
+    eli = seed_edge_array(edge_label_index[1], counts, (et[0], et[2]), f"edge_label_index of {et}")
+    if exclude_reverse_edges and len(ets) > 1:
+        raise SamplingInputError("exclude_reverse_edges is for homogeneous graphs (one relation)",
                                  "on a typed graph the reverses live in their own relation",
                                  "pass reverse_edge_type (default 'auto': PyG's rev_ naming)")
-    rev = reverse_relation(et, ets, reverse_edge_type)
+    rev = reverse_relation(et, ets, et if exclude_reverse_edges else reverse_edge_type)
     fanout_table(sampler.graph, num_neighbors)
     fanouts = num_neighbors if isinstance(num_neighbors, Mapping) else \
         check_fanouts(num_neighbors)
-    return et, eli, (counts[0], counts[1]), rev, fanouts
+    return et, eli, counts, rev, fanouts

@@ -93,47 +93,94 @@ def run_cpu_kernel(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts,
 
 @dataclass
 class SampleRequest:
-    """One minibatch to sample: its seeds, fanouts per hop and RNG key.
+    """One minibatch to sample: its seeds, fanouts per hop (PyG's ``num_neighbors``) and RNG
+    key, for any graph: a homogeneous graph is the case ``input_type=None``.
 
+    On a typed graph ``seeds`` are per-type ids of ``input_type`` and ``fanouts`` a list (every
+    relation) or a dict per edge type, checked against the graph by its sampler;
+    ``other_seeds`` holds seeds of further types (a link batch's destinations of another type:
+    PyG's ``seed_dict``; each type's seeds come first in its ``n_id``). ``input_time`` (one per
+    seed), ``time_attr``, ``temporal_strategy`` and ``disjoint`` are PyG's temporal options
+    (``docs/temporal.md``), per request for the distributed sampler (one service serves every
+    loader; the one-process :class:`HeteroSampler` takes them at construction); disjoint and
+    temporal trees may repeat a seed, other requests take each seed once.
     ``edge_ids=False`` leaves ``e_id`` empty and lets the sampler skip fetching edge ids.
-    ``new_seeds`` (optional, distributed only): the seeds' ids in the partitioning, translated
-    once by their loader, so a round needs no seed lookup; one per seed (checked here), and
-    checked again by the sampler that takes the request
+    ``new_seeds`` (optional, distributed, homogeneous): the seeds' ids in the partitioning,
+    translated once by their loader, so a round needs no seed lookup; one per seed (checked
+    here), and checked again by the sampler that takes the request
     (:meth:`~mnmg_sampler.distributed.sampler.DistSampler.check_request`).
     """
 
     seeds: np.ndarray
-    fanouts: Sequence[int]
+    fanouts: Sequence[int] | Mapping
     key: int
     replace: bool = False
     input_id: np.ndarray | None = None
     edge_ids: bool = True
     new_seeds: np.ndarray | None = None
+    input_type: str | None = None
+    input_time: np.ndarray | None = None
+    time_attr: str | None = None
+    temporal_strategy: str = "uniform"
+    disjoint: bool | None = None
+    other_seeds: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
-        if torch.is_tensor(self.seeds):
-            self.seeds = self.seeds.detach().cpu().numpy()
-        self.seeds = np.ascontiguousarray(self.seeds, dtype=np.int64).ravel()
-        self.fanouts = check_fanouts(self.fanouts)
-        if has_duplicates(self.seeds):
-            raise SamplingInputError(
-                "a request has duplicate seed ids",
-                "n_id[:batch_size] could not equal the seeds",
-                "deduplicate the seeds of each minibatch (loaders do this for you)",
-            )
-        if int(self.key) < 0:
-            raise SamplingInputError(f"request key {self.key} is negative", "",
+        once = not (self.disjoint or self.time_attr is not None or self.input_time is not None)
+        self.seeds = _seed_ids(self.seeds, once)
+        if self.input_type is None:
+            self.fanouts = check_fanouts(self.fanouts)
+        if self.other_seeds:
+            if self.input_type in self.other_seeds:
+                raise SamplingInputError(f"other_seeds repeats the input type "
+                                         f"{self.input_type!r}", "its seeds would come twice",
+                                         "put every seed of input_type in seeds")
+            self.other_seeds = {t: _seed_ids(v, once) for t, v in self.other_seeds.items()}
+        if not (int(self.key) == self.key and 0 <= int(self.key) < 2**63):
+            raise SamplingInputError(f"request key {self.key!r} is negative or not an integer "
+                                     "below 2**63", "",
                                      "use a key in [0, 2**63)")
         if self.new_seeds is not None:
-            if torch.is_tensor(self.new_seeds):
-                self.new_seeds = self.new_seeds.detach().cpu().numpy()
-            new = np.asarray(self.new_seeds)
-            if new.size and not np.issubdtype(new.dtype, np.integer):
-                raise SamplingInputError(f"new_seeds has dtype {new.dtype}; ids are integers",
-                                         "its seeds cannot be located in the partitioning",
-                                         "pass integer ids or new_seeds=None")
-            self.new_seeds = np.ascontiguousarray(new, dtype=np.int64).ravel()
+            self.new_seeds = _seed_ids(self.new_seeds, False, "new_seeds")
             check_new_seeds(self)
+
+    @property
+    def num_neighbors(self) -> Sequence[int] | Mapping:
+        """PyG's name of :attr:`fanouts`."""
+        return self.fanouts
+
+    def seed_groups(self) -> list[tuple[str, np.ndarray]]:
+        """``(node type, per-type ids)`` of every seed: ``input_type``'s, then ``other_seeds``."""
+        return [(self.input_type, self.seeds), *(self.other_seeds or {}).items()]
+
+    def internal_seeds(self, node_types: Sequence[str],
+                       node_type_offset: np.ndarray) -> np.ndarray:
+        """Every seed in the graph's internal ids (types already checked by the caller)."""
+        return np.concatenate([ids + node_type_offset[list(node_types).index(t)]
+                               for t, ids in self.seed_groups()])
+
+
+def HeteroSampleRequest(input_type: str, seeds, num_neighbors, key: int, replace: bool = False,
+                        input_id=None, input_time=None, **options) -> SampleRequest:
+    """A :class:`SampleRequest` of seeds of ``input_type``, in the typed argument order."""
+    return SampleRequest(seeds, num_neighbors, key, replace, input_id, input_type=input_type,
+                         input_time=input_time, **options)
+
+
+def _seed_ids(seeds, once: bool = True, name: str = "seeds") -> np.ndarray:
+    """Seed ids as flat int64 (each once when ``once``), or :class:`SamplingInputError`."""
+    if torch.is_tensor(seeds):
+        seeds = seeds.detach().cpu().numpy()
+    seeds = np.asarray(seeds)
+    if seeds.size and not np.issubdtype(seeds.dtype, np.integer):
+        raise SamplingInputError(f"{name} have dtype {seeds.dtype}; ids are integers",
+                                 "they cannot index nodes", "pass integer ids")
+    seeds = np.ascontiguousarray(seeds, dtype=np.int64).ravel()
+    if once and has_duplicates(seeds):
+        raise SamplingInputError("a request has duplicate seed ids",
+                                 "n_id[:batch_size] could not equal the seeds",
+                                 "deduplicate the seeds of each minibatch (loaders do this)")
+    return seeds
 
 
 def check_new_seeds(r: SampleRequest) -> None:
@@ -253,70 +300,6 @@ def fanout_table(graph: TypedGraph, num_neighbors) -> np.ndarray:
                                  "every relation needs the same number of hops",
                                  "give every relation as many fanouts (0 for none)")
     return np.array([per[et] for et in graph.edge_types], np.int64).T.copy()
-
-
-@dataclass
-class HeteroSampleRequest:
-    """One minibatch to sample: seeds of ``input_type`` (per-type ids), fanouts, RNG key."""
-
-    input_type: str
-    seeds: np.ndarray
-    num_neighbors: Sequence[int] | Mapping
-    key: int
-    replace: bool = False
-    input_id: np.ndarray | None = None
-    input_time: np.ndarray | None = None  # per seed, for temporal sampling (docs/temporal.md)
-    # PyG's loader options, per request for the distributed sampler (one service serves every
-    # loader); the one-process HeteroSampler takes them at construction instead
-    time_attr: str | None = None
-    temporal_strategy: str = "uniform"
-    disjoint: bool | None = None
-    # seeds of further node types (a link batch's destination type when it differs from the
-    # source type: PyG's seed_dict); each type's seeds come first in its n_id
-    other_seeds: dict[str, np.ndarray] | None = None
-    # False: e_id stays empty and the distributed sampler sends no edge ids
-    edge_ids: bool = True
-
-    def __post_init__(self) -> None:
-        # disjoint / temporal trees may repeat a seed (each its own tree: a link batch's
-        # endpoints, as PyG's); otherwise each seed once
-        once = not (self.disjoint or self.time_attr is not None or self.input_time is not None)
-        self.seeds = _seed_ids(self.seeds, once)
-        if self.other_seeds:
-            if self.input_type in self.other_seeds:
-                raise SamplingInputError(f"other_seeds repeats the input type "
-                                         f"{self.input_type!r}", "its seeds would come twice",
-                                         "put every seed of input_type in seeds")
-            self.other_seeds = {t: _seed_ids(v, once) for t, v in self.other_seeds.items()}
-        if not (int(self.key) == self.key and 0 <= int(self.key) < 2**63):
-            raise SamplingInputError(f"request key {self.key!r} is not in [0, 2**63)", "",
-                                     "use a key in [0, 2**63)")
-
-    def seed_groups(self) -> list[tuple[str, np.ndarray]]:
-        """``(node type, per-type ids)`` of every seed: ``input_type``'s, then ``other_seeds``."""
-        return [(self.input_type, self.seeds), *(self.other_seeds or {}).items()]
-
-    def internal_seeds(self, node_types: Sequence[str],
-                       node_type_offset: np.ndarray) -> np.ndarray:
-        """Every seed in the graph's internal ids (types already checked by the caller)."""
-        return np.concatenate([ids + node_type_offset[list(node_types).index(t)]
-                               for t, ids in self.seed_groups()])
-
-
-def _seed_ids(seeds, once: bool = True) -> np.ndarray:
-    """Per-type seed ids as int64 (each once when ``once``)."""
-    if torch.is_tensor(seeds):
-        seeds = seeds.detach().cpu().numpy()
-    seeds = np.asarray(seeds)
-    if seeds.size and not np.issubdtype(seeds.dtype, np.integer):
-        raise SamplingInputError(f"seeds have dtype {seeds.dtype}; ids are integers",
-                                 "they cannot index nodes", "pass integer per-type ids")
-    seeds = np.ascontiguousarray(seeds, dtype=np.int64).ravel()
-    if once and has_duplicates(seeds):
-        raise SamplingInputError("a request has duplicate seed ids",
-                                 "n_id[input_type][:batch_size] could not equal the seeds",
-                                 "deduplicate the seeds of each minibatch")
-    return seeds
 
 
 def run_hops(hop_fn, seeds: list[np.ndarray], tables: Sequence, requests: Sequence,
@@ -468,7 +451,7 @@ class HeteroSampler(MultiHopSampler):
         for r in requests:
             if (r.time_attr, r.temporal_strategy, r.disjoint) != (None, "uniform", None):
                 raise SamplingInputError(
-                    "a HeteroSampleRequest carries time_attr / temporal_strategy / disjoint",
+                    "a request carries time_attr / temporal_strategy / disjoint",
                     "the one-process sampler takes them at construction, not per request",
                     "pass them to HeteroSampler(...) (or sample_hetero)")
         if self.disjoint or any(r.input_time is not None for r in requests):
@@ -669,14 +652,30 @@ def renumbered_ids(arr: np.ndarray, node_ids: np.ndarray, name: str, what: str) 
     return pos.astype(np.int64)
 
 
-def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key: int = 0,
-           replace: bool = False, weights: np.ndarray | None = None) -> MiniBatch:
-    """Sample one minibatch from ``graph`` in this process (convenience wrapper); ``weights``
-    (one per CSR entry) samples neighbors with probability proportional to weight.
+def sample(graph: CSRGraph | TypedGraph, seeds, fanouts, *, seed: int = 0, key: int = 0,
+           replace: bool = False, weights: np.ndarray | None = None,
+           disjoint: bool | None = None, time_attr: str | None = None, input_time=None,
+           temporal_strategy: str = "uniform") -> MiniBatch:
+    """Sample one minibatch from ``graph`` in this process (convenience wrapper).
 
-    ``seeds`` are node ids (original ids for a renumbered graph; ``n_id`` shows original ids
-    too) or a bool mask of length ``num_nodes`` whose ``True`` positions are the seeds, as in
-    PyG; a mask of another length is refused (:func:`check_input_nodes`)."""
+    A :class:`CSRGraph`: ``seeds`` are node ids (original ids for a renumbered graph; ``n_id``
+    shows original ids too) or a bool mask of length ``num_nodes`` whose ``True`` positions are
+    the seeds, as in PyG (:func:`check_input_nodes`); ``weights`` (one per CSR entry) samples
+    neighbors with probability proportional to weight. A :class:`TypedGraph`: ``seeds`` is
+    PyG's ``(node type, ids)`` (plain ids for a graph of one type), ``fanouts`` a list (every
+    relation) or a dict per edge type, and ``disjoint``, ``time_attr``, ``input_time`` and
+    ``temporal_strategy`` are PyG's (docs/temporal.md)."""
+    if isinstance(graph, TypedGraph):
+        if len(graph.node_types) == 1 and not isinstance(seeds, tuple):
+            seeds = (graph.node_types[0], seeds)
+        if not (isinstance(seeds, tuple) and len(seeds) == 2 and isinstance(seeds[0], str)):
+            raise SamplingInputError(f"input_nodes is {type(seeds).__name__}, not a "
+                                     "(node type, ids) pair", "the seeds' type is unknown",
+                                     "pass input_nodes=('paper', ids), as PyG's NeighborLoader")
+        sampler = HeteroSampler(graph, seed, disjoint=disjoint, time_attr=time_attr,
+                                temporal_strategy=temporal_strategy)
+        return sampler.sample([SampleRequest(seeds[1], fanouts, key, replace,
+                                             input_type=seeds[0], input_time=input_time)])[0]
     ids = check_input_nodes(seeds, graph.num_nodes, node_ids=graph.node_ids, name="seeds",
                             what="no minibatch can be sampled")
     if weights is not None:
@@ -685,27 +684,11 @@ def sample(graph: CSRGraph, seeds, fanouts: Sequence[int], *, seed: int = 0, key
         hop_fn = local_weighted_hop_fn(graph, weights, seed)
     else:
         hop_fn = local_hop_fn(graph, seed)
-    s = MultiHopSampler(hop_fn, graph.num_nodes)
-    batch = s.sample([SampleRequest(ids, fanouts, key, replace)])[0]
+    batch = MultiHopSampler(hop_fn, graph.num_nodes).sample(
+        [SampleRequest(ids, fanouts, key, replace)])[0]
     if graph.node_ids is not None:
         batch.n_id = torch.from_numpy(graph.original_ids(batch.n_id.numpy()))
     return batch
 
 
-def sample_hetero(graph: TypedGraph, input_nodes: tuple[str, object], num_neighbors, *,
-                  seed: int = 0, key: int = 0, replace: bool = False,
-                  disjoint: bool | None = None, time_attr: str | None = None,
-                  input_time=None, temporal_strategy: str = "uniform") -> MiniBatch:
-    """Sample one minibatch of ``graph`` in this process: ``input_nodes=(type, ids)``,
-    ``num_neighbors`` a list (every relation) or a dict per edge type (PyG's); ``disjoint``,
-    ``time_attr``, ``input_time`` and ``temporal_strategy`` as PyG's (docs/temporal.md)."""
-    if not (isinstance(input_nodes, tuple) and len(input_nodes) == 2
-            and isinstance(input_nodes[0], str)):
-        raise SamplingInputError(f"input_nodes is {type(input_nodes).__name__}, not a "
-                                 "(node type, ids) pair", "the seeds' type is unknown",
-                                 "pass input_nodes=('paper', ids), as PyG's NeighborLoader")
-    t, ids = input_nodes
-    sampler = HeteroSampler(graph, seed, disjoint=disjoint, time_attr=time_attr,
-                            temporal_strategy=temporal_strategy)
-    return sampler.sample([HeteroSampleRequest(t, ids, num_neighbors, key, replace,
-                                               input_time=input_time)])[0]
+sample_hetero = sample  # the typed graphs' name: (graph, (node type, ids), num_neighbors, ...)

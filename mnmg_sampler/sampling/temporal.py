@@ -15,7 +15,7 @@ seed's node time) and one call of :func:`~mnmg_sampler.ops.typed.sample_typed_ne
 (with ``bounds``) per hop serves every relation and request. Temporal sampling is disjoint
 (as PyG requires). Over ranks the options travel with each request (``time_attr``,
 ``temporal_strategy``, ``disjoint`` of
-:class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`, checked by
+:class:`~mnmg_sampler.sampling.sampler.SampleRequest`, checked by
 :func:`check_request_time`).
 """
 

@@ -75,12 +75,8 @@ def print_table(rows: Iterable[tuple[str, Any]], file: TextIO | None = None) -> 
         print(f"{k:<{width}}  {v}".rstrip(), file=out)
 
 
-def print_json(obj: Mapping[str, Any], file: TextIO | None = None) -> None:
-    """``obj`` as indented JSON (numpy scalars and arrays converted), one document."""
-    print(json.dumps(obj, indent=2, default=_jsonable), file=file or sys.stdout)
-
-
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
+    """``json.dumps``'s ``default``: numpy and torch values as lists or scalars, else text."""
     if hasattr(v, "tolist"):  # numpy / torch scalars and arrays
         return v.tolist()
     if isinstance(v, (set, tuple)):
@@ -100,9 +96,10 @@ JSON_OUT_HELP = ("print the results as JSON on stdout (the table goes to stderr)
 
 
 def report(rows: Iterable[tuple[str, Any]], data: Mapping[str, Any], as_json: bool) -> None:
-    """The table ``rows`` for a person, or ``data`` as JSON with ``--json``."""
+    """The table ``rows`` for a person, or ``data`` as one JSON document with ``--json`` (numpy
+    scalars and arrays converted)."""
     if as_json:
-        print_json(data)
+        print(json.dumps(data, indent=2, default=jsonable))
     else:
         print_table(rows)
 

@@ -1,4 +1,4 @@
-"""Lazy loaders for the GPU extra (cupy, pylibraft, numba.cuda).
+"""Lazy loaders for the GPU extra (cupy, numba.cuda).
 
 ``import mnmg_sampler`` must stay light and must work on machines without CUDA, so nothing here
 imports a GPU package at module import time. Each ``require_*`` imports its package on first use
@@ -9,7 +9,6 @@ extra, instead of an ``ImportError`` from deep inside a kernel.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 from types import ModuleType
 
@@ -20,11 +19,8 @@ __all__ = [
     "numpy_compat",
     "require_cupy",
     "require_numba_cuda",
-    "require_pylibraft",
     "simulator_enabled",
 ]
-
-log = logging.getLogger(__name__)
 
 GPU_EXTRA = "pip install 'mnmg-sampler[gpu]'"
 
@@ -68,11 +64,6 @@ def _import(module: str, purpose: str, package: str) -> ModuleType:
 def require_cupy() -> ModuleType:
     """Import and return ``cupy`` (GPU extra), or raise an actionable error."""
     return _import("cupy", "routing CuPy allocations into the PyTorch pool", "cupy (cupy-cuda12x)")
-
-
-def require_pylibraft() -> ModuleType:
-    """Import and return ``pylibraft.random`` (GPU extra), or raise an actionable error."""
-    return _import("pylibraft.random", "GPU R-MAT generation", "pylibraft (pylibraft-cu12)")
 
 
 def require_numba_cuda(need_device: bool = True) -> ModuleType:

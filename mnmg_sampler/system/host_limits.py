@@ -62,15 +62,15 @@ def _address_space_in_use() -> int:
         return 0
 
 
-def check_allocation(what: str, nbytes: float, fix: str, *, fraction: float = 0.9) -> None:
-    """Raise :class:`MemoryBudgetError` if ``nbytes`` exceed ``fraction`` of the available bytes.
+def check_allocation(what: str, nbytes: float, fix: str) -> None:
+    """Raise :class:`MemoryBudgetError` if ``nbytes`` exceed 90% of the available bytes.
 
     ``what`` names the allocation and the input that sized it (``"a CSR of 10,000,000,001 nodes
     (largest id in edges.txt)"``); ``fix`` says what to do. Nothing is allocated either way.
     """
     nbytes = float(nbytes)
     avail = available_bytes()
-    if nbytes > fraction * avail:
+    if nbytes > 0.9 * avail:
         raise MemoryBudgetError(
             f"{what} needs {format_bytes(nbytes)}, above the {format_bytes(avail)} this process "
             "can allocate", "nothing was allocated", fix)

@@ -19,8 +19,10 @@ Nothing here imports cupy or numba.cuda at module import time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -40,7 +42,6 @@ __all__ = [
     "route_cupy",
     "route_numba",
     "setup_memory_pool",
-    "torch_cupy_allocator",
 ]
 
 log = logging.getLogger(__name__)
@@ -54,39 +55,17 @@ ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 def split_alloc_conf(conf: str) -> list[tuple[str, str]]:
     """Parse ``key:value,...`` allocator settings (commas inside ``[...]`` stay in a value)."""
-    items: list[tuple[str, str]] = []
-    depth, start = 0, 0
-    parts = []
-    for i, ch in enumerate(conf):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(0, depth - 1)
-        elif ch == "," and depth == 0:
-            parts.append(conf[start:i])
-            start = i + 1
-    parts.append(conf[start:])
-    for part in parts:
-        part = part.strip()
-        if not part:
-            continue
-        key, _, value = part.partition(":")
-        items.append((key.strip(), value.strip()))
-    return items
+    parts = (p.strip().partition(":") for p in re.split(r",(?![^\[]*\])", conf))
+    return [(k.strip(), v.strip()) for k, _, v in parts if k.strip()]
 
 
 def join_alloc_conf(items: list[tuple[str, str]]) -> str:
     return ",".join(f"{k}:{v}" if v else k for k, v in items)
 
 
-def effective_alloc_conf_var(environ: Mapping[str, str] | None = None) -> str:
+def effective_alloc_conf_var() -> str:
     """The environment variable this torch reads its allocator settings from."""
-    env = os.environ if environ is None else environ
-    return "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in env else "PYTORCH_CUDA_ALLOC_CONF"
-
-
-def _cuda_initialized() -> bool:
-    return bool(torch.cuda.is_initialized())
+    return "PYTORCH_ALLOC_CONF" if "PYTORCH_ALLOC_CONF" in os.environ else "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def configure_expandable_segments(enabled: bool = True) -> bool:
@@ -119,7 +98,7 @@ def configure_expandable_segments(enabled: bool = True) -> bool:
     if have == want:
         return True  # already asked for: it applies (or applied) when CUDA initialises
     merged = join_alloc_conf(items + [("expandable_segments", want)])
-    if _cuda_initialized():
+    if torch.cuda.is_initialized():
         warnings.warn(
             f"CUDA is already initialised, so expandable_segments:{want} cannot take effect in "
             f"this process (PyTorch reads {var} once, at CUDA start). Set it before the process "
@@ -147,30 +126,22 @@ def _torch_free(ptr: int, device_id: int) -> None:
         torch.cuda.caching_allocator_delete(ptr)
 
 
-def torch_cupy_allocator() -> Any:
-    """A ``cupy.cuda.memory.PythonFunctionAllocator`` that allocates from PyTorch's pool.
+def route_cupy() -> Any:
+    """Route every later CuPy allocation into PyTorch's caching allocator; returns the allocator
+    (a ``cupy.cuda.memory.PythonFunctionAllocator``).
 
     Blocks belong to PyTorch's *current stream* at allocation time (the caching allocator's
     rule), so run CuPy work on that stream (``cupy.cuda.ExternalStream(
     torch.cuda.current_stream().cuda_stream)``) to keep block reuse safe.
     """
     cupy = require_cupy()
-    return cupy.cuda.memory.PythonFunctionAllocator(_torch_malloc, _torch_free)
-
-
-def route_cupy() -> Any:
-    """Route every later CuPy allocation into PyTorch's caching allocator; returns the allocator."""
-    cupy = require_cupy()
-    allocator = torch_cupy_allocator()
+    allocator = cupy.cuda.memory.PythonFunctionAllocator(_torch_malloc, _torch_free)
     cupy.cuda.set_allocator(allocator.malloc)
     log.info("CuPy allocations are routed into PyTorch's caching allocator")
     return allocator
 
 
 # --------------------------------------------------------------------------- Numba routing
-
-_numba_mm_class: type | None = None
-
 
 def _device_pointer(value: int) -> Any:
     """A device pointer object of the kind this Numba's driver binding expects."""
@@ -181,6 +152,7 @@ def _device_pointer(value: int) -> Any:
     return drvapi.cu_device_ptr(value)
 
 
+@functools.cache
 def numba_memory_manager_class() -> type:
     """The Numba EMM plugin class backed by PyTorch's caching allocator (built once, lazily).
 
@@ -188,9 +160,6 @@ def numba_memory_manager_class() -> type:
     pinned/mapped host memory stays with Numba. Building (and instantiating with
     ``context=None``) needs no GPU; ``memalloc`` needs one.
     """
-    global _numba_mm_class
-    if _numba_mm_class is not None:
-        return _numba_mm_class
     cuda = require_numba_cuda(need_device=False)
     from numba.cuda.cudadrv.driver import MemoryInfo, MemoryPointer
 
@@ -224,8 +193,7 @@ def numba_memory_manager_class() -> type:
         def interface_version(self) -> int:
             return 1
 
-    _numba_mm_class = TorchNumbaMemoryManager
-    return _numba_mm_class
+    return TorchNumbaMemoryManager
 
 
 def route_numba() -> type:
@@ -248,23 +216,19 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def setup_memory_pool(
-    expandable_segments: bool = True, cupy: bool = True, numba: bool = True
-) -> dict[str, bool]:
+def setup_memory_pool(expandable_segments: bool = True) -> dict[str, bool]:
     """Start-up hook of a GPU rank: allocator settings first, then route CuPy and Numba.
 
     CuPy is routed only when it is installed (it is optional); Numba is always present. Returns
     what was done, for logs.
     """
-    done = {"expandable_segments": configure_expandable_segments(expandable_segments)}
-    done["numba"] = bool(numba) and route_numba() is not None
-    done["cupy"] = False
-    if cupy:
-        try:
-            route_cupy()
-            done["cupy"] = True
-        except ImportError:  # MissingDependencyError is an ImportError: CuPy is optional
-            log.debug("CuPy not installed; nothing to route")
+    done = {"expandable_segments": configure_expandable_segments(expandable_segments),
+            "numba": route_numba() is not None, "cupy": False}
+    try:
+        route_cupy()
+        done["cupy"] = True
+    except ImportError:  # MissingDependencyError is an ImportError: CuPy is optional
+        log.debug("CuPy not installed; nothing to route")
     return done
 
 

@@ -6,8 +6,7 @@ backend asks for it.
 Stores on one node listen on loopback only: torch's ``TCPStore`` server listens on every
 interface, so a job whose ``MASTER_ADDR`` is loopback gets a store bound to ``127.0.0.1`` here,
 and ``python -m mnmg_sampler.system.runtime TORCHRUN_ARGS`` (what ``launch/run.sh`` runs) is
-torchrun
-whose rendezvous store does the same when the endpoint is loopback.
+torchrun whose rendezvous store does the same when the endpoint is loopback.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-log = logging.getLogger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost")
 
 
@@ -52,16 +50,13 @@ def resolve_backend(backend: str = "auto", device: str = "auto") -> tuple[str, t
     """
     if device == "cpu" or (device == "auto" and backend == "gloo"):
         return "gloo" if backend in ("auto", "gloo") else backend, torch.device("cpu")
-    want_cuda = device == "cuda" or backend == "nccl" or (device == "auto" and _cuda_present())
+    # torch.cuda.is_available() does not create a context (it uses NVML when it can)
+    want_cuda = device == "cuda" or backend == "nccl" or (device == "auto" and
+                                                          torch.cuda.is_available())
     if want_cuda:
         local = DistEnv.from_env().local_rank
         return ("nccl" if backend == "auto" else backend), torch.device("cuda", local)
     return ("gloo" if backend == "auto" else backend), torch.device("cpu")
-
-
-def _cuda_present() -> bool:
-    # torch.cuda.is_available() does not create a context (it uses NVML when it can).
-    return torch.cuda.is_available()
 
 
 JOIN_TIMEOUT_S = 300.0  # ranks of one node may start this far apart (imports, page cache)
@@ -191,25 +186,37 @@ REPORTED_EXIT_CODES = {2: "a typed error: bad config, input or files",
                        3: "PeerError: another rank died or stopped answering"}
 
 
-class _StopRecords(logging.Filter):
+class _HeldRecords(logging.Filter):
+    """Holds back the log records whose message contains ``text`` (re-emitted unless the
+    failure they announce is reported in one line instead)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.held = text, []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.text in str(record.msg):
+            self.held.append(record)
+            return False
+        return True
+
+
+class _StopRecords(_HeldRecords):
     """Holds back torchrun's two end-of-run lines (the ranks it sends a closing signal to, and
     the first failure) and remembers which pids it signalled, so the launcher can tell a rank
     stopped by torchrun from one killed from outside."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.held: list[logging.LogRecord] = []
+        super().__init__("failed (exitcode")
         self.signalled: set[int] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = str(record.msg)
         if msg.startswith("Sending process") and "closing signal" in msg:
-            if record.args:
-                self.signalled.add(int(record.args[0]))
-        elif not msg.startswith("failed (exitcode"):
-            return True
-        self.held.append(record)
-        return False
+            self.signalled.update(int(a) for a in (record.args or ())[:1])
+            self.held.append(record)
+            return False
+        return super().filter(record)
 
 
 def reported_failure(failures: dict, signalled: set[int]) -> tuple[int, int] | None:
@@ -328,21 +335,6 @@ def _last_error_line(log_dir: str, local_rank: int) -> str | None:
     return lines[-1] if lines else None
 
 
-class _HeldRecords(logging.Filter):
-    """Holds back the log records whose message contains ``text`` (re-emitted unless the
-    failure they announce is reported in one line instead)."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text, self.held = text, []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.text in str(record.msg):
-            self.held.append(record)
-            return False
-        return True
-
-
 def _arg_value(args: list[str], name: str) -> str | None:
     """The value of torchrun flag ``name`` (``--rdzv-endpoint X`` or ``--rdzv-endpoint=X``;
     also spelled with underscores)."""
@@ -369,15 +361,11 @@ def _restore_worker_cpp_log_level() -> None:
 
 def _shown_local_ranks(args: list[str]) -> set[int] | None:
     """The local ranks torchrun's ``--local-ranks-filter`` shows on the console (None: all)."""
-    for i, a in enumerate(args):
-        name, eq, value = a.partition("=")
-        if name in ("--local-ranks-filter", "--local_ranks_filter"):
-            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-            try:
-                return {int(v) for v in value.split(",") if v.strip()}
-            except ValueError:
-                return None
-    return None
+    value = _arg_value(args, "--local-ranks-filter")
+    try:
+        return None if value is None else {int(v) for v in value.split(",") if v.strip()}
+    except ValueError:
+        return None
 
 
 def _loopback_args(args: list[str]) -> list[str]:
@@ -424,15 +412,14 @@ def _loopback_interface() -> str | None:
 
 def free_port() -> int:
     """A TCP port free on loopback right now (bind to port 0)."""
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def set_threads(threads: int | None) -> None:
-    """Set torch and numba thread counts (``None`` or 0: cores / local ranks, at least 1).
+def set_threads(threads: int | None) -> int:
+    """Set torch and numba thread counts (``None`` or 0: cores / local ranks, at least 1);
+    returns numba's count.
 
     Cores are those this process may run on (a node pinned to one core by ``taskset`` has
     one): with the machine's count, torch's and numba's threads outnumbered a pinned node's
@@ -445,6 +432,7 @@ def set_threads(threads: int | None) -> None:
     import numba
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    return numba.get_num_threads()
 
 
 if __name__ == "__main__":

@@ -32,12 +32,13 @@ def sage_param_count(dims: Sequence[int]) -> int:
 
 
 def check_model_memory(dims: Sequence[int], bytes_per_param: int = BYTES_PER_PARAM,
-                       copies: int = 1) -> None:
+                       copies: int = 1, params: int | None = None) -> None:
     """:class:`~mnmg_sampler.errors.MemoryBudgetError` when ``copies`` models of widths
-    ``dims`` (``bytes_per_param`` each parameter) cannot fit in this process."""
+    ``dims`` (``params`` parameters, default one relation's; ``bytes_per_param`` each) cannot
+    fit in this process."""
     from ..system.host_limits import check_allocation
 
-    n = sage_param_count(dims)
+    n = sage_param_count(dims) if params is None else int(params)
     many = f" on each of the {copies} ranks of this host" if copies > 1 else ""
     state = "" if bytes_per_param == 4 else ", with gradients and optimizer state"
     check_allocation(f"model.hidden: a GraphSAGE of widths {list(dims)} ({n:,} parameters"

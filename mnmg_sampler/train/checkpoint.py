@@ -42,14 +42,8 @@ REQUIRED = {"model": dict, "optimizer": dict, "epoch": int, "loader": dict, "wor
 def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     """``(epoch, path)`` of every checkpoint this module wrote in ``directory``, oldest first."""
     d = Path(directory)
-    if not d.is_dir():
-        return []
-    found = []
-    for p in d.iterdir():
-        m = _NAME.match(p.name)
-        if m and p.is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
+    return sorted((int(m.group(1)), p) for p in (d.iterdir() if d.is_dir() else ())
+                  if (m := _NAME.match(p.name)) and p.is_file())
 
 
 def _write(path: Path, state: dict) -> Path:

@@ -18,7 +18,7 @@ from ..config import JobConfig, num_hops
 from ..config.parse import _err
 from .model import embedded_types, relations_per_layer
 
-__all__ = ["TypedMeta", "check_homogeneous_job", "check_job", "check_typed_job", "embedded",
+__all__ = ["TypedMeta", "check_homogeneous_job", "check_job", "check_typed_job",
            "link_edge_type", "meta_of_graph", "meta_of_manifest"]
 
 EdgeType = tuple[str, str, str]
@@ -64,8 +64,15 @@ _HOMOGENEOUS_ONLY = (
     ("dataset.undirected", lambda c: c.dataset.undirected is True),
     ("dataset.renumber", lambda c: c.dataset.renumber is True),
     ("sampler.weights", lambda c: c.sampler.weights is not None),
-    ("model.use_pyg", lambda c: c.model.use_pyg),
 )
+
+
+def _hint(name: str, names, show=str) -> str:
+    """`` (did you mean X?)`` with the closest of ``names`` (shown by ``show``), or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f" (did you mean {show(close[0])}?)" if close else ""
 
 
 def _check_fanouts(key: str, fanouts, meta: TypedMeta) -> None:
@@ -74,11 +81,7 @@ def _check_fanouts(key: str, fanouts, meta: TypedMeta) -> None:
     rels = {"__".join(et): et for et in meta.edge_types}
     for k in fanouts:
         if k not in rels:
-            import difflib
-
-            close = difflib.get_close_matches(k, list(rels), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise _err(f"{key}.{k}", f"not a relation of the graph{hint}",
+            raise _err(f"{key}.{k}", f"not a relation of the graph{_hint(k, rels)}",
                        f"use the graph's relations: {', '.join(rels)}",
                        "Its fanouts would be ignored")
     missing = [k for k in rels if k not in fanouts]
@@ -101,8 +104,33 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
         raise _err("training.eval_memory_mb", f"{cfg.dataset.name} is a typed graph, and the "
                    "key applies to homogeneous graphs and to typed link jobs with disjoint "
                    "trees only", "remove it", "It would be ignored")
-    if cfg.task == "link":  # evaluated on sampled minibatches of held-out edges
-        return _check_typed_link(cfg, meta)
+    if cfg.task == "link":
+        et = link_edge_type(cfg, meta)
+        _check_typed_link(cfg)
+        t, ends, what = et[0], (et[0], et[2]), f"both node types of [{', '.join(et)}]"
+    else:
+        t = _check_typed_node(cfg, meta)
+        ends, what = (t,), f"node type {t!r}"
+    _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
+    _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
+    if cfg.training.mode == "train":  # the model: a chain of relations to the targets
+        layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
+        rels = relations_per_layer(meta.edge_types, ends, layers)
+        if not set(ends) <= {r[2] for r in rels[-1]}:
+            raise _err("link.edge_type" if cfg.task == "link" else "sampler.input_type",
+                       f"no chain of {layers} relations ends at {what}",
+                       "give both endpoint types incoming relations (the reverse relation, "
+                       "PyG's rev_ naming)" if cfg.task == "link" else "classify a node type "
+                       "relations point to, and give every type on the way incoming relations "
+                       "(reverse ones, PyG's rev_ naming)")
+        # the types whose rows the model learns: a ConfigError for featureless ones with none
+        embedded_types({x for et in rels[0] for x in (et[0], et[2])}, meta.x_dims,
+                       cfg.model.embeddings)
+    return t
+
+
+def _check_typed_node(cfg: JobConfig, meta: TypedMeta) -> str:
+    """The node job's keys on a typed graph; returns its input node type."""
     for key, given in (("sampler.time_attr", cfg.sampler.time_attr is not None),
                        ("sampler.disjoint", cfg.sampler.disjoint),
                        ("link.split_by", cfg.link.split_by != "random")):
@@ -125,26 +153,13 @@ def check_typed_job(cfg: JobConfig, meta: TypedMeta) -> str:
                        f"set sampler.input_type to one of {', '.join(choices) or '(none)'}")
         t = choices[0]
     elif t not in meta.num_nodes:
-        import difflib
-
-        close = difflib.get_close_matches(t, list(meta.num_nodes), n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise _err("sampler.input_type", f"node type {t!r} is not in the graph{hint}",
+        raise _err("sampler.input_type", f"node type {t!r} is not in the graph"
+                   f"{_hint(t, meta.num_nodes, repr)}",
                    f"use one of {', '.join(meta.num_nodes)}")
     if need_labels and t not in meta.labelled:
         raise _err("sampler.input_type", f"node type {t!r} has no labels",
                    f"classify a labelled type ({', '.join(meta.labelled) or 'none'}), or use "
                    "training.mode=sample")
-    _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
-    _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
-    if need_labels:
-        layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
-        rels = relations_per_layer(meta.edge_types, t, layers)
-        if not rels[-1]:
-            raise _err("sampler.input_type", f"no chain of {layers} relations ends at node type "
-                       f"{t!r}", "classify a node type relations point to, and give every "
-                       "type on the way incoming relations (reverse ones, PyG's rev_ naming)")
-        embedded(cfg, meta, rels)
     return t
 
 
@@ -162,20 +177,15 @@ def link_edge_type(cfg: JobConfig, meta: TypedMeta) -> EdgeType:
         return fwd[0]
     et = tuple(str(v) for v in given)
     if et not in meta.edge_types:
-        import difflib
-
-        keys = {"__".join(e): e for e in meta.edge_types}
-        close = difflib.get_close_matches("__".join(et), list(keys), n=1, cutoff=0.6)
-        hint = f" (did you mean [{', '.join(keys[close[0]])}]?)" if close else ""
+        hint = _hint("__".join(et), ["__".join(e) for e in meta.edge_types],
+                     lambda k: f"[{', '.join(k.split('__'))}]")
         raise _err("link.edge_type", f"[{', '.join(et)}] is not a relation of the graph{hint}",
                    f"use one of {names}")
     return et
 
 
-def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
-    """:func:`check_typed_job` for ``task: link``; returns the predicted relation's source
-    type."""
-    et = link_edge_type(cfg, meta)
+def _check_typed_link(cfg: JobConfig) -> None:
+    """The link job's keys on a typed graph (its relation: :func:`link_edge_type`)."""
     if cfg.sampler.time_attr is not None and cfg.link.split_by != "time":
         raise _err("sampler.time_attr", f"{cfg.sampler.time_attr!r} with link.split_by: "
                    f"{cfg.link.split_by}", "set link.split_by=time (the edges of a random "
@@ -184,25 +194,6 @@ def _check_typed_link(cfg: JobConfig, meta: TypedMeta) -> str:
         raise _err("sampler.input_type", "set with task link",
                    "drop it: the seeds are the edges of link.edge_type, whose endpoint types "
                    "are both encoded")
-    _check_fanouts("sampler.fanouts", cfg.sampler.fanouts, meta)
-    _check_fanouts("sampler.eval_fanouts", cfg.sampler.eval_fanouts, meta)
-    layers = cfg.model.layers or num_hops(cfg.sampler.fanouts)
-    rels = relations_per_layer(meta.edge_types, (et[0], et[2]), layers)
-    ends = {r[2] for r in rels[-1]}
-    if et[0] not in ends or et[2] not in ends:
-        raise _err("link.edge_type", f"no chain of {layers} relations ends at both node types "
-                   f"of [{', '.join(et)}]", "give both endpoint types incoming relations "
-                   "(the reverse relation, PyG's rev_ naming)")
-    embedded(cfg, meta, rels)
-    return et[0]
-
-
-def embedded(cfg: JobConfig, meta: TypedMeta, rels: list[list[EdgeType]]) -> list[str]:
-    """The node types whose rows the model learns (``model.embeddings`` of the types its
-    first layer reads); a :class:`~mnmg_sampler.errors.ConfigError` for featureless types
-    with ``none``. Their rows' memory is checked per rank when the job builds them."""
-    return embedded_types({x for et in rels[0] for x in (et[0], et[2])}, meta.x_dims,
-                          cfg.model.embeddings)
 
 
 def check_homogeneous_job(cfg: JobConfig) -> None:

@@ -1,16 +1,12 @@
-"""The training epoch loop the node and link jobs share.
+"""The training epoch loop the node and link jobs share; they pass in a batch's loss and what
+validation measures.
 
-Per epoch: a dropout seed per epoch and rank, the loader's epoch, at most
-``training.max_steps_per_epoch`` optimizer steps, totals reduced over ranks into one
-:func:`~mnmg_sampler.train.report.epoch_record`, validation every ``training.eval_every`` epochs,
-a checkpoint every ``output.checkpoint_every`` epochs (every rank writes its embedding rows, then
-rank 0 the checkpoint; every rank waits), and the early stop at ``training.target_value``. With
-learned embedding rows (a :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding`), each
-step also applies their sparse update after the dense one, and each epoch record holds every
-rank's ``embedding_rows_local``, the tables' ``embedding_rows_total`` and the bytes the
-embedding exchange sent per step (all ranks, to other ranks: ``embedding_bytes_per_step``).
-The jobs differ only in the loss of a batch and in what validation measures, which they pass
-in.
+Per epoch: a dropout seed per epoch and rank, at most ``training.max_steps_per_epoch`` steps,
+totals reduced over ranks into one :func:`~.report.epoch_record`, validation every
+``training.eval_every`` epochs, a checkpoint every ``output.checkpoint_every`` (every rank's
+embedding rows first, then rank 0's checkpoint), the early stop at ``training.target_value``.
+Learned embedding rows get their sparse update after each dense step, and the epoch record
+their rows per rank and exchange bytes per step (``embedding_*``).
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import JobConfig, config_to_dict
+from ..distributed.collective import all_gather_1d
 from .checkpoint import save_checkpoint, save_rows
 from .report import RunReport, epoch_record
 
@@ -117,10 +114,8 @@ def run_epochs(cfg: JobConfig, model: torch.nn.parallel.DistributedDataParallel,
 def embedding_record(embedding, sent0: int, steps: float) -> dict:
     """Collective: the embedding part of an epoch record (module docstring)."""
     t = embedding.traffic()
-    mine = torch.tensor([t["embedding_rows_local"], t["embedding_bytes_sent"] - sent0],
-                        dtype=torch.float64)
-    every = [torch.zeros(2, dtype=torch.float64) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, mine)
+    every = all_gather_1d(torch.tensor([t["embedding_rows_local"],
+                                        t["embedding_bytes_sent"] - sent0], dtype=torch.float64))
     return {"embedding_rows_local": [int(v[0]) for v in every],
             "embedding_rows_total": t["embedding_rows_total"],
             "embedding_bytes_per_step": float(sum(v[1] for v in every)) / max(steps, 1.0)}

@@ -1,15 +1,12 @@
 """Evaluation within memory: layer-wise full-neighbor inference and memory estimates.
 
-Sampling every neighbor of every hop (``eval_fanouts`` all ``-1``) makes the L-hop frontier of a
-batch reach most of a large graph. Layer-wise inference (the ``inference`` methods of PyG's and
-DGL's GraphSAGE examples) computes the same exact outputs one layer at a time instead: layer
-``i`` runs over every node, in batches of target rows, reading the previous layer's outputs of
-their neighbors. Each rank computes the rows of the nodes it owns; remote neighbor rows come
-from their owners through the all-to-all exchange (counts before payloads, every rank in every
-round). Memory per rank: two layer tables of its own nodes plus one batch's block, O(part).
-
-:func:`check_budget` turns an estimate above ``training.eval_memory_mb`` into
-:class:`~mnmg_sampler.errors.MemoryBudgetError` on every rank, before anything is allocated.
+Sampling every neighbor of every hop reaches most of a large graph from each batch. Layer-wise
+inference (the ``inference`` of PyG's and DGL's GraphSAGE examples) computes the same exact
+outputs one layer at a time: each rank computes its own nodes' rows, in batches, reading the
+previous layer's rows of their neighbors from their owners (all-to-all, every rank every
+round). Memory per rank: two layer tables of its nodes plus one batch's block, O(part). It walks
+a homogeneous part's CSR (one relation). :func:`check_budget` refuses an estimate above
+``training.eval_memory_mb`` on every rank before anything is allocated.
 """
 
 from __future__ import annotations
@@ -22,8 +19,9 @@ import torch.distributed as dist
 
 from ..distributed.collective import Exchanger, backend_device
 from ..errors import MemoryBudgetError
+from ..graph.typed import EDGE_TYPE, NODE_TYPE
 from ..loaders.seeds import SeedSet
-from .model import GraphSAGE, inference_layer
+from .model import GraphSAGE, relation_key
 
 __all__ = ["check_budget", "estimate_layerwise_bytes", "estimate_sampled_bytes",
            "layerwise_logits", "evaluate_layerwise"]
@@ -101,7 +99,8 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
                      group=None, x: np.ndarray | None = None) -> torch.Tensor:
     """Collective: the model's output rows (CPU float32) of every node this rank owns, from
     every neighbor (exact; no sampling), one layer at a time over batches of ``batch_size``;
-    the input rows are ``x`` (one per owned node: learned embedding rows), else ``part.x``."""
+    the inputs are ``part.x`` and/or learned rows ``x`` (one per owned node), as
+    :meth:`~.model.GraphSAGE.inputs` combines them."""
     was_training = model.training
     model.eval()
     ex = Exchanger(group, torch.device("cpu"))
@@ -109,8 +108,11 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
     lo, n_local = part.start, part.num_local_nodes
     indptr = np.asarray(part.indptr)
     rounds = int(_max_over_ranks(-(-n_local // batch_size), group))
-    h = torch.from_numpy(np.array(part.x if x is None else x, dtype=np.float32))  # own rows
-    for i, conv in enumerate(model.convs):
+    x = {} if x is None else {NODE_TYPE: torch.as_tensor(np.asarray(x, np.float32))}
+    feats = {} if part.x is None else {NODE_TYPE: torch.from_numpy(np.array(part.x, np.float32))}
+    h = model.inputs(feats, x, device)[NODE_TYPE].float().cpu()  # own rows: features and/or rows
+    for i, layer in enumerate(model.convs):
+        conv = layer[relation_key(EDGE_TYPE)]
         out = torch.empty((n_local, _out_dim(conv)), dtype=torch.float32)
         for r in range(rounds):
             a = min(r * batch_size, n_local)
@@ -122,19 +124,11 @@ def layerwise_logits(model: GraphSAGE, part, device: torch.device, batch_size: i
                 continue
             dst = np.repeat(np.arange(z - a, dtype=np.int64), np.diff(indptr[a:z + 1]))
             ei = torch.from_numpy(np.stack([inv.reshape(-1), dst])).to(device)
-            y = inference_layer(model, i, x_src.to(device), h[a:z].to(device), ei)
-            out[a:z] = y.float().cpu()
+            y = conv((x_src.to(device), h[a:z].to(device)), ei)  # eval mode: no dropout
+            out[a:z] = (torch.relu(y) if i < model.num_layers - 1 else y).float().cpu()
         h = out
     model.train(was_training)
     return h
-
-
-def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """``ids[i] in sorted_ids`` for every ``i``."""
-    if sorted_ids.size == 0:
-        return np.zeros(ids.shape, bool)
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
-    return sorted_ids[pos] == ids
 
 
 @torch.no_grad()
@@ -151,7 +145,7 @@ def evaluate_layerwise(model: GraphSAGE, part, splits: dict[str, np.ndarray | Se
     acc = torch.zeros((len(splits), 3), dtype=torch.float64, device=backend_device(group))
     for k, ids in enumerate(splits.values()):
         mask = torch.from_numpy(ids.contains(own) if isinstance(ids, SeedSet)
-                                else _member(np.asarray(ids), orig))
+                                else np.isin(orig, np.asarray(ids)))
         out, lab = logits[mask], y[mask]
         acc[k, 0] = float((out.argmax(-1) == lab).sum())
         acc[k, 1] = float(mask.sum())

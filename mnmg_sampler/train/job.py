@@ -1,34 +1,26 @@
 """The YAML-configured job run by ``mnmg-sampler train`` under torchrun: node classification
-(``task: link`` is :mod:`.link`) on a homogeneous or a typed graph.
+(``task: link`` is :mod:`.link`) on any graph.
 
-Order of events on every rank: load and check the config (a bad config fails every rank the same
-way, before any collective), start the process group, partition the dataset if its partition
-directory is missing (rank 0 writes atomically, the others wait), check the config against the
-graph, start the sampling service and loaders, train with DDP, evaluate, checkpoint atomically,
-print test accuracy on rank 0 (:mod:`.setup`, :func:`~.epochs.run_epochs`). A homogeneous graph
-is the one-type case: its nodes are the seeds and its model the :class:`~.model.GraphSAGE` (PyG's
-``SAGEConv`` when installed); on a typed graph the seeds are the nodes of
-``sampler.input_type``, fanouts are per relation and the model the
-:class:`~.model.HeteroGraphSAGE`. A graph (or node type) without features trains on learned
-embedding rows (``model.embeddings``, one per node, with its owner). Seeds with a negative
-label (unlabelled, as OGB's NaN) are neither trained on nor counted.
-
-Reproducibility: model init, dropout and sampling are seeded per (seed, epoch, rank), and
-checkpoints are taken at epoch ends, so a run resumed from a checkpoint continues exactly as an
-uninterrupted run would.
+On every rank: the config is checked (a bad config fails every rank alike, before any
+collective), the job starts (:mod:`.setup`: process group, partitions, checks against the
+graph, sampling service), then loaders, DDP training, evaluation and atomic checkpoints
+(:func:`~.epochs.run_epochs`). On a typed graph the seeds are the nodes of
+``sampler.input_type`` and fanouts are per relation. Seeds with a negative label (unlabelled,
+as OGB's NaN) are neither trained on nor counted. Model init, dropout and sampling are seeded
+per (seed, epoch, rank) and checkpoints taken at epoch ends, so a resumed run continues exactly
+as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..config import JobConfig, check_paths, config_to_dict, parse_dataset_name
+from ..config import JobConfig, check_paths, parse_dataset_name
 from ..errors import ConfigError
 from .epochs import run_epochs, sample_epochs
 from .report import RunReport
@@ -37,9 +29,7 @@ from .setup import (
     dataset_is_typed,
     embed,
     make_model,
-    make_optimizer,
     num_neighbors,
-    resume_point,
     start_job,
     typed_meta,
 )
@@ -52,12 +42,8 @@ log = logging.getLogger(__name__)
 def _logits(model, emb, b, target: str | None, device, train: bool = True
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The seeds' logits and labels (``target``: a typed batch's seed type)."""
-    if target is None:  # one type: the rows are features or learned rows
-        x = b.x.to(device) if emb is None else embed(emb, b, train).to(device)
-        out = model(x, b.edge_index.to(device))[: b.batch_size]
-        return out, b.y[: b.batch_size].to(device)
     out = model(b.x, b.edge_index, embed(emb, b, train))[: b.batch_size]
-    return out, b.y[target][: b.batch_size].to(device)
+    return out, (b.y if target is None else b.y[target])[: b.batch_size].to(device)
 
 
 @torch.no_grad()
@@ -144,10 +130,6 @@ def _check_part(cfg: JobConfig, part) -> dict:
                           "GraphSAGE cannot be trained on it",
                           "use training.mode=sample for a sampling run, a labelled dataset, "
                           "or model.embeddings: featureless (a learned row per node)")
-    if cfg.training.mode == "train" and cfg.model.embeddings == "all" and part.x is not None:
-        raise ConfigError("model.embeddings: all on the node job of a homogeneous graph",
-                          "it would be ignored: the homogeneous node job reads features only",
-                          "use model.embeddings: featureless, task: link, or a typed graph")
     s = cfg.sampler
     return {"features": cfg.training.mode == "train" or part.x is not None,
             "feature_cache_plan": (s.fanouts, s.batch_size) if isinstance(s.fanouts, list)
@@ -173,35 +155,25 @@ def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict
 
     s, tr = cfg.sampler, cfg.training
     job = start_job(cfg, typed, check=None if typed else lambda part: _check_part(cfg, part))
-    try:
+    with job:
         ids = job.node_split()
         train_loader = DistNeighborLoader(job.service, job.seeds(ids["train"]),
                                           num_neighbors(s.fanouts), s.batch_size,
                                           shuffle=s.shuffle, drop_last=s.drop_last, seed=s.seed,
                                           prefetch=s.prefetch, replace=s.replace, split=s.split,
                                           edge_ids=s.edge_ids)
-        steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
-        report = RunReport(job.rank, tr.epochs, steps, tr.log_every, progress,
-                           Path(cfg.output.dir) / cfg.output.metrics_file)
-        try:
+
+        def train(report: RunReport) -> tuple[dict, str]:
             if tr.mode == "sample":
-                final, line = sample_epochs(cfg, train_loader, job.world, report, job.t_start)
-            else:
-                final, line = _train(job, train_loader, ids, resume, report)
-        finally:
-            report.close()
-    finally:
-        job.service.shutdown()
-    report.service(job.service.stats())
-    report.final(final, line)  # the last line on the console
-    return final
+                return sample_epochs(cfg, train_loader, job.world, report, job.t_start)
+            return _train(job, train_loader, ids, resume, report)
+
+        return job.run(train_loader, progress, train)
 
 
 def _train(job: Job, train_loader, ids: dict, resume: bool,
            report: RunReport) -> tuple[dict, str]:
     """Node classification: DDP over ranks, validation and the final test (``evaluate``)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     cfg, device, target = job.cfg, job.device, job.input_type
     y = job.part.y if target is None else job.part.typed.y[target]
     ymax = torch.tensor([int(np.max(y)) if len(y) else 0])
@@ -209,16 +181,11 @@ def _train(job: Job, train_loader, ids: dict, resume: bool,
     num_classes = int(ymax) + 1
     net, emb = make_model(job, num_classes)
     evaluate_splits = make_evaluator(job, ids, num_classes, emb)
-    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = make_optimizer(model.parameters(), cfg.optimizer)
-    first_epoch = resume_point(cfg, resume, job.rank, job.world, device, model.module, opt,
-                               train_loader, report, emb)
-    report.start(mode="train", world_size=job.world, first_epoch=first_epoch,
-                 config=config_to_dict(cfg))
-    report.print(f"training on {job.world} rank(s): {report.steps} batches per epoch and rank"
-                 + ("" if target is None else f" ({target} nodes of a typed graph)")
-                 + "; epoch rates are totals over all ranks")
-    report.open_bar(first_epoch)
+    model, opt, first_epoch = job.start_training(
+        net, emb, train_loader, resume, report, f"training on {job.world} rank(s): "
+        f"{report.steps} batches per epoch and rank"
+        + ("" if target is None else f" ({target} nodes of a typed graph)")
+        + "; epoch rates are totals over all ranks")
 
     def forward(b) -> tuple[torch.Tensor, float, int]:
         out, yb = _logits(model, emb, b, target, device)

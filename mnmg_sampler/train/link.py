@@ -1,44 +1,24 @@
-"""The link-prediction job (``task: link``): GraphSAGE encoder, dot or MLP decoder, BCE loss, on
-a homogeneous graph or on one relation of a typed graph (``link.edge_type: [src, rel, dst]``).
+"""The link-prediction job (``task: link``): GraphSAGE encoder, dot or MLP decoder
+(:class:`~.model.LinkModel`), BCE loss, on a homogeneous graph or on one relation of a typed
+graph (``link.edge_type``), with the node job's order of events (:mod:`.job`).
 
-Order of events on every rank, as in the node job (:mod:`.job`): the edges (of the relation)
-are split into train/val/test (the same split on every rank, from ``link.split_seed``:
-:func:`split_edges`, :func:`~mnmg_sampler.graph.link_split.split_relation`); the
-*training graph* (train edges only, and no reverse of a held-out edge: PyG's ``rev_`` naming on
-a typed graph) is partitioned once, so held-out edges can never be sampled as messages; a
-:class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws binary or triplet negatives (of
-the relation's types) and removes the seed edges and their reverses from their own subgraphs;
-evaluation ranks each held-out edge among ``link.eval_negatives`` negative destinations
-(negatives that are edges of the training graph are redrawn) and reports AUC over all pairs,
-MRR and Hits@K. The encoder is the :class:`~.model.GraphSAGE`, or the
-:class:`~.model.HeteroGraphSAGE` with outputs for both endpoint types; the decoder
-``link.decoder`` (:class:`~.model.LinkModel`).
+The edges (of the relation) are split into train/val/test, the same on every rank
+(:func:`split_edges`, :func:`~mnmg_sampler.graph.link_split.split_relation`, or by time with
+``link.split_by: time``: the training graph then holds only edges before the validation
+start). The *training graph* (train edges only, no reverse of a held-out edge) is what is
+partitioned, so held-out edges are never sampled as messages. The
+:class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` draws binary or triplet negatives and
+removes the seed edges and their reverses from their own subgraphs; with ``sampler.time_attr``
+every edge bounds its subgraph by its own time minus one. Evaluation ranks each held-out edge
+among ``link.eval_negatives`` negatives (redrawn when they are edges of the training graph):
+AUC over all pairs, MRR and Hits@K. Nodes without features read learned embedding rows
+(``model.embeddings``).
 
-A graph (or node type) without node features trains on learned embedding rows
-(``model.embeddings``, :mod:`mnmg_sampler.distributed.embeddings`): each node's row lives with
-its owner, is fetched per batch and updated sparsely; with ``all`` a featured graph's input is
-``lin(x) + emb(n_id)``.
-
-``link.split_by: time`` splits the relation by time instead
-(:func:`~mnmg_sampler.graph.link_split.split_relation_by_time`): the training graph holds
-only edges before the validation start. With ``sampler.time_attr`` every training and
-evaluation edge bounds its subgraph by its own time minus one (``sampler.temporal_strategy``),
-so no edge sees itself, nor anything at or after its time; ``sampler.time_attr: null`` samples
-the same split without time (the static baseline). Validation and test edges are both
-evaluated on the training graph.
-
-Disjoint (temporal) evaluation grows one tree per endpoint and negative: ``2 +
-link.eval_negatives`` trees per edge, so ``sampler.eval_fanouts: null`` means the training
-fanouts there (a full tree per negative reaches thousands of nodes: hundreds of millions per
-batch on a 100k-rating graph; an explicit ``-1`` is still all neighbors). Each batch is
-sampled and encoded in chunks of whole trees of at most :func:`eval_node_budget` nodes
-(:meth:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader.tree_chunks`), keeping only the
-trees' root embeddings, so evaluation memory does not grow with the batch. The final record of
-a typed job holds every rank's peak resident memory (``peak_rss_mb``).
-
-Reproducibility is the node job's: model init, dropout and sampling are seeded per
-(seed, epoch, rank) and checkpoints are taken at epoch ends, so ``--resume`` after a kill
-continues to the same metrics as an uninterrupted run.
+Disjoint (temporal) evaluation grows one tree per endpoint and negative, so
+``sampler.eval_fanouts: null`` means the training fanouts there, and each batch is encoded in
+chunks of whole trees of at most :func:`eval_node_budget` nodes, keeping only the roots'
+embeddings: evaluation memory does not grow with the batch. A typed job's final record holds
+every rank's peak resident memory (``peak_rss_mb``).
 """
 
 from __future__ import annotations
@@ -46,31 +26,27 @@ from __future__ import annotations
 import logging
 import resource
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 
-from ..config import JobConfig, config_to_dict
+from ..config import JobConfig
+from ..distributed.collective import all_gather_1d
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
 from ..graph.unique import sorted_unique
 from .epochs import run_epochs
-from .model import GraphSAGE, LinkModel
+from .model import LinkModel
 from .report import RunReport
 from .setup import (
     Job,
     embed,
-    job_embedding,
     load_dataset,
     load_typed_dataset,
     make_model,
-    make_optimizer,
     num_neighbors,
-    resume_point,
     start_job,
 )
 
@@ -118,20 +94,14 @@ def training_graph(full: CSRGraph, split: dict, undirected: bool) -> CSRGraph:
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Area under the ROC curve: P(positive score > negative score), ties counted half."""
+    """Area under the ROC curve: P(positive score > negative score), ties counted half (the
+    Mann-Whitney U over ``P * N``)."""
     if pos.size == 0 or neg.size == 0:
         return float("nan")
-    allv = np.concatenate([pos, neg]).astype(np.float64)
-    order = np.argsort(allv, kind="stable")
-    ranks = np.empty(allv.size, np.float64)
-    sv = allv[order]
-    # average ranks of ties (1-based)
-    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
-    ends = np.r_[starts[1:], sv.size]
-    avg = (starts + ends + 1) / 2.0
-    ranks[order] = np.repeat(avg, ends - starts)
-    r = ranks[:pos.size].sum()
-    return float((r - pos.size * (pos.size + 1) / 2.0) / (pos.size * neg.size))
+    neg = np.sort(np.asarray(neg, np.float64))
+    pos = np.asarray(pos, np.float64)
+    u = np.searchsorted(neg, pos, "left").sum() + np.searchsorted(neg, pos, "right").sum()
+    return float(u / 2.0 / (pos.size * neg.size))
 
 
 def rank_metrics(pos: torch.Tensor, neg: torch.Tensor, k: int) -> tuple[float, float]:
@@ -145,29 +115,25 @@ def rank_metrics(pos: torch.Tensor, neg: torch.Tensor, k: int) -> tuple[float, f
 
 def _gather_scores(t: torch.Tensor) -> np.ndarray:
     """All ranks' 1-D float tensors concatenated in rank order (default group, collective)."""
-    world = dist.get_world_size()
-    n = torch.tensor([t.numel()], dtype=torch.int64)
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, n)
-    m = max(int(s) for s in sizes)
-    buf = torch.zeros(m, dtype=torch.float64)
-    buf[:t.numel()] = t.double()
-    got = [torch.zeros(m, dtype=torch.float64) for _ in range(world)]
-    dist.all_gather(got, buf)
-    return torch.cat([g[:int(s)] for g, s in zip(got, sizes, strict=True)]).numpy()
+    return torch.cat(all_gather_1d(t.double())).numpy()
+
+
+def _triplet(h, b, score, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A triplet batch's positive logits ``[P]`` and each positive's negatives' ``[P, k]``."""
+    src = b.src_index.to(device)
+    dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
+    pos = score(h, src, b.dst_pos_index.to(device))
+    return pos, score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
 
 
 def batch_loss(h, b, score, device, triplet: bool) -> tuple[torch.Tensor, float, int]:
     """A training batch's BCE loss over its edges' logits (``score(h, src, dst)`` on the node
     embeddings ``h``: positives and negatives of a triplet batch, or its labelled edges), with
-    the count of correct signs and of edges (homogeneous and typed models alike)."""
+    the count of correct signs and of edges."""
     if triplet:
-        src = b.src_index.to(device)
-        dn = b.dst_neg_index.to(device).reshape(src.numel(), -1)
-        pos = score(h, src, b.dst_pos_index.to(device))
-        neg = score(h, src.repeat_interleave(dn.shape[1]), dn.reshape(-1))
-        logits = torch.cat([pos, neg])
-        target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+        pos, neg = _triplet(h, b, score, device)
+        logits = torch.cat([pos, neg.reshape(-1)])
+        target = torch.cat([torch.ones_like(pos), torch.zeros_like(logits[pos.numel():])])
     else:
         eli = b.edge_label_index.to(device)
         logits = score(h, eli[0], eli[1])
@@ -206,24 +172,6 @@ class ScoreTotals:
                 "loss": float(acc[3]) / max(pos_g.size + neg_g.size, 1)}
 
 
-@torch.no_grad()
-def evaluate_scores(model, loader, device, hits_k: int, encode, score) -> dict:
-    """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
-    (collective): ``encode(batch)`` gives the node embeddings ``h``, ``score(h, src, dst)``
-    the edges' logits (homogeneous and typed models alike)."""
-    model.eval()
-    tot = ScoreTotals(hits_k)
-    for b in loader:
-        h = encode(b)
-        s, d = b.src_index.to(device), b.dst_pos_index.to(device)
-        dn = b.dst_neg_index.to(device).reshape(s.numel(), -1)
-        pos = score(h, s, d)
-        neg = score(h, s.repeat_interleave(dn.shape[1]), dn.reshape(-1)).view_as(dn)
-        tot.add(pos, neg)
-    model.train()
-    return tot.result()
-
-
 def eval_node_budget(width: int, memory_mb: float | None) -> int:
     """Nodes per disjoint evaluation chunk: ``memory_mb`` (default :data:`EVAL_MEMORY_MB`) over
     the bytes a node costs in the encoder, about four float32 rows of the widest layer
@@ -232,18 +180,23 @@ def eval_node_budget(width: int, memory_mb: float | None) -> int:
     return max(1, int((memory_mb or EVAL_MEMORY_MB) * 2**20) // per_node)
 
 
+@torch.no_grad()
 def evaluate_link(model, net: LinkModel, emb, loader, device, hits_k: int,
                   max_nodes: int | None = None) -> dict:
     """AUC, MRR, Hits@K and BCE loss over every rank's batches of a triplet ``loader``
-    (collective). A disjoint ``loader`` is read in chunks of whole
-    trees of at most ``max_nodes`` nodes (``None``: one chunk per batch): each chunk is encoded
-    alone and only its roots' embeddings are kept until the batch's edges are scored; a tree's
-    root embedding depends on its tree only, so the metrics are those of whole batches.
-    ``emb``: the job's embedding rows (fetched per batch or chunk), or ``None``."""
-    if not loader._time.get("disjoint"):
-        return evaluate_scores(model, loader, device, hits_k,
-                               lambda b: _encode(model, emb, b, device, False), net.score)
-    return _evaluate_trees(model, net, emb, loader, device, hits_k, max_nodes or 2**62)
+    (collective); ``emb``: the job's embedding rows, or ``None``. A disjoint ``loader`` is read
+    in chunks of whole trees of at most ``max_nodes`` nodes (``None``: one chunk per batch):
+    each chunk is encoded alone and only its roots' embeddings are kept until the batch's
+    edges are scored; a root's embedding depends on its tree only, so the metrics are those of
+    whole batches."""
+    if loader._time.get("disjoint"):
+        return _evaluate_trees(model, net, emb, loader, device, hits_k, max_nodes or 2**62)
+    model.eval()
+    tot = ScoreTotals(hits_k)
+    for b in loader:
+        tot.add(*_triplet(_encode(model, emb, b, device, False), b, net.score, device))
+    model.train()
+    return tot.result()
 
 
 @torch.no_grad()
@@ -284,9 +237,7 @@ def _encode(model, emb, b, device, train: bool = True):
     (collective); a disjoint typed batch's trimmed per layer to the rows that reach the seeds
     (every seed a tree root, the only rows the loss reads)."""
     rows = embed(emb, b, train)
-    if not isinstance(b.edge_index, dict):  # one type
-        return model(None if b.x is None else b.x.to(device), b.edge_index.to(device), rows)
-    if b.batch:  # disjoint: every seed is a tree root
+    if b.batch:  # disjoint (a typed batch): every seed is a tree root
         return model(b.x, b.edge_index, rows, b.num_sampled_nodes, b.num_sampled_edges)
     return model(b.x, b.edge_index, rows)
 
@@ -296,9 +247,7 @@ def peak_rss_mb() -> list[float]:
     (collective on the default group)."""
     mine = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0],
                         dtype=torch.float64)  # KiB on Linux
-    got = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
-    dist.all_gather(got, mine)
-    return [round(float(g), 1) for g in got]
+    return [round(float(g), 1) for g in all_gather_1d(mine)]
 
 
 def _is_undirected(g: CSRGraph) -> bool:
@@ -375,7 +324,7 @@ def run_link_job(cfg: JobConfig, typed: bool, resume: bool = False,
     job = start_job(cfg, typed, lambda: (_typed_training_graph if typed else _training_graph)(
         cfg, split), check=None if typed else check)
     et, lk, s = split.get("edge_type"), cfg.link, cfg.sampler
-    try:
+    with job:
         # one membership group for every loader: loaders are used one at a time in this thread
         mgroup = dist.new_group(backend=dist.get_backend())
         fan, eval_fan = num_neighbors(s.fanouts), num_neighbors(s.eval_fanouts)
@@ -402,56 +351,21 @@ def run_link_job(cfg: JobConfig, typed: bool, resume: bool = False,
             neg_sampling={"mode": "triplet", "amount": lk.eval_negatives, "reject_known": True},
             part=job.part, membership_group=mgroup, seed=s.seed + 1, prefetch=s.prefetch,
             edge_ids=s.edge_ids, **edges(k)) for k in ("val", "test")}
-        tr = cfg.training
-        steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
-        report = RunReport(job.rank, tr.epochs, steps, tr.log_every, progress,
-                           Path(cfg.output.dir) / cfg.output.metrics_file)
-        try:
-            final, line = _train(job, et, train_loader, evals, resume, report)
-        finally:
-            report.close()
-    finally:
-        job.service.shutdown()
-    report.service(job.service.stats())
-    report.final(final, line)
-    return final
-
-
-def _link_model(job: Job, et) -> tuple[LinkModel, object]:
-    """``(model, embedding)`` of :func:`~.setup.make_model` for ``link.decoder``; on a
-    homogeneous graph with learned rows (no features, or ``model.embeddings: all``) the
-    encoder reads them (``id_lin(x) + rows`` with features)."""
-    cfg, m = job.cfg, job.cfg.model
-    if et is not None:
-        encoder, emb = make_model(job, m.hidden, target=(et[0], et[2]))
-        return LinkModel(encoder, m.hidden, cfg.link.decoder, edge_type=et).to(job.device), emb
-    in_dim = int(job.part.x.shape[1]) if job.part.x is not None else 0
-    dim = int(m.embedding_dim or m.hidden) if in_dim == 0 or m.embeddings == "all" else 0
-    torch.manual_seed(cfg.sampler.seed)
-    id_lin = nn.Linear(in_dim, dim) if in_dim and dim else None
-    encoder = GraphSAGE(dim or in_dim, m.hidden, m.hidden, m.layers, dropout=m.dropout,
-                        aggr=m.aggr, use_pyg=m.use_pyg)
-    net = LinkModel(encoder, m.hidden, cfg.link.decoder, id_lin=id_lin).to(job.device)
-    return net, job_embedding(cfg, job.part, None, job.service) if dim else None
+        return job.run(train_loader, progress,
+                       lambda report: _train(job, et, train_loader, evals, resume, report))
 
 
 def _train(job: Job, et, train_loader, evals: dict, resume: bool,
            report: RunReport) -> tuple[dict, str]:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     cfg, device = job.cfg, job.device
     lk, m = cfg.link, cfg.model
-    net, emb = _link_model(job, et)
-    model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = make_optimizer(model.parameters(), cfg.optimizer)
-    first_epoch = resume_point(cfg, resume, job.rank, job.world, device, net, opt, train_loader,
-                               report, emb)
-    report.start(mode="train", task="link", world_size=job.world, first_epoch=first_epoch,
-                 config=config_to_dict(cfg))
-    report.print("link prediction" + ("" if et is None else f" of {list(et)}") + f" on "
-                 f"{job.world} rank(s): {report.steps} batches per epoch and rank; acc = "
-                 "binary accuracy of the edge scores")
-    report.open_bar(first_epoch)
+    encoder, emb = make_model(job, m.hidden, target=None if et is None else (et[0], et[2]))
+    net = LinkModel(encoder, m.hidden, lk.decoder, edge_type=et).to(device)
+    model, opt, first_epoch = job.start_training(
+        net, emb, train_loader, resume, report, "link prediction" + (
+            "" if et is None else f" of {list(et)}") + f" on {job.world} rank(s): "
+        f"{report.steps} batches per epoch and rank; acc = binary accuracy of the edge scores",
+        task="link")
     triplet = lk.neg_sampling == "triplet"
     widths = [m.hidden, m.embedding_dim or m.hidden, *(job.meta.x_dims.values() if et else [])]
     budget = eval_node_budget(max(widths), cfg.training.eval_memory_mb)

@@ -1,6 +1,6 @@
-"""GraphSAGE for sampled minibatches: one type (:class:`GraphSAGE`, PyG's ``SAGEConv`` or a
-built-in layer of the same math), several (:class:`HeteroGraphSAGE`, one layer per relation),
-and the edge decoder of link prediction (:class:`LinkModel`).
+"""GraphSAGE for sampled minibatches of any graph (:class:`GraphSAGE`: a homogeneous graph is
+the case of one node type and one relation) and the edge decoder of link prediction
+(:class:`LinkModel`).
 
 A layer computes, for every node ``i`` of the minibatch,
 ``lin_l(aggr_{j -> i} x_j) + lin_r(x_i)``, where the messages ``x_j`` flow along
@@ -9,22 +9,18 @@ PyG's convention) and nodes without a sampled neighbor aggregate to zero. That i
 ``SAGEConv`` with default arguments; the built-in :class:`SAGELayer` has the same parameter
 names (``lin_l.weight``, ``lin_l.bias``, ``lin_r.weight``), so a checkpoint loads into either.
 
-Trimming (optional, PyG's ``trim_to_layer``): a minibatch's ``n_id`` and ``edge_index`` are
-ordered hop by hop, and layer ``i`` of ``L`` only needs the nodes within ``L - i`` hops of the
-seeds. Passing ``num_sampled_nodes`` and ``num_sampled_edges`` lets layer ``i`` drop the last
-``i`` hops' nodes and edges; the seeds' outputs are unchanged and less is computed.
+Each layer runs one such layer per relation ``(src, rel, dst)`` (its own input width per side)
+and sums the results per destination type: PyG's ``to_hetero(GraphSAGE)`` with ``aggr="sum"``,
+which for one relation is PyG's ``GraphSAGE``. Node types without features read learned
+embedding rows that come in with the batch (``emb``, from a
+:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding`), so DDP never sees a table; with
+``embeddings="all"`` a featured type's input is ``lin(x) + emb(n_id)``. Only what can reach the
+target type's output is built, so every parameter gets a gradient from every batch.
 
-:class:`HeteroGraphSAGE` is PyG's ``to_hetero(GraphSAGE)`` with ``aggr="sum"`` in pure torch:
-each layer runs one :class:`SAGELayer` per relation ``(src, rel, dst)`` (its own input width per
-side) and sums the results per destination type. Node types without features read learned
-embedding rows (``model.embeddings``), which the model does not hold: they come in with the
-batch (``emb``), fetched from their owners by a
-:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` and updated by its sparse optimizer,
-so DDP never sees a table. With ``embeddings="all"`` a featured type's input is
-``lin(x) + emb(n_id)`` (PyG users' learned id embedding). Only what can reach the target type's
-output is built, so every parameter gets a gradient from every batch (DDP needs no
-``find_unused_parameters``). A homogeneous graph keeps :class:`GraphSAGE` (PyG's layer and its
-checkpoint layout); the layer code is the one :class:`SAGELayer`.
+Trimming (optional, PyG's ``trim_to_layer``): a minibatch's nodes and edges are ordered hop by
+hop, and layer ``i`` of ``L`` only needs the rows of the nodes within ``L - 1 - i`` hops of the
+seeds and the edges of the first ``L - i`` hops. Passing ``num_sampled_nodes`` and
+``num_sampled_edges`` computes only those: the seeds' outputs are unchanged, less is computed.
 """
 
 from __future__ import annotations
@@ -37,11 +33,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, MissingDependencyError, SamplingInputError
-from ..system.host_limits import check_allocation
+from ..graph.typed import EDGE_TYPE, NODE_TYPE
 from .budget import check_model_memory, sage_dims
 
 __all__ = ["AGGRS", "EMBEDDINGS", "SAGELayer", "GraphSAGE", "HeteroGraphSAGE", "LinkModel",
-           "accuracy", "embedded_types", "inference_layer", "num_correct", "pyg_available",
+           "accuracy", "embedded_types", "num_correct", "pyg_available",
            "relation_key", "relations_per_layer"]
 
 EdgeType = tuple[str, str, str]
@@ -50,6 +46,8 @@ log = logging.getLogger(__name__)
 
 AGGRS = ("mean", "sum", "max")
 """Neighbor aggregations supported by both backends."""
+
+EMBEDDINGS = ("featureless", "all", "none")
 
 
 def pyg_available() -> bool:
@@ -72,15 +70,16 @@ class SAGELayer(nn.Module):
     """One GraphSAGE layer: ``lin_l(aggr of neighbor messages) + lin_r(x_target)``.
 
     Same math and parameter names as PyG's ``SAGEConv(in_dim, out_dim, aggr)`` with default
-    arguments; used when PyG is not installed. Targets are the rows of ``x`` (every node of the
-    minibatch); a node with no incoming edge aggregates to zero.
+    arguments; used when PyG is not installed. ``in_dim`` is one width, or ``(source width,
+    target width)`` as PyG's. A node with no incoming edge aggregates to zero.
     """
 
-    def __init__(self, in_dim: int, out_dim: int, aggr: str = "mean") -> None:
+    def __init__(self, in_dim: int | tuple[int, int], out_dim: int, aggr: str = "mean") -> None:
         super().__init__()
         self.aggr = _check_aggr(aggr)
-        self.lin_l = nn.Linear(in_dim, out_dim, bias=True)
-        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
+        src, dst = (in_dim, in_dim) if isinstance(in_dim, int) else in_dim
+        self.lin_l = nn.Linear(src, out_dim, bias=True)
+        self.lin_r = nn.Linear(dst, out_dim, bias=False)
 
     def aggregate(self, x: torch.Tensor, edge_index: torch.Tensor,
                   num_dst: int | None = None) -> torch.Tensor:
@@ -102,19 +101,9 @@ class SAGELayer(nn.Module):
     def forward(self, x, edge_index: torch.Tensor) -> torch.Tensor:
         """``x`` is one tensor (messages between its own rows) or a pair ``(x_src, x_dst)``: a
         bipartite block whose ``edge_index[0]`` indexes ``x_src`` and ``[1]`` indexes ``x_dst``
-        (PyG's convention), as layer-wise inference uses it."""
-        if isinstance(x, tuple):
-            x_src, x_dst = x
-            return self.lin_l(self.aggregate(x_src, edge_index, x_dst.size(0))) + \
-                self.lin_r(x_dst)
-        return self.lin_l(self.aggregate(x, edge_index)) + self.lin_r(x)
-
-    def reset_parameters(self) -> None:
-        self.lin_l.reset_parameters()
-        self.lin_r.reset_parameters()
-
-    def extra_repr(self) -> str:
-        return f"{self.lin_l.in_features}, {self.lin_l.out_features}, aggr={self.aggr!r}"
+        (PyG's convention)."""
+        x_src, x_dst = x if isinstance(x, tuple) else (x, x)
+        return self.lin_l(self.aggregate(x_src, edge_index, x_dst.size(0))) + self.lin_r(x_dst)
 
 
 def _checked(dropout: float, aggr: str, **sizes: int) -> list[int]:
@@ -130,98 +119,6 @@ def _checked(dropout: float, aggr: str, **sizes: int) -> list[int]:
     _check_aggr(aggr)
     return [int(v) for v in sizes.values()]
 
-
-class GraphSAGE(nn.Module):
-    """A stack of ``layers`` GraphSAGE layers with ReLU and dropout between them.
-
-    Args:
-        in_dim: feature size of ``x``.
-        hidden: width of the hidden layers.
-        out_dim: number of classes (the logits' width).
-        layers: number of layers; use as many as the loader samples hops.
-        dropout: dropout probability after every hidden layer (training only).
-        aggr: neighbor aggregation, one of :data:`AGGRS`.
-        use_pyg: ``None`` uses PyG's ``SAGEConv`` when ``torch_geometric`` imports, else the
-            built-in :class:`SAGELayer`; ``True`` requires PyG; ``False`` never uses it.
-
-    ``backend`` tells which was chosen (``"pyg"`` or ``"builtin"``).
-
-    Example::
-
-        model = GraphSAGE(batch.x.size(1), 64, num_classes, layers=2)
-        out = model(batch.x, batch.edge_index)[: batch.batch_size]
-        loss = F.cross_entropy(out, batch.y[: batch.batch_size])
-    """
-
-    def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int,
-                 dropout: float = 0.5, aggr: str = "mean", use_pyg: bool | None = None) -> None:
-        super().__init__()
-        in_dim, hidden, out_dim, layers = _checked(dropout, aggr, in_dim=in_dim, hidden=hidden,
-                                                   out_dim=out_dim, layers=layers)
-        if use_pyg is None:
-            use_pyg = pyg_available()
-        elif use_pyg and not pyg_available():
-            raise MissingDependencyError(
-                "torch_geometric is not installed (use_pyg=True)",
-                "PyG's SAGEConv cannot be used",
-                "pip install 'mnmg-sampler[pyg]', or pass use_pyg=None to fall back to the "
-                "built-in layer",
-            )
-        if use_pyg:
-            from torch_geometric.nn import SAGEConv as conv
-        else:
-            conv = SAGELayer
-        self.backend = "pyg" if use_pyg else "builtin"
-        self.dropout = float(dropout)
-        dims = sage_dims(in_dim, hidden, out_dim, layers)
-        check_model_memory(dims, bytes_per_param=4)  # float32 weights, before torch allocates
-        self.convs = nn.ModuleList(conv(dims[i], dims[i + 1], aggr=aggr) for i in range(layers))
-        log.debug("GraphSAGE %s, %d layers, backend %s", dims, layers, self.backend)
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.convs)
-
-    def reset_parameters(self) -> None:
-        for conv in self.convs:
-            conv.reset_parameters()
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
-                num_sampled_nodes: Sequence[int] | None = None,
-                num_sampled_edges: Sequence[int] | None = None) -> torch.Tensor:
-        """Logits, one row per node, seeds first: the loss uses ``[:batch_size]``.
-
-        Without the ``num_sampled_*`` arguments every node of ``x`` gets a row. With both (from
-        the minibatch, at least ``num_layers`` hops), layer ``i`` drops the last ``i`` hops, so
-        fewer rows come back (for as many hops as layers: the seeds' and hop 1's); the seeds'
-        rows are the same either way. With fewer hops than layers nothing is trimmed.
-        """
-        trim = (num_sampled_nodes is not None and num_sampled_edges is not None
-                and len(num_sampled_edges) >= self.num_layers)
-        if trim:
-            nodes, edges = list(num_sampled_nodes), list(num_sampled_edges)
-            if sum(nodes) != x.size(0) or sum(edges) != edge_index.size(1) or \
-                    len(nodes) != len(edges) + 1:
-                raise SamplingInputError(
-                    f"num_sampled_nodes {nodes} / num_sampled_edges {edges} do not describe "
-                    f"x with {x.size(0)} rows and edge_index with {edge_index.size(1)} edges",
-                    "layers cannot be trimmed hop by hop",
-                    "pass the minibatch's own batch.num_sampled_nodes and "
-                    "batch.num_sampled_edges, or neither",
-                )
-        for i, conv in enumerate(self.convs):
-            if trim and i > 0:
-                n = sum(nodes[: len(nodes) - i])
-                e = sum(edges[: len(edges) - i])
-                x, edge_index = x[:n], edge_index[:, :e]
-            x = conv(x, edge_index)
-            if i < self.num_layers - 1:
-                x = F.relu(x)
-                x = F.dropout(x, p=self.dropout, training=self.training)
-        return x
-
-
-EMBEDDINGS = ("featureless", "all", "none")
 
 def relation_key(et: EdgeType) -> str:
     """``"src__rel__dst"``: PyG's ``EdgeTypeStr``, the module key of a relation's layer."""
@@ -268,42 +165,69 @@ def embedded_types(first: Sequence[str], in_dims: Mapping[str, int], embeddings:
     return sorted(first) if embeddings == "all" else bare
 
 
-class HeteroGraphSAGE(nn.Module):
-    """GraphSAGE over typed minibatches (module docstring).
+class GraphSAGE(nn.Module):
+    """``layers`` GraphSAGE layers with ReLU and dropout between them, over one node type and
+    relation (tensors in and out) or several (dicts per type and relation; module docstring).
 
     Args:
-        edge_types: the graph's relations ``(src, rel, dst)``.
-        in_dims: feature width per node type with features; the other types read embeddings.
+        in_dim: feature width of ``x``; on a typed graph the width per node type with features
+            (the other types read embedding rows); ``None`` = no features.
         hidden: width of the hidden layers.
-        out_dim: number of classes.
-        layers: number of layers (as many as the loader samples hops).
-        target: the node type whose logits are returned, or several (link prediction:
-            both endpoint types), then ``forward`` returns ``{type: output}``.
-        embedding_dim: width of the embedding rows.
-        dropout, aggr: as :class:`GraphSAGE`.
+        out_dim: number of classes (the logits' width).
+        layers: number of layers; use as many as the loader samples hops.
+        dropout: dropout probability after every hidden layer (training only).
+        aggr: neighbor aggregation, one of :data:`AGGRS`.
+        use_pyg: ``None`` uses PyG's ``SAGEConv`` when ``torch_geometric`` imports, else the
+            built-in :class:`SAGELayer`; ``True`` requires PyG; ``False`` never uses it.
+        edge_types: the graph's relations ``(src, rel, dst)``; ``None`` = one type and one
+            relation (``graph.typed.NODE_TYPE``, ``EDGE_TYPE``).
+        target: the node type whose logits are returned, or several (link prediction: both
+            endpoint types), then ``forward`` returns ``{type: output}``; ``None`` = the one
+            type.
+        embedding_dim: width of the embedding rows; ``None`` = ``hidden``.
         embeddings: ``featureless``, ``all`` or ``none`` (:func:`embedded_types`); the types
             that read rows are :attr:`embedded`.
 
+    ``backend`` tells which layer was chosen (``"pyg"`` or ``"builtin"``).
+
     Example::
 
-        model = HeteroGraphSAGE(edge_types, {"paper": 16}, 64, 4, 2, "paper", 64)
-        emb = DistEmbedding(part, model.embedded, 64)
-        h = emb.fetch({t: batch.n_id[t].numpy() for t in model.embedded})
-        out = model(batch.x, batch.edge_index, h)[: batch.batch_size]
-        loss = F.cross_entropy(out, batch.y["paper"][: batch.batch_size])
+        model = GraphSAGE(batch.x.size(1), 64, num_classes, layers=2)
+        out = model(batch.x, batch.edge_index)[: batch.batch_size]
+        loss = F.cross_entropy(out, batch.y[: batch.batch_size])
     """
 
-    def __init__(self, edge_types: Sequence[EdgeType], in_dims: Mapping[str, int], hidden: int,
-                 out_dim: int, layers: int, target: str | Sequence[str], embedding_dim: int,
-                 dropout: float = 0.5, aggr: str = "mean",
+    def __init__(self, in_dim: int | Mapping[str, int] | None, hidden: int, out_dim: int,
+                 layers: int, dropout: float = 0.5, aggr: str = "mean",
+                 use_pyg: bool | None = None, *, edge_types: Sequence[EdgeType] | None = None,
+                 target: str | Sequence[str] | None = None, embedding_dim: int | None = None,
                  embeddings: str = "featureless") -> None:
         super().__init__()
-        hidden, out_dim, layers, embedding_dim = _checked(
+        one = edge_types is None
+        in_dims = dict(in_dim) if isinstance(in_dim, Mapping) else \
+            {} if in_dim is None else {NODE_TYPE: in_dim}
+        hidden, out_dim, layers, embedding_dim, *_ = _checked(
             dropout, aggr, hidden=hidden, out_dim=out_dim, layers=layers,
-            embedding_dim=embedding_dim)
-        self.target = target if isinstance(target, str) else tuple(target)
+            embedding_dim=embedding_dim or hidden, **({"in_dim": in_dim} if one and in_dims
+                                                      else {}))
+        if use_pyg is None:
+            use_pyg = pyg_available()
+        elif use_pyg and not pyg_available():
+            raise MissingDependencyError(
+                "torch_geometric is not installed (use_pyg=True)",
+                "PyG's SAGEConv cannot be used",
+                "pip install 'mnmg-sampler[pyg]', or pass use_pyg=None to fall back to the "
+                "built-in layer",
+            )
+        if use_pyg:
+            from torch_geometric.nn import SAGEConv as conv
+        else:
+            conv = SAGELayer
+        self.backend = "pyg" if use_pyg else "builtin"
         self.dropout = float(dropout)
-        self.edge_types = [tuple(et) for et in edge_types]
+        self.edge_types = [EDGE_TYPE] if one else [tuple(et) for et in edge_types]
+        target = NODE_TYPE if target is None else target
+        self.target = target if isinstance(target, str) else tuple(target)
         self.layer_relations = relations_per_layer(self.edge_types, self.target, layers)
         ends = {et[2] for et in self.layer_relations[-1]}
         if not ends or not all(t in ends for t in ([target] if isinstance(target, str)
@@ -314,27 +238,24 @@ class HeteroGraphSAGE(nn.Module):
                               "on the way incoming relations (reverse ones, PyG's rev_ naming)")
         first = {t for et in self.layer_relations[0] for t in (et[0], et[2])}
         self.embedded = embedded_types(first, in_dims, embeddings)
-        # featured types with rows too: lin(x) + emb
-        self.id_lin = nn.ModuleDict({t: nn.Linear(int(in_dims[t]), embedding_dim)
-                                     for t in self.embedded if t in in_dims})
         dims = {t: int(in_dims[t]) for t in first if t in in_dims}
+        lin = {t: dims[t] for t in self.embedded if t in dims}  # featured types with rows
         dims.update({t: embedding_dim for t in self.embedded})
         shapes = []  # per layer and relation: (src width, dst width, out width)
         for i, rels in enumerate(self.layer_relations):
             out = out_dim if i == layers - 1 else hidden
             shapes.append({et: (dims[et[0]], dims[et[2]], out) for et in rels})
             dims = {et[2]: out for et in rels}
-        params = sum((a + 1 + b) * o for layer in shapes for a, b, o in layer.values())
-        check_allocation(f"model.hidden: a heterogeneous GraphSAGE of {params:,} parameters",
-                         4 * params, "lower model.hidden (or model.layers / the feature widths)")
-        self.convs = nn.ModuleList()
-        for layer_shapes in shapes:
-            layer = nn.ModuleDict()
-            for et, (a, b, o) in layer_shapes.items():
-                conv = SAGELayer(a, o, aggr)
-                conv.lin_r = nn.Linear(b, o, bias=False)  # the destination's own width
-                layer[relation_key(et)] = conv
-            self.convs.append(layer)
+        params = sum((a + 1 + b) * o for layer in shapes for a, b, o in layer.values()) + \
+            sum((w + 1) * embedding_dim for w in lin.values())
+        widths = sage_dims(max(a for a, _, _ in shapes[0].values()), hidden, out_dim, layers)
+        check_model_memory(widths, bytes_per_param=4, params=params)  # before torch allocates
+        self.id_lin = nn.ModuleDict({t: nn.Linear(w, embedding_dim) for t, w in lin.items()})
+        self.convs = nn.ModuleList(
+            nn.ModuleDict({relation_key(et): conv(a if a == b else (a, b), o, aggr=aggr)
+                           for et, (a, b, o) in layer.items()}) for layer in shapes)
+        log.debug("GraphSAGE %s, %d relations, backend %s", widths, len(self.edge_types),
+                  self.backend)
 
     @property
     def num_layers(self) -> int:
@@ -363,27 +284,30 @@ class HeteroGraphSAGE(nn.Module):
                                          "build the model with the graph's feature widths")
         return h
 
-    def forward(self, x: Mapping[str, torch.Tensor],
-                edge_index: Mapping[EdgeType, torch.Tensor],
-                emb: Mapping[str, torch.Tensor] | None = None,
-                num_sampled_nodes: Mapping[str, Sequence[int]] | None = None,
-                num_sampled_edges: Mapping[EdgeType, Sequence[int]] | None = None
-                ) -> torch.Tensor | dict[str, torch.Tensor]:
+    def forward(self, x, edge_index, emb=None, num_sampled_nodes=None, num_sampled_edges=None):
         """Logits of every ``target`` node of the minibatch (seeds first: slice
-        ``[:batch_size]``), or ``{type: output}`` for several targets. ``x`` and ``edge_index``
-        are the :class:`~mnmg_sampler.sampling.batch.MiniBatch` dicts, ``emb`` the
-        rows of
-        its ``n_id`` of the :attr:`embedded` types.
+        ``[:batch_size]``), or ``{type: output}`` for several targets.
 
-        With the batch's ``num_sampled_nodes`` and ``num_sampled_edges`` (PyG's
-        ``trim_to_layer``), layer ``i`` of ``L`` computes only the rows of the nodes within
-        ``L - 1 - i`` hops of the seeds (each type's rows are ordered by hop), reading the
-        edges of the first ``L - i`` hops: the seeds' outputs are those of the whole batch,
-        and the output holds only the seeds' rows (a disjoint batch's leaves, most of its
-        nodes, are read once as inputs and never computed)."""
+        One type: tensors ``x`` (or ``None`` with embedding rows), ``edge_index`` and ``emb``
+        (the rows of ``n_id`` when :attr:`embedded`); ``model(x, edge_index,
+        num_sampled_nodes, num_sampled_edges)`` works too. Several: the
+        :class:`~mnmg_sampler.sampling.batch.MiniBatch` dicts, ``emb`` the rows of its
+        ``n_id`` of the :attr:`embedded` types. With the batch's ``num_sampled_nodes`` and
+        ``num_sampled_edges`` only the rows that reach the seeds are computed (module
+        docstring): fewer rows come back, and the seeds' rows are the same."""
+        if not isinstance(edge_index, Mapping):  # one type: its tensors as the one-type dicts
+            if emb is not None and not torch.is_tensor(emb):  # (x, ei, nodes, edges)
+                emb, num_sampled_nodes, num_sampled_edges = None, emb, num_sampled_nodes
+            x, edge_index = {} if x is None else {NODE_TYPE: x}, {EDGE_TYPE: edge_index}
+            emb = None if emb is None else {NODE_TYPE: emb}
+            if num_sampled_nodes is not None and num_sampled_edges is not None:
+                num_sampled_nodes = {NODE_TYPE: list(num_sampled_nodes)}
+                num_sampled_edges = {EDGE_TYPE: list(num_sampled_edges)}
         dev = next(self.parameters()).device
         h = self.inputs(x, emb, dev)
         trim = num_sampled_nodes is not None and num_sampled_edges is not None
+        if trim:
+            _check_counts(h, edge_index, num_sampled_nodes, num_sampled_edges)
         L = self.num_layers
         for i, rels in enumerate(self.layer_relations):
             out: dict[str, torch.Tensor] = {}
@@ -396,7 +320,7 @@ class HeteroGraphSAGE(nn.Module):
                     x_dst = x_dst[:sum(num_sampled_nodes[et[2]][:L - i])]
                 y = conv((x_src, x_dst), ei.to(dev))
                 out[et[2]] = out[et[2]] + y if et[2] in out else y
-            if i < self.num_layers - 1:
+            if i < L - 1:
                 out = {t: F.dropout(F.relu(v), self.dropout, self.training)
                        for t, v in out.items()}
             h = out
@@ -405,33 +329,57 @@ class HeteroGraphSAGE(nn.Module):
         return {t: h[t] for t in self.target}
 
 
-class LinkModel(nn.Module):
-    """An encoder and an edge decoder: ``dot`` (``<h_s, h_d> / sqrt(d)``) or ``mlp`` of
-    ``h_s * h_d``; :meth:`score` returns logits.
+def _check_counts(h: Mapping, edge_index: Mapping, nodes: Mapping, edges: Mapping) -> None:
+    """A :class:`SamplingInputError` unless the per-hop counts describe the rows and edges."""
+    bad = [t for t, v in h.items() if t in nodes and sum(nodes[t]) != v.size(0)] + \
+        [et for et, ei in edge_index.items() if et in edges and sum(edges[et]) != ei.size(1)]
+    if bad:
+        raise SamplingInputError(
+            f"num_sampled_nodes / num_sampled_edges do not describe the rows and edges of "
+            f"{bad[0]!r}", "layers cannot be trimmed hop by hop",
+            "pass the minibatch's own batch.num_sampled_nodes and batch.num_sampled_edges, "
+            "or neither")
 
-    The encoder is a :class:`GraphSAGE` (``edge_type`` ``None``; with ``id_lin`` its input is
-    ``id_lin(x) + emb``, else the embedding rows ``emb`` alone when given) or a
-    :class:`HeteroGraphSAGE` with outputs for both endpoint types of ``edge_type``, which reads
-    ``emb`` itself."""
+
+class HeteroGraphSAGE(GraphSAGE):
+    """:class:`GraphSAGE` over a typed graph (the built-in layer), with the arguments in the
+    order of earlier versions.
+
+    Example::
+
+        model = HeteroGraphSAGE(edge_types, {"paper": 16}, 64, 4, 2, "paper", 64)
+        emb = DistEmbedding(part, model.embedded, 64)
+        h = emb.fetch({t: batch.n_id[t].numpy() for t in model.embedded})
+        out = model(batch.x, batch.edge_index, h)[: batch.batch_size]
+    """
+
+    def __init__(self, edge_types: Sequence[EdgeType], in_dims: Mapping[str, int], hidden: int,
+                 out_dim: int, layers: int, target: str | Sequence[str], embedding_dim: int,
+                 dropout: float = 0.5, aggr: str = "mean",
+                 embeddings: str = "featureless") -> None:
+        super().__init__(in_dims, hidden, out_dim, layers, dropout, aggr, use_pyg=False,
+                         edge_types=edge_types, target=target, embedding_dim=embedding_dim,
+                         embeddings=embeddings)
+
+
+class LinkModel(nn.Module):
+    """An encoder (a :class:`GraphSAGE`; on a typed graph with outputs for both endpoint types
+    of ``edge_type``) and an edge decoder: ``dot`` (``<h_s, h_d> / sqrt(d)``) or ``mlp`` of
+    ``h_s * h_d``; :meth:`score` returns logits."""
 
     def __init__(self, encoder: nn.Module, hidden: int, decoder: str = "dot",
-                 edge_type: EdgeType | None = None, id_lin: nn.Module | None = None) -> None:
+                 edge_type: EdgeType | None = None) -> None:
         super().__init__()
         if decoder not in ("dot", "mlp"):
             raise ConfigError(f"link.decoder is {decoder!r}", "edges cannot be scored",
                               "use dot or mlp")
-        self.id_lin, self.encoder = id_lin, encoder  # this order: the checkpoint's
+        self.encoder = encoder
         self.edge_type = None if edge_type is None else tuple(edge_type)
         self.mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) \
             if decoder == "mlp" else None
 
     def forward(self, x, edge_index, emb=None, num_sampled_nodes=None, num_sampled_edges=None):
-        if self.edge_type is not None:
-            return self.encoder(x, edge_index, emb, num_sampled_nodes, num_sampled_edges)
-        if emb is not None:
-            emb = emb.to(edge_index.device)
-            x = emb if self.id_lin is None else self.id_lin(x) + emb
-        return self.encoder(x, edge_index, num_sampled_nodes, num_sampled_edges)
+        return self.encoder(x, edge_index, emb, num_sampled_nodes, num_sampled_edges)
 
     def score(self, h, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Logits of the edges ``src[i] -> dst[i]`` (local ids into ``h``: the source and
@@ -439,15 +387,6 @@ class LinkModel(nn.Module):
         et = self.edge_type
         z = h[src] * h[dst] if et is None else h[et[0]][src] * h[et[2]][dst]
         return z.sum(-1) * z.shape[-1] ** -0.5 if self.mlp is None else self.mlp(z).squeeze(-1)
-
-
-def inference_layer(model: GraphSAGE, i: int, x_src: torch.Tensor, x_dst: torch.Tensor,
-                    edge_index: torch.Tensor) -> torch.Tensor:
-    """Layer ``i`` of ``model`` on a bipartite block (targets ``x_dst``, their neighbors
-    ``x_src``), with the ReLU of a hidden layer and no dropout: one step of layer-wise inference,
-    the same math as ``model.forward`` in eval mode."""
-    x = model.convs[i]((x_src, x_dst), edge_index)
-    return F.relu(x) if i < model.num_layers - 1 else x
 
 
 def num_correct(logits: torch.Tensor, y: torch.Tensor) -> int:

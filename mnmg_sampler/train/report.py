@@ -17,20 +17,6 @@ from typing import Any
 from ..system.console import fmt_count, stderr_is_tty
 
 
-class Metrics:
-    """JSON-lines metrics written by rank 0 (appends across resumes)."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, **rec: Any) -> None:
-        if self.path is not None:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(rec, sort_keys=True, default=float) + "\n")
-
-
 def epoch_line(rec: dict, epochs: int) -> str:
     """One console line for an ``epoch`` record (0-based ``epoch``, shown 1-based)."""
     parts = [f"epoch {rec['epoch'] + 1:>{len(str(epochs))}}/{epochs}"]
@@ -93,7 +79,9 @@ class RunReport:
         self.steps = steps_per_epoch
         self.log_every = log_every
         self.progress = progress
-        self.metrics = Metrics(metrics_path if self.on else None)
+        self.metrics_path = metrics_path if self.on else None
+        if self.metrics_path is not None:
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
         self.bar = None
         self._window_reset()
 
@@ -112,6 +100,12 @@ class RunReport:
         self._w = {"loss": 0.0, "correct": 0.0, "seeds": 0, "batches": 0}
         self._t = time.perf_counter()
 
+    def write(self, **rec: Any) -> None:
+        """One JSON line of ``metrics.jsonl`` (rank 0; appended across resumes)."""
+        if self.metrics_path is not None:
+            with open(self.metrics_path, "a") as f:
+                f.write(json.dumps(rec, sort_keys=True, default=float) + "\n")
+
     def print(self, line: str) -> None:
         """A console line from rank 0 (above the bar when there is one)."""
         if not self.on:
@@ -122,7 +116,7 @@ class RunReport:
             print(line, flush=True)
 
     def start(self, **rec: Any) -> None:
-        self.metrics.write(event="start", **rec)
+        self.write(event="start", **rec)
 
     def epoch_start(self) -> None:
         self._window_reset()
@@ -151,7 +145,7 @@ class RunReport:
                                "batches_per_s": w["batches"] / dt}
         if w["seeds"]:
             rec.update(loss=w["loss"] / w["seeds"], acc=w["correct"] / w["seeds"])
-        self.metrics.write(**rec)
+        self.write(**rec)
         if self.bar is not None:
             if "loss" in rec:
                 self.bar.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)
@@ -163,21 +157,21 @@ class RunReport:
         """The epoch's record (``event: epoch``): metrics.jsonl and one console line."""
         if not self.on:
             return
-        self.metrics.write(**rec)
+        self.write(**rec)
         self.print(epoch_line(rec, self.epochs))
 
     def final(self, rec: dict, line: str) -> None:
         if not self.on:
             return
         self.close()
-        self.metrics.write(**rec)
+        self.write(**rec)
         print(line, flush=True)
 
     def service(self, stats: dict) -> None:
         """The sampling service's counters: a readable log line, the numbers in metrics.jsonl."""
         if not self.on:
             return
-        self.metrics.write(event="service", **stats)
+        self.write(event="service", **stats)
         self.print(f"sampling service (rank 0): {service_line(stats)}")
 
     def close(self) -> None:

@@ -1,17 +1,12 @@
 """What a job needs before it trains, for every task and graph: dataset -> partitions -> service.
 
-:func:`start_job` joins the job (:func:`start_rank`), partitions the dataset if
-``partition.dir`` does not hold it (:func:`ensure_partitions`), checks a typed job's config
-against the graph's types and relations (from the manifest, every rank, before the service
-starts), loads this rank's part and starts the sampling service: a :class:`Job`. A homogeneous
-graph is the one-type case; whether the dataset is typed (:func:`dataset_is_typed`) is decided
-once, from the dataset, by the caller. The node job (:mod:`.job`) and the link job
-(:mod:`.link`) import this module and never each other.
-
-A dataset is typed when ``dataset.name`` is a generated ``typed-sbm:PAPERS[:CLASSES]`` or
-``typed-useritem:USERS[:ITEMS]`` (:mod:`mnmg_sampler.graph.typed_generate`), a saved
-``HeteroData`` (``.pt``), an OGB heterogeneous directory, or a homogeneous file with a time that
-the job samples or splits by (the one-type typed graph).
+:func:`start_job` joins the job (:func:`start_rank`), partitions the dataset unless
+``partition.dir`` holds it (:func:`ensure_partitions`), checks a typed job's config against the
+graph's types and relations (from the manifest, on every rank), loads this rank's part and
+starts the sampling service: a :class:`Job`. Whether the dataset is typed
+(:func:`dataset_is_typed`: a generated typed graph, a saved ``HeteroData``, an OGB
+heterogeneous directory, or a homogeneous file with a time the job samples or splits by) is
+decided once, by the caller; a homogeneous graph is the one-type case.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..config import JobConfig, parse_dataset_name
+from ..config import JobConfig, config_to_dict, parse_dataset_name
 from ..distributed.collective import agree
 from ..errors import CheckpointError, PartitionError
 from .checkpoint import agree_on_checkpoint, check_model_state, load_latest, load_rows
@@ -37,8 +32,8 @@ from .report import RunReport
 log = logging.getLogger(__name__)
 
 __all__ = ["Job", "dataset_is_typed", "embed", "ensure_partitions", "job_edge_weights",
-           "job_embedding", "job_time_attr", "load_dataset", "load_typed_dataset", "make_model",
-           "make_optimizer", "num_neighbors", "resume_point", "split_ids", "start_job",
+           "job_time_attr", "load_dataset", "load_typed_dataset", "make_model",
+           "make_optimizer", "node_split", "num_neighbors", "split_ids", "start_job",
            "start_rank", "typed_meta", "typed_node_split"]
 
 
@@ -59,23 +54,55 @@ class Job:
     input_type: str | None = None
     """A typed node job's seed type (a link job's: the relation's source type)."""
 
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.service.shutdown()
+
+    def run(self, train_loader, progress: bool, train) -> dict:
+        """``train(report)`` -> ``(final record, console line)`` with the run's
+        :class:`RunReport` over ``train_loader``'s steps; then the service stopped and its
+        counters and the final record reported. Returns the final record."""
+        tr, out = self.cfg.training, self.cfg.output
+        try:
+            steps = min(len(train_loader), tr.max_steps_per_epoch or len(train_loader))
+            report = RunReport(self.rank, tr.epochs, steps, tr.log_every, progress,
+                               Path(out.dir) / out.metrics_file)
+            try:
+                final, line = train(report)
+            finally:
+                report.close()
+        finally:
+            self.service.shutdown()
+        report.service(self.service.stats())
+        report.final(final, line)
+        return final
+
+    def start_training(self, net: torch.nn.Module, emb, loader, resume: bool,
+                       report: RunReport, line: str, **start):
+        """``(DDP model, optimizer, first epoch)`` of ``net`` (and ``emb``), resumed from the
+        newest checkpoint on ``--resume`` or a torchrun restart (collective); the run's
+        ``start`` record and console ``line`` reported."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dev = self.device
+        model = DDP(net, device_ids=[dev.index] if dev.type == "cuda" else None)
+        opt = make_optimizer(model.parameters(), self.cfg.optimizer)
+        first_epoch = _resume(self, resume, net, opt, loader, report, emb)
+        report.start(mode="train", **start, world_size=self.world, first_epoch=first_epoch,
+                     config=config_to_dict(self.cfg))
+        report.print(line)
+        report.open_bar(first_epoch)
+        return model, opt, first_epoch
+
     def seeds(self, ids):
         """Seed ids as the loaders take them: ``(input_type, ids)`` on a typed graph."""
         return ids if self.meta is None else (self.input_type, ids)
 
     def node_split(self) -> dict:
-        """Train/val/test seeds: masks stored with the graph (a file, ``dataset.*_mask``, a
-        typed graph's masks of the input type) win over a random split of the (input type's)
-        nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank."""
-        if self.meta is not None:
-            return typed_node_split(self.pdir, self.input_type, self.cfg)
-        from ..graph.api import split_from_partitions
-
-        # a random split is a seed set over the graph's nodes 0..N-1, taken by the loaders as
-        # is, renumbered or not; stored masks are the input's ids, translated by the loaders
-        d = self.cfg.dataset
-        return split_from_partitions(self.pdir) or split_ids(int(self.part.num_nodes), d.split,
-                                                             d.split_seed)
+        """Train/val/test seeds (:func:`node_split`)."""
+        return node_split(self.pdir, self.input_type, self.cfg)
 
 
 def start_job(cfg: JobConfig, typed: bool, graph=None, check=None) -> Job:
@@ -254,21 +281,16 @@ def typed_meta(cfg: JobConfig) -> TypedMeta | None:
 def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False,
                       graph=None, load: dict | None = None) -> Path:
     """Partition the dataset into ``world`` parts unless ``partition.dir`` already holds that
-    partitioning (collective).
+    partitioning (collective): the manifest records its source
+    (:func:`~..graph.partition_io.make_source`), and a directory of another source (or none) is
+    partitioned again.
 
-    The manifest records what it was made from (:func:`~..graph.partition_io.make_source`); a
-    directory made from another dataset, other load options or other partitioning settings, or
-    by an mnmg-sampler that recorded no source, is partitioned again. A non-empty directory that
-    is not a partition directory is refused. ``random``, ``range`` and ``hash`` partition on every
-    rank (:func:`mnmg_sampler.distributed.ingest.partition_distributed`: each rank reads 1/W of
-    the input and writes its own part) unless the job names separate node-data files or edge
-    weights; so does a ``typed`` graph saved as an OGB hetero directory or a ``.pt`` without
-    time (:func:`~mnmg_sampler.distributed.ingest.partition_typed_distributed`); otherwise (for
-    ``metis``, for other ``typed`` graphs: :func:`load_typed_dataset`, typed parts, and for a
-    ``graph``) rank 0 partitions while the others wait. ``graph`` (a callable, run on rank 0
-    only when partitioning) replaces the dataset's graph, and ``load`` is recorded in the
-    source beside the load options (a link job's training graph and its edge split).
-    """
+    ``random``, ``range`` and ``hash`` run on every rank, each reading 1/W of the input
+    (:mod:`~mnmg_sampler.distributed.ingest`; a typed graph when saved as an OGB hetero
+    directory or a ``.pt`` without time), unless the job names node-data files or edge weights;
+    otherwise rank 0 partitions while the others wait. ``graph`` (a callable, run on rank 0
+    only) replaces the dataset's graph, and ``load`` is recorded in the source (a link job's
+    training graph and its edge split)."""
     from ..graph.partition import DISTRIBUTED_METHODS, partition
     from ..graph.partition_io import MANIFEST, make_source, read_manifest, source_differences
 
@@ -287,8 +309,6 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
     want["load"].update(load or {})
 
     def needed() -> bool:
-        if rank != 0:
-            return False
         if not (out / MANIFEST).exists():
             return True
         try:
@@ -300,35 +320,26 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
                         "; ".join(stale))
         return bool(stale)
 
-    flag = torch.tensor([1 if agree(needed) else 0], dtype=torch.int64)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
-    if not int(flag.item()):
+    if not _rank0_says(rank, needed):
         return out
     distributed = (graph is None and p.method in DISTRIBUTED_METHODS and not cfg.sampler.weights
                    and all(v is None for v in node_files.values()))
-    if distributed and typed:
-        sliced = torch.tensor([int(agree(lambda: rank == 0 and _sliceable_untimed(d.name)))],
-                              dtype=torch.int64)
-        dist.all_reduce(sliced, op=dist.ReduceOp.MAX)  # rank 0 decides for every rank
-        if int(sliced.item()):  # a saved typed graph: every rank reads 1/W, as the CLI does
-            from ..distributed.ingest import partition_typed_distributed
-
-            if rank == 0:
-                log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method,
-                         out)
-            partition_typed_distributed(d.name, out, p.method, p.seed, overwrite=True,
-                                        source=want)
-            return out
-    elif distributed:
-        from ..distributed.ingest import partition_distributed
+    if distributed and typed:  # a saved typed graph: every rank reads 1/W, as the CLI does
+        distributed = _rank0_says(rank, lambda: _sliceable_untimed(d.name))
+    if distributed:
+        from ..distributed import ingest
 
         if rank == 0:
             log.info("partitioning %s on %d ranks (%s) -> %s", d.name, world, p.method, out)
-        partition_distributed(
-            d.name, out, p.method, p.seed, undirected=d.undirected,
-            drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
-            feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
-            graph_seed=d.seed, overwrite=True, source=want, renumber=d.renumber)
+        if typed:
+            ingest.partition_typed_distributed(d.name, out, p.method, p.seed, overwrite=True,
+                                               source=want)
+        else:
+            ingest.partition_distributed(
+                d.name, out, p.method, p.seed, undirected=d.undirected,
+                drop_self_loops=d.drop_self_loops, drop_duplicates=d.drop_duplicates,
+                feature_dim=d.feature_dim, num_classes=d.num_classes, data_seed=d.seed,
+                graph_seed=d.seed, overwrite=True, source=want, renumber=d.renumber)
         return out
 
     def build() -> None:
@@ -344,6 +355,14 @@ def ensure_partitions(cfg: JobConfig, rank: int, world: int, typed: bool = False
 
     agree(build)  # every rank waits here, and raises if rank 0 failed
     return out
+
+
+def _rank0_says(rank: int, question) -> bool:
+    """Collective: ``question()`` asked on rank 0 (its errors raised on every rank), the answer
+    on every rank."""
+    flag = torch.tensor([int(agree(lambda: rank == 0 and bool(question())))], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def _sliceable_untimed(name: str) -> bool:
@@ -365,42 +384,33 @@ def make_optimizer(params, o) -> torch.optim.Optimizer:
     return opt_cls[o.name](params, lr=o.lr, weight_decay=o.weight_decay, **kw)
 
 
-def job_embedding(cfg: JobConfig, part, types: list[str] | None, service):
-    """Collective: the job's learned embedding rows
-    (:class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``,
-    or ``model.hidden``; updated at ``optimizer.lr``; translating ids with the ``service``'s
-    id maps) of ``types`` of a typed part, every node of a homogeneous one (``None``); ``None``
-    when no type has rows."""
-    if types is not None and not types:
-        return None
-    from ..distributed.embeddings import DistEmbedding
-
-    m = cfg.model
-    return DistEmbedding(part, types, int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
-                         lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
-                         maps=service.sampler.ids)
-
-
 def make_model(job: Job, out_dim: int, target=None):
-    """``(model, embedding)``: the config's GraphSAGE for ``job``'s graph on its device (seeded
-    with ``sampler.seed``: the same initial weights on every rank), with outputs of ``target``
-    on a typed graph (default the input type); and the job's
-    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` rows (``None`` when the model
-    reads none; collective)."""
-    from .model import GraphSAGE, HeteroGraphSAGE
+    """``(model, embedding)``: the config's :class:`~.model.GraphSAGE` for ``job``'s graph on
+    its device (seeded with ``sampler.seed``: the same initial weights on every rank), with
+    outputs of ``target`` on a typed graph (default the input type); and the learned rows of
+    the types it reads rows of (``None`` when none; collective): a
+    :class:`~mnmg_sampler.distributed.embeddings.DistEmbedding` of ``model.embedding_dim``
+    (null: ``model.hidden``) updated at ``optimizer.lr``, of every node of a homogeneous
+    part."""
+    from ..distributed.embeddings import DistEmbedding
+    from .model import GraphSAGE
 
-    m, part = job.cfg.model, job.part
-    if job.meta is None:
-        emb = job_embedding(job.cfg, part, None, job.service) if part.x is None else None
-        torch.manual_seed(job.cfg.sampler.seed)
-        model = GraphSAGE(int(part.x.shape[1]) if emb is None else emb.dim, m.hidden, out_dim,
-                          m.layers, dropout=m.dropout, aggr=m.aggr, use_pyg=m.use_pyg)
-        return model.to(job.device), emb
-    torch.manual_seed(job.cfg.sampler.seed)
-    model = HeteroGraphSAGE(job.meta.edge_types, job.meta.x_dims, m.hidden, out_dim, m.layers,
-                            target or job.input_type, int(m.embedding_dim or m.hidden),
-                            dropout=m.dropout, aggr=m.aggr, embeddings=m.embeddings)
-    return model.to(job.device), job_embedding(job.cfg, part, model.embedded, job.service)
+    cfg, part, meta = job.cfg, job.part, job.meta
+    m = cfg.model
+    torch.manual_seed(cfg.sampler.seed)
+    in_dim = meta.x_dims if meta is not None else \
+        None if part.x is None else int(part.x.shape[1])
+    model = GraphSAGE(in_dim, m.hidden, out_dim, m.layers, m.dropout, m.aggr, m.use_pyg,
+                      edge_types=None if meta is None else meta.edge_types,
+                      target=target or job.input_type, embedding_dim=m.embedding_dim,
+                      embeddings=m.embeddings)
+    emb = None
+    if model.embedded:
+        emb = DistEmbedding(part, None if meta is None else model.embedded,
+                            int(m.embedding_dim or m.hidden), seed=cfg.sampler.seed,
+                            lr=cfg.optimizer.lr, memory_mb=m.embedding_memory_mb,
+                            maps=job.service.sampler.ids)
+    return model.to(job.device), emb
 
 
 def embed(embedding, b, train: bool = True, uneven: bool = False):
@@ -416,27 +426,27 @@ def embed(embedding, b, train: bool = True, uneven: bool = False):
                             for t in embedding.types}, train=train, uneven=uneven)
 
 
-def resume_point(cfg: JobConfig, resume: bool, rank: int, world: int, device: torch.device,
-                 net: torch.nn.Module, opt: torch.optim.Optimizer, loader,
-                 report: RunReport, embedding=None) -> int:
+def _resume(job: Job, resume: bool, net: torch.nn.Module, opt: torch.optim.Optimizer, loader,
+            report: RunReport, embedding=None) -> int:
     """Collective: the first epoch to run, after loading the newest checkpoint into ``net``,
     ``opt``, ``loader`` and ``embedding`` (its rows from every rank's file) on ``--resume`` or
     a torchrun restart (0 when there is none)."""
+    cfg = job.cfg
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if not (resume or restarted):
         return 0
-    found = agree(lambda: load_latest(checkpoint_dir(cfg), device))
+    found = agree(lambda: load_latest(checkpoint_dir(cfg), job.device))
     agree_on_checkpoint(found)
     if found is None:
-        if resume and rank == 0:
+        if resume and job.rank == 0:
             log.warning("--resume: no checkpoint under %s; starting from scratch",
                         checkpoint_dir(cfg))
         return 0
     ckpt, state = found
     agree(lambda: check_model_state(state["model"], net, ckpt))
-    if state.get("world_size") != world:
+    if state.get("world_size") != job.world:
         raise CheckpointError(f"checkpoint {ckpt} was written by {state.get('world_size')} "
-                              f"ranks, this job has {world}",
+                              f"ranks, this job has {job.world}",
                               "the loader order would differ", "resume with the same world "
                               "size, or start a fresh output.dir")
     net.load_state_dict(state["model"])
@@ -456,36 +466,42 @@ def num_neighbors(fanouts):
     return list(fanouts)
 
 
-def typed_node_split(pdir: str | Path, input_type: str, cfg: JobConfig) -> dict:
-    """Train/val/test seeds of ``input_type`` (per-type ids): the graph's own masks of that type
-    when it has a train mask (read from every part, small), else a random split of the type's
-    nodes (``dataset.split``, ``dataset.split_seed``), the same on every rank without an
+def node_split(pdir: str | Path, input_type: str | None, cfg: JobConfig) -> dict:
+    """Train/val/test seeds (of ``input_type`` on a typed graph, per-type ids; else the input's
+    ids): the graph's own masks when it has a train mask (read from every part, small), else a
+    random split of the (type's) nodes (``dataset.split``, ``dataset.split_seed``; seed sets
+    over the nodes 0..N-1, taken by the loaders as is), the same on every rank without an
     exchange."""
     from ..graph.partition_io import load_partition, read_manifest
     from ..loaders.seeds import random_node_split
 
     manifest = read_manifest(pdir)
-    meta = meta_of_manifest(manifest)
-    names = manifest["typed"].get("masks", {}).get(input_type, [])
+    typed = manifest.get("typed")
+    names = (typed.get("masks", {}).get(input_type) if typed else manifest.get("masks")) or []
     if "train" not in names:
-        return random_node_split(meta.num_nodes[input_type], cfg.dataset.split,
-                                 cfg.dataset.split_seed)
+        n = meta_of_manifest(manifest).num_nodes[input_type] if typed else manifest["num_nodes"]
+        return random_node_split(int(n), cfg.dataset.split, cfg.dataset.split_seed)
     ids: dict[str, list[np.ndarray]] = {k: [] for k in names}
     for r in range(int(manifest["num_parts"])):
         part = load_partition(pdir, r, verify=False)
-        tp = part.typed
-        t = tp.node_types.index(input_type)
-        rows = np.asarray(part.orig_ids)[tp.type_offset[t]:tp.type_offset[t + 1]]
+        rows, masks = np.asarray(part.orig_ids), part.masks
+        if typed:  # the input type's rows, as per-type ids
+            tp = part.typed
+            t = tp.node_types.index(input_type)
+            rows = rows[tp.type_offset[t]:tp.type_offset[t + 1]] - tp.node_type_offset[t]
+            masks = tp.masks[input_type]
         for k in names:
-            ids[k].append(rows[np.asarray(tp.masks[input_type][k], bool)]
-                          - tp.node_type_offset[t])
+            got = rows[np.asarray(masks[k], bool)]
+            ids[k].append(got if typed else part.input_ids(got))
     out = {k: np.sort(np.concatenate(v)).astype(np.int64) for k, v in ids.items()}
     for k in ("val", "test"):
         out.setdefault(k, np.zeros(0, np.int64))
-    log.info("split of %s from the graph's masks: %s", input_type,
+    log.info("split%s from the graph's masks: %s", f" of {input_type}" if typed else "",
              ", ".join(f"{k} {v.size}" for k, v in out.items()))
     return out
 
+
+typed_node_split = node_split
 
 
 def split_ids(num_nodes: int, fractions, seed: int) -> dict:

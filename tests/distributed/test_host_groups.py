@@ -69,19 +69,20 @@ def _hosts(rank, world, d, layout, budget):
         store = DistFeatureStore(part, s.ex, cache_rows=cache, host=s.host, cache_plan=plan,
                                  shared=s.shared, fit=s.placement)
         asked = []  # every id whose row this rank asks another rank for, after the fill
-        real_rows = store._exchange_rows
+        real_rows = store._from_owners
 
         def rows(ids, real_rows=real_rows, asked=asked):
-            asked.append(ids.copy())
+            asked.append(np.concatenate([np.empty(0, np.int64), *ids.values()]))
             return real_rows(ids)
 
-        store._exchange_rows = rows
+        store._from_owners = rows
         f0 = s.ex.cross_bytes.get("features", 0)
         got = []
         for reqs in _rounds(rank, int(part.num_nodes)):
             for r, b in zip(reqs, s.sample(reqs, store), strict=True):
                 got.append(((r.seeds, list(r.fanouts), r.key, r.replace), as_arrays(b)))
-        cached = np.concatenate([np.asarray(i) for i, _ in store._cache]) if cache \
+        cached = np.concatenate([np.asarray(i) for c in store._cache.values()
+                                 for i, _ in c]) if cache \
             else np.empty(0, np.int64)
         res[store.cache_choice] = (got, s.ex.cross_bytes.get("features", 0) - f0,
                                    store.cache_size, store.stats["mapped_rows"], cached,

@@ -150,7 +150,8 @@ def _features(rank, world, d):
         res[how] = ([(r.seeds, r.key, as_arrays(b)) for r, b in zip(reqs, out, strict=True)],
                     dict(calls), s.ex.bytes.get("features", [0, 0])[1] - b0, dict(store.stats),
                     store.cache_size)
-    in_place = all(_mapped(a) for a in (*s.shared.x, *s.shared.y)) and \
+    in_place = all(_mapped(a) for v in (*s.shared.type_x.values(), *s.shared.type_y.values())
+                   for a in v[0]) and \
         stores["mapped"].table is None
     return res, in_place
 

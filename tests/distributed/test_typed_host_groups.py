@@ -110,7 +110,8 @@ def test_typed_parts_on_emulated_hosts_equal_one_process(tmp_path):
                 assert sent["ids"] > 0 and sent["features"] > 0
             elif name == "hops":  # every hop here, rows across hosts (5 cached on host B)
                 assert [h["topology"] for h in placement] == ["all", "all"]
-                assert [h["rows"] for h in placement] == ["none", "none"]
+                assert [h["rows"] for h in placement] == ["none", "cache"]
+                assert [h["cache_rows"] for h in placement] == [0, 5]
                 assert sent.get("ids", 0) == 0 and sent["features"] > 0
                 assert feats["cache_rows"] == (5 if rank == 2 else 0)
             else:  # everything in place: no id and no row crosses

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from mnmg_sampler.errors import MissingDependencyError
 from mnmg_sampler.system.gpu import GPU_EXTRA
@@ -43,7 +42,7 @@ def test_importtime_shows_no_gpu_module():
 
 
 LIGHT_MODULES = ("mnmg_sampler", "mnmg_sampler.system.gpu", "mnmg_sampler.system.memory",
-                 "mnmg_sampler.graph.rmat_gpu", "mnmg_sampler.ops.dedup_torch")
+                 "mnmg_sampler.ops.dedup_torch")
 
 
 # Checks of a fresh interpreter, run in turn in one (an interpreter each would cost a torch
@@ -104,14 +103,11 @@ def test_sys_modules_after_import(fresh):
     assert json.loads(out) == {name: [] for name in LIGHT_MODULES}
 
 
-@pytest.mark.parametrize("loader,module", [("require_cupy", "cupy"),
-                                           ("require_pylibraft", "pylibraft")])
+@pytest.mark.parametrize("loader,module", [("require_cupy", "cupy")])
 def test_missing_extra_names_the_pip_extra(monkeypatch, loader, module):
     import mnmg_sampler.system.gpu as gpu
 
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
-    if module == "pylibraft":
-        monkeypatch.setitem(sys.modules, "pylibraft.random", None)
     with pytest.raises(MissingDependencyError) as info:
         getattr(gpu, loader)()
     assert GPU_EXTRA in str(info.value)
@@ -145,61 +141,6 @@ def test_cuda_kernels_module_restores_row_stack_for_numba_cuda():
             "print('ok')")
     proc = _run(code, "-W", "error::DeprecationWarning")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
-
-
-# ---------------------------------------------------------------- rmat: GPU or CPU
-
-def test_generate_rmat_cpu_device_uses_cpu_generator():
-    from mnmg_sampler.graph.rmat import rmat_edges
-    from mnmg_sampler.graph.rmat_gpu import generate_rmat
-
-    src, dst = generate_rmat(5, 4, seed=9, device="cpu")
-    want_src, want_dst = rmat_edges(5, edge_factor=4, seed=9)
-    assert src.dtype == torch.int64 and src.device.type == "cpu"
-    np.testing.assert_array_equal(src.numpy(), want_src)
-    np.testing.assert_array_equal(dst.numpy(), want_dst)
-
-
-def test_generate_rmat_cuda_without_pylibraft_falls_back(monkeypatch, caplog):
-    from mnmg_sampler.graph import rmat_gpu
-
-    monkeypatch.setitem(sys.modules, "pylibraft", None)
-    monkeypatch.setitem(sys.modules, "pylibraft.random", None)
-    moved = []
-    monkeypatch.setattr(torch.Tensor, "to", lambda self, dev: moved.append(dev) or self)
-    with caplog.at_level("WARNING", logger="mnmg_sampler.graph.rmat_gpu"):
-        src, dst = rmat_gpu.generate_rmat(4, 2, seed=1, device="cuda:0")
-    assert "generating on the CPU" in caplog.text and GPU_EXTRA in caplog.text
-    assert src.numel() == 2 * 16 and moved == [torch.device("cuda:0")] * 2
-
-
-def test_rmat_gpu_wrapper_drives_pylibraft(monkeypatch):
-    # A fake pylibraft.random.rmat records what the wrapper hands RAFT.
-    import types
-
-    from mnmg_sampler.graph import rmat_gpu
-
-    seen = {}
-
-    def rmat(out, theta, r_scale, c_scale, seed=12345, handle=None):
-        seen.update(shape=tuple(out.shape), dtype=out.dtype, theta=theta.tolist(),
-                    scales=(r_scale, c_scale), seed=seed)
-        out[:, 0] = torch.arange(out.shape[0]) % (1 << r_scale)
-        out[:, 1] = 0
-
-    fake = types.ModuleType("pylibraft.random")
-    fake.rmat = rmat
-    monkeypatch.setitem(sys.modules, "pylibraft", types.ModuleType("pylibraft"))
-    monkeypatch.setitem(sys.modules, "pylibraft.random", fake)
-    src, dst = rmat_gpu.rmat_edges_gpu(3, 2, a=0.5, b=0.25, c=0.125, seed=4, device="cpu")
-    assert seen["shape"] == (16, 2) and seen["dtype"] == torch.int64
-    assert seen["scales"] == (3, 3) and seen["seed"] == 4
-    assert seen["theta"] == [0.5, 0.25, 0.125, 0.125] * 3
-    # node ids are permuted (a bijection of [0, 8)), as on the CPU path
-    assert sorted(set(src.tolist())) == list(range(8))
-    assert len(set(dst.tolist())) == 1
-    with pytest.raises(Exception, match="scale"):
-        rmat_gpu.rmat_edges_gpu(0, 2, device="cpu")
 
 
 # Internal modules a page may import on purpose: the PyG integration is its own documented

@@ -173,3 +173,26 @@ def test_pyg_and_builtin_agree_when_pyg_is_installed():
         b = GraphSAGE(2, 8, 3, 2, aggr=aggr, use_pyg=False).eval()
         b.load_state_dict(a.state_dict())
         torch.testing.assert_close(a(x, ei), b(x, ei))
+
+
+def test_one_type_is_the_one_relation_case_of_the_typed_model():
+    # the homogeneous model is the typed one with one node type and one relation: the same
+    # parameters give the same logits, and learned rows enter as lin(x) + emb (embeddings=all)
+    from mnmg_sampler.graph.typed import EDGE_TYPE, NODE_TYPE
+
+    x, ei = _tiny()
+    torch.manual_seed(0)
+    one = GraphSAGE(2, 8, 3, 2, dropout=0.0, use_pyg=False).eval()
+    typed = GraphSAGE({NODE_TYPE: 2}, 8, 3, 2, dropout=0.0, use_pyg=False,
+                      edge_types=[EDGE_TYPE], target=NODE_TYPE).eval()
+    typed.load_state_dict(one.state_dict())
+    torch.testing.assert_close(one(x, ei), typed({NODE_TYPE: x}, {EDGE_TYPE: ei}))
+    rows = torch.randn(4, 5)
+    m = GraphSAGE(2, 8, 3, 2, dropout=0.0, use_pyg=False, embedding_dim=5,
+                  embeddings="all").eval()
+    assert m.embedded == [NODE_TYPE]
+    h = m.inputs({NODE_TYPE: x}, {NODE_TYPE: rows})[NODE_TYPE]
+    torch.testing.assert_close(h, m.id_lin[NODE_TYPE](x) + rows)
+    assert m(x, ei, rows).shape == (4, 3)
+    with pytest.raises(SamplingInputError, match="no embedding rows"):
+        m(x, ei)

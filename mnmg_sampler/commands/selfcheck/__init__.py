@@ -2,7 +2,7 @@
 
 Checks, one line each, with a verdict (pass / fail / skipped, always with why) and a time:
 
-* environment: versions (torch, CUDA, driver, numba, cupy, pylibraft), GPUs and their memory,
+* environment: versions (torch, CUDA, driver, numba, cupy), GPUs and their memory,
   GPU-to-GPU links, the torch.distributed backends;
 * kernels: every sampling kernel against its twin on a generated graph, bit for bit, with
   sampled edges/s beside a random-gather loop; the CUDA kernels on the GPU, or in Numba's

@@ -15,7 +15,7 @@ import subprocess
 from .result import PASS, Check, skipped
 
 NO_CUDA = "no CUDA device"
-OPTIONAL = (("numba", "numba"), ("cupy", "cupy"), ("pylibraft", "pylibraft"))
+OPTIONAL = (("numba", "numba"), ("cupy", "cupy"))
 
 
 def _version(module: str) -> str:
@@ -30,17 +30,21 @@ def _version(module: str) -> str:
     return str(getattr(mod, "__version__", "?"))
 
 
+def nvidia_smi(*args: str) -> str | None:
+    """The output of ``nvidia-smi ARGS``, or ``None`` (not on the PATH, failed or silent)."""
+    smi = shutil.which("nvidia-smi")
+    try:
+        out = smi and subprocess.run([smi, *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out and out.returncode == 0 else None
+
+
 def driver_version() -> str | None:
     """The NVIDIA driver version (nvidia-smi), else the CUDA driver API version (Numba)."""
-    smi = shutil.which("nvidia-smi")
+    smi = nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
     if smi:
-        try:
-            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20)
-            if out.returncode == 0 and out.stdout.strip():
-                return out.stdout.strip().splitlines()[0]
-        except (OSError, subprocess.SubprocessError):
-            pass
+        return smi.splitlines()[0]
     try:
         from numba import cuda
 
@@ -66,8 +70,7 @@ def versions() -> Check:
     for key, module in OPTIONAL:
         data[key] = _version(module)
     detail = (f"torch {data['torch']} (CUDA {data['torch_cuda'] or 'none'}), driver "
-              f"{data['driver'] or 'none'}, numba {data['numba']}, cupy {data['cupy']}, "
-              f"pylibraft {data['pylibraft']}")
+              f"{data['driver'] or 'none'}, numba {data['numba']}, cupy {data['cupy']}")
     if data["numba_cuda_simulator"]:
         detail += "; Numba CUDA simulator on"
     return Check("env.versions", PASS, detail, data=data)
@@ -105,18 +108,10 @@ def topology() -> Check:
             for i in range(n)]
     pairs = n * (n - 1)
     direct = sum(peer[i][j] for i in range(n) for j in range(n) if i != j)
-    data: dict = {"peer_access": peer, "nvidia_smi_topo": None}
-    smi = shutil.which("nvidia-smi")
-    how = "NVLink or PCIe per pair: nvidia-smi not found"
-    if smi:
-        try:
-            out = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True, timeout=20)
-            if out.returncode == 0:
-                data["nvidia_smi_topo"] = out.stdout
-                nv = "NV" in out.stdout
-                how = f"nvidia-smi topo -m: {'NVLink present' if nv else 'no NVLink (PCIe)'}"
-        except (OSError, subprocess.SubprocessError) as e:
-            how = f"nvidia-smi topo -m failed: {e}"
+    topo = nvidia_smi("topo", "-m")
+    data: dict = {"peer_access": peer, "nvidia_smi_topo": topo}
+    how = ("NVLink or PCIe per pair: no answer from nvidia-smi topo -m" if topo is None else
+           f"nvidia-smi topo -m: {'NVLink present' if 'NV' in topo else 'no NVLink (PCIe)'}")
     return Check("env.topology", PASS,
                  f"peer access on {direct} of {pairs} ordered GPU pairs; {how}", data=data)
 

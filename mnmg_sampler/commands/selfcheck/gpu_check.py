@@ -28,6 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+from ...system.console import fmt_count
+from .environment import nvidia_smi
+
 ROOT = Path(__file__).resolve().parents[3]
 FORMAT_NAME = "mnmg-sampler-gpu-check/1"
 REPORT_KEYS = ("format", "date", "mode", "command", "host", "budget_s", "seconds", "verdict",
@@ -60,7 +63,7 @@ CLAIMS = {
     "features.placement pinned and device serving the right rows": ("train",),
 }
 NOT_COVERED = ("NCCL all-to-all between ranks (exchange lines need torchrun with 2+ GPUs)",
-               "GPU R-MAT (pylibraft)", "bit-packing (CPU only: no GPU twin)")
+               "bit-packing (CPU only: no GPU twin)")
 
 
 def _step(name: str, out: Path, simulate: bool, timeout: float) -> dict:
@@ -126,15 +129,6 @@ def _last_error(log: Path) -> str:
     return (" ".join(lines[-1:])[:500] + where) or "no output"
 
 
-def _gpu_smi() -> str | None:
-    try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                            "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.strip() or None if r.returncode == 0 else None
-
-
 def _headline(steps: dict) -> dict:
     """The numbers a reader looks for first, taken from the steps' figures."""
     def get(step, *path):
@@ -194,7 +188,8 @@ def run(out: Path, simulate: bool, budget: float, command: str) -> dict:
         "seconds": round(time.monotonic() - start, 1),
         "verdict": FAIL if bad else PASS,
         "versions": dict(steps["versions"]["figures"].get("versions", {}),
-                         nvidia_smi=_gpu_smi()),
+                         nvidia_smi=nvidia_smi("--query-gpu=name,driver_version,memory.total",
+                                               "--format=csv,noheader")),
         "steps": steps, "figures": _headline(steps),
         "never_run_on_gpu": never_run(steps, simulate),
     }
@@ -204,12 +199,7 @@ def run(out: Path, simulate: bool, budget: float, command: str) -> dict:
 
 
 def _rate(v) -> str:
-    if not isinstance(v, (int, float)):
-        return "-"
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(v) >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:.3g}"
+    return fmt_count(v) if isinstance(v, (int, float)) else "-"
 
 
 def markdown(r: dict) -> str:

@@ -7,19 +7,8 @@ things rewrites the file after each, so a step stopped at its deadline keeps wha
 An exception leaves the file as last written and exits non-zero; the runner records the step
 as failed with the exception's last line.
 
-* ``versions``: torch, its CUDA, the driver, numba, numba-cuda, cupy; the GPUs; the backends.
-* ``selfcheck``: ``mnmg-sampler selfcheck`` on the GPU (every kernel line bit for bit against
-  its twin, the memory pool's routing, ``expandable_segments``).
-* ``gpu_tests``: the test files of ``tests/gpu_sim`` that the simulator runs in CI, on the
-  device (``MNMG_GPU_TESTS_ON_DEVICE=1``, read by ``tests/gpu_sim/sim_run.py``).
-* ``bench``: the one-hop CUDA kernel on R-MAT graphs in sampled edges/s against a random
-  gather of ``indices`` in device memory (torch indexing, the same number of reads), and
-  multi-hop minibatches per second with the CUDA hop (:class:`~mnmg_sampler.distributed.cuda_hop.
-  CudaHop`, as a rank runs it) against the CPU kernel on every core; both checked equal.
-* ``train``: a one-rank training loop (NCCL, GraphSAGE under DDP, a generated graph with
-  128-d features), once with ``features.placement`` pinned and once device: steps/s, the GPU
-  memory peak, host-to-device bytes per step, and the batches' features checked against the
-  generator's rows.
+Steps, in order: ``versions``, ``selfcheck``, ``gpu_tests``, ``bench``, ``train``; what each
+runs and what it proves is the table of ``docs/gpu.md`` (launch/gpu_check.sh).
 
 With ``--simulate`` every step runs at tiny sizes on the CPU under Numba's CUDA simulator; what
 needs a real device (GPU rates, NCCL) is listed in ``skipped_parts`` with why.
@@ -33,6 +22,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from ...system.console import jsonable
+from .result import median_seconds
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Test-only: ``MNMG_GPU_CHECK_INJECT=STEP[:hang][,...]`` makes those steps raise (or hang) at
@@ -70,14 +62,8 @@ class Step:
 
     def save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.out, indent=1, default=_plain))
+        tmp.write_text(json.dumps(self.out, indent=1, default=jsonable))
         tmp.replace(self.path)
-
-
-def _plain(v):
-    if hasattr(v, "tolist"):
-        return v.tolist()
-    return str(v)
 
 
 def _sync() -> None:
@@ -85,12 +71,6 @@ def _sync() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-def _median(fn, repeats: int, sync=lambda: None) -> float:
-    from .result import median_seconds
-
-    return median_seconds(fn, repeats, sync)
 
 
 # ------------------------------------------------------------------------------- versions
@@ -190,13 +170,9 @@ def gpu_tests(s: Step) -> None:
             p.wait()
             res[f] = {"status": "timeout"}
         log.close()
-        if f in res:
-            pass
-        elif xml.is_file():
-            res[f] = _junit(xml)
-            res[f]["exit_code"] = p.returncode
-        else:
-            res[f] = {"exit_code": p.returncode, "status": "no junit report (see its .log)"}
+        if f not in res:
+            res[f] = ({**_junit(xml), "exit_code": p.returncode} if xml.is_file() else
+                      {"exit_code": p.returncode, "status": "no junit report (see its .log)"})
         s.put(files=res)
     total = {k: sum(r.get(k, 0) for r in res.values())
              for k in ("tests", "failures", "errors", "skipped")}
@@ -228,16 +204,6 @@ class _Counter:
     def d2h(self, t):
         self.transfers["d2h"] += 1
         return t.cpu()
-
-
-def _set_all_threads() -> int:
-    import numba
-    import torch
-
-    n = int(numba.config.NUMBA_NUM_THREADS)
-    numba.set_num_threads(n)
-    torch.set_num_threads(n)
-    return n
 
 
 def _graph(scale: int, device) -> tuple:
@@ -308,16 +274,16 @@ def _one_hop(s: Step, g, on_device, device, repeats: int) -> dict:
         s.fail(f"{g.name} one-hop CUDA kernel differs from the CPU kernel: {diff}")
     edges = int(want[1].size)
     out["sampled_edges"] = edges
-    c_s = _median(host, repeats)
+    c_s = median_seconds(host, repeats)
     out["cpu_edges_per_s"] = edges / max(c_s, 1e-12)
     if s.simulate:
         s.skip("one_hop_rates", f"{NO_DEVICE}: the GPU kernel's and the gather's rates")
         return out
-    k_s = _median(gpu, repeats, _sync)
+    k_s = median_seconds(gpu, repeats, _sync)
     idx = arrays[1]
     pos = torch.randint(0, idx.numel(), (max(edges, 1),), device=device)
     (idx[pos[:1024]].sum()).item()
-    g_s = _median(lambda: idx[pos].sum(), repeats, _sync)
+    g_s = median_seconds(lambda: idx[pos].sum(), repeats, _sync)
     out.update(edges_per_s=edges / k_s, gather_reads_per_s=edges / g_s,
                ratio_vs_gather=(edges / k_s) / (edges / g_s),
                vs_cpu=(edges / k_s) / out["cpu_edges_per_s"])
@@ -382,11 +348,13 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
 
 
 def bench(s: Step) -> None:
+    import numba
     import torch
 
     from ...system.gpu import simulator_enabled
+    from ...system.runtime import set_threads
 
-    threads = _set_all_threads()
+    threads = set_threads(numba.config.NUMBA_NUM_THREADS)
     device = torch.device("cpu") if simulator_enabled() else torch.device("cuda", 0)
     scales = [7] if s.simulate else [22, 23, 24]
     repeats = 1 if s.simulate else 5

@@ -45,10 +45,8 @@ def _allocated(dev) -> int:
 
 def pool(device, sim: bool, routing: dict | None, rank: int = 0) -> Check:
     name = "memory.pool"
-    if sim:
-        return skipped(name, SIM)
-    if device is None:
-        return skipped(name, NO_DEVICE)
+    if sim or device is None:
+        return skipped(name, SIM if sim else NO_DEVICE)
     if routing is None or "error" in routing:
         return Check(name, FAIL, "routing into PyTorch's pool failed: "
                      f"{(routing or {}).get('error', 'not set up')}")
@@ -99,10 +97,8 @@ def expandable(device, sim: bool, routing: dict | None, rank: int = 0) -> Check:
     """The allocator's segments are expandable exactly when configured (read from a memory
     snapshot; the environment variable alone when this torch's snapshot does not say)."""
     name = "memory.expandable_segments"
-    if sim:
-        return skipped(name, SIM)
-    if device is None:
-        return skipped(name, NO_DEVICE)
+    if sim or device is None:
+        return skipped(name, SIM if sim else NO_DEVICE)
     import torch
 
     from ...system.memory import effective_alloc_conf_var, split_alloc_conf

@@ -118,17 +118,12 @@ def median_seconds(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]
 def merge(per_rank: Sequence[Sequence[dict]]) -> list[dict]:
     """One line per check from every rank's lines (rank order); the detail shown is the first
     failing rank's, else rank 0's."""
-    order: list[str] = []
-    by: dict[str, list[tuple[int, dict]]] = {}
+    by: dict[str, list[tuple[int, dict]]] = {}  # in order of first appearance
     for rank, lines in enumerate(per_rank):
         for c in lines:
-            if c["name"] not in by:
-                order.append(c["name"])
-                by[c["name"]] = []
-            by[c["name"]].append((rank, c))
+            by.setdefault(c["name"], []).append((rank, c))
     out = []
-    for name in order:
-        lines = by[name]
+    for name, lines in by.items():
         verdicts = [c["verdict"] for _, c in lines]
         verdict = FAIL if FAIL in verdicts else PASS if PASS in verdicts else SKIPPED
         rank, shown = next(((r, c) for r, c in lines if c["verdict"] == FAIL), lines[0])

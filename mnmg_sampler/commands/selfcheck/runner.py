@@ -17,11 +17,10 @@ from pathlib import Path
 
 import torch
 
-from ...system.console import rank_prefix
+from ...system.console import jsonable, rank_prefix
 from . import environment, exchange, kernels, pool
 from .result import FAIL, PASS, SKIPPED, Check, merge, run_check, skipped, table
 
-log = logging.getLogger(__name__)
 STDOUT = "-"
 FORMAT_NAME = "mnmg-sampler-selfcheck/1"
 EXIT_FAILED = 1  # a line failed on some rank (2: a user error, 3: a peer stopped answering)
@@ -121,16 +120,10 @@ def _gather(mine: list[dict]) -> tuple[list[list[dict]], Exception | None]:
     from ...distributed.collective import all_gather_bytes, peer_error
 
     try:
-        raw = all_gather_bytes(json.dumps(mine, default=_jsonable).encode())
+        raw = all_gather_bytes(json.dumps(mine, default=jsonable).encode())
     except RuntimeError as e:
         return [mine], peer_error(e, "gathering the selfcheck lines of every rank")
     return [json.loads(b.decode()) for b in raw], None
-
-
-def _jsonable(v):
-    if hasattr(v, "tolist"):
-        return v.tolist()
-    return str(v)
 
 
 def _summary(dev, sim: bool, world: int) -> str:
@@ -167,7 +160,7 @@ def _report(args, env, per_rank: list[list[dict]], dev, sim: bool, incomplete: b
     tail = " (incomplete: a peer stopped answering)" if incomplete else ""
     print(f"{p}verdict: {verdict}{tail}: {counts[PASS]} pass, {counts[SKIPPED]} skipped, "
           f"{counts[FAIL]} fail", file=out)
-    text = json.dumps(report, indent=2, default=_jsonable) + "\n"
+    text = json.dumps(report, indent=2, default=jsonable) + "\n"
     if args.json == STDOUT:
         sys.stdout.write(text)
     elif args.json:
