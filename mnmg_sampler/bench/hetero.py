@@ -17,14 +17,12 @@ Measured, interleaved repeats on the same frontier:
    of per-relation fanouts (three small segments per node instead of one row: more rows per
    sampled edge, and more of them taken whole). CPU seconds per sampled edge (medians; wall
    times beside them): on shared cores the wall time also counts other jobs.
-2. **multi-hop minibatches**: :class:`mnmg_sampler.sampling.sampler.HeteroSampler` with
-seeds of
-   type ``t0`` against :class:`mnmg_sampler.sampling.sampler.MultiHopSampler` with the same seeds,
-   and,
-   when a peer venv exists, **DGL 2.1's heterograph** ``NeighborSampler`` (a subprocess running
-   :mod:`mnmg_sampler.bench.dgl_hetero_peer`, its runs interleaved with our repeats) on the
-   same typed graph, seeds and per-relation fanouts. DGL re-samples every layer's destination
-   nodes, so its edges per batch differ: sampled edges per second is the comparable number.
+2. **multi-hop minibatches**: :class:`mnmg_sampler.sampling.sampler.HeteroSampler` with seeds of
+   type ``t0`` against :class:`mnmg_sampler.sampling.sampler.MultiHopSampler` with the same
+   seeds, and, when a peer venv exists, **DGL 2.1's heterograph** ``NeighborSampler`` (a
+   subprocess running :mod:`mnmg_sampler.bench.dgl_hetero_peer`, its runs interleaved with our
+   repeats) on the same typed graph, seeds and per-relation fanouts. DGL re-samples every
+   layer's destination nodes, so its edges per batch differ: compare sampled edges per second.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class CudaHop:
         """The typed kernel's four host arrays
         (:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`; ``bounds`` / ``last`` for time
         are passed to the twin as they are: not tested over ranks)."""
-        from ..ops.cuda_typed import sample_typed_neighbors_cuda
+        from ..ops.cuda import sample_typed_neighbors_cuda
 
         n = rows.shape[0]
         packed = np.empty((3, n), np.int64)

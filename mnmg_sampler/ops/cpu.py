@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import types
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -97,6 +98,143 @@ def node_positions(pos, o, k, start, deg, fanout, replace, seed, key, hop, node)
         pos[np.uint64(j)] += start
 
 
+REBUILD_AFTER = 8  # rejections in a row before the taken neighbors leave the running sums
+W_MAX = np.float64(np.finfo(np.float32).max)  # weights above it (inf) or not above 0 (NaN) count 0
+
+# --- weighted draws (ops.weighted): plain Python, compiled for the CPU here, for CUDA in ops.cuda
+
+def weighted_count(nz, fanout, replace):
+    """How many neighbors a node with ``nz`` positive-weight neighbors yields (no ``min``)."""
+    if nz <= 0:
+        return 0
+    if fanout < 0:
+        return nz
+    if replace:
+        return fanout
+    if nz < fanout:
+        return nz
+    return fanout
+
+
+def usable(x):
+    """A weight that can be drawn: positive and finite. Anything else (zero, and the negative,
+    NaN or infinite weights :func:`check_weights` rejects) counts as zero, so the kernels stay
+    safe on unvalidated input; for valid weights this changes no sum."""
+    return x > 0 and x <= W_MAX
+
+
+def row_prefix(c, so, w, start, deg):
+    """Running sums of the row's weights (float64, CSR order) into ``c[so:so+deg]``; the total."""
+    acc = np.float64(0.0)
+    for p in range(deg):
+        x = np.float64(w[start + p])
+        if usable(x):
+            acc += x
+        c[so + p] = acc
+    return acc
+
+
+def search(c, so, deg, target):
+    """The first row position ``p`` with ``c[so+p] > target`` (``target < c[so+deg-1]``).
+
+    Its running sum grows there, so its weight is positive: zero weights are never found.
+    """
+    lo = 0
+    hi = deg - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if c[so + mid] > target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def rebuild(c, so, w, start, deg, out, o, i):
+    """Running sums with the ``i`` positions taken (``out[o:o+i]``) weighted 0; the new total."""
+    for p in range(deg):
+        x = np.float64(w[start + p])
+        c[so + p] = x if usable(x) else np.float64(0.0)
+    for m in range(i):
+        c[so + out[o + m]] = np.float64(0.0)
+    acc = np.float64(0.0)
+    for p in range(deg):
+        acc += c[so + p]
+        c[so + p] = acc
+    return acc
+
+
+def weighted_positions(out, o, w, start, deg, nz, k, fanout, replace, base, c, so):
+    """Write ``k`` row positions drawn proportional to ``w[start:start+deg]`` into ``out[o:]``.
+
+    ``nz`` is the row's number of positive weights. Every one of them, in CSR order, when
+    ``fanout < 0`` or (without replacement) ``nz <= fanout``; otherwise ``c[so:so+deg]`` is
+    float64 scratch for the running sums.
+    """
+    if fanout < 0 or (not replace and nz <= fanout):
+        j = 0
+        for p in range(deg):
+            if usable(np.float64(w[start + p])):
+                out[o + j] = p
+                j += 1
+        return
+    total = row_prefix(c, so, w, start, deg)
+    if replace:
+        for i in range(k):
+            out[o + i] = search(c, so, deg, unit(draw(base, i)) * total)  # noqa: F821
+        return
+    slot = 0
+    for i in range(k):
+        misses = 0
+        while True:
+            t = search(c, so, deg, unit(draw(base, slot)) * total)  # noqa: F821
+            slot += 1
+            taken = False
+            for m in range(i):
+                if out[o + m] == t:
+                    taken = True
+                    break
+            if not taken:
+                break
+            misses += 1
+            if misses == REBUILD_AFTER:
+                total = rebuild(c, so, w, start, deg, out, o, i)
+                misses = 0
+        out[o + i] = t
+
+
+def draws_needed(nz, k, fanout, replace):
+    """Whether a node draws (and so needs ``deg`` scratch entries) rather than taking all."""
+    return k > 0 and fanout >= 0 and (replace or nz > fanout)
+
+
+# callees first: each is compiled against the ones before it
+DEVICE_FUNCTIONS = (weighted_count, draws_needed, usable, row_prefix, search, rebuild,
+                    weighted_positions)
+
+
+def compile_helpers(jit: Callable, ns: dict) -> dict:
+    """Compile :data:`DEVICE_FUNCTIONS` with ``jit`` into namespace ``ns`` (which holds the RNG)."""
+    ns.setdefault("np", np)
+    ns.setdefault("REBUILD_AFTER", REBUILD_AFTER)
+    ns.setdefault("W_MAX", W_MAX)
+    for f in DEVICE_FUNCTIONS:
+        ns[f.__name__] = jit(types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__))
+    return ns
+
+
+# The module-level names now become the CPU-compiled helpers (DEVICE_FUNCTIONS keeps the Python
+# sources for ops.cuda); the kernels resolve them, and the RNG, from this module.
+_CPU_NS = compile_helpers(numba.njit(nogil=True, inline="always"), dict(_rng))
+weighted_count = _CPU_NS["weighted_count"]
+draws_needed = _CPU_NS["draws_needed"]
+usable = _CPU_NS["usable"]
+row_prefix = _CPU_NS["row_prefix"]
+search = _CPU_NS["search"]
+rebuild = _CPU_NS["rebuild"]
+weighted_positions = _CPU_NS["weighted_positions"]
+
+
 # rows between the prefetch of a row's indptr entry and its read in the counts phase (without
 # it few rows' misses were in flight: rmat:20, measured 5.3 -> 2.3 ms; 32 ahead alike)
 INDPTR_AHEAD = 16
@@ -170,6 +308,17 @@ def scratch_int64(n: int) -> np.ndarray:
     if buf is None or buf.shape[1] < n:
         buf = _SCRATCH.buf = np.empty((3, max(n, 1024)), np.int64)
     return buf[:, :n]
+
+
+_SCRATCH_F64 = threading.local()
+
+
+def scratch_float64(size: int) -> np.ndarray:
+    """float64 scratch of ``size`` entries (the weighted draws' running sums), reused alike."""
+    buf = getattr(_SCRATCH_F64, "buf", None)
+    if buf is None or buf.shape[0] < size:
+        buf = _SCRATCH_F64.buf = np.empty(max(size, 1024), np.float64)
+    return buf[:size]
 
 
 def _ids(a) -> np.ndarray:

@@ -1,21 +1,27 @@
-"""CUDA sampling kernels (numba.cuda): the GPU twin of :mod:`mnmg_sampler.ops.cpu`.
+"""CUDA sampling kernels (numba.cuda): the GPU twin of :mod:`mnmg_sampler.ops.typed`, and so of
+``ops.cpu`` and ``ops.weighted``, its one-relation cases.
 
-Bit-identical to the CPU kernel by construction where possible: the device functions are
+Bit-identical to the CPU kernels by construction where possible: the device functions are
 compiled from the **same Python source** as the CPU ones. :func:`rng.compile_rng` compiles the RNG
 with ``cuda.jit(device=True)``, and ``cpu.sample_positions`` (Floyd's algorithm, its slot order,
-the ``fanout=-1`` and ``deg <= fanout`` cases) is re-bound to that device RNG and compiled for the
-device too. Only ``sample_count`` is mirrored by hand, because numba's CUDA ``min`` does not
-compile. Tests run both under Numba's CUDA simulator and compare outputs bit for bit
-(``tests/gpu_sim``), and compile both kernels to PTX when an NVVM is available.
+the ``fanout=-1`` and ``deg <= fanout`` cases), the weighted draws and the typed helpers are
+re-bound to that device RNG and compiled for the device too. Only ``sample_count`` is mirrored by
+hand, because numba's CUDA ``min`` does not compile. Tests run both under Numba's CUDA simulator
+and compare outputs bit for bit (``tests/gpu_sim``), and compile the kernels to PTX when an NVVM
+is available.
 
 One call is two launches over every node of the hop (all merged requests at once), one thread
-per node: ``_counts`` sizes each node's output, a device ``torch.cumsum`` gives the offsets, and
-``_fill`` writes neighbors and edge ids. The output size is read back to the host once per call
-(the only synchronisation), to allocate the outputs from PyTorch's caching allocator.
+per node walking the relations of its type in order (same streams ``hop + r * 2**32``, same
+slots, same node-then-relation order as the CPU): ``counts`` sizes each node's output (all its
+relations) and weighted scratch, a device ``torch.cumsum`` gives the offsets, and ``fill`` draws
+and gathers. With ``bounds`` it is also the temporal kernel's twin (degrees cut to the
+admissible prefix, ``"last"`` the tail), switched by one flag per launch. The output size is
+read back to the host once per call (the only synchronisation), to allocate the outputs from
+PyTorch's caching allocator.
 
-Importing this module needs numba (a core dependency) but no GPU; a GPU is checked for when
-:func:`sample_neighbors_cuda` runs. Under ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the
-simulator on CPU tensors or numpy arrays (slow: tests only).
+Importing this module needs numba (a core dependency) but no GPU; a GPU is checked for when a
+kernel runs. Under ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the simulator on CPU tensors or
+numpy arrays (slow: tests only).
 """
 
 from __future__ import annotations
@@ -28,11 +34,12 @@ import torch
 from numba import cuda
 
 from ..system.gpu import numpy_compat, require_numba_cuda, simulator_enabled
-from . import cpu, rng, weighted
+from . import cpu, rng, typed, weighted
 
 numpy_compat()  # before any kernel here compiles
 
-__all__ = ["sample_neighbors_cuda", "sample_neighbors_weighted_cuda", "make_kernels",
+__all__ = ["sample_neighbors_cuda", "sample_neighbors_weighted_cuda",
+           "sample_typed_neighbors_cuda", "make_typed_kernels", "make_kernels",
            "make_weighted_kernels", "THREADS_PER_BLOCK"]
 
 THREADS_PER_BLOCK = 128
@@ -85,38 +92,114 @@ def _gather(indptr_r0, indices, eids, nbr, eid_out, o, k, with_eids):
 gather = _device(_gather)
 
 
-def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Callable]:
-    """Build the ``(counts, fill)`` kernels around a device ``positions`` function.
+# weighted sampling and the typed helpers, compiled for the device from the same source
+weighted.compile_helpers(_device, _ns)
+weighted_count = _ns["weighted_count"]
+draws_needed = _ns["draws_needed"]
+weighted_positions = _ns["weighted_positions"]
+type_of = device_function(typed.type_of.py_func)
+node_relations = device_function(typed.node_relations.py_func)
+usable_count = device_function(typed.usable_count.py_func)
+admissible_count = device_function(typed.admissible_count.py_func)
+SHIFT = np.uint64(typed.HOP_RELATION_SHIFT)
+_NONE = np.zeros(0, np.int64)  # the time arrays of an untimed call (never read)
 
-    The default is the production kernel; tests pass a deliberately wrong ``positions`` to show
-    that the CPU/CUDA comparison can fail.
-    """
 
-    def counts_kernel(indptr, rows, fanouts, replace, counts):
-        i = cuda.grid(1)
-        if i < rows.shape[0]:
-            r = rows[i]
-            counts[i] = sample_count(indptr[r + 1] - indptr[r], fanouts[i], replace[i] != 0)
+def make_typed_kernels(positions: Callable = sample_positions,
+                       wpositions: Callable = weighted_positions) -> tuple[Callable, Callable]:
+    """The ``(counts, fill)`` kernels around a device uniform ``positions`` and weighted
+    ``wpositions`` (tests pass a wrong one to show the CPU/CUDA comparison can fail). ``timed``
+    (one flag for the launch, so every thread takes the same branch) cuts each degree to the
+    admissible prefix; without it the time arrays, ``bounds`` and ``last`` are empty and never
+    read. ``rel_out`` empty: the relations are not written (a one-relation call)."""
 
-    def fill_kernel(indptr, indices, eids, rows, nodes, keys, seed, hop, fanouts, replace,
-                    offsets, nbr, eid_out, with_eids):
+    def counts_kernel(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
+                      wflag, rows, timed, bounds, req, fan, replace, last, counts, scounts):
         i = cuda.grid(1)
         if i >= rows.shape[0]:
             return
-        o = offsets[i]
-        k = offsets[i + 1] - o
-        if k == 0:
+        r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
+        q = req[i]
+        rep = replace[q] != 0
+        tail = timed and last[q] != 0
+        total = 0
+        scratch = 0
+        for j in range(R_t):
+            r = r0 + j
+            s = indptr[s0 + j]
+            d = indptr[s0 + j + 1] - s
+            if timed:
+                d = admissible_count(etime, ntime, indices, by_node, s, d, bounds[i])
+            f = fan[q, r]
+            if tail:
+                k = d if f < 0 or d < f else f  # no min: it does not compile for CUDA
+            elif wflag[r] != 0:
+                nz = usable_count(w, s, d)
+                k = weighted_count(nz, f, rep)
+                if draws_needed(nz, k, f, rep):
+                    scratch += d
+            else:
+                k = sample_count(d, f, rep)
+            total += k
+        counts[i] = total
+        scounts[i] = scratch
+
+    def fill_kernel(node_off, rel_off, seg_base, indptr, indices, eids, etime, ntime, by_node, w,
+                    wflag, rows, nodes, keys, timed, bounds, req, fan, replace, last, seed, hop,
+                    offsets, soffs, c, nbr, rel_out, eid_out, with_eids):
+        i = cuda.grid(1)
+        if i >= rows.shape[0]:
             return
-        r = rows[i]
-        start = indptr[r]
-        base = stream_base(seed, keys[i], hop, nodes[i])
-        positions(nbr, o, indptr[r + 1] - start, k, fanouts[i], replace[i] != 0, base)
-        gather(start, indices, eids, nbr, eid_out, o, k, with_eids)
+        r0, R_t, s0 = node_relations(node_off, rel_off, seg_base, rows[i])
+        q = req[i]
+        rep = replace[q] != 0
+        tail = timed and last[q] != 0
+        o = offsets[i]
+        so = soffs[i]
+        for j in range(R_t):
+            r = r0 + j
+            start = indptr[s0 + j]
+            d = indptr[s0 + j + 1] - start
+            if timed:
+                d = admissible_count(etime, ntime, indices, by_node, start, d, bounds[i])
+            f = fan[q, r]
+            base = stream_base(seed, keys[i], hop + (np.uint64(r) << SHIFT), nodes[i])
+            if tail:
+                k = d if f < 0 or d < f else f  # no min: it does not compile for CUDA
+                for m in range(k):
+                    nbr[o + m] = d - k + m
+            elif wflag[r] != 0:
+                nz = usable_count(w, start, d)
+                k = weighted_count(nz, f, rep)
+                if k > 0:
+                    wpositions(nbr, o, w, start, d, nz, k, f, rep, base, c, so)
+                if draws_needed(nz, k, f, rep):
+                    so += d
+            else:
+                k = sample_count(d, f, rep)
+                if k > 0:
+                    positions(nbr, o, d, k, f, rep, base)
+            if k > 0:
+                gather(start, indices, eids, nbr, eid_out, o, k, with_eids)
+                if rel_out.shape[0] > 0:
+                    for m in range(o, o + k):
+                        rel_out[m] = r
+            o += k
 
     return cuda.jit(counts_kernel), cuda.jit(fill_kernel)
 
 
-_counts_kernel, _fill_kernel = make_kernels()
+_counts_kernel, _fill_kernel = make_typed_kernels()
+
+
+def make_kernels(positions: Callable = sample_positions) -> tuple[Callable, Callable]:
+    """The kernels of :func:`sample_neighbors_cuda` around a device uniform ``positions``."""
+    return make_typed_kernels(positions)
+
+
+def make_weighted_kernels(positions: Callable = weighted_positions) -> tuple[Callable, Callable]:
+    """The kernels of :func:`sample_neighbors_weighted_cuda` around a device ``positions``."""
+    return make_typed_kernels(wpositions=positions)
 
 
 def _as_device_tensor(a, device: torch.device) -> torch.Tensor:
@@ -188,6 +271,82 @@ class _Call:
         return out
 
 
+def _hop(a: _Call, tables: tuple, weights, wflag, req, fan, rep, seed: int, hop: int,
+         with_eids: bool, kernels, with_rels: bool = True, times: tuple | None = None):
+    """The two launches over ``a``'s nodes: ``tables`` the CSR's ``(node_off, rel_off,
+    seg_base)``, ``req`` / ``fan`` / ``rep`` each node's request, its ``[Q, R]`` fanouts and
+    per-request replace (on the device); ``times``: ``(etime, ntime, by_node, bounds, last)``."""
+
+    def dev(x, dt=torch.int64):
+        x = x if torch.is_tensor(x) else np.asarray(x)
+        return torch.as_tensor(x).to(a.device, dt).contiguous()
+
+    timed = times is not None
+    etime, ntime, by_node, bounds, last = times if timed else (_NONE, _NONE, False, _NONE, _NONE)
+    etime, ntime, bnd, lst = dev(etime), dev(ntime), dev(bounds), dev(last, torch.uint8)
+    node_off, rel_off, seg_base = (dev(x) for x in tables)
+    w = dev(np.zeros(0, np.float32) if weights is None else weights, torch.float32)
+    wflag = dev(wflag, torch.uint8)
+    counts_k, fill_k = kernels if kernels is not None else (_counts_kernel, _fill_kernel)
+    flag = np.uint8(1 if with_eids else 0)
+    bn, tm = np.bool_(by_node), np.bool_(timed)
+
+    def body(launch):
+        counts, scounts = a.empty(a.n), a.empty(a.n)
+        launch(counts_k, node_off, rel_off, seg_base, a.indptr, a.indices, etime, ntime, bn, w,
+               wflag, a.rows, tm, bnd, req, fan, rep, lst, counts, scounts)
+        offsets, soffs = a.offsets(counts), a.offsets(scounts)
+        total, scratch = torch.stack([offsets[-1], soffs[-1]]).tolist()  # one device -> host read
+        nbr, rel = a.empty(total), a.empty(total if with_rels else 0)
+        eid_out = a.empty(total if with_eids else 0)
+        c = a.empty(scratch, torch.float64)
+        if total:
+            launch(fill_k, node_off, rel_off, seg_base, a.indptr, a.indices, a.eids, etime,
+                   ntime, bn, w, wflag, a.rows, a.nodes, a.keys, tm, bnd, req, fan, rep, lst,
+                   np.uint64(seed), np.uint64(hop), offsets, soffs, c, nbr, rel, eid_out, flag)
+        return counts, nbr, rel, eid_out
+
+    return a.run(body)
+
+
+def sample_typed_neighbors_cuda(graph, rows, nodes, keys, req, fanouts, replace, seed: int,
+                                hop: int, *, with_eids: bool = True,
+                                kernels: tuple[Callable, Callable] | None = None,
+                                bounds=None, last=None
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One typed hop on the GPU; arguments (``bounds`` / ``last`` for time) and results as
+    :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` (int64 tensors on the device).
+    ``kernels`` replaces the kernel pair (tests only, see :func:`make_typed_kernels`)."""
+    # _Call broadcasts one int64 per node into its ``fanouts`` slot: here that is the request
+    # row of each node (the per-relation fanouts are the 2-D table)
+    a = _Call(graph.indptr, graph.indices, graph.edge_ids, rows, nodes, keys, req, 0)
+    if a.n == 0:
+        e = a.empty()
+        return e, e, a.empty(), a.empty()
+    times = None
+    if bounds is not None:
+        times = (*typed.time_arrays(graph), bounds,
+                 np.zeros(len(replace), np.uint8) if last is None else last)
+    tables = (graph.node_type_offset, graph.rel_offset, graph.seg_base)
+    fan = torch.as_tensor(np.asarray(fanouts)).to(a.device, torch.int64).contiguous()
+    rep = torch.as_tensor(np.asarray(replace)).to(a.device, torch.uint8).contiguous()
+    return _hop(a, tables, graph.weights, graph.weighted, a.fanouts, fan, rep, seed, hop,
+                with_eids, kernels, times=times)
+
+
+def _one_relation(a: _Call, weights, seed: int, hop: int, with_eids: bool, kernels):
+    """A homogeneous CSR's hop: the typed kernels on its one relation, request ``i`` being
+    node ``i`` (its fanout and replace flag)."""
+    if a.n == 0:
+        return a.nothing()
+    tables = (np.array([0, a.indptr.shape[0] - 1]), np.array([0, 1]), np.zeros(1, np.int64))
+    req = torch.arange(a.n, dtype=torch.int64, device=a.device)
+    wflag = np.array([weights is not None], np.uint8)
+    c, nb, _, e = _hop(a, tables, weights, wflag, req, a.fanouts.reshape(a.n, 1), a.replace,
+                       seed, hop, with_eids, kernels, with_rels=False)
+    return c, nb, e
+
+
 def sample_neighbors_cuda(
     indptr: torch.Tensor | np.ndarray,
     indices: torch.Tensor | np.ndarray,
@@ -213,78 +372,7 @@ def sample_neighbors_cuda(
     ``kernels`` replaces the kernel pair (tests only, see :func:`make_kernels`).
     """
     a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
-    if a.n == 0:
-        return a.nothing()
-    counts_k, fill_k = kernels if kernels is not None else (_counts_kernel, _fill_kernel)
-    flag = np.uint8(1 if with_eids else 0)
-
-    def body(launch):
-        counts = a.empty(a.n)
-        launch(counts_k, a.indptr, a.rows, a.fanouts, a.replace, counts)
-        offsets = a.offsets(counts)
-        total = int(offsets[-1])  # one device -> host read, to size the outputs
-        nbr, eid_out = a.empty(total), a.empty(total if with_eids else 0)
-        if total:
-            launch(fill_k, a.indptr, a.indices, a.eids, a.rows, a.nodes, a.keys,
-                   np.uint64(seed), np.uint64(hop), a.fanouts, a.replace, offsets, nbr, eid_out,
-                   flag)
-        return counts, nbr, eid_out
-
-    return a.run(body)
-
-
-# --- weighted sampling: ops.weighted's helpers, compiled for the device from the same source ---
-weighted.compile_helpers(_device, _ns)
-weighted_count = _ns["weighted_count"]
-draws_needed = _ns["draws_needed"]
-usable = _ns["usable"]
-weighted_positions = _ns["weighted_positions"]
-
-
-def make_weighted_kernels(positions: Callable = weighted_positions) -> tuple[Callable, Callable]:
-    """The ``(counts, fill)`` kernels of weighted sampling around a device ``positions``.
-
-    ``counts`` also writes each node's number of positive weights and the float64 scratch it
-    needs (its degree when it draws); ``fill`` draws into that scratch and gathers.
-    """
-
-    def wcounts_kernel(indptr, w, rows, fanouts, replace, nzs, counts, scounts):
-        i = cuda.grid(1)
-        if i < rows.shape[0]:
-            r = rows[i]
-            s = indptr[r]
-            d = indptr[r + 1] - s
-            nz = 0
-            for p in range(s, s + d):
-                if usable(np.float64(w[p])):
-                    nz += 1
-            nzs[i] = nz
-            f = fanouts[i]
-            rep = replace[i] != 0
-            k = weighted_count(nz, f, rep)
-            counts[i] = k
-            scounts[i] = d if draws_needed(nz, k, f, rep) else 0
-
-    def wfill_kernel(indptr, indices, eids, w, rows, nodes, keys, seed, hop, fanouts, replace,
-                     nzs, offsets, soffs, c, nbr, eid_out, with_eids):
-        i = cuda.grid(1)
-        if i >= rows.shape[0]:
-            return
-        o = offsets[i]
-        k = offsets[i + 1] - o
-        if k == 0:
-            return
-        r = rows[i]
-        start = indptr[r]
-        base = stream_base(seed, keys[i], hop, nodes[i])
-        positions(nbr, o, w, start, indptr[r + 1] - start, nzs[i], k, fanouts[i],
-                  replace[i] != 0, base, c, soffs[i])
-        gather(start, indices, eids, nbr, eid_out, o, k, with_eids)
-
-    return cuda.jit(wcounts_kernel), cuda.jit(wfill_kernel)
-
-
-_wcounts_kernel, _wfill_kernel = make_weighted_kernels()
+    return _one_relation(a, None, seed, hop, with_eids, kernels)
 
 
 def sample_neighbors_weighted_cuda(
@@ -311,23 +399,4 @@ def sample_neighbors_weighted_cuda(
     size). ``kernels`` replaces the kernel pair (tests only, see :func:`make_weighted_kernels`).
     """
     a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
-    if a.n == 0:
-        return a.nothing()
-    counts_k, fill_k = kernels if kernels is not None else (_wcounts_kernel, _wfill_kernel)
-    w = torch.as_tensor(weights).to(device=a.device, dtype=torch.float32).contiguous()
-    flag = np.uint8(1 if with_eids else 0)
-
-    def body(launch):
-        nzs, counts, scounts = a.empty(a.n), a.empty(a.n), a.empty(a.n)
-        launch(counts_k, a.indptr, w, a.rows, a.fanouts, a.replace, nzs, counts, scounts)
-        offsets, soffs = a.offsets(counts), a.offsets(scounts)
-        total, scratch = torch.stack([offsets[-1], soffs[-1]]).tolist()  # one device -> host read
-        nbr, eid_out = a.empty(total), a.empty(total if with_eids else 0)
-        c = a.empty(scratch, torch.float64)
-        if total:
-            launch(fill_k, a.indptr, a.indices, a.eids, w, a.rows, a.nodes, a.keys,
-                   np.uint64(seed), np.uint64(hop), a.fanouts, a.replace, nzs, offsets, soffs,
-                   c, nbr, eid_out, flag)
-        return counts, nbr, eid_out
-
-    return a.run(body)
+    return _one_relation(a, weights, seed, hop, with_eids, kernels)

@@ -36,11 +36,11 @@ import threading
 import numba
 import numpy as np
 
-from . import cpu, weighted
+from . import cpu
 from .prefetch import prefetch
 
-__all__ = ["sample_typed_neighbors", "HOP_RELATION_SHIFT", "STRATEGIES", "admissible_count",
-           "time_arrays", "group_hops_by_relation", "group_nodes_by_type"]
+__all__ = ["sample_typed_neighbors", "sample_relations", "HOP_RELATION_SHIFT", "STRATEGIES",
+           "admissible_count", "time_arrays", "group_hops_by_relation", "group_nodes_by_type"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
 STRATEGIES = ("uniform", "last")  # temporal strategies, ``last[q]`` 0 and 1
@@ -48,10 +48,10 @@ STRATEGIES = ("uniform", "last")  # temporal strategies, ``last[q]`` 0 and 1
 sample_count = cpu.sample_count
 node_positions = cpu.node_positions
 stream_base = cpu.stream_base
-weighted_count = weighted.weighted_count
-draws_needed = weighted.draws_needed
-weighted_positions = weighted.weighted_positions
-W_MAX = weighted.W_MAX
+weighted_count = cpu.weighted_count
+draws_needed = cpu.draws_needed
+weighted_positions = cpu.weighted_positions
+W_MAX = cpu.W_MAX
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -81,7 +81,7 @@ def node_relations(node_off, rel_off, seg_base, v):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def usable_count(w, s, d):
-    """How many of the weights ``w[s:s+d]`` can be drawn (``weighted.usable``), branch-free."""
+    """How many of the weights ``w[s:s+d]`` can be drawn (``cpu.usable``), branch-free."""
     nz = 0
     for e in range(s, s + d):
         x = np.float64(w[e])
@@ -91,31 +91,10 @@ def usable_count(w, s, d):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def admissible_count(etime, ntime, indices, by_node, s, d, bound):
-    """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``: one
-    read when all or none are admissible, else a binary search between the two ends."""
-    if d == 0:
-        return 0
-    if (ntime[indices[s + d - 1]] if by_node else etime[s + d - 1]) <= bound:
-        return d
-    if (ntime[indices[s]] if by_node else etime[s]) > bound:
-        return 0
-    lo = 1  # entry 0 is admissible, entry d - 1 is not
-    hi = d - 1
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        t = ntime[indices[s + mid]] if by_node else etime[s + mid]
-        if t <= bound:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def admissible_count_prefetched(etime, ntime, indices, by_node, s, d, bound):
-    """:func:`admissible_count` as a branch-free binary search (the compares move ``base`` by
-    arithmetic, so no branch waits on a time read), for segments prefetched ahead: there it was
-    about 5% faster (measured); without the prefetch it was slower."""
+    """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``, by a
+    branch-free binary search (the compares move ``base`` by arithmetic, so no branch waits on a
+    time read; with the segments prefetched ahead it was about 5% faster than a branching one,
+    measured)."""
     base = s
     n = d
     while n > 1:
@@ -179,7 +158,7 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
                     a = p + PREFETCH_AHEAD
                     if a < m:
                         prefetch(indices, starts[a] + (degs[a] >> 1))
-                    degs[p] = admissible_count_prefetched(etime, ntime, indices, True,
+                    degs[p] = admissible_count(etime, ntime, indices, True,
                                                           starts[p], degs[p], bounds[i])
         else:
             for i in numba.prange(n):
@@ -188,7 +167,7 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
                     a = p + PREFETCH_AHEAD
                     if a < m:
                         prefetch(etime, starts[a] + (degs[a] >> 1))
-                    degs[p] = admissible_count_prefetched(etime, ntime, indices, False,
+                    degs[p] = admissible_count(etime, ntime, indices, False,
                                                           starts[p], degs[p], bounds[i])
     # (b) the random reads of indptr, independent, so their misses overlap (with time they
     # were read by the cut above; without, each node's segments are found here and the
@@ -241,10 +220,12 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
             scounts[p + 1] = sc
 
 
-def _positions_py(w, wflag, nodes, keys, req, fan, replace, last, seed, hop, width, starts,
-                  degs, nzs, offsets, soffs, rels, c, pos, rel_out):
+def _positions_py(ws, part, wflag, nodes, keys, req, fan, replace, last, seed, hop, width,
+                  starts, degs, nzs, offsets, soffs, rels, c, pos, rel_out):
     # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32); "last"
-    # (only with time; ``last is None`` is pruned) takes the prefix's tail.
+    # (only with time; ``last is None`` is pruned) takes the prefix's tail. Weights: the
+    # array ``ws[part[i]]`` of node i's part (``ops.typed_parts``), ``ws[0]`` when ``part``
+    # is None (one CSR).
     n = nodes.shape[0]
     for i in numba.prange(n):
         q = req[i]
@@ -267,6 +248,10 @@ def _positions_py(w, wflag, nodes, keys, req, fan, replace, last, seed, hop, wid
                 for m in range(k):
                     pos[np.uint64(o + m)] = first + m
             elif wflag[r] != 0:
+                if part is None:  # one CSR (pruned at compile time)
+                    w = ws[0]
+                else:
+                    w = ws[part[i]]
                 base = stream_base(seed, keys[i], hop_r, nodes[i])
                 weighted_positions(pos, o, w, start, degs[p], nzs[p], k, f, rep != 0, base, c,
                                    soffs[p])
@@ -336,6 +321,22 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
         then per sampled edge its neighbor's internal id, its relation and its per-relation edge
         id, in node order and relation order within a node (int64).
     """
+    times = (_NO_TIMES, _NO_TIMES, False) if bounds is None else time_arrays(graph)
+    return sample_relations(graph.node_type_offset, graph.rel_offset, graph.seg_base,
+                            graph.indptr, graph.indices, graph.edge_ids, graph.weights,
+                            graph.weighted, rows, nodes, keys, req, fanouts, replace, seed, hop,
+                            with_eids=with_eids, bounds=bounds, last=last, times=times)
+
+
+def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, weights, wflag,
+                     rows, nodes, keys, req, fanouts, replace, seed: int, hop: int, *,
+                     with_eids: bool = True, bounds=None, last=None, times=None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`sample_typed_neighbors` on a typed CSR's arrays (``weights`` ``None`` when no
+    relation is weighted, ``wflag`` one uint8 per relation, ``edge_ids`` empty for CSR
+    positions; with ``bounds``, ``times`` is :func:`time_arrays`'s triple). A CSR of one
+    relation is the homogeneous case: ``node_off = [0, n]``, ``rel_off = [0, 1]``,
+    ``seg_base = [0]``."""
     rows = cpu._ids(rows)
     nodes = cpu._ids(nodes)
     keys = np.ascontiguousarray(keys, dtype=np.int64)
@@ -347,21 +348,20 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
         bounds = np.ascontiguousarray(bounds, dtype=np.int64)
         last = np.ascontiguousarray(np.zeros(repl.shape[0], np.uint8) if last is None else last,
                                     dtype=np.uint8)
-        etime, ntime, by_node = time_arrays(graph)
+        etime, ntime, by_node = times
     else:
         last = None
     n = rows.shape[0]
     counts_k, positions_k = _KERNELS[cpu._parallel(n)]
-    w = _NO_WEIGHTS if graph.weights is None else graph.weights
-    wflag = np.ascontiguousarray(graph.weighted, dtype=np.uint8)
-    width = int(np.diff(graph.rel_offset).max(initial=0))
+    w = _NO_WEIGHTS if weights is None else weights
+    wflag = np.ascontiguousarray(wflag, dtype=np.uint8)
+    width = int(np.diff(rel_off).max(initial=0))
     m = n * width
     starts, degs, nzs, offsets, soffs, rels = _scratch(m + 1)
     starts, degs, nzs, rels = starts[:m], degs[:m], nzs[:m], rels[:m]
     offsets[0] = soffs[0] = 0
-    counts_k(graph.node_type_offset, graph.rel_offset, graph.seg_base, graph.indptr,
-             graph.indices, etime, ntime, by_node, w, wflag, rows, bounds, req, fan, repl, last,
-             width, starts, degs, nzs, offsets, soffs, rels)
+    counts_k(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w, wflag, rows,
+             bounds, req, fan, repl, last, width, starts, degs, nzs, offsets, soffs, rels)
     np.cumsum(offsets, out=offsets)
     if wflag.any():
         np.cumsum(soffs, out=soffs)
@@ -369,11 +369,11 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     pos = np.empty(total, np.int64)
     rel_out = np.empty(total, np.int64)
     eid_out = np.empty(total if with_eids else 0, np.int64)
-    c = weighted._scratch(int(soffs[-1]))
-    positions_k(w, wflag, nodes, keys, req, fan, repl, last, np.uint64(seed), np.uint64(hop),
-                width, starts, degs, nzs, offsets, soffs, rels, c, pos, rel_out)
+    c = cpu.scratch_float64(int(soffs[-1]))
+    positions_k((w,), None, wflag, nodes, keys, req, fan, repl, last, np.uint64(seed),
+                np.uint64(hop), width, starts, degs, nzs, offsets, soffs, rels, c, pos, rel_out)
     gather_k = cpu._KERNELS[cpu._parallel(n)][2]
-    gather_k(graph.indices, graph.edge_ids, pos, pos, eid_out, with_eids)
+    gather_k(indices, edge_ids, pos, pos, eid_out, with_eids)
     counts = np.diff(offsets[::width]) if width else np.zeros(n, np.int64)
     return counts, pos, rel_out, eid_out
 

@@ -15,15 +15,17 @@ import pytest
 from mnmg_sampler.system.gpu import simulator_enabled
 
 I64 = "int64[::1]"
-SIGNATURES = {
-    "counts": f"void({I64}, {I64}, {I64}, uint8[::1], {I64})",
-    "fill": f"void({I64}, {I64}, {I64}, {I64}, {I64}, {I64}, uint64, uint64, {I64}, uint8[::1], "
-            f"{I64}, {I64}, {I64}, uint8)",
-    "weighted_counts": f"void({I64}, float32[::1], {I64}, {I64}, uint8[::1], {I64}, {I64}, {I64})",
-    "weighted_fill": f"void({I64}, {I64}, {I64}, float32[::1], {I64}, {I64}, {I64}, uint64, "
-                     f"uint64, {I64}, uint8[::1], {I64}, {I64}, {I64}, float64[::1], {I64}, "
-                     f"{I64}, uint8)",
-}
+_KERNEL = (f"void({I64}, {I64}, {I64}, {I64}, {I64}, {{eids}}{I64}, {I64}, boolean, "
+           f"float32[::1], uint8[::1], {I64}, {{nodes_keys}}boolean, {I64}, {I64}, "
+           f"int64[:, ::1], uint8[::1], uint8[::1], {{rest}})")
+_COUNTS = _KERNEL.format(eids="", nodes_keys="", rest=f"{I64}, {I64}")
+_FILL = _KERNEL.format(eids=f"{I64}, ", nodes_keys=f"{I64}, {I64}, ",
+                       rest=f"uint64, uint64, {I64}, {I64}, float64[::1], {I64}, {I64}, {I64}, "
+                            "uint8")
+# the typed kernels (every kernel: homogeneous calls are their one-relation case), around the
+# uniform and the weighted draws
+SIGNATURES = {"counts": _COUNTS, "fill": _FILL, "weighted_counts": _COUNTS,
+              "weighted_fill": _FILL}
 
 
 def _nvvm_or_skip() -> None:

@@ -22,8 +22,9 @@ if (os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
 warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
 
 from mnmg_sampler.graph.typed import typed_graph  # noqa: E402
+from mnmg_sampler.ops import cuda as cuda_typed  # noqa: E402
 from mnmg_sampler.ops import cuda as ocuda  # noqa: E402
-from mnmg_sampler.ops import cuda_typed, typed  # noqa: E402
+from mnmg_sampler.ops import typed  # noqa: E402
 
 
 def wrong_positions(out, o, deg, k, fanout, replace, base):

@@ -11,6 +11,12 @@ single`` gives on CPU).
   kernels, on the GPU or in Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``, small sizes).
 * ``kernel.dedup``: :mod:`mnmg_sampler.ops.dedup_torch` on the GPU (on the CPU without one)
   against the CPU hash table of :mod:`mnmg_sampler.ops.dedup`.
+* ``kernel.cpu.typed``: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` on every thread
+  against one thread, and on the one-type view of the graph against the homogeneous kernel bit
+  for bit (the format's promise: a homogeneous graph is the one-type case).
+* ``kernel.cuda.typed``: the typed kernel of :mod:`mnmg_sampler.ops.cuda` against the CPU kernel
+  on the typed view of the workload graph (3 node types, 9 relations, some weighted), on the GPU
+  or in Numba's simulator.
 
 There is no CUDA twin of negative sampling and no temporal kernel yet, so there is no
 line for them.
@@ -200,29 +206,30 @@ def _cpu_line(name: str, w: Workload, call, weighted: bool) -> Check:
                  f"{_rate_text(data)}", data=data)
 
 
-def cpu_uniform(w: Workload) -> Check:
+def _cpu_kernel(weighted: bool):
+    """The CPU kernel of a line: uniform, or weighted by the workload's weights."""
     from ...ops import cpu
+    from ...ops.weighted import sample_neighbors_weighted
 
-    g = w.graph
+    def call(w: Workload, case: Case, args: tuple):
+        g = w.graph
+        e = g.edge_ids if case.eids else None
+        if weighted:
+            return sample_neighbors_weighted(g.indptr, g.indices, e, w.weights, *args,
+                                             with_eids=case.with_eids)
+        return cpu.sample_neighbors(g.indptr, g.indices, e, *args, with_eids=case.with_eids)
 
-    def call(case: Case, args: tuple | None = None):
-        return cpu.sample_neighbors(g.indptr, g.indices, g.edge_ids if case.eids else None,
-                                    *(args or w.case_args(case)), with_eids=case.with_eids)
+    return call
 
-    return _cpu_line("kernel.cpu.uniform", w, call, weighted=False)
+
+def cpu_uniform(w: Workload, weighted: bool = False) -> Check:
+    call = _cpu_kernel(weighted)
+    return _cpu_line(f"kernel.cpu.{'weighted' if weighted else 'uniform'}", w,
+                     lambda case, args=None: call(w, case, args or w.case_args(case)), weighted)
 
 
 def cpu_weighted(w: Workload) -> Check:
-    from ...ops.weighted import sample_neighbors_weighted
-
-    g = w.graph
-
-    def call(case: Case, args: tuple | None = None):
-        return sample_neighbors_weighted(g.indptr, g.indices, g.edge_ids if case.eids else None,
-                                         w.weights, *(args or w.case_args(case)),
-                                         with_eids=case.with_eids)
-
-    return _cpu_line("kernel.cpu.weighted", w, call, weighted=True)
+    return cpu_uniform(w, weighted=True)
 
 
 def cpu_negative(w: Workload) -> Check:
@@ -302,42 +309,25 @@ def _cuda_compare(name: str, w: Workload, cuda_call, cpu_call) -> Check:
                  f"({n} nodes per call, first call {compile_s:.1f}s); {rates}", data=data)
 
 
-def cuda_uniform(w: Workload) -> Check:
-    from ...ops import cpu
-
-    g = w.graph
+def cuda_uniform(w: Workload, weighted: bool = False) -> Check:
+    cpu_call = _cpu_kernel(weighted)
 
     def cuda_call(case: Case, args: tuple):
-        from ...ops.cuda import sample_neighbors_cuda
+        from ...ops.cuda import sample_neighbors_cuda, sample_neighbors_weighted_cuda
 
-        indptr, indices, eids, _ = w.on_device
-        return sample_neighbors_cuda(indptr, indices, eids if case.eids else None, *args,
-                                     with_eids=case.with_eids)
+        indptr, indices, eids, weights = w.on_device
+        e = eids if case.eids else None
+        if weighted:
+            return sample_neighbors_weighted_cuda(indptr, indices, e, weights, *args,
+                                                  with_eids=case.with_eids)
+        return sample_neighbors_cuda(indptr, indices, e, *args, with_eids=case.with_eids)
 
-    def cpu_call(case: Case, args: tuple):
-        return cpu.sample_neighbors(g.indptr, g.indices, g.edge_ids if case.eids else None,
-                                    *args, with_eids=case.with_eids)
-
-    return _cuda_line("kernel.cuda.uniform", w, cuda_call, cpu_call)
+    return _cuda_line(f"kernel.cuda.{'weighted' if weighted else 'uniform'}", w, cuda_call,
+                      lambda case, args: cpu_call(w, case, args))
 
 
 def cuda_weighted(w: Workload) -> Check:
-    from ...ops.weighted import sample_neighbors_weighted
-
-    g = w.graph
-
-    def cuda_call(case: Case, args: tuple):
-        from ...ops.cuda import sample_neighbors_weighted_cuda
-
-        indptr, indices, eids, weights = w.on_device
-        return sample_neighbors_weighted_cuda(indptr, indices, eids if case.eids else None,
-                                              weights, *args, with_eids=case.with_eids)
-
-    def cpu_call(case: Case, args: tuple):
-        return sample_neighbors_weighted(g.indptr, g.indices, g.edge_ids if case.eids else None,
-                                         w.weights, *args, with_eids=case.with_eids)
-
-    return _cuda_line("kernel.cuda.weighted", w, cuda_call, cpu_call)
+    return cuda_uniform(w, weighted=True)
 
 
 def dedup(w: Workload) -> Check:
@@ -374,6 +364,112 @@ def dedup(w: Workload) -> Check:
                  f"{fmt_count(data['cpu_per_s'])}/s", data=data)
 
 
+# ----------------------------------------------------------------------------------- typed
+
+TYPED_HOP = 2
+TYPED_OUT = ("counts", "neighbors", "relations", "edge_ids")
+
+
+class TypedWork:
+    """The workload graph typed (node types by id range, one relation per type pair, the
+    relations into the first type weighted) and the per-request fanout tables of the cases."""
+
+    def __init__(self, w: Workload) -> None:
+        from ...bench.hetero import typed_view
+
+        self.w = w
+        self.graph, _ = typed_view(w.graph, weights=w.weights)
+        g = self.graph
+        R = len(g.edge_types)
+        rng = np.random.default_rng(SEED)
+        table = rng.choice(np.array([-1, 0, 1, 3, 10]), (2, R)).astype(np.int64)
+        self.cases = [("fanout 5, every relation", np.full((1, R), 5, np.int64), [0]),
+                      ("fanout 3 with replacement", np.full((1, R), 3, np.int64), [1]),
+                      ("mixed fanouts, two requests", table, [0, 1])]
+        n = g.num_nodes
+        self.rows = np.tile(np.arange(n, dtype=np.int64), max(1, -(-4096 // n)))
+
+    def args(self, case, n: int | None = None) -> tuple:
+        """``(rows, nodes, keys, req, fanouts, replace, seed, hop)`` of ``case``."""
+        _, fan, rep = case
+        rows = self.rows if n is None else self.rows[:n]
+        keys = np.where(np.arange(rows.size) % 3 == 0, 987654321, 42).astype(np.int64)
+        req = (np.arange(rows.size) % fan.shape[0]).astype(np.int64)
+        replace = np.array(rep[: fan.shape[0]], np.uint8)
+        return rows, rows, keys, req, fan, replace, SEED, TYPED_HOP
+
+    @cached_property
+    def one_type(self):
+        """The workload graph as a one-type, one-relation typed graph."""
+        from ...graph.typed import typed_graph
+
+        g = self.w.graph
+        dst = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
+        return typed_graph({"num_nodes": {"n": g.num_nodes},
+                            "edge_index": {("n", "to", "n"): np.stack([g.indices, dst])}})
+
+
+def cpu_typed(w: Workload) -> Check:
+    import numba
+
+    from ...ops import cpu
+    from ...ops.typed import sample_typed_neighbors
+
+    name = "kernel.cpu.typed"
+    t = TypedWork(w)
+    threads = numba.get_num_threads()
+    for case in t.cases:
+        many = sample_typed_neighbors(t.graph, *t.args(case))
+        numba.set_num_threads(1)
+        try:
+            one = sample_typed_neighbors(t.graph, *t.args(case))
+        finally:
+            numba.set_num_threads(threads)
+        diff = compare(one, [many[0], inject(name, many[1], w.rank), *many[2:]], TYPED_OUT)
+        if diff:
+            return Check(name, FAIL, f"{case[0]}: {diff}")
+    g = w.graph
+    rows, keys = w.rows, w.keys
+    # the one-type graph's edge ids are its CSR positions: compare with the kernel's positions
+    want = cpu.sample_neighbors(g.indptr, g.indices, None, rows, rows, keys, SEED, TYPED_HOP, 10,
+                                False)
+    got = sample_typed_neighbors(t.one_type, rows, rows, keys, np.zeros(rows.size, np.int64),
+                                 np.full((1, 1), 10, np.int64), np.zeros(1, np.uint8), SEED,
+                                 TYPED_HOP)
+    diff = compare(want, [got[0], got[1], got[3]], ("counts", "neighbors", "edge_ids"))
+    if diff:
+        return Check(name, FAIL, f"one-type graph against the homogeneous kernel: {diff}")
+    g = t.graph
+    return Check(name, PASS, f"{len(t.cases)} cases on {len(g.node_types)} types and "
+                 f"{len(g.edge_types)} relations {_threads_text(threads)}; the one-type graph "
+                 "equals the homogeneous kernel", data={"relations": len(g.edge_types),
+                                                        "threads": threads})
+
+
+def cuda_typed(w: Workload) -> Check:
+    name = "kernel.cuda.typed"
+    if w.device is None:
+        return skipped(name, NO_DEVICE)
+    from ...ops.cuda import sample_typed_neighbors_cuda
+    from ...ops.typed import sample_typed_neighbors
+
+    t = TypedWork(w)
+    n = w.cuda_nodes
+    with quiet_wraparound():
+        for case in t.cases:
+            args = t.args(case, n)
+            want = sample_typed_neighbors(t.graph, *args)
+            got = [x.cpu().numpy() for x in sample_typed_neighbors_cuda(t.graph, *args)]
+            diff = compare(want, [got[0], inject(name, got[1], w.rank), *got[2:]], TYPED_OUT)
+            if diff:
+                return Check(name, FAIL, f"{case[0]}: {diff}")
+    where = "Numba's CUDA simulator" if w.sim else str(w.device)
+    return Check(name, PASS, f"{len(t.cases)} cases on {len(t.graph.edge_types)} relations equal "
+                 f"the CPU kernel on {where} ({n} nodes per call)",
+                 data={"device": where, "nodes_per_call": n})
+
+
 CHECKS = (("kernel.cpu.uniform", cpu_uniform), ("kernel.cpu.weighted", cpu_weighted),
           ("kernel.cpu.negative", cpu_negative), ("kernel.cuda.uniform", cuda_uniform),
-          ("kernel.cuda.weighted", cuda_weighted), ("kernel.dedup", dedup))
+          ("kernel.cuda.weighted", cuda_weighted), ("kernel.dedup", dedup),
+          ("kernel.cpu.typed", cpu_typed), ("kernel.cuda.typed", cuda_typed))

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ...system.console import jsonable, rank_prefix
-from . import environment, exchange, kernels, pool, typed_kernels
+from . import environment, exchange, kernels, pool
 from .result import FAIL, PASS, SKIPPED, Check, merge, run_check, skipped, table
 
 STDOUT = "-"
@@ -87,7 +87,7 @@ def _lines(args, env, dev, sim: bool, routing: dict | None) -> tuple[list[Check]
             work.append(kernels.Workload(scale, kdev, sim, args.repeats, env.rank))
         return work[0]
 
-    for name, fn in kernels.CHECKS + typed_kernels.CHECKS:
+    for name, fn in kernels.CHECKS:
         out.append(run_check(name, lambda fn=fn: fn(workload())))
     out.append(run_check("memory.pool", lambda: pool.pool(dev, sim, routing, env.rank)))
     out.append(run_check("memory.expandable_segments",
