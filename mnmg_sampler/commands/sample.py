@@ -179,9 +179,10 @@ def set_threads(threads: int | None) -> int:
     return set_all(threads)
 
 
-def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.ndarray:
-    """The seeds of a seeds file: for a renumbered graph the file holds the input's ids,
+def input_seeds(path: str, num_nodes: int, node_ids) -> np.ndarray:
+    """The seeds of seeds file ``path``: for a renumbered graph the file holds the input's ids,
     translated here (:func:`~mnmg_sampler.sampling.sampler.check_input_nodes`)."""
+    nodes = read_seeds_file(path)
     if node_ids is None:
         return nodes
     from ..sampling.sampler import check_input_nodes
@@ -207,8 +208,7 @@ def epoch_seeds(graph, args: argparse.Namespace) -> SeedSet:
     from ..loaders.seeds import AllNodes, NodeBits, NodeIds
 
     if args.seeds_file:
-        nodes = input_seeds(read_seeds_file(args.seeds_file), graph.num_nodes, graph.node_ids,
-                            args.seeds_file)
+        nodes = input_seeds(args.seeds_file, graph.num_nodes, graph.node_ids)
         graph.check_ids(nodes, "seed")
         seeds = NodeIds(nodes, graph.num_nodes)
     elif args.include_isolated:
@@ -360,8 +360,7 @@ def run_distributed(args: argparse.Namespace) -> int:
             set_threads(args.threads)
         n = int(part.num_nodes)
         if args.seeds_file:
-            seeds = NodeIds(agree(lambda: input_seeds(read_seeds_file(args.seeds_file), n,
-                                                      part.node_ids, args.seeds_file)), n)
+            seeds = NodeIds(agree(lambda: input_seeds(args.seeds_file, n, part.node_ids)), n)
         elif getattr(args, "include_isolated", False):
             seeds = AllNodes(n)
         else:  # the union of the parts' bitmaps: N / 8 bytes per rank, no id array
