@@ -368,10 +368,7 @@ def sample_neighbors(
     Args:
         indptr, indices: CSR of the sampling graph (row = node, entries = its in-neighbors), int64.
         eids: edge id of every CSR entry, or ``None`` to report CSR positions as edge ids.
-        rows: CSR row of each node to sample (local position within this CSR).
         nodes: the node id the RNG is keyed on (the *original* id, so partitioning is invisible).
-        keys: request key of each node.
-        seed, hop: RNG counters shared by the call.
         fanout, replace: per call or per node (arrays), so requests with different fanouts
             share one call; ``fanout=-1`` takes every neighbor.
         with_eids: ``False`` skips the edge-id reads; ``edge_ids`` is then an empty array.
@@ -488,9 +485,8 @@ def sample_neighbors_parts(indptrs: tuple, indices: tuple, eids: tuple, origs: t
     """:func:`sample_neighbors` over several CSRs at once: node ``v`` (a new id) is row
     ``v - bounds[p]`` of part ``p`` (``bounds[p] <= v < bounds[p + 1]``), its RNG id
     ``origs[p][row]``; results in node order with no regrouping, and per part its nodes and
-    sampled edges (``(P, 2)``). The tuples hold one array per
-    part, all of one type (e.g. read-only int64). Serial (one thread); its per-node scratch is
-    reused by the calls of a thread, as :func:`sample_neighbors`'s."""
+    sampled edges (``(P, 2)``). The tuples hold one array per part, all of one type. Serial
+    (one thread); per-node scratch is reused per thread, as :func:`sample_neighbors`'s."""
     nodes = np.ascontiguousarray(nodes, np.int64)
     n = nodes.shape[0]
     buf = getattr(_SCRATCH_PARTS, "buf", None)

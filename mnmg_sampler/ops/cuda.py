@@ -6,9 +6,8 @@ compiled from the **same Python source** as the CPU ones. :func:`rng.compile_rng
 with ``cuda.jit(device=True)``, and ``cpu.sample_positions`` (Floyd's algorithm, its slot order,
 the ``fanout=-1`` and ``deg <= fanout`` cases), the weighted draws and the typed helpers are
 re-bound to that device RNG and compiled for the device too. Only ``sample_count`` is mirrored by
-hand, because numba's CUDA ``min`` does not compile. Tests run both under Numba's CUDA simulator
-and compare outputs bit for bit (``tests/gpu_sim``), and compile the kernels to PTX when an NVVM
-is available.
+hand, because numba's CUDA ``min`` does not compile. ``tests/gpu_sim`` compares both bit for bit
+under the simulator.
 
 One call is two launches over every node of the hop (all merged requests at once), one thread
 per node walking the relations of its type in order (same streams ``hop + r * 2**32``, same
@@ -364,12 +363,9 @@ def sample_neighbors_cuda(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one hop on the GPU; same arguments and results as :func:`cpu.sample_neighbors`.
 
-    Inputs are torch tensors on one CUDA device (CPU tensors or numpy arrays are moved there;
-    under the simulator everything stays on the CPU). Kernels run on PyTorch's current stream
-    and read the tensors zero-copy through ``__cuda_array_interface__``; the results are int64
-    tensors ``(counts, neighbors, edge_ids)`` on the same device, allocated by PyTorch
-    (``edge_ids`` empty when ``with_eids=False``).
-    ``kernels`` replaces the kernel pair (tests only, see :func:`make_kernels`).
+    Inputs are moved to one CUDA device (:class:`_Call`); the results are int64 tensors
+    ``(counts, neighbors, edge_ids)`` there, allocated by PyTorch. ``kernels`` replaces the
+    kernel pair (tests only, see :func:`make_kernels`).
     """
     a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
     return _one_relation(a, None, seed, hop, with_eids, kernels)

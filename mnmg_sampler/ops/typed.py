@@ -18,15 +18,12 @@ Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and
 and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
 most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
 
-Time (temporal sampling, one kernel for both): segments of a timed graph are sorted by time
-(:mod:`mnmg_sampler.graph.temporal`), so with ``bounds`` (one time per node) each degree is cut
-to the admissible prefix (time <= the bound, ``admissible_count``'s binary search over the edge
-time, or over the neighbors' node time when the graph has node time only). ``last`` selects the
-strategy per request (:data:`STRATEGIES`): ``"uniform"`` (0) the draws above on the prefix,
-bit-identical to the untimed kernel's when the bound is >= every time; ``"last"`` (1) the
-``min(k, a)`` latest admissible neighbors in ascending time (``-1`` all of the prefix),
-deterministic, ignoring ``replace`` and weights. ``bounds=None`` is the untimed case: numba
-compiles a specialisation in which the time branches are pruned, so it pays nothing for them.
+Time (one kernel for both; docs/temporal.md#sampling): segments of a timed graph are sorted by
+time, so with ``bounds`` each degree is cut to the admissible prefix (:func:`admissible_count`).
+Per request (:data:`STRATEGIES`), ``"uniform"`` (0) draws as above on the prefix (bit-identical
+to the untimed kernel when the bound is >= every time), ``"last"`` (1) takes the ``min(k, a)``
+latest admissible neighbors in ascending time. ``bounds=None`` compiles a specialisation with
+the time branches pruned, so the untimed case pays nothing for them.
 """
 
 from __future__ import annotations
@@ -302,19 +299,13 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     """Sample one hop of a typed graph for every ``rows[i]``, along every relation of its type.
 
     Args:
-        graph: a :class:`~mnmg_sampler.graph.typed.TypedGraph` (its CSR arrays are read).
-        rows: internal ids of the frontier nodes in ``graph``.
         nodes: the id each node's RNG is keyed on (the internal id in one process).
-        keys: int64 request key of each node.
         req: int64 row of ``fanouts`` / ``replace`` for each node (its request).
         fanouts: int64 ``[Q, R]``: per request and relation, neighbors to draw (-1 all, 0 none).
-        replace: uint8 ``[Q]``: with replacement, per request.
-        seed, hop: RNG counters shared by the call.
+        replace: uint8 ``[Q]``.
         with_eids: ``False`` skips the edge-id reads (``edge_ids`` comes back empty).
-        bounds: int64 ``[n]`` or ``None``: the latest admissible time of each node (the graph
-            must be timed); ``None`` samples without time.
-        last: uint8 ``[Q]`` with ``bounds``: ``"last"`` (1) or ``"uniform"`` (0) per request
-            (zeros when omitted).
+        bounds: int64 ``[n]``: each node's latest admissible time (timed graph); ``None``: no time.
+        last: uint8 ``[Q]`` with ``bounds``: ``"last"`` (1) or ``"uniform"`` (0) per request.
 
     Returns:
         ``(counts, neighbors, relations, edge_ids)``: per-node sample counts (all relations),
