@@ -1,20 +1,14 @@
 """Negative destinations for link prediction, from the counter-based RNG, and edge membership.
 
-A negative of positive edge ``i`` (its position in the loader's ``edge_label_index``) keeps the
-positive's source and draws a destination uniformly from ``[0, num_nodes)``. Draw ``d`` of
-attempt ``t`` is ``bounded(draw(stream_base(seed, key, NEG_HOP, i), t * amount + d), num_nodes)``
-where ``key`` is the request key of the global batch: a pure function of
-``(seed, epoch, batch, positive index, draw, attempt)``, so the negatives do not depend on world
-size, partitioning or merging. With rejection, a candidate that is a known edge is replaced by
-the next attempt's draw of the same ``(i, d)``; the membership test is a callable, so a single
-process passes :func:`csr_has_edges` and a distributed loader an exchange to the owner ranks.
-
-Time (PyG's rule for temporal link batches: a negative node's time is <= its positive's time):
-with :class:`AdmissibleNodes` (the nodes of the drawn type in (node time, id) order), positive
-``i`` at time ``t_i`` has ``c_i`` admissible nodes, a prefix of that order, and draw ``d`` of
-attempt ``t`` is the node at ``bounded(draw(...), c_i)`` in it: uniform over the admissible
-nodes, exact (PyG redraws 5 times, then falls back to the positive's own node), and a function of
-the same counters plus the graph's node times, so still the same for any world size.
+A negative of positive edge ``i`` (its position in ``edge_label_index``) keeps the positive's
+source and draws a destination uniformly; draw ``d`` of attempt ``t`` is slot ``t * amount + d``
+of stream ``(seed, key, NEG_HOP, i)``, so negatives do not depend on world size, partitioning or
+merging (docs/link.md#negative-sampling-mnmg_sampleropsnegative-called-by-mnmg_samplersamplinglink).
+With rejection, a known edge is replaced by the next attempt's draw of the same ``(i, d)``; the
+membership test is a callable (:func:`csr_has_edges` in one process, an exchange to the owner
+ranks in a distributed loader). With node time, the draw picks uniformly among the
+:class:`AdmissibleNodes` no later than the positive, exactly (see
+docs/temporal.md#link-prediction-over-time).
 """
 
 from __future__ import annotations
