@@ -9,14 +9,12 @@ re-bound to that device RNG and compiled for the device too. Only ``sample_count
 hand, because numba's CUDA ``min`` does not compile. ``tests/gpu_sim`` compares both bit for bit
 under the simulator.
 
-One call is two launches over every node of the hop (all merged requests at once), one thread
-per node walking the relations of its type in order (same streams ``hop + r * 2**32``, same
-slots, same node-then-relation order as the CPU): ``counts`` sizes each node's output (all its
-relations) and weighted scratch, a device ``torch.cumsum`` gives the offsets, and ``fill`` draws
-and gathers. With ``bounds`` it is also the temporal kernel's twin (degrees cut to the
-admissible prefix, ``"last"`` the tail), switched by one flag per launch. The output size is
-read back to the host once per call (the only synchronisation), to allocate the outputs from
-PyTorch's caching allocator.
+One call is two launches over every node of the hop, one thread per node walking the relations
+of its type in the CPU's order (same streams and slots): ``counts`` sizes each node's output and
+weighted scratch, a device ``torch.cumsum`` gives the offsets, and ``fill`` draws and gathers.
+With ``bounds`` it is also the temporal kernel's twin, switched by one flag per launch. The
+output size is read back to the host once per call (the only synchronisation), to allocate the
+outputs from PyTorch's caching allocator.
 
 Importing this module needs numba (a core dependency) but no GPU; a GPU is checked for when a
 kernel runs. Under ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the simulator on CPU tensors or
@@ -390,9 +388,9 @@ def sample_neighbors_weighted_cuda(
     """Weighted sampling on the GPU; same arguments and results as
     :func:`mnmg_sampler.ops.weighted.sample_neighbors_weighted` (int64 tensors on the device).
 
-    One thread per node, as :func:`sample_neighbors_cuda`; the running sums of a drawing node's
-    weights live in a float64 scratch tensor sized by one device -> host read (with the output
-    size). ``kernels`` replaces the kernel pair (tests only, see :func:`make_weighted_kernels`).
+    The running sums of a drawing node's weights live in a float64 scratch tensor sized with
+    the output. ``kernels`` replaces the kernel pair (tests only, see
+    :func:`make_weighted_kernels`).
     """
     a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
     return _one_relation(a, weights, seed, hop, with_eids, kernels)

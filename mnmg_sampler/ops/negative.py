@@ -172,8 +172,7 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
         draw_src: ``[P, amount]`` source of each draw for ``known`` (a typed graph's binary
             negatives, whose sources are drawn too); default the positive's ``src``.
         admissible, time: with node time, the drawn type's nodes in time order and each
-            positive's time ``[P]``: the ``d``-th draw is among the nodes no later than
-            ``time[i]`` (module docstring; every positive must admit one, see
+            positive's time ``[P]`` (every positive must admit one node, see
             :meth:`AdmissibleNodes.check`).
     """
     src = np.ascontiguousarray(src, np.int64)

@@ -1,11 +1,8 @@
 """The typed CPU kernel: one call samples one hop for every relation and every merged request.
 
-Input: frontier nodes (internal ids of a :class:`~mnmg_sampler.graph.typed.TypedGraph`), the
-request of each node (a row of a ``[Q, R]`` table of per-relation fanouts: ``-1`` all, ``0``
-none) and its RNG key. Each node is expanded along every relation that ends at its type, in
-relation order; per (node, relation) the draws are those of :mod:`mnmg_sampler.ops.cpu`
-(uniform: all, Floyd without replacement, independent draws with replacement) or of
-:mod:`mnmg_sampler.ops.weighted` where the relation has weights.
+Each frontier node is expanded along every relation that ends at its type, in relation order,
+with its request's fanout for that relation; per (node, relation) the draws are those of
+:mod:`mnmg_sampler.ops.cpu` or, where the relation has weights, :mod:`mnmg_sampler.ops.weighted`.
 
 RNG keying: relation ``r`` of node ``v`` draws from the stream
 ``stream_base(seed, key, hop + r * 2**32, v)``. Relation 0 is exactly the homogeneous stream,
@@ -54,9 +51,8 @@ W_MAX = cpu.W_MAX
 @numba.njit(cache=True, nogil=True, inline="always")
 def type_of(off, v):
     """The type of internal id ``v``: the largest ``t < T`` with ``off[t] <= v``, by a
-    branch-free binary search (the compares move ``t`` by arithmetic, ``log2 T`` steps for
-    any ``v``): ids of random types mispredicted a branch per step (a batch's nodes grouped by
-    type: 21 -> 9 ns per node)."""
+    branch-free binary search: ids of random types mispredicted a branch per step (a batch's
+    nodes grouped by type: 21 -> 9 ns per node)."""
     t = 0
     n = off.shape[0] - 1
     while n > 1:
@@ -89,9 +85,8 @@ def usable_count(w, s, d):
 @numba.njit(cache=True, nogil=True, inline="always")
 def admissible_count(etime, ntime, indices, by_node, s, d, bound):
     """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``, by a
-    branch-free binary search (the compares move ``base`` by arithmetic, so no branch waits on a
-    time read; with the segments prefetched ahead it was about 5% faster than a branching one,
-    measured)."""
+    branch-free binary search: no branch waits on a time read (with the segments prefetched
+    ahead, measured 5% faster than a branching one)."""
     base = s
     n = d
     while n > 1:

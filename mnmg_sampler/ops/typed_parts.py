@@ -143,8 +143,8 @@ def sample_typed_parts(bounds: np.ndarray, type_offs: np.ndarray, seg_bases: np.
         type_offs, seg_bases: int64 ``[P, T + 1]`` and ``[P, T]``: each part's
             ``type_offset`` and ``seg_base``.
         rel_offset, weighted_rel: the graph's ``rel_offset`` ``[T + 1]`` and uint8 per relation.
-        indptrs, indices, eids, origs: one array per part, all of one type (e.g. read-only
-            contiguous int64); weights: one float32 array per part (empty when unweighted).
+        indptrs, indices, eids, origs: one array per part, all of one type; weights: one
+            float32 array per part (empty when unweighted).
         nodes: frontier new ids; keys, req, fanouts, replace: as
             :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`.
         time_bounds, last: as that kernel's ``bounds`` and ``last`` (``None``: no time).
