@@ -37,11 +37,8 @@ def sample_count(deg, fanout, replace):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def sample_positions(out, o, deg, k, fanout, replace, base):
-    """Write ``k`` neighbor positions in ``[0, deg)`` into ``out[o:o+k]``.
-
-    All neighbors in CSR order when ``fanout < 0`` or ``deg <= fanout`` (without replacement);
-    ``k`` independent uniform draws with replacement; otherwise Floyd's algorithm, an exact
-    uniform ``k``-subset of distinct positions.
+    """Write ``k`` neighbor positions in ``[0, deg)`` into ``out[o:o+k]``: all, independent draws
+    or Floyd's algorithm (docs/rng.md#sampling-one-node-sample_positions).
 
     Indices are unsigned: numba guards a signed index (``o`` is not known to be >= 0) against
     wrapping around, and that guard turned the stores into scatters and kept the draws scalar.
@@ -167,9 +164,8 @@ def rebuild(c, so, w, start, deg, out, o, i):
 def weighted_positions(out, o, w, start, deg, nz, k, fanout, replace, base, c, so):
     """Write ``k`` row positions drawn proportional to ``w[start:start+deg]`` into ``out[o:]``.
 
-    ``nz`` is the row's number of positive weights. Every one of them, in CSR order, when
-    ``fanout < 0`` or (without replacement) ``nz <= fanout``; otherwise ``c[so:so+deg]`` is
-    float64 scratch for the running sums.
+    ``nz`` is the row's number of positive weights; ``c[so:so+deg]`` is float64 scratch for the
+    running sums (docs/rng.md#weighted-draws-weighted_positions).
     """
     if fanout < 0 or (not replace and nz <= fanout):
         j = 0

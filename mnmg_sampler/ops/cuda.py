@@ -104,11 +104,10 @@ _NONE = np.zeros(0, np.int64)  # the time arrays of an untimed call (never read)
 
 def make_typed_kernels(positions: Callable = sample_positions,
                        wpositions: Callable = weighted_positions) -> tuple[Callable, Callable]:
-    """The ``(counts, fill)`` kernels around a device uniform ``positions`` and weighted
-    ``wpositions`` (tests pass a wrong one to show the CPU/CUDA comparison can fail). ``timed``
-    (one flag for the launch, so every thread takes the same branch) cuts each degree to the
-    admissible prefix; without it the time arrays, ``bounds`` and ``last`` are empty and never
-    read. ``rel_out`` empty: the relations are not written (a one-relation call)."""
+    """The ``(counts, fill)`` kernels around device ``positions`` and ``wpositions`` (tests pass
+    a wrong one to show the CPU/CUDA comparison can fail). ``timed`` is one flag per launch, so
+    every thread takes the same branch; without it the time arrays, ``bounds`` and ``last`` are
+    empty and never read. ``rel_out`` empty: the relations are not written."""
 
     def counts_kernel(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
                       wflag, rows, timed, bounds, req, fan, replace, last, counts, scounts):
@@ -206,12 +205,11 @@ def _as_device_tensor(a, device: torch.device) -> torch.Tensor:
 
 class _Call:
     """What every call of the kernels shares: the device, the int64 inputs on it (``fanout`` and
-    ``replace`` broadcast to one value per node) and how to launch there.
+    ``replace`` one per node) and how to launch there.
 
     Under the simulator the device is the CPU and kernels get numpy views; on a GPU they run on
-    PyTorch's current stream inside numba's context for the device (the primary context PyTorch
-    uses) and read the tensors zero-copy with ``sync=False``: the inputs were produced on that
-    same stream.
+    PyTorch's current stream in its primary context and read the tensors zero-copy with
+    ``sync=False``: the inputs were produced on that same stream.
     """
 
     def __init__(self, indptr, indices, eids, rows, nodes, keys, fanout, replace) -> None:

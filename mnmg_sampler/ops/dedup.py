@@ -1,9 +1,8 @@
 """Per-request deduplication and renumbering of one hop's sampled neighbors (CPU, njit).
 
-For every request ``r`` it takes the nodes the request already holds (``n_id`` so far) and the
-neighbors just sampled, appends the neighbors not seen before in first-occurrence order (PyG's
-order) and gives each sampled neighbor its local index. Requests run in parallel, each with its
-own open-addressing hash table, so the cost is linear in the request's size.
+Each request's new neighbors are appended to its ``n_id`` in first-occurrence order (PyG's)
+and every sampled neighbor gets its local index. Requests run in parallel, each with its own
+open-addressing hash table, so the cost is linear in the request's size.
 
 The loops read each request through views (indices from 0) and index the tables with unsigned
 numbers: numba guards a signed index it cannot prove >= 0 against wrapping around, and those

@@ -48,8 +48,7 @@ class NegativeSampling:
         mode: ``binary`` (negatives become extra rows of ``edge_label_index`` with label 0) or
             ``triplet`` (``dst_neg_index`` beside ``src_index`` / ``dst_pos_index``).
         amount: negatives per positive edge (a positive integer).
-        reject_known: redraw a negative that is an edge of the graph (checked by the rank owning
-            its destination), so no negative is a known edge.
+        reject_known: redraw a negative that is an edge of the graph (asked of its owner).
         max_attempts: draws per negative before giving up with a :class:`SamplingInputError`
             (only reachable when a source links to almost every node).
     """
