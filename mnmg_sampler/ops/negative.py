@@ -156,14 +156,13 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
                      draw_src: np.ndarray | None = None,
                      admissible: AdmissibleNodes | None = None,
                      time: np.ndarray | None = None) -> np.ndarray:
-    """Negative destinations ``[P, amount]`` for positives with sources ``src`` at positions
-    ``pos_index``.
+    """Negative destinations ``[P, amount]`` for positives ``src`` at ``pos_index``.
 
     Args:
         known: membership test; ``None`` keeps every draw (no rejection).
-        more: distributed agreement ``more(this_rank_has_pending) -> any rank has pending``; each
-            attempt calls ``known`` once on every rank (with nothing to test when a rank is
-            done), so collective membership tests stay in step. ``None`` in one process.
+        more: ``more(this_rank_has_pending) -> any rank has pending`` (``None`` in one
+            process); each attempt calls ``known`` once on every rank, even with nothing to
+            test, so collective membership tests stay in step.
         max_attempts: rejected draws per negative before :class:`SamplingInputError` (raised
             on every rank together, as the attempt count is agreed).
         hop: the stream's hop counter (:data:`NEG_SRC_HOP` draws a typed graph's random

@@ -404,10 +404,9 @@ def group_hops_by_relation(hops, loc: np.ndarray, num_relations: int
     over each hop's (a counting sort). ``hops[h] = (src, dst0, counts, rel, eid)``: hop ``h``'s
     edges, ``counts[i]`` of them from frontier node ``dst0 + i`` (batch index), in frontier
     order; ``src`` their batch indices. Returns ``(edge_index buffer, edge ids, per-relation
-    offsets [R + 1], edges per relation and hop [R, H])``: relation ``r``'s edges are
-    ``a, b = offsets[r], offsets[r + 1]``, its ``edge_index``
-    ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1 ``loc[dst]``), its
-    edge ids ``eid[a:b]``."""
+    offsets [R + 1], edges per relation and hop [R, H])``: with ``a, b = offsets[r], offsets[r +
+    1]``, relation ``r``'s ``edge_index`` is ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0
+    ``loc[src]``, row 1 ``loc[dst]``), its edge ids ``eid[a:b]``."""
     H = len(hops)
     per_hop = np.zeros((num_relations, H), np.int64)
     for h, (_, _, _, rel, _) in enumerate(hops):
@@ -450,10 +449,9 @@ def group_nodes_by_type(nid: np.ndarray, node_type_offset: np.ndarray, n_nodes
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A batch's nodes (internal ids ``nid``, hop by hop, ``n_nodes`` per hop) grouped by type,
     in ``nid`` order within each, in two passes: ``(per-type ids, per-type offsets [T + 1],
-    nodes per type and hop [T, H + 1], loc)``; type ``t``'s ids are
-    ``ids[offsets[t]:offsets[t + 1]]``, ``loc[i]`` is node ``i``'s index among its type's
-    (int32 when it fits: the random reads of :func:`group_hops_by_relation` move half the
-    bytes)."""
+    nodes per type and hop [T, H + 1], loc)``; type ``t``'s ids are ``ids[offsets[t]:offsets[t +
+    1]]``, ``loc[i]`` is node ``i``'s index among its type's (int32 when it fits: the random
+    reads of :func:`group_hops_by_relation` move half the bytes)."""
     nid = np.ascontiguousarray(nid, np.int64)
     off = np.ascontiguousarray(node_type_offset, np.int64)
     n_nodes = np.asarray(n_nodes, np.int64)

@@ -140,8 +140,8 @@ def sample_typed_parts(bounds: np.ndarray, type_offs: np.ndarray, seg_bases: np.
 
     Args:
         bounds: int64 ``[P + 1]``: part ``p`` owns new ids ``[bounds[p], bounds[p + 1])``.
-        type_offs, seg_bases: int64 ``[P, T + 1]`` and ``[P, T]``: each part's
-            ``type_offset`` and ``seg_base``.
+        type_offs, seg_bases: each part's ``type_offset`` and ``seg_base`` (``[P, T + 1]``,
+            ``[P, T]``).
         rel_offset, weighted_rel: the graph's ``rel_offset`` ``[T + 1]`` and uint8 per relation.
         indptrs, indices, eids, origs: one array per part, all of one type; weights: one
             float32 array per part (empty when unweighted).

@@ -2,17 +2,15 @@
 
 Same calling convention and determinism contract as :func:`mnmg_sampler.ops.cpu.sample_neighbors`
 (every draw is a pure function of ``(seed, key, hop, node, slot)``), plus a ``weights`` array.
-Inverse-CDF draws with replacement, successive sampling with rejection without: see
-docs/rng.md#weighted-draws-weighted_positions.
+Behaviour: docs/weighted.md; draws and slots: docs/rng.md#weighted-draws-weighted_positions.
 
 The arithmetic is float64 additions of float32 weights in CSR order, one multiplication
 ``u * total`` and comparisons: no ``log`` or ``pow`` (whose last bit differs between libm and the
 GPU's libdevice) and no multiply-add a compiler could fuse, so CPU and CUDA results are
-bit-identical. ``docs/weighted.md`` states the behaviour, ``docs/rng.md`` the slot layout.
+bit-identical.
 
-Zero weights are never drawn; a row whose weights are all zero yields no neighbors. Negative, NaN
-or infinite weights are rejected by :func:`check_weights` (call it when weights are loaded, e.g.
-at partition time); the kernels do not raise, they treat such weights as zero.
+Negative, NaN or infinite weights are rejected by :func:`check_weights` (call it when weights
+are loaded); the kernels do not raise, they treat such weights as zero (``cpu.usable``).
 """
 
 from __future__ import annotations

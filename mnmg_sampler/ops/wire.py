@@ -482,8 +482,7 @@ def pack_lookup(keys, inner, me, lo, table, wire):
 
     Keys of bucket ``me`` are answered here (``table[key - lo]``); the others are packed in
     bucket order (duplicates too: no sort, no hash). Returns ``(out, buf, counts, pos)``: the
-    answers (own ones filled), the keys to send, their count per bucket, and the position in
-    ``out`` of each sent key.
+    answers (own ones filled), the keys to send, their count per bucket, each one's ``out`` slot.
     """
     n = keys.shape[0]
     W = inner.shape[0] + 1
