@@ -479,10 +479,9 @@ def sample_neighbors_parts(indptrs: tuple, indices: tuple, eids: tuple, origs: t
                            with_eids: bool = True
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_neighbors` over several CSRs at once: node ``v`` (a new id) is row
-    ``v - bounds[p]`` of part ``p`` (``bounds[p] <= v < bounds[p + 1]``), its RNG id
-    ``origs[p][row]``; results in node order with no regrouping, and per part its nodes and
-    sampled edges (``(P, 2)``). The tuples hold one array per part, all of one type. Serial
-    (one thread); per-node scratch is reused per thread, as :func:`sample_neighbors`'s."""
+    ``v - bounds[p]`` of part ``p``, its RNG id ``origs[p][row]``; results in node order, and
+    per part its nodes and sampled edges (``(P, 2)``). The tuples hold one array per part, all
+    of one type. Serial; per-node scratch is reused per thread, as :func:`sample_neighbors`'s."""
     nodes = np.ascontiguousarray(nodes, np.int64)
     n = nodes.shape[0]
     buf = getattr(_SCRATCH_PARTS, "buf", None)

@@ -1,13 +1,11 @@
 """CUDA sampling kernels (numba.cuda): the GPU twin of :mod:`mnmg_sampler.ops.typed`, and so of
 ``ops.cpu`` and ``ops.weighted``, its one-relation cases.
 
-Bit-identical to the CPU kernels by construction where possible: the device functions are
-compiled from the **same Python source** as the CPU ones. :func:`rng.compile_rng` compiles the RNG
-with ``cuda.jit(device=True)``, and ``cpu.sample_positions`` (Floyd's algorithm, its slot order,
-the ``fanout=-1`` and ``deg <= fanout`` cases), the weighted draws and the typed helpers are
-re-bound to that device RNG and compiled for the device too. Only ``sample_count`` is mirrored by
-hand, because numba's CUDA ``min`` does not compile. ``tests/gpu_sim`` compares both bit for bit
-under the simulator.
+Bit-identical to the CPU kernels by construction: the device functions are compiled from the
+**same Python source** as the CPU ones (docs/rng.md#one-source-two-devices-compile_rng): the RNG,
+``cpu.sample_positions``, the weighted draws and the typed helpers, re-bound to the device RNG.
+Only ``sample_count`` is mirrored by hand, because numba's CUDA ``min`` does not compile.
+``tests/gpu_sim`` compares both bit for bit under the simulator.
 
 One call is two launches over every node of the hop, one thread per node walking the relations
 of its type in the CPU's order (same streams and slots): ``counts`` sizes each node's output and
@@ -16,9 +14,8 @@ With ``bounds`` it is also the temporal kernel's twin, switched by one flag per 
 output size is read back to the host once per call (the only synchronisation), to allocate the
 outputs from PyTorch's caching allocator.
 
-Importing this module needs numba (a core dependency) but no GPU; a GPU is checked for when a
-kernel runs. Under ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the simulator on CPU tensors or
-numpy arrays (slow: tests only).
+Importing this module needs no GPU; one is checked for when a kernel runs. Under
+``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the simulator on CPU arrays (slow: tests only).
 """
 
 from __future__ import annotations

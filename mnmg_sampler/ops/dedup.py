@@ -153,10 +153,9 @@ def dedup_hop(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Deduplicate one hop for ``R`` requests given as flat arrays with ``R + 1`` offsets.
 
-    Returns ``(new, new_off, local)``: each request's newly reached nodes (flat, with offsets)
-    and, for every candidate, its index in that request's ``n_id`` after the new nodes are
-    appended. Ids in a small range (a graph's node ids) go through direct maps, others through
-    hash tables; the results are the same.
+    Returns ``(new, new_off, local)``: each request's new nodes (flat, with offsets) and every
+    candidate's index in its request's ``n_id`` once they are appended. Ids in a small range go
+    through direct maps, others through hash tables; the results are the same.
     """
     R = nid_off.shape[0] - 1
     new_tmp = np.empty(cand.shape[0], np.int64)

@@ -264,8 +264,7 @@ _SCRATCH = threading.local()
 
 def _scratch(m: int) -> np.ndarray:
     """``(6, m)`` int64 per-pair scratch (starts, degrees, usable weights, offsets, scratch
-    offsets, relations) reused by the calls of one thread, as ``cpu.scratch_int64``: fresh
-    buffers paid their page faults on every call (6 arrays of 8 bytes per node and relation)."""
+    offsets, relations) reused per thread, as ``cpu.scratch_int64``."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or buf.shape[1] < m:
         buf = _SCRATCH.buf = np.empty((6, max(m, 1024)), np.int64)
@@ -320,9 +319,8 @@ def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, wei
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_typed_neighbors` on a typed CSR's arrays (``weights`` ``None`` when no
     relation is weighted, ``wflag`` one uint8 per relation, ``edge_ids`` empty for CSR
-    positions; with ``bounds``, ``times`` is :func:`time_arrays`'s triple). A CSR of one
-    relation is the homogeneous case: ``node_off = [0, n]``, ``rel_off = [0, 1]``,
-    ``seg_base = [0]``."""
+    positions, ``times`` :func:`time_arrays`'s triple). A homogeneous CSR is ``node_off = [0,
+    n]``, ``rel_off = [0, 1]``, ``seg_base = [0]``."""
     rows = cpu._ids(rows)
     nodes = cpu._ids(nodes)
     keys = np.ascontiguousarray(keys, dtype=np.int64)
