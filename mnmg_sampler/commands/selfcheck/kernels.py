@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import torch
@@ -227,10 +227,6 @@ def cpu_uniform(w: Workload, weighted: bool = False) -> Check:
                      lambda case, args=None: call(w, case, args or w.case_args(case)), weighted)
 
 
-def cpu_weighted(w: Workload) -> Check:
-    return cpu_uniform(w, weighted=True)
-
-
 def cpu_negative(w: Workload) -> Check:
     from ... import rng
     from ...ops.negative import NEG_HOP, negative_candidates
@@ -332,10 +328,6 @@ def cuda_uniform(w: Workload, weighted: bool = False) -> Check:
 
     return _cuda_line(f"kernel.cuda.{'weighted' if weighted else 'uniform'}", w, cuda_call,
                       lambda case, args: cpu_call(w, case, args))
-
-
-def cuda_weighted(w: Workload) -> Check:
-    return cuda_uniform(w, weighted=True)
 
 
 def dedup(w: Workload) -> Check:
@@ -466,7 +458,8 @@ def cuda_typed(w: Workload) -> Check:
                  data={"device": where, "nodes_per_call": n})
 
 
-CHECKS = (("kernel.cpu.uniform", cpu_uniform), ("kernel.cpu.weighted", cpu_weighted),
+CHECKS = (("kernel.cpu.uniform", cpu_uniform),
+          ("kernel.cpu.weighted", partial(cpu_uniform, weighted=True)),
           ("kernel.cpu.negative", cpu_negative), ("kernel.cuda.uniform", cuda_uniform),
-          ("kernel.cuda.weighted", cuda_weighted), ("kernel.dedup", dedup),
+          ("kernel.cuda.weighted", partial(cuda_uniform, weighted=True)), ("kernel.dedup", dedup),
           ("kernel.cpu.typed", cpu_typed), ("kernel.cuda.typed", cuda_typed))
