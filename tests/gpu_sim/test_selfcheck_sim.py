@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(ON_DEVICE, reason="describes selfcheck under the
 # both runs in one interpreter (one torch import), the other simulator workers' (conftest.py)
 WORKER = None if ON_DEVICE else Path(__file__).with_name("selfcheck_worker.py")
 KERNELS = ("kernel.cpu.uniform", "kernel.cpu.weighted", "kernel.cpu.negative",
-           "kernel.cuda.uniform", "kernel.cuda.weighted", "kernel.dedup", "kernel.cpu.typed",
+           "kernel.cuda.uniform", "kernel.cuda.weighted", "kernel.cpu.typed",
            "kernel.cuda.typed")
 
 

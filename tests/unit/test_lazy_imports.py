@@ -41,8 +41,7 @@ def test_importtime_shows_no_gpu_module():
     assert bad == []
 
 
-LIGHT_MODULES = ("mnmg_sampler", "mnmg_sampler.system.gpu", "mnmg_sampler.system.memory",
-                 "mnmg_sampler.ops.dedup_torch")
+LIGHT_MODULES = ("mnmg_sampler", "mnmg_sampler.system.gpu", "mnmg_sampler.system.memory")
 
 
 # Checks of a fresh interpreter, run in turn in one (an interpreter each would cost a torch

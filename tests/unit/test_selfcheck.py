@@ -25,7 +25,7 @@ from mnmg_sampler.commands.selfcheck.result import (
 ARGS = ["selfcheck", "--scale", "8", "--repeats", "1"]
 LINES = ["env.versions", "env.gpus", "env.topology", "env.backends", "kernel.cpu.uniform",
          "kernel.cpu.weighted", "kernel.cpu.negative", "kernel.cuda.uniform",
-         "kernel.cuda.weighted", "kernel.dedup", "kernel.cpu.typed", "kernel.cuda.typed",
+         "kernel.cuda.weighted", "kernel.cpu.typed", "kernel.cuda.typed",
          "memory.pool", "memory.expandable_segments",
          "exchange.all_to_all", "exchange.sampling"]
 
@@ -58,7 +58,7 @@ def test_cpu_machine_exits_0_with_a_valid_report(cpu_only, tmp_path, capsys):
     assert report["verdict"] == PASS and report["world_size"] == 1
     assert report["format"] == "mnmg-sampler-selfcheck/1"
     for name in ("kernel.cpu.uniform", "kernel.cpu.weighted", "kernel.cpu.negative",
-                 "kernel.dedup", "env.versions", "env.backends"):
+                 "kernel.cpu.typed", "env.versions", "env.backends"):
         assert checks[name]["verdict"] == PASS, checks[name]
     for name in ("kernel.cuda.uniform", "kernel.cuda.weighted"):
         assert checks[name]["verdict"] == SKIPPED
@@ -83,7 +83,7 @@ def test_json_without_out_is_one_document_on_stdout(cpu_only, capsys):
     assert "kernel.cpu.uniform" in cap.err  # the table went to stderr
 
 
-@pytest.mark.parametrize("line", ["kernel.cpu.uniform", "kernel.dedup"])
+@pytest.mark.parametrize("line", ["kernel.cpu.uniform", "kernel.cpu.negative"])
 def test_injected_fault_fails_its_line_and_the_exit_code(cpu_only, monkeypatch, tmp_path, line):
     monkeypatch.setenv(INJECT_ENV, line)
     out = tmp_path / "report.json"

@@ -43,7 +43,6 @@ CLAIMS = {
     "typed CUDA kernel bit-identical to the typed CPU kernel on a device": ("selfcheck",
                                                                            "gpu_tests"),
     "temporal CUDA kernel bit-identical to the temporal CPU kernel on a device": ("gpu_tests",),
-    "dedup in torch ops on CUDA tensors equal to the CPU hash table": ("selfcheck",),
     "kernel launch path: external_stream, as_cuda_array(sync=False), gpus[i] context":
         ("selfcheck", "bench"),
     "CUDA kernels compiled to PTX and launched on a device": ("gpu_tests",),

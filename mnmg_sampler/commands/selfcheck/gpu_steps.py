@@ -108,10 +108,10 @@ def selfcheck(s: Step) -> None:
                          "seconds": c["seconds"]} for c in report["checks"]}
     figures: dict = {"exit_code": code, "summary": report["summary"], "lines": lines,
                      "report_file": path.name}
-    for name in ("kernel.cuda.uniform", "kernel.cuda.weighted", "kernel.dedup"):
+    for name in ("kernel.cuda.uniform", "kernel.cuda.weighted"):
         data = next((c["ranks"][0]["data"] for c in report["checks"] if c["name"] == name), {})
         keep = ("edges_per_s", "cpu_edges_per_s", "gather_reads_per_s", "ratio_vs_gather",
-                "vs_cpu", "first_call_s", "torch_per_s", "cpu_per_s", "device")
+                "vs_cpu", "first_call_s", "device")
         figures[name] = {k: data[k] for k in keep if k in data}
     s.put(**figures)
     bad = [f"{n}: {c['detail']}" for n, c in lines.items() if c["verdict"] == "fail"]

@@ -9,8 +9,6 @@ single`` gives on CPU).
   the RNG's own Python source (:mod:`mnmg_sampler.rng`) evaluated by numpy.
 * ``kernel.cuda.uniform`` / ``kernel.cuda.weighted``: :mod:`mnmg_sampler.ops.cuda` against the CPU
   kernels, on the GPU or in Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``, small sizes).
-* ``kernel.dedup``: :mod:`mnmg_sampler.ops.dedup_torch` on the GPU (on the CPU without one)
-  against the CPU hash table of :mod:`mnmg_sampler.ops.dedup`.
 * ``kernel.cpu.typed``: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` on every thread
   against one thread, and on the one-type view of the graph against the homogeneous kernel bit
   for bit (the format's promise: a homogeneous graph is the one-type case).
@@ -330,39 +328,6 @@ def cuda_uniform(w: Workload, weighted: bool = False) -> Check:
                       lambda case, args: cpu_call(w, case, args))
 
 
-def dedup(w: Workload) -> Check:
-    """One hop's dedup and renumbering for four requests, on the GPU path's device."""
-    from ...ops import cpu
-    from ...ops.dedup import dedup_hop
-    from ...ops.dedup_torch import dedup_hop_torch
-    from ...system.console import fmt_count
-
-    name = "kernel.dedup"
-    g = w.graph
-    dev = w.device if w.device is not None and w.device.type == "cuda" else torch.device("cpu")
-    counts, nbr, _ = cpu.sample_neighbors(g.indptr, g.indices, None, *w.case_args(w.cases[3]),
-                                          with_eids=False)
-    R = 4
-    nid_off = np.linspace(0, w.rows.size, R + 1).astype(np.int64)
-    cum = np.concatenate([[0], np.cumsum(counts)])
-    cand_off = cum[nid_off]
-    want = dedup_hop(w.rows, nid_off, nbr, cand_off)
-    t = [torch.from_numpy(a).to(dev) for a in (w.rows, nid_off, nbr, cand_off)]
-    got = [x.cpu().numpy() for x in dedup_hop_torch(*t)]
-    got[2] = inject(name, got[2], w.rank)
-    diff = compare(want, got, ("new", "new_off", "local"))
-    where = str(dev) if dev.type == "cuda" else "cpu (no CUDA device: the same torch ops)"
-    if diff:
-        return Check(name, FAIL, diff, data={"device": where})
-    sync = w.sync if dev.type == "cuda" else (lambda: None)
-    d_s = median_seconds(lambda: dedup_hop_torch(*t), w.repeats, sync)
-    c_s = median_seconds(lambda: dedup_hop(w.rows, nid_off, nbr, cand_off), w.repeats)
-    data = {"device": where, "candidates": int(nbr.size), "requests": R,
-            "torch_per_s": nbr.size / max(d_s, 1e-12), "cpu_per_s": nbr.size / max(c_s, 1e-12)}
-    return Check(name, PASS, f"torch ops on {where} equal the CPU hash table ({nbr.size:,} "
-                 f"candidates, {R} requests); {fmt_count(data['torch_per_s'])} candidates/s vs "
-                 f"{fmt_count(data['cpu_per_s'])}/s", data=data)
-
 
 # ----------------------------------------------------------------------------------- typed
 
@@ -461,5 +426,5 @@ def cuda_typed(w: Workload) -> Check:
 CHECKS = (("kernel.cpu.uniform", cpu_uniform),
           ("kernel.cpu.weighted", partial(cpu_uniform, weighted=True)),
           ("kernel.cpu.negative", cpu_negative), ("kernel.cuda.uniform", cuda_uniform),
-          ("kernel.cuda.weighted", partial(cuda_uniform, weighted=True)), ("kernel.dedup", dedup),
+          ("kernel.cuda.weighted", partial(cuda_uniform, weighted=True)),
           ("kernel.cpu.typed", cpu_typed), ("kernel.cuda.typed", cuda_typed))
