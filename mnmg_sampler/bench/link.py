@@ -57,11 +57,8 @@ class LinkBench(TimedBatches):
         self._build, self._finish = build_link_request, finish_link_batch
         B = args.batch_size
         self.batches = [np.arange(i, min(i + B, seed_pos.size)) for i in range(0, seed_pos.size, B)]
-        super().__init__()
+        super().__init__(len(self.batches))
         self._one(0)  # warm-up: compile, touch the arrays
-
-    def _count(self) -> int:
-        return len(self.batches)
 
     def _one(self, i: int):
         a = self.args
@@ -70,15 +67,6 @@ class LinkBench(TimedBatches):
                            num_nodes=self.graph.num_nodes, neg=self.neg, known=self.known)
         (mb,) = self.sampler.sample([plan.request])
         return self._finish(mb, plan, exclude_seed_edges=not a.no_exclude)
-
-    def result(self) -> dict:
-        from .single import _median_rate
-
-        out = _median_rate(self.edges, self.seconds)
-        n = len(self.batches)
-        out.update(batches=n, edges=self.edges, edges_per_batch=self.edges / n,
-                   nodes_per_batch=self.nodes / n, batches_per_s=n / out["median_s"])
-        return out
 
 
 def bench_dgl_link(graph, seed_pos, python: Path, args, fanouts, before_each) -> dict:

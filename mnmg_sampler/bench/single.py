@@ -148,19 +148,16 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
 
 
 class TimedBatches:
-    """Timed repeats over the same minibatches: :meth:`run_once` samples batch ``_one(i)`` for
-    ``i < _count()`` and records the time, sampled edges and nodes.
+    """Timed repeats over the same ``n`` minibatches: :meth:`run_once` samples batch ``_one(i)``
+    for ``i < n`` and records the time, sampled edges and nodes.
 
     Each :meth:`run_once` is one timed repeat, so repeats can be interleaved with the DGL
     peer's runs and both see the same machine state.
     """
 
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
+    def __init__(self, n: int) -> None:
+        self.n, self.seconds = n, []
         self.edges = self.nodes = 0
-
-    def _count(self) -> int:
-        raise NotImplementedError
 
     def _one(self, i: int):
         raise NotImplementedError
@@ -168,12 +165,20 @@ class TimedBatches:
     def run_once(self) -> None:
         edges = nodes = 0
         t = time.perf_counter()
-        for i in range(self._count()):
+        for i in range(self.n):
             b = self._one(i)
             edges += int(b.e_id.numel())
             nodes += b.num_nodes
         self.seconds.append(time.perf_counter() - t)
         self.edges, self.nodes = edges, nodes
+
+    def result(self) -> dict:
+        out = _median_rate(self.edges, self.seconds)
+        n, med = self.n, out["median_s"]
+        out.update(batches=n, edges=self.edges, nodes=self.nodes, edges_per_batch=self.edges / n,
+                   nodes_per_batch=self.nodes / n, nodes_per_s=self.nodes / med,
+                   batches_per_s=n / med)
+        return out
 
 
 class MultiHopBench(TimedBatches):
@@ -184,28 +189,16 @@ class MultiHopBench(TimedBatches):
         from ..ops.rng import request_key
         from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
-        self.batches = min(batches, -(-seeds.size // batch_size))
+        super().__init__(min(batches, -(-seeds.size // batch_size)))
         self.reqs = [SampleRequest(seeds[i * batch_size:(i + 1) * batch_size], fanouts,
                                    request_key(seed, 0, i), replace=replace)
-                     for i in range(self.batches)]
+                     for i in range(self.n)]
         self.sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
         self.sampler.sample(self.reqs[:1])  # warm-up
-        super().__init__()
-
-    def _count(self) -> int:
-        return self.batches
 
     def _one(self, i: int):
         (b,) = self.sampler.sample([self.reqs[i]])
         return b
-
-    def result(self) -> dict:
-        out = _median_rate(self.edges, self.seconds)
-        med = out["median_s"]
-        out.update(batches=self.batches, edges=self.edges, nodes=self.nodes,
-                   edges_per_batch=self.edges / self.batches, nodes_per_s=self.nodes / med,
-                   batches_per_s=self.batches / med)
-        return out
 
 
 def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts,
