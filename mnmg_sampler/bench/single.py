@@ -36,7 +36,6 @@ from pathlib import Path
 from ..commands.sample import positive_int
 from ..system.console import JSON_OUT_HELP
 from ._launch import add_graph_option
-from ._launch import machine_info as _machine
 from .peers import add_peer_options, peer_python, repo_root, run_peer, save_graph
 
 log = logging.getLogger(__name__)
@@ -227,20 +226,13 @@ def _verdict(ratio: float | None, target: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..commands.sample import parse_fanouts
-    from ._launch import command_line, graph_line, load_for_bench, set_bench_threads, write_json
+    from ._launch import base_result, graph_line, load_for_bench, set_bench_threads, write_json
 
     fanouts = parse_fanouts(args.fanouts)
     threads = set_bench_threads(args.threads)  # torch too: idle intra-op threads slow sampling
     graph, seeds, load_s = load_for_bench(args)
-    res: dict = {
-        "mode": "single", "command": command_line("single"), "graph": args.graph,
-        "name": graph.name,
-        "undirected": args.undirected, "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size),
-        "load_s": load_s, "fanouts": fanouts, "batch_size": args.batch_size,
-        "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
-        "machine": _machine(threads),
-    }
+    # no one target: each figure prints its own
+    res = base_result("single", args, graph, seeds, load_s, fanouts, threads, None)
     print(graph_line(args, graph, seeds, load_s))
     print(f"threads {threads}, fanouts {fanouts}, batch size {args.batch_size}, "
           f"replace {args.replace}, median of {args.repeats}; "
