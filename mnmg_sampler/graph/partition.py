@@ -294,9 +294,7 @@ def partition_graph(graph: CSRGraph | TypedGraph, parts: int, method: str, seed:
     """Assign every node to one of ``parts`` parts and relabel so parts are contiguous id ranges.
 
     Args:
-        graph: a :class:`CSRGraph` or a :class:`~.typed.TypedGraph` (the plan covers its
-            internal ids).
-        parts: number of parts; one per rank.
+        graph: the plan covers its internal ids (for a typed graph).
         method: ``range``, ``random``, ``hash`` or ``metis``; ``seed`` seeds all but ``range``.
         metis_max_edges: METIS refuses graphs with more CSR entries (:class:`PartitionError`);
             ``None`` = :data:`METIS_MAX_EDGES`.

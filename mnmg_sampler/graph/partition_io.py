@@ -625,7 +625,6 @@ def load_partition(
 
     Args:
         path: a directory written by :func:`mnmg_sampler.graph.partition.write_partitions`.
-        rank: which part to open (this process's rank).
         world_size: when given, must equal the number of parts (:class:`WorldSizeError`).
         verify: checksums of this rank's files: ``"full"`` (or ``True``: every byte),
             ``"sampled"`` (a few blocks per file), ``"off"`` (or ``False``), ``"auto"`` (full up

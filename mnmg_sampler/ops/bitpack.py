@@ -1,15 +1,12 @@
 """Bit-packed integer words for the wire (CPU, njit): what ids cost between ranks.
 
-Ids, counts and headers travel as int32 or int64 words, but a graph of 82k nodes needs 17 bits
-per id and a count bounded by a fanout of 15 needs 4. A block of ``n`` words is sent as ``n``
-(8 bytes, little-endian), one width byte per mini-block of :data:`MINI` words (``w``: the bit
-length of the mini-block's largest word read as unsigned, so a negative word takes every bit),
-zeros up to a multiple of 4 bytes, then each mini-block's words in ``w`` bits each, least
-significant bit first, filling little-endian 32-bit words (a mini-block starts a new 32-bit
-word). That is bit-packing with one width per mini-block, as Parquet and Lucene do; every block
-is a multiple of 4 bytes, so 32-bit loads and stores stay aligned. Decoding gives back exactly
-the words sent. A block never takes more than :func:`encoded_bound` bytes of its word count,
-so a receiver that knows a bound in words knows one in bytes: no size has to travel first.
+Why and when: docs/architecture.md#bit-packed-words-between-hosts. A block of ``n`` words is
+``n`` (8 bytes, little-endian), one width byte per mini-block of :data:`MINI` words (``w``: the
+bit length of its largest word read as unsigned, so a negative word takes every bit), zeros up
+to a multiple of 4 bytes, then each mini-block's words in ``w`` bits each, least significant bit
+first, filling little-endian 32-bit words (a mini-block starts a new one), so 32-bit loads and
+stores stay aligned. Decoding gives back exactly the words sent. A block never takes more than
+:func:`encoded_bound` bytes, so a receiver that knows a bound in words knows one in bytes.
 """
 
 from __future__ import annotations

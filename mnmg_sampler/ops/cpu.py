@@ -37,11 +37,8 @@ def sample_count(deg, fanout, replace):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def sample_positions(out, o, deg, k, fanout, replace, base):
-    """Write ``k`` neighbor positions in ``[0, deg)`` into ``out[o:o+k]``.
-
-    All neighbors in CSR order when ``fanout < 0`` or ``deg <= fanout`` (without replacement);
-    ``k`` independent uniform draws with replacement; otherwise Floyd's algorithm, an exact
-    uniform ``k``-subset of distinct positions.
+    """Write ``k`` neighbor positions in ``[0, deg)`` into ``out[o:o+k]``: all, independent draws
+    or Floyd's algorithm (docs/rng.md#sampling-one-node-sample_positions).
 
     Indices are unsigned: numba guards a signed index (``o`` is not known to be >= 0) against
     wrapping around, and that guard turned the stores into scatters and kept the draws scalar.
@@ -167,9 +164,8 @@ def rebuild(c, so, w, start, deg, out, o, i):
 def weighted_positions(out, o, w, start, deg, nz, k, fanout, replace, base, c, so):
     """Write ``k`` row positions drawn proportional to ``w[start:start+deg]`` into ``out[o:]``.
 
-    ``nz`` is the row's number of positive weights. Every one of them, in CSR order, when
-    ``fanout < 0`` or (without replacement) ``nz <= fanout``; otherwise ``c[so:so+deg]`` is
-    float64 scratch for the running sums.
+    ``nz`` is the row's number of positive weights; ``c[so:so+deg]`` is float64 scratch for the
+    running sums (docs/rng.md#weighted-draws-weighted_positions).
     """
     if fanout < 0 or (not replace and nz <= fanout):
         j = 0
@@ -368,10 +364,7 @@ def sample_neighbors(
     Args:
         indptr, indices: CSR of the sampling graph (row = node, entries = its in-neighbors), int64.
         eids: edge id of every CSR entry, or ``None`` to report CSR positions as edge ids.
-        rows: CSR row of each node to sample (local position within this CSR).
         nodes: the node id the RNG is keyed on (the *original* id, so partitioning is invisible).
-        keys: request key of each node.
-        seed, hop: RNG counters shared by the call.
         fanout, replace: per call or per node (arrays), so requests with different fanouts
             share one call; ``fanout=-1`` takes every neighbor.
         with_eids: ``False`` skips the edge-id reads; ``edge_ids`` is then an empty array.
@@ -486,11 +479,9 @@ def sample_neighbors_parts(indptrs: tuple, indices: tuple, eids: tuple, origs: t
                            with_eids: bool = True
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_neighbors` over several CSRs at once: node ``v`` (a new id) is row
-    ``v - bounds[p]`` of part ``p`` (``bounds[p] <= v < bounds[p + 1]``), its RNG id
-    ``origs[p][row]``; results in node order with no regrouping, and per part its nodes and
-    sampled edges (``(P, 2)``). The tuples hold one array per
-    part, all of one type (e.g. read-only int64). Serial (one thread); its per-node scratch is
-    reused by the calls of a thread, as :func:`sample_neighbors`'s."""
+    ``v - bounds[p]`` of part ``p``, its RNG id ``origs[p][row]``; results in node order, and
+    per part its nodes and sampled edges (``(P, 2)``). The tuples hold one array per part, all
+    of one type. Serial; per-node scratch is reused per thread, as :func:`sample_neighbors`'s."""
     nodes = np.ascontiguousarray(nodes, np.int64)
     n = nodes.shape[0]
     buf = getattr(_SCRATCH_PARTS, "buf", None)

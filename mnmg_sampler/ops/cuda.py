@@ -1,27 +1,21 @@
 """CUDA sampling kernels (numba.cuda): the GPU twin of :mod:`mnmg_sampler.ops.typed`, and so of
 ``ops.cpu`` and ``ops.weighted``, its one-relation cases.
 
-Bit-identical to the CPU kernels by construction where possible: the device functions are
-compiled from the **same Python source** as the CPU ones. :func:`rng.compile_rng` compiles the RNG
-with ``cuda.jit(device=True)``, and ``cpu.sample_positions`` (Floyd's algorithm, its slot order,
-the ``fanout=-1`` and ``deg <= fanout`` cases), the weighted draws and the typed helpers are
-re-bound to that device RNG and compiled for the device too. Only ``sample_count`` is mirrored by
-hand, because numba's CUDA ``min`` does not compile. Tests run both under Numba's CUDA simulator
-and compare outputs bit for bit (``tests/gpu_sim``), and compile the kernels to PTX when an NVVM
-is available.
+Bit-identical to the CPU kernels by construction: the device functions are compiled from the
+**same Python source** as the CPU ones (docs/rng.md#one-source-two-devices-compile_rng): the RNG,
+``cpu.sample_positions``, the weighted draws and the typed helpers, re-bound to the device RNG.
+Only ``sample_count`` is mirrored by hand, because numba's CUDA ``min`` does not compile.
+``tests/gpu_sim`` compares both bit for bit under the simulator.
 
-One call is two launches over every node of the hop (all merged requests at once), one thread
-per node walking the relations of its type in order (same streams ``hop + r * 2**32``, same
-slots, same node-then-relation order as the CPU): ``counts`` sizes each node's output (all its
-relations) and weighted scratch, a device ``torch.cumsum`` gives the offsets, and ``fill`` draws
-and gathers. With ``bounds`` it is also the temporal kernel's twin (degrees cut to the
-admissible prefix, ``"last"`` the tail), switched by one flag per launch. The output size is
-read back to the host once per call (the only synchronisation), to allocate the outputs from
-PyTorch's caching allocator.
+One call is two launches over every node of the hop, one thread per node walking the relations
+of its type in the CPU's order (same streams and slots): ``counts`` sizes each node's output and
+weighted scratch, a device ``torch.cumsum`` gives the offsets, and ``fill`` draws and gathers.
+With ``bounds`` it is also the temporal kernel's twin, switched by one flag per launch. The
+output size is read back to the host once per call (the only synchronisation), to allocate the
+outputs from PyTorch's caching allocator.
 
-Importing this module needs numba (a core dependency) but no GPU; a GPU is checked for when a
-kernel runs. Under ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the simulator on CPU tensors or
-numpy arrays (slow: tests only).
+Importing this module needs no GPU; one is checked for when a kernel runs. Under
+``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the simulator on CPU arrays (slow: tests only).
 """
 
 from __future__ import annotations
@@ -107,11 +101,10 @@ _NONE = np.zeros(0, np.int64)  # the time arrays of an untimed call (never read)
 
 def make_typed_kernels(positions: Callable = sample_positions,
                        wpositions: Callable = weighted_positions) -> tuple[Callable, Callable]:
-    """The ``(counts, fill)`` kernels around a device uniform ``positions`` and weighted
-    ``wpositions`` (tests pass a wrong one to show the CPU/CUDA comparison can fail). ``timed``
-    (one flag for the launch, so every thread takes the same branch) cuts each degree to the
-    admissible prefix; without it the time arrays, ``bounds`` and ``last`` are empty and never
-    read. ``rel_out`` empty: the relations are not written (a one-relation call)."""
+    """The ``(counts, fill)`` kernels around device ``positions`` and ``wpositions`` (tests pass
+    a wrong one to show the CPU/CUDA comparison can fail). ``timed`` is one flag per launch, so
+    every thread takes the same branch; without it the time arrays, ``bounds`` and ``last`` are
+    empty and never read. ``rel_out`` empty: the relations are not written."""
 
     def counts_kernel(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w,
                       wflag, rows, timed, bounds, req, fan, replace, last, counts, scounts):
@@ -209,12 +202,11 @@ def _as_device_tensor(a, device: torch.device) -> torch.Tensor:
 
 class _Call:
     """What every call of the kernels shares: the device, the int64 inputs on it (``fanout`` and
-    ``replace`` broadcast to one value per node) and how to launch there.
+    ``replace`` one per node) and how to launch there.
 
     Under the simulator the device is the CPU and kernels get numpy views; on a GPU they run on
-    PyTorch's current stream inside numba's context for the device (the primary context PyTorch
-    uses) and read the tensors zero-copy with ``sync=False``: the inputs were produced on that
-    same stream.
+    PyTorch's current stream in its primary context and read the tensors zero-copy with
+    ``sync=False``: the inputs were produced on that same stream.
     """
 
     def __init__(self, indptr, indices, eids, rows, nodes, keys, fanout, replace) -> None:
@@ -364,12 +356,9 @@ def sample_neighbors_cuda(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one hop on the GPU; same arguments and results as :func:`cpu.sample_neighbors`.
 
-    Inputs are torch tensors on one CUDA device (CPU tensors or numpy arrays are moved there;
-    under the simulator everything stays on the CPU). Kernels run on PyTorch's current stream
-    and read the tensors zero-copy through ``__cuda_array_interface__``; the results are int64
-    tensors ``(counts, neighbors, edge_ids)`` on the same device, allocated by PyTorch
-    (``edge_ids`` empty when ``with_eids=False``).
-    ``kernels`` replaces the kernel pair (tests only, see :func:`make_kernels`).
+    Inputs are moved to one CUDA device (:class:`_Call`); the results are int64 tensors
+    ``(counts, neighbors, edge_ids)`` there, allocated by PyTorch. ``kernels`` replaces the
+    kernel pair (tests only, see :func:`make_kernels`).
     """
     a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
     return _one_relation(a, None, seed, hop, with_eids, kernels)
@@ -394,9 +383,9 @@ def sample_neighbors_weighted_cuda(
     """Weighted sampling on the GPU; same arguments and results as
     :func:`mnmg_sampler.ops.weighted.sample_neighbors_weighted` (int64 tensors on the device).
 
-    One thread per node, as :func:`sample_neighbors_cuda`; the running sums of a drawing node's
-    weights live in a float64 scratch tensor sized by one device -> host read (with the output
-    size). ``kernels`` replaces the kernel pair (tests only, see :func:`make_weighted_kernels`).
+    The running sums of a drawing node's weights live in a float64 scratch tensor sized with
+    the output. ``kernels`` replaces the kernel pair (tests only, see
+    :func:`make_weighted_kernels`).
     """
     a = _Call(indptr, indices, eids, rows, nodes, keys, fanout, replace)
     return _one_relation(a, weights, seed, hop, with_eids, kernels)

@@ -1,9 +1,8 @@
 """Per-request deduplication and renumbering of one hop's sampled neighbors (CPU, njit).
 
-For every request ``r`` it takes the nodes the request already holds (``n_id`` so far) and the
-neighbors just sampled, appends the neighbors not seen before in first-occurrence order (PyG's
-order) and gives each sampled neighbor its local index. Requests run in parallel, each with its
-own open-addressing hash table, so the cost is linear in the request's size.
+Each request's new neighbors are appended to its ``n_id`` in first-occurrence order (PyG's)
+and every sampled neighbor gets its local index. Requests run in parallel, each with its own
+open-addressing hash table, so the cost is linear in the request's size.
 
 The loops read each request through views (indices from 0) and index the tables with unsigned
 numbers: numba guards a signed index it cannot prove >= 0 against wrapping around, and those
@@ -154,10 +153,9 @@ def dedup_hop(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Deduplicate one hop for ``R`` requests given as flat arrays with ``R + 1`` offsets.
 
-    Returns ``(new, new_off, local)``: each request's newly reached nodes (flat, with offsets)
-    and, for every candidate, its index in that request's ``n_id`` after the new nodes are
-    appended. Ids in a small range (a graph's node ids) go through direct maps, others through
-    hash tables; the results are the same.
+    Returns ``(new, new_off, local)``: each request's new nodes (flat, with offsets) and every
+    candidate's index in its request's ``n_id`` once they are appended. Ids in a small range go
+    through direct maps, others through hash tables; the results are the same.
     """
     R = nid_off.shape[0] - 1
     new_tmp = np.empty(cand.shape[0], np.int64)

@@ -1,21 +1,12 @@
 """Per-request deduplication and renumbering in torch ops: ``ops.dedup.dedup_hop`` on any device.
 
-The CPU version walks each request with a hash table. On a GPU, torch's sort is the tool, so the
-same result is computed by sorting instead, with no Python loop over requests:
-
-1. Lay out every request's sequence as ``n_id so far`` followed by ``this hop's candidates``
-   (flat, request-major, in order); each element gets its request index ``req`` and its position
-   ``pos`` within its request.
-2. Dense-rank the node ids (``torch.unique(..., return_inverse=True)``) and form the composite
-   key ``req * U + rank`` (``U`` = number of distinct ids): equal keys mean "same node in the
-   same request", and the request offset keeps requests apart without any id arithmetic that
-   could overflow.
-3. A **stable** sort by that key puts each group's first occurrence first; a segment scan gives
-   every element the flat index of its group's first occurrence.
-4. A candidate is *new* if it is the first occurrence of its group (so not in ``n_id``). The new
-   nodes, taken in flat order, are each request's new nodes in first-occurrence order; their rank
-   within the request plus the request's ``n_id`` size is their local index. Every other element
-   takes the local index of its group's first occurrence.
+On a GPU, torch's sort replaces the CPU version's hash table, with no Python loop over requests
+(docs/gpu.md#deduplication-in-torch-ops-not-used-by-the-sampler-yet): each request laid out as
+``n_id so far`` then ``this hop's candidates``; the composite key ``req * U + rank`` (dense ranks
+of the ids, so no id arithmetic can overflow); a **stable** sort puts each (request, node)
+group's first occurrence first. A candidate that is its group's first occurrence is new, and its
+local index is the request's ``n_id`` size plus its rank among the request's new nodes; every
+other element takes its group's first occurrence's index.
 
 The result is bit-identical to the hash-table version (tests compare both on random inputs,
 including duplicate seeds and empty requests). Cost: one unique and one sort of
@@ -41,9 +32,7 @@ def dedup_hop_torch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Deduplicate one hop for ``R`` requests given as flat tensors with ``R + 1`` offsets.
 
-    Same contract as :func:`mnmg_sampler.ops.dedup.dedup_hop`, on ``cand``'s device: returns
-    ``(new, new_off, local)``, each request's newly reached nodes (flat, with offsets) and, for
-    every candidate, its index in that request's ``n_id`` once the new nodes are appended.
+    Same contract as :func:`mnmg_sampler.ops.dedup.dedup_hop`, on ``cand``'s device.
     """
     device = cand.device if torch.is_tensor(cand) else None
     nid, nid_off = _as_long(nid, device), _as_long(nid_off, device)

@@ -1,20 +1,14 @@
 """Negative destinations for link prediction, from the counter-based RNG, and edge membership.
 
-A negative of positive edge ``i`` (its position in the loader's ``edge_label_index``) keeps the
-positive's source and draws a destination uniformly from ``[0, num_nodes)``. Draw ``d`` of
-attempt ``t`` is ``bounded(draw(stream_base(seed, key, NEG_HOP, i), t * amount + d), num_nodes)``
-where ``key`` is the request key of the global batch: a pure function of
-``(seed, epoch, batch, positive index, draw, attempt)``, so the negatives do not depend on world
-size, partitioning or merging. With rejection, a candidate that is a known edge is replaced by
-the next attempt's draw of the same ``(i, d)``; the membership test is a callable, so a single
-process passes :func:`csr_has_edges` and a distributed loader an exchange to the owner ranks.
-
-Time (PyG's rule for temporal link batches: a negative node's time is <= its positive's time):
-with :class:`AdmissibleNodes` (the nodes of the drawn type in (node time, id) order), positive
-``i`` at time ``t_i`` has ``c_i`` admissible nodes, a prefix of that order, and draw ``d`` of
-attempt ``t`` is the node at ``bounded(draw(...), c_i)`` in it: uniform over the admissible
-nodes, exact (PyG redraws 5 times, then falls back to the positive's own node), and a function of
-the same counters plus the graph's node times, so still the same for any world size.
+A negative of positive edge ``i`` (its position in ``edge_label_index``) keeps the positive's
+source and draws a destination uniformly; draw ``d`` of attempt ``t`` is slot ``t * amount + d``
+of stream ``(seed, key, NEG_HOP, i)``, so negatives do not depend on world size, partitioning or
+merging (docs/link.md#negative-sampling-mnmg_sampleropsnegative-called-by-mnmg_samplersamplinglink).
+With rejection, a known edge is replaced by the next attempt's draw of the same ``(i, d)``; the
+membership test is a callable (:func:`csr_has_edges` in one process, an exchange to the owner
+ranks in a distributed loader). With node time, the draw picks uniformly among the
+:class:`AdmissibleNodes` no later than the positive, exactly (see
+docs/temporal.md#link-prediction-over-time).
 """
 
 from __future__ import annotations
@@ -54,8 +48,7 @@ class NegativeSampling:
         mode: ``binary`` (negatives become extra rows of ``edge_label_index`` with label 0) or
             ``triplet`` (``dst_neg_index`` beside ``src_index`` / ``dst_pos_index``).
         amount: negatives per positive edge (a positive integer).
-        reject_known: redraw a negative that is an edge of the graph (checked by the rank owning
-            its destination), so no negative is a known edge.
+        reject_known: redraw a negative that is an edge of the graph (asked of its owner).
         max_attempts: draws per negative before giving up with a :class:`SamplingInputError`
             (only reachable when a source links to almost every node).
     """
@@ -163,14 +156,13 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
                      draw_src: np.ndarray | None = None,
                      admissible: AdmissibleNodes | None = None,
                      time: np.ndarray | None = None) -> np.ndarray:
-    """Negative destinations ``[P, amount]`` for positives with sources ``src`` at positions
-    ``pos_index``.
+    """Negative destinations ``[P, amount]`` for positives ``src`` at ``pos_index``.
 
     Args:
         known: membership test; ``None`` keeps every draw (no rejection).
-        more: distributed agreement ``more(this_rank_has_pending) -> any rank has pending``; each
-            attempt calls ``known`` once on every rank (with nothing to test when a rank is
-            done), so collective membership tests stay in step. ``None`` in one process.
+        more: ``more(this_rank_has_pending) -> any rank has pending`` (``None`` in one
+            process); each attempt calls ``known`` once on every rank, even with nothing to
+            test, so collective membership tests stay in step.
         max_attempts: rejected draws per negative before :class:`SamplingInputError` (raised
             on every rank together, as the attempt count is agreed).
         hop: the stream's hop counter (:data:`NEG_SRC_HOP` draws a typed graph's random
@@ -178,8 +170,7 @@ def sample_negatives(src: np.ndarray, pos_index: np.ndarray, *, seed: int, key: 
         draw_src: ``[P, amount]`` source of each draw for ``known`` (a typed graph's binary
             negatives, whose sources are drawn too); default the positive's ``src``.
         admissible, time: with node time, the drawn type's nodes in time order and each
-            positive's time ``[P]``: the ``d``-th draw is among the nodes no later than
-            ``time[i]`` (module docstring; every positive must admit one, see
+            positive's time ``[P]`` (every positive must admit one node, see
             :meth:`AdmissibleNodes.check`).
     """
     src = np.ascontiguousarray(src, np.int64)

@@ -1,8 +1,6 @@
 """The counter-based RNG of the kernels: :mod:`mnmg_sampler.rng`, under the name the kernels,
-the samplers and the docs use (``from mnmg_sampler.ops.rng import request_key``).
-
-The RNG itself lives below every layer, because the graph generators draw from it too and
-imports run graph -> ops.
+the samplers and the docs use. It lives below every layer because the graph generators draw
+from it too and imports run graph -> ops.
 """
 
 from __future__ import annotations

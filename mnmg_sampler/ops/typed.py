@@ -1,11 +1,8 @@
 """The typed CPU kernel: one call samples one hop for every relation and every merged request.
 
-Input: frontier nodes (internal ids of a :class:`~mnmg_sampler.graph.typed.TypedGraph`), the
-request of each node (a row of a ``[Q, R]`` table of per-relation fanouts: ``-1`` all, ``0``
-none) and its RNG key. Each node is expanded along every relation that ends at its type, in
-relation order; per (node, relation) the draws are those of :mod:`mnmg_sampler.ops.cpu`
-(uniform: all, Floyd without replacement, independent draws with replacement) or of
-:mod:`mnmg_sampler.ops.weighted` where the relation has weights.
+Each frontier node is expanded along every relation that ends at its type, in relation order,
+with its request's fanout for that relation; per (node, relation) the draws are those of
+:mod:`mnmg_sampler.ops.cpu` or, where the relation has weights, :mod:`mnmg_sampler.ops.weighted`.
 
 RNG keying: relation ``r`` of node ``v`` draws from the stream
 ``stream_base(seed, key, hop + r * 2**32, v)``. Relation 0 is exactly the homogeneous stream,
@@ -18,15 +15,12 @@ Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and
 and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
 most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
 
-Time (temporal sampling, one kernel for both): segments of a timed graph are sorted by time
-(:mod:`mnmg_sampler.graph.temporal`), so with ``bounds`` (one time per node) each degree is cut
-to the admissible prefix (time <= the bound, ``admissible_count``'s binary search over the edge
-time, or over the neighbors' node time when the graph has node time only). ``last`` selects the
-strategy per request (:data:`STRATEGIES`): ``"uniform"`` (0) the draws above on the prefix,
-bit-identical to the untimed kernel's when the bound is >= every time; ``"last"`` (1) the
-``min(k, a)`` latest admissible neighbors in ascending time (``-1`` all of the prefix),
-deterministic, ignoring ``replace`` and weights. ``bounds=None`` is the untimed case: numba
-compiles a specialisation in which the time branches are pruned, so it pays nothing for them.
+Time (one kernel for both; docs/temporal.md#sampling): segments of a timed graph are sorted by
+time, so with ``bounds`` each degree is cut to the admissible prefix (:func:`admissible_count`).
+Per request (:data:`STRATEGIES`), ``"uniform"`` (0) draws as above on the prefix (bit-identical
+to the untimed kernel when the bound is >= every time), ``"last"`` (1) takes the ``min(k, a)``
+latest admissible neighbors in ascending time. ``bounds=None`` compiles a specialisation with
+the time branches pruned, so the untimed case pays nothing for them.
 """
 
 from __future__ import annotations
@@ -57,9 +51,8 @@ W_MAX = cpu.W_MAX
 @numba.njit(cache=True, nogil=True, inline="always")
 def type_of(off, v):
     """The type of internal id ``v``: the largest ``t < T`` with ``off[t] <= v``, by a
-    branch-free binary search (the compares move ``t`` by arithmetic, ``log2 T`` steps for
-    any ``v``): ids of random types mispredicted a branch per step (a batch's nodes grouped by
-    type: 21 -> 9 ns per node)."""
+    branch-free binary search: ids of random types mispredicted a branch per step (a batch's
+    nodes grouped by type: 21 -> 9 ns per node)."""
     t = 0
     n = off.shape[0] - 1
     while n > 1:
@@ -92,9 +85,8 @@ def usable_count(w, s, d):
 @numba.njit(cache=True, nogil=True, inline="always")
 def admissible_count(etime, ntime, indices, by_node, s, d, bound):
     """How many entries of the time-sorted segment ``[s, s + d)`` have time <= ``bound``, by a
-    branch-free binary search (the compares move ``base`` by arithmetic, so no branch waits on a
-    time read; with the segments prefetched ahead it was about 5% faster than a branching one,
-    measured)."""
+    branch-free binary search: no branch waits on a time read (with the segments prefetched
+    ahead, measured 5% faster than a branching one)."""
     base = s
     n = d
     while n > 1:
@@ -272,8 +264,7 @@ _SCRATCH = threading.local()
 
 def _scratch(m: int) -> np.ndarray:
     """``(6, m)`` int64 per-pair scratch (starts, degrees, usable weights, offsets, scratch
-    offsets, relations) reused by the calls of one thread, as ``cpu.scratch_int64``: fresh
-    buffers paid their page faults on every call (6 arrays of 8 bytes per node and relation)."""
+    offsets, relations) reused per thread, as ``cpu.scratch_int64``."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or buf.shape[1] < m:
         buf = _SCRATCH.buf = np.empty((6, max(m, 1024)), np.int64)
@@ -302,19 +293,13 @@ def sample_typed_neighbors(graph, rows: np.ndarray, nodes: np.ndarray, keys: np.
     """Sample one hop of a typed graph for every ``rows[i]``, along every relation of its type.
 
     Args:
-        graph: a :class:`~mnmg_sampler.graph.typed.TypedGraph` (its CSR arrays are read).
-        rows: internal ids of the frontier nodes in ``graph``.
         nodes: the id each node's RNG is keyed on (the internal id in one process).
-        keys: int64 request key of each node.
         req: int64 row of ``fanouts`` / ``replace`` for each node (its request).
         fanouts: int64 ``[Q, R]``: per request and relation, neighbors to draw (-1 all, 0 none).
-        replace: uint8 ``[Q]``: with replacement, per request.
-        seed, hop: RNG counters shared by the call.
+        replace: uint8 ``[Q]``.
         with_eids: ``False`` skips the edge-id reads (``edge_ids`` comes back empty).
-        bounds: int64 ``[n]`` or ``None``: the latest admissible time of each node (the graph
-            must be timed); ``None`` samples without time.
-        last: uint8 ``[Q]`` with ``bounds``: ``"last"`` (1) or ``"uniform"`` (0) per request
-            (zeros when omitted).
+        bounds: int64 ``[n]``: each node's latest admissible time (timed graph); ``None``: no time.
+        last: uint8 ``[Q]`` with ``bounds``: ``"last"`` (1) or ``"uniform"`` (0) per request.
 
     Returns:
         ``(counts, neighbors, relations, edge_ids)``: per-node sample counts (all relations),
@@ -334,9 +319,8 @@ def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, wei
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_typed_neighbors` on a typed CSR's arrays (``weights`` ``None`` when no
     relation is weighted, ``wflag`` one uint8 per relation, ``edge_ids`` empty for CSR
-    positions; with ``bounds``, ``times`` is :func:`time_arrays`'s triple). A CSR of one
-    relation is the homogeneous case: ``node_off = [0, n]``, ``rel_off = [0, 1]``,
-    ``seg_base = [0]``."""
+    positions, ``times`` :func:`time_arrays`'s triple). A homogeneous CSR is ``node_off = [0,
+    n]``, ``rel_off = [0, 1]``, ``seg_base = [0]``."""
     rows = cpu._ids(rows)
     nodes = cpu._ids(nodes)
     keys = np.ascontiguousarray(keys, dtype=np.int64)
@@ -418,10 +402,9 @@ def group_hops_by_relation(hops, loc: np.ndarray, num_relations: int
     over each hop's (a counting sort). ``hops[h] = (src, dst0, counts, rel, eid)``: hop ``h``'s
     edges, ``counts[i]`` of them from frontier node ``dst0 + i`` (batch index), in frontier
     order; ``src`` their batch indices. Returns ``(edge_index buffer, edge ids, per-relation
-    offsets [R + 1], edges per relation and hop [R, H])``: relation ``r``'s edges are
-    ``a, b = offsets[r], offsets[r + 1]``, its ``edge_index``
-    ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0 ``loc[src]``, row 1 ``loc[dst]``), its
-    edge ids ``eid[a:b]``."""
+    offsets [R + 1], edges per relation and hop [R, H])``: with ``a, b = offsets[r], offsets[r +
+    1]``, relation ``r``'s ``edge_index`` is ``buffer[2 * a: 2 * b].reshape(2, b - a)`` (row 0
+    ``loc[src]``, row 1 ``loc[dst]``), its edge ids ``eid[a:b]``."""
     H = len(hops)
     per_hop = np.zeros((num_relations, H), np.int64)
     for h, (_, _, _, rel, _) in enumerate(hops):
@@ -464,10 +447,9 @@ def group_nodes_by_type(nid: np.ndarray, node_type_offset: np.ndarray, n_nodes
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A batch's nodes (internal ids ``nid``, hop by hop, ``n_nodes`` per hop) grouped by type,
     in ``nid`` order within each, in two passes: ``(per-type ids, per-type offsets [T + 1],
-    nodes per type and hop [T, H + 1], loc)``; type ``t``'s ids are
-    ``ids[offsets[t]:offsets[t + 1]]``, ``loc[i]`` is node ``i``'s index among its type's
-    (int32 when it fits: the random reads of :func:`group_hops_by_relation` move half the
-    bytes)."""
+    nodes per type and hop [T, H + 1], loc)``; type ``t``'s ids are ``ids[offsets[t]:offsets[t +
+    1]]``, ``loc[i]`` is node ``i``'s index among its type's (int32 when it fits: the random
+    reads of :func:`group_hops_by_relation` move half the bytes)."""
     nid = np.ascontiguousarray(nid, np.int64)
     off = np.ascontiguousarray(node_type_offset, np.int64)
     n_nodes = np.asarray(n_nodes, np.int64)

@@ -3,19 +3,12 @@ every merged request and frontier nodes of any part (the shared topology of type
 
 Node ``v`` (a new id) is local row ``v - bounds[p]`` of part ``p`` (``bounds[p] <= v <
 bounds[p + 1]``); its relations and segments come from that part's ``type_offset`` and
-``seg_base`` (:mod:`mnmg_sampler.graph.typed_partition`), its RNG id is the part's
-``orig_ids[row]`` (the internal id). Per (node, relation) the draws are those of
-:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` (the same helpers, streams
-``hop + r * 2**32`` and node-then-relation order), so the output equals one call of that kernel
-per part put back in frontier order, bit for bit. Phases as that kernel's: (0) the nodes grouped
-by part (a counting sort: each part's loop then runs without a branch on a random owner per
-node), each (node, relation) pair's segment, degree and count; (1) its draws (``ops.typed``'s
-phase); (2) the gathers, part by part. Results land in frontier order with no regrouping.
-
-Time, as :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` with ``bounds``: each degree is
-cut to the admissible prefix (:func:`~mnmg_sampler.ops.typed.admissible_count` on the part's
-edge times, or on the neighbors' node times by new id) and ``last`` takes the prefix's tail.
-``bounds=None`` compiles a specialisation without the time branches. No CUDA twin: the shared
+``seg_base``, its RNG id is the part's ``orig_ids[row]``. The draws are those of
+:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` (same helpers, streams and order), so the
+output equals one call of that kernel per part put back in frontier order, bit for bit. Phases
+as that kernel's, but (0) first groups the nodes by part (a counting sort: each part's loop then
+runs without a branch on a random owner per node) and (2) gathers part by part. Time, as that
+kernel's (``time_bounds=None`` compiles without the time branches). No CUDA twin: the shared
 topology runs the CPU kernel only.
 """
 
@@ -147,11 +140,11 @@ def sample_typed_parts(bounds: np.ndarray, type_offs: np.ndarray, seg_bases: np.
 
     Args:
         bounds: int64 ``[P + 1]``: part ``p`` owns new ids ``[bounds[p], bounds[p + 1])``.
-        type_offs, seg_bases: int64 ``[P, T + 1]`` and ``[P, T]``: each part's
-            ``type_offset`` and ``seg_base``.
+        type_offs, seg_bases: each part's ``type_offset`` and ``seg_base`` (``[P, T + 1]``,
+            ``[P, T]``).
         rel_offset, weighted_rel: the graph's ``rel_offset`` ``[T + 1]`` and uint8 per relation.
-        indptrs, indices, eids, origs: one array per part, all of one type (e.g. read-only
-            contiguous int64); weights: one float32 array per part (empty when unweighted).
+        indptrs, indices, eids, origs: one array per part, all of one type; weights: one
+            float32 array per part (empty when unweighted).
         nodes: frontier new ids; keys, req, fanouts, replace: as
             :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`.
         time_bounds, last: as that kernel's ``bounds`` and ``last`` (``None``: no time).

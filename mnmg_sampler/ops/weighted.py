@@ -1,24 +1,16 @@
 """Weighted (biased) neighbor sampling: probability proportional to a float32 weight per CSR entry.
 
 Same calling convention and determinism contract as :func:`mnmg_sampler.ops.cpu.sample_neighbors`
-(every draw is a pure function of ``(seed, key, hop, node, slot)``), plus a ``weights`` array:
-
-* **with replacement**: draw ``i`` is an inverse-CDF lookup, ``unit(draw(base, i)) * total``
-  searched in the row's running sums of weights;
-* **without replacement**: successive sampling (each draw proportional to weight among the
-  neighbors not yet taken), the distribution Efraimidis-Spirakis keys ``u ** (1 / w)`` also give.
-  Draws come from slots ``0, 1, 2, ...`` of the node's stream; a draw that lands on a neighbor
-  already taken is rejected and the next slot is used; after ``REBUILD_AFTER`` rejections in a row
-  the taken neighbors' weights are removed from the running sums, so skewed rows stay fast.
+(every draw is a pure function of ``(seed, key, hop, node, slot)``), plus a ``weights`` array.
+Behaviour: docs/weighted.md; draws and slots: docs/rng.md#weighted-draws-weighted_positions.
 
 The arithmetic is float64 additions of float32 weights in CSR order, one multiplication
 ``u * total`` and comparisons: no ``log`` or ``pow`` (whose last bit differs between libm and the
 GPU's libdevice) and no multiply-add a compiler could fuse, so CPU and CUDA results are
-bit-identical. ``docs/weighted.md`` states the behaviour, ``docs/rng.md`` the slot layout.
+bit-identical.
 
-Zero weights are never drawn; a row whose weights are all zero yields no neighbors. Negative, NaN
-or infinite weights are rejected by :func:`check_weights` (call it when weights are loaded, e.g.
-at partition time); the kernels do not raise, they treat such weights as zero.
+Negative, NaN or infinite weights are rejected by :func:`check_weights` (call it when weights
+are loaded); the kernels do not raise, they treat such weights as zero (``cpu.usable``).
 """
 
 from __future__ import annotations
@@ -63,13 +55,11 @@ def sample_neighbors_weighted(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample one hop for every ``rows[i]`` with probability proportional to edge weight.
 
-    Arguments and results as :func:`mnmg_sampler.ops.cpu.sample_neighbors`, plus ``weights``:
-    float32, one per CSR entry (``weights[p]`` belongs to ``indices[p]``), validated beforehand
-    by :func:`check_weights`. A node yields ``min(n_pos, fanout)`` neighbors without
-    replacement, ``fanout`` with replacement (0 when ``n_pos == 0``), and all ``n_pos`` in CSR
-    order for ``fanout = -1``, where ``n_pos`` counts its positive-weight neighbors. Cost is
-    O(degree) per node (its weights are read), against O(fanout) for the uniform kernel. It is
-    the typed kernel (:func:`~mnmg_sampler.ops.typed.sample_relations`) on one weighted relation.
+    Arguments and results as :func:`mnmg_sampler.ops.cpu.sample_neighbors`, plus ``weights``
+    (float32 per CSR entry, validated by :func:`check_weights`); counts: see
+    docs/weighted.md#behaviour. Cost is O(degree) per node (its weights are read), against
+    O(fanout) for the uniform kernel. It is the typed kernel
+    (:func:`~mnmg_sampler.ops.typed.sample_relations`) on one weighted relation.
     """
     weights = np.ascontiguousarray(weights, dtype=np.float32)
     rows, nodes, keys, fanouts, repl = cpu._per_node(rows, nodes, keys, fanout, replace)
@@ -85,10 +75,9 @@ def sample_neighbors_weighted(
 def local_weighted_hop_fn(graph, weights, seed: int) -> Callable:
     """The weighted hop function of a whole graph in this process (``sampler.local_hop_fn``'s twin).
 
-    ``graph`` is a :class:`~mnmg_sampler.graph.csr.CSRGraph` and ``weights`` one weight per CSR
-    entry (validated here with :func:`check_weights`). The returned ``hop_fn(segments)`` takes a
-    ``sampler.HopSegments`` and returns ``(counts, neighbors, edge ids or None)``, so
-    ``MultiHopSampler(local_weighted_hop_fn(g, w, seed), g.num_nodes)`` samples by weight.
+    ``weights`` (one per CSR entry) are validated here. ``hop_fn(segments)`` returns ``(counts,
+    neighbors, edge ids or None)``, so ``MultiHopSampler(local_weighted_hop_fn(g, w, seed),
+    g.num_nodes)`` samples by weight.
     """
     w = check_weights(weights, graph.num_edges)
     if not (int(seed) == seed and 0 <= int(seed) < 2**63):

@@ -1,31 +1,14 @@
 """Packing one distributed hop into flat wire buffers and back (CPU, njit, one pass each).
 
-The layout (``docs/architecture.md``, "Wire format"): a buffer for destination ``d`` is one
-**block** per requester, in wire words (int32 when the graph fits, else int64; an int64 field
-takes ``k = 8 / word size`` words, low word first)::
+Block layouts, flags and reply bounds: see docs/architecture.md#wire-format. Words are int32
+or int64 (``k = 8 / word size`` words per int64 field, low word first). Every block says its
+own size inside, so a receiver parses it from a buffer sized by a bound both sides compute
+(:func:`reply_bounds`, the ``next`` word) and no exchange sends its sizes first.
 
-    request block:  S | next | S x (count, key, flags, R fanouts) | ids of every request,
-                    request order | time bounds (k words per id; only when its requests set the
-                    time flag) (``next``: the most words the sender may send this destination
-                    in its next exchange of the round, see :func:`pack_requests`)
-    reply block:    counts (one per id received) | original ids (one per id received; only when
-                    a request of the block set the original-id flag) | neighbor words | edge ids
-                    (k words each; only when a request of the block set the edge-id flag) |
-
-A homogeneous graph is the one-relation case (``R = 1``). On a typed graph a request has one
-fanout per relation and a neighbor word is ``neighbor id x R + relation`` (the word type is
-chosen so that it fits), so a sampled edge costs one word either way.
-
-Every block says its own size inside (the counts of its header, or one count per node), so a
-receiver parses it from a buffer sized by a bound both sides compute (:func:`reply_bounds`, the
-``next`` word) and no exchange has to send its sizes first.
-
-Each function replaces a chain of numpy calls (search, bincount, argsort, fancy indexing,
-repeat, concatenate) whose per-call overhead dominated small hops. None of them knows about
-ranks: a "destination" is a bucket of the boundaries ``inner``.
-The copy loops index with unsigned numbers (``np.uint64``): numba guards a signed index it
-cannot prove >= 0 (an offset read from an array) against wrapping around, and that guard kept
-the copies from vectorising.
+Each function replaces a chain of numpy calls whose per-call overhead dominated small hops.
+None knows about ranks: a "destination" is a bucket of the boundaries ``inner``.
+The copy loops index with ``np.uint64``: numba guards a signed index it cannot prove >= 0
+against wrapping around, and that guard kept the copies from vectorising.
 """
 
 from __future__ import annotations
@@ -68,13 +51,12 @@ def _bucket(inner, v):
 @numba.njit(cache=True, nogil=True)
 def pack_requests(nodes, sizes, keys, fanouts, flags, inner, me, wire, k, nxt, every, bounds):
     """Bucket ``nodes`` (request segments of ``sizes``; ``fanouts`` ``[S, R]``) by destination
-    and pack remote ones, each with its time bound ``bounds[i]`` when a flag has ``TIMED``.
+    and pack remote ones, with time bounds ``bounds[i]`` when a flag has ``TIMED``.
 
-    ``nxt[d]`` goes into destination ``d``'s header (the bound of the sender's next block to
-    ``d``); with ``every``, every other destination gets a block, even without nodes (it must
-    learn ``nxt``). Returns ``(buf, send_sizes, ocount, where, mine)``: the wire buffer for every
-    other destination, its per-destination size, nodes per destination, each node's position in
-    destination order (stable), and the positions of the nodes of destination ``me``.
+    ``nxt[d]`` goes into ``d``'s header; with ``every``, every other destination gets a block,
+    even without nodes (it must learn ``nxt``). Returns ``(buf, send_sizes, ocount, where,
+    mine)``: the buffer, its size per destination, nodes per destination, each node's position
+    in destination order (stable), and the positions of destination ``me``'s nodes.
     """
     n = nodes.shape[0]
     W = inner.shape[0] + 1
@@ -147,9 +129,8 @@ def header_words(S, k, R=1):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _request_bound(fanouts, s, rep, cap, rel_off):
-    """Most neighbors one node of request ``s`` can get (every fanout ``>= 0``): over the node
-    types (relations ``rel_off[t]:rel_off[t + 1]`` end at type ``t``), the most of the sums of
-    :func:`_node_bound` of their relations."""
+    """Most neighbors one node of request ``s`` can get (fanouts ``>= 0``): over node types ``t``
+    (relations ``rel_off[t]:rel_off[t + 1]``), the largest sum of :func:`_node_bound`."""
     best = np.int64(0)
     for t in range(rel_off.shape[0] - 1):
         tot = np.int64(0)
@@ -174,14 +155,13 @@ def gather_work(nodes, sizes, keys, fanouts, flags, mine, recv, rsizes, lo, k, b
                 rel_off):
     """Kernel inputs for own nodes (``mine``) then every received request block.
 
-    Block ``src`` starts at ``sum(rsizes[:src])``; its length is read from its header (a
-    block may end before ``rsizes[src]``, a bound). Requests are numbered own ones first
-    (``fanouts`` ``[S, R]``), then each block's in rank order. Returns ``(rows, keys, fanouts,
-    replace, req, fan_table, flag_table, node_bound, time_bounds, src_nodes, src_flags,
-    src_next)``: per node its row (relative to ``lo``), key, first fanout, replace flag and
-    request; per request its fanouts, flags and :func:`_request_bound` (``cap``, ``rel_off``);
-    per node its time bound (empty unless a request has ``TIMED``, own ones from ``bounds``);
-    and per source its node count, OR of its request flags and ``next`` word.
+    Block ``src`` starts at ``sum(rsizes[:src])`` and may end before ``rsizes[src]`` (a bound).
+    Requests are numbered own ones first, then each block's in rank order. Returns ``(rows,
+    keys, fanouts, replace, req, fan_table, flag_table, node_bound, time_bounds, src_nodes,
+    src_flags, src_next)``: per node its row (relative to ``lo``), key, first fanout, replace
+    flag, request; per request its fanouts, flags, :func:`_request_bound`; per node its time
+    bound (empty unless a request has ``TIMED``); per source its node count, OR of its request
+    flags and ``next`` word.
     """
     W = rsizes.shape[0]
     S = sizes.shape[0]
@@ -307,10 +287,8 @@ def _reply_words(flags, k):
 
 @numba.njit(cache=True, nogil=True)
 def reply_bounds(sizes, node_bound, flags, where, ocount, me, k):
-    """The requester's side of a bounded reply exchange: per destination, the most words the
-    reply block it gets back can hold, from the most each request's nodes can get
-    (``node_bound``, :func:`request_bounds`; every fanout must be ``>= 0``). The owner computes
-    the same number from the headers (:func:`pack_replies`)."""
+    """Per destination, the most words its reply block can hold, from ``node_bound``
+    (:func:`request_bounds`; fanouts ``>= 0``); :func:`pack_replies` computes the same."""
     W = ocount.shape[0]
     ooff = np.zeros(W + 1, np.int64)
     for d in range(W):
@@ -344,14 +322,13 @@ def reply_bounds(sizes, node_bound, flags, where, ocount, me, k):
 @numba.njit(cache=True, nogil=True)
 def pack_replies(counts, nbr, eids, rows, orig, req, node_bound, first, src_nodes, src_flags,
                  bounded, wire, k):
-    """Reply blocks for every source: counts, original ids (if its flags ask), neighbors, edge
-    ids (if its flags ask); with ``bounded``, also the bound of each block (what
+    """Reply blocks for every source; with ``bounded``, also each block's bound (what
     :func:`reply_bounds` computes on the requester's side), checked.
 
-    Sources' nodes follow each other in ``counts`` (and ``rows``, ``req``: the kernel's inputs)
-    from position ``first`` in rank order; ``orig[row]`` is a row's original id and
-    ``node_bound[req[i]]`` the most neighbors node ``i`` may get (:func:`gather_work`).
-    Returns ``(buf, sizes, bounds)`` (``bounds`` is ``sizes`` without ``bounded``).
+    Sources' nodes follow each other in ``counts``, ``rows``, ``req`` from position ``first``
+    in rank order; ``node_bound[req[i]]`` is the most neighbors node ``i`` may get
+    (:func:`gather_work`). Returns ``(buf, sizes, bounds)`` (``bounds`` is ``sizes`` without
+    ``bounded``).
     """
     W = src_nodes.shape[0]
     sizes = np.zeros(W, np.int64)
@@ -422,9 +399,8 @@ def unpack_replies(back, bsizes, ocount, me, counts_own, nbr_own, eids_own, rows
 
     Own results (``counts_own`` ..., kernel rows ``rows_own``) fill destination ``me``'s slots;
     the reply blocks in ``back`` (block ``d`` starts after ``bsizes[:d]`` words and may end
-    before ``bsizes[d]``) fill the others. ``where[j]`` is node ``j``'s position in destination
-    order. Returns
-    ``(counts, neighbors, edge ids, original ids)``; the last two are empty unless asked for.
+    before ``bsizes[d]``) fill the others. Returns ``(counts, neighbors, edge ids, original
+    ids)``; the last two are empty unless asked for.
     """
     W = ocount.shape[0]
     n = where.shape[0]
@@ -506,8 +482,7 @@ def pack_lookup(keys, inner, me, lo, table, wire):
 
     Keys of bucket ``me`` are answered here (``table[key - lo]``); the others are packed in
     bucket order (duplicates too: no sort, no hash). Returns ``(out, buf, counts, pos)``: the
-    answers (own ones filled), the keys to send, their count per bucket, and the position in
-    ``out`` of each sent key.
+    answers (own ones filled), the keys to send, their count per bucket, each one's ``out`` slot.
     """
     n = keys.shape[0]
     W = inner.shape[0] + 1
