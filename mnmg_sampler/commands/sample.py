@@ -179,9 +179,10 @@ def set_threads(threads: int | None) -> int:
     return set_all(threads)
 
 
-def input_seeds(nodes: np.ndarray, num_nodes: int, node_ids, path: str) -> np.ndarray:
-    """The seeds of a seeds file: for a renumbered graph the file holds the input's ids,
+def input_seeds(path: str, num_nodes: int, node_ids) -> np.ndarray:
+    """The seeds of seeds file ``path``: for a renumbered graph the file holds the input's ids,
     translated here (:func:`~mnmg_sampler.sampling.sampler.check_input_nodes`)."""
+    nodes = read_seeds_file(path)
     if node_ids is None:
         return nodes
     from ..sampling.sampler import check_input_nodes
@@ -207,8 +208,7 @@ def epoch_seeds(graph, args: argparse.Namespace) -> SeedSet:
     from ..loaders.seeds import AllNodes, NodeBits, NodeIds
 
     if args.seeds_file:
-        nodes = input_seeds(read_seeds_file(args.seeds_file), graph.num_nodes, graph.node_ids,
-                            args.seeds_file)
+        nodes = input_seeds(args.seeds_file, graph.num_nodes, graph.node_ids)
         graph.check_ids(nodes, "seed")
         seeds = NodeIds(nodes, graph.num_nodes)
     elif args.include_isolated:
@@ -302,6 +302,32 @@ def partition_weights(part, spec: str | None, where: str) -> str | None:
     return (name or "stored") if stored else None
 
 
+def sample_epoch(sampler, seeds: SeedSet, batches, rounds: int, fanouts: list[int],
+                 args: argparse.Namespace, out: Path | None, ids=None,
+                 step: list[str] | None = None) -> tuple[int, int, float]:
+    """Sample global batches ``batches``, one a round for ``rounds`` rounds (a rank with none
+    left still joins the round's collectives), each written to ``out`` with ``n_id`` mapped by
+    ``ids``; ``step[0]`` names the round. Returns sampled edges, nodes and seconds sampling."""
+    edges = nodes = 0
+    busy = 1e-9
+    for r in range(rounds):
+        if step is not None:
+            step[0] = f"sampling round {r + 1} of {rounds}"
+        todo = batches[r:r + 1]
+        reqs = [batch_request(seeds, i, fanouts, args) for i in todo]
+        t = time.perf_counter()
+        got = sampler.sample(reqs)
+        busy += time.perf_counter() - t
+        for i, b in zip(todo, got, strict=True):
+            edges += int(b.e_id.numel())
+            nodes += b.num_nodes
+            if out is not None:
+                if ids is not None:
+                    b.n_id = b.n_id.new_tensor(ids(b.n_id.numpy()))
+                save_batch(out / f"batch_{i:06d}.npz", b)
+    return edges, nodes, busy
+
+
 def run_distributed(args: argparse.Namespace) -> int:
     """Sample one epoch under torchrun over a partition directory; rank 0 prints a summary.
 
@@ -325,7 +351,7 @@ def run_distributed(args: argparse.Namespace) -> int:
     fanouts = parse_fanouts(args.fanouts)
     env, _ = init_distributed("gloo", "cpu", args.collective_timeout)
     rank, world = env.rank, env.world_size
-    step = "the start-up (loading and checking the partitions)"
+    step = ["the start-up (loading and checking the partitions)"]
     try:
         part = agree(lambda: load_partition(args.partitions, rank, world))
         weights = agree(lambda: partition_weights(part, getattr(args, "weights", None),
@@ -334,49 +360,42 @@ def run_distributed(args: argparse.Namespace) -> int:
             set_threads(args.threads)
         n = int(part.num_nodes)
         if args.seeds_file:
-            seeds = NodeIds(agree(lambda: input_seeds(read_seeds_file(args.seeds_file), n,
-                                                      part.node_ids, args.seeds_file)), n)
+            seeds = NodeIds(agree(lambda: input_seeds(args.seeds_file, n, part.node_ids)), n)
         elif getattr(args, "include_isolated", False):
             seeds = AllNodes(n)
         else:  # the union of the parts' bitmaps: N / 8 bytes per rank, no id array
             seeds = NodeBits(nonisolated_bits_everywhere(part), n)
-        B = args.batch_size
         n_batches, out = epoch_plan(len(seeds), args)
         shared = {"auto": "auto", "true": True, "false": False}[args.shared_topology]
         sampler = DistSampler(part, seed=args.seed, shared_topology=shared)
-        mine = list(range(rank, n_batches, world))
-        rounds = -(-n_batches // world)
-        edges = 0
         t0 = time.perf_counter()
-        for r in range(rounds):
-            step = f"sampling round {r + 1} of {rounds}"
-            todo = mine[r:r + 1]
-            reqs = [batch_request(seeds, i, fanouts, args) for i in todo]
-            for i, b in zip(todo, sampler.sample(reqs), strict=True):
-                edges += int(b.e_id.numel())
-                if out is not None:
-                    save_batch(out / f"batch_{i:06d}.npz", b)
-        dt = time.perf_counter() - t0
-        step = "the summary (totals over ranks)"
+        edges, _, _ = sample_epoch(sampler, seeds, range(rank, n_batches, world),
+                                   -(-n_batches // world), fanouts, args, out, step=step)
+        dt = max(time.perf_counter() - t0, 1e-9)
+        step[0] = "the summary (totals over ranks)"
         tot = torch.tensor([edges, sampler.ex.bytes_sent], dtype=torch.float64)
         dist.all_reduce(tot)
         if rank == 0:
             if out is not None:
-                meta = {"num_batches": n_batches, "batch_size": B, "fanouts": fanouts,
-                        "seed": args.seed, "replace": bool(args.replace),
-                        "num_nodes": int(part.num_nodes), "format": "mnmg-sampler-batches/1"}
+                meta = {"num_batches": n_batches, "batch_size": args.batch_size,
+                        "fanouts": fanouts, "seed": args.seed, "replace": bool(args.replace),
+                        "num_nodes": n, "format": "mnmg-sampler-batches/1"}
                 if weights is not None:
                     meta["weights"] = weights
                 tmp = out / ".meta.json.tmp"
                 tmp.write_text(json.dumps(meta, indent=1, sort_keys=True))
                 os.replace(tmp, out / "meta.json")
-            _summary(world, n_batches, int(tot[0]), float(tot[1]), dt, out,
-                     getattr(args, "json", False), weights)
+            edges, per_edge = int(tot[0]), float(tot[1]) / max(int(tot[0]), 1)
+            head = [("ranks", world)] + ([("weights", weights)] if weights is not None else [])
+            summary(head, {"ranks": world, "weights": weights}, n_batches, edges, dt, out,
+                    args, ["", " (all ranks)"],
+                    [("bytes exchanged", f"{per_edge:.1f} per sampled edge")],
+                    {"bytes_exchanged_per_edge": per_edge})
         dist.barrier()
     except RuntimeError as e:  # a collective failed: a peer died or hangs
         if not is_peer_failure(e):
             raise
-        raise peer_error(e, f"{step} of `sample --partitions`") from e
+        raise peer_error(e, f"{step[0]} of `sample --partitions`") from e
     finally:
         dist.destroy_process_group()
     return 0
@@ -384,8 +403,6 @@ def run_distributed(args: argparse.Namespace) -> int:
 
 def run_single(args: argparse.Namespace) -> int:
     """Sample the epoch in this process; prints one summary block."""
-    import torch
-
     from ..graph.datasets import load_graph
     from ..sampling.sampler import MultiHopSampler, local_hop_fn
 
@@ -404,62 +421,37 @@ def run_single(args: argparse.Namespace) -> int:
         hop = local_hop_fn(graph, args.seed)
     load_s = time.perf_counter() - t0
     seeds = epoch_seeds(graph, args)
-    B = args.batch_size
     n_batches, out = epoch_plan(len(seeds), args)
-
     sampler = MultiHopSampler(hop, graph.num_nodes)
     sampler.sample([batch_request(seeds, 0, fanouts, args)])  # warm-up (compiled kernels)
-    edges = nodes = 0
-    busy = 0.0
-    for i in range(n_batches):
-        req = batch_request(seeds, i, fanouts, args)
-        t = time.perf_counter()
-        (batch,) = sampler.sample([req])
-        busy += time.perf_counter() - t
-        edges += int(batch.e_id.numel())
-        nodes += batch.num_nodes
-        if out is not None:
-            batch.n_id = torch.from_numpy(graph.original_ids(batch.n_id.numpy()))
-            save_batch(out / f"batch_{i:06d}.npz", batch)
-    busy = max(busy, 1e-9)
+    edges, nodes, busy = sample_epoch(sampler, seeds, range(n_batches), n_batches, fanouts,
+                                      args, out, graph.original_ids)
+    head = [("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
+                      f"(loaded in {load_s:.1f}s)"),
+            ("seeds", f"{len(seeds):,}, batch size {args.batch_size}, fanouts {fanouts}, "
+                      f"replace {args.replace}, seed {args.seed}, threads {threads}"
+                      + (f", weights {spec}" if spec else ""))]
     data = {"graph": graph.name, "nodes": int(graph.num_nodes), "edges": int(graph.num_edges),
-            "load_s": load_s, "seeds": len(seeds), "batch_size": B, "fanouts": fanouts,
-            "replace": bool(args.replace), "seed": args.seed, "threads": threads,
-            "weights": spec or None,
-            "batches": n_batches, "sampled_edges": edges, "sampled_nodes": nodes,
-            "seconds": busy, "edges_per_s": edges / busy, "nodes_per_s": nodes / busy,
-            "batches_per_s": n_batches / busy, "out": None if out is None else str(out)}
-    rows = [
-        ("graph", f"{graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
-                  f"(loaded in {load_s:.1f}s)"),
-        ("seeds", f"{len(seeds):,}, batch size {B}, fanouts {fanouts}, replace {args.replace}, "
-                  f"seed {args.seed}, threads {threads}" + (f", weights {spec}" if spec else "")),
-        ("batches", f"{n_batches:,}"),
-        ("sampled edges", f"{edges:,}"),
-        ("sampled nodes", f"{nodes:,}"),
-        ("time", f"{busy:.3f}s (sampling only, after one warm-up batch)"),
-        ("edges/s", f"{edges / busy:,.0f}"),
-        ("nodes/s", f"{nodes / busy:,.0f}"),
-        ("batches/s", f"{n_batches / busy:,.1f}"),
-    ]
-    if out is not None:
-        rows.append(("wrote", f"{n_batches} batches to {out}"))
-    report(rows, data, args.json)
+            "load_s": load_s, "seeds": len(seeds), "batch_size": args.batch_size,
+            "fanouts": fanouts, "replace": bool(args.replace), "seed": args.seed,
+            "threads": threads, "weights": spec or None, "sampled_nodes": nodes}
+    summary(head, data, n_batches, edges, busy, out, args,
+            [" (sampling only, after one warm-up batch)", ""],
+            [("nodes/s", f"{nodes / busy:,.0f}"), ("batches/s", f"{n_batches / busy:,.1f}")],
+            {"nodes_per_s": nodes / busy, "batches_per_s": n_batches / busy},
+            [("sampled nodes", f"{nodes:,}")])
     return 0
 
 
-def _summary(world: int, batches: int, edges: int, sent: float, dt: float, out, as_json: bool,
-             weights: str | None = None):
-    """Rank 0's summary of a distributed run: a table, or JSON with ``--json``."""
-    eps, per_edge = edges / max(dt, 1e-9), sent / max(edges, 1)
-    rows = [("ranks", world), ("batches", f"{batches:,}"), ("sampled edges", f"{edges:,}"),
-            ("time", f"{dt:.3f}s"), ("edges/s", f"{eps:,.0f} (all ranks)"),
-            ("bytes exchanged", f"{per_edge:.1f} per sampled edge")]
-    if weights is not None:
-        rows.insert(1, ("weights", weights))
+def summary(head: list, data: dict, batches: int, edges: int, seconds: float, out, args,
+            notes: list[str], rates: list, rate_data: dict, counts: list = ()) -> None:
+    """The run's summary: ``head`` rows, then batches, sampled edges (and ``counts``), time
+    (``notes[0]``), edges/s (``notes[1]``) and ``rates``; a table, or JSON with ``--json``."""
+    eps = edges / seconds
+    rows = [*head, ("batches", f"{batches:,}"), ("sampled edges", f"{edges:,}"), *counts,
+            ("time", f"{seconds:.3f}s{notes[0]}"), ("edges/s", f"{eps:,.0f}{notes[1]}"), *rates]
     if out is not None:
         rows.append(("wrote", f"{batches} batches to {out}"))
-    report(rows, {"ranks": world, "weights": weights, "batches": batches,
-                  "sampled_edges": edges, "seconds": dt,
-                  "edges_per_s": eps, "bytes_exchanged_per_edge": per_edge,
-                  "out": None if out is None else str(out)}, as_json)
+    report(rows, {**data, "batches": batches, "sampled_edges": edges, "seconds": seconds,
+                  "edges_per_s": eps, **rate_data, "out": None if out is None else str(out)},
+           getattr(args, "json", False))

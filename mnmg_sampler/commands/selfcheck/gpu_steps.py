@@ -468,14 +468,10 @@ def _train_loop(s: Step, cfg, placement: str, steps: int, pdir) -> dict:
 
 
 def train(s: Step) -> None:
-    import shutil
     import tempfile
 
-    tmp = tempfile.mkdtemp(prefix="mnmg-gpu-check-")  # the partition: not part of the report
-    try:
-        _train(s, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="mnmg-gpu-check-", ignore_cleanup_errors=True) as tmp:
+        _train(s, tmp)  # the partition: not part of the report
 
 
 def _train(s: Step, tmp: str) -> None:

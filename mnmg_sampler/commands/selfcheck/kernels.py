@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import torch
@@ -125,23 +125,22 @@ class Workload:
 # ----------------------------------------------------------------------------------- CPU
 
 
-def _threads_twin(name: str, w: Workload, call) -> tuple[str | None, int]:
-    """Every case on all threads and on one thread; ``(first difference, threads)``."""
+def _threads_twin(name: str, w: Workload, call, cases=None, out=OUT) -> tuple[str | None, int]:
+    """Every case (``w.cases``) on all threads and on one; ``(first difference, threads)``."""
     import numba
 
     threads = numba.get_num_threads()
-    first = None
-    for case in w.cases:
+    for case in w.cases if cases is None else cases:
         many = call(case)
         numba.set_num_threads(1)
         try:
             one = call(case)
         finally:
             numba.set_num_threads(threads)
-        diff = compare(one, [inject(name, many[0], w.rank), many[1], many[2]], OUT)
-        if diff and first is None:
-            first = f"{case.name}: {diff}"
-    return first, threads
+        diff = compare(one, [many[0], inject(name, many[1], w.rank), *many[2:]], out)
+        if diff:
+            return f"{case.name}: {diff}", threads
+    return None, threads
 
 
 def _draws_are_edges(w: Workload, counts, nbr, pos, fanout, positive_only: bool) -> str | None:
@@ -228,10 +227,6 @@ def cpu_uniform(w: Workload, weighted: bool = False) -> Check:
                      lambda case, args=None: call(w, case, args or w.case_args(case)), weighted)
 
 
-def cpu_weighted(w: Workload) -> Check:
-    return cpu_uniform(w, weighted=True)
-
-
 def cpu_negative(w: Workload) -> Check:
     from ... import rng
     from ...ops.negative import NEG_HOP, negative_candidates
@@ -278,13 +273,9 @@ def _cuda_compare(name: str, w: Workload, cuda_call, cpu_call) -> Check:
     cuda_call(w.cases[0], w.case_args(w.cases[0], n))  # the first call compiles (JIT)
     w.sync()
     compile_s = time.perf_counter() - t0
-    for case in w.cases:
-        args = w.case_args(case, n)
-        got = [t.cpu().numpy() for t in cuda_call(case, args)]
-        want = cpu_call(case, args)
-        diff = compare(want, [got[0], inject(name, got[1], w.rank), got[2]], OUT)
-        if diff:
-            return Check(name, FAIL, f"{case.name}: {diff}")
+    diff = _device_twin(name, w, w.cases, lambda c: w.case_args(c, n), cuda_call, cpu_call)
+    if diff:
+        return Check(name, FAIL, diff)
     where = "Numba's CUDA simulator" if w.sim else str(w.device)
     data = {"graph": w.describe(), "device": where, "nodes_per_call": n, "cases": len(w.cases),
             "first_call_s": compile_s}
@@ -309,6 +300,19 @@ def _cuda_compare(name: str, w: Workload, cuda_call, cpu_call) -> Check:
                  f"({n} nodes per call, first call {compile_s:.1f}s); {rates}", data=data)
 
 
+def _device_twin(name: str, w: Workload, cases, args_of, cuda_call, cpu_call,
+                 out=OUT) -> str | None:
+    """The first case whose CUDA result differs from the CPU kernel's, as a line's detail."""
+    for case in cases:
+        args = args_of(case)
+        got = [t.cpu().numpy() for t in cuda_call(case, args)]
+        diff = compare(cpu_call(case, args), [got[0], inject(name, got[1], w.rank), *got[2:]],
+                       out)
+        if diff:
+            return f"{case.name}: {diff}"
+    return None
+
+
 def cuda_uniform(w: Workload, weighted: bool = False) -> Check:
     cpu_call = _cpu_kernel(weighted)
 
@@ -324,10 +328,6 @@ def cuda_uniform(w: Workload, weighted: bool = False) -> Check:
 
     return _cuda_line(f"kernel.cuda.{'weighted' if weighted else 'uniform'}", w, cuda_call,
                       lambda case, args: cpu_call(w, case, args))
-
-
-def cuda_weighted(w: Workload) -> Check:
-    return cuda_uniform(w, weighted=True)
 
 
 def dedup(w: Workload) -> Check:
@@ -383,15 +383,15 @@ class TypedWork:
         R = len(g.edge_types)
         rng = np.random.default_rng(SEED)
         table = rng.choice(np.array([-1, 0, 1, 3, 10]), (2, R)).astype(np.int64)
-        self.cases = [("fanout 5, every relation", np.full((1, R), 5, np.int64), [0]),
-                      ("fanout 3 with replacement", np.full((1, R), 3, np.int64), [1]),
-                      ("mixed fanouts, two requests", table, [0, 1])]
+        self.cases = [Case("fanout 5, every relation", np.full((1, R), 5, np.int64), [0]),
+                      Case("fanout 3 with replacement", np.full((1, R), 3, np.int64), [1]),
+                      Case("mixed fanouts, two requests", table, [0, 1])]
         n = g.num_nodes
         self.rows = np.tile(np.arange(n, dtype=np.int64), max(1, -(-4096 // n)))
 
-    def args(self, case, n: int | None = None) -> tuple:
+    def args(self, case: Case, n: int | None = None) -> tuple:
         """``(rows, nodes, keys, req, fanouts, replace, seed, hop)`` of ``case``."""
-        _, fan, rep = case
+        fan, rep = case.fanout, case.replace
         rows = self.rows if n is None else self.rows[:n]
         keys = np.where(np.arange(rows.size) % 3 == 0, 987654321, 42).astype(np.int64)
         req = (np.arange(rows.size) % fan.shape[0]).astype(np.int64)
@@ -410,24 +410,15 @@ class TypedWork:
 
 
 def cpu_typed(w: Workload) -> Check:
-    import numba
-
     from ...ops import cpu
     from ...ops.typed import sample_typed_neighbors
 
     name = "kernel.cpu.typed"
     t = TypedWork(w)
-    threads = numba.get_num_threads()
-    for case in t.cases:
-        many = sample_typed_neighbors(t.graph, *t.args(case))
-        numba.set_num_threads(1)
-        try:
-            one = sample_typed_neighbors(t.graph, *t.args(case))
-        finally:
-            numba.set_num_threads(threads)
-        diff = compare(one, [many[0], inject(name, many[1], w.rank), *many[2:]], TYPED_OUT)
-        if diff:
-            return Check(name, FAIL, f"{case[0]}: {diff}")
+    diff, threads = _threads_twin(name, w, lambda c: sample_typed_neighbors(t.graph, *t.args(c)),
+                                  t.cases, TYPED_OUT)
+    if diff:
+        return Check(name, FAIL, diff)
     g = w.graph
     rows, keys = w.rows, w.keys
     # the one-type graph's edge ids are its CSR positions: compare with the kernel's positions
@@ -456,20 +447,19 @@ def cuda_typed(w: Workload) -> Check:
     t = TypedWork(w)
     n = w.cuda_nodes
     with quiet_wraparound():
-        for case in t.cases:
-            args = t.args(case, n)
-            want = sample_typed_neighbors(t.graph, *args)
-            got = [x.cpu().numpy() for x in sample_typed_neighbors_cuda(t.graph, *args)]
-            diff = compare(want, [got[0], inject(name, got[1], w.rank), *got[2:]], TYPED_OUT)
-            if diff:
-                return Check(name, FAIL, f"{case[0]}: {diff}")
+        diff = _device_twin(name, w, t.cases, lambda c: t.args(c, n),
+                            lambda _, a: sample_typed_neighbors_cuda(t.graph, *a),
+                            lambda _, a: sample_typed_neighbors(t.graph, *a), TYPED_OUT)
+    if diff:
+        return Check(name, FAIL, diff)
     where = "Numba's CUDA simulator" if w.sim else str(w.device)
     return Check(name, PASS, f"{len(t.cases)} cases on {len(t.graph.edge_types)} relations equal "
                  f"the CPU kernel on {where} ({n} nodes per call)",
                  data={"device": where, "nodes_per_call": n})
 
 
-CHECKS = (("kernel.cpu.uniform", cpu_uniform), ("kernel.cpu.weighted", cpu_weighted),
+CHECKS = (("kernel.cpu.uniform", cpu_uniform),
+          ("kernel.cpu.weighted", partial(cpu_uniform, weighted=True)),
           ("kernel.cpu.negative", cpu_negative), ("kernel.cuda.uniform", cuda_uniform),
-          ("kernel.cuda.weighted", cuda_weighted), ("kernel.dedup", dedup),
+          ("kernel.cuda.weighted", partial(cuda_uniform, weighted=True)), ("kernel.dedup", dedup),
           ("kernel.cpu.typed", cpu_typed), ("kernel.cuda.typed", cuda_typed))
