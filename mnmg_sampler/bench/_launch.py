@@ -241,7 +241,7 @@ HEAD_OPTIONS = ("batch_size", "batches", "prefetch", "ranks", "replace", "seed",
 
 
 def base_result(mode: str, args, graph, seeds, load_s: float, fanouts, threads: int,
-                target: float, **extra) -> dict:
+                target: float | None, **extra) -> dict:
     """The JSON head every mode reports: what ran, on what, on which machine (the options of
     ``args`` among :data:`HEAD_OPTIONS` that the mode has)."""
     return {

@@ -18,23 +18,17 @@ JSON line.
 
 import argparse
 import json
-import time
 
 try:  # run as a script (the peer venv's Python): the sibling file
-    from dgl_import import import_dgl
+    from dgl_import import peer_parser, start_dgl, timed_batches
 except ImportError:  # imported from the package (tests)
-    from .dgl_import import import_dgl
+    from .dgl_import import peer_parser, start_dgl, timed_batches
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="DGL heterograph NeighborSampler, timed")
-    p.add_argument("--graph", required=True, help=".npz written by bench single --hetero")
-    p.add_argument("--fanouts", default="15,10,5", help="per relation, PyG order: hop 1 first")
-    p.add_argument("--batch-size", type=int, default=1024)
+    p = peer_parser("DGL heterograph NeighborSampler, timed",
+                    ".npz written by bench single --hetero")
     p.add_argument("--batches", type=int, default=30, help="timed batches (at most the seeds')")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--replace", action="store_true")
     a = p.parse_args(argv)
     try:
         a.fanouts = [int(x) for x in a.fanouts.split(",")]
@@ -59,11 +53,7 @@ def load(path: str):
 
 def main(argv=None) -> None:
     a = parse_args(argv)
-    import torch
-
-    dgl = import_dgl()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
+    dgl, torch = start_dgl(a.threads)
     num_nodes, rels, input_type, seeds = load(a.graph)
     g = dgl.heterograph({et: (torch.from_numpy(s).long(), torch.from_numpy(t).long())
                          for et, (s, t) in rels.items()}, num_nodes_dict=num_nodes)
@@ -71,24 +61,20 @@ def main(argv=None) -> None:
     # DGL lists layers from the input layer to the output layer: reverse PyG's hop order
     fanouts = [{et: k for et in g.canonical_etypes} for k in a.fanouts[::-1]]
     sampler = dgl.dataloading.NeighborSampler(fanouts, replace=a.replace)
-    seeds = torch.from_numpy(seeds).long()
-    batches = [seeds[i:i + a.batch_size] for i in range(0, seeds.numel(), a.batch_size)]
-    batches = batches[:a.batches]
-    for b in batches[:a.warmup]:
-        sampler.sample_blocks(g, {input_type: b})
-    edges = nodes = 0
-    t0 = time.perf_counter()
-    for b in batches:
+
+    def sample(b):
         inp, _out, blocks = sampler.sample_blocks(g, {input_type: b})
-        edges += sum(blk.num_edges() for blk in blocks)  # all edge types of each block
-        nodes += sum(int(v.numel()) for v in inp.values())
-    dt = time.perf_counter() - t0
-    n = max(len(batches), 1)
+        # all edge types of each block
+        return sum(blk.num_edges() for blk in blocks), sum(int(v.numel()) for v in inp.values())
+
+    nb, dt, edges, nodes = timed_batches(sample, torch.from_numpy(seeds).long(), a.batch_size,
+                                         a.warmup, a.batches)
+    n = max(nb, 1)
     print(json.dumps({
         "peer": "dgl", "version": dgl.__version__, "threads": a.threads,
         "relations": len(g.canonical_etypes), "input_type": input_type,
-        "fanouts_pyg_order": a.fanouts, "batches": len(batches), "batch_size": a.batch_size,
-        "replace": a.replace, "seconds": dt, "batches_per_s": len(batches) / dt,
+        "fanouts_pyg_order": a.fanouts, "batches": nb, "batch_size": a.batch_size,
+        "replace": a.replace, "seconds": dt, "batches_per_s": nb / dt,
         "sampled_edges_per_s": edges / dt, "edges_per_batch": edges / n,
         "nodes_per_batch": nodes / n,
     }))

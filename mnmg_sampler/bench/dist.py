@@ -34,11 +34,10 @@ from pathlib import Path
 from ..commands.sample import positive_int
 from ._launch import (
     add_common_arguments,
-    command_line,
+    base_result,
     graph_line,
     launch,
     load_for_bench,
-    machine_info,
     median,
     partition_for,
     set_bench_threads,
@@ -645,14 +644,8 @@ def run(args: argparse.Namespace) -> int:
 
         graph = typed_view(graph, args.typed)[0]  # types by id range: internal id == id
     opts = {k: getattr(args, k) for k in _TASK_ARGS}  # what the ranks and the JSON both get
-    res: dict = {
-        "mode": "dist", "command": command_line("dist"), "graph": args.graph,
-        "name": graph.name, "undirected": args.undirected, "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size), "load_s": load_s,
-        "fanouts": fanouts, **opts, "partition_method": args.partition_method,
-        "typed": args.typed, "machine": machine_info(threads), "host_cores": args.host_cores,
-        "dist": {},
-    }
+    res = base_result("dist", args, graph, seeds, load_s, fanouts, threads, None, **opts,
+                      typed=args.typed, host_cores=args.host_cores, dist={})
     cores = os.cpu_count() or 1
     print(graph_line(args, graph, seeds, load_s))
     print(f"threads {threads} per rank, fanouts {fanouts}, partitioning "

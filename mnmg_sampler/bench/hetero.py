@@ -27,7 +27,6 @@ Measured, interleaved repeats on the same frontier:
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +60,15 @@ def typed_view(graph, num_types: int = NUM_TYPES, weights: np.ndarray | None = N
     return typed_graph(spec, f"{graph.name} typed ({num_types} types)"), bounds
 
 
+def block_keys(seed: int, n: int, batch_size: int) -> np.ndarray:
+    """The request key of each of ``n`` frontier nodes, in batches of ``batch_size`` (as the
+    sampler keys them)."""
+    from ..ops.rng import request_key
+
+    keys = [request_key(seed, 0, i) for i in range(-(-n // batch_size))]
+    return np.repeat(np.array(keys, np.int64), batch_size)[:n]
+
+
 def _per_edge(seconds: list[float], edges: int, cpu: list[float] | None = None) -> dict:
     med = float(np.median(seconds))
     out = {"seconds": seconds, "median_s": med, "edges": edges, "per_s": edges / med,
@@ -92,15 +100,12 @@ def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: in
     """The measurements of the module docstring, as a dict; ``peer``: the Python of a DGL peer
     venv (``None``: DGL not measured, ``peer_missing`` says why)."""
     from ..ops import cpu, typed
-    from ..ops.rng import request_key
 
     t0 = time.perf_counter()
     tg, bounds = typed_view(graph)
     build_s = time.perf_counter() - t0
     nodes = np.ascontiguousarray(seeds[:kernel_nodes], np.int64)
-    keys = np.repeat(np.array([request_key(seed, 0, i) for i in range(-(-nodes.size //
-                                                                         batch_size))]),
-                     batch_size)[:nodes.size]
+    keys = block_keys(seed, nodes.size, batch_size)
     k = fanouts[0]
     R = len(tg.edge_types)
     fan = np.full((1, R), k, np.int64)
@@ -226,31 +231,19 @@ def save_typed_graph(tg, path, input_type: str, seeds: np.ndarray) -> None:
              input_type=np.array(input_type), seeds=np.asarray(seeds, np.int64), **arrays)
 
 
-def peer_command(python, path, fanouts, replace: bool, batch_size: int, batches: int,
-                 threads: int) -> list[str]:
-    """The command line of :mod:`mnmg_sampler.bench.dgl_hetero_peer` on the saved ``path``."""
-    cmd = [str(python), str(Path(__file__).with_name("dgl_hetero_peer.py")), "--graph",
-           str(path), "--fanouts", ",".join(str(f) for f in fanouts), "--batch-size",
-           str(batch_size), "--batches", str(batches), "--threads", str(threads)]
-    return cmd + (["--replace"] if replace else [])
-
-
 def bench_dgl_hetero(tg, input_type: str, seeds, python, fanouts, replace: bool,
                      batch_size: int, batches: int, threads: int, repeats: int,
                      before_each=None) -> dict:
     """DGL's heterograph ``NeighborSampler`` on ``tg`` with the same seeds and per-relation
     fanouts, ``repeats`` subprocesses of the peer venv's ``python`` (median run), each after
     ``before_each()``; or ``{"available": False, "error": ...}``."""
-    from .peers import median_run, peer_runs
+    from .peers import run_peer
 
-    with tempfile.TemporaryDirectory(prefix="mnmg-bench-") as tmp:
-        path = Path(tmp) / "typed.npz"
-        save_typed_graph(tg, path, input_type, seeds)
-        cmd = peer_command(python, path, fanouts, replace, batch_size, batches, threads)
-        runs, error = peer_runs(cmd, threads, repeats, before_each)
-    if error is not None:
-        return {"available": False, "error": error, "command": cmd}
-    return median_run(runs, python=str(python))
+    return run_peer(python, Path(__file__).with_name("dgl_hetero_peer.py"),
+                    lambda path: save_typed_graph(tg, path, input_type, seeds), fanouts,
+                    threads=threads, batch_size=batch_size, replace=replace, repeats=repeats,
+                    before_each=before_each, options=("--batches", batches),
+                    python=str(python))
 
 
 def print_hetero(res: dict) -> None:

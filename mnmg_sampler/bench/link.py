@@ -13,38 +13,25 @@ are interleaved with DGL's runs so both see the same machine state; medians are 
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 from ..commands.sample import positive_int
-from ._launch import add_graph_option
-from .peers import median_run, peer_python, peer_runs, save_graph
-from .single import TimedBatches
+from .peers import add_peer_options, peer_python, run_peer, save_graph
+from .single import TimedBatches, _fmt, _verdict, timed_parser
 
 HELP = "link prediction minibatches (negatives, exclusion) vs DGL's link sampler (same run)"
 DGL_TARGET = 1.5  # sampled edges/s >= 1.5x DGL's link sampler
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("link", help=HELP, description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_graph_option(p, "rmat:20")
-    p.set_defaults(threads=1)
-    p.add_argument("--batches", type=positive_int, default=30,
-                   help="timed minibatches of seed edges per repeat (default: 30)")
-    p.add_argument("--repeats", type=positive_int, default=3,
-                   help="repeats of our measurement; the median is reported (default: 3)")
+    p = timed_parser(subparsers, "link", HELP, __doc__)
     p.add_argument("--negatives", type=positive_int, default=1,
                    help="binary negatives per positive edge (default: 1)")
     p.add_argument("--reject", action="store_true",
                    help="redraw negatives that are known edges (DGL's Uniform does not)")
     p.add_argument("--no-exclude", action="store_true",
                    help="keep the seed edges in their subgraph (both sides)")
-    p.add_argument("--peers-venv", metavar="DIR",
-                   help="venv made by ../shared/peers/setup.sh (default: .peers-venv if present)")
-    p.add_argument("--peer-repeats", type=positive_int, default=3,
-                   help="DGL subprocess runs, median reported (default: 3)")
-    p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
+    add_peer_options(p)
     p.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     p.set_defaults(bench_run=run)
     return p
@@ -60,9 +47,8 @@ class LinkBench(TimedBatches):
         from ..sampling.link import build_link_request, finish_link_batch
         from ..sampling.sampler import MultiHopSampler, local_hop_fn
 
-        dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
-        self.eli = np.stack([graph.indices[seed_pos], dst[seed_pos]])
-        del dst
+        dst = np.searchsorted(graph.indptr, seed_pos, side="right") - 1  # the rows of the seeds
+        self.eli = np.stack([graph.indices[seed_pos], dst])
         self.graph, self.args, self.fanouts = graph, args, fanouts
         self.neg = NegativeSampling("binary", args.negatives, reject_known=args.reject)
         self.known = lambda s, d: csr_has_edges(graph.indptr, graph.indices, d, s)
@@ -70,11 +56,8 @@ class LinkBench(TimedBatches):
         self._build, self._finish = build_link_request, finish_link_batch
         B = args.batch_size
         self.batches = [np.arange(i, min(i + B, seed_pos.size)) for i in range(0, seed_pos.size, B)]
-        super().__init__()
+        super().__init__(len(self.batches))
         self._one(0)  # warm-up: compile, touch the arrays
-
-    def _count(self) -> int:
-        return len(self.batches)
 
     def _one(self, i: int):
         a = self.args
@@ -84,43 +67,24 @@ class LinkBench(TimedBatches):
         (mb,) = self.sampler.sample([plan.request])
         return self._finish(mb, plan, exclude_seed_edges=not a.no_exclude)
 
-    def result(self) -> dict:
-        from .single import _median_rate
-
-        out = _median_rate(self.edges, self.seconds)
-        n = len(self.batches)
-        out.update(batches=n, edges=self.edges, edges_per_batch=self.edges / n,
-                   nodes_per_batch=self.nodes / n, batches_per_s=n / out["median_s"])
-        return out
-
 
 def bench_dgl_link(graph, seed_pos, python: Path, args, fanouts, before_each) -> dict:
     """DGL's link sampler on the same graph and seed edges, ``--peer-repeats`` subprocesses."""
     import numpy as np
 
-    script = Path(__file__).with_name("dgl_link_peer.py")
-    with tempfile.TemporaryDirectory(prefix="mnmg-bench-link-") as tmp:
-        path = Path(tmp) / "graph.npz"
-        save_graph(graph, path, seed_edges=np.asarray(seed_pos, np.int64))
-        cmd = [str(python), str(script), "--graph", str(path),
-               "--fanouts", ",".join(str(f) for f in fanouts),
-               "--batch-size", str(args.batch_size), "--negatives", str(args.negatives),
-               "--threads", str(args.threads)]
-        if args.replace:
-            cmd.append("--replace")
-        if args.no_exclude:
-            cmd.append("--no-exclude")
-        runs, error = peer_runs(cmd, args.threads, args.peer_repeats, before_each)
-    if error is not None:
-        return {"available": False, "error": error}
-    return median_run(runs)
+    seed_edges = np.asarray(seed_pos, np.int64)
+    return run_peer(python, Path(__file__).with_name("dgl_link_peer.py"),
+                    lambda path: save_graph(graph, path, seed_edges=seed_edges), fanouts,
+                    threads=args.threads, batch_size=args.batch_size, replace=args.replace,
+                    repeats=args.peer_repeats, before_each=before_each,
+                    options=("--negatives", args.negatives)
+                    + (("--no-exclude",) if args.no_exclude else ()))
 
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ._launch import start_run, write_json
-    from .single import _fmt, _verdict
 
     # start_run sets torch's threads too: idle intra-op threads spin
     fanouts, threads, graph, res = start_run(

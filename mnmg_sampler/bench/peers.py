@@ -10,16 +10,33 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["repo_root", "peer_python", "save_graph", "peer_runs", "median_run"]
+__all__ = ["repo_root", "add_peer_options", "peer_python", "save_graph", "peer_runs",
+           "median_run", "run_peer"]
 
 
 def repo_root() -> Path:
     """The root of this checkout (where `.peers-venv` may be)."""
     return Path(__file__).resolve().parents[2]
+
+
+def add_peer_options(p, dgl_bench: bool = False) -> None:
+    """``--peers-venv``, (``--dgl-bench``,) ``--peer-repeats`` and ``--no-peers``."""
+    from ..commands.sample import positive_int
+
+    p.add_argument("--peers-venv", metavar="DIR",
+                   help="venv made by ../shared/peers/setup.sh (default: .peers-venv if present)")
+    if dgl_bench:
+        p.add_argument("--dgl-bench", metavar="FILE",
+                       help="path of dgl_bench.py (default: ../shared/peers/dgl_bench.py)")
+    p.add_argument("--peer-repeats", type=positive_int, default=3,
+                   help="DGL subprocess runs, median reported; each reloads the graph "
+                        "(default: 3)")
+    p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
 
 
 def peer_python(venv: str | None) -> Path | None:
@@ -72,3 +89,22 @@ def median_run(runs: list[dict], **extra) -> dict:
     med = sorted(runs, key=lambda r: r["sampled_edges_per_s"])[len(runs) // 2]
     med.update(available=True, sampled_edges_per_s_runs=rates, best_per_s=max(rates), **extra)
     return med
+
+
+def run_peer(exe, script, save: Callable[[Path], None], fanouts, /, *, threads: int,
+             batch_size: int, replace: bool, repeats: int,
+             before_each: Callable[[], None] | None = None, options: tuple = (),
+             wall: bool = False, **extra) -> dict:
+    """``repeats`` runs of the DGL peer ``script`` by the Python ``exe`` on the graph that
+    ``save(path)`` writes, with the options all peers share and ``options``: :func:`median_run`
+    with ``extra``, or ``{"available": False, "error": ..., "command": ...}``."""
+    with tempfile.TemporaryDirectory(prefix="mnmg-bench-") as tmp:
+        path = Path(tmp) / "graph.npz"
+        save(path)
+        cmd = [str(exe), str(script), "--graph", str(path),
+               "--fanouts", ",".join(str(f) for f in fanouts), "--batch-size", str(batch_size),
+               "--threads", str(threads), *map(str, options)] + (["--replace"] if replace else [])
+        runs, error = peer_runs(cmd, threads, repeats, before_each, wall)
+    if error is not None:
+        return {"available": False, "error": error, "command": cmd}
+    return median_run(runs, **extra)

@@ -29,7 +29,6 @@ import argparse
 import logging
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +36,7 @@ from pathlib import Path
 from ..commands.sample import positive_int
 from ..system.console import JSON_OUT_HELP
 from ._launch import add_graph_option
-from ._launch import machine_info as _machine
-from .peers import median_run, peer_python, peer_runs, repo_root, save_graph
+from .peers import add_peer_options, peer_python, repo_root, run_peer, save_graph
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +46,9 @@ DGL_TARGET = 2.0  # multi-hop edges/s >= 2x DGL's sampled edges/s
 NO_PEER = "DGL peer: not available (run ../shared/peers/setup.sh)"
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("single", help=HELP, description=__doc__,
+def timed_parser(subparsers, mode: str, help: str, doc: str) -> argparse.ArgumentParser:
+    """The parser of a one-process mode (``single``, ``link``) with the options they share."""
+    p = subparsers.add_parser(mode, help=help, description=doc,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_graph_option(p, "rmat:20")
     p.set_defaults(threads=1)
@@ -57,16 +56,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="timed minibatches per repeat, ours and DGL's (default: 30)")
     p.add_argument("--repeats", type=positive_int, default=3,
                    help="repeats of each timed measurement; the median is reported (default: 3)")
+    return p
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = timed_parser(subparsers, "single", HELP, __doc__)
     p.add_argument("--kernel-nodes", type=positive_int, default=1 << 18,
                    help="seeds of the one-hop kernel call (default: 262144)")
-    p.add_argument("--peers-venv", metavar="DIR",
-                   help="venv made by ../shared/peers/setup.sh (default: .peers-venv if present)")
-    p.add_argument("--dgl-bench", metavar="FILE",
-                   help="path of dgl_bench.py (default: ../shared/peers/dgl_bench.py)")
-    p.add_argument("--peer-repeats", type=positive_int, default=3,
-                   help="DGL subprocess runs, median reported; each reloads the graph "
-                        "(default: 3)")
-    p.add_argument("--no-peers", action="store_true", help="skip the DGL comparison")
+    add_peer_options(p, dgl_bench=True)
     p.add_argument("--hetero", action="store_true",
                    help="instead: the typed kernel and sampler against the homogeneous ones on "
                         "the same edges, typed into 3 node types and 9 relations, and against "
@@ -104,13 +101,11 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     import numpy as np
 
     from ..ops import cpu
-    from ..ops.rng import request_key
     from ..ops.weighted import sample_neighbors_weighted
     from .gather import gather_sum, random_positions
+    from .hetero import block_keys, interleaved_runs
 
-    n_blocks = -(-nodes.size // batch_size)
-    keys = np.repeat(np.array([request_key(seed, 0, i) for i in range(n_blocks)], np.int64),
-                     batch_size)[:nodes.size]
+    keys = block_keys(seed, nodes.size, batch_size)
 
     def kernel(eids, with_eids=True):
         return cpu.sample_neighbors(graph.indptr, graph.indices, eids, nodes, nodes, keys,
@@ -126,28 +121,15 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     kernel(graph.edge_ids)  # warm-up: load compiled code, touch the arrays
     kernel(graph.edge_ids, False)
     w_edges = int(weighted()[0].sum())
-    runs: dict[str, list[float]] = {"kernel": [], "kernel_positions": [], "kernel_no_eids": [],
-                                    "kernel_weighted": [], "gather": []}
     counts = kernel(graph.edge_ids)[0]
     edges = int(counts.sum())
     pos = random_positions(graph.num_edges, edges, seed)
     gather_sum(graph.indices, pos[:1000])
-    for _ in range(repeats):  # interleaved, so drifts in machine state hit all three alike
-        t = time.perf_counter()
-        kernel(graph.edge_ids)
-        runs["kernel"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        kernel(None)
-        runs["kernel_positions"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        kernel(graph.edge_ids, False)
-        runs["kernel_no_eids"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        weighted()
-        runs["kernel_weighted"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        gather_sum(graph.indices, pos)
-        runs["gather"].append(time.perf_counter() - t)
+    # interleaved, so drifts in machine state hit all of them alike
+    runs, _ = interleaved_runs({
+        "kernel": lambda: kernel(graph.edge_ids), "kernel_positions": lambda: kernel(None),
+        "kernel_no_eids": lambda: kernel(graph.edge_ids, False), "kernel_weighted": weighted,
+        "gather": lambda: gather_sum(graph.indices, pos)}, repeats)
     out = {k: _median_rate(w_edges if k == "kernel_weighted" else edges, v)
            for k, v in runs.items()}
     out["nodes"] = int(nodes.size)
@@ -165,19 +147,16 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
 
 
 class TimedBatches:
-    """Timed repeats over the same minibatches: :meth:`run_once` samples batch ``_one(i)`` for
-    ``i < _count()`` and records the time, sampled edges and nodes.
+    """Timed repeats over the same ``n`` minibatches: :meth:`run_once` samples batch ``_one(i)``
+    for ``i < n`` and records the time, sampled edges and nodes.
 
     Each :meth:`run_once` is one timed repeat, so repeats can be interleaved with the DGL
     peer's runs and both see the same machine state.
     """
 
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
+    def __init__(self, n: int) -> None:
+        self.n, self.seconds = n, []
         self.edges = self.nodes = 0
-
-    def _count(self) -> int:
-        raise NotImplementedError
 
     def _one(self, i: int):
         raise NotImplementedError
@@ -185,12 +164,20 @@ class TimedBatches:
     def run_once(self) -> None:
         edges = nodes = 0
         t = time.perf_counter()
-        for i in range(self._count()):
+        for i in range(self.n):
             b = self._one(i)
             edges += int(b.e_id.numel())
             nodes += b.num_nodes
         self.seconds.append(time.perf_counter() - t)
         self.edges, self.nodes = edges, nodes
+
+    def result(self) -> dict:
+        out = _median_rate(self.edges, self.seconds)
+        n, med = self.n, out["median_s"]
+        out.update(batches=n, edges=self.edges, nodes=self.nodes, edges_per_batch=self.edges / n,
+                   nodes_per_batch=self.nodes / n, nodes_per_s=self.nodes / med,
+                   batches_per_s=n / med)
+        return out
 
 
 class MultiHopBench(TimedBatches):
@@ -201,28 +188,16 @@ class MultiHopBench(TimedBatches):
         from ..ops.rng import request_key
         from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
 
-        self.batches = min(batches, -(-seeds.size // batch_size))
+        super().__init__(min(batches, -(-seeds.size // batch_size)))
         self.reqs = [SampleRequest(seeds[i * batch_size:(i + 1) * batch_size], fanouts,
                                    request_key(seed, 0, i), replace=replace)
-                     for i in range(self.batches)]
+                     for i in range(self.n)]
         self.sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
         self.sampler.sample(self.reqs[:1])  # warm-up
-        super().__init__()
-
-    def _count(self) -> int:
-        return self.batches
 
     def _one(self, i: int):
         (b,) = self.sampler.sample([self.reqs[i]])
         return b
-
-    def result(self) -> dict:
-        out = _median_rate(self.edges, self.seconds)
-        med = out["median_s"]
-        out.update(batches=self.batches, edges=self.edges, nodes=self.nodes,
-                   edges_per_batch=self.edges / self.batches, nodes_per_s=self.nodes / med,
-                   batches_per_s=self.batches / med)
-        return out
 
 
 def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts,
@@ -232,19 +207,11 @@ def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts,
     ``before_each`` runs before every DGL run (one of our own repeats, interleaved).
     """
     python, script = peer
-    with tempfile.TemporaryDirectory(prefix="mnmg-bench-") as tmp:
-        path = Path(tmp) / "graph.npz"
-        save_graph(graph, path)
-        cmd = [str(python), str(script), "--graph", str(path),
-               "--fanouts", ",".join(str(f) for f in fanouts),
-               "--batch-size", str(args.batch_size), "--batches", str(args.batches),
-               "--threads", str(args.threads), "--seed", str(args.seed)]
-        if args.replace:
-            cmd.append("--replace")
-        runs, error = peer_runs(cmd, args.threads, args.peer_repeats, before_each, wall=True)
-    if error is not None:
-        return {"available": False, "error": error, "command": cmd}
-    return median_run(runs, python=str(python), script=str(script))
+    return run_peer(python, script, lambda path: save_graph(graph, path), fanouts,
+                    threads=args.threads, batch_size=args.batch_size, replace=args.replace,
+                    repeats=args.peer_repeats, before_each=before_each, wall=True,
+                    options=("--batches", args.batches, "--seed", args.seed),
+                    python=str(python), script=str(script))
 
 
 def _fmt(x: float) -> str:
@@ -259,23 +226,14 @@ def _verdict(ratio: float | None, target: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..commands.sample import parse_fanouts
-    from ._launch import command_line, load_for_bench, set_bench_threads, write_json
+    from ._launch import base_result, graph_line, load_for_bench, set_bench_threads, write_json
 
     fanouts = parse_fanouts(args.fanouts)
     threads = set_bench_threads(args.threads)  # torch too: idle intra-op threads slow sampling
     graph, seeds, load_s = load_for_bench(args)
-    command = command_line("single")
-    res: dict = {
-        "mode": "single", "command": command, "graph": args.graph, "name": graph.name,
-        "undirected": args.undirected, "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges, "nonisolated_nodes": int(seeds.size),
-        "load_s": load_s, "fanouts": fanouts, "batch_size": args.batch_size,
-        "replace": args.replace, "seed": args.seed, "repeats": args.repeats,
-        "machine": _machine(threads),
-    }
-    und = " (undirected)" if graph.num_edges and args.undirected else ""
-    print(f"graph {args.graph}{und}: {graph.num_nodes:,} nodes ({seeds.size:,} non-isolated), "
-          f"{graph.num_edges:,} edges, loaded in {load_s:.1f}s")
+    # no one target: each figure prints its own
+    res = base_result("single", args, graph, seeds, load_s, fanouts, threads, None)
+    print(graph_line(args, graph, seeds, load_s))
     print(f"threads {threads}, fanouts {fanouts}, batch size {args.batch_size}, "
           f"replace {args.replace}, median of {args.repeats}; "
           f"load average {res['machine']['loadavg_1m'] or 0:.2f} on {os.cpu_count()} cores")
@@ -286,9 +244,7 @@ def run(args: argparse.Namespace) -> int:
         res["temporal"] = bench_temporal(graph, seeds, fanouts, args.replace, args.seed,
                                          args.batch_size, args.kernel_nodes, args.repeats)
         print_temporal(res["temporal"])
-        write_json(args.json, res)
-        return 0
-    if args.hetero:
+    elif args.hetero:
         from .hetero import bench_hetero, print_hetero
 
         peer = None if args.no_peers else peer_python(args.peers_venv)
@@ -300,8 +256,14 @@ def run(args: argparse.Namespace) -> int:
             args.kernel_nodes, args.repeats, peer=peer, peer_repeats=args.peer_repeats,
             threads=threads, peer_missing="skipped (--no-peers)" if args.no_peers else NO_PEER)
         print_hetero(res["hetero"])
-        write_json(args.json, res)
-        return 0
+    else:
+        _homogeneous(args, graph, seeds, fanouts, res)
+    write_json(args.json, res)
+    return 0
+
+
+def _homogeneous(args, graph, seeds, fanouts, res: dict) -> None:
+    """The one-hop kernel and the multi-hop minibatches (against DGL): their lines and ``res``."""
     k = bench_kernel(graph, seeds[:args.kernel_nodes], fanouts[0], args.replace, args.seed,
                      args.batch_size, args.repeats)
     res["kernel"] = k
@@ -351,5 +313,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {NO_PEER}" + (f" [{d['error']}]" if not args.no_peers and peer else ""))
         if peer is None and not args.no_peers:
             log.debug("peer search: %s", d["error"])
-    write_json(args.json, res)
-    return 0

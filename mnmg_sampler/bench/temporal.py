@@ -29,8 +29,7 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
     """The measurements of the module docstring, as a dict."""
     from ..graph.temporal import attach_time
     from ..ops import typed
-    from ..ops.rng import request_key
-    from .hetero import _per_edge, interleaved_runs, typed_view
+    from .hetero import _per_edge, block_keys, interleaved_runs, typed_view
 
     t0 = time.perf_counter()
     tg, _ = typed_view(graph, 1)
@@ -40,9 +39,7 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
     build_s = time.perf_counter() - t0
     bound = int(np.median(times))
     nodes = np.ascontiguousarray(seeds[:kernel_nodes], np.int64)
-    keys = np.repeat(np.array([request_key(seed, 0, i) for i in range(-(-nodes.size //
-                                                                         batch_size))]),
-                     batch_size)[:nodes.size]
+    keys = block_keys(seed, nodes.size, batch_size)
     k = fanouts[0]
     fan = np.full((1, 1), k, np.int64)
     req = np.zeros(nodes.size, np.int64)
