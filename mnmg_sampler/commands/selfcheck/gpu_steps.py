@@ -317,7 +317,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
     with quiet_wraparound():
         gpu_b.sampler = MultiHopSampler(hop_fn, g.num_nodes)
         keys = ("n_id", "edge_index", "e_id", "num_sampled_nodes", "num_sampled_edges")
-        for i in range(min(3, gpu_b.batches)):
+        for i in range(min(3, gpu_b.n)):
             (a,) = cpu_b.sampler.sample([cpu_b.reqs[i]])
             (b,) = gpu_b.sampler.sample([gpu_b.reqs[i]])
             diff = compare([np.asarray(getattr(a, k)) for k in keys],
@@ -325,8 +325,8 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
             if diff:
                 s.fail(f"{g.name} multi-hop batch {i}: CUDA hop differs from the CPU: {diff}")
                 break
-        out = {"graph": g.name, "fanouts": fanouts, "batch_size": bs, "batches": cpu_b.batches,
-               "equal_to_cpu": diff is None if gpu_b.batches else None}
+        out = {"graph": g.name, "fanouts": fanouts, "batch_size": bs, "batches": cpu_b.n,
+               "equal_to_cpu": diff is None if gpu_b.n else None}
         for _ in range(repeats):
             cpu_b.run_once()
         c = cpu_b.result()
@@ -339,7 +339,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
         for _ in range(repeats):
             gpu_b.run_once()
     m = gpu_b.result()
-    hops = len(fanouts) * gpu_b.batches * repeats
+    hops = len(fanouts) * gpu_b.n * repeats
     out.update(gpu_batches_per_s=m["batches_per_s"], gpu_edges_per_s=m["per_s"],
                gpu_vs_cpu=m["batches_per_s"] / c["batches_per_s"],
                h2d_per_hop=(ex.transfers["h2d"] - h0["h2d"]) / hops,
