@@ -209,8 +209,9 @@ def _counters(sampler, store) -> dict:
             "cross_ids": sum(v for k, v in cb.items() if k != "features"),
             "cross_feat": cb.get("features", 0),
             **{k: fs.get(k, 0) for k in ("remote_rows", "mapped_rows", "distinct_remote_rows",
-                                          "rows_fetched", "cache_hits", "duplicate_rows_fetched",
-                                          "fetch_cpu_s", "fetch_exchange_cpu_s")}}
+                                          "rows_fetched", "cache_hits", "recent_hits",
+                                          "duplicate_rows_fetched", "fetch_cpu_s",
+                                          "fetch_exchange_cpu_s")}}
 
 
 def _head(rank: int, world: int, batches: int, task: dict, sampler, store,
@@ -489,6 +490,8 @@ def summarize(ranks: list[dict]) -> dict:
         / (distinct * row_bytes) if distinct and row_bytes else 0.0,
         # of the distinct rows a round needs from parts not read in place, the cached ones
         "cache_hit_rate": hit_rate, "row_cache_hit_rate": hit_rate,
+        # and those the last round of the same rank fetched or kept (read again, not fetched)
+        "recent_row_hit_rate": tot("recent_hits") / distinct if distinct else 0.0,
         # --loader: seconds a batch's consumer waited for it, and for its rows (the part of
         # the wait while the serving round fetched them), per batch, mean of ranks
         **{name: sum(sum(r.get(k, [0])) / max(sum(r.get("waits", [0])), 1) for r in ranks)
@@ -754,7 +757,8 @@ def _print_world(res: dict, w: str, s: dict) -> None:
             f"{s['duplicate_rows_avoided_fraction']:.0%} of remote rows), wire bytes "
             f"{s['feature_wire_vs_distinct_rows']:.3f}x distinct remote rows x row size, "
             f"cache hit rate {s['cache_hit_rate']:.0%} (rows chosen by "
-            f"{s['feature_cache_choice']}); fetch CPU {s['fetch_cpu_s_per_m_edges']:.3f} s per "
+            f"{s['feature_cache_choice']}), {s['recent_row_hit_rate']:.0%} read again from "
+            f"the last round; fetch CPU {s['fetch_cpu_s_per_m_edges']:.3f} s per "
             f"M edges ({s['fetch_exchange_cpu_s_per_m_edges']:.3f} in collectives)"))
     if not s.get("hops") or int(w) < 2:
         return

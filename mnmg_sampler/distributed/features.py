@@ -110,9 +110,13 @@ class DistFeatureStore:
         self.stats = {"rows": 0, "local_rows": 0, "remote_rows": 0, "mapped_rows": 0,
                       "distinct_remote_rows": 0, "cache_hits": 0, "rows_fetched": 0,
                       "duplicate_rows_fetched": 0, "cache_bytes_saved": 0, "fetches": 0,
+                      "recent_hits": 0,
                       "fetch_cpu_s": 0.0, "fetch_exchange_cpu_s": 0.0}
         # the host cache per type: (sorted ids, their rows) per slice (one per rank of the host)
         self._cache: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        # the last round's rows of other hosts per type, (sorted ids, rows): read again by
+        # the next round instead of crossing again (:meth:`_keep_recent`)
+        self._recent: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.host = host
         self.cache_choice = "none"
         self._bounded = False
@@ -323,15 +327,16 @@ class DistFeatureStore:
         for n, arrays in per.items():
             plan = self._near(n, arrays)
             plans.append((n, *plan))
-            fetch[n] = plan[-1]
+            fetch[n] = plan[-2]
         got = self._from_owners(fetch)
         st = self.stats
-        for n, put, Xs, Ms, ri, uniq, inv, hit, miss, f in plans:
+        for n, put, Xs, Ms, ri, uniq, inv, hit, miss, f, again in plans:
             src, pos = got[n]
             where = np.empty(uniq.size, np.int64)  # distinct remote id -> its received row
             where[miss] = pos
             sel = np.flatnonzero(~hit[inv])
             put(ri[sel], src, where[inv[sel]])
+            self._keep_recent(n, f, src[pos], again)
             # measured, not assumed: rows that crossed the wire twice in this round
             st["duplicate_rows_fetched"] += int(f.size - unique_first(f)[0].size)
             for b, (X, M) in enumerate(zip(Xs, Ms, strict=True)):
@@ -375,25 +380,46 @@ class DistFeatureStore:
         ri = np.flatnonzero(~self._held[owner])
         uniq, inv = unique_first(ids[ri])
         hit = np.zeros(uniq.size, bool)
-        for cids, crows in self._cache.get(name, ()):
+
+        def lookup(cids: np.ndarray, crows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """Rows of ``uniq`` held in ``(sorted ids, rows)`` and not yet put: put them."""
             if not (cids.size and uniq.size):
-                continue
+                return np.zeros(uniq.size, bool), np.zeros(uniq.size, np.int64)
             pos = np.minimum(np.searchsorted(cids, uniq), cids.size - 1)
             h = (cids[pos] == uniq) & ~hit
             sel = np.flatnonzero(h[inv])
             put(ri[sel], crows, pos[inv[sel]])
-            hit |= h
-        miss = np.flatnonzero(~hit)
+            return h, pos
+
+        for cached in self._cache.get(name, ()):
+            hit |= lookup(*cached)[0]
         st = self.stats
+        st["cache_hits"] += int(hit.sum())
+        again = None  # rows of the last round's that this round reads again
+        if name in self._recent:
+            h, pos = lookup(*self._recent[name])
+            hit |= h
+            again = (uniq[h], self._recent[name][1][pos[h]])
+            st["recent_hits"] += int(h.sum())
+        miss = np.flatnonzero(~hit)
         st["mapped_rows"] += int(hi.size)
         st["rows"] += int(ids.size)
         st["local_rows"] += int(li.size)
         st["remote_rows"] += int(ri.size + hi.size)
         st["distinct_remote_rows"] += int(uniq.size)
-        st["cache_hits"] += int(hit.sum())
         st["cache_bytes_saved"] += int(hit.sum()) * int(self._width[self._t[name]])
         st["rows_fetched"] += int(miss.size)
-        return put, Xs, Ms, ri, uniq, inv, hit, miss, uniq[miss]  # cached rows: never asked
+        return put, Xs, Ms, ri, uniq, inv, hit, miss, uniq[miss], again  # held: never asked
+
+    def _keep_recent(self, name: str, ids: np.ndarray, rows: np.ndarray, again) -> None:
+        """Keep this round's rows of other hosts (fetched, or kept from the last round and
+        read again) for the next round: consecutive rounds share many of them (Slashdot, 2
+        hosts with a tenth of the other's rows cached: 44% of a round's far rows), and they
+        are one round's rows of memory (docs/performance.md#rounds-in-step-issue-34)."""
+        if again is not None:
+            ids, rows = np.concatenate([ids, again[0]]), np.concatenate([rows, again[1]])
+        order = np.argsort(ids, kind="stable")
+        self._recent[name] = (ids[order], rows[order])
 
     def _unpack(self, name: str, X: np.ndarray, M: np.ndarray) -> tuple:
         """``(x, y, original ids)`` of one batch's rows of type ``name`` (``None`` where
@@ -440,6 +466,7 @@ class DistFeatureStore:
         return {"cache_rows": self.cache_size,
                 "cache_bytes": int(sum(r.nbytes for s in self._cache.values() for _, r in s)),
                 "cache_hit_rate": st["cache_hits"] / distinct if distinct else 0.0,
+                "recent_hit_rate": st["recent_hits"] / distinct if distinct else 0.0,
                 "cache_bytes_saved": st["cache_bytes_saved"]}
 
 

@@ -5,9 +5,9 @@ requests and get futures. Each **round** takes every pending local request; the 
 the round with one small all-reduce (pending counts and done flags), then sample all merged
 requests with one kernel call per hop per rank and fetch their features. A rank with nothing to
 ask still joins every round, serving the others, until every rank has shut down. With the shared
-topology a round exchanges nothing, so merging saves nothing and the round is balanced instead:
-each rank samples as many of its requests as the rank with the fewest (at least one) and keeps
-the rest, oldest first, for its next rounds (a round lasts as long as its slowest rank).
+topology (every hop sampled on the host) a round is balanced: each rank samples as many of its
+requests as the rank with the fewest (at least one) and keeps the rest, oldest first, for its
+next rounds (a round lasts as long as its slowest rank).
 
 Modes: ``thread`` (default with gloo: rounds on the service's own group overlap training) and
 ``inline`` (default with NCCL: rounds run in the caller's thread while it waits, keeping one
@@ -31,6 +31,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -145,11 +146,11 @@ class SamplingService:
         # a renumbered graph: the input's ids (mapped file), in which loaders take seeds
         self.node_ids = getattr(part, "node_ids", None)
         self._q: queue.Queue = queue.Queue()
-        # Balanced rounds (module docstring) only where a round exchanges nothing: where rows
-        # cross hosts, merging saves fetches (Slashdot, 2 hosts, the topology and no rows:
-        # 2.4 requests per round balanced, 37.6 feature B/edge across hosts).
-        self._balanced = (self.sampler.shared is not None and len(self._slots) == 1
-                          and (self.features is None or self.features.shared is not None))
+        self._burst = threading.Lock()  # a burst of submit_all enters the queue as one
+        # Balanced rounds (module docstring) wherever hops are sampled on the host, rows
+        # crossing hosts or not: a rank whose round outgrew the others' made them wait in its
+        # exchanges (docs/performance.md#rounds-in-step-issue-34)
+        self._balanced = self.sampler.shared is not None and len(self._slots) == 1
         self._held: deque = deque()  # (request, future) pairs taken but left for later
         self._closing = threading.Event()
         self._closed = False
@@ -218,26 +219,35 @@ class SamplingService:
         """Queue one request; its future resolves to a :class:`MiniBatch` (or raises). On a
         typed part, requests are :class:`~mnmg_sampler.sampling.sampler.HeteroSampleRequest`
         and batches :class:`~mnmg_sampler.sampling.batch.MiniBatch`."""
-        fut: Future = Future()
-        if self._failed is not None:
-            fut.set_exception(self._failure())
-            return fut
-        if self._closing.is_set():
-            fut.set_exception(ServiceError("the sampling service is shut down",
-                                           "no more requests are served",
-                                           "submit before calling shutdown()"))
-            return fut
-        try:  # checked here so one bad request never fails a whole round
-            self.sampler.check_request(request, "this request fails; the service and other "
-                                                "requests go on")
-        except SamplingInputError as e:
-            fut.set_exception(e)
-            return fut
-        self._q.put((request, fut))
+        return self.submit_all([request])[0]
+
+    def submit_all(self, requests: Sequence[SampleRequest]) -> list[Future]:
+        """:meth:`submit` each request, queued as one: a round takes all of them or none (a
+        round starting while a loader queues its burst took one request of it, and the
+        ranks' rounds fell out of step: one rank's round of 1 waited for another's of 16)."""
+        futs = [Future() for _ in requests]
+        queued = []
+        for request, fut in zip(requests, futs, strict=True):
+            if self._failed is not None:
+                fut.set_exception(self._failure())
+            elif self._closing.is_set():
+                fut.set_exception(ServiceError("the sampling service is shut down",
+                                               "no more requests are served",
+                                               "submit before calling shutdown()"))
+            else:
+                try:  # checked here so one bad request never fails a whole round
+                    self.sampler.check_request(request, "this request fails; the service and "
+                                                        "other requests go on")
+                    queued.append((request, fut))
+                except SamplingInputError as e:
+                    fut.set_exception(e)
+        with self._burst:
+            for item in queued:
+                self._q.put(item)
         self._wake.set()
         if self._failed is not None:  # the thread failed while we queued: never leave it waiting
             self._fail_all()
-        return fut
+        return futs
 
     def result(self, fut: Future, timeout: float | None = None):
         """Wait for ``fut``; in inline mode, run rounds in this thread until it resolves.
@@ -379,11 +389,13 @@ class SamplingService:
         while self._held and (self.max_requests_per_round is None
                               or len(pending) < self.max_requests_per_round):
             pending.append(self._held.popleft())
-        while self.max_requests_per_round is None or len(pending) < self.max_requests_per_round:
-            try:
-                pending.append(self._q.get_nowait())
-            except queue.Empty:
-                break
+        with self._burst:
+            while (self.max_requests_per_round is None
+                   or len(pending) < self.max_requests_per_round):
+                try:
+                    pending.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
         return pending
 
     @property

@@ -7,6 +7,7 @@ flight ahead of the consumer are the same, and live here once.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -85,12 +86,10 @@ class EpochCursor:
         dominated rounds of one request over the wire)."""
         inflight: deque = deque()
 
-        def top_up(n: int) -> None:
-            while len(inflight) < n:
-                unit = next(units, None)
-                if unit is None:
-                    return
-                inflight.append((self.service.submit(unit[0]), unit[1]))
+        def top_up(n: int) -> None:  # one burst: a round takes all of it or none
+            burst = list(itertools.islice(units, max(0, n - len(inflight))))
+            futs = self.service.submit_all([u[0] for u in burst]) if burst else []
+            inflight.extend(zip(futs, (u[1] for u in burst), strict=True))
 
         top_up(1)
         while inflight:

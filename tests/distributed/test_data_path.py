@@ -80,7 +80,11 @@ def test_merged_requests_features_fetched_once_and_edge_ids_on_request(tmp_path)
             # each distinct remote row of a round is fetched at most once, cached ones never
             assert st["duplicate_rows_fetched"] == 0
             assert st["distinct_remote_rows"] < st["remote_rows"]  # the overlap was real
-            assert st["rows_fetched"] == st["distinct_remote_rows"] - st["cache_hits"]
+            assert st["rows_fetched"] == (st["distinct_remote_rows"] - st["cache_hits"]
+                                          - st["recent_hits"])
+            # the second round asks for the first's rows again: every row the first fetched is
+            # read again from the last round's, none crosses twice
+            assert st["recent_hits"] == st["rows_fetched"] > 0
             assert cache_size == (25 if cache_rows else 0)
             assert (st["cache_hits"] > 0) == bool(cache_rows)
             # nothing to self: no fetch sends its sizes first (the id blocks carry their sizes,

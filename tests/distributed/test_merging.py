@@ -154,3 +154,35 @@ def test_rounds_without_exchanges_are_balanced(tmp_path, shared):
         assert st0["requests_per_round"] == 1.0
     else:  # the wire path merges: one round took all three
         assert st0["rounds"] == st1["rounds"] == 1
+
+
+def _burst(rank, world, d):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode="thread",
+                          features=False)
+    ld = DistNeighborLoader(svc, np.arange(0, 160), [3, 2], 8, seed=0)
+    reqs = [ld.request(*ld._my_batch(j, ld.epoch)) for j in range(6)]
+    time.sleep(0.05)  # the service thread is in its idle rounds, polling the queue
+    futs = svc.submit_all(reqs)
+    got = [as_arrays(svc.result(f)) for f in futs]
+    svc.shutdown()
+    return got, svc.stats()
+
+
+def test_a_burst_is_one_round(tmp_path):
+    """``submit_all`` (a loader's refill) enters the queue as one: the service thread, polling
+    while it is queued, takes all of it in one round or none (a round that took the first
+    request of a burst put the ranks' rounds out of step)."""
+    g = small_graph()
+    d = str(partition(g, 1, "random", tmp_path / "p", seed=1))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    (got, st), = run_ranks(_burst, 1, d, timeout=120)
+    assert st["rounds"] == 1 and st["requests"] == 6
+    pos = global_batches(160, 8, 1, shuffle=False, drop_last=False, seed=0, epoch=0)
+    for j, b in enumerate(got):
+        want = ref.sample([SampleRequest(np.arange(0, 160)[pos[j]], [3, 2],
+                                         request_key(0, 0, j))])[0]
+        assert_same(b, as_arrays(want))
