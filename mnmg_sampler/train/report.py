@@ -61,7 +61,8 @@ def service_line(stats: dict) -> str:
     if len(hosts) > 1:  # what each host holds of the others (distributed/fit.py)
         parts.append("placement " + "; ".join(
             f"host {h['host']}: topology {h['topology']}, rows {h['rows']}"
-            + (f" ({h['cache_rows']:,} cached)" if h["cache_rows"] else "") for h in hosts))
+            + (f" ({h['cache_rows']:,} cached)" if h["cache_rows"] else "") for h in hosts)
+            + f" ({hosts[0].get('from', 'decided')})")
     return ", ".join(parts)
 
 

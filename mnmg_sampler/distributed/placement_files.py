@@ -1,0 +1,137 @@
+"""The placement beside the parts: decided once per layout, then mapped by later starts.
+
+A host's first rank writes ``<parts>/placement/<key>/host-<k>/``: its host cache's ids and rows
+per node type and slice (``ids.<type>.<j>.npy``, ``rows.<type>.<j>.npy``, no pickle) and last
+``placement.json`` (what the host holds, and the layout it was decided for), each under a
+temporary name renamed into place, so a reader never sees half a placement. ``<key>`` hashes
+the layout: the partition's fingerprint, the world size, every rank's host, what each host
+holds (topology, rows, cache rows: the budget's outcome) and the plan the rows were chosen
+for. A later start of that layout maps the files instead of choosing and fetching the rows;
+a file that does not match is not used (docs/loader.md#host-groups-ranks-on-several-hosts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..graph.partition_io import PLACEMENT_DIR
+from .consistency import manifest_fingerprint
+from .fit import Placement
+from .host_groups import map_array
+
+__all__ = ["HostFiles", "listing"]
+
+log = logging.getLogger(__name__)
+
+META = "placement.json"
+
+
+class HostFiles:
+    """This rank's host's placement files for one layout.
+
+    Args:
+        part: this rank's partition (no directory: nothing is read or written).
+        fit, rank: the agreed placement and this rank.
+        cache_rows: per host, the rows its cache takes.
+        plan: ``(fanouts, batch size)`` the cached rows were chosen for (``None``: by degree).
+        rows: per node type, the cache rows' ``[dtype, columns]``.
+    """
+
+    def __init__(self, part, fit: Placement, rank: int, cache_rows, plan, rows: dict) -> None:
+        k = fit.host_of[rank]
+        self.writer = fit.hosts[k].ranks[0] == rank
+        self.report = {key: v for key, v in fit.report([int(c) for c in cache_rows])[k].items()
+                       if key != "from"}
+        fp = "".join(f"{v & (2**64 - 1):016x}" for v in manifest_fingerprint(part))
+        self.layout = json.loads(json.dumps({
+            "partition": fp, "world_size": len(fit.host_of), "host_of": list(fit.host_of),
+            "hosts": [[h.topology, h.rows, int(c)] for h, c in zip(fit.hosts, cache_rows,
+                                                                 strict=True)],
+            "plan": plan, "rows": rows}))
+        key = hashlib.sha256(json.dumps(self.layout, sort_keys=True).encode()).hexdigest()[:16]
+        self.dir = None if part.path is None else \
+            Path(part.path) / PLACEMENT_DIR / key / f"host-{k}"
+
+    def load(self, num_nodes: int) -> tuple[dict | None, str]:
+        """The host cache as written (per type, ``(ids, rows)`` per slice, mapped read-only)
+        and how it was chosen; ``None`` and why when a file is missing or does not match."""
+        if self.dir is None:
+            return None, "the partition was not loaded from a directory"
+        try:
+            meta = json.loads((self.dir / META).read_text())
+            if meta.get("layout") != self.layout:
+                return None, f"{self.dir / META} is of another layout"
+            out = {}
+            for t, sizes in meta["slices"].items():
+                dtype, cols = self.layout["rows"][t]
+                out[t] = []
+                for j, n in enumerate(sizes):
+                    ids = map_array(self.dir / f"ids.{t}.{j}.npy")
+                    rows = map_array(self.dir / f"rows.{t}.{j}.npy")
+                    if (ids.dtype != np.int64 or ids.shape != (n,) or rows.dtype != dtype
+                            or rows.shape != (n, cols) or (n and not (
+                                0 <= ids[0] and ids[-1] < num_nodes
+                                and (ids[1:] > ids[:-1]).all()))):
+                        return None, f"slice {j} of type {t} does not hold what {META} says"
+                    out[t].append((ids, rows))
+            return out, meta["choice"]
+        except FileNotFoundError as e:
+            return None, f"no {e.filename}"
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return None, f"{self.dir}: {e}"
+
+    def save(self, cache: dict, choice: str) -> None:
+        """Write the host cache ``cache`` (per type, ``(ids, rows)`` per slice) and this
+        placement, on the host's first rank; a directory that cannot be written is logged."""
+        if not self.writer or self.dir is None:
+            return
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            for t, slices in cache.items():
+                for j, (ids, rows) in enumerate(slices):
+                    _write(self.dir / f"ids.{t}.{j}.npy", ids)
+                    _write(self.dir / f"rows.{t}.{j}.npy", rows)
+            slices = {t: [int(i.size) for i, _ in s] for t, s in cache.items()}
+            meta = {"layout": self.layout, "host": self.report, "choice": choice,
+                    "slices": slices, "cache_rows": {t: sum(s) for t, s in slices.items()}}
+            _write(self.dir / META, json.dumps(meta, indent=1).encode())
+        except OSError as e:
+            log.info("placement not written beside the parts (%s); the next start decides it "
+                     "again", e)
+
+
+def _write(path: Path, data: np.ndarray | bytes) -> None:
+    """An array (``.npy``, no pickle) or bytes under a temporary name, renamed to ``path``."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                np.save(f, data, allow_pickle=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def listing(parts: str | os.PathLike) -> list[dict]:
+    """Every placement written beside the parts: per host, its key, ranks, what it holds,
+    its cache rows and the bytes of its files."""
+    out = []
+    for meta_path in sorted(Path(parts, PLACEMENT_DIR).glob(f"*/host-*/{META}")):
+        try:
+            meta = json.loads(meta_path.read_text())
+            h = meta["host"]
+            out.append({"key": meta_path.parent.parent.name, "host": h["host"],
+                        "ranks": h["ranks"], "topology": h["topology"], "rows": h["rows"],
+                        "cache_rows": sum(meta["cache_rows"].values()),
+                        "bytes": sum(p.stat().st_size for p in meta_path.parent.iterdir())})
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
