@@ -99,22 +99,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_parts(args: argparse.Namespace) -> int:
-    """A partition directory: its size and parts, and the placements written beside them
-    (docs/formats.md#partition-directories)."""
+    """A partition directory: its parts and the placements written beside them
+    (docs/formats.md#placements-beside-the-parts)."""
     from ..distributed.placement_files import listing
     from ..graph.partition_io import read_manifest
     from ..system.host_limits import format_bytes
 
-    m = read_manifest(args.graph)
-    hosts = listing(args.graph)
-    data = {"graph": m.get("graph_name"), "nodes": m["num_nodes"], "edges": m["num_edges"],
-            "parts": m["num_parts"], "placements": hosts}
-    rows = [("graph", data["graph"]), ("nodes", f"{m['num_nodes']:,}"),
-            ("edges", f"{m['num_edges']:,} (CSR entries)"), ("parts", m["num_parts"])]
-    rows += [(f"placement {h['key']} host {h['host']}",
-              f"ranks {h['ranks']}, topology {h['topology']}, rows {h['rows']}, "
-              f"{h['cache_rows']:,} cache rows, {format_bytes(h['bytes'])}") for h in hosts]
-    report(rows, data, args.json)
+    m, hosts = read_manifest(args.graph), listing(args.graph)
+    rows = [("partition", f"{m['num_parts']} parts of {m['num_nodes']:,} nodes"), *(
+        (f"placement {h['key']} host {h['host']}", f"ranks {h['ranks']}, topology "
+         f"{h['topology']}, rows {h['rows']}, {h['cache_rows']:,} cache rows, "
+         f"{format_bytes(h['bytes'])}") for h in hosts)]
+    report(rows, {"parts": m["num_parts"], "nodes": m["num_nodes"], "placements": hosts},
+           args.json)
     return 0
 
 

@@ -128,10 +128,9 @@ class DistFeatureStore:
             else self.cache_sizes(fit)
         plan = cache_plan if len(tp.edge_types) == 1 else None
         self.placement_from = "decided"  # or "file": read from the files beside the parts
-        files = HostFiles(part, fit, self.ex.rank, sizes, None if plan is None or not any(sizes)
-                          else {"fanouts": plan.fanouts, "batch_size": plan.batch_size},
-                          {n: [self._unit.str, sum(self._cols[n])] for n in self.types}) \
-            if fit is not None and len(fit.hosts) > 1 and self.enabled else None
+        files = None if fit is None or len(fit.hosts) < 2 or not self.enabled else HostFiles(
+            part, fit, self.ex.rank, sizes, plan, {n: [self._unit.str, sum(self._cols[n])]
+                                                   for n in self.types})
         if self.shared is not None:  # every part's rows are mapped here: no table, no cache
             if int(cache_rows) > 0 and self.ex.rank == 0:
                 log.info("features.cache_rows=%d unused: every part's feature rows are "
@@ -228,7 +227,8 @@ class DistFeatureStore:
                     self._cache, self.cache_choice, self.placement_from = got, why, "file"
                     return
             if got is None and files.writer:
-                log.info("placement of host %d decided, not read: %s", files.report["host"], why)
+                log.info("placement of host %d decided, not read: %s", files.report["host"],
+                         why)
         if fill:
             self._fill_cache(part, rows, plan)
         if files is not None:

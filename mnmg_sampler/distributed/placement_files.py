@@ -1,13 +1,10 @@
 """The placement beside the parts: decided once per layout, then mapped by later starts.
 
-A host's first rank writes ``<parts>/placement/<key>/host-<k>/``: its host cache's ids and rows
-per node type and slice (``ids.<type>.<j>.npy``, ``rows.<type>.<j>.npy``, no pickle) and last
-``placement.json`` (what the host holds, and the layout it was decided for), each under a
-temporary name renamed into place, so a reader never sees half a placement. ``<key>`` hashes
-the layout: the partition's fingerprint, the world size, every rank's host, what each host
-holds (topology, rows, cache rows: the budget's outcome) and the plan the rows were chosen
-for. A later start of that layout maps the files instead of choosing and fetching the rows;
-a file that does not match is not used (docs/loader.md#host-groups-ranks-on-several-hosts).
+A host's first rank writes ``<parts>/placement/<key>/host-<k>/``: its host cache's slices
+(``ids.<type>.<j>.npy``, ``rows.<type>.<j>.npy``) and last ``placement.json``, each renamed
+into place, so no reader sees half a placement. ``<key>`` hashes the layout the decision
+depends on; a later start of that layout maps the files instead of choosing and fetching the
+rows (docs/formats.md#placements-beside-the-parts).
 """
 
 from __future__ import annotations
@@ -33,27 +30,20 @@ META = "placement.json"
 
 
 class HostFiles:
-    """This rank's host's placement files for one layout.
-
-    Args:
-        part: this rank's partition (no directory: nothing is read or written).
-        fit, rank: the agreed placement and this rank.
-        cache_rows: per host, the rows its cache takes.
-        plan: ``(fanouts, batch size)`` the cached rows were chosen for (``None``: by degree).
-        rows: per node type, the cache rows' ``[dtype, columns]``.
-    """
+    """This rank's host's placement files for one layout: the agreed ``fit``, each host's
+    ``cache_rows``, the ``plan`` its rows are chosen for, and ``rows``: per node type, the
+    cache rows' ``[dtype, columns]`` (a partition without a directory: nothing is kept)."""
 
     def __init__(self, part, fit: Placement, rank: int, cache_rows, plan, rows: dict) -> None:
         k = fit.host_of[rank]
         self.writer = fit.hosts[k].ranks[0] == rank
-        self.report = {key: v for key, v in fit.report([int(c) for c in cache_rows])[k].items()
-                       if key != "from"}
-        fp = "".join(f"{v & (2**64 - 1):016x}" for v in manifest_fingerprint(part))
+        self.report = fit.report([int(c) for c in cache_rows])[k]
+        plan = None if plan is None or not any(cache_rows) else [plan.fanouts, plan.batch_size]
         self.layout = json.loads(json.dumps({
-            "partition": fp, "world_size": len(fit.host_of), "host_of": list(fit.host_of),
+            "partition": "".join(f"{v & (2**64 - 1):016x}" for v in manifest_fingerprint(part)),
+            "world_size": len(fit.host_of), "host_of": fit.host_of, "plan": plan, "rows": rows,
             "hosts": [[h.topology, h.rows, int(c)] for h, c in zip(fit.hosts, cache_rows,
-                                                                 strict=True)],
-            "plan": plan, "rows": rows}))
+                                                                 strict=True)]}))
         key = hashlib.sha256(json.dumps(self.layout, sort_keys=True).encode()).hexdigest()[:16]
         self.dir = None if part.path is None else \
             Path(part.path) / PLACEMENT_DIR / key / f"host-{k}"
@@ -97,9 +87,8 @@ class HostFiles:
                 for j, (ids, rows) in enumerate(slices):
                     _write(self.dir / f"ids.{t}.{j}.npy", ids)
                     _write(self.dir / f"rows.{t}.{j}.npy", rows)
-            slices = {t: [int(i.size) for i, _ in s] for t, s in cache.items()}
             meta = {"layout": self.layout, "host": self.report, "choice": choice,
-                    "slices": slices, "cache_rows": {t: sum(s) for t, s in slices.items()}}
+                    "slices": {t: [int(i.size) for i, _ in s] for t, s in cache.items()}}
             _write(self.dir / META, json.dumps(meta, indent=1).encode())
         except OSError as e:
             log.info("placement not written beside the parts (%s); the next start decides it "
@@ -121,16 +110,14 @@ def _write(path: Path, data: np.ndarray | bytes) -> None:
 
 
 def listing(parts: str | os.PathLike) -> list[dict]:
-    """Every placement written beside the parts: per host, its key, ranks, what it holds,
-    its cache rows and the bytes of its files."""
+    """Every placement written beside the parts: per host, its report (:meth:`.Placement.report`),
+    key, cache rows and the bytes of its files."""
     out = []
     for meta_path in sorted(Path(parts, PLACEMENT_DIR).glob(f"*/host-*/{META}")):
         try:
             meta = json.loads(meta_path.read_text())
-            h = meta["host"]
-            out.append({"key": meta_path.parent.parent.name, "host": h["host"],
-                        "ranks": h["ranks"], "topology": h["topology"], "rows": h["rows"],
-                        "cache_rows": sum(meta["cache_rows"].values()),
+            out.append({**meta["host"], "key": meta_path.parent.parent.name,
+                        "cache_rows": sum(map(sum, meta["slices"].values())),
                         "bytes": sum(p.stat().st_size for p in meta_path.parent.iterdir())})
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -7,6 +7,7 @@ single process's, homogeneous and typed parts alike."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mnmg_sampler.graph.partition import partition
 from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
@@ -71,8 +72,19 @@ def _homogeneous(rank, world, d):
             for name in STARTS}
 
 
-def test_placement_written_once_then_mapped(tmp_path):
-    from mnmg_sampler.distributed.placement_files import listing
+def _info(d, capsys) -> list[dict]:
+    import json
+
+    from mnmg_sampler.commands.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["info", d, "--json"])
+    assert e.value.code == 0
+    return json.loads(capsys.readouterr().out)["placements"]
+
+
+def test_placement_written_once_then_mapped(tmp_path, capsys):
 
     g = small_graph()
     d = str(partition(g, 2, "random", tmp_path / "p", seed=2))
@@ -96,10 +108,10 @@ def test_placement_written_once_then_mapped(tmp_path):
                 assert_same(b, as_arrays(ref.sample([SampleRequest(seeds, FANOUTS, key)])[0]))
                 assert np.array_equal(b["x"], g.x[b["n_id"]])
                 assert np.array_equal(b["y"], g.y[b["n_id"]])
-    assert listing(d) == []  # placement is a file now: nothing listed, nothing raised
+    assert _info(d, capsys) == []  # placement is a file now: nothing listed, nothing raised
     (tmp_path / "p" / "placement").unlink()
     (tmp_path / "p" / "placement.old").rename(tmp_path / "p" / "placement")
-    hosts = listing(d)  # two budgets' layouts, one file set per host each
+    hosts = _info(d, capsys)  # two budgets' layouts, one file set per host each
     assert len(hosts) == 4 and {h["host"] for h in hosts} == {0, 1}
     assert all(h["rows"] == "cache" and h["cache_rows"] > 0 and h["bytes"] > 0 for h in hosts)
 
