@@ -29,6 +29,7 @@ def _start(svc_args, rank, d, name, run):
     from mnmg_sampler.distributed import features
     from mnmg_sampler.distributed.service import SamplingService
     from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.train.report import service_line
 
     if rank == 0 and name == "truncated":  # host 1's rows, cut short
         rows = max(Path(d).glob("placement/*/host-1/rows.*.0.npy"), key=lambda p: p.stat().st_size)
@@ -50,7 +51,7 @@ def _start(svc_args, rank, d, name, run):
         st = svc.stats()
     finally:
         svc.shutdown()
-    return got, st["placement"], st["features"], len(chosen), sent
+    return got, st["placement"], st["features"], len(chosen), sent, service_line(st)
 
 
 def _homogeneous(rank, world, d):
@@ -96,8 +97,9 @@ def test_placement_written_once_then_mapped(tmp_path, capsys):
     for res in out:
         want_from = {"first": "decided", "again": "file", "truncated": "decided",
                      "budget": "decided", "unwritable": "decided"}
-        for name, (got, placement, feats, chosen, sent) in res.items():
+        for name, (got, placement, feats, chosen, sent, line) in res.items():
             assert [h["from"] for h in placement] == [want_from[name]] * 2, name
+            assert f"placement ({want_from[name]}) host 0" in line  # the job's summary
             assert feats["cache_hits"] > 0, name
             # reusing: no row chosen, none fetched before the first request
             assert (chosen, sent > 0) == ((0, False) if name == "again" else (1, True)), name
@@ -151,7 +153,7 @@ def test_typed_placement_mapped_again(tmp_path):
     out = run_ranks(_typed, 2, d, [topo[1] + 6 * width, topo[0] + 6 * width], timeout=240)
     ref = HeteroSampler(typed_graph(spec), SEED)
     for res in out:
-        for name, ((got, reqs), placement, _, chosen, sent) in res.items():
+        for name, ((got, reqs), placement, _, chosen, sent, _) in res.items():
             assert [h["cache_rows"] for h in placement] == [6, 6]
             assert [h["from"] for h in placement] == ["file" if name == "again"
                                                       else "decided"] * 2
