@@ -16,9 +16,10 @@ from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph, topology
 from .harness import run_ranks
 
 STARTS = ("first", "again", "truncated", "budget", "unwritable")
+HOSTS = ("A", "A", "B")  # the typed test's hosts: of 2 ranks (2 cache slices) and of 1
 
 
-def _start(svc_args, rank, d, name, run):
+def _start(svc_args, rank, world, d, name, run):
     """One service start of the sequence (``run(svc)`` samples): what it reports, its
     choose_rows calls and the feature bytes it sent before the first request."""
     import shutil
@@ -31,8 +32,8 @@ def _start(svc_args, rank, d, name, run):
     from mnmg_sampler.graph.partition_io import load_partition
     from mnmg_sampler.train.report import service_line
 
-    if rank == 0 and name == "truncated":  # host 1's rows, cut short
-        rows = max(Path(d).glob("placement/*/host-1/rows.*.0.npy"), key=lambda p: p.stat().st_size)
+    if rank == 0 and name == "truncated":  # the largest rows file, cut short
+        rows = max(Path(d).glob("placement/*/host-*/rows.*.npy"), key=lambda p: p.stat().st_size)
         with open(rows, "r+b") as f:
             f.truncate(rows.stat().st_size - 8)
     if rank == 0 and name == "unwritable":  # nothing can be written under placement/
@@ -42,7 +43,7 @@ def _start(svc_args, rank, d, name, run):
     real, chosen = features.choose_rows, []
     features.choose_rows = lambda *a: chosen.append(1) or real(*a)
     try:
-        svc = SamplingService(load_partition(d, rank, 2), seed=SEED, **svc_args)
+        svc = SamplingService(load_partition(d, rank, world), seed=SEED, **svc_args)
     finally:
         features.choose_rows = real
     sent = sum(svc.sampler.ex.bytes.get("features", (0, 0)))
@@ -69,7 +70,7 @@ def _homogeneous(rank, world, d):
 
     return {name: _start({"host_memory": topo + (40 if name in ("budget", "unwritable")
                                                  else 25) * 36,
-                          "feature_cache_plan": (FANOUTS, 16)}, rank, d, name, run)
+                          "feature_cache_plan": (FANOUTS, 16)}, rank, world, d, name, run)
             for name in STARTS}
 
 
@@ -124,7 +125,7 @@ def _typed(rank, world, d, budgets):
     from mnmg_sampler.ops.rng import request_key
     from mnmg_sampler.sampling.sampler import HeteroSampleRequest
 
-    os.environ["MNMG_HOST_ID"] = f"typed-{rank}"
+    os.environ["MNMG_HOST_ID"] = f"typed-{HOSTS[rank]}"
 
     def run(svc):
         reqs = [HeteroSampleRequest("paper", np.arange(3 * i, 3 * i + 4), [3, 2],
@@ -133,7 +134,7 @@ def _typed(rank, world, d, budgets):
                  for k in ("n_id", "edge_index", "x", "y")}
                 for b in (svc.result(f) for f in [svc.submit(r) for r in reqs])], reqs
 
-    return {name: _start({"host_memory": budgets[rank]}, rank, d, name, run)
+    return {name: _start({"host_memory": budgets[rank]}, rank, world, d, name, run)
             for name in ("first", "again", "truncated")}
 
 
@@ -147,14 +148,19 @@ def test_typed_placement_mapped_again(tmp_path):
     from ..typed_graphs import typed_spec
 
     spec = typed_spec(3)
-    d = str(partition_graph(spec, num_parts=2, out=tmp_path / "p", method="random", seed=2))
-    topo = [part_bytes(load_partition(d, r, 2))[0] for r in range(2)]
+    d = str(partition_graph(spec, num_parts=3, out=tmp_path / "p", method="random", seed=2))
+    topo = [part_bytes(load_partition(d, r, 3))[0] for r in range(3)]
     width = 4 * 4 + 8  # the widest row: a paper's x (4 float32) and its int64 label
-    out = run_ranks(_typed, 2, d, [topo[1] + 6 * width, topo[0] + 6 * width], timeout=240)
+    budgets = [topo[2] + 6 * width] * 2 + [topo[0] + topo[1] + 6 * width]
+    out = run_ranks(_typed, 3, d, budgets, timeout=240)
     ref = HeteroSampler(typed_graph(spec), SEED)
+    # one file per slice: host A's 2 ranks, host B's 1
+    assert [len(list((tmp_path / "p").glob(f"placement/*/host-{k}/rows.paper.*.npy")))
+            for k in (0, 1)] == [2, 1]
     for res in out:
-        for name, ((got, reqs), placement, _, chosen, sent, _) in res.items():
+        for name, ((got, reqs), placement, feats, chosen, sent, _) in res.items():
             assert [h["cache_rows"] for h in placement] == [6, 6]
+            assert feats["cache_rows"] == 6 and feats["cache_hits"] > 0, name  # every slice
             assert [h["from"] for h in placement] == ["file" if name == "again"
                                                       else "decided"] * 2
             assert (chosen, sent > 0) == ((0, False) if name == "again" else (1, True)), name
