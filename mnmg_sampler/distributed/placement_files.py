@@ -1,9 +1,10 @@
 """The placement beside the parts: decided once per layout, then mapped by later starts.
 
 A host's first rank writes ``<parts>/placement/<key>/host-<k>/``: its host cache's slices
-(``ids.<type>.<j>.npy``, ``rows.<type>.<j>.npy``) and last ``placement.json``, each renamed
-into place, so no reader sees half a placement. ``<key>`` hashes the layout the decision
-depends on; a later start of that layout maps the files instead of choosing and fetching the
+(``ids.<type>.<j>.<tag>.npy``, ``rows...``) and last ``placement.json``, each renamed into
+place, so no reader sees half a placement. ``<key>`` hashes the partition, world and hosts:
+one placement each, which another budget or plan replaces (no file set per budget piles up).
+A later start whose decision it matches maps the files instead of choosing and fetching the
 rows (docs/formats.md#placements-beside-the-parts).
 """
 
@@ -13,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +46,9 @@ class HostFiles:
             "world_size": len(fit.host_of), "host_of": fit.host_of, "plan": plan, "rows": rows,
             "hosts": [[h.topology, h.rows, int(c)] for h, c in zip(fit.hosts, cache_rows,
                                                                  strict=True)]}))
-        key = hashlib.sha256(json.dumps(self.layout, sort_keys=True).encode()).hexdigest()[:16]
+        # one placement per partition, world and hosts: another budget or plan replaces it
+        where = {k: self.layout[k] for k in ("partition", "world_size", "host_of", "rows")}
+        key = hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()[:16]
         self.dir = None if part.path is None else \
             Path(part.path) / PLACEMENT_DIR / key / f"host-{k}"
 
@@ -56,14 +60,14 @@ class HostFiles:
         try:
             meta = json.loads((self.dir / META).read_text())
             if meta.get("layout") != self.layout:
-                return None, f"{self.dir / META} is of another layout"
+                return None, f"{self.dir / META} holds another decision (budget, plan)"
             out = {}
             for t, sizes in meta["slices"].items():
                 dtype, cols = self.layout["rows"][t]
                 out[t] = []
                 for j, n in enumerate(sizes):
-                    ids = map_array(self.dir / f"ids.{t}.{j}.npy")
-                    rows = map_array(self.dir / f"rows.{t}.{j}.npy")
+                    ids = map_array(self.dir / f"ids.{t}.{j}.{meta['tag']}.npy")
+                    rows = map_array(self.dir / f"rows.{t}.{j}.{meta['tag']}.npy")
                     if (ids.dtype != np.int64 or ids.shape != (n,) or rows.dtype != dtype
                             or rows.shape != (n, cols) or (n and not (
                                 0 <= ids[0] and ids[-1] < num_nodes
@@ -81,15 +85,19 @@ class HostFiles:
         placement, on the host's first rank; a directory that cannot be written is logged."""
         if not self.writer or self.dir is None:
             return
+        tag = secrets.token_hex(4)  # new names: a reader of the last JSON maps its own files
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             for t, slices in cache.items():
                 for j, (ids, rows) in enumerate(slices):
-                    _write(self.dir / f"ids.{t}.{j}.npy", ids)
-                    _write(self.dir / f"rows.{t}.{j}.npy", rows)
-            meta = {"layout": self.layout, "host": self.report, "choice": choice,
+                    _write(self.dir / f"ids.{t}.{j}.{tag}.npy", ids)
+                    _write(self.dir / f"rows.{t}.{j}.{tag}.npy", rows)
+            meta = {"layout": self.layout, "host": self.report, "choice": choice, "tag": tag,
                     "slices": {t: [int(i.size) for i, _ in s] for t, s in cache.items()}}
             _write(self.dir / META, json.dumps(meta, indent=1).encode())
+            for old in self.dir.glob("*.npy"):  # the placement it replaced (mapped ones stay)
+                if not old.name.endswith(f".{tag}.npy"):
+                    old.unlink(missing_ok=True)
         except OSError as e:
             log.info("placement not written beside the parts (%s); the next start decides it "
                      "again", e)

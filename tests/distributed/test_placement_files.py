@@ -1,8 +1,8 @@
 """The placement beside the parts, on real gloo ranks forced onto 2 hosts with a row cache: the
 first start decides it and writes it; a second start of the same layout maps the files (no
-rows chosen, no row fetched at start); a truncated file, a changed budget and a directory that
-cannot be written fall back to deciding afresh. Every start's batches and features equal the
-single process's, homogeneous and typed parts alike."""
+rows chosen, no row fetched at start); a truncated file, a changed budget (which then replaces
+the files) and a directory that cannot be written fall back to deciding afresh. Every start's
+batches and features equal the single process's, homogeneous and typed parts alike."""
 
 from __future__ import annotations
 
@@ -114,9 +114,12 @@ def test_placement_written_once_then_mapped(tmp_path, capsys):
     assert _info(d, capsys) == []  # placement is a file now: nothing listed, nothing raised
     (tmp_path / "p" / "placement").unlink()
     (tmp_path / "p" / "placement.old").rename(tmp_path / "p" / "placement")
-    hosts = _info(d, capsys)  # two budgets' layouts, one file set per host each
-    assert len(hosts) == 4 and {h["host"] for h in hosts} == {0, 1}
-    assert all(h["rows"] == "cache" and h["cache_rows"] > 0 and h["bytes"] > 0 for h in hosts)
+    # one placement per host, the last budget's: it replaced the first one's files
+    hosts = _info(d, capsys)
+    assert [(h["host"], h["rows"], h["cache_rows"]) for h in hosts] == [
+        (k, "cache", h["cache_rows"]) for k, h in enumerate(out[0]["budget"][1])]
+    assert [len(list(p.iterdir())) for p in (tmp_path / "p").glob("placement/*/host-*")] == [3] * 2
+    assert all(h["bytes"] > 0 for h in hosts)
 
 
 def _typed(rank, world, d, budgets):
