@@ -47,7 +47,7 @@ class HostFiles:
             "hosts": [[h.topology, h.rows, int(c)] for h, c in zip(fit.hosts, cache_rows,
                                                                  strict=True)]}))
         # one placement per partition, world and hosts: another budget or plan replaces it
-        where = {k: self.layout[k] for k in ("partition", "world_size", "host_of", "rows")}
+        where = {n: self.layout[n] for n in ("partition", "world_size", "host_of", "rows")}
         key = hashlib.sha256(json.dumps(where, sort_keys=True).encode()).hexdigest()[:16]
         self.dir = None if part.path is None else \
             Path(part.path) / PLACEMENT_DIR / key / f"host-{k}"
