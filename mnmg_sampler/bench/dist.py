@@ -358,7 +358,8 @@ def _worker(work: str) -> int:
     one_round(0)  # warm-up (seeds looked up in the round): compiled code, page cache, buffers
     res = _head(rank, world, n_mine, task, sampler, store, sampler.placement.report(
         None if store is None or store.shared is not None
-        else store.cache_sizes(sampler.placement)))
+        else store.cache_sizes(sampler.placement),
+        "decided" if store is None else store.placement_from))
     res.update(owned_seeds=owned, rounds=[rounds] * task["repeats"])
     if once:  # as a loader does when it is built: every seed of this rank's batches, one lookup
         dist.barrier()

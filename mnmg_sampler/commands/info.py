@@ -20,8 +20,8 @@ def add_parser(subparsers) -> None:
         "features/labels and the load time.",
     )
     p.add_argument("graph", metavar="GRAPH",
-                   help="cora, rmat:SCALE[:EDGE_FACTOR], or a file or OGB directory (formats: "
-                   "docs/formats.md)")
+                   help="cora, rmat:SCALE[:EDGE_FACTOR], a file or OGB directory (formats: "
+                   "docs/formats.md), or a partition directory (its parts and placements)")
     p.add_argument("--undirected", action=argparse.BooleanOptionalAction, default=None,
                    help="add every reverse edge (default: the dataset's own; cora: yes)")
     p.add_argument("--drop-self-loops", action="store_true", help="remove edges v -> v")
@@ -38,13 +38,17 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import time
+    from pathlib import Path
 
     import numpy as np
 
     from ..graph.datasets import load_graph
+    from ..graph.partition_io import MANIFEST
     from .graph_args import node_data_kwargs, typed_graph_of
 
     t0 = time.perf_counter()
+    if (Path(args.graph) / MANIFEST).is_file():
+        return _run_parts(args)
     typed = typed_graph_of(args)
     if typed is not None:
         return _run_typed(args, typed, time.perf_counter() - t0)
@@ -92,6 +96,23 @@ def run(args: argparse.Namespace) -> int:
         rows.append(("split masks", ", ".join(f"{k} {int(v.sum()):,}" for k, v in g.masks.items())))
     row = sum(int(a.nbytes) for a in (g.x, g.y) if a is not None)
     return _report(args, rows, data, g, row, load_s)
+
+
+def _run_parts(args: argparse.Namespace) -> int:
+    """A partition directory: its parts and the placements written beside them
+    (docs/formats.md#placements-beside-the-parts)."""
+    from ..distributed.placement_files import listing
+    from ..graph.partition_io import read_manifest
+    from ..system.host_limits import format_bytes
+
+    m, hosts = read_manifest(args.graph), listing(args.graph)
+    rows = [("partition", f"{m['num_parts']} parts of {m['num_nodes']:,} nodes"), *(
+        (f"placement {h['key']} host {h['host']}", f"ranks {h['ranks']}, topology "
+         f"{h['topology']}, rows {h['rows']}, {h['cache_rows']:,} cache rows, "
+         f"{format_bytes(h['bytes'])}") for h in hosts)]
+    report(rows, {"parts": m["num_parts"], "nodes": m["num_nodes"], "placements": hosts},
+           args.json)
+    return 0
 
 
 # --- typed (heterogeneous) inputs: node counts per type, edges per relation, features per type ---

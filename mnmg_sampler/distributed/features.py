@@ -23,10 +23,11 @@ import torch
 
 from ..ops.dedup import unique_first
 from ..ops.rows import scatter_rows
-from .collective import Exchanger, agree
+from .collective import Exchanger, agree, peer_errors
 from .fit import Placement
 from .host_groups import HostGroup, share_slices
 from .id_maps import counted_keys, identity_ids, wire_dtype, with_counts
+from .placement_files import HostFiles
 from .row_cache import CachePlan, choose_rows
 from .shared_topology import SharedTopology
 
@@ -125,10 +126,20 @@ class DistFeatureStore:
         self._held[[part.rank, *(() if mapped is None else mapped.row_ranks)]] = True
         self.shared = mapped if mapped is not None and mapped.rows_everywhere else None
         self._host = self.tables = None
+        # each host's cache rows (``cache_rows`` on every host, else what its budget holds)
+        fill = int(cache_rows) > 0 and self.shared is None  # the same on every rank
+        sizes = [] if fit is None else [int(cache_rows)] * len(fit.hosts) if fill \
+            else self.cache_sizes(fit)
+        plan = cache_plan if len(tp.edge_types) == 1 else None
+        self.placement_from = "decided"  # or "file": read from the files beside the parts
+        files = None if fit is None or len(fit.hosts) < 2 or not self.enabled else HostFiles(
+            part, fit, self.ex.rank, sizes, plan, {n: [self._unit.str, sum(self._cols[n])]
+                                                   for n in self.types})
         if self.shared is not None:  # every part's rows are mapped here: no table, no cache
             if int(cache_rows) > 0 and self.ex.rank == 0:
                 log.info("features.cache_rows=%d unused: every part's feature rows are "
                          "mapped on this host (shared topology)", int(cache_rows))
+            self._place(part, files, False, 0, None)
             return
         orig = part.orig_ids if self.carries_orig else None
         tables = {n: self._pack(n, tp.x.get(n), tp.y.get(n), orig) for n in self.types}
@@ -149,13 +160,9 @@ class DistFeatureStore:
         self._bounded = (self.ex.short_receives and self.ex.world_size > 1 and self.ex.world_size
                          * (int(np.diff(bounds).max()) + 1) * wire_dtype(bounds[-1]).itemsize
                          <= _BOUNDED_BYTES)
-        fill = int(cache_rows) > 0  # the same on every rank
-        if fit is not None and not fill:  # each host's own size; any host's makes it collective
-            sizes = self.cache_sizes(fit)
+        if fit is not None:  # each host's own size; any host's makes the fill collective
             cache_rows, fill = sizes[fit.host_of[self.ex.rank]], max(sizes) > 0
-        if fill and self.enabled:
-            self._fill_cache(part, int(cache_rows),
-                             cache_plan if len(tp.edge_types) == 1 else None)
+        self._place(part, files, fill and self.enabled, int(cache_rows), plan)
 
     @property
     def table(self) -> torch.Tensor | None:
@@ -211,6 +218,25 @@ class DistFeatureStore:
         got = self._mapped.type_rows(name, self._t[name], ids)
         return self._pack(name, got.get("x"), got.get("y"),
                           self._mapped.to_orig(ids) if self.carries_orig else None)
+
+    def _place(self, part, files: HostFiles | None, fill: bool, rows: int,
+               plan: CachePlan | None) -> None:
+        """Collective with ``files`` or ``fill``: the host cache read from ``files`` when
+        every host's match (one agreement, the same path on every rank), else filled
+        (:meth:`_fill_cache`) when ``fill`` and written to ``files``."""
+        if files is not None:
+            got, why = files.load(int(self._bounds[-1]))
+            with peer_errors("agreeing on reading the placement beside the parts"):
+                if self.ex.agree_max([got is None])[0] == 0:
+                    self._cache, self.cache_choice, self.placement_from = got, why, "file"
+                    return
+            if got is None and files.writer:
+                log.info("placement of host %d decided, not read: %s", files.report["host"],
+                         why)
+        if fill:
+            self._fill_cache(part, rows, plan)
+        if files is not None:
+            files.save(self._cache, self.cache_choice)
 
     def _fill_cache(self, part, rows: int, plan: CachePlan | None) -> None:
         """Collective: the host caches the ``rows`` nodes of other hosts its rounds touch most

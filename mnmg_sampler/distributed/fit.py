@@ -101,9 +101,11 @@ class Placement:
         """Every host reads every row itself: no fetch exchanges rows."""
         return all(h.rows for h in self.hosts)
 
-    def report(self, cache_rows: Sequence[int] | None = None) -> list[dict]:
+    def report(self, cache_rows: Sequence[int] | None = None, source: str = "decided"
+               ) -> list[dict]:
         """JSON-able, per host: its ranks, budget, and what it holds of other hosts
-        (``cache_rows``: rows each host's cache took, when known)."""
+        (``cache_rows``: rows each host's cache took, when known; ``source``: ``file`` when
+        read from the files beside the parts, :mod:`.placement_files`)."""
         out = []
         for i, h in enumerate(self.hosts):
             rows = "all" if h.rows else ("cache" if cache_rows and cache_rows[i] else "none")
@@ -111,7 +113,8 @@ class Placement:
                         "topology": "all" if h.topology else "own",
                         "topology_bytes": h.topology_bytes if h.topology else 0,
                         "rows": rows, "other_rows_bytes": h.row_bytes,
-                        "cache_rows": int(cache_rows[i]) if cache_rows else 0})
+                        "cache_rows": int(cache_rows[i]) if cache_rows else 0,
+                        "from": source})
         return out
 
 

@@ -25,7 +25,7 @@ from ..sampling.sampler import HopSegments
 from .collective import Exchanger, agree, peer_errors
 from .shared_topology import SharedTopology
 
-__all__ = ["HostGroup", "share_slices", "sweep_stale"]
+__all__ = ["HostGroup", "map_array", "share_slices", "sweep_stale"]
 
 _I64 = np.int64
 
@@ -259,7 +259,7 @@ def share_slices(ex: Exchanger, ranks: tuple[int, ...], ids: np.ndarray, rows: n
 
     def slice_of(r: int, name: str) -> np.ndarray:
         (path,) = shm.glob(f"{base}-{r}-*-{name}.npy")  # one writer per rank
-        return _map(path)
+        return map_array(path)
 
     try:
         agree(write, ex.group, "writing this rank's slice of the host cache")
@@ -273,7 +273,7 @@ def share_slices(ex: Exchanger, ranks: tuple[int, ...], ids: np.ndarray, rows: n
     return out
 
 
-def _map(path: Path) -> np.ndarray:
+def map_array(path: Path) -> np.ndarray:
     """One slice array, memory-mapped read-only (an empty one is read: nothing to map)."""
     a = np.load(path, mmap_mode="r", allow_pickle=False)
     return a if a.size else np.load(path, allow_pickle=False)

@@ -549,7 +549,8 @@ class SamplingService:
         if fit is not None:  # what each host holds of the others (.fit)
             f = self.features
             st["placement"] = fit.report(None if f is None or f.shared is not None
-                                         else f.cache_sizes(fit))
+                                         else f.cache_sizes(fit),
+                                         "decided" if f is None else f.placement_from)
         if self.features is not None:  # the first round slot's store
             st["features"] = dict(self.features.stats, **self.features.cache_stats())
         return st

@@ -28,6 +28,7 @@ __all__ = [
     "FORMAT_VERSION",
     "TYPED_FORMAT_VERSION",
     "MANIFEST",
+    "PLACEMENT_DIR",
     "Partition",
     "TypedPart",
     "load_partition",
@@ -52,6 +53,7 @@ TYPED_FORMAT_VERSION = 2
 that knows only homogeneous parts (version 1) refuses them by their version, not later on a
 missing array or a misread ``indptr``."""
 MANIFEST = "manifest.json"
+PLACEMENT_DIR = "placement"  # what hosts hold, beside the parts (distributed/placement_files)
 TMP_PREFIX = ".mnmg-partial-"  # directories being written (or left by a killed writer)
 _CHUNK = 1 << 22
 _EDGE_MB = 1 << 20  # bytes hashed at each end of an input file for its identity
@@ -368,7 +370,8 @@ def check_replaceable(out: str | os.PathLike) -> None:
             f"{d} is not empty and holds no mnmg-sampler partition manifest",
             f"it is not a partition directory, so {refuse}", fix)
     files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
-    known = {MANIFEST, MANIFEST + ".tmp"} | {str(rel).split("/")[0] for rel in files}
+    known = {MANIFEST, MANIFEST + ".tmp", PLACEMENT_DIR} | {str(rel).split("/")[0]
+                                                             for rel in files}
     foreign = [e for e in entries if e not in known]
     if foreign:
         raise PartitionError(

@@ -59,7 +59,7 @@ def service_line(stats: dict) -> str:
         parts.append(f"shared topology ({shared.get('agreement', 'gloo')} agreement)")
     hosts = g("placement") or []
     if len(hosts) > 1:  # what each host holds of the others (distributed/fit.py)
-        parts.append("placement " + "; ".join(
+        parts.append(f"placement ({hosts[0].get('from', 'decided')}) " + "; ".join(
             f"host {h['host']}: topology {h['topology']}, rows {h['rows']}"
             + (f" ({h['cache_rows']:,} cached)" if h["cache_rows"] else "") for h in hosts))
     return ", ".join(parts)

@@ -127,8 +127,10 @@ def test_overwrite_refuses_ours_with_foreign_files_and_accepts_ours(written):
         partition(_graph(), 3, "range", written, overwrite=True)
     assert (written / "notes.txt").read_text() == "mine"
     (written / "notes.txt").unlink()
+    (written / "placement" / "k" / "host-0").mkdir(parents=True)  # what jobs write beside
     partition(_graph(), 3, "range", written, overwrite=True)
     assert read_manifest(written)["num_parts"] == 3
+    assert not (written / "placement").exists()  # the old layout's placements went with it
 
 
 def test_overwrite_accepts_an_empty_directory(tmp_path):
