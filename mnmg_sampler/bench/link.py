@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..commands.sample import positive_int
 from .peers import add_peer_options, peer_python, run_peer, save_graph
-from .single import TimedBatches, _fmt, _verdict, timed_parser
+from .single import _fmt, _verdict, timed_parser
+from .timing import TimedBatches
 
 HELP = "link prediction minibatches (negatives, exclusion) vs DGL's link sampler (same run)"
 DGL_TARGET = 1.5  # sampled edges/s >= 1.5x DGL's link sampler

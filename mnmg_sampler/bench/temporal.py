@@ -29,7 +29,8 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
     """The measurements of the module docstring, as a dict."""
     from ..graph.temporal import attach_time
     from ..ops import typed
-    from .hetero import _per_edge, block_keys, interleaved_runs, typed_view
+    from .hetero import typed_view
+    from .timing import block_keys, interleaved_runs, per_edge
 
     t0 = time.perf_counter()
     tg, _ = typed_view(graph, 1)
@@ -69,7 +70,7 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
            "temporal uniform": temporal_fn(0), "temporal last": temporal_fn(1)}
     edges = {name: int(f()[0].sum()) for name, f in fns.items()}  # warm-up and edge counts
     runs, cpu = interleaved_runs(fns, repeats)
-    res = {name: _per_edge(runs[name], edges[name], cpu[name]) for name in fns}
+    res = {name: per_edge(runs[name], edges[name], cpu[name]) for name in fns}
     base = res["uniform (no time)"]["cpu_ns_per_edge"]
     same = res["uniform on admissible edges"]["cpu_ns_per_edge"]
     wall = res["uniform (no time)"]["ns_per_edge"]

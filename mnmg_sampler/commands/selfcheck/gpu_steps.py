@@ -295,7 +295,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
     dedup on the CPU) against the CPU kernel on every core; the batches must be equal."""
     import numpy as np
 
-    from ...bench.single import MultiHopBench
+    from ...bench.timing import MultiHopBench
     from ...distributed.cuda_hop import CudaHop
     from ...graph.datasets import nonisolated_nodes
     from ...sampling.sampler import HopSegments, MultiHopSampler
