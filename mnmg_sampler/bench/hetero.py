@@ -1,28 +1,18 @@
 """``mnmg-sampler bench single --hetero``: the typed kernel and sampler against the homogeneous
-ones, on the same edges.
+ones on the same edges, typed (:func:`typed_view`: :data:`NUM_TYPES` node types by id range, one
+relation per type pair, each with the fanouts of ``--fanouts``).
 
-The typed graph is the loaded graph with its nodes split into :data:`NUM_TYPES` types by id
-range (``t0``, ``t1``, ...) and its edges into one relation per (source type, destination type)
-pair (``(t1, r10, t0)``: edges from a ``t1`` node into a ``t0`` node): the same edges, typed.
-Every relation gets the fanouts of ``--fanouts``.
+Interleaved repeats on the same frontier:
 
-Measured, interleaved repeats on the same frontier:
-
-1. **one hop**: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` over ``--kernel-nodes``
-   nodes (with edge ids) against :func:`mnmg_sampler.ops.cpu.sample_neighbors` on the same
-   edges two ways: over the typed graph's (node, relation) segments (every segment of those
-   nodes a CSR row of its own, fanout ``k``), which samples exactly the typed kernel's edge
-   counts (``min(k, degree in r)`` per relation), so the ratio is the typed kernel's own cost
-   (the target); and over the nodes' whole rows (``k`` per node), which also carries the cost
-   of per-relation fanouts (three small segments per node instead of one row: more rows per
-   sampled edge, and more of them taken whole). CPU seconds per sampled edge (medians; wall
-   times beside them): on shared cores the wall time also counts other jobs.
-2. **multi-hop minibatches**: :class:`mnmg_sampler.sampling.sampler.HeteroSampler` with seeds of
-   type ``t0`` against :class:`mnmg_sampler.sampling.sampler.MultiHopSampler` with the same
-   seeds, and, when a peer venv exists, **DGL 2.1's heterograph** ``NeighborSampler`` (a
-   subprocess running :mod:`mnmg_sampler.bench.dgl_hetero_peer`, its runs interleaved with our
-   repeats) on the same typed graph, seeds and per-relation fanouts. DGL re-samples every
-   layer's destination nodes, so its edges per batch differ: compare sampled edges per second.
+1. **one hop**: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` (with edge ids) against
+   :func:`mnmg_sampler.ops.cpu.sample_neighbors` over the same (node, relation) segments as CSR
+   rows (the same edge counts, so the ratio is the typed kernel's own cost: the target) and over
+   the nodes' whole rows (``k`` per node: also the cost of per-relation fanouts). Costs are CPU
+   seconds per sampled edge (wall times beside them: on shared cores they also count other jobs).
+2. **multi-hop minibatches** of ``t0`` seeds: ``HeteroSampler`` against ``MultiHopSampler`` and,
+   with a peer venv, **DGL 2.1's heterograph** ``NeighborSampler``
+   (:mod:`mnmg_sampler.bench.dgl_hetero_peer`) on the same seeds and fanouts. DGL re-samples every
+   layer's destination nodes, so compare sampled edges per second.
 """
 
 from __future__ import annotations

@@ -3,22 +3,19 @@
 Measured in one run, on one graph, with the same thread count:
 
 1. **one-hop kernel** (:func:`mnmg_sampler.ops.cpu.sample_neighbors`, with edge ids, as the
-   sampler calls it) over ``--kernel-nodes`` seeds drawn from the non-isolated nodes, with the
-   first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), the
-   kernel without edge ids (``with_eids=False``, as the distributed data path calls it), the
-   **weighted kernel** (:func:`mnmg_sampler.ops.weighted.sample_neighbors_weighted`, with edge
-   ids, synthetic weights uniform in [0.001, 1.001), drawn outside the timed region) as its cost
-   relative to the uniform kernel, and a **random gather** (:mod:`mnmg_sampler.bench.gather`)
-   doing as many random reads of an array as large as ``indices`` as the kernel sampled edges:
-   the machine's memory-latency limit.
-   The gather's positions are precomputed outside the timed region.
+   sampler calls it) over ``--kernel-nodes`` non-isolated seeds with the first fanout; beside it
+   the kernel reporting CSR positions, the kernel without edge ids (the distributed data path),
+   the **weighted kernel** (:mod:`mnmg_sampler.ops.weighted`, synthetic weights in
+   [0.001, 1.001)) as its cost relative to the uniform one, and a **random gather**
+   (:mod:`mnmg_sampler.bench.gather`) doing as many random reads of an array as large as
+   ``indices`` as the kernel sampled edges: the machine's memory-latency limit. Weights and
+   gather positions are drawn outside the timed region.
 2. **multi-hop minibatches** (:class:`mnmg_sampler.sampling.sampler.MultiHopSampler`), ``--batches``
-   batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, when a peer
-   venv built by ``../shared/peers/setup.sh`` exists, **DGL 2.1's** ``NeighborSampler`` on the
-   same graph (a subprocess running ``dgl_bench.py``). DGL samples every destination node of each
-   layer again (seeds are re-sampled at each hop) and draws its seeds uniformly from all nodes
-   with ``torch.randint``, so its edges per batch differ; sampled edges per second is the
-   comparable number.
+   batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, with a peer
+   venv built by ``../shared/peers/setup.sh``, **DGL 2.1's** ``NeighborSampler`` on the same
+   graph (a subprocess running ``dgl_bench.py``). DGL re-samples every layer's destination nodes
+   and draws its seeds from all nodes, so its edges per batch differ: compare sampled edges per
+   second.
 
 Every figure is the median over ``--repeats`` runs (DGL: over ``--peer-repeats`` subprocesses).
 """
