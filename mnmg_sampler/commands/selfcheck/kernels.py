@@ -1,23 +1,20 @@
 """Kernel lines: every sampling kernel against its twin on a generated graph, bit for bit, with
-sampled edges per second beside a random-gather loop over the same array (the ratio ``bench
-single`` gives on CPU).
+sampled edges per second beside a random-gather loop over the same array (``bench single``'s
+ratio on CPU).
 
 * ``kernel.cpu.uniform`` / ``kernel.cpu.weighted``: the numba CPU kernels on every thread against
-  the same kernels on one thread (results must not depend on the thread count), and every draw a
-  real CSR entry of its node (with a positive weight, for the weighted kernel).
-* ``kernel.cpu.negative``: negative destinations of link prediction, the compiled kernel against
+  one thread (results must not depend on the thread count), every draw a real CSR entry of its
+  node (with a positive weight, for the weighted kernel).
+* ``kernel.cpu.negative``: link prediction's negative destinations, the compiled kernel against
   the RNG's own Python source (:mod:`mnmg_sampler.rng`) evaluated by numpy.
 * ``kernel.cuda.uniform`` / ``kernel.cuda.weighted``: :mod:`mnmg_sampler.ops.cuda` against the CPU
   kernels, on the GPU or in Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``, small sizes).
 * ``kernel.cpu.typed``: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` on every thread
-  against one thread, and on the one-type view of the graph against the homogeneous kernel bit
-  for bit (the format's promise: a homogeneous graph is the one-type case).
-* ``kernel.cuda.typed``: the typed kernel of :mod:`mnmg_sampler.ops.cuda` against the CPU kernel
-  on the typed view of the workload graph (3 node types, 9 relations, some weighted), on the GPU
-  or in Numba's simulator.
+  against one thread, and on the one-type view of the graph against the homogeneous kernel.
+* ``kernel.cuda.typed``: the CUDA typed kernel against the CPU one on the typed view of the
+  workload graph (3 node types, 9 relations, some weighted).
 
-There is no CUDA twin of negative sampling and no temporal kernel yet, so there is no
-line for them.
+Negative sampling has no CUDA twin, and time-bounded draws have no line.
 """
 
 from __future__ import annotations
