@@ -26,6 +26,7 @@ from ..config import JobConfig
 from ..distributed.collective import all_gather_1d
 from ..errors import ConfigError, PartitionError
 from ..graph.csr import CSRGraph
+from ..graph.link_split import cut_pairs
 from ..graph.unique import sorted_unique
 from .epochs import run_epochs
 from .model import LinkModel
@@ -64,13 +65,7 @@ def split_edges(graph: CSRGraph, fractions, seed: int, undirected: bool) -> dict
     else:
         pairs = np.unique(np.stack([src, dst]), axis=1)
         loop_pairs = np.empty((2, 0), np.int64)
-    perm = np.random.default_rng([seed, 0x11A4]).permutation(pairs.shape[1])
-    f = np.asarray(fractions, np.float64)
-    n = pairs.shape[1]
-    a, b = int(round(f[0] * n)), int(round((f[0] + f[1]) * n))
-    c = int(round(min(1.0, float(f.sum())) * n))
-    out = {k: pairs[:, np.sort(perm[lo:hi])] for k, lo, hi in
-           (("train", 0, a), ("val", a, b), ("test", b, c))}
+    out = cut_pairs(pairs, fractions, seed)
     out["graph"] = np.concatenate([out["train"], loop_pairs], 1)
     return out
 
