@@ -8,11 +8,9 @@ One string names every graph a job, the CLI or a benchmark can use::
     dir/, 'dir/*.txt'      edge shards read in name order (graph/sources.py): a directory that
                            is not an OGB directory, or a glob
 
-The Python API also takes the graph in memory: an ``edge_index`` (``2 x E`` tensor or array), a
-``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, or a :class:`CSRGraph`.
-
-:data:`FORMATS` is the one registry of file formats: the readers, the CLI, the YAML check and the
-"supported formats" error all use it.
+The Python API also takes a graph in memory: an ``edge_index`` (``2 x E`` tensor or array), a
+``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, or a :class:`CSRGraph`. :data:`FORMATS` is
+the one registry of file formats (readers, CLI, YAML check and the "supported formats" error).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """Edge weights of a job (``sampler.weights``): one value per *input* edge, mapped to CSR entries.
 
-A user gives weights in the order of the dataset's own edges: an array of the dataset's ``.npz``
-(for the gnn-benchmark layout, e.g. ``adj_data``: one value per stored adjacency entry; for a
-``src``/``dst`` archive, any array of the same length) or a ``.npy`` file of one value per input
-edge. The loaded graph may differ from the input (reverse edges added, duplicates or self-loops
-dropped, held-out edges removed for link prediction), so the weight of a CSR entry ``u -> v`` is
-found by its endpoints: the weight of the first input edge ``u -> v``, else (a reverse added for an
-undirected graph) of the first input edge ``v -> u``. The result is in CSR order, ready for
-``partition(..., weights=...)``, which validates it with :func:`.csr.check_weights` (negative, NaN:
-a typed error).
+Weights come in the order of the dataset's own edges: an array of the dataset's ``.npz`` (the
+gnn-benchmark layout's ``adj_data``: one value per stored adjacency entry; a ``src``/``dst``
+archive: any array of that length) or a ``.npy`` of one value per input edge. The loaded graph
+may differ from the input (reverses added, duplicates or self-loops dropped, held-out edges
+removed), so a CSR entry ``u -> v`` takes the weight of the first input edge ``u -> v``, else
+(an added reverse) of the first ``v -> u``. The result is in CSR order for
+``partition(..., weights=...)``, which validates it (:func:`.csr.check_weights`).
 """
 
 from __future__ import annotations

@@ -2,13 +2,12 @@
 (:class:`~.model.LinkModel`), BCE loss, on a homogeneous graph or on one relation of a typed
 graph (``link.edge_type``), with the node job's order of events (:mod:`.job`).
 
-The edges are split into train/val/test, the same on every rank (randomly, or by time with
-``link.split_by: time``). Only the *training graph* (train edges, no reverse of a held-out edge)
-is partitioned, so held-out edges are never sampled as messages. Evaluation ranks each held-out
-edge among ``link.eval_negatives`` negatives (AUC, MRR, Hits@K); disjoint (temporal) evaluation
-encodes each batch in chunks of whole trees of at most :func:`eval_node_budget` nodes, so its
-memory does not grow with the batch. See docs/link.md#the-job-task-link and
-docs/temporal.md#evaluation-memory-and-step-time.
+The edges are split into train/val/test alike on every rank (at random, or by time); only the
+*training graph* (no held-out edge nor its reverse) is partitioned, so held-out edges are never
+messages. Evaluation ranks each held-out edge among ``link.eval_negatives`` negatives (AUC, MRR,
+Hits@K); disjoint (temporal) evaluation encodes a batch in chunks of whole trees of at most
+:func:`eval_node_budget` nodes, so its memory does not grow with the batch. See
+docs/link.md#the-job-task-link and docs/temporal.md#evaluation-memory-and-step-time.
 """
 
 from __future__ import annotations
