@@ -4,23 +4,21 @@ Each frontier node is expanded along every relation that ends at its type, in re
 with its request's fanout for that relation; per (node, relation) the draws are those of
 :mod:`mnmg_sampler.ops.cpu` or, where the relation has weights, :mod:`mnmg_sampler.ops.weighted`.
 
-RNG keying: relation ``r`` of node ``v`` draws from the stream
-``stream_base(seed, key, hop + r * 2**32, v)``. Relation 0 is exactly the homogeneous stream,
-so a one-type, one-relation graph gives results bit-identical to ``ops.cpu`` and
-``ops.weighted``; different relations of one node use different streams (the hop counter goes
-through the 64-bit mix), so they draw independently.
+RNG keying: relation ``r`` of node ``v`` draws from stream ``stream_base(seed, key, hop + r *
+2**32, v)``: relation 0 is exactly the homogeneous stream (a one-type, one-relation graph is
+bit-identical to ``ops.cpu`` and ``ops.weighted``), and the relations of one node draw
+independently (the hop counter goes through the 64-bit mix).
 
 Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and sample count
-(the only random reads of ``indptr``); (1) the draws' CSR positions; (2) the gather of neighbors
-and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
-most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
+(the only random reads of ``indptr``); (1) the draws' CSR positions; (2) ``ops.cpu``'s gather.
+Pair ``j`` of node ``i`` is slot ``i * width + j`` (``width``: the most relations of any type),
+so a one-type graph has exactly the homogeneous kernel's passes.
 
-Time (one kernel for both; docs/temporal.md#sampling): segments of a timed graph are sorted by
-time, so with ``bounds`` each degree is cut to the admissible prefix (:func:`admissible_count`).
-Per request (:data:`STRATEGIES`), ``"uniform"`` (0) draws as above on the prefix (bit-identical
-to the untimed kernel when the bound is >= every time), ``"last"`` (1) takes the ``min(k, a)``
-latest admissible neighbors in ascending time. ``bounds=None`` compiles a specialisation with
-the time branches pruned, so the untimed case pays nothing for them.
+Time (docs/temporal.md#sampling): a timed graph's segments are sorted by time, so with ``bounds``
+each degree is cut to the admissible prefix (:func:`admissible_count`). Per request
+(:data:`STRATEGIES`), ``"uniform"`` (0) draws as above on the prefix (bit-identical to the untimed
+kernel when the bound is >= every time), ``"last"`` (1) takes the ``min(k, a)`` latest admissible
+neighbors in ascending time. ``bounds=None`` compiles without the time branches.
 """
 
 from __future__ import annotations
