@@ -325,7 +325,6 @@ def cuda_uniform(w: Workload, weighted: bool = False) -> Check:
                       lambda case, args: cpu_call(w, case, args))
 
 
-
 # ----------------------------------------------------------------------------------- typed
 
 TYPED_HOP = 2
@@ -360,18 +359,9 @@ class TypedWork:
         replace = np.array(rep[: fan.shape[0]], np.uint8)
         return rows, rows, keys, req, fan, replace, SEED, TYPED_HOP
 
-    @cached_property
-    def one_type(self):
-        """The workload graph as a one-type, one-relation typed graph."""
-        from ...graph.typed import typed_graph
-
-        g = self.w.graph
-        dst = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
-        return typed_graph({"num_nodes": {"n": g.num_nodes},
-                            "edge_index": {("n", "to", "n"): np.stack([g.indices, dst])}})
-
 
 def cpu_typed(w: Workload) -> Check:
+    from ...bench.hetero import typed_view
     from ...ops import cpu
     from ...ops.typed import sample_typed_neighbors
 
@@ -386,9 +376,9 @@ def cpu_typed(w: Workload) -> Check:
     # the one-type graph's edge ids are its CSR positions: compare with the kernel's positions
     want = cpu.sample_neighbors(g.indptr, g.indices, None, rows, rows, keys, SEED, TYPED_HOP, 10,
                                 False)
-    got = sample_typed_neighbors(t.one_type, rows, rows, keys, np.zeros(rows.size, np.int64),
-                                 np.full((1, 1), 10, np.int64), np.zeros(1, np.uint8), SEED,
-                                 TYPED_HOP)
+    got = sample_typed_neighbors(typed_view(g, 1)[0], rows, rows, keys,  # the one-type graph
+                                 np.zeros(rows.size, np.int64), np.full((1, 1), 10, np.int64),
+                                 np.zeros(1, np.uint8), SEED, TYPED_HOP)
     diff = compare(want, [got[0], got[1], got[3]], ("counts", "neighbors", "edge_ids"))
     if diff:
         return Check(name, FAIL, f"one-type graph against the homogeneous kernel: {diff}")
