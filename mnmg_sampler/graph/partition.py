@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
-from .csr import CSRGraph, check_weights
+from .csr import CSRGraph, check_weights, entry_rows
 from .datasets import load_graph
 from .partition_io import (
     FORMAT_NAME,
@@ -123,11 +123,6 @@ def part_stats(method: str, seed: int, n: int, num_edges: int, part_nodes, part_
     }
 
 
-def _dst_of_entries(graph: CSRGraph) -> np.ndarray:
-    """The row (target node) of every CSR entry."""
-    return np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
-
-
 def edge_cut(graph: CSRGraph, assignment: np.ndarray) -> float:
     """Fraction of CSR entries whose neighbor and row are assigned to different parts.
 
@@ -135,7 +130,7 @@ def edge_cut(graph: CSRGraph, assignment: np.ndarray) -> float:
     """
     if graph.num_edges == 0:
         return 0.0
-    dst = _dst_of_entries(graph)
+    dst = entry_rows(graph.indptr)
     return float(np.count_nonzero(assignment[graph.indices] != assignment[dst]) / graph.num_edges)
 
 
@@ -209,7 +204,7 @@ def _symmetric_adjacency(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
     """CSR (xadj, adjncy) of the undirected simple graph underlying ``graph`` (METIS input)."""
     n = graph.num_nodes
     src = graph.indices
-    dst = _dst_of_entries(graph)
+    dst = entry_rows(graph.indptr)
     keep = src != dst
     a = np.concatenate([src[keep], dst[keep]])
     b = np.concatenate([dst[keep], src[keep]])

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import GraphFormatError, SamplingInputError
 from ..system.host_limits import check_allocation
-from .csr import check_weights
+from .csr import check_weights, entry_rows
 from .readers import MASK_KEYS, as_mask, as_numpy
 
 __all__ = ["EDGE_TYPE", "NODE_TYPE", "TIME_MAX", "EdgeType", "TypedGraph", "TypedLayout",
@@ -403,10 +403,6 @@ def check_time(values, n: int, what: str) -> np.ndarray:
                            f"give {what} as int64 values (e.g. Unix seconds)")
 
 
-def _segment_of_entries(indptr: np.ndarray) -> np.ndarray:
-    return np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
-
-
 def attach_time(graph: TypedGraph, edge_time: Mapping | None = None,
                 node_time: Mapping | None = None, time_attr: str = "time") -> TypedGraph:
     """Store ``edge_time`` (``{edge type: [E_r]}``, in the relation's input edge order) and/or
@@ -462,7 +458,7 @@ def attach_time(graph: TypedGraph, edge_time: Mapping | None = None,
         del rel_of
     else:
         entry_time = graph.node_time[graph.indices]
-    seg = _segment_of_entries(graph.indptr)
+    seg = entry_rows(graph.indptr)
     order = np.lexsort((entry_time, seg))  # stable: ties keep the current (edge id) order
     del seg
     graph.indices = graph.indices[order]

@@ -17,14 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
-from .csr import CSRGraph
+from .csr import CSRGraph, entry_rows
 from .datasets import BUILTINS, load_graph
 
 __all__ = ["input_edge_weights", "map_pair_weights", "resolve_edge_weights"]
-
-
-def _dst_of(g: CSRGraph) -> np.ndarray:
-    return np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
 
 
 def _npz_path(dataset: str) -> Path | None:
@@ -81,7 +77,7 @@ def map_pair_weights(src: np.ndarray, dst: np.ndarray, w: np.ndarray, graph: CSR
     n = np.int64(max(graph.num_nodes, 1))
     codes = np.asarray(src, np.int64) * n + np.asarray(dst, np.int64)
     uniq, first = np.unique(codes, return_index=True)
-    s, d = np.asarray(graph.indices, np.int64), _dst_of(graph)
+    s, d = np.asarray(graph.indices, np.int64), entry_rows(graph.indptr)
 
     def find(c):
         i = np.minimum(np.searchsorted(uniq, c), max(uniq.size - 1, 0))
@@ -109,5 +105,5 @@ def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int 
     m = raw.num_edges
     src, dst = np.empty(m, np.int64), np.empty(m, np.int64)
     src[raw.edge_ids] = raw.indices
-    dst[raw.edge_ids] = _dst_of(raw)
+    dst[raw.edge_ids] = entry_rows(raw.indptr)
     return map_pair_weights(src, dst, input_edge_weights(spec, dataset, m, key), graph)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from ..config import JobConfig
 from ..distributed.collective import all_gather_1d
 from ..errors import ConfigError, PartitionError
-from ..graph.csr import CSRGraph
+from ..graph.csr import CSRGraph, entry_rows
 from ..graph.link_split import cut_pairs
 from ..graph.unique import sorted_unique
 from .epochs import run_epochs
@@ -54,7 +54,7 @@ def split_edges(graph: CSRGraph, fractions, seed: int, undirected: bool) -> dict
     On an undirected graph (each edge stored both ways) the node pairs ``u < v`` are split, so an
     edge and its reverse always land in the same split; self-loops stay in training only.
     """
-    dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
+    dst = entry_rows(graph.indptr)
     src = np.asarray(graph.indices, np.int64)
     if undirected:
         keep = src < dst
@@ -235,7 +235,7 @@ def peak_rss_mb() -> list[float]:
 
 
 def _is_undirected(g: CSRGraph) -> bool:
-    dst = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
+    dst = entry_rows(g.indptr)
     n = np.int64(max(g.num_nodes, 1))
     fwd = sorted_unique(np.asarray(g.indices, np.int64) * n + dst)
     rev = sorted_unique(dst * n + np.asarray(g.indices, np.int64))
