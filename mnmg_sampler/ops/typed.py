@@ -23,8 +23,6 @@ neighbors in ascending time. ``bounds=None`` compiles without the time branches.
 
 from __future__ import annotations
 
-import threading
-
 import numba
 import numpy as np
 
@@ -257,16 +255,6 @@ def _positions_py(ws, part, wflag, nodes, keys, req, fan, replace, last, seed, h
 _KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
             for par in (True, False)}
 _NO_WEIGHTS = np.zeros(0, np.float32)
-_SCRATCH = threading.local()
-
-
-def _scratch(m: int) -> np.ndarray:
-    """``(6, m)`` int64 per-pair scratch (starts, degrees, usable weights, offsets, scratch
-    offsets, relations) reused per thread, as ``cpu.scratch_int64``."""
-    buf = getattr(_SCRATCH, "buf", None)
-    if buf is None or buf.shape[1] < m:
-        buf = _SCRATCH.buf = np.empty((6, max(m, 1024)), np.int64)
-    return buf[:, :m]
 _NO_TIMES = np.zeros(0, np.int64)
 
 
@@ -339,7 +327,7 @@ def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, wei
     wflag = np.ascontiguousarray(wflag, dtype=np.uint8)
     width = int(np.diff(rel_off).max(initial=0))
     m = n * width
-    starts, degs, nzs, offsets, soffs, rels = _scratch(m + 1)
+    starts, degs, nzs, offsets, soffs, rels = cpu.scratch_int64(m + 1, 6)  # per pair
     starts, degs, nzs, rels = starts[:m], degs[:m], nzs[:m], rels[:m]
     offsets[0] = soffs[0] = 0
     counts_k(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w, wflag, rows,

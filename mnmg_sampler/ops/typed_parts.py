@@ -179,7 +179,7 @@ def sample_typed_parts(bounds: np.ndarray, type_offs: np.ndarray, seg_bases: np.
     width = int(np.diff(rel_offset).max(initial=0))
     m = n * width
     node_scr = cpu.scratch_int64(n)
-    pair_scr = typed._scratch(m + 1)
+    pair_scr = cpu.scratch_int64(m + 1, 6)
     offsets, soffs = pair_scr[3], pair_scr[4]
     offsets[0] = soffs[0] = 0
     per = _pair_counts(np.ascontiguousarray(bounds, np.int64), type_offs, seg_bases, rel_offset,
