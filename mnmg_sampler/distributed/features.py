@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..ops.dedup import unique_first
+from ..ops.dedup import find_ids, id_index, unique_first
 from ..ops.rows import scatter_rows
 from .collective import Exchanger, agree, peer_errors
 from .fit import Placement
@@ -115,9 +115,11 @@ class DistFeatureStore:
                       "fetch_cpu_s": 0.0, "fetch_exchange_cpu_s": 0.0}
         # the host cache per type: (sorted ids, their rows) per slice (one per rank of the host)
         self._cache: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-        # the last round's rows of other hosts per type, (sorted ids, rows): read again by
-        # the next round instead of crossing again (:meth:`_keep_recent`)
-        self._recent: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # the last round's rows of other hosts per type, (id index, row of each, rows) per
+        # slice (as received, read again): the next round reads them instead of fetching them
+        # again (:meth:`_keep_recent`)
+        self._recent: dict[str, list[tuple]] = {}
+        self._cache_index: dict[str, list[np.ndarray]] = {}  # an id index per cache slice
         self.host = host
         self.cache_choice = "none"
         self._bounded = False
@@ -362,7 +364,7 @@ class DistFeatureStore:
             where[miss] = pos
             sel = np.flatnonzero(~hit[inv])
             put(ri[sel], src, where[inv[sel]])
-            self._keep_recent(n, f, src[pos], again)
+            self._keep_recent(n, f, src, pos, again)
             # measured, not assumed: rows that crossed the wire twice in this round
             st["duplicate_rows_fetched"] += int(f.size - unique_first(f)[0].size)
             for b, (X, M) in enumerate(zip(Xs, Ms, strict=True)):
@@ -407,25 +409,31 @@ class DistFeatureStore:
         uniq, inv = unique_first(ids[ri])
         hit = np.zeros(uniq.size, bool)
 
-        def lookup(cids: np.ndarray, crows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """Rows of ``uniq`` held in ``(sorted ids, rows)`` and not yet put: put them."""
-            if not (cids.size and uniq.size):
-                return np.zeros(uniq.size, bool), np.zeros(uniq.size, np.int64)
-            pos = np.minimum(np.searchsorted(cids, uniq), cids.size - 1)
-            h = (cids[pos] == uniq) & ~hit
+        def lookup(index: np.ndarray, crows: np.ndarray, at: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+            """Rows of ``uniq`` held in ``crows`` (``index``: :func:`id_index` of their ids;
+            id ``k``'s row is ``crows[at[k]]``, ``crows[k]`` without ``at``) and not yet put:
+            put them; returns which, and their rows."""
+            pos = find_ids(index, uniq)
+            h = (pos >= 0) & ~hit
+            if at is not None:
+                pos = at[pos]
             sel = np.flatnonzero(h[inv])
             put(ri[sel], crows, pos[inv[sel]])
             return h, pos
 
-        for cached in self._cache.get(name, ()):
-            hit |= lookup(*cached)[0]
+        if name not in self._cache_index:  # the cache never changes: indexed once
+            self._cache_index[name] = [id_index(c) for c, _ in self._cache.get(name, ())]
+        for index, (_, crows) in zip(self._cache_index[name], self._cache.get(name, ()),
+                                     strict=True):
+            hit |= lookup(index, crows)[0]
         st = self.stats
         st["cache_hits"] += int(hit.sum())
-        again = None  # rows of the last round's that this round reads again
-        if name in self._recent:
-            h, pos = lookup(*self._recent[name])
+        again = []  # rows of the last round's that this round reads again: (ids, rows)
+        for index, at, crows in self._recent.get(name, ()):
+            h, pos = lookup(index, crows, at)
             hit |= h
-            again = (uniq[h], self._recent[name][1][pos[h]])
+            again.append((uniq[h], crows[pos[h]]))
             st["recent_hits"] += int(h.sum())
         miss = np.flatnonzero(~hit)
         st["mapped_rows"] += int(hi.size)
@@ -437,15 +445,16 @@ class DistFeatureStore:
         st["rows_fetched"] += int(miss.size)
         return put, Xs, Ms, ri, uniq, inv, hit, miss, uniq[miss], again  # held: never asked
 
-    def _keep_recent(self, name: str, ids: np.ndarray, rows: np.ndarray, again) -> None:
-        """Keep this round's rows of other hosts (fetched, or kept from the last round and
-        read again) for the next round: consecutive rounds share many of them (Slashdot, 2
-        hosts with a tenth of the other's rows cached: 44% of a round's far rows), and they
-        are one round's rows of memory (docs/performance.md#rounds-in-step-issue-34)."""
-        if again is not None:
-            ids, rows = np.concatenate([ids, again[0]]), np.concatenate([rows, again[1]])
-        order = np.argsort(ids, kind="stable")
-        self._recent[name] = (ids[order], rows[order])
+    def _keep_recent(self, name: str, ids: np.ndarray, rows: np.ndarray, at: np.ndarray,
+                     again: list) -> None:
+        """Keep this round's rows of other hosts (``ids[k]``'s row ``rows[at[k]]`` as received,
+        and those read again from the last round) for the next round: consecutive rounds share
+        many of them (Slashdot, 2 hosts with a tenth of the other's rows cached: 44% of a
+        round's far rows). Memory: one round's rows of other hosts, which that round's batches
+        hold as well; the received rows are kept as they came, only those read again are
+        copied (docs/performance.md#rounds-in-step-issue-34)."""
+        self._recent[name] = [(id_index(i), a, r) for i, r, a in ((ids, rows, at), *(
+            (i, r, None) for i, r in again)) if i.size]
 
     def _unpack(self, name: str, X: np.ndarray, M: np.ndarray) -> tuple:
         """``(x, y, original ids)`` of one batch's rows of type ``name`` (``None`` where

@@ -5,9 +5,9 @@ requests and get futures. Each **round** takes every pending local request; the 
 the round with one small all-reduce (pending counts and done flags), then sample all merged
 requests with one kernel call per hop per rank and fetch their features. A rank with nothing to
 ask still joins every round, serving the others, until every rank has shut down. With the shared
-topology (every hop sampled on the host) a round is balanced: each rank samples as many of its
-requests as the rank with the fewest (at least one) and keeps the rest, oldest first, for its
-next rounds (a round lasts as long as its slowest rank).
+topology a round exchanges nothing, so merging saves nothing and the round is balanced instead:
+each rank samples as many of its requests as the rank with the fewest (at least one) and keeps
+the rest, oldest first, for its next rounds (a round lasts as long as its slowest rank).
 
 Modes: ``thread`` (default with gloo: rounds on the service's own group overlap training) and
 ``inline`` (default with NCCL: rounds run in the caller's thread while it waits, keeping one
@@ -147,10 +147,12 @@ class SamplingService:
         self.node_ids = getattr(part, "node_ids", None)
         self._q: queue.Queue = queue.Queue()
         self._burst = threading.Lock()  # a burst of submit_all enters the queue as one
-        # Balanced rounds (module docstring) wherever hops are sampled on the host, rows
-        # crossing hosts or not: a rank whose round outgrew the others' made them wait in its
-        # exchanges (docs/performance.md#rounds-in-step-issue-34)
-        self._balanced = self.sampler.shared is not None and len(self._slots) == 1
+        # Balanced rounds (module docstring) only where a round exchanges nothing: where rows
+        # cross hosts, merging saves fetches, and the loaders' bursts (submit_all) keep the
+        # ranks' rounds in step (rmat:20, 2 hosts, topology and a tenth of the rows: 3.9
+        # requests per round merged, 2.8 balanced; docs/performance.md#rounds-in-step-issue-34)
+        self._balanced = (self.sampler.shared is not None and len(self._slots) == 1
+                          and (self.features is None or self.features.shared is not None))
         self._held: deque = deque()  # (request, future) pairs taken but left for later
         self._closing = threading.Event()
         self._closed = False
