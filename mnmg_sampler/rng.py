@@ -1,14 +1,13 @@
 """Counter-based RNG shared by the CPU and CUDA kernels and the graph generators.
 
-Every draw is a pure function of ``(seed, key, hop, node, slot)``; there is no generator state.
-That is what makes a minibatch independent of thread count, merge pattern, partitioning, world
-size and device. The construction is documented in ``docs/rng.md``; the functions here are
-plain Python over ``numpy.uint64``, which :func:`compile_rng` compiles for each device, so both
-run the same arithmetic.
+Every draw is a pure function of ``(seed, key, hop, node, slot)``, with no generator state: that
+makes a minibatch independent of thread count, merge pattern, partitioning, world size and
+device. The construction: ``docs/rng.md``; the functions here are plain Python over
+``numpy.uint64``, which :func:`compile_rng` compiles for each device (the same arithmetic).
 
-It sits below every layer (it imports nothing of the package, like ``errors``): the graph layer
-draws R-MAT edges and keyed permutations from it, and imports run graph -> ops, so it cannot live
-in ``ops``. :mod:`mnmg_sampler.ops.rng` is the same RNG under the kernels' name.
+It imports nothing of the package (like ``errors``): the graph layer draws R-MAT edges and keyed
+permutations from it and imports run graph -> ops, so it cannot live in ``ops``;
+:mod:`mnmg_sampler.ops.rng` is the same RNG under the kernels' name.
 """
 
 from __future__ import annotations

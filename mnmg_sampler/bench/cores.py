@@ -1,12 +1,11 @@
 """Cores of emulated hosts: each emulated host runs on its own share of this machine's cores.
 
-Hosts do not share cores. Emulated on one machine, a host's ranks and their gloo threads would
-otherwise wait for cores that another "host" holds, and a collective then waits for them: a
-latency real hosts do not have (``docs/performance.md``, where a wire round's time goes). So
-``bench dist --hosts H`` pins host ``h``'s ranks to the ``h``-th of ``H`` equal runs of the
-cores the bench may use, and times the single process on host 0's cores, the machine it is
-compared with. Linux only (``os.sched_setaffinity``); elsewhere, or with fewer cores than
-hosts, every rank runs on every core and the bench says so.
+Real hosts do not share cores; emulated on one machine, a host's ranks and gloo threads would
+wait for cores another "host" holds, and collectives with them (``docs/performance.md``, where a
+wire round's time goes). So ``bench dist --hosts H`` pins host ``h``'s ranks to the ``h``-th of
+``H`` equal runs of the bench's cores, and times the single process on host 0's cores. Linux only
+(``os.sched_setaffinity``); elsewhere, or with fewer cores than hosts, every rank runs on every
+core and the bench says so.
 """
 
 from __future__ import annotations

@@ -5,15 +5,14 @@ does not import mnmg_sampler. Input: an .npz (no pickles) with
 
 - ``node_types`` (str ``[T]``) and ``num_nodes`` (int64 ``[T]``);
 - ``rel_src``, ``rel_name``, ``rel_dst`` (str ``[R]``): the canonical edge types;
-- ``src_<r>``, ``dst_<r>`` (int64, per-type ids): the edges of relation ``r``, edge ``i`` of
-  that DGL edge type being ``src_<r>[i] -> dst_<r>[i]``;
-- ``input_type`` (str) and ``seeds`` (int64 per-type ids of that type, consecutive batches of
-  ``--batch-size``: the seeds our sampler gets).
+- ``src_<r>``, ``dst_<r>`` (int64, per-type ids): edge ``i`` of relation ``r`` is
+  ``src_<r>[i] -> dst_<r>[i]``;
+- ``input_type`` (str) and ``seeds`` (int64 per-type ids, consecutive batches of
+  ``--batch-size``: our sampler's seeds).
 
-Every relation gets the fanouts of ``--fanouts`` (PyG's hop order: hop 1 first). DGL samples
-in-edges of every destination node of each layer (seeds are re-sampled at each hop), so its
-edges per batch differ from ours; sampled edges per second is the comparable number. Prints one
-JSON line.
+Every relation gets the fanouts of ``--fanouts`` (hop 1 first). DGL re-samples every layer's
+destination nodes, so its edges per batch differ from ours: compare sampled edges per second.
+Prints one JSON line.
 """
 
 import argparse

@@ -1,28 +1,18 @@
 """``mnmg-sampler bench single --hetero``: the typed kernel and sampler against the homogeneous
-ones, on the same edges.
+ones on the same edges, typed (:func:`typed_view`: :data:`NUM_TYPES` node types by id range, one
+relation per type pair, each with the fanouts of ``--fanouts``).
 
-The typed graph is the loaded graph with its nodes split into :data:`NUM_TYPES` types by id
-range (``t0``, ``t1``, ...) and its edges into one relation per (source type, destination type)
-pair (``(t1, r10, t0)``: edges from a ``t1`` node into a ``t0`` node): the same edges, typed.
-Every relation gets the fanouts of ``--fanouts``.
+Interleaved repeats on the same frontier:
 
-Measured, interleaved repeats on the same frontier:
-
-1. **one hop**: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` over ``--kernel-nodes``
-   nodes (with edge ids) against :func:`mnmg_sampler.ops.cpu.sample_neighbors` on the same
-   edges two ways: over the typed graph's (node, relation) segments (every segment of those
-   nodes a CSR row of its own, fanout ``k``), which samples exactly the typed kernel's edge
-   counts (``min(k, degree in r)`` per relation), so the ratio is the typed kernel's own cost
-   (the target); and over the nodes' whole rows (``k`` per node), which also carries the cost
-   of per-relation fanouts (three small segments per node instead of one row: more rows per
-   sampled edge, and more of them taken whole). CPU seconds per sampled edge (medians; wall
-   times beside them): on shared cores the wall time also counts other jobs.
-2. **multi-hop minibatches**: :class:`mnmg_sampler.sampling.sampler.HeteroSampler` with seeds of
-   type ``t0`` against :class:`mnmg_sampler.sampling.sampler.MultiHopSampler` with the same
-   seeds, and, when a peer venv exists, **DGL 2.1's heterograph** ``NeighborSampler`` (a
-   subprocess running :mod:`mnmg_sampler.bench.dgl_hetero_peer`, its runs interleaved with our
-   repeats) on the same typed graph, seeds and per-relation fanouts. DGL re-samples every
-   layer's destination nodes, so its edges per batch differ: compare sampled edges per second.
+1. **one hop**: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` (with edge ids) against
+   :func:`mnmg_sampler.ops.cpu.sample_neighbors` over the same (node, relation) segments as CSR
+   rows (the same edge counts, so the ratio is the typed kernel's own cost: the target) and over
+   the nodes' whole rows (``k`` per node: also the cost of per-relation fanouts). Costs are CPU
+   seconds per sampled edge (wall times beside them: on shared cores they also count other jobs).
+2. **multi-hop minibatches** of ``t0`` seeds: ``HeteroSampler`` against ``MultiHopSampler`` and,
+   with a peer venv, **DGL 2.1's heterograph** ``NeighborSampler``
+   (:mod:`mnmg_sampler.bench.dgl_hetero_peer`) on the same seeds and fanouts. DGL re-samples every
+   layer's destination nodes, so compare sampled edges per second.
 """
 
 from __future__ import annotations
@@ -60,39 +50,6 @@ def typed_view(graph, num_types: int = NUM_TYPES, weights: np.ndarray | None = N
     return typed_graph(spec, f"{graph.name} typed ({num_types} types)"), bounds
 
 
-def block_keys(seed: int, n: int, batch_size: int) -> np.ndarray:
-    """The request key of each of ``n`` frontier nodes, in batches of ``batch_size`` (as the
-    sampler keys them)."""
-    from ..ops.rng import request_key
-
-    keys = [request_key(seed, 0, i) for i in range(-(-n // batch_size))]
-    return np.repeat(np.array(keys, np.int64), batch_size)[:n]
-
-
-def _per_edge(seconds: list[float], edges: int, cpu: list[float] | None = None) -> dict:
-    med = float(np.median(seconds))
-    out = {"seconds": seconds, "median_s": med, "edges": edges, "per_s": edges / med,
-           "ns_per_edge": 1e9 * med / max(edges, 1)}
-    if cpu is not None:
-        out.update(cpu_seconds=cpu, cpu_ns_per_edge=1e9 * float(np.median(cpu)) / max(edges, 1))
-    return out
-
-
-def interleaved_runs(fns: dict, repeats: int) -> tuple[dict, dict]:
-    """``repeats`` interleaved runs of every function: their wall and CPU seconds (this
-    process's). On shared cores the wall time also holds the time other jobs held the core, so
-    the costs are compared in CPU time (the kernels run on this process's threads)."""
-    wall: dict[str, list[float]] = {name: [] for name in fns}
-    cpu: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, f in fns.items():
-            t, c = time.perf_counter(), time.process_time()
-            f()
-            cpu[name].append(time.process_time() - c)
-            wall[name].append(time.perf_counter() - t)
-    return wall, cpu
-
-
 def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
                  batches: int, kernel_nodes: int, repeats: int, *, peer=None,
                  peer_repeats: int = 3, threads: int = 1,
@@ -100,6 +57,7 @@ def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: in
     """The measurements of the module docstring, as a dict; ``peer``: the Python of a DGL peer
     venv (``None``: DGL not measured, ``peer_missing`` says why)."""
     from ..ops import cpu, typed
+    from .timing import MultiHopBench, block_keys, interleaved_runs, per_edge
 
     t0 = time.perf_counter()
     tg, bounds = typed_view(graph)
@@ -129,7 +87,7 @@ def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: in
     }
     edges = {name: int(f()[0].sum()) for name, f in fns.items()}  # warm-up and edge counts
     runs, cpu_s = interleaved_runs(fns, repeats)
-    kern: dict = {name: _per_edge(runs[name], edges[name], cpu_s[name]) for name in fns}
+    kern: dict = {name: per_edge(runs[name], edges[name], cpu_s[name]) for name in fns}
     kern.update(nodes=int(nodes.size), segments=int(segs.size), fanout=k, relations=R)
     for name, ref in (("cost_ratio", "homogeneous_segments"), ("cost_ratio_rows", "homogeneous")):
         kern[name] = kern["typed"]["cpu_ns_per_edge"] / kern[ref]["cpu_ns_per_edge"]
@@ -137,70 +95,30 @@ def bench_hetero(graph, seeds, fanouts, replace: bool, seed: int, batch_size: in
 
     t0_seeds = seeds[seeds < bounds[1]]
     nb = min(batches, -(-t0_seeds.size // batch_size))
-    mh = HeteroMultiHop(tg, graph, t0_seeds[:nb * batch_size], fanouts, replace, seed,
-                        batch_size)
+    seeds0 = t0_seeds[:nb * batch_size]
+    # the same seeds: MultiHopSampler on the graph, HeteroSampler on the typed view (type t0)
+    mh = {"homogeneous": MultiHopBench(graph, seeds0, fanouts, replace, seed, batch_size, nb),
+          "typed": MultiHopBench(tg, seeds0, fanouts, replace, seed, batch_size, nb, "t0")}
+
+    def run_once() -> None:  # one timed repeat of both, so DGL's runs interleave with them
+        for b in mh.values():
+            b.run_once()
+
     dgl: dict = {"available": False, "error": peer_missing}
     if peer:
-        dgl = bench_dgl_hetero(tg, "t0", t0_seeds[:nb * batch_size], peer, fanouts, replace,
-                               batch_size, nb, threads, peer_repeats, mh.run_once)
-    while len(mh.seconds["typed"]) < repeats:
-        mh.run_once()
-    multi = mh.result()
+        dgl = bench_dgl_hetero(tg, "t0", seeds0, peer, fanouts, replace, batch_size, nb, threads,
+                               peer_repeats, run_once)
+    while len(mh["typed"].seconds) < repeats:
+        run_once()
+    multi: dict = {name: dict(per_edge(b.seconds, b.edges), best_per_s=b.edges / min(b.seconds))
+                   for name, b in mh.items()}
+    multi.update(batches=nb, cost_ratio=multi["typed"]["ns_per_edge"]
+                 / multi["homogeneous"]["ns_per_edge"])
     if dgl.get("available"):
         dgl["typed_vs_dgl"] = multi["typed"]["per_s"] / dgl["sampled_edges_per_s"]
         dgl["typed_vs_dgl_best"] = multi["typed"]["best_per_s"] / dgl["best_per_s"]
     return {"num_types": NUM_TYPES, "relations": [list(e) for e in tg.edge_types],
             "typed_build_s": build_s, "kernel": kern, "multihop": multi, "dgl": dgl}
-
-
-class HeteroMultiHop:
-    """Timed multi-hop minibatches of the same seeds (batches of ``batch_size`` of type
-    ``t0``): :class:`~mnmg_sampler.sampling.sampler.HeteroSampler` on the typed view and
-    :class:`~mnmg_sampler.sampling.sampler.MultiHopSampler` on the graph, one request per call. Each
-    :meth:`run_once` is one timed repeat of both, so DGL's runs can be interleaved with them."""
-
-    def __init__(self, tg, graph, seeds, fanouts, replace: bool, seed: int,
-                 batch_size: int) -> None:
-        from ..ops.rng import request_key
-        from ..sampling.sampler import (
-            HeteroSampler,
-            HeteroSampleRequest,
-            MultiHopSampler,
-            SampleRequest,
-            local_hop_fn,
-        )
-
-        chunks = [seeds[i:i + batch_size] for i in range(0, seeds.size, batch_size)]
-        self.batches = len(chunks)
-        self.hs = HeteroSampler(tg, seed)
-        self.ms = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
-        self.h_reqs = [HeteroSampleRequest("t0", c, fanouts, request_key(seed, 0, i), replace)
-                       for i, c in enumerate(chunks)]
-        self.m_reqs = [SampleRequest(c, fanouts, request_key(seed, 0, i), replace)
-                       for i, c in enumerate(chunks)]
-        self.hs.sample(self.h_reqs[:1])  # warm-up
-        self.ms.sample(self.m_reqs[:1])
-        self.seconds: dict[str, list[float]] = {"homogeneous": [], "typed": []}
-        self.edges = {"homogeneous": 0, "typed": 0}
-
-    def run_once(self) -> None:
-        t = time.perf_counter()
-        e = sum(int(b.e_id.numel()) for r in self.m_reqs for b in self.ms.sample([r]))
-        self.seconds["homogeneous"].append(time.perf_counter() - t)
-        self.edges["homogeneous"] = e
-        t = time.perf_counter()
-        e = sum(sum(int(v.numel()) for v in b.e_id.values())
-                for r in self.h_reqs for b in self.hs.sample([r]))
-        self.seconds["typed"].append(time.perf_counter() - t)
-        self.edges["typed"] = e
-
-    def result(self) -> dict:
-        multi = {name: _per_edge(s, self.edges[name]) for name, s in self.seconds.items()}
-        for name, s in self.seconds.items():
-            multi[name]["best_per_s"] = self.edges[name] / min(s)
-        multi.update(batches=self.batches, cost_ratio=multi["typed"]["ns_per_edge"]
-                     / multi["homogeneous"]["ns_per_edge"])
-        return multi
 
 
 def save_typed_graph(tg, path, input_type: str, seeds: np.ndarray) -> None:

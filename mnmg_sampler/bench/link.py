@@ -3,11 +3,9 @@
 Both sides sample the **same seed edges** with the same fanouts and thread count: ours what
 :class:`~mnmg_sampler.loaders.link.DistLinkNeighborLoader` does per batch, in one process; DGL's
 ``as_edge_prediction_sampler(NeighborSampler, exclude="self", negative_sampler=Uniform(k))`` in
-the peer venv (``bench/dgl_link_peer.py``). Options: benchmarks/README.md#bench-link.
-
-DGL samples every destination node of each layer again, so its edges per batch differ; sampled
-edges per second is the comparable number (batches per second is printed beside it). Our repeats
-are interleaved with DGL's runs so both see the same machine state; medians are reported.
+the peer venv (``bench/dgl_link_peer.py``). Options: benchmarks/README.md#bench-link. DGL
+re-samples every layer's destination nodes, so compare sampled edges per second (batches per
+second beside it). Our repeats interleave with DGL's runs; medians are reported.
 """
 
 from __future__ import annotations
@@ -17,7 +15,8 @@ from pathlib import Path
 
 from ..commands.sample import positive_int
 from .peers import add_peer_options, peer_python, run_peer, save_graph
-from .single import TimedBatches, _fmt, _verdict, timed_parser
+from .single import _fmt, _verdict, timed_parser
+from .timing import TimedBatches
 
 HELP = "link prediction minibatches (negatives, exclusion) vs DGL's link sampler (same run)"
 DGL_TARGET = 1.5  # sampled edges/s >= 1.5x DGL's link sampler

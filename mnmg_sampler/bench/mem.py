@@ -1,27 +1,22 @@
 """``mnmg-sampler bench mem``: memory per rank and the distributed partitioner.
 
-Two measurements, chosen with ``--what`` (comma-separated; default ``rss``):
+``--what`` (comma-separated; default ``rss``) picks the measurements:
 
 ``rss``
-    For each world size in ``--world-sizes`` (default 1,2,4) the graph (with ``--feature-dim``
-    synthetic float32 features) is partitioned into a temporary directory and that many ranks
-    sample ``--batches`` minibatches each through the sampling service and loader, features
-    included. Each rank reports its peak RSS (``ru_maxrss``), its steady RSS (median of the RSS
-    after each of the second half of its batches), the bytes of its part's files (CSR, edge ids,
-    ids), of its feature rows and labels, and of the id-map arrays it holds (its shard of the
-    original -> new map; no rank maps the global maps), and the time from
-    process start to its first batch, with start-up verification ``--verify``. The first world
-    size is started twice: the second start finds the verified stamp and does not reread.
+    For each world size in ``--world-sizes`` the graph (with ``--feature-dim`` synthetic float32
+    features) is partitioned and that many ranks sample ``--batches`` minibatches each, features
+    included, through the sampling service and loader. Each rank reports its peak RSS
+    (``ru_maxrss``), its steady RSS (median over the second half of its batches), the bytes of
+    its part's files, of its feature rows and labels and of its id-map shard (no rank maps the
+    global maps), and the time from process start to its first batch (start-up verification
+    ``auto``). The first world size starts twice: the second start finds the verified stamp.
 ``partition``
     ``--partition-graph`` (default ``rmat:22``, undirected; or a typed input: an OGB hetero
-    directory or a saved ``HeteroData``, typed parts) partitioned by one process
-    (:func:`mnmg_sampler.graph.partition.partition`) and by ``--partition-ranks``
-    ranks (:mod:`mnmg_sampler.distributed.ingest`), one after the other; each process reports
-    its own peak RSS, and the two output directories are compared file by file.
+    directory or a saved ``HeteroData``) partitioned by one process and by ``--partition-ranks``
+    ranks (:mod:`mnmg_sampler.distributed.ingest`), each reporting its own peak RSS; the two
+    output directories are compared file by file.
 
-Sampling cost against graph size is ``bench dist --graph rmat:S`` for each ``S``: it reports
-CPU seconds per sampled edge summed over ranks (``cpu_s_per_m_edges``).
-
+Sampling cost against graph size is ``bench dist --graph rmat:S`` (``cpu_s_per_m_edges``).
 Absolute figures drift on a shared machine; compare the ratios printed beside them.
 """
 
@@ -55,8 +50,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=1024, help="(default 1024)")
     p.add_argument("--batches", type=int, default=20,
                    help="minibatches per rank in rss runs (default 20)")
-    p.add_argument("--verify", default="auto", choices=["auto", "full", "sampled", "off"],
-                   help="start-up verification of the rss runs (default auto)")
     p.add_argument("--partition-graph", default="rmat:22",
                    help="graph of the partition comparison, undirected, or a typed input "
                    "(OGB hetero directory, saved HeteroData) (default rmat:22)")
@@ -204,7 +197,7 @@ def _rss_runs(args, root: Path) -> dict:
     for i, w in enumerate(worlds):
         parts = root / f"parts-{w}"
         partition(g, w, "random", parts, 0)
-        task = {"kind": "rss", "partitions": str(parts), "verify": args.verify,
+        task = {"kind": "rss", "partitions": str(parts), "verify": "auto",
                 "fanouts": _ints(args.fanouts), "batch_size": args.batch_size,
                 "batches": args.batches}
         print(f"rss: {w} rank(s) ...", flush=True)

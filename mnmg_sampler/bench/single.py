@@ -3,22 +3,19 @@
 Measured in one run, on one graph, with the same thread count:
 
 1. **one-hop kernel** (:func:`mnmg_sampler.ops.cpu.sample_neighbors`, with edge ids, as the
-   sampler calls it) over ``--kernel-nodes`` seeds drawn from the non-isolated nodes, with the
-   first fanout; beside it the same kernel reporting CSR positions (no ``edge_ids`` reads), the
-   kernel without edge ids (``with_eids=False``, as the distributed data path calls it), the
-   **weighted kernel** (:func:`mnmg_sampler.ops.weighted.sample_neighbors_weighted`, with edge
-   ids, synthetic weights uniform in [0.001, 1.001), drawn outside the timed region) as its cost
-   relative to the uniform kernel, and a **random gather** (:mod:`mnmg_sampler.bench.gather`)
-   doing as many random reads of an array as large as ``indices`` as the kernel sampled edges:
-   the machine's memory-latency limit.
-   The gather's positions are precomputed outside the timed region.
+   sampler calls it) over ``--kernel-nodes`` non-isolated seeds with the first fanout; beside it
+   the kernel reporting CSR positions, the kernel without edge ids (the distributed data path),
+   the **weighted kernel** (:mod:`mnmg_sampler.ops.weighted`, synthetic weights in
+   [0.001, 1.001)) as its cost relative to the uniform one, and a **random gather**
+   (:mod:`mnmg_sampler.bench.gather`) doing as many random reads of an array as large as
+   ``indices`` as the kernel sampled edges: the machine's memory-latency limit. Weights and
+   gather positions are drawn outside the timed region.
 2. **multi-hop minibatches** (:class:`mnmg_sampler.sampling.sampler.MultiHopSampler`), ``--batches``
-   batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, when a peer
-   venv built by ``../shared/peers/setup.sh`` exists, **DGL 2.1's** ``NeighborSampler`` on the
-   same graph (a subprocess running ``dgl_bench.py``). DGL samples every destination node of each
-   layer again (seeds are re-sampled at each hop) and draws its seeds uniformly from all nodes
-   with ``torch.randint``, so its edges per batch differ; sampled edges per second is the
-   comparable number.
+   batches of ``--batch-size`` seeds in the order ``mnmg-sampler sample`` uses; and, with a peer
+   venv built by ``../shared/peers/setup.sh``, **DGL 2.1's** ``NeighborSampler`` on the same
+   graph (a subprocess running ``dgl_bench.py``). DGL re-samples every layer's destination nodes
+   and draws its seeds from all nodes, so its edges per batch differ: compare sampled edges per
+   second.
 
 Every figure is the median over ``--repeats`` runs (DGL: over ``--peer-repeats`` subprocesses).
 """
@@ -28,8 +25,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +32,7 @@ from ..commands.sample import positive_int
 from ..system.console import JSON_OUT_HELP
 from ._launch import add_graph_option
 from .peers import add_peer_options, peer_python, repo_root, run_peer, save_graph
+from .timing import MultiHopBench, median_rate
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +84,6 @@ def find_peer(venv: str | None, script: str | None) -> tuple[Path, Path] | None:
     return (py, sc) if py and sc else None
 
 
-def _median_rate(work: float, seconds: list[float]) -> dict:
-    med = statistics.median(seconds)
-    # best = fastest repeat: on a shared machine, interference only ever adds time
-    return {"work": work, "seconds": seconds, "median_s": med, "per_s": work / med,
-            "best_per_s": work / min(seconds)}
-
-
 def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size: int,
                  repeats: int) -> dict:
     """One-hop kernel (with and without edge ids) and the random gather, same read count."""
@@ -103,7 +92,7 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     from ..ops import cpu
     from ..ops.weighted import sample_neighbors_weighted
     from .gather import gather_sum, random_positions
-    from .hetero import block_keys, interleaved_runs
+    from .timing import block_keys, interleaved_runs
 
     keys = block_keys(seed, nodes.size, batch_size)
 
@@ -130,7 +119,7 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
         "kernel": lambda: kernel(graph.edge_ids), "kernel_positions": lambda: kernel(None),
         "kernel_no_eids": lambda: kernel(graph.edge_ids, False), "kernel_weighted": weighted,
         "gather": lambda: gather_sum(graph.indices, pos)}, repeats)
-    out = {k: _median_rate(w_edges if k == "kernel_weighted" else edges, v)
+    out = {k: median_rate(w_edges if k == "kernel_weighted" else edges, v)
            for k, v in runs.items()}
     out["nodes"] = int(nodes.size)
     out["fanout"] = fanout
@@ -144,60 +133,6 @@ def bench_kernel(graph, nodes, fanout: int, replace: bool, seed: int, batch_size
     out["weighted_cost"] = out["kernel"]["per_s"] / out["kernel_weighted"]["per_s"]
     out["ratio_best"] = out["kernel"]["best_per_s"] / out["gather"]["best_per_s"]
     return out
-
-
-class TimedBatches:
-    """Timed repeats over the same ``n`` minibatches: :meth:`run_once` samples batch ``_one(i)``
-    for ``i < n`` and records the time, sampled edges and nodes.
-
-    Each :meth:`run_once` is one timed repeat, so repeats can be interleaved with the DGL
-    peer's runs and both see the same machine state.
-    """
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seconds = n, []
-        self.edges = self.nodes = 0
-
-    def _one(self, i: int):
-        raise NotImplementedError
-
-    def run_once(self) -> None:
-        edges = nodes = 0
-        t = time.perf_counter()
-        for i in range(self.n):
-            b = self._one(i)
-            edges += int(b.e_id.numel())
-            nodes += b.num_nodes
-        self.seconds.append(time.perf_counter() - t)
-        self.edges, self.nodes = edges, nodes
-
-    def result(self) -> dict:
-        out = _median_rate(self.edges, self.seconds)
-        n, med = self.n, out["median_s"]
-        out.update(batches=n, edges=self.edges, nodes=self.nodes, edges_per_batch=self.edges / n,
-                   nodes_per_batch=self.nodes / n, nodes_per_s=self.nodes / med,
-                   batches_per_s=n / med)
-        return out
-
-
-class MultiHopBench(TimedBatches):
-    """Timed minibatches, one request per ``sample`` call, as ``mnmg-sampler sample`` does."""
-
-    def __init__(self, graph, seeds, fanouts, replace: bool, seed: int, batch_size: int,
-                 batches: int) -> None:
-        from ..ops.rng import request_key
-        from ..sampling.sampler import MultiHopSampler, SampleRequest, local_hop_fn
-
-        super().__init__(min(batches, -(-seeds.size // batch_size)))
-        self.reqs = [SampleRequest(seeds[i * batch_size:(i + 1) * batch_size], fanouts,
-                                   request_key(seed, 0, i), replace=replace)
-                     for i in range(self.n)]
-        self.sampler = MultiHopSampler(local_hop_fn(graph, seed), graph.num_nodes)
-        self.sampler.sample(self.reqs[:1])  # warm-up
-
-    def _one(self, i: int):
-        (b,) = self.sampler.sample([self.reqs[i]])
-        return b
 
 
 def bench_dgl(graph, peer: tuple[Path, Path], args, fanouts,

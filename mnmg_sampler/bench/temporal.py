@@ -1,17 +1,15 @@
 """``mnmg-sampler bench single --temporal``: the temporal kernel against the non-temporal typed
 kernel on the same graph.
 
-The loaded graph becomes a one-type typed graph (:func:`~mnmg_sampler.bench.hetero.typed_view`)
-with uniform random int64 edge times in ``[0, 2**20)`` (fixed seed), so its segments are sorted
-by time. Interleaved repeats over the same ``--kernel-nodes`` frontier (with edge ids):
-:func:`mnmg_sampler.ops.typed.sample_typed_neighbors` (no time) against the same kernel with
-``bounds`` (every node bounded by the median edge time), ``"uniform"`` and ``"last"``. They
-sample different edge sets (the temporal one about half of each neighborhood), so the
-comparable number is the cost per sampled edge. A third reference, ``uniform on admissible
-edges``, runs the non-temporal kernel on a static graph of only the edges with time <= the
-median: it samples exactly the temporal kernel's edge counts, so its ratio isolates what the
-time filter costs. Costs are CPU seconds of this process (wall-time ratios beside them): on
-shared cores wall time also counts other jobs.
+The loaded graph as one type (:func:`~mnmg_sampler.bench.hetero.typed_view`) with uniform random
+int64 edge times in ``[0, 2**20)`` (fixed seed). Interleaved repeats over one ``--kernel-nodes``
+frontier (with edge ids): :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` without time
+against the same kernel bounded by the median edge time, ``"uniform"`` and ``"last"``. They
+sample different edges (the temporal one about half of each neighborhood), so cost per sampled
+edge compares; ``uniform on admissible edges`` (the untimed kernel on a static graph of the
+edges with time <= the median: the temporal kernel's edge counts) isolates the time filter's
+cost. Costs are this process's CPU seconds (wall-time ratios beside them: on shared cores wall
+time also counts other jobs).
 """
 
 from __future__ import annotations
@@ -29,7 +27,8 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
     """The measurements of the module docstring, as a dict."""
     from ..graph.temporal import attach_time
     from ..ops import typed
-    from .hetero import _per_edge, block_keys, interleaved_runs, typed_view
+    from .hetero import typed_view
+    from .timing import block_keys, interleaved_runs, per_edge
 
     t0 = time.perf_counter()
     tg, _ = typed_view(graph, 1)
@@ -69,7 +68,7 @@ def bench_temporal(graph, seeds, fanouts, replace: bool, seed: int, batch_size: 
            "temporal uniform": temporal_fn(0), "temporal last": temporal_fn(1)}
     edges = {name: int(f()[0].sum()) for name, f in fns.items()}  # warm-up and edge counts
     runs, cpu = interleaved_runs(fns, repeats)
-    res = {name: _per_edge(runs[name], edges[name], cpu[name]) for name in fns}
+    res = {name: per_edge(runs[name], edges[name], cpu[name]) for name in fns}
     base = res["uniform (no time)"]["cpu_ns_per_edge"]
     same = res["uniform on admissible edges"]["cpu_ns_per_edge"]
     wall = res["uniform (no time)"]["ns_per_edge"]

@@ -1,10 +1,8 @@
-"""The ``mnmg-sampler`` command line: info, sample, partition, validate, train, bench, plot,
-selfcheck.
+"""The ``mnmg-sampler`` command line, one module ``mnmg_sampler.commands.<name>`` per subcommand.
 
-Each subcommand lives in ``mnmg_sampler.commands.<name>``. User errors (:class:`MnmgError`)
-print one line on stderr and exit with code 2, on every rank, without a traceback; code 3 when the
-error is a :class:`PeerError` (another rank died or stopped answering, the input was fine). A
-closed pipe (``mnmg-sampler info cora | head -1``) exits silently.
+User errors (:class:`MnmgError`) print one line on stderr and exit with code 2 on every rank, no
+traceback; 3 for a :class:`PeerError` (another rank died or stopped answering: the input was
+fine). A closed pipe (``mnmg-sampler info cora | head -1``) exits silently.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """``mnmg-sampler partition INPUT --parts N --method M --out DIR``: split a graph for N ranks.
 
-Writes one part per rank (contiguous relabelled id ranges) and prints the edge cut, the
-imbalance, the time taken and the output directory. ``--weights NAME|FILE`` stores one float32
-edge weight per CSR entry, which ``sample --partitions`` then samples by. A typed INPUT (a saved
-``HeteroData`` ``.pt`` or an OGB hetero directory) writes typed parts with its own node data,
-so the homogeneous-only options are refused.
+Writes one part per rank (contiguous relabelled id ranges) and prints the edge cut, imbalance,
+time taken and output directory. ``--weights NAME|FILE`` stores a float32 weight per CSR entry
+for ``sample --partitions``. A typed INPUT (a saved ``HeteroData`` ``.pt`` or an OGB hetero
+directory) writes typed parts with its own node data; homogeneous-only options are refused.
 
 Under torchrun ``random``, ``range`` and ``hash`` run on every rank
 (:mod:`mnmg_sampler.distributed.ingest`), writing the files one process writes; ``metis``, edge
-weights, and node data other than ``.npy`` features and labels run on rank 0 alone. See
+weights and node data other than ``.npy`` features and labels run on rank 0 alone. See
 docs/partitioning.md#distributed-partitioning.
 """
 

@@ -1,9 +1,8 @@
 """``mnmg-sampler plot RUN_DIR``: draw a run's curves from its metrics.jsonl to a PNG.
 
-Panels: loss (train, validation, and the ``training.log_every`` step losses of rank 0),
-accuracy (train, validation, final test), and throughput (sampled edges/s and batches/s per
-epoch, totals over all ranks). A sampling run (``training.mode: sample``) has only the throughput
-panel. Needs matplotlib: ``pip install 'mnmg-sampler[plot]'``.
+Panels: loss (train, validation and rank 0's ``training.log_every`` step losses), accuracy
+(train, validation, final test) and throughput (sampled edges/s and batches/s per epoch, over all
+ranks; a sampling run has only this one). Needs matplotlib: ``pip install 'mnmg-sampler[plot]'``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """``mnmg-sampler sample``: sample every minibatch of one epoch and print the throughput.
 
 In one process (no ``--partitions``) the whole graph is loaded here and sampled with the CPU
-kernel. Seeds, their order and each batch's request key are the ones a distributed run uses, so
-``--out`` files from both can be compared bit for bit. Seeds: every node with a neighbor
-(``--include-isolated``: every node) or the ids of ``--seeds-file`` in file order, as a seed set
-(:mod:`mnmg_sampler.loaders.seeds`: a bitmap or a rule, so no rank holds an id array of
+kernel. Seeds, their order and request keys are a distributed run's, so ``--out`` files from both
+compare bit for bit. Seeds: every node with a neighbor (``--include-isolated``: every node) or
+the ids of ``--seeds-file``, as a seed set (:mod:`mnmg_sampler.loaders.seeds`: no id array of
 ``num_nodes``). Batch ``i``: positions ``i*B .. (i+1)*B - 1`` of the loaders' keyed shuffle
 (:func:`batch_seeds`), request key ``request_key(seed, epoch=0, batch=i)``.
 
-Weighted sampling: ``--weights NAME|FILE`` (a job's ``sampler.weights``) in one process; with
-``--partitions`` the weights stored by ``partition --weights`` are used (``--weights``, if given,
-must name the same ones).
+Weights: ``--weights NAME|FILE`` (a job's ``sampler.weights``) in one process; with
+``--partitions`` those stored by ``partition --weights`` (``--weights``, if given, must match).
 """
 
 from __future__ import annotations

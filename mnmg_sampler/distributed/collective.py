@@ -1,11 +1,10 @@
 """Symmetric collectives: all-to-all-v exchange and error agreement.
 
 Two rules keep ranks from hanging: a receiver always knows how much to take (counts travel
-before payloads, or a bound both sides compute sizes the receive, see :class:`Exchanger`), and
-an error found on one rank is shared with every rank (:func:`agree`) before anyone enters the
-next collective.
-Errors cross ranks as UTF-8 JSON in uint8 tensors (never pickled objects), and are rebuilt only as
-classes of :mod:`mnmg_sampler.errors`. A collective that fails because a peer died or stopped
+before payloads, or a bound both sides compute sizes the receive: :class:`Exchanger`), and an
+error found on one rank reaches every rank (:func:`agree`) before anyone enters the next
+collective. Errors cross ranks as UTF-8 JSON in uint8 tensors (never pickled), rebuilt only as
+:mod:`mnmg_sampler.errors` classes. A collective that fails because a peer died or stopped
 answering becomes a :class:`~mnmg_sampler.errors.PeerError` naming the step (:func:`peer_errors`).
 """
 

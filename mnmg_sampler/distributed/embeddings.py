@@ -2,15 +2,14 @@
 node, a batch fetches its rows from their owners, and the gradients of the rows it touched go
 back to those owners, where a sparse Adam updates only them (DistDGL's ``DistEmbedding``).
 
-A rank's table holds the rows of its part's nodes of the embedded types, grouped by type in
-local-row order. It is no ``nn.Parameter``: DDP never all-reduces a table. Row ``v`` of type
-``t`` starts as ``N(0, 1)`` draws keyed on ``(seed, t, v)``, the same for any world size and
-partitioning. :meth:`DistEmbedding.fetch` and :meth:`DistEmbedding.step` run in the training
-thread, on this module's own exchange (rows change every step: not prefetched with a round).
-Gradients are summed per row in float64, per rank in occurrence order and at the owner in rank
-order, so the same global batches on 1, 2 or 3 ranks give bit-identical tables
-(``tests/distributed/test_embeddings.py``). Memory: the rows, Adam's moments and the largest
-batch's reused buffers. Checkpoints of any world size load into any other
+A rank's table holds its part's nodes of the embedded types, grouped by type in local-row order;
+it is no ``nn.Parameter``, so DDP never all-reduces it. Row ``v`` of type ``t`` starts as
+``N(0, 1)`` draws keyed on ``(seed, t, v)``, alike for any world size and partitioning.
+:meth:`DistEmbedding.fetch` and :meth:`DistEmbedding.step` run in the training thread on this
+module's own exchange (rows change every step: not prefetched with a round). Gradients are summed
+per row in float64, per rank in occurrence order and at the owner in rank order, so the same
+global batches on 1, 2 or 3 ranks give bit-identical tables. Memory: the rows, Adam's moments and
+the largest batch's reused buffers. Checkpoints of any world size load into any other
 (:meth:`DistEmbedding.load_state_dicts`).
 See docs/hetero.md#learned-embeddings-rows-with-their-owners.
 """

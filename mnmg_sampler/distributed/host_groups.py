@@ -1,13 +1,12 @@
 """Host groups: the ranks of one host share its parts; only other hosts' nodes touch the wire.
 
-Ranks are grouped by host (:func:`~.shared_topology.host_id`; ``MNMG_HOST_ID`` forces a host
-per rank, so several torchrun nodes on one machine act as separate hosts). Each rank maps the
-parts of its own host's ranks and what its host's budget holds of the others (:mod:`.fit`). A
-hop's frontier nodes of mapped parts are sampled here in one compiled pass; only the others
-enter the exchange, so they go to another host's ranks only. Feature rows of other hosts are
-fetched once into a per-host row cache (:func:`share_slices`: one copy in the page cache). One
-host is the whole shared topology; one rank per host at budget 0 is the wire path: the same
-round either way. See docs/loader.md#host-groups-ranks-on-several-hosts.
+Ranks are grouped by host (:func:`~.shared_topology.host_id`; ``MNMG_HOST_ID`` forces a host per
+rank, so several torchrun nodes on one machine act as separate hosts). Each rank maps its host's
+parts and what its host's budget holds of the others (:mod:`.fit`). Frontier nodes of mapped
+parts are sampled here in one compiled pass; the others go to another host's ranks only. Other
+hosts' feature rows are fetched once into a per-host row cache (:func:`share_slices`). One host is
+the whole shared topology; one rank per host at budget 0 is the wire path: the same round either
+way. See docs/loader.md#host-groups-ranks-on-several-hosts.
 """
 
 from __future__ import annotations

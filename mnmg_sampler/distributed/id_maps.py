@@ -1,17 +1,15 @@
 """Original <-> new node ids of a partitioned graph, with no num_nodes-sized array on any rank.
 
-Each rank holds its own nodes' original ids (``part.orig_ids``, ascending within a part:
-new -> original for its nodes and, by binary search, original -> new) and one shard of
-original -> new (``W`` equal ranges of original ids), built once with one all-to-all. Anything
-else is asked of the rank that knows it, in one exchange. A ``range`` partitioning keeps every
-id (new == original) and needs none of this. Lookups are collective: every rank calls them
-together, with any number of ids, including none.
+Each rank holds its own nodes' original ids (``part.orig_ids``, ascending within a part: new ->
+original for its nodes and, by binary search, original -> new) and one shard of original -> new
+(``W`` equal ranges of original ids), built once with one all-to-all; anything else is asked of
+the rank that knows it, in one exchange. A ``range`` partitioning keeps every id and needs none
+of this. Lookups are collective: every rank calls them together, with any number of ids.
 
-``mode="replicated"`` maps both global map files instead (16 bytes per node, one copy in a
-host's page cache) and translates locally: no lookup collectives. ``mode="auto"`` (the
-default) replicates graphs of at most :data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files
-every rank can open, else shards. Results are the same in every mode.
-See docs/architecture.md#ids-original-outside-relabelled-inside.
+``mode="replicated"`` maps both global map files instead (16 bytes per node, one copy in a host's
+page cache) and translates locally. ``mode="auto"`` (the default) replicates graphs of at most
+:data:`AUTO_REPLICATED_MAX_NODES` nodes whose map files every rank can open, else shards; results
+are the same in every mode. See docs/architecture.md#ids-original-outside-relabelled-inside.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Distributed ingest and partitioning: every rank reads 1/W of the input and writes its own part.
 
 Collective; the world size is the number of parts. Each rank reads its share of the input in
-input order (so every edge keeps the id a single process gives it), sends each CSR entry and
-node row to the owner of its target (``all_to_all_single`` in bounded rounds, counts before
-payloads; no pickle), and as the owner relabels, builds its rows in canonical order and writes
-its own files; rank 0 writes the manifest last. For
-:data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the files are the bytes the
-single-process partitioner writes. Peak memory per rank is about its part plus its share of
-the input. See docs/partitioning.md#distributed-partitioning.
+input order (so every edge keeps a single process's edge id), sends each CSR entry and node row to
+the owner of its target (``all_to_all_single`` in bounded rounds, counts before payloads; no
+pickle), and as the owner relabels, builds its rows in canonical order and writes its files; rank
+0 writes the manifest last. For :data:`~mnmg_sampler.graph.partition.DISTRIBUTED_METHODS` the
+files are the single-process partitioner's bytes. Peak memory per rank: about its part plus its
+share of the input. See docs/partitioning.md#distributed-partitioning.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """Which other hosts' feature rows a host caches: the rows its sampler will touch most.
 
-SALIENT++ caches the remote rows of highest inclusion probability. Here that probability is
-computed, not sampled: with seeds drawn uniformly (a loader's global split of every node, as
-``DistNeighborLoader`` does by default) a node is a seed of a round of ``B`` seeds with
-probability ``B / N``; a node ``u`` in hop ``h``'s frontier samples each of its ``deg(u)``
-neighbors with probability ``min(1, fanout_h / deg(u))``, so a node ``v`` enters hop ``h + 1``
-with probability ``1 - prod_u (1 - p_h(u) min(1, f_h / deg(u)))`` over its in-neighbors ``u``
-(neighbors treated as independent). A round touches ``v`` unless it misses every hop. Each rank
-adds its own nodes' terms (as logarithms, one ``bincount`` over its part's edges) and one
-all-reduce per hop sums them: ``hops`` collectives of ``num_nodes`` float64 at start, no
-sampling, the same on every run. Edge weights and temporal constraints are ignored (uniform
-draws assumed): a cache choice, never a result, depends on it.
-
-Without the fanouts, or when the estimate's arrays do not fit in memory (agreed by every rank),
-the fallback is the degree into the host (docs/loader.md#host-groups-ranks-on-several-hosts).
+SALIENT++ caches the remote rows of highest inclusion probability; here it is computed, not
+sampled. With seeds drawn uniformly (a loader's global split of every node, the default) a node
+is a seed of a round of ``B`` seeds with probability ``B / N``; a node ``u`` of hop ``h``'s
+frontier samples each neighbor with probability ``min(1, f_h / deg(u))``, so ``v`` enters hop
+``h + 1`` with probability ``1 - prod_u (1 - p_h(u) min(1, f_h / deg(u)))`` over its in-neighbors
+``u`` (taken as independent), and a round touches ``v`` unless it misses every hop. Each rank adds
+its own nodes' terms (as logarithms, one ``bincount`` over its part's edges) and one all-reduce
+per hop sums them: ``hops`` collectives of ``num_nodes`` float64 at start, the same on every
+run. Edge weights and time are ignored (uniform draws assumed): only the cache choice, never a
+result, depends on it. Without the fanouts, or when the estimate's arrays do not fit in memory
+(agreed by every rank), the fallback is the degree into the host
+(docs/loader.md#host-groups-ranks-on-several-hosts).
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
 """Distributed multi-hop sampling: frontier exchange around one kernel call per hop per rank.
 
-Every rank owns one partition. Per hop, a rank sends the frontier nodes it does not own to their
-owners in one all-to-all; **one** kernel call per rank serves its own nodes and every node
-received, and the replies come back in one more all-to-all (sized by a bound both sides compute
-when no fanout of the round is -1). With the shared topology (:mod:`.shared_topology`,
-:mod:`.fit`) a rank samples every hop itself and a round is its agreement alone. Calls are
-collective: every rank calls :meth:`DistSampler.sample` the same number of times, with any
-number of requests, even none. A homogeneous part is the one-type, one-relation case of a typed
-part: one wire, one code path. See docs/architecture.md#wire-format.
+Per hop, a rank sends the frontier nodes it does not own to their owners in one all-to-all;
+**one** kernel call per rank serves its own nodes and every node received, and the replies come
+back in one more all-to-all (sized by a bound both sides compute when no fanout is -1). With the
+shared topology (:mod:`.shared_topology`, :mod:`.fit`) a rank samples every hop itself and a
+round is its agreement alone. Calls are collective: every rank calls :meth:`DistSampler.sample`
+equally often, with any number of requests, even none. A homogeneous part is the one-type,
+one-relation case of a typed part: one wire, one code path (docs/architecture.md#wire-format).
 
 Requests and minibatches use **original** ids; the RNG is keyed on them and neighbor lists keep
-canonical order, so results are bit-identical to the single-process sampler (homogeneous or
-typed, temporal and disjoint included) for any world size and partitioning. No rank holds a
-global id map (:mod:`.id_maps`; docs/architecture.md#ids-original-outside-relabelled-inside).
+canonical order, so results are bit-identical to the single-process sampler (typed, temporal and
+disjoint included) for any world size and partitioning. No rank holds a global id map
+(:mod:`.id_maps`; docs/architecture.md#ids-original-outside-relabelled-inside).
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
 """Shared topology: ranks on one host read each other's parts and sample every hop themselves.
 
-The parts of a partition directory are memory-mapped files, so every process on the host that
-maps them shares one copy in the page cache. With the shared topology on, each rank maps every
-other part's CSR, feature rows and labels too: a hop is one compiled pass over all parts
-(:meth:`SharedTopology.hop`, :meth:`SharedTopology.typed_hop`), ``n_id`` is read from the
-parts' sorted ``orig_ids`` and a round's feature rows in place, so a round costs one
-collective, its agreement. The RNG is keyed on original ids and every part keeps its rows'
-canonical order, so results are bit-identical to the wire path and to the single process.
+The parts are memory-mapped files, so every process on a host that maps them shares one copy in
+the page cache. With the shared topology each rank maps every other part's CSR, feature rows and
+labels too: a hop is one compiled pass over all parts (:meth:`SharedTopology.hop`,
+:meth:`SharedTopology.typed_hop`), ``n_id`` is read from the parts' sorted ``orig_ids`` and a
+round's feature rows in place, so a round costs one collective, its agreement. The RNG is keyed
+on original ids and parts keep canonical row order: results are bit-identical to the wire path.
 
-It needs every rank of the group on one host (a hash of the host name and boot id), a
-partition loaded from a directory and the CPU kernel; with ``auto``, a part that does not open
-on any rank turns it off on every rank. Ranks on several hosts map what :func:`place` gives
-them. A rank's resident set counts the other parts' pages it touches, shared, not copied.
+It needs every rank of the group on one host (a hash of the host name and boot id), a partition
+loaded from a directory and the CPU kernel; with ``auto``, a part that does not open on any rank
+turns it off on every rank. Ranks on several hosts map what :func:`place` gives them. A rank's
+resident set counts the other parts' pages it touches, shared, not copied.
 See docs/loader.md#shared-topology.
 """
 

@@ -1,15 +1,13 @@
 """Interpreter exit without ``shutdown()`` or ``destroy_process_group()``: stop, then tear down.
 
-A process group left alive to the end of the interpreter can abort in C++ static destruction
-("terminate called without an active exception"), most often on the rank hosting the store.
-One exit hook (one, so the order cannot depend on registration) runs every registered stopper
-(a sampling service's thread leaves its rounds, bounded), then destroys the default group.
-
-Last, it waits (bounded) until gloo's worker threads are idle: a worker drops its reference to
-a finished collective *after* waking the caller, and if that reference holds a Python object
-the worker needs the GIL; once the interpreter finalizes, such a thread is ended with
-``pthread_exit``, whose unwinding through C++ aborts the process (pytorch/pytorch#190489).
-DDP keeps the default group alive, so ``destroy_process_group()`` does not prevent it.
+A process group alive at interpreter exit can abort in C++ static destruction ("terminate called
+without an active exception"), mostly on the rank hosting the store. One exit hook (one, so the
+order cannot depend on registration) runs every registered stopper (a sampling service's thread
+leaves its rounds, bounded), destroys the default group, and last waits (bounded) until gloo's
+worker threads are idle: a worker drops its reference to a finished collective *after* waking
+the caller and may need the GIL for it; once the interpreter finalizes, such a thread ends in
+``pthread_exit``, whose unwinding through C++ aborts the process (pytorch/pytorch#190489). DDP
+keeps the default group alive, so ``destroy_process_group()`` does not prevent it.
 """
 
 from __future__ import annotations

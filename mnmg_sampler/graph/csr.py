@@ -15,6 +15,11 @@ import numpy as np
 from ..errors import EdgeWeightError, GraphFormatError, SamplingInputError
 
 
+def entry_rows(indptr: np.ndarray) -> np.ndarray:
+    """The row of every CSR entry (int64): the node it is a neighbor of, its edge's target."""
+    return np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
+
+
 @dataclass
 class CSRGraph:
     """A graph ready to sample from, with optional node data.

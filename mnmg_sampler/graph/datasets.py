@@ -8,11 +8,9 @@ One string names every graph a job, the CLI or a benchmark can use::
     dir/, 'dir/*.txt'      edge shards read in name order (graph/sources.py): a directory that
                            is not an OGB directory, or a glob
 
-The Python API also takes the graph in memory: an ``edge_index`` (``2 x E`` tensor or array), a
-``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, or a :class:`CSRGraph`.
-
-:data:`FORMATS` is the one registry of file formats: the readers, the CLI, the YAML check and the
-"supported formats" error all use it.
+The Python API also takes a graph in memory: an ``edge_index`` (``2 x E`` tensor or array), a
+``(src, dst)`` pair, a PyG ``Data``, a dict of arrays, or a :class:`CSRGraph`. :data:`FORMATS` is
+the one registry of file formats (readers, CLI, YAML check and the "supported formats" error).
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import numpy as np
 from ..errors import GraphFormatError
 from ..system.host_limits import check_allocation
 from .build import MAX_NODE_ID, ReadOptions, build_graph
-from .csr import CSRGraph
+from .csr import CSRGraph, entry_rows
 from .formats import (
     EDGE_LIST_SUFFIXES,
     FORMAT_DESCRIPTIONS,
@@ -251,8 +249,7 @@ def _whole(spec: str, renumber: str | bool) -> EdgeShare:
     """A non-splittable input: load it and recover its edges in input order (original ids)."""
     g = load_graph(spec, undirected=False, renumber=renumber)
     order = np.argsort(g.edge_ids, kind="stable")
-    rows = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
-    src, dst = g.original_ids(g.indices[order]), g.original_ids(rows[order])
+    src, dst = g.original_ids(g.indices[order]), g.original_ids(entry_rows(g.indptr)[order])
     # renumbered: the edges go back to the input's ids (the ingest renumbers them the same way:
     # the same distinct ids), x and y stay in node order
     return EdgeShare(src, dst, g.name, g.num_nodes if g.node_ids is None else None, g.x, g.y)

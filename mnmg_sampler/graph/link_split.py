@@ -1,9 +1,9 @@
 """The edge split of a link-prediction job: a relation's edges cut into train/val/test, at random
 or by time, and the *training graph* that holds no held-out edge.
 
-At random (:func:`split_relation`): the relation's distinct ``(src, dst)`` pairs are permuted with
-``seed`` and cut as :func:`~mnmg_sampler.train.link.split_edges` cuts them. The training graph
-keeps every other relation whole, the target relation's train pairs and, in the reverse
+At random (:func:`split_relation`): the relation's distinct ``(src, dst)`` pairs, cut by
+:func:`cut_pairs` (as :func:`~mnmg_sampler.train.link.split_edges` cuts a graph's). The training
+graph keeps every other relation whole, the target relation's train pairs and, in the reverse
 relation, the edges whose reverse is not held out: a held-out edge is never a message, in either
 direction.
 
@@ -25,8 +25,9 @@ import numpy as np
 from ..errors import ConfigError
 from .typed import EdgeType, TypedGraph, check_time, typed_graph
 
-__all__ = ["TemporalEdgeSplit", "relation_edge_index", "split_edges_by_time", "split_relation",
-           "split_relation_by_time", "temporal_edge_split", "typed_training_graph"]
+__all__ = ["TemporalEdgeSplit", "cut_pairs", "relation_edge_index", "split_edges_by_time",
+           "split_relation", "split_relation_by_time", "temporal_edge_split",
+           "typed_training_graph"]
 
 SPLITS = ("train", "val", "test")
 
@@ -118,7 +119,12 @@ def relation_edge_index(g: TypedGraph, et: EdgeType) -> np.ndarray:
 
 def split_relation(g: TypedGraph, et: EdgeType, fractions, seed: int) -> dict[str, np.ndarray]:
     """Train/val/test ``[2, *]`` per-type ids: a random split of ``et``'s distinct pairs."""
-    pairs = np.unique(relation_edge_index(g, et), axis=1)
+    return cut_pairs(np.unique(relation_edge_index(g, et), axis=1), fractions, seed)
+
+
+def cut_pairs(pairs: np.ndarray, fractions, seed: int) -> dict[str, np.ndarray]:
+    """Train/val/test columns of ``pairs`` ``[2, n]``: a ``seed``-keyed permutation cut by
+    ``fractions``, each split's columns in their input order."""
     perm = np.random.default_rng([int(seed), 0x11A4]).permutation(pairs.shape[1])
     f = np.asarray(fractions, np.float64)
     n = pairs.shape[1]

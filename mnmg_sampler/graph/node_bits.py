@@ -1,9 +1,8 @@
 """Sets of nodes as bitmaps: one bit per node (bit ``i % 64`` of word ``i // 64`` is node ``i``).
 
-``mnmg-sampler sample`` draws its seeds from the nodes with at least one neighbor. As an id array
-that set costs 8 bytes per node on every rank; as a bitmap it costs one bit, built here a chunk
-of rows at a time (no temporary of ``num_nodes`` entries), and read position by position by
-:class:`~mnmg_sampler.loaders.seeds.NodeBits`.
+``mnmg-sampler sample`` draws its seeds from the nodes with a neighbor: 8 bytes per node on every
+rank as an id array, one bit as a bitmap, built here a chunk of rows at a time (no temporary of
+``num_nodes`` entries), read position by position by :class:`~mnmg_sampler.loaders.seeds.NodeBits`.
 """
 
 from __future__ import annotations

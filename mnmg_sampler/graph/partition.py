@@ -1,22 +1,20 @@
 """Split a graph into contiguous id ranges, one per rank, and write them atomically.
 
 Partitioning is a *relabelling*: part ``r`` owns the new ids ``[boundaries[r], boundaries[r+1])``,
-so the owner of an id is one ``searchsorted`` away
+so an id's owner is one ``searchsorted`` away
 (:class:`mnmg_sampler.distributed.partition_book.PartitionBook`). Within a part nodes keep the
-order of their original ids, rows keep the input's canonical order and samplers key the RNG on
+order of their original ids, rows the input's canonical order, and samplers key the RNG on
 original ids, so a minibatch mapped back through ``new_to_orig`` is bit-identical to sampling the
 unpartitioned graph.
 
 Methods: ``range`` (equal chunks of the input order), ``random`` (a keyed permutation,
 :mod:`.permute`, cut into equal chunks), ``hash`` (a seeded hash of the id) and ``metis``
 (``pymetis`` on the symmetrised graph: fewest cut edges). The first three decide a node's part
-from its id alone (:func:`assign_nodes`), which lets :mod:`mnmg_sampler.distributed.ingest`
-partition on every rank with the same result.
-
-One partitioner serves every graph: a :class:`~.csr.CSRGraph` is the one-type, one-relation
-:class:`~.typed.TypedGraph` (the same arrays). Each node type is split on its own; ``metis`` runs
-on all relations as one graph. A part is a CSR over its owned (node, relation) segments, keyed
-for the RNG by internal ids; layout in docs/formats.md#partition-directories.
+from its id alone (:func:`assign_nodes`), so :mod:`mnmg_sampler.distributed.ingest` partitions on
+every rank with the same result. A :class:`~.csr.CSRGraph` is the one-type, one-relation
+:class:`~.typed.TypedGraph`: each node type is split on its own (``metis``: all relations as one
+graph); a part is a CSR over its owned (node, relation) segments, keyed for the RNG by internal
+ids (docs/formats.md#partition-directories).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
-from .csr import CSRGraph, check_weights
+from .csr import CSRGraph, check_weights, entry_rows
 from .datasets import load_graph
 from .partition_io import (
     FORMAT_NAME,
@@ -125,11 +123,6 @@ def part_stats(method: str, seed: int, n: int, num_edges: int, part_nodes, part_
     }
 
 
-def _dst_of_entries(graph: CSRGraph) -> np.ndarray:
-    """The row (target node) of every CSR entry."""
-    return np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
-
-
 def edge_cut(graph: CSRGraph, assignment: np.ndarray) -> float:
     """Fraction of CSR entries whose neighbor and row are assigned to different parts.
 
@@ -137,7 +130,7 @@ def edge_cut(graph: CSRGraph, assignment: np.ndarray) -> float:
     """
     if graph.num_edges == 0:
         return 0.0
-    dst = _dst_of_entries(graph)
+    dst = entry_rows(graph.indptr)
     return float(np.count_nonzero(assignment[graph.indices] != assignment[dst]) / graph.num_edges)
 
 
@@ -211,7 +204,7 @@ def _symmetric_adjacency(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
     """CSR (xadj, adjncy) of the undirected simple graph underlying ``graph`` (METIS input)."""
     n = graph.num_nodes
     src = graph.indices
-    dst = _dst_of_entries(graph)
+    dst = entry_rows(graph.indptr)
     keep = src != dst
     a = np.concatenate([src[keep], dst[keep]])
     b = np.concatenate([dst[keep], src[keep]])

@@ -1,16 +1,15 @@
 """Keyed permutations of ``[0, n)`` evaluated id by id, and counter-based node data.
 
 Unlike ``np.random.default_rng(seed).permutation(n)``, :func:`permute` computes the image of any
-id on its own, so each rank places, generates or looks up only its ids and still agrees with a
-single process: the R-MAT relabelling (:mod:`.rmat`), the ``random`` partition method
-(:mod:`.partition`) and synthetic features and labels (:func:`node_features`,
-:func:`node_labels`) use it. The bijection works on ``ceil(log2 n)`` bits: four invertible
-rounds of add-key, multiply by an odd constant and xor-shift, with cycle walking for ids that
+id alone, so each rank places, generates or looks up only its ids and still agrees with a single
+process (the R-MAT relabelling, the ``random`` partition method, synthetic features and labels:
+:func:`node_features`, :func:`node_labels`). The bijection works on ``ceil(log2 n)`` bits: four
+invertible rounds of add-key, multiply by an odd constant and xor-shift, cycle-walking ids that
 land at or above ``n``. A mixing function, not a cryptographic one.
 
-Shuffles (a loader's epoch order, a random split) use :func:`feistel`: a keyed Feistel network
-of :data:`FEISTEL_ROUNDS` rounds, whose orders are indistinguishable from uniform ones even for
-tiny ``n`` (``tests/unit/test_shuffle.py``). Either way a batch costs ``O(batch)`` memory.
+Shuffles (a loader's epoch order, a random split) use :func:`feistel`, a keyed Feistel network of
+:data:`FEISTEL_ROUNDS` rounds whose orders are indistinguishable from uniform ones even for tiny
+``n``. Either way a batch costs ``O(batch)`` memory.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import GraphFormatError
 from .build import MAX_NODE_ID, ReadOptions, build_graph, check_id_bound
-from .csr import CSRGraph
+from .csr import CSRGraph, entry_rows
 
 __all__ = [
     "MAX_NODE_ID",
@@ -506,7 +506,7 @@ def read_scipy_npz(path: str | PathLike, **opts) -> CSRGraph:
                 raise GraphFormatError(f"{name}: 'indptr' does not match {n} rows and "
                                        f"{indices.shape[0]} entries", "the matrix is corrupt",
                                        "re-save it with scipy.sparse.save_npz")
-            outer = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+            outer = entry_rows(indptr)
             src, dst = (outer, indices) if fmt == "csr" else (indices, outer)
         else:
             raise GraphFormatError(f"{name}: sparse format {fmt!r}",
@@ -575,5 +575,4 @@ def read_gnn_benchmark(path: str | PathLike, **opts) -> CSRGraph:
             y = _int_array(_get(npz, name, "labels", "the labels"), name, "labels",
                            allow_bool=True)
     check_node_rows(name, n, x, y)
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    return build_graph(name, src, indices, ReadOptions(**opts), n, x=x, y=y)
+    return build_graph(name, entry_rows(indptr), indices, ReadOptions(**opts), n, x=x, y=y)

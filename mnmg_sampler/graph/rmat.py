@@ -3,14 +3,12 @@
 Each edge picks one quadrant of the adjacency matrix per bit of the node id, with probabilities
 ``a``, ``b``, ``c`` and ``d = 1 - a - b - c``; the Graph500 defaults (0.57, 0.19, 0.19) leave half
 or more of the nodes isolated (benchmarks draw seeds with
-:func:`mnmg_sampler.graph.datasets.nonisolated_nodes`). Node ids are then permuted so that
-high-degree nodes are not clustered at low ids (as Graph500 does).
+:func:`mnmg_sampler.graph.datasets.nonisolated_nodes`). Node ids are then permuted, as Graph500
+does, so that high-degree nodes are not clustered at low ids.
 
-Edge ``i`` is a pure function of ``(seed, i)``: its draws come from the counter-based RNG of
-:mod:`mnmg_sampler.rng` (stream ``(seed, key 0x7A47, hop 0, node i)``, one 64-bit draw per two
-levels) and the relabelling is the keyed bijection :func:`.permute.permute`. So a rank can draw
-any range of edges alone (:func:`rmat_edge_range`), and one process or any number of ranks get
-the same graph.
+Edge ``i`` is a pure function of ``(seed, i)`` (:mod:`mnmg_sampler.rng`'s stream ``(seed, key
+0x7A47, hop 0, node i)``, one 64-bit draw per two levels; relabelled by :func:`.permute.permute`),
+so a rank draws any range of edges alone (:func:`rmat_edge_range`) and gets the same graph.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Edge inputs that split across ranks: each rank reads its own share, in input order.
 
-A *share* is the edges rank ``r`` of ``W`` reads; the shares of ranks ``0 .. W-1`` concatenated
-are the input's edges in the order a single process reads them, so edge ids (positions in the
-input) agree however many ranks read. Splittable inputs are ``rmat:``, one uncompressed edge
-list (byte ranges cut at line starts) and a directory or glob of shards (contiguous runs of
-files per rank, balanced by bytes); anything else is read whole by rank 0
-(docs/partitioning.md#distributed-partitioning). Pure I/O: no collectives here, and no import
-of ``datasets`` (which imports this module).
+The shares of ranks ``0 .. W-1`` concatenated are the input's edges in a single process's order,
+so edge ids (positions in the input) agree however many ranks read. Splittable inputs: ``rmat:``,
+one uncompressed edge list (byte ranges cut at line starts) and a directory or glob of shards
+(contiguous runs of files per rank, balanced by bytes); anything else is read whole by rank 0
+(docs/partitioning.md#distributed-partitioning). Pure I/O: no collectives, and no import of
+``datasets`` (which imports this module).
 """
 
 from __future__ import annotations

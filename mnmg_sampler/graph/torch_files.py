@@ -1,9 +1,7 @@
-"""A PyG ``Data`` (or a dict of tensors) saved with ``torch.save``, loaded with
-``weights_only=True``.
+"""A PyG ``Data`` (or dict of tensors) saved with ``torch.save``, loaded ``weights_only=True``.
 
 The PyG classes a pickled ``Data`` or ``HeteroData`` names (:func:`pyg_safe_globals`) are allowed
-only for the one load, with ``torch.serialization.safe_globals``. Nothing else in the file can
-run code.
+for the one load only (``torch.serialization.safe_globals``); nothing else in it can run code.
 """
 
 from __future__ import annotations

@@ -1,20 +1,18 @@
 """Typed (heterogeneous) graphs: every node type and relation in one CSR (GraphBolt's fused CSC).
 
-Node ids of all types share one *internal* space (per-type id ``i`` of type ``t`` is internal
-id ``node_type_offset[t] + i``; types sorted by name). Relations ``(src, rel, dst)`` are sorted
-by destination type, then source type and name, so those a node of type ``t`` samples from are
+Node ids of all types share one *internal* space (per-type id ``i`` of type ``t`` is internal id
+``node_type_offset[t] + i``; types sorted by name). Relations ``(src, rel, dst)`` are sorted by
+destination type, then source type and name, so those a node of type ``t`` samples from are
 contiguous. Rows are destination nodes, cut into one *segment* per relation of the row's type:
-node ``i`` of type ``t`` and its ``j``-th relation own segment ``seg_base[t] + i * R_t + j``
-(two reads, no search). Within a segment neighbors keep ascending edge id order, so a
-homogeneous graph is the one-type, one-relation case with the very same ``indptr``,
-``indices`` and ``edge_ids`` as :class:`~mnmg_sampler.graph.csr.CSRGraph`. See
-docs/hetero.md#the-layout-and-the-kernel.
+node ``i`` of type ``t`` and its ``j``-th relation own segment ``seg_base[t] + i * R_t + j`` (two
+reads, no search). Segments keep ascending edge id order, so a homogeneous graph is the one-type,
+one-relation case with :class:`~mnmg_sampler.graph.csr.CSRGraph`'s very ``indptr``, ``indices``
+and ``edge_ids`` (docs/hetero.md#the-layout-and-the-kernel).
 
-Time (:func:`attach_time`): an int64 time per edge and/or per node. Each segment is sorted by
-edge time (else by the neighbor's node time; stable, so ties keep edge id order, and
-``edge_ids`` move with their entries), so a seed's admissible neighbors (time <= the seed's) are
-a prefix found by binary search; node time then gives each seed its default time. Without time
-nothing is sorted or copied.
+Time (:func:`attach_time`): an int64 time per edge and/or node. Each segment is sorted (stably,
+``edge_ids`` moving with their entries) by edge time, else by the neighbor's node time, so a
+seed's admissible neighbors (time <= its own) are a prefix found by binary search; node time
+also gives each seed its default time. Without time nothing is sorted or copied.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import numpy as np
 
 from ..errors import GraphFormatError, SamplingInputError
 from ..system.host_limits import check_allocation
-from .csr import check_weights
+from .csr import check_weights, entry_rows
 from .readers import MASK_KEYS, as_mask, as_numpy
 
 __all__ = ["EDGE_TYPE", "NODE_TYPE", "TIME_MAX", "EdgeType", "TypedGraph", "TypedLayout",
@@ -405,10 +403,6 @@ def check_time(values, n: int, what: str) -> np.ndarray:
                            f"give {what} as int64 values (e.g. Unix seconds)")
 
 
-def _segment_of_entries(indptr: np.ndarray) -> np.ndarray:
-    return np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
-
-
 def attach_time(graph: TypedGraph, edge_time: Mapping | None = None,
                 node_time: Mapping | None = None, time_attr: str = "time") -> TypedGraph:
     """Store ``edge_time`` (``{edge type: [E_r]}``, in the relation's input edge order) and/or
@@ -464,7 +458,7 @@ def attach_time(graph: TypedGraph, edge_time: Mapping | None = None,
         del rel_of
     else:
         entry_time = graph.node_time[graph.indices]
-    seg = _segment_of_entries(graph.indptr)
+    seg = entry_rows(graph.indptr)
     order = np.lexsort((entry_time, seg))  # stable: ties keep the current (edge id) order
     del seg
     graph.indices = graph.indices[order]

@@ -1,18 +1,16 @@
 """A generated typed graph with planted labels (``dataset.name: typed-sbm:PAPERS[:CLASSES]``).
 
-A small citation graph in ogbn-mag's shape, so a typed job has something to learn whose accuracy
-means something: ``paper`` (features, labels), ``author`` and ``field`` (no features: a model
-learns embeddings for them); 3 authors (``writes``), 2 fields (``has_topic``), both with their
-``rev_`` reverses, and 4 citations (``cites``) per paper (docs/hetero.md#yaml-jobs). Every paper
-has a class in ``[0, CLASSES)``; every author a community and every field a class (field ``f``
-is of class ``f % CLASSES``). A paper's authors come from its class's community, its fields and
-cited papers from its class, each with a planted probability (:data:`PLANTED`), else from
-anywhere. A paper's own features are weak (class centre times :data:`FEATURE_SIGNAL` plus unit
-noise), so a model that reads only them is clearly worse than one that reads the neighbours;
-the signal is in who wrote a paper, its fields and what it cites.
+A small citation graph in ogbn-mag's shape, so a typed job learns something whose accuracy means
+something: ``paper`` (features, labels), ``author`` and ``field`` (no features: a model learns
+embeddings for them); 3 authors (``writes``), 2 fields (``has_topic``), both with their ``rev_``
+reverses, and 4 citations (``cites``) per paper (docs/hetero.md#yaml-jobs). Papers have a class
+in ``[0, CLASSES)``, authors a community, fields a class (``f % CLASSES``). A paper's authors come
+from its class's community, its fields and cited papers from its class, each with a planted
+probability (:data:`PLANTED`), else from anywhere. Its own features are weak (class centre times
+:data:`FEATURE_SIGNAL` plus unit noise): the signal is in its authors, fields and citations.
 
-A pure function of ``(papers, classes, seed)`` (NumPy's PCG64 generator), the same on every
-rank and run. One process builds it (a generated graph is partitioned by one process).
+A pure function of ``(papers, classes, seed)`` (NumPy's PCG64), the same on every rank and run;
+one process builds it (a generated graph is partitioned by one process).
 """
 
 from __future__ import annotations

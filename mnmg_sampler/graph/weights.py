@@ -1,14 +1,12 @@
 """Edge weights of a job (``sampler.weights``): one value per *input* edge, mapped to CSR entries.
 
-A user gives weights in the order of the dataset's own edges: an array of the dataset's ``.npz``
-(for the gnn-benchmark layout, e.g. ``adj_data``: one value per stored adjacency entry; for a
-``src``/``dst`` archive, any array of the same length) or a ``.npy`` file of one value per input
-edge. The loaded graph may differ from the input (reverse edges added, duplicates or self-loops
-dropped, held-out edges removed for link prediction), so the weight of a CSR entry ``u -> v`` is
-found by its endpoints: the weight of the first input edge ``u -> v``, else (a reverse added for an
-undirected graph) of the first input edge ``v -> u``. The result is in CSR order, ready for
-``partition(..., weights=...)``, which validates it with :func:`.csr.check_weights` (negative, NaN:
-a typed error).
+Weights come in the order of the dataset's own edges: an array of the dataset's ``.npz`` (the
+gnn-benchmark layout's ``adj_data``: one value per stored adjacency entry; a ``src``/``dst``
+archive: any array of that length) or a ``.npy`` of one value per input edge. The loaded graph
+may differ from the input (reverses added, duplicates or self-loops dropped, held-out edges
+removed), so a CSR entry ``u -> v`` takes the weight of the first input edge ``u -> v``, else
+(an added reverse) of the first ``v -> u``. The result is in CSR order for
+``partition(..., weights=...)``, which validates it (:func:`.csr.check_weights`).
 """
 
 from __future__ import annotations
@@ -19,14 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GraphFormatError
-from .csr import CSRGraph
+from .csr import CSRGraph, entry_rows
 from .datasets import BUILTINS, load_graph
 
 __all__ = ["input_edge_weights", "map_pair_weights", "resolve_edge_weights"]
-
-
-def _dst_of(g: CSRGraph) -> np.ndarray:
-    return np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
 
 
 def _npz_path(dataset: str) -> Path | None:
@@ -83,7 +77,7 @@ def map_pair_weights(src: np.ndarray, dst: np.ndarray, w: np.ndarray, graph: CSR
     n = np.int64(max(graph.num_nodes, 1))
     codes = np.asarray(src, np.int64) * n + np.asarray(dst, np.int64)
     uniq, first = np.unique(codes, return_index=True)
-    s, d = np.asarray(graph.indices, np.int64), _dst_of(graph)
+    s, d = np.asarray(graph.indices, np.int64), entry_rows(graph.indptr)
 
     def find(c):
         i = np.minimum(np.searchsorted(uniq, c), max(uniq.size - 1, 0))
@@ -111,5 +105,5 @@ def resolve_edge_weights(spec: str, dataset: str, graph: CSRGraph, *, seed: int 
     m = raw.num_edges
     src, dst = np.empty(m, np.int64), np.empty(m, np.int64)
     src[raw.edge_ids] = raw.indices
-    dst[raw.edge_ids] = _dst_of(raw)
+    dst[raw.edge_ids] = entry_rows(raw.indptr)
     return map_pair_weights(src, dst, input_edge_weights(spec, dataset, m, key), graph)

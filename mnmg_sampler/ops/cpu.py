@@ -297,12 +297,14 @@ _EMPTY = np.empty(0, np.int64)
 _SCRATCH = threading.local()
 
 
-def scratch_int64(n: int) -> np.ndarray:
-    """``(3, n)`` int64 scratch (row starts, degrees, offsets) reused by the calls of one thread:
-    fresh buffers would pay their page faults on every call. It only grows."""
-    buf = getattr(_SCRATCH, "buf", None)
+def scratch_int64(n: int, rows: int = 3) -> np.ndarray:
+    """``(rows, n)`` int64 scratch (default: row starts, degrees, offsets) reused by the calls of
+    one thread, one buffer per ``rows``: fresh buffers would pay their page faults on every
+    call. It only grows."""
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    buf = bufs.get(rows)
     if buf is None or buf.shape[1] < n:
-        buf = _SCRATCH.buf = np.empty((3, max(n, 1024)), np.int64)
+        buf = bufs[rows] = np.empty((rows, max(n, 1024)), np.int64)
     return buf[:, :n]
 
 

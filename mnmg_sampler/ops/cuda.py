@@ -2,17 +2,16 @@
 ``ops.cpu`` and ``ops.weighted``, its one-relation cases.
 
 Bit-identical to the CPU kernels by construction: the device functions are compiled from the
-**same Python source** as the CPU ones (docs/rng.md#one-source-two-devices-compile_rng): the RNG,
+**same Python source** (docs/rng.md#one-source-two-devices-compile_rng): the RNG,
 ``cpu.sample_positions``, the weighted draws and the typed helpers, re-bound to the device RNG.
-Only ``sample_count`` is mirrored by hand, because numba's CUDA ``min`` does not compile.
+Only ``sample_count`` is mirrored by hand (numba's CUDA ``min`` does not compile).
 ``tests/gpu_sim`` compares both bit for bit under the simulator.
 
-One call is two launches over every node of the hop, one thread per node walking the relations
-of its type in the CPU's order (same streams and slots): ``counts`` sizes each node's output and
-weighted scratch, a device ``torch.cumsum`` gives the offsets, and ``fill`` draws and gathers.
-With ``bounds`` it is also the temporal kernel's twin, switched by one flag per launch. The
-output size is read back to the host once per call (the only synchronisation), to allocate the
-outputs from PyTorch's caching allocator.
+One call is two launches, one thread per node of the hop walking its type's relations in the
+CPU's order (same streams and slots): ``counts`` sizes each node's output and weighted scratch, a
+device ``torch.cumsum`` gives the offsets, ``fill`` draws and gathers; with ``bounds`` it is also
+the temporal kernel's twin (one flag per launch). The output size is read back once per call
+(the only synchronisation) to allocate the outputs from PyTorch's caching allocator.
 
 Importing this module needs no GPU; one is checked for when a kernel runs. Under
 ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in the simulator on CPU arrays (slow: tests only).

@@ -1,12 +1,10 @@
 """Per-request deduplication and renumbering of one hop's sampled neighbors (CPU, njit).
 
-Each request's new neighbors are appended to its ``n_id`` in first-occurrence order (PyG's)
-and every sampled neighbor gets its local index. Requests run in parallel, each with its own
-open-addressing hash table, so the cost is linear in the request's size.
-
-The loops read each request through views (indices from 0) and index the tables with unsigned
-numbers: numba guards a signed index it cannot prove >= 0 against wrapping around, and those
-guards cost the dense path a third of its time.
+Each request's new neighbors are appended to its ``n_id`` in first-occurrence order (PyG's) and
+every sampled neighbor gets its local index. Requests run in parallel, each with its own
+open-addressing hash table: linear in the request's size. Loops read each request through views
+and index the tables with unsigned numbers: numba's wraparound guard on a signed index cost the
+dense path a third of its time.
 """
 
 from __future__ import annotations

@@ -4,11 +4,10 @@ A negative of positive edge ``i`` (its position in ``edge_label_index``) keeps t
 source and draws a destination uniformly; draw ``d`` of attempt ``t`` is slot ``t * amount + d``
 of stream ``(seed, key, NEG_HOP, i)``, so negatives do not depend on world size, partitioning or
 merging (docs/link.md#negative-sampling-mnmg_sampleropsnegative-called-by-mnmg_samplersamplinglink).
-With rejection, a known edge is replaced by the next attempt's draw of the same ``(i, d)``; the
-membership test is a callable (:func:`csr_has_edges` in one process, an exchange to the owner
-ranks in a distributed loader). With node time, the draw picks uniformly among the
-:class:`AdmissibleNodes` no later than the positive, exactly (see
-docs/temporal.md#link-prediction-over-time).
+With rejection, a known edge (a callable: :func:`csr_has_edges` in one process, an exchange in a
+distributed loader) is replaced by the next attempt's draw of the same ``(i, d)``. With node
+time, the draw is uniform among the :class:`AdmissibleNodes` no later than the positive
+(docs/temporal.md#link-prediction-over-time).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Row copies of the feature fetch: each row moves once, from where it is to where it goes.
 
-A fetched row is read from its source (this rank's table, the host cache, the buffer the
-exchange received) and written straight to its position in the batch's feature matrix and its
-few extra columns (label and original-id bits): no staging array, no second pass to split the
-columns. numpy's ``dst[a] = src[b]`` would copy each row twice (the gather, then the scatter).
+A fetched row goes from its source (this rank's table, the host cache, the exchange's receive
+buffer) straight to its place in the batch's feature matrix and extra columns (label, original-id
+bits), with no staging array: numpy's ``dst[a] = src[b]`` would copy it twice (gather, scatter).
 """
 
 from __future__ import annotations

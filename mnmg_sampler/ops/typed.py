@@ -4,28 +4,24 @@ Each frontier node is expanded along every relation that ends at its type, in re
 with its request's fanout for that relation; per (node, relation) the draws are those of
 :mod:`mnmg_sampler.ops.cpu` or, where the relation has weights, :mod:`mnmg_sampler.ops.weighted`.
 
-RNG keying: relation ``r`` of node ``v`` draws from the stream
-``stream_base(seed, key, hop + r * 2**32, v)``. Relation 0 is exactly the homogeneous stream,
-so a one-type, one-relation graph gives results bit-identical to ``ops.cpu`` and
-``ops.weighted``; different relations of one node use different streams (the hop counter goes
-through the 64-bit mix), so they draw independently.
+RNG keying: relation ``r`` of node ``v`` draws from stream ``stream_base(seed, key, hop + r *
+2**32, v)``: relation 0 is exactly the homogeneous stream (a one-type, one-relation graph is
+bit-identical to ``ops.cpu`` and ``ops.weighted``), and the relations of one node draw
+independently (the hop counter goes through the 64-bit mix).
 
 Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and sample count
-(the only random reads of ``indptr``); (1) the draws' CSR positions; (2) the gather of neighbors
-and edge ids (``ops.cpu``'s). Pair ``j`` of node ``i`` is slot ``i * width + j``, ``width`` the
-most relations any type has, so a one-type graph has exactly the homogeneous kernel's passes.
+(the only random reads of ``indptr``); (1) the draws' CSR positions; (2) ``ops.cpu``'s gather.
+Pair ``j`` of node ``i`` is slot ``i * width + j`` (``width``: the most relations of any type),
+so a one-type graph has exactly the homogeneous kernel's passes.
 
-Time (one kernel for both; docs/temporal.md#sampling): segments of a timed graph are sorted by
-time, so with ``bounds`` each degree is cut to the admissible prefix (:func:`admissible_count`).
-Per request (:data:`STRATEGIES`), ``"uniform"`` (0) draws as above on the prefix (bit-identical
-to the untimed kernel when the bound is >= every time), ``"last"`` (1) takes the ``min(k, a)``
-latest admissible neighbors in ascending time. ``bounds=None`` compiles a specialisation with
-the time branches pruned, so the untimed case pays nothing for them.
+Time (docs/temporal.md#sampling): a timed graph's segments are sorted by time, so with ``bounds``
+each degree is cut to the admissible prefix (:func:`admissible_count`). Per request
+(:data:`STRATEGIES`), ``"uniform"`` (0) draws as above on the prefix (bit-identical to the untimed
+kernel when the bound is >= every time), ``"last"`` (1) takes the ``min(k, a)`` latest admissible
+neighbors in ascending time. ``bounds=None`` compiles without the time branches.
 """
 
 from __future__ import annotations
-
-import threading
 
 import numba
 import numpy as np
@@ -259,16 +255,6 @@ def _positions_py(ws, part, wflag, nodes, keys, req, fan, replace, last, seed, h
 _KERNELS = {par: tuple(cpu._compile(f, par) for f in (_pair_counts_py, _positions_py))
             for par in (True, False)}
 _NO_WEIGHTS = np.zeros(0, np.float32)
-_SCRATCH = threading.local()
-
-
-def _scratch(m: int) -> np.ndarray:
-    """``(6, m)`` int64 per-pair scratch (starts, degrees, usable weights, offsets, scratch
-    offsets, relations) reused per thread, as ``cpu.scratch_int64``."""
-    buf = getattr(_SCRATCH, "buf", None)
-    if buf is None or buf.shape[1] < m:
-        buf = _SCRATCH.buf = np.empty((6, max(m, 1024)), np.int64)
-    return buf[:, :m]
 _NO_TIMES = np.zeros(0, np.int64)
 
 
@@ -341,7 +327,7 @@ def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, wei
     wflag = np.ascontiguousarray(wflag, dtype=np.uint8)
     width = int(np.diff(rel_off).max(initial=0))
     m = n * width
-    starts, degs, nzs, offsets, soffs, rels = _scratch(m + 1)
+    starts, degs, nzs, offsets, soffs, rels = cpu.scratch_int64(m + 1, 6)  # per pair
     starts, degs, nzs, rels = starts[:m], degs[:m], nzs[:m], rels[:m]
     offsets[0] = soffs[0] = 0
     counts_k(node_off, rel_off, seg_base, indptr, indices, etime, ntime, by_node, w, wflag, rows,

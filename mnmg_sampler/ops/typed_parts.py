@@ -1,15 +1,13 @@
-"""The typed kernel over several typed parts at once: one call samples a hop for every relation,
-every merged request and frontier nodes of any part (the shared topology of typed parts).
+"""The typed kernel over several typed parts at once (the shared topology of typed parts): one
+call samples a hop for every relation, every merged request and frontier nodes of any part.
 
-Node ``v`` (a new id) is local row ``v - bounds[p]`` of part ``p`` (``bounds[p] <= v <
-bounds[p + 1]``); its relations and segments come from that part's ``type_offset`` and
-``seg_base``, its RNG id is the part's ``orig_ids[row]``. The draws are those of
-:func:`~mnmg_sampler.ops.typed.sample_typed_neighbors` (same helpers, streams and order), so the
-output equals one call of that kernel per part put back in frontier order, bit for bit. Phases
-as that kernel's, but (0) first groups the nodes by part (a counting sort: each part's loop then
-runs without a branch on a random owner per node) and (2) gathers part by part. Time, as that
-kernel's (``time_bounds=None`` compiles without the time branches). No CUDA twin: the shared
-topology runs the CPU kernel only.
+Node ``v`` (a new id) is local row ``v - bounds[p]`` of the part ``p`` whose ``bounds`` hold it;
+its relations and segments come from that part's ``type_offset`` and ``seg_base``, its RNG id is
+the part's ``orig_ids[row]``. The draws are :func:`~mnmg_sampler.ops.typed.sample_typed_neighbors`'s
+(same helpers, streams, order and time handling), so the output equals one call of that kernel
+per part put back in frontier order, bit for bit; but (0) first groups the nodes by part (a
+counting sort: no branch on a random owner per node) and (2) gathers part by part. No CUDA twin:
+the shared topology runs the CPU kernel only.
 """
 
 from __future__ import annotations
@@ -181,7 +179,7 @@ def sample_typed_parts(bounds: np.ndarray, type_offs: np.ndarray, seg_bases: np.
     width = int(np.diff(rel_offset).max(initial=0))
     m = n * width
     node_scr = cpu.scratch_int64(n)
-    pair_scr = typed._scratch(m + 1)
+    pair_scr = cpu.scratch_int64(m + 1, 6)
     offsets, soffs = pair_scr[3], pair_scr[4]
     offsets[0] = soffs[0] = 0
     per = _pair_counts(np.ascontiguousarray(bounds, np.int64), type_offs, seg_bases, rel_offset,

@@ -1,16 +1,14 @@
 """Weighted (biased) neighbor sampling: probability proportional to a float32 weight per CSR entry.
 
-Same calling convention and determinism contract as :func:`mnmg_sampler.ops.cpu.sample_neighbors`
-(every draw is a pure function of ``(seed, key, hop, node, slot)``), plus a ``weights`` array.
-Behaviour: docs/weighted.md; draws and slots: docs/rng.md#weighted-draws-weighted_positions.
+The calling convention and determinism of :func:`mnmg_sampler.ops.cpu.sample_neighbors` (every
+draw a pure function of ``(seed, key, hop, node, slot)``), plus a ``weights`` array. Behaviour:
+docs/weighted.md; draws and slots: docs/rng.md#weighted-draws-weighted_positions.
 
-The arithmetic is float64 additions of float32 weights in CSR order, one multiplication
-``u * total`` and comparisons: no ``log`` or ``pow`` (whose last bit differs between libm and the
-GPU's libdevice) and no multiply-add a compiler could fuse, so CPU and CUDA results are
-bit-identical.
-
-Negative, NaN or infinite weights are rejected by :func:`check_weights` (call it when weights
-are loaded); the kernels do not raise, they treat such weights as zero (``cpu.usable``).
+The arithmetic is float64 additions of float32 weights in CSR order, one multiplication ``u *
+total`` and comparisons: no ``log`` or ``pow`` (their last bit differs between libm and the GPU's
+libdevice) and no multiply-add a compiler could fuse, so CPU and CUDA results are bit-identical.
+:func:`check_weights` rejects negative, NaN or infinite weights when they are loaded; the kernels
+do not raise, they treat such weights as zero (``cpu.usable``).
 """
 
 from __future__ import annotations

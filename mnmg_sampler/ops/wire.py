@@ -1,14 +1,13 @@
 """Packing one distributed hop into flat wire buffers and back (CPU, njit, one pass each).
 
-Block layouts, flags and reply bounds: see docs/architecture.md#wire-format. Words are int32
-or int64 (``k = 8 / word size`` words per int64 field, low word first). Every block says its
-own size inside, so a receiver parses it from a buffer sized by a bound both sides compute
-(:func:`reply_bounds`, the ``next`` word) and no exchange sends its sizes first.
+Block layouts, flags and reply bounds: docs/architecture.md#wire-format. Words are int32 or int64
+(``k = 8 / word size`` words per int64 field, low word first). Every block says its own size, so
+a receiver parses it from a buffer sized by a bound both sides compute (:func:`reply_bounds`, the
+``next`` word) and no exchange sends its sizes first.
 
-Each function replaces a chain of numpy calls whose per-call overhead dominated small hops.
-None knows about ranks: a "destination" is a bucket of the boundaries ``inner``.
-The copy loops index with ``np.uint64``: numba guards a signed index it cannot prove >= 0
-against wrapping around, and that guard kept the copies from vectorising.
+Each function replaces a chain of numpy calls whose per-call overhead dominated small hops. None
+knows about ranks: a "destination" is a bucket of the boundaries ``inner``. Copy loops index with
+``np.uint64``: numba's wraparound guard on a signed index kept them from vectorising.
 """
 
 from __future__ import annotations

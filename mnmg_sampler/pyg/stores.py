@@ -3,11 +3,10 @@
 Node ids are original ids (per-type ids on a typed part). The feature store answers any
 ``index``: rows of the batch the :class:`ServiceSampler` just sampled come from that batch, any
 other index through the service with a fanout-0 request, so no collective runs outside the
-service. Like PyG's ``LocalGraphStore``, the graph store holds this rank's part: the in-edges of
-the nodes it owns, sources translated to original ids by their owners in one service request.
-On a typed part the same classes are PyG's hetero stores (tensors keyed by node type, one COO
-``EdgeAttr`` per relation); a part of one type and one relation is shown as homogeneous, as its
-``Data`` was.
+service. Like PyG's ``LocalGraphStore``, the graph store holds this rank's part: its nodes'
+in-edges, sources translated to original ids by their owners in one service request. On a typed
+part they are PyG's hetero stores (tensors keyed by node type, one COO ``EdgeAttr`` per relation);
+a part of one type and relation is shown as homogeneous, as its ``Data`` was.
 """
 
 from __future__ import annotations

@@ -2,20 +2,18 @@
 request, the link fields of the result. A one-type graph is the case of one relation.
 
 The link loader (:mod:`mnmg_sampler.loaders.link`) only chooses which seed edges form global batch
-``g``; everything below is a function of ``(seed, epoch, g)``, those edges and the graph, so a
+``g``; everything here is a function of ``(seed, epoch, g)``, those edges and the graph, so a
 batch is bit-identical for any world size, partitioning and merge pattern:
 
 1. :func:`build_link_request` draws the negatives of relation ``(S, rel, D)`` with the
-   counter-based RNG (:mod:`mnmg_sampler.ops.negative`), redrawing those the caller's
-   membership test calls edges (``reject_known``), and sorts the de-duplicated endpoints into
-   the seeds of one node request keyed ``request_key(seed, epoch, g)``, sampled like any node
-   batch (so a service merges it into the same rounds). With time every endpoint grows its own
-   tree bounded by its positive's time.
-2. :func:`finish_link_batch` turns the sampled subgraph into a
-   :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch` (local ``edge_label_index`` and triplet
-   indices) and, with ``exclude_seed_edges``, removes the seed edges and their reverses by node
-   pair after sampling, as GraphBolt does; only hop-1 edges can be either, since both end at a
-   seed and seeds are expanded at hop 1 only.
+   counter-based RNG (:mod:`mnmg_sampler.ops.negative`), redrawing those the caller's membership
+   test calls edges (``reject_known``), and sorts the de-duplicated endpoints into the seeds of
+   one node request keyed ``request_key(seed, epoch, g)``, sampled (and merged into rounds) like
+   any node batch. With time every endpoint grows its own tree bounded by its positive's time.
+2. :func:`finish_link_batch` makes the :class:`~mnmg_sampler.sampling.batch.LinkMiniBatch` (local
+   ``edge_label_index``, triplet indices) and, with ``exclude_seed_edges``, removes the seed edges
+   and their reverses by node pair after sampling, as GraphBolt does (only hop-1 edges can be
+   either: both end at a seed, and seeds are expanded at hop 1 only).
 
 See docs/link.md#negative-sampling-mnmg_sampleropsnegative-called-by-mnmg_samplersamplinglink.
 """

@@ -2,15 +2,14 @@
 on any graph: a homogeneous graph is the one-type case.
 
 :class:`MultiHopSampler` holds the PyG NeighborLoader semantics (seeds first, each node expanded
-once per minibatch, per-request renumbering: :func:`run_hops`, the one hop loop) and delegates
-one hop's draws to a *hop function*: ``hop_fn(segments) -> (counts, neighbors, edge_ids)``. In
-one process that is the CPU kernel over a :class:`CSRGraph`; in the distributed sampler it is an
-exchange around the kernel on the owning ranks. :class:`HeteroSampler` is the same sampler over
-a :class:`TypedGraph`, whose nodes of all types share the internal id space while sampling, so
-one dedup per hop renumbers every type at once. Because every draw is keyed on (seed, key, hop,
-relation, node, slot), a request's output does not depend on which other requests share the
-call. A hop is described per request (:class:`HopSegments`), so a distributed hop sends one
-small header per request instead of constants repeated per node.
+once per minibatch, per-request renumbering: :func:`run_hops`, the one hop loop) and delegates a
+hop's draws to a *hop function* ``hop_fn(segments) -> (counts, neighbors, edge_ids)``: the CPU
+kernel over a :class:`CSRGraph` in one process, an exchange around the kernel on the owning ranks
+in the distributed sampler. :class:`HeteroSampler` is the same over a :class:`TypedGraph`, whose
+types share the internal id space while sampling, so one dedup per hop renumbers every type.
+Draws are keyed on (seed, key, hop, relation, node, slot), so a request's output does not depend
+on the requests sharing its call. A hop is described per request (:class:`HopSegments`), so a
+distributed hop sends one small header per request, not constants repeated per node.
 """
 
 from __future__ import annotations

@@ -4,16 +4,15 @@
 (:mod:`mnmg_sampler.distributed.sampler`, in new ids).
 
 Disjoint: seed ``b`` of a request grows its own tree, so a node reached from two seeds appears
-twice, once per tree, and ``batch[t]`` names the seed of every node (PyG's ``batch`` vector).
-While sampling, a node of tree ``b`` is the pair id ``b * N + v`` (``N`` nodes in the graph,
-``v`` internal), so the one dedup per hop of the sampler
-(:func:`~mnmg_sampler.sampling.sampler.run_hops`) dedups within each tree. Draws are keyed on
-``v`` as without ``disjoint``, so each tree equals that seed sampled alone with the same key.
+once per tree, and ``batch[t]`` names every node's seed (PyG's ``batch`` vector). While sampling,
+a node of tree ``b`` is the pair id ``b * N + v`` (``N`` nodes, ``v`` internal), so the sampler's
+one dedup per hop (:func:`~mnmg_sampler.sampling.sampler.run_hops`) dedups within each tree; draws
+are keyed on ``v``, so each tree equals that seed sampled alone with the same key.
 
-Temporal: every node of tree ``b`` is bounded by the seed's time (``input_time``, default the
-seed's node time), one typed kernel call per hop for every relation and request. Temporal
-sampling is disjoint (as PyG requires). Over ranks the options travel with each request
-(:func:`check_request_time`). See docs/temporal.md#sampling.
+Temporal (always disjoint, as PyG requires): every node of tree ``b`` is bounded by the seed's
+time (``input_time``, default its node time), one typed kernel call per hop for every relation
+and request. Over ranks the options travel with each request (:func:`check_request_time`). See
+docs/temporal.md#sampling.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """Host malloc: keep glibc from returning a sampler's multi-MB buffers to the kernel each call.
 
 Every hop allocates arrays of 0.1-10 MB. glibc serves a request above its mmap threshold with a
-fresh ``mmap`` and trims the heap's free top above its trim threshold; either way the next batch
-pays a page fault per 4 KiB. The thresholds start at 128 KiB and rise only when a mapped chunk is
-freed, so whether a process settles depends on its allocation history (measured: 1,000 faults
-and 1.5x the CPU per batch when it does not, docs/performance.md#page-faults-and-the-host-channel).
+fresh ``mmap`` and trims a free heap top above its trim threshold; either way the next batch pays
+a page fault per 4 KiB. Both start at 128 KiB and rise only when a mapped chunk is freed, so
+whether a process settles depends on its history (measured: 1,000 faults and 1.5x the CPU per
+batch when it does not, docs/performance.md#page-faults-and-the-host-channel).
 
-:func:`tune_host_malloc` sets the mmap threshold to glibc's own maximum (32 MiB) and the trim
-threshold to twice that, the values glibc's dynamic rule reaches after a 32 MiB buffer is
-freed: buffers below 32 MiB are reused from the heap, and at most 64 MiB of free heap top is
-kept. The samplers call it once per process. ``MNMG_SAMPLER_MALLOC=default`` leaves malloc as
-it is; off glibc it does nothing.
+:func:`tune_host_malloc` (once per sampler process) sets the mmap threshold to glibc's maximum,
+32 MiB, and the trim threshold to twice that, where glibc's own rule ends after a 32 MiB buffer
+is freed. ``MNMG_SAMPLER_MALLOC=default`` leaves malloc as it is; off glibc it does nothing.
 """
 
 from __future__ import annotations

@@ -12,10 +12,8 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 from .gpu import require_cupy, require_numba_cuda
@@ -24,9 +22,7 @@ __all__ = [
     "ALLOC_CONF_VARS",
     "configure_expandable_segments",
     "effective_alloc_conf_var",
-    "memory_report",
     "numba_memory_manager_class",
-    "nbytes_of",
     "route_cupy",
     "route_numba",
     "setup_memory_pool",
@@ -209,58 +205,3 @@ def setup_memory_pool(expandable_segments: bool = True) -> dict[str, bool]:
         log.debug("CuPy not installed; nothing to route")
     return done
 
-
-# --------------------------------------------------------------------------- report
-
-def nbytes_of(obj: Any, _seen: set[int] | None = None) -> int:
-    """Bytes held by the arrays/tensors of ``obj`` (a tensor, array, mapping, sequence, object)."""
-    seen = set() if _seen is None else _seen
-    if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-        return 0
-    seen.add(id(obj))
-    if torch.is_tensor(obj):
-        return obj.element_size() * obj.numel()
-    if isinstance(obj, np.ndarray):
-        return int(obj.nbytes)
-    if isinstance(obj, Mapping):
-        return sum(nbytes_of(v, seen) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes_of(v, seen) for v in obj)
-    if hasattr(obj, "__dict__"):
-        return sum(nbytes_of(v, seen) for v in vars(obj).values())
-    return 0
-
-
-def memory_report(
-    device: torch.device | str | int | None = None, partition: Any = None
-) -> dict[str, Any]:
-    """The pool's figures on ``device`` and the partition's bytes, as a plain dict.
-
-    Keys: ``device``, ``partition_bytes`` and, on CUDA, ``allocated_bytes``, ``reserved_bytes``,
-    ``max_reserved_bytes``, ``inactive_split_bytes`` (fragmentation), ``alloc_retries``,
-    ``num_ooms``, ``free_bytes``, ``total_bytes`` and ``alloc_conf`` (the settings in force).
-    On CPU only the partition's bytes are meaningful; the pool figures are 0.
-    """
-    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(
-        device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    report: dict[str, Any] = {"device": str(dev), "partition_bytes": nbytes_of(partition)}
-    keys = ("allocated_bytes", "reserved_bytes", "max_reserved_bytes", "inactive_split_bytes",
-            "alloc_retries", "num_ooms", "free_bytes", "total_bytes")
-    if dev.type != "cuda":
-        report.update(dict.fromkeys(keys, 0))
-        report["alloc_conf"] = ""
-        return report
-    stats = torch.cuda.memory_stats(dev)
-    free, total = torch.cuda.mem_get_info(dev)
-    report.update(
-        allocated_bytes=int(torch.cuda.memory_allocated(dev)),
-        reserved_bytes=int(torch.cuda.memory_reserved(dev)),
-        max_reserved_bytes=int(torch.cuda.max_memory_reserved(dev)),
-        inactive_split_bytes=int(stats.get("inactive_split_bytes.all.current", 0)),
-        alloc_retries=int(stats.get("num_alloc_retries", 0)),
-        num_ooms=int(stats.get("num_ooms", 0)),
-        free_bytes=int(free),
-        total_bytes=int(total),
-        alloc_conf=os.environ.get(effective_alloc_conf_var(), ""),
-    )
-    return report

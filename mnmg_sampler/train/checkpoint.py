@@ -1,13 +1,12 @@
 """Training checkpoints: tensors and plain types only, written atomically, read without code.
 
 A checkpoint (docs/formats.md#training-checkpoints-outputdircheckpoints) is read with
-``torch.load(weights_only=True)``, which refuses any object that would need code to rebuild, so
-a crafted file cannot run anything; such a file is a
-:class:`~mnmg_sampler.errors.CheckpointError`, never silently skipped. Each rank writes its
-embedding rows beside it before rank 0 writes the checkpoint (so a checkpoint's rows always
-exist), and a resume at any world size keeps the rows it owns. A file that is not a complete zip
-archive (a copy cut short, a full disk) is not a checkpoint: :func:`load_latest` falls back to
-the previous one. Only names this module writes are ever read or pruned.
+``torch.load(weights_only=True)``, which refuses any object that needs code to rebuild (a
+:class:`~mnmg_sampler.errors.CheckpointError`, never silently skipped). Each rank writes its
+embedding rows before rank 0 writes the checkpoint (so its rows always exist); a resume at any
+world size keeps the rows it owns. A file that is not a complete zip archive (a copy cut short, a
+full disk) is not a checkpoint: :func:`load_latest` falls back to the previous one. Only names
+this module writes are ever read or pruned.
 """
 
 from __future__ import annotations

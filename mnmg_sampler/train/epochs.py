@@ -3,10 +3,9 @@ validation measures.
 
 Per epoch: a dropout seed per epoch and rank, at most ``training.max_steps_per_epoch`` steps,
 totals reduced over ranks into one :func:`~.report.epoch_record`, validation every
-``training.eval_every`` epochs, a checkpoint every ``output.checkpoint_every`` (every rank's
-embedding rows first, then rank 0's checkpoint), the early stop at ``training.target_value``.
-Learned embedding rows get their sparse update after each dense step, and the epoch record
-their rows per rank and exchange bytes per step (``embedding_*``).
+``training.eval_every`` epochs, a checkpoint every ``output.checkpoint_every`` (embedding rows
+first), the early stop at ``training.target_value``. Learned embedding rows get their sparse
+update after each dense step; the record has their rows per rank and bytes per step.
 """
 
 from __future__ import annotations

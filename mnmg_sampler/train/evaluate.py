@@ -1,12 +1,11 @@
 """Evaluation within memory: layer-wise full-neighbor inference and memory estimates.
 
 Sampling every neighbor of every hop reaches most of a large graph from each batch. Layer-wise
-inference (the ``inference`` of PyG's and DGL's GraphSAGE examples) computes the same exact
-outputs one layer at a time: each rank computes its own nodes' rows, in batches, reading the
-previous layer's rows of their neighbors from their owners (all-to-all, every rank every
-round). Memory per rank: two layer tables of its nodes plus one batch's block, O(part). It walks
-a homogeneous part's CSR (one relation). :func:`check_budget` refuses an estimate above
-``training.eval_memory_mb`` on every rank before anything is allocated.
+inference (the ``inference`` of PyG's and DGL's GraphSAGE examples) computes the same outputs a
+layer at a time: each rank computes its own nodes' rows in batches, reading the previous layer's
+rows of their neighbors from their owners (all-to-all, every rank every round). Memory per rank:
+two layer tables of its nodes plus one batch's block, O(part); it walks a homogeneous part's CSR.
+:func:`check_budget` refuses an estimate above ``training.eval_memory_mb`` on every rank first.
 """
 
 from __future__ import annotations

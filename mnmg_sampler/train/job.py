@@ -2,12 +2,10 @@
 (``task: link`` is :mod:`.link`) on any graph.
 
 On every rank: the config is checked (a bad config fails every rank alike, before any
-collective), the job starts (:mod:`.setup`: process group, partitions, checks against the
-graph, sampling service), then loaders, DDP training, evaluation and atomic checkpoints
-(:func:`~.epochs.run_epochs`). Seeds with a negative label (unlabelled, as OGB's NaN) are
-neither trained on nor counted. Model init, dropout and sampling are seeded per (seed, epoch,
-rank) and checkpoints taken at epoch ends, so a resumed run continues exactly as an
-uninterrupted one.
+collective), the job starts (:mod:`.setup`), then loaders, DDP training, evaluation and atomic
+checkpoints (:func:`~.epochs.run_epochs`). Seeds with a negative label (unlabelled, as OGB's NaN)
+are neither trained on nor counted. Model init, dropout and sampling are seeded per (seed, epoch,
+rank) and checkpoints taken at epoch ends, so a resumed run continues as an uninterrupted one.
 """
 
 from __future__ import annotations

@@ -2,13 +2,12 @@
 (:class:`~.model.LinkModel`), BCE loss, on a homogeneous graph or on one relation of a typed
 graph (``link.edge_type``), with the node job's order of events (:mod:`.job`).
 
-The edges are split into train/val/test, the same on every rank (randomly, or by time with
-``link.split_by: time``). Only the *training graph* (train edges, no reverse of a held-out edge)
-is partitioned, so held-out edges are never sampled as messages. Evaluation ranks each held-out
-edge among ``link.eval_negatives`` negatives (AUC, MRR, Hits@K); disjoint (temporal) evaluation
-encodes each batch in chunks of whole trees of at most :func:`eval_node_budget` nodes, so its
-memory does not grow with the batch. See docs/link.md#the-job-task-link and
-docs/temporal.md#evaluation-memory-and-step-time.
+The edges are split into train/val/test alike on every rank (at random, or by time); only the
+*training graph* (no held-out edge nor its reverse) is partitioned, so held-out edges are never
+messages. Evaluation ranks each held-out edge among ``link.eval_negatives`` negatives (AUC, MRR,
+Hits@K); disjoint (temporal) evaluation encodes a batch in chunks of whole trees of at most
+:func:`eval_node_budget` nodes, so its memory does not grow with the batch. See
+docs/link.md#the-job-task-link and docs/temporal.md#evaluation-memory-and-step-time.
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ import torch.nn.functional as F
 from ..config import JobConfig
 from ..distributed.collective import all_gather_1d
 from ..errors import ConfigError, PartitionError
-from ..graph.csr import CSRGraph
+from ..graph.csr import CSRGraph, entry_rows
+from ..graph.link_split import cut_pairs
 from ..graph.unique import sorted_unique
 from .epochs import run_epochs
 from .model import LinkModel
@@ -54,7 +54,7 @@ def split_edges(graph: CSRGraph, fractions, seed: int, undirected: bool) -> dict
     On an undirected graph (each edge stored both ways) the node pairs ``u < v`` are split, so an
     edge and its reverse always land in the same split; self-loops stay in training only.
     """
-    dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), graph.degrees())
+    dst = entry_rows(graph.indptr)
     src = np.asarray(graph.indices, np.int64)
     if undirected:
         keep = src < dst
@@ -64,13 +64,7 @@ def split_edges(graph: CSRGraph, fractions, seed: int, undirected: bool) -> dict
     else:
         pairs = np.unique(np.stack([src, dst]), axis=1)
         loop_pairs = np.empty((2, 0), np.int64)
-    perm = np.random.default_rng([seed, 0x11A4]).permutation(pairs.shape[1])
-    f = np.asarray(fractions, np.float64)
-    n = pairs.shape[1]
-    a, b = int(round(f[0] * n)), int(round((f[0] + f[1]) * n))
-    c = int(round(min(1.0, float(f.sum())) * n))
-    out = {k: pairs[:, np.sort(perm[lo:hi])] for k, lo, hi in
-           (("train", 0, a), ("val", a, b), ("test", b, c))}
+    out = cut_pairs(pairs, fractions, seed)
     out["graph"] = np.concatenate([out["train"], loop_pairs], 1)
     return out
 
@@ -241,7 +235,7 @@ def peak_rss_mb() -> list[float]:
 
 
 def _is_undirected(g: CSRGraph) -> bool:
-    dst = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
+    dst = entry_rows(g.indptr)
     n = np.int64(max(g.num_nodes, 1))
     fwd = sorted_unique(np.asarray(g.indices, np.int64) * n + dst)
     rev = sorted_unique(dst * n + np.asarray(g.indices, np.int64))

@@ -12,11 +12,9 @@ import sys
 import types
 import warnings
 
-import numpy as np
 import pytest
 import torch
 
-from mnmg_sampler.graph.csr import CSRGraph
 from mnmg_sampler.system import memory
 
 
@@ -185,38 +183,3 @@ def test_route_numba_installs_plugin(monkeypatch):
     cls = memory.route_numba()
     assert driver._memory_manager is cls
 
-
-# ---------------------------------------------------------------- report
-
-def _graph() -> CSRGraph:
-    src = np.array([0, 1, 2, 2], np.int64)
-    dst = np.array([1, 2, 0, 1], np.int64)
-    g = CSRGraph.from_edges(src, dst, 3)
-    g.x = np.zeros((3, 4), np.float32)
-    return g
-
-
-def test_report_on_cpu_counts_partition_bytes():
-    g = _graph()
-    rep = memory.memory_report("cpu", partition=g)
-    want = g.indptr.nbytes + g.indices.nbytes + g.edge_ids.nbytes + g.x.nbytes
-    assert rep["partition_bytes"] == want
-    assert rep["device"] == "cpu" and rep["reserved_bytes"] == 0
-
-
-def test_report_on_cuda_reads_pool_figures(monkeypatch, fake_pool):
-    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
-    monkeypatch.setattr(torch.cuda, "memory_stats", lambda d: {
-        "inactive_split_bytes.all.current": 7, "num_alloc_retries": 2, "num_ooms": 0})
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: 100)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: 200)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 300)
-    t = torch.zeros(10, dtype=torch.int64)
-    rep = memory.memory_report(0, partition={"a": t, "b": [t, np.zeros(3, np.int32)]})
-    assert rep == {
-        "device": "cuda:0", "partition_bytes": 80 + 12, "allocated_bytes": 100,
-        "reserved_bytes": 200, "max_reserved_bytes": 300, "inactive_split_bytes": 7,
-        "alloc_retries": 2, "num_ooms": 0, "free_bytes": 3 << 30, "total_bytes": 16 << 30,
-        "alloc_conf": "expandable_segments:True",
-    }

@@ -1,12 +1,11 @@
 """``launch/gpu_check.sh``: every GPU claim checked and measured in one short run.
 
-``python -m mnmg_sampler.commands.selfcheck.gpu_check --out DIR [--simulate] [--budget S]``
-runs the steps of :mod:`.gpu_steps`, each in its own process with its own deadline, so that a
-step that fails, crashes or hangs cannot stop the others. The report's keys
-(:data:`REPORT_KEYS`) and statuses (:data:`STATUSES`):
-docs/gpu.md#the-projects-own-gpu-run-launchgpu_checksh.
-The runner itself imports nothing heavy (no torch), so a broken CUDA install cannot take the
-report down with it. Exit code 0 when no step failed or timed out, 1 otherwise.
+``python -m mnmg_sampler.commands.selfcheck.gpu_check --out DIR [--simulate] [--budget S]`` runs
+the steps of :mod:`.gpu_steps`, each in its own process with its own deadline, so a step that
+fails, crashes or hangs cannot stop the others. The report's keys (:data:`REPORT_KEYS`) and
+statuses (:data:`STATUSES`): docs/gpu.md#the-projects-own-gpu-run-launchgpu_checksh. The runner
+imports nothing heavy (no torch), so a broken CUDA install cannot take the report down with it.
+Exit code 0 when no step failed or timed out, 1 otherwise.
 """
 
 from __future__ import annotations

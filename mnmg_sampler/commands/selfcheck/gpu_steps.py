@@ -2,16 +2,13 @@
 
 ``python -m mnmg_sampler.commands.selfcheck.gpu_steps STEP --result FILE --seconds S
 [--simulate]`` runs one step and writes its result to ``FILE`` as JSON: ``{"status": ...,
-"error": ..., "figures": {...}, "skipped_parts": {part: why}}`` (a step that measures several
-things rewrites the file after each, so a step stopped at its deadline keeps what it finished).
-An exception leaves the file as last written and exits non-zero; the runner records the step
-as failed with the exception's last line.
-
-Steps, in order: ``versions``, ``selfcheck``, ``gpu_tests``, ``bench``, ``train``; what each
-runs and what it proves is the table of ``docs/gpu.md`` (launch/gpu_check.sh).
-
-With ``--simulate`` every step runs at tiny sizes on the CPU under Numba's CUDA simulator; what
-needs a real device (GPU rates, NCCL) is listed in ``skipped_parts`` with why.
+"error": ..., "figures": {...}, "skipped_parts": {part: why}}``, rewritten after each thing a
+step measures, so a step stopped at its deadline keeps what it finished. An exception leaves the
+file as last written and exits non-zero: the runner records the step as failed with the
+exception's last line. Steps, in order: ``versions``, ``selfcheck``, ``gpu_tests``, ``bench``,
+``train`` (what each proves: the table of ``docs/gpu.md``). With ``--simulate`` every step runs at
+tiny sizes on the CPU under Numba's CUDA simulator; what needs a real device (GPU rates, NCCL) is
+listed in ``skipped_parts`` with why.
 """
 
 from __future__ import annotations
@@ -295,7 +292,7 @@ def _multi_hop(s: Step, g, device, repeats: int) -> dict:
     dedup on the CPU) against the CPU kernel on every core; the batches must be equal."""
     import numpy as np
 
-    from ...bench.single import MultiHopBench
+    from ...bench.timing import MultiHopBench
     from ...distributed.cuda_hop import CudaHop
     from ...graph.datasets import nonisolated_nodes
     from ...sampling.sampler import HopSegments, MultiHopSampler

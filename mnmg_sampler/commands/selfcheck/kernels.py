@@ -1,23 +1,20 @@
 """Kernel lines: every sampling kernel against its twin on a generated graph, bit for bit, with
-sampled edges per second beside a random-gather loop over the same array (the ratio ``bench
-single`` gives on CPU).
+sampled edges per second beside a random-gather loop over the same array (``bench single``'s
+ratio on CPU).
 
 * ``kernel.cpu.uniform`` / ``kernel.cpu.weighted``: the numba CPU kernels on every thread against
-  the same kernels on one thread (results must not depend on the thread count), and every draw a
-  real CSR entry of its node (with a positive weight, for the weighted kernel).
-* ``kernel.cpu.negative``: negative destinations of link prediction, the compiled kernel against
+  one thread (results must not depend on the thread count), every draw a real CSR entry of its
+  node (with a positive weight, for the weighted kernel).
+* ``kernel.cpu.negative``: link prediction's negative destinations, the compiled kernel against
   the RNG's own Python source (:mod:`mnmg_sampler.rng`) evaluated by numpy.
 * ``kernel.cuda.uniform`` / ``kernel.cuda.weighted``: :mod:`mnmg_sampler.ops.cuda` against the CPU
   kernels, on the GPU or in Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``, small sizes).
 * ``kernel.cpu.typed``: :func:`mnmg_sampler.ops.typed.sample_typed_neighbors` on every thread
-  against one thread, and on the one-type view of the graph against the homogeneous kernel bit
-  for bit (the format's promise: a homogeneous graph is the one-type case).
-* ``kernel.cuda.typed``: the typed kernel of :mod:`mnmg_sampler.ops.cuda` against the CPU kernel
-  on the typed view of the workload graph (3 node types, 9 relations, some weighted), on the GPU
-  or in Numba's simulator.
+  against one thread, and on the one-type view of the graph against the homogeneous kernel.
+* ``kernel.cuda.typed``: the CUDA typed kernel against the CPU one on the typed view of the
+  workload graph (3 node types, 9 relations, some weighted).
 
-There is no CUDA twin of negative sampling and no temporal kernel yet, so there is no
-line for them.
+Negative sampling has no CUDA twin, and time-bounded draws have no line.
 """
 
 from __future__ import annotations
@@ -328,7 +325,6 @@ def cuda_uniform(w: Workload, weighted: bool = False) -> Check:
                       lambda case, args: cpu_call(w, case, args))
 
 
-
 # ----------------------------------------------------------------------------------- typed
 
 TYPED_HOP = 2
@@ -363,18 +359,9 @@ class TypedWork:
         replace = np.array(rep[: fan.shape[0]], np.uint8)
         return rows, rows, keys, req, fan, replace, SEED, TYPED_HOP
 
-    @cached_property
-    def one_type(self):
-        """The workload graph as a one-type, one-relation typed graph."""
-        from ...graph.typed import typed_graph
-
-        g = self.w.graph
-        dst = np.repeat(np.arange(g.num_nodes, dtype=np.int64), g.degrees())
-        return typed_graph({"num_nodes": {"n": g.num_nodes},
-                            "edge_index": {("n", "to", "n"): np.stack([g.indices, dst])}})
-
 
 def cpu_typed(w: Workload) -> Check:
+    from ...bench.hetero import typed_view
     from ...ops import cpu
     from ...ops.typed import sample_typed_neighbors
 
@@ -389,9 +376,9 @@ def cpu_typed(w: Workload) -> Check:
     # the one-type graph's edge ids are its CSR positions: compare with the kernel's positions
     want = cpu.sample_neighbors(g.indptr, g.indices, None, rows, rows, keys, SEED, TYPED_HOP, 10,
                                 False)
-    got = sample_typed_neighbors(t.one_type, rows, rows, keys, np.zeros(rows.size, np.int64),
-                                 np.full((1, 1), 10, np.int64), np.zeros(1, np.uint8), SEED,
-                                 TYPED_HOP)
+    got = sample_typed_neighbors(typed_view(g, 1)[0], rows, rows, keys,  # the one-type graph
+                                 np.zeros(rows.size, np.int64), np.full((1, 1), 10, np.int64),
+                                 np.zeros(1, np.uint8), SEED, TYPED_HOP)
     diff = compare(want, [got[0], got[1], got[3]], ("counts", "neighbors", "edge_ids"))
     if diff:
         return Check(name, FAIL, f"one-type graph against the homogeneous kernel: {diff}")

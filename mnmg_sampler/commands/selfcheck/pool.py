@@ -1,9 +1,8 @@
 """Memory lines: CuPy and Numba allocations land in PyTorch's caching allocator, and
 ``expandable_segments`` is in force as configured (:mod:`mnmg_sampler.system.memory`).
 
-The routing is installed by :func:`setup` before CUDA starts (as a training rank does at
-start-up); the lines then allocate through Numba and CuPy and read ``torch.cuda.memory_stats``
-before and after.
+:func:`setup` installs the routing before CUDA starts (as a training rank does); the lines then
+allocate through Numba and CuPy and read ``torch.cuda.memory_stats`` before and after.
 """
 
 from __future__ import annotations
