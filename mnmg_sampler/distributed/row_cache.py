@@ -1,8 +1,10 @@
-"""Which other hosts' feature rows a host caches: the rows its sampler will touch most.
+"""Which other hosts' feature rows a host caches: the rows whose cache saves most fetches.
 
 SALIENT++ caches the remote rows of highest inclusion probability; here it is computed, not
-sampled. With seeds drawn uniformly (a loader's global split of every node, the default) a node
-is a seed of a round of ``B`` seeds with probability ``B / N``; a node ``u`` of hop ``h``'s
+sampled, and a row is worth ``p (1 - p)`` for a round's probability ``p`` of touching it: a
+round reads the last round's rows again without fetching them (:mod:`.features`). With seeds
+drawn uniformly (a loader's global split of every node, the default) a node is a seed of a
+request of ``B`` seeds with probability ``B / N``; a node ``u`` of hop ``h``'s
 frontier samples each neighbor with probability ``min(1, f_h / deg(u))``, so ``v`` enters hop
 ``h + 1`` with probability ``1 - prod_u (1 - p_h(u) min(1, f_h / deg(u)))`` over its in-neighbors
 ``u`` (taken as independent), and a round touches ``v`` unless it misses every hop. Each rank adds
@@ -32,12 +34,14 @@ __all__ = ["CachePlan", "choose_rows", "inclusion_scores"]
 
 
 class CachePlan:
-    """What the sampler will be asked: the fanouts and the seeds per round (a loader's batch
-    size times the requests a round merges)."""
+    """What the sampler will be asked: the fanouts, a request's seeds, and the requests a round
+    merges (a loader's default ``prefetch`` of 8 refills 4 at a time)."""
 
-    def __init__(self, fanouts: Sequence[int], batch_size: int = 1024) -> None:
+    def __init__(self, fanouts: Sequence[int], batch_size: int = 1024,
+                 per_round: int = 4) -> None:
         self.fanouts = [int(f) for f in fanouts]
         self.batch_size = max(int(batch_size), 1)
+        self.per_round = max(int(per_round), 1)
 
 
 def _estimate_bytes(part) -> int:
@@ -100,9 +104,12 @@ def choose_rows(part, ex: Exchanger, far, share: int, plan: CachePlan | None
     if how == "inclusion":
         missed = inclusion_scores(part, ex, plan)
         cand = np.flatnonzero(far(np.arange(missed.size, dtype=np.int64)))
-        score = missed[cand]
-        cand = cand[score < 0]  # never touched (probability 0): not worth a row
-        score = score[score < 0]
+        # a round reads a row of the last round's again without a fetch (features.py), so a
+        # cached row saves a fetch when a round needs it and the last round did not:
+        # p (1 - p) for a round's probability p (rows every round needs cost one fetch anyway)
+        p = -np.expm1(plan.per_round * missed[cand])
+        cand, p = cand[p > 0], p[p > 0]  # never touched: not worth a row
+        score = -(p * (1 - p))
     else:
         cand, score = _degree_counts(part, far)
     if cand.size > share:
