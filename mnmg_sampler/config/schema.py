@@ -249,11 +249,12 @@ class FeaturesConfig:
     host_memory_mb: float | None = _opt(
         None, "Memory in MB each host gives to other hosts' data: their topology first (every "
         "part's CSR mapped, so every hop is sampled on the host), then their feature rows, all "
-        "of them mapped when they fit, else the rows of highest inclusion probability in rounds "
-        "of sampler.fanouts and sampler.batch_size copied into a cache shared by the host's "
-        "ranks; what does not fit crosses hosts (typed graphs: the row cache is per rank, of "
-        "the rows its part's edges point to most). 0 = nothing of other hosts; null = half of "
-        "the memory the host can see at start. Results do not depend on it.", _NONNEG_FLOAT)
+        "of them mapped when they fit, else the rows whose cache saves most fetches in rounds "
+        "of sampler.fanouts and sampler.batch_size (inclusion probability p, ranked by "
+        "p (1 - p): a round reads the last round's rows again) copied into a cache shared by "
+        "the host's ranks (typed graphs of several relations: by degree); what does not fit "
+        "crosses hosts. 0 = nothing of other hosts; null = half of the memory the host can "
+        "see at start. Results do not depend on it.", _NONNEG_FLOAT)
 
 
 @dataclass

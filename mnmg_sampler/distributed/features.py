@@ -57,7 +57,8 @@ class DistFeatureStore:
             the parts they map are read in place; with every part's rows mapped on every rank,
             a fetch is no collective.
         cache_plan: the fanouts and batch size the loaders will ask for: the cache takes the
-            rows of highest inclusion probability (``None``, or several relations: by degree).
+            rows whose cache saves most fetches (:mod:`.row_cache`; ``None``, or several
+            relations: by degree).
         fit: the hosts' placement (``DistSampler.placement``, :mod:`.fit`; the same on every
             rank): with ``cache_rows`` 0, each host's cache takes as many rows as the bytes its
             budget leaves hold (:meth:`cache_sizes`).
@@ -116,8 +117,7 @@ class DistFeatureStore:
         # the host cache per type: (sorted ids, their rows) per slice (one per rank of the host)
         self._cache: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         # the last round's rows of other hosts per type, (id index, row of each, rows) per
-        # slice (as received, read again): the next round reads them instead of fetching them
-        # again (:meth:`_keep_recent`)
+        # slice (as received, read again): read again, not fetched (:meth:`_keep_recent`)
         self._recent: dict[str, list[tuple]] = {}
         self._cache_index: dict[str, list[np.ndarray]] = {}  # an id index per cache slice
         self.host = host
@@ -411,13 +411,11 @@ class DistFeatureStore:
 
         def lookup(index: np.ndarray, crows: np.ndarray, at: np.ndarray | None = None
                    ) -> tuple[np.ndarray, np.ndarray]:
-            """Rows of ``uniq`` held in ``crows`` (``index``: :func:`id_index` of their ids;
-            id ``k``'s row is ``crows[at[k]]``, ``crows[k]`` without ``at``) and not yet put:
-            put them; returns which, and their rows."""
+            """Put the rows of ``uniq`` held in ``crows`` and not yet put (the ``k``-th id of
+            ``index`` has row ``crows[at[k]]``, else ``crows[k]``); returns which, and where."""
             pos = find_ids(index, uniq)
             h = (pos >= 0) & ~hit
-            if at is not None:
-                pos = at[pos]
+            pos = pos if at is None else at[pos]
             sel = np.flatnonzero(h[inv])
             put(ri[sel], crows, pos[inv[sel]])
             return h, pos
@@ -448,11 +446,8 @@ class DistFeatureStore:
     def _keep_recent(self, name: str, ids: np.ndarray, rows: np.ndarray, at: np.ndarray,
                      again: list) -> None:
         """Keep this round's rows of other hosts (``ids[k]``'s row ``rows[at[k]]`` as received,
-        and those read again from the last round) for the next round: consecutive rounds share
-        many of them (Slashdot, 2 hosts with a tenth of the other's rows cached: 44% of a
-        round's far rows). Memory: one round's rows of other hosts, which that round's batches
-        hold as well; the received rows are kept as they came, only those read again are
-        copied (docs/performance.md#rounds-in-step-issue-34)."""
+        and those read again, copied) for the next round, which shares many: one round's far
+        rows, held by its batches too (docs/performance.md#rounds-in-step-issue-34)."""
         self._recent[name] = [(id_index(i), a, r) for i, r, a in ((ids, rows, at), *(
             (i, r, None) for i, r in again)) if i.size]
 

@@ -82,7 +82,7 @@ class SamplingService:
             :meth:`stats` under ``placement``, ``features`` and ``shared_topology``.
         rounds_in_flight: rounds run at once, each on its own group (see :meth:`_in_flight`).
         feature_cache_plan: ``(fanouts, batch size)`` the loaders will ask for: the feature
-            cache takes the rows of highest inclusion probability in such rounds
+            cache takes the rows whose cache saves most fetches in such rounds
             (:mod:`~mnmg_sampler.distributed.row_cache`); ``None``: by degree.
 
     On a typed part the same service takes typed requests and fetches ``x``/``y`` of every
@@ -224,9 +224,8 @@ class SamplingService:
         return self.submit_all([request])[0]
 
     def submit_all(self, requests: Sequence[SampleRequest]) -> list[Future]:
-        """:meth:`submit` each request, queued as one: a round takes all of them or none (a
-        round starting while a loader queues its burst took one request of it, and the
-        ranks' rounds fell out of step: one rank's round of 1 waited for another's of 16)."""
+        """:meth:`submit` each request, queued as one: a round takes all or none (a round that
+        took a burst's first request put the ranks' rounds out of step: 1 against 16)."""
         futs = [Future() for _ in requests]
         queued = []
         for request, fut in zip(requests, futs, strict=True):
@@ -264,7 +263,7 @@ class SamplingService:
                     if not self.run_round() and not fut.done():
                         _settle(fut, exc=self._stopped_error())
                 return fut.result()
-            watch = _Watch(self)
+            watch = None  # made at the first poll: a batch that is ready reads no /proc
             while True:
                 try:
                     return fut.result(_POLL_S)
@@ -277,6 +276,7 @@ class SamplingService:
                 elif not self._thread.is_alive():
                     _settle(fut, exc=self._stopped_error())
                 else:
+                    watch = watch or _Watch(self)
                     watch.check("waiting for a minibatch")
         finally:
             t1 = time.perf_counter()
