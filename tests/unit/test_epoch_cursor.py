@@ -17,11 +17,16 @@ class _Service:
     def __init__(self) -> None:
         self.log: list[tuple[str, int]] = []
 
-    def submit(self, request: int) -> Future:
-        self.log.append(("submit", request))
-        f: Future = Future()
-        f.set_result(request)
-        return f
+    def submit_all(self, requests: list[int]) -> list[Future]:
+        """One call per burst: the log marks where a burst ends."""
+        futs = []
+        for r in requests:
+            self.log.append(("submit", r))
+            f: Future = Future()
+            f.set_result(r)
+            futs.append(f)
+        self.log.append(("burst", len(requests)))
+        return futs
 
     def result(self, fut: Future) -> int:
         self.log.append(("wait", fut.result()))
@@ -50,8 +55,10 @@ def _bursts(log: list[tuple[str, int]]) -> list[list[int]]:
     for kind, j in log:
         if kind == "wait":
             out.append([])
-        else:
+        elif kind == "submit":
             out[-1].append(j)
+        else:  # a burst is one submit_all call: it never spans a wait
+            assert j == len(out[-1]) > 0
     return [b for b in out if b]
 
 
@@ -69,6 +76,6 @@ def test_requests_go_in_bursts_and_every_batch_comes_once_in_order(prefetch, wan
     # never more than prefetch requests in flight (submitted, not yet waited for)
     inflight = most = 0
     for kind, _ in c.service.log:
-        inflight += 1 if kind == "submit" else -1
+        inflight += {"submit": 1, "wait": -1}.get(kind, 0)
         most = max(most, inflight)
     assert most == min(prefetch, 10)
