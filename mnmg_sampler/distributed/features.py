@@ -427,11 +427,11 @@ class DistFeatureStore:
             hit |= lookup(index, crows)[0]
         st = self.stats
         st["cache_hits"] += int(hit.sum())
-        again = []  # rows of the last round's that this round reads again: (ids, rows)
+        again = []  # rows of the last round's that this round reads again: (ids, src, rows)
         for index, at, crows in self._recent.get(name, ()):
             h, pos = lookup(index, crows, at)
             hit |= h
-            again.append((uniq[h], crows[pos[h]]))
+            again.append((uniq[h], crows, pos[h]))
             st["recent_hits"] += int(h.sum())
         miss = np.flatnonzero(~hit)
         st["mapped_rows"] += int(hi.size)
@@ -445,11 +445,21 @@ class DistFeatureStore:
 
     def _keep_recent(self, name: str, ids: np.ndarray, rows: np.ndarray, at: np.ndarray,
                      again: list) -> None:
-        """Keep this round's rows of other hosts (``ids[k]``'s row ``rows[at[k]]`` as received,
-        and those read again, copied) for the next round, which shares many: one round's far
-        rows, held by its batches too (docs/performance.md#rounds-in-step-issue-34)."""
-        self._recent[name] = [(id_index(i), a, r) for i, r, a in ((ids, rows, at), *(
-            (i, r, None) for i, r in again)) if i.size]
+        """Keep this round's rows of other hosts for the next round, which shares many: those
+        received (``ids[k]``'s row is ``rows[at[k]]``, kept as they came) and those read again,
+        copied into one array, so a round looks ids up in two sets, not in one per round since
+        a row was fetched. One round's far rows, held by its batches too
+        (docs/performance.md#rounds-in-step-issue-34)."""
+        n = sum(i.size for i, _, _ in again)
+        kept = np.empty((n, rows.shape[1]), self._unit)
+        a = 0
+        for _, src, pos in again:
+            np.take(src, pos, axis=0, out=kept[a:a + pos.size], mode="clip")  # unbuffered
+            a += pos.size
+        ids_again = np.concatenate([i for i, _, _ in again] + [np.zeros(0, np.int64)])
+        self._recent[name] = [(id_index(i), w, r) for i, r, w in ((ids, rows, at),
+                                                                    (ids_again, kept, None))
+                              if i.size]
 
     def _unpack(self, name: str, X: np.ndarray, M: np.ndarray) -> tuple:
         """``(x, y, original ids)`` of one batch's rows of type ``name`` (``None`` where

@@ -147,13 +147,14 @@ class SamplingService:
         self.node_ids = getattr(part, "node_ids", None)
         self._q: queue.Queue = queue.Queue()
         self._burst = threading.Lock()  # a burst of submit_all enters the queue as one
+        self._bursts = 0  # bursts queued so far (a burst's number tells two of a source apart)
         # Balanced rounds (module docstring) only where a round exchanges nothing: where rows
         # cross hosts, merging saves fetches, and the loaders' bursts (submit_all) keep the
         # ranks' rounds in step (rmat:20, 2 hosts, topology and a tenth of the rows: 3.9
         # requests per round merged, 2.8 balanced; docs/performance.md#rounds-in-step-issue-34)
         self._balanced = (self.sampler.shared is not None and len(self._slots) == 1
                           and (self.features is None or self.features.shared is not None))
-        self._held: deque = deque()  # (request, future) pairs taken but left for later
+        self._held: deque = deque()  # (request, future, burst) taken but left for later
         self._closing = threading.Event()
         self._closed = False
         self._failed: MnmgError | None = None
@@ -223,9 +224,14 @@ class SamplingService:
         and batches :class:`~mnmg_sampler.sampling.batch.MiniBatch`."""
         return self.submit_all([request])[0]
 
-    def submit_all(self, requests: Sequence[SampleRequest]) -> list[Future]:
+    def submit_all(self, requests: Sequence[SampleRequest], source=None) -> list[Future]:
         """:meth:`submit` each request, queued as one: a round takes all or none (a round that
-        took a burst's first request put the ranks' rounds out of step: 1 against 16)."""
+        took a burst's first request put the ranks' rounds out of step: 1 against 16).
+
+        ``source`` (any hashable, e.g. a loader's ``id``): a round takes at most one burst of
+        each source, so a consumer that outruns the rounds cannot put two of its refills in one
+        rank's round while another rank's round takes one (a round lasts as long as its
+        largest; the loaders pass themselves)."""
         futs = [Future() for _ in requests]
         queued = []
         for request, fut in zip(requests, futs, strict=True):
@@ -243,8 +249,10 @@ class SamplingService:
                 except SamplingInputError as e:
                     fut.set_exception(e)
         with self._burst:
-            for item in queued:
-                self._q.put(item)
+            self._bursts += 1
+            tag = None if source is None else (source, self._bursts)
+            for request, fut in queued:
+                self._q.put((request, fut, tag))
         self._wake.set()
         if self._failed is not None:  # the thread failed while we queued: never leave it waiting
             self._fail_all()
@@ -302,7 +310,7 @@ class SamplingService:
         try:
             if self._failed is not None:
                 raise self._failure()
-            pending = self._take()
+            pending, tags = self._take()
             slot.taken = pending
             n = slot.rounds
             slot.rounds += 1
@@ -315,19 +323,28 @@ class SamplingService:
                 calls0 = sampler.ex.calls  # this round's collectives, agreement included
                 agreements0 = sampler.ex.agreements
                 mine, err = sampler.round_flags([r for r, _ in pending])
-                # balanced rounds also agree on the fewest pending requests (as -max(-n))
-                extra = [-len(pending)] if self._balanced else []
-                flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine, *extra])
-                total, active = flags[0], flags[1]
+                # ... and on the fewest pending requests of a rank (as -max(-n))
+                flags = sampler.ex.agree_max([len(pending), 0 if done else 1, *mine,
+                                              -len(pending)])
+                total, active, fewest = flags[0], flags[1], -flags[-1]
                 agreed = (err, flags[2:2 + len(mine)])
-                if extra and not flags[2] and len(pending) > max(-flags[-1], 1):
-                    # flags of every pending request still bound this round's (hops, seeds)
-                    keep = max(-flags[-1], 1)
-                    self._held.extendleft(reversed(pending[keep:]))
+                keep = max(fewest, 1) if self._balanced and not flags[2] else len(pending)
+                # a rank has none yet: its consumer's requests come a moment later. Taken now,
+                # the ranks' rounds would stay one apart, each as long as the larger of two
+                # unlike ones (a loader's 8 beside another's 1): every rank keeps its requests
+                # for the next round, once (not an idle round: no back-off)
+                slot.waited = bool(total and not fewest and not self._balanced
+                                   and not slot.waited)
+                if slot.waited:
+                    keep = total = 0
+                if len(pending) > keep:  # flags of every pending request bound this round's
+                    self._held.extendleft(reversed([(*p, t) for p, t in zip(
+                        pending[keep:], tags[keep:], strict=True)]))
                     pending = slot.taken = pending[:keep]
                 if total == 0:
                     with self._stats_lock:
                         self._stats["idle_rounds"] += 1
+                    slot.worked += slot.waited
                     return active > 0
                 slot.worked += 1
                 # 2. sampling: every rank's requests in one collective call
@@ -386,19 +403,27 @@ class SamplingService:
         if slot.sampler.ex.host_channel is not None:
             slot.sampler.ex.host_channel.close()
 
-    def _take(self) -> list:
-        pending = []
-        while self._held and (self.max_requests_per_round is None
-                              or len(pending) < self.max_requests_per_round):
-            pending.append(self._held.popleft())
+    def _take(self) -> tuple[list, list]:
+        """The round's ``(request, future)`` pairs, held ones first, and the burst of each:
+        whole bursts, at most one of each source."""
+        pending, tags, taken = [], [], {}
+        cap = self.max_requests_per_round
         with self._burst:
-            while (self.max_requests_per_round is None
-                   or len(pending) < self.max_requests_per_round):
-                try:
-                    pending.append(self._q.get_nowait())
-                except queue.Empty:
+            while cap is None or len(pending) < cap:
+                if self._held:
+                    item = self._held.popleft()
+                else:
+                    try:
+                        item = self._q.get_nowait()
+                    except queue.Empty:
+                        break
+                tag = item[2]
+                if tag is not None and taken.setdefault(tag[0], tag[1]) != tag[1]:
+                    self._held.appendleft(item)  # the source's next burst: the next round's
                     break
-        return pending
+                pending.append(item[:2])
+                tags.append(tag)
+        return pending, tags
 
     @property
     def _step(self) -> str:
@@ -443,7 +468,7 @@ class SamplingService:
             _settle(self._held.popleft()[1], exc=err)
         while True:
             try:
-                _, f = self._q.get_nowait()
+                f = self._q.get_nowait()[1]
             except queue.Empty:
                 return
             _settle(f, exc=err)
@@ -574,7 +599,8 @@ class _Slot:
         self.taken: list = []  # (request, future) pairs of the round in progress
         self.step = "idle"  # what its round is doing now, for error messages
         self.rounds = 0  # rounds started, idle ones included
-        self.worked = 0  # rounds with work (every rank's agreement said so)
+        self.worked = 0  # rounds with work, or kept for a rank with none (no back-off)
+        self.waited = False  # the last round kept its requests for a rank that had none
 
 
 class _Watch:

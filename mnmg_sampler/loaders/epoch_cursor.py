@@ -83,12 +83,14 @@ class EpochCursor:
         while the caller trains. Refills come in bursts (once at most half of ``prefetch`` is
         left in flight): a burst reaches the service before its next round starts, so its
         requests share one round (one agreement and one exchange per hop, whose fixed cost
-        dominated rounds of one request over the wire)."""
+        dominated rounds of one request over the wire), and a round takes one burst of this
+        loader, so every rank's round takes as many of its requests."""
         inflight: deque = deque()
 
         def top_up(n: int) -> None:  # one burst: a round takes all of it or none
             burst = list(itertools.islice(units, max(0, n - len(inflight))))
-            futs = self.service.submit_all([u[0] for u in burst]) if burst else []
+            futs = self.service.submit_all([u[0] for u in burst], source=id(self)) \
+                if burst else []
             inflight.extend(zip(futs, (u[1] for u in burst), strict=True))
 
         top_up(1)

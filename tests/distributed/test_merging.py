@@ -186,3 +186,36 @@ def test_a_burst_is_one_round(tmp_path):
         want = ref.sample([SampleRequest(np.arange(0, 160)[pos[j]], [3, 2],
                                          request_key(0, 0, j))])[0]
         assert_same(b, as_arrays(want))
+
+
+def _bursts_of_sources(rank, world, d):
+    from mnmg_sampler.distributed.service import SamplingService
+    from mnmg_sampler.graph.partition_io import load_partition
+    from mnmg_sampler.loaders.neighbor import DistNeighborLoader
+
+    svc = SamplingService(load_partition(d, rank, world), seed=SEED, mode="thread",
+                          features=False)
+    ld = DistNeighborLoader(svc, np.arange(0, 160), [3, 2], 8, seed=0)
+    reqs = [ld.request(*ld._my_batch(j, ld.epoch)) for j in range(8)]
+    with svc._lock:  # no round starts until every burst is queued
+        futs = [*svc.submit_all(reqs[:3], source="a"), *svc.submit_all(reqs[3:5], source="a"),
+                *svc.submit_all(reqs[5:], source="b")]
+    got = [as_arrays(svc.result(f)) for f in futs]
+    svc.shutdown()
+    return got, svc.stats()
+
+
+def test_a_round_takes_one_burst_of_each_source(tmp_path):
+    """A consumer that outruns the rounds queues a second refill before the next round: that
+    round still takes one burst of the loader (the ranks' rounds stay the same size), the next
+    one the second burst and whatever follows it."""
+    g = small_graph()
+    d = str(partition(g, 1, "random", tmp_path / "p", seed=1))
+    ref = MultiHopSampler(local_hop_fn(g, SEED), g.num_nodes)
+    (got, st), = run_ranks(_bursts_of_sources, 1, d, timeout=120)
+    assert st["rounds"] == 2 and st["requests"] == 8  # [a1], then [a2, b]
+    pos = global_batches(160, 8, 1, shuffle=False, drop_last=False, seed=0, epoch=0)
+    for j, b in enumerate(got):
+        want = ref.sample([SampleRequest(np.arange(0, 160)[pos[j]], [3, 2],
+                                         request_key(0, 0, j))])[0]
+        assert_same(b, as_arrays(want))

@@ -17,7 +17,7 @@ class _Service:
     def __init__(self) -> None:
         self.log: list[tuple[str, int]] = []
 
-    def submit_all(self, requests: list[int]) -> list[Future]:
+    def submit_all(self, requests: list[int], source=None) -> list[Future]:
         """One call per burst: the log marks where a burst ends."""
         futs = []
         for r in requests:
