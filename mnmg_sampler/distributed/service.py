@@ -1,10 +1,12 @@
 """SamplingService: one per rank, inside the trainer's process.
 
 Any number of local clients (loaders, prefetched batches, threads) :meth:`~SamplingService.submit`
-requests and get futures. Each **round** takes every pending local request; the ranks agree on
-the round with one small all-reduce (pending counts and done flags), then sample all merged
-requests with one kernel call per hop per rank and fetch their features. A rank with nothing to
-ask still joins every round, serving the others, until every rank has shut down. With the shared
+requests and get futures. Each **round** takes every pending local request (whole bursts of
+:meth:`~SamplingService.submit_all`, one of each source); the ranks agree on the round with one
+small all-reduce (pending counts and done flags), then sample all merged requests with one
+kernel call per hop per rank and fetch their features. A rank with nothing to ask still joins
+every round, serving the others, until every rank has shut down; where rounds exchange, a round
+in which it has nothing yet is held once for it (rounds one apart cost the larger). With the shared
 topology a round exchanges nothing, so merging saves nothing and the round is balanced instead:
 each rank samples as many of its requests as the rank with the fewest (at least one) and keeps
 the rest, oldest first, for its next rounds (a round lasts as long as its slowest rank).
