@@ -385,6 +385,15 @@ def sample_neighbors(
     return counts, nbr, eid_out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def part_of(v, bounds, last):
+    """The part ``p`` with ``bounds[p] <= v < bounds[p + 1]`` (empty parts skipped)."""
+    p = 0
+    while p < last and v >= bounds[p + 1]:
+        p += 1
+    return p
+
+
 @numba.njit(cache=True, nogil=True)
 def group_by_part(nodes, bounds, part, order):
     """The part of each node (``bounds[p] <= v < bounds[p + 1]``) into ``part``, and the node
@@ -394,10 +403,7 @@ def group_by_part(nodes, bounds, part, order):
     P = bounds.shape[0] - 1
     per = np.zeros(P + 1, np.int64)
     for i in range(n):
-        v = nodes[i]
-        r = 0
-        while r < P - 1 and v >= bounds[r + 1]:
-            r += 1
+        r = part_of(nodes[i], bounds, P - 1)
         part[i] = r
         per[r + 1] += 1
     for r in range(P):

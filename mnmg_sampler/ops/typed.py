@@ -32,7 +32,7 @@ from ..errors import SamplingInputError
 from . import cpu
 from .prefetch import prefetch
 
-__all__ = ["sample_typed_neighbors", "sample_relations", "sample_typed_parts", "part_of",
+__all__ = ["sample_typed_neighbors", "sample_relations", "sample_typed_parts",
            "HOP_RELATION_SHIFT", "STRATEGIES", "admissible_count", "pair_count", "time_arrays",
            "group_hops_by_relation", "group_nodes_by_type"]
 
@@ -355,15 +355,6 @@ def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, wei
 # --- the same hop over several typed parts at once (the shared topology of typed parts)
 _NO_PART_TIMES = np.zeros(0, np.int64)
 _NO_PART_TIMES.flags.writeable = False  # the type of the parts' mapped (read-only) arrays
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def part_of(v, bounds, last):
-    """The part ``p`` with ``bounds[p] <= v < bounds[p + 1]`` (empty parts skipped)."""
-    p = 0
-    while p < last and v >= bounds[p + 1]:
-        p += 1
-    return p
 
 
 @numba.njit(cache=True, nogil=True)

@@ -1,4 +1,5 @@
-"""Moved to :mod:`mnmg_sampler.ops.typed`; this name stays until ``distributed.shared_topology``
-imports from there."""
+"""Moved to :mod:`mnmg_sampler.ops.typed` (and ``part_of`` to :mod:`mnmg_sampler.ops.cpu`);
+this name stays until ``distributed.shared_topology`` imports from there."""
 
-from .typed import part_of, sample_typed_parts  # noqa: F401
+from .cpu import part_of  # noqa: F401
+from .typed import sample_typed_parts  # noqa: F401
