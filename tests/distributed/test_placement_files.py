@@ -1,8 +1,8 @@
 """The placement beside the parts, on real gloo ranks forced onto 2 hosts with a row cache: the
 first start decides it and writes it; a second start of the same layout maps the files (no
 rows chosen, no row fetched at start); a truncated file, a changed budget or plan (which then
-replace the files) and a directory that cannot be written fall back to deciding afresh. Every start's
-batches and features equal the single process's, homogeneous and typed parts alike."""
+replace the files) and a directory that cannot be written fall back to deciding afresh. Every
+start's batches and features equal the single process's, homogeneous and typed parts alike."""
 
 from __future__ import annotations
 
