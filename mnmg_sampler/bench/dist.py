@@ -256,12 +256,14 @@ def _loader_worker(work: str, task: dict, part, rank: int, world: int, seeds,
     import torch.distributed as dist
 
     from ..distributed.service import SamplingService
+    from ..loaders.epoch_cursor import PREFETCH, refill
     from ..loaders.neighbor import DistNeighborLoader
 
     B = task["batch_size"]
     svc = SamplingService(part, seed=task["seed"], features=bool(task["features"]),
                           host_memory=budget, shared_topology=shared,
-                          feature_cache_plan=(task["fanouts"], task["batch_size"]),
+                          feature_cache_plan=(task["fanouts"], task["batch_size"],
+                                              refill(task.get("prefetch") or PREFETCH)),
                           id_maps=task.get("id_maps", "auto"),
                           max_requests_per_round=task.get("merge"),
                           rounds_in_flight=task.get("rounds_in_flight") or "auto")

@@ -40,7 +40,8 @@ class HostFiles:
         k = fit.host_of[rank]
         self.writer = fit.hosts[k].ranks[0] == rank
         self.report = fit.report([int(c) for c in cache_rows])[k]
-        plan = None if plan is None or not any(cache_rows) else [plan.fanouts, plan.batch_size]
+        plan = None if plan is None or not any(cache_rows) else [plan.fanouts, plan.batch_size,
+                                                                 plan.per_round]
         self.layout = json.loads(json.dumps({
             "partition": "".join(f"{v & (2**64 - 1):016x}" for v in manifest_fingerprint(part)),
             "world_size": len(fit.host_of), "host_of": fit.host_of, "plan": plan, "rows": rows,

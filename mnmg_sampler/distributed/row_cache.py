@@ -35,7 +35,8 @@ __all__ = ["CachePlan", "choose_rows", "inclusion_scores"]
 
 class CachePlan:
     """What the sampler will be asked: the fanouts, a request's seeds, and the requests a round
-    merges (a loader's default ``prefetch`` of 8 refills 4 at a time)."""
+    merges (a loader's refill, :func:`~mnmg_sampler.loaders.epoch_cursor.refill`: 4 for the
+    default ``prefetch`` of 8)."""
 
     def __init__(self, fanouts: Sequence[int], batch_size: int = 1024,
                  per_round: int = 4) -> None:

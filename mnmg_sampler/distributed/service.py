@@ -83,8 +83,9 @@ class SamplingService:
             every rank); the host memory also holds other hosts' feature rows. Their use is in
             :meth:`stats` under ``placement``, ``features`` and ``shared_topology``.
         rounds_in_flight: rounds run at once, each on its own group (see :meth:`_in_flight`).
-        feature_cache_plan: ``(fanouts, batch size)`` the loaders will ask for: the feature
-            cache takes the rows whose cache saves most fetches in such rounds
+        feature_cache_plan: ``(fanouts, batch size[, requests per round])`` the loaders will
+            ask for (per round: a loader's refill, 4 by default): the feature cache takes the
+            rows whose cache saves most fetches in such rounds
             (:mod:`~mnmg_sampler.distributed.row_cache`); ``None``: by degree.
 
     On a typed part the same service takes typed requests and fetches ``x``/``y`` of every

@@ -16,9 +16,17 @@ import numpy as np
 
 from ..errors import PartitionMismatchError, SamplingInputError
 
-__all__ = ["EpochCursor"]
+__all__ = ["PREFETCH", "EpochCursor", "refill"]
 
 T = TypeVar("T")
+PREFETCH = 8  # the loaders' default requests in flight
+
+
+def refill(prefetch: int = PREFETCH) -> int:
+    """Requests of a loader's refill once it runs (:meth:`EpochCursor._prefetched`): the
+    requests of it that a round takes, which a feature cache plans for."""
+    p = max(1, int(prefetch))
+    return p - p // 2
 
 
 class EpochCursor:

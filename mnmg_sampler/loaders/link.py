@@ -28,7 +28,7 @@ from ..sampling.link import (
 )
 from ..sampling.sampler import check_fanouts
 from ..sampling.temporal import link_time_options
-from .epoch_cursor import EpochCursor
+from .epoch_cursor import PREFETCH, EpochCursor
 from .neighbor import batch_positions, check_batching, num_global_batches
 
 __all__ = ["LinkMiniBatch", "DistLinkNeighborLoader", "TreeChunk"]
@@ -117,7 +117,7 @@ class DistLinkNeighborLoader(EpochCursor):
                  drop_last: bool = False, neg_sampling=None,
                  neg_sampling_ratio: float | None = None, exclude_seed_edges: bool = False,
                  exclude_reverse_edges: bool = False, part=None,
-                 membership_group=None, seed: int = 0, prefetch: int = 8,
+                 membership_group=None, seed: int = 0, prefetch: int = PREFETCH,
                  replace: bool = False, rank: int | None = None,
                  world_size: int | None = None, edge_ids: bool = True,
                  reverse_edge_type="auto", edge_label_time=None, time_attr: str | None = None,

@@ -29,7 +29,7 @@ from ..sampling.sampler import (
     fanout_table,
     request_key,
 )
-from .epoch_cursor import EpochCursor
+from .epoch_cursor import PREFETCH, EpochCursor
 from .seeds import AllNodes, NodeIds, SeedSet, as_seed_set
 
 __all__ = ["DistNeighborLoader", "batch_positions", "batch_span", "check_batching",
@@ -249,7 +249,7 @@ class DistNeighborLoader(EpochCursor):
 
     def __init__(self, service, input_nodes=None, num_neighbors: Sequence[int] | None = None,
                  batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
-                 seed: int = 0, prefetch: int = 8, replace: bool = False,
+                 seed: int = 0, prefetch: int = PREFETCH, replace: bool = False,
                  rank: int | None = None, world_size: int | None = None, *,
                  subgraph_type: str = "directional", split: str = "global",
                  edge_ids: bool = True, **pyg_kwargs) -> None:

@@ -126,10 +126,12 @@ def _check_part(cfg: JobConfig, part) -> dict:
                           "GraphSAGE cannot be trained on it",
                           "use training.mode=sample for a sampling run, a labelled dataset, "
                           "or model.embeddings: featureless (a learned row per node)")
+    from ..loaders.epoch_cursor import refill
+
     s = cfg.sampler
     return {"features": cfg.training.mode == "train" or part.x is not None,
-            "feature_cache_plan": (s.fanouts, s.batch_size) if isinstance(s.fanouts, list)
-            else None}
+            "feature_cache_plan": (s.fanouts, s.batch_size, refill(s.prefetch))
+            if isinstance(s.fanouts, list) else None}
 
 
 def run_job(cfg: JobConfig, resume: bool = False, progress: bool = True) -> dict:

@@ -40,7 +40,8 @@ def _cli(rank, world, argv, extra_env) -> RankRun:
 
     from mnmg_sampler.commands.cli import main
 
-    os.environ.update(extra_env)  # the harness restores the environment after the call
+    # the harness restores the environment after the call; "{rank}" in a value is the rank
+    os.environ.update({k: v.format(rank=rank) for k, v in extra_env.items()})
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     threads = (torch.get_num_threads(), numba.get_num_threads())
@@ -79,19 +80,21 @@ def _cli(rank, world, argv, extra_env) -> RankRun:
 def cli_ranks(args: Sequence[str], world: int = 2, timeout: float = 300,
               env: dict[str, str] | None = None) -> list[RankRun]:
     """``mnmg-sampler ARGS`` on ``world`` pooled ranks (one process group, as under torchrun
-    with one node); ``env`` is set in the ranks for the call only. Returns each rank's
+    with one node); ``env`` is set in the ranks for the call only (``{rank}`` in a value: the
+    rank, e.g. ``MNMG_HOST_ID`` to emulate a host per rank). Returns each rank's
     :class:`RankRun`; a rank that raised fails the test with its traceback."""
     return run_ranks(_cli, world, list(args), dict(env or {}), timeout=timeout)
 
 
-def train_job(config: str, overrides: list[str], tmp_path: Path, timeout: float = 300
-              ) -> tuple[RankRun, list[dict]]:
-    """``train --config CONFIG OVERRIDES`` on 2 pooled ranks, its output and partitions under
-    ``tmp_path``: rank 0's run (both ranks checked to succeed) and the metrics records."""
+def train_job(config: str, overrides: list[str], tmp_path: Path, timeout: float = 300,
+              env: dict[str, str] | None = None) -> tuple[RankRun, list[dict]]:
+    """``train --config CONFIG OVERRIDES`` on 2 pooled ranks (``env`` as :func:`cli_ranks`),
+    its output and partitions under ``tmp_path``: rank 0's run (both ranks checked to succeed)
+    and the metrics records."""
     out = tmp_path / "run"
     args = ["train", "--config", config, "--no-progress", *overrides, f"output.dir={out}",
             f"partition.dir={tmp_path / 'parts'}"]
-    runs = cli_ranks(args, timeout=timeout)
+    runs = cli_ranks(args, timeout=timeout, env=env)
     for r in runs:
         assert r.returncode == 0, r.stderr[-4000:]
     return runs[0], metrics(out)

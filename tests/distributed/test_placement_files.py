@@ -1,8 +1,8 @@
 """The placement beside the parts, on real gloo ranks forced onto 2 hosts with a row cache: the
 first start decides it and writes it; a second start of the same layout maps the files (no
-rows chosen, no row fetched at start); a truncated file, a changed budget (which then replaces
-the files) and a directory that cannot be written fall back to deciding afresh. Every start's
-batches and features equal the single process's, homogeneous and typed parts alike."""
+rows chosen, no row fetched at start); a truncated file, a changed budget or plan (which then
+replace the files) and a directory that cannot be written fall back to deciding afresh. Every
+start's batches and features equal the single process's, homogeneous and typed parts alike."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mnmg_sampler.sampling.sampler import MultiHopSampler, SampleRequest, local_
 from .common import FANOUTS, SEED, as_arrays, assert_same, small_graph, topology_budget
 from .harness import run_ranks
 
-STARTS = ("first", "again", "truncated", "budget", "unwritable")
+STARTS = ("first", "again", "truncated", "budget", "plan", "unwritable")
 HOSTS = ("A", "A", "B")  # the typed test's hosts: of 2 ranks (2 cache slices) and of 1
 
 
@@ -68,9 +68,10 @@ def _homogeneous(rank, world, d):
                                     seed=SEED)
         return [(b.key, as_arrays(b)) for b in loader]
 
-    return {name: _start({"host_memory": topo + (40 if name in ("budget", "unwritable")
-                                                 else 25) * 36,
-                          "feature_cache_plan": (FANOUTS, 16)}, rank, world, d, name, run)
+    # "plan": the budget's start again, its rows chosen for rounds of 2 requests, not 4
+    return {name: _start({"host_memory": topo + (25 if name in STARTS[:3] else 40) * 36,
+                          "feature_cache_plan": (FANOUTS, 16, 2 if name == "plan" else 4)},
+                         rank, world, d, name, run)
             for name in STARTS}
 
 
@@ -97,7 +98,7 @@ def test_placement_written_once_then_mapped(tmp_path, capsys):
     assert out[0]["budget"][1][0]["cache_rows"] > first[0]["cache_rows"]
     for res in out:
         want_from = {"first": "decided", "again": "file", "truncated": "decided",
-                     "budget": "decided", "unwritable": "decided"}
+                     "budget": "decided", "plan": "decided", "unwritable": "decided"}
         for name, (got, placement, feats, chosen, sent, line) in res.items():
             assert [h["from"] for h in placement] == [want_from[name]] * 2, name
             assert f"placement ({want_from[name]}) host 0" in line  # the job's summary

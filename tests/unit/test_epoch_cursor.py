@@ -8,7 +8,7 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from mnmg_sampler.loaders.epoch_cursor import EpochCursor
+from mnmg_sampler.loaders.epoch_cursor import EpochCursor, refill
 
 
 class _Service:
@@ -79,3 +79,5 @@ def test_requests_go_in_bursts_and_every_batch_comes_once_in_order(prefetch, wan
         inflight += {"submit": 1, "wait": -1}.get(kind, 0)
         most = max(most, inflight)
     assert most == min(prefetch, 10)
+    # a full burst once running is refill(prefetch): what the feature cache plans rounds of
+    assert len(_bursts(c.service.log)[2]) == refill(prefetch)
