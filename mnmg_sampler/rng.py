@@ -26,7 +26,6 @@ S27 = np.uint64(27)
 S31 = np.uint64(31)
 S32 = np.uint64(32)
 S11 = np.uint64(11)
-MASK32 = np.uint64(0xFFFFFFFF)
 INV53 = np.float64(2.0 ** -53)
 
 

@@ -24,18 +24,6 @@ bounded = _rng["bounded"]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def sample_count(deg, fanout, replace):
-    """How many neighbors a node of degree ``deg`` yields (shared with the CUDA kernel)."""
-    if deg <= 0:
-        return 0
-    if fanout < 0:
-        return deg
-    if replace:
-        return fanout
-    return min(deg, fanout)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
 def sample_positions(out, o, deg, k, fanout, replace, base):
     """Write ``k`` neighbor positions in ``[0, deg)`` into ``out[o:o+k]``: all, independent draws
     or Floyd's algorithm (docs/rng.md#sampling-one-node-sample_positions).
@@ -98,18 +86,21 @@ def node_positions(pos, o, k, start, deg, fanout, replace, seed, key, hop, node)
 REBUILD_AFTER = 8  # rejections in a row before the taken neighbors leave the running sums
 W_MAX = np.float64(np.finfo(np.float32).max)  # weights above it (inf) or not above 0 (NaN) count 0
 
-# --- weighted draws (ops.weighted): plain Python, compiled for the CPU here, for CUDA in ops.cuda
+# --- the count and the weighted draws (ops.weighted): plain Python, compiled for the CPU here,
+# for CUDA in ops.cuda
 
-def weighted_count(nz, fanout, replace):
-    """How many neighbors a node with ``nz`` positive-weight neighbors yields (no ``min``)."""
-    if nz <= 0:
+def sample_count(n, fanout, replace):
+    """How many neighbors a node with ``n`` neighbors to draw from yields (its degree, or its
+    positive weights): the one count of every kernel. No ``min``: numba's CUDA ``min`` does not
+    compile."""
+    if n <= 0:
         return 0
     if fanout < 0:
-        return nz
+        return n
     if replace:
         return fanout
-    if nz < fanout:
-        return nz
+    if n < fanout:
+        return n
     return fanout
 
 
@@ -205,7 +196,7 @@ def draws_needed(nz, k, fanout, replace):
 
 
 # callees first: each is compiled against the ones before it
-DEVICE_FUNCTIONS = (weighted_count, draws_needed, usable, row_prefix, search, rebuild,
+DEVICE_FUNCTIONS = (sample_count, draws_needed, usable, row_prefix, search, rebuild,
                     weighted_positions)
 
 
@@ -222,7 +213,7 @@ def compile_helpers(jit: Callable, ns: dict) -> dict:
 # The module-level names now become the CPU-compiled helpers (DEVICE_FUNCTIONS keeps the Python
 # sources for ops.cuda); the kernels resolve them, and the RNG, from this module.
 _CPU_NS = compile_helpers(numba.njit(nogil=True, inline="always"), dict(_rng))
-weighted_count = _CPU_NS["weighted_count"]
+sample_count = _CPU_NS["sample_count"]
 draws_needed = _CPU_NS["draws_needed"]
 usable = _CPU_NS["usable"]
 row_prefix = _CPU_NS["row_prefix"]
@@ -394,6 +385,15 @@ def sample_neighbors(
     return counts, nbr, eid_out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def part_of(v, bounds, last):
+    """The part ``p`` with ``bounds[p] <= v < bounds[p + 1]`` (empty parts skipped)."""
+    p = 0
+    while p < last and v >= bounds[p + 1]:
+        p += 1
+    return p
+
+
 @numba.njit(cache=True, nogil=True)
 def group_by_part(nodes, bounds, part, order):
     """The part of each node (``bounds[p] <= v < bounds[p + 1]``) into ``part``, and the node
@@ -403,10 +403,7 @@ def group_by_part(nodes, bounds, part, order):
     P = bounds.shape[0] - 1
     per = np.zeros(P + 1, np.int64)
     for i in range(n):
-        v = nodes[i]
-        r = 0
-        while r < P - 1 and v >= bounds[r + 1]:
-            r += 1
+        r = part_of(nodes[i], bounds, P - 1)
         part[i] = r
         per[r + 1] += 1
     for r in range(P):

@@ -3,9 +3,9 @@
 
 Bit-identical to the CPU kernels by construction: the device functions are compiled from the
 **same Python source** (docs/rng.md#one-source-two-devices-compile_rng): the RNG,
-``cpu.sample_positions``, the weighted draws and the typed helpers, re-bound to the device RNG.
-Only ``sample_count`` is mirrored by hand (numba's CUDA ``min`` does not compile).
-``tests/gpu_sim`` compares both bit for bit under the simulator.
+``cpu.sample_positions``, the count, the weighted draws and the typed helpers (the count
+decision ``typed.pair_count`` among them), re-bound to the device RNG. ``tests/gpu_sim``
+compares both bit for bit under the simulator.
 
 One call is two launches, one thread per node of the hop walking its type's relations in the
 CPU's order (same streams and slots): ``counts`` sizes each node's output and weighted scratch, a
@@ -52,20 +52,6 @@ def device_function(py_func: Callable, name: str | None = None) -> Callable:
     return compiled
 
 
-def _sample_count(deg, fanout, replace):
-    """``cpu.sample_count`` without ``min``: numba's CUDA ``min`` overload fails to compile."""
-    if deg <= 0:
-        return 0
-    if fanout < 0:
-        return deg
-    if replace:
-        return fanout
-    if deg < fanout:
-        return deg
-    return fanout
-
-
-sample_count = device_function(_sample_count, "sample_count")
 sample_positions = device_function(cpu.sample_positions.py_func)
 
 
@@ -85,14 +71,14 @@ def _gather(indptr_r0, indices, eids, nbr, eid_out, o, k, with_eids):
 gather = _device(_gather)
 
 
-# weighted sampling and the typed helpers, compiled for the device from the same source
+# the count, weighted sampling and the typed helpers, compiled for the device from the same
+# source
 weighted.compile_helpers(_device, _ns)
-weighted_count = _ns["weighted_count"]
-draws_needed = _ns["draws_needed"]
 weighted_positions = _ns["weighted_positions"]
 type_of = device_function(typed.type_of.py_func)
 node_relations = device_function(typed.node_relations.py_func)
 usable_count = device_function(typed.usable_count.py_func)
+pair_count = device_function(typed.pair_count.py_func)
 admissible_count = device_function(typed.admissible_count.py_func)
 SHIFT = np.uint64(typed.HOP_RELATION_SHIFT)
 _NONE = np.zeros(0, np.int64)  # the time arrays of an untimed call (never read)
@@ -122,17 +108,9 @@ def make_typed_kernels(positions: Callable = sample_positions,
             d = indptr[s0 + j + 1] - s
             if timed:
                 d = admissible_count(etime, ntime, indices, by_node, s, d, bounds[i])
-            f = fan[q, r]
-            if tail:
-                k = d if f < 0 or d < f else f  # no min: it does not compile for CUDA
-            elif wflag[r] != 0:
-                nz = usable_count(w, s, d)
-                k = weighted_count(nz, f, rep)
-                if draws_needed(nz, k, f, rep):
-                    scratch += d
-            else:
-                k = sample_count(d, f, rep)
+            k, _, sc = pair_count(w, s, d, fan[q, r], rep, tail, wflag[r] != 0)
             total += k
+            scratch += sc
         counts[i] = total
         scounts[i] = scratch
 
@@ -156,27 +134,21 @@ def make_typed_kernels(positions: Callable = sample_positions,
                 d = admissible_count(etime, ntime, indices, by_node, start, d, bounds[i])
             f = fan[q, r]
             base = stream_base(seed, keys[i], hop + (np.uint64(r) << SHIFT), nodes[i])
-            if tail:
-                k = d if f < 0 or d < f else f  # no min: it does not compile for CUDA
-                for m in range(k):
-                    nbr[o + m] = d - k + m
-            elif wflag[r] != 0:
-                nz = usable_count(w, start, d)
-                k = weighted_count(nz, f, rep)
-                if k > 0:
-                    wpositions(nbr, o, w, start, d, nz, k, f, rep, base, c, so)
-                if draws_needed(nz, k, f, rep):
-                    so += d
-            else:
-                k = sample_count(d, f, rep)
-                if k > 0:
-                    positions(nbr, o, d, k, f, rep, base)
+            k, nz, sc = pair_count(w, start, d, f, rep, tail, wflag[r] != 0)
             if k > 0:
+                if tail:
+                    for m in range(k):
+                        nbr[o + m] = d - k + m
+                elif wflag[r] != 0:
+                    wpositions(nbr, o, w, start, d, nz, k, f, rep, base, c, so)
+                else:
+                    positions(nbr, o, d, k, f, rep, base)
                 gather(start, indices, eids, nbr, eid_out, o, k, with_eids)
                 if rel_out.shape[0] > 0:
                     for m in range(o, o + k):
                         rel_out[m] = r
             o += k
+            so += sc
 
     return cuda.jit(counts_kernel), cuda.jit(fill_kernel)
 

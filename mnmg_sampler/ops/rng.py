@@ -10,7 +10,6 @@ from ..rng import (  # noqa: F401  re-exported
     INV53,
     M1,
     M2,
-    MASK32,
     RNG_FUNCTIONS,
     S11,
     S27,

@@ -10,9 +10,11 @@ bit-identical to ``ops.cpu`` and ``ops.weighted``), and the relations of one nod
 independently (the hop counter goes through the 64-bit mix).
 
 Phases, as in ``ops.cpu``: (0) per (node, relation) pair its segment, degree and sample count
-(the only random reads of ``indptr``); (1) the draws' CSR positions; (2) ``ops.cpu``'s gather.
-Pair ``j`` of node ``i`` is slot ``i * width + j`` (``width``: the most relations of any type),
-so a one-type graph has exactly the homogeneous kernel's passes.
+(the only random reads of ``indptr``; the count is :func:`pair_count`, the CUDA kernel's too);
+(1) the draws' CSR positions; (2) ``ops.cpu``'s gather. Pair ``j`` of node ``i`` is slot ``i *
+width + j`` (``width``: the most relations of any type), so a one-type graph has exactly the
+homogeneous kernel's passes. :func:`sample_typed_parts` runs the same phases over several
+mapped parts at once.
 
 Time (docs/temporal.md#sampling): a timed graph's segments are sorted by time, so with ``bounds``
 each degree is cut to the admissible prefix (:func:`admissible_count`). Per request
@@ -26,11 +28,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..errors import SamplingInputError
 from . import cpu
 from .prefetch import prefetch
 
-__all__ = ["sample_typed_neighbors", "sample_relations", "HOP_RELATION_SHIFT", "STRATEGIES",
-           "admissible_count", "time_arrays", "group_hops_by_relation", "group_nodes_by_type"]
+__all__ = ["sample_typed_neighbors", "sample_relations", "sample_typed_parts",
+           "HOP_RELATION_SHIFT", "STRATEGIES", "admissible_count", "pair_count", "time_arrays",
+           "group_hops_by_relation", "group_nodes_by_type"]
 
 HOP_RELATION_SHIFT = 32  # relation r keys its stream with hop + (r << 32)
 STRATEGIES = ("uniform", "last")  # temporal strategies, ``last[q]`` 0 and 1
@@ -38,7 +42,6 @@ STRATEGIES = ("uniform", "last")  # temporal strategies, ``last[q]`` 0 and 1
 sample_count = cpu.sample_count
 node_positions = cpu.node_positions
 stream_base = cpu.stream_base
-weighted_count = cpu.weighted_count
 draws_needed = cpu.draws_needed
 weighted_positions = cpu.weighted_positions
 W_MAX = cpu.W_MAX
@@ -76,6 +79,19 @@ def usable_count(w, s, d):
         x = np.float64(w[e])
         nz += (x > 0) & (x <= W_MAX)
     return nz
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def pair_count(w, s, d, f, rep, tail, weighted):
+    """``(k, nz, scratch)`` of a (node, relation) pair with segment ``[s, s + d)`` and fanout
+    ``f``: the neighbors it yields, its usable weights (weighted) and the running sums its
+    weighted draws need (``d`` or 0); ``tail`` ("last") takes the latest ``min(f, d)``. The
+    one count decision of the CPU and CUDA kernels."""
+    if weighted and not tail:
+        nz = usable_count(w, s, d)
+        k = sample_count(nz, f, rep)
+        return k, nz, d if draws_needed(nz, k, f, rep) else 0
+    return sample_count(d, f, rep and not tail), 0, 0
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -159,8 +175,7 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
                                                           starts[p], degs[p], bounds[i])
     # (b) the random reads of indptr, independent, so their misses overlap (with time they
     # were read by the cut above; without, each node's segments are found here and the
-    # entries of the node INDPTR_AHEAD on are prefetched). The count is written out here: a
-    # helper returning (count, scratch) cost the timed kernel a third of its time (measured)
+    # entries of the node INDPTR_AHEAD on are prefetched)
     for i in numba.prange(n):
         q = req[i]
         rep = replace[q] != 0
@@ -193,17 +208,8 @@ def _pair_counts_py(node_off, rel_off, seg_base, indptr, indices, etime, ntime, 
                 else:
                     s = starts[p]
                     d = degs[p]
-                f = fan[q, r]
-                if tail:
-                    k = d if f < 0 else min(f, d)
-                elif wflag[r] != 0:
-                    nz = usable_count(w, s, d)
-                    nzs[p] = nz
-                    k = weighted_count(nz, f, rep)
-                    if draws_needed(nz, k, f, rep):
-                        sc = d
-                else:
-                    k = sample_count(d, f, rep)
+                k, nz, sc = pair_count(w, s, d, fan[q, r], rep, tail, wflag[r] != 0)
+                nzs[p] = nz
             counts[p + 1] = k  # the scratch is reused: unused slots must count nothing
             scounts[p + 1] = sc
 
@@ -212,7 +218,7 @@ def _positions_py(ws, part, wflag, nodes, keys, req, fan, replace, last, seed, h
                   starts, degs, nzs, offsets, soffs, rels, c, pos, rel_out):
     # Phase 1: the CSR positions of every pair's draws (its stream: hop + r * 2**32); "last"
     # (only with time; ``last is None`` is pruned) takes the prefix's tail. Weights: the
-    # array ``ws[part[i]]`` of node i's part (``ops.typed_parts``), ``ws[0]`` when ``part``
+    # array ``ws[part[i]]`` of node i's part (:func:`sample_typed_parts`), ``ws[0]`` when ``part``
     # is None (one CSR).
     n = nodes.shape[0]
     for i in numba.prange(n):
@@ -264,8 +270,6 @@ def time_arrays(graph) -> tuple[np.ndarray, np.ndarray, bool]:
         return graph.edge_time, _NO_TIMES, False
     if graph.node_time is not None:
         return _NO_TIMES, graph.node_time, True
-    from ..errors import SamplingInputError
-
     raise SamplingInputError(f"graph '{graph.name}' has no edge or node time",
                              "temporal sampling has nothing to compare seeds' times with",
                              "load it with time (docs/temporal.md) or sample without time")
@@ -346,6 +350,170 @@ def sample_relations(node_off, rel_off, seg_base, indptr, indices, edge_ids, wei
     gather_k(indices, edge_ids, pos, pos, eid_out, with_eids)
     counts = np.diff(offsets[::width]) if width else np.zeros(n, np.int64)
     return counts, pos, rel_out, eid_out
+
+
+# --- the same hop over several typed parts at once (the shared topology of typed parts)
+_NO_PART_TIMES = np.zeros(0, np.int64)
+_NO_PART_TIMES.flags.writeable = False  # the type of the parts' mapped (read-only) arrays
+
+
+@numba.njit(cache=True, nogil=True)
+def _parts_pair_counts(bounds, type_offs, seg_bases, rel_off, indptrs, indices, origs, etimes,
+                       ntime, by_node, ws, wflag, nodes, tbounds, last, req, fan, replace, width,
+                       order, part, rng_ids, starts, degs, nzs, offsets, soffs, rels):
+    # Phase 0, part by part: node i's relation j is pair i * width + j (as one CSR's); per
+    # part the offsets of its nodes in ``order``. ``tbounds is None`` (no time) is pruned.
+    per = cpu.group_by_part(nodes, bounds, part, order)
+    for p in range(bounds.shape[0] - 1):
+        indptr, orig, lo = indptrs[p], origs[p], bounds[p]
+        t_off, s_base = type_offs[p], seg_bases[p]
+        for g in range(per[p], per[p + 1]):  # (a) each pair's segment and relation (-1: none)
+            ii = order[g]
+            r0, R_t, s0 = node_relations(t_off, rel_off, s_base, nodes[ii] - lo)
+            for j in range(width):
+                x = np.uint64(ii * width + j)  # unsigned: no wraparound guards (as ops.cpu)
+                starts[x] = s0 + j
+                rels[x] = r0 + j if j < R_t else -1
+        # (b) the random reads of indptr and orig_ids, independent, so their misses overlap
+        # (with (a) in the same loop, each waited for the small tables' loads: measured 1.4x)
+        for g in range(per[p], per[p + 1]):
+            ii = order[g]
+            i = np.uint64(ii)
+            rng_ids[i] = orig[np.uint64(nodes[i] - lo)]
+            for j in range(width):
+                x = np.uint64(ii * width + j)
+                s = d = 0
+                if rels[x] >= 0:
+                    u = np.uint64(starts[x])
+                    s = indptr[u]
+                    d = indptr[u + np.uint64(1)] - s
+                    if tbounds is not None:
+                        d = admissible_count(etimes[p], ntime, indices[p], by_node, s, d,
+                                             tbounds[i])
+                starts[x] = s
+                degs[x] = d
+    for i in range(nodes.shape[0]):  # the counts, in node order
+        q = req[i]
+        rep = replace[q] != 0
+        tail = False
+        if tbounds is not None:
+            tail = last[q] != 0
+        for j in range(width):
+            x = i * width + j
+            r = rels[x]
+            k = 0
+            sc = 0
+            if r >= 0:
+                k, nz, sc = pair_count(ws[part[i]], starts[x], degs[x], fan[q, r], rep, tail,
+                                       wflag[r] != 0)
+                nzs[x] = nz
+            offsets[x + 1] = k  # the scratch is reused: unused slots must count nothing
+            soffs[x + 1] = sc
+    return per
+
+
+def _parts_gather_py(indices, eids, per, order, width, offsets, pos, nbr, eid_out, with_eids):
+    # Phase 2, part by part: independent random reads of the part's indices (and edge ids;
+    # a part without them reports CSR positions).
+    for p in range(per.shape[0] - 1):
+        ind, eid = indices[p], eids[p]
+        own_e = eid.shape[0] > 0
+        for g in numba.prange(per[p], per[p + 1]):
+            i = order[g]
+            for m in range(offsets[i * width], offsets[(i + 1) * width]):
+                u = np.uint64(m)
+                q = np.uint64(pos[u])
+                if with_eids:
+                    eid_out[u] = eid[q] if own_e else q
+                nbr[u] = ind[q]
+
+
+_PARTS_GATHER = {par: cpu._compile(_parts_gather_py, par) for par in (True, False)}
+
+
+def sample_typed_parts(bounds: np.ndarray, type_offs: np.ndarray, seg_bases: np.ndarray,
+                       rel_offset: np.ndarray, weighted_rel: np.ndarray, indptrs: tuple,
+                       indices: tuple, eids: tuple, origs: tuple, weights: tuple,
+                       nodes: np.ndarray, keys: np.ndarray, req: np.ndarray,
+                       fanouts: np.ndarray, replace: np.ndarray, seed: int, hop: int, *,
+                       with_eids: bool = True, time_bounds: np.ndarray | None = None,
+                       last: np.ndarray | None = None, edge_times: tuple | None = None,
+                       node_time: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One typed hop over every part at once: :func:`sample_typed_neighbors` for frontier nodes
+    of any part, bit for bit one call per part put back in frontier order (same helpers,
+    streams, order and time handling). Node ``v`` (a new id) is local row ``v - bounds[p]`` of
+    the part ``p`` whose ``bounds`` hold it; its relations and segments come from that part's
+    ``type_offset`` and ``seg_base``, its RNG id is the part's ``orig_ids[row]``. The nodes are
+    grouped by part first (a counting sort: no branch on a random owner per node) and gathered
+    part by part. No CUDA twin: the shared topology runs the CPU kernel only.
+
+    Args:
+        bounds: int64 ``[P + 1]``: part ``p`` owns new ids ``[bounds[p], bounds[p + 1])``.
+        type_offs, seg_bases: each part's ``type_offset`` and ``seg_base`` (``[P, T + 1]``,
+            ``[P, T]``).
+        rel_offset, weighted_rel: the graph's ``rel_offset`` ``[T + 1]`` and uint8 per relation.
+        indptrs, indices, eids, origs: one array per part, all of one type; weights: one
+            float32 array per part (empty when unweighted).
+        nodes: frontier new ids; keys, req, fanouts, replace: as
+            :func:`sample_typed_neighbors`.
+        time_bounds, last: as that kernel's ``bounds`` and ``last`` (``None``: no time).
+        edge_times: with ``time_bounds``, one int64 array per part (per local CSR entry, all
+            of one type), or ``None`` when the graph has node time only; then ``node_time``:
+            int64 node time of every node by new id.
+
+    Returns:
+        ``(counts, neighbors (new ids), relations, edge_ids)`` in frontier order (int64).
+    """
+    nodes = np.ascontiguousarray(nodes, np.int64)
+    keys = np.ascontiguousarray(keys, np.int64)
+    req = np.ascontiguousarray(req, np.int64)
+    fan = np.ascontiguousarray(fanouts, np.int64)
+    repl = np.ascontiguousarray(replace, np.uint8)
+    wflag = np.ascontiguousarray(weighted_rel, np.uint8)
+    n = nodes.shape[0]
+    etimes, ntime, by_node = tuple(_NO_PART_TIMES for _ in indptrs), _NO_PART_TIMES, False
+    if time_bounds is not None:
+        time_bounds = np.ascontiguousarray(time_bounds, np.int64)
+        last = np.ascontiguousarray(np.zeros(repl.shape[0], np.uint8) if last is None else last,
+                                    np.uint8)
+        if edge_times is not None:
+            etimes = edge_times
+        elif node_time is not None:
+            ntime, by_node = node_time, True
+        else:
+            raise SamplingInputError("time bounds for parts with no edge or node time",
+                                     "temporal sampling has nothing to compare seeds' times "
+                                     "with", "partition the graph with its time "
+                                     "(docs/temporal.md) or sample without time")
+    else:
+        last = None
+    width = int(np.diff(rel_offset).max(initial=0))
+    m = n * width
+    node_scr = cpu.scratch_int64(n)
+    pair_scr = cpu.scratch_int64(m + 1, 6)
+    offsets, soffs = pair_scr[3], pair_scr[4]
+    offsets[0] = soffs[0] = 0
+    per = _parts_pair_counts(np.ascontiguousarray(bounds, np.int64), type_offs, seg_bases,
+                             rel_offset, indptrs, indices, origs, etimes, ntime, by_node,
+                             weights, wflag, nodes, time_bounds, last, req, fan, repl, width,
+                             *node_scr, *pair_scr)
+    np.cumsum(offsets, out=offsets)
+    if wflag.any():
+        np.cumsum(soffs, out=soffs)
+    total = int(offsets[m])
+    pos = np.empty(total, np.int64)
+    rel = np.empty(total, np.int64)
+    eid = np.empty(total if with_eids else 0, np.int64)
+    c = cpu.scratch_float64(int(soffs[m]))
+    parallel = cpu._parallel(n)
+    _KERNELS[parallel][1](weights, node_scr[1], wflag, node_scr[2], keys, req, fan, repl, last,
+                          np.uint64(seed), np.uint64(hop), width, pair_scr[0], pair_scr[1],
+                          pair_scr[2], offsets, soffs, pair_scr[5], c, pos, rel)
+    _PARTS_GATHER[parallel](indices, eids, per, node_scr[0], width, offsets, pos, pos, eid,
+                            with_eids)
+    counts = np.diff(offsets[:m + 1:width]) if width else np.zeros(n, np.int64)
+    return counts, pos, rel, eid
 
 
 @numba.njit(cache=True, nogil=True)

@@ -26,12 +26,11 @@ from .cpu import (  # noqa: F401  the draws, compiled for the CPU; their sources
     compile_helpers,
     draws_needed,
     usable,
-    weighted_count,
     weighted_positions,
 )
 
 __all__ = ["check_weights", "sample_neighbors_weighted", "local_weighted_hop_fn",
-           "weighted_count", "REBUILD_AFTER", "DEVICE_FUNCTIONS"]
+           "REBUILD_AFTER", "DEVICE_FUNCTIONS"]
 
 _ONE_RELATION = (np.array([0, 1], np.int64), np.zeros(1, np.int64), np.ones(1, np.uint8))
 
