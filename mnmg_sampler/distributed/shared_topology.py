@@ -28,8 +28,8 @@ import numpy as np
 
 from ..errors import ConfigError, MnmgError
 from ..graph.partition_io import load_partition
-from ..ops.cpu import sample_neighbors_parts
-from ..ops.typed_parts import part_of, sample_typed_parts
+from ..ops.cpu import part_of, sample_neighbors_parts
+from ..ops.typed import sample_typed_parts
 from ..sampling.sampler import HopSegments
 from ..system.host_limits import check_allocation
 from .collective import Exchanger, agree, peer_errors
