@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ def run(tmp_path_factory):
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                         "MASTER_PORT", "NUMBA_ENABLE_CUDASIM")}
     env[INJECT_ENV] = "selfcheck"
+    env.setdefault("PY", sys.executable)  # this interpreter, in a checkout without .venv too
     proc = subprocess.run(["bash", "launch/gpu_check.sh", "--out", str(out), "--simulate"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     return proc, json.loads((out / "gpu_check.json").read_text()), out
